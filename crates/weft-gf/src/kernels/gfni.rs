@@ -1,0 +1,126 @@
+//! AVX-512 + GFNI path: one `vgf2p8affineqb` multiplies 64 bytes by a constant.
+//!
+//! Invariants:
+//! - `affine_matrix(c)` is the 8×8 bit matrix A with `A·x = c·x` for every byte x, in the
+//!   operand order of `vgf2p8affineqb`: byte `7 − i` of the qword selects the input bits that
+//!   feed output bit i.
+//! - Kernels read every source exactly once per block of up to `MAX_ROWS_PER_PASS` rows and
+//!   never touch bytes outside the given slices (the last partial vector is masked).
+
+use std::arch::x86_64::*;
+
+use super::product;
+
+/// The GFNI affine matrix of multiplication by `c`.
+pub(super) fn affine_matrix(c: u8) -> u64 {
+    let mut matrix = 0u64;
+    for out_bit in 0..8 {
+        let mut row = 0u8;
+        for in_bit in 0..8 {
+            if (product(c, 1 << in_bit) >> out_bit) & 1 == 1 {
+                row |= 1 << in_bit;
+            }
+        }
+        matrix |= (row as u64) << (8 * (7 - out_bit));
+    }
+    matrix
+}
+
+/// Dispatch one row block (`dsts.len()` ≤ 8 rows). `matrices[j * stride + i]` is the matrix
+/// of row i, source j.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX-512BW and GFNI; every slice must have the same length.
+pub(super) unsafe fn dot<const ADD: bool>(
+    matrices: &[u64],
+    stride: usize,
+    srcs: &[&[u8]],
+    dsts: &mut [&mut [u8]],
+) {
+    assert!(matrices.len() >= (srcs.len() - 1) * stride + dsts.len());
+    // SAFETY (all arms): the caller guarantees the CPU features and equal lengths; the assert
+    // above bounds every matrix index the kernel reads.
+    unsafe {
+        match dsts.len() {
+            1 => block::<1, 4, ADD>(matrices, stride, srcs, dsts),
+            2 => block::<2, 4, ADD>(matrices, stride, srcs, dsts),
+            3 => block::<3, 2, ADD>(matrices, stride, srcs, dsts),
+            4 => block::<4, 2, ADD>(matrices, stride, srcs, dsts),
+            5 => block::<5, 2, ADD>(matrices, stride, srcs, dsts),
+            6 => block::<6, 2, ADD>(matrices, stride, srcs, dsts),
+            7 => block::<7, 2, ADD>(matrices, stride, srcs, dsts),
+            8 => block::<8, 2, ADD>(matrices, stride, srcs, dsts),
+            n => unreachable!("row block of {n} rows"),
+        }
+    }
+}
+
+/// R output rows, U vectors of 64 bytes per iteration (R·U accumulators stay in registers).
+#[target_feature(enable = "avx512f,avx512bw,gfni")]
+unsafe fn block<const R: usize, const U: usize, const ADD: bool>(
+    matrices: &[u64],
+    stride: usize,
+    srcs: &[&[u8]],
+    dsts: &mut [&mut [u8]],
+) {
+    let len = dsts[0].len();
+    let dst: [*mut u8; R] = std::array::from_fn(|i| dsts[i].as_mut_ptr());
+    let matrix_base = matrices.as_ptr();
+    let mut pos = 0;
+    // SAFETY: pos + 64·U ≤ len bounds every load and store; sources and destinations all have
+    // length len (checked by the caller); matrix indices j·stride + i are bounded by dot's assert.
+    unsafe {
+        while pos + 64 * U <= len {
+            let mut acc = [[_mm512_setzero_si512(); R]; U];
+            if ADD {
+                for (u, acc) in acc.iter_mut().enumerate() {
+                    for (i, acc) in acc.iter_mut().enumerate() {
+                        *acc = _mm512_loadu_si512(dst[i].add(pos + 64 * u) as *const _);
+                    }
+                }
+            }
+            for (j, src) in srcs.iter().enumerate() {
+                let src = src.as_ptr().add(pos);
+                let x: [__m512i; U] =
+                    std::array::from_fn(|u| _mm512_loadu_si512(src.add(64 * u) as *const _));
+                let row = matrix_base.add(j * stride);
+                for i in 0..R {
+                    let a = _mm512_set1_epi64(*row.add(i) as i64);
+                    for u in 0..U {
+                        let product = _mm512_gf2p8affine_epi64_epi8::<0>(x[u], a);
+                        acc[u][i] = _mm512_xor_si512(acc[u][i], product);
+                    }
+                }
+            }
+            for (u, acc) in acc.iter().enumerate() {
+                for (i, acc) in acc.iter().enumerate() {
+                    _mm512_storeu_si512(dst[i].add(pos + 64 * u) as *mut _, *acc);
+                }
+            }
+            pos += 64 * U;
+        }
+        // Remainder: one vector at a time, the last one masked so no byte past len is touched.
+        while pos < len {
+            let n = (len - pos).min(64);
+            let mask: __mmask64 = if n == 64 { !0 } else { (1u64 << n) - 1 };
+            let mut acc = [_mm512_setzero_si512(); R];
+            if ADD {
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm512_maskz_loadu_epi8(mask, dst[i].add(pos) as *const i8);
+                }
+            }
+            for (j, src) in srcs.iter().enumerate() {
+                let x = _mm512_maskz_loadu_epi8(mask, src.as_ptr().add(pos) as *const i8);
+                let row = matrix_base.add(j * stride);
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let a = _mm512_set1_epi64(*row.add(i) as i64);
+                    *acc = _mm512_xor_si512(*acc, _mm512_gf2p8affine_epi64_epi8::<0>(x, a));
+                }
+            }
+            for (i, acc) in acc.iter().enumerate() {
+                _mm512_mask_storeu_epi8(dst[i].add(pos) as *mut i8, mask, *acc);
+            }
+            pos += n;
+        }
+    }
+}

@@ -1,0 +1,351 @@
+//! Region kernels: `dst ^= c·src`, `dst = c·src`, and the multi-source dot product that
+//! computes several output rows in one pass over the sources (ISA-L's `ec_encode_data` shape).
+//!
+//! Invariants:
+//! - Every path gives exactly the bytes of [`SimdPath::Scalar`], the oracle, for any length
+//!   (including 0 and lengths that are not a multiple of the vector width) and any alignment.
+//! - A path is only ever executed after [`SimdPath::is_supported`] said the CPU has it; the
+//!   `unsafe` calls into `#[target_feature]` functions rely on that check alone.
+//! - Slices handed to a kernel all have the same length; a mismatch is a caller bug and panics
+//!   before any byte is written.
+//! - `WEFT_SIMD=scalar|avx2|gfni` forces a path for the whole process; naming a path the CPU lacks
+//!   is refused loudly instead of silently testing another path.
+
+use std::fmt;
+use std::sync::OnceLock;
+
+use crate::field::MUL_TABLE;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod gfni;
+mod scalar;
+
+/// Largest number of output rows one kernel pass keeps in registers; more rows are processed
+/// in blocks of this many, each block reading the sources again.
+pub const MAX_ROWS_PER_PASS: usize = 8;
+
+/// The instruction-set path a kernel runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SimdPath {
+    /// Portable table lookups: the oracle every other path is checked against.
+    Scalar,
+    /// AVX2 split-nibble table lookups (`vpshufb`), 32 bytes per instruction.
+    Avx2,
+    /// AVX-512 with GFNI affine transforms (`vgf2p8affineqb`), 64 bytes per instruction.
+    Gfni,
+}
+
+/// A `WEFT_SIMD` value that cannot be honoured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SimdError {
+    /// The value names no path.
+    Unknown { value: String },
+    /// The path exists but this CPU lacks the instructions.
+    Unsupported { path: SimdPath },
+}
+
+impl fmt::Display for SimdError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SimdError::Unknown { value } => {
+                write!(f, "WEFT_SIMD={value:?} is not a path; use scalar, avx2 or gfni")
+            }
+            SimdError::Unsupported { path } => write!(
+                f,
+                "WEFT_SIMD={} but this CPU lacks {}; supported here: {}",
+                path.name(),
+                path.required_features(),
+                SimdPath::supported().iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SimdError {}
+
+impl SimdPath {
+    /// All paths, slowest first.
+    pub const ALL: [SimdPath; 3] = [SimdPath::Scalar, SimdPath::Avx2, SimdPath::Gfni];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SimdPath::Scalar => "scalar",
+            SimdPath::Avx2 => "avx2",
+            SimdPath::Gfni => "gfni",
+        }
+    }
+
+    fn required_features(self) -> &'static str {
+        match self {
+            SimdPath::Scalar => "nothing",
+            SimdPath::Avx2 => "AVX2",
+            SimdPath::Gfni => "AVX-512F, AVX-512BW and GFNI",
+        }
+    }
+
+    pub fn parse(value: &str) -> Result<SimdPath, SimdError> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "scalar" => Ok(SimdPath::Scalar),
+            "avx2" => Ok(SimdPath::Avx2),
+            "gfni" | "avx512" | "avx512-gfni" => Ok(SimdPath::Gfni),
+            _ => Err(SimdError::Unknown { value: value.to_string() }),
+        }
+    }
+
+    /// Whether this CPU can run the path.
+    pub fn is_supported(self) -> bool {
+        match self {
+            SimdPath::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            SimdPath::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
+            #[cfg(target_arch = "x86_64")]
+            SimdPath::Gfni => {
+                std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512bw")
+                    && std::arch::is_x86_feature_detected!("gfni")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// Paths this CPU supports, slowest first.
+    pub fn supported() -> Vec<SimdPath> {
+        SimdPath::ALL.into_iter().filter(|p| p.is_supported()).collect()
+    }
+
+    /// The fastest path this CPU supports.
+    pub fn best() -> SimdPath {
+        *SimdPath::supported().last().expect("scalar is always supported")
+    }
+
+    /// The path `WEFT_SIMD` asks for, if any, checked against the CPU.
+    pub fn from_env() -> Result<Option<SimdPath>, SimdError> {
+        match std::env::var("WEFT_SIMD") {
+            Ok(value) if !value.trim().is_empty() => {
+                let path = SimdPath::parse(&value)?;
+                if path.is_supported() {
+                    Ok(Some(path))
+                } else {
+                    Err(SimdError::Unsupported { path })
+                }
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The path the process uses: `WEFT_SIMD` when set, else [`SimdPath::best`]. Decided once.
+    ///
+    /// Panics when `WEFT_SIMD` is invalid for this CPU: running another path than the one a
+    /// test run asked for would make its result meaningless. Binaries call
+    /// [`SimdPath::from_env`] first to print a clean error instead.
+    pub fn active() -> SimdPath {
+        static ACTIVE: OnceLock<SimdPath> = OnceLock::new();
+        *ACTIVE.get_or_init(|| match SimdPath::from_env() {
+            Ok(Some(path)) => path,
+            Ok(None) => SimdPath::best(),
+            Err(error) => panic!("{error}"),
+        })
+    }
+}
+
+impl fmt::Display for SimdPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Per-coefficient constants a SIMD path needs, laid out `[source][row]`.
+#[derive(Clone)]
+enum Expanded {
+    Scalar,
+    /// 64 bytes per coefficient: low-nibble products twice, high-nibble products twice.
+    #[cfg(target_arch = "x86_64")]
+    Avx2(Vec<[u8; 64]>),
+    /// One 8×8 bit matrix per coefficient, in `vgf2p8affineqb` operand order.
+    #[cfg(target_arch = "x86_64")]
+    Gfni(Vec<u64>),
+}
+
+/// A `rows × cols` coefficient matrix prepared for one [`SimdPath`] (ISA-L's `ec_init_tables`).
+///
+/// `dot_prod` computes `dst[i] = Σ_j coef[i][j]·src[j]` over byte regions; `dot_prod_add`
+/// computes `dst[i] ^= Σ_j coef[i][j]·src[j]`. Preparing costs O(rows·cols); reuse the tables.
+#[derive(Clone)]
+pub struct DotTables {
+    path: SimdPath,
+    rows: usize,
+    cols: usize,
+    coefficients: Vec<u8>,
+    expanded: Expanded,
+}
+
+impl fmt::Debug for DotTables {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DotTables")
+            .field("path", &self.path)
+            .field("rows", &self.rows)
+            .field("cols", &self.cols)
+            .finish()
+    }
+}
+
+impl DotTables {
+    /// Tables for the process's active path. `coefficients` is row-major `rows × cols`.
+    pub fn new(coefficients: &[u8], rows: usize, cols: usize) -> DotTables {
+        DotTables::with_path(SimdPath::active(), coefficients, rows, cols)
+    }
+
+    /// Tables for an explicit path. Panics when the CPU does not support it.
+    pub fn with_path(path: SimdPath, coefficients: &[u8], rows: usize, cols: usize) -> DotTables {
+        assert_eq!(coefficients.len(), rows * cols, "coefficient matrix must be rows × cols");
+        assert!(path.is_supported(), "SIMD path {path} is not supported by this CPU");
+        let expanded = match path {
+            SimdPath::Scalar => Expanded::Scalar,
+            #[cfg(target_arch = "x86_64")]
+            SimdPath::Avx2 => Expanded::Avx2(transposed(coefficients, rows, cols, avx2::nibble_tables)),
+            #[cfg(target_arch = "x86_64")]
+            SimdPath::Gfni => Expanded::Gfni(transposed(coefficients, rows, cols, gfni::affine_matrix)),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => unreachable!("checked by is_supported"),
+        };
+        DotTables { path, rows, cols, coefficients: coefficients.to_vec(), expanded }
+    }
+
+    pub fn path(&self) -> SimdPath {
+        self.path
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Row-major coefficients.
+    pub fn coefficients(&self) -> &[u8] {
+        &self.coefficients
+    }
+
+    /// `dst[i] = Σ_j coef[i][j]·src[j]`.
+    pub fn dot_prod(&self, srcs: &[&[u8]], dsts: &mut [&mut [u8]]) {
+        self.run::<false>(srcs, dsts);
+    }
+
+    /// `dst[i] ^= Σ_j coef[i][j]·src[j]`.
+    pub fn dot_prod_add(&self, srcs: &[&[u8]], dsts: &mut [&mut [u8]]) {
+        self.run::<true>(srcs, dsts);
+    }
+
+    fn run<const ADD: bool>(&self, srcs: &[&[u8]], dsts: &mut [&mut [u8]]) {
+        assert_eq!(srcs.len(), self.cols, "one source per column");
+        assert_eq!(dsts.len(), self.rows, "one destination per row");
+        let len = dsts.first().map(|d| d.len()).or(srcs.first().map(|s| s.len())).unwrap_or(0);
+        assert!(srcs.iter().all(|s| s.len() == len), "all regions must have the same length");
+        assert!(dsts.iter().all(|d| d.len() == len), "all regions must have the same length");
+        if self.rows == 0 || len == 0 {
+            return;
+        }
+        if self.cols == 0 {
+            if !ADD {
+                dsts.iter_mut().for_each(|d| d.fill(0));
+            }
+            return;
+        }
+        let mut row0 = 0;
+        while row0 < self.rows {
+            let block = (self.rows - row0).min(MAX_ROWS_PER_PASS);
+            let dst_block = &mut dsts[row0..row0 + block];
+            match &self.expanded {
+                Expanded::Scalar => {
+                    scalar::dot::<ADD>(&self.coefficients, self.cols, row0, srcs, dst_block)
+                }
+                #[cfg(target_arch = "x86_64")]
+                Expanded::Avx2(tables) => {
+                    // SAFETY: with_path checked that the CPU supports AVX2; lengths checked above.
+                    unsafe { avx2::dot::<ADD>(&tables[row0..], self.rows, srcs, dst_block) }
+                }
+                #[cfg(target_arch = "x86_64")]
+                Expanded::Gfni(matrices) => {
+                    // SAFETY: with_path checked AVX-512F/BW + GFNI; lengths checked above.
+                    unsafe { gfni::dot::<ADD>(&matrices[row0..], self.rows, srcs, dst_block) }
+                }
+            }
+            row0 += block;
+        }
+    }
+}
+
+/// Maps every coefficient through `expand`, laid out `[source][row]` so a kernel walking the
+/// sources reads its constants sequentially.
+#[cfg(target_arch = "x86_64")]
+fn transposed<T>(coefficients: &[u8], rows: usize, cols: usize, expand: fn(u8) -> T) -> Vec<T> {
+    let mut out = Vec::with_capacity(rows * cols);
+    for j in 0..cols {
+        for i in 0..rows {
+            out.push(expand(coefficients[i * cols + j]));
+        }
+    }
+    out
+}
+
+/// `dst ^= c·src` on the active path.
+pub fn mul_add_region(c: u8, src: &[u8], dst: &mut [u8]) {
+    mul_add_region_with(SimdPath::active(), c, src, dst)
+}
+
+/// `dst = c·src` on the active path.
+pub fn mul_region(c: u8, src: &[u8], dst: &mut [u8]) {
+    mul_region_with(SimdPath::active(), c, src, dst)
+}
+
+/// `dst ^= src`.
+pub fn xor_region(src: &[u8], dst: &mut [u8]) {
+    assert_eq!(src.len(), dst.len(), "all regions must have the same length");
+    // Word-at-a-time XOR auto-vectorises well; no table is involved.
+    let mut d = dst.chunks_exact_mut(32);
+    let mut s = src.chunks_exact(32);
+    for (d, s) in (&mut d).zip(&mut s) {
+        for (d, s) in d.iter_mut().zip(s) {
+            *d ^= s;
+        }
+    }
+    for (d, s) in d.into_remainder().iter_mut().zip(s.remainder()) {
+        *d ^= s;
+    }
+}
+
+/// `dst ^= c·src` on an explicit path.
+pub fn mul_add_region_with(path: SimdPath, c: u8, src: &[u8], dst: &mut [u8]) {
+    match c {
+        0 => assert_eq!(src.len(), dst.len(), "all regions must have the same length"),
+        1 => xor_region(src, dst),
+        _ => DotTables::with_path(path, &[c], 1, 1).dot_prod_add(&[src], &mut [dst]),
+    }
+}
+
+/// `dst = c·src` on an explicit path.
+pub fn mul_region_with(path: SimdPath, c: u8, src: &[u8], dst: &mut [u8]) {
+    match c {
+        0 => {
+            assert_eq!(src.len(), dst.len(), "all regions must have the same length");
+            dst.fill(0)
+        }
+        1 => dst.copy_from_slice(src),
+        _ => DotTables::with_path(path, &[c], 1, 1).dot_prod(&[src], &mut [dst]),
+    }
+}
+
+/// Scalar product of one byte, used by table builders.
+#[inline]
+fn product(c: u8, x: u8) -> u8 {
+    MUL_TABLE[c as usize][x as usize]
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,145 @@
+use rand::{rngs::StdRng, Rng, SeedableRng};
+
+use super::*;
+
+fn random_bytes(rng: &mut StdRng, len: usize) -> Vec<u8> {
+    (0..len).map(|_| rng.gen()).collect()
+}
+
+/// Runs `dot_prod` and `dot_prod_add` on every supported path and compares with the oracle.
+/// `offset` shifts every slice off its allocation's alignment.
+fn check_all_paths(rng: &mut StdRng, rows: usize, cols: usize, len: usize, offset: usize) {
+    let coefficients = random_bytes(rng, rows * cols);
+    let sources: Vec<Vec<u8>> = (0..cols).map(|_| random_bytes(rng, len + offset)).collect();
+    let initial: Vec<Vec<u8>> = (0..rows).map(|_| random_bytes(rng, len + offset)).collect();
+    let srcs: Vec<&[u8]> = sources.iter().map(|s| &s[offset..]).collect();
+
+    let run = |path: SimdPath, add: bool| -> Vec<Vec<u8>> {
+        let tables = DotTables::with_path(path, &coefficients, rows, cols);
+        let mut out = initial.clone();
+        let mut dsts: Vec<&mut [u8]> = out.iter_mut().map(|d| &mut d[offset..]).collect();
+        if add {
+            tables.dot_prod_add(&srcs, &mut dsts);
+        } else {
+            tables.dot_prod(&srcs, &mut dsts);
+        }
+        out
+    };
+    for add in [false, true] {
+        let expected = run(SimdPath::Scalar, add);
+        for path in SimdPath::supported() {
+            let got = run(path, add);
+            for (row, (g, e)) in got.iter().zip(&expected).enumerate() {
+                assert_eq!(&g[..offset], &initial[row][..offset], "{path} wrote before the slice");
+                assert!(
+                    g == e,
+                    "{path} differs from scalar: rows={rows} cols={cols} len={len} \
+                     offset={offset} add={add} row={row}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn oracle_matches_the_definition() {
+    let mut rng = StdRng::seed_from_u64(1);
+    let coefficients = random_bytes(&mut rng, 3 * 5);
+    let sources: Vec<Vec<u8>> = (0..5).map(|_| random_bytes(&mut rng, 77)).collect();
+    let srcs: Vec<&[u8]> = sources.iter().map(|s| s.as_slice()).collect();
+    let mut out = vec![vec![0xAAu8; 77]; 3];
+    let mut dsts: Vec<&mut [u8]> = out.iter_mut().map(|d| d.as_mut_slice()).collect();
+    DotTables::with_path(SimdPath::Scalar, &coefficients, 3, 5).dot_prod(&srcs, &mut dsts);
+    for (i, row) in out.iter().enumerate() {
+        for (pos, &byte) in row.iter().enumerate() {
+            let expected = (0..5).fold(0u8, |acc, j| {
+                acc ^ crate::field::mul_bitwise(coefficients[i * 5 + j], sources[j][pos])
+            });
+            assert_eq!(byte, expected);
+        }
+    }
+}
+
+#[test]
+fn every_code_shape_up_to_20_by_6() {
+    let mut rng = StdRng::seed_from_u64(2);
+    let lengths = [0, 1, 2, 15, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 511, 1000];
+    for rows in 1..=6 {
+        for cols in 1..=20 {
+            for &len in &lengths {
+                check_all_paths(&mut rng, rows, cols, len, 0);
+            }
+        }
+    }
+}
+
+#[test]
+fn every_length_up_to_1024() {
+    let mut rng = StdRng::seed_from_u64(3);
+    for (rows, cols) in [(1, 1), (4, 10), (6, 20), (3, 6)] {
+        for len in 0..=1024 {
+            check_all_paths(&mut rng, rows, cols, len, len % 3);
+        }
+    }
+}
+
+#[test]
+fn odd_large_lengths_unaligned_and_row_blocks() {
+    let mut rng = StdRng::seed_from_u64(4);
+    for &(rows, cols) in &[(4, 10), (1, 10), (8, 3), (9, 5), (17, 4), (2, 1)] {
+        for &len in &[4099, 65_536 + 13, 100_003] {
+            for offset in [0, 1, 7] {
+                check_all_paths(&mut rng, rows, cols, len, offset);
+            }
+        }
+    }
+}
+
+#[test]
+fn region_helpers_for_every_coefficient() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let src = random_bytes(&mut rng, 200);
+    let base = random_bytes(&mut rng, 200);
+    for c in 0..=255u8 {
+        let expected_mul: Vec<u8> = src.iter().map(|&s| crate::field::mul(c, s)).collect();
+        let expected_add: Vec<u8> = expected_mul.iter().zip(&base).map(|(m, b)| m ^ b).collect();
+        for path in SimdPath::supported() {
+            let mut dst = base.clone();
+            mul_region_with(path, c, &src[1..], &mut dst[1..]);
+            assert_eq!(dst[0], base[0]);
+            assert_eq!(&dst[1..], &expected_mul[1..], "mul c={c} {path}");
+            let mut dst = base.clone();
+            mul_add_region_with(path, c, &src, &mut dst);
+            assert_eq!(dst, expected_add, "mul_add c={c} {path}");
+        }
+    }
+    let mut dst = base.clone();
+    xor_region(&src, &mut dst);
+    assert!(dst.iter().zip(src.iter().zip(&base)).all(|(d, (s, b))| *d == s ^ b));
+}
+
+#[test]
+fn zero_columns_and_rows() {
+    let mut out = vec![7u8; 10];
+    DotTables::with_path(SimdPath::Scalar, &[], 1, 0).dot_prod(&[], &mut [&mut out]);
+    assert_eq!(out, vec![0; 10]);
+    DotTables::with_path(SimdPath::Scalar, &[], 0, 3).dot_prod(&[&[1], &[2], &[3]], &mut []);
+}
+
+#[test]
+#[should_panic(expected = "same length")]
+fn unequal_lengths_are_refused() {
+    let tables = DotTables::with_path(SimdPath::Scalar, &[1, 2], 1, 2);
+    let mut out = vec![0u8; 4];
+    tables.dot_prod(&[&[0; 4], &[0; 5]], &mut [&mut out]);
+}
+
+#[test]
+fn simd_names_parse() {
+    for path in SimdPath::ALL {
+        assert_eq!(SimdPath::parse(path.name()), Ok(path));
+    }
+    assert!(matches!(SimdPath::parse("neon"), Err(SimdError::Unknown { .. })));
+    assert!(SimdPath::supported().contains(&SimdPath::Scalar));
+    assert!(SimdPath::active().is_supported());
+}
