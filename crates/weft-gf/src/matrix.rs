@@ -278,7 +278,11 @@ impl Matrix {
 
 fn check_generator(rows: usize, k: usize) -> Result<(), MatrixError> {
     if k == 0 {
-        return Err(MatrixError::InvalidGenerator { rows, cols: k, reason: "k must be at least 1" });
+        return Err(MatrixError::InvalidGenerator {
+            rows,
+            cols: k,
+            reason: "k must be at least 1",
+        });
     }
     if rows < k {
         return Err(MatrixError::InvalidGenerator { rows, cols: k, reason: "rows must be ≥ k" });

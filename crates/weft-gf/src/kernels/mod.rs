@@ -206,9 +206,13 @@ impl DotTables {
         let expanded = match path {
             SimdPath::Scalar => Expanded::Scalar,
             #[cfg(target_arch = "x86_64")]
-            SimdPath::Avx2 => Expanded::Avx2(transposed(coefficients, rows, cols, avx2::nibble_tables)),
+            SimdPath::Avx2 => {
+                Expanded::Avx2(transposed(coefficients, rows, cols, avx2::nibble_tables))
+            }
             #[cfg(target_arch = "x86_64")]
-            SimdPath::Gfni => Expanded::Gfni(transposed(coefficients, rows, cols, gfni::affine_matrix)),
+            SimdPath::Gfni => {
+                Expanded::Gfni(transposed(coefficients, rows, cols, gfni::affine_matrix))
+            }
             #[cfg(not(target_arch = "x86_64"))]
             _ => unreachable!("checked by is_supported"),
         };

@@ -1,0 +1,208 @@
+//! Intel ISA-L's erasure-code functions, loaded with `dlopen` at run time.
+//!
+//! weft never links ISA-L: it builds and tests without it. When `libisal.so.2` is installed
+//! (Debian: `libisal2`), benchmarks compare against it and tests check that weft's parity equals
+//! ISA-L's byte for byte.
+//!
+//! Invariants:
+//! - The function pointers are only used while `library` is alive (they live in the same
+//!   struct, and `Isal` is never cloned apart from its library).
+//! - Every call checks lengths and counts before crossing into C; ISA-L does no checking.
+
+use std::ffi::c_int;
+use std::fmt;
+
+use libloading::Library;
+
+/// Names tried, in order, when `WEFT_ISAL_LIB` is not set.
+pub const LIBRARY_NAMES: &[&str] = &["libisal.so.2", "libisal.so", "libisal.dylib"];
+
+/// Why ISA-L could not be used.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum IsalError {
+    /// No library could be opened.
+    NotInstalled { tried: Vec<String>, last_error: String },
+    /// The library lacks a function weft needs.
+    MissingSymbol { name: &'static str, error: String },
+}
+
+impl fmt::Display for IsalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IsalError::NotInstalled { tried, last_error } => write!(
+                f,
+                "ISA-L is not installed (tried {}: {last_error}); on Debian/Ubuntu run \
+                 `apt-get install libisal2`, or set WEFT_ISAL_LIB to the library's path",
+                tried.join(", ")
+            ),
+            IsalError::MissingSymbol { name, error } => {
+                write!(f, "the ISA-L library has no {name}: {error}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for IsalError {}
+
+type InitTables = unsafe extern "C" fn(c_int, c_int, *mut u8, *mut u8);
+type EncodeData = unsafe extern "C" fn(c_int, c_int, c_int, *mut u8, *mut *mut u8, *mut *mut u8);
+type GenMatrix = unsafe extern "C" fn(*mut u8, c_int, c_int);
+type InvertMatrix = unsafe extern "C" fn(*mut u8, *mut u8, c_int) -> c_int;
+
+/// A loaded ISA-L.
+pub struct Isal {
+    path: String,
+    init_tables: InitTables,
+    encode_data: EncodeData,
+    gen_cauchy1_matrix: GenMatrix,
+    gen_rs_matrix: GenMatrix,
+    invert_matrix: InvertMatrix,
+    // Declared last so it is dropped after nothing else can use the pointers.
+    _library: Library,
+}
+
+impl fmt::Debug for Isal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Isal").field("path", &self.path).finish()
+    }
+}
+
+/// ISA-L's expanded multiplication tables for one matrix (`ec_init_tables`), 32 bytes per
+/// coefficient.
+#[derive(Debug, Clone)]
+pub struct IsalTables {
+    k: usize,
+    rows: usize,
+    tables: Vec<u8>,
+}
+
+impl IsalTables {
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+}
+
+impl Isal {
+    /// Opens ISA-L: `WEFT_ISAL_LIB` if set, else the usual library names.
+    pub fn load() -> Result<Isal, IsalError> {
+        let candidates: Vec<String> = match std::env::var("WEFT_ISAL_LIB") {
+            Ok(path) if !path.is_empty() => vec![path],
+            _ => LIBRARY_NAMES.iter().map(|s| s.to_string()).collect(),
+        };
+        let mut last_error = String::from("no candidates");
+        for candidate in &candidates {
+            // SAFETY: loading ISA-L runs no initialisers with preconditions of ours; it is a
+            // plain C library.
+            match unsafe { Library::new(candidate) } {
+                Ok(library) => return Isal::from_library(candidate.clone(), library),
+                Err(error) => last_error = error.to_string(),
+            }
+        }
+        Err(IsalError::NotInstalled { tried: candidates, last_error })
+    }
+
+    fn from_library(path: String, library: Library) -> Result<Isal, IsalError> {
+        fn symbol<T: Copy>(library: &Library, name: &'static str) -> Result<T, IsalError> {
+            // SAFETY: the types above are ISA-L's documented prototypes (erasure_code.h).
+            unsafe { library.get::<T>(name.as_bytes()) }
+                .map(|s| *s)
+                .map_err(|e| IsalError::MissingSymbol { name, error: e.to_string() })
+        }
+        Ok(Isal {
+            init_tables: symbol(&library, "ec_init_tables")?,
+            encode_data: symbol(&library, "ec_encode_data")?,
+            gen_cauchy1_matrix: symbol(&library, "gf_gen_cauchy1_matrix")?,
+            gen_rs_matrix: symbol(&library, "gf_gen_rs_matrix")?,
+            invert_matrix: symbol(&library, "gf_invert_matrix")?,
+            path,
+            _library: library,
+        })
+    }
+
+    /// The library path or name that was opened.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// `gf_gen_cauchy1_matrix`: `rows × k`, row-major.
+    pub fn cauchy1_matrix(&self, rows: usize, k: usize) -> Vec<u8> {
+        assert!(k >= 1 && rows >= k && rows <= 256, "ISA-L matrices need 1 ≤ k ≤ rows ≤ 256");
+        let mut matrix = vec![0u8; rows * k];
+        // SAFETY: the buffer holds rows × k bytes, what the function writes.
+        unsafe { (self.gen_cauchy1_matrix)(matrix.as_mut_ptr(), rows as c_int, k as c_int) };
+        matrix
+    }
+
+    /// `gf_gen_rs_matrix` (ISA-L's Vandermonde-style generator, not MDS for every shape).
+    pub fn rs_matrix(&self, rows: usize, k: usize) -> Vec<u8> {
+        assert!(k >= 1 && rows >= k && rows <= 256, "ISA-L matrices need 1 ≤ k ≤ rows ≤ 256");
+        let mut matrix = vec![0u8; rows * k];
+        // SAFETY: the buffer holds rows × k bytes, what the function writes.
+        unsafe { (self.gen_rs_matrix)(matrix.as_mut_ptr(), rows as c_int, k as c_int) };
+        matrix
+    }
+
+    /// `gf_invert_matrix` of an `n × n` matrix; `None` when singular.
+    pub fn invert_matrix(&self, matrix: &[u8], n: usize) -> Option<Vec<u8>> {
+        assert_eq!(matrix.len(), n * n, "matrix must be n × n");
+        let mut input = matrix.to_vec(); // ISA-L destroys its input.
+        let mut output = vec![0u8; n * n];
+        // SAFETY: both buffers are n × n bytes.
+        let status =
+            unsafe { (self.invert_matrix)(input.as_mut_ptr(), output.as_mut_ptr(), n as c_int) };
+        (status == 0).then_some(output)
+    }
+
+    /// `ec_init_tables` for a `rows × k` coefficient matrix.
+    pub fn init_tables(&self, k: usize, rows: usize, coefficients: &[u8]) -> IsalTables {
+        assert_eq!(coefficients.len(), rows * k, "coefficients must be rows × k");
+        let mut tables = vec![0u8; 32 * k * rows];
+        let mut coefficients = coefficients.to_vec();
+        // SAFETY: ISA-L reads rows × k coefficients and writes 32 × k × rows bytes.
+        unsafe {
+            (self.init_tables)(
+                k as c_int,
+                rows as c_int,
+                coefficients.as_mut_ptr(),
+                tables.as_mut_ptr(),
+            )
+        };
+        IsalTables { k, rows, tables }
+    }
+
+    /// `ec_encode_data`: `coding[i] = Σ_j coef[i][j]·data[j]`.
+    pub fn encode_data(&self, tables: &IsalTables, data: &[&[u8]], coding: &mut [&mut [u8]]) {
+        assert_eq!(data.len(), tables.k, "one data region per column");
+        assert_eq!(coding.len(), tables.rows, "one output region per row");
+        let len = data.first().map_or(0, |d| d.len());
+        assert!(len <= c_int::MAX as usize, "ISA-L takes lengths below 2 GiB");
+        assert!(data.iter().all(|d| d.len() == len), "all regions must have the same length");
+        assert!(coding.iter().all(|c| c.len() == len), "all regions must have the same length");
+        let mut data_pointers: Vec<*mut u8> = data.iter().map(|d| d.as_ptr() as *mut u8).collect();
+        let mut coding_pointers: Vec<*mut u8> = coding.iter_mut().map(|c| c.as_mut_ptr()).collect();
+        let tables_ptr = tables.tables.as_ptr() as *mut u8;
+        // SAFETY: every pointer is valid for len bytes; ISA-L only reads data and tables
+        // (the C prototype lacks const) and writes the coding regions.
+        unsafe {
+            (self.encode_data)(
+                len as c_int,
+                tables.k as c_int,
+                tables.rows as c_int,
+                tables_ptr,
+                data_pointers.as_mut_ptr(),
+                coding_pointers.as_mut_ptr(),
+            )
+        };
+    }
+}
+
+// SAFETY: ISA-L's functions are reentrant (no global state beyond read-only tables), and
+// `Isal` holds only function pointers and the library handle.
+unsafe impl Send for Isal {}
+// SAFETY: as above; shared use only calls reentrant functions.
+unsafe impl Sync for Isal {}

@@ -1,0 +1,106 @@
+//! The `weft` binary: every weft command in one executable.
+//!
+//! Invariants:
+//! - Every failure reaches the user as one clear line on stderr and a non-zero exit code;
+//!   nothing a command was given (input files, existing units) is modified on failure.
+//! - `--json` output is one JSON object per line on stdout, nothing else on stdout.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod bench;
+mod ec;
+
+/// weft — a distributed, erasure-coded storage system.
+#[derive(Debug, Parser)]
+#[command(name = "weft", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Erasure-code plain files, no cluster: encode, decode, repair (a better zfec).
+    #[command(subcommand)]
+    Ec(ec::EcCommand),
+    /// Measure weft's coding speed, side by side with a peer (ISA-L).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Err(error) = weft_gf::SimdPath::from_env() {
+        eprintln!("weft: {error}");
+        return ExitCode::from(2);
+    }
+    let result = match cli.command {
+        Command::Ec(command) => ec::run(command),
+        Command::Bench(command) => bench::run(command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("weft: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A user-facing error: one line that says what went wrong and, where it can, what to do.
+#[derive(Debug)]
+pub struct CliError(pub String);
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<E: std::error::Error> From<E> for CliError {
+    fn from(error: E) -> Self {
+        CliError(error.to_string())
+    }
+}
+
+/// Shorthand for a `CliError` with a formatted message.
+#[macro_export]
+macro_rules! cli_error {
+    ($($arg:tt)*) => { $crate::CliError(format!($($arg)*)) };
+}
+
+/// Parses sizes like `1MiB`, `64KiB`, `4096`, `2GiB`, `1MB`.
+pub fn parse_size(text: &str) -> Result<usize, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let number: usize = number.parse().map_err(|_| format!("{text:?} is not a size like 1MiB"))?;
+    let multiplier: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "kb" => 1000,
+        "mb" => 1000 * 1000,
+        "gb" => 1000 * 1000 * 1000,
+        other => {
+            return Err(format!("unknown size unit {other:?} in {text:?}; use B, KiB, MiB or GiB"))
+        }
+    };
+    number.checked_mul(multiplier).ok_or_else(|| format!("{text:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(super::parse_size("1MiB"), Ok(1 << 20));
+        assert_eq!(super::parse_size("64KiB"), Ok(65536));
+        assert_eq!(super::parse_size("4096"), Ok(4096));
+        assert_eq!(super::parse_size("16mib"), Ok(16 << 20));
+        assert!(super::parse_size("1XB").is_err());
+        assert!(super::parse_size("MiB").is_err());
+    }
+}
