@@ -90,7 +90,7 @@ pub trait Code: Send + Sync + fmt::Debug {
     /// Checks a unit length against [`Code::unit_len_multiple`].
     fn check_unit_len(&self, len: usize) -> Result<(), CodeError> {
         let multiple = self.unit_len_multiple();
-        if len % multiple != 0 {
+        if !len.is_multiple_of(multiple) {
             return Err(CodeError::UnitLengthMultiple {
                 code: self.spec().to_string(),
                 len,

@@ -31,12 +31,12 @@ impl CodeSpec {
     /// Parses `rs(10,4)`, `rs 10 4`, `rs-10-4`, `rep(3)`.
     pub fn parse(text: &str) -> Result<CodeSpec, CodeError> {
         let cleaned: String = text.trim().to_ascii_lowercase();
-        let (family, rest) = match cleaned.find(|c: char| c == '(' || c == ' ' || c == '-') {
+        let (family, rest) = match cleaned.find(['(', ' ', '-']) {
             Some(at) => (&cleaned[..at], &cleaned[at..]),
             None => (cleaned.as_str(), ""),
         };
         let numbers: Result<Vec<usize>, _> = rest
-            .split(|c: char| c == '(' || c == ')' || c == ',' || c == ' ' || c == '-')
+            .split(['(', ')', ',', ' ', '-'])
             .filter(|s| !s.is_empty())
             .map(str::parse::<usize>)
             .collect();

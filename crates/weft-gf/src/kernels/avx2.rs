@@ -37,7 +37,7 @@ pub(super) unsafe fn dot<const ADD: bool>(
     dsts: &mut [&mut [u8]],
 ) {
     assert!(tables.len() >= (srcs.len() - 1) * stride + dsts.len());
-    // SAFETY (all arms): the caller guarantees AVX2 and equal lengths; the assert above bounds
+    // SAFETY: in every arm, the caller guarantees AVX2 and equal lengths; the assert above bounds
     // every table index the kernel reads.
     unsafe {
         match dsts.len() {
@@ -68,6 +68,8 @@ pub(super) unsafe fn dot<const ADD: bool>(
 }
 
 /// R rows, U vectors of 32 bytes per iteration; handles the whole multiple of 32 bytes.
+// Indexing acc[u][i] by both loop counters is the clearest form of the register tile.
+#[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2")]
 unsafe fn block<const R: usize, const U: usize, const ADD: bool>(
     tables: &[[u8; 64]],

@@ -38,7 +38,7 @@ pub(super) unsafe fn dot<const ADD: bool>(
     dsts: &mut [&mut [u8]],
 ) {
     assert!(matrices.len() >= (srcs.len() - 1) * stride + dsts.len());
-    // SAFETY (all arms): the caller guarantees the CPU features and equal lengths; the assert
+    // SAFETY: in every arm, the caller guarantees the CPU features and equal lengths; the assert
     // above bounds every matrix index the kernel reads.
     unsafe {
         match dsts.len() {
@@ -56,6 +56,8 @@ pub(super) unsafe fn dot<const ADD: bool>(
 }
 
 /// R output rows, U vectors of 64 bytes per iteration (R·U accumulators stay in registers).
+// Indexing acc[u][i] by both loop counters is the clearest form of the register tile.
+#[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx512f,avx512bw,gfni")]
 unsafe fn block<const R: usize, const U: usize, const ADD: bool>(
     matrices: &[u64],
