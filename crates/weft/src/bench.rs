@@ -248,8 +248,9 @@ fn median(values: &mut [f64]) -> f64 {
 }
 
 fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
-    let spec = CodeSpec::from_parts(&args.code, Some(args.k), Some(args.r))
-        .or_else(|_| CodeSpec::from_parts(&args.code, None, Some(args.r)))?;
+    // rep has one data unit by definition; --k (default 10) applies to the other families.
+    let k = (args.code.trim() != "rep").then_some(args.k);
+    let spec = CodeSpec::from_parts(&args.code, k, Some(args.r))?;
     let code = spec.build()?;
     let (k, r) = (code.data_units(), code.parity_units());
     if args.threads == 0 || args.threads > MAX_THREADS {

@@ -1,0 +1,80 @@
+//! `weft bench` runs here with tiny inputs so it never rots: the JSON shape is the contract
+//! scripts rely on, and a peer whose output differs must make the command fail.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn weft() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_weft"))
+}
+
+fn rows(output: &std::process::Output) -> Vec<Value> {
+    assert!(output.status.success(), "stderr: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("every stdout line is JSON"))
+        .collect()
+}
+
+#[test]
+fn bench_ec_json_rows() {
+    let output = weft()
+        .args(["bench", "ec", "--code", "rs", "--k", "6", "--r", "3", "--shard", "4KiB"])
+        .args(["--trials", "1", "--seconds", "0.001", "--json", "--threads", "2"])
+        .output()
+        .unwrap();
+    let rows = rows(&output);
+    let ops: Vec<&str> = rows.iter().map(|r| r["op"].as_str().unwrap()).collect();
+    assert_eq!(ops, ["encode", "rebuild", "decode"]);
+    for row in &rows {
+        assert_eq!(row["code"], "rs");
+        assert_eq!(row["k"], 6);
+        assert_eq!(row["r"], 3);
+        assert_eq!(row["shard_bytes"], 4096);
+        assert_eq!(row["threads"], 2);
+        assert_eq!(row["impl"], "weft");
+        assert!(row["bytes_per_sec"].as_f64().unwrap() > 0.0);
+    }
+}
+
+#[test]
+fn bench_ec_against_isal_when_installed() {
+    if weft_isal::Isal::load().is_err() && std::env::var("WEFT_REQUIRE_ISAL").as_deref() != Ok("1") {
+        eprintln!("ISA-L not installed: skipping the side-by-side bench check");
+        return;
+    }
+    for (k, r) in [(10, 4), (6, 3), (12, 4), (20, 4)] {
+        let output = weft()
+            .args(["bench", "ec", "--k", &k.to_string(), "--r", &r.to_string()])
+            .args(["--shard", "8KiB", "--trials", "1", "--seconds", "0.001", "--json"])
+            .args(["--compare", "isal"])
+            .output()
+            .unwrap();
+        let rows = rows(&output);
+        assert_eq!(rows.len(), 6, "weft and isal rows for three ops");
+        for op in ["encode", "rebuild", "decode"] {
+            let weft_row = rows.iter().find(|r| r["op"] == op && r["impl"] == "weft").unwrap();
+            assert!(rows.iter().any(|r| r["op"] == op && r["impl"] == "isal"));
+            assert!(weft_row["ratio_vs_isal"].as_f64().unwrap() > 0.0);
+        }
+    }
+}
+
+#[test]
+fn bench_ec_refuses_bad_parameters() {
+    for (args, expected) in [
+        (vec!["--k", "0"], "k must be at least 1"),
+        (vec!["--k", "250", "--r", "7"], "exceeds 256"),
+        (vec!["--threads", "0"], "--threads"),
+        (vec!["--shard", "1XB"], "unknown size unit"),
+        (vec!["--code", "rep", "--compare", "isal"], "Reed-Solomon only"),
+        (vec!["--code", "zz"], "unknown code"),
+    ] {
+        let output = weft().args(["bench", "ec", "--trials", "1"]).args(&args).output().unwrap();
+        assert!(!output.status.success(), "{args:?} should fail");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(expected), "{args:?} must say why; stderr: {stderr}");
+    }
+}
