@@ -50,11 +50,64 @@ type EncodeData = unsafe extern "C" fn(c_int, c_int, c_int, *mut u8, *mut *mut u
 type GenMatrix = unsafe extern "C" fn(*mut u8, c_int, c_int);
 type InvertMatrix = unsafe extern "C" fn(*mut u8, *mut u8, c_int) -> c_int;
 
+/// Which of ISA-L's `ec_encode_data` implementations to call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IsalVariant {
+    /// ISA-L's own run-time dispatch (its best path for this CPU).
+    Auto,
+    /// `ec_encode_data_avx512`.
+    Avx512,
+    /// `ec_encode_data_avx2`.
+    Avx2,
+    /// `ec_encode_data_base` (portable C).
+    Base,
+}
+
+impl IsalVariant {
+    pub const ALL: [IsalVariant; 4] =
+        [IsalVariant::Auto, IsalVariant::Avx512, IsalVariant::Avx2, IsalVariant::Base];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            IsalVariant::Auto => "auto",
+            IsalVariant::Avx512 => "avx512",
+            IsalVariant::Avx2 => "avx2",
+            IsalVariant::Base => "base",
+        }
+    }
+
+    fn symbol(self) -> &'static str {
+        match self {
+            IsalVariant::Auto => "ec_encode_data",
+            IsalVariant::Avx512 => "ec_encode_data_avx512",
+            IsalVariant::Avx2 => "ec_encode_data_avx2",
+            IsalVariant::Base => "ec_encode_data_base",
+        }
+    }
+
+    /// Whether this CPU can run the variant (ISA-L's arch-specific entry points do not check).
+    fn cpu_supports(self) -> bool {
+        match self {
+            IsalVariant::Auto | IsalVariant::Base => true,
+            #[cfg(target_arch = "x86_64")]
+            IsalVariant::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
+            #[cfg(target_arch = "x86_64")]
+            IsalVariant::Avx512 => {
+                std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512bw")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+}
+
 /// A loaded ISA-L.
 pub struct Isal {
     path: String,
     init_tables: InitTables,
     encode_data: EncodeData,
+    variants: Vec<(IsalVariant, EncodeData)>,
     gen_cauchy1_matrix: GenMatrix,
     gen_rs_matrix: GenMatrix,
     invert_matrix: InvertMatrix,
@@ -113,7 +166,13 @@ impl Isal {
                 .map(|s| *s)
                 .map_err(|e| IsalError::MissingSymbol { name, error: e.to_string() })
         }
+        let variants = IsalVariant::ALL
+            .into_iter()
+            .filter(|v| v.cpu_supports())
+            .filter_map(|v| symbol::<EncodeData>(&library, v.symbol()).ok().map(|f| (v, f)))
+            .collect();
         Ok(Isal {
+            variants,
             init_tables: symbol(&library, "ec_init_tables")?,
             encode_data: symbol(&library, "ec_encode_data")?,
             gen_cauchy1_matrix: symbol(&library, "gf_gen_cauchy1_matrix")?,
@@ -175,8 +234,33 @@ impl Isal {
         IsalTables { k, rows, tables }
     }
 
+    /// The `ec_encode_data` variants this library exports and this CPU can run.
+    pub fn variants(&self) -> Vec<IsalVariant> {
+        self.variants.iter().map(|(v, _)| *v).collect()
+    }
+
     /// `ec_encode_data`: `coding[i] = Σ_j coef[i][j]·data[j]`.
     pub fn encode_data(&self, tables: &IsalTables, data: &[&[u8]], coding: &mut [&mut [u8]]) {
+        self.encode_data_with(IsalVariant::Auto, tables, data, coding)
+    }
+
+    /// `ec_encode_data` through a chosen variant. Panics when [`Isal::variants`] lacks it.
+    pub fn encode_data_with(
+        &self,
+        variant: IsalVariant,
+        tables: &IsalTables,
+        data: &[&[u8]],
+        coding: &mut [&mut [u8]],
+    ) {
+        let encode = if variant == IsalVariant::Auto {
+            self.encode_data
+        } else {
+            self.variants
+                .iter()
+                .find(|(v, _)| *v == variant)
+                .map(|(_, f)| *f)
+                .unwrap_or_else(|| panic!("ISA-L variant {} is not available", variant.name()))
+        };
         assert_eq!(data.len(), tables.k, "one data region per column");
         assert_eq!(coding.len(), tables.rows, "one output region per row");
         let len = data.first().map_or(0, |d| d.len());
@@ -189,7 +273,7 @@ impl Isal {
         // SAFETY: every pointer is valid for len bytes; ISA-L only reads data and tables
         // (the C prototype lacks const) and writes the coding regions.
         unsafe {
-            (self.encode_data)(
+            encode(
                 len as c_int,
                 tables.k as c_int,
                 tables.rows as c_int,

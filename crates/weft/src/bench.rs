@@ -16,7 +16,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use rand::{rngs::StdRng, RngCore, SeedableRng};
 use serde::Serialize;
 use weft_codes::{Code, CodeSpec};
-use weft_isal::{Isal, IsalTables};
+use weft_isal::{Isal, IsalTables, IsalVariant};
 
 use crate::{cli_error, parse_size, CliError};
 
@@ -37,6 +37,25 @@ pub enum BenchCommand {
 enum Peer {
     /// Intel ISA-L (libisal.so.2, Debian package libisal2), loaded at run time.
     Isal,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum IsalChoice {
+    Auto,
+    Avx512,
+    Avx2,
+    Base,
+}
+
+impl IsalChoice {
+    fn variant(self) -> IsalVariant {
+        match self {
+            IsalChoice::Auto => IsalVariant::Auto,
+            IsalChoice::Avx512 => IsalVariant::Avx512,
+            IsalChoice::Avx2 => IsalVariant::Avx2,
+            IsalChoice::Base => IsalVariant::Base,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -70,6 +89,10 @@ pub struct EcBenchArgs {
     /// Operations to measure (comma separated).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "encode,rebuild,decode")]
     ops: Vec<Op>,
+    /// Which ISA-L implementation `--compare isal` calls: its own dispatch (auto) or one
+    /// instruction set, e.g. avx2 to compare with WEFT_SIMD=avx2 on equal terms.
+    #[arg(long, value_enum, default_value = "auto")]
+    isal_variant: IsalChoice,
     /// Trials per implementation and op (the median is reported).
     #[arg(long, default_value_t = 7)]
     trials: usize,
@@ -174,6 +197,7 @@ impl Coder for WeftCoder {
 
 struct IsalCoder {
     isal: Arc<Isal>,
+    variant: IsalVariant,
     tables: IsalTables,
     sources: Vec<usize>,
 }
@@ -181,7 +205,13 @@ struct IsalCoder {
 impl IsalCoder {
     /// Mirrors ISA-L's own erasure_code_test: survivors are the first k present units, the
     /// decode rows are the lost rows of the generator times the inverse of the survivors' rows.
-    fn new(isal: Arc<Isal>, op: Op, k: usize, r: usize) -> Result<IsalCoder, CliError> {
+    fn new(
+        isal: Arc<Isal>,
+        variant: IsalVariant,
+        op: Op,
+        k: usize,
+        r: usize,
+    ) -> Result<IsalCoder, CliError> {
         let n = k + r;
         let generator = isal.cauchy1_matrix(n, k);
         let row = |i: usize| &generator[i * k..(i + 1) * k];
@@ -208,7 +238,7 @@ impl IsalCoder {
             }
         };
         let tables = isal.init_tables(k, lost.len(), &coefficients);
-        Ok(IsalCoder { isal, tables, sources })
+        Ok(IsalCoder { isal, variant, tables, sources })
     }
 }
 
@@ -216,7 +246,7 @@ impl Coder for IsalCoder {
     fn run(&self, stripe: &mut Stripe) {
         let srcs: Vec<&[u8]> = self.sources.iter().map(|&i| stripe.units[i].as_slice()).collect();
         let mut outs: Vec<&mut [u8]> = stripe.out.iter_mut().map(|o| o.as_mut_slice()).collect();
-        self.isal.encode_data(&self.tables, &srcs, &mut outs);
+        self.isal.encode_data_with(self.variant, &self.tables, &srcs, &mut outs);
     }
 }
 
@@ -270,7 +300,16 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
                     "--compare isal needs --code rs: ISA-L implements Reed-Solomon only"
                 ));
             }
-            Some(Arc::new(Isal::load()?))
+            let isal = Isal::load()?;
+            let variant = args.isal_variant.variant();
+            if variant != IsalVariant::Auto && !isal.variants().contains(&variant) {
+                return Err(cli_error!(
+                    "ISA-L variant {} is not available here (available: {})",
+                    variant.name(),
+                    isal.variants().iter().map(|v| v.name()).collect::<Vec<_>>().join(", ")
+                ));
+            }
+            Some(Arc::new(isal))
         }
         None => None,
     };
@@ -280,9 +319,18 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
             "weft bench ec: {spec}, shard {} bytes, {} thread(s), SIMD path {simd}{}",
             args.shard,
             args.threads,
-            isal.as_ref().map(|i| format!(", peer ISA-L ({})", i.path())).unwrap_or_default()
+            isal.as_ref()
+                .map(|i| format!(
+                    ", peer ISA-L ({}, {})",
+                    i.path(),
+                    args.isal_variant.variant().name()
+                ))
+                .unwrap_or_default()
         );
-        println!("rates are data bytes per second (k × shard per op); median of {} trials", args.trials);
+        println!(
+            "rates are data bytes per second (k × shard per op); median of {} trials",
+            args.trials
+        );
         println!("{:<8} {:<6} {:>12} {:>12} {:>8}", "op", "impl", "GB/s", "best GB/s", "vs isal");
     }
     let data_bytes = (k * args.shard) as f64;
@@ -298,10 +346,12 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
             let mut parity: Vec<&mut [u8]> = parity.iter_mut().map(|u| u.as_mut_slice()).collect();
             code.encode(&data, &mut parity)?;
         }
-        let weft: Arc<dyn Coder> = Arc::new(WeftCoder { code: code.clone(), op, lost: lost.clone() });
+        let weft: Arc<dyn Coder> =
+            Arc::new(WeftCoder { code: code.clone(), op, lost: lost.clone() });
         let mut coders: Vec<(&'static str, Arc<dyn Coder>)> = vec![("weft", weft)];
         if let Some(isal) = &isal {
-            coders.push(("isal", Arc::new(IsalCoder::new(isal.clone(), op, k, r)?)));
+            let variant = args.isal_variant.variant();
+            coders.push(("isal", Arc::new(IsalCoder::new(isal.clone(), variant, op, k, r)?)));
         }
         // Correctness before speed: every coder must produce the lost units exactly.
         for (name, coder) in &coders {
@@ -340,7 +390,7 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
                 shard_bytes: args.shard,
                 threads: args.threads,
                 implementation: name,
-                simd: if *name == "weft" { simd } else { "native" },
+                simd: if *name == "weft" { simd } else { args.isal_variant.variant().name() },
                 bytes_per_sec: medians[c],
                 best_bytes_per_sec: best,
                 trials: args.trials,

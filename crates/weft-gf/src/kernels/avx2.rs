@@ -67,9 +67,7 @@ pub(super) unsafe fn dot<const ADD: bool>(
     }
 }
 
-/// R rows, U vectors of 32 bytes per iteration; handles the whole multiple of 32 bytes.
-// Indexing acc[u][i] by both loop counters is the clearest form of the register tile.
-#[allow(clippy::needless_range_loop)]
+/// R rows over the whole multiple of 32 bytes: tiles of U vectors, then single vectors.
 #[target_feature(enable = "avx2")]
 unsafe fn block<const R: usize, const U: usize, const ADD: bool>(
     tables: &[[u8; 64]],
@@ -80,49 +78,74 @@ unsafe fn block<const R: usize, const U: usize, const ADD: bool>(
     let len = dsts[0].len() - dsts[0].len() % 32;
     let dst: [*mut u8; R] = std::array::from_fn(|i| dsts[i].as_mut_ptr());
     let table_base = tables.as_ptr() as *const u8;
-    let low_mask = _mm256_set1_epi8(0x0f);
     let mut pos = 0;
-    // SAFETY: every access is below len, a multiple of 32 within the slices (all the same
-    // length); table indices are bounded by dot's assert.
+    // SAFETY: every tile ends at or below len, a multiple of 32 within the slices (all the
+    // same length); table indices are bounded by dot's assert.
     unsafe {
+        while pos + 32 * U <= len {
+            tile::<R, U, ADD>(table_base, stride, srcs, &dst, pos);
+            pos += 32 * U;
+        }
         while pos < len {
-            let u_here = if pos + 32 * U <= len { U } else { 1 };
-            let mut acc = [[_mm256_setzero_si256(); R]; U];
-            if ADD {
-                for u in 0..u_here {
-                    for (i, acc) in acc[u].iter_mut().enumerate() {
-                        *acc = _mm256_loadu_si256(dst[i].add(pos + 32 * u) as *const _);
-                    }
-                }
-            }
-            for (j, src) in srcs.iter().enumerate() {
-                let src = src.as_ptr().add(pos);
-                let mut lo = [_mm256_setzero_si256(); U];
-                let mut hi = [_mm256_setzero_si256(); U];
-                for u in 0..u_here {
-                    let x = _mm256_loadu_si256(src.add(32 * u) as *const _);
-                    lo[u] = _mm256_and_si256(x, low_mask);
-                    hi[u] = _mm256_and_si256(_mm256_srli_epi64::<4>(x), low_mask);
-                }
+            tile::<R, 1, ADD>(table_base, stride, srcs, &dst, pos);
+            pos += 32;
+        }
+    }
+}
+
+/// One tile: R rows × U vectors of 32 bytes starting at `pos`, accumulators in registers.
+///
+/// # Safety
+/// AVX2 must be present; `pos + 32·U` must not exceed any slice; the tables must cover
+/// `(srcs.len() − 1)·stride + R` entries.
+// Indexing acc[u][i] by both loop counters is the clearest form of the register tile.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn tile<const R: usize, const U: usize, const ADD: bool>(
+    table_base: *const u8,
+    stride: usize,
+    srcs: &[&[u8]],
+    dst: &[*mut u8; R],
+    pos: usize,
+) {
+    let low_mask = _mm256_set1_epi8(0x0f);
+    // SAFETY: bounds are the caller's contract above.
+    unsafe {
+        let mut acc = [[_mm256_setzero_si256(); R]; U];
+        if ADD {
+            for u in 0..U {
                 for i in 0..R {
-                    let t = table_base.add((j * stride + i) * 64);
-                    let t_lo = _mm256_loadu_si256(t as *const _);
-                    let t_hi = _mm256_loadu_si256(t.add(32) as *const _);
-                    for u in 0..u_here {
-                        let p = _mm256_xor_si256(
-                            _mm256_shuffle_epi8(t_lo, lo[u]),
-                            _mm256_shuffle_epi8(t_hi, hi[u]),
-                        );
-                        acc[u][i] = _mm256_xor_si256(acc[u][i], p);
-                    }
+                    acc[u][i] = _mm256_loadu_si256(dst[i].add(pos + 32 * u) as *const _);
                 }
             }
-            for u in 0..u_here {
-                for (i, acc) in acc[u].iter().enumerate() {
-                    _mm256_storeu_si256(dst[i].add(pos + 32 * u) as *mut _, *acc);
+        }
+        for (j, src) in srcs.iter().enumerate() {
+            let src = src.as_ptr().add(pos);
+            let mut lo = [_mm256_setzero_si256(); U];
+            let mut hi = [_mm256_setzero_si256(); U];
+            for u in 0..U {
+                let x = _mm256_loadu_si256(src.add(32 * u) as *const _);
+                lo[u] = _mm256_and_si256(x, low_mask);
+                hi[u] = _mm256_and_si256(_mm256_srli_epi64::<4>(x), low_mask);
+            }
+            for i in 0..R {
+                let t = table_base.add((j * stride + i) * 64);
+                let t_lo = _mm256_loadu_si256(t as *const _);
+                let t_hi = _mm256_loadu_si256(t.add(32) as *const _);
+                for u in 0..U {
+                    let p = _mm256_xor_si256(
+                        _mm256_shuffle_epi8(t_lo, lo[u]),
+                        _mm256_shuffle_epi8(t_hi, hi[u]),
+                    );
+                    acc[u][i] = _mm256_xor_si256(acc[u][i], p);
                 }
             }
-            pos += 32 * u_here;
+        }
+        for u in 0..U {
+            for i in 0..R {
+                _mm256_storeu_si256(dst[i].add(pos + 32 * u) as *mut _, acc[u][i]);
+            }
         }
     }
 }
