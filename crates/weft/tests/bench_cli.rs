@@ -41,7 +41,8 @@ fn bench_ec_json_rows() {
 
 #[test]
 fn bench_ec_against_isal_when_installed() {
-    if weft_isal::Isal::load().is_err() && std::env::var("WEFT_REQUIRE_ISAL").as_deref() != Ok("1") {
+    if weft_isal::Isal::load().is_err() && std::env::var("WEFT_REQUIRE_ISAL").as_deref() != Ok("1")
+    {
         eprintln!("ISA-L not installed: skipping the side-by-side bench check");
         return;
     }
