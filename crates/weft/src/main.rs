@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod demo;
 mod ec;
 
 /// weft — a distributed, erasure-coded storage system.
@@ -22,6 +23,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Show weft's main job on embedded defaults: encode a sample file, lose and corrupt
+    /// units, decode and repair it, and watch too much damage be refused.
+    Demo(demo::DemoArgs),
     /// Erasure-code plain files, no cluster: encode, decode, repair (a better zfec).
     #[command(subcommand)]
     Ec(ec::EcCommand),
@@ -37,6 +41,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let result = match cli.command {
+        Command::Demo(args) => demo::run(args),
         Command::Ec(command) => ec::run(command),
         Command::Bench(command) => bench::run(command),
     };
