@@ -11,6 +11,9 @@ use std::arch::x86_64::*;
 
 use super::product;
 
+/// How far ahead of the current position each source is prefetched.
+const PREFETCH_BYTES: usize = 2048;
+
 /// The GFNI affine matrix of multiplication by `c`.
 pub(super) fn affine_matrix(c: u8) -> u64 {
     let mut matrix = 0u64;
@@ -42,14 +45,14 @@ pub(super) unsafe fn dot<const ADD: bool>(
     // above bounds every matrix index the kernel reads.
     unsafe {
         match dsts.len() {
-            1 => block::<1, 4, ADD>(matrices, stride, srcs, dsts),
-            2 => block::<2, 4, ADD>(matrices, stride, srcs, dsts),
-            3 => block::<3, 2, ADD>(matrices, stride, srcs, dsts),
-            4 => block::<4, 2, ADD>(matrices, stride, srcs, dsts),
-            5 => block::<5, 2, ADD>(matrices, stride, srcs, dsts),
-            6 => block::<6, 2, ADD>(matrices, stride, srcs, dsts),
-            7 => block::<7, 2, ADD>(matrices, stride, srcs, dsts),
-            8 => block::<8, 2, ADD>(matrices, stride, srcs, dsts),
+            1 => block::<1, 8, ADD>(matrices, stride, srcs, dsts),
+            2 => block::<2, 6, ADD>(matrices, stride, srcs, dsts),
+            3 => block::<3, 4, ADD>(matrices, stride, srcs, dsts),
+            4 => block::<4, 4, ADD>(matrices, stride, srcs, dsts),
+            5 => block::<5, 4, ADD>(matrices, stride, srcs, dsts),
+            6 => block::<6, 4, ADD>(matrices, stride, srcs, dsts),
+            7 => block::<7, 3, ADD>(matrices, stride, srcs, dsts),
+            8 => block::<8, 3, ADD>(matrices, stride, srcs, dsts),
             n => unreachable!("row block of {n} rows"),
         }
     }
@@ -83,6 +86,14 @@ unsafe fn block<const R: usize, const U: usize, const ADD: bool>(
             }
             for (j, src) in srcs.iter().enumerate() {
                 let src = src.as_ptr().add(pos);
+                if PREFETCH_BYTES > 0 && R > 1 {
+                    for u in 0..U {
+                        // Prefetching never faults, so running past the end is harmless;
+                        // wrapping_add keeps the pointer arithmetic defined.
+                        let ahead = src.wrapping_add(PREFETCH_BYTES + 64 * u);
+                        _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
+                    }
+                }
                 let x: [__m512i; U] =
                     std::array::from_fn(|u| _mm512_loadu_si512(src.add(64 * u) as *const _));
                 let row = matrix_base.add(j * stride);
