@@ -16,6 +16,8 @@ pub enum CodeError {
     UnitCount { what: &'static str, expected: usize, got: usize },
     /// A unit index is not below n = k + r.
     UnitIndex { index: usize, total: usize },
+    /// A data-unit index is not below k.
+    DataIndex { index: usize, k: usize },
     /// Units of one operation must all have the same length.
     UnitLength { unit: usize, len: usize, expected: usize },
     /// The unit length is not a multiple of what the code's sub-chunk layout needs.
@@ -42,6 +44,9 @@ impl fmt::Display for CodeError {
             }
             CodeError::UnitIndex { index, total } => {
                 write!(f, "unit index {index} is out of range: the code has units 0..{total}")
+            }
+            CodeError::DataIndex { index, k } => {
+                write!(f, "data unit index {index} is out of range: the code has data units 0..{k}")
             }
             CodeError::UnitLength { unit, len, expected } => write!(
                 f,

@@ -52,6 +52,7 @@ impl RepairPlan {
     /// The distinct units the plan reads from, ascending.
     pub fn helpers(&self) -> Vec<usize> {
         let mut units: Vec<usize> = self.reads.iter().map(|r| r.unit).collect();
+        units.sort_unstable();
         units.dedup();
         units
     }
@@ -82,6 +83,15 @@ pub trait Code: Send + Sync + fmt::Debug {
         1
     }
 
+    /// Whether byte i of every unit depends only on byte i of the other units (true for
+    /// α = 1 codes such as RS, LRC and rep; false for sub-chunked codes such as Hitchhiker and
+    /// Clay). When true, callers may code any byte range of a group on its own: stream in
+    /// windows, treat a corrupt segment as lost for that segment only, repair a window at a
+    /// time. The default is the safe answer.
+    fn byte_local(&self) -> bool {
+        false
+    }
+
     /// Unit lengths must be a multiple of this many bytes.
     fn unit_len_multiple(&self) -> usize {
         self.sub_chunks()
@@ -100,7 +110,9 @@ pub trait Code: Send + Sync + fmt::Debug {
         Ok(())
     }
 
-    /// The smallest valid unit length that holds `object_len / k` bytes (rounded up).
+    /// The smallest valid unit length that holds `object_len / k` bytes (rounded up). It is
+    /// 0 for an empty object; callers that need a non-empty unit round up to
+    /// [`Code::unit_len_multiple`].
     fn unit_len_for(&self, object_len: usize) -> usize {
         let per_unit = object_len.div_ceil(self.data_units());
         per_unit.div_ceil(self.unit_len_multiple()) * self.unit_len_multiple()

@@ -260,6 +260,10 @@ impl Code for LinearCode {
         self.k
     }
 
+    fn byte_local(&self) -> bool {
+        true
+    }
+
     fn parity_units(&self) -> usize {
         self.r
     }
@@ -287,7 +291,7 @@ impl Code for LinearCode {
         parity: &mut [&mut [u8]],
     ) -> Result<(), CodeError> {
         if data_index >= self.k {
-            return Err(CodeError::UnitIndex { index: data_index, total: self.k });
+            return Err(CodeError::DataIndex { index: data_index, k: self.k });
         }
         self.check_parity(parity, data.len())?;
         self.check_unit_len(data.len())?;
@@ -303,7 +307,7 @@ impl Code for LinearCode {
         parity: &mut [&mut [u8]],
     ) -> Result<(), CodeError> {
         if data_index >= self.k {
-            return Err(CodeError::UnitIndex { index: data_index, total: self.k });
+            return Err(CodeError::DataIndex { index: data_index, k: self.k });
         }
         check_lengths(std::iter::once((data_index, new.len())), old.len())?;
         self.check_parity(parity, old.len())?;
@@ -331,7 +335,8 @@ impl Code for LinearCode {
             return false;
         }
         let present: Vec<usize> = (0..self.n()).filter(|i| !lost.contains(i)).collect();
-        self.solve(&present, lost).is_ok()
+        // Through the cache: asking first and decoding next is the common pattern.
+        self.decoding(&present, lost).is_ok()
     }
 
     fn reconstruct(
@@ -383,6 +388,9 @@ impl Code for LinearCode {
         unit_len: usize,
     ) -> Result<RepairPlan, CodeError> {
         self.check_index(target)?;
+        for &unit in unavailable {
+            self.check_index(unit)?;
+        }
         self.check_unit_len(unit_len)?;
         let present: Vec<usize> =
             (0..self.n()).filter(|&i| i != target && !unavailable.contains(&i)).collect();

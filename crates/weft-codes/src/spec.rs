@@ -85,7 +85,9 @@ impl CodeSpec {
                         reason: "rep has exactly one data unit (k = 1)".into(),
                     });
                 }
-                CodeSpec::Rep { n: 1 + r.ok_or_else(|| missing("--r"))? }
+                let r = r.ok_or_else(|| missing("--r"))?;
+                // Saturating: an absurd r must fail validation, not wrap around it.
+                CodeSpec::Rep { n: r.saturating_add(1) }
             }
             _ => return Err(CodeError::UnknownCode { name: family.to_string() }),
         };
@@ -129,11 +131,19 @@ impl CodeSpec {
                 if r == 0 {
                     return Err(invalid("r must be at least 1 (r = 0 protects nothing)".into()));
                 }
-                if k + r > MAX_TOTAL_UNITS {
-                    return Err(invalid(format!(
-                        "k + r = {} exceeds {MAX_TOTAL_UNITS}, the most GF(2^8) allows",
-                        k + r
-                    )));
+                // checked_add: parameters come from users and files; k + r must not wrap.
+                match k.checked_add(r) {
+                    Some(n) if n <= MAX_TOTAL_UNITS => {}
+                    Some(n) => {
+                        return Err(invalid(format!(
+                            "k + r = {n} exceeds {MAX_TOTAL_UNITS}, the most GF(2^8) allows"
+                        )))
+                    }
+                    None => {
+                        return Err(invalid(format!(
+                            "k + r exceeds {MAX_TOTAL_UNITS}, the most GF(2^8) allows"
+                        )))
+                    }
                 }
             }
             CodeSpec::Rep { n } => {
@@ -213,6 +223,9 @@ mod tests {
         assert!(matches!(CodeSpec::parse("rs(10)"), Err(CodeError::InvalidParameters { .. })));
         assert!(matches!(CodeSpec::parse("zz(1,2)"), Err(CodeError::UnknownCode { .. })));
         assert!(matches!(CodeSpec::parse("rep(1)"), Err(CodeError::InvalidParameters { .. })));
+        let huge = format!("rs({},2)", usize::MAX);
+        assert!(matches!(CodeSpec::parse(&huge), Err(CodeError::InvalidParameters { .. })));
+        assert!(CodeSpec::from_parts("rep", None, Some(usize::MAX)).is_err());
         assert!(CodeSpec::from_parts("rs", Some(4), None).unwrap_err().to_string().contains("--r"));
         let message = CodeSpec::parse("rs(250,7)").unwrap_err().to_string();
         assert!(message.contains("256"), "{message}");

@@ -149,11 +149,11 @@ fn encode_add_and_update() {
             let mut dsts: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
             assert!(matches!(
                 code.encode_add(1, &new, &mut dsts),
-                Err(CodeError::UnitIndex { index: 1, .. })
+                Err(CodeError::DataIndex { index: 1, k: 1 })
             ));
             assert!(matches!(
                 code.update(1, &old, &new, &mut dsts),
-                Err(CodeError::UnitIndex { index: 1, .. })
+                Err(CodeError::DataIndex { index: 1, k: 1 })
             ));
             assert!(parity.iter().all(|p| p == &new), "rep({n}) failed calls wrote parity");
         }

@@ -703,7 +703,7 @@ fn encode_errors_leave_outputs_untouched() {
     let mut dsts: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
     assert!(matches!(
         code.encode_add(6, &data[0], &mut dsts),
-        Err(CodeError::UnitIndex { index: 6, .. })
+        Err(CodeError::DataIndex { index: 6, k: 6 })
     ));
     assert!(matches!(
         code.encode_add(1, &data[1][..50], &mut dsts),
@@ -716,7 +716,7 @@ fn encode_errors_leave_outputs_untouched() {
     // update: index out of range, old/new of different lengths, parity of another length.
     assert!(matches!(
         code.update(7, &data[0], &data[1], &mut dsts),
-        Err(CodeError::UnitIndex { index: 7, .. })
+        Err(CodeError::DataIndex { index: 7, k: 6 })
     ));
     assert!(matches!(
         code.update(2, &data[2], &data[3][..99], &mut dsts),
@@ -868,4 +868,11 @@ fn repair_with_mismatched_reads_is_refused() {
     // The untampered plan still works.
     code.repair(&plan, &reads, &mut out).unwrap();
     assert_eq!(out, units[2]);
+}
+
+#[test]
+fn repair_plan_refuses_out_of_range_unavailable_units() {
+    let code = LinearCode::rs(6, 3).unwrap();
+    assert_eq!(code.repair_plan(0, &[9], 64), Err(CodeError::UnitIndex { index: 9, total: 9 }));
+    assert!(code.byte_local(), "RS is byte-local: windows and segments may be coded alone");
 }

@@ -313,16 +313,10 @@ fn unit_len_for(code: &dyn Code, original_len: usize) -> usize {
     code.unit_len_for(original_len).max(code.unit_len_multiple()).max(1)
 }
 
-/// Whether byte j of every unit depends only on byte j of the others (α = 1 and no length
-/// multiple): only then may a unit be processed a window, or erased a segment, at a time.
-fn is_byte_local(code: &dyn Code) -> bool {
-    code.sub_chunks() == 1 && code.unit_len_multiple() == 1
-}
-
 /// Bytes of each unit one pass handles: `requested` rounded up to whole segments for
 /// byte-local codes, the whole unit otherwise (sub-chunks couple bytes across the unit).
 fn window_len(code: &dyn Code, unit_len: usize, segment_bytes: usize, requested: usize) -> usize {
-    if !is_byte_local(code) {
+    if !code.byte_local() {
         return unit_len;
     }
     let window = requested.max(1).div_ceil(segment_bytes).saturating_mul(segment_bytes);
@@ -1033,7 +1027,7 @@ fn decode(args: &DecodeArgs) -> Result<(), CliError> {
     let (k, n) = (code.data_units(), code.total_units());
     let unit_len = set.unit_len;
     let segment_bytes = set.segment_bytes;
-    let byte_local = is_byte_local(code);
+    let byte_local = code.byte_local();
     let window = window_len(code, unit_len, segment_bytes, args.window);
     let files = set.open_units();
 
@@ -1266,7 +1260,7 @@ fn repair(args: &RepairArgs) -> Result<(), CliError> {
     let first_plan = plan_for(&skipped)?;
     // Byte-local codes whose plans read whole units are repaired a window at a time; any
     // other plan (sub-chunk ranges) is carried out as given, on whole-unit buffers.
-    let windowed = is_byte_local(code) && plan_reads_whole_units(&first_plan);
+    let windowed = code.byte_local() && plan_reads_whole_units(&first_plan);
     let window =
         if windowed { window_len(code, unit_len, segment_bytes, args.window) } else { unit_len };
 
@@ -1480,7 +1474,7 @@ fn verify(args: &VerifyArgs) -> Result<(), CliError> {
     // Decodable exactly when `decode` would succeed: per segment for byte-local codes, per
     // unit otherwise.
     let mut decodability = Decodability::new(code);
-    let decodable = if is_byte_local(code) {
+    let decodable = if code.byte_local() {
         (0..segment_count).all(|segment| {
             let lost: Vec<usize> =
                 (0..n).filter(|&u| states[u][segment] != SegmentState::Intact).collect();
