@@ -136,7 +136,12 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     step("Repair rebuilds one lost unit and shows exactly what it read");
     must(&["ec", "repair", &units_s, "--unit", "0", "--json"])?;
 
-    step(&format!("Too much damage: delete {} more unit(s) than rs tolerates", 1));
+    step(&format!(
+        "Too much damage: {} units gone, one more than rs({},{}) tolerates",
+        args.r + 1,
+        args.k,
+        args.r
+    ));
     let _ = std::fs::remove_file(&restored);
     for i in 0..=args.r {
         let _ = std::fs::remove_file(unit_path(&units, i, n));

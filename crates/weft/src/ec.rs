@@ -500,21 +500,9 @@ impl Manifest {
             "checksum": self.checksum,
         });
         let mut text = String::from("{\n");
-        // `json!` objects keep insertion order only with serde_json's preserve_order, so the
-        // header is written field by field.
-        for key in [
-            "format",
-            "version",
-            "code",
-            "family",
-            "k",
-            "r",
-            "original_len",
-            "unit_len",
-            "segment_bytes",
-            "checksum",
-        ] {
-            text.push_str(&format!("  {}: {},\n", json!(key), header[key]));
+        // serde_json is built with preserve_order, so the header keeps the order above.
+        for (key, value) in header.as_object().expect("the header is an object") {
+            text.push_str(&format!("  {}: {},\n", json!(key), value));
         }
         text.push_str("  \"units\": [\n");
         for (position, unit) in self.units.iter().enumerate() {
