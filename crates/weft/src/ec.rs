@@ -15,10 +15,10 @@
 //!   is written.
 //! - Memory is bounded: each unit is processed in windows of W bytes (default 1 MiB, a multiple
 //!   of the segment size), with positioned reads and writes, so memory is about n·W whatever
-//!   the file size. Limitation: codes whose units are not byte-local (α = `sub_chunks()` > 1,
-//!   or `unit_len_multiple()` > 1: Hitchhiker, Clay) couple bytes across a whole unit, so they
+//!   the file size. Limitation: codes that are not byte-local ([`Code::byte_local`] is false:
+//!   sub-chunked codes such as Hitchhiker and Clay) couple bytes across a whole unit, so they
 //!   are processed a whole unit at a time (W = L) and their erasures are per unit.
-//! - For byte-local codes (α = 1) erasures are per segment: decode succeeds whenever, in every
+//! - For byte-local codes erasures are per segment: decode succeeds whenever, in every
 //!   64 KiB segment position, the units that are bad there form a pattern the code corrects,
 //!   even if more than r units are damaged in total.
 //!
