@@ -132,11 +132,40 @@ pub fn run(command: BenchCommand) -> Result<(), CliError> {
 /// Bounds that keep a typo from allocating the machine away.
 const MAX_THREADS: usize = 256;
 const MAX_SHARD_BYTES: usize = 1 << 30;
+const MAX_ITERATIONS: usize = 10_000_000;
+
+/// Shard buffers start on a cache line, as ISA-L's own perf tests allocate them: where a
+/// buffer starts otherwise depends on the allocator's history (glibc moves large blocks from
+/// mmap to the heap once one is freed), and every 64-byte load would straddle two lines.
+const BUFFER_ALIGN_BYTES: usize = 64;
+
+/// A zeroed byte buffer whose first byte is `BUFFER_ALIGN_BYTES`-aligned.
+struct AlignedBuffer {
+    storage: Vec<u8>,
+    offset: usize,
+    len: usize,
+}
+
+impl AlignedBuffer {
+    fn zeroed(len: usize) -> AlignedBuffer {
+        let storage = vec![0u8; len + BUFFER_ALIGN_BYTES];
+        let offset = storage.as_ptr().align_offset(BUFFER_ALIGN_BYTES);
+        AlignedBuffer { storage, offset, len }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.storage[self.offset..self.offset + self.len]
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.storage[self.offset..self.offset + self.len]
+    }
+}
 
 /// The shards one thread works on.
 struct Stripe {
-    units: Vec<Vec<u8>>,
-    out: Vec<Vec<u8>>,
+    units: Vec<AlignedBuffer>,
+    out: Vec<AlignedBuffer>,
 }
 
 impl Stripe {
@@ -144,12 +173,12 @@ impl Stripe {
         let mut rng = StdRng::seed_from_u64(seed);
         let units = (0..n)
             .map(|_| {
-                let mut unit = vec![0u8; shard];
-                rng.fill_bytes(&mut unit);
+                let mut unit = AlignedBuffer::zeroed(shard);
+                rng.fill_bytes(unit.as_mut_slice());
                 unit
             })
             .collect();
-        Stripe { units, out: vec![vec![0u8; shard]; outputs] }
+        Stripe { units, out: (0..outputs).map(|_| AlignedBuffer::zeroed(shard)).collect() }
     }
 }
 
@@ -250,26 +279,46 @@ impl Coder for IsalCoder {
     }
 }
 
-/// Runs `iterations` ops on every thread's stripe at once; returns the wall time.
+/// Runs `iterations` ops on every thread's stripe at once; returns the wall time from the
+/// first thread's start to the last thread's end. Each thread reads the clock itself: a
+/// coordinator's clock would count however long the scheduler kept the coordinator waiting.
 fn timed(coder: &Arc<dyn Coder>, stripes: &mut [Stripe], iterations: usize) -> Duration {
-    let barrier = Arc::new(Barrier::new(stripes.len() + 1));
-    std::thread::scope(|scope| {
-        for stripe in stripes.iter_mut() {
-            let coder = coder.clone();
-            let barrier = barrier.clone();
-            scope.spawn(move || {
-                barrier.wait();
-                for _ in 0..iterations {
-                    coder.run(stripe);
-                }
-                barrier.wait();
-            });
+    let barrier = Arc::new(Barrier::new(stripes.len()));
+    let spans: Vec<(Instant, Instant)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = stripes
+            .iter_mut()
+            .map(|stripe| {
+                let coder = coder.clone();
+                let barrier = barrier.clone();
+                scope.spawn(move || {
+                    barrier.wait();
+                    let start = Instant::now();
+                    for _ in 0..iterations {
+                        coder.run(stripe);
+                    }
+                    (start, Instant::now())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("bench thread panicked")).collect()
+    });
+    let first = spans.iter().map(|s| s.0).min().expect("at least one thread");
+    let last = spans.iter().map(|s| s.1).max().expect("at least one thread");
+    last - first
+}
+
+/// Iterations per trial so that one trial lasts about `seconds`: doubles the count until a
+/// run lasts long enough to time (≥ 1/8 of the target), then scales.
+fn calibrate(coder: &Arc<dyn Coder>, stripes: &mut [Stripe], seconds: f64) -> usize {
+    let mut iterations = 1usize;
+    loop {
+        let elapsed = timed(coder, stripes, iterations).as_secs_f64();
+        if elapsed >= seconds / 8.0 || iterations >= MAX_ITERATIONS {
+            let scaled = (iterations as f64 * seconds / elapsed.max(1e-9)).ceil() as usize;
+            return scaled.clamp(1, MAX_ITERATIONS);
         }
-        barrier.wait();
-        let start = Instant::now();
-        barrier.wait();
-        start.elapsed()
-    })
+        iterations = (iterations * 2).min(MAX_ITERATIONS);
+    }
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -356,11 +405,12 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
         // Correctness before speed: every coder must produce the lost units exactly.
         for (name, coder) in &coders {
             for stripe in &mut stripes {
-                stripe.out.iter_mut().for_each(|o| o.fill(0));
+                stripe.out.iter_mut().for_each(|o| o.as_mut_slice().fill(0));
                 coder.run(stripe);
                 for (o, &l) in stripe.out.iter().zip(&lost) {
-                    if *o != stripe.units[l] {
-                        let at = o.iter().zip(&stripe.units[l]).position(|(a, b)| a != b);
+                    let (got, want) = (o.as_slice(), stripe.units[l].as_slice());
+                    if got != want {
+                        let at = got.iter().zip(want).position(|(a, b)| a != b);
                         return Err(cli_error!(
                             "{name} {op:?} output differs from the original unit {l} at byte {at:?}"
                         ));
@@ -368,9 +418,7 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
                 }
             }
         }
-        // Calibrate: iterations per trial so one trial lasts about --seconds.
-        let once = timed(&coders[0].1, &mut stripes, 1).as_secs_f64().max(1e-6);
-        let iterations = ((args.seconds / once) as usize).clamp(1, 1_000_000);
+        let iterations = calibrate(&coders[0].1, &mut stripes, args.seconds);
         let mut rates: Vec<Vec<f64>> = vec![Vec::new(); coders.len()];
         for _ in 0..args.trials {
             for (c, (_, coder)) in coders.iter().enumerate() {
