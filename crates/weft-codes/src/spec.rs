@@ -41,7 +41,18 @@ impl CodeSpec {
             .map(str::parse::<usize>)
             .collect();
         let unknown = || CodeError::UnknownCode { name: text.to_string() };
-        let numbers = numbers.map_err(|_| unknown())?;
+        let numbers = match numbers {
+            Ok(numbers) => numbers,
+            Err(_) if family == "rs" || family == "rep" => {
+                return Err(CodeError::InvalidParameters {
+                    code: text.to_string(),
+                    reason: format!(
+                        "parameters must be whole numbers with k + r ≤ {MAX_TOTAL_UNITS}"
+                    ),
+                })
+            }
+            Err(_) => return Err(unknown()),
+        };
         let spec = match (family, numbers.as_slice()) {
             ("rs", &[k, r]) => CodeSpec::Rs { k, r },
             ("rep", &[n]) => CodeSpec::Rep { n },
@@ -223,6 +234,8 @@ mod tests {
         assert!(matches!(CodeSpec::parse("rs(10)"), Err(CodeError::InvalidParameters { .. })));
         assert!(matches!(CodeSpec::parse("zz(1,2)"), Err(CodeError::UnknownCode { .. })));
         assert!(matches!(CodeSpec::parse("rep(1)"), Err(CodeError::InvalidParameters { .. })));
+        let too_long = "rs(99999999999999999999999999,2)";
+        assert!(matches!(CodeSpec::parse(too_long), Err(CodeError::InvalidParameters { .. })));
         let huge = format!("rs({},2)", usize::MAX);
         assert!(matches!(CodeSpec::parse(&huge), Err(CodeError::InvalidParameters { .. })));
         assert!(CodeSpec::from_parts("rep", None, Some(usize::MAX)).is_err());

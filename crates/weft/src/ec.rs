@@ -98,7 +98,7 @@ use std::sync::Arc;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
-use weft_codes::{Code, CodeSpec, ReadRange, RepairPlan, MAX_TOTAL_UNITS};
+use weft_codes::{Code, CodeSpec, ReadRange, RepairPlan};
 
 use crate::{cli_error, parse_size, CliError};
 
@@ -116,9 +116,6 @@ const SEGMENT_BYTES: usize = 64 * 1024;
 const PROGRESS_MIN_BYTES: usize = 64 << 20;
 /// Unit indices are written with 3 digits instead of 2 above this many units.
 const TWO_DIGIT_MAX_UNITS: usize = 100;
-/// No code parameter reaches 1000 (k + r ≤ 256), so a longer number in a code name is refused
-/// before it is parsed: `CodeSpec` adds parameters without overflow checks.
-const MAX_CODE_NUMBER_DIGITS: usize = 3;
 /// A manifest larger than this is not one weft wrote (256 units × a 1 TiB unit is ~200 MiB of
 /// checksums; anything bigger is refused rather than read into memory).
 const MAX_MANIFEST_BYTES: u64 = 256 << 20;
@@ -266,16 +263,6 @@ pub fn run(command: EcCommand) -> Result<(), CliError> {
 
 /// The code a user asked for, validated before anything is written.
 fn resolve_code(code: &str, k: Option<usize>, r: Option<usize>) -> Result<CodeSpec, CliError> {
-    for (flag, value) in [("--k", k), ("--r", r)] {
-        if let Some(value) = value {
-            if value > MAX_TOTAL_UNITS {
-                return Err(cli_error!(
-                    "invalid code parameters: {flag} {value} is too large; k + r must be at \
-                     most {MAX_TOTAL_UNITS}, the most units a code over GF(2^8) can have"
-                ));
-            }
-        }
-    }
     if code.contains(|c: char| c.is_ascii_digit()) {
         if k.is_some() || r.is_some() {
             return Err(cli_error!(
@@ -288,14 +275,8 @@ fn resolve_code(code: &str, k: Option<usize>, r: Option<usize>) -> Result<CodeSp
     CodeSpec::from_parts(code, k, r).map_err(|e| cli_error!("{e}"))
 }
 
-/// Parses a code name such as `rs(10,4)`, refusing numbers too long to be valid first.
+/// Parses a code name such as `rs(10,4)`.
 fn parse_code_name(name: &str) -> Result<CodeSpec, CliError> {
-    let longest_number = name.split(|c: char| !c.is_ascii_digit()).map(str::len).max().unwrap_or(0);
-    if longest_number > MAX_CODE_NUMBER_DIGITS {
-        return Err(cli_error!(
-            "invalid code {name:?}: parameters must be small (k + r ≤ {MAX_TOTAL_UNITS})"
-        ));
-    }
     CodeSpec::parse(name).map_err(|e| cli_error!("{e}"))
 }
 
