@@ -12,7 +12,10 @@
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use std::io::IsTerminal;
+
 use clap::{Args, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
 use rand::{rngs::StdRng, RngCore, SeedableRng};
 use serde::Serialize;
 use weft_codes::{Code, CodeSpec};
@@ -326,6 +329,18 @@ fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
+/// A trial counter on stderr, only for a person watching a terminal (never with --json).
+fn progress_bar(trials: usize, json: bool) -> ProgressBar {
+    if json || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(trials as u64);
+    if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} trials {elapsed}") {
+        bar.set_style(style);
+    }
+    bar
+}
+
 fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
     // rep has one data unit by definition; --k (default 10) applies to the other families.
     let k = (args.code.trim() != "rep").then_some(args.k);
@@ -383,6 +398,8 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
         println!("{:<8} {:<6} {:>12} {:>12} {:>8}", "op", "impl", "GB/s", "best GB/s", "vs isal");
     }
     let data_bytes = (k * args.shard) as f64;
+    let implementations = if isal.is_some() { 2 } else { 1 };
+    let progress = progress_bar(args.ops.len() * args.trials * implementations, args.json);
     for &op in &args.ops {
         let lost = lost_units(op, k, r);
         let mut stripes: Vec<Stripe> = (0..args.threads)
@@ -424,6 +441,7 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
             for (c, (_, coder)) in coders.iter().enumerate() {
                 let elapsed = timed(coder, &mut stripes, iterations).as_secs_f64();
                 rates[c].push(data_bytes * (iterations * args.threads) as f64 / elapsed);
+                progress.inc(1);
             }
         }
         let medians: Vec<f64> = rates.iter_mut().map(|r| median(r)).collect();
@@ -447,16 +465,19 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
             if args.json {
                 println!("{}", serde_json::to_string(&row)?);
             } else {
-                println!(
-                    "{:<8} {:<6} {:>12.2} {:>12.2} {:>8}",
-                    format!("{op:?}").to_lowercase(),
-                    name,
-                    row.bytes_per_sec / 1e9,
-                    best / 1e9,
-                    row.ratio_vs_isal.map(|x| format!("{x:.2}×")).unwrap_or_default()
-                );
+                progress.suspend(|| {
+                    println!(
+                        "{:<8} {:<6} {:>12.2} {:>12.2} {:>8}",
+                        format!("{op:?}").to_lowercase(),
+                        name,
+                        row.bytes_per_sec / 1e9,
+                        best / 1e9,
+                        row.ratio_vs_isal.map(|x| format!("{x:.2}×")).unwrap_or_default()
+                    )
+                });
             }
         }
     }
+    progress.finish_and_clear();
     Ok(())
 }
