@@ -13,13 +13,18 @@
 
 use std::fmt;
 
+mod clay;
 mod error;
+mod hitchhiker;
 mod linear;
+mod lrc;
 mod spec;
 
 pub use error::CodeError;
 pub use linear::{LinearCode, MAX_CACHED_DECODINGS};
-pub use spec::{CodeSpec, KNOWN_FAMILIES, MAX_TOTAL_UNITS};
+pub use spec::{
+    clay_sub_chunks, CodeParts, CodeSpec, KNOWN_FAMILIES, MAX_SUB_CHUNKS, MAX_TOTAL_UNITS,
+};
 
 /// Bytes of scratch a delta update works through at a time (bounded memory for any unit size).
 pub const UPDATE_CHUNK_BYTES: usize = 64 * 1024;

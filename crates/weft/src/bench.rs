@@ -18,7 +18,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::{rngs::StdRng, RngCore, SeedableRng};
 use serde::Serialize;
-use weft_codes::{Code, CodeSpec};
+use weft_codes::Code;
 use weft_isal::{Isal, IsalTables, IsalVariant};
 
 use crate::{cli_error, parse_size, CliError};
@@ -71,15 +71,8 @@ enum Op {
 
 #[derive(Debug, Args)]
 pub struct EcBenchArgs {
-    /// Code family: rs or rep.
-    #[arg(long, default_value = "rs")]
-    code: String,
-    /// Data units.
-    #[arg(long, default_value_t = 10)]
-    k: usize,
-    /// Parity units.
-    #[arg(long, default_value_t = 4)]
-    r: usize,
+    #[command(flatten)]
+    code: crate::CodeArgs,
     /// Bytes per shard (unit), e.g. 64KiB, 1MiB, 16MiB.
     #[arg(long, default_value = "1MiB", value_parser = parse_size)]
     shard: usize,
@@ -342,9 +335,7 @@ fn progress_bar(trials: usize, json: bool) -> ProgressBar {
 }
 
 fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
-    // rep has one data unit by definition; --k (default 10) applies to the other families.
-    let k = (args.code.trim() != "rep").then_some(args.k);
-    let spec = CodeSpec::from_parts(&args.code, k, Some(args.r))?;
+    let spec = args.code.spec()?;
     let code = spec.build()?;
     let (k, r) = (code.data_units(), code.parity_units());
     if args.threads == 0 || args.threads > MAX_THREADS {

@@ -180,15 +180,8 @@ pub enum EcCommand {
 pub struct EncodeArgs {
     /// The file to encode.
     file: PathBuf,
-    /// Code family (rs, rep), or a full code name such as rs(10,4).
-    #[arg(long, default_value = "rs")]
-    code: String,
-    /// Data units k (rs). rep always has k = 1.
-    #[arg(long)]
-    k: Option<usize>,
-    /// Parity units r: any r units may be lost (rep: copies beyond the first).
-    #[arg(long)]
-    r: Option<usize>,
+    #[command(flatten)]
+    code: crate::CodeArgs,
     /// Directory for the units and manifest.json (created if missing).
     #[arg(short = 'o', long = "output", value_name = "DIR")]
     output: PathBuf,
@@ -260,20 +253,6 @@ pub fn run(command: EcCommand) -> Result<(), CliError> {
 // ---------------------------------------------------------------------------------------------
 // Codes, names, windows
 // ---------------------------------------------------------------------------------------------
-
-/// The code a user asked for, validated before anything is written.
-fn resolve_code(code: &str, k: Option<usize>, r: Option<usize>) -> Result<CodeSpec, CliError> {
-    if code.contains(|c: char| c.is_ascii_digit()) {
-        if k.is_some() || r.is_some() {
-            return Err(cli_error!(
-                "give the code either as a name (--code 'rs(10,4)') or as parts \
-                 (--code rs --k 10 --r 4), not both"
-            ));
-        }
-        return parse_code_name(code);
-    }
-    CodeSpec::from_parts(code, k, r).map_err(|e| cli_error!("{e}"))
-}
 
 /// Parses a code name such as `rs(10,4)`.
 fn parse_code_name(name: &str) -> Result<CodeSpec, CliError> {
@@ -861,7 +840,7 @@ fn erasure_runs(
 
 fn encode(args: &EncodeArgs) -> Result<(), CliError> {
     // Everything that can be refused is refused before the first byte is written.
-    let spec = resolve_code(&args.code, args.k, args.r)?;
+    let spec = args.code.spec()?;
     let code = spec.build().map_err(|e| cli_error!("{e}"))?;
     let input = File::open(&args.file).map_err(|e| io_error("open input file", &args.file, e))?;
     let metadata = input.metadata().map_err(|e| io_error("read", &args.file, e))?;

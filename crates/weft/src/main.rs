@@ -76,6 +76,69 @@ macro_rules! cli_error {
     ($($arg:tt)*) => { $crate::CliError(format!($($arg)*)) };
 }
 
+/// The code a command works with, as flags: a family with its parameters, or a full name.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CodeArgs {
+    /// Code: a family (rs, rep, hh-xor, hh-xor+, hh-nonxor, clay, lrc) with the flags below,
+    /// or a full name such as rs(10,4), clay(8,4,11) or lrc(10,2,2).
+    #[arg(long, default_value = "rs")]
+    pub code: String,
+    /// Data units k [default: 10; rep has k = 1].
+    #[arg(long)]
+    pub k: Option<usize>,
+    /// Parity units r: any r units may be lost [default: 4; rep: 2 extra copies; lrc: l + g].
+    #[arg(long)]
+    pub r: Option<usize>,
+    /// Clay: helpers a repair reads from, k + 1 ≤ d ≤ k + r − 1 [default: k + r − 1].
+    #[arg(long)]
+    pub d: Option<usize>,
+    /// LRC: local groups (each of k/l data units plus one XOR parity) [default: 2].
+    #[arg(long)]
+    pub l: Option<usize>,
+    /// LRC: global parities [default: 2].
+    #[arg(long)]
+    pub g: Option<usize>,
+}
+
+impl CodeArgs {
+    /// The validated spec, with each family's defaults filled in for flags not given.
+    pub fn spec(&self) -> Result<weft_codes::CodeSpec, CliError> {
+        use weft_codes::{CodeParts, CodeSpec};
+        let family = self.code.trim().to_ascii_lowercase();
+        if family.contains(|c: char| c.is_ascii_digit()) {
+            let flags = [self.k, self.r, self.d, self.l, self.g];
+            if flags.iter().any(Option::is_some) {
+                return Err(cli_error!(
+                    "give the code either as a name (--code 'rs(10,4)') or as a family with \
+                     flags (--code rs --k 10 --r 4), not both"
+                ));
+            }
+            return Ok(CodeSpec::parse(&family)?);
+        }
+        let mut parts = CodeParts {
+            family: family.clone(),
+            k: self.k,
+            r: self.r,
+            d: self.d,
+            l: self.l,
+            g: self.g,
+        };
+        match family.as_str() {
+            "rep" => parts.r = parts.r.or(Some(2)),
+            "lrc" => {
+                parts.k = parts.k.or(Some(10));
+                parts.l = parts.l.or(Some(2));
+                parts.g = parts.g.or(Some(2));
+            }
+            _ => {
+                parts.k = parts.k.or(Some(10));
+                parts.r = parts.r.or(Some(4));
+            }
+        }
+        Ok(CodeSpec::from_parts(&parts)?)
+    }
+}
+
 /// Parses sizes like `1MiB`, `64KiB`, `4096`, `2GiB`, `1MB`.
 pub fn parse_size(text: &str) -> Result<usize, String> {
     let t = text.trim();

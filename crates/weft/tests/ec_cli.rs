@@ -502,12 +502,14 @@ fn repair_refuses_when_too_many_are_lost() {
 #[test]
 fn invalid_code_parameters_write_nothing() {
     let scene = Scene::new(1000, 91);
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 10] = [
         (&["--code", "rs", "--k", "0", "--r", "4"], "k must be at least 1"),
+        (&["--code", "rs", "--k", "10", "--r", "4", "--d", "12"], "--d does not apply"),
+        (&["--code", "lrc", "--k", "10", "--l", "3", "--g", "2"], "must divide"),
+        (&["--code", "clay", "--k", "10", "--r", "4", "--d", "10"], "k + 1 ≤ d"),
         (&["--code", "rs", "--k", "10", "--r", "0"], "r must be at least 1"),
         (&["--code", "rs", "--k", "250", "--r", "7"], "256"),
         (&["--code", "rs", "--k", "300", "--r", "1"], "256"),
-        (&["--code", "rs", "--k", "10"], "--r"),
         (&["--code", "rep", "--r", "0"], "n ≥ 2"),
         (&["--code", "zz", "--k", "1", "--r", "1"], "unknown code"),
         (&["--code", "rs(99999999999999999999999,1)"], "256"),
