@@ -68,7 +68,9 @@ impl LinearCode {
         Ok(LinearCode::from_generator(spec, Matrix::from_vec(n, 1, vec![1; n])))
     }
 
-    fn from_generator(spec: CodeSpec, generator: Matrix) -> LinearCode {
+    /// A code from any systematic n × k generator (identity on top). Non-MDS generators (LRC)
+    /// are fine: decoding solves for whatever the present units determine.
+    pub(crate) fn from_generator(spec: CodeSpec, generator: Matrix) -> LinearCode {
         let k = generator.cols();
         let r = generator.rows() - k;
         let parity_rows = generator.sub_matrix(k, 0, r, k);
