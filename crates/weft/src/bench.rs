@@ -1,11 +1,14 @@
 //! `weft bench`: coding speed, measured side by side with a peer in the same run.
 //!
 //! Invariants:
-//! - Rates are data bytes per second: k × shard bytes per operation, for every operation
-//!   (encode, rebuild of one data unit, decode of r data units), so rates compare across ops.
-//! - weft and the peer run interleaved, trial after trial, on identical inputs; the figure
-//!   reported is the median trial, and the peer's output is checked byte for byte against
-//!   weft's before any timing — a faster wrong answer is an error, not a result.
+//! - Rates of encode, rebuild (one data unit) and decode (up to r data units) are data bytes
+//!   per second, k × shard bytes per operation, so they compare across ops; the rate of
+//!   repair (one data unit through the code's repair plan, from the planned bytes already in
+//!   memory) is repaired bytes per second, shard bytes per operation.
+//! - weft and its peers (ISA-L, or weft's own rs(k,r) beside another code) run interleaved,
+//!   trial after trial, on identical data; the figure reported is the median trial. Every
+//!   coder's output is checked byte for byte against the original units before any timing —
+//!   a faster wrong answer is an error, not a result.
 //! - With `--threads N`, each thread codes its own stripe (its own k + r shards); the rate is
 //!   the aggregate over all threads.
 
@@ -18,21 +21,26 @@ use clap::{Args, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::{rngs::StdRng, RngCore, SeedableRng};
 use serde::Serialize;
-use weft_codes::Code;
+use weft_codes::{Code, RepairPlan};
 use weft_isal::{Isal, IsalTables, IsalVariant};
 
 use crate::{cli_error, parse_size, CliError};
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
-    /// Encode, rebuild and decode speed of one code, optionally beside ISA-L.
+    /// Encode, rebuild, decode and repair speed of one code, beside ISA-L or rs(k,r).
     ///
-    /// Example: weft bench ec --code rs --k 10 --r 4 --shard 1MiB --compare isal
+    /// Examples:
+    ///   weft bench ec --code rs --k 10 --r 4 --shard 1MiB --compare isal
+    ///   weft bench ec --code hh-xor+ --k 10 --r 4 --ops encode,repair --compare rs
     ///
     /// Ops: `encode` computes r parity shards from k data shards; `rebuild` recomputes one
-    /// lost data shard from k survivors; `decode` recomputes r lost data shards. Rates are data
-    /// bytes per second (k × shard per op). The SIMD path is the best the CPU has unless
-    /// WEFT_SIMD=scalar|avx2|gfni forces one.
+    /// lost data shard from all it needs; `decode` recomputes r lost data shards (fewer when
+    /// the code cannot lose r data units at once); `repair` rebuilds data unit 0 from exactly
+    /// the bytes of the code's repair plan. Rates: data bytes per second (k × shard per op)
+    /// for encode, rebuild and decode; repaired bytes per second (shard per op) for repair.
+    /// The SIMD path is the best the CPU has unless WEFT_SIMD=scalar|avx2|gfni forces one.
+    #[command(verbatim_doc_comment)]
     Ec(EcBenchArgs),
 }
 
@@ -40,6 +48,8 @@ pub enum BenchCommand {
 enum Peer {
     /// Intel ISA-L (libisal.so.2, Debian package libisal2), loaded at run time.
     Isal,
+    /// weft's own rs(k,r) with the same k and r: the baseline repair-efficient codes beat.
+    Rs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -67,6 +77,7 @@ enum Op {
     Encode,
     Rebuild,
     Decode,
+    Repair,
 }
 
 #[derive(Debug, Args)]
@@ -79,9 +90,9 @@ pub struct EcBenchArgs {
     /// Threads, each coding its own stripe.
     #[arg(long, default_value_t = 1)]
     threads: usize,
-    /// Run a peer coder in the same run, check its output equals weft's, print the ratio.
-    #[arg(long, value_enum)]
-    compare: Option<Peer>,
+    /// Run peers in the same run (comma separated), check their output, print the ratios.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    compare: Vec<Peer>,
     /// Operations to measure (comma separated).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "encode,rebuild,decode")]
     ops: Vec<Op>,
@@ -117,6 +128,9 @@ struct Row {
     trials: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     ratio_vs_isal: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ratio_vs_rs: Option<f64>,
+    code_name: String,
 }
 
 pub fn run(command: BenchCommand) -> Result<(), CliError> {
@@ -183,12 +197,21 @@ trait Coder: Send + Sync {
     fn run(&self, stripe: &mut Stripe);
 }
 
-/// The units an op loses and must recompute, and the survivors it reads.
-fn lost_units(op: Op, k: usize, r: usize) -> Vec<usize> {
+/// The units an op loses and must recompute: parity for encode, data unit 0 for rebuild and
+/// repair, and for decode the first r data units — or fewer, for codes (LRC) that cannot
+/// lose that many data units at once.
+fn lost_units(op: Op, code: &dyn Code) -> Vec<usize> {
+    let (k, r) = (code.data_units(), code.parity_units());
     match op {
         Op::Encode => (k..k + r).collect(),
-        Op::Rebuild => vec![0],
-        Op::Decode => (0..r.min(k)).collect(),
+        Op::Rebuild | Op::Repair => vec![0],
+        Op::Decode => {
+            let mut lost: Vec<usize> = (0..r.min(k)).collect();
+            while lost.len() > 1 && !code.is_decodable(&lost) {
+                lost.pop();
+            }
+            lost
+        }
     }
 }
 
@@ -196,18 +219,39 @@ struct WeftCoder {
     code: Arc<dyn Code>,
     op: Op,
     lost: Vec<usize>,
+    /// For repair: the plan for unit 0 with every other unit available.
+    plan: Option<RepairPlan>,
+}
+
+impl WeftCoder {
+    fn new(code: Arc<dyn Code>, op: Op, shard: usize) -> Result<WeftCoder, CliError> {
+        let lost = lost_units(op, code.as_ref());
+        let plan = match op {
+            Op::Repair => Some(code.repair_plan(0, &[], shard)?),
+            _ => None,
+        };
+        Ok(WeftCoder { code, op, lost, plan })
+    }
 }
 
 impl Coder for WeftCoder {
     fn run(&self, stripe: &mut Stripe) {
         let k = self.code.data_units();
         let mut outs: Vec<&mut [u8]> = stripe.out.iter_mut().map(|o| o.as_mut_slice()).collect();
-        match self.op {
-            Op::Encode => {
+        match (self.op, &self.plan) {
+            (Op::Encode, _) => {
                 let data: Vec<&[u8]> = stripe.units[..k].iter().map(|u| u.as_slice()).collect();
                 self.code.encode(&data, &mut outs).expect("encode");
             }
-            Op::Rebuild | Op::Decode => {
+            (Op::Repair, Some(plan)) => {
+                let reads: Vec<&[u8]> = plan
+                    .reads
+                    .iter()
+                    .map(|r| &stripe.units[r.unit].as_slice()[r.offset..r.offset + r.len])
+                    .collect();
+                self.code.repair(plan, &reads, &mut *outs[0]).expect("repair");
+            }
+            _ => {
                 let present: Vec<Option<&[u8]>> = stripe
                     .units
                     .iter()
@@ -223,6 +267,7 @@ impl Coder for WeftCoder {
 struct IsalCoder {
     isal: Arc<Isal>,
     variant: IsalVariant,
+    lost: Vec<usize>,
     tables: IsalTables,
     sources: Vec<usize>,
 }
@@ -240,10 +285,14 @@ impl IsalCoder {
         let n = k + r;
         let generator = isal.cauchy1_matrix(n, k);
         let row = |i: usize| &generator[i * k..(i + 1) * k];
-        let lost = lost_units(op, k, r);
+        let lost: Vec<usize> = match op {
+            Op::Encode => (k..n).collect(),
+            Op::Rebuild | Op::Repair => vec![0],
+            Op::Decode => (0..r.min(k)).collect(),
+        };
         let (sources, coefficients) = match op {
             Op::Encode => ((0..k).collect(), generator[k * k..].to_vec()),
-            Op::Rebuild | Op::Decode => {
+            Op::Rebuild | Op::Decode | Op::Repair => {
                 let sources: Vec<usize> = (0..n).filter(|i| !lost.contains(i)).take(k).collect();
                 let survivors: Vec<u8> = sources.iter().flat_map(|&i| row(i).to_vec()).collect();
                 let inverse = isal
@@ -263,7 +312,7 @@ impl IsalCoder {
             }
         };
         let tables = isal.init_tables(k, lost.len(), &coefficients);
-        Ok(IsalCoder { isal, variant, tables, sources })
+        Ok(IsalCoder { isal, variant, lost, tables, sources })
     }
 }
 
@@ -334,6 +383,58 @@ fn progress_bar(trials: usize, json: bool) -> ProgressBar {
     bar
 }
 
+/// Stripes for every thread: the same seeded data for every contender, parity by `code`.
+fn make_stripes(
+    code: &dyn Code,
+    threads: usize,
+    shard: usize,
+    outputs: usize,
+) -> Result<Vec<Stripe>, CliError> {
+    let (k, n) = (code.data_units(), code.total_units());
+    let mut stripes: Vec<Stripe> =
+        (0..threads).map(|t| Stripe::new(0x5eed + t as u64, n, shard, outputs)).collect();
+    for stripe in &mut stripes {
+        let (data, parity) = stripe.units.split_at_mut(k);
+        let data: Vec<&[u8]> = data.iter().map(|u| u.as_slice()).collect();
+        let mut parity: Vec<&mut [u8]> = parity.iter_mut().map(|u| u.as_mut_slice()).collect();
+        code.encode(&data, &mut parity)?;
+    }
+    Ok(stripes)
+}
+
+/// One implementation measured in a run.
+struct Contender {
+    implementation: &'static str,
+    code_name: String,
+    family: &'static str,
+    simd: &'static str,
+    lost: Vec<usize>,
+    coder: Arc<dyn Coder>,
+    stripes: Vec<Stripe>,
+}
+
+impl Contender {
+    /// Runs the coder once on every stripe and checks it recomputed the lost units exactly.
+    fn verify(&mut self, op: Op) -> Result<(), CliError> {
+        for stripe in &mut self.stripes {
+            stripe.out.iter_mut().for_each(|o| o.as_mut_slice().fill(0));
+            self.coder.run(stripe);
+            for (o, &l) in stripe.out.iter().zip(&self.lost) {
+                let (got, want) = (o.as_slice(), stripe.units[l].as_slice());
+                if got != want {
+                    let at = got.iter().zip(want).position(|(a, b)| a != b);
+                    return Err(cli_error!(
+                        "{} {} {op:?} output differs from the original unit {l} at byte {at:?}",
+                        self.implementation,
+                        self.code_name
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
     let spec = args.code.spec()?;
     let code = spec.build()?;
@@ -348,122 +449,158 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
     if args.trials == 0 || !args.seconds.is_finite() || args.seconds <= 0.0 {
         return Err(cli_error!("--trials and --seconds must be positive"));
     }
-    let isal = match args.compare {
-        Some(Peer::Isal) => {
-            if spec.family() != "rs" {
-                return Err(cli_error!(
-                    "--compare isal needs --code rs: ISA-L implements Reed-Solomon only"
-                ));
-            }
-            let isal = Isal::load()?;
-            let variant = args.isal_variant.variant();
-            if variant != IsalVariant::Auto && !isal.variants().contains(&variant) {
-                return Err(cli_error!(
-                    "ISA-L variant {} is not available here (available: {})",
-                    variant.name(),
-                    isal.variants().iter().map(|v| v.name()).collect::<Vec<_>>().join(", ")
-                ));
-            }
-            Some(Arc::new(isal))
+    let isal = if args.compare.contains(&Peer::Isal) {
+        if spec.family() != "rs" {
+            return Err(cli_error!(
+                "--compare isal needs --code rs: ISA-L implements Reed-Solomon only \
+                 (compare other codes with --compare rs)"
+            ));
         }
-        None => None,
+        let isal = Isal::load()?;
+        let variant = args.isal_variant.variant();
+        if variant != IsalVariant::Auto && !isal.variants().contains(&variant) {
+            return Err(cli_error!(
+                "ISA-L variant {} is not available here (available: {})",
+                variant.name(),
+                isal.variants().iter().map(|v| v.name()).collect::<Vec<_>>().join(", ")
+            ));
+        }
+        Some(Arc::new(isal))
+    } else {
+        None
+    };
+    let rs_baseline = if args.compare.contains(&Peer::Rs) {
+        if spec.family() == "rs" {
+            return Err(cli_error!("--compare rs compares another code with rs; the code is rs"));
+        }
+        Some(weft_codes::CodeSpec::Rs { k, r }.build()?)
+    } else {
+        None
     };
     let simd = weft_gf::SimdPath::active().name();
     if !args.json {
+        let mut peers = Vec::new();
+        if let Some(isal) = &isal {
+            peers.push(format!("ISA-L ({}, {})", isal.path(), args.isal_variant.variant().name()));
+        }
+        if let Some(rs) = &rs_baseline {
+            peers.push(rs.spec().to_string());
+        }
         println!(
             "weft bench ec: {spec}, shard {} bytes, {} thread(s), SIMD path {simd}{}",
             args.shard,
             args.threads,
-            isal.as_ref()
-                .map(|i| format!(
-                    ", peer ISA-L ({}, {})",
-                    i.path(),
-                    args.isal_variant.variant().name()
-                ))
-                .unwrap_or_default()
+            if peers.is_empty() {
+                String::new()
+            } else {
+                format!(", beside {}", peers.join(" and "))
+            }
         );
         println!(
-            "rates are data bytes per second (k × shard per op); median of {} trials",
+            "GB/s: data bytes per second (k × shard per op), repair: repaired bytes per second; \
+             median of {} trials",
             args.trials
         );
-        println!("{:<8} {:<6} {:>12} {:>12} {:>8}", "op", "impl", "GB/s", "best GB/s", "vs isal");
+        println!(
+            "{:<8} {:<5} {:<16} {:>10} {:>10} {:>8} {:>8}",
+            "op", "impl", "code", "GB/s", "best GB/s", "vs isal", "vs rs"
+        );
     }
-    let data_bytes = (k * args.shard) as f64;
-    let implementations = if isal.is_some() { 2 } else { 1 };
+    let implementations = 1 + usize::from(isal.is_some()) + usize::from(rs_baseline.is_some());
     let progress = progress_bar(args.ops.len() * args.trials * implementations, args.json);
     for &op in &args.ops {
-        let lost = lost_units(op, k, r);
-        let mut stripes: Vec<Stripe> = (0..args.threads)
-            .map(|t| Stripe::new(0x5eed + t as u64, k + r, args.shard, lost.len()))
-            .collect();
-        // Parity must be real for rebuild/decode: encode every stripe first.
-        for stripe in &mut stripes {
-            let (data, parity) = stripe.units.split_at_mut(k);
-            let data: Vec<&[u8]> = data.iter().map(|u| u.as_slice()).collect();
-            let mut parity: Vec<&mut [u8]> = parity.iter_mut().map(|u| u.as_mut_slice()).collect();
-            code.encode(&data, &mut parity)?;
-        }
-        let weft: Arc<dyn Coder> =
-            Arc::new(WeftCoder { code: code.clone(), op, lost: lost.clone() });
-        let mut coders: Vec<(&'static str, Arc<dyn Coder>)> = vec![("weft", weft)];
+        let bytes_per_op = match op {
+            Op::Repair => args.shard,
+            _ => k * args.shard,
+        } as f64;
+        let mut contenders = Vec::with_capacity(implementations);
+        let weft = WeftCoder::new(code.clone(), op, args.shard)?;
+        contenders.push(Contender {
+            implementation: "weft",
+            code_name: spec.to_string(),
+            family: spec.family(),
+            simd,
+            lost: weft.lost.clone(),
+            stripes: make_stripes(code.as_ref(), args.threads, args.shard, weft.lost.len())?,
+            coder: Arc::new(weft),
+        });
         if let Some(isal) = &isal {
             let variant = args.isal_variant.variant();
-            coders.push(("isal", Arc::new(IsalCoder::new(isal.clone(), variant, op, k, r)?)));
+            let coder = IsalCoder::new(isal.clone(), variant, op, k, r)?;
+            let lost = coder.lost.clone();
+            contenders.push(Contender {
+                implementation: "isal",
+                code_name: spec.to_string(),
+                family: spec.family(),
+                simd: variant.name(),
+                stripes: make_stripes(code.as_ref(), args.threads, args.shard, lost.len())?,
+                lost,
+                coder: Arc::new(coder),
+            });
+        }
+        if let Some(rs) = &rs_baseline {
+            let coder = WeftCoder::new(rs.clone(), op, args.shard)?;
+            contenders.push(Contender {
+                implementation: "weft",
+                code_name: rs.spec().to_string(),
+                family: "rs",
+                simd,
+                lost: coder.lost.clone(),
+                stripes: make_stripes(rs.as_ref(), args.threads, args.shard, coder.lost.len())?,
+                coder: Arc::new(coder),
+            });
         }
         // Correctness before speed: every coder must produce the lost units exactly.
-        for (name, coder) in &coders {
-            for stripe in &mut stripes {
-                stripe.out.iter_mut().for_each(|o| o.as_mut_slice().fill(0));
-                coder.run(stripe);
-                for (o, &l) in stripe.out.iter().zip(&lost) {
-                    let (got, want) = (o.as_slice(), stripe.units[l].as_slice());
-                    if got != want {
-                        let at = got.iter().zip(want).position(|(a, b)| a != b);
-                        return Err(cli_error!(
-                            "{name} {op:?} output differs from the original unit {l} at byte {at:?}"
-                        ));
-                    }
-                }
-            }
+        for contender in &mut contenders {
+            contender.verify(op)?;
         }
-        let iterations = calibrate(&coders[0].1, &mut stripes, args.seconds);
-        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); coders.len()];
+        let first = &mut contenders[0];
+        let iterations = calibrate(&first.coder, &mut first.stripes, args.seconds);
+        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); contenders.len()];
         for _ in 0..args.trials {
-            for (c, (_, coder)) in coders.iter().enumerate() {
-                let elapsed = timed(coder, &mut stripes, iterations).as_secs_f64();
-                rates[c].push(data_bytes * (iterations * args.threads) as f64 / elapsed);
+            for (c, contender) in contenders.iter_mut().enumerate() {
+                let elapsed =
+                    timed(&contender.coder, &mut contender.stripes, iterations).as_secs_f64();
+                rates[c].push(bytes_per_op * (iterations * args.threads) as f64 / elapsed);
                 progress.inc(1);
             }
         }
         let medians: Vec<f64> = rates.iter_mut().map(|r| median(r)).collect();
-        let isal_median = coders.iter().position(|(n, _)| *n == "isal").map(|i| medians[i]);
-        for (c, (name, _)) in coders.iter().enumerate() {
+        let isal_median = isal.as_ref().map(|_| medians[1]);
+        let rs_median = rs_baseline.as_ref().map(|_| medians[contenders.len() - 1]);
+        for (c, contender) in contenders.iter().enumerate() {
             let best = rates[c].iter().cloned().fold(0.0, f64::max);
+            let main = c == 0;
             let row = Row {
                 op,
-                code: spec.family(),
+                code: contender.family,
                 k,
                 r,
                 shard_bytes: args.shard,
                 threads: args.threads,
-                implementation: name,
-                simd: if *name == "weft" { simd } else { args.isal_variant.variant().name() },
+                implementation: contender.implementation,
+                simd: contender.simd,
                 bytes_per_sec: medians[c],
                 best_bytes_per_sec: best,
                 trials: args.trials,
-                ratio_vs_isal: isal_median.filter(|_| *name == "weft").map(|i| medians[c] / i),
+                ratio_vs_isal: isal_median.filter(|_| main).map(|i| medians[c] / i),
+                ratio_vs_rs: rs_median.filter(|_| main).map(|i| medians[c] / i),
+                code_name: contender.code_name.clone(),
             };
             if args.json {
                 println!("{}", serde_json::to_string(&row)?);
             } else {
+                let ratio = |x: Option<f64>| x.map(|x| format!("{x:.2}×")).unwrap_or_default();
                 progress.suspend(|| {
                     println!(
-                        "{:<8} {:<6} {:>12.2} {:>12.2} {:>8}",
+                        "{:<8} {:<5} {:<16} {:>10.2} {:>10.2} {:>8} {:>8}",
                         format!("{op:?}").to_lowercase(),
-                        name,
+                        row.implementation,
+                        row.code_name,
                         row.bytes_per_sec / 1e9,
                         best / 1e9,
-                        row.ratio_vs_isal.map(|x| format!("{x:.2}×")).unwrap_or_default()
+                        ratio(row.ratio_vs_isal),
+                        ratio(row.ratio_vs_rs)
                     )
                 });
             }

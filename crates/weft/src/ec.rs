@@ -173,6 +173,20 @@ pub enum EcCommand {
     ///   weft ec verify photo.ec --json
     #[command(verbatim_doc_comment)]
     Verify(VerifyArgs),
+
+    /// Show what repairing each unit of a code reads, beside rs(k,r) with the same k and r.
+    ///
+    /// For every unit: the helpers, the bytes read as a multiple of one unit's size, and the
+    /// contiguous ranges read per helper; then the averages over data units and over all
+    /// units. No files are involved: this is the code's repair plan, the same one `weft ec
+    /// repair` follows.
+    ///
+    /// Examples:
+    ///   weft ec repair-cost --code hh-xor+ --k 10 --r 4
+    ///   weft ec repair-cost --code clay --k 8 --r 4 --d 11 --json
+    ///   weft ec repair-cost --code lrc --k 10 --l 2 --g 2 --unavailable 1
+    #[command(verbatim_doc_comment)]
+    RepairCost(crate::repair_cost::RepairCostArgs),
 }
 
 /// Arguments of `weft ec encode`.
@@ -247,6 +261,7 @@ pub fn run(command: EcCommand) -> Result<(), CliError> {
         EcCommand::Decode(args) => decode(&args),
         EcCommand::Repair(args) => repair(&args),
         EcCommand::Verify(args) => verify(&args),
+        EcCommand::RepairCost(args) => crate::repair_cost::run(&args),
     }
 }
 

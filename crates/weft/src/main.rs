@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod demo;
 mod ec;
+mod repair_cost;
 
 /// weft — a distributed, erasure-coded storage system.
 #[derive(Debug, Parser)]
