@@ -5,14 +5,18 @@
 //!   so a spec can be stored in a manifest or metadata as its name.
 //! - A spec that passes `validate` builds a code; limits are the named constants below.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::{Code, CodeError, LinearCode};
 
 /// GF(2^8) has 256 elements, so a code has at most 256 units (k + r ≤ 256).
 pub const MAX_TOTAL_UNITS: usize = 256;
+
+/// Most built codes a process keeps for reuse by [`CodeSpec::build`].
+pub const MAX_CACHED_CODES: usize = 256;
 
 /// Families `CodeSpec::parse` understands, as users write them.
 pub const KNOWN_FAMILIES: &[&str] = &[
@@ -279,9 +283,24 @@ impl CodeSpec {
         }
     }
 
-    /// Builds the code.
+    /// The code, built once per process and shared: building prepares tables (and for LRC
+    /// searches coefficients), which is worth doing once, and codes are immutable after.
     pub fn build(&self) -> Result<Arc<dyn Code>, CodeError> {
         self.validate()?;
+        static BUILT: OnceLock<Mutex<HashMap<CodeSpec, Arc<dyn Code>>>> = OnceLock::new();
+        let built = BUILT.get_or_init(|| Mutex::new(HashMap::new()));
+        if let Some(code) = built.lock().expect("code cache poisoned").get(self) {
+            return Ok(code.clone());
+        }
+        let code = self.build_uncached()?;
+        let mut cache = built.lock().expect("code cache poisoned");
+        if cache.len() >= MAX_CACHED_CODES {
+            cache.clear();
+        }
+        Ok(cache.entry(*self).or_insert(code).clone())
+    }
+
+    fn build_uncached(&self) -> Result<Arc<dyn Code>, CodeError> {
         Ok(match *self {
             CodeSpec::Rs { k, r } => Arc::new(LinearCode::rs(k, r)?),
             CodeSpec::Rep { n } => Arc::new(LinearCode::rep(n)?),
@@ -382,6 +401,15 @@ mod tests {
         let lrc = CodeParts { l: Some(2), g: Some(2), ..parts("lrc", Some(10), None) };
         assert_eq!(CodeSpec::from_parts(&lrc), Ok(CodeSpec::Lrc { k: 10, l: 2, g: 2 }));
         assert_eq!(CodeSpec::Lrc { k: 10, l: 2, g: 2 }.r(), 4);
+    }
+
+    #[test]
+    fn built_codes_are_shared() {
+        let spec = CodeSpec::Rs { k: 6, r: 3 };
+        assert!(Arc::ptr_eq(&spec.build().unwrap(), &spec.build().unwrap()));
+        let other = CodeSpec::Rs { k: 6, r: 2 }.build().unwrap();
+        assert!(!Arc::ptr_eq(&spec.build().unwrap(), &other));
+        assert_eq!(other.spec(), CodeSpec::Rs { k: 6, r: 2 });
     }
 
     #[test]
