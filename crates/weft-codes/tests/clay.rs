@@ -485,41 +485,54 @@ fn empty_units_are_a_no_op() {
     assert_eq!(plan.bytes_read(), 0);
 }
 
-/// Random valid (k, r, d) with k + r ≤ 12, random data, random erasure patterns and random
-/// unavailable helpers.
+/// Every valid (k, r, d) with k + r ≤ 12 (220 codes): repair of every unit, random erasure
+/// patterns, repair of random units with random unavailable helpers.
 #[test]
-fn random_codes_decode_and_repair() {
+fn every_small_code_decodes_and_repairs_random_patterns() {
     let mut rng = StdRng::seed_from_u64(0xC1A7_0008);
-    let mut tried = 0;
-    while tried < 25 {
-        let n = rng.gen_range(3..=12);
-        let r = rng.gen_range(2..n);
-        let k = n - r;
-        let d = rng.gen_range(k + 1..=k + r - 1);
-        let alpha = weft_codes::clay_sub_chunks(k, r, d).unwrap();
-        if alpha > MAX_SUB_CHUNKS || alpha > 1024 {
-            continue;
-        }
-        tried += 1;
-        let code = clay(k, r, d);
-        let q = q_of(k, d);
-        let len = code.unit_len_multiple() * rng.gen_range(1..=2);
-        let group = random_group(code.as_ref(), &mut rng, len);
-        for _ in 0..6 {
-            let mut order: Vec<usize> = (0..n).collect();
-            order.shuffle(&mut rng);
-            let lost = &order[..rng.gen_range(1..=r)];
-            check_decode(code.as_ref(), &group, lost, &mut rng);
-            let target = order[0];
-            let unavailable = &order[1..rng.gen_range(1..=r)];
-            let plan = code.repair_plan(target, unavailable, len).unwrap();
-            let section_intact = unavailable.iter().all(|&u| u / q != target / q);
-            let expected =
-                if section_intact && unavailable.len() <= r - q { d * len / q } else { k * len };
-            assert_eq!(plan.bytes_read(), expected, "clay({k},{r},{d}) {target} {unavailable:?}");
-            repair_from_plan(code.as_ref(), &group, &plan, &mut rng);
+    let mut codes = 0;
+    for n in 3..=12 {
+        for r in 2..n {
+            let k = n - r;
+            for d in k + 1..k + r {
+                codes += 1;
+                let alpha = weft_codes::clay_sub_chunks(k, r, d).unwrap();
+                assert!(alpha <= MAX_SUB_CHUNKS);
+                let code = clay(k, r, d);
+                let q = q_of(k, d);
+                let len = code.unit_len_multiple() * rng.gen_range(1..=2);
+                let group = random_group(code.as_ref(), &mut rng, len);
+                for target in 0..n {
+                    let plan = code.repair_plan(target, &[], len).unwrap();
+                    let runs = runs_per_helper(&plan, &[]);
+                    assert_eq!(runs.len(), d);
+                    let per_helper = q.pow((target / q) as u32);
+                    assert!(runs.iter().all(|&(_, count)| count == per_helper));
+                    assert_eq!(plan.bytes_read() * q, d * len);
+                    repair_from_plan(code.as_ref(), &group, &plan, &mut rng);
+                }
+                for _ in 0..4 {
+                    let mut order: Vec<usize> = (0..n).collect();
+                    order.shuffle(&mut rng);
+                    let lost = &order[..rng.gen_range(1..=r)];
+                    check_decode(code.as_ref(), &group, lost, &mut rng);
+                    let target = order[0];
+                    let unavailable = &order[1..rng.gen_range(1..=r)];
+                    let plan = code.repair_plan(target, unavailable, len).unwrap();
+                    let section_intact = unavailable.iter().all(|&u| u / q != target / q);
+                    let expected = if section_intact && unavailable.len() <= r - q {
+                        d * len / q
+                    } else {
+                        k * len
+                    };
+                    let context = format!("clay({k},{r},{d}) {target} {unavailable:?}");
+                    assert_eq!(plan.bytes_read(), expected, "{context}");
+                    repair_from_plan(code.as_ref(), &group, &plan, &mut rng);
+                }
+            }
         }
     }
+    assert_eq!(codes, 220);
 }
 
 /// Speed beside rs(10,4), 1 MiB units, one thread:
