@@ -276,6 +276,20 @@ impl Layout {
         (self.t - 1) * self.q + zd[self.t - 1] as usize >= self.n()
     }
 
+    /// The digits of layer z in sections holding no erased node, as one number.
+    ///
+    /// A layer waits only for layers that differ from it in the digit of a section holding
+    /// an erased node (its companions there), so ordering by these digits first and by score
+    /// second is a valid order. It sweeps memory in blocks of nearby layers instead of
+    /// visiting every layer of score 0 first: with parity in the last (least significant)
+    /// sections, encoding walks each unit almost sequentially, which matters once a group
+    /// outgrows the last-level cache.
+    fn clean_digits(&self, z: usize, erased: &[usize]) -> usize {
+        (0..self.t)
+            .filter(|&y| !erased.iter().any(|&e| e / self.q == y))
+            .fold(0, |key, y| key * self.q + self.digit(z, y))
+    }
+
     /// D = G(rows)·G(sources)⁻¹ with its columns for virtual sources optionally dropped.
     fn scalar_decoder(
         &self,
@@ -319,7 +333,7 @@ impl Layout {
         let score =
             |z: usize| erased.iter().filter(|&&e| self.digit(z, e / self.q) == e % self.q).count();
         let mut order: Vec<u32> = (0..self.alpha as u32).collect();
-        order.sort_by_key(|&z| score(z as usize));
+        order.sort_by_key(|&z| (self.clean_digits(z as usize, erased), score(z as usize), z));
         let mut rank = vec![0u32; self.alpha];
         for (i, &z) in order.iter().enumerate() {
             rank[z as usize] = i as u32;
@@ -371,7 +385,7 @@ impl Layout {
             .flat_map(|hi| (0..w0).map(move |lo| (hi * q * w0 + x0 * w0 + lo) as u32))
             .collect();
         let score = |z: usize| left_out.iter().filter(|&&h| self.digit(z, h / q) == h % q).count();
-        order.sort_by_key(|&z| score(z as usize));
+        order.sort_by_key(|&z| (self.clean_digits(z as usize, left_out), score(z as usize), z));
         RepairProgram {
             target,
             helpers,
