@@ -1,7 +1,6 @@
-//! Clay codes, `clay(k,r[,d])` (Vajha, Ramkumar, Puranik, Kini, Lobo, Sasidharan, Kumar,
-//! Alapati and Tarafdar, "Clay Codes: Moulding MDS Codes to Yield an MSR Code", FAST'18):
-//! MDS like `rs(k,r)`, but one lost unit is rebuilt from d helpers reading β = α/q sub-chunks
-//! of each, the least any MDS code can read (the MSR point).
+//! Clay codes, `clay(k,r[,d])` (Vajha et al., "Clay Codes: Moulding MDS Codes to Yield an MSR
+//! Code", USENIX FAST'18): MDS like `rs(k,r)`, but one lost unit is rebuilt from d helpers
+//! reading β = α/q sub-chunks of each, the least any MDS code can read (the MSR point).
 //!
 //! Construction, with q = d − k + 1, t = ⌈n/q⌉, n' = q·t, k' = k + n' − n, α = q^t, β = α/q:
 //! - Units sit on a q × t grid of nodes: unit u is node (x, y) = (u mod q, u div q). When q
@@ -22,18 +21,23 @@
 //!   theorems); everything below is one of its procedures made into kernel calls.
 //!
 //! Invariants:
-//! - Encoding is decoding with the r parity units erased; `decode` erases the missing units
-//!   E (|E| ≤ r) and visits layers in ascending intersection score (how many erased vertices
-//!   of the layer are red). Within a layer, the U of k' known nodes comes from C pairwise
-//!   (a companion that is erased was finished in a layer of lower score), the scalar code
-//!   gives the U of the erased nodes, and each erased C is finished as soon as its companion
-//!   allows: right away when the companion is known, when the second of two erased companions
-//!   (equal scores) is reached otherwise.
+//! - Encoding is decoding with the r parity units erased. A decode erases the missing units
+//!   E (|E| ≤ r) and visits every layer after the layers of lower intersection score (how
+//!   many erased vertices of a layer are red) that it depends on. Within a layer, the U of k'
+//!   known nodes comes from C pairwise (a companion that is erased was finished in a layer of
+//!   lower score), the scalar code gives the U of the erased nodes, and each erased C is
+//!   finished as soon as its companion allows: right away when the companion is known, when
+//!   the second of two erased companions (equal scores) is reached otherwise.
+//! - Layers are visited by their digits in sections holding no erased node first, then by
+//!   score: dependencies only run through sections holding an erased node, and this order
+//!   sweeps memory nearly sequentially (parity sits in the last, least significant sections).
 //! - Repairing node (x0, y0) uses the β layers with z_y0 = x0 only. Helpers are the other
 //!   nodes of section y0 plus nodes outside it; the r − q real nodes left out (unavailable ones
-//!   first) are treated as erased, and layers are visited in ascending count of red left-out
-//!   nodes, so a left-out companion's U is always ready. Virtual nodes are helpers that cost
-//!   nothing, so a repair reads β sub-chunks from exactly d real units.
+//!   first) play the erased nodes of a decode, and layers are ordered as in one, so a
+//!   left-out companion's U is always ready. Virtual nodes are helpers that cost
+//!   nothing, so a repair reads β sub-chunks from exactly d real units. `reconstruct` of a
+//!   single unit uses the same procedure on the units it is given (a degraded read computes
+//!   β layers, not α).
 //! - A helper's repair sub-chunks {z : z_y0 = x0} are q^y0 runs of q^(t−1−y0) adjacent
 //!   sub-chunks; each run is one [`ReadRange`]. A unit of section 0 is rebuilt from one range
 //!   per helper, a unit of the last section from β ranges of one sub-chunk each.
@@ -41,8 +45,8 @@
 //!   outside it) but at most r units are lost, the plan reads k whole units and decodes.
 //! - Sub-chunks are multiples of 64 bytes (unit lengths multiples of 64·α), so every kernel
 //!   call runs on whole vectors of a sub-chunk; no byte is touched by scalar code.
-//! - Decode and repair programs (scalar decoding matrices and layer orders) are prepared once
-//!   per erased set or (target, left-out set) and cached, at most [`MAX_CACHED_PROGRAMS`] of
+//! - Programs (scalar decoding matrices and layer orders) are prepared once: encoding's at
+//!   construction, others per erased set or (target, left-out set) and cached, at most [`MAX_CACHED_PROGRAMS`] of
 //!   each, the cache being emptied when full.
 
 use std::collections::HashMap;
@@ -121,7 +125,7 @@ struct DecodeProgram {
     all_sources: DotTables,
     /// D without the virtual columns, for layers where every virtual U is zero.
     real_sources: Option<DotTables>,
-    /// Layers in ascending intersection score.
+    /// Every layer, each after the layers it depends on (see the module invariants).
     order: Vec<u32>,
     /// Position of each layer in `order`.
     rank: Vec<u32>,
@@ -146,7 +150,7 @@ struct RepairProgram {
     /// the target directly up to one added term), then `left_out`.
     all_sources: DotTables,
     real_sources: Option<DotTables>,
-    /// Repair layers (z_y0 = x0) in ascending count of red left-out nodes.
+    /// The repair layers (z_y0 = x0), each after the layers it depends on.
     order: Vec<u32>,
 }
 
@@ -316,6 +320,7 @@ impl Layout {
         (all, real)
     }
 
+    /// The program that rebuilds the real units `erased` (ascending, at most r).
     fn build_decode(&self, erased: &[usize]) -> DecodeProgram {
         let n = self.n();
         let mut erased_index = vec![None; self.nodes];
@@ -333,7 +338,8 @@ impl Layout {
         let score =
             |z: usize| erased.iter().filter(|&&e| self.digit(z, e / self.q) == e % self.q).count();
         let mut order: Vec<u32> = (0..self.alpha as u32).collect();
-        order.sort_by_key(|&z| (self.clean_digits(z as usize, erased), score(z as usize), z));
+        order
+            .sort_by_cached_key(|&z| (self.clean_digits(z as usize, erased), score(z as usize), z));
         let mut rank = vec![0u32; self.alpha];
         for (i, &z) in order.iter().enumerate() {
             rank[z as usize] = i as u32;
@@ -350,6 +356,8 @@ impl Layout {
         }
     }
 
+    /// The program that rebuilds `target` without reading `left_out` (r − q real units
+    /// outside the target's section, ascending).
     fn build_repair(&self, target: usize, left_out: &[usize]) -> RepairProgram {
         let (n, q) = (self.n(), self.q);
         let (x0, y0) = (target % q, target / q);
@@ -385,7 +393,9 @@ impl Layout {
             .flat_map(|hi| (0..w0).map(move |lo| (hi * q * w0 + x0 * w0 + lo) as u32))
             .collect();
         let score = |z: usize| left_out.iter().filter(|&&h| self.digit(z, h / q) == h % q).count();
-        order.sort_by_key(|&z| (self.clean_digits(z as usize, left_out), score(z as usize), z));
+        order.sort_by_cached_key(|&z| {
+            (self.clean_digits(z as usize, left_out), score(z as usize), z)
+        });
         RepairProgram {
             target,
             helpers,
@@ -400,6 +410,8 @@ impl Layout {
         }
     }
 
+    /// The real units a bandwidth-optimal repair of `target` leaves out when `unavailable`
+    /// (ascending, without `target`) cannot be read; `None` when no such repair exists.
     fn left_out_for(&self, target: usize, unavailable: &[usize]) -> Option<Vec<usize>> {
         let q = self.q;
         let y0 = target / q;
@@ -482,8 +494,6 @@ impl ClayCode {
         program
     }
 
-    /// The real units a bandwidth-optimal repair of `target` leaves out when `unavailable`
-    /// (ascending, without `target`) cannot be read; `None` when no such repair exists.
     fn not_decodable(&self, lost: &[usize], reason: String) -> CodeError {
         CodeError::NotDecodable { code: self.spec.to_string(), lost: lost.to_vec(), reason }
     }
@@ -528,6 +538,8 @@ impl ClayCode {
         let mut finish: Vec<Finish> = Vec::with_capacity(erased.len());
         let mut srcs_storage: Vec<&[u8]> = Vec::with_capacity(program.sources.len());
         let mut dsts: Vec<&mut [u8]> = Vec::with_capacity(erased.len());
+        // Sub-chunks holding their final C: every one of every output, exactly once.
+        let mut finished = 0;
         for &z in &program.order {
             let z = z as usize;
             let zd = &self.layout.digits[z * t..(z + 1) * t];
@@ -608,6 +620,11 @@ impl ClayCode {
             }
             // 3. Finish C where the companion allows.
             for (i, f) in finish.iter().enumerate() {
+                finished += match f {
+                    Finish::Pending => 0,
+                    Finish::Complete(..) => 2,
+                    _ => 1,
+                };
                 match *f {
                     Finish::Red | Finish::Pending => {}
                     Finish::Known(c, zc) => {
@@ -631,6 +648,7 @@ impl ClayCode {
                 }
             }
         }
+        assert_eq!(finished, erased.len() * self.layout.alpha, "every sub-chunk finished once");
     }
 
     /// Runs a repair program: `input(p, z)` is sub-chunk z of helper p (z a repair layer).
@@ -738,7 +756,7 @@ impl ClayCode {
                 }
             }
         }
-        debug_assert!(out.iter().all(|s| s.is_empty()), "every sub-chunk written once");
+        assert!(out.iter().all(|s| s.is_empty()), "every sub-chunk of the target written once");
     }
 }
 
