@@ -329,7 +329,7 @@ pub fn mul_add_region_with(path: SimdPath, c: u8, src: &[u8], dst: &mut [u8]) {
     match c {
         0 => assert_eq!(src.len(), dst.len(), "all regions must have the same length"),
         1 => xor_region(src, dst),
-        _ => DotTables::with_path(path, &[c], 1, 1).dot_prod_add(&[src], &mut [dst]),
+        _ => single::<true>(path, c, src, dst),
     }
 }
 
@@ -341,7 +341,32 @@ pub fn mul_region_with(path: SimdPath, c: u8, src: &[u8], dst: &mut [u8]) {
             dst.fill(0)
         }
         1 => dst.copy_from_slice(src),
-        _ => DotTables::with_path(path, &[c], 1, 1).dot_prod(&[src], &mut [dst]),
+        _ => single::<false>(path, c, src, dst),
+    }
+}
+
+/// One coefficient, one region: the per-coefficient constants live on the stack, so the
+/// region helpers allocate nothing and suit hot loops.
+fn single<const ADD: bool>(path: SimdPath, c: u8, src: &[u8], dst: &mut [u8]) {
+    assert_eq!(src.len(), dst.len(), "all regions must have the same length");
+    assert!(path.is_supported(), "SIMD path {path} is not supported by this CPU");
+    if src.is_empty() {
+        return;
+    }
+    match path {
+        SimdPath::Scalar => scalar::dot::<ADD>(&[c], 1, 0, &[src], &mut [dst]),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: support was asserted above; the lengths are equal.
+        SimdPath::Avx2 => unsafe {
+            avx2::dot::<ADD>(&[avx2::nibble_tables(c)], 1, &[src], &mut [dst])
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: support was asserted above; the lengths are equal.
+        SimdPath::Gfni => unsafe {
+            gfni::dot::<ADD>(&[gfni::affine_matrix(c)], 1, &[src], &mut [dst])
+        },
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => unreachable!("checked by is_supported"),
     }
 }
 
