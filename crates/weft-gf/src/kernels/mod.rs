@@ -21,6 +21,7 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod gfni;
 mod scalar;
+mod xor;
 
 /// Largest number of output rows one kernel pass keeps in registers; more rows are processed
 /// in blocks of this many, each block reading the sources again.
@@ -181,6 +182,8 @@ pub struct DotTables {
     cols: usize,
     coefficients: Vec<u8>,
     expanded: Expanded,
+    /// One row of all-ones coefficients: a plain XOR of the sources, no multiplication.
+    xor_only: bool,
 }
 
 impl fmt::Debug for DotTables {
@@ -216,7 +219,8 @@ impl DotTables {
             #[cfg(not(target_arch = "x86_64"))]
             _ => unreachable!("checked by is_supported"),
         };
-        DotTables { path, rows, cols, coefficients: coefficients.to_vec(), expanded }
+        let xor_only = rows == 1 && cols > 0 && coefficients.iter().all(|&c| c == 1);
+        DotTables { path, rows, cols, coefficients: coefficients.to_vec(), expanded, xor_only }
     }
 
     pub fn path(&self) -> SimdPath {
@@ -258,6 +262,19 @@ impl DotTables {
         if self.cols == 0 {
             if !ADD {
                 dsts.iter_mut().for_each(|d| d.fill(0));
+            }
+            return;
+        }
+        if self.xor_only {
+            let dst = &mut *dsts[0];
+            match self.path {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: with_path checked AVX-512F/BW + GFNI; lengths checked above.
+                SimdPath::Gfni => unsafe { xor::sum_avx512::<ADD>(srcs, dst) },
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: with_path checked AVX2; lengths checked above.
+                SimdPath::Avx2 => unsafe { xor::sum_avx2::<ADD>(srcs, dst) },
+                _ => xor::sum_scalar::<ADD>(srcs, dst, 0),
             }
             return;
         }

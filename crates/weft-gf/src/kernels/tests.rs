@@ -143,3 +143,40 @@ fn simd_names_parse() {
     assert!(SimdPath::supported().contains(&SimdPath::Scalar));
     assert!(SimdPath::active().is_supported());
 }
+
+#[test]
+fn all_ones_rows_are_plain_xor_on_every_path() {
+    let mut rng = StdRng::seed_from_u64(6);
+    for cols in 1..=13 {
+        for len in (0..300).chain([4099, 65_536 + 13]) {
+            let offset = len % 3;
+            let sources: Vec<Vec<u8>> =
+                (0..cols).map(|_| random_bytes(&mut rng, len + offset)).collect();
+            let srcs: Vec<&[u8]> = sources.iter().map(|s| &s[offset..]).collect();
+            let initial = random_bytes(&mut rng, len + offset);
+            let xor_all: Vec<u8> =
+                (0..len).map(|p| srcs.iter().fold(0u8, |acc, s| acc ^ s[p])).collect();
+            for path in SimdPath::supported() {
+                let tables = DotTables::with_path(path, &vec![1u8; cols], 1, cols);
+                for add in [false, true] {
+                    let mut out = initial.clone();
+                    if add {
+                        tables.dot_prod_add(&srcs, &mut [&mut out[offset..]]);
+                    } else {
+                        tables.dot_prod(&srcs, &mut [&mut out[offset..]]);
+                    }
+                    assert_eq!(&out[..offset], &initial[..offset], "{path} wrote before the slice");
+                    let expected: Vec<u8> = if add {
+                        xor_all.iter().zip(&initial[offset..]).map(|(x, i)| x ^ i).collect()
+                    } else {
+                        xor_all.clone()
+                    };
+                    assert!(
+                        out[offset..] == expected[..],
+                        "{path} cols={cols} len={len} add={add}"
+                    );
+                }
+            }
+        }
+    }
+}
