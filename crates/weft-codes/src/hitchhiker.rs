@@ -47,7 +47,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use weft_gf::field::MUL_TABLE;
-use weft_gf::{DotTables, Matrix};
+use weft_gf::{DotTables, Matrix, XorPairTables};
 
 use crate::{
     Code, CodeError, CodeSpec, ReadRange, RepairPlan, MAX_CACHED_DECODINGS, UPDATE_CHUNK_BYTES,
@@ -61,6 +61,10 @@ const A: usize = 0;
 const B: usize = 1;
 /// Bytes of each half-unit a program works on at a time (see [`Program::run`]).
 const RUN_WINDOW_BYTES: usize = 32 * 1024;
+/// Window for programs without intermediate halves (repairs): nothing to keep in cache, so
+/// larger windows only save per-window bookkeeping (measured: 32 KiB windows cost a repair
+/// of 1 MiB units about 15%).
+const RUN_WINDOW_NO_SCRATCH_BYTES: usize = 256 * 1024;
 /// The parity whose b-half is added to its a-half by the XOR+ step (0-based: the paper's second).
 const TWISTED_PARITY: usize = 1;
 
@@ -175,8 +179,16 @@ enum Source {
 struct Step {
     dsts: Vec<usize>,
     srcs: Vec<Source>,
-    tables: DotTables,
-    add: bool,
+    kind: StepKind,
+}
+
+#[derive(Debug)]
+enum StepKind {
+    /// `dsts (^)= tables · srcs`.
+    Dot { tables: DotTables, add: bool },
+    /// `dsts = [b, a]` with b a dot product of the sources and a = b ^ an XOR of sources, in
+    /// one pass (XOR+ repair).
+    XorPair(XorPairTables),
 }
 
 /// A straight-line computation over half-units: slots `0..outputs` are the caller's output
@@ -200,7 +212,7 @@ impl Program {
 
     fn push(&mut self, dsts: Vec<usize>, srcs: Vec<Source>, coefficients: &[u8], add: bool) {
         let tables = DotTables::new(coefficients, dsts.len(), srcs.len());
-        self.steps.push(Step { dsts, srcs, tables, add });
+        self.steps.push(Step { dsts, srcs, kind: StepKind::Dot { tables, add } });
     }
 
     /// Appends steps that make `dsts[i] (= or ^=) Σ_j coefficients[i][j]·srcs[j]`. Sources every
@@ -235,7 +247,8 @@ impl Program {
     /// scratch is one window per slot.
     fn run(&self, inputs: &[Option<&[u8]>], mut outputs: Vec<&mut [u8]>, half: usize) {
         assert_eq!(outputs.len(), self.outputs, "one region per output slot");
-        let window = RUN_WINDOW_BYTES.min(half);
+        let window = if self.scratch == 0 { RUN_WINDOW_NO_SCRATCH_BYTES } else { RUN_WINDOW_BYTES }
+            .min(half);
         if window == 0 {
             return;
         }
@@ -269,10 +282,15 @@ impl Program {
                             }
                         })
                         .collect();
-                    if step.add {
-                        step.tables.dot_prod_add(&srcs, &mut dsts);
-                    } else {
-                        step.tables.dot_prod(&srcs, &mut dsts);
+                    match &step.kind {
+                        StepKind::Dot { tables, add: true } => {
+                            tables.dot_prod_add(&srcs, &mut dsts)
+                        }
+                        StepKind::Dot { tables, add: false } => tables.dot_prod(&srcs, &mut dsts),
+                        StepKind::XorPair(tables) => {
+                            let [b, a] = &mut dsts[..] else { unreachable!("two outputs") };
+                            tables.run(&srcs, b, a);
+                        }
                     }
                 }
                 for (&s, dst) in step.dsts.iter().zip(dsts) {
@@ -691,10 +709,30 @@ impl Hitchhiker {
             })?;
             let srcs: Vec<Source> = symbols.iter().map(|&s| Source::Input(s)).collect();
             let mut program = Program::new(SUB_CHUNKS);
-            program.compute(&[A, B], &srcs, &coefficients, false);
+            match xor_after_b(&coefficients) {
+                // XOR+: the a-half is the b-half plus an XOR of reads, so one pass computes
+                // both and multiplies only for b.
+                Some(in_a) => {
+                    let row_b = &coefficients[symbols.len()..];
+                    let tables = XorPairTables::new(row_b, &in_a);
+                    let kind = StepKind::XorPair(tables);
+                    program.steps.push(Step { dsts: vec![B, A], srcs, kind });
+                }
+                None => program.compute(&[A, B], &srcs, &coefficients, false),
+            }
             Ok(program)
         })
     }
+}
+
+/// For a repair with rows (a, b) over the same reads: whether a = b + (a XOR of reads), i.e.
+/// row_a − row_b has only coefficients 0 and 1 — then returns which reads are in that XOR.
+/// True for hh-xor+ (its piggyback parity row is all ones); hh-xor and hh-nonxor run one
+/// two-row pass instead.
+fn xor_after_b(coefficients: &[u8]) -> Option<Vec<bool>> {
+    let (row_a, row_b) = coefficients.split_at(coefficients.len() / 2);
+    let difference: Vec<u8> = row_a.iter().zip(row_b).map(|(a, b)| a ^ b).collect();
+    difference.iter().all(|&c| c <= 1).then(|| difference.iter().map(|&c| c == 1).collect())
 }
 
 /// Every (unit, len) must equal `expected`.

@@ -15,5 +15,7 @@ pub mod kernels;
 pub mod matrix;
 
 pub use field::{add, div, exp, inv, log, mul, pow, POLYNOMIAL};
-pub use kernels::{mul_add_region, mul_region, xor_region, DotTables, SimdError, SimdPath};
+pub use kernels::{
+    mul_add_region, mul_region, xor_region, DotTables, SimdError, SimdPath, XorPairTables,
+};
 pub use matrix::{Matrix, MatrixError};

@@ -141,3 +141,85 @@ unsafe fn block<const R: usize, const U: usize, const ADD: bool>(
         }
     }
 }
+
+/// One pass computing `b = Σ_j c_j·src_j` and `a = b ^ (XOR of the sources with mask_j)`,
+/// with a zero matrix meaning "not in b". Each source is loaded once; sources only in `a`
+/// cost one XOR, not a multiplication.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX-512BW and GFNI; every slice must have the same length;
+/// `matrices` and `in_a` have one entry per source.
+#[target_feature(enable = "avx512f,avx512bw,gfni")]
+pub(super) unsafe fn dot_with_xor_row(
+    matrices: &[u64],
+    in_a: &[bool],
+    srcs: &[&[u8]],
+    b: &mut [u8],
+    a: &mut [u8],
+) {
+    const U: usize = 4;
+    assert!(matrices.len() == srcs.len() && in_a.len() == srcs.len());
+    let len = b.len();
+    let (out_b, out_a) = (b.as_mut_ptr(), a.as_mut_ptr());
+    let mut pos = 0;
+    // SAFETY: full tiles end at or below len; the tail is masked; indices j < srcs.len().
+    unsafe {
+        while pos + 64 * U <= len {
+            let mut acc_b = [_mm512_setzero_si512(); U];
+            let mut acc_a = [_mm512_setzero_si512(); U];
+            for (j, src) in srcs.iter().enumerate() {
+                let src = src.as_ptr().add(pos);
+                for u in 0..U {
+                    let ahead = src.wrapping_add(PREFETCH_BYTES + 64 * u);
+                    _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
+                }
+                let x: [__m512i; U] =
+                    std::array::from_fn(|u| _mm512_loadu_si512(src.add(64 * u) as *const _));
+                let m = *matrices.get_unchecked(j);
+                if m != 0 {
+                    let matrix = _mm512_set1_epi64(m as i64);
+                    for u in 0..U {
+                        let product = _mm512_gf2p8affine_epi64_epi8::<0>(x[u], matrix);
+                        acc_b[u] = _mm512_xor_si512(acc_b[u], product);
+                    }
+                }
+                if *in_a.get_unchecked(j) {
+                    for u in 0..U {
+                        acc_a[u] = _mm512_xor_si512(acc_a[u], x[u]);
+                    }
+                }
+            }
+            for u in 0..U {
+                _mm512_storeu_si512(out_b.add(pos + 64 * u) as *mut _, acc_b[u]);
+                let total = _mm512_xor_si512(acc_a[u], acc_b[u]);
+                _mm512_storeu_si512(out_a.add(pos + 64 * u) as *mut _, total);
+            }
+            pos += 64 * U;
+        }
+        while pos < len {
+            let n = (len - pos).min(64);
+            let mask: __mmask64 = if n == 64 { !0 } else { (1u64 << n) - 1 };
+            let mut acc_b = _mm512_setzero_si512();
+            let mut acc_a = _mm512_setzero_si512();
+            for (j, src) in srcs.iter().enumerate() {
+                let x = _mm512_maskz_loadu_epi8(mask, src.as_ptr().add(pos) as *const i8);
+                let m = *matrices.get_unchecked(j);
+                if m != 0 {
+                    let product =
+                        _mm512_gf2p8affine_epi64_epi8::<0>(x, _mm512_set1_epi64(m as i64));
+                    acc_b = _mm512_xor_si512(acc_b, product);
+                }
+                if *in_a.get_unchecked(j) {
+                    acc_a = _mm512_xor_si512(acc_a, x);
+                }
+            }
+            _mm512_mask_storeu_epi8(out_b.add(pos) as *mut i8, mask, acc_b);
+            _mm512_mask_storeu_epi8(
+                out_a.add(pos) as *mut i8,
+                mask,
+                _mm512_xor_si512(acc_a, acc_b),
+            );
+            pos += n;
+        }
+    }
+}

@@ -315,6 +315,69 @@ fn transposed<T>(coefficients: &[u8], rows: usize, cols: usize, expand: fn(u8) -
     out
 }
 
+/// A row `b = Σ_j c_j·src_j` paired with a row `a = b ^ (XOR of some sources)`, computed in
+/// one pass over the sources. This is the shape of Hitchhiker-XOR+ repair: the b-half by RS,
+/// the a-half from the piggyback, whose parity row is all ones.
+#[derive(Clone)]
+pub struct XorPairTables {
+    b: DotTables,
+    in_a: Vec<bool>,
+    /// The XOR row alone, for paths without a fused kernel.
+    a_sources: Vec<usize>,
+    #[cfg(target_arch = "x86_64")]
+    matrices: Vec<u64>,
+}
+
+impl fmt::Debug for XorPairTables {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("XorPairTables").field("b", &self.b).field("in_a", &self.in_a).finish()
+    }
+}
+
+impl XorPairTables {
+    /// `b_coefficients[j]` is source j's coefficient in b (0: not in b); `in_a[j]` says whether
+    /// source j is XORed into a.
+    pub fn new(b_coefficients: &[u8], in_a: &[bool]) -> XorPairTables {
+        XorPairTables::with_path(SimdPath::active(), b_coefficients, in_a)
+    }
+
+    pub fn with_path(path: SimdPath, b_coefficients: &[u8], in_a: &[bool]) -> XorPairTables {
+        assert_eq!(b_coefficients.len(), in_a.len(), "one flag per source");
+        let cols = b_coefficients.len();
+        XorPairTables {
+            b: DotTables::with_path(path, b_coefficients, 1, cols),
+            in_a: in_a.to_vec(),
+            a_sources: (0..cols).filter(|&j| in_a[j]).collect(),
+            #[cfg(target_arch = "x86_64")]
+            matrices: b_coefficients
+                .iter()
+                .map(|&c| if c == 0 { 0 } else { gfni::affine_matrix(c) })
+                .collect(),
+        }
+    }
+
+    /// `b = Σ c_j·src_j`, then `a = b ^ XOR(src_j for in_a[j])`.
+    pub fn run(&self, srcs: &[&[u8]], b: &mut [u8], a: &mut [u8]) {
+        assert_eq!(srcs.len(), self.in_a.len(), "one source per column");
+        assert_eq!(a.len(), b.len(), "all regions must have the same length");
+        assert!(srcs.iter().all(|s| s.len() == b.len()), "all regions must have the same length");
+        match self.b.path {
+            #[cfg(target_arch = "x86_64")]
+            SimdPath::Gfni => {
+                // SAFETY: with_path checked GFNI support; lengths and counts checked above.
+                unsafe { gfni::dot_with_xor_row(&self.matrices, &self.in_a, srcs, b, a) }
+            }
+            _ => {
+                self.b.dot_prod(srcs, &mut [&mut *b]);
+                a.copy_from_slice(b);
+                for &j in &self.a_sources {
+                    xor_region(srcs[j], a);
+                }
+            }
+        }
+    }
+}
+
 /// `dst ^= c·src` on the active path.
 pub fn mul_add_region(c: u8, src: &[u8], dst: &mut [u8]) {
     mul_add_region_with(SimdPath::active(), c, src, dst)

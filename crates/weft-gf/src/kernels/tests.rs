@@ -180,3 +180,33 @@ fn all_ones_rows_are_plain_xor_on_every_path() {
         }
     }
 }
+
+#[test]
+fn xor_pair_rows_match_their_definition_on_every_path() {
+    let mut rng = StdRng::seed_from_u64(7);
+    for cols in 1..=14 {
+        for len in [0, 1, 63, 64, 65, 255, 256, 1000, 4099] {
+            let coefficients: Vec<u8> =
+                (0..cols).map(|j| if j % 4 == 3 { 0 } else { rng.gen() }).collect();
+            let in_a: Vec<bool> = (0..cols).map(|j| j % 3 != 1).collect();
+            let sources: Vec<Vec<u8>> = (0..cols).map(|_| random_bytes(&mut rng, len)).collect();
+            let srcs: Vec<&[u8]> = sources.iter().map(|s| s.as_slice()).collect();
+            let b_expected: Vec<u8> = (0..len)
+                .map(|p| {
+                    (0..cols).fold(0, |acc, j| acc ^ crate::field::mul(coefficients[j], srcs[j][p]))
+                })
+                .collect();
+            let a_expected: Vec<u8> = (0..len)
+                .map(|p| {
+                    (0..cols).filter(|&j| in_a[j]).fold(b_expected[p], |acc, j| acc ^ srcs[j][p])
+                })
+                .collect();
+            for path in SimdPath::supported() {
+                let tables = XorPairTables::with_path(path, &coefficients, &in_a);
+                let (mut b, mut a) = (random_bytes(&mut rng, len), random_bytes(&mut rng, len));
+                tables.run(&srcs, &mut b, &mut a);
+                assert!(b == b_expected && a == a_expected, "{path} cols={cols} len={len}");
+            }
+        }
+    }
+}
