@@ -169,6 +169,11 @@ fn advise_huge_pages(start: *mut u8, span: usize) {
 #[cfg(not(target_os = "linux"))]
 fn advise_huge_pages(_start: *mut u8, _len: usize) {}
 
+/// Step and count of the start offsets buffers are staggered by: a cache-line multiple that
+/// is not a multiple of 4 KiB, so successive buffers land on different cache sets.
+const STAGGER_BYTES: usize = 4096 + 192;
+const STAGGER_SLOTS: usize = 31;
+
 /// A zeroed byte buffer whose first byte is `BUFFER_ALIGN_BYTES`-aligned (2 MiB-aligned for
 /// buffers of 2 MiB and more).
 struct AlignedBuffer {
@@ -178,17 +183,23 @@ struct AlignedBuffer {
 }
 
 impl AlignedBuffer {
-    fn zeroed(len: usize) -> AlignedBuffer {
+    /// `stagger` shifts the start by that many [`STAGGER_BYTES`] steps, so the buffers of one
+    /// stripe do not all start at the same offset within a page: perfectly aliased streams
+    /// fight over the same cache sets, which real buffers (from disks, sockets) rarely do.
+    fn zeroed(len: usize, stagger: usize) -> AlignedBuffer {
         let huge = len >= HUGE_PAGE_MIN_BUFFER_BYTES;
         let align = if huge { HUGE_PAGE_BYTES } else { BUFFER_ALIGN_BYTES };
-        let span = if huge { len.div_ceil(HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES } else { len };
-        let mut storage: Vec<u8> = Vec::with_capacity(span + align);
-        let offset = storage.as_ptr().align_offset(align);
+        let shift = (stagger % STAGGER_SLOTS) * STAGGER_BYTES;
+        let span =
+            if huge { (len + shift).div_ceil(HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES } else { len };
+        let mut storage: Vec<u8> = Vec::with_capacity(span + align + shift);
+        let aligned = storage.as_ptr().align_offset(align);
         if huge {
-            advise_huge_pages(storage.as_mut_ptr().wrapping_add(offset), span);
+            advise_huge_pages(storage.as_mut_ptr().wrapping_add(aligned), span);
         }
         // Zeroing after the advice makes the first touch fault in huge pages.
-        storage.resize(span + align, 0);
+        storage.resize(span + align + shift, 0);
+        let offset = aligned + shift;
         AlignedBuffer { storage, offset, len }
     }
 
@@ -210,14 +221,18 @@ struct Stripe {
 impl Stripe {
     fn new(seed: u64, n: usize, shard: usize, outputs: usize) -> Stripe {
         let mut rng = StdRng::seed_from_u64(seed);
+        let mut slot = 0..;
         let units = (0..n)
             .map(|_| {
-                let mut unit = AlignedBuffer::zeroed(shard);
+                let mut unit = AlignedBuffer::zeroed(shard, slot.next().expect("endless"));
                 rng.fill_bytes(unit.as_mut_slice());
                 unit
             })
             .collect();
-        Stripe { units, out: (0..outputs).map(|_| AlignedBuffer::zeroed(shard)).collect() }
+        let out = (0..outputs)
+            .map(|_| AlignedBuffer::zeroed(shard, slot.next().expect("endless")))
+            .collect();
+        Stripe { units, out }
     }
 }
 
