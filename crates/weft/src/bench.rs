@@ -169,10 +169,8 @@ fn advise_huge_pages(start: *mut u8, span: usize) {
 #[cfg(not(target_os = "linux"))]
 fn advise_huge_pages(_start: *mut u8, _len: usize) {}
 
-/// Step and count of the start offsets buffers are staggered by: a cache-line multiple that
-/// is not a multiple of 4 KiB, so successive buffers land on different cache sets.
-const STAGGER_BYTES: usize = 4096 + 192;
-const STAGGER_SLOTS: usize = 31;
+/// Buffers start at one of this many cache-line offsets within a 4 KiB page.
+const STAGGER_LINES: usize = 64;
 
 /// A zeroed byte buffer whose first byte is `BUFFER_ALIGN_BYTES`-aligned (2 MiB-aligned for
 /// buffers of 2 MiB and more).
@@ -183,13 +181,16 @@ struct AlignedBuffer {
 }
 
 impl AlignedBuffer {
-    /// `stagger` shifts the start by that many [`STAGGER_BYTES`] steps, so the buffers of one
-    /// stripe do not all start at the same offset within a page: perfectly aliased streams
-    /// fight over the same cache sets, which real buffers (from disks, sockets) rarely do.
+    /// `stagger` picks the start's cache-line offset within a page, so the buffers of one
+    /// stripe do not all start at the same offset: perfectly aliased streams fight over the
+    /// same cache sets (and trip 4 KiB store/load aliasing), which independently allocated
+    /// buffers rarely do.
     fn zeroed(len: usize, stagger: usize) -> AlignedBuffer {
         let huge = len >= HUGE_PAGE_MIN_BUFFER_BYTES;
         let align = if huge { HUGE_PAGE_BYTES } else { BUFFER_ALIGN_BYTES };
-        let shift = (stagger % STAGGER_SLOTS) * STAGGER_BYTES;
+        // A fixed pseudo-random cache-line offset within 4 KiB per slot, as independent
+        // allocations would have: no two streams systematically alias.
+        let shift = (stagger.wrapping_mul(0x9E37_79B9) >> 7) % STAGGER_LINES * BUFFER_ALIGN_BYTES;
         let span =
             if huge { (len + shift).div_ceil(HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES } else { len };
         let mut storage: Vec<u8> = Vec::with_capacity(span + align + shift);

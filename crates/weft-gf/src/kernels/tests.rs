@@ -210,3 +210,32 @@ fn xor_pair_rows_match_their_definition_on_every_path() {
         }
     }
 }
+
+#[test]
+fn outputs_beyond_the_streaming_threshold_are_exact() {
+    // Large enough for the GFNI kernel's streaming stores, with 64-byte aligned outputs (the
+    // condition for them) and a tail that is not a whole vector.
+    let mut rng = StdRng::seed_from_u64(8);
+    let len = (4 << 20) + 64 * 5 + 13;
+    let (rows, cols) = (3, 4);
+    let coefficients = random_bytes(&mut rng, rows * cols);
+    let sources: Vec<Vec<u8>> = (0..cols).map(|_| random_bytes(&mut rng, len)).collect();
+    let srcs: Vec<&[u8]> = sources.iter().map(|s| s.as_slice()).collect();
+    let mut expected = vec![vec![0u8; len]; rows];
+    let mut refs: Vec<&mut [u8]> = expected.iter_mut().map(|e| e.as_mut_slice()).collect();
+    DotTables::with_path(SimdPath::Scalar, &coefficients, rows, cols).dot_prod(&srcs, &mut refs);
+    for path in SimdPath::supported() {
+        let mut storage = vec![vec![0u8; len + 64]; rows];
+        let mut outs: Vec<&mut [u8]> = storage
+            .iter_mut()
+            .map(|s| {
+                let at = s.as_ptr().align_offset(64);
+                &mut s[at..at + len]
+            })
+            .collect();
+        DotTables::with_path(path, &coefficients, rows, cols).dot_prod(&srcs, &mut outs);
+        for (row, out) in outs.iter().enumerate() {
+            assert!(**out == expected[row][..], "{path} row {row}");
+        }
+    }
+}
