@@ -54,7 +54,7 @@ use std::sync::{Arc, Mutex};
 
 use weft_gf::{DotTables, Matrix};
 
-use crate::{Code, CodeError, CodeSpec, ReadRange, RepairPlan};
+use crate::{checks, Code, CodeError, CodeSpec, ReadRange, RepairPlan};
 
 /// The coupling coefficient γ (γ ≠ 0, γ² ≠ 1).
 const GAMMA: u8 = 2;
@@ -499,21 +499,11 @@ impl ClayCode {
     }
 
     fn check_index(&self, index: usize) -> Result<(), CodeError> {
-        if index >= self.layout.n() {
-            return Err(CodeError::UnitIndex { index, total: self.layout.n() });
-        }
-        Ok(())
+        checks::index(index, self.layout.n())
     }
 
     fn check_parity(&self, parity: &[&mut [u8]], len: usize) -> Result<(), CodeError> {
-        if parity.len() != self.layout.r {
-            return Err(CodeError::UnitCount {
-                what: "parity units",
-                expected: self.layout.r,
-                got: parity.len(),
-            });
-        }
-        check_lengths(parity.iter().enumerate().map(|(i, p)| (self.layout.k + i, p.len())), len)
+        checks::parity(self, parity, len)
     }
 
     /// Runs a decode program: `input(p, z)` is sub-chunk z of known real node p, `outputs[i]`
@@ -774,19 +764,6 @@ fn known_sub_chunk<'x, 'a: 'x>(
     }
 }
 
-/// Every (unit, len) must equal `expected`.
-fn check_lengths(
-    lengths: impl Iterator<Item = (usize, usize)>,
-    expected: usize,
-) -> Result<(), CodeError> {
-    for (unit, len) in lengths {
-        if len != expected {
-            return Err(CodeError::UnitLength { unit, len, expected });
-        }
-    }
-    Ok(())
-}
-
 impl Code for ClayCode {
     fn spec(&self) -> CodeSpec {
         self.spec
@@ -821,7 +798,7 @@ impl Code for ClayCode {
             });
         }
         let len = data[0].len();
-        check_lengths(data.iter().enumerate().map(|(i, d)| (i, d.len())), len)?;
+        checks::lengths(data.iter().enumerate().map(|(i, d)| (i, d.len())), len)?;
         self.check_parity(parity, len)?;
         self.check_unit_len(len)?;
         if len == 0 {
@@ -871,28 +848,7 @@ impl Code for ClayCode {
         out: &mut [&mut [u8]],
     ) -> Result<(), CodeError> {
         let n = self.layout.n();
-        if units.len() != n {
-            return Err(CodeError::UnitCount { what: "units", expected: n, got: units.len() });
-        }
-        if out.len() != wanted.len() {
-            return Err(CodeError::UnitCount {
-                what: "output buffers",
-                expected: wanted.len(),
-                got: out.len(),
-            });
-        }
-        for &w in wanted {
-            self.check_index(w)?;
-        }
-        let present: Vec<usize> = (0..n).filter(|&i| units[i].is_some()).collect();
-        let len = present
-            .first()
-            .map(|&i| units[i].map_or(0, |u| u.len()))
-            .or(out.first().map(|o| o.len()))
-            .unwrap_or(0);
-        check_lengths(present.iter().map(|&i| (i, units[i].map_or(0, |u| u.len()))), len)?;
-        check_lengths(wanted.iter().zip(out.iter()).map(|(&w, o)| (w, o.len())), len)?;
-        self.check_unit_len(len)?;
+        let (_, len) = checks::reconstruct(self, units, wanted, out)?;
         let missing: Vec<usize> = (0..n).filter(|&i| units[i].is_none()).collect();
         let mut lost_wanted: Vec<usize> =
             wanted.iter().copied().filter(|&w| units[w].is_none()).collect();

@@ -50,7 +50,8 @@ use weft_gf::field::MUL_TABLE;
 use weft_gf::{DotTables, Matrix, XorPairTables};
 
 use crate::{
-    Code, CodeError, CodeSpec, ReadRange, RepairPlan, MAX_CACHED_DECODINGS, UPDATE_CHUNK_BYTES,
+    checks, Code, CodeError, CodeSpec, ReadRange, RepairPlan, MAX_CACHED_DECODINGS,
+    UPDATE_CHUNK_BYTES,
 };
 
 /// Sub-chunks per unit.
@@ -495,21 +496,11 @@ impl Hitchhiker {
     }
 
     fn check_index(&self, index: usize) -> Result<(), CodeError> {
-        if index >= self.n() {
-            return Err(CodeError::UnitIndex { index, total: self.n() });
-        }
-        Ok(())
+        checks::index(index, self.n())
     }
 
     fn check_parity(&self, parity: &[&mut [u8]], len: usize) -> Result<(), CodeError> {
-        if parity.len() != self.r {
-            return Err(CodeError::UnitCount {
-                what: "parity units",
-                expected: self.r,
-                got: parity.len(),
-            });
-        }
-        check_lengths(parity.iter().enumerate().map(|(i, p)| (self.k + i, p.len())), len)
+        checks::parity(self, parity, len)
     }
 
     fn not_decodable(&self, mut lost: Vec<usize>, reason: String) -> CodeError {
@@ -735,19 +726,6 @@ fn xor_after_b(coefficients: &[u8]) -> Option<Vec<bool>> {
     difference.iter().all(|&c| c <= 1).then(|| difference.iter().map(|&c| c == 1).collect())
 }
 
-/// Every (unit, len) must equal `expected`.
-fn check_lengths(
-    lengths: impl Iterator<Item = (usize, usize)>,
-    expected: usize,
-) -> Result<(), CodeError> {
-    for (unit, len) in lengths {
-        if len != expected {
-            return Err(CodeError::UnitLength { unit, len, expected });
-        }
-    }
-    Ok(())
-}
-
 /// Parity halves as output regions: sub-chunk s of parity p at position 2p + s.
 fn parity_halves<'a>(
     parity: &'a mut [&mut [u8]],
@@ -797,7 +775,7 @@ impl Code for Hitchhiker {
             });
         }
         let len = data[0].len();
-        check_lengths(data.iter().enumerate().map(|(i, d)| (i, d.len())), len)?;
+        checks::lengths(data.iter().enumerate().map(|(i, d)| (i, d.len())), len)?;
         self.check_parity(parity, len)?;
         self.check_unit_len(len)?;
         let half = len / SUB_CHUNKS;
@@ -841,7 +819,7 @@ impl Code for Hitchhiker {
         if data_index >= self.k {
             return Err(CodeError::DataIndex { index: data_index, k: self.k });
         }
-        check_lengths(std::iter::once((data_index, new.len())), old.len())?;
+        checks::lengths(std::iter::once((data_index, new.len())), old.len())?;
         self.check_parity(parity, old.len())?;
         self.check_unit_len(old.len())?;
         // Byte x of both halves feeds byte x of the parity halves only, so the delta can be
@@ -887,28 +865,7 @@ impl Code for Hitchhiker {
         out: &mut [&mut [u8]],
     ) -> Result<(), CodeError> {
         let n = self.n();
-        if units.len() != n {
-            return Err(CodeError::UnitCount { what: "units", expected: n, got: units.len() });
-        }
-        if out.len() != wanted.len() {
-            return Err(CodeError::UnitCount {
-                what: "output buffers",
-                expected: wanted.len(),
-                got: out.len(),
-            });
-        }
-        for &w in wanted {
-            self.check_index(w)?;
-        }
-        let present: Vec<usize> = (0..n).filter(|&i| units[i].is_some()).collect();
-        let len = present
-            .first()
-            .map(|&i| units[i].map_or(0, |u| u.len()))
-            .or(out.first().map(|o| o.len()))
-            .unwrap_or(0);
-        check_lengths(present.iter().map(|&i| (i, units[i].map_or(0, |u| u.len()))), len)?;
-        check_lengths(wanted.iter().zip(out.iter()).map(|(&w, o)| (w, o.len())), len)?;
-        self.check_unit_len(len)?;
+        let (present, len) = checks::reconstruct(self, units, wanted, out)?;
         if wanted.is_empty() {
             return Ok(());
         }

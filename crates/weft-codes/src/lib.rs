@@ -13,6 +13,7 @@
 
 use std::fmt;
 
+mod checks;
 mod clay;
 mod error;
 mod hitchhiker;

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use weft_gf::{DotTables, Matrix};
 
-use crate::{Code, CodeError, CodeSpec, ReadRange, RepairPlan, UPDATE_CHUNK_BYTES};
+use crate::{checks, Code, CodeError, CodeSpec, ReadRange, RepairPlan, UPDATE_CHUNK_BYTES};
 
 /// Most decode matrices one code keeps prepared.
 pub const MAX_CACHED_DECODINGS: usize = 4096;
@@ -178,35 +178,12 @@ impl LinearCode {
     }
 
     fn check_index(&self, index: usize) -> Result<(), CodeError> {
-        if index >= self.n() {
-            return Err(CodeError::UnitIndex { index, total: self.n() });
-        }
-        Ok(())
+        checks::index(index, self.n())
     }
 
     fn check_parity(&self, parity: &[&mut [u8]], len: usize) -> Result<(), CodeError> {
-        if parity.len() != self.r {
-            return Err(CodeError::UnitCount {
-                what: "parity units",
-                expected: self.r,
-                got: parity.len(),
-            });
-        }
-        check_lengths(parity.iter().enumerate().map(|(i, p)| (self.k + i, p.len())), len)
+        checks::parity(self, parity, len)
     }
-}
-
-/// Every (unit, len) must equal `expected`.
-fn check_lengths(
-    lengths: impl Iterator<Item = (usize, usize)>,
-    expected: usize,
-) -> Result<(), CodeError> {
-    for (unit, len) in lengths {
-        if len != expected {
-            return Err(CodeError::UnitLength { unit, len, expected });
-        }
-    }
-    Ok(())
 }
 
 /// Solves x · basis = target for x, where `basis` (s × k) has full row rank. `None` when
@@ -279,7 +256,7 @@ impl Code for LinearCode {
             });
         }
         let len = data[0].len();
-        check_lengths(data.iter().enumerate().map(|(i, d)| (i, d.len())), len)?;
+        checks::lengths(data.iter().enumerate().map(|(i, d)| (i, d.len())), len)?;
         self.check_parity(parity, len)?;
         self.check_unit_len(len)?;
         self.encode_tables.dot_prod(data, parity);
@@ -311,7 +288,7 @@ impl Code for LinearCode {
         if data_index >= self.k {
             return Err(CodeError::DataIndex { index: data_index, k: self.k });
         }
-        check_lengths(std::iter::once((data_index, new.len())), old.len())?;
+        checks::lengths(std::iter::once((data_index, new.len())), old.len())?;
         self.check_parity(parity, old.len())?;
         self.check_unit_len(old.len())?;
         // α = 1: byte i of parity depends on byte i of data only, so the delta can be
@@ -347,32 +324,7 @@ impl Code for LinearCode {
         wanted: &[usize],
         out: &mut [&mut [u8]],
     ) -> Result<(), CodeError> {
-        if units.len() != self.n() {
-            return Err(CodeError::UnitCount {
-                what: "units",
-                expected: self.n(),
-                got: units.len(),
-            });
-        }
-        if out.len() != wanted.len() {
-            return Err(CodeError::UnitCount {
-                what: "output buffers",
-                expected: wanted.len(),
-                got: out.len(),
-            });
-        }
-        for &w in wanted {
-            self.check_index(w)?;
-        }
-        let present: Vec<usize> = (0..self.n()).filter(|&i| units[i].is_some()).collect();
-        let len = present
-            .first()
-            .map(|&i| units[i].map_or(0, |u| u.len()))
-            .or(out.first().map(|o| o.len()))
-            .unwrap_or(0);
-        check_lengths(present.iter().map(|&i| (i, units[i].map_or(0, |u| u.len()))), len)?;
-        check_lengths(wanted.iter().zip(out.iter()).map(|(&w, o)| (w, o.len())), len)?;
-        self.check_unit_len(len)?;
+        let (present, _) = checks::reconstruct(self, units, wanted, out)?;
         if wanted.is_empty() {
             return Ok(());
         }
