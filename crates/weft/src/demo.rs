@@ -152,6 +152,20 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     }
     println!("refused, as it must be, and no output file was written");
 
+    step("Repairs that read less: what rebuilding one unit reads, per code, beside rs(10,4)");
+    for code in ["hh-xor+(10,4)", "clay(10,4)", "lrc(10,2,2)"] {
+        let args = ["ec", "repair-cost", "--code", code];
+        println!("$ weft ec repair-cost --code '{code}'   # its summary line:");
+        let output = Command::new(std::env::current_exe()?).args(args).output()?;
+        if !output.status.success() {
+            return Err(cli_error!("demo step failed: weft {}", args.join(" ")));
+        }
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let averages: Vec<&str> =
+            stdout.lines().filter(|line| line.starts_with("average over data units")).collect();
+        println!("{}", averages.join(""));
+    }
+
     step("Done");
     println!("Speed, side by side with ISA-L: weft bench ec --code rs --k 10 --r 4 --shard 1MiB --compare isal");
     println!("Files kept in {}", dir.display());
