@@ -1,0 +1,1 @@
+//! weft-layout: placeholder, being written.

@@ -1,0 +1,1 @@
+//! weft-store: placeholder, being written.
