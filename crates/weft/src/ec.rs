@@ -137,6 +137,8 @@ pub enum EcCommand {
     ///   weft ec encode photo.raw --code rs --k 10 --r 4 -o photo.ec   # 14 units, any 4 may be lost
     ///   weft ec encode notes.txt --code 'rs(6,3)' -o notes.ec
     ///   weft ec encode db.bin --code rep --r 2 -o db.ec               # 3 copies
+    ///   weft ec encode big.bin --code clay --k 10 --r 4 -o big.ec      # a repair reads 3.25 units
+    ///   weft ec encode log.bin --code hh-xor+ --k 10 --r 4 -o log.ec   # a repair reads 6.5 units
     #[command(verbatim_doc_comment)]
     Encode(EncodeArgs),
 
