@@ -1,0 +1,676 @@
+//! A disk: one directory holding unit files, with atomic create, verified range reads, scrub,
+//! and a sticky failed state.
+//!
+//! Layout of a disk directory (see docs/store-format.md):
+//! `weft-disk` (layout marker), `tmp/` (files being written), `units/<xx>/<unit file name>`,
+//! where `<xx>` is [`UnitKey::fanout`].
+//!
+//! Invariants:
+//! - A unit file is visible under `units/` only once complete: header and data are written to
+//!   `tmp/`, fsynced, then moved into place without replacing anything, and the directory is
+//!   fsynced. A reader never sees a partial unit; after a crash a unit is whole or absent.
+//! - Units are immutable. A key names at most one file; storing an existing key fails with
+//!   `AlreadyExists` (a rewrite is a new generation).
+//! - Every byte returned by a read lies in a segment whose checksum was verified by that read.
+//! - After any failed write, fsync, rename or remove, every call returns `DiskFailed` until the
+//!   disk is reopened. Why: after a failed fsync, Linux may mark the dirty pages clean and drop
+//!   the error, so what the page cache and the device hold is unknown; retrying could report
+//!   success for data that never reached the device ("fsyncgate"; redb's sticky `PreviousIo`).
+//!   Reopening is the point where the operator (or the node) decides the disk is trustworthy;
+//!   open then removes leftovers in `tmp/`, and every unit is still checked on each read.
+//! - `tmp/` holds only files of writes in progress, so `Disk::open` deletes everything in it:
+//!   those writes cannot complete once their process is gone. Hence: one open `Disk` (and its
+//!   clones) per directory at a time.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+};
+
+use crate::{
+    error::StoreError,
+    format::{
+        decode_fixed, header_bytes, segment_count, ChecksumKind, Header, FIXED_HEADER_BYTES,
+        FORMAT_VERSION, MAX_UNIT_BYTES, SEGMENT_BYTES,
+    },
+    fs::{Fs, FsFile, RealFs},
+    key::UnitKey,
+};
+
+/// Result of this crate's operations.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Name of the layout marker file at the top of a disk directory.
+pub const DISK_MARKER_FILE: &str = "weft-disk";
+/// Contents of the layout marker for the layout this build writes and reads.
+pub const DISK_MARKER: &str = "weft-store disk layout 1\n";
+/// Number of fan-out directories under `units/` (two hex digits).
+pub const FANOUT_DIRS: u32 = 256;
+
+/// What a disk knows about one stored unit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UnitInfo {
+    pub key: UnitKey,
+    /// Length of the unit's data.
+    pub len_bytes: u64,
+    /// Same as `key.generation()`.
+    pub generation: u64,
+    pub segment_bytes: u32,
+    pub segment_count: u64,
+    pub checksum_kind: ChecksumKind,
+    pub format_version: u16,
+    /// Length of the file: header plus data.
+    pub file_bytes: u64,
+}
+
+/// Units on a disk and the bytes their files take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Usage {
+    pub units: u64,
+    pub file_bytes: u64,
+}
+
+/// Where a scrub is; passed to the progress callback before each unit.
+#[derive(Clone, Copy, Debug)]
+pub struct ScrubProgress {
+    pub unit: UnitKey,
+    pub units_checked: u64,
+    pub units_total: u64,
+    pub bytes_checked: u64,
+}
+
+/// What a scrub found.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct ScrubReport {
+    /// Units whose every segment was read (corrupt or not).
+    pub checked: u64,
+    /// Data bytes read and verified.
+    pub bytes_checked: u64,
+    /// Every segment whose checksum did not match, in key then segment order.
+    pub corrupt: Vec<(UnitKey, u64)>,
+    /// Units that could not be checked at all (bad header, wrong length, read errors).
+    pub unreadable: Vec<(UnitKey, StoreError)>,
+    /// Files under `units/` that are not unit files of their directory.
+    pub unrecognised: Vec<PathBuf>,
+}
+
+/// One disk directory. Cheap to clone; clones share the failed state. Blocking calls.
+#[derive(Clone, Debug)]
+pub struct Disk {
+    inner: Arc<DiskInner>,
+}
+
+#[derive(Debug)]
+struct DiskInner {
+    dir: PathBuf,
+    units_dir: PathBuf,
+    tmp_dir: PathBuf,
+    fs: Arc<dyn Fs>,
+    /// Why the disk refuses work, once something failed.
+    failed: Mutex<Option<String>>,
+    /// Distinguishes temp names of this open from any other.
+    instance: u64,
+    next_nonce: AtomicU64,
+    removed_temp_files: u64,
+}
+
+fn is_not_found(error: &std::io::Error) -> bool {
+    error.kind() == std::io::ErrorKind::NotFound
+}
+
+impl Disk {
+    /// Opens (creating if needed) the disk at `dir` on the real filesystem.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Disk> {
+        Disk::open_with(dir, Arc::new(RealFs))
+    }
+
+    /// Opens the disk at `dir` through `fs`. Creates the directory, its marker, `tmp/` and the
+    /// fan-out directories if missing; refuses a non-empty directory that is not a weft disk;
+    /// removes every file left in `tmp/` by writes that did not finish.
+    pub fn open_with(dir: impl AsRef<Path>, fs: Arc<dyn Fs>) -> Result<Disk> {
+        let dir = dir.as_ref().to_path_buf();
+        let units_dir = dir.join("units");
+        let tmp_dir = dir.join("tmp");
+        let io = |op: &'static str, path: &Path, source| StoreError::Io {
+            dir: dir.clone(),
+            key: None,
+            op,
+            path: path.to_path_buf(),
+            source,
+        };
+        fs.create_dir_all(&dir).map_err(|e| io("create directory", &dir, e))?;
+        let marker = dir.join(DISK_MARKER_FILE);
+        let has_marker = match fs.file_len(&marker) {
+            Ok(_) => true,
+            Err(e) if is_not_found(&e) => false,
+            Err(e) => return Err(io("stat", &marker, e)),
+        };
+        if has_marker {
+            let file = fs.open_read(&marker).map_err(|e| io("open", &marker, e))?;
+            let len = file.len_bytes().map_err(|e| io("stat", &marker, e))?;
+            let mut text = vec![0u8; len.min(256) as usize];
+            file.read_exact_at(&mut text, 0).map_err(|e| io("read", &marker, e))?;
+            if text != DISK_MARKER.as_bytes() {
+                return Err(StoreError::UnsupportedDisk {
+                    dir,
+                    reason: format!(
+                        "marker {DISK_MARKER_FILE} says {:?}, expected {DISK_MARKER:?}",
+                        String::from_utf8_lossy(&text)
+                    ),
+                });
+            }
+        } else {
+            let entries = fs.list_dir(&dir).map_err(|e| io("list", &dir, e))?;
+            if let Some(other) = entries.iter().find(|name| *name != "tmp" && *name != "units") {
+                return Err(StoreError::UnsupportedDisk {
+                    dir: dir.clone(),
+                    reason: format!(
+                        "directory is not empty ({other:?}) and has no {DISK_MARKER_FILE} marker; \
+                         refusing to use it"
+                    ),
+                });
+            }
+        }
+        fs.create_dir_all(&tmp_dir).map_err(|e| io("create directory", &tmp_dir, e))?;
+        for fanout in 0..FANOUT_DIRS {
+            let path = units_dir.join(format!("{fanout:02x}"));
+            fs.create_dir_all(&path).map_err(|e| io("create directory", &path, e))?;
+        }
+        fs.sync_dir(&units_dir).map_err(|e| io("fsync directory", &units_dir, e))?;
+        let mut removed_temp_files = 0;
+        let leftovers = fs.list_dir(&tmp_dir).map_err(|e| io("list", &tmp_dir, e))?;
+        for name in leftovers {
+            let path = tmp_dir.join(name);
+            fs.remove_file(&path).map_err(|e| io("remove stale temp file", &path, e))?;
+            removed_temp_files += 1;
+        }
+        if removed_temp_files > 0 {
+            fs.sync_dir(&tmp_dir).map_err(|e| io("fsync directory", &tmp_dir, e))?;
+        }
+        if !has_marker {
+            let temp = tmp_dir.join(DISK_MARKER_FILE);
+            let file = fs.create_new(&temp).map_err(|e| io("create", &temp, e))?;
+            file.write_all_at(DISK_MARKER.as_bytes(), 0).map_err(|e| io("write", &temp, e))?;
+            file.sync_all().map_err(|e| io("fsync", &temp, e))?;
+            fs.rename_no_replace(&temp, &marker).map_err(|e| io("rename", &marker, e))?;
+        }
+        fs.sync_dir(&dir).map_err(|e| io("fsync directory", &dir, e))?;
+        let instance = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
+            ^ (u64::from(std::process::id()) << 32);
+        Ok(Disk {
+            inner: Arc::new(DiskInner {
+                dir,
+                units_dir,
+                tmp_dir,
+                fs,
+                failed: Mutex::new(None),
+                instance,
+                next_nonce: AtomicU64::new(0),
+                removed_temp_files,
+            }),
+        })
+    }
+
+    /// The disk's directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// How many stale temp files `open` removed.
+    pub fn removed_temp_files(&self) -> u64 {
+        self.inner.removed_temp_files
+    }
+
+    /// Why the disk refuses work, if it does.
+    pub fn failure(&self) -> Option<String> {
+        self.inner.failed.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Path of a unit's file.
+    pub fn unit_path(&self, key: &UnitKey) -> PathBuf {
+        self.inner.units_dir.join(key.fanout()).join(key.file_name())
+    }
+
+    fn check(&self) -> Result<()> {
+        match self.failure() {
+            Some(cause) => Err(StoreError::DiskFailed { dir: self.inner.dir.clone(), cause }),
+            None => Ok(()),
+        }
+    }
+
+    /// A mutating call failed: the disk enters the failed state. Returns the error for it.
+    fn fail(
+        &self,
+        op: &'static str,
+        key: Option<UnitKey>,
+        path: &Path,
+        source: std::io::Error,
+    ) -> StoreError {
+        let mut failed = self.inner.failed.lock().unwrap_or_else(|p| p.into_inner());
+        if failed.is_none() {
+            *failed = Some(format!("{op} {}: {source}", path.display()));
+        }
+        StoreError::Io { dir: self.inner.dir.clone(), key, op, path: path.to_path_buf(), source }
+    }
+
+    /// A reading call failed: the disk stays usable.
+    fn io(
+        &self,
+        op: &'static str,
+        key: UnitKey,
+        path: &Path,
+        source: std::io::Error,
+    ) -> StoreError {
+        StoreError::Io {
+            dir: self.inner.dir.clone(),
+            key: Some(key),
+            op,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// Stores `bytes` as unit `key`. Durable when this returns `Ok`.
+    pub fn put(&self, key: UnitKey, bytes: &[u8]) -> Result<UnitInfo> {
+        let mut writer = self.create(key, bytes.len() as u64)?;
+        writer.write_all(bytes)?;
+        writer.finish()
+    }
+
+    /// Starts storing unit `key` of exactly `len_bytes` bytes, to be given with
+    /// [`UnitWriter::write_all`] and committed with [`UnitWriter::finish`]. Nothing is visible
+    /// until `finish` returns `Ok`; dropping the writer abandons the unit.
+    pub fn create(&self, key: UnitKey, len_bytes: u64) -> Result<UnitWriter> {
+        self.check()?;
+        let dir = self.inner.dir.clone();
+        if len_bytes > MAX_UNIT_BYTES {
+            return Err(StoreError::TooLarge { dir, key, len_bytes, max_bytes: MAX_UNIT_BYTES });
+        }
+        let path = self.unit_path(&key);
+        match self.inner.fs.file_len(&path) {
+            Ok(_) => return Err(StoreError::AlreadyExists { dir, key }),
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(self.io("stat", key, &path, e)),
+        }
+        let nonce = self.inner.next_nonce.fetch_add(1, Ordering::Relaxed);
+        let tmp_path =
+            self.inner.tmp_dir.join(format!("{key}.{:016x}-{nonce}.tmp", self.inner.instance));
+        let file = self
+            .inner
+            .fs
+            .create_new(&tmp_path)
+            .map_err(|e| self.fail("create", Some(key), &tmp_path, e))?;
+        Ok(UnitWriter {
+            disk: self.clone(),
+            key,
+            len_bytes,
+            header_bytes: header_bytes(len_bytes),
+            written_bytes: 0,
+            segment_checksum: 0,
+            checksums: Vec::with_capacity(segment_count(len_bytes) as usize),
+            file: Some(file),
+            tmp_path,
+            settled: false,
+        })
+    }
+
+    /// Opens a unit and checks its header and file length.
+    fn open_unit(&self, key: UnitKey) -> Result<(Box<dyn FsFile>, Header)> {
+        let dir = || self.inner.dir.clone();
+        let path = self.unit_path(&key);
+        let file = self.inner.fs.open_read(&path).map_err(|e| {
+            if is_not_found(&e) {
+                StoreError::NotFound { dir: dir(), key }
+            } else {
+                self.io("open", key, &path, e)
+            }
+        })?;
+        let file_bytes = file.len_bytes().map_err(|e| self.io("stat", key, &path, e))?;
+        let bad = |reason: String| StoreError::BadHeader { dir: dir(), key, reason };
+        if file_bytes < FIXED_HEADER_BYTES as u64 + 4 {
+            return Err(bad(format!("file is {file_bytes} bytes, shorter than any header")));
+        }
+        let mut fixed = [0u8; FIXED_HEADER_BYTES];
+        file.read_exact_at(&mut fixed, 0).map_err(|e| self.io("read", key, &path, e))?;
+        let fixed = decode_fixed(&fixed).map_err(bad)?;
+        let expected_bytes = fixed.header_bytes + fixed.len_bytes;
+        if fixed.header_bytes > file_bytes {
+            return Err(StoreError::BadFileLength {
+                dir: dir(),
+                key,
+                expected_bytes,
+                actual_bytes: file_bytes,
+            });
+        }
+        let mut bytes = vec![0u8; fixed.header_bytes as usize];
+        file.read_exact_at(&mut bytes, 0).map_err(|e| self.io("read", key, &path, e))?;
+        let header = Header::decode(&bytes).map_err(bad)?;
+        if header.key != key {
+            return Err(bad(format!("file holds unit {}", header.key)));
+        }
+        if file_bytes != expected_bytes {
+            return Err(StoreError::BadFileLength {
+                dir: dir(),
+                key,
+                expected_bytes,
+                actual_bytes: file_bytes,
+            });
+        }
+        Ok((file, header))
+    }
+
+    fn info(key: UnitKey, len_bytes: u64) -> UnitInfo {
+        UnitInfo {
+            key,
+            len_bytes,
+            generation: key.generation(),
+            segment_bytes: SEGMENT_BYTES,
+            segment_count: segment_count(len_bytes),
+            checksum_kind: ChecksumKind::Crc32c,
+            format_version: FORMAT_VERSION,
+            file_bytes: header_bytes(len_bytes) + len_bytes,
+        }
+    }
+
+    /// The unit's header information (header verified; data not read).
+    pub fn stat(&self, key: UnitKey) -> Result<UnitInfo> {
+        self.check()?;
+        let (_, header) = self.open_unit(key)?;
+        Ok(Disk::info(key, header.len_bytes))
+    }
+
+    /// Reads `len_bytes` bytes of unit `key` from `offset`.
+    pub fn read(&self, key: UnitKey, offset: u64, len_bytes: usize) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; len_bytes];
+        self.read_into(key, offset, &mut out)?;
+        Ok(out)
+    }
+
+    /// Fills `buf` with bytes of unit `key` from `offset`. Reads and verifies only the
+    /// segments that the range touches; `OutOfRange` if it does not lie inside the unit.
+    /// On error, `buf` may hold some of the range.
+    pub fn read_into(&self, key: UnitKey, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.check()?;
+        let (file, header) = self.open_unit(key)?;
+        let unit_bytes = header.len_bytes;
+        let end = offset.checked_add(buf.len() as u64).filter(|&end| end <= unit_bytes);
+        let Some(end) = end else {
+            return Err(StoreError::OutOfRange {
+                dir: self.inner.dir.clone(),
+                key,
+                offset,
+                len_bytes: buf.len() as u64,
+                unit_bytes,
+            });
+        };
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let path = self.unit_path(&key);
+        let segment_bytes = u64::from(SEGMENT_BYTES);
+        let data_start = header_bytes(unit_bytes);
+        let mut scratch = Vec::new();
+        for segment in offset / segment_bytes..=(end - 1) / segment_bytes {
+            let segment_start = segment * segment_bytes;
+            let segment_end = (segment_start + segment_bytes).min(unit_bytes);
+            let copy_start = offset.max(segment_start);
+            let copy_end = end.min(segment_end);
+            let dest = &mut buf[(copy_start - offset) as usize..(copy_end - offset) as usize];
+            let whole = copy_start == segment_start && copy_end == segment_end;
+            let data: &mut [u8] = if whole {
+                dest
+            } else {
+                scratch.resize((segment_end - segment_start) as usize, 0);
+                &mut scratch
+            };
+            file.read_exact_at(data, data_start + segment_start)
+                .map_err(|e| self.io("read", key, &path, e))?;
+            if crc32c::crc32c(data) != header.checksums[segment as usize] {
+                return Err(StoreError::Corrupt { dir: self.inner.dir.clone(), key, segment });
+            }
+            if !whole {
+                let from = (copy_start - segment_start) as usize;
+                let to = (copy_end - segment_start) as usize;
+                buf[(copy_start - offset) as usize..(copy_end - offset) as usize]
+                    .copy_from_slice(&scratch[from..to]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes unit `key`; durable when this returns `Ok`.
+    pub fn delete(&self, key: UnitKey) -> Result<()> {
+        self.check()?;
+        let path = self.unit_path(&key);
+        match self.inner.fs.remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if is_not_found(&e) => {
+                return Err(StoreError::NotFound { dir: self.inner.dir.clone(), key })
+            }
+            Err(e) => return Err(self.fail("remove", Some(key), &path, e)),
+        }
+        let parent = path.parent().expect("unit files live in a fan-out directory");
+        self.inner
+            .fs
+            .sync_dir(parent)
+            .map_err(|e| self.fail("fsync directory", Some(key), parent, e))
+    }
+
+    /// Unit files by key, and files under `units/` that are not unit files of their directory.
+    fn scan(&self) -> Result<(Vec<UnitKey>, Vec<PathBuf>)> {
+        let mut keys = Vec::new();
+        let mut unrecognised = Vec::new();
+        for fanout in 0..FANOUT_DIRS {
+            let fanout = format!("{fanout:02x}");
+            let dir = self.inner.units_dir.join(&fanout);
+            let names = self.inner.fs.list_dir(&dir).map_err(|source| StoreError::Io {
+                dir: self.inner.dir.clone(),
+                key: None,
+                op: "list",
+                path: dir.clone(),
+                source,
+            })?;
+            for name in names {
+                match name.to_str().and_then(UnitKey::from_file_name) {
+                    Some(key) if key.fanout() == fanout => keys.push(key),
+                    _ => unrecognised.push(dir.join(name)),
+                }
+            }
+        }
+        keys.sort_unstable();
+        unrecognised.sort_unstable();
+        Ok((keys, unrecognised))
+    }
+
+    /// Every unit on the disk, sorted by key. Files that are not unit files are skipped
+    /// (`scrub` reports them).
+    pub fn list(&self) -> Result<Vec<UnitKey>> {
+        self.check()?;
+        Ok(self.scan()?.0)
+    }
+
+    /// Number of units and the bytes their files take (headers included).
+    pub fn usage(&self) -> Result<Usage> {
+        self.check()?;
+        let mut usage = Usage::default();
+        for key in self.scan()?.0 {
+            let path = self.unit_path(&key);
+            match self.inner.fs.file_len(&path) {
+                Ok(len) => {
+                    usage.units += 1;
+                    usage.file_bytes += len;
+                }
+                Err(e) if is_not_found(&e) => {} // deleted since the scan
+                Err(e) => return Err(self.io("stat", key, &path, e)),
+            }
+        }
+        Ok(usage)
+    }
+
+    /// Reads and verifies every segment of every unit. `progress` is called before each unit
+    /// (a caller that wants to throttle can sleep there). Units deleted during the scrub are
+    /// skipped. Only listing errors and the failed state stop a scrub.
+    pub fn scrub(&self, mut progress: impl FnMut(&ScrubProgress)) -> Result<ScrubReport> {
+        self.check()?;
+        let (keys, unrecognised) = self.scan()?;
+        let mut report = ScrubReport { unrecognised, ..ScrubReport::default() };
+        let mut scratch = vec![0u8; SEGMENT_BYTES as usize];
+        for &key in &keys {
+            progress(&ScrubProgress {
+                unit: key,
+                units_checked: report.checked,
+                units_total: keys.len() as u64,
+                bytes_checked: report.bytes_checked,
+            });
+            let (file, header) = match self.open_unit(key) {
+                Ok(opened) => opened,
+                Err(StoreError::NotFound { .. }) => continue,
+                Err(error) => {
+                    report.unreadable.push((key, error));
+                    continue;
+                }
+            };
+            let data_start = header_bytes(header.len_bytes);
+            let segment_bytes = u64::from(SEGMENT_BYTES);
+            let mut read_error = None;
+            for (segment, &checksum) in header.checksums.iter().enumerate() {
+                let start = segment as u64 * segment_bytes;
+                let len = (header.len_bytes - start).min(segment_bytes) as usize;
+                if let Err(e) = file.read_exact_at(&mut scratch[..len], data_start + start) {
+                    read_error = Some(self.io("read", key, &self.unit_path(&key), e));
+                    break;
+                }
+                report.bytes_checked += len as u64;
+                if crc32c::crc32c(&scratch[..len]) != checksum {
+                    report.corrupt.push((key, segment as u64));
+                }
+            }
+            match read_error {
+                Some(error) => report.unreadable.push((key, error)),
+                None => report.checked += 1,
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// Streams one unit onto a disk; checksums are computed as bytes arrive, so the caller never
+/// needs the whole unit in memory. Created by [`Disk::create`].
+#[derive(Debug)]
+pub struct UnitWriter {
+    disk: Disk,
+    key: UnitKey,
+    len_bytes: u64,
+    header_bytes: u64,
+    written_bytes: u64,
+    /// crc32c of the bytes of the current, unfinished segment.
+    segment_checksum: u32,
+    checksums: Vec<u32>,
+    file: Option<Box<dyn FsFile>>,
+    tmp_path: PathBuf,
+    /// The temp file has been moved into place or removed: nothing for `Drop` to clean.
+    settled: bool,
+}
+
+impl UnitWriter {
+    /// The unit being written.
+    pub fn key(&self) -> UnitKey {
+        self.key
+    }
+
+    /// Appends `bytes` to the unit. More bytes than the unit's length is `LengthMismatch`.
+    pub fn write_all(&mut self, bytes: &[u8]) -> Result<()> {
+        self.disk.check()?;
+        let total = self.written_bytes + bytes.len() as u64;
+        if total > self.len_bytes {
+            return Err(self.length_mismatch(total));
+        }
+        let file = self.file.as_ref().expect("the file stays open until finish");
+        file.write_all_at(bytes, self.header_bytes + self.written_bytes)
+            .map_err(|e| self.disk.fail("write", Some(self.key), &self.tmp_path, e))?;
+        let segment_bytes = u64::from(SEGMENT_BYTES);
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let room = (segment_bytes - self.written_bytes % segment_bytes) as usize;
+            let (now, later) = rest.split_at(room.min(rest.len()));
+            self.segment_checksum = crc32c::crc32c_append(self.segment_checksum, now);
+            self.written_bytes += now.len() as u64;
+            if self.written_bytes % segment_bytes == 0 {
+                self.checksums.push(self.segment_checksum);
+                self.segment_checksum = 0;
+            }
+            rest = later;
+        }
+        Ok(())
+    }
+
+    fn length_mismatch(&self, written_bytes: u64) -> StoreError {
+        StoreError::LengthMismatch {
+            dir: self.disk.inner.dir.clone(),
+            key: self.key,
+            expected_bytes: self.len_bytes,
+            written_bytes,
+        }
+    }
+
+    /// Writes the header, fsyncs, moves the unit into place and fsyncs its directory. The unit
+    /// is durable and visible when this returns `Ok`.
+    pub fn finish(mut self) -> Result<UnitInfo> {
+        self.disk.check()?;
+        if self.written_bytes != self.len_bytes {
+            return Err(self.length_mismatch(self.written_bytes));
+        }
+        if self.written_bytes % u64::from(SEGMENT_BYTES) != 0 {
+            self.checksums.push(self.segment_checksum);
+        }
+        let (disk, key, tmp) = (self.disk.clone(), self.key, self.tmp_path.clone());
+        let header = Header {
+            key,
+            len_bytes: self.len_bytes,
+            checksums: std::mem::take(&mut self.checksums),
+        };
+        let file = self.file.take().expect("the file stays open until finish");
+        file.write_all_at(&header.encode(), 0)
+            .map_err(|e| disk.fail("write", Some(key), &tmp, e))?;
+        file.sync_all().map_err(|e| disk.fail("fsync", Some(key), &tmp, e))?;
+        drop(file);
+        let path = disk.unit_path(&key);
+        match disk.inner.fs.rename_no_replace(&tmp, &path) {
+            Ok(()) => self.settled = true,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                disk.inner
+                    .fs
+                    .remove_file(&tmp)
+                    .map_err(|e| disk.fail("remove", Some(key), &tmp, e))?;
+                self.settled = true;
+                return Err(StoreError::AlreadyExists { dir: disk.inner.dir.clone(), key });
+            }
+            Err(e) => return Err(disk.fail("rename", Some(key), &path, e)),
+        }
+        let parent = path.parent().expect("unit files live in a fan-out directory");
+        disk.inner
+            .fs
+            .sync_dir(parent)
+            .map_err(|e| disk.fail("fsync directory", Some(key), parent, e))?;
+        Ok(Disk::info(key, self.len_bytes))
+    }
+}
+
+impl Drop for UnitWriter {
+    /// Removes the temp file of an abandoned unit. Best effort: on a failed disk nothing more
+    /// is written, and whatever is left in `tmp/` goes at the next `Disk::open`.
+    fn drop(&mut self) {
+        if !self.settled && self.disk.failure().is_none() {
+            self.file = None;
+            let _ = self.disk.inner.fs.remove_file(&self.tmp_path);
+        }
+    }
+}

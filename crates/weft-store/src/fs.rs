@@ -1,0 +1,251 @@
+//! The filesystem as a parameter: the few calls a disk makes, behind [`Fs`], so tests (and the
+//! simulator) can inject faults. [`RealFs`] is std::fs; [`FaultyFs`] wraps it and fails the N-th
+//! mutating call.
+//!
+//! Invariants:
+//! - `rename_no_replace` never replaces an existing file: it fails with `AlreadyExists`.
+//! - Every call that changes the disk (create, write, fsync, rename, remove, mkdir) is one of
+//!   the [`FsOp`]s that [`FaultyFs`] counts; reads and listings are never failed by it.
+
+use std::{
+    ffi::OsString,
+    fmt, fs, io,
+    os::unix::fs::FileExt,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+};
+
+/// An open file. Positional reads and writes, so one handle serves concurrent readers.
+pub trait FsFile: Send + Sync + fmt::Debug {
+    /// Writes all of `buf` at `offset`.
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Fills `buf` from `offset`; `UnexpectedEof` if the file is shorter.
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// fsync: data and metadata durable.
+    fn sync_all(&self) -> io::Result<()>;
+    /// Current length in bytes.
+    fn len_bytes(&self) -> io::Result<u64>;
+}
+
+/// The filesystem calls a disk makes.
+pub trait Fs: Send + Sync + fmt::Debug {
+    /// mkdir -p.
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Creates a new file for reading and writing; fails if it exists.
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn FsFile>>;
+    /// Opens an existing file for reading.
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn FsFile>>;
+    /// Moves `from` to `to` atomically, failing with `AlreadyExists` if `to` exists.
+    fn rename_no_replace(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes a file.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// fsyncs a directory, making entries created or removed in it durable.
+    fn sync_dir(&self, path: &Path) -> io::Result<()>;
+    /// The names of the entries of a directory.
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<OsString>>;
+    /// The length of a file in bytes (`NotFound` if there is none).
+    fn file_len(&self, path: &Path) -> io::Result<u64>;
+}
+
+/// The real filesystem (Unix).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RealFs;
+
+#[derive(Debug)]
+struct RealFile(fs::File);
+
+impl FsFile for RealFile {
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.0.write_all_at(buf, offset)
+    }
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.0.read_exact_at(buf, offset)
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        self.0.sync_all()
+    }
+    fn len_bytes(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+}
+
+impl Fs for RealFs {
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        fs::create_dir_all(path)
+    }
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        let file = fs::OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
+        Ok(Box::new(RealFile(file)))
+    }
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        Ok(Box::new(RealFile(fs::File::open(path)?)))
+    }
+    /// `link` then `unlink`: link(2) fails atomically if the target exists, which rename(2)
+    /// does not (renameat2's RENAME_NOREPLACE is Linux-only and not on every filesystem). A
+    /// crash between the two leaves the temp name behind; `Disk::open` removes it.
+    fn rename_no_replace(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::hard_link(from, to)?;
+        fs::remove_file(from)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        fs::File::open(path)?.sync_all()
+    }
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<OsString>> {
+        fs::read_dir(path)?.map(|entry| entry.map(|e| e.file_name())).collect()
+    }
+    fn file_len(&self, path: &Path) -> io::Result<u64> {
+        Ok(fs::metadata(path)?.len())
+    }
+}
+
+/// A mutating filesystem call, as counted by [`FaultyFs`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FsOp {
+    CreateDir,
+    Create,
+    Write,
+    Sync,
+    Rename,
+    Remove,
+    SyncDir,
+}
+
+#[derive(Debug, Default)]
+struct FaultState {
+    /// Mutating calls left before the one that fails; `None`: never fail.
+    countdown: Option<u64>,
+    log: Vec<(FsOp, PathBuf)>,
+    injected: Option<(FsOp, PathBuf)>,
+}
+
+/// Wraps [`RealFs`] and fails one chosen mutating call, for tests.
+///
+/// Clones share one state, so a test keeps a clone to arm faults and read the log while the
+/// disk owns another. A failed `Write` first writes half its buffer (a torn write).
+#[derive(Clone, Debug, Default)]
+pub struct FaultyFs {
+    inner: RealFs,
+    state: Arc<Mutex<FaultState>>,
+}
+
+impl FaultyFs {
+    /// No fault armed.
+    pub fn new() -> FaultyFs {
+        FaultyFs::default()
+    }
+
+    /// The `n`-th mutating call from now (1-based) fails; later calls succeed again.
+    pub fn fail_nth(&self, n: u64) {
+        assert!(n >= 1, "calls are counted from 1");
+        self.lock().countdown = Some(n);
+    }
+
+    /// Disarms any pending fault.
+    pub fn disarm(&self) {
+        self.lock().countdown = None;
+    }
+
+    /// The mutating calls made so far, in order, including the failed one.
+    pub fn log(&self) -> Vec<(FsOp, PathBuf)> {
+        self.lock().log.clone()
+    }
+
+    /// Clears the log.
+    pub fn clear_log(&self) {
+        self.lock().log.clear();
+    }
+
+    /// The call that was made to fail, if one was.
+    pub fn injected(&self) -> Option<(FsOp, PathBuf)> {
+        self.lock().injected.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FaultState> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Records the call; `Err` if it is the one to fail.
+    fn step(&self, op: FsOp, path: &Path) -> io::Result<()> {
+        step(&self.state, op, path)
+    }
+}
+
+fn step(state: &Mutex<FaultState>, op: FsOp, path: &Path) -> io::Result<()> {
+    let mut state = state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    state.log.push((op, path.to_path_buf()));
+    match state.countdown {
+        Some(1) => {
+            state.countdown = None;
+            state.injected = Some((op, path.to_path_buf()));
+            Err(io::Error::other(format!("injected fault: {op:?} {}", path.display())))
+        }
+        Some(n) => {
+            state.countdown = Some(n - 1);
+            Ok(())
+        }
+        None => Ok(()),
+    }
+}
+
+#[derive(Debug)]
+struct FaultyFile {
+    inner: Box<dyn FsFile>,
+    path: PathBuf,
+    state: Arc<Mutex<FaultState>>,
+}
+
+impl FsFile for FaultyFile {
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if let Err(fault) = step(&self.state, FsOp::Write, &self.path) {
+            self.inner.write_all_at(&buf[..buf.len() / 2], offset)?;
+            return Err(fault);
+        }
+        self.inner.write_all_at(buf, offset)
+    }
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_exact_at(buf, offset)
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        step(&self.state, FsOp::Sync, &self.path)?;
+        self.inner.sync_all()
+    }
+    fn len_bytes(&self) -> io::Result<u64> {
+        self.inner.len_bytes()
+    }
+}
+
+impl Fs for FaultyFs {
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        self.step(FsOp::CreateDir, path)?;
+        self.inner.create_dir_all(path)
+    }
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        self.step(FsOp::Create, path)?;
+        let inner = self.inner.create_new(path)?;
+        Ok(Box::new(FaultyFile { inner, path: path.to_path_buf(), state: self.state.clone() }))
+    }
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        self.inner.open_read(path)
+    }
+    fn rename_no_replace(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.step(FsOp::Rename, to)?;
+        self.inner.rename_no_replace(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.step(FsOp::Remove, path)?;
+        self.inner.remove_file(path)
+    }
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        self.step(FsOp::SyncDir, path)?;
+        self.inner.sync_dir(path)
+    }
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<OsString>> {
+        self.inner.list_dir(path)
+    }
+    fn file_len(&self, path: &Path) -> io::Result<u64> {
+        self.inner.file_len(path)
+    }
+}
