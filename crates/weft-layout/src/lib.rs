@@ -1,1 +1,29 @@
-//! weft-layout: placeholder, being written.
+//! weft-layout: where an object's bytes live. Pure functions only: no IO, no threads, no
+//! clocks, no randomness, so the client, the metadata service and the simulator compute the
+//! same answer from the same inputs.
+//!
+//! - [`striped`]: Okapi's decoupled layout. Cells go round-robin over the `stripe_width` data
+//!   blocks of a stripe (the IO knob); every `k` consecutive data blocks plus `r` parity blocks
+//!   form a group (the durability knob). Groups are computed, never stored.
+//! - [`placement`]: which disk holds each unit, deterministically from (layout, object size,
+//!   topology, seed, failure-domain level), keeping the blocks of a stripe and the units of a
+//!   group on distinct failure domains.
+//!
+//! Invariants kept by the whole crate:
+//! - Every answer is a function of its arguments alone (same inputs, same output, any process).
+//! - A layout must pass [`StripedLayout::validate`] before any other method is used on it;
+//!   methods assert what they rely on rather than return nonsense.
+
+pub mod error;
+pub mod placement;
+pub mod striped;
+
+pub use error::LayoutError;
+pub use placement::{
+    min_domains_for_disjoint_groups, place, DiskLocation, DomainId, FailureDomain, Placement,
+    Topology, MAX_OBJECT_BLOCKS, MAX_TOPOLOGY_DISKS,
+};
+pub use striped::{
+    max_client_buffer_bytes, naive_group_buffer_bytes, BlockRead, Extent, StripedLayout, UnitId,
+    MAX_BLOCK_BYTES, MAX_OBJECT_BYTES, MAX_STRIPE_WIDTH,
+};

@@ -1,0 +1,457 @@
+//! Okapi's striped layout (FAST'24 §4): stripes and groups decoupled.
+//!
+//! Terms (DESIGN.md glossary): an object's bytes are cut into *cells* of `cell_bytes`; data
+//! *block* x holds `block_bytes` at most; *stripe* s is data blocks `[s·W, s·W + W)` with
+//! W = `stripe_width`; *group* g is data blocks `[g·k, g·k + k)` plus r parity blocks.
+//!
+//! Invariants (S = object size, B = `block_bytes`, C = `cell_bytes`, W = `stripe_width`):
+//! - Stripe s holds object bytes `[s·W·B, (s+1)·W·B)`. Inside a stripe, cell c (counted from
+//!   the stripe's first byte) is stored in block `s·W + c mod W` at block offset `(c div W)·C`:
+//!   cells are dealt round-robin, one row of W cells at a time. This also holds for the last,
+//!   partial stripe: its cells are dealt exactly as if the stripe were full and the object simply
+//!   ended early, so every prefix of an object is laid out like the object itself (appends never
+//!   move bytes).
+//! - A data block exists iff it holds at least one byte: `data_blocks(S) = ⌊S / WB⌋·W +
+//!   min(W, ⌈(S mod WB) / C⌉)`. Blocks of the last stripe may be shorter than B; within a stripe
+//!   block lengths never increase with the block's position (earlier blocks get a cell first).
+//! - Block x is in stripe `x / W` and group `x / k`. The last group may hold fewer than k data
+//!   blocks; its missing data units are *virtual*: all-zero for coding and never stored.
+//! - All units of a group have one length, the *unit length*: the longest data block of the
+//!   group. Shorter data blocks are zero-padded to it for coding only (the stored block keeps its
+//!   real length); its r parity blocks are stored at the unit length. (A code whose sub-chunk
+//!   layout needs a multiple of α·64 bytes pads further; that is the coder's concern.)
+//! - Unit u of group g is data block `g·k + u` for u < k, else parity `(g, u − k)`.
+
+use std::fmt;
+use std::ops::Range;
+
+use serde::{Deserialize, Serialize};
+use weft_codes::CodeSpec;
+
+use crate::LayoutError;
+
+/// Widest stripe: wider stripes spread one read over more disks than a cluster has to give.
+pub const MAX_STRIPE_WIDTH: usize = 256;
+
+/// Largest block (1 GiB): a block is rebuilt as one unit, and repair time grows with it.
+pub const MAX_BLOCK_BYTES: u64 = 1 << 30;
+
+/// Largest object (5 TiB, S3's limit). Keeps every offset computation far from u64 overflow:
+/// `MAX_OBJECT_BYTES + MAX_STRIPE_WIDTH · MAX_BLOCK_BYTES` < 2^43.
+pub const MAX_OBJECT_BYTES: u64 = 5 << 40;
+
+/// The striped layout of one object: its code and its striping parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct StripedLayout {
+    /// The code of every group: k data blocks, r parity blocks.
+    pub code: CodeSpec,
+    /// Data blocks per stripe, W: how many disks one sequential read spreads over.
+    pub stripe_width: usize,
+    /// Cell size C: the unit of round-robin striping.
+    pub cell_bytes: u64,
+    /// Block size B: a positive multiple of the cell size.
+    pub block_bytes: u64,
+}
+
+/// One unit of one object: a data block or a parity block of a group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum UnitId {
+    /// Data block x of the object (numbered from 0 across all stripes).
+    Data(usize),
+    /// Parity block `index` (< r) of group `group`.
+    Parity { group: usize, index: usize },
+}
+
+impl fmt::Display for UnitId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UnitId::Data(x) => write!(f, "data block {x}"),
+            UnitId::Parity { group, index } => write!(f, "parity {index} of group {group}"),
+        }
+    }
+}
+
+/// A piece of an object stored contiguously in one data block and contiguous in the object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Extent {
+    /// Data block index x.
+    pub block: usize,
+    /// Offset of the piece inside the block.
+    pub block_offset: u64,
+    /// Offset of the piece inside the object.
+    pub object_offset: u64,
+    /// Length in bytes (≥ 1).
+    pub len: u64,
+}
+
+/// One contiguous read of one data block: all a ranged get needs from that block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BlockRead {
+    /// Data block index x.
+    pub block: usize,
+    /// Offset of the read inside the block.
+    pub block_offset: u64,
+    /// Bytes to read.
+    pub len: u64,
+}
+
+impl StripedLayout {
+    /// Checks the code and the striping parameters against their limits.
+    pub fn validate(&self) -> Result<(), LayoutError> {
+        self.code.validate()?;
+        if self.stripe_width == 0 || self.stripe_width > MAX_STRIPE_WIDTH {
+            return Err(LayoutError::StripeWidth {
+                stripe_width: self.stripe_width,
+                max: MAX_STRIPE_WIDTH,
+            });
+        }
+        if self.cell_bytes == 0 {
+            return Err(LayoutError::CellBytes { cell_bytes: self.cell_bytes });
+        }
+        if self.block_bytes == 0
+            || !self.block_bytes.is_multiple_of(self.cell_bytes)
+            || self.block_bytes > MAX_BLOCK_BYTES
+        {
+            return Err(LayoutError::BlockBytes {
+                block_bytes: self.block_bytes,
+                cell_bytes: self.cell_bytes,
+                max: MAX_BLOCK_BYTES,
+            });
+        }
+        Ok(())
+    }
+
+    /// Data units per group.
+    pub fn k(&self) -> usize {
+        self.code.k()
+    }
+
+    /// Parity units per group.
+    pub fn r(&self) -> usize {
+        self.code.r()
+    }
+
+    /// Units per group, n = k + r.
+    pub fn n(&self) -> usize {
+        self.code.k() + self.code.r()
+    }
+
+    /// Object bytes a full stripe holds: W · B.
+    pub fn stripe_bytes(&self) -> u64 {
+        self.stripe_width as u64 * self.block_bytes
+    }
+
+    /// Cells per full block: B / C.
+    pub fn cells_per_block(&self) -> u64 {
+        self.block_bytes / self.cell_bytes
+    }
+
+    fn assert_offset(&self, offset: u64) {
+        assert!(
+            offset <= MAX_OBJECT_BYTES,
+            "offset {offset} beyond the largest object ({MAX_OBJECT_BYTES} bytes)"
+        );
+        debug_assert!(self.validate().is_ok(), "layout used before validate: {self:?}");
+    }
+
+    /// Where object byte `offset` is stored: (data block x, offset inside block x).
+    /// Does not depend on the object's size (a prefix is laid out like the whole).
+    pub fn locate(&self, offset: u64) -> (usize, u64) {
+        self.assert_offset(offset);
+        let stripe = offset / self.stripe_bytes();
+        let within = offset % self.stripe_bytes();
+        let cell = within / self.cell_bytes;
+        let width = self.stripe_width as u64;
+        let block = stripe * width + cell % width;
+        let block_offset = (cell / width) * self.cell_bytes + within % self.cell_bytes;
+        (to_usize(block), block_offset)
+    }
+
+    /// Number of data blocks of an object of `object_size` bytes: blocks holding ≥ 1 byte.
+    pub fn data_blocks(&self, object_size: u64) -> usize {
+        self.assert_offset(object_size);
+        let full = object_size / self.stripe_bytes();
+        let rest = object_size % self.stripe_bytes();
+        let width = self.stripe_width as u64;
+        to_usize(full * width + width.min(rest.div_ceil(self.cell_bytes)))
+    }
+
+    /// Bytes of the object stored in data block x (0 when block x does not exist).
+    pub fn block_len(&self, object_size: u64, block: usize) -> u64 {
+        self.assert_offset(object_size);
+        let width = self.stripe_width as u64;
+        let stripe_start = (block as u64 / width).saturating_mul(self.stripe_bytes());
+        if object_size <= stripe_start {
+            return 0;
+        }
+        let rest = object_size - stripe_start;
+        if rest >= self.stripe_bytes() {
+            return self.block_bytes;
+        }
+        let position = block as u64 % width;
+        let full_cells = rest / self.cell_bytes;
+        let partial = rest % self.cell_bytes;
+        let (rows, extra) = (full_cells / width, full_cells % width);
+        let last = match position.cmp(&extra) {
+            std::cmp::Ordering::Less => self.cell_bytes,
+            std::cmp::Ordering::Equal => partial,
+            std::cmp::Ordering::Greater => 0,
+        };
+        rows * self.cell_bytes + last
+    }
+
+    /// The cell extents stored in data block x, in block order (= object order), clipped to
+    /// the object's size; pieces contiguous in both block and object are merged (W = 1).
+    pub fn block_extents(&self, object_size: u64, block: usize) -> Vec<Extent> {
+        self.assert_offset(object_size);
+        let width = self.stripe_width as u64;
+        let stripe_start = (block as u64 / width) * self.stripe_bytes();
+        let position = block as u64 % width;
+        let mut extents: Vec<Extent> = Vec::new();
+        for row in 0..self.cells_per_block() {
+            let object_offset = stripe_start + (row * width + position) * self.cell_bytes;
+            if object_offset >= object_size {
+                break;
+            }
+            let len = self.cell_bytes.min(object_size - object_offset);
+            push_merged(
+                &mut extents,
+                Extent { block, block_offset: row * self.cell_bytes, object_offset, len },
+            );
+        }
+        extents
+    }
+
+    /// The pieces of object bytes `[object_offset, object_offset + len)`, in object order, each
+    /// contiguous in one block and in the object (neighbouring cells of one block merge when W = 1).
+    /// The range is not clipped to any object size: the caller clips to the object first.
+    pub fn extents(&self, object_offset: u64, len: u64) -> Vec<Extent> {
+        let end = object_offset.checked_add(len).expect("range end overflows u64");
+        self.assert_offset(end);
+        let mut extents: Vec<Extent> = Vec::new();
+        let mut at = object_offset;
+        // Bounded: each pass consumes at least one byte and at most one cell.
+        while at < end {
+            let (block, block_offset) = self.locate(at);
+            let piece = (self.cell_bytes - at % self.cell_bytes).min(end - at);
+            push_merged(
+                &mut extents,
+                Extent { block, block_offset, object_offset: at, len: piece },
+            );
+            at += piece;
+        }
+        extents
+    }
+
+    /// One contiguous read per data block covering `[object_offset, object_offset + len)`,
+    /// sorted by block. Within one stripe, the cells of one block that fall in a contiguous
+    /// object range are consecutive rows, so each block's pieces are contiguous in the block
+    /// and the read carries no unwanted bytes.
+    pub fn block_reads(&self, object_offset: u64, len: u64) -> Vec<BlockRead> {
+        let mut extents = self.extents(object_offset, len);
+        extents.sort_by_key(|e| (e.block, e.block_offset));
+        let mut reads: Vec<BlockRead> = Vec::new();
+        for extent in extents {
+            match reads.last_mut() {
+                Some(read) if read.block == extent.block => {
+                    assert_eq!(
+                        read.block_offset + read.len,
+                        extent.block_offset,
+                        "pieces of one block in a contiguous range must be contiguous"
+                    );
+                    read.len += extent.len;
+                }
+                _ => reads.push(BlockRead {
+                    block: extent.block,
+                    block_offset: extent.block_offset,
+                    len: extent.len,
+                }),
+            }
+        }
+        reads
+    }
+
+    /// Stripe of data block x: x / W.
+    pub fn stripe_of(&self, block: usize) -> usize {
+        block / self.stripe_width
+    }
+
+    /// Group of data block x: x / k.
+    pub fn group_of(&self, block: usize) -> usize {
+        block / self.k()
+    }
+
+    /// Number of stripes of the object (the last may be partial).
+    pub fn stripes(&self, object_size: u64) -> usize {
+        self.data_blocks(object_size).div_ceil(self.stripe_width)
+    }
+
+    /// Number of groups of the object (the last may have fewer than k data blocks).
+    pub fn groups(&self, object_size: u64) -> usize {
+        self.data_blocks(object_size).div_ceil(self.k())
+    }
+
+    /// The stored data blocks of stripe s (empty past the object's end).
+    pub fn stripe_blocks(&self, object_size: u64, stripe: usize) -> Range<usize> {
+        let blocks = self.data_blocks(object_size);
+        let start = (stripe * self.stripe_width).min(blocks);
+        start..((stripe + 1) * self.stripe_width).min(blocks)
+    }
+
+    /// The stored data blocks of group g (fewer than k for the last group; its other data
+    /// units are virtual zero blocks; empty past the object's end).
+    pub fn group_blocks(&self, object_size: u64, group: usize) -> Range<usize> {
+        let blocks = self.data_blocks(object_size);
+        let start = (group * self.k()).min(blocks);
+        start..((group + 1) * self.k()).min(blocks)
+    }
+
+    /// Unit length of group g: the longest data block of the group; every parity block of the
+    /// group has this length, and shorter data blocks are zero-padded to it for coding.
+    pub fn unit_len(&self, object_size: u64, group: usize) -> u64 {
+        self.group_blocks(object_size, group)
+            .map(|block| self.block_len(object_size, block))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Unit u (< n) of group g: data block g·k + u for u < k, else parity (g, u − k). A data
+    /// unit past the object's last block is virtual (zeros, not stored).
+    pub fn unit(&self, group: usize, unit: usize) -> UnitId {
+        assert!(unit < self.n(), "unit {unit} of a group of {} units", self.n());
+        if unit < self.k() {
+            UnitId::Data(group * self.k() + unit)
+        } else {
+            UnitId::Parity { group, index: unit - self.k() }
+        }
+    }
+
+    /// (group, position in group) of a unit: the inverse of [`StripedLayout::unit`].
+    pub fn unit_position(&self, unit: UnitId) -> (usize, usize) {
+        match unit {
+            UnitId::Data(block) => (block / self.k(), block % self.k()),
+            UnitId::Parity { group, index } => {
+                assert!(index < self.r(), "parity index {index} with r = {}", self.r());
+                (group, self.k() + index)
+            }
+        }
+    }
+
+    /// The stored units of group g: its existing data blocks, then its r parity blocks.
+    pub fn group_units(&self, object_size: u64, group: usize) -> Vec<UnitId> {
+        let data = self.group_blocks(object_size, group);
+        if data.is_empty() {
+            return Vec::new();
+        }
+        data.map(UnitId::Data)
+            .chain((0..self.r()).map(|index| UnitId::Parity { group, index }))
+            .collect()
+    }
+
+    /// Stored length of a unit: a data block's real length, a parity block's unit length.
+    pub fn stored_len(&self, object_size: u64, unit: UnitId) -> u64 {
+        match unit {
+            UnitId::Data(block) => self.block_len(object_size, block),
+            UnitId::Parity { group, .. } => self.unit_len(object_size, group),
+        }
+    }
+}
+
+/// Most bytes a writing client holds in memory with Okapi's partial parities (§4.3):
+/// `r · block_bytes + k · cell_bytes`.
+///
+/// What it models: data is written stripe after stripe, row by row. A group wholly inside the
+/// current stripe completes a parity row as soon as its k cells of that row are in, so it needs
+/// only one row of k cells (or their partial sums). A group that crosses a stripe boundary
+/// cannot finish any parity row until the next stripe reaches that row, so its r parity blocks
+/// are kept as partial parities, up to `block_bytes` each. At most one group crosses each
+/// stripe boundary, and while the current stripe is written the group coming in from the
+/// previous stripe frees rows as fast as the one leaving for the next stripe fills them, so
+/// r blocks of partial parity plus one row of k cells bound the total. The written data cells
+/// themselves are never buffered.
+pub fn max_client_buffer_bytes(layout: &StripedLayout) -> u64 {
+    layout.r() as u64 * layout.block_bytes + layout.k() as u64 * layout.cell_bytes
+}
+
+/// Bytes a client without partial parities holds for one group: all k data blocks until the
+/// group is complete, plus its r parity blocks, `(k + r) · block_bytes`.
+pub fn naive_group_buffer_bytes(layout: &StripedLayout) -> u64 {
+    layout.n() as u64 * layout.block_bytes
+}
+
+fn push_merged(extents: &mut Vec<Extent>, next: Extent) {
+    if let Some(last) = extents.last_mut() {
+        if last.block == next.block
+            && last.block_offset + last.len == next.block_offset
+            && last.object_offset + last.len == next.object_offset
+        {
+            last.len += next.len;
+            return;
+        }
+    }
+    extents.push(next);
+}
+
+fn to_usize(value: u64) -> usize {
+    usize::try_from(value).expect("block index fits in usize for objects within MAX_OBJECT_BYTES")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(k: usize, r: usize, width: usize, cell: u64, block: u64) -> StripedLayout {
+        StripedLayout {
+            code: CodeSpec::Rs { k, r },
+            stripe_width: width,
+            cell_bytes: cell,
+            block_bytes: block,
+        }
+    }
+
+    #[test]
+    fn okapi_figure_4() {
+        // 96 MB striped 4-wide, 8 MB blocks, 1 MB cells, 6-of-8 groups: 12 blocks, 3 stripes,
+        // 2 groups; block 5 is in stripe 1 and group 0.
+        let mib = 1 << 20;
+        let layout = layout(6, 2, 4, mib, 8 * mib);
+        layout.validate().unwrap();
+        assert_eq!(layout.data_blocks(96 * mib), 12);
+        assert_eq!(layout.stripes(96 * mib), 3);
+        assert_eq!(layout.groups(96 * mib), 2);
+        assert_eq!((layout.stripe_of(5), layout.group_of(5)), (1, 0));
+        assert_eq!(layout.locate(33 * mib + 7), (5, 7));
+        assert_eq!(layout.unit(1, 7), UnitId::Parity { group: 1, index: 1 });
+        assert_eq!(layout.unit_position(UnitId::Data(7)), (1, 1));
+    }
+
+    #[test]
+    fn bad_layouts_are_refused() {
+        assert!(matches!(layout(4, 2, 0, 1, 1).validate(), Err(LayoutError::StripeWidth { .. })));
+        assert!(matches!(layout(4, 2, 257, 1, 1).validate(), Err(LayoutError::StripeWidth { .. })));
+        assert!(matches!(layout(4, 2, 4, 0, 1).validate(), Err(LayoutError::CellBytes { .. })));
+        assert!(matches!(layout(4, 2, 4, 2, 3).validate(), Err(LayoutError::BlockBytes { .. })));
+        assert!(matches!(layout(4, 2, 4, 2, 0).validate(), Err(LayoutError::BlockBytes { .. })));
+        let too_big = layout(4, 2, 4, 1, MAX_BLOCK_BYTES * 2);
+        assert!(matches!(too_big.validate(), Err(LayoutError::BlockBytes { .. })));
+        assert!(matches!(layout(0, 2, 4, 1, 1).validate(), Err(LayoutError::Code(_))));
+        let message = layout(4, 2, 4, 2, 3).validate().unwrap_err().to_string();
+        assert!(message.contains("multiple of the cell size (2 bytes)"), "{message}");
+    }
+
+    #[test]
+    fn buffer_figures() {
+        let mib = 1 << 20;
+        let layout = layout(6, 2, 4, mib, 8 * mib);
+        assert_eq!(max_client_buffer_bytes(&layout), 2 * 8 * mib + 6 * mib);
+        assert_eq!(naive_group_buffer_bytes(&layout), 8 * 8 * mib);
+    }
+
+    #[test]
+    fn layout_serialises_with_the_code_name() {
+        let layout = layout(6, 3, 4, 1, 4);
+        let json = serde_json::to_string(&layout).unwrap();
+        assert!(json.contains("\"rs(6,3)\""), "{json}");
+        assert_eq!(serde_json::from_str::<StripedLayout>(&json).unwrap(), layout);
+    }
+}
