@@ -1,0 +1,432 @@
+//! Behaviour of a disk through its public API, with faults injected by `FaultyFs`.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use rand::{rngs::StdRng, Rng, RngCore, SeedableRng};
+use weft_store::{format::header_bytes, Disk, FaultyFs, FsOp, StoreError, UnitKey, SEGMENT_BYTES};
+
+const SEG: u64 = SEGMENT_BYTES as u64;
+
+fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut bytes = vec![0u8; len];
+    StdRng::seed_from_u64(seed).fill_bytes(&mut bytes);
+    bytes
+}
+
+/// Flips one byte of a file, at `at` bytes from its start.
+fn flip_byte(path: &Path, at: u64) {
+    let mut bytes = fs::read(path).unwrap();
+    bytes[at as usize] ^= 0x5a;
+    fs::write(path, bytes).unwrap();
+}
+
+/// Flips a byte of segment `segment` of a unit of `len` bytes, `within` bytes into the segment.
+fn corrupt_segment(disk: &Disk, key: UnitKey, len: u64, segment: u64, within: u64) {
+    flip_byte(&disk.unit_path(&key), header_bytes(len) + segment * SEG + within);
+}
+
+fn tmp_files(dir: &Path) -> Vec<PathBuf> {
+    fs::read_dir(dir.join("tmp")).unwrap().map(|e| e.unwrap().path()).collect()
+}
+
+#[test]
+fn round_trips_lengths_and_random_ranges() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = Disk::open(dir.path()).unwrap();
+    let mut rng = StdRng::seed_from_u64(7);
+    for (i, len) in [0, 1, 65_535, 65_536, 65_537, 3 * 65_536 + 7].into_iter().enumerate() {
+        let key = UnitKey::data(42, i as u32, 1);
+        let data = random_bytes(len, i as u64);
+        let info = disk.put(key, &data).unwrap();
+        assert_eq!(info.len_bytes, len as u64);
+        assert_eq!(info.segment_count, (len as u64).div_ceil(SEG));
+        assert_eq!(disk.stat(key).unwrap(), info);
+        assert_eq!(fs::metadata(disk.unit_path(&key)).unwrap().len(), info.file_bytes);
+        assert_eq!(disk.read(key, 0, len).unwrap(), data, "whole unit of {len}");
+        for _ in 0..64 {
+            let offset = rng.gen_range(0..=len);
+            let take = rng.gen_range(0..=len - offset);
+            let got = disk.read(key, offset as u64, take).unwrap();
+            assert_eq!(got, &data[offset..offset + take], "len {len} range {offset}+{take}");
+            let mut buf = vec![0xeeu8; take];
+            disk.read_into(key, offset as u64, &mut buf).unwrap();
+            assert_eq!(buf, got);
+        }
+        assert_eq!(disk.read(key, len as u64, 0).unwrap(), Vec::<u8>::new());
+        for (offset, take) in [(len as u64, 1), (0, len + 1), (u64::MAX, 1), (len as u64 + 1, 0)] {
+            match disk.read(key, offset, take) {
+                Err(StoreError::OutOfRange { key: k, unit_bytes, .. }) => {
+                    assert_eq!((k, unit_bytes), (key, len as u64))
+                }
+                other => panic!("range {offset}+{take} of {len}: {other:?}"),
+            }
+        }
+    }
+    let parity = UnitKey::parity(42, 0, 1, 1);
+    disk.put(parity, b"parity").unwrap();
+    assert_eq!(disk.read(parity, 2, 4).unwrap(), b"rity");
+    assert!(disk.failure().is_none());
+}
+
+#[test]
+fn range_reads_verify_only_the_segments_they_touch() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = Disk::open(dir.path()).unwrap();
+    let key = UnitKey::data(9, 3, 2);
+    let len = 4 * SEG + 100;
+    let data = random_bytes(len as usize, 3);
+    disk.put(key, &data).unwrap();
+    corrupt_segment(&disk, key, len, 2, 123);
+    let ok = |offset: u64, take: u64| {
+        let got = disk.read(key, offset, take as usize).unwrap();
+        assert_eq!(got, &data[offset as usize..(offset + take) as usize]);
+    };
+    ok(0, SEG);
+    ok(0, 2 * SEG);
+    ok(SEG + 5, SEG - 5);
+    ok(3 * SEG, SEG + 100);
+    ok(4 * SEG + 99, 1);
+    for (offset, take) in
+        [(2 * SEG, 1), (2 * SEG - 1, 2), (0, len), (3 * SEG - 1, 1), (SEG, 3 * SEG)]
+    {
+        match disk.read(key, offset, take as usize) {
+            Err(error @ StoreError::Corrupt { segment: 2, .. }) => {
+                let text = error.to_string();
+                assert!(text.contains(&key.to_string()), "{text}");
+                assert!(text.contains(&dir.path().display().to_string()), "{text}");
+                assert!(text.contains("segment 2"), "{text}");
+            }
+            other => panic!("range {offset}+{take}: {other:?}"),
+        }
+    }
+    // A corrupt segment is an operating error, not a disk failure.
+    assert!(disk.failure().is_none());
+    ok(0, SEG);
+}
+
+fn expect_bad_header(disk: &Disk, key: UnitKey, what: &str) {
+    match disk.read(key, 0, 1) {
+        Err(StoreError::BadHeader { key: k, reason, .. }) => assert_eq!(k, key, "{what}: {reason}"),
+        other => panic!("{what}: read gave {other:?}"),
+    }
+    assert!(matches!(disk.stat(key), Err(StoreError::BadHeader { .. })), "{what}: stat");
+}
+
+#[test]
+fn header_corruption_is_bad_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = Disk::open(dir.path()).unwrap();
+    let len = 2 * SEG + 1;
+    // Magic, version, unit length, generation, checksum table, header checksum.
+    for (i, at) in [0u64, 8, 16, 56, 72, header_bytes(len) - 1].into_iter().enumerate() {
+        let key = UnitKey::data(1, i as u32, 0);
+        disk.put(key, &random_bytes(len as usize, i as u64)).unwrap();
+        flip_byte(&disk.unit_path(&key), at);
+        expect_bad_header(&disk, key, &format!("flip at {at}"));
+    }
+    // A valid unit file under another unit's name.
+    let (real, other) = (UnitKey::data(2, 0, 0), UnitKey::data(2, 1, 0));
+    disk.put(real, b"hello").unwrap();
+    fs::copy(disk.unit_path(&real), disk.unit_path(&other)).unwrap();
+    expect_bad_header(&disk, other, "misplaced file");
+    // Too short for any header.
+    let tiny = UnitKey::data(3, 0, 0);
+    fs::write(disk.unit_path(&tiny), b"WEFTUNIT").unwrap();
+    expect_bad_header(&disk, tiny, "short file");
+    // Truncated data.
+    let cut = UnitKey::data(4, 0, 0);
+    disk.put(cut, &random_bytes(len as usize, 4)).unwrap();
+    let file = fs::OpenOptions::new().write(true).open(disk.unit_path(&cut)).unwrap();
+    file.set_len(header_bytes(len) + len - 1).unwrap();
+    assert!(matches!(
+        disk.read(cut, 0, 1),
+        Err(StoreError::BadFileLength { expected_bytes, actual_bytes, .. })
+            if expected_bytes == actual_bytes + 1
+    ));
+    assert!(disk.failure().is_none());
+}
+
+#[test]
+fn scrub_finds_exactly_the_corrupt_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = Disk::open(dir.path()).unwrap();
+    let len = 4 * SEG + 3;
+    let keys: Vec<UnitKey> = (0..6).map(|i| UnitKey::data(100 + i, 0, 1)).collect();
+    for (i, key) in keys.iter().enumerate() {
+        disk.put(*key, &random_bytes(len as usize, i as u64)).unwrap();
+    }
+    let clean = disk.scrub(|_| {}).unwrap();
+    assert_eq!((clean.checked, clean.corrupt.len(), clean.unreadable.len()), (6, 0, 0));
+    assert_eq!(clean.bytes_checked, 6 * len);
+
+    corrupt_segment(&disk, keys[1], len, 0, 0);
+    corrupt_segment(&disk, keys[3], len, 1, SEG - 1);
+    corrupt_segment(&disk, keys[3], len, 4, 2); // the short last segment
+    flip_byte(&disk.unit_path(&keys[5]), 0);
+    let stray = disk.unit_path(&keys[0]).with_file_name("stray.txt");
+    fs::write(&stray, b"not a unit").unwrap();
+
+    let mut seen = Vec::new();
+    let report = disk.scrub(|p| seen.push((p.unit, p.units_checked, p.units_total))).unwrap();
+    let mut expected = vec![(keys[1], 0), (keys[3], 1), (keys[3], 4)];
+    expected.sort();
+    assert_eq!(report.corrupt, expected);
+    assert_eq!(report.checked, 5);
+    assert_eq!(report.unreadable.len(), 1);
+    assert_eq!(report.unreadable[0].0, keys[5]);
+    assert!(matches!(report.unreadable[0].1, StoreError::BadHeader { .. }));
+    assert_eq!(report.unrecognised, vec![stray]);
+    assert_eq!(seen.len(), 6);
+    assert!(seen.iter().all(|&(_, _, total)| total == 6));
+    assert_eq!(disk.list().unwrap(), keys, "list skips the stray file");
+}
+
+#[test]
+fn units_are_immutable_and_deletable() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = Disk::open(dir.path()).unwrap();
+    let key = UnitKey::data(5, 0, 1);
+    disk.put(key, b"first").unwrap();
+    assert!(
+        matches!(disk.put(key, b"second"), Err(StoreError::AlreadyExists { key: k, .. }) if k == key)
+    );
+    assert!(matches!(disk.create(key, 3), Err(StoreError::AlreadyExists { .. })));
+    assert_eq!(disk.read(key, 0, 5).unwrap(), b"first");
+    // Rewrite = new generation, alongside the old one until that is deleted.
+    let newer = key.with_generation(2);
+    disk.put(newer, b"second").unwrap();
+    assert_eq!(disk.list().unwrap(), vec![key, newer]);
+    disk.delete(key).unwrap();
+    assert!(matches!(disk.read(key, 0, 1), Err(StoreError::NotFound { key: k, .. }) if k == key));
+    assert!(matches!(disk.stat(key), Err(StoreError::NotFound { .. })));
+    assert!(matches!(disk.delete(key), Err(StoreError::NotFound { .. })));
+    assert_eq!(disk.list().unwrap(), vec![newer]);
+    assert_eq!(disk.read(newer, 0, 6).unwrap(), b"second");
+    assert!(tmp_files(dir.path()).is_empty());
+    assert!(disk.failure().is_none());
+}
+
+#[test]
+fn streaming_writer_makes_the_same_file_as_put() {
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (Disk::open(dir_a.path()).unwrap(), Disk::open(dir_b.path()).unwrap());
+    let mut rng = StdRng::seed_from_u64(11);
+    for (i, len) in [0usize, 1, 65_536, 3 * 65_536 + 7, 5 * 65_536 - 1].into_iter().enumerate() {
+        let key = UnitKey::parity(77, i as u32, 2, 3);
+        let data = random_bytes(len, 50 + i as u64);
+        let put = a.put(key, &data).unwrap();
+        let mut writer = b.create(key, len as u64).unwrap();
+        let mut at = 0;
+        while at < len {
+            let take = rng.gen_range(0..=(len - at).min(100_000));
+            writer.write_all(&data[at..at + take]).unwrap();
+            at += take;
+        }
+        writer.write_all(&[]).unwrap();
+        assert_eq!(writer.finish().unwrap(), put);
+        assert_eq!(
+            fs::read(a.unit_path(&key)).unwrap(),
+            fs::read(b.unit_path(&key)).unwrap(),
+            "len {len}"
+        );
+        assert_eq!(b.read(key, 0, len).unwrap(), data);
+    }
+}
+
+#[test]
+fn writer_length_mismatch_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = Disk::open(dir.path()).unwrap();
+    let key = UnitKey::data(6, 0, 0);
+    let mut writer = disk.create(key, 10).unwrap();
+    writer.write_all(b"12345").unwrap();
+    assert!(matches!(
+        writer.write_all(b"678901"),
+        Err(StoreError::LengthMismatch { expected_bytes: 10, written_bytes: 11, .. })
+    ));
+    assert!(matches!(
+        writer.finish(),
+        Err(StoreError::LengthMismatch { expected_bytes: 10, written_bytes: 5, .. })
+    ));
+    assert!(matches!(disk.read(key, 0, 0), Err(StoreError::NotFound { .. })));
+    assert!(tmp_files(dir.path()).is_empty(), "an abandoned writer removes its temp file");
+    let dropped = disk.create(key, 4).unwrap();
+    drop(dropped);
+    assert!(tmp_files(dir.path()).is_empty());
+    assert!(disk.failure().is_none());
+    disk.put(key, b"0123456789").unwrap();
+}
+
+#[test]
+fn reopen_lists_the_same_units_and_cleans_temp_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut keys = Vec::new();
+    let mut expected_bytes = 0;
+    {
+        let disk = Disk::open(dir.path()).unwrap();
+        assert_eq!(disk.removed_temp_files(), 0);
+        for i in 0..40u32 {
+            let key = if i % 3 == 0 {
+                UnitKey::parity(i.into(), i, 1, 0)
+            } else {
+                UnitKey::data(1, i, 0)
+            };
+            expected_bytes +=
+                disk.put(key, &random_bytes(i as usize * 1000, i.into())).unwrap().file_bytes;
+            keys.push(key);
+        }
+        keys.sort();
+        assert_eq!(disk.list().unwrap(), keys);
+        let _abandoned = disk.create(UnitKey::data(2, 0, 0), 100).unwrap();
+        std::mem::forget(_abandoned); // as if the process died mid-write
+    }
+    fs::write(dir.path().join("tmp").join("junk.tmp"), b"x").unwrap();
+    let disk = Disk::open(dir.path()).unwrap();
+    assert_eq!(disk.removed_temp_files(), 2);
+    assert!(tmp_files(dir.path()).is_empty());
+    assert_eq!(disk.list().unwrap(), keys);
+    let usage = disk.usage().unwrap();
+    assert_eq!((usage.units, usage.file_bytes), (40, expected_bytes));
+    for (i, key) in keys.iter().enumerate() {
+        let len = disk.stat(*key).unwrap().len_bytes as usize;
+        disk.read(*key, 0, len).unwrap_or_else(|e| panic!("{i}: {e}"));
+    }
+}
+
+#[test]
+fn open_refuses_foreign_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("precious.txt"), b"user data").unwrap();
+    assert!(matches!(Disk::open(dir.path()), Err(StoreError::UnsupportedDisk { .. })));
+    assert!(!dir.path().join("units").exists(), "nothing written into a foreign directory");
+
+    let other = tempfile::tempdir().unwrap();
+    drop(Disk::open(other.path()).unwrap());
+    fs::write(other.path().join("weft-disk"), b"weft-store disk layout 99\n").unwrap();
+    assert!(matches!(Disk::open(other.path()), Err(StoreError::UnsupportedDisk { .. })));
+}
+
+/// Every error a call on a failed disk can give.
+fn assert_refuses_work(disk: &Disk, known: UnitKey) {
+    let failed = |result: Result<(), StoreError>, what: &str| match result {
+        Err(StoreError::DiskFailed { dir, cause }) => {
+            assert_eq!(dir, disk.dir(), "{what}");
+            assert!(cause.contains("injected fault"), "{what}: {cause}");
+        }
+        other => panic!("{what} on a failed disk gave {other:?}"),
+    };
+    failed(disk.put(UnitKey::data(999, 0, 0), b"x").map(drop), "put");
+    failed(disk.create(UnitKey::data(999, 0, 0), 1).map(drop), "create");
+    failed(disk.read(known, 0, 1).map(drop), "read");
+    failed(disk.stat(known).map(drop), "stat");
+    failed(disk.delete(known), "delete");
+    failed(disk.list().map(drop), "list");
+    failed(disk.usage().map(drop), "usage");
+    failed(disk.scrub(|_| {}).map(drop), "scrub");
+}
+
+#[test]
+fn a_put_failing_at_any_step_leaves_no_partial_unit_and_fails_the_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let old: Vec<(UnitKey, Vec<u8>)> = (0..3)
+        .map(|i| (UnitKey::data(1, i, 0), random_bytes(70_000 * i as usize, i.into())))
+        .collect();
+    {
+        let disk = Disk::open(dir.path()).unwrap();
+        for (key, data) in &old {
+            disk.put(*key, data).unwrap();
+        }
+    }
+    let new = UnitKey::data(2, 0, 0);
+    let data = random_bytes(2 * SEG as usize + 9, 99);
+    let mut failed_ops = Vec::new();
+    for n in 1.. {
+        assert!(n < 50, "put never succeeded");
+        let faulty = FaultyFs::new();
+        let disk = Disk::open_with(dir.path(), Arc::new(faulty.clone())).unwrap();
+        faulty.clear_log();
+        faulty.fail_nth(n);
+        let result = disk.put(new, &data);
+        let Some((op, _)) = faulty.injected() else {
+            // Every step passed: the put must have succeeded, after failing at every step.
+            result.unwrap();
+            assert_eq!(disk.read(new, 0, data.len()).unwrap(), data);
+            break;
+        };
+        failed_ops.push(op);
+        match &result {
+            Err(StoreError::Io { key: Some(key), source, .. }) => {
+                assert_eq!(*key, new);
+                assert!(source.to_string().contains("injected fault"));
+            }
+            other => panic!("step {n} ({op:?}): put gave {other:?}"),
+        }
+        assert_eq!(faulty.log().len() as u64, n, "no mutation after the failed {op:?}");
+        assert!(disk.failure().is_some());
+        assert_refuses_work(&disk, old[1].0);
+        assert_eq!(faulty.log().len() as u64, n, "a failed disk makes no mutation");
+        drop(disk);
+
+        let leftovers = tmp_files(dir.path()).len() as u64;
+        let disk = Disk::open(dir.path()).unwrap();
+        assert_eq!(disk.removed_temp_files(), leftovers);
+        assert!(tmp_files(dir.path()).is_empty(), "step {n}: stale temp files remain");
+        match disk.read(new, 0, data.len()) {
+            Err(StoreError::NotFound { .. }) => {}
+            // Past the rename the unit is complete; only its directory entry may not be durable.
+            Ok(read) if op == FsOp::SyncDir => assert_eq!(read, data),
+            other => panic!("step {n} ({op:?}): after reopen the new unit reads as {other:?}"),
+        }
+        for (key, bytes) in &old {
+            assert_eq!(&disk.read(*key, 0, bytes.len()).unwrap(), bytes, "step {n}");
+        }
+        let _ = disk.delete(new);
+        assert_eq!(disk.list().unwrap(), old.iter().map(|(k, _)| *k).collect::<Vec<_>>());
+    }
+    assert_eq!(
+        failed_ops,
+        [FsOp::Create, FsOp::Write, FsOp::Write, FsOp::Sync, FsOp::Rename, FsOp::SyncDir],
+        "each step of a put was failed once"
+    );
+}
+
+#[test]
+fn failed_delete_and_failed_stream_write_are_sticky() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = UnitKey::data(3, 0, 0);
+    for (n, expected_op) in [(1, FsOp::Remove), (2, FsOp::SyncDir)] {
+        {
+            let disk = Disk::open(dir.path()).unwrap();
+            let _ = disk.put(key, b"doomed");
+        }
+        let faulty = FaultyFs::new();
+        let disk = Disk::open_with(dir.path(), Arc::new(faulty.clone())).unwrap();
+        faulty.fail_nth(n);
+        assert!(matches!(disk.delete(key), Err(StoreError::Io { .. })));
+        assert_eq!(faulty.injected().unwrap().0, expected_op);
+        assert!(matches!(disk.read(key, 0, 1), Err(StoreError::DiskFailed { .. })));
+        // Clones share the failed state.
+        assert!(matches!(disk.clone().list(), Err(StoreError::DiskFailed { .. })));
+    }
+
+    let faulty = FaultyFs::new();
+    let disk = Disk::open_with(dir.path(), Arc::new(faulty.clone())).unwrap();
+    let streamed = UnitKey::data(4, 0, 0);
+    let mut writer = disk.create(streamed, 2 * SEG).unwrap();
+    writer.write_all(&random_bytes(SEG as usize, 1)).unwrap();
+    faulty.clear_log();
+    faulty.fail_nth(1);
+    assert!(matches!(writer.write_all(&random_bytes(SEG as usize, 2)), Err(StoreError::Io { .. })));
+    assert!(matches!(writer.write_all(&[1]), Err(StoreError::DiskFailed { .. })));
+    assert!(matches!(writer.finish(), Err(StoreError::DiskFailed { .. })));
+    assert_eq!(faulty.log().len(), 1, "dropping the writer on a failed disk writes nothing");
+    drop(disk);
+    assert_eq!(tmp_files(dir.path()).len(), 1, "the torn temp file is left for open");
+    let disk = Disk::open(dir.path()).unwrap();
+    assert_eq!(disk.removed_temp_files(), 1);
+    assert!(matches!(disk.stat(streamed), Err(StoreError::NotFound { .. })));
+}
