@@ -603,7 +603,7 @@ impl UnitWriter {
             let (now, later) = rest.split_at(room.min(rest.len()));
             self.segment_checksum = crc32c::crc32c_append(self.segment_checksum, now);
             self.written_bytes += now.len() as u64;
-            if self.written_bytes % segment_bytes == 0 {
+            if self.written_bytes.is_multiple_of(segment_bytes) {
                 self.checksums.push(self.segment_checksum);
                 self.segment_checksum = 0;
             }
@@ -628,7 +628,7 @@ impl UnitWriter {
         if self.written_bytes != self.len_bytes {
             return Err(self.length_mismatch(self.written_bytes));
         }
-        if self.written_bytes % u64::from(SEGMENT_BYTES) != 0 {
+        if !self.written_bytes.is_multiple_of(u64::from(SEGMENT_BYTES)) {
             self.checksums.push(self.segment_checksum);
         }
         let (disk, key, tmp) = (self.disk.clone(), self.key, self.tmp_path.clone());
