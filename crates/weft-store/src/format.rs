@@ -207,6 +207,28 @@ mod tests {
         }
     }
 
+    /// The offsets in docs/store-format.md.
+    #[test]
+    fn header_bytes_match_the_documented_layout() {
+        assert_eq!(crc32c::crc32c(b"123456789"), 0xe306_9283);
+        let key = UnitKey::parity(0x0102_0304, 0x0a0b_0c0d, 0x0e0f, 0x1122_3344_5566_7788);
+        let len = 65_537;
+        let bytes =
+            Header { key, len_bytes: len, checksums: vec![0xdead_beef, 0x0bad_f00d] }.encode();
+        assert_eq!(bytes.len(), 84);
+        assert_eq!(&bytes[0..8], b"WEFTUNIT");
+        assert_eq!(&bytes[8..12], &[1, 0, 1, 1]);
+        assert_eq!(&bytes[12..16], &84u32.to_le_bytes());
+        assert_eq!(&bytes[16..24], &len.to_le_bytes());
+        assert_eq!(&bytes[24..32], &[0, 0, 1, 0, 2, 0, 0, 0]);
+        assert_eq!(&bytes[32..48], &0x0102_0304u128.to_le_bytes());
+        assert_eq!(&bytes[48..56], &[0x0d, 0x0c, 0x0b, 0x0a, 0x0f, 0x0e, 0, 0]);
+        assert_eq!(&bytes[56..64], &0x1122_3344_5566_7788u64.to_le_bytes());
+        assert_eq!(&bytes[64..72], &[0; 8]);
+        assert_eq!(&bytes[72..80], &[0xef, 0xbe, 0xad, 0xde, 0x0d, 0xf0, 0xad, 0x0b]);
+        assert_eq!(&bytes[80..84], &crc32c::crc32c(&bytes[..80]).to_le_bytes());
+    }
+
     #[test]
     fn segment_arithmetic() {
         assert_eq!(segment_count(0), 0);
