@@ -317,7 +317,8 @@ pub fn place(
         }
     }
     let placement = Placement { layout: *layout, object_size, level, seed, data, parity };
-    debug_assert_eq!(placement.verify(), Ok(()));
+    // Cheap next to the placement itself, and a broken rule would lose data later.
+    assert_eq!(placement.verify(), Ok(()), "placement broke rule (a) or (b): a bug");
     Ok(placement)
 }
 
