@@ -12,12 +12,12 @@
 //! - Units are immutable. A key names at most one file; storing an existing key fails with
 //!   `AlreadyExists` (a rewrite is a new generation).
 //! - Every byte returned by a read lies in a segment whose checksum was verified by that read.
-//! - After any failed write, fsync, rename or remove, every call returns `DiskFailed` until the
-//!   disk is reopened. Why: after a failed fsync, Linux may mark the dirty pages clean and drop
-//!   the error, so what the page cache and the device hold is unknown; retrying could report
-//!   success for data that never reached the device ("fsyncgate"; redb's sticky `PreviousIo`).
-//!   Reopening is the point where the operator (or the node) decides the disk is trustworthy;
-//!   open then removes leftovers in `tmp/`, and every unit is still checked on each read.
+//! - After any failed create, write, fsync, rename or remove, every call returns `DiskFailed`
+//!   until the disk is reopened. Why: after a failed fsync, Linux may mark the dirty pages
+//!   clean and drop the error, so what the page cache and the device hold is unknown; retrying
+//!   could report success for data that never reached the device ("fsyncgate"; redb's sticky
+//!   `PreviousIo`). Reopening is the point where the operator (or the node) decides the disk
+//!   is trustworthy; open then removes leftovers in `tmp/`, and every read still verifies.
 //! - `tmp/` holds only files of writes in progress, so `Disk::open` deletes everything in it:
 //!   those writes cannot complete once their process is gone. Hence: one open `Disk` (and its
 //!   clones) per directory at a time.

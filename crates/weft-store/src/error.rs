@@ -2,7 +2,7 @@
 //! there is one, the unit, so a log line says where to look.
 //!
 //! Invariants:
-//! - `Io` from a mutating call (write, fsync, rename, remove) means the disk has just entered
+//! - `Io` from a mutating call (create, write, fsync, rename, remove) means the disk has just entered
 //!   the failed state; every later call on it returns `DiskFailed` until `Disk::open` again.
 //! - `Io` from a read leaves the disk usable: reading does not dirty the page cache.
 
@@ -32,7 +32,8 @@ pub enum StoreError {
     TooLarge { dir: PathBuf, key: UnitKey, len_bytes: u64, max_bytes: u64 },
     /// The directory holds a disk layout this build does not understand.
     UnsupportedDisk { dir: PathBuf, reason: String },
-    /// An earlier write, fsync, rename or remove failed; the disk refuses work until reopened.
+    /// An earlier create, write, fsync, rename or remove failed; the disk refuses all work
+    /// until reopened.
     DiskFailed { dir: PathBuf, cause: String },
     /// A filesystem call failed. `key` is the unit concerned, if any.
     Io { dir: PathBuf, key: Option<UnitKey>, op: &'static str, path: PathBuf, source: io::Error },

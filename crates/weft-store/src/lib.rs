@@ -8,7 +8,7 @@
 //!   no-replace rename, directory fsync).
 //! - Verified reads: every byte returned was covered by a checksum checked during that call;
 //!   range reads touch only the segments they need, so repair reads stay small.
-//! - Sticky failure: after a failed write, fsync, rename or remove a disk refuses all work
+//! - Sticky failure: after a failed create, write, fsync, rename or remove a disk refuses all work
 //!   until reopened.
 //! - The filesystem is a parameter ([`Fs`]); [`FaultyFs`] injects faults in tests.
 //!

@@ -430,3 +430,115 @@ fn failed_delete_and_failed_stream_write_are_sticky() {
     assert_eq!(disk.removed_temp_files(), 1);
     assert!(matches!(disk.stat(streamed), Err(StoreError::NotFound { .. })));
 }
+
+/// Random operations against a reference model, through a filesystem that fails now and then.
+/// After a failure the disk is reopened; only the unit of the failed operation may be in either
+/// state (old or new), and if present it must be whole.
+#[test]
+fn model_based_random_operations_with_faults() {
+    use std::collections::BTreeMap;
+    let mut reopens = 0;
+    for seed in 0..6u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut model: BTreeMap<UnitKey, Vec<u8>> = BTreeMap::new();
+        let mut faulty = FaultyFs::new();
+        let mut disk = Disk::open_with(dir.path(), Arc::new(faulty.clone())).unwrap();
+        for step in 0..150 {
+            let context = format!("seed {seed} step {step}");
+            if rng.gen_bool(0.1) {
+                faulty.fail_nth(rng.gen_range(1..6));
+            }
+            let key = UnitKey::data(rng.gen_range(0..4), rng.gen_range(0..3), 0);
+            // (key, content if the operation takes effect) for the operation in flight.
+            let (attempted, outcome): (Option<Vec<u8>>, Result<(), StoreError>) = match rng
+                .gen_range(0..4)
+            {
+                0 | 1 => {
+                    let len = rng.gen_range(0..3 * SEG as usize);
+                    let data = random_bytes(len, rng.gen());
+                    let result = if rng.gen_bool(0.5) {
+                        disk.put(key, &data).map(drop)
+                    } else {
+                        disk.create(key, len as u64).and_then(|mut w| {
+                            for piece in data.chunks(rng.gen_range(1..100_000)) {
+                                w.write_all(piece)?;
+                            }
+                            w.finish().map(drop)
+                        })
+                    };
+                    match &result {
+                        Ok(()) => assert!(model.insert(key, data.clone()).is_none(), "{context}"),
+                        Err(StoreError::AlreadyExists { .. }) => {
+                            assert!(model.contains_key(&key), "{context}")
+                        }
+                        _ => {}
+                    }
+                    (Some(data), result)
+                }
+                2 => {
+                    let result = disk.delete(key);
+                    match &result {
+                        Ok(()) => assert!(model.remove(&key).is_some(), "{context}"),
+                        Err(StoreError::NotFound { .. }) => {
+                            assert!(!model.contains_key(&key), "{context}")
+                        }
+                        _ => {}
+                    }
+                    (None, result)
+                }
+                _ => {
+                    let result = match model.get(&key) {
+                        Some(data) => {
+                            let offset = rng.gen_range(0..=data.len());
+                            let take = rng.gen_range(0..=data.len() - offset);
+                            disk.read(key, offset as u64, take).map(|got| {
+                                assert_eq!(got, &data[offset..offset + take], "{context}")
+                            })
+                        }
+                        None => match disk.read(key, 0, 0) {
+                            Err(StoreError::NotFound { .. }) => Ok(()),
+                            other => panic!("{context}: absent unit read as {other:?}"),
+                        },
+                    };
+                    result.unwrap();
+                    continue;
+                }
+            };
+            let Err(error) = outcome else { continue };
+            if matches!(error, StoreError::AlreadyExists { .. } | StoreError::NotFound { .. }) {
+                continue;
+            }
+            assert!(matches!(error, StoreError::Io { .. }), "{context}: {error}");
+            assert!(disk.failure().is_some(), "{context}");
+            drop(disk);
+            reopens += 1;
+            faulty = FaultyFs::new();
+            disk = Disk::open_with(dir.path(), Arc::new(faulty.clone())).unwrap();
+            match (disk.stat(key), attempted) {
+                (Err(StoreError::NotFound { .. }), _) => {
+                    model.remove(&key);
+                }
+                (Ok(info), attempted) => {
+                    let got = disk.read(key, 0, info.len_bytes as usize).unwrap();
+                    let was = model.get(&key);
+                    assert!(
+                        Some(&got) == was || Some(&got) == attempted.as_ref(),
+                        "{context}: unit after a failed operation is neither old nor new"
+                    );
+                    model.insert(key, got);
+                }
+                (Err(other), _) => panic!("{context}: {other}"),
+            }
+        }
+        faulty.disarm();
+        assert_eq!(disk.list().unwrap(), model.keys().copied().collect::<Vec<_>>(), "seed {seed}");
+        for (key, data) in &model {
+            assert_eq!(&disk.read(*key, 0, data.len()).unwrap(), data, "seed {seed}");
+        }
+        let report = disk.scrub(|_| {}).unwrap();
+        assert!(report.corrupt.is_empty() && report.unreadable.is_empty(), "seed {seed}");
+    }
+    assert!(reopens >= 10, "only {reopens} faults hit an operation");
+    eprintln!("{reopens} injected faults, each followed by a reopen");
+}
