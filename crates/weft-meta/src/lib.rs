@@ -1,0 +1,1 @@
+//! weft-meta: placeholder, being written.

@@ -1,0 +1,1 @@
+//! weft-node: placeholder, being written.
