@@ -1,1 +1,27 @@
-//! weft-meta: placeholder, being written.
+//! weft-meta: the metadata of a weft cluster — buckets, objects and where their units live,
+//! nodes and their disks, and the repair queue — behind one [`MetaStore`] trait.
+//!
+//! - [`RedbStore`]: the default, on an embedded transactional redb file.
+//! - [`MemStore`]: in memory, for the simulator and as the model tests check redb against.
+//!
+//! Invariants kept by the whole crate:
+//! - Synchronous and clock-free: every time is a `now_ms` argument.
+//! - Groups are never stored: an object keeps its layout and one disk per unit, and the
+//!   group of a block is computed by `weft-layout` (Okapi §4.2).
+//! - Every stored value carries a format version; unknown versions are refused, never guessed.
+
+pub mod error;
+pub mod mem;
+pub mod records;
+pub mod redb_store;
+pub mod store;
+
+pub use error::MetaError;
+pub use mem::MemStore;
+pub use records::{
+    metadata_bytes, BucketRecord, DiskReport, Heartbeat, NodeRecord, ObjectName, ObjectRecord,
+    ObjectState, Policy, RepairLease, RepairTask, FORMAT_VERSION, MAX_BUCKET_NAME_BYTES,
+    MAX_KEY_BYTES,
+};
+pub use redb_store::{RedbStore, SCHEMA_VERSION};
+pub use store::{MetaStore, ObjectPage, MAX_LIST_LIMIT};

@@ -1,0 +1,312 @@
+//! Records kept by the metadata store and their stored encoding.
+//!
+//! Invariants:
+//! - Every stored value is the JSON envelope `{"v":FORMAT_VERSION,"r":<record>}`; a value with
+//!   any other version is refused with [`MetaError::UnsupportedVersion`], never half-read.
+//! - Groups are never stored: an object stores its layout, its size and one disk per unit
+//!   (data blocks in order, then the r parities of each group); the group of data block x is
+//!   `x / k`, computed by `weft-layout`.
+//! - The placement of an object is stored compactly: a table of the distinct disks it uses
+//!   and, per unit, an index into that table.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use weft_layout::{DiskLocation, FailureDomain, Placement, StripedLayout, UnitId};
+
+use crate::MetaError;
+
+/// Format version of every stored value (the `v` of the envelope).
+pub const FORMAT_VERSION: u64 = 1;
+
+/// Longest bucket name, in bytes (S3's limit).
+pub const MAX_BUCKET_NAME_BYTES: usize = 63;
+
+/// Longest object key, in bytes (S3's limit).
+pub const MAX_KEY_BYTES: usize = 1024;
+
+/// What an object is stored with: the striped layout (code by name, stripe width, cell and
+/// block sizes).
+pub type Policy = StripedLayout;
+
+/// A bucket: a namespace of objects with a default policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BucketRecord {
+    pub name: String,
+    pub default_policy: Policy,
+    pub created_ms: u64,
+}
+
+/// Whether an object's units are all durable yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ObjectState {
+    /// Blocks allocated, units being written; not visible to reads or listings.
+    Writing,
+    /// Every unit durable; the object is visible.
+    Committed,
+}
+
+/// One object: where each of its units lives, and its lifecycle state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRecord {
+    pub bucket: String,
+    pub key: String,
+    /// Layout, size and the disk of every unit (groups are inferred from it).
+    pub placement: Placement,
+    pub state: ObjectState,
+    pub created_ms: u64,
+    /// Unique across the store and increasing: tells a write from the one that replaced it.
+    pub generation: u64,
+}
+
+impl ObjectRecord {
+    /// The object's policy.
+    pub fn layout(&self) -> &StripedLayout {
+        self.placement.layout()
+    }
+
+    /// The object's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.placement.object_size()
+    }
+}
+
+/// A (bucket, key) pair naming an object.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ObjectName {
+    pub bucket: String,
+    pub key: String,
+}
+
+/// One disk as a node reports it in its heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskReport {
+    pub index: u32,
+    pub dir: String,
+    pub units: u64,
+    pub bytes: u64,
+    /// Why the disk refuses work, or None when it is healthy.
+    pub failed: Option<String>,
+}
+
+/// The heartbeat a node sends, exactly as on the wire:
+/// `{"node_id":u32,"endpoint":"http://ip:port","pid":u32,"disks":[{"index":u32,"dir":"…",
+/// "units":u64,"bytes":u64,"failed":null|"cause"}]}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    pub node_id: u32,
+    pub endpoint: String,
+    pub pid: u32,
+    pub disks: Vec<DiskReport>,
+}
+
+/// A node as meta last heard of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    pub node_id: u32,
+    pub endpoint: String,
+    pub pid: u32,
+    pub last_heartbeat_ms: u64,
+    pub disks: Vec<DiskReport>,
+}
+
+impl NodeRecord {
+    /// Whether the node has been silent for more than `timeout_ms` at `now_ms`.
+    pub fn is_down(&self, now_ms: u64, timeout_ms: u64) -> bool {
+        now_ms.saturating_sub(self.last_heartbeat_ms) > timeout_ms
+    }
+}
+
+/// A unit of an object to rebuild.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepairTask {
+    pub object: ObjectName,
+    pub unit: UnitId,
+    pub reason: String,
+    pub enqueued_ms: u64,
+    /// How many times the task has been leased.
+    pub attempts: u32,
+    /// Until when the current lease holds; None when the task is free to take.
+    pub lease_deadline_ms: Option<u64>,
+}
+
+/// A repair task leased to one executor until `deadline_ms`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepairLease {
+    /// Queue position of the task; names it in `complete_repair` / `fail_repair`.
+    pub task_id: u64,
+    pub task: RepairTask,
+    pub deadline_ms: u64,
+}
+
+#[derive(Serialize)]
+struct EnvelopeOut<'a, T> {
+    v: u64,
+    r: &'a T,
+}
+
+#[derive(Deserialize)]
+struct Probe {
+    v: u64,
+}
+
+#[derive(Deserialize)]
+struct EnvelopeIn<T> {
+    r: T,
+}
+
+/// Encodes a value for storage in its versioned envelope.
+pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(&EnvelopeOut { v: FORMAT_VERSION, r: value })
+        .expect("records serialize to JSON infallibly")
+}
+
+/// Decodes a stored value, refusing unknown format versions.
+pub(crate) fn decode<T: DeserializeOwned>(
+    table: &'static str,
+    key: &dyn Fn() -> String,
+    bytes: &[u8],
+) -> Result<T, MetaError> {
+    let corrupt =
+        |e: serde_json::Error| MetaError::Corrupt { table, key: key(), reason: e.to_string() };
+    let probe: Probe = serde_json::from_slice(bytes).map_err(corrupt)?;
+    if probe.v != FORMAT_VERSION {
+        return Err(MetaError::UnsupportedVersion {
+            table,
+            key: key(),
+            found: probe.v,
+            supported: FORMAT_VERSION,
+        });
+    }
+    let envelope: EnvelopeIn<T> = serde_json::from_slice(bytes).map_err(corrupt)?;
+    Ok(envelope.r)
+}
+
+/// The stored form of an [`ObjectRecord`]; bucket and key are the table key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StoredObject {
+    layout: StripedLayout,
+    size: u64,
+    level: FailureDomain,
+    seed: u64,
+    /// The distinct disks the object uses, in first-use order.
+    disks: Vec<DiskLocation>,
+    /// Index into `disks` of data block x, at x.
+    data: Vec<u32>,
+    /// Index into `disks` of parity i of group g, at g·r + i.
+    parity: Vec<u32>,
+    state: ObjectState,
+    created_ms: u64,
+    generation: u64,
+}
+
+impl StoredObject {
+    pub(crate) fn from_record(record: &ObjectRecord) -> StoredObject {
+        let placement = &record.placement;
+        let mut disks: Vec<DiskLocation> = Vec::new();
+        let mut data = Vec::new();
+        let mut parity = Vec::new();
+        for (unit, disk) in placement.units() {
+            let at = match disks.iter().position(|d| *d == disk) {
+                Some(at) => at,
+                None => {
+                    disks.push(disk);
+                    disks.len() - 1
+                }
+            };
+            let at = u32::try_from(at).expect("an object uses fewer than 2^32 disks");
+            match unit {
+                UnitId::Data(_) => data.push(at),
+                UnitId::Parity { .. } => parity.push(at),
+            }
+        }
+        StoredObject {
+            layout: *placement.layout(),
+            size: placement.object_size(),
+            level: placement.failure_domain(),
+            seed: placement.seed(),
+            disks,
+            data,
+            parity,
+            state: record.state,
+            created_ms: record.created_ms,
+            generation: record.generation,
+        }
+    }
+
+    pub(crate) fn into_record(self, bucket: &str, key: &str) -> Result<ObjectRecord, MetaError> {
+        let corrupt = |reason: String| MetaError::Corrupt {
+            table: "objects",
+            key: format!("{bucket}/{key}"),
+            reason,
+        };
+        let lookup = |indices: &[u32]| -> Result<Vec<DiskLocation>, MetaError> {
+            indices
+                .iter()
+                .map(|&i| {
+                    self.disks.get(i as usize).copied().ok_or_else(|| {
+                        corrupt(format!("disk index {i} out of {} disks", self.disks.len()))
+                    })
+                })
+                .collect()
+        };
+        // Placement's fields are private; its serde form is the documented way to rebuild it.
+        let value = serde_json::json!({
+            "layout": self.layout,
+            "object_size": self.size,
+            "level": self.level,
+            "seed": self.seed,
+            "data": lookup(&self.data)?,
+            "parity": lookup(&self.parity)?,
+        });
+        let placement: Placement =
+            serde_json::from_value(value).map_err(|e| corrupt(e.to_string()))?;
+        Ok(ObjectRecord {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            placement,
+            state: self.state,
+            created_ms: self.created_ms,
+            generation: self.generation,
+        })
+    }
+}
+
+/// Metadata bytes one object costs: its stored value plus its table key (bucket and key).
+pub fn metadata_bytes(object: &ObjectRecord) -> usize {
+    encode(&StoredObject::from_record(object)).len() + object.bucket.len() + object.key.len()
+}
+
+pub(crate) fn check_bucket_name(name: &str) -> Result<(), MetaError> {
+    let refuse = |reason| Err(MetaError::InvalidName { what: "bucket", name: name.into(), reason });
+    if name.is_empty() {
+        return refuse("empty");
+    }
+    if name.len() > MAX_BUCKET_NAME_BYTES {
+        return refuse("longer than 63 bytes");
+    }
+    if !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+    {
+        return refuse("only lowercase letters, digits, '-' and '.' are allowed");
+    }
+    Ok(())
+}
+
+pub(crate) fn check_key(key: &str) -> Result<(), MetaError> {
+    let refuse =
+        |reason| Err(MetaError::InvalidName { what: "object key", name: key.into(), reason });
+    if key.is_empty() {
+        return refuse("empty");
+    }
+    if key.len() > MAX_KEY_BYTES {
+        return refuse("longer than 1024 bytes");
+    }
+    Ok(())
+}
+
+/// The stored text of a unit id in repair-queue keys: `d<x>` or `p<group>.<index>`.
+pub(crate) fn unit_key(unit: UnitId) -> String {
+    match unit {
+        UnitId::Data(x) => format!("d{x}"),
+        UnitId::Parity { group, index } => format!("p{group}.{index}"),
+    }
+}

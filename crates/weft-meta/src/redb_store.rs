@@ -1,0 +1,479 @@
+//! [`RedbStore`]: the metadata store on an embedded redb database (one file).
+//!
+//! Invariants:
+//! - Every operation runs in one redb transaction; every multi-record change (commit moves a
+//!   write to the committed table, counters advance with the records they number) is in one
+//!   write transaction, so a crash leaves either all of it or none.
+//! - Write transactions commit with redb's default durability (fsync before returning), so a
+//!   returned `Ok` survives a crash.
+//! - The database carries `meta.schema_version`; a database of another version is refused
+//!   at open, and every value carries its own format version (see `records`).
+//! - Table layout and encodings are described in docs/meta-schema.md; change both together.
+
+use std::ops::Bound;
+use std::path::Path;
+
+use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
+use weft_layout::{Placement, UnitId};
+
+use crate::records::{
+    check_bucket_name, decode, encode, unit_key, BucketRecord, Heartbeat, NodeRecord, ObjectName,
+    ObjectRecord, ObjectState, Policy, RepairLease, RepairTask, StoredObject, FORMAT_VERSION,
+};
+use crate::store::{check_new_object, list_start, ObjectPage, MAX_LIST_LIMIT};
+use crate::{MetaError, MetaStore};
+
+pub(crate) const BUCKETS: TableDefinition<&str, &[u8]> = TableDefinition::new("buckets");
+pub(crate) const OBJECTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("objects");
+pub(crate) const WRITES: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("writes");
+pub(crate) const NODES: TableDefinition<u32, &[u8]> = TableDefinition::new("nodes");
+pub(crate) const REPAIRS: TableDefinition<u64, &[u8]> = TableDefinition::new("repairs");
+pub(crate) const REPAIR_INDEX: TableDefinition<(&str, &str, &str), u64> =
+    TableDefinition::new("repair_index");
+pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+/// Version of the set of tables and their keys.
+pub const SCHEMA_VERSION: u64 = 1;
+
+const SCHEMA_VERSION_KEY: &str = "schema_version";
+const NEXT_GENERATION_KEY: &str = "next_generation";
+const NEXT_REPAIR_ID_KEY: &str = "next_repair_id";
+
+fn store<E: std::fmt::Display>(e: E) -> MetaError {
+    MetaError::Store { reason: e.to_string() }
+}
+
+/// The metadata store in one redb file.
+pub struct RedbStore {
+    db: Database,
+}
+
+impl std::fmt::Debug for RedbStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedbStore").finish_non_exhaustive()
+    }
+}
+
+fn decode_object(bucket: &str, key: &str, bytes: &[u8]) -> Result<ObjectRecord, MetaError> {
+    let stored: StoredObject = decode("objects", &|| format!("{bucket}/{key}"), bytes)?;
+    stored.into_record(bucket, key)
+}
+
+fn decode_task(id: u64, bytes: &[u8]) -> Result<RepairTask, MetaError> {
+    decode("repairs", &|| id.to_string(), bytes)
+}
+
+/// Whether any key of `table` belongs to `bucket`.
+fn bucket_has_rows(
+    table: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
+    bucket: &str,
+) -> Result<bool, MetaError> {
+    let mut range = table.range((bucket, "")..).map_err(store)?;
+    match range.next() {
+        Some(entry) => Ok(entry.map_err(store)?.0.value().0 == bucket),
+        None => Ok(false),
+    }
+}
+
+fn next_counter(meta: &mut redb::Table<&str, u64>, name: &str) -> Result<u64, MetaError> {
+    let next = meta.get(name).map_err(store)?.map(|v| v.value()).unwrap_or(0) + 1;
+    meta.insert(name, next).map_err(store)?;
+    Ok(next)
+}
+
+fn lease_lost(lease: &RepairLease) -> MetaError {
+    MetaError::LeaseLost {
+        task_id: lease.task_id,
+        bucket: lease.task.object.bucket.clone(),
+        key: lease.task.object.key.clone(),
+        unit: lease.task.unit,
+    }
+}
+
+impl RedbStore {
+    /// Opens the database at `path`, creating it (and every table) if it does not exist.
+    pub fn open(path: impl AsRef<Path>) -> Result<RedbStore, MetaError> {
+        let db = Database::create(path.as_ref()).map_err(store)?;
+        let txn = db.begin_write().map_err(store)?;
+        {
+            txn.open_table(BUCKETS).map_err(store)?;
+            txn.open_table(OBJECTS).map_err(store)?;
+            txn.open_table(WRITES).map_err(store)?;
+            txn.open_table(NODES).map_err(store)?;
+            txn.open_table(REPAIRS).map_err(store)?;
+            txn.open_table(REPAIR_INDEX).map_err(store)?;
+            let mut meta = txn.open_table(META).map_err(store)?;
+            let found = meta.get(SCHEMA_VERSION_KEY).map_err(store)?.map(|v| v.value());
+            match found {
+                None => {
+                    meta.insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION).map_err(store)?;
+                }
+                Some(SCHEMA_VERSION) => {}
+                Some(found) => {
+                    return Err(MetaError::UnsupportedVersion {
+                        table: "meta",
+                        key: SCHEMA_VERSION_KEY.into(),
+                        found,
+                        supported: SCHEMA_VERSION,
+                    })
+                }
+            }
+        }
+        txn.commit().map_err(store)?;
+        Ok(RedbStore { db })
+    }
+
+    fn read_bucket(
+        table: &impl ReadableTable<&'static str, &'static [u8]>,
+        name: &str,
+    ) -> Result<Option<BucketRecord>, MetaError> {
+        match table.get(name).map_err(store)? {
+            Some(bytes) => Ok(Some(decode("buckets", &|| name.into(), bytes.value())?)),
+            None => Ok(None),
+        }
+    }
+}
+
+impl MetaStore for RedbStore {
+    fn create_bucket(
+        &self,
+        name: &str,
+        default_policy: Policy,
+        now_ms: u64,
+    ) -> Result<BucketRecord, MetaError> {
+        check_bucket_name(name)?;
+        default_policy.validate().map_err(|e| MetaError::InvalidRecord {
+            bucket: name.into(),
+            key: String::new(),
+            reason: e.to_string(),
+        })?;
+        let record = BucketRecord { name: name.into(), default_policy, created_ms: now_ms };
+        let txn = self.db.begin_write().map_err(store)?;
+        {
+            let mut buckets = txn.open_table(BUCKETS).map_err(store)?;
+            if buckets.get(name).map_err(store)?.is_some() {
+                return Err(MetaError::BucketExists { bucket: name.into() });
+            }
+            buckets.insert(name, encode(&record).as_slice()).map_err(store)?;
+        }
+        txn.commit().map_err(store)?;
+        Ok(record)
+    }
+
+    fn get_bucket(&self, name: &str) -> Result<BucketRecord, MetaError> {
+        let txn = self.db.begin_read().map_err(store)?;
+        let buckets = txn.open_table(BUCKETS).map_err(store)?;
+        RedbStore::read_bucket(&buckets, name)?
+            .ok_or_else(|| MetaError::NoSuchBucket { bucket: name.into() })
+    }
+
+    fn list_buckets(&self) -> Result<Vec<BucketRecord>, MetaError> {
+        let txn = self.db.begin_read().map_err(store)?;
+        let buckets = txn.open_table(BUCKETS).map_err(store)?;
+        let mut out = Vec::new();
+        for entry in buckets.iter().map_err(store)? {
+            let (name, bytes) = entry.map_err(store)?;
+            out.push(decode("buckets", &|| name.value().into(), bytes.value())?);
+        }
+        Ok(out)
+    }
+
+    fn delete_bucket(&self, name: &str) -> Result<(), MetaError> {
+        let txn = self.db.begin_write().map_err(store)?;
+        {
+            let mut buckets = txn.open_table(BUCKETS).map_err(store)?;
+            if buckets.get(name).map_err(store)?.is_none() {
+                return Err(MetaError::NoSuchBucket { bucket: name.into() });
+            }
+            let objects = txn.open_table(OBJECTS).map_err(store)?;
+            let writes = txn.open_table(WRITES).map_err(store)?;
+            if bucket_has_rows(&objects, name)? || bucket_has_rows(&writes, name)? {
+                return Err(MetaError::BucketNotEmpty { bucket: name.into() });
+            }
+            buckets.remove(name).map_err(store)?;
+        }
+        txn.commit().map_err(store)?;
+        Ok(())
+    }
+
+    fn begin_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        placement: Placement,
+        now_ms: u64,
+    ) -> Result<ObjectRecord, MetaError> {
+        check_new_object(bucket, key, &placement)?;
+        let txn = self.db.begin_write().map_err(store)?;
+        let record;
+        {
+            let buckets = txn.open_table(BUCKETS).map_err(store)?;
+            if buckets.get(bucket).map_err(store)?.is_none() {
+                return Err(MetaError::NoSuchBucket { bucket: bucket.into() });
+            }
+            let mut meta = txn.open_table(META).map_err(store)?;
+            let generation = next_counter(&mut meta, NEXT_GENERATION_KEY)?;
+            record = ObjectRecord {
+                bucket: bucket.into(),
+                key: key.into(),
+                placement,
+                state: ObjectState::Writing,
+                created_ms: now_ms,
+                generation,
+            };
+            let mut writes = txn.open_table(WRITES).map_err(store)?;
+            let bytes = encode(&StoredObject::from_record(&record));
+            writes.insert((bucket, key), bytes.as_slice()).map_err(store)?;
+        }
+        txn.commit().map_err(store)?;
+        Ok(record)
+    }
+
+    fn commit_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        generation: u64,
+    ) -> Result<(ObjectRecord, Option<ObjectRecord>), MetaError> {
+        let no_write =
+            || MetaError::NoSuchWrite { bucket: bucket.into(), key: key.into(), generation };
+        let txn = self.db.begin_write().map_err(store)?;
+        let (record, replaced);
+        {
+            let mut writes = txn.open_table(WRITES).map_err(store)?;
+            let write = match writes.get((bucket, key)).map_err(store)? {
+                Some(bytes) => decode_object(bucket, key, bytes.value())?,
+                None => return Err(no_write()),
+            };
+            if write.generation != generation {
+                return Err(no_write());
+            }
+            writes.remove((bucket, key)).map_err(store)?;
+            record = ObjectRecord { state: ObjectState::Committed, ..write };
+            let mut objects = txn.open_table(OBJECTS).map_err(store)?;
+            let bytes = encode(&StoredObject::from_record(&record));
+            replaced = match objects.insert((bucket, key), bytes.as_slice()).map_err(store)? {
+                Some(old) => Some(decode_object(bucket, key, old.value())?),
+                None => None,
+            };
+        }
+        txn.commit().map_err(store)?;
+        Ok((record, replaced))
+    }
+
+    fn get_object(&self, bucket: &str, key: &str) -> Result<ObjectRecord, MetaError> {
+        let txn = self.db.begin_read().map_err(store)?;
+        let buckets = txn.open_table(BUCKETS).map_err(store)?;
+        if buckets.get(bucket).map_err(store)?.is_none() {
+            return Err(MetaError::NoSuchBucket { bucket: bucket.into() });
+        }
+        let objects = txn.open_table(OBJECTS).map_err(store)?;
+        match objects.get((bucket, key)).map_err(store)? {
+            Some(bytes) => decode_object(bucket, key, bytes.value()),
+            None => Err(MetaError::NoSuchKey { bucket: bucket.into(), key: key.into() }),
+        }
+    }
+
+    fn list_objects(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: usize,
+    ) -> Result<ObjectPage, MetaError> {
+        let txn = self.db.begin_read().map_err(store)?;
+        let buckets = txn.open_table(BUCKETS).map_err(store)?;
+        if buckets.get(bucket).map_err(store)?.is_none() {
+            return Err(MetaError::NoSuchBucket { bucket: bucket.into() });
+        }
+        let objects = txn.open_table(OBJECTS).map_err(store)?;
+        let limit = limit.min(MAX_LIST_LIMIT);
+        let (start, inclusive) = list_start(prefix, start_after);
+        let lower = if inclusive {
+            Bound::Included((bucket, start))
+        } else {
+            Bound::Excluded((bucket, start))
+        };
+        let mut out = Vec::new();
+        let mut next_start_after = None;
+        for entry in objects.range::<(&str, &str)>((lower, Bound::Unbounded)).map_err(store)? {
+            let (name, bytes) = entry.map_err(store)?;
+            let (b, k) = name.value();
+            if b != bucket || !k.starts_with(prefix) {
+                break;
+            }
+            if out.len() == limit {
+                next_start_after = out.last().map(|r: &ObjectRecord| r.key.clone());
+                break;
+            }
+            out.push(decode_object(b, k, bytes.value())?);
+        }
+        Ok(ObjectPage { objects: out, next_start_after })
+    }
+
+    fn delete_object(&self, bucket: &str, key: &str) -> Result<ObjectRecord, MetaError> {
+        let txn = self.db.begin_write().map_err(store)?;
+        let record;
+        {
+            let buckets = txn.open_table(BUCKETS).map_err(store)?;
+            if buckets.get(bucket).map_err(store)?.is_none() {
+                return Err(MetaError::NoSuchBucket { bucket: bucket.into() });
+            }
+            let mut objects = txn.open_table(OBJECTS).map_err(store)?;
+            record = match objects.remove((bucket, key)).map_err(store)? {
+                Some(bytes) => decode_object(bucket, key, bytes.value())?,
+                None => {
+                    return Err(MetaError::NoSuchKey { bucket: bucket.into(), key: key.into() })
+                }
+            };
+        }
+        txn.commit().map_err(store)?;
+        Ok(record)
+    }
+
+    fn record_heartbeat(
+        &self,
+        heartbeat: &Heartbeat,
+        now_ms: u64,
+    ) -> Result<NodeRecord, MetaError> {
+        let record = NodeRecord {
+            node_id: heartbeat.node_id,
+            endpoint: heartbeat.endpoint.clone(),
+            pid: heartbeat.pid,
+            last_heartbeat_ms: now_ms,
+            disks: heartbeat.disks.clone(),
+        };
+        let txn = self.db.begin_write().map_err(store)?;
+        {
+            let mut nodes = txn.open_table(NODES).map_err(store)?;
+            nodes.insert(record.node_id, encode(&record).as_slice()).map_err(store)?;
+        }
+        txn.commit().map_err(store)?;
+        Ok(record)
+    }
+
+    fn list_nodes(&self) -> Result<Vec<NodeRecord>, MetaError> {
+        let txn = self.db.begin_read().map_err(store)?;
+        let nodes = txn.open_table(NODES).map_err(store)?;
+        let mut out = Vec::new();
+        for entry in nodes.iter().map_err(store)? {
+            let (id, bytes) = entry.map_err(store)?;
+            out.push(decode("nodes", &|| id.value().to_string(), bytes.value())?);
+        }
+        Ok(out)
+    }
+
+    fn enqueue_repair(
+        &self,
+        object: &ObjectName,
+        unit: UnitId,
+        reason: &str,
+        now_ms: u64,
+    ) -> Result<bool, MetaError> {
+        let unit_text = unit_key(unit);
+        let index_key = (object.bucket.as_str(), object.key.as_str(), unit_text.as_str());
+        let txn = self.db.begin_write().map_err(store)?;
+        {
+            let mut index = txn.open_table(REPAIR_INDEX).map_err(store)?;
+            if index.get(index_key).map_err(store)?.is_some() {
+                return Ok(false);
+            }
+            let mut meta = txn.open_table(META).map_err(store)?;
+            let id = next_counter(&mut meta, NEXT_REPAIR_ID_KEY)?;
+            let task = RepairTask {
+                object: object.clone(),
+                unit,
+                reason: reason.into(),
+                enqueued_ms: now_ms,
+                attempts: 0,
+                lease_deadline_ms: None,
+            };
+            let mut repairs = txn.open_table(REPAIRS).map_err(store)?;
+            repairs.insert(id, encode(&task).as_slice()).map_err(store)?;
+            index.insert(index_key, id).map_err(store)?;
+        }
+        txn.commit().map_err(store)?;
+        Ok(true)
+    }
+
+    fn take_repair(&self, now_ms: u64, lease_ms: u64) -> Result<Option<RepairLease>, MetaError> {
+        let txn = self.db.begin_write().map_err(store)?;
+        let lease;
+        {
+            let mut repairs = txn.open_table(REPAIRS).map_err(store)?;
+            // Oldest first; the scan is bounded by the queue length.
+            let mut found = None;
+            for entry in repairs.iter().map_err(store)? {
+                let (id, bytes) = entry.map_err(store)?;
+                let task = decode_task(id.value(), bytes.value())?;
+                if task.lease_deadline_ms.is_none_or(|d| d <= now_ms) {
+                    found = Some((id.value(), task));
+                    break;
+                }
+            }
+            let Some((task_id, mut task)) = found else {
+                return Ok(None);
+            };
+            let deadline_ms = now_ms.saturating_add(lease_ms);
+            task.attempts += 1;
+            task.lease_deadline_ms = Some(deadline_ms);
+            repairs.insert(task_id, encode(&task).as_slice()).map_err(store)?;
+            lease = RepairLease { task_id, task, deadline_ms };
+        }
+        txn.commit().map_err(store)?;
+        Ok(Some(lease))
+    }
+
+    fn complete_repair(&self, lease: &RepairLease) -> Result<(), MetaError> {
+        self.finish_repair(lease, false)
+    }
+
+    fn fail_repair(&self, lease: &RepairLease) -> Result<(), MetaError> {
+        self.finish_repair(lease, true)
+    }
+
+    fn repair_queue_len(&self) -> Result<usize, MetaError> {
+        let txn = self.db.begin_read().map_err(store)?;
+        let repairs = txn.open_table(REPAIRS).map_err(store)?;
+        let len = repairs.len().map_err(store)?;
+        Ok(usize::try_from(len).expect("queue length fits in memory"))
+    }
+}
+
+impl RedbStore {
+    /// Removes a leased task, and when `requeue`, puts it back at the end of the queue.
+    fn finish_repair(&self, lease: &RepairLease, requeue: bool) -> Result<(), MetaError> {
+        let txn = self.db.begin_write().map_err(store)?;
+        {
+            let mut repairs = txn.open_table(REPAIRS).map_err(store)?;
+            let mut task = match repairs.get(lease.task_id).map_err(store)? {
+                Some(bytes) => decode_task(lease.task_id, bytes.value())?,
+                None => return Err(lease_lost(lease)),
+            };
+            if task.attempts != lease.task.attempts
+                || task.lease_deadline_ms != Some(lease.deadline_ms)
+            {
+                return Err(lease_lost(lease));
+            }
+            repairs.remove(lease.task_id).map_err(store)?;
+            let unit_text = unit_key(task.unit);
+            let index_key =
+                (task.object.bucket.as_str(), task.object.key.as_str(), unit_text.as_str());
+            let mut index = txn.open_table(REPAIR_INDEX).map_err(store)?;
+            if requeue {
+                let mut meta = txn.open_table(META).map_err(store)?;
+                let id = next_counter(&mut meta, NEXT_REPAIR_ID_KEY)?;
+                index.insert(index_key, id).map_err(store)?;
+                task.lease_deadline_ms = None;
+                repairs.insert(id, encode(&task).as_slice()).map_err(store)?;
+            } else {
+                index.remove(index_key).map_err(store)?;
+            }
+        }
+        txn.commit().map_err(store)?;
+        Ok(())
+    }
+}
+
+// Keeps the format version visible next to the schema version for readers of this file.
+const _: () = assert!(FORMAT_VERSION == 1 && SCHEMA_VERSION == 1);
