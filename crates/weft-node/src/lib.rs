@@ -1,1 +1,191 @@
-//! weft-node: placeholder, being written.
+//! weft-node: the storage node daemon. An HTTP data API over `weft-store` disks, and
+//! heartbeats to meta. Routes, statuses and error bodies: docs/node-api.md.
+//!
+//! Invariants:
+//! - Every blocking store call runs on a blocking task (`spawn_blocking`), never on an async
+//!   worker thread, so one slow disk does not stall requests to the others.
+//! - A unit body is streamed to disk as it arrives and read back in bounded chunks; no request
+//!   holds a whole unit in memory.
+//! - A disk is addressed by its index in `NodeConfig::disks`; the index never changes while the
+//!   node runs. A disk that fails stays failed (weft-store's sticky state) until the node restarts.
+//! - Heartbeat failures are logged and retried at the next interval; they never stop the node.
+
+mod api;
+mod heartbeat;
+mod metrics;
+
+use std::{fmt, future::Future, net::SocketAddr, path::PathBuf, sync::Arc};
+
+use tokio::{sync::watch, task::JoinHandle};
+use weft_store::{Disk, StoreError};
+
+pub use heartbeat::{DiskReport, Heartbeat};
+
+/// Default interval between two heartbeats to meta.
+pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 1000;
+
+/// How a node is run.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// This node's id, as meta knows it.
+    pub node_id: u32,
+    /// Address to listen on; port 0 picks a free port (see [`RunningNode::local_addr`]).
+    pub listen: SocketAddr,
+    /// Disk directories; a disk's index in this list is its index in the API.
+    pub disks: Vec<PathBuf>,
+    /// Base URL of meta (e.g. `http://127.0.0.1:7000`); no heartbeats when `None`.
+    pub meta_url: Option<String>,
+    /// Interval between heartbeats.
+    pub heartbeat_interval_ms: u64,
+}
+
+impl NodeConfig {
+    /// A config with no meta and the default heartbeat interval.
+    pub fn new(node_id: u32, listen: SocketAddr, disks: Vec<PathBuf>) -> NodeConfig {
+        NodeConfig {
+            node_id,
+            listen,
+            disks,
+            meta_url: None,
+            heartbeat_interval_ms: DEFAULT_HEARTBEAT_INTERVAL_MS,
+        }
+    }
+}
+
+/// Why a node could not start or stopped with an error.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// The config is unusable (no disks, zero heartbeat interval, ...).
+    Config(String),
+    /// A disk directory could not be opened.
+    Disk { index: usize, source: StoreError },
+    /// The listen address could not be bound.
+    Bind { addr: SocketAddr, source: std::io::Error },
+    /// The HTTP server stopped with an error.
+    Serve(std::io::Error),
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeError::Config(reason) => write!(f, "bad node config: {reason}"),
+            NodeError::Disk { index, source } => write!(f, "disk {index}: {source}"),
+            NodeError::Bind { addr, source } => write!(f, "cannot listen on {addr}: {source}"),
+            NodeError::Serve(source) => write!(f, "http server failed: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for NodeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            NodeError::Disk { source, .. } => Some(source),
+            NodeError::Bind { source, .. } | NodeError::Serve(source) => Some(source),
+            NodeError::Config(_) => None,
+        }
+    }
+}
+
+/// What every request handler shares.
+#[derive(Debug)]
+pub(crate) struct Node {
+    pub(crate) node_id: u32,
+    pub(crate) disks: Vec<Disk>,
+    pub(crate) metrics: metrics::Metrics,
+}
+
+/// A node that is serving. Stop it with [`RunningNode::stop`].
+#[derive(Debug)]
+pub struct RunningNode {
+    local_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    server: JoinHandle<Result<(), NodeError>>,
+    heartbeat: Option<JoinHandle<()>>,
+}
+
+impl RunningNode {
+    /// The address the node listens on (the real port when the config asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Base URL of the node's API, `http://ip:port`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.local_addr)
+    }
+
+    /// Stops accepting connections, lets requests in flight finish, stops heartbeats.
+    pub async fn stop(self) -> Result<(), NodeError> {
+        let _ = self.stop.send(true);
+        if let Some(heartbeat) = self.heartbeat {
+            let _ = heartbeat.await;
+        }
+        match self.server.await {
+            Ok(result) => result,
+            Err(join) => Err(NodeError::Serve(std::io::Error::other(join.to_string()))),
+        }
+    }
+}
+
+/// Opens the disks, binds the listen address and starts serving (and heartbeating, when
+/// `meta_url` is set) in background tasks. Must be called inside a tokio runtime.
+pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
+    if config.disks.is_empty() {
+        return Err(NodeError::Config("a node needs at least one disk".into()));
+    }
+    if config.meta_url.is_some() && config.heartbeat_interval_ms == 0 {
+        return Err(NodeError::Config("heartbeat_interval_ms must be positive".into()));
+    }
+    let paths = config.disks.clone();
+    let disks = tokio::task::spawn_blocking(move || {
+        paths
+            .iter()
+            .enumerate()
+            .map(|(index, path)| {
+                Disk::open(path).map_err(|source| NodeError::Disk { index, source })
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await
+    .map_err(|join| NodeError::Config(format!("opening disks panicked: {join}")))??;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| NodeError::Bind { addr: config.listen, source })?;
+    let local_addr =
+        listener.local_addr().map_err(|source| NodeError::Bind { addr: config.listen, source })?;
+    let node =
+        Arc::new(Node { node_id: config.node_id, disks, metrics: metrics::Metrics::default() });
+    let (stop, stopped) = watch::channel(false);
+    let heartbeat = config.meta_url.clone().map(|meta_url| {
+        tokio::spawn(heartbeat::run(
+            node.clone(),
+            meta_url,
+            format!("http://{local_addr}"),
+            config.heartbeat_interval_ms,
+            stopped.clone(),
+        ))
+    });
+    let app = api::router(node);
+    let mut server_stopped = stopped;
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = server_stopped.wait_for(|stop| *stop).await;
+            })
+            .await
+            .map_err(NodeError::Serve)
+    });
+    tracing::info!(node_id = config.node_id, %local_addr, "node serving");
+    Ok(RunningNode { local_addr, stop, server, heartbeat })
+}
+
+/// Runs a node until `shutdown` completes, then stops it gracefully.
+pub async fn serve(
+    config: NodeConfig,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), NodeError> {
+    let node = bind(config).await?;
+    shutdown.await;
+    node.stop().await
+}

@@ -1,0 +1,478 @@
+//! The HTTP data API (docs/node-api.md).
+//!
+//! Invariants:
+//! - Every error response has a JSON body `{"error": "<code>", "message": "...", ...}`, and
+//!   each failure class has one status: 400 bad request, 404 missing, 409 exists, 411 no
+//!   Content-Length, 413 too large, 416 unsatisfiable range, **500 corrupt** (and only corrupt:
+//!   the client rebuilds the unit), 503 disk failed or other disk trouble (try another replica).
+//! - A PUT body is streamed into a `UnitWriter` in chunks of at most [`CHUNK_BYTES`]; a GET is
+//!   read back in chunks of at most [`CHUNK_BYTES`]. The first chunk of a GET is read and
+//!   verified before the status line is sent, so a corrupt first chunk is a clean 500. A
+//!   checksum failure in a later chunk aborts the response body (the client sees a short body
+//!   and must not trust it); ranges of at most [`CHUNK_BYTES`] never hit that case.
+
+use std::{sync::Arc, time::Instant};
+
+use axum::{
+    body::Body,
+    extract::{DefaultBodyLimit, MatchedPath, Path, Request, State},
+    http::{header, HeaderMap, HeaderValue, StatusCode},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+    Json, Router,
+};
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use weft_store::{Disk, StoreError, UnitInfo, UnitKey, SEGMENT_BYTES};
+
+use crate::{heartbeat::disk_reports, Node};
+
+/// Bytes moved per blocking store call: 16 segments, so reads are segment aligned.
+pub(crate) const CHUNK_BYTES: u64 = 16 * SEGMENT_BYTES as u64;
+
+/// Header carrying a unit's generation on GET and HEAD.
+pub const GENERATION_HEADER: &str = "x-weft-generation";
+/// Header carrying a unit's full length on GET and HEAD (also for ranged GETs).
+pub const UNIT_LENGTH_HEADER: &str = "x-weft-unit-length";
+
+type Shared = Arc<Node>;
+
+pub(crate) fn router(node: Shared) -> Router {
+    Router::new()
+        .route(
+            "/v1/disks/{disk}/units/{unit}",
+            get(get_unit).head(head_unit).put(put_unit).delete(delete_unit),
+        )
+        .route("/v1/disks/{disk}/units", get(list_units))
+        .route("/v1/disks/{disk}/scrub", post(scrub))
+        .route("/v1/health", get(health))
+        .route("/metrics", get(metrics))
+        .layer(DefaultBodyLimit::disable())
+        .layer(middleware::from_fn_with_state(node.clone(), count_requests))
+        .with_state(node)
+}
+
+async fn count_requests(State(node): State<Shared>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", |path| path.as_str())
+        .to_owned();
+    let method = request.method().clone();
+    let start = Instant::now();
+    let response = next.run(request).await;
+    let status = response.status().as_u16();
+    node.metrics.request(method.as_str(), &route, status);
+    tracing::debug!(%method, %route, status, elapsed_ms = start.elapsed().as_millis() as u64, "request");
+    response
+}
+
+/// An error response: status plus JSON body.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    body: Value,
+    headers: Vec<(header::HeaderName, HeaderValue)>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, error: &str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            body: json!({ "error": error, "message": message.into() }),
+            headers: Vec::new(),
+        }
+    }
+
+    /// 400: `what` names the part of the request that was wrong.
+    fn bad_request(what: &str, message: impl Into<String>) -> ApiError {
+        let mut error = ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message);
+        error.body["what"] = json!(what);
+        error
+    }
+
+    fn with(mut self, field: &str, value: Value) -> ApiError {
+        self.body[field] = value;
+        self
+    }
+
+    fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "internal", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, Json(self.body)).into_response();
+        for (name, value) in self.headers {
+            response.headers_mut().insert(name, value);
+        }
+        response
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> ApiError {
+        let message = error.to_string();
+        match &error {
+            StoreError::NotFound { key, .. } => {
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+                    .with("unit", json!(key.to_string()))
+            }
+            StoreError::AlreadyExists { key, .. } => {
+                ApiError::new(StatusCode::CONFLICT, "exists", message)
+                    .with("unit", json!(key.to_string()))
+            }
+            StoreError::OutOfRange { key, unit_bytes, .. } => {
+                ApiError::new(StatusCode::RANGE_NOT_SATISFIABLE, "range_not_satisfiable", message)
+                    .with("unit", json!(key.to_string()))
+                    .with("unit_bytes", json!(unit_bytes))
+            }
+            StoreError::Corrupt { key, segment, .. } => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "corrupt", message)
+                    .with("unit", json!(key.to_string()))
+                    .with("segment", json!(segment))
+            }
+            StoreError::BadHeader { key, .. } | StoreError::BadFileLength { key, .. } => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "corrupt", message)
+                    .with("unit", json!(key.to_string()))
+                    .with("segment", Value::Null)
+            }
+            StoreError::TooLarge { key, max_bytes, .. } => {
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message)
+                    .with("unit", json!(key.to_string()))
+                    .with("max_bytes", json!(max_bytes))
+            }
+            StoreError::LengthMismatch { key, .. } => {
+                ApiError::new(StatusCode::BAD_REQUEST, "length_mismatch", message)
+                    .with("unit", json!(key.to_string()))
+            }
+            StoreError::DiskFailed { cause, .. } => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "disk_failed", message)
+                    .with("cause", json!(cause))
+            }
+            _ => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "io", message),
+        }
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// Runs a blocking store call on a blocking task.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> ApiResult<T> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result.map_err(ApiError::from),
+        Err(join) => Err(ApiError::internal(format!("store task failed: {join}"))),
+    }
+}
+
+fn disk_of(node: &Node, disk: &str) -> ApiResult<(usize, Disk)> {
+    let index: usize = disk.parse().map_err(|_| {
+        ApiError::bad_request("disk", format!("disk index {disk:?} is not a non-negative integer"))
+    })?;
+    match node.disks.get(index) {
+        Some(found) => Ok((index, found.clone())),
+        None => Err(ApiError::bad_request(
+            "disk",
+            format!("no disk {index}: this node has {} disks", node.disks.len()),
+        )),
+    }
+}
+
+/// Parses a unit name: [`UnitKey`]'s Display form, with or without the `.unit` suffix.
+fn key_of(unit: &str) -> ApiResult<UnitKey> {
+    let name = if unit.ends_with(".unit") { unit.to_owned() } else { format!("{unit}.unit") };
+    UnitKey::from_file_name(&name).ok_or_else(|| {
+        ApiError::bad_request(
+            "unit",
+            format!(
+                "{unit:?} is not a unit name (<object:32 hex>-d<block:8 hex>-<generation:16 hex> \
+                 or <object:32 hex>-p<group:8 hex><index:4 hex>-<generation:16 hex>)"
+            ),
+        )
+    })
+}
+
+fn info_json(info: &UnitInfo) -> Value {
+    json!({
+        "unit": info.key.to_string(),
+        "len_bytes": info.len_bytes,
+        "generation": info.generation,
+        "segment_bytes": info.segment_bytes,
+        "segment_count": info.segment_count,
+        "format_version": info.format_version,
+        "file_bytes": info.file_bytes,
+    })
+}
+
+fn unit_headers(headers: &mut HeaderMap, info: &UnitInfo) {
+    headers.insert(GENERATION_HEADER, HeaderValue::from(info.generation));
+    headers.insert(UNIT_LENGTH_HEADER, HeaderValue::from(info.len_bytes));
+    headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+}
+
+async fn put_unit(
+    State(node): State<Shared>,
+    Path((disk, unit)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let (_, disk) = disk_of(&node, &disk)?;
+    let key = key_of(&unit)?;
+    let Some(length) = headers.get(header::CONTENT_LENGTH) else {
+        return Err(ApiError::new(
+            StatusCode::LENGTH_REQUIRED,
+            "length_required",
+            "PUT of a unit needs a Content-Length (chunked bodies are refused)",
+        ));
+    };
+    let len_bytes: u64 =
+        length.to_str().ok().and_then(|text| text.parse().ok()).ok_or_else(|| {
+            ApiError::bad_request("content-length", "Content-Length is not a number")
+        })?;
+    let creating = disk.clone();
+    let mut writer = blocking(move || creating.create(key, len_bytes)).await?;
+    let mut stream = body.into_data_stream();
+    let mut pending: Vec<u8> = Vec::with_capacity(CHUNK_BYTES.min(len_bytes) as usize);
+    let mut received: u64 = 0;
+    loop {
+        let next = stream.next().await;
+        let done = next.is_none();
+        if let Some(frame) = next {
+            let bytes = frame.map_err(|error| {
+                ApiError::bad_request(
+                    "body",
+                    format!("reading the body failed after {received} bytes: {error}"),
+                )
+                .with("error", json!("short_body"))
+            })?;
+            received += bytes.len() as u64;
+            pending.extend_from_slice(&bytes);
+        }
+        if pending.len() as u64 >= CHUNK_BYTES || (done && !pending.is_empty()) {
+            let chunk = std::mem::take(&mut pending);
+            let (back, result) = tokio::task::spawn_blocking(move || {
+                let result = writer.write_all(&chunk);
+                (writer, result.map(|()| chunk))
+            })
+            .await
+            .map_err(|join| ApiError::internal(format!("store task failed: {join}")))?;
+            writer = back;
+            pending = result?;
+            pending.clear();
+        }
+        if done {
+            break;
+        }
+    }
+    node.metrics.bytes_in(received);
+    if received != len_bytes {
+        return Err(ApiError::bad_request(
+            "body",
+            format!("Content-Length says {len_bytes} bytes, the body had {received}"),
+        )
+        .with("error", json!("short_body")));
+    }
+    let info = blocking(move || writer.finish()).await?;
+    let mut response = (StatusCode::CREATED, Json(info_json(&info))).into_response();
+    response.headers_mut().insert(GENERATION_HEADER, HeaderValue::from(info.generation));
+    Ok(response)
+}
+
+async fn head_unit(
+    State(node): State<Shared>,
+    Path((disk, unit)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let (_, disk) = disk_of(&node, &disk)?;
+    let key = key_of(&unit)?;
+    let info = blocking(move || disk.stat(key)).await?;
+    let mut response = StatusCode::OK.into_response();
+    unit_headers(response.headers_mut(), &info);
+    response.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(info.len_bytes));
+    Ok(response)
+}
+
+/// A byte range `[start, end)` of a unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ByteRange {
+    start: u64,
+    end: u64,
+}
+
+/// Parses a `Range` header against a unit of `len` bytes. `Ok(None)`: no range (whole unit).
+fn parse_range(value: &HeaderValue, len: u64, key: UnitKey) -> ApiResult<ByteRange> {
+    let bad = |why: &str| ApiError::bad_request("range", format!("bad Range header: {why}"));
+    let text = value.to_str().map_err(|_| bad("not ASCII"))?.trim();
+    let spec = text.strip_prefix("bytes=").ok_or_else(|| bad("only `bytes=` ranges are served"))?;
+    if spec.contains(',') {
+        return Err(bad("only a single range is served"));
+    }
+    let (first, last) = spec.split_once('-').ok_or_else(|| bad("expected `a-b`, `a-` or `-n`"))?;
+    let number = |text: &str| text.trim().parse::<u64>().map_err(|_| bad("not a number"));
+    let unsatisfiable = || {
+        let mut error = ApiError::new(
+            StatusCode::RANGE_NOT_SATISFIABLE,
+            "range_not_satisfiable",
+            format!("range {spec} is outside unit {key} of {len} bytes"),
+        )
+        .with("unit", json!(key.to_string()))
+        .with("unit_bytes", json!(len));
+        error.headers.push((
+            header::CONTENT_RANGE,
+            HeaderValue::from_str(&format!("bytes */{len}")).expect("ASCII"),
+        ));
+        error
+    };
+    let range = if first.trim().is_empty() {
+        let suffix = number(last)?;
+        if suffix == 0 || len == 0 {
+            return Err(unsatisfiable());
+        }
+        ByteRange { start: len.saturating_sub(suffix), end: len }
+    } else {
+        let start = number(first)?;
+        let end = if last.trim().is_empty() {
+            len
+        } else {
+            let last = number(last)?;
+            if last < start {
+                return Err(bad("the last byte is before the first"));
+            }
+            last.saturating_add(1).min(len)
+        };
+        if start >= len {
+            return Err(unsatisfiable());
+        }
+        ByteRange { start, end }
+    };
+    Ok(range)
+}
+
+async fn get_unit(
+    State(node): State<Shared>,
+    Path((disk, unit)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let (_, disk) = disk_of(&node, &disk)?;
+    let key = key_of(&unit)?;
+    let stat_disk = disk.clone();
+    let info = blocking(move || stat_disk.stat(key)).await?;
+    let len = info.len_bytes;
+    let (status, range) = match headers.get(header::RANGE) {
+        Some(value) => (StatusCode::PARTIAL_CONTENT, parse_range(value, len, key)?),
+        None => (StatusCode::OK, ByteRange { start: 0, end: len }),
+    };
+    // The first chunk is read before answering, so its corruption is a clean 500.
+    let first_end = range.end.min(range.start + CHUNK_BYTES);
+    let first_disk = disk.clone();
+    let first =
+        blocking(move || first_disk.read(key, range.start, (first_end - range.start) as usize))
+            .await?;
+    node.metrics.bytes_out(first.len() as u64);
+    let metrics_node = node.clone();
+    let rest = futures_util::stream::unfold(first_end, move |offset| {
+        let (disk, node) = (disk.clone(), metrics_node.clone());
+        async move {
+            if offset >= range.end {
+                return None;
+            }
+            let end = range.end.min(offset + CHUNK_BYTES);
+            let read = tokio::task::spawn_blocking(move || {
+                disk.read(key, offset, (end - offset) as usize)
+            })
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|result| result.map_err(std::io::Error::other));
+            match read {
+                Ok(bytes) => {
+                    node.metrics.bytes_out(bytes.len() as u64);
+                    Some((Ok(bytes), end))
+                }
+                Err(error) => {
+                    tracing::error!(%key, offset, %error, "aborting a unit response mid-body");
+                    // Ending at range.end stops the stream after this error.
+                    Some((Err(error), range.end))
+                }
+            }
+        }
+    });
+    let body =
+        futures_util::stream::once(async move { Ok::<_, std::io::Error>(first) }).chain(rest);
+    let mut response = Response::new(Body::from_stream(body));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    unit_headers(headers, &info);
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(range.end - range.start));
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    if status == StatusCode::PARTIAL_CONTENT {
+        let content_range = format!("bytes {}-{}/{len}", range.start, range.end - 1);
+        headers
+            .insert(header::CONTENT_RANGE, HeaderValue::from_str(&content_range).expect("ASCII"));
+    }
+    Ok(response)
+}
+
+async fn delete_unit(
+    State(node): State<Shared>,
+    Path((disk, unit)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let (_, disk) = disk_of(&node, &disk)?;
+    let key = key_of(&unit)?;
+    blocking(move || disk.delete(key)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn list_units(
+    State(node): State<Shared>,
+    Path(disk): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let (index, disk) = disk_of(&node, &disk)?;
+    let keys = blocking(move || disk.list()).await?;
+    let units: Vec<String> = keys.iter().map(|key| key.to_string()).collect();
+    Ok(Json(json!({ "disk": index, "units": units })))
+}
+
+async fn scrub(State(node): State<Shared>, Path(disk): Path<String>) -> ApiResult<Json<Value>> {
+    let (index, disk) = disk_of(&node, &disk)?;
+    let report = blocking(move || disk.scrub(|_| {})).await?;
+    let corrupt: Vec<Value> = report
+        .corrupt
+        .iter()
+        .map(|(key, segment)| json!({ "unit": key.to_string(), "segment": segment }))
+        .collect();
+    let unreadable: Vec<Value> = report
+        .unreadable
+        .iter()
+        .map(|(key, error)| json!({ "unit": key.to_string(), "message": error.to_string() }))
+        .collect();
+    let unrecognised: Vec<String> =
+        report.unrecognised.iter().map(|path| path.display().to_string()).collect();
+    Ok(Json(json!({
+        "disk": index,
+        "checked": report.checked,
+        "bytes_checked": report.bytes_checked,
+        "corrupt": corrupt,
+        "unreadable": unreadable,
+        "unrecognised": unrecognised,
+    })))
+}
+
+async fn health(State(node): State<Shared>) -> ApiResult<Json<Value>> {
+    let reporting = node.clone();
+    let disks = tokio::task::spawn_blocking(move || disk_reports(&reporting))
+        .await
+        .map_err(|join| ApiError::internal(format!("store task failed: {join}")))?;
+    Ok(Json(json!({ "node_id": node.node_id, "disks": disks })))
+}
+
+async fn metrics(State(node): State<Shared>) -> ApiResult<Response> {
+    let reporting = node.clone();
+    let disks = tokio::task::spawn_blocking(move || disk_reports(&reporting))
+        .await
+        .map_err(|join| ApiError::internal(format!("store task failed: {join}")))?;
+    let text = node.metrics.render(node.node_id, &disks);
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
+}

@@ -1,0 +1,124 @@
+//! Heartbeats to meta: `POST {meta_url}/v1/heartbeat` with a [`Heartbeat`] as JSON, every
+//! `heartbeat_interval_ms`.
+//!
+//! Invariants:
+//! - The JSON shape of [`Heartbeat`] is the contract with meta (docs/node-api.md); fields are
+//!   only ever added.
+//! - A failed heartbeat (meta down, timeout, non-2xx) is logged and retried at the next tick;
+//!   it never stops the node. Each request times out after one interval (at least 1 s), so
+//!   heartbeats never pile up.
+//! - Disk usage is gathered on a blocking task.
+
+use std::{sync::Arc, time::Duration};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::Node;
+
+/// One heartbeat, as sent to meta.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    pub node_id: u32,
+    /// Base URL of the node's API, `http://ip:port`.
+    pub endpoint: String,
+    pub pid: u32,
+    pub disks: Vec<DiskReport>,
+}
+
+/// The state of one disk, in heartbeats and in `GET /v1/health`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskReport {
+    /// Index of the disk in the node's disk list.
+    pub index: u32,
+    /// The disk's directory.
+    pub dir: String,
+    /// Units stored (0 when failed).
+    pub units: u64,
+    /// Bytes their files take, headers included (0 when failed).
+    pub bytes: u64,
+    /// Why the disk refuses work, or `null` when it is healthy.
+    pub failed: Option<String>,
+}
+
+/// The state of every disk. Blocking: scans the disk directories.
+pub(crate) fn disk_reports(node: &Node) -> Vec<DiskReport> {
+    node.disks
+        .iter()
+        .enumerate()
+        .map(|(index, disk)| {
+            let (units, bytes, failed) = match disk.usage() {
+                Ok(usage) => (usage.units, usage.file_bytes, None),
+                Err(error) => (0, 0, Some(disk.failure().unwrap_or_else(|| error.to_string()))),
+            };
+            DiskReport {
+                index: index as u32,
+                dir: disk.dir().display().to_string(),
+                units,
+                bytes,
+                failed,
+            }
+        })
+        .collect()
+}
+
+pub(crate) async fn run(
+    node: Arc<Node>,
+    meta_url: String,
+    endpoint: String,
+    interval_ms: u64,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let url = format!("{}/v1/heartbeat", meta_url.trim_end_matches('/'));
+    let interval = Duration::from_millis(interval_ms);
+    let client =
+        match reqwest::Client::builder().timeout(interval.max(Duration::from_secs(1))).build() {
+            Ok(client) => client,
+            Err(error) => {
+                tracing::error!(%error, "cannot build the heartbeat client; no heartbeats");
+                return;
+            }
+        };
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = stopped.wait_for(|stop| *stop) => return,
+        }
+        let reporting = node.clone();
+        let disks = match tokio::task::spawn_blocking(move || disk_reports(&reporting)).await {
+            Ok(disks) => disks,
+            Err(error) => {
+                tracing::warn!(%error, "gathering disk state for a heartbeat failed");
+                continue;
+            }
+        };
+        let heartbeat = Heartbeat {
+            node_id: node.node_id,
+            endpoint: endpoint.clone(),
+            pid: std::process::id(),
+            disks,
+        };
+        let body = serde_json::to_vec(&heartbeat).expect("a heartbeat always serialises");
+        let sent = client
+            .post(&url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .send()
+            .await;
+        match sent {
+            Ok(response) if response.status().is_success() => {
+                node.metrics.heartbeat(true);
+            }
+            Ok(response) => {
+                node.metrics.heartbeat(false);
+                tracing::warn!(%url, status = %response.status(), "meta refused a heartbeat");
+            }
+            Err(error) => {
+                node.metrics.heartbeat(false);
+                tracing::warn!(%url, %error, "heartbeat to meta failed; retrying next interval");
+            }
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! Counters behind `GET /metrics`, rendered in the Prometheus text format (version 0.0.4).
+//!
+//! Invariants:
+//! - Counters only grow while the node runs; a restart resets them (Prometheus handles resets).
+//! - Request labels are the route template (e.g. `/v1/disks/{disk}/units/{unit}`), never the
+//!   raw path, so the number of series stays bounded by the number of routes.
+
+use std::{
+    collections::BTreeMap,
+    fmt::Write,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Mutex,
+    },
+};
+
+use crate::heartbeat::DiskReport;
+
+#[derive(Debug, Default)]
+pub(crate) struct Metrics {
+    /// (method, route, status) → requests.
+    requests: Mutex<BTreeMap<(String, String, u16), u64>>,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    heartbeats_sent: AtomicU64,
+    heartbeats_failed: AtomicU64,
+}
+
+impl Metrics {
+    pub(crate) fn request(&self, method: &str, route: &str, status: u16) {
+        let mut requests = self.requests.lock().unwrap_or_else(|p| p.into_inner());
+        *requests.entry((method.to_owned(), route.to_owned(), status)).or_default() += 1;
+    }
+
+    pub(crate) fn bytes_in(&self, bytes: u64) {
+        self.bytes_in.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn bytes_out(&self, bytes: u64) {
+        self.bytes_out.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn heartbeat(&self, ok: bool) {
+        let counter = if ok { &self.heartbeats_sent } else { &self.heartbeats_failed };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The text exposition of every counter plus the given disk state.
+    pub(crate) fn render(&self, node_id: u32, disks: &[DiskReport]) -> String {
+        let mut out = String::new();
+        let node = format!("node=\"{node_id}\"");
+        out.push_str(
+            "# HELP weft_node_requests_total HTTP requests by method, route and status.\n",
+        );
+        out.push_str("# TYPE weft_node_requests_total counter\n");
+        let requests = self.requests.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        for ((method, route, status), count) in requests {
+            let _ = writeln!(
+                out,
+                "weft_node_requests_total{{{node},method=\"{method}\",route=\"{}\",status=\"{status}\"}} {count}",
+                escape(&route)
+            );
+        }
+        let counters = [
+            ("weft_node_bytes_in_total", "Unit bytes received by PUT.", &self.bytes_in),
+            ("weft_node_bytes_out_total", "Unit bytes sent by GET.", &self.bytes_out),
+            ("weft_node_heartbeats_sent_total", "Heartbeats meta accepted.", &self.heartbeats_sent),
+            (
+                "weft_node_heartbeats_failed_total",
+                "Heartbeats that failed.",
+                &self.heartbeats_failed,
+            ),
+        ];
+        for (name, help, value) in counters {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            let _ = writeln!(out, "{name}{{{node}}} {}", value.load(Ordering::Relaxed));
+        }
+        let gauges: [Gauge; 3] = [
+            ("weft_node_disk_units", "Units stored on the disk.", |d| d.units),
+            ("weft_node_disk_bytes", "Bytes the disk's unit files take.", |d| d.bytes),
+            ("weft_node_disk_failed", "1 if the disk refuses work.", |d| {
+                u64::from(d.failed.is_some())
+            }),
+        ];
+        for (name, help, value) in gauges {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for disk in disks {
+                let _ = writeln!(
+                    out,
+                    "{name}{{{node},disk=\"{}\",dir=\"{}\"}} {}",
+                    disk.index,
+                    escape(&disk.dir),
+                    value(disk)
+                );
+            }
+        }
+        out
+    }
+}
+
+/// A per-disk gauge: name, help, value.
+type Gauge = (&'static str, &'static str, fn(&DiskReport) -> u64);
+
+/// Escapes a label value: backslash, double quote and newline.
+fn escape(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
