@@ -477,3 +477,52 @@ impl RedbStore {
 
 // Keeps the format version visible next to the schema version for readers of this file.
 const _: () = assert!(FORMAT_VERSION == 1 && SCHEMA_VERSION == 1);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_versions_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.redb");
+        let store = RedbStore::open(&path).unwrap();
+        let policy = weft_layout::StripedLayout {
+            code: "rs(2,1)".parse().unwrap(),
+            stripe_width: 2,
+            cell_bytes: 1 << 20,
+            block_bytes: 1 << 20,
+        };
+        store.create_bucket("old", policy, 1).unwrap();
+        // A value written by a future build: same shape, version 2.
+        let txn = store.db.begin_write().unwrap();
+        {
+            let mut buckets = txn.open_table(BUCKETS).unwrap();
+            let current = buckets.get("old").unwrap().unwrap().value().to_vec();
+            let future = String::from_utf8(current).unwrap().replacen("{\"v\":1,", "{\"v\":2,", 1);
+            buckets.insert("future", future.as_bytes()).unwrap();
+        }
+        txn.commit().unwrap();
+        let refused = store.get_bucket("future").unwrap_err();
+        assert_eq!(
+            refused,
+            MetaError::UnsupportedVersion {
+                table: "buckets",
+                key: "future".into(),
+                found: 2,
+                supported: FORMAT_VERSION
+            }
+        );
+        assert!(refused.to_string().contains("version 2"), "{refused}");
+        assert!(store.list_buckets().is_err(), "a listing must not skip the value silently");
+        assert!(store.get_bucket("old").is_ok());
+
+        // A database of a future schema is refused at open.
+        let txn = store.db.begin_write().unwrap();
+        txn.open_table(META).unwrap().insert(SCHEMA_VERSION_KEY, 9).unwrap();
+        txn.commit().unwrap();
+        drop(store);
+        let refused = RedbStore::open(&path).unwrap_err();
+        assert!(matches!(refused, MetaError::UnsupportedVersion { found: 9, .. }), "{refused}");
+    }
+}

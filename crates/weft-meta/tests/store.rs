@@ -1,0 +1,378 @@
+//! Behaviour of RedbStore, checked against MemStore (the model) and against fixed expectations.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use weft_codes::CodeSpec;
+use weft_layout::{place, DiskLocation, FailureDomain, Placement, StripedLayout, Topology, UnitId};
+use weft_meta::{
+    metadata_bytes, DiskReport, Heartbeat, MemStore, MetaError, MetaStore, ObjectName, RedbStore,
+};
+
+const MIB: u64 = 1 << 20;
+
+fn layout(code: &str, block_bytes: u64) -> StripedLayout {
+    StripedLayout {
+        code: CodeSpec::parse(code).unwrap(),
+        stripe_width: 4,
+        cell_bytes: MIB,
+        block_bytes,
+    }
+}
+
+fn topology(nodes: u32, disks: u32) -> Topology {
+    let mut all = Vec::new();
+    for node in 0..nodes {
+        for disk in 0..disks {
+            all.push(DiskLocation { rack: node % 3, node, disk });
+        }
+    }
+    Topology::new(all).unwrap()
+}
+
+fn placement(size: u64, seed: u64) -> Placement {
+    let small = layout("rs(2,1)", MIB);
+    place(&small, size, &topology(6, 2), seed, FailureDomain::Node).unwrap()
+}
+
+fn heartbeat(node_id: u32) -> Heartbeat {
+    Heartbeat {
+        node_id,
+        endpoint: format!("http://127.0.0.1:{}", 9000 + node_id),
+        pid: 100 + node_id,
+        disks: vec![DiskReport {
+            index: 0,
+            dir: format!("/data/n{node_id}/d0"),
+            units: 3,
+            bytes: 4096,
+            failed: None,
+        }],
+    }
+}
+
+fn put(store: &dyn MetaStore, bucket: &str, key: &str, now_ms: u64) {
+    let record = store.begin_object(bucket, key, placement(3 * MIB, now_ms), now_ms).unwrap();
+    store.commit_object(bucket, key, record.generation).unwrap();
+}
+
+#[test]
+fn model_based_random_operations() {
+    let seed: u64 = 0x5eed_0001;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("meta.redb");
+    let model = MemStore::new();
+    let mut real = Some(RedbStore::open(&path).unwrap());
+    let mut rng = StdRng::seed_from_u64(seed);
+    let buckets = ["a", "b", "c"];
+    let keys = ["x/1", "x/2", "x/3", "y/1", "y/2", "z"];
+    let mut now_ms = 0u64;
+    let mut generations: Vec<(usize, usize, u64)> = Vec::new();
+    let mut leases = Vec::new();
+    for step in 0..400 {
+        now_ms += rng.gen_range(0..50);
+        let b = rng.gen_range(0..buckets.len());
+        let k = rng.gen_range(0..keys.len());
+        let (bucket, key) = (buckets[b], keys[k]);
+        let store = real.as_ref().unwrap();
+        let context = format!("seed {seed:#x} step {step}");
+        match rng.gen_range(0..16) {
+            0 => assert_eq!(
+                store.create_bucket(bucket, layout("rs(2,1)", MIB), now_ms),
+                model.create_bucket(bucket, layout("rs(2,1)", MIB), now_ms),
+                "{context}"
+            ),
+            1 => assert_eq!(store.delete_bucket(bucket), model.delete_bucket(bucket), "{context}"),
+            2 => {
+                assert_eq!(store.get_bucket(bucket), model.get_bucket(bucket), "{context}");
+                assert_eq!(store.list_buckets(), model.list_buckets(), "{context}");
+            }
+            3 | 4 => {
+                let p = placement(rng.gen_range(0..8 * MIB), rng.gen());
+                let got = store.begin_object(bucket, key, p.clone(), now_ms);
+                assert_eq!(got, model.begin_object(bucket, key, p, now_ms), "{context}");
+                if let Ok(record) = got {
+                    generations.push((b, k, record.generation));
+                }
+            }
+            5 | 6 => {
+                let (b, k, generation) = match generations.len() {
+                    0 => (b, k, 1),
+                    n => generations[rng.gen_range(0..n)],
+                };
+                let (bucket, key) = (buckets[b], keys[k]);
+                assert_eq!(
+                    store.commit_object(bucket, key, generation),
+                    model.commit_object(bucket, key, generation),
+                    "{context}"
+                );
+            }
+            7 => assert_eq!(
+                store.get_object(bucket, key),
+                model.get_object(bucket, key),
+                "{context}"
+            ),
+            8 => {
+                let prefix = ["", "x/", "y", "q"][rng.gen_range(0..4)];
+                let after = if rng.gen_bool(0.5) { Some(key) } else { None };
+                let limit = rng.gen_range(0..4);
+                assert_eq!(
+                    store.list_objects(bucket, prefix, after, limit),
+                    model.list_objects(bucket, prefix, after, limit),
+                    "{context}"
+                );
+            }
+            9 => assert_eq!(
+                store.delete_object(bucket, key),
+                model.delete_object(bucket, key),
+                "{context}"
+            ),
+            10 => {
+                let hb = heartbeat(rng.gen_range(0..4));
+                assert_eq!(
+                    store.record_heartbeat(&hb, now_ms),
+                    model.record_heartbeat(&hb, now_ms),
+                    "{context}"
+                );
+                assert_eq!(store.list_nodes(), model.list_nodes(), "{context}");
+            }
+            11 => assert_eq!(
+                store.down_nodes(now_ms, 100),
+                model.down_nodes(now_ms, 100),
+                "{context}"
+            ),
+            12 => {
+                let object = ObjectName { bucket: bucket.into(), key: key.into() };
+                let unit = UnitId::Data(rng.gen_range(0..3));
+                assert_eq!(
+                    store.enqueue_repair(&object, unit, "disk failed", now_ms),
+                    model.enqueue_repair(&object, unit, "disk failed", now_ms),
+                    "{context}"
+                );
+            }
+            13 => {
+                let got = store.take_repair(now_ms, 60);
+                assert_eq!(got, model.take_repair(now_ms, 60), "{context}");
+                if let Ok(Some(lease)) = got {
+                    leases.push(lease);
+                }
+            }
+            14 if !leases.is_empty() => {
+                let lease = leases.swap_remove(rng.gen_range(0..leases.len()));
+                if rng.gen_bool(0.5) {
+                    assert_eq!(
+                        store.complete_repair(&lease),
+                        model.complete_repair(&lease),
+                        "{context}"
+                    );
+                } else {
+                    assert_eq!(store.fail_repair(&lease), model.fail_repair(&lease), "{context}");
+                }
+            }
+            _ => {
+                // Restart: everything committed must survive closing and reopening the file.
+                drop(real.take());
+                real = Some(RedbStore::open(&path).unwrap());
+            }
+        }
+        let store = real.as_ref().unwrap();
+        assert_eq!(store.repair_queue_len(), model.repair_queue_len(), "{context}");
+    }
+    // The run must have exercised the interesting paths, or it proves little.
+    assert!(generations.len() > 20);
+    let listed: usize = buckets
+        .iter()
+        .filter_map(|b| model.list_objects(b, "", None, 100).ok())
+        .map(|p| p.objects.len())
+        .sum();
+    assert!(listed > 0, "no object was ever committed");
+}
+
+#[test]
+fn reopen_keeps_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("meta.redb");
+    let store = RedbStore::open(&path).unwrap();
+    store.create_bucket("photos", layout("rs(2,1)", MIB), 5).unwrap();
+    put(&store, "photos", "cat.jpg", 6);
+    let pending = store.begin_object("photos", "dog.jpg", placement(MIB, 1), 7).unwrap();
+    store.record_heartbeat(&heartbeat(3), 8).unwrap();
+    let object = ObjectName { bucket: "photos".into(), key: "cat.jpg".into() };
+    store.enqueue_repair(&object, UnitId::Data(0), "disk failed", 9).unwrap();
+    let before = (
+        store.list_buckets().unwrap(),
+        store.get_object("photos", "cat.jpg").unwrap(),
+        store.list_nodes().unwrap(),
+    );
+    drop(store);
+    let store = RedbStore::open(&path).unwrap();
+    let after = (
+        store.list_buckets().unwrap(),
+        store.get_object("photos", "cat.jpg").unwrap(),
+        store.list_nodes().unwrap(),
+    );
+    assert_eq!(before, after);
+    assert_eq!(store.repair_queue_len().unwrap(), 1);
+    // The write in progress survived too: it can still be committed after the restart.
+    let (committed, replaced) =
+        store.commit_object("photos", "dog.jpg", pending.generation).unwrap();
+    assert_eq!(committed.placement, pending.placement);
+    assert_eq!(replaced, None);
+    // Generations keep increasing across restarts.
+    let next = store.begin_object("photos", "eel.jpg", placement(MIB, 2), 10).unwrap();
+    assert!(next.generation > pending.generation);
+}
+
+#[test]
+fn bucket_delete_refused_when_not_empty() {
+    for store in [&MemStore::new() as &dyn MetaStore, &redb_in_temp().1] {
+        store.create_bucket("b", layout("rs(2,1)", MIB), 0).unwrap();
+        let write = store.begin_object("b", "k", placement(MIB, 0), 1).unwrap();
+        let not_empty = Err(MetaError::BucketNotEmpty { bucket: "b".into() });
+        assert_eq!(store.delete_bucket("b"), not_empty, "a write in progress keeps it");
+        store.commit_object("b", "k", write.generation).unwrap();
+        assert_eq!(store.delete_bucket("b"), not_empty, "a committed object keeps it");
+        assert!(store.delete_bucket("b").unwrap_err().to_string().contains("\"b\""));
+        store.delete_object("b", "k").unwrap();
+        assert_eq!(store.delete_bucket("b"), Ok(()));
+        assert_eq!(store.get_bucket("b"), Err(MetaError::NoSuchBucket { bucket: "b".into() }));
+    }
+}
+
+fn redb_in_temp() -> (tempfile::TempDir, RedbStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = RedbStore::open(dir.path().join("meta.redb")).unwrap();
+    (dir, store)
+}
+
+#[test]
+fn listing_pagination_is_exact() {
+    let (_dir, redb) = redb_in_temp();
+    for store in [&MemStore::new() as &dyn MetaStore, &redb] {
+        store.create_bucket("b", layout("rs(2,1)", MIB), 0).unwrap();
+        store.create_bucket("a", layout("rs(2,1)", MIB), 0).unwrap();
+        store.create_bucket("c", layout("rs(2,1)", MIB), 0).unwrap();
+        for i in 0..100 {
+            put(store, "b", &format!("logs/{i:03}"), i);
+            put(store, "b", &format!("other/{i:03}"), i);
+        }
+        put(store, "a", "logs/zzz", 0);
+        put(store, "c", "logs/000", 0);
+        // An uncommitted write is not listed.
+        store.begin_object("b", "logs/050x", placement(MIB, 0), 0).unwrap();
+        let start = "logs/009";
+        let mut seen = Vec::new();
+        let mut after = Some(start.to_string());
+        let mut pages = 0;
+        while let Some(from) = after.take() {
+            let page = store.list_objects("b", "logs/", Some(&from), 7).unwrap();
+            assert!(page.objects.len() <= 7);
+            seen.extend(page.objects.iter().map(|o| o.key.clone()));
+            after = page.next_start_after;
+            pages += 1;
+            assert!(pages <= 100, "pagination does not terminate");
+        }
+        let expected: Vec<String> = (10..100).map(|i| format!("logs/{i:03}")).collect();
+        assert_eq!(seen, expected);
+        assert_eq!(pages, 13, "90 keys in pages of 7: 12 full pages and one of 6");
+        let first = store.list_objects("b", "logs/", None, 7).unwrap();
+        assert_eq!(first.objects[0].key, "logs/000");
+        assert_eq!(first.next_start_after.as_deref(), Some("logs/006"));
+        // start_after before the prefix starts at the prefix.
+        let early = store.list_objects("b", "other/", Some("a"), 3).unwrap();
+        assert_eq!(early.objects[0].key, "other/000");
+    }
+}
+
+#[test]
+fn heartbeat_marks_node_up_and_silence_down() {
+    let (_dir, redb) = redb_in_temp();
+    for store in [&MemStore::new() as &dyn MetaStore, &redb] {
+        store.record_heartbeat(&heartbeat(1), 1000).unwrap();
+        store.record_heartbeat(&heartbeat(2), 1500).unwrap();
+        assert_eq!(store.down_nodes(2000, 1000).unwrap(), Vec::<u32>::new());
+        assert_eq!(store.down_nodes(2001, 1000).unwrap(), vec![1]);
+        assert_eq!(store.down_nodes(2501, 1000).unwrap(), vec![1, 2]);
+        store.record_heartbeat(&heartbeat(1), 2600).unwrap();
+        assert_eq!(store.down_nodes(2700, 1000).unwrap(), vec![2]);
+        let nodes = store.list_nodes().unwrap();
+        assert_eq!(nodes[0].last_heartbeat_ms, 2600);
+        assert_eq!(nodes[0].endpoint, "http://127.0.0.1:9001");
+    }
+}
+
+#[test]
+fn heartbeat_json_has_the_wire_shape() {
+    let json = r#"{"node_id":7,"endpoint":"http://10.0.0.7:9000","pid":42,"disks":[{"index":0,"dir":"/d0","units":5,"bytes":100,"failed":null},{"index":1,"dir":"/d1","units":0,"bytes":0,"failed":"EIO on fsync"}]}"#;
+    let heartbeat: Heartbeat = serde_json::from_str(json).unwrap();
+    assert_eq!(heartbeat.disks[1].failed.as_deref(), Some("EIO on fsync"));
+    assert_eq!(serde_json::to_string(&heartbeat).unwrap(), json);
+}
+
+#[test]
+fn repair_queue_is_idempotent_leased_and_drained() {
+    let (_dir, redb) = redb_in_temp();
+    for store in [&MemStore::new() as &dyn MetaStore, &redb] {
+        let object = ObjectName { bucket: "b".into(), key: "k".into() };
+        let parity = UnitId::Parity { group: 1, index: 0 };
+        assert!(store.enqueue_repair(&object, UnitId::Data(2), "node 3 down", 10).unwrap());
+        assert!(!store.enqueue_repair(&object, UnitId::Data(2), "again", 11).unwrap());
+        assert!(store.enqueue_repair(&object, parity, "checksum", 12).unwrap());
+        assert_eq!(store.repair_queue_len().unwrap(), 2);
+
+        let first = store.take_repair(100, 50).unwrap().unwrap();
+        assert_eq!((first.task.unit, first.deadline_ms), (UnitId::Data(2), 150));
+        assert_eq!(first.task.reason, "node 3 down");
+        let second = store.take_repair(100, 50).unwrap().unwrap();
+        assert_eq!(second.task.unit, parity);
+        assert_eq!(store.take_repair(149, 50).unwrap(), None, "both leased");
+
+        // The executor of `first` crashed: at its deadline the task returns.
+        let retaken = store.take_repair(150, 50).unwrap().unwrap();
+        assert_eq!((retaken.task_id, retaken.task.attempts), (first.task_id, 2));
+        let lost = store.complete_repair(&first).unwrap_err();
+        assert!(matches!(lost, MetaError::LeaseLost { .. }), "{lost}");
+        assert!(lost.to_string().contains("\"k\""));
+        store.complete_repair(&retaken).unwrap();
+        assert_eq!(store.repair_queue_len().unwrap(), 1);
+        // Completed: enqueueing the same unit again is a new task.
+        assert!(store.enqueue_repair(&object, UnitId::Data(2), "node 3 down", 160).unwrap());
+
+        // A failure puts the task at the back, free to take at once.
+        store.fail_repair(&second).unwrap();
+        assert_eq!(store.repair_queue_len().unwrap(), 2);
+        let next = store.take_repair(170, 50).unwrap().unwrap();
+        assert_eq!(next.task.unit, UnitId::Data(2));
+        let last = store.take_repair(170, 50).unwrap().unwrap();
+        assert_eq!((last.task.unit, last.task.attempts), (parity, 2));
+        store.complete_repair(&next).unwrap();
+        store.complete_repair(&last).unwrap();
+        assert_eq!(store.repair_queue_len().unwrap(), 0);
+        assert_eq!(store.take_repair(1000, 50).unwrap(), None);
+    }
+}
+
+#[test]
+fn metadata_bytes_of_a_1_gib_rs_6_3_object() {
+    let big = layout("rs(6,3)", 8 * MIB);
+    let size = 1 << 30;
+    let p = place(&big, size, &topology(24, 4), 7, FailureDomain::Node).unwrap();
+    let store = MemStore::new();
+    store.create_bucket("bench", big, 0).unwrap();
+    let record = store.begin_object("bench", "one-gib-object", p.clone(), 0).unwrap();
+    let units = p.units().len();
+    let disks: std::collections::BTreeSet<_> = p.units().into_iter().map(|(_, d)| d).collect();
+    let bytes = metadata_bytes(&record);
+    println!(
+        "metadata bytes per object: {bytes} for 1 GiB rs(6,3), 8 MiB blocks: {units} units \
+         on {} distinct disks ({:.1} bytes per unit)",
+        disks.len(),
+        bytes as f64 / units as f64
+    );
+    assert_eq!(units, 128 + 22 * 3, "128 data blocks, 22 groups of 3 parities");
+    // Per unit: an index below 1000 and a comma, at most 4 bytes. Per distinct disk:
+    // {"rack":r,"node":n,"disk":d} with ids below 10^5, at most 42 bytes. Fixed: the layout,
+    // size, seed, state, times and field names, well under 512 bytes.
+    let bound = 4 * units + 42 * disks.len() + 512;
+    assert!(bytes <= bound, "{bytes} metadata bytes, bound {bound}");
+    // And far below the naive form (a full DiskLocation per unit, ~30 bytes each).
+    assert!(bytes < 30 * units);
+}
