@@ -222,17 +222,23 @@ async fn put_unit(
 ) -> ApiResult<Response> {
     let (_, disk) = disk_of(&node, &disk)?;
     let key = key_of(&unit)?;
-    let Some(length) = headers.get(header::CONTENT_LENGTH) else {
-        return Err(ApiError::new(
-            StatusCode::LENGTH_REQUIRED,
-            "length_required",
-            "PUT of a unit needs a Content-Length (chunked bodies are refused)",
-        ));
+    // HTTP/1.1: a request with neither Content-Length nor Transfer-Encoding has no body, so
+    // clients may omit `Content-Length: 0`. A chunked body has no length to create with.
+    let len_bytes: u64 = match headers.get(header::CONTENT_LENGTH) {
+        Some(length) => {
+            length.to_str().ok().and_then(|text| text.parse().ok()).ok_or_else(|| {
+                ApiError::bad_request("content-length", "Content-Length is not a number")
+            })?
+        }
+        None if headers.contains_key(header::TRANSFER_ENCODING) => {
+            return Err(ApiError::new(
+                StatusCode::LENGTH_REQUIRED,
+                "length_required",
+                "PUT of a unit needs a Content-Length (chunked bodies are refused)",
+            ))
+        }
+        None => 0,
     };
-    let len_bytes: u64 =
-        length.to_str().ok().and_then(|text| text.parse().ok()).ok_or_else(|| {
-            ApiError::bad_request("content-length", "Content-Length is not a number")
-        })?;
     let creating = disk.clone();
     let mut writer = blocking(move || creating.create(key, len_bytes)).await?;
     let mut stream = body.into_data_stream();

@@ -1,0 +1,448 @@
+//! weft-node's HTTP API driven by a real HTTP client against a real server on 127.0.0.1:0 with
+//! temporary disk directories.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use reqwest::{header, Client, StatusCode};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use weft_node::{bind, Heartbeat, NodeConfig, RunningNode};
+use weft_store::UnitKey;
+
+struct TestNode {
+    node: RunningNode,
+    base: String,
+    client: Client,
+    disks: Vec<PathBuf>,
+    _dir: tempfile::TempDir,
+}
+
+async fn start_with(meta_url: Option<String>, heartbeat_interval_ms: u64) -> TestNode {
+    let dir = tempfile::tempdir().unwrap();
+    let disks = vec![dir.path().join("disk0"), dir.path().join("disk1")];
+    let mut config = NodeConfig::new(7, "127.0.0.1:0".parse().unwrap(), disks.clone());
+    config.meta_url = meta_url;
+    config.heartbeat_interval_ms = heartbeat_interval_ms;
+    let node = bind(config).await.unwrap();
+    assert_ne!(node.local_addr().port(), 0);
+    let base = node.endpoint();
+    TestNode { node, base, client: Client::new(), disks, _dir: dir }
+}
+
+async fn start() -> TestNode {
+    start_with(None, 1000).await
+}
+
+/// Deterministic, position-dependent bytes, so a shifted range never matches by chance.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| ((i * 31 + i / 251) as u8) ^ seed).collect()
+}
+
+impl TestNode {
+    fn url(&self, disk: &str, key: UnitKey) -> String {
+        format!("{}/v1/disks/{disk}/units/{key}", self.base)
+    }
+
+    async fn put(&self, disk: u32, key: UnitKey, bytes: &[u8]) -> reqwest::Response {
+        self.client.put(self.url(&disk.to_string(), key)).body(bytes.to_vec()).send().await.unwrap()
+    }
+
+    async fn get(&self, disk: u32, key: UnitKey, range: Option<&str>) -> reqwest::Response {
+        let mut request = self.client.get(self.url(&disk.to_string(), key));
+        if let Some(range) = range {
+            request = request.header(header::RANGE, range);
+        }
+        request.send().await.unwrap()
+    }
+
+    async fn json(&self, path: &str) -> Value {
+        let response = self.client.get(format!("{}{path}", self.base)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        response.json().await.unwrap()
+    }
+}
+
+async fn error_body(response: reqwest::Response) -> Value {
+    let content_type = response.headers()[header::CONTENT_TYPE].to_str().unwrap().to_owned();
+    assert!(content_type.starts_with("application/json"), "{content_type}");
+    response.json().await.unwrap()
+}
+
+/// The file of `key` on a disk directory, found by scanning the fan-out directories.
+fn unit_file(disk: &Path, key: UnitKey) -> PathBuf {
+    let name = key.file_name();
+    for fanout in std::fs::read_dir(disk.join("units")).unwrap() {
+        let path = fanout.unwrap().path().join(&name);
+        if path.exists() {
+            return path;
+        }
+    }
+    panic!("no file {name} under {}", disk.display());
+}
+
+#[tokio::test]
+async fn put_get_round_trip_for_many_sizes() {
+    let node = start().await;
+    for (block, len) in [0usize, 1, 65537, 3 << 20].into_iter().enumerate() {
+        let key = UnitKey::data(0xabc, block as u32, 5);
+        let bytes = pattern(len, block as u8);
+        let put = node.put(1, key, &bytes).await;
+        assert_eq!(put.status(), StatusCode::CREATED, "len {len}");
+        let info: Value = put.json().await.unwrap();
+        assert_eq!(info["len_bytes"], len as u64);
+        assert_eq!(info["generation"], 5);
+        assert_eq!(info["unit"], key.to_string());
+
+        let get = node.get(1, key, None).await;
+        assert_eq!(get.status(), StatusCode::OK, "len {len}");
+        assert_eq!(get.headers()["x-weft-generation"], "5");
+        let body = get.bytes().await.unwrap();
+        assert_eq!(body.len(), len);
+        assert!(body[..] == bytes[..], "len {len}: body differs");
+
+        let head = node.client.head(node.url("1", key)).send().await.unwrap();
+        assert_eq!(head.status(), StatusCode::OK);
+        assert_eq!(head.headers()["x-weft-unit-length"], len.to_string().as_str());
+        assert_eq!(head.headers()["x-weft-generation"], "5");
+        // The same unit is not on the other disk.
+        assert_eq!(node.get(0, key, None).await.status(), StatusCode::NOT_FOUND);
+    }
+    // The `.unit` file name is accepted as well as the Display form.
+    let key = UnitKey::parity(0xabc, 0, 1, 2);
+    let url = format!("{}/v1/disks/0/units/{}", node.base, key.file_name());
+    let put = node.client.put(&url).body(vec![9u8; 10]).send().await.unwrap();
+    assert_eq!(put.status(), StatusCode::CREATED);
+    assert_eq!(node.get(0, key, None).await.bytes().await.unwrap()[..], [9u8; 10]);
+    node.node.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn ranged_gets_equal_the_slices() {
+    let node = start().await;
+    for (block, len) in [65537usize, 3 << 20].into_iter().enumerate() {
+        let key = UnitKey::data(1, block as u32, 0);
+        let bytes = pattern(len, 3);
+        assert_eq!(node.put(0, key, &bytes).await.status(), StatusCode::CREATED);
+        let last = len - 1;
+        let ranges: Vec<(String, usize, usize)> = vec![
+            ("bytes=0-0".into(), 0, 1),
+            (format!("bytes={last}-{last}"), last, len),
+            ("bytes=1000-70000".into(), 1000, 70001.min(len)),
+            ("bytes=65535-65536".into(), 65535, 65537),
+            (format!("bytes={}-", len - 10), len - 10, len),
+            ("bytes=-100".into(), len - 100, len),
+            (format!("bytes=-{}", len + 5), 0, len),
+            (format!("bytes=5-{}", len + 1000), 5, len),
+            // Crosses the node's 1 MiB read chunks.
+            (format!("bytes=100-{}", len.min(2_200_000) - 1), 100, len.min(2_200_000)),
+        ];
+        for (range, start, end) in ranges {
+            let response = node.get(0, key, Some(&range)).await;
+            assert_eq!(response.status(), StatusCode::PARTIAL_CONTENT, "{range}");
+            assert_eq!(
+                response.headers()[header::CONTENT_RANGE],
+                format!("bytes {start}-{}/{len}", end - 1).as_str(),
+                "{range}"
+            );
+            let body = response.bytes().await.unwrap();
+            assert!(body[..] == bytes[start..end], "{range}: body differs from the slice");
+        }
+    }
+    node.node.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn unsatisfiable_ranges_are_416() {
+    let node = start().await;
+    let key = UnitKey::data(2, 0, 0);
+    node.put(0, key, &pattern(1000, 1)).await;
+    for range in ["bytes=1000-1000", "bytes=5000-", "bytes=-0"] {
+        let response = node.get(0, key, Some(range)).await;
+        assert_eq!(response.status(), StatusCode::RANGE_NOT_SATISFIABLE, "{range}");
+        assert_eq!(response.headers()[header::CONTENT_RANGE], "bytes */1000");
+        assert_eq!(error_body(response).await["error"], "range_not_satisfiable");
+    }
+    let empty = UnitKey::data(2, 1, 0);
+    node.put(0, empty, &[]).await;
+    let response = node.get(0, empty, Some("bytes=0-0")).await;
+    assert_eq!(response.status(), StatusCode::RANGE_NOT_SATISFIABLE);
+    node.node.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn missing_units_are_404_and_duplicates_409() {
+    let node = start().await;
+    let key = UnitKey::data(3, 0, 1);
+    let response = node.get(0, key, None).await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    let body = error_body(response).await;
+    assert_eq!(body["error"], "not_found");
+    assert_eq!(body["unit"], key.to_string());
+    let head = node.client.head(node.url("0", key)).send().await.unwrap();
+    assert_eq!(head.status(), StatusCode::NOT_FOUND);
+    let delete = node.client.delete(node.url("0", key)).send().await.unwrap();
+    assert_eq!(delete.status(), StatusCode::NOT_FOUND);
+
+    assert_eq!(node.put(0, key, b"first").await.status(), StatusCode::CREATED);
+    let again = node.put(0, key, b"second").await;
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+    assert_eq!(error_body(again).await["error"], "exists");
+    // The first unit is untouched; a new generation is a different unit.
+    assert_eq!(&node.get(0, key, None).await.bytes().await.unwrap()[..], b"first");
+    assert_eq!(node.put(0, key.with_generation(2), b"second").await.status(), StatusCode::CREATED);
+    node.node.stop().await.unwrap();
+}
+
+/// Sends a raw HTTP/1.1 request and returns the status code and the whole response text.
+async fn raw_request(addr: std::net::SocketAddr, request: &[u8]) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    stream.shutdown().await.unwrap();
+    let mut response = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut response)).await;
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, text)
+}
+
+#[tokio::test]
+async fn put_needs_content_length_and_a_whole_body() {
+    let node = start().await;
+    let key = UnitKey::data(4, 0, 0);
+    let chunked = format!(
+        "PUT /v1/disks/0/units/{key} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+         Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+    );
+    let (status, text) = raw_request(node.node.local_addr(), chunked.as_bytes()).await;
+    assert_eq!(status, 411, "{text}");
+    assert!(text.contains("\"length_required\""), "{text}");
+
+    let short = format!(
+        "PUT /v1/disks/0/units/{key} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+         Content-Length: 100000\r\n\r\nonly a few bytes"
+    );
+    let (status, text) = raw_request(node.node.local_addr(), short.as_bytes()).await;
+    assert!(status == 0 || status == 400, "{text}");
+    // Whatever the client saw, no partial unit became visible.
+    assert_eq!(node.get(0, key, None).await.status(), StatusCode::NOT_FOUND);
+    let listed = node.json("/v1/disks/0/units").await;
+    assert_eq!(listed["units"], serde_json::json!([]));
+    node.node.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn corrupt_segment_is_500_naming_the_segment_and_other_ranges_still_read() {
+    let node = start().await;
+    let key = UnitKey::data(5, 0, 0);
+    let len = 3usize << 20;
+    let bytes = pattern(len, 7);
+    node.put(1, key, &bytes).await;
+    let path = unit_file(&node.disks[1], key);
+    let mut file = std::fs::read(&path).unwrap();
+    let header_bytes = file.len() - len;
+    // Flip one byte in segment 1 (data bytes 65536..131072).
+    file[header_bytes + 65536 + 10] ^= 0x40;
+    std::fs::write(&path, &file).unwrap();
+
+    for range in [Some("bytes=65536-65600"), Some("bytes=60000-70000"), None] {
+        let response = node.get(1, key, range).await;
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR, "{range:?}");
+        let body = error_body(response).await;
+        assert_eq!(body["error"], "corrupt", "{range:?}");
+        assert_eq!(body["segment"], 1, "{range:?}");
+        assert_eq!(body["unit"], key.to_string());
+    }
+    for (range, start, end) in [
+        ("bytes=0-65535", 0, 65536),
+        ("bytes=131072-131099", 131072, 131100),
+        ("bytes=-10", len - 10, len),
+    ] {
+        let response = node.get(1, key, Some(range)).await;
+        assert_eq!(response.status(), StatusCode::PARTIAL_CONTENT, "{range}");
+        assert!(response.bytes().await.unwrap()[..] == bytes[start..end], "{range}");
+    }
+    let response =
+        node.client.post(format!("{}/v1/disks/1/scrub", node.base)).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let report: Value = response.json().await.unwrap();
+    assert_eq!(report["checked"], 1);
+    assert_eq!(report["corrupt"], serde_json::json!([{ "unit": key.to_string(), "segment": 1 }]));
+    node.node.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn delete_and_list() {
+    let node = start().await;
+    let keys = [UnitKey::data(6, 0, 0), UnitKey::data(6, 1, 0), UnitKey::parity(6, 0, 0, 0)];
+    for key in keys {
+        node.put(0, key, b"x").await;
+    }
+    let listed = node.json("/v1/disks/0/units").await;
+    let mut names: Vec<String> = keys.iter().map(|key| key.to_string()).collect();
+    names.sort();
+    let mut got: Vec<String> = listed["units"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    got.sort();
+    assert_eq!(got, names);
+    assert_eq!(node.json("/v1/disks/1/units").await["units"], serde_json::json!([]));
+
+    let delete = node.client.delete(node.url("0", keys[1])).send().await.unwrap();
+    assert_eq!(delete.status(), StatusCode::NO_CONTENT);
+    assert_eq!(node.get(0, keys[1], None).await.status(), StatusCode::NOT_FOUND);
+    assert_eq!(node.json("/v1/disks/0/units").await["units"].as_array().unwrap().len(), 2);
+    node.node.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn health_and_metrics_report_the_numbers() {
+    let node = start().await;
+    node.put(1, UnitKey::data(8, 0, 0), &pattern(1000, 0)).await;
+    node.put(1, UnitKey::data(8, 1, 0), &pattern(70000, 0)).await;
+    let body = node.get(1, UnitKey::data(8, 1, 0), Some("bytes=0-99")).await.bytes().await.unwrap();
+    assert_eq!(body.len(), 100);
+    node.get(1, UnitKey::data(8, 9, 0), None).await;
+
+    let health = node.json("/v1/health").await;
+    assert_eq!(health["node_id"], 7);
+    let disks = health["disks"].as_array().unwrap();
+    assert_eq!(disks.len(), 2);
+    assert_eq!(disks[0]["index"], 0);
+    assert_eq!(disks[0]["units"], 0);
+    assert_eq!(disks[0]["failed"], Value::Null);
+    assert_eq!(disks[1]["index"], 1);
+    assert_eq!(disks[1]["units"], 2);
+    assert_eq!(disks[1]["dir"], node.disks[1].display().to_string());
+    let bytes = disks[1]["bytes"].as_u64().unwrap();
+    assert!(bytes > 71000 && bytes < 72000, "{bytes}");
+
+    let metrics = node.client.get(format!("{}/metrics", node.base)).send().await.unwrap();
+    assert_eq!(metrics.status(), StatusCode::OK);
+    let text = metrics.text().await.unwrap();
+    let expected = [
+        "weft_node_requests_total{node=\"7\",method=\"PUT\",route=\"/v1/disks/{disk}/units/{unit}\",status=\"201\"} 2".to_owned(),
+        "weft_node_requests_total{node=\"7\",method=\"GET\",route=\"/v1/disks/{disk}/units/{unit}\",status=\"206\"} 1".to_owned(),
+        "weft_node_requests_total{node=\"7\",method=\"GET\",route=\"/v1/disks/{disk}/units/{unit}\",status=\"404\"} 1".to_owned(),
+        "weft_node_bytes_in_total{node=\"7\"} 71000".to_owned(),
+        "weft_node_bytes_out_total{node=\"7\"} 100".to_owned(),
+        format!("weft_node_disk_units{{node=\"7\",disk=\"1\",dir=\"{}\"}} 2", node.disks[1].display()),
+        format!("weft_node_disk_bytes{{node=\"7\",disk=\"1\",dir=\"{}\"}} {bytes}", node.disks[1].display()),
+        format!("weft_node_disk_failed{{node=\"7\",disk=\"0\",dir=\"{}\"}} 0", node.disks[0].display()),
+    ];
+    for line in expected {
+        assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+    }
+    node.node.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_requests_are_400_naming_what_was_wrong() {
+    let node = start().await;
+    let key = UnitKey::data(9, 0, 0);
+    node.put(0, key, &pattern(100, 0)).await;
+    let cases: Vec<(String, Option<&str>, &str)> = vec![
+        (format!("{}/v1/disks/x/units/{key}", node.base), None, "disk"),
+        (format!("{}/v1/disks/2/units/{key}", node.base), None, "disk"),
+        (format!("{}/v1/disks/-1/units/{key}", node.base), None, "disk"),
+        (format!("{}/v1/disks/0/units/not-a-unit", node.base), None, "unit"),
+        (
+            format!("{}/v1/disks/0/units/{}", node.base, key.to_string().to_uppercase()),
+            None,
+            "unit",
+        ),
+        (node.url("0", key), Some("bytes=abc-def"), "range"),
+        (node.url("0", key), Some("bytes=0-1,5-6"), "range"),
+        (node.url("0", key), Some("items=0-1"), "range"),
+        (node.url("0", key), Some("bytes=9-2"), "range"),
+        (format!("{}/v1/disks/7/units", node.base), None, "disk"),
+    ];
+    for (url, range, what) in cases {
+        let mut request = node.client.get(&url);
+        if let Some(range) = range {
+            request = request.header(header::RANGE, range);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{url} {range:?}");
+        let body = error_body(response).await;
+        assert_eq!(body["error"], "bad_request", "{url}");
+        assert_eq!(body["what"], what, "{url} {range:?}");
+        assert!(!body["message"].as_str().unwrap().is_empty());
+    }
+    let put =
+        node.client.put(format!("{}/v1/disks/3/units/{key}", node.base)).body("x").send().await;
+    assert_eq!(put.unwrap().status(), StatusCode::BAD_REQUEST);
+    node.node.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn heartbeats_reach_meta_with_the_agreed_shape() {
+    let received: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let store = received.clone();
+    let meta = axum::Router::new().route(
+        "/v1/heartbeat",
+        axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+            let store = store.clone();
+            async move {
+                store.lock().unwrap().push(body);
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let meta_addr = listener.local_addr().unwrap();
+    let meta_server = tokio::spawn(async move { axum::serve(listener, meta).await });
+
+    let node = start_with(Some(format!("http://{meta_addr}/")), 200).await;
+    node.put(0, UnitKey::data(10, 0, 0), &pattern(500, 0)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while received.lock().unwrap().len() < 3 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let beats = received.lock().unwrap().clone();
+    assert!(beats.len() >= 2, "only {} heartbeats in 3 s", beats.len());
+    for beat in &beats {
+        let keys: Vec<&str> = beat.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        assert_eq!(keys, ["node_id", "endpoint", "pid", "disks"]);
+        let parsed: Heartbeat = serde_json::from_value(beat.clone()).unwrap();
+        assert_eq!(parsed.node_id, 7);
+        assert_eq!(parsed.endpoint, node.base);
+        assert_eq!(parsed.pid, std::process::id());
+        assert_eq!(parsed.disks.len(), 2);
+        let disk: Vec<&str> =
+            beat["disks"][1].as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        assert_eq!(disk, ["index", "dir", "units", "bytes", "failed"]);
+        assert_eq!(parsed.disks[1].index, 1);
+        assert_eq!(parsed.disks[1].dir, node.disks[1].display().to_string());
+        assert!(beat["disks"][0]["failed"].is_null());
+    }
+    // The last heartbeat sees the unit stored before it.
+    assert_eq!(beats.last().unwrap()["disks"][0]["units"], 1);
+    node.node.stop().await.unwrap();
+    meta_server.abort();
+}
+
+#[tokio::test]
+async fn heartbeat_failures_are_not_fatal() {
+    // Nothing listens on this meta address; the node keeps serving.
+    let unused = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dead = unused.local_addr().unwrap();
+    drop(unused);
+    let node = start_with(Some(format!("http://{dead}")), 100).await;
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert_eq!(node.put(0, UnitKey::data(11, 0, 0), b"abc").await.status(), StatusCode::CREATED);
+    let metrics = node.client.get(format!("{}/metrics", node.base)).send().await.unwrap();
+    let text = metrics.text().await.unwrap();
+    let failed = text
+        .lines()
+        .find_map(|l| l.strip_prefix("weft_node_heartbeats_failed_total{node=\"7\"} "))
+        .unwrap();
+    assert!(failed.parse::<u64>().unwrap() >= 2, "{text}");
+    node.node.stop().await.unwrap();
+}
