@@ -159,6 +159,20 @@ impl From<StoreError> for ApiError {
 
 type ApiResult<T> = Result<T, ApiError>;
 
+/// A mutating call that failed with `Io` has just put the disk in its failed state: say so, as
+/// every later call will.
+fn after_mutation(disk: &Disk, error: ApiError) -> ApiError {
+    match disk.failure() {
+        Some(cause) if error.body["error"] == "io" => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "disk_failed",
+            error.body["message"].as_str().unwrap_or_default(),
+        )
+        .with("cause", json!(cause)),
+        _ => error,
+    }
+}
+
 /// Runs a blocking store call on a blocking task.
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
@@ -240,7 +254,9 @@ async fn put_unit(
         None => 0,
     };
     let creating = disk.clone();
-    let mut writer = blocking(move || creating.create(key, len_bytes)).await?;
+    let mut writer = blocking(move || creating.create(key, len_bytes))
+        .await
+        .map_err(|error| after_mutation(&disk, error))?;
     let mut stream = body.into_data_stream();
     let mut pending: Vec<u8> = Vec::with_capacity(CHUNK_BYTES.min(len_bytes) as usize);
     let mut received: u64 = 0;
@@ -267,7 +283,7 @@ async fn put_unit(
             .await
             .map_err(|join| ApiError::internal(format!("store task failed: {join}")))?;
             writer = back;
-            pending = result?;
+            pending = result.map_err(|error| after_mutation(&disk, error.into()))?;
             pending.clear();
         }
         if done {
@@ -282,7 +298,8 @@ async fn put_unit(
         )
         .with("error", json!("short_body")));
     }
-    let info = blocking(move || writer.finish()).await?;
+    let info =
+        blocking(move || writer.finish()).await.map_err(|error| after_mutation(&disk, error))?;
     let mut response = (StatusCode::CREATED, Json(info_json(&info))).into_response();
     response.headers_mut().insert(GENERATION_HEADER, HeaderValue::from(info.generation));
     Ok(response)
@@ -427,7 +444,8 @@ async fn delete_unit(
 ) -> ApiResult<StatusCode> {
     let (_, disk) = disk_of(&node, &disk)?;
     let key = key_of(&unit)?;
-    blocking(move || disk.delete(key)).await?;
+    let deleting = disk.clone();
+    blocking(move || deleting.delete(key)).await.map_err(|error| after_mutation(&disk, error))?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -446,3 +446,52 @@ async fn heartbeat_failures_are_not_fatal() {
     assert!(failed.parse::<u64>().unwrap() >= 2, "{text}");
     node.node.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_failed_disk_is_503_sticky_and_reported() {
+    let node = start().await;
+    let stored = UnitKey::data(12, 0, 0);
+    assert_eq!(node.put(0, stored, b"before").await.status(), StatusCode::CREATED);
+    // Creating a unit's temp file now fails: the disk enters weft-store's sticky failed state.
+    std::fs::remove_dir_all(node.disks[0].join("tmp")).unwrap();
+    let put = node.put(0, UnitKey::data(12, 1, 0), b"after").await;
+    assert_eq!(put.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body = error_body(put).await;
+    assert_eq!(body["error"], "disk_failed");
+    assert!(body["cause"].as_str().unwrap().contains("create"), "{body}");
+    // Sticky: reads of units that are still there are refused too.
+    let get = node.get(0, stored, None).await;
+    assert_eq!(get.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(error_body(get).await["error"], "disk_failed");
+    // The other disk still works.
+    assert_eq!(node.put(1, stored, b"elsewhere").await.status(), StatusCode::CREATED);
+    let health = node.json("/v1/health").await;
+    assert!(health["disks"][0]["failed"].as_str().unwrap().contains("create"), "{health}");
+    assert!(health["disks"][1]["failed"].is_null());
+    let text = node.client.get(format!("{}/metrics", node.base)).send().await.unwrap();
+    let text = text.text().await.unwrap();
+    let line = format!(
+        "weft_node_disk_failed{{node=\"7\",disk=\"0\",dir=\"{}\"}} 1",
+        node.disks[0].display()
+    );
+    assert!(text.lines().any(|l| l == line), "{text}");
+    node.node.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn serve_runs_until_its_shutdown_future_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = NodeConfig::new(1, "127.0.0.1:0".parse().unwrap(), vec![dir.path().join("d")]);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(weft_node::serve(config, async move {
+        let _ = stopped.await;
+    }));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!served.is_finished());
+    stop.send(()).unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(5), served).await.unwrap().unwrap();
+    assert!(result.is_ok(), "{result:?}");
+    // A node needs a disk.
+    let empty = NodeConfig::new(1, "127.0.0.1:0".parse().unwrap(), vec![]);
+    assert!(bind(empty).await.is_err());
+}
