@@ -48,6 +48,7 @@ pub(crate) fn router(node: Shared) -> Router {
         .route("/v1/disks/{disk}/scrub", post(scrub))
         .route("/v1/health", get(health))
         .route("/metrics", get(metrics))
+        .fallback(no_route)
         .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn_with_state(node.clone(), count_requests))
         .with_state(node)
@@ -482,6 +483,11 @@ async fn scrub(State(node): State<Shared>, Path(disk): Path<String>) -> ApiResul
         "unreadable": unreadable,
         "unrecognised": unrecognised,
     })))
+}
+
+async fn no_route(uri: axum::http::Uri) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "no_route", format!("no route {}", uri.path()))
+        .with("path", json!(uri.path()))
 }
 
 async fn health(State(node): State<Shared>) -> ApiResult<Json<Value>> {

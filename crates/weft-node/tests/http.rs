@@ -378,6 +378,9 @@ async fn bad_requests_are_400_naming_what_was_wrong() {
     let put =
         node.client.put(format!("{}/v1/disks/3/units/{key}", node.base)).body("x").send().await;
     assert_eq!(put.unwrap().status(), StatusCode::BAD_REQUEST);
+    let nowhere = node.client.get(format!("{}/v2/nothing", node.base)).send().await.unwrap();
+    assert_eq!(nowhere.status(), StatusCode::NOT_FOUND);
+    assert_eq!(error_body(nowhere).await["error"], "no_route");
     node.node.stop().await.unwrap();
 }
 
