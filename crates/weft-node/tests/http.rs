@@ -498,3 +498,40 @@ async fn serve_runs_until_its_shutdown_future_completes() {
     let empty = NodeConfig::new(1, "127.0.0.1:0".parse().unwrap(), vec![]);
     assert!(bind(empty).await.is_err());
 }
+
+#[tokio::test]
+async fn corruption_past_the_first_chunk_aborts_the_body() {
+    let node = start().await;
+    let key = UnitKey::data(13, 0, 0);
+    let len = 3usize << 20;
+    node.put(0, key, &pattern(len, 1)).await;
+    let path = unit_file(&node.disks[0], key);
+    let mut file = std::fs::read(&path).unwrap();
+    let header_bytes = file.len() - len;
+    // Segment 40 lies in the third 1 MiB chunk, after the status line has gone out.
+    file[header_bytes + 40 * 65536] ^= 1;
+    std::fs::write(&path, &file).unwrap();
+    let response = node.get(0, key, None).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(response.bytes().await.is_err(), "a corrupt body must not arrive whole");
+    // A range around the segment gets the clean status.
+    let response = node.get(0, key, Some("bytes=2621440-2621449")).await;
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(error_body(response).await["segment"], 40);
+    node.node.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn units_over_the_size_limit_are_413() {
+    let node = start().await;
+    let key = UnitKey::data(14, 0, 0);
+    let request = format!(
+        "PUT /v1/disks/0/units/{key} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+         Content-Length: {}\r\n\r\n",
+        weft_store::MAX_UNIT_BYTES + 1
+    );
+    let (status, text) = raw_request(node.node.local_addr(), request.as_bytes()).await;
+    assert_eq!(status, 413, "{text}");
+    assert!(text.contains("\"too_large\""), "{text}");
+    node.node.stop().await.unwrap();
+}
