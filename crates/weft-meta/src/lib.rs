@@ -14,6 +14,7 @@ pub mod error;
 pub mod mem;
 pub mod records;
 pub mod redb_store;
+pub mod service;
 pub mod store;
 
 pub use error::MetaError;

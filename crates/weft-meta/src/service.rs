@@ -1,0 +1,414 @@
+//! The meta HTTP service: node membership (heartbeats, up/down), cluster status and buckets,
+//! over one [`RedbStore`]. Routes, statuses and error bodies: docs/meta-api.md.
+//!
+//! Invariants:
+//! - The store is opened once, at [`bind`]; a second meta on the same directory fails there
+//!   with redb's lock error, named clearly. Every store call runs on a blocking task.
+//! - The clock lives here, not in the store: a heartbeat is recorded with the system time at
+//!   receipt, and a node is down when meta has not heard from it for more than
+//!   `down_after_ms` (judged at the time of each request; nothing is stored for "down").
+//! - Every error response has a JSON body `{"error": "<code>", "message": "..."}`.
+
+use std::{
+    fmt,
+    future::Future,
+    net::SocketAddr,
+    path::PathBuf,
+    sync::Arc,
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use axum::{
+    body::Bytes,
+    extract::{DefaultBodyLimit, Path, State},
+    http::{StatusCode, Uri},
+    response::{IntoResponse, Response},
+    routing::{get, post, put},
+    Json, Router,
+};
+use serde_json::{json, Value};
+use tokio::{sync::watch, task::JoinHandle};
+
+use crate::{Heartbeat, MetaError, MetaStore, NodeRecord, Policy, RedbStore};
+
+/// Default silence after which a node is reported down.
+pub const DEFAULT_DOWN_AFTER_MS: u64 = 5000;
+
+/// Name of the redb file inside [`MetaConfig::dir`].
+pub const DB_FILE: &str = "meta.redb";
+
+/// Largest request body meta accepts (heartbeats and policies are small).
+const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// How meta is run.
+#[derive(Clone, Debug)]
+pub struct MetaConfig {
+    /// Address to listen on; port 0 picks a free port (see [`RunningMeta::local_addr`]).
+    pub listen: SocketAddr,
+    /// Directory of the metadata; the store is the file [`DB_FILE`] inside it. Created if
+    /// missing.
+    pub dir: PathBuf,
+    /// A node silent for more than this is reported down.
+    pub down_after_ms: u64,
+}
+
+impl MetaConfig {
+    /// A config with the default down timeout.
+    pub fn new(listen: SocketAddr, dir: impl Into<PathBuf>) -> MetaConfig {
+        MetaConfig { listen, dir: dir.into(), down_after_ms: DEFAULT_DOWN_AFTER_MS }
+    }
+}
+
+/// Why meta could not start or stopped with an error.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ServiceError {
+    /// The config is unusable.
+    Config(String),
+    /// The store could not be opened (e.g. another meta holds its lock).
+    Open { path: PathBuf, source: MetaError },
+    /// The listen address could not be bound.
+    Bind { addr: SocketAddr, source: std::io::Error },
+    /// The HTTP server stopped with an error.
+    Serve(std::io::Error),
+}
+
+impl fmt::Display for ServiceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServiceError::Config(reason) => write!(f, "bad meta config: {reason}"),
+            ServiceError::Open { path, source } => {
+                write!(f, "cannot open the meta store {}: {source}", path.display())?;
+                if source.to_string().to_ascii_lowercase().contains("already open") {
+                    write!(f, " (is another weft meta running on this directory?)")?;
+                }
+                Ok(())
+            }
+            ServiceError::Bind { addr, source } => write!(f, "cannot listen on {addr}: {source}"),
+            ServiceError::Serve(source) => write!(f, "http server failed: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for ServiceError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ServiceError::Open { source, .. } => Some(source),
+            ServiceError::Bind { source, .. } | ServiceError::Serve(source) => Some(source),
+            ServiceError::Config(_) => None,
+        }
+    }
+}
+
+/// What every request handler shares.
+struct Meta {
+    store: Arc<dyn MetaStore>,
+    down_after_ms: u64,
+}
+
+type Shared = Arc<Meta>;
+
+/// Meta serving. Stop it with [`RunningMeta::stop`].
+#[derive(Debug)]
+pub struct RunningMeta {
+    local_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    server: JoinHandle<Result<(), ServiceError>>,
+}
+
+impl RunningMeta {
+    /// The address meta listens on (the real port when the config asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Base URL of meta's API, `http://ip:port`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.local_addr)
+    }
+
+    /// Stops accepting connections, lets requests in flight finish, closes the store.
+    pub async fn stop(self) -> Result<(), ServiceError> {
+        let _ = self.stop.send(true);
+        match self.server.await {
+            Ok(result) => result,
+            Err(join) => Err(ServiceError::Serve(std::io::Error::other(join.to_string()))),
+        }
+    }
+}
+
+/// Opens the store, binds the listen address and starts serving in a background task.
+/// Must be called inside a tokio runtime.
+pub async fn bind(config: MetaConfig) -> Result<RunningMeta, ServiceError> {
+    if config.down_after_ms == 0 {
+        return Err(ServiceError::Config("down_after_ms must be positive".into()));
+    }
+    let dir = config.dir.clone();
+    let path = dir.join(DB_FILE);
+    let opening = path.clone();
+    let store = tokio::task::spawn_blocking(move || {
+        std::fs::create_dir_all(&dir).map_err(|e| ServiceError::Open {
+            path: opening.clone(),
+            source: MetaError::Store { reason: format!("cannot create {}: {e}", dir.display()) },
+        })?;
+        RedbStore::open(&opening).map_err(|source| ServiceError::Open { path: opening, source })
+    })
+    .await
+    .map_err(|join| ServiceError::Config(format!("opening the store panicked: {join}")))??;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| ServiceError::Bind { addr: config.listen, source })?;
+    let local_addr = listener
+        .local_addr()
+        .map_err(|source| ServiceError::Bind { addr: config.listen, source })?;
+    let meta = Arc::new(Meta { store: Arc::new(store), down_after_ms: config.down_after_ms });
+    let app = router(meta);
+    let (stop, mut stopped) = watch::channel(false);
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            })
+            .await
+            .map_err(ServiceError::Serve)
+    });
+    tracing::info!(%local_addr, store = %path.display(), down_after_ms = config.down_after_ms, "meta serving");
+    Ok(RunningMeta { local_addr, stop, server })
+}
+
+/// Runs meta until `shutdown` completes, then stops it gracefully.
+pub async fn serve(
+    config: MetaConfig,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServiceError> {
+    let meta = bind(config).await?;
+    shutdown.await;
+    meta.stop().await
+}
+
+fn router(meta: Shared) -> Router {
+    Router::new()
+        .route("/v1/heartbeat", post(heartbeat))
+        .route("/v1/nodes", get(nodes))
+        .route("/v1/status", get(status))
+        .route("/v1/buckets", get(list_buckets))
+        .route("/v1/buckets/{name}", put(create_bucket).get(get_bucket).delete(delete_bucket))
+        .fallback(no_route)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(meta)
+}
+
+/// Milliseconds since the Unix epoch, by the system clock.
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// An error response: status plus JSON body.
+#[derive(Debug)]
+struct ApiError {
+    status: StatusCode,
+    body: Value,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, error: &str, message: impl Into<String>) -> ApiError {
+        ApiError { status, body: json!({ "error": error, "message": message.into() }) }
+    }
+
+    fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+}
+
+impl From<MetaError> for ApiError {
+    fn from(error: MetaError) -> ApiError {
+        let message = error.to_string();
+        let (status, code) = match &error {
+            MetaError::NoSuchBucket { .. } => (StatusCode::NOT_FOUND, "no_such_bucket"),
+            MetaError::NoSuchKey { .. } => (StatusCode::NOT_FOUND, "no_such_key"),
+            MetaError::BucketExists { .. } => (StatusCode::CONFLICT, "bucket_exists"),
+            MetaError::BucketNotEmpty { .. } => (StatusCode::CONFLICT, "bucket_not_empty"),
+            MetaError::InvalidName { .. } => (StatusCode::BAD_REQUEST, "invalid_name"),
+            MetaError::InvalidRecord { .. } => (StatusCode::BAD_REQUEST, "invalid_policy"),
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, "store"),
+        };
+        if status.is_server_error() {
+            tracing::error!(%message, "meta store failed");
+        }
+        ApiError::new(status, code, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(self.body)).into_response()
+    }
+}
+
+/// Runs a blocking store call on a blocking task.
+async fn blocking<T: Send + 'static>(
+    meta: &Shared,
+    call: impl FnOnce(&dyn MetaStore) -> Result<T, MetaError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let store = meta.store.clone();
+    tokio::task::spawn_blocking(move || call(store.as_ref()))
+        .await
+        .map_err(|join| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                format!("store task failed: {join}"),
+            )
+        })?
+        .map_err(ApiError::from)
+}
+
+fn node_state(node: &NodeRecord, now_ms: u64, down_after_ms: u64) -> &'static str {
+    if node.is_down(now_ms, down_after_ms) {
+        "down"
+    } else {
+        "up"
+    }
+}
+
+fn node_json(node: &NodeRecord, now_ms: u64, down_after_ms: u64) -> Value {
+    json!({
+        "id": node.node_id,
+        "state": node_state(node, now_ms, down_after_ms),
+        "pid": node.pid,
+        "endpoint": node.endpoint,
+        "last_heartbeat_ms": node.last_heartbeat_ms,
+        "disks": node.disks,
+    })
+}
+
+async fn heartbeat(State(meta): State<Shared>, body: Bytes) -> Result<Json<Value>, ApiError> {
+    let heartbeat: Heartbeat = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not a heartbeat: {e}")))?;
+    if heartbeat.endpoint.is_empty() {
+        return Err(ApiError::bad_request("the heartbeat has an empty endpoint"));
+    }
+    let now = now_ms();
+    let record = blocking(&meta, move |store| store.record_heartbeat(&heartbeat, now)).await?;
+    tracing::debug!(node_id = record.node_id, endpoint = %record.endpoint, "heartbeat");
+    Ok(Json(node_json(&record, now, meta.down_after_ms)))
+}
+
+async fn nodes(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
+    let nodes = blocking(&meta, |store| store.list_nodes()).await?;
+    let now = now_ms();
+    let nodes: Vec<Value> = nodes.iter().map(|n| node_json(n, now, meta.down_after_ms)).collect();
+    Ok(Json(json!({ "down_after_ms": meta.down_after_ms, "nodes": nodes })))
+}
+
+async fn status(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
+    let (nodes, repair_queue, buckets) = blocking(&meta, |store| {
+        Ok((store.list_nodes()?, store.repair_queue_len()?, store.list_buckets()?.len()))
+    })
+    .await?;
+    let now = now_ms();
+    let down = nodes.iter().filter(|n| n.is_down(now, meta.down_after_ms)).count();
+    let nodes: Vec<Value> = nodes
+        .iter()
+        .map(|n| {
+            json!({
+                "id": n.node_id,
+                "state": node_state(n, now, meta.down_after_ms),
+                "pid": n.pid,
+                "endpoint": n.endpoint,
+            })
+        })
+        .collect();
+    Ok(Json(json!({
+        "nodes_up": nodes.len() - down,
+        "nodes_down": down,
+        "nodes": nodes,
+        "buckets": buckets,
+        // TODO: count units whose object has fewer than its full redundancy (units on down
+        // nodes or failed disks); always 0 until objects are placed through meta.
+        "under_protected_units": 0,
+        "repair_queue": repair_queue,
+    })))
+}
+
+/// The policy of a new bucket when none is given: rs(6,3), stripe width 2, 1 MiB cells,
+/// 8 MiB blocks.
+pub fn default_policy_json() -> Value {
+    json!({
+        "code": "rs(6,3)",
+        "stripe_width": 2,
+        "cell_bytes": 1u64 << 20,
+        "block_bytes": 8u64 << 20,
+    })
+}
+
+/// Reads a bucket policy body: empty means the default; fields not given take the default's.
+fn parse_policy(body: &[u8]) -> Result<Policy, ApiError> {
+    let mut policy = default_policy_json();
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let given: Value = serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?;
+        let Value::Object(fields) = given else {
+            return Err(ApiError::bad_request(
+                "the body must be a policy object like {\"code\":\"rs(6,3)\",\"stripe_width\":2}",
+            ));
+        };
+        for (name, value) in fields {
+            if !policy.as_object().is_some_and(|p| p.contains_key(&name)) {
+                return Err(ApiError::bad_request(format!(
+                    "unknown policy field {name:?}: use code, stripe_width, cell_bytes, \
+                     block_bytes"
+                )));
+            }
+            policy[name] = value;
+        }
+    }
+    let policy: Policy = serde_json::from_value(policy)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_policy", e.to_string()))?;
+    policy
+        .validate()
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_policy", e.to_string()))?;
+    Ok(policy)
+}
+
+async fn create_bucket(
+    State(meta): State<Shared>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let policy = parse_policy(&body)?;
+    let now = now_ms();
+    let record = blocking(&meta, move |store| store.create_bucket(&name, policy, now)).await?;
+    tracing::info!(bucket = %record.name, "bucket created");
+    Ok((StatusCode::CREATED, Json(json!(record))).into_response())
+}
+
+async fn get_bucket(
+    State(meta): State<Shared>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let record = blocking(&meta, move |store| store.get_bucket(&name)).await?;
+    Ok(Json(json!(record)))
+}
+
+async fn list_buckets(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
+    let buckets = blocking(&meta, |store| store.list_buckets()).await?;
+    Ok(Json(json!({ "buckets": buckets })))
+}
+
+async fn delete_bucket(
+    State(meta): State<Shared>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let deleted = name.clone();
+    blocking(&meta, move |store| store.delete_bucket(&name)).await?;
+    tracing::info!(bucket = %deleted, "bucket deleted");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn no_route(uri: Uri) -> ApiError {
+    let mut error =
+        ApiError::new(StatusCode::NOT_FOUND, "no_route", format!("no route {}", uri.path()));
+    error.body["path"] = json!(uri.path());
+    error
+}

@@ -1,0 +1,194 @@
+//! The meta HTTP service against a real in-process server, over real HTTP.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use weft_meta::service::{bind, MetaConfig, RunningMeta};
+
+async fn start(dir: &std::path::Path, down_after_ms: u64) -> RunningMeta {
+    let mut config = MetaConfig::new("127.0.0.1:0".parse().unwrap(), dir);
+    config.down_after_ms = down_after_ms;
+    bind(config).await.expect("meta starts")
+}
+
+fn heartbeat(id: u32) -> Value {
+    json!({
+        "node_id": id,
+        "endpoint": format!("http://127.0.0.1:{}", 9000 + id),
+        "pid": 4242,
+        "disks": [
+            {"index": 0, "dir": "/d0", "units": 3, "bytes": 300, "failed": null},
+            {"index": 1, "dir": "/d1", "units": 0, "bytes": 0, "failed": "fsync failed"},
+        ],
+    })
+}
+
+async fn get(client: &reqwest::Client, url: String) -> (u16, Value) {
+    let response = client.get(url).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn heartbeats_make_nodes_up_then_silence_makes_them_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let meta = start(dir.path(), 300).await;
+    let base = meta.endpoint();
+    let client = reqwest::Client::new();
+
+    let (status, nodes) = get(&client, format!("{base}/v1/nodes")).await;
+    assert_eq!(status, 200);
+    assert_eq!(nodes["nodes"], json!([]));
+
+    for id in [2, 1] {
+        let response =
+            client.post(format!("{base}/v1/heartbeat")).json(&heartbeat(id)).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    let (_, nodes) = get(&client, format!("{base}/v1/nodes")).await;
+    let list = nodes["nodes"].as_array().unwrap();
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[0]["id"], 1, "nodes are listed by id");
+    assert_eq!(list[0]["state"], "up");
+    assert_eq!(list[0]["pid"], 4242);
+    assert_eq!(list[0]["endpoint"], "http://127.0.0.1:9001");
+    assert!(list[0]["last_heartbeat_ms"].as_u64().unwrap() > 0);
+    assert_eq!(list[0]["disks"], heartbeat(1)["disks"]);
+
+    // Node 1 keeps heartbeating, node 2 falls silent.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let down = loop {
+        client.post(format!("{base}/v1/heartbeat")).json(&heartbeat(1)).send().await.unwrap();
+        let (_, nodes) = get(&client, format!("{base}/v1/nodes")).await;
+        if nodes["nodes"][1]["state"] == "down" {
+            break nodes;
+        }
+        assert!(Instant::now() < deadline, "node 2 never went down: {nodes}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(down["nodes"][0]["state"], "up");
+    assert_eq!(down["nodes"][1]["id"], 2);
+
+    let (status, body) = get(&client, format!("{base}/v1/status")).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["under_protected_units"], 0);
+    assert_eq!(body["repair_queue"], 0);
+    assert_eq!(body["nodes_up"], 1);
+    assert_eq!(body["nodes_down"], 1);
+    assert_eq!(
+        body["nodes"][1],
+        json!({"id": 2, "state": "down", "pid": 4242, "endpoint": "http://127.0.0.1:9002"})
+    );
+
+    // A heartbeat brings it back.
+    client.post(format!("{base}/v1/heartbeat")).json(&heartbeat(2)).send().await.unwrap();
+    let (_, nodes) = get(&client, format!("{base}/v1/nodes")).await;
+    assert_eq!(nodes["nodes"][1]["state"], "up");
+    meta.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_heartbeats_and_unknown_routes_are_json_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let meta = start(dir.path(), 1000).await;
+    let base = meta.endpoint();
+    let client = reqwest::Client::new();
+    let response =
+        client.post(format!("{base}/v1/heartbeat")).body("{\"node_id\":1}").send().await.unwrap();
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"], "bad_request");
+    assert!(body["message"].as_str().unwrap().contains("heartbeat"));
+
+    let (status, body) = get(&client, format!("{base}/v1/nope")).await;
+    assert_eq!(status, 404);
+    assert_eq!(body["error"], "no_route");
+    meta.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn buckets_are_created_listed_and_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let meta = start(dir.path(), 1000).await;
+    let base = meta.endpoint();
+    let client = reqwest::Client::new();
+
+    let response = client.put(format!("{base}/v1/buckets/photos")).send().await.unwrap();
+    assert_eq!(response.status(), 201);
+    let created: Value = response.json().await.unwrap();
+    assert_eq!(
+        created["default_policy"],
+        json!({"code": "rs(6,3)", "stripe_width": 2, "cell_bytes": 1048576,
+               "block_bytes": 8388608})
+    );
+    let response = client
+        .put(format!("{base}/v1/buckets/logs"))
+        .body(r#"{"code":"rs(10,4)","stripe_width":4}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+
+    let (status, list) = get(&client, format!("{base}/v1/buckets")).await;
+    assert_eq!(status, 200);
+    let names: Vec<&str> =
+        list["buckets"].as_array().unwrap().iter().map(|b| b["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["logs", "photos"]);
+    assert_eq!(list["buckets"][0]["default_policy"]["code"], "rs(10,4)");
+    assert_eq!(list["buckets"][0]["default_policy"]["block_bytes"], 8388608);
+
+    // Exists, bad names, bad policies.
+    let response = client.put(format!("{base}/v1/buckets/photos")).send().await.unwrap();
+    assert_eq!(response.status(), 409);
+    assert_eq!(response.json::<Value>().await.unwrap()["error"], "bucket_exists");
+    let response = client.put(format!("{base}/v1/buckets/Bad_Name")).send().await.unwrap();
+    assert_eq!(response.status(), 400);
+    assert_eq!(response.json::<Value>().await.unwrap()["error"], "invalid_name");
+    for policy in [r#"{"code":"rs(0,3)"}"#, r#"{"colour":"red"}"#, "[1]", "not json"] {
+        let response =
+            client.put(format!("{base}/v1/buckets/other")).body(policy).send().await.unwrap();
+        assert_eq!(response.status(), 400, "{policy}");
+        let body: Value = response.json().await.unwrap();
+        assert!(body["error"] == "invalid_policy" || body["error"] == "bad_request", "{body}");
+    }
+
+    let (status, bucket) = get(&client, format!("{base}/v1/buckets/photos")).await;
+    assert_eq!((status, bucket["name"].as_str()), (200, Some("photos")));
+
+    let response = client.delete(format!("{base}/v1/buckets/photos")).send().await.unwrap();
+    assert_eq!(response.status(), 204);
+    let response = client.delete(format!("{base}/v1/buckets/photos")).send().await.unwrap();
+    assert_eq!(response.status(), 404);
+    assert_eq!(response.json::<Value>().await.unwrap()["error"], "no_such_bucket");
+    let (status, _) = get(&client, format!("{base}/v1/buckets/photos")).await;
+    assert_eq!(status, 404);
+    let (_, list) = get(&client, format!("{base}/v1/buckets")).await;
+    assert_eq!(list["buckets"].as_array().unwrap().len(), 1);
+    meta.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn state_persists_and_a_second_meta_on_the_same_dir_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let meta = start(dir.path(), 1000).await;
+    let client = reqwest::Client::new();
+    let base = meta.endpoint();
+    client.post(format!("{base}/v1/heartbeat")).json(&heartbeat(7)).send().await.unwrap();
+    client.put(format!("{base}/v1/buckets/kept")).send().await.unwrap();
+
+    let error = bind(MetaConfig::new("127.0.0.1:0".parse().unwrap(), dir.path()))
+        .await
+        .expect_err("the store is locked by the first meta");
+    let message = error.to_string();
+    assert!(message.contains("meta.redb"), "{message}");
+    assert!(message.contains("another weft meta"), "{message}");
+    meta.stop().await.unwrap();
+
+    let meta = start(dir.path(), 1000).await;
+    let base = meta.endpoint();
+    let (_, nodes) = get(&client, format!("{base}/v1/nodes")).await;
+    assert_eq!(nodes["nodes"][0]["id"], 7);
+    let (_, buckets) = get(&client, format!("{base}/v1/buckets")).await;
+    assert_eq!(buckets["buckets"][0]["name"], "kept");
+    meta.stop().await.unwrap();
+}
