@@ -13,6 +13,7 @@ mod bench;
 mod demo;
 mod ec;
 mod repair_cost;
+mod serve;
 
 /// weft — a distributed, erasure-coded storage system.
 #[derive(Debug, Parser)]
@@ -33,6 +34,9 @@ enum Command {
     /// Measure weft's coding speed, side by side with a peer (ISA-L).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Run a cluster process in the foreground: `weft serve meta`, `weft serve node`.
+    #[command(subcommand)]
+    Serve(serve::ServeCommand),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +49,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Ec(command) => ec::run(command),
         Command::Bench(command) => bench::run(command),
+        Command::Serve(command) => serve::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,178 @@
+//! `weft serve meta|node`: run a cluster's processes in the foreground.
+//!
+//! Invariants:
+//! - When a process is ready it prints exactly one line on stdout naming its endpoint
+//!   (`meta listening on http://…` / `node N listening on http://…`); logs go to stderr only,
+//!   so scripts and `weft up` can read that line.
+//! - Ctrl-C (SIGINT) and SIGTERM stop it gracefully (requests in flight finish) and exit 0.
+
+use std::{
+    io::{IsTerminal, Write},
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
+
+use clap::{Args, Subcommand};
+
+use crate::{cli_error, CliError};
+
+#[derive(Debug, Subcommand)]
+pub enum ServeCommand {
+    /// Run the metadata service: node membership (heartbeats, up/down), buckets, status.
+    ///
+    /// Keeps its state in <DIR>/meta.redb; only one meta may use a directory at a time.
+    /// When ready it prints `meta listening on http://ADDR` on stdout; point nodes at that URL
+    /// with `weft serve node --meta http://ADDR`. Logs go to stderr (filter with WEFT_LOG,
+    /// e.g. WEFT_LOG=debug). Ctrl-C or SIGTERM stops it. API: docs/meta-api.md.
+    ///
+    /// Example: weft serve meta --dir ./weft-data/meta --listen 127.0.0.1:7700
+    #[command(verbatim_doc_comment)]
+    Meta(MetaArgs),
+    /// Run a storage node: serves its disks over HTTP and heartbeats to meta.
+    ///
+    /// When ready it prints `node N listening on http://ADDR` on stdout. Meta reports it up
+    /// while heartbeats arrive and down once they stop for meta's --down-after-ms.
+    /// Logs go to stderr (WEFT_LOG). Ctrl-C or SIGTERM stops it. API: docs/node-api.md.
+    ///
+    /// Example: weft serve node --meta http://127.0.0.1:7700 --id 1 \
+    ///              --disk ./weft-data/n1/d0 --disk ./weft-data/n1/d1
+    #[command(verbatim_doc_comment)]
+    Node(NodeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MetaArgs {
+    /// Directory of the metadata (created if missing).
+    #[arg(long, default_value = "./weft-data/meta")]
+    pub dir: PathBuf,
+    /// Address to listen on (port 0 picks a free port; the ready line tells which).
+    #[arg(long, default_value = "127.0.0.1:7700")]
+    pub listen: SocketAddr,
+    /// Report a node down after this many milliseconds without a heartbeat.
+    #[arg(long, default_value_t = weft_meta::service::DEFAULT_DOWN_AFTER_MS)]
+    pub down_after_ms: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct NodeArgs {
+    /// Base URL of meta, e.g. http://127.0.0.1:7700.
+    #[arg(long)]
+    pub meta: String,
+    /// A disk directory (created if missing); repeat for more disks. Disk i is the i-th given.
+    #[arg(long = "disk", value_name = "DIR", required = true)]
+    pub disks: Vec<PathBuf>,
+    /// Address to listen on (port 0, the default, picks a free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// Node id, unique in the cluster [default: derived from the first disk's absolute path,
+    /// so it is stable across restarts].
+    #[arg(long)]
+    pub id: Option<u32>,
+    /// Milliseconds between two heartbeats to meta.
+    #[arg(long, default_value_t = weft_node::DEFAULT_HEARTBEAT_INTERVAL_MS)]
+    pub heartbeat_ms: u64,
+}
+
+pub fn run(command: ServeCommand) -> Result<(), CliError> {
+    init_logging();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| cli_error!("cannot start the async runtime: {e}"))?;
+    runtime.block_on(async move {
+        match command {
+            ServeCommand::Meta(args) => serve_meta(args).await,
+            ServeCommand::Node(args) => serve_node(args).await,
+        }
+    })
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WEFT_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
+        .try_init();
+}
+
+/// Prints the ready line on stdout and flushes it, so a reader sees it at once.
+fn ready(line: String) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{line}");
+    let _ = stdout.flush();
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+async fn serve_meta(args: MetaArgs) -> Result<(), CliError> {
+    let config = weft_meta::service::MetaConfig {
+        listen: args.listen,
+        dir: args.dir,
+        down_after_ms: args.down_after_ms,
+    };
+    let meta = weft_meta::service::bind(config).await?;
+    ready(format!("meta listening on {}", meta.endpoint()));
+    shutdown_signal().await;
+    meta.stop().await?;
+    Ok(())
+}
+
+async fn serve_node(args: NodeArgs) -> Result<(), CliError> {
+    let meta = args.meta.trim_end_matches('/').to_owned();
+    if !(meta.starts_with("http://") || meta.starts_with("https://")) {
+        return Err(cli_error!("--meta must be a URL like http://127.0.0.1:7700, not {meta:?}"));
+    }
+    if args.heartbeat_ms == 0 {
+        return Err(cli_error!("--heartbeat-ms must be positive"));
+    }
+    for dir in &args.disks {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| cli_error!("cannot create disk directory {}: {e}", dir.display()))?;
+    }
+    let node_id = match args.id {
+        Some(id) => id,
+        None => derived_id(&args.disks[0])?,
+    };
+    let mut config = weft_node::NodeConfig::new(node_id, args.listen, args.disks);
+    config.meta_url = Some(meta);
+    config.heartbeat_interval_ms = args.heartbeat_ms;
+    let node = weft_node::bind(config).await?;
+    ready(format!("node {node_id} listening on {}", node.endpoint()));
+    shutdown_signal().await;
+    node.stop().await?;
+    Ok(())
+}
+
+/// A node id from the first disk's absolute path (FNV-1a), stable across restarts.
+fn derived_id(disk: &Path) -> Result<u32, CliError> {
+    let path = std::fs::canonicalize(disk)
+        .map_err(|e| cli_error!("cannot resolve disk directory {}: {e}", disk.display()))?;
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in path.to_string_lossy().bytes() {
+        hash = (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193);
+    }
+    Ok(hash)
+}

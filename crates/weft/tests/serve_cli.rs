@@ -1,0 +1,151 @@
+//! `weft serve meta` and `weft serve node` as real processes: nodes come up, a killed node
+//! goes down, and a restarted meta still knows every node.
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::{TcpListener, TcpStream},
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+/// Kills every process it holds when dropped, so a failing test leaves nothing running.
+#[derive(Default)]
+struct Procs(Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Spawns `weft <args>` and returns its index and the endpoint of its ready line.
+fn spawn(procs: &mut Procs, args: &[&str], prefix: &str) -> (usize, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(args)
+        .env("WEFT_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("weft starts");
+    let stdout = child.stdout.take().unwrap();
+    procs.0.push(child);
+    let mut line = String::new();
+    // Bounded: the child either prints its ready line or exits (EOF).
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    let line = line.trim();
+    assert!(line.starts_with(prefix), "expected {prefix:?}..., got {line:?} from weft {args:?}");
+    let endpoint = line.rsplit(' ').next().unwrap().to_owned();
+    assert!(endpoint.starts_with("http://127.0.0.1:"), "{line}");
+    (procs.0.len() - 1, endpoint)
+}
+
+/// A minimal HTTP GET (no client dependency); None when meta is not reachable.
+fn get_json(endpoint: &str, path: &str) -> Option<Value> {
+    let addr = endpoint.trim_start_matches("http://");
+    let mut stream = TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    Some(serde_json::from_str(body).expect("a JSON body"))
+}
+
+/// Node states by id, from `GET /v1/nodes`.
+fn states(meta: &str) -> Vec<(u64, String)> {
+    get_json(meta, "/v1/nodes")
+        .map(|body| {
+            body["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| (n["id"].as_u64().unwrap(), n["state"].as_str().unwrap().to_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Polls until `want` holds of the node states, at most 10 s.
+fn wait_for(meta: &str, what: &str, want: impl Fn(&[(u64, String)]) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = states(meta);
+        if want(&now) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}; nodes: {now:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn spawn_meta(procs: &mut Procs, dir: &Path, listen: &str) -> (usize, String) {
+    let dir = dir.to_str().unwrap();
+    let args = ["serve", "meta", "--dir", dir, "--listen", listen, "--down-after-ms", "1000"];
+    spawn(procs, &args, "meta listening on ")
+}
+
+#[test]
+fn nodes_heartbeat_to_meta_and_a_killed_node_goes_down() {
+    let tmp = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut procs = Procs::default();
+    let (meta_index, meta) = spawn_meta(&mut procs, &tmp.path().join("meta"), &listen);
+    assert_eq!(meta, format!("http://{listen}"));
+
+    let mut nodes = Vec::new();
+    for id in ["1", "2"] {
+        let d0 = tmp.path().join(format!("n{id}/d0"));
+        let d1 = tmp.path().join(format!("n{id}/d1"));
+        let args = [
+            "serve",
+            "node",
+            "--meta",
+            &meta,
+            "--id",
+            id,
+            "--heartbeat-ms",
+            "200",
+            "--disk",
+            d0.to_str().unwrap(),
+            "--disk",
+            d1.to_str().unwrap(),
+        ];
+        nodes.push(spawn(&mut procs, &args, &format!("node {id} listening on ")).0);
+    }
+    let up = |s: &[(u64, String)]| s.len() == 2 && s.iter().all(|(_, state)| state == "up");
+    wait_for(&meta, "both nodes up", up);
+    let listed = get_json(&meta, "/v1/nodes").unwrap();
+    assert_eq!(listed["nodes"][0]["disks"].as_array().unwrap().len(), 2);
+    assert_eq!(listed["nodes"][0]["pid"], procs.0[nodes[0]].id());
+
+    // kill -9 node 2: meta reports it down, node 1 stays up.
+    procs.0[nodes[1]].kill().unwrap();
+    procs.0[nodes[1]].wait().unwrap();
+    let one_down =
+        |s: &[(u64, String)]| s == [(1, "up".to_owned()), (2, "down".to_owned())].as_slice();
+    wait_for(&meta, "node 2 down, node 1 up", one_down);
+    let status = get_json(&meta, "/v1/status").unwrap();
+    assert_eq!((status["nodes_up"].as_u64(), status["nodes_down"].as_u64()), (Some(1), Some(1)));
+
+    // SIGTERM stops meta cleanly; a new meta on the same dir still knows both nodes.
+    let meta_pid = procs.0[meta_index].id() as libc::pid_t;
+    // SAFETY: kill(2) on a child we spawned and have not reaped.
+    assert_eq!(unsafe { libc::kill(meta_pid, libc::SIGTERM) }, 0);
+    let exit = procs.0[meta_index].wait().unwrap();
+    assert!(exit.success(), "meta exits 0 on SIGTERM: {exit:?}");
+    let (_, meta) = spawn_meta(&mut procs, &tmp.path().join("meta"), &listen);
+    let persisted = states(&meta);
+    assert_eq!(persisted.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [1, 2], "{persisted:?}");
+    wait_for(&meta, "node 1 back up after the restart, node 2 still down", one_down);
+}
