@@ -138,6 +138,11 @@ fn nodes_heartbeat_to_meta_and_a_killed_node_goes_down() {
     let status = get_json(&meta, "/v1/status").unwrap();
     assert_eq!((status["nodes_up"].as_u64(), status["nodes_down"].as_u64()), (Some(1), Some(1)));
 
+    let heartbeat_of_node_1 = |meta: &str| {
+        get_json(meta, "/v1/nodes").and_then(|body| body["nodes"][0]["last_heartbeat_ms"].as_u64())
+    };
+    let before_restart = heartbeat_of_node_1(&meta).expect("meta is up and knows node 1");
+
     // SIGTERM stops meta cleanly; a new meta on the same dir still knows both nodes.
     let meta_pid = procs.0[meta_index].id() as libc::pid_t;
     // SAFETY: kill(2) on a child we spawned and have not reaped.
@@ -148,4 +153,10 @@ fn nodes_heartbeat_to_meta_and_a_killed_node_goes_down() {
     let persisted = states(&meta);
     assert_eq!(persisted.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [1, 2], "{persisted:?}");
     wait_for(&meta, "node 1 back up after the restart, node 2 still down", one_down);
+    // Node 1's heartbeats reach the new meta (not just its record from before the restart).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while heartbeat_of_node_1(&meta).unwrap_or(0) <= before_restart {
+        assert!(Instant::now() < deadline, "node 1's heartbeats never reached the new meta");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
