@@ -67,3 +67,19 @@ pub(crate) fn reconstruct(
     code.check_unit_len(len)?;
     Ok((present, len))
 }
+
+/// The arguments of [`Code::repair_plan`]: target and unavailable units in range, a unit
+/// length that fits the code's layout.
+pub(crate) fn repair_plan(
+    code: &dyn Code,
+    target: usize,
+    unavailable: &[usize],
+    unit_len: usize,
+) -> Result<(), CodeError> {
+    let n = code.total_units();
+    index(target, n)?;
+    for &unit in unavailable {
+        index(unit, n)?;
+    }
+    code.check_unit_len(unit_len)
+}

@@ -930,11 +930,7 @@ impl Code for ClayCode {
         unavailable: &[usize],
         unit_len: usize,
     ) -> Result<RepairPlan, CodeError> {
-        self.check_index(target)?;
-        for &unit in unavailable {
-            self.check_index(unit)?;
-        }
-        self.check_unit_len(unit_len)?;
+        checks::repair_plan(self, target, unavailable, unit_len)?;
         let mut others: Vec<usize> = unavailable.iter().copied().filter(|&u| u != target).collect();
         others.sort_unstable();
         others.dedup();

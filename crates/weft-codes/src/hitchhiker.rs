@@ -944,11 +944,7 @@ impl Code for Hitchhiker {
         unavailable: &[usize],
         unit_len: usize,
     ) -> Result<RepairPlan, CodeError> {
-        self.check_index(target)?;
-        for &unit in unavailable {
-            self.check_index(unit)?;
-        }
-        self.check_unit_len(unit_len)?;
+        checks::repair_plan(self, target, unavailable, unit_len)?;
         let n = self.n();
         let usable = |unit: usize| unit != target && !unavailable.contains(&unit);
         let preferred = (target < self.k).then(|| self.preferred_symbols(target));

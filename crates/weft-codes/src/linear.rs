@@ -341,11 +341,7 @@ impl Code for LinearCode {
         unavailable: &[usize],
         unit_len: usize,
     ) -> Result<RepairPlan, CodeError> {
-        self.check_index(target)?;
-        for &unit in unavailable {
-            self.check_index(unit)?;
-        }
-        self.check_unit_len(unit_len)?;
+        checks::repair_plan(self, target, unavailable, unit_len)?;
         let present: Vec<usize> =
             (0..self.n()).filter(|&i| i != target && !unavailable.contains(&i)).collect();
         let decoding = self.decoding(&present, &[target])?;
