@@ -1,7 +1,7 @@
 //! Argument checks every code runs before computing: one place, so every code refuses the
 //! same bad input with the same error, and no output is touched before they pass.
 
-use crate::{Code, CodeError};
+use crate::{Code, CodeError, RepairPlan};
 
 /// Every (unit, len) must equal `expected`.
 pub(crate) fn lengths(
@@ -82,4 +82,54 @@ pub(crate) fn repair_plan(
         index(unit, n)?;
     }
     code.check_unit_len(unit_len)
+}
+
+/// The arguments of [`Code::repair`] every code checks the same way: the target and every read
+/// unit in range, one slice per planned read with the planned length, no read of the target,
+/// an output and a unit length that fit the code. Code-specific shape rules (whole units, halves,
+/// sub-chunk runs) stay with each code.
+pub(crate) fn repair(
+    code: &dyn Code,
+    plan: &RepairPlan,
+    reads: &[&[u8]],
+    out: &[u8],
+) -> Result<(), CodeError> {
+    let n = code.total_units();
+    index(plan.target, n)?;
+    if reads.len() != plan.reads.len() {
+        return Err(CodeError::PlanMismatch {
+            reason: format!("plan has {} reads, got {}", plan.reads.len(), reads.len()),
+        });
+    }
+    if out.len() != plan.unit_len {
+        return Err(CodeError::UnitLength {
+            unit: plan.target,
+            len: out.len(),
+            expected: plan.unit_len,
+        });
+    }
+    code.check_unit_len(plan.unit_len)?;
+    for (range, bytes) in plan.reads.iter().zip(reads) {
+        index(range.unit, n)?;
+        if range.unit == plan.target {
+            return Err(CodeError::PlanMismatch {
+                reason: format!("the plan reads its target, unit {}", plan.target),
+            });
+        }
+        if bytes.len() != range.len
+            || range.offset.checked_add(range.len).is_none_or(|end| end > plan.unit_len)
+        {
+            return Err(CodeError::PlanMismatch {
+                reason: format!(
+                    "unit {} range {}+{} came with {} bytes (units are {} bytes)",
+                    range.unit,
+                    range.offset,
+                    range.len,
+                    bytes.len(),
+                    plan.unit_len
+                ),
+            });
+        }
+    }
+    Ok(())
 }

@@ -498,10 +498,6 @@ impl ClayCode {
         CodeError::NotDecodable { code: self.spec.to_string(), lost: lost.to_vec(), reason }
     }
 
-    fn check_index(&self, index: usize) -> Result<(), CodeError> {
-        checks::index(index, self.layout.n())
-    }
-
     fn check_parity(&self, parity: &[&mut [u8]], len: usize) -> Result<(), CodeError> {
         checks::parity(self, parity, len)
     }
@@ -959,39 +955,7 @@ impl Code for ClayCode {
 
     fn repair(&self, plan: &RepairPlan, reads: &[&[u8]], out: &mut [u8]) -> Result<(), CodeError> {
         let n = self.layout.n();
-        self.check_index(plan.target)?;
-        self.check_unit_len(plan.unit_len)?;
-        if reads.len() != plan.reads.len() {
-            return Err(CodeError::PlanMismatch {
-                reason: format!("plan has {} reads, got {}", plan.reads.len(), reads.len()),
-            });
-        }
-        if out.len() != plan.unit_len {
-            return Err(CodeError::UnitLength {
-                unit: plan.target,
-                len: out.len(),
-                expected: plan.unit_len,
-            });
-        }
-        for (range, bytes) in plan.reads.iter().zip(reads) {
-            self.check_index(range.unit)?;
-            if bytes.len() != range.len {
-                return Err(CodeError::PlanMismatch {
-                    reason: format!(
-                        "unit {} range {}+{} came with {} bytes",
-                        range.unit,
-                        range.offset,
-                        range.len,
-                        bytes.len()
-                    ),
-                });
-            }
-            if range.unit == plan.target {
-                return Err(CodeError::PlanMismatch {
-                    reason: format!("the plan reads its target, unit {}", plan.target),
-                });
-            }
-        }
+        checks::repair(self, plan, reads, out)?;
         let whole = plan.reads.iter().all(|r| r.offset == 0 && r.len == plan.unit_len);
         if whole {
             // The decoding fallback: every read is a whole unit.

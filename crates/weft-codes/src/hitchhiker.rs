@@ -988,20 +988,7 @@ impl Code for Hitchhiker {
     }
 
     fn repair(&self, plan: &RepairPlan, reads: &[&[u8]], out: &mut [u8]) -> Result<(), CodeError> {
-        self.check_index(plan.target)?;
-        if reads.len() != plan.reads.len() {
-            return Err(CodeError::PlanMismatch {
-                reason: format!("plan has {} reads, got {}", plan.reads.len(), reads.len()),
-            });
-        }
-        if out.len() != plan.unit_len {
-            return Err(CodeError::UnitLength {
-                unit: plan.target,
-                len: out.len(),
-                expected: plan.unit_len,
-            });
-        }
-        self.check_unit_len(plan.unit_len)?;
+        checks::repair(self, plan, reads, out)?;
         let unit_len = plan.unit_len;
         let half = unit_len / SUB_CHUNKS;
         let mut inputs: Vec<Option<&[u8]>> = vec![None; SUB_CHUNKS * self.n()];

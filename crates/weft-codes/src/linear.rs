@@ -354,19 +354,7 @@ impl Code for LinearCode {
     }
 
     fn repair(&self, plan: &RepairPlan, reads: &[&[u8]], out: &mut [u8]) -> Result<(), CodeError> {
-        self.check_index(plan.target)?;
-        if reads.len() != plan.reads.len() {
-            return Err(CodeError::PlanMismatch {
-                reason: format!("plan has {} reads, got {}", plan.reads.len(), reads.len()),
-            });
-        }
-        if out.len() != plan.unit_len {
-            return Err(CodeError::UnitLength {
-                unit: plan.target,
-                len: out.len(),
-                expected: plan.unit_len,
-            });
-        }
+        checks::repair(self, plan, reads, out)?;
         let mut units: Vec<Option<&[u8]>> = vec![None; self.n()];
         for (range, bytes) in plan.reads.iter().zip(reads) {
             self.check_index(range.unit)?;
