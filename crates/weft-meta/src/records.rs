@@ -77,27 +77,7 @@ pub struct ObjectName {
     pub key: String,
 }
 
-/// One disk as a node reports it in its heartbeat.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DiskReport {
-    pub index: u32,
-    pub dir: String,
-    pub units: u64,
-    pub bytes: u64,
-    /// Why the disk refuses work, or None when it is healthy.
-    pub failed: Option<String>,
-}
-
-/// The heartbeat a node sends, exactly as on the wire:
-/// `{"node_id":u32,"endpoint":"http://ip:port","pid":u32,"disks":[{"index":u32,"dir":"…",
-/// "units":u64,"bytes":u64,"failed":null|"cause"}]}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Heartbeat {
-    pub node_id: u32,
-    pub endpoint: String,
-    pub pid: u32,
-    pub disks: Vec<DiskReport>,
-}
+pub use weft_wire::{DiskReport, Heartbeat};
 
 /// A node as meta last heard of it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

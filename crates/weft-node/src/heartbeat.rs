@@ -11,35 +11,11 @@
 
 use std::{sync::Arc, time::Duration};
 
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::Node;
 
-/// One heartbeat, as sent to meta.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Heartbeat {
-    pub node_id: u32,
-    /// Base URL of the node's API, `http://ip:port`.
-    pub endpoint: String,
-    pub pid: u32,
-    pub disks: Vec<DiskReport>,
-}
-
-/// The state of one disk, in heartbeats and in `GET /v1/health`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DiskReport {
-    /// Index of the disk in the node's disk list.
-    pub index: u32,
-    /// The disk's directory.
-    pub dir: String,
-    /// Units stored (0 when failed).
-    pub units: u64,
-    /// Bytes their files take, headers included (0 when failed).
-    pub bytes: u64,
-    /// Why the disk refuses work, or `null` when it is healthy.
-    pub failed: Option<String>,
-}
+pub use weft_wire::{DiskReport, Heartbeat};
 
 /// The state of every disk. Blocking: scans the disk directories.
 pub(crate) fn disk_reports(node: &Node) -> Vec<DiskReport> {

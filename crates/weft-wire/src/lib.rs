@@ -1,0 +1,62 @@
+//! Messages weft's daemons exchange, defined once so that both ends of a wire agree by
+//! construction (node → meta heartbeats today; more as the cluster grows).
+//!
+//! Invariants: these types are plain data with serde derives and no behaviour; their JSON field
+//! names and order are the documented contract (docs/node-api.md, docs/meta-api.md), so a
+//! rename here is a wire-format change.
+
+use serde::{Deserialize, Serialize};
+
+/// One heartbeat, node → meta: `POST {meta}/v1/heartbeat` with
+/// `{"node_id":u32,"endpoint":"http://ip:port","pid":u32,"disks":[DiskReport…]}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    pub node_id: u32,
+    /// Base URL of the node's API, `http://ip:port`.
+    pub endpoint: String,
+    pub pid: u32,
+    pub disks: Vec<DiskReport>,
+}
+
+/// The state of one disk of a node, in heartbeats and in the node's `GET /v1/health`:
+/// `{"index":u32,"dir":"…","units":u64,"bytes":u64,"failed":null|"cause"}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskReport {
+    /// Index of the disk in the node's disk list.
+    pub index: u32,
+    /// The disk's directory.
+    pub dir: String,
+    /// Units stored (0 when failed).
+    pub units: u64,
+    /// Bytes their files take, headers included (0 when failed).
+    pub bytes: u64,
+    /// Why the disk refuses work, or `null` when it is healthy.
+    pub failed: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heartbeat_json_is_the_documented_shape() {
+        let heartbeat = Heartbeat {
+            node_id: 3,
+            endpoint: "http://127.0.0.1:7801".into(),
+            pid: 42,
+            disks: vec![DiskReport {
+                index: 0,
+                dir: "/d0".into(),
+                units: 5,
+                bytes: 9,
+                failed: None,
+            }],
+        };
+        let json = serde_json::to_string(&heartbeat).unwrap();
+        assert_eq!(
+            json,
+            r#"{"node_id":3,"endpoint":"http://127.0.0.1:7801","pid":42,"disks":[{"index":0,"dir":"/d0","units":5,"bytes":9,"failed":null}]}"#
+        );
+        assert_eq!(serde_json::from_str::<Heartbeat>(&json).unwrap(), heartbeat);
+    }
+}
