@@ -31,6 +31,9 @@ use tokio::{sync::watch, task::JoinHandle};
 
 use crate::{Heartbeat, MetaError, MetaStore, NodeRecord, Policy, RedbStore};
 
+#[path = "objects.rs"]
+mod objects;
+
 /// Default silence after which a node is reported down.
 pub const DEFAULT_DOWN_AFTER_MS: u64 = 5000;
 
@@ -193,6 +196,11 @@ fn router(meta: Shared) -> Router {
         .route("/v1/status", get(status))
         .route("/v1/buckets", get(list_buckets))
         .route("/v1/buckets/{name}", put(create_bucket).get(get_bucket).delete(delete_bucket))
+        .route("/v1/buckets/{name}/objects", get(objects::list_objects))
+        .route(
+            "/v1/buckets/{name}/objects/{*key}",
+            post(objects::post_object).get(objects::get_object).delete(objects::delete_object),
+        )
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(meta)
@@ -226,6 +234,7 @@ impl From<MetaError> for ApiError {
         let (status, code) = match &error {
             MetaError::NoSuchBucket { .. } => (StatusCode::NOT_FOUND, "no_such_bucket"),
             MetaError::NoSuchKey { .. } => (StatusCode::NOT_FOUND, "no_such_key"),
+            MetaError::NoSuchWrite { .. } => (StatusCode::CONFLICT, "no_such_write"),
             MetaError::BucketExists { .. } => (StatusCode::CONFLICT, "bucket_exists"),
             MetaError::BucketNotEmpty { .. } => (StatusCode::CONFLICT, "bucket_not_empty"),
             MetaError::InvalidName { .. } => (StatusCode::BAD_REQUEST, "invalid_name"),

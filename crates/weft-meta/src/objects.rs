@@ -1,0 +1,320 @@
+//! The object routes of the meta service: begin / commit a write, read, list and delete
+//! objects. Routes, bodies and statuses: docs/meta-api.md ("Objects").
+//!
+//! Invariants:
+//! - Placement uses only nodes that are up at the time of `begin`, and only their disks that
+//!   are not failed; each node is its own rack for now, and the failure domain is the node.
+//! - The object id of a write is its generation widened to u128 (generations are unique
+//!   store-wide and never reused), so unit keys of two writes never collide. Unit keys are
+//!   `UnitKey::{data,parity}(object_id, …, generation 0)`.
+//! - Every store call runs on a blocking task (see `blocking`).
+
+use std::collections::BTreeMap;
+
+use axum::{
+    body::Bytes,
+    extract::{Path, Query, State},
+    http::StatusCode,
+    Json,
+};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use weft_layout::{place, DiskLocation, FailureDomain, LayoutError, Topology, UnitId};
+use weft_store::UnitKey;
+
+use super::{blocking, node_state, now_ms, ApiError, Shared};
+use crate::{NodeRecord, ObjectRecord, Policy};
+
+/// Suffix of the path that begins a write.
+const BEGIN: &str = "/begin";
+/// Suffix of the path that commits a write.
+const COMMIT: &str = "/commit";
+
+/// The object id of the write of `generation` (see the module invariants).
+pub(crate) fn object_id(generation: u64) -> u128 {
+    u128::from(generation)
+}
+
+/// FNV-1a of the bytes: the placement seed of a write. Stored with the placement, so it need
+/// only spread objects, not be reproducible from its inputs.
+fn seed_of(bucket: &str, key: &str, now_ms: u64) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let bytes =
+        bucket.bytes().chain([0u8]).chain(key.bytes()).chain([0u8]).chain(now_ms.to_le_bytes());
+    for byte in bytes {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
+/// `d<x>` or `p<group>.<index>`.
+fn unit_name(unit: UnitId) -> String {
+    match unit {
+        UnitId::Data(x) => format!("d{x}"),
+        UnitId::Parity { group, index } => format!("p{group}.{index}"),
+    }
+}
+
+fn unit_key(object: u128, unit: UnitId) -> Result<UnitKey, ApiError> {
+    let too_big =
+        || ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "unit index out of range");
+    Ok(match unit {
+        UnitId::Data(x) => UnitKey::data(object, u32::try_from(x).map_err(|_| too_big())?, 0),
+        UnitId::Parity { group, index } => UnitKey::parity(
+            object,
+            u32::try_from(group).map_err(|_| too_big())?,
+            u16::try_from(index).map_err(|_| too_big())?,
+            0,
+        ),
+    })
+}
+
+/// The unit list of an object; with `states`, each unit also says whether its node is up.
+fn units_json(
+    record: &ObjectRecord,
+    nodes: &[NodeRecord],
+    states: Option<(u64, u64)>,
+) -> Result<Vec<Value>, ApiError> {
+    let by_id: BTreeMap<u32, &NodeRecord> = nodes.iter().map(|n| (n.node_id, n)).collect();
+    let layout = record.layout();
+    let size = record.size();
+    let object = object_id(record.generation);
+    record
+        .placement
+        .units()
+        .into_iter()
+        .map(|(unit, disk)| {
+            let node = by_id.get(&disk.node);
+            let mut value = json!({
+                "unit": unit_name(unit),
+                "node_id": disk.node,
+                "endpoint": node.map(|n| n.endpoint.clone()),
+                "disk": disk.disk,
+                "unit_key": unit_key(object, unit)?.to_string(),
+                "len": layout.stored_len(size, unit),
+            });
+            if let Some((now, down_after)) = states {
+                value["state"] = json!(node.map_or("unknown", |n| node_state(n, now, down_after)));
+            }
+            Ok(value)
+        })
+        .collect()
+}
+
+fn object_json(record: &ObjectRecord, units: Vec<Value>) -> Value {
+    json!({
+        "bucket": record.bucket,
+        "key": record.key,
+        "generation": record.generation,
+        "object_id": format!("{:032x}", object_id(record.generation)),
+        "state": match record.state {
+            crate::ObjectState::Writing => "writing",
+            crate::ObjectState::Committed => "committed",
+        },
+        "created_ms": record.created_ms,
+        "layout": record.layout(),
+        "size": record.size(),
+        "units": units,
+    })
+}
+
+/// The disks placement may use: every disk not failed of every node that is up.
+fn topology_of(nodes: &[NodeRecord], now: u64, down_after_ms: u64) -> (Vec<DiskLocation>, usize) {
+    let up: Vec<&NodeRecord> = nodes.iter().filter(|n| !n.is_down(now, down_after_ms)).collect();
+    let disks = up
+        .iter()
+        .flat_map(|n| {
+            n.disks.iter().filter(|d| d.failed.is_none()).map(|d| DiskLocation {
+                rack: n.node_id,
+                node: n.node_id,
+                disk: d.index,
+            })
+        })
+        .collect();
+    (disks, up.len())
+}
+
+fn too_few_nodes(nodes_up: usize, usable: usize, needed: usize) -> ApiError {
+    let mut error = ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "too_few_nodes",
+        format!(
+            "{nodes_up} nodes are up ({usable} with a usable disk) but the policy needs \
+             {needed} distinct nodes; start more nodes or use a smaller code or stripe width"
+        ),
+    );
+    error.body["nodes_up"] = json!(nodes_up);
+    error.body["usable_nodes"] = json!(usable);
+    error.body["needed"] = json!(needed);
+    error
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BeginBody {
+    size: u64,
+    #[serde(default)]
+    policy: Option<Policy>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommitBody {
+    generation: u64,
+}
+
+/// `POST /v1/buckets/{bucket}/objects/{key}/begin` and `.../commit`.
+pub(crate) async fn post_object(
+    State(meta): State<Shared>,
+    Path((bucket, rest)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    if let Some(key) = rest.strip_suffix(BEGIN).filter(|k| !k.is_empty()) {
+        begin(meta, bucket, key.to_string(), &body).await
+    } else if let Some(key) = rest.strip_suffix(COMMIT).filter(|k| !k.is_empty()) {
+        commit(meta, bucket, key.to_string(), &body).await
+    } else {
+        let mut error = ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_route",
+            "POST to an object path must end in /begin or /commit",
+        );
+        error.body["path"] = json!(format!("/v1/buckets/{bucket}/objects/{rest}"));
+        Err(error)
+    }
+}
+
+async fn begin(
+    meta: Shared,
+    bucket: String,
+    key: String,
+    body: &[u8],
+) -> Result<Json<Value>, ApiError> {
+    let body: BeginBody = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "the body must be {{\"size\": bytes, \"policy\": optional layout}}: {e}"
+        ))
+    })?;
+    if let Some(policy) = &body.policy {
+        policy
+            .validate()
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_policy", e.to_string()))?;
+    }
+    let down_after_ms = meta.down_after_ms;
+    let (record, nodes) = blocking(&meta, move |store| {
+        let default = store.get_bucket(&bucket)?.default_policy;
+        let nodes = store.list_nodes()?;
+        let layout = body.policy.unwrap_or(default);
+        let now = now_ms();
+        let (disks, nodes_up) = topology_of(&nodes, now, down_after_ms);
+        let needed = layout.n().max(layout.stripe_width);
+        let usable = disks.iter().map(|d| d.node).collect::<std::collections::BTreeSet<_>>().len();
+        let placement = match Topology::new(disks) {
+            Err(_) if usable == 0 => Err(too_few_nodes(nodes_up, 0, needed)),
+            Err(e) => {
+                Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))
+            }
+            Ok(topology) => place(
+                &layout,
+                body.size,
+                &topology,
+                seed_of(&bucket, &key, now),
+                FailureDomain::Node,
+            )
+            .map_err(|e| match e {
+                LayoutError::TooFewDomains { available, needed, .. } => {
+                    too_few_nodes(nodes_up, available, needed)
+                }
+                other => {
+                    ApiError::new(StatusCode::BAD_REQUEST, "invalid_object", other.to_string())
+                }
+            }),
+        };
+        let placement = match placement {
+            Ok(p) => p,
+            Err(api) => return Ok(Err(api)),
+        };
+        let record = store.begin_object(&bucket, &key, placement, now)?;
+        Ok(Ok((record, nodes)))
+    })
+    .await??;
+    tracing::info!(bucket = %record.bucket, key = %record.key, generation = record.generation, "write begun");
+    let units = units_json(&record, &nodes, None)?;
+    Ok(Json(object_json(&record, units)))
+}
+
+async fn commit(
+    meta: Shared,
+    bucket: String,
+    key: String,
+    body: &[u8],
+) -> Result<Json<Value>, ApiError> {
+    let body: CommitBody = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!("the body must be {{\"generation\": u64}}: {e}"))
+    })?;
+    let ((record, replaced), nodes) = blocking(&meta, move |store| {
+        Ok((store.commit_object(&bucket, &key, body.generation)?, store.list_nodes()?))
+    })
+    .await?;
+    tracing::info!(bucket = %record.bucket, key = %record.key, generation = record.generation, "write committed");
+    let mut value = object_json(&record, units_json(&record, &nodes, None)?);
+    value["replaced"] = match &replaced {
+        Some(old) => object_json(old, units_json(old, &nodes, None)?),
+        None => Value::Null,
+    };
+    Ok(Json(value))
+}
+
+/// `GET /v1/buckets/{bucket}/objects/{key}`.
+pub(crate) async fn get_object(
+    State(meta): State<Shared>,
+    Path((bucket, key)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let (record, nodes) =
+        blocking(&meta, move |store| Ok((store.get_object(&bucket, &key)?, store.list_nodes()?)))
+            .await?;
+    let units = units_json(&record, &nodes, Some((now_ms(), meta.down_after_ms)))?;
+    Ok(Json(object_json(&record, units)))
+}
+
+/// `DELETE /v1/buckets/{bucket}/objects/{key}`.
+pub(crate) async fn delete_object(
+    State(meta): State<Shared>,
+    Path((bucket, key)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let (record, nodes) = blocking(&meta, move |store| {
+        Ok((store.delete_object(&bucket, &key)?, store.list_nodes()?))
+    })
+    .await?;
+    tracing::info!(bucket = %record.bucket, key = %record.key, generation = record.generation, "object deleted");
+    let units = units_json(&record, &nodes, Some((now_ms(), meta.down_after_ms)))?;
+    Ok(Json(object_json(&record, units)))
+}
+
+#[derive(Deserialize)]
+pub(crate) struct ListQuery {
+    #[serde(default)]
+    prefix: String,
+    start_after: Option<String>,
+    limit: Option<usize>,
+}
+
+/// `GET /v1/buckets/{bucket}/objects?prefix=&start_after=&limit=`.
+pub(crate) async fn list_objects(
+    State(meta): State<Shared>,
+    Path(bucket): Path<String>,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let limit = query.limit.unwrap_or(crate::MAX_LIST_LIMIT);
+    let page = blocking(&meta, move |store| {
+        store.list_objects(&bucket, &query.prefix, query.start_after.as_deref(), limit)
+    })
+    .await?;
+    let objects: Vec<Value> = page
+        .objects
+        .iter()
+        .map(|o| json!({"key": o.key, "size": o.size(), "generation": o.generation}))
+        .collect();
+    Ok(Json(json!({ "objects": objects, "next_start_after": page.next_start_after })))
+}
