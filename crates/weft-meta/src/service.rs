@@ -1,4 +1,5 @@
-//! The meta HTTP service: node membership (heartbeats, up/down), cluster status and buckets,
+//! The meta HTTP service: node membership (heartbeats, up/down), cluster status, buckets and
+//! objects (in `objects.rs`),
 //! over one [`RedbStore`]. Routes, statuses and error bodies: docs/meta-api.md.
 //!
 //! Invariants:
