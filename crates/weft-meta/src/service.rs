@@ -32,7 +32,6 @@ use tokio::{sync::watch, task::JoinHandle};
 
 use crate::{Heartbeat, MetaError, MetaStore, NodeRecord, Policy, RedbStore};
 
-#[path = "objects.rs"]
 mod objects;
 
 /// Default silence after which a node is reported down.
