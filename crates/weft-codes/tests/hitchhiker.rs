@@ -7,6 +7,9 @@
 //! All randomness comes from `StdRng::seed_from_u64` with a fixed seed per test. Unit lengths
 //! are even (α = 2) with odd halves, so SIMD tails are exercised.
 
+mod common;
+use common::*;
+
 use std::sync::Arc;
 
 use rand::rngs::StdRng;
@@ -33,92 +36,6 @@ fn code(family: &str, k: usize, r: usize) -> Arc<dyn Code> {
 
 fn rs(k: usize, r: usize) -> Arc<dyn Code> {
     CodeSpec::Rs { k, r }.build().unwrap()
-}
-
-fn random_units(rng: &mut StdRng, count: usize, len: usize) -> Vec<Vec<u8>> {
-    (0..count)
-        .map(|_| {
-            let mut unit = vec![0u8; len];
-            rng.fill(&mut unit[..]);
-            unit
-        })
-        .collect()
-}
-
-/// Encodes into parity buffers that start as junk (encode must overwrite) and returns n units.
-fn encode_units(code: &dyn Code, data: &[Vec<u8>]) -> Vec<Vec<u8>> {
-    let len = data[0].len();
-    let mut parity = vec![vec![0xA5u8; len]; code.parity_units()];
-    let srcs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
-    let mut dsts: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
-    code.encode(&srcs, &mut dsts).unwrap();
-    data.iter().cloned().chain(parity).collect()
-}
-
-fn random_group(code: &dyn Code, rng: &mut StdRng, len: usize) -> Vec<Vec<u8>> {
-    let data = random_units(rng, code.data_units(), len);
-    encode_units(code, &data)
-}
-
-fn assert_units_eq(got: &[Vec<u8>], want: &[Vec<u8>], context: &str) {
-    assert_eq!(got.len(), want.len(), "{context}: unit count");
-    for (unit, (g, w)) in got.iter().zip(want).enumerate() {
-        assert_eq!(g.len(), w.len(), "{context}: unit {unit} length");
-        if g == w {
-            continue;
-        }
-        if let Some(pos) = g.iter().zip(w).position(|(a, b)| a != b) {
-            panic!(
-                "{context}: unit {unit} differs at byte {pos} of {}: got {:#04x}, want {:#04x}",
-                g.len(),
-                g[pos],
-                w[pos]
-            );
-        }
-    }
-}
-
-/// Every m-subset of 0..n in lexicographic order.
-fn combinations(n: usize, m: usize) -> Vec<Vec<usize>> {
-    let mut out = Vec::new();
-    if m > n {
-        return out;
-    }
-    let mut idx: Vec<usize> = (0..m).collect();
-    loop {
-        out.push(idx.clone());
-        let Some(i) = (0..m).rev().find(|&i| idx[i] < n - m + i) else {
-            return out;
-        };
-        idx[i] += 1;
-        for j in i + 1..m {
-            idx[j] = idx[j - 1] + 1;
-        }
-    }
-}
-
-fn binomial(n: usize, m: usize) -> usize {
-    (0..m).fold(1, |acc, i| acc * (n - i) / (i + 1))
-}
-
-/// Garbles `lost` in a copy of `units`, decodes in place (lost in shuffled order), compares.
-fn decode_and_check(
-    code: &dyn Code,
-    rng: &mut StdRng,
-    units: &[Vec<u8>],
-    lost: &[usize],
-    context: &str,
-) {
-    let mut work = units.to_vec();
-    for &u in lost {
-        rng.fill(&mut work[u][..]);
-    }
-    let mut order = lost.to_vec();
-    order.shuffle(rng);
-    assert!(code.is_decodable(&order), "{context}: {order:?} should be decodable");
-    let mut refs: Vec<&mut [u8]> = work.iter_mut().map(Vec::as_mut_slice).collect();
-    code.decode(&mut refs, &order).unwrap_or_else(|e| panic!("{context}: lost {order:?}: {e}"));
-    assert_units_eq(&work, units, &format!("{context}: lost {order:?}"));
 }
 
 // ---------------------------------------------------------------------------------------------
