@@ -17,9 +17,9 @@
 //! - Block x is in stripe `x / W` and group `x / k`. The last group may hold fewer than k data
 //!   blocks; its missing data units are *virtual*: all-zero for coding and never stored.
 //! - All units of a group have one length, the *unit length*: the longest data block of the
-//!   group. Shorter data blocks are zero-padded to it for coding only (the stored block keeps its
-//!   real length); its r parity blocks are stored at the unit length. (A code whose sub-chunk
-//!   layout needs a multiple of α·64 bytes pads further; that is the coder's concern.)
+//!   group, rounded up to the code's unit-length multiple (1 for byte-local codes, α·64 for
+//!   Clay). Data blocks are zero-padded to it for coding only (the stored block keeps its
+//!   real length); its r parity blocks are stored at the unit length.
 //! - Unit u of group g is data block `g·k + u` for u < k, else parity `(g, u − k)`.
 
 use std::fmt;
@@ -68,6 +68,31 @@ impl fmt::Display for UnitId {
             UnitId::Data(x) => write!(f, "data block {x}"),
             UnitId::Parity { group, index } => write!(f, "parity {index} of group {group}"),
         }
+    }
+}
+
+impl UnitId {
+    /// The short name used on the wire and in unit lists: `d<x>` or `p<group>.<index>`.
+    pub fn short_name(&self) -> String {
+        match self {
+            UnitId::Data(x) => format!("d{x}"),
+            UnitId::Parity { group, index } => format!("p{group}.{index}"),
+        }
+    }
+
+    /// Parses [`UnitId::short_name`]; None for anything else (no signs, spaces or extras).
+    pub fn parse_short_name(text: &str) -> Option<UnitId> {
+        let number = |digits: &str| -> Option<usize> {
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            digits.parse().ok()
+        };
+        if let Some(rest) = text.strip_prefix('d') {
+            return number(rest).map(UnitId::Data);
+        }
+        let (group, index) = text.strip_prefix('p')?.split_once('.')?;
+        Some(UnitId::Parity { group: number(group)?, index: number(index)? })
     }
 }
 
@@ -306,13 +331,23 @@ impl StripedLayout {
         start..((group + 1) * self.k()).min(blocks)
     }
 
-    /// Unit length of group g: the longest data block of the group; every parity block of the
-    /// group has this length, and shorter data blocks are zero-padded to it for coding.
+    /// Unit length of group g: the longest data block of the group, rounded up to the code's
+    /// [`StripedLayout::coding_multiple`]; every parity block of the group has this length, and
+    /// data blocks are zero-padded to it for coding.
     pub fn unit_len(&self, object_size: u64, group: usize) -> u64 {
-        self.group_blocks(object_size, group)
+        let longest = self
+            .group_blocks(object_size, group)
             .map(|block| self.block_len(object_size, block))
             .max()
-            .unwrap_or(0)
+            .unwrap_or(0);
+        longest.next_multiple_of(self.coding_multiple())
+    }
+
+    /// Unit lengths of this layout's code must be a multiple of this many bytes (1 for
+    /// byte-local codes such as rs; 2 for Hitchhiker; α·64 for Clay).
+    pub fn coding_multiple(&self) -> u64 {
+        let code = self.code.build().expect("a validated layout's code builds");
+        code.unit_len_multiple() as u64
     }
 
     /// Unit u (< n) of group g: data block g·k + u for u < k, else parity (g, u − k). A data
@@ -399,6 +434,41 @@ fn to_usize(value: u64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unit_short_names_round_trip_and_reject_junk() {
+        for unit in [
+            UnitId::Data(0),
+            UnitId::Data(123_456),
+            UnitId::Parity { group: 0, index: 0 },
+            UnitId::Parity { group: 77, index: 3 },
+        ] {
+            assert_eq!(UnitId::parse_short_name(&unit.short_name()), Some(unit));
+        }
+        assert_eq!(UnitId::Parity { group: 1, index: 2 }.short_name(), "p1.2");
+        for junk in ["", "d", "p", "p1", "p1.", "p.1", "d-1", "d+1", "d 1", "x1", "p1.2.3", "d1a"] {
+            assert_eq!(UnitId::parse_short_name(junk), None, "{junk:?}");
+        }
+    }
+
+    #[test]
+    fn unit_len_pads_to_the_codes_multiple() {
+        let clay = StripedLayout {
+            code: CodeSpec::Clay { k: 4, r: 2, d: 5 },
+            stripe_width: 2,
+            cell_bytes: 1000,
+            block_bytes: 4000,
+        };
+        clay.validate().unwrap();
+        let multiple = clay.coding_multiple();
+        assert!(multiple > 64, "clay needs α·64, got {multiple}");
+        let len = clay.unit_len(10_000, 0);
+        assert_eq!(len % multiple, 0);
+        assert!(len >= 4000 && len < 4000 + multiple);
+        // Byte-local rs pads nothing.
+        let rs = layout(4, 2, 2, 1000, 4000);
+        assert_eq!(rs.unit_len(2500, 0), rs.block_len(2500, 0));
+    }
 
     fn layout(k: usize, r: usize, width: usize, cell: u64, block: u64) -> StripedLayout {
         StripedLayout {

@@ -162,7 +162,11 @@ fn groups_and_units_match_the_model() {
                         let range = layout.group_blocks(size, g);
                         assert_eq!(range.clone().collect::<Vec<_>>(), members, "{context} g {g}");
                         let longest = members.iter().map(|&x| model[x].len() as u64).max();
-                        assert_eq!(layout.unit_len(size, g), longest.unwrap_or(0), "{context}");
+                        assert_eq!(
+                            layout.unit_len(size, g),
+                            longest.unwrap_or(0).next_multiple_of(layout.coding_multiple()),
+                            "{context}"
+                        );
                         let units = layout.group_units(size, g);
                         if members.is_empty() {
                             assert!(units.is_empty());

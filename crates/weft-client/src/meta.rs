@@ -1,0 +1,247 @@
+//! The client side of meta's HTTP API (docs/meta-api.md): objects, repair reports and the
+//! repair queue.
+//!
+//! Invariants: every call either returns meta's answer parsed, or a [`ClientError::Meta`]
+//! carrying meta's own error code and message, or [`ClientError::MetaUnreachable`]; object
+//! keys are percent-encoded into the path, so any key meta accepts round-trips.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use weft_layout::{StripedLayout, UnitId};
+
+use crate::{ClientError, ObjectInfo, Result};
+
+/// How long meta may take to answer one request.
+const META_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A handle on meta's API.
+#[derive(Clone, Debug)]
+pub struct MetaClient {
+    base: String,
+    http: reqwest::Client,
+}
+
+/// A repair task leased from meta's queue, with the object and the destination meta chose.
+#[derive(Clone, Debug)]
+pub struct RepairTask {
+    pub task_id: u64,
+    pub deadline_ms: u64,
+    pub unit: UnitId,
+    pub reason: String,
+    pub attempts: u32,
+    pub object: ObjectInfo,
+    pub destination_node: u32,
+    pub destination_disk: u32,
+    pub destination_endpoint: String,
+}
+
+/// Percent-encodes an object key for a URL path, keeping `/` and RFC 3986 unreserved bytes.
+pub fn encode_path(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+impl MetaClient {
+    /// A client of meta at `base` (`http://host:port`).
+    pub fn new(base: &str) -> Result<MetaClient> {
+        let http = reqwest::Client::builder()
+            .timeout(META_TIMEOUT)
+            .connect_timeout(Duration::from_secs(3))
+            .build()
+            .map_err(|e| ClientError::Invalid(format!("cannot build an HTTP client: {e}")))?;
+        Ok(MetaClient { base: base.trim_end_matches('/').to_string(), http })
+    }
+
+    /// meta's base URL.
+    pub fn url(&self) -> &str {
+        &self.base
+    }
+
+    fn object_path(bucket: &str, key: &str) -> String {
+        format!("/v1/buckets/{}/objects/{}", encode_path(bucket), encode_path(key))
+    }
+
+    /// Sends a request and returns meta's JSON answer, or meta's error.
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value> {
+        let url = format!("{}{path}", self.base);
+        let mut request = self.http.request(method, &url);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.map_err(|e| ClientError::MetaUnreachable {
+            url: self.base.clone(),
+            cause: e.to_string(),
+        })?;
+        let status = response.status();
+        let text = response.text().await.map_err(|e| ClientError::MetaUnreachable {
+            url: self.base.clone(),
+            cause: format!("reading the answer to {path}: {e}"),
+        })?;
+        let value: Value = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or_else(|_| json!({ "message": text }))
+        };
+        if status.is_success() {
+            return Ok(value);
+        }
+        Err(ClientError::Meta {
+            status: status.as_u16(),
+            code: value["error"].as_str().unwrap_or("error").to_string(),
+            message: value["message"].as_str().unwrap_or("(no message)").to_string(),
+        })
+    }
+
+    /// GET a meta path, JSON answer.
+    pub async fn get_json(&self, path: &str) -> Result<Value> {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
+    /// POST a JSON body to a meta path, JSON answer.
+    pub async fn post_json(&self, path: &str, body: Value) -> Result<Value> {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    /// Begins a write: meta places the units of an object of `size` bytes.
+    pub async fn begin(
+        &self,
+        bucket: &str,
+        key: &str,
+        size: u64,
+        policy: Option<&StripedLayout>,
+    ) -> Result<ObjectInfo> {
+        let path = format!("{}/begin", Self::object_path(bucket, key));
+        let body = json!({ "size": size, "policy": policy });
+        ObjectInfo::from_json(self.post_json(&path, body).await?)
+    }
+
+    /// Commits the write of `generation`; returns the object and the one it replaced.
+    pub async fn commit(
+        &self,
+        bucket: &str,
+        key: &str,
+        generation: u64,
+    ) -> Result<(ObjectInfo, Option<ObjectInfo>)> {
+        let path = format!("{}/commit", Self::object_path(bucket, key));
+        let mut value = self.post_json(&path, json!({ "generation": generation })).await?;
+        let replaced = match value["replaced"].take() {
+            Value::Null => None,
+            old => Some(ObjectInfo::from_json(old)?),
+        };
+        Ok((ObjectInfo::from_json(value)?, replaced))
+    }
+
+    /// The committed object under (bucket, key), units with their node's state.
+    pub async fn get_object(&self, bucket: &str, key: &str) -> Result<ObjectInfo> {
+        ObjectInfo::from_json(self.get_json(&Self::object_path(bucket, key)).await?)
+    }
+
+    /// Deletes the committed object from meta; returns its record (its units are garbage).
+    pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<ObjectInfo> {
+        let path = Self::object_path(bucket, key);
+        ObjectInfo::from_json(self.call(reqwest::Method::DELETE, &path, None).await?)
+    }
+
+    /// One page of the committed objects of a bucket whose key starts with `prefix`.
+    pub async fn list_objects(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: usize,
+    ) -> Result<Value> {
+        let mut path = format!(
+            "/v1/buckets/{}/objects?prefix={}&limit={limit}",
+            encode_path(bucket),
+            encode_query(prefix)
+        );
+        if let Some(after) = start_after {
+            path.push_str(&format!("&start_after={}", encode_query(after)));
+        }
+        self.get_json(&path).await
+    }
+
+    /// Tells meta a unit was found missing or corrupt, so it is queued for repair.
+    pub async fn report_unit(&self, object: &ObjectInfo, unit: UnitId, reason: &str) -> Result<()> {
+        let body = json!({
+            "bucket": object.bucket, "key": object.key, "generation": object.generation,
+            "unit": unit.short_name(), "reason": reason,
+        });
+        self.post_json("/v1/repairs", body).await.map(|_| ())
+    }
+
+    /// Leases the next repair task for `lease_ms`; None when the queue has nothing due.
+    pub async fn take_repair(&self, lease_ms: u64) -> Result<Option<RepairTask>> {
+        let mut value = self.post_json("/v1/repairs/take", json!({ "lease_ms": lease_ms })).await?;
+        if value["task"].is_null() {
+            return Ok(None);
+        }
+        let bad = |what: &str| ClientError::Invalid(format!("meta sent a bad repair task: {what}"));
+        let task = &value["task"];
+        let unit =
+            task["unit"].as_str().and_then(UnitId::parse_short_name).ok_or_else(|| bad("unit"))?;
+        let destination = &value["destination"];
+        Ok(Some(RepairTask {
+            task_id: task["task_id"].as_u64().ok_or_else(|| bad("task_id"))?,
+            deadline_ms: task["deadline_ms"].as_u64().ok_or_else(|| bad("deadline_ms"))?,
+            unit,
+            reason: task["reason"].as_str().unwrap_or("").to_string(),
+            attempts: task["attempts"].as_u64().unwrap_or(0) as u32,
+            destination_node: destination["node_id"].as_u64().ok_or_else(|| bad("node_id"))? as u32,
+            destination_disk: destination["disk"].as_u64().ok_or_else(|| bad("disk"))? as u32,
+            destination_endpoint: destination["endpoint"]
+                .as_str()
+                .ok_or_else(|| bad("endpoint"))?
+                .to_string(),
+            object: ObjectInfo::from_json(value["object"].take())?,
+        }))
+    }
+
+    /// Reports a repaired unit durable at the task's destination; returns meta's result
+    /// (`relocated` or `stale`).
+    pub async fn complete_repair(&self, task: &RepairTask) -> Result<String> {
+        let body = json!({
+            "deadline_ms": task.deadline_ms,
+            "node_id": task.destination_node,
+            "disk": task.destination_disk,
+        });
+        let value = self.post_json(&format!("/v1/repairs/{}/complete", task.task_id), body).await?;
+        Ok(value["result"].as_str().unwrap_or("relocated").to_string())
+    }
+
+    /// Returns a task whose repair failed to the queue.
+    pub async fn fail_repair(&self, task: &RepairTask, error: &str) -> Result<()> {
+        let body = json!({ "deadline_ms": task.deadline_ms, "error": error });
+        self.post_json(&format!("/v1/repairs/{}/fail", task.task_id), body).await.map(|_| ())
+    }
+}
+
+/// Percent-encodes a query parameter value (everything but unreserved bytes).
+fn encode_query(text: &str) -> String {
+    encode_path(text).replace('/', "%2F")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_percent_encoded_but_keep_slashes() {
+        assert_eq!(encode_path("a/b c?d#e%f"), "a/b%20c%3Fd%23e%25f");
+        assert_eq!(encode_path("é"), "%C3%A9");
+        assert_eq!(encode_query("x/y&z"), "x%2Fy%26z");
+    }
+}

@@ -1,0 +1,208 @@
+//! The client side of a node's data API (docs/node-api.md): streamed unit PUTs with a known
+//! length, ranged GETs, DELETEs.
+//!
+//! Invariants:
+//! - A ranged GET returns exactly the bytes asked for or a [`NodeFailure`]; a short or long
+//!   answer is a failure, never silently padded or cut.
+//! - Failures are classified ([`FailureKind`]) so that callers can tell "rebuild this unit"
+//!   (missing, corrupt) from "this node is unreachable" and from "already exists".
+
+use std::{fmt, time::Duration};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use reqwest::{header, StatusCode};
+use tokio::sync::mpsc;
+
+use crate::UnitInfo;
+
+/// What kind of failure a node request met.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The node could not be reached (refused, reset, timed out) or is known down.
+    Unreachable,
+    /// 404: the unit is not on that disk.
+    Missing,
+    /// 500 `corrupt`: a checksum did not match.
+    Corrupt,
+    /// 409: the unit exists already (units are immutable).
+    Exists,
+    /// 503 (disk failed, IO error) or anything else unexpected.
+    Other,
+}
+
+/// A failed node request: its kind and a sentence saying why.
+#[derive(Clone, Debug)]
+pub struct NodeFailure {
+    pub kind: FailureKind,
+    pub cause: String,
+}
+
+impl fmt::Display for NodeFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.cause)
+    }
+}
+
+impl NodeFailure {
+    fn new(kind: FailureKind, cause: impl Into<String>) -> NodeFailure {
+        NodeFailure { kind, cause: cause.into() }
+    }
+
+    /// Into a [`crate::ClientError::Node`] naming the unit and its node.
+    pub fn for_unit(self, unit: &UnitInfo) -> crate::ClientError {
+        crate::ClientError::Node {
+            node_id: unit.node_id,
+            endpoint: unit.endpoint.clone().unwrap_or_else(|| "(unknown endpoint)".into()),
+            unit: unit.unit.short_name(),
+            cause: self.cause,
+        }
+    }
+}
+
+/// A pool of connections to the nodes.
+#[derive(Clone, Debug)]
+pub struct NodeClient {
+    http: reqwest::Client,
+}
+
+fn transport(error: reqwest::Error) -> NodeFailure {
+    let what = if error.is_connect() {
+        "cannot connect"
+    } else if error.is_timeout() {
+        "timed out"
+    } else {
+        "request failed"
+    };
+    NodeFailure::new(FailureKind::Unreachable, format!("{what}: {error}"))
+}
+
+/// Turns a non-success answer into a failure carrying the node's error body.
+async fn failure_of(response: reqwest::Response) -> NodeFailure {
+    let status = response.status();
+    let body = response.text().await.unwrap_or_default();
+    let kind = match status {
+        StatusCode::NOT_FOUND => FailureKind::Missing,
+        StatusCode::CONFLICT => FailureKind::Exists,
+        StatusCode::INTERNAL_SERVER_ERROR if body.contains("\"corrupt\"") => FailureKind::Corrupt,
+        _ => FailureKind::Other,
+    };
+    NodeFailure::new(kind, format!("{status}: {}", body.trim()))
+}
+
+impl NodeClient {
+    /// A connection pool with short connect timeouts (a dead node must not stall a read).
+    pub fn new() -> crate::Result<NodeClient> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .read_timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(8)
+            .build()
+            .map_err(|e| {
+                crate::ClientError::Invalid(format!("cannot build an HTTP client: {e}"))
+            })?;
+        Ok(NodeClient { http })
+    }
+
+    fn url(unit: &UnitInfo) -> Result<String, NodeFailure> {
+        unit.url().ok_or_else(|| {
+            NodeFailure::new(
+                FailureKind::Unreachable,
+                format!("meta knows no endpoint for node {}", unit.node_id),
+            )
+        })
+    }
+
+    /// Stores `unit` from the chunks arriving on `chunks` (exactly `len` bytes in all). The
+    /// node answers only once the unit is durable. Dropping the sender early aborts the PUT
+    /// (the node discards the partial unit).
+    pub async fn put_stream(
+        &self,
+        unit: &UnitInfo,
+        len: u64,
+        chunks: mpsc::Receiver<Bytes>,
+    ) -> Result<(), NodeFailure> {
+        let url = Self::url(unit)?;
+        let stream = futures_util::stream::unfold(chunks, |mut rx| async move {
+            rx.recv().await.map(|chunk| (Ok::<Bytes, std::io::Error>(chunk), rx))
+        });
+        let response = self
+            .http
+            .put(&url)
+            .header(header::CONTENT_LENGTH, len)
+            .body(reqwest::Body::wrap_stream(stream))
+            .send()
+            .await
+            .map_err(transport)?;
+        if response.status().is_success() {
+            Ok(())
+        } else {
+            Err(failure_of(response).await)
+        }
+    }
+
+    /// Stores `unit` with the given bytes.
+    pub async fn put(&self, unit: &UnitInfo, bytes: Bytes) -> Result<(), NodeFailure> {
+        let url = Self::url(unit)?;
+        let response = self.http.put(&url).body(bytes).send().await.map_err(transport)?;
+        if response.status().is_success() {
+            Ok(())
+        } else {
+            Err(failure_of(response).await)
+        }
+    }
+
+    /// Bytes `[offset, offset + len)` of `unit`, verified by the node's checksums.
+    pub async fn get_range(
+        &self,
+        unit: &UnitInfo,
+        offset: u64,
+        len: u64,
+    ) -> Result<Bytes, NodeFailure> {
+        if len == 0 {
+            return Ok(Bytes::new());
+        }
+        if unit.is_down() {
+            return Err(NodeFailure::new(
+                FailureKind::Unreachable,
+                format!("node {} is down (meta)", unit.node_id),
+            ));
+        }
+        let url = Self::url(unit)?;
+        let range = format!("bytes={}-{}", offset, offset + len - 1);
+        let response =
+            self.http.get(&url).header(header::RANGE, range).send().await.map_err(transport)?;
+        if !response.status().is_success() {
+            return Err(failure_of(response).await);
+        }
+        let mut body = response.bytes_stream();
+        let mut out = Vec::with_capacity(len as usize);
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| {
+                NodeFailure::new(
+                    FailureKind::Unreachable,
+                    format!("the answer broke off after {} of {len} bytes: {e}", out.len()),
+                )
+            })?;
+            out.extend_from_slice(&chunk);
+        }
+        if out.len() as u64 != len {
+            return Err(NodeFailure::new(
+                FailureKind::Other,
+                format!("asked for {len} bytes at {offset}, got {}", out.len()),
+            ));
+        }
+        Ok(Bytes::from(out))
+    }
+
+    /// Deletes `unit`; a unit already absent counts as deleted.
+    pub async fn delete(&self, unit: &UnitInfo) -> Result<(), NodeFailure> {
+        let url = Self::url(unit)?;
+        let response = self.http.delete(&url).send().await.map_err(transport)?;
+        match response.status() {
+            status if status.is_success() => Ok(()),
+            StatusCode::NOT_FOUND => Ok(()),
+            _ => Err(failure_of(response).await),
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! The repair executor: takes tasks from meta's repair queue and rebuilds each unit onto the
+//! destination meta chose (`weft serve repair`, started by `weft up`).
+//!
+//! Data flow per task: lease (meta: the object, the unit, a destination keeping the placement
+//! rules) → rebuild the whole unit with [`UnitRebuilder`], which follows the code's repair
+//! plan (Hitchhiker and Clay read less than k units) and re-plans around units that fail →
+//! PUT at the destination (rate-limited) → `complete` (meta relocates the unit in the same
+//! transaction that removes the task) → delete the old copy if its node still answers.
+//!
+//! Invariants:
+//! - meta's record changes only through `complete`, after the new copy is durable; a crash
+//!   of the executor at any point leaves the task leased until its lease expires, then
+//!   another executor takes it again (a half-written destination unit is discarded by the
+//!   node; a whole one is replaced: a 409 at the destination means an orphan from an earlier
+//!   attempt, which is deleted and written again, since meta does not point at it).
+//! - A task whose object was replaced or deleted meanwhile ends as `stale`: the unit written
+//!   for it is deleted.
+//! - Write rate is capped by a token bucket shared by the executor's workers.
+
+use std::{
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use tokio::sync::{watch, Mutex};
+
+use crate::{
+    meta::RepairTask, node::FailureKind, read::UnitRebuilder, Client, ClientError, Result, UnitInfo,
+};
+
+/// How the executor runs.
+#[derive(Clone, Debug)]
+pub struct ExecutorConfig {
+    /// Lease asked for each task; a task not completed by then goes back to the queue.
+    pub lease_ms: u64,
+    /// Pause when the queue has nothing due.
+    pub idle_ms: u64,
+    /// Tasks repaired at once.
+    pub parallel: usize,
+    /// Most bytes per second written by all workers together (None: unlimited).
+    pub rate_bytes_per_sec: Option<u64>,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> ExecutorConfig {
+        ExecutorConfig {
+            lease_ms: 60_000,
+            idle_ms: 500,
+            parallel: 2,
+            rate_bytes_per_sec: Some(256 << 20),
+        }
+    }
+}
+
+/// Totals of an executor's work.
+#[derive(Debug, Default)]
+pub struct ExecutorStats {
+    pub repaired: AtomicU64,
+    pub stale: AtomicU64,
+    pub failed: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+}
+
+/// A token bucket: `take(n)` waits until n more bytes fit under the rate.
+#[derive(Debug)]
+pub struct RateLimit {
+    rate: Option<u64>,
+    next_free: Mutex<Instant>,
+}
+
+impl RateLimit {
+    /// A limit of `rate` bytes per second (None: no limit).
+    pub fn new(rate: Option<u64>) -> RateLimit {
+        RateLimit { rate, next_free: Mutex::new(Instant::now()) }
+    }
+
+    /// Waits until `bytes` more fit under the rate.
+    pub async fn take(&self, bytes: u64) {
+        let Some(rate) = self.rate.filter(|&r| r > 0) else { return };
+        let cost = Duration::from_secs_f64(bytes as f64 / rate as f64);
+        let start = {
+            let mut next = self.next_free.lock().await;
+            let start = (*next).max(Instant::now());
+            *next = start + cost;
+            start
+        };
+        tokio::time::sleep_until(start.into()).await;
+    }
+}
+
+/// What one repair did.
+#[derive(Clone, Debug)]
+pub struct RepairOutcome {
+    /// `relocated` or `stale`.
+    pub result: String,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+}
+
+/// Runs the executor until `stop` turns true; returns its totals.
+pub async fn run_executor(
+    client: Client,
+    config: ExecutorConfig,
+    stop: watch::Receiver<bool>,
+) -> Arc<ExecutorStats> {
+    let stats = Arc::new(ExecutorStats::default());
+    let limit = Arc::new(RateLimit::new(config.rate_bytes_per_sec));
+    let workers: Vec<_> = (0..config.parallel.max(1))
+        .map(|worker| {
+            let (client, config, stats, limit) =
+                (client.clone(), config.clone(), Arc::clone(&stats), Arc::clone(&limit));
+            let mut stop = stop.clone();
+            tokio::spawn(async move {
+                while !*stop.borrow() {
+                    let idle = Duration::from_millis(config.idle_ms);
+                    match client.meta.take_repair(config.lease_ms).await {
+                        Ok(Some(task)) => run_task(&client, task, &limit, &stats, worker).await,
+                        Ok(None) => sleep_or_stop(&mut stop, idle).await,
+                        Err(error) => {
+                            tracing::warn!(%error, "cannot take a repair task");
+                            sleep_or_stop(&mut stop, idle.max(Duration::from_secs(1))).await;
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        let _ = worker.await;
+    }
+    stats
+}
+
+async fn sleep_or_stop(stop: &mut watch::Receiver<bool>, pause: Duration) {
+    let _ = tokio::time::timeout(pause, stop.changed()).await;
+}
+
+async fn run_task(
+    client: &Client,
+    task: RepairTask,
+    limit: &RateLimit,
+    stats: &ExecutorStats,
+    worker: usize,
+) {
+    let name = format!("{}/{} {}", task.object.bucket, task.object.key, task.unit.short_name());
+    let started = Instant::now();
+    match repair_unit(client, &task, limit).await {
+        Ok(outcome) => {
+            stats.bytes_read.fetch_add(outcome.bytes_read, Ordering::Relaxed);
+            stats.bytes_written.fetch_add(outcome.bytes_written, Ordering::Relaxed);
+            let counter = if outcome.result == "stale" { &stats.stale } else { &stats.repaired };
+            counter.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                worker, unit = %name, to_node = task.destination_node, result = %outcome.result,
+                read = outcome.bytes_read, written = outcome.bytes_written,
+                ms = started.elapsed().as_millis() as u64, reason = %task.reason, "repaired"
+            );
+        }
+        Err(error) => {
+            stats.failed.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(worker, unit = %name, %error, "repair failed; task returned to the queue");
+            if let Err(error) = client.meta.fail_repair(&task, &error.to_string()).await {
+                tracing::warn!(%error, "could not return the task (its lease will expire)");
+            }
+        }
+    }
+}
+
+/// Rebuilds the task's unit at its destination and reports it to meta.
+pub async fn repair_unit(
+    client: &Client,
+    task: &RepairTask,
+    limit_rate: &RateLimit,
+) -> Result<RepairOutcome> {
+    let object = &task.object;
+    let old = object.unit(task.unit).cloned().ok_or_else(|| {
+        ClientError::Invalid(format!("the object has no stored unit {}", task.unit.short_name()))
+    })?;
+    let mut rebuilder = UnitRebuilder::new(client, object.clone(), false)?;
+    // The unit being repaired is lost by definition; never read it.
+    rebuilder.mark_failed(
+        task.unit,
+        crate::node::NodeFailure { kind: FailureKind::Missing, cause: task.reason.clone() },
+    );
+    let (group, _) = object.layout.unit_position(task.unit);
+    let unit_len = object.unit_len(group);
+    let rebuilt = rebuilder.rebuild(task.unit, 0, unit_len).await?;
+    let stored: Bytes = rebuilt.slice(..old.len as usize);
+    let destination = UnitInfo {
+        node_id: task.destination_node,
+        endpoint: Some(task.destination_endpoint.clone()),
+        disk: task.destination_disk,
+        state: None,
+        ..old.clone()
+    };
+    limit_rate.take(stored.len() as u64).await;
+    match client.nodes.put(&destination, stored.clone()).await {
+        Ok(()) => {}
+        Err(failure) if failure.kind == FailureKind::Exists => {
+            // An orphan of an earlier attempt: meta does not point at it.
+            client.nodes.delete(&destination).await.map_err(|f| f.for_unit(&destination))?;
+            client
+                .nodes
+                .put(&destination, stored.clone())
+                .await
+                .map_err(|f| f.for_unit(&destination))?;
+        }
+        Err(failure) => return Err(failure.for_unit(&destination)),
+    }
+    let result = client.meta.complete_repair(task).await?;
+    if result == "stale" {
+        client.delete_units(std::slice::from_ref(&destination)).await;
+    } else if !old.is_down() {
+        // The old copy is corrupt or orphaned now; its node may still answer.
+        client.delete_units(std::slice::from_ref(&old)).await;
+    }
+    Ok(RepairOutcome {
+        result,
+        bytes_read: rebuilder.bytes_fetched,
+        bytes_written: stored.len() as u64,
+    })
+}

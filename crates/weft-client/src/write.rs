@@ -1,0 +1,532 @@
+//! The write path: an object streams from a reader to the nodes, cell by cell, with Okapi's
+//! partial parities (§4.3, §5.1).
+//!
+//! Data flow: `begin` (meta places every unit) → one coding thread reads the object in object
+//! order (stripe after stripe, row after row, one cell per data block of the stripe), adds
+//! each cell into the partial parity of its group's row, and hands the cell to the PUT stream
+//! of its data block → a parity row is sent to the group's r parity streams as soon as it is
+//! final → every PUT is answered only once the node made the unit durable → `commit`.
+//!
+//! Invariants:
+//! - The object is committed only after every unit's PUT succeeded; on any failure nothing is
+//!   committed and the units written are deleted (best effort; leftovers of a crashed client
+//!   are garbage that meta's records never name).
+//! - Parity row (g, ρ) is final when the last stripe holding data blocks of group g has
+//!   written row ρ of every one of them (earlier stripes of g wrote all their rows before);
+//!   rows of g past the end of its last stripe's blocks are final when that stripe ends.
+//!   Rows of a parity unit are sent in increasing order, so each parity PUT is one stream.
+//! - Byte-local codes (rs, lrc) hold partial parity rows plus what is in flight. Partial
+//!   rows: the group leaving the stripe for the next one grows by r cells per row while the
+//!   group coming in from the previous stripe shrinks by r cells per row (≤ r·B + r·C
+//!   together), plus one row (r cells) of a group wholly inside the stripe. In flight: data
+//!   cells and sent parity rows share W + 1 permits, each held until the last byte of its
+//!   buffer is handed to the socket. Bound: `r·B + (W + 1 + 2r)·C` ([`buffer_bound`]), under
+//!   Okapi's `r·B + k·C` whenever W + 1 + 2r ≤ k (rs(20,3), W = 6: 37 vs 44 cells of 1 MiB).
+//!   Codes that mix bytes across a unit (Hitchhiker, Clay) need whole blocks: the cells of
+//!   the current stripe (W·B), one zero-padded copy (B), the parity of the groups the stripe
+//!   touches (⌈W/k⌉ + 1 of them) and the parity of a closed group still being sent (r·B):
+//!   `(W + 1 + r·(⌈W/k⌉ + 2))·B`. Every buffer is metered ([`crate::BufferMeter`]); the stats report the
+//!   measured peak, not an estimate.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    io::Read,
+    path::Path,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use tokio::{
+    runtime::Handle,
+    sync::{mpsc, OwnedSemaphorePermit, Semaphore},
+    task::JoinHandle,
+};
+use weft_codes::Code;
+use weft_layout::{max_client_buffer_bytes, naive_group_buffer_bytes, StripedLayout, UnitId};
+
+use crate::{
+    meter::{BufferMeter, MeteredBuf},
+    node::NodeFailure,
+    Client, ClientError, ObjectInfo, Result, UnitInfo,
+};
+
+/// Options of a put.
+#[derive(Clone, Debug, Default)]
+pub struct PutOptions {
+    /// Overrides the bucket's default policy.
+    pub policy: Option<StripedLayout>,
+    /// Bytes of the object read so far (for progress bars).
+    pub progress: Option<Arc<AtomicU64>>,
+}
+
+/// What a put did.
+#[derive(Clone, Debug)]
+pub struct PutStats {
+    /// The committed object.
+    pub object: ObjectInfo,
+    /// Object bytes.
+    pub data_bytes: u64,
+    /// Parity bytes written.
+    pub parity_bytes: u64,
+    /// Bytes sent to nodes: data + parity.
+    pub bytes_sent: u64,
+    /// Most bytes the client held at once (measured).
+    pub peak_buffer_bytes: u64,
+    /// The bound this implementation keeps for this layout ([`buffer_bound`]).
+    pub buffer_bound_bytes: u64,
+    /// Okapi's figure for partial parities, r·B + k·C.
+    pub okapi_buffer_bytes: u64,
+    /// What buffering whole groups would hold: (k + r)·B.
+    pub naive_buffer_bytes: u64,
+    /// Units written.
+    pub units: usize,
+    pub elapsed: Duration,
+    /// Units of the object this put replaced that could not be deleted (garbage).
+    pub leftover_units: usize,
+}
+
+/// Data cells and parity rows in flight at once, for byte-local codes.
+fn in_flight_cells(layout: &StripedLayout) -> usize {
+    layout.stripe_width + 1
+}
+
+/// The bound on client buffering of this implementation for a layout (see the module
+/// invariants); compare [`weft_layout::max_client_buffer_bytes`], Okapi's figure.
+pub fn buffer_bound(layout: &StripedLayout) -> u64 {
+    let byte_local = layout.code.build().map(|c| c.byte_local()).unwrap_or(false);
+    let (r, cell, block) = (layout.r() as u64, layout.cell_bytes, layout.block_bytes);
+    if byte_local {
+        r * block + (in_flight_cells(layout) as u64 + 2 * r) * cell
+    } else {
+        let width = layout.stripe_width as u64;
+        let open_groups = width.div_ceil(layout.k() as u64) + 1;
+        (width + 1 + r * (open_groups + 1)) * block
+    }
+}
+
+/// One open PUT: the sender feeding its body and the task awaiting the node's answer.
+struct Stream {
+    tx: mpsc::Sender<Bytes>,
+}
+
+/// The coding thread's view of the object and its open PUT streams.
+struct Writer<R> {
+    handle: Handle,
+    client: Client,
+    object: ObjectInfo,
+    code: Arc<dyn Code>,
+    reader: R,
+    meter: Arc<BufferMeter>,
+    cell_permits: Arc<Semaphore>,
+    streams: HashMap<UnitId, Stream>,
+    puts: Vec<(UnitId, JoinHandle<Result<(), NodeFailure>>)>,
+    progress: Option<Arc<AtomicU64>>,
+    parity_bytes: u64,
+}
+
+/// Why the coding thread stopped early.
+enum Stop {
+    /// A PUT stream closed: its task holds the node's error.
+    StreamClosed(UnitId),
+    Failed(ClientError),
+}
+
+impl From<ClientError> for Stop {
+    fn from(error: ClientError) -> Stop {
+        Stop::Failed(error)
+    }
+}
+
+impl From<weft_codes::CodeError> for Stop {
+    fn from(error: weft_codes::CodeError) -> Stop {
+        Stop::Failed(error.into())
+    }
+}
+
+impl<R: Read> Writer<R> {
+    fn layout(&self) -> &StripedLayout {
+        &self.object.layout
+    }
+
+    fn unit(&self, unit: UnitId) -> Result<&UnitInfo, Stop> {
+        self.object.unit(unit).ok_or_else(|| {
+            Stop::Failed(ClientError::Invalid(format!(
+                "meta's placement lacks {} of the object",
+                unit.short_name()
+            )))
+        })
+    }
+
+    /// Opens the PUT of `unit` (stored length from meta).
+    fn open(&mut self, unit: UnitId, capacity: usize) -> Result<(), Stop> {
+        let info = self.unit(unit)?.clone();
+        let (tx, rx) = mpsc::channel(capacity);
+        let nodes = self.client.nodes.clone();
+        let task = self.handle.spawn(async move { nodes.put_stream(&info, info.len, rx).await });
+        self.puts.push((unit, task));
+        self.streams.insert(unit, Stream { tx });
+        Ok(())
+    }
+
+    fn send(&mut self, unit: UnitId, bytes: Bytes) -> Result<(), Stop> {
+        let stream = self.streams.get(&unit).expect("streams are opened before use");
+        stream.tx.blocking_send(bytes).map_err(|_| Stop::StreamClosed(unit))
+    }
+
+    /// Waits for one of the in-flight permits (data cells and parity rows share them).
+    fn permit(&self) -> Result<OwnedSemaphorePermit, Stop> {
+        let permits = Arc::clone(&self.cell_permits);
+        self.handle
+            .block_on(permits.acquire_owned())
+            .map_err(|_| Stop::Failed(ClientError::Invalid("write cancelled".into())))
+    }
+
+    /// Reads the next `len` object bytes into a metered cell holding one in-flight permit.
+    fn read_cell(&mut self, len: usize) -> Result<MeteredCell, Stop> {
+        let permit = self.permit()?;
+        let mut buf = MeteredBuf::new(&self.meter, len);
+        self.reader.read_exact(buf.as_mut_slice()).map_err(|source| {
+            Stop::Failed(ClientError::Io { what: "reading the object".into(), source })
+        })?;
+        if let Some(progress) = &self.progress {
+            progress.fetch_add(len as u64, Ordering::Relaxed);
+        }
+        Ok(MeteredCell { buf, _permit: permit })
+    }
+
+    /// Sends row `row` of group g's parity (zeros when nothing was added), opening the
+    /// parity streams on the group's first row.
+    fn flush_row(
+        &mut self,
+        partial: &mut BTreeMap<(usize, u64), Vec<MeteredBuf>>,
+        group: usize,
+        row: u64,
+    ) -> Result<(), Stop> {
+        let layout = *self.layout();
+        let (cell, unit_len) = (layout.cell_bytes, self.object.unit_len(group));
+        let row_len = cell.min(unit_len - row * cell) as usize;
+        let rows = partial.remove(&(group, row)).unwrap_or_else(|| {
+            (0..layout.r()).map(|_| MeteredBuf::new(&self.meter, row_len)).collect()
+        });
+        for (index, buf) in rows.into_iter().enumerate() {
+            let unit = UnitId::Parity { group, index };
+            if row == 0 {
+                self.open(unit, 1)?;
+            }
+            self.parity_bytes += buf.as_ref().len() as u64;
+            let held = MeteredCell { buf, _permit: self.permit()? };
+            self.send(unit, held.into_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// The stripe holding group g's last data block.
+    fn last_stripe(&self, group: usize) -> usize {
+        let layout = self.layout();
+        let blocks = layout.group_blocks(self.object.size, group);
+        layout.stripe_of(blocks.end - 1)
+    }
+
+    /// Byte-local codes: partial parity per (group, row), rows sent as soon as final.
+    fn run_byte_local(&mut self) -> Result<(), Stop> {
+        let layout = *self.layout();
+        let size = self.object.size;
+        let (k, cell) = (layout.k(), layout.cell_bytes);
+        let mut partial: BTreeMap<(usize, u64), Vec<MeteredBuf>> = BTreeMap::new();
+        // Next row to send per group whose last stripe is being written.
+        let mut next_row: HashMap<usize, u64> = HashMap::new();
+        for stripe in 0..layout.stripes(size) {
+            let blocks = layout.stripe_blocks(size, stripe);
+            for x in blocks.clone() {
+                self.open(UnitId::Data(x), 1)?;
+            }
+            let closing: Vec<usize> = (layout.group_of(blocks.start)
+                ..=layout.group_of(blocks.end - 1))
+                .filter(|&g| self.last_stripe(g) == stripe)
+                .collect();
+            let rows = layout.block_len(size, blocks.start).div_ceil(cell);
+            for row in 0..rows {
+                for x in blocks.clone() {
+                    let offset = row * cell;
+                    let block_len = layout.block_len(size, x);
+                    if offset >= block_len {
+                        continue;
+                    }
+                    let len = cell.min(block_len - offset) as usize;
+                    let data = self.read_cell(len)?;
+                    let (group, position) = (x / k, x % k);
+                    let row_len = cell.min(self.object.unit_len(group) - offset) as usize;
+                    let meter = Arc::clone(&self.meter);
+                    let accumulators = partial.entry((group, row)).or_insert_with(|| {
+                        (0..layout.r()).map(|_| MeteredBuf::new(&meter, row_len)).collect()
+                    });
+                    let mut outs: Vec<&mut [u8]> =
+                        accumulators.iter_mut().map(|b| &mut b.as_mut_slice()[..len]).collect();
+                    self.code.encode_add(position, data.buf.as_ref(), &mut outs)?;
+                    self.send(UnitId::Data(x), data.into_bytes())?;
+                    // The group's row is final once its last block in this stripe has it.
+                    let group_end = layout.group_blocks(size, group).end;
+                    if closing.contains(&group) && (x + 1 == group_end || x + 1 == blocks.end) {
+                        self.flush_rows_upto(&mut partial, &mut next_row, group, row + 1)?;
+                    }
+                }
+            }
+            for x in blocks {
+                self.streams.remove(&UnitId::Data(x));
+            }
+            for group in closing {
+                let rows = self.object.unit_len(group).div_ceil(cell);
+                self.flush_rows_upto(&mut partial, &mut next_row, group, rows)?;
+                for index in 0..layout.r() {
+                    self.streams.remove(&UnitId::Parity { group, index });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_rows_upto(
+        &mut self,
+        partial: &mut BTreeMap<(usize, u64), Vec<MeteredBuf>>,
+        next_row: &mut HashMap<usize, u64>,
+        group: usize,
+        end: u64,
+    ) -> Result<(), Stop> {
+        let next = next_row.entry(group).or_insert(0);
+        let start = *next;
+        *next = (*next).max(end);
+        for row in start..end {
+            self.flush_row(partial, group, row)?;
+        }
+        Ok(())
+    }
+
+    /// Codes that mix bytes across a unit: whole blocks are added once their stripe is done.
+    fn run_whole_blocks(&mut self) -> Result<(), Stop> {
+        let layout = *self.layout();
+        let size = self.object.size;
+        let (k, cell) = (layout.k(), layout.cell_bytes);
+        let mut parity: BTreeMap<usize, Vec<MeteredBuf>> = BTreeMap::new();
+        for stripe in 0..layout.stripes(size) {
+            let blocks = layout.stripe_blocks(size, stripe);
+            for x in blocks.clone() {
+                self.open(UnitId::Data(x), 1)?;
+            }
+            let mut cells: BTreeMap<usize, Vec<Bytes>> = BTreeMap::new();
+            let rows = layout.block_len(size, blocks.start).div_ceil(cell);
+            for row in 0..rows {
+                for x in blocks.clone() {
+                    let offset = row * cell;
+                    let block_len = layout.block_len(size, x);
+                    if offset >= block_len {
+                        continue;
+                    }
+                    let data = self.read_cell(cell.min(block_len - offset) as usize)?.into_bytes();
+                    cells.entry(x).or_default().push(data.clone());
+                    self.send(UnitId::Data(x), data)?;
+                }
+            }
+            for x in blocks.clone() {
+                self.streams.remove(&UnitId::Data(x));
+                let group = x / k;
+                let unit_len = self.object.unit_len(group) as usize;
+                let mut padded = MeteredBuf::new(&self.meter, unit_len);
+                let mut at = 0;
+                for piece in cells.remove(&x).unwrap_or_default() {
+                    padded.as_mut_slice()[at..at + piece.len()].copy_from_slice(&piece);
+                    at += piece.len();
+                }
+                let meter = Arc::clone(&self.meter);
+                let accumulators = parity.entry(group).or_insert_with(|| {
+                    (0..layout.r()).map(|_| MeteredBuf::new(&meter, unit_len)).collect()
+                });
+                let mut outs: Vec<&mut [u8]> =
+                    accumulators.iter_mut().map(|b| b.as_mut_slice()).collect();
+                self.code.encode_add(x % k, padded.as_ref(), &mut outs)?;
+            }
+            let groups = layout.group_of(blocks.start)..=layout.group_of(blocks.end - 1);
+            let closing: Vec<usize> = groups.filter(|&g| self.last_stripe(g) == stripe).collect();
+            for group in closing {
+                let buffers = parity.remove(&group).expect("a group's blocks were added");
+                for (index, buf) in buffers.into_iter().enumerate() {
+                    let unit = UnitId::Parity { group, index };
+                    self.open(unit, 2)?;
+                    let whole = buf.into_bytes();
+                    self.parity_bytes += whole.len() as u64;
+                    let mut at = 0;
+                    while at < whole.len() {
+                        let end = (at + cell as usize).min(whole.len());
+                        self.send(unit, whole.slice(at..end))?;
+                        at = end;
+                    }
+                    self.streams.remove(&unit);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A cell read from the object, holding one in-flight permit until its last owner drops.
+struct MeteredCell {
+    buf: MeteredBuf,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl AsRef<[u8]> for MeteredCell {
+    fn as_ref(&self) -> &[u8] {
+        self.buf.as_ref()
+    }
+}
+
+impl MeteredCell {
+    fn into_bytes(self) -> Bytes {
+        Bytes::from_owner(self)
+    }
+}
+
+impl Client {
+    /// Stores the file at `path` as (bucket, key).
+    pub async fn put_file(
+        &self,
+        bucket: &str,
+        key: &str,
+        path: &Path,
+        options: &PutOptions,
+    ) -> Result<PutStats> {
+        let io = |what: String| move |source| ClientError::Io { what, source };
+        let file =
+            std::fs::File::open(path).map_err(io(format!("cannot open {}", path.display())))?;
+        let size = file.metadata().map_err(io(format!("cannot stat {}", path.display())))?.len();
+        self.put_reader(bucket, key, size, file, options).await
+    }
+
+    /// Stores exactly `size` bytes read from `reader` as (bucket, key).
+    pub async fn put_reader<R: Read + Send + 'static>(
+        &self,
+        bucket: &str,
+        key: &str,
+        size: u64,
+        reader: R,
+        options: &PutOptions,
+    ) -> Result<PutStats> {
+        let started = Instant::now();
+        let object = self.meta.begin(bucket, key, size, options.policy.as_ref()).await?;
+        let code = object.layout.code.build()?;
+        let meter = BufferMeter::new();
+        let mut writer = Writer {
+            handle: Handle::current(),
+            client: self.clone(),
+            object: object.clone(),
+            code: Arc::clone(&code),
+            reader,
+            meter: Arc::clone(&meter),
+            // Whole-block codes keep a stripe's cells until the stripe ends: no cap there.
+            cell_permits: Arc::new(Semaphore::new(if code.byte_local() {
+                in_flight_cells(&object.layout)
+            } else {
+                Semaphore::MAX_PERMITS
+            })),
+            streams: HashMap::new(),
+            puts: Vec::new(),
+            progress: options.progress.clone(),
+            parity_bytes: 0,
+        };
+        let (writer, outcome) = tokio::task::spawn_blocking(move || {
+            let outcome =
+                if code.byte_local() { writer.run_byte_local() } else { writer.run_whole_blocks() };
+            writer.streams.clear();
+            (writer, outcome)
+        })
+        .await
+        .map_err(|e| ClientError::Invalid(format!("the coding thread failed: {e}")))?;
+        let Writer { puts, parity_bytes, .. } = writer;
+        let (mut first_error, closed) = match outcome {
+            Ok(()) => (None, None),
+            Err(Stop::Failed(error)) => (Some(error), None),
+            // The PUT task of that unit says why; if it does not, say which stream closed.
+            Err(Stop::StreamClosed(unit)) => (None, Some(unit)),
+        };
+        let mut written = Vec::new();
+        for (unit, task) in puts {
+            let info = object.unit(unit).expect("opened units exist").clone();
+            match task.await {
+                Ok(Ok(())) => written.push(info),
+                Ok(Err(failure)) => {
+                    if first_error.is_none()
+                        || failure.kind != crate::node::FailureKind::Unreachable
+                    {
+                        first_error.get_or_insert(failure.for_unit(&info));
+                    }
+                }
+                Err(join) => {
+                    first_error
+                        .get_or_insert(ClientError::Invalid(format!("PUT task failed: {join}")));
+                }
+            }
+        }
+        if let (None, Some(unit)) = (&first_error, closed) {
+            first_error = Some(ClientError::Invalid(format!(
+                "the PUT of {} ended before the unit was sent",
+                unit.short_name()
+            )));
+        }
+        if let Some(error) = first_error {
+            self.delete_units(&written).await;
+            return Err(error);
+        }
+        let units = written.len();
+        let (committed, replaced) = match self.meta.commit(bucket, key, object.generation).await {
+            Ok(done) => done,
+            Err(error) => {
+                self.delete_units(&written).await;
+                return Err(error);
+            }
+        };
+        let leftover_units = match replaced {
+            Some(old) => self.delete_units(&old.units.values().cloned().collect::<Vec<_>>()).await,
+            None => 0,
+        };
+        Ok(PutStats {
+            data_bytes: size,
+            parity_bytes,
+            bytes_sent: size + parity_bytes,
+            peak_buffer_bytes: meter.peak(),
+            buffer_bound_bytes: buffer_bound(&committed.layout),
+            okapi_buffer_bytes: max_client_buffer_bytes(&committed.layout),
+            naive_buffer_bytes: naive_group_buffer_bytes(&committed.layout),
+            units,
+            elapsed: started.elapsed(),
+            leftover_units,
+            object: committed,
+        })
+    }
+
+    /// Deletes units (best effort, concurrently); returns how many could not be deleted.
+    pub async fn delete_units(&self, units: &[UnitInfo]) -> usize {
+        let deletes = units.iter().map(|unit| {
+            let nodes = self.nodes.clone();
+            async move {
+                let result = nodes.delete(unit).await;
+                if let Err(failure) = &result {
+                    tracing::warn!(unit = %unit.unit_key, node = unit.node_id, %failure, "unit left behind");
+                }
+                result.is_err()
+            }
+        });
+        futures_util::future::join_all(deletes).await.into_iter().filter(|failed| *failed).count()
+    }
+
+    /// Deletes the object from meta, then its units from the nodes. Returns the deleted
+    /// object and how many units could not be deleted (their nodes are down: garbage).
+    pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<(ObjectInfo, usize)> {
+        let object = self.meta.delete_object(bucket, key).await?;
+        let units: Vec<UnitInfo> = object.units.values().cloned().collect();
+        let left = self.delete_units(&units).await;
+        Ok((object, left))
+    }
+}
