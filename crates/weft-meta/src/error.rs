@@ -27,6 +27,11 @@ pub enum MetaError {
     InvalidName { what: &'static str, name: String, reason: &'static str },
     /// A policy or placement given to the store is not valid.
     InvalidRecord { bucket: String, key: String, reason: String },
+    /// The object has no such unit (a data block past its end, a parity of a missing group).
+    NoSuchUnit { bucket: String, key: String, unit: UnitId },
+    /// Moving the unit to that disk would break a placement rule (two units of one group or
+    /// stripe in one failure domain); nothing changed.
+    PlacementRefused { bucket: String, key: String, unit: UnitId, reason: String },
     /// The repair lease is gone: completed, failed, or expired and taken by another executor.
     LeaseLost { task_id: u64, bucket: String, key: String, unit: UnitId },
     /// A stored value (or the database) has a format version this build does not read.
@@ -60,6 +65,12 @@ impl fmt::Display for MetaError {
             }
             MetaError::InvalidRecord { bucket, key, reason } => {
                 write!(f, "invalid record for object {key:?} in bucket {bucket:?}: {reason}")
+            }
+            MetaError::NoSuchUnit { bucket, key, unit } => {
+                write!(f, "object {key:?} in bucket {bucket:?} has no {unit}")
+            }
+            MetaError::PlacementRefused { bucket, key, unit, reason } => {
+                write!(f, "cannot move {unit} of object {key:?} in bucket {bucket:?}: {reason}")
             }
             MetaError::LeaseLost { task_id, bucket, key, unit } => write!(
                 f,

@@ -20,9 +20,9 @@ pub mod store;
 pub use error::MetaError;
 pub use mem::MemStore;
 pub use records::{
-    metadata_bytes, BucketRecord, DiskReport, Heartbeat, NodeRecord, ObjectName, ObjectRecord,
-    ObjectState, Policy, RepairLease, RepairTask, FORMAT_VERSION, MAX_BUCKET_NAME_BYTES,
-    MAX_KEY_BYTES,
+    metadata_bytes, parse_unit_name, unit_name, BucketRecord, DiskReport, Enqueued, Heartbeat,
+    NodeRecord, ObjectName, ObjectRecord, ObjectState, Policy, RepairKind, RepairLease,
+    RepairOutcome, RepairRequest, RepairTask, FORMAT_VERSION, MAX_BUCKET_NAME_BYTES, MAX_KEY_BYTES,
 };
 pub use redb_store::{RedbStore, SCHEMA_VERSION};
 pub use store::{MetaStore, ObjectPage, MAX_LIST_LIMIT};

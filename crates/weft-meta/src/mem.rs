@@ -8,13 +8,16 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Mutex;
 
-use weft_layout::{Placement, UnitId};
+use weft_layout::{DiskLocation, Placement, UnitId};
 
 use crate::records::{
-    check_bucket_name, BucketRecord, Heartbeat, NodeRecord, ObjectName, ObjectRecord, ObjectState,
-    Policy, RepairLease, RepairTask,
+    check_bucket_name, BucketRecord, Enqueued, Heartbeat, NodeRecord, ObjectName, ObjectRecord,
+    ObjectState, Policy, RepairLease, RepairOutcome, RepairRequest, RepairTask,
 };
-use crate::store::{check_new_object, list_start, ObjectPage, MAX_LIST_LIMIT};
+use crate::store::{
+    check_new_object, enqueue_step, holds, is_free, lease_deadline, lease_lost, list_start,
+    relocated, EnqueueStep, ObjectPage, MAX_LIST_LIMIT,
+};
 use crate::{MetaError, MetaStore};
 
 type ObjectKey = (String, String);
@@ -51,20 +54,45 @@ fn key_of(bucket: &str, key: &str) -> ObjectKey {
     (bucket.to_string(), key.to_string())
 }
 
-fn check_lease(state: &State, lease: &RepairLease) -> Result<(), MetaError> {
-    match state.repairs.get(&lease.task_id) {
-        Some(task)
-            if task.attempts == lease.task.attempts
-                && task.lease_deadline_ms == Some(lease.deadline_ms) =>
-        {
-            Ok(())
+impl State {
+    fn check_lease(&self, lease: &RepairLease) -> Result<(), MetaError> {
+        match self.repairs.get(&lease.task_id) {
+            Some(task) if holds(task, lease) => Ok(()),
+            _ => Err(lease_lost(lease)),
         }
-        _ => Err(MetaError::LeaseLost {
-            task_id: lease.task_id,
-            bucket: lease.task.object.bucket.clone(),
-            key: lease.task.object.key.clone(),
-            unit: lease.task.unit,
-        }),
+    }
+
+    fn enqueue(&mut self, request: &RepairRequest, now_ms: u64) -> Result<Enqueued, MetaError> {
+        let index = (request.object.clone(), request.unit);
+        let queued = self.repair_index.get(&index).copied();
+        let committed =
+            self.objects.get(&(request.object.bucket.clone(), request.object.key.clone()));
+        let step =
+            enqueue_step(committed, queued.and_then(|id| self.repairs.get(&id)), request, now_ms)?;
+        match step {
+            EnqueueStep::Keep(outcome) => Ok(outcome),
+            EnqueueStep::Update(task) => {
+                self.repairs.insert(queued.expect("an update replaces a queued task"), task);
+                Ok(Enqueued::Queued)
+            }
+            EnqueueStep::Append(task) => {
+                if let Some(old) = queued {
+                    self.repairs.remove(&old);
+                }
+                self.next_repair_id += 1;
+                let id = self.next_repair_id;
+                self.repairs.insert(id, task);
+                self.repair_index.insert(index, id);
+                Ok(Enqueued::Queued)
+            }
+        }
+    }
+
+    /// Removes the task of a lease checked by the caller.
+    fn remove_task(&mut self, task_id: u64) -> RepairTask {
+        let task = self.repairs.remove(&task_id).expect("the lease was checked");
+        self.repair_index.remove(&(task.object.clone(), task.unit));
+        task
     }
 }
 
@@ -239,40 +267,37 @@ impl MetaStore for MemStore {
         Ok(self.lock().nodes.values().cloned().collect())
     }
 
-    fn enqueue_repair(
-        &self,
-        object: &ObjectName,
-        unit: UnitId,
-        reason: &str,
-        now_ms: u64,
-    ) -> Result<bool, MetaError> {
+    fn enqueue_repair(&self, request: &RepairRequest, now_ms: u64) -> Result<Enqueued, MetaError> {
+        self.lock().enqueue(request, now_ms)
+    }
+
+    fn enqueue_repairs(&self, requests: &[RepairRequest], now_ms: u64) -> Result<usize, MetaError> {
         let mut state = self.lock();
-        let index = (object.clone(), unit);
-        if state.repair_index.contains_key(&index) {
-            return Ok(false);
+        // All or nothing, like one transaction: work on a copy, keep it only if all succeed.
+        let (repairs, index, next) =
+            (state.repairs.clone(), state.repair_index.clone(), state.next_repair_id);
+        let mut queued = 0;
+        for request in requests {
+            match state.enqueue(request, now_ms) {
+                Ok(Enqueued::Queued) => queued += 1,
+                Ok(_) => {}
+                Err(error) => {
+                    (state.repairs, state.repair_index, state.next_repair_id) =
+                        (repairs, index, next);
+                    return Err(error);
+                }
+            }
         }
-        state.next_repair_id += 1;
-        let id = state.next_repair_id;
-        let task = RepairTask {
-            object: object.clone(),
-            unit,
-            reason: reason.into(),
-            enqueued_ms: now_ms,
-            attempts: 0,
-            lease_deadline_ms: None,
-        };
-        state.repairs.insert(id, task);
-        state.repair_index.insert(index, id);
-        Ok(true)
+        Ok(queued)
     }
 
     fn take_repair(&self, now_ms: u64, lease_ms: u64) -> Result<Option<RepairLease>, MetaError> {
         let mut state = self.lock();
-        let free = |task: &RepairTask| task.lease_deadline_ms.is_none_or(|d| d <= now_ms);
-        let Some((&id, task)) = state.repairs.iter_mut().find(|(_, task)| free(task)) else {
+        let Some((&id, task)) = state.repairs.iter_mut().find(|(_, task)| is_free(task, now_ms))
+        else {
             return Ok(None);
         };
-        let deadline_ms = now_ms.saturating_add(lease_ms);
+        let deadline_ms = lease_deadline(task, now_ms, lease_ms);
         task.attempts += 1;
         task.lease_deadline_ms = Some(deadline_ms);
         Ok(Some(RepairLease { task_id: id, task: task.clone(), deadline_ms }))
@@ -280,22 +305,61 @@ impl MetaStore for MemStore {
 
     fn complete_repair(&self, lease: &RepairLease) -> Result<(), MetaError> {
         let mut state = self.lock();
-        check_lease(&state, lease)?;
-        let task = state.repairs.remove(&lease.task_id).expect("checked above");
-        state.repair_index.remove(&(task.object, task.unit));
+        state.check_lease(lease)?;
+        state.remove_task(lease.task_id);
         Ok(())
     }
 
-    fn fail_repair(&self, lease: &RepairLease) -> Result<(), MetaError> {
+    fn relocate_repaired(
+        &self,
+        lease: &RepairLease,
+        disk: DiskLocation,
+    ) -> Result<RepairOutcome, MetaError> {
         let mut state = self.lock();
-        check_lease(&state, lease)?;
-        let mut task = state.repairs.remove(&lease.task_id).expect("checked above");
+        state.check_lease(lease)?;
+        let task = &state.repairs[&lease.task_id];
+        let name = key_of(&task.object.bucket, &task.object.key);
+        let moved = relocated(state.objects.get(&name).cloned(), task, disk)?;
+        state.remove_task(lease.task_id);
+        Ok(match moved {
+            Some(object) => {
+                state.objects.insert(name, object.clone());
+                RepairOutcome::Relocated(object)
+            }
+            None => RepairOutcome::Stale,
+        })
+    }
+
+    fn fail_repair(&self, lease: &RepairLease, error: &str) -> Result<u64, MetaError> {
+        let mut state = self.lock();
+        state.check_lease(lease)?;
+        let mut task = state.remove_task(lease.task_id);
         task.lease_deadline_ms = None;
+        task.last_error = Some(error.to_string());
         state.next_repair_id += 1;
         let id = state.next_repair_id;
         state.repair_index.insert((task.object.clone(), task.unit), id);
         state.repairs.insert(id, task);
-        Ok(())
+        Ok(id)
+    }
+
+    fn get_repair(&self, task_id: u64) -> Result<Option<RepairTask>, MetaError> {
+        Ok(self.lock().repairs.get(&task_id).cloned())
+    }
+
+    fn list_repairs(
+        &self,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<(u64, RepairTask)>, MetaError> {
+        let state = self.lock();
+        let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+        Ok(state
+            .repairs
+            .range((lower, Bound::Unbounded))
+            .take(limit.min(MAX_LIST_LIMIT))
+            .map(|(&id, task)| (id, task.clone()))
+            .collect())
     }
 
     fn repair_queue_len(&self) -> Result<usize, MetaError> {

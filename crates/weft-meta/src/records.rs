@@ -96,26 +96,78 @@ impl NodeRecord {
     }
 }
 
+pub use weft_wire::repair::RepairKind;
+
 /// A unit of an object to rebuild.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RepairTask {
     pub object: ObjectName,
+    /// The generation of the committed object when the task was queued. A task whose object
+    /// has since been deleted or replaced is stale: it is dropped, never carried out. (0 in
+    /// tasks written before generations were recorded: stale, since generations start at 1.)
+    #[serde(default)]
+    pub generation: u64,
     pub unit: UnitId,
+    /// Why the unit needs repair; tasks of kind `Unavailable` are dropped when the unit's disk
+    /// is available again before the repair starts.
+    #[serde(default)]
+    pub kind: RepairKind,
     pub reason: String,
     pub enqueued_ms: u64,
     /// How many times the task has been leased.
     pub attempts: u32,
     /// Until when the current lease holds; None when the task is free to take.
     pub lease_deadline_ms: Option<u64>,
+    /// The error the last failed attempt reported.
+    #[serde(default)]
+    pub last_error: Option<String>,
 }
 
-/// A repair task leased to one executor until `deadline_ms`.
+/// A repair task leased to one executor until `deadline_ms`. (`task_id`, `deadline_ms`) names
+/// the lease: a task is never leased twice with the same deadline.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RepairLease {
     /// Queue position of the task; names it in `complete_repair` / `fail_repair`.
     pub task_id: u64,
     pub task: RepairTask,
     pub deadline_ms: u64,
+}
+
+/// A request to queue the repair of one unit of one committed object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepairRequest {
+    pub object: ObjectName,
+    /// The generation the caller saw; the request is stale unless the committed object still
+    /// has it.
+    pub generation: u64,
+    pub unit: UnitId,
+    pub kind: RepairKind,
+    pub reason: String,
+    /// When set, the request is stale unless the unit is still on this disk (the detector
+    /// saw it there; a repair may have moved it since).
+    pub seen_on: Option<DiskLocation>,
+}
+
+/// What `enqueue_repair` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enqueued {
+    /// A new task was queued, or the queued task of the unit became a `Damaged` repair.
+    Queued,
+    /// That unit of that generation is already queued; nothing changed.
+    AlreadyQueued,
+    /// The object is not committed with that generation (deleted, replaced, never committed),
+    /// or the unit is no longer on `seen_on`; nothing changed.
+    Stale,
+}
+
+/// What completing a repair by relocation did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RepairOutcome {
+    /// The unit now lives on the new disk; the updated object.
+    Relocated(ObjectRecord),
+    /// The object was deleted or replaced (another generation): the task was removed and
+    /// nothing else changed.
+    Stale,
 }
 
 #[derive(Serialize)]
@@ -283,10 +335,57 @@ pub(crate) fn check_key(key: &str) -> Result<(), MetaError> {
     Ok(())
 }
 
-/// The stored text of a unit id in repair-queue keys: `d<x>` or `p<group>.<index>`.
-pub(crate) fn unit_key(unit: UnitId) -> String {
+/// The short name of a unit, used on the wire and in repair-queue keys: `d<x>` for data
+/// block x, `p<group>.<index>` for a parity. [`parse_unit_name`] is its inverse.
+pub fn unit_name(unit: UnitId) -> String {
     match unit {
         UnitId::Data(x) => format!("d{x}"),
         UnitId::Parity { group, index } => format!("p{group}.{index}"),
+    }
+}
+
+/// Parses a [`unit_name`]; None for anything else. Only the canonical form is accepted (no
+/// signs, spaces or leading zeros), so a name round-trips exactly.
+pub fn parse_unit_name(name: &str) -> Option<UnitId> {
+    fn number(digits: &str) -> Option<usize> {
+        let canonical = match digits.as_bytes() {
+            [] => false,
+            [b'0'] => true,
+            [first, rest @ ..] => {
+                (b'1'..=b'9').contains(first) && rest.iter().all(u8::is_ascii_digit)
+            }
+        };
+        if canonical {
+            digits.parse().ok()
+        } else {
+            None
+        }
+    }
+    if let Some(block) = name.strip_prefix('d') {
+        return number(block).map(UnitId::Data);
+    }
+    let (group, index) = name.strip_prefix('p')?.split_once('.')?;
+    Some(UnitId::Parity { group: number(group)?, index: number(index)? })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unit_names_round_trip_and_refuse_junk() {
+        for unit in [
+            UnitId::Data(0),
+            UnitId::Data(10),
+            UnitId::Parity { group: 0, index: 0 },
+            UnitId::Parity { group: 12, index: 3 },
+        ] {
+            assert_eq!(parse_unit_name(&unit_name(unit)), Some(unit));
+        }
+        assert_eq!(unit_name(UnitId::Parity { group: 1, index: 2 }), "p1.2");
+        for junk in ["", "d", "d+1", "d01", "d-1", "x3", "p1", "p1.", "p.1", "p1.2.3", " d1", "D1"]
+        {
+            assert_eq!(parse_unit_name(junk), None, "{junk:?}");
+        }
     }
 }

@@ -14,13 +14,17 @@ use std::ops::Bound;
 use std::path::Path;
 
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
-use weft_layout::{Placement, UnitId};
+use weft_layout::{DiskLocation, Placement};
 
 use crate::records::{
-    check_bucket_name, decode, encode, unit_key, BucketRecord, Heartbeat, NodeRecord, ObjectName,
-    ObjectRecord, ObjectState, Policy, RepairLease, RepairTask, StoredObject, FORMAT_VERSION,
+    check_bucket_name, decode, encode, unit_name, BucketRecord, Enqueued, Heartbeat, NodeRecord,
+    ObjectRecord, ObjectState, Policy, RepairLease, RepairOutcome, RepairRequest, RepairTask,
+    StoredObject, FORMAT_VERSION,
 };
-use crate::store::{check_new_object, list_start, ObjectPage, MAX_LIST_LIMIT};
+use crate::store::{
+    check_new_object, enqueue_step, holds, is_free, lease_deadline, lease_lost, list_start,
+    relocated, EnqueueStep, ObjectPage, MAX_LIST_LIMIT,
+};
 use crate::{MetaError, MetaStore};
 
 pub(crate) const BUCKETS: TableDefinition<&str, &[u8]> = TableDefinition::new("buckets");
@@ -81,13 +85,88 @@ fn next_counter(meta: &mut redb::Table<&str, u64>, name: &str) -> Result<u64, Me
     Ok(next)
 }
 
-fn lease_lost(lease: &RepairLease) -> MetaError {
-    MetaError::LeaseLost {
-        task_id: lease.task_id,
-        bucket: lease.task.object.bucket.clone(),
-        key: lease.task.object.key.clone(),
-        unit: lease.task.unit,
+/// The committed object under (bucket, key), if any.
+fn read_object(
+    objects: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
+    bucket: &str,
+    key: &str,
+) -> Result<Option<ObjectRecord>, MetaError> {
+    match objects.get((bucket, key)).map_err(store)? {
+        Some(bytes) => Ok(Some(decode_object(bucket, key, bytes.value())?)),
+        None => Ok(None),
     }
+}
+
+/// One enqueue inside a write transaction (see `MetaStore::enqueue_repair`).
+fn enqueue_in(
+    txn: &redb::WriteTransaction,
+    request: &RepairRequest,
+    now_ms: u64,
+) -> Result<Enqueued, MetaError> {
+    let (bucket, key) = (request.object.bucket.as_str(), request.object.key.as_str());
+    let unit_text = unit_name(request.unit);
+    let index_key = (bucket, key, unit_text.as_str());
+    let mut index = txn.open_table(REPAIR_INDEX).map_err(store)?;
+    let mut repairs = txn.open_table(REPAIRS).map_err(store)?;
+    let queued_id = index.get(index_key).map_err(store)?.map(|id| id.value());
+    let queued = match queued_id {
+        Some(id) => match repairs.get(id).map_err(store)? {
+            Some(bytes) => Some(decode_task(id, bytes.value())?),
+            None => {
+                return Err(MetaError::Corrupt {
+                    table: "repair_index",
+                    key: format!("{bucket}/{key}/{unit_text}"),
+                    reason: format!("names task {id}, which is not in the repairs table"),
+                })
+            }
+        },
+        None => None,
+    };
+    let committed = read_object(&txn.open_table(OBJECTS).map_err(store)?, bucket, key)?;
+    match enqueue_step(committed.as_ref(), queued.as_ref(), request, now_ms)? {
+        EnqueueStep::Keep(outcome) => Ok(outcome),
+        EnqueueStep::Update(task) => {
+            let id = queued_id.expect("an update replaces a queued task");
+            repairs.insert(id, encode(&task).as_slice()).map_err(store)?;
+            Ok(Enqueued::Queued)
+        }
+        EnqueueStep::Append(task) => {
+            if let Some(old) = queued_id {
+                repairs.remove(old).map_err(store)?;
+            }
+            let mut meta = txn.open_table(META).map_err(store)?;
+            let id = next_counter(&mut meta, NEXT_REPAIR_ID_KEY)?;
+            repairs.insert(id, encode(&task).as_slice()).map_err(store)?;
+            index.insert(index_key, id).map_err(store)?;
+            Ok(Enqueued::Queued)
+        }
+    }
+}
+
+/// The task of `lease` inside a write transaction, if the lease is still its current one.
+fn leased_task(txn: &redb::WriteTransaction, lease: &RepairLease) -> Result<RepairTask, MetaError> {
+    let repairs = txn.open_table(REPAIRS).map_err(store)?;
+    let task = match repairs.get(lease.task_id).map_err(store)? {
+        Some(bytes) => decode_task(lease.task_id, bytes.value())?,
+        None => return Err(lease_lost(lease)),
+    };
+    if !holds(&task, lease) {
+        return Err(lease_lost(lease));
+    }
+    Ok(task)
+}
+
+/// Removes task `task_id` (known to exist) and its index entry.
+fn remove_task(
+    txn: &redb::WriteTransaction,
+    task_id: u64,
+    task: &RepairTask,
+) -> Result<(), MetaError> {
+    txn.open_table(REPAIRS).map_err(store)?.remove(task_id).map_err(store)?;
+    let unit_text = unit_name(task.unit);
+    let index_key = (task.object.bucket.as_str(), task.object.key.as_str(), unit_text.as_str());
+    txn.open_table(REPAIR_INDEX).map_err(store)?.remove(index_key).map_err(store)?;
+    Ok(())
 }
 
 impl RedbStore {
@@ -363,37 +442,32 @@ impl MetaStore for RedbStore {
         Ok(out)
     }
 
-    fn enqueue_repair(
-        &self,
-        object: &ObjectName,
-        unit: UnitId,
-        reason: &str,
-        now_ms: u64,
-    ) -> Result<bool, MetaError> {
-        let unit_text = unit_key(unit);
-        let index_key = (object.bucket.as_str(), object.key.as_str(), unit_text.as_str());
+    fn enqueue_repair(&self, request: &RepairRequest, now_ms: u64) -> Result<Enqueued, MetaError> {
         let txn = self.db.begin_write().map_err(store)?;
-        {
-            let mut index = txn.open_table(REPAIR_INDEX).map_err(store)?;
-            if index.get(index_key).map_err(store)?.is_some() {
-                return Ok(false);
-            }
-            let mut meta = txn.open_table(META).map_err(store)?;
-            let id = next_counter(&mut meta, NEXT_REPAIR_ID_KEY)?;
-            let task = RepairTask {
-                object: object.clone(),
-                unit,
-                reason: reason.into(),
-                enqueued_ms: now_ms,
-                attempts: 0,
-                lease_deadline_ms: None,
-            };
-            let mut repairs = txn.open_table(REPAIRS).map_err(store)?;
-            repairs.insert(id, encode(&task).as_slice()).map_err(store)?;
-            index.insert(index_key, id).map_err(store)?;
+        let outcome = enqueue_in(&txn, request, now_ms)?;
+        // Committing an unchanged transaction would cost an fsync for nothing.
+        if outcome == Enqueued::Queued {
+            txn.commit().map_err(store)?;
+        } else {
+            txn.abort().map_err(store)?;
         }
-        txn.commit().map_err(store)?;
-        Ok(true)
+        Ok(outcome)
+    }
+
+    fn enqueue_repairs(&self, requests: &[RepairRequest], now_ms: u64) -> Result<usize, MetaError> {
+        let txn = self.db.begin_write().map_err(store)?;
+        let mut queued = 0;
+        for request in requests {
+            if enqueue_in(&txn, request, now_ms)? == Enqueued::Queued {
+                queued += 1;
+            }
+        }
+        if queued > 0 {
+            txn.commit().map_err(store)?;
+        } else {
+            txn.abort().map_err(store)?;
+        }
+        Ok(queued)
     }
 
     fn take_repair(&self, now_ms: u64, lease_ms: u64) -> Result<Option<RepairLease>, MetaError> {
@@ -406,7 +480,7 @@ impl MetaStore for RedbStore {
             for entry in repairs.iter().map_err(store)? {
                 let (id, bytes) = entry.map_err(store)?;
                 let task = decode_task(id.value(), bytes.value())?;
-                if task.lease_deadline_ms.is_none_or(|d| d <= now_ms) {
+                if is_free(&task, now_ms) {
                     found = Some((id.value(), task));
                     break;
                 }
@@ -414,7 +488,7 @@ impl MetaStore for RedbStore {
             let Some((task_id, mut task)) = found else {
                 return Ok(None);
             };
-            let deadline_ms = now_ms.saturating_add(lease_ms);
+            let deadline_ms = lease_deadline(&task, now_ms, lease_ms);
             task.attempts += 1;
             task.lease_deadline_ms = Some(deadline_ms);
             repairs.insert(task_id, encode(&task).as_slice()).map_err(store)?;
@@ -425,11 +499,86 @@ impl MetaStore for RedbStore {
     }
 
     fn complete_repair(&self, lease: &RepairLease) -> Result<(), MetaError> {
-        self.finish_repair(lease, false)
+        let txn = self.db.begin_write().map_err(store)?;
+        let task = leased_task(&txn, lease)?;
+        remove_task(&txn, lease.task_id, &task)?;
+        txn.commit().map_err(store)?;
+        Ok(())
     }
 
-    fn fail_repair(&self, lease: &RepairLease) -> Result<(), MetaError> {
-        self.finish_repair(lease, true)
+    fn relocate_repaired(
+        &self,
+        lease: &RepairLease,
+        disk: DiskLocation,
+    ) -> Result<RepairOutcome, MetaError> {
+        let txn = self.db.begin_write().map_err(store)?;
+        let task = leased_task(&txn, lease)?;
+        let (bucket, key) = (task.object.bucket.as_str(), task.object.key.as_str());
+        let outcome;
+        {
+            let mut objects = txn.open_table(OBJECTS).map_err(store)?;
+            let committed = read_object(&objects, bucket, key)?;
+            outcome = match relocated(committed, &task, disk)? {
+                Some(object) => {
+                    let bytes = encode(&StoredObject::from_record(&object));
+                    objects.insert((bucket, key), bytes.as_slice()).map_err(store)?;
+                    RepairOutcome::Relocated(object)
+                }
+                None => RepairOutcome::Stale,
+            };
+        }
+        remove_task(&txn, lease.task_id, &task)?;
+        txn.commit().map_err(store)?;
+        Ok(outcome)
+    }
+
+    fn fail_repair(&self, lease: &RepairLease, error: &str) -> Result<u64, MetaError> {
+        let txn = self.db.begin_write().map_err(store)?;
+        let mut task = leased_task(&txn, lease)?;
+        remove_task(&txn, lease.task_id, &task)?;
+        let id;
+        {
+            let mut meta = txn.open_table(META).map_err(store)?;
+            id = next_counter(&mut meta, NEXT_REPAIR_ID_KEY)?;
+            let unit_text = unit_name(task.unit);
+            let index_key =
+                (task.object.bucket.as_str(), task.object.key.as_str(), unit_text.as_str());
+            txn.open_table(REPAIR_INDEX).map_err(store)?.insert(index_key, id).map_err(store)?;
+            task.lease_deadline_ms = None;
+            task.last_error = Some(error.to_string());
+            let mut repairs = txn.open_table(REPAIRS).map_err(store)?;
+            repairs.insert(id, encode(&task).as_slice()).map_err(store)?;
+        }
+        txn.commit().map_err(store)?;
+        Ok(id)
+    }
+
+    fn get_repair(&self, task_id: u64) -> Result<Option<RepairTask>, MetaError> {
+        let txn = self.db.begin_read().map_err(store)?;
+        let repairs = txn.open_table(REPAIRS).map_err(store)?;
+        match repairs.get(task_id).map_err(store)? {
+            Some(bytes) => Ok(Some(decode_task(task_id, bytes.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    fn list_repairs(
+        &self,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<(u64, RepairTask)>, MetaError> {
+        let txn = self.db.begin_read().map_err(store)?;
+        let repairs = txn.open_table(REPAIRS).map_err(store)?;
+        let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut out = Vec::new();
+        for entry in repairs.range::<u64>((lower, Bound::Unbounded)).map_err(store)? {
+            if out.len() == limit.min(MAX_LIST_LIMIT) {
+                break;
+            }
+            let (id, bytes) = entry.map_err(store)?;
+            out.push((id.value(), decode_task(id.value(), bytes.value())?));
+        }
+        Ok(out)
     }
 
     fn repair_queue_len(&self) -> Result<usize, MetaError> {
@@ -437,41 +586,6 @@ impl MetaStore for RedbStore {
         let repairs = txn.open_table(REPAIRS).map_err(store)?;
         let len = repairs.len().map_err(store)?;
         Ok(usize::try_from(len).expect("queue length fits in memory"))
-    }
-}
-
-impl RedbStore {
-    /// Removes a leased task, and when `requeue`, puts it back at the end of the queue.
-    fn finish_repair(&self, lease: &RepairLease, requeue: bool) -> Result<(), MetaError> {
-        let txn = self.db.begin_write().map_err(store)?;
-        {
-            let mut repairs = txn.open_table(REPAIRS).map_err(store)?;
-            let mut task = match repairs.get(lease.task_id).map_err(store)? {
-                Some(bytes) => decode_task(lease.task_id, bytes.value())?,
-                None => return Err(lease_lost(lease)),
-            };
-            if task.attempts != lease.task.attempts
-                || task.lease_deadline_ms != Some(lease.deadline_ms)
-            {
-                return Err(lease_lost(lease));
-            }
-            repairs.remove(lease.task_id).map_err(store)?;
-            let unit_text = unit_key(task.unit);
-            let index_key =
-                (task.object.bucket.as_str(), task.object.key.as_str(), unit_text.as_str());
-            let mut index = txn.open_table(REPAIR_INDEX).map_err(store)?;
-            if requeue {
-                let mut meta = txn.open_table(META).map_err(store)?;
-                let id = next_counter(&mut meta, NEXT_REPAIR_ID_KEY)?;
-                index.insert(index_key, id).map_err(store)?;
-                task.lease_deadline_ms = None;
-                repairs.insert(id, encode(&task).as_slice()).map_err(store)?;
-            } else {
-                index.remove(index_key).map_err(store)?;
-            }
-        }
-        txn.commit().map_err(store)?;
-        Ok(())
     }
 }
 

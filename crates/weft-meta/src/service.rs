@@ -1,5 +1,5 @@
-//! The meta HTTP service: node membership (heartbeats, up/down), cluster status, buckets and
-//! objects (in `objects.rs`),
+//! The meta HTTP service: node membership (heartbeats, up/down), cluster status, buckets,
+//! objects (in `objects.rs`) and repairs (detector and executor routes, in `repairs.rs`),
 //! over one [`RedbStore`]. Routes, statuses and error bodies: docs/meta-api.md.
 //!
 //! Invariants:
@@ -9,13 +9,16 @@
 //!   receipt, and a node is down when meta has not heard from it for more than
 //!   `down_after_ms` (judged at the time of each request; nothing is stored for "down").
 //! - Every error response has a JSON body `{"error": "<code>", "message": "..."}`.
+//! - The repair detector is a task of the service: it starts at [`bind`] and has stopped,
+//!   with every store call it made, before [`RunningMeta::stop`] returns, so the store is
+//!   closed and another meta may open the directory.
 
 use std::{
     fmt,
     future::Future,
     net::SocketAddr,
     path::PathBuf,
-    sync::Arc,
+    sync::{atomic::AtomicU64, atomic::Ordering, Arc},
     time::{SystemTime, UNIX_EPOCH},
 };
 
@@ -33,6 +36,12 @@ use tokio::{sync::watch, task::JoinHandle};
 use crate::{Heartbeat, MetaError, MetaStore, NodeRecord, Policy, RedbStore};
 
 mod objects;
+mod repairs;
+
+pub use repairs::{
+    RepairConfig, DEFAULT_FULL_RESCAN_MS, DEFAULT_REPAIR_SCAN_MS, LISTED_TASKS,
+    MAX_DROPPED_PER_TAKE, MAX_LEASE_MS, MAX_REASON_BYTES,
+};
 
 /// Default silence after which a node is reported down.
 pub const DEFAULT_DOWN_AFTER_MS: u64 = 5000;
@@ -107,6 +116,12 @@ impl std::error::Error for ServiceError {
 struct Meta {
     store: Arc<dyn MetaStore>,
     down_after_ms: u64,
+    /// When this meta started (ms since the Unix epoch): nodes are judged down for repair
+    /// only after `down_after_ms` past it (see `repairs`).
+    started_ms: u64,
+    repair: RepairConfig,
+    /// Repairs completed by relocation since this meta started.
+    repairs_completed: AtomicU64,
 }
 
 type Shared = Arc<Meta>;
@@ -117,6 +132,7 @@ pub struct RunningMeta {
     local_addr: SocketAddr,
     stop: watch::Sender<bool>,
     server: JoinHandle<Result<(), ServiceError>>,
+    detector: JoinHandle<()>,
 }
 
 impl RunningMeta {
@@ -130,21 +146,40 @@ impl RunningMeta {
         format!("http://{}", self.local_addr)
     }
 
-    /// Stops accepting connections, lets requests in flight finish, closes the store.
+    /// Stops accepting connections and the repair detector, lets requests in flight finish,
+    /// closes the store.
     pub async fn stop(self) -> Result<(), ServiceError> {
         let _ = self.stop.send(true);
-        match self.server.await {
+        let served = match self.server.await {
             Ok(result) => result,
             Err(join) => Err(ServiceError::Serve(std::io::Error::other(join.to_string()))),
+        };
+        if let Err(join) = self.detector.await {
+            tracing::error!(%join, "the repair detector panicked");
         }
+        served
     }
 }
 
-/// Opens the store, binds the listen address and starts serving in a background task.
-/// Must be called inside a tokio runtime.
+/// Opens the store, binds the listen address and starts serving in a background task, with
+/// the default repair detector settings. Must be called inside a tokio runtime.
 pub async fn bind(config: MetaConfig) -> Result<RunningMeta, ServiceError> {
+    bind_with_repair(config, RepairConfig::default()).await
+}
+
+/// [`bind`] with the repair detector's settings. (They are not in [`MetaConfig`] so that
+/// code building a `MetaConfig` literal keeps compiling.)
+pub async fn bind_with_repair(
+    config: MetaConfig,
+    repair: RepairConfig,
+) -> Result<RunningMeta, ServiceError> {
     if config.down_after_ms == 0 {
         return Err(ServiceError::Config("down_after_ms must be positive".into()));
+    }
+    if repair.scan_ms == 0 || repair.full_rescan_ms == 0 {
+        return Err(ServiceError::Config(
+            "the repair scan_ms and full_rescan_ms must be positive".into(),
+        ));
     }
     let dir = config.dir.clone();
     let path = dir.join(DB_FILE);
@@ -164,9 +199,16 @@ pub async fn bind(config: MetaConfig) -> Result<RunningMeta, ServiceError> {
     let local_addr = listener
         .local_addr()
         .map_err(|source| ServiceError::Bind { addr: config.listen, source })?;
-    let meta = Arc::new(Meta { store: Arc::new(store), down_after_ms: config.down_after_ms });
-    let app = router(meta);
+    let meta = Arc::new(Meta {
+        store: Arc::new(store),
+        down_after_ms: config.down_after_ms,
+        started_ms: now_ms(),
+        repair,
+        repairs_completed: AtomicU64::new(0),
+    });
     let (stop, mut stopped) = watch::channel(false);
+    let detector = tokio::spawn(repairs::detect(meta.clone(), stopped.clone()));
+    let app = router(meta);
     let server = tokio::spawn(async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(async move {
@@ -176,7 +218,7 @@ pub async fn bind(config: MetaConfig) -> Result<RunningMeta, ServiceError> {
             .map_err(ServiceError::Serve)
     });
     tracing::info!(%local_addr, store = %path.display(), down_after_ms = config.down_after_ms, "meta serving");
-    Ok(RunningMeta { local_addr, stop, server })
+    Ok(RunningMeta { local_addr, stop, server, detector })
 }
 
 /// Runs meta until `shutdown` completes, then stops it gracefully.
@@ -201,6 +243,10 @@ fn router(meta: Shared) -> Router {
             "/v1/buckets/{name}/objects/{*key}",
             post(objects::post_object).get(objects::get_object).delete(objects::delete_object),
         )
+        .route("/v1/repairs", get(repairs::list).post(repairs::report))
+        .route("/v1/repairs/take", post(repairs::take))
+        .route("/v1/repairs/{task_id}/complete", post(repairs::complete))
+        .route("/v1/repairs/{task_id}/fail", post(repairs::fail))
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(meta)
@@ -239,6 +285,9 @@ impl From<MetaError> for ApiError {
             MetaError::BucketNotEmpty { .. } => (StatusCode::CONFLICT, "bucket_not_empty"),
             MetaError::InvalidName { .. } => (StatusCode::BAD_REQUEST, "invalid_name"),
             MetaError::InvalidRecord { .. } => (StatusCode::BAD_REQUEST, "invalid_policy"),
+            MetaError::NoSuchUnit { .. } => (StatusCode::BAD_REQUEST, "invalid_unit"),
+            MetaError::LeaseLost { .. } => (StatusCode::CONFLICT, "lease_lost"),
+            MetaError::PlacementRefused { .. } => (StatusCode::CONFLICT, "placement_refused"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "store"),
         };
         if status.is_server_error() {
@@ -311,32 +360,25 @@ async fn nodes(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
 }
 
 async fn status(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
-    let (nodes, repair_queue, buckets) = blocking(&meta, |store| {
-        Ok((store.list_nodes()?, store.repair_queue_len()?, store.list_buckets()?.len()))
+    let (started_ms, down_after_ms) = (meta.started_ms, meta.down_after_ms);
+    let (nodes, repair_queue, buckets, under_protected) = blocking(&meta, move |store| {
+        let nodes = store.list_nodes()?;
+        let failures = repairs::Failures::judge(&nodes, now_ms(), started_ms, down_after_ms);
+        let under_protected = repairs::under_protected_units(store, &failures)?;
+        Ok((nodes, store.repair_queue_len()?, store.list_buckets()?.len(), under_protected))
     })
     .await?;
     let now = now_ms();
     let down = nodes.iter().filter(|n| n.is_down(now, meta.down_after_ms)).count();
-    let nodes: Vec<Value> = nodes
-        .iter()
-        .map(|n| {
-            json!({
-                "id": n.node_id,
-                "state": node_state(n, now, meta.down_after_ms),
-                "pid": n.pid,
-                "endpoint": n.endpoint,
-            })
-        })
-        .collect();
+    let nodes: Vec<Value> = nodes.iter().map(|n| node_json(n, now, meta.down_after_ms)).collect();
     Ok(Json(json!({
         "nodes_up": nodes.len() - down,
         "nodes_down": down,
         "nodes": nodes,
         "buckets": buckets,
-        // TODO: count units whose object has fewer than its full redundancy (units on down
-        // nodes or failed disks); always 0 until objects are placed through meta.
-        "under_protected_units": 0,
+        "under_protected_units": under_protected,
         "repair_queue": repair_queue,
+        "repairs_completed": meta.repairs_completed.load(Ordering::Relaxed),
     })))
 }
 

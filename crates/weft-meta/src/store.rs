@@ -10,12 +10,19 @@
 //! - Generations and repair task ids come from store-wide counters that never go back.
 //! - The repair queue holds at most one task per (object, unit); tasks are taken in the order
 //!   they were enqueued, and a leased task returns to the queue when its lease expires.
+//! - A task is queued only for a unit of a committed object, with that object's generation,
+//!   checked in the enqueue's own transaction; a task whose object was deleted or replaced
+//!   since is stale and is removed, never carried out.
+//! - A task is never leased twice with the same deadline, so (task id, deadline) names a lease
+//!   and an executor whose lease expired can neither complete nor fail the next one's work.
+//! - Completing a repair by relocation checks the lease, the generation and the placement
+//!   rules, moves the unit and removes the task in one transaction.
 
-use weft_layout::{Placement, UnitId};
+use weft_layout::{DiskLocation, LayoutError, Placement};
 
 use crate::records::{
-    check_bucket_name, check_key, BucketRecord, Heartbeat, NodeRecord, ObjectName, ObjectRecord,
-    Policy, RepairLease,
+    check_bucket_name, check_key, BucketRecord, Enqueued, Heartbeat, NodeRecord, ObjectRecord,
+    Policy, RepairKind, RepairLease, RepairOutcome, RepairRequest, RepairTask,
 };
 use crate::MetaError;
 
@@ -94,25 +101,173 @@ pub trait MetaStore: Send + Sync {
             .collect())
     }
 
-    /// Queues a repair of `unit` of `object`. Idempotent: returns false, changing nothing,
-    /// when that (object, unit) is already queued.
-    fn enqueue_repair(
-        &self,
-        object: &ObjectName,
-        unit: UnitId,
-        reason: &str,
-        now_ms: u64,
-    ) -> Result<bool, MetaError>;
+    /// Queues a repair of `request.unit` of `request.object`, checked in the same transaction
+    /// against the committed object: [`Enqueued::Stale`] (changing nothing) unless it is
+    /// committed with `request.generation` and, when `seen_on` is set, the unit is still on
+    /// that disk; [`MetaError::NoSuchUnit`] when the object has no such unit. Idempotent per
+    /// (object, unit): [`Enqueued::AlreadyQueued`] when that unit of that generation is queued,
+    /// except that a `Damaged` request turns a queued `Unavailable` task into a `Damaged` one
+    /// in place (same id, same lease). A queued task of an older generation is replaced by a
+    /// new task at the back of the queue.
+    fn enqueue_repair(&self, request: &RepairRequest, now_ms: u64) -> Result<Enqueued, MetaError>;
+    /// [`MetaStore::enqueue_repair`] for many units in one transaction; returns how many were
+    /// [`Enqueued::Queued`]. Any error refuses the whole batch.
+    fn enqueue_repairs(&self, requests: &[RepairRequest], now_ms: u64) -> Result<usize, MetaError>;
     /// Leases the oldest task that is not leased (or whose lease expired) until
-    /// `now_ms + lease_ms`; None when there is none.
+    /// `now_ms + lease_ms` (or one past the task's previous deadline, if that is later);
+    /// None when there is none.
     fn take_repair(&self, now_ms: u64, lease_ms: u64) -> Result<Option<RepairLease>, MetaError>;
-    /// Removes a repaired task. Refused with [`MetaError::LeaseLost`] when the lease is no
-    /// longer the task's current one (the caller must not assume its work counted).
+    /// Removes a leased task without touching its object (the task was not needed, or its
+    /// object is gone). Refused with [`MetaError::LeaseLost`] when the lease is no longer the
+    /// task's current one (the caller must not assume its work counted).
     fn complete_repair(&self, lease: &RepairLease) -> Result<(), MetaError>;
-    /// Returns a task whose repair failed to the back of the queue, free to take.
-    fn fail_repair(&self, lease: &RepairLease) -> Result<(), MetaError>;
+    /// Completes a leased repair whose unit was rebuilt on `disk`: when the committed object
+    /// still has the task's generation, moves the unit there (refused with
+    /// [`MetaError::PlacementRefused`], changing nothing, if that breaks a placement rule) and
+    /// removes the task; when the object was deleted or replaced, only removes the task and
+    /// returns [`RepairOutcome::Stale`]. [`MetaError::LeaseLost`] as for `complete_repair`.
+    fn relocate_repaired(
+        &self,
+        lease: &RepairLease,
+        disk: DiskLocation,
+    ) -> Result<RepairOutcome, MetaError>;
+    /// Returns a task whose repair failed to the back of the queue, free to take, recording
+    /// `error`; returns its new task id. [`MetaError::LeaseLost`] as for `complete_repair`.
+    fn fail_repair(&self, lease: &RepairLease, error: &str) -> Result<u64, MetaError>;
+    /// The queued task `task_id`, leased or not.
+    fn get_repair(&self, task_id: u64) -> Result<Option<RepairTask>, MetaError>;
+    /// Queued tasks with an id above `after`, oldest first, at most
+    /// `min(limit, MAX_LIST_LIMIT)` of them.
+    fn list_repairs(
+        &self,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<(u64, RepairTask)>, MetaError>;
     /// Tasks queued, leased or not.
     fn repair_queue_len(&self) -> Result<usize, MetaError>;
+}
+
+/// What an enqueue does to the queue, decided from the committed object and the task already
+/// queued for the unit; shared by every store so they cannot drift apart.
+#[derive(Debug)]
+pub(crate) enum EnqueueStep {
+    /// Nothing changes.
+    Keep(Enqueued),
+    /// Queue this task at the back, removing the unit's older task if there is one.
+    Append(RepairTask),
+    /// Replace the unit's queued task in place (same id) with this one.
+    Update(RepairTask),
+}
+
+pub(crate) fn enqueue_step(
+    committed: Option<&ObjectRecord>,
+    queued: Option<&RepairTask>,
+    request: &RepairRequest,
+    now_ms: u64,
+) -> Result<EnqueueStep, MetaError> {
+    let Some(object) = committed.filter(|o| o.generation == request.generation) else {
+        return Ok(EnqueueStep::Keep(Enqueued::Stale));
+    };
+    let Some(disk) = object.placement.disk_of(request.unit) else {
+        return Err(MetaError::NoSuchUnit {
+            bucket: object.bucket.clone(),
+            key: object.key.clone(),
+            unit: request.unit,
+        });
+    };
+    if request.seen_on.is_some_and(|seen| seen != disk) {
+        return Ok(EnqueueStep::Keep(Enqueued::Stale));
+    }
+    Ok(match queued {
+        // Generations only grow, so a queued task of another generation is older: stale.
+        None => EnqueueStep::Append(new_task(request, now_ms)),
+        Some(task) if task.generation != request.generation => {
+            EnqueueStep::Append(new_task(request, now_ms))
+        }
+        Some(task)
+            if task.kind == RepairKind::Unavailable && request.kind == RepairKind::Damaged =>
+        {
+            EnqueueStep::Update(RepairTask {
+                kind: RepairKind::Damaged,
+                reason: request.reason.clone(),
+                ..task.clone()
+            })
+        }
+        Some(_) => EnqueueStep::Keep(Enqueued::AlreadyQueued),
+    })
+}
+
+fn new_task(request: &RepairRequest, now_ms: u64) -> RepairTask {
+    RepairTask {
+        object: request.object.clone(),
+        generation: request.generation,
+        unit: request.unit,
+        kind: request.kind,
+        reason: request.reason.clone(),
+        enqueued_ms: now_ms,
+        attempts: 0,
+        lease_deadline_ms: None,
+        last_error: None,
+    }
+}
+
+/// Whether a task is free to take at `now_ms`.
+pub(crate) fn is_free(task: &RepairTask, now_ms: u64) -> bool {
+    task.lease_deadline_ms.is_none_or(|deadline| deadline <= now_ms)
+}
+
+/// The deadline of a new lease of `task`: `now_ms + lease_ms`, but always after the task's
+/// previous deadline, so that no two leases of a task share one.
+pub(crate) fn lease_deadline(task: &RepairTask, now_ms: u64, lease_ms: u64) -> u64 {
+    let deadline = now_ms.saturating_add(lease_ms);
+    match task.lease_deadline_ms {
+        Some(previous) if deadline <= previous => previous.saturating_add(1),
+        _ => deadline,
+    }
+}
+
+/// Whether `lease` is still the current lease of `task` (the task stored under its id).
+pub(crate) fn holds(task: &RepairTask, lease: &RepairLease) -> bool {
+    task.attempts == lease.task.attempts && task.lease_deadline_ms == Some(lease.deadline_ms)
+}
+
+pub(crate) fn lease_lost(lease: &RepairLease) -> MetaError {
+    MetaError::LeaseLost {
+        task_id: lease.task_id,
+        bucket: lease.task.object.bucket.clone(),
+        key: lease.task.object.key.clone(),
+        unit: lease.task.unit,
+    }
+}
+
+/// The committed object with the task's unit moved to `disk`, or None when the task is stale
+/// (`committed` is absent or of another generation). Refuses a move that breaks a rule.
+pub(crate) fn relocated(
+    committed: Option<ObjectRecord>,
+    task: &RepairTask,
+    disk: DiskLocation,
+) -> Result<Option<ObjectRecord>, MetaError> {
+    let Some(mut object) = committed.filter(|o| o.generation == task.generation) else {
+        return Ok(None);
+    };
+    let refused = |error: LayoutError| match error {
+        LayoutError::UnknownUnit { unit } => MetaError::NoSuchUnit {
+            bucket: task.object.bucket.clone(),
+            key: task.object.key.clone(),
+            unit,
+        },
+        other => MetaError::PlacementRefused {
+            bucket: task.object.bucket.clone(),
+            key: task.object.key.clone(),
+            unit: task.unit,
+            reason: other.to_string(),
+        },
+    };
+    object.placement.relocate(task.unit, disk).map_err(refused)?;
+    // relocate checks the unit's peers; verify re-checks the whole object, which is cheap next
+    // to a rebuilt unit and catches a rule broken anywhere before it is stored.
+    object.placement.verify().map_err(refused)?;
+    Ok(Some(object))
 }
 
 /// Checks the arguments of `begin_object` that need no stored state.

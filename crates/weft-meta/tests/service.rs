@@ -75,10 +75,16 @@ async fn heartbeats_make_nodes_up_then_silence_makes_them_down() {
     assert_eq!(body["repair_queue"], 0);
     assert_eq!(body["nodes_up"], 1);
     assert_eq!(body["nodes_down"], 1);
+    assert_eq!(body["repairs_completed"], 0);
+    // Status nodes are the /v1/nodes entries.
+    assert_eq!(body["nodes"], down["nodes"]);
+    let node = &body["nodes"][1];
+    assert_eq!((node["id"].clone(), node["state"].clone()), (json!(2), json!("down")));
     assert_eq!(
-        body["nodes"][1],
-        json!({"id": 2, "state": "down", "pid": 4242, "endpoint": "http://127.0.0.1:9002"})
+        (node["pid"].clone(), node["endpoint"].clone()),
+        (json!(4242), json!("http://127.0.0.1:9002"))
     );
+    assert_eq!(node["disks"], heartbeat(2)["disks"]);
 
     // A heartbeat brings it back.
     client.post(format!("{base}/v1/heartbeat")).json(&heartbeat(2)).send().await.unwrap();

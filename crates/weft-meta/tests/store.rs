@@ -5,7 +5,8 @@ use rand::{Rng, SeedableRng};
 use weft_codes::CodeSpec;
 use weft_layout::{place, DiskLocation, FailureDomain, Placement, StripedLayout, Topology, UnitId};
 use weft_meta::{
-    metadata_bytes, DiskReport, Heartbeat, MemStore, MetaError, MetaStore, ObjectName, RedbStore,
+    metadata_bytes, DiskReport, Enqueued, Heartbeat, MemStore, MetaError, MetaStore, ObjectName,
+    ObjectRecord, RedbStore, RepairKind, RepairOutcome, RepairRequest,
 };
 
 const MIB: u64 = 1 << 20;
@@ -49,9 +50,30 @@ fn heartbeat(node_id: u32) -> Heartbeat {
     }
 }
 
-fn put(store: &dyn MetaStore, bucket: &str, key: &str, now_ms: u64) {
+fn put(store: &dyn MetaStore, bucket: &str, key: &str, now_ms: u64) -> ObjectRecord {
     let record = store.begin_object(bucket, key, placement(3 * MIB, now_ms), now_ms).unwrap();
-    store.commit_object(bucket, key, record.generation).unwrap();
+    store.commit_object(bucket, key, record.generation).unwrap().0
+}
+
+/// A `Damaged` repair request of `unit` of `object`, as a client reports one.
+fn damaged(object: &ObjectRecord, unit: UnitId, reason: &str) -> RepairRequest {
+    RepairRequest {
+        object: ObjectName { bucket: object.bucket.clone(), key: object.key.clone() },
+        generation: object.generation,
+        unit,
+        kind: RepairKind::Damaged,
+        reason: reason.into(),
+        seen_on: None,
+    }
+}
+
+/// An `Unavailable` repair request of `unit` of `object`, as the detector makes one.
+fn unavailable(object: &ObjectRecord, unit: UnitId, reason: &str) -> RepairRequest {
+    RepairRequest {
+        kind: RepairKind::Unavailable,
+        seen_on: object.placement.disk_of(unit),
+        ..damaged(object, unit, reason)
+    }
 }
 
 #[test]
@@ -67,7 +89,8 @@ fn model_based_random_operations() {
     let mut now_ms = 0u64;
     let mut generations: Vec<(usize, usize, u64)> = Vec::new();
     let mut leases = Vec::new();
-    for step in 0..400 {
+    let mut relocations = 0;
+    for step in 0..600 {
         now_ms += rng.gen_range(0..50);
         let b = rng.gen_range(0..buckets.len());
         let k = rng.gen_range(0..keys.len());
@@ -140,11 +163,48 @@ fn model_based_random_operations() {
                 "{context}"
             ),
             12 => {
-                let object = ObjectName { bucket: bucket.into(), key: key.into() };
-                let unit = UnitId::Data(rng.gen_range(0..3));
+                // Mostly the committed generation, sometimes an old or unknown one.
+                let generation = match model.get_object(bucket, key) {
+                    Ok(object) if rng.gen_bool(0.8) => object.generation,
+                    _ => rng.gen_range(0..=generations.len() as u64 + 1),
+                };
+                let unit = match rng.gen_range(0..4) {
+                    0 => UnitId::Parity { group: rng.gen_range(0..3), index: 0 },
+                    _ => UnitId::Data(rng.gen_range(0..4)),
+                };
+                let seen_on = match rng.gen_range(0..3) {
+                    0 => None,
+                    1 => model.get_object(bucket, key).ok().and_then(|o| o.placement.disk_of(unit)),
+                    _ => Some(DiskLocation { rack: 0, node: rng.gen_range(0..6), disk: 0 }),
+                };
+                let kind =
+                    if rng.gen_bool(0.5) { RepairKind::Damaged } else { RepairKind::Unavailable };
+                let request = RepairRequest {
+                    object: ObjectName { bucket: bucket.into(), key: key.into() },
+                    generation,
+                    unit,
+                    kind,
+                    reason: format!("reason {step}"),
+                    seen_on,
+                };
+                if rng.gen_bool(0.7) {
+                    assert_eq!(
+                        store.enqueue_repair(&request, now_ms),
+                        model.enqueue_repair(&request, now_ms),
+                        "{context}"
+                    );
+                } else {
+                    let batch =
+                        [request.clone(), RepairRequest { unit: UnitId::Data(0), ..request }];
+                    assert_eq!(
+                        store.enqueue_repairs(&batch, now_ms),
+                        model.enqueue_repairs(&batch, now_ms),
+                        "{context}"
+                    );
+                }
                 assert_eq!(
-                    store.enqueue_repair(&object, unit, "disk failed", now_ms),
-                    model.enqueue_repair(&object, unit, "disk failed", now_ms),
+                    store.list_repairs(None, 100),
+                    model.list_repairs(None, 100),
                     "{context}"
                 );
             }
@@ -157,14 +217,27 @@ fn model_based_random_operations() {
             }
             14 if !leases.is_empty() => {
                 let lease = leases.swap_remove(rng.gen_range(0..leases.len()));
-                if rng.gen_bool(0.5) {
-                    assert_eq!(
+                match rng.gen_range(0..3) {
+                    0 => assert_eq!(
                         store.complete_repair(&lease),
                         model.complete_repair(&lease),
                         "{context}"
-                    );
-                } else {
-                    assert_eq!(store.fail_repair(&lease), model.fail_repair(&lease), "{context}");
+                    ),
+                    1 => {
+                        let disk = DiskLocation {
+                            rack: 0,
+                            node: rng.gen_range(0..8),
+                            disk: rng.gen_range(0..2),
+                        };
+                        let got = store.relocate_repaired(&lease, disk);
+                        assert_eq!(got, model.relocate_repaired(&lease, disk), "{context}");
+                        relocations += usize::from(matches!(got, Ok(RepairOutcome::Relocated(_))));
+                    }
+                    _ => assert_eq!(
+                        store.fail_repair(&lease, "rebuild failed"),
+                        model.fail_repair(&lease, "rebuild failed"),
+                        "{context}"
+                    ),
                 }
             }
             _ => {
@@ -175,6 +248,9 @@ fn model_based_random_operations() {
         }
         let store = real.as_ref().unwrap();
         assert_eq!(store.repair_queue_len(), model.repair_queue_len(), "{context}");
+        if let Some((id, _)) = model.list_repairs(None, 1).unwrap().first() {
+            assert_eq!(store.get_repair(*id), model.get_repair(*id), "{context}");
+        }
     }
     // The run must have exercised the interesting paths, or it proves little.
     assert!(generations.len() > 20);
@@ -184,6 +260,7 @@ fn model_based_random_operations() {
         .map(|p| p.objects.len())
         .sum();
     assert!(listed > 0, "no object was ever committed");
+    assert!(relocations > 0, "no repair was ever completed by relocation");
 }
 
 #[test]
@@ -192,11 +269,12 @@ fn reopen_keeps_everything() {
     let path = dir.path().join("meta.redb");
     let store = RedbStore::open(&path).unwrap();
     store.create_bucket("photos", layout("rs(2,1)", MIB), 5).unwrap();
-    put(&store, "photos", "cat.jpg", 6);
+    let cat = put(&store, "photos", "cat.jpg", 6);
     let pending = store.begin_object("photos", "dog.jpg", placement(MIB, 1), 7).unwrap();
     store.record_heartbeat(&heartbeat(3), 8).unwrap();
-    let object = ObjectName { bucket: "photos".into(), key: "cat.jpg".into() };
-    store.enqueue_repair(&object, UnitId::Data(0), "disk failed", 9).unwrap();
+    let request = unavailable(&cat, UnitId::Data(0), "disk failed");
+    assert_eq!(store.enqueue_repair(&request, 9), Ok(Enqueued::Queued));
+    let queued = store.list_repairs(None, 10).unwrap();
     let before = (
         store.list_buckets().unwrap(),
         store.get_object("photos", "cat.jpg").unwrap(),
@@ -210,7 +288,8 @@ fn reopen_keeps_everything() {
         store.list_nodes().unwrap(),
     );
     assert_eq!(before, after);
-    assert_eq!(store.repair_queue_len().unwrap(), 1);
+    assert_eq!(store.list_repairs(None, 10).unwrap(), queued, "the queue survives a restart");
+    assert_eq!(store.enqueue_repair(&request, 10), Ok(Enqueued::AlreadyQueued));
     // The write in progress survived too: it can still be committed after the restart.
     let (committed, replaced) =
         store.commit_object("photos", "dog.jpg", pending.generation).unwrap();
@@ -307,20 +386,43 @@ fn heartbeat_json_has_the_wire_shape() {
     assert_eq!(serde_json::to_string(&heartbeat).unwrap(), json);
 }
 
+/// A MemStore and a fresh RedbStore, with bucket "b" and object "k" (3 MiB, rs(2,1):
+/// d0 d1 d2 p0.0 p1.0) committed in each.
+type StoresWithObject = Vec<(Box<dyn MetaStore>, ObjectRecord)>;
+
+fn both_with_object() -> (tempfile::TempDir, StoresWithObject) {
+    let (dir, redb) = redb_in_temp();
+    let stores: Vec<Box<dyn MetaStore>> = vec![Box::new(MemStore::new()), Box::new(redb)];
+    let stores = stores
+        .into_iter()
+        .map(|store| {
+            store.create_bucket("b", layout("rs(2,1)", MIB), 0).unwrap();
+            let object = put(store.as_ref(), "b", "k", 1);
+            (store, object)
+        })
+        .collect();
+    (dir, stores)
+}
+
 #[test]
 fn repair_queue_is_idempotent_leased_and_drained() {
-    let (_dir, redb) = redb_in_temp();
-    for store in [&MemStore::new() as &dyn MetaStore, &redb] {
-        let object = ObjectName { bucket: "b".into(), key: "k".into() };
+    let (_dir, stores) = both_with_object();
+    for (store, object) in &stores {
         let parity = UnitId::Parity { group: 1, index: 0 };
-        assert!(store.enqueue_repair(&object, UnitId::Data(2), "node 3 down", 10).unwrap());
-        assert!(!store.enqueue_repair(&object, UnitId::Data(2), "again", 11).unwrap());
-        assert!(store.enqueue_repair(&object, parity, "checksum", 12).unwrap());
+        let data = unavailable(object, UnitId::Data(2), "node 3 down");
+        assert_eq!(store.enqueue_repair(&data, 10), Ok(Enqueued::Queued));
+        let again = RepairRequest { reason: "again".into(), ..data.clone() };
+        assert_eq!(store.enqueue_repair(&again, 11), Ok(Enqueued::AlreadyQueued));
+        assert_eq!(
+            store.enqueue_repair(&damaged(object, parity, "checksum"), 12),
+            Ok(Enqueued::Queued)
+        );
         assert_eq!(store.repair_queue_len().unwrap(), 2);
 
         let first = store.take_repair(100, 50).unwrap().unwrap();
         assert_eq!((first.task.unit, first.deadline_ms), (UnitId::Data(2), 150));
         assert_eq!(first.task.reason, "node 3 down");
+        assert_eq!(first.task.generation, object.generation);
         let second = store.take_repair(100, 50).unwrap().unwrap();
         assert_eq!(second.task.unit, parity);
         assert_eq!(store.take_repair(149, 50).unwrap(), None, "both leased");
@@ -334,19 +436,163 @@ fn repair_queue_is_idempotent_leased_and_drained() {
         store.complete_repair(&retaken).unwrap();
         assert_eq!(store.repair_queue_len().unwrap(), 1);
         // Completed: enqueueing the same unit again is a new task.
-        assert!(store.enqueue_repair(&object, UnitId::Data(2), "node 3 down", 160).unwrap());
+        assert_eq!(store.enqueue_repair(&data, 160), Ok(Enqueued::Queued));
 
-        // A failure puts the task at the back, free to take at once.
-        store.fail_repair(&second).unwrap();
+        // A failure puts the task at the back, free to take at once, with its error.
+        let requeued = store.fail_repair(&second, "node 4 refused the write").unwrap();
+        assert!(requeued > second.task_id);
         assert_eq!(store.repair_queue_len().unwrap(), 2);
+        assert_eq!(store.get_repair(second.task_id).unwrap(), None);
+        let failed = store.get_repair(requeued).unwrap().unwrap();
+        assert_eq!(failed.last_error.as_deref(), Some("node 4 refused the write"));
+        assert_eq!(failed.lease_deadline_ms, None);
         let next = store.take_repair(170, 50).unwrap().unwrap();
         assert_eq!(next.task.unit, UnitId::Data(2));
         let last = store.take_repair(170, 50).unwrap().unwrap();
-        assert_eq!((last.task.unit, last.task.attempts), (parity, 2));
+        assert_eq!((last.task_id, last.task.unit, last.task.attempts), (requeued, parity, 2));
         store.complete_repair(&next).unwrap();
         store.complete_repair(&last).unwrap();
         assert_eq!(store.repair_queue_len().unwrap(), 0);
         assert_eq!(store.take_repair(1000, 50).unwrap(), None);
+    }
+}
+
+#[test]
+fn leases_of_one_task_never_share_a_deadline() {
+    let (_dir, stores) = both_with_object();
+    for (store, object) in &stores {
+        store.enqueue_repair(&damaged(object, UnitId::Data(0), "corrupt"), 0).unwrap();
+        let first = store.take_repair(100, 50).unwrap().unwrap();
+        // Taken again at its deadline with a zero lease: the deadline still moves on.
+        let second = store.take_repair(150, 0).unwrap().unwrap();
+        assert_eq!(second.deadline_ms, 151);
+        assert!(matches!(store.fail_repair(&first, "late"), Err(MetaError::LeaseLost { .. })));
+        store.complete_repair(&second).unwrap();
+    }
+}
+
+#[test]
+fn enqueue_checks_the_committed_object() {
+    let (_dir, stores) = both_with_object();
+    for (store, object) in &stores {
+        let d0 = UnitId::Data(0);
+        let missing = RepairRequest {
+            object: ObjectName { bucket: "b".into(), key: "nope".into() },
+            ..damaged(object, d0, "corrupt")
+        };
+        assert_eq!(store.enqueue_repair(&missing, 1), Ok(Enqueued::Stale));
+        let old = RepairRequest { generation: object.generation - 1, ..damaged(object, d0, "x") };
+        assert_eq!(store.enqueue_repair(&old, 1), Ok(Enqueued::Stale));
+        let elsewhere = RepairRequest {
+            seen_on: Some(DiskLocation { rack: 9, node: 99, disk: 0 }),
+            ..unavailable(object, d0, "node 99 down")
+        };
+        assert_eq!(store.enqueue_repair(&elsewhere, 1), Ok(Enqueued::Stale), "moved since seen");
+        let past_end = damaged(object, UnitId::Data(3), "corrupt");
+        assert!(matches!(
+            store.enqueue_repair(&past_end, 1),
+            Err(MetaError::NoSuchUnit { unit: UnitId::Data(3), .. })
+        ));
+        assert_eq!(store.repair_queue_len().unwrap(), 0, "nothing queued so far");
+
+        // A client's report makes a queued unavailability a damage repair, in place.
+        assert_eq!(
+            store.enqueue_repair(&unavailable(object, d0, "node 1 down"), 2),
+            Ok(Enqueued::Queued)
+        );
+        let [(id, _)] = store.list_repairs(None, 10).unwrap()[..] else { panic!("one task") };
+        assert_eq!(
+            store.enqueue_repair(&damaged(object, d0, "checksum mismatch"), 3),
+            Ok(Enqueued::Queued)
+        );
+        assert_eq!(
+            store.enqueue_repair(&unavailable(object, d0, "node 1 down"), 4),
+            Ok(Enqueued::AlreadyQueued)
+        );
+        let [(same, ref task)] = store.list_repairs(None, 10).unwrap()[..] else {
+            panic!("one task")
+        };
+        assert_eq!(same, id);
+        assert_eq!((task.kind, task.reason.as_str()), (RepairKind::Damaged, "checksum mismatch"));
+
+        // The object is replaced: the old generation's task gives way to the new one's.
+        let newer = put(store.as_ref(), "b", "k", 5);
+        assert_eq!(
+            store.enqueue_repair(&damaged(object, d0, "late report"), 6),
+            Ok(Enqueued::Stale)
+        );
+        assert_eq!(store.enqueue_repair(&damaged(&newer, d0, "corrupt"), 6), Ok(Enqueued::Queued));
+        let tasks = store.list_repairs(None, 10).unwrap();
+        assert_eq!(tasks.len(), 1);
+        assert!(tasks[0].0 > id);
+        assert_eq!(tasks[0].1.generation, newer.generation);
+
+        // A batch is all or nothing.
+        let batch =
+            [damaged(&newer, UnitId::Data(1), "corrupt"), damaged(&newer, UnitId::Data(7), "x")];
+        assert!(store.enqueue_repairs(&batch, 7).is_err());
+        assert_eq!(store.list_repairs(None, 10).unwrap(), tasks);
+        let batch = [damaged(&newer, UnitId::Data(1), "corrupt"), damaged(&newer, d0, "dup")];
+        assert_eq!(store.enqueue_repairs(&batch, 7), Ok(1));
+        assert_eq!(store.list_repairs(Some(tasks[0].0), 10).unwrap().len(), 1, "listed after id");
+    }
+}
+
+#[test]
+fn relocate_repaired_moves_the_unit_atomically_or_reports_stale() {
+    let (_dir, stores) = both_with_object();
+    let cluster = topology(6, 2);
+    for (store, object) in &stores {
+        let d0 = UnitId::Data(0);
+        let old_disk = object.placement.disk_of(d0).unwrap();
+        let unavailable_domain = [old_disk.domain(FailureDomain::Node)];
+        let target = object.placement.replacement_for(&cluster, d0, &unavailable_domain).unwrap();
+        store.enqueue_repair(&unavailable(object, d0, "node down"), 1).unwrap();
+
+        // A disk that shares a node with d1 (same stripe) breaks rule (a): refused, unchanged.
+        let lease = store.take_repair(10, 100).unwrap().unwrap();
+        let d1_disk = object.placement.disk_of(UnitId::Data(1)).unwrap();
+        let refused = store.relocate_repaired(&lease, d1_disk).unwrap_err();
+        assert!(matches!(refused, MetaError::PlacementRefused { .. }), "{refused}");
+        assert_eq!(&store.get_object("b", "k").unwrap(), object);
+        assert_eq!(store.repair_queue_len().unwrap(), 1, "the task is still leased");
+
+        // A lease taken over by another executor cannot complete.
+        let retaken = store.take_repair(110, 100).unwrap().unwrap();
+        let lost = store.relocate_repaired(&lease, target).unwrap_err();
+        assert!(matches!(lost, MetaError::LeaseLost { .. }), "{lost}");
+        assert_eq!(&store.get_object("b", "k").unwrap(), object);
+
+        // Relocated: the object names the new disk, the rules hold, the task is gone.
+        let RepairOutcome::Relocated(moved) = store.relocate_repaired(&retaken, target).unwrap()
+        else {
+            panic!("not relocated")
+        };
+        assert_eq!(moved.placement.disk_of(d0), Some(target));
+        assert_eq!(moved.placement.verify(), Ok(()));
+        assert_eq!(store.get_object("b", "k").unwrap(), moved);
+        assert_eq!(moved.generation, object.generation, "a relocation is not a new write");
+        assert_eq!(store.repair_queue_len().unwrap(), 0);
+        // The detector's view from before the move is now stale.
+        assert_eq!(
+            store.enqueue_repair(&unavailable(object, d0, "node down"), 2),
+            Ok(Enqueued::Stale)
+        );
+
+        // Replaced after the task was queued: stale, the task goes, the object is untouched.
+        store.enqueue_repair(&damaged(&moved, UnitId::Data(1), "corrupt"), 3).unwrap();
+        let lease = store.take_repair(300, 100).unwrap().unwrap();
+        let newer = put(store.as_ref(), "b", "k", 4);
+        assert_eq!(store.relocate_repaired(&lease, target), Ok(RepairOutcome::Stale));
+        assert_eq!(store.get_object("b", "k").unwrap(), newer);
+        assert_eq!(store.repair_queue_len().unwrap(), 0);
+
+        // Deleted after the task was queued: stale too.
+        store.enqueue_repair(&damaged(&newer, UnitId::Data(1), "corrupt"), 5).unwrap();
+        let lease = store.take_repair(500, 100).unwrap().unwrap();
+        store.delete_object("b", "k").unwrap();
+        assert_eq!(store.relocate_repaired(&lease, target), Ok(RepairOutcome::Stale));
+        assert_eq!(store.repair_queue_len().unwrap(), 0);
     }
 }
 

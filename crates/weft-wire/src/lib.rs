@@ -1,11 +1,13 @@
 //! Messages weft's daemons exchange, defined once so that both ends of a wire agree by
-//! construction (node → meta heartbeats today; more as the cluster grows).
+//! construction: node → meta heartbeats, and the repair executor ↔ meta messages ([`repair`]).
 //!
 //! Invariants: these types are plain data with serde derives and no behaviour; their JSON field
 //! names and order are the documented contract (docs/node-api.md, docs/meta-api.md), so a
 //! rename here is a wire-format change.
 
 use serde::{Deserialize, Serialize};
+
+pub mod repair;
 
 /// One heartbeat, node → meta: `POST {meta}/v1/heartbeat` with
 /// `{"node_id":u32,"endpoint":"http://ip:port","pid":u32,"disks":[DiskReport…]}`.

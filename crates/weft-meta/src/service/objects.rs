@@ -23,7 +23,7 @@ use weft_layout::{place, DiskLocation, FailureDomain, LayoutError, Topology, Uni
 use weft_store::UnitKey;
 
 use super::{blocking, node_state, now_ms, ApiError, Shared};
-use crate::{NodeRecord, ObjectRecord, Policy};
+use crate::{unit_name, NodeRecord, ObjectRecord, Policy};
 
 /// Suffix of the path that begins a write.
 const BEGIN: &str = "/begin";
@@ -48,14 +48,6 @@ fn seed_of(bucket: &str, key: &str, now_ms: u64) -> u64 {
     hash
 }
 
-/// `d<x>` or `p<group>.<index>`.
-fn unit_name(unit: UnitId) -> String {
-    match unit {
-        UnitId::Data(x) => format!("d{x}"),
-        UnitId::Parity { group, index } => format!("p{group}.{index}"),
-    }
-}
-
 fn unit_key(object: u128, unit: UnitId) -> Result<UnitKey, ApiError> {
     let too_big =
         || ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "unit index out of range");
@@ -71,7 +63,7 @@ fn unit_key(object: u128, unit: UnitId) -> Result<UnitKey, ApiError> {
 }
 
 /// The unit list of an object; with `states`, each unit also says whether its node is up.
-fn units_json(
+pub(crate) fn units_json(
     record: &ObjectRecord,
     nodes: &[NodeRecord],
     states: Option<(u64, u64)>,
@@ -102,7 +94,7 @@ fn units_json(
         .collect()
 }
 
-fn object_json(record: &ObjectRecord, units: Vec<Value>) -> Value {
+pub(crate) fn object_json(record: &ObjectRecord, units: Vec<Value>) -> Value {
     json!({
         "bucket": record.bucket,
         "key": record.key,
@@ -119,17 +111,23 @@ fn object_json(record: &ObjectRecord, units: Vec<Value>) -> Value {
     })
 }
 
-/// The disks placement may use: every disk not failed of every node that is up.
-fn topology_of(nodes: &[NodeRecord], now: u64, down_after_ms: u64) -> (Vec<DiskLocation>, usize) {
+/// Where disk `disk` of node `node` sits: each node is its own rack for now.
+pub(crate) fn disk_location(node: u32, disk: u32) -> DiskLocation {
+    DiskLocation { rack: node, node, disk }
+}
+
+/// The disks placement may use: every disk not failed of every node that is up; and how many
+/// nodes are up.
+pub(crate) fn topology_of(
+    nodes: &[NodeRecord],
+    now: u64,
+    down_after_ms: u64,
+) -> (Vec<DiskLocation>, usize) {
     let up: Vec<&NodeRecord> = nodes.iter().filter(|n| !n.is_down(now, down_after_ms)).collect();
     let disks = up
         .iter()
         .flat_map(|n| {
-            n.disks.iter().filter(|d| d.failed.is_none()).map(|d| DiskLocation {
-                rack: n.node_id,
-                node: n.node_id,
-                disk: d.index,
-            })
+            n.disks.iter().filter(|d| d.failed.is_none()).map(|d| disk_location(n.node_id, d.index))
         })
         .collect();
     (disks, up.len())

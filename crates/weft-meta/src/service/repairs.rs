@@ -1,0 +1,659 @@
+//! The repair side of the meta service: the detector that queues repairs of units on down
+//! nodes and failed disks, the routes a repair executor uses (report, take, complete, fail,
+//! list) and the under-protection count of `/v1/status`. Routes, bodies and statuses:
+//! docs/meta-api.md ("Repairs").
+//!
+//! Invariants:
+//! - The queue lives in the store (redb), so it survives a meta restart; the detector keeps
+//!   nothing that matters in memory and recomputes everything after a restart.
+//! - A node is judged down *for repair* only once meta has run for longer than
+//!   `down_after_ms`: until then a restarted meta has not had the time to hear every live
+//!   node, and judging by old heartbeats would queue every unit of the cluster. A failed or
+//!   missing disk is judged only from a heartbeat received since meta started.
+//! - The detector queues only units of committed objects, with their generation and the disk
+//!   it saw them on, checked by the store in the enqueue's transaction: a unit relocated or an
+//!   object replaced between the scan and the enqueue is not queued.
+//! - Before a task is handed out it is re-checked: a task whose object was deleted or
+//!   replaced, or an `unavailable` task whose disk is positively available again (its node
+//!   heartbeats and reports the disk healthy), is dropped, not handed out.
+//! - A destination is a healthy disk of a node that is up now (heard within
+//!   `down_after_ms`), chosen by `Placement::replacement_for` at failure domain node, so
+//!   relocating there keeps the placement rules; the store checks them again at completion.
+//! - Every loop is bounded: scans walk the store page by page, a take drops at most
+//!   [`MAX_DROPPED_PER_TAKE`] tasks.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::{
+    body::Bytes,
+    extract::{Path, State},
+    http::StatusCode,
+    Json,
+};
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+use weft_layout::{DiskLocation, DomainId, LayoutError, Topology};
+use weft_wire::repair::{
+    CompleteRepair, CompleteRepairReply, FailRepair, FailRepairReply, RepairDestination,
+    RepairList, RepairReport, RepairReportReply, RepairResult, RepairTaskInfo, TakeRepair,
+    TakeRepairReply,
+};
+
+use super::objects::{disk_location, object_json, topology_of, units_json};
+use super::{blocking, now_ms, ApiError, Shared};
+use crate::{
+    parse_unit_name, unit_name, Enqueued, MetaError, MetaStore, NodeRecord, ObjectName, RepairKind,
+    RepairLease, RepairOutcome, RepairRequest, RepairTask, MAX_LIST_LIMIT,
+};
+
+/// Default period of the detector.
+pub const DEFAULT_REPAIR_SCAN_MS: u64 = 1000;
+
+/// Default longest time between two full scans when the failures seen do not change.
+pub const DEFAULT_FULL_RESCAN_MS: u64 = 10_000;
+
+/// Longest lease a take may ask for (an hour): a lost executor must not pin a task for long.
+pub const MAX_LEASE_MS: u64 = 3_600_000;
+
+/// Most tasks one take drops (stale or no longer needed) before answering `{"task": null}`.
+pub const MAX_DROPPED_PER_TAKE: u64 = 1000;
+
+/// Tasks `GET /v1/repairs` lists.
+pub const LISTED_TASKS: usize = 100;
+
+/// Longest reason or error text kept with a task; longer ones are cut (at a char boundary).
+pub const MAX_REASON_BYTES: usize = 1024;
+
+/// How the repair detector runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RepairConfig {
+    /// How often the detector looks at the nodes; a change of the failures seen triggers a
+    /// full scan of the objects at once.
+    pub scan_ms: u64,
+    /// Longest time between two full scans when the failures seen do not change.
+    pub full_rescan_ms: u64,
+}
+
+impl Default for RepairConfig {
+    fn default() -> RepairConfig {
+        RepairConfig { scan_ms: DEFAULT_REPAIR_SCAN_MS, full_rescan_ms: DEFAULT_FULL_RESCAN_MS }
+    }
+}
+
+/// What meta judges unavailable for repair at one instant (see the module invariants).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Failures {
+    /// Meta has run for longer than `down_after_ms`: silence means down.
+    judging_silence: bool,
+    /// Every node meta has a record of.
+    known: BTreeSet<u32>,
+    /// Nodes silent for more than `down_after_ms` (empty while not judging silence).
+    down: BTreeSet<u32>,
+    /// Per node heard since meta started and not down: each reported disk and its failure.
+    reported: BTreeMap<u32, BTreeMap<u32, Option<String>>>,
+}
+
+impl Failures {
+    pub(crate) fn judge(
+        nodes: &[NodeRecord],
+        now: u64,
+        started_ms: u64,
+        down_after_ms: u64,
+    ) -> Failures {
+        let judging_silence = now.saturating_sub(started_ms) > down_after_ms;
+        let down: BTreeSet<u32> = if judging_silence {
+            nodes.iter().filter(|n| n.is_down(now, down_after_ms)).map(|n| n.node_id).collect()
+        } else {
+            BTreeSet::new()
+        };
+        let reported = nodes
+            .iter()
+            .filter(|n| n.last_heartbeat_ms >= started_ms && !down.contains(&n.node_id))
+            .map(|n| {
+                let disks = n.disks.iter().map(|d| (d.index, d.failed.clone())).collect();
+                (n.node_id, disks)
+            })
+            .collect();
+        let known = nodes.iter().map(|n| n.node_id).collect();
+        Failures { judging_silence, known, down, reported }
+    }
+
+    /// Why a unit on `disk` needs repair, or None when meta has no evidence that it does.
+    pub(crate) fn reason(&self, disk: DiskLocation) -> Option<String> {
+        let node = disk.node;
+        if !self.known.contains(&node) {
+            return self.judging_silence.then(|| format!("node {node} unknown to meta"));
+        }
+        if self.down.contains(&node) {
+            return Some(format!("node {node} down"));
+        }
+        match self.reported.get(&node)?.get(&disk.disk) {
+            Some(None) => None,
+            Some(Some(cause)) => Some(format!("disk {node}/{} failed: {cause}", disk.disk)),
+            None => Some(format!("disk {node}/{} not reported by node {node}", disk.disk)),
+        }
+    }
+}
+
+/// Whether `disk` is positively available now: its node was heard within `down_after_ms` and
+/// reports the disk healthy.
+fn available_now(nodes: &[NodeRecord], disk: DiskLocation, now: u64, down_after_ms: u64) -> bool {
+    nodes.iter().any(|n| {
+        n.node_id == disk.node
+            && !n.is_down(now, down_after_ms)
+            && n.disks.iter().any(|d| d.index == disk.disk && d.failed.is_none())
+    })
+}
+
+/// Visits every committed object of every bucket, page by page.
+fn for_each_object(
+    store: &dyn MetaStore,
+    mut visit: impl FnMut(&[crate::ObjectRecord]) -> Result<(), MetaError>,
+) -> Result<(), MetaError> {
+    for bucket in store.list_buckets()? {
+        let mut after: Option<String> = None;
+        loop {
+            let page = match store.list_objects(&bucket.name, "", after.as_deref(), MAX_LIST_LIMIT)
+            {
+                Ok(page) => page,
+                // Deleted since it was listed: nothing to scan.
+                Err(MetaError::NoSuchBucket { .. }) => break,
+                Err(other) => return Err(other),
+            };
+            visit(&page.objects)?;
+            match page.next_start_after {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Queues a repair of every unit of every committed object that `failures` says needs one;
+/// returns how many tasks were queued.
+fn scan(store: &dyn MetaStore, failures: &Failures, now: u64) -> Result<usize, MetaError> {
+    let mut queued = 0;
+    for_each_object(store, |objects| {
+        let requests: Vec<RepairRequest> = objects
+            .iter()
+            .flat_map(|object| {
+                object.placement.units().into_iter().filter_map(|(unit, disk)| {
+                    failures.reason(disk).map(|reason| RepairRequest {
+                        object: ObjectName {
+                            bucket: object.bucket.clone(),
+                            key: object.key.clone(),
+                        },
+                        generation: object.generation,
+                        unit,
+                        kind: RepairKind::Unavailable,
+                        reason,
+                        seen_on: Some(disk),
+                    })
+                })
+            })
+            .collect();
+        if !requests.is_empty() {
+            queued += store.enqueue_repairs(&requests, now)?;
+        }
+        Ok(())
+    })?;
+    Ok(queued)
+}
+
+/// Units of committed objects that are on an unavailable disk or queued for repair (with the
+/// object's current generation), each counted once.
+pub(crate) fn under_protected_units(
+    store: &dyn MetaStore,
+    failures: &Failures,
+) -> Result<u64, MetaError> {
+    let mut queued: BTreeMap<(ObjectName, weft_layout::UnitId), u64> = BTreeMap::new();
+    let mut after = None;
+    loop {
+        let page = store.list_repairs(after, MAX_LIST_LIMIT)?;
+        let Some(&(last, _)) = page.last() else { break };
+        queued.extend(page.into_iter().map(|(_, t)| ((t.object, t.unit), t.generation)));
+        after = Some(last);
+    }
+    let mut count = 0;
+    for_each_object(store, |objects| {
+        for object in objects {
+            let name = ObjectName { bucket: object.bucket.clone(), key: object.key.clone() };
+            for (unit, disk) in object.placement.units() {
+                let is_queued = || queued.get(&(name.clone(), unit)) == Some(&object.generation);
+                if failures.reason(disk).is_some() || is_queued() {
+                    count += 1;
+                }
+            }
+        }
+        Ok(())
+    })?;
+    Ok(count)
+}
+
+/// The detector: every `scan_ms`, judges the failures; scans all objects when they changed
+/// or `full_rescan_ms` passed since the last scan. Returns when `stopped` turns true.
+pub(crate) async fn detect(meta: Shared, mut stopped: watch::Receiver<bool>) {
+    let mut interval = tokio::time::interval(Duration::from_millis(meta.repair.scan_ms));
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last: Option<(Failures, u64)> = None;
+    loop {
+        tokio::select! {
+            _ = interval.tick() => {}
+            _ = stopped.wait_for(|stop| *stop) => return,
+        }
+        let (started_ms, down_after_ms) = (meta.started_ms, meta.down_after_ms);
+        let full_rescan_ms = meta.repair.full_rescan_ms;
+        let previous = last.take();
+        let result = blocking(&meta, move |store| {
+            let now = now_ms();
+            let failures = Failures::judge(&store.list_nodes()?, now, started_ms, down_after_ms);
+            let due = match &previous {
+                Some((seen, at)) => *seen != failures || now.saturating_sub(*at) >= full_rescan_ms,
+                None => true,
+            };
+            if !due {
+                return Ok((previous.expect("not due only after a scan"), None));
+            }
+            let queued = scan(store, &failures, now)?;
+            Ok(((failures, now), Some(queued)))
+        })
+        .await;
+        match result {
+            Ok((seen, queued)) => {
+                if let Some(queued) = queued.filter(|&q| q > 0) {
+                    tracing::info!(queued, down = ?seen.0.down, "repairs queued");
+                }
+                last = Some(seen);
+            }
+            // Keep going: the next tick scans again (`last` is cleared).
+            Err(error) => tracing::error!(error = ?error.body, "repair scan failed"),
+        }
+    }
+}
+
+/// Cuts `text` to at most [`MAX_REASON_BYTES`] bytes at a char boundary.
+fn bounded(text: &str) -> String {
+    let mut end = text.len().min(MAX_REASON_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
+
+fn parse_body<T: DeserializeOwned>(body: &[u8], shape: &str) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the body must be {shape}: {e}")))
+}
+
+fn parse_task_id(text: &str) -> Result<u64, ApiError> {
+    text.parse().map_err(|_| {
+        ApiError::bad_request(format!("task id {text:?} is not a number (ids come from take)"))
+    })
+}
+
+fn task_info(task_id: u64, task: &RepairTask) -> RepairTaskInfo {
+    RepairTaskInfo {
+        task_id,
+        bucket: task.object.bucket.clone(),
+        key: task.object.key.clone(),
+        generation: task.generation,
+        unit: unit_name(task.unit),
+        reason: task.reason.clone(),
+        kind: task.kind,
+        attempts: task.attempts,
+        deadline_ms: task.lease_deadline_ms,
+        enqueued_ms: task.enqueued_ms,
+        last_error: task.last_error.clone(),
+    }
+}
+
+fn invalid_unit(message: String) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "invalid_unit", message)
+}
+
+fn lease_lost(task_id: u64, deadline_ms: u64) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "lease_lost",
+        format!(
+            "task {task_id} has no lease with deadline {deadline_ms}: the lease expired and the \
+             task was taken again, or the task was completed, dropped, or failed (and requeued \
+             under a new id); do not count this repair"
+        ),
+    )
+}
+
+/// `POST /v1/repairs`: a client reports a corrupt or missing unit.
+pub(crate) async fn report(
+    State(meta): State<Shared>,
+    body: Bytes,
+) -> Result<Json<RepairReportReply>, ApiError> {
+    let report: RepairReport = parse_body(
+        &body,
+        "{\"bucket\": s, \"key\": s, \"generation\": u64, \"unit\": \"d3\"|\"p1.0\", \"reason\": s}",
+    )?;
+    let unit = parse_unit_name(&report.unit).ok_or_else(|| {
+        invalid_unit(format!(
+            "unit {:?} is not a unit name: use d<block> or p<group>.<index>, e.g. d3 or p1.0",
+            report.unit
+        ))
+    })?;
+    let reply = blocking(&meta, move |store| {
+        let object = match store.get_object(&report.bucket, &report.key) {
+            Ok(object) => object,
+            Err(MetaError::NoSuchKey { .. } | MetaError::NoSuchBucket { .. }) => {
+                return Ok(Err(ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "no_such_object",
+                    format!("no committed object {:?} in bucket {:?}", report.key, report.bucket),
+                )))
+            }
+            Err(other) => return Err(other),
+        };
+        if object.generation != report.generation {
+            return Ok(Ok(RepairReportReply { queued: false, stale: true }));
+        }
+        if object.placement.disk_of(unit).is_none() {
+            return Ok(Err(invalid_unit(format!(
+                "object {:?} in bucket {:?} (generation {}) has no unit {}",
+                report.key, report.bucket, object.generation, report.unit
+            ))));
+        }
+        let request = RepairRequest {
+            object: ObjectName { bucket: report.bucket, key: report.key },
+            generation: report.generation,
+            unit,
+            kind: RepairKind::Damaged,
+            reason: bounded(&report.reason),
+            seen_on: None,
+        };
+        Ok(Ok(match store.enqueue_repair(&request, now_ms())? {
+            Enqueued::Queued => RepairReportReply { queued: true, stale: false },
+            Enqueued::AlreadyQueued => RepairReportReply { queued: false, stale: false },
+            Enqueued::Stale => RepairReportReply { queued: false, stale: true },
+        }))
+    })
+    .await??;
+    Ok(Json(reply))
+}
+
+/// `POST /v1/repairs/take`: leases the oldest due task with its object and a destination.
+pub(crate) async fn take(
+    State(meta): State<Shared>,
+    body: Bytes,
+) -> Result<Json<TakeRepairReply<Value>>, ApiError> {
+    let take: TakeRepair = parse_body(&body, "{\"lease_ms\": u64}")?;
+    if take.lease_ms == 0 || take.lease_ms > MAX_LEASE_MS {
+        return Err(ApiError::bad_request(format!(
+            "lease_ms must be between 1 and {MAX_LEASE_MS}, not {}",
+            take.lease_ms
+        )));
+    }
+    let down_after_ms = meta.down_after_ms;
+    let reply =
+        blocking(&meta, move |store| take_due(store, take.lease_ms, down_after_ms)).await??;
+    Ok(Json(reply))
+}
+
+/// Removes a task not to be carried out; a lease already lost (too short a lease) is fine.
+fn drop_task(store: &dyn MetaStore, lease: &RepairLease, why: &str) -> Result<(), MetaError> {
+    tracing::info!(
+        task_id = lease.task_id,
+        bucket = %lease.task.object.bucket,
+        key = %lease.task.object.key,
+        unit = %unit_name(lease.task.unit),
+        why,
+        "repair task dropped"
+    );
+    match store.complete_repair(lease) {
+        Ok(()) | Err(MetaError::LeaseLost { .. }) => Ok(()),
+        Err(other) => Err(other),
+    }
+}
+
+fn take_due(
+    store: &dyn MetaStore,
+    lease_ms: u64,
+    down_after_ms: u64,
+) -> Result<Result<TakeRepairReply<Value>, ApiError>, MetaError> {
+    let nodes = store.list_nodes()?;
+    let mut dropped = 0;
+    while dropped < MAX_DROPPED_PER_TAKE {
+        let now = now_ms();
+        let Some(lease) = store.take_repair(now, lease_ms)? else {
+            return Ok(Ok(nothing(dropped)));
+        };
+        let task = &lease.task;
+        let object = match store.get_object(&task.object.bucket, &task.object.key) {
+            Ok(object) if object.generation == task.generation => object,
+            Ok(_) | Err(MetaError::NoSuchKey { .. } | MetaError::NoSuchBucket { .. }) => {
+                drop_task(store, &lease, "the object was deleted or replaced")?;
+                dropped += 1;
+                continue;
+            }
+            Err(other) => return Err(other),
+        };
+        let Some(current) = object.placement.disk_of(task.unit) else {
+            drop_task(store, &lease, "the object has no such unit")?;
+            dropped += 1;
+            continue;
+        };
+        if task.kind == RepairKind::Unavailable
+            && available_now(&nodes, current, now, down_after_ms)
+        {
+            drop_task(store, &lease, "the unit's node is up again and its disk healthy")?;
+            dropped += 1;
+            continue;
+        }
+        return match destination(&object, task.unit, &nodes, now, down_after_ms) {
+            Ok(disk) => {
+                let endpoint = nodes
+                    .iter()
+                    .find(|n| n.node_id == disk.node)
+                    .map(|n| n.endpoint.clone())
+                    .expect("destinations are disks of known nodes");
+                let units = match units_json(&object, &nodes, Some((now, down_after_ms))) {
+                    Ok(units) => units,
+                    Err(api) => return Ok(Err(api)),
+                };
+                let reply = TakeRepairReply {
+                    task: Some(task_info(lease.task_id, task)),
+                    object: Some(object_json(&object, units)),
+                    destination: Some(RepairDestination {
+                        node_id: disk.node,
+                        disk: disk.disk,
+                        endpoint,
+                    }),
+                    dropped,
+                };
+                tracing::info!(
+                    task_id = lease.task_id,
+                    bucket = %task.object.bucket,
+                    key = %task.object.key,
+                    unit = %unit_name(task.unit),
+                    attempts = task.attempts,
+                    node_id = disk.node,
+                    disk = disk.disk,
+                    "repair leased"
+                );
+                Ok(Ok(reply))
+            }
+            Err(api) => {
+                let message = api.body["message"].as_str().unwrap_or("no destination").to_string();
+                match store.fail_repair(&lease, &message) {
+                    Ok(_) | Err(MetaError::LeaseLost { .. }) => {}
+                    Err(other) => return Err(other),
+                }
+                Ok(Err(api))
+            }
+        };
+    }
+    Ok(Ok(nothing(dropped)))
+}
+
+fn nothing(dropped: u64) -> TakeRepairReply<Value> {
+    TakeRepairReply { task: None, object: None, destination: None, dropped }
+}
+
+/// A disk to rebuild `unit` of `object` on: a healthy disk of an up node, keeping the
+/// placement rules; else `503 no_destination` saying what is missing.
+fn destination(
+    object: &crate::ObjectRecord,
+    unit: weft_layout::UnitId,
+    nodes: &[NodeRecord],
+    now: u64,
+    down_after_ms: u64,
+) -> Result<DiskLocation, ApiError> {
+    let (disks, nodes_up) = topology_of(nodes, now, down_after_ms);
+    let usable: BTreeSet<u32> = disks.iter().map(|d| d.node).collect();
+    let mut unavailable: Vec<DomainId> = Vec::new();
+    for node in nodes {
+        if node.is_down(now, down_after_ms) {
+            unavailable.push(DomainId::Node(node.node_id));
+        } else {
+            unavailable.extend(
+                node.disks
+                    .iter()
+                    .filter(|d| d.failed.is_some())
+                    .map(|d| DomainId::Disk { node: node.node_id, disk: d.index }),
+            );
+        }
+    }
+    let peer_nodes: BTreeSet<u32> = object
+        .placement
+        .peers(unit)
+        .into_iter()
+        .filter_map(|peer| object.placement.disk_of(peer))
+        .map(|d| d.node)
+        .collect();
+    let no_destination = |why: String| {
+        let free = usable.difference(&peer_nodes).count();
+        let mut error = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no_destination",
+            format!(
+                "no disk can take {} of object {:?} in bucket {:?}: {nodes_up} nodes are up \
+                 ({} with a usable disk), {} of those hold another unit of its group or \
+                 stripe; it needs an up node with a healthy disk holding none, so at least {} \
+                 usable nodes ({why}); start more nodes. The task was returned to the queue",
+                unit_name(unit),
+                object.key,
+                object.bucket,
+                usable.len(),
+                usable.len() - free,
+                peer_nodes.len() + 1,
+            ),
+        );
+        error.body["nodes_up"] = json!(nodes_up);
+        error.body["usable_nodes"] = json!(usable.len());
+        error.body["needed"] = json!(peer_nodes.len() + 1);
+        error
+    };
+    let topology = Topology::new(disks).map_err(|e| no_destination(e.to_string()))?;
+    object.placement.replacement_for(&topology, unit, &unavailable).map_err(|e| match e {
+        LayoutError::NoReplacement { reason, .. } => no_destination(reason),
+        other => no_destination(other.to_string()),
+    })
+}
+
+/// `POST /v1/repairs/{task_id}/complete`: the unit was rebuilt on the given disk.
+pub(crate) async fn complete(
+    State(meta): State<Shared>,
+    Path(task_id): Path<String>,
+    body: Bytes,
+) -> Result<Json<CompleteRepairReply>, ApiError> {
+    let task_id = parse_task_id(&task_id)?;
+    let done: CompleteRepair =
+        parse_body(&body, "{\"deadline_ms\": u64, \"node_id\": u32, \"disk\": u32}")?;
+    let outcome = blocking(&meta, move |store| {
+        let Some(task) = store.get_repair(task_id)? else {
+            return Ok(Err(lease_lost(task_id, done.deadline_ms)));
+        };
+        if task.lease_deadline_ms != Some(done.deadline_ms) {
+            return Ok(Err(lease_lost(task_id, done.deadline_ms)));
+        }
+        let nodes = store.list_nodes()?;
+        let known = nodes
+            .iter()
+            .find(|n| n.node_id == done.node_id)
+            .is_some_and(|n| n.disks.iter().any(|d| d.index == done.disk));
+        if !known {
+            return Ok(Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_destination",
+                format!(
+                    "node {} has not reported a disk {}: complete with the destination the take \
+                     returned",
+                    done.node_id, done.disk
+                ),
+            )));
+        }
+        let lease = RepairLease { task_id, task, deadline_ms: done.deadline_ms };
+        let disk = disk_location(done.node_id, done.disk);
+        match store.relocate_repaired(&lease, disk) {
+            Ok(outcome) => Ok(Ok((lease, outcome))),
+            Err(MetaError::LeaseLost { .. }) => Ok(Err(lease_lost(task_id, done.deadline_ms))),
+            Err(other) => Err(other),
+        }
+    })
+    .await??;
+    let (lease, outcome) = outcome;
+    let result = match outcome {
+        RepairOutcome::Relocated(_) => {
+            meta.repairs_completed.fetch_add(1, Ordering::Relaxed);
+            RepairResult::Relocated
+        }
+        RepairOutcome::Stale => RepairResult::Stale,
+    };
+    tracing::info!(
+        task_id,
+        bucket = %lease.task.object.bucket,
+        key = %lease.task.object.key,
+        unit = %unit_name(lease.task.unit),
+        node_id = done.node_id,
+        disk = done.disk,
+        ?result,
+        "repair completed"
+    );
+    Ok(Json(CompleteRepairReply { result }))
+}
+
+/// `POST /v1/repairs/{task_id}/fail`: the repair failed; the task goes back to the queue.
+pub(crate) async fn fail(
+    State(meta): State<Shared>,
+    Path(task_id): Path<String>,
+    body: Bytes,
+) -> Result<Json<FailRepairReply>, ApiError> {
+    let task_id = parse_task_id(&task_id)?;
+    let failed: FailRepair = parse_body(&body, "{\"deadline_ms\": u64, \"error\": s}")?;
+    let error = bounded(&failed.error);
+    let logged = error.clone();
+    let new_id = blocking(&meta, move |store| {
+        let Some(task) = store.get_repair(task_id)? else {
+            return Ok(Err(lease_lost(task_id, failed.deadline_ms)));
+        };
+        let lease = RepairLease { task_id, task, deadline_ms: failed.deadline_ms };
+        match store.fail_repair(&lease, &error) {
+            Ok(id) => Ok(Ok(id)),
+            Err(MetaError::LeaseLost { .. }) => Ok(Err(lease_lost(task_id, failed.deadline_ms))),
+            Err(other) => Err(other),
+        }
+    })
+    .await??;
+    tracing::warn!(task_id, new_task_id = new_id, error = %logged, "repair failed, requeued");
+    Ok(Json(FailRepairReply { requeued: true, task_id: new_id }))
+}
+
+/// `GET /v1/repairs`: the queue length and its first [`LISTED_TASKS`] tasks.
+pub(crate) async fn list(State(meta): State<Shared>) -> Result<Json<RepairList>, ApiError> {
+    let (queued, tasks) = blocking(&meta, |store| {
+        Ok((store.repair_queue_len()?, store.list_repairs(None, LISTED_TASKS)?))
+    })
+    .await?;
+    let tasks = tasks.iter().map(|(id, task)| task_info(*id, task)).collect();
+    Ok(Json(RepairList { queued: queued as u64, tasks }))
+}
