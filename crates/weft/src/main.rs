@@ -10,10 +10,12 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod cluster_cli;
 mod demo;
 mod ec;
 mod repair_cost;
 mod serve;
+mod up;
 
 /// weft — a distributed, erasure-coded storage system.
 #[derive(Debug, Parser)]
@@ -37,6 +39,27 @@ enum Command {
     /// Run a cluster process in the foreground: `weft serve meta`, `weft serve node`.
     #[command(subcommand)]
     Serve(serve::ServeCommand),
+    Up(up::UpArgs),
+    /// Show a running cluster: nodes, disks, buckets, under-protected units, repair queue
+    ///
+    /// Nodes and disks (up/down, pid, endpoint, usage), under-protected units and the repair
+    /// queue, as meta reports them (GET /v1/status and /v1/nodes).
+    ///
+    /// Meta is found by --meta, else $WEFT_META, else http://127.0.0.1:7700 (where `weft up`
+    /// listens by default); the same goes for `weft node` and `weft bucket`.
+    ///
+    /// Examples:
+    ///   weft status
+    ///   WEFT_META=http://127.0.0.1:7700 weft status --json
+    #[command(verbatim_doc_comment)]
+    Status(cluster_cli::StatusArgs),
+    /// Failure drills on a running cluster: `weft node stop ID` (SIGTERM), `weft node kill ID`
+    /// (SIGKILL).
+    #[command(subcommand)]
+    Node(cluster_cli::NodeCommand),
+    /// Buckets of a running cluster: `weft bucket create|ls|rm`.
+    #[command(subcommand)]
+    Bucket(cluster_cli::BucketCommand),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +73,10 @@ fn main() -> ExitCode {
         Command::Ec(command) => ec::run(command),
         Command::Bench(command) => bench::run(command),
         Command::Serve(command) => serve::run(command),
+        Command::Up(args) => up::run(args),
+        Command::Status(args) => cluster_cli::status(args),
+        Command::Node(command) => cluster_cli::node(command),
+        Command::Bucket(command) => cluster_cli::bucket(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

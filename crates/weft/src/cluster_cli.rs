@@ -1,0 +1,735 @@
+//! Cluster commands that talk to a running meta: `weft status`, `weft node stop|kill`,
+//! `weft bucket create|ls|rm`, and the pieces `weft up` shares with them (the `--meta` flag,
+//! a blocking meta client, process checks).
+//!
+//! Invariants:
+//! - Every command finds meta the same way: `--meta URL`, else `$WEFT_META`, else
+//!   [`DEFAULT_META_URL`] ([`MetaUrlArgs`]).
+//! - What meta says is shown as meta said it: `--json` output is meta's JSON (at most joined
+//!   with other answers of meta), never a value meta did not give; an error response is shown
+//!   with meta's message and error code.
+//! - A signal is only sent to a pid that is running on this machine *and* is a weft node
+//!   process with that id, so a stale pid in meta (a node long dead, its pid reused) never
+//!   hits an unrelated process.
+
+use std::time::{Duration, Instant};
+
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+use crate::{cli_error, parse_size, CliError, CodeArgs};
+
+/// Where cluster commands find meta when neither `--meta` nor `WEFT_META` is given: the
+/// address `weft up` listens on by default.
+pub const DEFAULT_META_URL: &str = "http://127.0.0.1:7700";
+
+/// The environment variable naming meta's URL.
+pub const META_ENV: &str = "WEFT_META";
+
+/// How long one request to meta may take before the command gives up.
+const REQUEST_TIMEOUT_MS: u64 = 10_000;
+
+/// How long `weft node stop` waits for the node to exit after SIGTERM.
+const STOP_WAIT_MS: u64 = 10_000;
+
+/// The `--meta` flag every cluster command takes.
+#[derive(Debug, Clone, Args)]
+pub struct MetaUrlArgs {
+    /// Base URL of meta [default: $WEFT_META, else http://127.0.0.1:7700, where `weft up`
+    /// listens by default].
+    #[arg(long, value_name = "URL")]
+    pub meta: Option<String>,
+}
+
+impl MetaUrlArgs {
+    /// The URL to use: the flag, else `$WEFT_META`, else the default; checked to look like
+    /// an http URL and without a trailing slash.
+    pub fn url(&self) -> Result<String, CliError> {
+        let (url, from) = match (&self.meta, std::env::var(META_ENV)) {
+            (Some(url), _) => (url.clone(), "--meta"),
+            (None, Ok(url)) if !url.trim().is_empty() => (url, META_ENV),
+            _ => (DEFAULT_META_URL.to_owned(), "the default"),
+        };
+        let url = url.trim().trim_end_matches('/').to_owned();
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(cli_error!(
+                "meta URL {url:?} (from {from}) must look like http://127.0.0.1:7700"
+            ));
+        }
+        Ok(url)
+    }
+
+    /// A client for that meta.
+    pub fn client(&self) -> Result<MetaClient, CliError> {
+        MetaClient::new(&self.url()?)
+    }
+}
+
+/// A blocking client of meta's HTTP API (docs/meta-api.md). Must not be used inside an async
+/// runtime.
+#[derive(Debug, Clone)]
+pub struct MetaClient {
+    base: String,
+    http: reqwest::blocking::Client,
+}
+
+impl MetaClient {
+    /// A client for meta at `base` (`http://host:port`).
+    pub fn new(base: &str) -> Result<MetaClient, CliError> {
+        let http = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_millis(REQUEST_TIMEOUT_MS))
+            .build()
+            .map_err(|e| cli_error!("cannot build an HTTP client: {e}"))?;
+        Ok(MetaClient { base: base.trim_end_matches('/').to_owned(), http })
+    }
+
+    /// Meta's base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// The URL of `/v1/<segments…>`, each segment percent-encoded (a bucket name with a `/`
+    /// stays one segment and meta refuses it by name).
+    fn url(&self, segments: &[&str]) -> Result<reqwest::Url, CliError> {
+        let mut url = reqwest::Url::parse(&self.base)
+            .map_err(|e| cli_error!("meta URL {:?} is not a URL: {e}", self.base))?;
+        url.path_segments_mut()
+            .map_err(|()| cli_error!("meta URL {:?} cannot take a path", self.base))?
+            .pop_if_empty()
+            .push("v1")
+            .extend(segments);
+        Ok(url)
+    }
+
+    /// `GET /v1/<segments…>`: the JSON body of a 2xx answer.
+    pub fn get(&self, segments: &[&str]) -> Result<Value, CliError> {
+        let url = self.url(segments)?;
+        self.send(self.http.get(url))
+    }
+
+    /// `PUT /v1/<segments…>` with an optional JSON body.
+    pub fn put(&self, segments: &[&str], body: Option<&Value>) -> Result<Value, CliError> {
+        let url = self.url(segments)?;
+        let request = match body {
+            Some(body) => self.http.put(url).json(body),
+            None => self.http.put(url),
+        };
+        self.send(request)
+    }
+
+    /// `DELETE /v1/<segments…>`: the JSON body, or null for an empty one (204).
+    pub fn delete(&self, segments: &[&str]) -> Result<Value, CliError> {
+        let url = self.url(segments)?;
+        self.send(self.http.delete(url))
+    }
+
+    fn send(&self, request: reqwest::blocking::RequestBuilder) -> Result<Value, CliError> {
+        let response = request.send().map_err(|e| self.unreachable(&e))?;
+        let status = response.status();
+        let text = response
+            .text()
+            .map_err(|e| cli_error!("meta at {} sent an unreadable answer: {e}", self.base))?;
+        let body: Option<Value> = serde_json::from_str(&text).ok();
+        if status.is_success() {
+            return match body {
+                Some(body) => Ok(body),
+                None if text.trim().is_empty() => Ok(Value::Null),
+                None => Err(cli_error!("meta at {} answered {status} with non-JSON", self.base)),
+            };
+        }
+        Err(MetaRefusal::from_response(status.as_u16(), body, &text).into_cli_error())
+    }
+
+    fn unreachable(&self, error: &reqwest::Error) -> CliError {
+        let mut cause = error.to_string();
+        let mut source = std::error::Error::source(error);
+        while let Some(inner) = source {
+            cause = format!("{cause}: {inner}");
+            source = inner.source();
+        }
+        cli_error!(
+            "cannot reach meta at {}: {cause}. Is a cluster running? Start one with `weft up`, \
+             or point --meta / {META_ENV} at its meta",
+            self.base
+        )
+    }
+}
+
+/// An error answer of meta: `{"error": code, "message": ...}`.
+#[derive(Debug)]
+struct MetaRefusal {
+    status: u16,
+    code: String,
+    message: String,
+}
+
+impl MetaRefusal {
+    fn from_response(status: u16, body: Option<Value>, text: &str) -> MetaRefusal {
+        let field = |name: &str| {
+            body.as_ref().and_then(|b| b[name].as_str()).map(str::to_owned).unwrap_or_default()
+        };
+        let mut message = field("message");
+        if message.is_empty() {
+            message = text.trim().chars().take(300).collect();
+        }
+        MetaRefusal { status, code: field("error"), message }
+    }
+
+    fn into_cli_error(self) -> CliError {
+        let hint = match self.code.as_str() {
+            "bucket_exists" => "; pick another name (see `weft bucket ls`)",
+            "no_such_bucket" => "; see `weft bucket ls` for the buckets there are",
+            "bucket_not_empty" => "; delete its objects first",
+            "invalid_policy" => "; see `weft bucket create --help` for the policy flags",
+            _ => "",
+        };
+        let code = if self.code.is_empty() { String::new() } else { format!(" [{}]", self.code) };
+        cli_error!("meta refused (HTTP {}{code}): {}{hint}", self.status, self.message)
+    }
+}
+
+/// Prints one JSON object on one line (the `--json` contract).
+pub fn print_json(value: &Value) {
+    println!("{}", serde_json::to_string(value).expect("a JSON value serializes"));
+}
+
+/// `1536` → `1.5 KiB`.
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else if value.fract() == 0.0 {
+        format!("{value:.0} {}", UNITS[unit])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes on this machine.
+
+/// What this machine knows of a pid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessState {
+    /// Running (or stopped, sleeping: anything but exited).
+    Running,
+    /// Exited, but its parent has not collected it yet: it will never run again.
+    Zombie,
+    /// No such process.
+    Gone,
+    /// A process exists but this user may not signal it.
+    NotPermitted,
+}
+
+/// The state of `pid` on this machine.
+pub fn process_state(pid: u32) -> ProcessState {
+    let Ok(raw) = libc::pid_t::try_from(pid) else {
+        return ProcessState::Gone;
+    };
+    if raw <= 0 {
+        return ProcessState::Gone;
+    }
+    // SAFETY: kill(2) with signal 0 sends nothing; it only checks the pid exists and that we
+    // may signal it.
+    let alive = unsafe { libc::kill(raw, 0) } == 0;
+    if !alive {
+        return match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::EPERM) => ProcessState::NotPermitted,
+            _ => ProcessState::Gone,
+        };
+    }
+    // /proc/<pid>/stat: "pid (comm) S ..."; comm may hold spaces or parentheses, so the state
+    // is the first field after the last ')'.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => match stat.rsplit_once(')').map(|(_, rest)| rest.trim_start()) {
+            Some(rest) if rest.starts_with(['Z', 'X']) => ProcessState::Zombie,
+            _ => ProcessState::Running,
+        },
+        Err(_) => ProcessState::Running,
+    }
+}
+
+/// True when `pid` is running (not gone, not a zombie).
+pub fn is_running(pid: u32) -> bool {
+    matches!(process_state(pid), ProcessState::Running | ProcessState::NotPermitted)
+}
+
+/// The command line of `pid`, when this machine shows it (Linux `/proc`).
+pub fn process_args(pid: u32) -> Option<Vec<String>> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    Some(
+        raw.split(|&b| b == 0)
+            .filter(|part| !part.is_empty())
+            .map(|part| String::from_utf8_lossy(part).into_owned())
+            .collect(),
+    )
+}
+
+/// Sends `signal` to `pid`.
+pub fn send_signal(pid: u32, signal: libc::c_int) -> std::io::Result<()> {
+    let raw = libc::pid_t::try_from(pid)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "pid out of range"))?;
+    // SAFETY: kill(2) takes plain integers; the callers checked `pid` names the process they
+    // mean to signal.
+    if unsafe { libc::kill(raw, signal) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// weft status
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub meta: MetaUrlArgs,
+    /// One JSON object: meta's /v1/status, each node joined with its disks and last heartbeat
+    /// from /v1/nodes, plus "meta" (the URL asked) and "down_after_ms".
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn status(args: StatusArgs) -> Result<(), CliError> {
+    let client = args.meta.client()?;
+    let mut status = client.get(&["status"])?;
+    let listed = client.get(&["nodes"])?;
+    // Join each node of /v1/status with what /v1/nodes adds (disks, last heartbeat); the
+    // state stays the one /v1/status judged.
+    if let Some(nodes) = status["nodes"].as_array_mut() {
+        for node in nodes {
+            let detail = listed["nodes"]
+                .as_array()
+                .and_then(|all| all.iter().find(|n| n["id"] == node["id"]));
+            if let (Some(detail), Some(node)) = (detail, node.as_object_mut()) {
+                for field in ["last_heartbeat_ms", "disks"] {
+                    if let Some(value) = detail.get(field) {
+                        node.entry(field).or_insert_with(|| value.clone());
+                    }
+                }
+            }
+        }
+    }
+    if let Some(object) = status.as_object_mut() {
+        object.insert("meta".into(), json!(client.base()));
+        if let Some(down_after_ms) = listed.get("down_after_ms") {
+            object.entry("down_after_ms").or_insert_with(|| down_after_ms.clone());
+        }
+    }
+    if args.json {
+        print_json(&status);
+        return Ok(());
+    }
+    print_status(&status);
+    Ok(())
+}
+
+fn print_status(status: &Value) {
+    let count = |name: &str| status[name].as_u64().map_or("?".to_owned(), |n| n.to_string());
+    let nodes = status["nodes"].as_array().cloned().unwrap_or_default();
+    println!(
+        "meta {}: {} nodes up, {} down, {} buckets",
+        status["meta"].as_str().unwrap_or("?"),
+        count("nodes_up"),
+        count("nodes_down"),
+        count("buckets"),
+    );
+    println!("under-protected units: {}", count("under_protected_units"));
+    println!("repair queue: {} tasks", count("repair_queue"));
+    if let Some(ms) = status["down_after_ms"].as_u64() {
+        println!("a node is down after {ms} ms without a heartbeat");
+    }
+    // Fields meta added that this version does not know: shown as they are.
+    let known = [
+        "meta",
+        "nodes_up",
+        "nodes_down",
+        "nodes",
+        "buckets",
+        "under_protected_units",
+        "repair_queue",
+        "down_after_ms",
+    ];
+    if let Some(object) = status.as_object() {
+        for (name, value) in object.iter().filter(|(name, _)| !known.contains(&name.as_str())) {
+            println!("{name}: {value}");
+        }
+    }
+    if nodes.is_empty() {
+        println!("no nodes have reported to meta yet");
+        return;
+    }
+    println!();
+    println!(
+        "{:>6}  {:<5}  {:>8}  {:<28}  {:>5}  {:>7}  {:>10}",
+        "NODE", "STATE", "PID", "ENDPOINT", "DISKS", "UNITS", "USED"
+    );
+    for node in &nodes {
+        let disks = node["disks"].as_array().cloned().unwrap_or_default();
+        let units: u64 = disks.iter().filter_map(|d| d["units"].as_u64()).sum();
+        let bytes: u64 = disks.iter().filter_map(|d| d["bytes"].as_u64()).sum();
+        println!(
+            "{:>6}  {:<5}  {:>8}  {:<28}  {:>5}  {:>7}  {:>10}",
+            node["id"].to_string(),
+            node["state"].as_str().unwrap_or("?"),
+            node["pid"].to_string(),
+            node["endpoint"].as_str().unwrap_or("?"),
+            disks.len(),
+            units,
+            format_size(bytes),
+        );
+        for disk in &disks {
+            let failed = match disk["failed"].as_str() {
+                Some(cause) => format!("  FAILED: {cause}"),
+                None => String::new(),
+            };
+            println!(
+                "{:>6}  disk {} {}  {} units, {} used{failed}",
+                "",
+                disk["index"],
+                disk["dir"].as_str().unwrap_or("?"),
+                disk["units"],
+                format_size(disk["bytes"].as_u64().unwrap_or(0)),
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// weft node stop|kill
+
+#[derive(Debug, Subcommand)]
+pub enum NodeCommand {
+    /// Stop a node gracefully (SIGTERM), for drills: meta reports it down after its
+    /// down timeout, and repair starts.
+    ///
+    /// Looks the node's pid up in meta's node list and refuses unless that pid is a weft
+    /// node with that id running on this machine. Waits until it has exited. A node started
+    /// by `weft up` stays down until `weft up` is restarted.
+    ///
+    /// Example: weft node stop 3
+    #[command(verbatim_doc_comment)]
+    Stop(NodeSignalArgs),
+    /// Kill a node at once (SIGKILL), for drills: like a crash or a pulled plug.
+    ///
+    /// Same checks as `weft node stop`. Meta reports the node down after its down timeout
+    /// (see `weft status`).
+    ///
+    /// Example: weft node kill 3 && sleep 6 && weft status
+    #[command(verbatim_doc_comment)]
+    Kill(NodeSignalArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NodeSignalArgs {
+    /// The node's id, as `weft status` lists it.
+    pub id: u32,
+    #[command(flatten)]
+    pub meta: MetaUrlArgs,
+    /// One JSON object: {"node", "pid", "signal", "exited", "down_after_ms"}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn node(command: NodeCommand) -> Result<(), CliError> {
+    let (args, signal, name) = match command {
+        NodeCommand::Stop(args) => (args, libc::SIGTERM, "SIGTERM"),
+        NodeCommand::Kill(args) => (args, libc::SIGKILL, "SIGKILL"),
+    };
+    let client = args.meta.client()?;
+    let listed = client.get(&["nodes"])?;
+    let nodes = listed["nodes"].as_array().cloned().unwrap_or_default();
+    let Some(node) = nodes.iter().find(|n| n["id"].as_u64() == Some(u64::from(args.id))) else {
+        let known: Vec<String> = nodes.iter().map(|n| n["id"].to_string()).collect();
+        return Err(cli_error!(
+            "meta at {} knows no node {} (known: {}); see `weft status`",
+            client.base(),
+            args.id,
+            if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+        ));
+    };
+    let pid = node["pid"]
+        .as_u64()
+        .and_then(|pid| u32::try_from(pid).ok())
+        .ok_or_else(|| cli_error!("meta has no pid for node {}", args.id))?;
+    check_node_process(args.id, pid, node["state"].as_str().unwrap_or("?"))?;
+    send_signal(pid, signal)
+        .map_err(|e| cli_error!("cannot send {name} to node {} (pid {pid}): {e}", args.id))?;
+    let deadline = Instant::now() + Duration::from_millis(STOP_WAIT_MS);
+    let exited = loop {
+        if !is_running(pid) {
+            break true;
+        }
+        if Instant::now() >= deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let down_after_ms = listed["down_after_ms"].as_u64();
+    if args.json {
+        print_json(&json!({
+            "node": args.id,
+            "pid": pid,
+            "signal": name,
+            "exited": exited,
+            "down_after_ms": down_after_ms,
+        }));
+    } else {
+        let after = down_after_ms.map_or(String::new(), |ms| format!(" within {ms} ms"));
+        if exited {
+            println!(
+                "node {} (pid {pid}) exited after {name}; meta reports it down{after}",
+                args.id
+            );
+        } else {
+            println!(
+                "sent {name} to node {} (pid {pid}) but it is still running after {} s; \
+                 `weft node kill {}` stops it at once",
+                args.id,
+                STOP_WAIT_MS / 1000,
+                args.id
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Refuses unless `pid` is running here and is `weft serve node` for node `id`.
+fn check_node_process(id: u32, pid: u32, state: &str) -> Result<(), CliError> {
+    match process_state(pid) {
+        ProcessState::Running => {}
+        ProcessState::NotPermitted => {
+            return Err(cli_error!(
+                "node {id}'s pid {pid} belongs to another user; run this as that user"
+            ))
+        }
+        ProcessState::Gone | ProcessState::Zombie => {
+            return Err(cli_error!(
+                "node {id} (pid {pid}, {state} in meta) is not running on this machine: it \
+                 already exited, or it runs on another machine (node commands only signal \
+                 local processes)"
+            ))
+        }
+    }
+    // Where /proc shows command lines, make sure the pid is still that node and not a
+    // process that reused the pid of a node long gone.
+    if let Some(argv) = process_args(pid) {
+        let is_node = argv.windows(2).any(|w| w[0] == "serve" && w[1] == "node");
+        let given_id = argv.windows(2).find(|w| w[0] == "--id").map(|w| w[1].clone());
+        let id_matches = given_id.is_none_or(|given| given == id.to_string());
+        if !is_node || !id_matches {
+            return Err(cli_error!(
+                "pid {pid}, which meta last heard from as node {id}, is now another process \
+                 ({}); refusing to signal it. Node {id} is not running here",
+                argv.join(" ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// weft bucket create|ls|rm
+
+#[derive(Debug, Subcommand)]
+pub enum BucketCommand {
+    /// Create a bucket; its policy is the default for every object written to it.
+    ///
+    /// With none of --code/--k/--r/--d/--l/--g, the bucket gets meta's default code,
+    /// rs(6,3); give any of them and the family's defaults fill the rest (rs: k 10, r 4).
+    /// --stripe-width, --cell and --block not given take meta's defaults (2, 1MiB, 8MiB).
+    /// The block must be a multiple of the cell. Objects need k + r up nodes (distinct
+    /// failure domains) to be written.
+    ///
+    /// Examples:
+    ///   weft bucket create photos
+    ///   weft bucket create logs --code rs --k 10 --r 4 --stripe-width 2 --cell 1MiB --block 8MiB
+    ///   weft bucket create cold --code 'clay(8,4,11)'
+    #[command(verbatim_doc_comment)]
+    Create(BucketCreateArgs),
+    /// List buckets and their policies.
+    ///
+    /// Example: weft bucket ls --json
+    #[command(verbatim_doc_comment)]
+    Ls(BucketLsArgs),
+    /// Remove an empty bucket (meta refuses while it holds objects or writes in progress).
+    ///
+    /// Example: weft bucket rm photos
+    #[command(verbatim_doc_comment)]
+    Rm(BucketRmArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BucketCreateArgs {
+    /// Bucket name: 1-63 bytes of lower-case letters, digits, '-' and '.'.
+    pub name: String,
+    #[command(flatten)]
+    pub code: CodeArgs,
+    /// Data blocks per stripe: how many blocks consecutive cells are spread across
+    /// [default: meta's, 2].
+    #[arg(long)]
+    pub stripe_width: Option<u32>,
+    /// Cell: the striping unit, e.g. 1MiB [default: meta's, 1MiB].
+    #[arg(long, value_parser = parse_size)]
+    pub cell: Option<usize>,
+    /// Block: the piece of an object on one disk, a multiple of the cell, e.g. 8MiB
+    /// [default: meta's, 8MiB].
+    #[arg(long, value_parser = parse_size)]
+    pub block: Option<usize>,
+    #[command(flatten)]
+    pub meta: MetaUrlArgs,
+    /// Print meta's bucket record as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BucketLsArgs {
+    #[command(flatten)]
+    pub meta: MetaUrlArgs,
+    /// Print meta's answer, {"buckets": [...]}, as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BucketRmArgs {
+    /// The bucket to remove.
+    pub name: String,
+    #[command(flatten)]
+    pub meta: MetaUrlArgs,
+    /// Print {"removed": NAME} as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn bucket(command: BucketCommand) -> Result<(), CliError> {
+    match command {
+        BucketCommand::Create(args) => bucket_create(args),
+        BucketCommand::Ls(args) => bucket_ls(args),
+        BucketCommand::Rm(args) => bucket_rm(args),
+    }
+}
+
+/// The policy body for meta: only what the user gave, so meta's defaults fill the rest.
+fn policy_body(args: &BucketCreateArgs) -> Result<Value, CliError> {
+    let code = &args.code;
+    let code_given = [code.k, code.r, code.d, code.l, code.g].iter().any(Option::is_some)
+        || !code.code.trim().eq_ignore_ascii_case("rs");
+    let mut policy = serde_json::Map::new();
+    if code_given {
+        policy.insert("code".into(), json!(code.spec()?.to_string()));
+    }
+    if let Some(width) = args.stripe_width {
+        policy.insert("stripe_width".into(), json!(width));
+    }
+    if let Some(cell) = args.cell {
+        policy.insert("cell_bytes".into(), json!(cell));
+    }
+    if let Some(block) = args.block {
+        policy.insert("block_bytes".into(), json!(block));
+    }
+    Ok(Value::Object(policy))
+}
+
+/// `rs(6,3), stripe width 2, 1 MiB cells, 8 MiB blocks`.
+fn describe_policy(policy: &Value) -> String {
+    let size = |name: &str| policy[name].as_u64().map_or("?".to_owned(), format_size);
+    format!(
+        "{}, stripe width {}, {} cells, {} blocks",
+        policy["code"].as_str().unwrap_or("?"),
+        policy["stripe_width"],
+        size("cell_bytes"),
+        size("block_bytes"),
+    )
+}
+
+fn bucket_create(args: BucketCreateArgs) -> Result<(), CliError> {
+    let body = policy_body(&args)?;
+    let client = args.meta.client()?;
+    let record = client.put(&["buckets", &args.name], Some(&body))?;
+    if args.json {
+        print_json(&record);
+    } else {
+        println!(
+            "bucket {} created: {}",
+            record["name"].as_str().unwrap_or(&args.name),
+            describe_policy(&record["default_policy"])
+        );
+    }
+    Ok(())
+}
+
+fn bucket_ls(args: BucketLsArgs) -> Result<(), CliError> {
+    let client = args.meta.client()?;
+    let listed = client.get(&["buckets"])?;
+    if args.json {
+        print_json(&listed);
+        return Ok(());
+    }
+    let buckets = listed["buckets"].as_array().cloned().unwrap_or_default();
+    if buckets.is_empty() {
+        println!("no buckets; create one with `weft bucket create NAME`");
+        return Ok(());
+    }
+    for bucket in &buckets {
+        println!(
+            "{:<24}  {}",
+            bucket["name"].as_str().unwrap_or("?"),
+            describe_policy(&bucket["default_policy"])
+        );
+    }
+    Ok(())
+}
+
+fn bucket_rm(args: BucketRmArgs) -> Result<(), CliError> {
+    let client = args.meta.client()?;
+    client.delete(&["buckets", &args.name])?;
+    if args.json {
+        print_json(&json!({ "removed": args.name }));
+    } else {
+        println!("bucket {} removed", args.name);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_format() {
+        assert_eq!(format_size(0), "0 B");
+        assert_eq!(format_size(1023), "1023 B");
+        assert_eq!(format_size(1 << 20), "1 MiB");
+        assert_eq!(format_size(1536), "1.5 KiB");
+    }
+
+    #[test]
+    fn this_process_is_running_and_a_free_pid_is_not() {
+        assert_eq!(process_state(std::process::id()), ProcessState::Running);
+        assert_eq!(process_state(0), ProcessState::Gone);
+        assert_eq!(process_state(u32::MAX), ProcessState::Gone);
+    }
+
+    #[test]
+    fn meta_urls_are_checked() {
+        let given = |url: &str| MetaUrlArgs { meta: Some(url.to_owned()) }.url();
+        assert_eq!(given("http://127.0.0.1:7700/").unwrap(), "http://127.0.0.1:7700");
+        assert!(given("127.0.0.1:7700").is_err());
+    }
+
+    #[test]
+    fn segments_are_encoded() {
+        let client = MetaClient::new("http://127.0.0.1:7700").unwrap();
+        let url = client.url(&["buckets", "a/b c"]).unwrap();
+        assert_eq!(url.as_str(), "http://127.0.0.1:7700/v1/buckets/a%2Fb%20c");
+    }
+}

@@ -1,0 +1,1081 @@
+//! `weft up`: a whole cluster on one machine, in the foreground. It runs meta, N nodes and
+//! (when this weft has one) the repair executor as child processes of its own executable
+//! (`weft serve meta|node|repair`), waits until meta reports every node up, prints the
+//! endpoints and then watches until Ctrl-C or SIGTERM.
+//!
+//! Invariants:
+//! - Layout of `--dir` (stable, so a restart on the same directory brings back every node
+//!   with its id and its data): `DIR/meta` (meta's store), `DIR/node-<i>/disk-<j>` (node i,
+//!   ids 1..=N, disks 0..disks_per_node), `DIR/logs/<child>.log` (each child's stderr,
+//!   appended), `DIR/cluster.json` (endpoints and pids, rewritten atomically when the
+//!   cluster is ready and when it stops).
+//! - With a fixed meta port P, node i listens on P + i, so endpoints are stable across
+//!   restarts; with port 0 every child picks a free port.
+//! - `weft up` never restarts a child by itself: a node that dies (a drill, `weft node kill`)
+//!   stays down and a line says so; meta dying stops the whole cluster with an error.
+//! - Every child is stopped before `weft up` returns, on every path (ready, error, signal):
+//!   SIGTERM, then SIGKILL after [`STOP_GRACE_MS`]. On Linux each child also gets SIGTERM
+//!   if `weft up` itself dies without cleaning up (PR_SET_PDEATHSIG). Children run in their
+//!   own process group, so a terminal's Ctrl-C reaches only `weft up`, which stops them in
+//!   order (repair and nodes first, meta last).
+//! - With `--json`, stdout carries only JSON lines: the ready object (the same as
+//!   cluster.json) and then one `{"event": ...}` object per event; notes go to stderr.
+
+use std::{
+    io::{BufRead, BufReader, Read, Seek, SeekFrom, Write},
+    net::SocketAddr,
+    os::unix::process::{CommandExt, ExitStatusExt},
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use clap::{Args, ValueEnum};
+use serde_json::{json, Value};
+
+use crate::{
+    cli_error,
+    cluster_cli::{is_running, print_json, process_args, send_signal, MetaClient},
+    CliError,
+};
+
+/// Most nodes one `weft up` starts (every loop over nodes is bounded by it).
+pub const MAX_NODES: u32 = 1000;
+/// Most disks one node gets.
+pub const MAX_DISKS_PER_NODE: u32 = 64;
+/// How long the whole start (every ready line, every node up in meta) may take.
+const READY_TIMEOUT_MS: u64 = 30_000;
+/// How long a child may take to exit after SIGTERM before it gets SIGKILL.
+const STOP_GRACE_MS: u64 = 5_000;
+/// Polling interval while starting: short, so the cluster is ready as soon as it is.
+const START_POLL_MS: u64 = 20;
+/// Polling interval while watching a running cluster.
+const WATCH_POLL_MS: u64 = 200;
+/// Lines of a child's log shown when it fails to start.
+const LOG_TAIL_LINES: usize = 15;
+/// Version of cluster.json's shape.
+const CLUSTER_FILE_VERSION: u64 = 1;
+/// Name of the endpoints file inside `--dir`.
+pub const CLUSTER_FILE: &str = "cluster.json";
+/// Nodes and disks per node when neither flags nor cluster.json say.
+const DEFAULT_NODES: u32 = 12;
+const DEFAULT_DISKS_PER_NODE: u32 = 1;
+
+/// The failure domain the units of a group are spread over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FailureDomainArg {
+    Disk,
+    Node,
+    Rack,
+}
+
+impl FailureDomainArg {
+    fn name(self) -> &'static str {
+        match self {
+            FailureDomainArg::Disk => "disk",
+            FailureDomainArg::Node => "node",
+            FailureDomainArg::Rack => "rack",
+        }
+    }
+
+    fn parse(name: &str) -> Option<FailureDomainArg> {
+        FailureDomainArg::from_str(name, true).ok()
+    }
+}
+
+/// The failure domain meta's placement enforces today (docs/meta-api.md, "Placement").
+const ENFORCED_FAILURE_DOMAIN: FailureDomainArg = FailureDomainArg::Node;
+
+/// Start a whole cluster on this machine: meta, N storage nodes and the repair executor
+///
+/// Runs in the foreground until Ctrl-C or SIGTERM, which stop every process cleanly.
+/// Each process is `weft serve meta|node|repair` started from this same executable; their
+/// logs go to DIR/logs/, and DIR/cluster.json lists every endpoint and pid for scripts.
+/// Running `weft up` again on the same --dir brings everything back (same node ids, same
+/// disks, same buckets and objects); --nodes, --disks-per-node, --racks and
+/// --failure-domain default to what DIR/cluster.json recorded.
+///
+/// A node that dies (e.g. `weft node kill 3`, a drill) is not restarted: meta reports it
+/// down and repair takes over; restart `weft up` to bring it back.
+///
+/// Examples:
+///   weft up                                   # 12 nodes, meta on 127.0.0.1:7700
+///   weft up --nodes 6 --disks-per-node 2 --dir /tmp/weft
+///   weft up --meta-listen 127.0.0.1:0 --json  # free ports; one JSON line when ready
+///
+/// Then, in another shell:
+///   weft status
+///   weft bucket create photos --code rs --k 6 --r 3
+///   weft node kill 3 && sleep 6 && weft status
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub struct UpArgs {
+    /// Storage nodes to start, ids 1..=N [default: as in DIR/cluster.json, else 12].
+    #[arg(long)]
+    pub nodes: Option<u32>,
+    /// Disks (directories) per node [default: as in DIR/cluster.json, else 1].
+    #[arg(long)]
+    pub disks_per_node: Option<u32>,
+    /// Racks to spread nodes over. Meta has no racks yet (each node is its own rack): the
+    /// value is recorded in DIR/cluster.json and a warning says it is not enforced.
+    #[arg(long)]
+    pub racks: Option<u32>,
+    /// Failure domain to spread each group's units over [default: node]. Meta enforces
+    /// `node` today; `disk` and `rack` are recorded in DIR/cluster.json, with a warning.
+    #[arg(long, value_enum)]
+    pub failure_domain: Option<FailureDomainArg>,
+    /// Directory holding the whole cluster (created if missing).
+    #[arg(long, default_value = "./weft-data")]
+    pub dir: PathBuf,
+    /// Meta's address. With port P, node i listens on P + i; with port 0 every process
+    /// picks a free port.
+    #[arg(long, default_value = "127.0.0.1:7700")]
+    pub meta_listen: SocketAddr,
+    /// Meta reports a node down after this many ms without a heartbeat [default: meta's,
+    /// 5000].
+    #[arg(long)]
+    pub down_after_ms: Option<u64>,
+    /// Milliseconds between two heartbeats of each node [default: the node's, 1000].
+    #[arg(long)]
+    pub heartbeat_ms: Option<u64>,
+    /// Print one JSON object when ready (as in DIR/cluster.json), then one JSON line per
+    /// event ({"event": "exited" | "stopping" | "stopped", ...}); notes go to stderr.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Where human notes and events go: stdout, or stderr under `--json`.
+#[derive(Debug, Clone, Copy)]
+struct Out {
+    json: bool,
+}
+
+impl Out {
+    fn note(self, line: &str) {
+        if self.json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    }
+
+    fn warn(self, line: &str) {
+        eprintln!("weft up: warning: {line}");
+    }
+
+    /// An event: a JSON line under `--json`, else the human line.
+    fn event(self, event: Value, line: &str) {
+        if self.json {
+            print_json(&event);
+        } else {
+            println!("{line}");
+        }
+    }
+}
+
+/// What a previous `weft up` recorded in DIR/cluster.json.
+#[derive(Debug, Default)]
+struct Recorded {
+    nodes: Option<u32>,
+    disks_per_node: Option<u32>,
+    racks: Option<u32>,
+    failure_domain: Option<FailureDomainArg>,
+    running_up_pid: Option<u32>,
+}
+
+fn read_recorded(path: &Path, out: Out) -> Recorded {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Recorded::default();
+    };
+    let Ok(value) = serde_json::from_str::<Value>(&text) else {
+        out.warn(&format!("{} is not JSON; ignoring it", path.display()));
+        return Recorded::default();
+    };
+    let number = |name: &str| value[name].as_u64().and_then(|n| u32::try_from(n).ok());
+    Recorded {
+        nodes: value["nodes"].as_array().and_then(|nodes| u32::try_from(nodes.len()).ok()),
+        disks_per_node: number("disks_per_node"),
+        racks: number("racks"),
+        failure_domain: value["failure_domain"].as_str().and_then(FailureDomainArg::parse),
+        running_up_pid: match value["running"].as_bool() {
+            Some(true) => number("up_pid"),
+            _ => None,
+        },
+    }
+}
+
+/// The settings of this run, checked.
+#[derive(Debug)]
+struct Plan {
+    dir: PathBuf,
+    nodes: u32,
+    disks_per_node: u32,
+    racks: Option<u32>,
+    failure_domain: FailureDomainArg,
+    meta_listen: SocketAddr,
+    down_after_ms: Option<u64>,
+    heartbeat_ms: Option<u64>,
+}
+
+impl Plan {
+    fn node_listen(&self, id: u32) -> SocketAddr {
+        let mut listen = self.meta_listen;
+        if listen.port() != 0 {
+            // Checked in `plan`: port + nodes fits in a u16.
+            listen.set_port(listen.port() + id as u16);
+        }
+        listen
+    }
+
+    fn disks(&self, id: u32) -> Vec<PathBuf> {
+        (0..self.disks_per_node)
+            .map(|j| self.dir.join(format!("node-{id}")).join(format!("disk-{j}")))
+            .collect()
+    }
+}
+
+fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
+    std::fs::create_dir_all(&args.dir)
+        .map_err(|e| cli_error!("cannot create --dir {}: {e}", args.dir.display()))?;
+    let dir = std::fs::canonicalize(&args.dir)
+        .map_err(|e| cli_error!("cannot resolve --dir {}: {e}", args.dir.display()))?;
+    let recorded = read_recorded(&dir.join(CLUSTER_FILE), out);
+    if let Some(pid) = recorded.running_up_pid {
+        let is_up = process_args(pid).is_some_and(|argv| argv.iter().any(|a| a == "up"));
+        if pid != std::process::id() && is_running(pid) && is_up {
+            return Err(cli_error!(
+                "a weft up (pid {pid}) is already running on {}; stop it first (Ctrl-C in \
+                 its terminal, or kill {pid}), or use another --dir",
+                dir.display()
+            ));
+        }
+    }
+    let nodes = args.nodes.or(recorded.nodes).unwrap_or(DEFAULT_NODES);
+    if !(1..=MAX_NODES).contains(&nodes) {
+        return Err(cli_error!("--nodes must be between 1 and {MAX_NODES}, not {nodes}"));
+    }
+    let disks_per_node =
+        args.disks_per_node.or(recorded.disks_per_node).unwrap_or(DEFAULT_DISKS_PER_NODE);
+    if !(1..=MAX_DISKS_PER_NODE).contains(&disks_per_node) {
+        return Err(cli_error!(
+            "--disks-per-node must be between 1 and {MAX_DISKS_PER_NODE}, not {disks_per_node}"
+        ));
+    }
+    if let Some(before) = recorded.disks_per_node.filter(|&before| before > disks_per_node) {
+        return Err(cli_error!(
+            "{} holds nodes with {before} disks each; starting them with {disks_per_node} \
+             would hide the data on the others. Use --disks-per-node {before} (or more), or \
+             another --dir",
+            dir.display()
+        ));
+    }
+    if let Some(before) = recorded.nodes.filter(|&before| before > nodes) {
+        out.warn(&format!(
+            "{} held {before} nodes; starting only {nodes}: nodes {}..={before} stay down in \
+             meta (their data stays on disk; `weft up --nodes {before}` brings them back)",
+            dir.display(),
+            nodes + 1
+        ));
+    }
+    let racks = args.racks.or(recorded.racks);
+    if let Some(racks) = racks {
+        if !(1..=nodes).contains(&racks) {
+            return Err(cli_error!("--racks must be between 1 and --nodes ({nodes}), not {racks}"));
+        }
+    }
+    let failure_domain =
+        args.failure_domain.or(recorded.failure_domain).unwrap_or(ENFORCED_FAILURE_DOMAIN);
+    let port = args.meta_listen.port();
+    if port != 0 && u32::from(port) + nodes > u32::from(u16::MAX) {
+        return Err(cli_error!(
+            "nodes listen on the ports after meta's ({port} + 1 ..= {port} + {nodes}), which \
+             run past 65535; pick a lower --meta-listen port, or port 0"
+        ));
+    }
+    if args.down_after_ms == Some(0) || args.heartbeat_ms == Some(0) {
+        return Err(cli_error!("--down-after-ms and --heartbeat-ms must be positive"));
+    }
+    Ok(Plan {
+        dir,
+        nodes,
+        disks_per_node,
+        racks,
+        failure_domain,
+        meta_listen: args.meta_listen,
+        down_after_ms: args.down_after_ms,
+        heartbeat_ms: args.heartbeat_ms,
+    })
+}
+
+/// Warns about what is recorded but not enforced; says nothing when all is enforced.
+fn warn_unenforced(plan: &Plan, out: Out) {
+    if plan.racks.is_some() || plan.failure_domain == FailureDomainArg::Rack {
+        out.warn(
+            "meta has no racks yet: each node is its own rack and meta only keeps the units \
+             of a group on distinct nodes. --racks / --failure-domain rack are recorded in \
+             cluster.json but NOT enforced",
+        );
+    } else if plan.failure_domain == FailureDomainArg::Disk {
+        out.warn(
+            "meta places the units of a group on distinct nodes (failure domain node), which \
+             keeps them on distinct disks too but never puts two on one node; --failure-domain \
+             disk is recorded in cluster.json but not what meta does",
+        );
+    }
+}
+
+/// Ctrl-C and SIGTERM, caught from the start so a signal during start-up is not lost.
+struct Signals {
+    runtime: tokio::runtime::Runtime,
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl std::fmt::Debug for Signals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Signals")
+    }
+}
+
+impl Signals {
+    fn new() -> Result<Signals, CliError> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| cli_error!("cannot start the signal handler: {e}"))?;
+        let _entered = runtime.enter();
+        let interrupt =
+            signal(SignalKind::interrupt()).map_err(|e| cli_error!("cannot catch SIGINT: {e}"))?;
+        let terminate =
+            signal(SignalKind::terminate()).map_err(|e| cli_error!("cannot catch SIGTERM: {e}"))?;
+        Ok(Signals { runtime, interrupt, terminate })
+    }
+
+    /// Sleeps for `duration`, or less when a signal arrives; returns the signal's name.
+    fn sleep(&mut self, duration: Duration) -> Option<&'static str> {
+        let (interrupt, terminate) = (&mut self.interrupt, &mut self.terminate);
+        self.runtime.block_on(async {
+            tokio::select! {
+                _ = interrupt.recv() => Some("SIGINT"),
+                _ = terminate.recv() => Some("SIGTERM"),
+                () = tokio::time::sleep(duration) => None,
+            }
+        })
+    }
+}
+
+/// What a child is to the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Meta,
+    Node(u32),
+    Repair,
+}
+
+impl Role {
+    fn name(self) -> String {
+        match self {
+            Role::Meta => "meta".to_owned(),
+            Role::Node(id) => format!("node {id}"),
+            Role::Repair => "repair executor".to_owned(),
+        }
+    }
+
+    fn log_file(self) -> String {
+        match self {
+            Role::Meta => "meta.log".to_owned(),
+            Role::Node(id) => format!("node-{id}.log"),
+            Role::Repair => "repair.log".to_owned(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Member {
+    role: Role,
+    process: Child,
+    pid: u32,
+    log: PathBuf,
+    /// Where the child's log started for this run (the log is appended across runs).
+    log_start: u64,
+    /// The endpoint from its ready line.
+    endpoint: Option<String>,
+    disks: Vec<PathBuf>,
+    exited: Option<ExitStatus>,
+}
+
+/// The children of this `weft up`. Dropping it stops every child still running.
+#[derive(Debug)]
+struct Supervisor {
+    exe: PathBuf,
+    logs: PathBuf,
+    members: Vec<Member>,
+    /// (member index, first stdout line or None at EOF) from each child's stdout reader.
+    lines_tx: mpsc::Sender<(usize, Option<String>)>,
+    lines: mpsc::Receiver<(usize, Option<String>)>,
+}
+
+/// Why a start-up wait ended early.
+#[derive(Debug)]
+enum Interrupted {
+    Signal(&'static str),
+    Failed(CliError),
+}
+
+impl From<CliError> for Interrupted {
+    fn from(error: CliError) -> Self {
+        Interrupted::Failed(error)
+    }
+}
+
+impl Supervisor {
+    fn new(dir: &Path) -> Result<Supervisor, CliError> {
+        let exe = std::env::current_exe()
+            .map_err(|e| cli_error!("cannot find the weft executable to start children: {e}"))?;
+        let logs = dir.join("logs");
+        std::fs::create_dir_all(&logs)
+            .map_err(|e| cli_error!("cannot create {}: {e}", logs.display()))?;
+        let (lines_tx, lines) = mpsc::channel();
+        Ok(Supervisor { exe, logs, members: Vec::new(), lines_tx, lines })
+    }
+
+    /// Starts `weft <args>` as `role`; its stderr is appended to its log file and its first
+    /// stdout line is reported on `lines`.
+    fn spawn(&mut self, role: Role, args: &[String], disks: Vec<PathBuf>) -> Result<(), CliError> {
+        let log = self.logs.join(role.log_file());
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .map_err(|e| cli_error!("cannot open log {}: {e}", log.display()))?;
+        let log_start = file.seek(SeekFrom::End(0)).unwrap_or(0);
+        let _ = writeln!(
+            file,
+            "--- weft up (pid {}) starts {}: weft {}",
+            std::process::id(),
+            role.name(),
+            args.join(" ")
+        );
+        let mut command = Command::new(&self.exe);
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(file))
+            // Own process group: a terminal's Ctrl-C reaches only `weft up`, which stops
+            // the children in order.
+            .process_group(0);
+        die_with_parent(&mut command);
+        let mut process =
+            command.spawn().map_err(|e| cli_error!("cannot start {}: {e}", role.name()))?;
+        let pid = process.id();
+        let stdout = process.stdout.take().expect("stdout is piped");
+        let index = self.members.len();
+        let lines = self.lines_tx.clone();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            let mut line = String::new();
+            let first = match reader.read_line(&mut line) {
+                Ok(n) if n > 0 => Some(line.trim().to_owned()),
+                _ => None,
+            };
+            let _ = lines.send((index, first));
+            // Keep reading so the child never blocks on, or fails writing to, its stdout.
+            let _ = std::io::copy(&mut reader, &mut std::io::sink());
+        });
+        self.members.push(Member {
+            role,
+            process,
+            pid,
+            log,
+            log_start,
+            endpoint: None,
+            disks,
+            exited: None,
+        });
+        Ok(())
+    }
+
+    /// The last lines this run wrote to a member's log.
+    fn log_tail(&self, index: usize) -> String {
+        let member = &self.members[index];
+        let mut text = String::new();
+        if let Ok(mut file) = std::fs::File::open(&member.log) {
+            if file.seek(SeekFrom::Start(member.log_start)).is_ok() {
+                let _ = file.take(1 << 20).read_to_string(&mut text);
+            }
+        }
+        let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with("--- weft up")).collect();
+        let tail = &lines[lines.len().saturating_sub(LOG_TAIL_LINES)..];
+        if tail.is_empty() {
+            format!("(nothing in {})", member.log.display())
+        } else {
+            format!("last lines of {}:\n    {}", member.log.display(), tail.join("\n    "))
+        }
+    }
+
+    /// Collects members that exited; returns their indices.
+    fn reap(&mut self) -> Vec<usize> {
+        let mut exited = Vec::new();
+        for (index, member) in self.members.iter_mut().enumerate() {
+            if member.exited.is_none() {
+                if let Ok(Some(status)) = member.process.try_wait() {
+                    member.exited = Some(status);
+                    exited.push(index);
+                }
+            }
+        }
+        exited
+    }
+
+    fn died_while_starting(&self, index: usize) -> CliError {
+        let member = &self.members[index];
+        let status = member.exited.map_or("exited".to_owned(), describe_exit);
+        cli_error!(
+            "{} (pid {}) stopped before it was ready: {status}. {}\nFix the cause and run \
+             weft up again",
+            member.role.name(),
+            member.pid,
+            self.log_tail(index)
+        )
+    }
+
+    /// Waits until each of `indices` printed its ready line, which must start with the
+    /// member's `prefix`; records the endpoint that ends it.
+    fn wait_ready(
+        &mut self,
+        indices: &[usize],
+        prefix: impl Fn(Role) -> String,
+        deadline: Instant,
+        signals: &mut Signals,
+    ) -> Result<(), Interrupted> {
+        let mut waiting: Vec<usize> = indices.to_vec();
+        loop {
+            while let Ok((index, line)) = self.lines.try_recv() {
+                if !waiting.contains(&index) {
+                    continue;
+                }
+                let role = self.members[index].role;
+                let Some(line) = line else {
+                    // EOF: the child is exiting; give it a moment to be reaped for its status.
+                    let wait_until = Instant::now() + Duration::from_millis(500);
+                    while self.members[index].exited.is_none() && Instant::now() < wait_until {
+                        self.reap();
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    return Err(self.died_while_starting(index).into());
+                };
+                let want = prefix(role);
+                let Some(endpoint) = line.strip_prefix(&want) else {
+                    return Err(cli_error!(
+                        "{} printed {line:?} instead of its ready line ({want:?}…); is {} the \
+                         same weft version? {}",
+                        role.name(),
+                        self.exe.display(),
+                        self.log_tail(index)
+                    )
+                    .into());
+                };
+                self.members[index].endpoint = Some(endpoint.trim().to_owned());
+                waiting.retain(|&i| i != index);
+            }
+            if waiting.is_empty() {
+                return Ok(());
+            }
+            if let Some(&index) = self.reap().iter().find(|i| waiting.contains(i)) {
+                return Err(self.died_while_starting(index).into());
+            }
+            if Instant::now() >= deadline {
+                let names: Vec<String> =
+                    waiting.iter().map(|&i| self.members[i].role.name()).collect();
+                return Err(cli_error!(
+                    "timed out after {} s waiting for {} to be ready; {}",
+                    READY_TIMEOUT_MS / 1000,
+                    names.join(", "),
+                    self.log_tail(waiting[0])
+                )
+                .into());
+            }
+            if let Some(signal) = signals.sleep(Duration::from_millis(START_POLL_MS)) {
+                return Err(Interrupted::Signal(signal));
+            }
+        }
+    }
+
+    /// Waits until meta reports every node member up with that member's pid (a restarted
+    /// meta may still show a node's previous process as up for a while).
+    fn wait_nodes_up(
+        &mut self,
+        meta: &MetaClient,
+        deadline: Instant,
+        signals: &mut Signals,
+    ) -> Result<(), Interrupted> {
+        loop {
+            let mut not_up: Vec<u32> = Vec::new();
+            let listed = meta.get(&["nodes"]);
+            for member in &self.members {
+                let Role::Node(id) = member.role else { continue };
+                let up = listed.as_ref().ok().and_then(|listed| {
+                    listed["nodes"].as_array()?.iter().find(|n| {
+                        n["id"].as_u64() == Some(u64::from(id))
+                            && n["state"] == "up"
+                            && n["pid"].as_u64() == Some(u64::from(member.pid))
+                    })
+                });
+                if up.is_none() {
+                    not_up.push(id);
+                }
+            }
+            if not_up.is_empty() {
+                return Ok(());
+            }
+            if let Some(&index) = self.reap().first() {
+                return Err(self.died_while_starting(index).into());
+            }
+            if Instant::now() >= deadline {
+                let why = match listed {
+                    Err(error) => format!("meta did not answer: {error}"),
+                    Ok(_) => format!(
+                        "not up yet: node {}; see {}",
+                        not_up.iter().map(u32::to_string).collect::<Vec<_>>().join(", "),
+                        self.logs.display()
+                    ),
+                };
+                return Err(cli_error!(
+                    "timed out after {} s waiting for meta to report every node up ({why})",
+                    READY_TIMEOUT_MS / 1000
+                )
+                .into());
+            }
+            if let Some(signal) = signals.sleep(Duration::from_millis(START_POLL_MS)) {
+                return Err(Interrupted::Signal(signal));
+            }
+        }
+    }
+
+    /// Stops the members matching `which`: SIGTERM, then SIGKILL after the grace period.
+    fn stop_where(&mut self, which: impl Fn(Role) -> bool) {
+        let mut stopping = Vec::new();
+        for (index, member) in self.members.iter_mut().enumerate() {
+            if which(member.role) && member.exited.is_none() {
+                if let Ok(Some(status)) = member.process.try_wait() {
+                    member.exited = Some(status);
+                } else {
+                    let _ = send_signal(member.pid, libc::SIGTERM);
+                    stopping.push(index);
+                }
+            }
+        }
+        let deadline = Instant::now() + Duration::from_millis(STOP_GRACE_MS);
+        while !stopping.is_empty() {
+            stopping.retain(|&index| {
+                let member = &mut self.members[index];
+                match member.process.try_wait() {
+                    Ok(Some(status)) => {
+                        member.exited = Some(status);
+                        false
+                    }
+                    _ => true,
+                }
+            });
+            if Instant::now() >= deadline {
+                for &index in &stopping {
+                    let member = &mut self.members[index];
+                    let _ = member.process.kill();
+                    member.exited = member.process.wait().ok();
+                }
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Stops every member: repair and nodes first (they talk to meta), meta last.
+    fn stop_all(&mut self) {
+        self.stop_where(|role| role != Role::Meta);
+        self.stop_where(|_| true);
+    }
+
+    fn member(&self, role: Role) -> Option<&Member> {
+        self.members.iter().find(|m| m.role == role)
+    }
+
+    /// DIR/cluster.json's content.
+    fn cluster_json(&self, plan: &Plan, running: bool, ready_ms: Option<u128>) -> Value {
+        let meta = self.member(Role::Meta);
+        let nodes: Vec<Value> = self
+            .members
+            .iter()
+            .filter_map(|m| match m.role {
+                Role::Node(id) => Some(json!({
+                    "id": id,
+                    "endpoint": m.endpoint,
+                    "pid": m.pid,
+                    "disks": m.disks,
+                    "log": m.log,
+                })),
+                _ => None,
+            })
+            .collect();
+        let repair = self.member(Role::Repair).map(|m| json!({ "pid": m.pid, "log": m.log }));
+        json!({
+            "version": CLUSTER_FILE_VERSION,
+            "running": running,
+            "up_pid": std::process::id(),
+            "dir": plan.dir,
+            "meta": meta.and_then(|m| m.endpoint.clone()),
+            "meta_pid": meta.map(|m| m.pid),
+            "nodes": nodes,
+            "repair": repair,
+            "disks_per_node": plan.disks_per_node,
+            "racks": plan.racks,
+            "failure_domain": plan.failure_domain.name(),
+            "enforced_failure_domain": ENFORCED_FAILURE_DOMAIN.name(),
+            "logs": self.logs,
+            "ready_ms": ready_ms,
+        })
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
+
+/// On Linux, the child gets SIGTERM when `weft up` dies, even by SIGKILL, so a crashed
+/// `weft up` leaves no cluster behind.
+fn die_with_parent(command: &mut Command) {
+    #[cfg(target_os = "linux")]
+    {
+        let parent = std::process::id();
+        // SAFETY: the closure runs in the child between fork and exec; it only calls
+        // async-signal-safe functions (prctl, getppid, _exit) and allocates nothing.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The parent may have died before prctl: then no signal would ever come.
+                if u32::try_from(libc::getppid()).ok() != Some(parent) {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = command;
+}
+
+/// `exit status 1` / `killed by signal 9 (SIGKILL)`.
+fn describe_exit(status: ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        return format!("exit status {code}");
+    }
+    match status.signal() {
+        Some(signal) => {
+            let name = match signal {
+                libc::SIGKILL => " (SIGKILL)",
+                libc::SIGTERM => " (SIGTERM)",
+                libc::SIGINT => " (SIGINT)",
+                libc::SIGSEGV => " (SIGSEGV)",
+                libc::SIGABRT => " (SIGABRT)",
+                _ => "",
+            };
+            format!("killed by signal {signal}{name}")
+        }
+        None => status.to_string(),
+    }
+}
+
+/// Writes `value` to `path` atomically (temp file, then rename).
+fn write_json_atomically(path: &Path, value: &Value) -> Result<(), CliError> {
+    let temp = path.with_extension("json.tmp");
+    let text = serde_json::to_string_pretty(value).expect("a JSON value serializes") + "\n";
+    std::fs::write(&temp, text)
+        .and_then(|()| std::fs::rename(&temp, path))
+        .map_err(|e| cli_error!("cannot write {}: {e}", path.display()))
+}
+
+/// True when this executable has `weft serve repair`.
+fn has_repair_executor(exe: &Path) -> bool {
+    Command::new(exe)
+        .args(["serve", "repair", "--help"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+pub fn run(args: UpArgs) -> Result<(), CliError> {
+    let out = Out { json: args.json };
+    let started = Instant::now();
+    let plan = plan(&args, out)?;
+    warn_unenforced(&plan, out);
+    let mut signals = Signals::new()?;
+    let mut cluster = Supervisor::new(&plan.dir)?;
+    match start(&plan, &mut cluster, &mut signals, out) {
+        Ok(()) => {}
+        Err(Interrupted::Signal(signal)) => {
+            out.note(&format!("weft up: {signal} while starting; stopping every process"));
+            cluster.stop_all();
+            return Ok(());
+        }
+        Err(Interrupted::Failed(error)) => {
+            cluster.stop_all();
+            return Err(error);
+        }
+    }
+    let ready_ms = started.elapsed().as_millis();
+    let cluster_file = plan.dir.join(CLUSTER_FILE);
+    let ready = cluster.cluster_json(&plan, true, Some(ready_ms));
+    write_json_atomically(&cluster_file, &ready)?;
+    if out.json {
+        print_json(&ready);
+    } else {
+        print_ready(&plan, &cluster, ready_ms, &cluster_file);
+    }
+    let result = watch(&mut cluster, &mut signals, out);
+    cluster.stop_all();
+    let _ = write_json_atomically(&cluster_file, &cluster.cluster_json(&plan, false, None));
+    out.event(json!({ "event": "stopped" }), "weft up: every process stopped");
+    result
+}
+
+fn start(
+    plan: &Plan,
+    cluster: &mut Supervisor,
+    signals: &mut Signals,
+    out: Out,
+) -> Result<(), Interrupted> {
+    let deadline = Instant::now() + Duration::from_millis(READY_TIMEOUT_MS);
+    let text = |path: &Path| path.display().to_string();
+    let mut meta_args = vec![
+        "serve".to_owned(),
+        "meta".to_owned(),
+        "--dir".to_owned(),
+        text(&plan.dir.join("meta")),
+        "--listen".to_owned(),
+        plan.meta_listen.to_string(),
+    ];
+    if let Some(ms) = plan.down_after_ms {
+        meta_args.extend(["--down-after-ms".to_owned(), ms.to_string()]);
+    }
+    cluster.spawn(Role::Meta, &meta_args, Vec::new())?;
+    cluster.wait_ready(&[0], |_| "meta listening on ".to_owned(), deadline, signals)?;
+    let meta_url = cluster.members[0].endpoint.clone().expect("meta is ready");
+    if !out.json {
+        eprintln!("weft up: meta ready at {meta_url}; starting {} nodes", plan.nodes);
+    }
+
+    let first_node = cluster.members.len();
+    for id in 1..=plan.nodes {
+        let disks = plan.disks(id);
+        let mut node_args = vec![
+            "serve".to_owned(),
+            "node".to_owned(),
+            "--meta".to_owned(),
+            meta_url.clone(),
+            "--id".to_owned(),
+            id.to_string(),
+            "--listen".to_owned(),
+            plan.node_listen(id).to_string(),
+        ];
+        for disk in &disks {
+            node_args.extend(["--disk".to_owned(), text(disk)]);
+        }
+        if let Some(ms) = plan.heartbeat_ms {
+            node_args.extend(["--heartbeat-ms".to_owned(), ms.to_string()]);
+        }
+        cluster.spawn(Role::Node(id), &node_args, disks)?;
+    }
+    let nodes: Vec<usize> = (first_node..cluster.members.len()).collect();
+    let prefix = |role: Role| match role {
+        Role::Node(id) => format!("node {id} listening on "),
+        other => format!("{} listening on ", other.name()),
+    };
+    cluster.wait_ready(&nodes, prefix, deadline, signals)?;
+    let meta = MetaClient::new(&meta_url)?;
+    cluster.wait_nodes_up(&meta, deadline, signals)?;
+
+    if has_repair_executor(&cluster.exe) {
+        let repair_args = ["serve", "repair", "--meta", meta_url.as_str()].map(str::to_owned);
+        cluster.spawn(Role::Repair, &repair_args, Vec::new())?;
+    } else {
+        out.note(
+            "weft up: repair executor not started: this weft has no `weft serve repair` yet, \
+             so lost units are not rebuilt",
+        );
+    }
+    Ok(())
+}
+
+fn print_ready(plan: &Plan, cluster: &Supervisor, ready_ms: u128, cluster_file: &Path) {
+    let disks = if plan.disks_per_node == 1 { "disk" } else { "disks" };
+    println!(
+        "weft up: {} nodes ({} {disks} each) ready in {:.1} s in {}",
+        plan.nodes,
+        plan.disks_per_node,
+        ready_ms as f64 / 1000.0,
+        plan.dir.display()
+    );
+    let mut meta_url = String::new();
+    for member in &cluster.members {
+        let endpoint = member.endpoint.as_deref().unwrap_or("-");
+        match member.role {
+            Role::Meta => {
+                meta_url = endpoint.to_owned();
+                println!("  meta     {endpoint:<24}  pid {}", member.pid);
+            }
+            Role::Node(id) => {
+                let disks: Vec<String> =
+                    member.disks.iter().map(|d| d.display().to_string()).collect();
+                println!(
+                    "  node {id:<3} {endpoint:<24}  pid {:<8} {}",
+                    member.pid,
+                    disks.join(", ")
+                );
+            }
+            Role::Repair => println!("  repair executor                    pid {}", member.pid),
+        }
+    }
+    println!(
+        "logs in {}; endpoints and pids in {}",
+        cluster.logs.display(),
+        cluster_file.display()
+    );
+    if plan.nodes < 9 {
+        println!(
+            "note: meta's default bucket policy rs(6,3) needs 9 up nodes; with {} nodes give \
+             buckets a smaller code, e.g. weft bucket create b --k 2 --r 1",
+            plan.nodes
+        );
+    }
+    println!("try: WEFT_META={meta_url} weft status");
+    println!("Ctrl-C stops the cluster; `weft up --dir {}` brings it back.", plan.dir.display());
+}
+
+/// Watches the running cluster until a signal (Ok) or meta's death (Err).
+fn watch(cluster: &mut Supervisor, signals: &mut Signals, out: Out) -> Result<(), CliError> {
+    loop {
+        if let Some(signal) = signals.sleep(Duration::from_millis(WATCH_POLL_MS)) {
+            out.event(
+                json!({ "event": "stopping", "signal": signal }),
+                &format!("weft up: {signal}: stopping every process"),
+            );
+            return Ok(());
+        }
+        while let Ok((index, Some(line))) = cluster.lines.try_recv() {
+            if cluster.members[index].role == Role::Repair {
+                out.note(&format!("weft up: repair executor: {line}"));
+            }
+        }
+        for index in cluster.reap() {
+            let member = &cluster.members[index];
+            let status = member.exited.map_or("exited".to_owned(), describe_exit);
+            let name = member.role.name();
+            let event = json!({
+                "event": "exited",
+                "name": name,
+                "id": match member.role { Role::Node(id) => Some(id), _ => None },
+                "pid": member.pid,
+                "status": status,
+            });
+            match member.role {
+                Role::Meta => {
+                    out.event(event, &format!("weft up: meta (pid {}) {status}", member.pid));
+                    return Err(cli_error!(
+                        "meta (pid {}) stopped: {status}; the cluster cannot work without it, \
+                         so every process was stopped. {}\nRun weft up again on the same --dir",
+                        member.pid,
+                        cluster.log_tail(index)
+                    ));
+                }
+                Role::Node(id) => out.event(
+                    event,
+                    &format!(
+                        "weft up: node {id} (pid {}) {status}; not restarted (a drill?): meta \
+                         reports it down, restart weft up to bring it back",
+                        member.pid
+                    ),
+                ),
+                Role::Repair => out.event(
+                    event,
+                    &format!(
+                        "weft up: repair executor (pid {}) {status}; not restarted, see {}",
+                        member.pid,
+                        member.log.display()
+                    ),
+                ),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> UpArgs {
+        use clap::Parser;
+        #[derive(Debug, Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            up: UpArgs,
+        }
+        let mut argv = vec!["up"];
+        argv.extend_from_slice(extra);
+        Wrapper::parse_from(argv).up
+    }
+
+    #[test]
+    fn plans_take_flags_then_the_recorded_cluster_then_defaults() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_str().unwrap();
+        let out = Out { json: true };
+        let planned = plan(&args(&["--dir", dir]), out).unwrap();
+        assert_eq!(
+            (planned.nodes, planned.disks_per_node),
+            (DEFAULT_NODES, DEFAULT_DISKS_PER_NODE)
+        );
+        assert_eq!(planned.node_listen(3).port(), 7703);
+        assert_eq!(planned.disks(2)[0], planned.dir.join("node-2").join("disk-0"));
+
+        let recorded = json!({"nodes": [{}, {}, {}], "disks_per_node": 2, "racks": 3,
+                              "failure_domain": "rack", "running": false});
+        write_json_atomically(&tmp.path().join(CLUSTER_FILE), &recorded).unwrap();
+        let planned = plan(&args(&["--dir", dir]), out).unwrap();
+        assert_eq!((planned.nodes, planned.disks_per_node, planned.racks), (3, 2, Some(3)));
+        assert_eq!(planned.failure_domain, FailureDomainArg::Rack);
+        let error = plan(&args(&["--dir", dir, "--disks-per-node", "1"]), out).unwrap_err();
+        assert!(error.0.contains("--disks-per-node 2"), "{error}");
+        let planned = plan(&args(&["--dir", dir, "--nodes", "5", "--racks", "2"]), out).unwrap();
+        assert_eq!((planned.nodes, planned.racks), (5, Some(2)));
+    }
+
+    #[test]
+    fn bad_plans_are_refused_with_the_fix() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_str().unwrap();
+        let out = Out { json: true };
+        let refused = |extra: &[&str]| {
+            let mut all = vec!["--dir", dir];
+            all.extend_from_slice(extra);
+            plan(&args(&all), out).unwrap_err().0
+        };
+        assert!(refused(&["--nodes", "0"]).contains("--nodes"));
+        assert!(refused(&["--racks", "13"]).contains("--racks"));
+        assert!(refused(&["--meta-listen", "127.0.0.1:65530"]).contains("65535"));
+        assert!(refused(&["--down-after-ms", "0"]).contains("positive"));
+    }
+
+    #[test]
+    fn exits_are_described() {
+        assert_eq!(describe_exit(ExitStatus::from_raw(9)), "killed by signal 9 (SIGKILL)");
+        assert_eq!(describe_exit(ExitStatus::from_raw(1 << 8)), "exit status 1");
+    }
+}

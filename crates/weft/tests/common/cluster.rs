@@ -1,0 +1,376 @@
+//! A real cluster for integration tests: the `weft up` binary on a temporary directory, meta
+//! and nodes on free ports, driven with the real CLI.
+//!
+//! Invariants:
+//! - Nothing outlives the test: dropping a [`Cluster`] (also while a test panics) kills
+//!   `weft up` and every child it reported, then removes the directory.
+//! - Every wait is bounded and says what it waited for when it times out.
+
+// Each test binary uses its own part of this fixture.
+#![allow(dead_code)]
+
+use std::{
+    fs::File,
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitStatus, Output, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+/// How long `weft up` may take to print its ready line (generous: tests run side by side
+/// on a small machine, maybe while other crates build).
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long `weft up` may take to exit after a signal (children get 5 s of grace each).
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long [`Cluster::wait_for_status`] polls.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The `weft` binary under test.
+pub fn weft_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_weft")
+}
+
+/// True when `pid` runs (a zombie does not count: it will never run again).
+pub fn is_running(pid: u32) -> bool {
+    // SAFETY: kill(2) with signal 0 sends nothing; it only checks the pid exists.
+    if unsafe { libc::kill(pid as libc::pid_t, 0) } != 0 {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => true,
+    }
+}
+
+/// Sends `signal` to `pid`; false when it is gone.
+pub fn signal(pid: u32, signal: libc::c_int) -> bool {
+    // SAFETY: kill(2) on a pid of this test's own cluster.
+    unsafe { libc::kill(pid as libc::pid_t, signal) == 0 }
+}
+
+/// A running `weft up`, with what it reported when ready.
+#[derive(Debug)]
+pub struct Cluster {
+    tmp: tempfile::TempDir,
+    nodes: usize,
+    extra_args: Vec<String>,
+    up: Option<Child>,
+    /// The ready object `weft up --json` printed (also in DIR/cluster.json).
+    ready: Value,
+    /// Every line `weft up` printed after the ready object (JSON events), from a reader.
+    events: Option<mpsc::Receiver<String>>,
+    /// Every child pid any run reported, for Drop.
+    child_pids: Vec<u32>,
+    /// Runs of `weft up` so far (names its stderr file).
+    runs: usize,
+    /// How long the last start took, from spawning `weft up` to its ready line.
+    ready_after: Duration,
+}
+
+impl Cluster {
+    /// Runs `weft up --dir <tempdir> --meta-listen 127.0.0.1:0 --nodes N --json <extra_args>`
+    /// and waits for its ready line.
+    pub fn start(nodes: usize, extra_args: &[&str]) -> Cluster {
+        let mut cluster = Cluster {
+            tmp: tempfile::tempdir().expect("a temporary directory"),
+            nodes,
+            extra_args: extra_args.iter().map(|&a| a.to_owned()).collect(),
+            up: None,
+            ready: Value::Null,
+            events: None,
+            child_pids: Vec::new(),
+            runs: 0,
+            ready_after: Duration::ZERO,
+        };
+        cluster.launch();
+        cluster
+    }
+
+    fn launch(&mut self) {
+        assert!(self.up.is_none(), "weft up is already running");
+        self.runs += 1;
+        let stderr_path = self.stderr_path();
+        let stderr = File::create(&stderr_path).expect("a stderr file");
+        let dir = self.dir();
+        let nodes = self.nodes.to_string();
+        let mut args = vec![
+            "up",
+            "--dir",
+            dir.to_str().expect("a UTF-8 temporary path"),
+            "--meta-listen",
+            "127.0.0.1:0",
+            "--nodes",
+            &nodes,
+            "--json",
+        ];
+        args.extend(self.extra_args.iter().map(String::as_str));
+        let started = Instant::now();
+        let mut up = Command::new(weft_bin())
+            .args(&args)
+            .env("WEFT_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(stderr))
+            .spawn()
+            .expect("weft up starts");
+        let stdout = up.stdout.take().expect("stdout is piped");
+        self.up = Some(up);
+        let (lines_tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if lines_tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let first = match lines.recv_timeout(READY_TIMEOUT) {
+            Ok(line) => line,
+            Err(error) => panic!(
+                "weft up {args:?} printed no ready line ({error}); its stderr:\n{}",
+                self.up_stderr()
+            ),
+        };
+        self.ready_after = started.elapsed();
+        self.ready = serde_json::from_str(&first).unwrap_or_else(|e| {
+            panic!("weft up's ready line is not JSON ({e}): {first}\n{}", self.up_stderr())
+        });
+        self.events = Some(lines);
+        let pids = self.child_pids_now();
+        self.child_pids.extend(pids);
+    }
+
+    fn stderr_path(&self) -> PathBuf {
+        self.tmp.path().join(format!("up-{}.stderr", self.runs))
+    }
+
+    /// What the latest `weft up` wrote on stderr so far.
+    pub fn up_stderr(&self) -> String {
+        std::fs::read_to_string(self.stderr_path()).unwrap_or_default()
+    }
+
+    /// The cluster's directory (`weft up --dir`).
+    pub fn dir(&self) -> PathBuf {
+        self.tmp.path().join("cluster")
+    }
+
+    /// The ready object of the latest run.
+    pub fn ready(&self) -> &Value {
+        &self.ready
+    }
+
+    /// How long the latest run took to be ready, as the test saw it.
+    pub fn ready_after(&self) -> Duration {
+        self.ready_after
+    }
+
+    /// Meta's base URL, `http://127.0.0.1:PORT`.
+    pub fn meta_url(&self) -> String {
+        self.ready["meta"].as_str().expect("the ready object names meta").to_owned()
+    }
+
+    /// The pid of the running `weft up`.
+    pub fn up_pid(&self) -> u32 {
+        self.up.as_ref().expect("weft up is running").id()
+    }
+
+    /// True while `weft up` has not exited.
+    pub fn up_is_running(&mut self) -> bool {
+        let up = self.up.as_mut().expect("weft up was started");
+        up.try_wait().expect("weft up can be waited for").is_none()
+    }
+
+    /// Node ids in the ready object.
+    pub fn node_ids(&self) -> Vec<u32> {
+        self.ready_nodes().iter().map(|n| n["id"].as_u64().unwrap() as u32).collect()
+    }
+
+    fn ready_nodes(&self) -> Vec<Value> {
+        self.ready["nodes"].as_array().cloned().expect("the ready object lists nodes")
+    }
+
+    fn ready_node(&self, id: u32) -> Value {
+        let nodes = self.ready_nodes();
+        nodes
+            .into_iter()
+            .find(|n| n["id"].as_u64() == Some(u64::from(id)))
+            .unwrap_or_else(|| panic!("no node {id} in {}", self.ready))
+    }
+
+    /// The pid of node `id` as `weft up` started it.
+    pub fn node_pid(&self, id: u32) -> u32 {
+        self.ready_node(id)["pid"].as_u64().expect("a node pid") as u32
+    }
+
+    /// The endpoint of node `id`.
+    pub fn node_endpoint(&self, id: u32) -> String {
+        self.ready_node(id)["endpoint"].as_str().expect("a node endpoint").to_owned()
+    }
+
+    /// Pids of meta, every node and the repair executor (when started) of the latest run.
+    pub fn child_pids_now(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> =
+            self.ready_nodes().iter().map(|n| n["pid"].as_u64().unwrap() as u32).collect();
+        pids.extend(self.ready["meta_pid"].as_u64().map(|p| p as u32));
+        pids.extend(self.ready["repair"]["pid"].as_u64().map(|p| p as u32));
+        pids
+    }
+
+    /// SIGKILLs node `id` directly (not through the CLI).
+    pub fn kill_node(&self, id: u32) {
+        let pid = self.node_pid(id);
+        assert!(signal(pid, libc::SIGKILL), "node {id} (pid {pid}) was not running");
+    }
+
+    /// The lines `weft up` printed since the last call (JSON events).
+    pub fn events(&self) -> Vec<Value> {
+        let Some(lines) = &self.events else { return Vec::new() };
+        lines
+            .try_iter()
+            .map(|line| serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}")))
+            .collect()
+    }
+
+    /// Waits for an event matching `want`, at most [`STATUS_TIMEOUT`].
+    pub fn wait_for_event(&self, what: &str, want: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + STATUS_TIMEOUT;
+        let mut seen = Vec::new();
+        let lines = self.events.as_ref().expect("weft up was started");
+        while Instant::now() < deadline {
+            if let Ok(line) = lines.recv_timeout(Duration::from_millis(50)) {
+                let event: Value = serde_json::from_str(&line).expect("a JSON event");
+                if want(&event) {
+                    return event;
+                }
+                seen.push(event);
+            }
+        }
+        panic!("weft up printed no {what} event; it printed {seen:?}");
+    }
+
+    /// SIGTERM to `weft up` (what a service manager sends); waits for it to exit.
+    pub fn stop(&mut self) -> ExitStatus {
+        self.stop_with(libc::SIGTERM)
+    }
+
+    /// Sends `sig` (SIGTERM, SIGINT) to `weft up` and waits for it to exit.
+    pub fn stop_with(&mut self, sig: libc::c_int) -> ExitStatus {
+        let mut up = self.up.take().expect("weft up is running");
+        signal(up.id(), sig);
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        loop {
+            if let Some(status) = up.try_wait().expect("weft up can be waited for") {
+                return status;
+            }
+            if Instant::now() >= deadline {
+                let _ = up.kill();
+                let _ = up.wait();
+                panic!("weft up did not exit within {STOP_TIMEOUT:?} of signal {sig}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts `weft up` again on the same directory with the same flags (stopping the
+    /// running one first, with SIGTERM).
+    pub fn restart(&mut self) {
+        if self.up.is_some() {
+            let status = self.stop();
+            assert!(status.success(), "weft up exited with {status} on SIGTERM");
+        }
+        self.launch();
+    }
+
+    /// Runs `weft ARGS` with `WEFT_META` pointing at this cluster.
+    pub fn weft(&self, args: &[&str]) -> Output {
+        Command::new(weft_bin())
+            .args(args)
+            .env("WEFT_META", self.meta_url())
+            .stdin(Stdio::null())
+            .output()
+            .expect("weft runs")
+    }
+
+    /// Runs `weft ARGS`, asserts it succeeded and returns its stdout parsed as one JSON
+    /// object.
+    pub fn weft_json(&self, args: &[&str]) -> Value {
+        let output = self.weft(args);
+        assert!(
+            output.status.success(),
+            "weft {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let stdout = String::from_utf8(output.stdout).expect("UTF-8 output");
+        serde_json::from_str(stdout.trim())
+            .unwrap_or_else(|e| panic!("weft {args:?} printed no JSON object ({e}): {stdout}"))
+    }
+
+    /// Runs `weft ARGS`, asserts it failed and returns its stderr.
+    pub fn weft_fails(&self, args: &[&str]) -> String {
+        let output = self.weft(args);
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(
+            !output.status.success(),
+            "weft {args:?} should fail but printed {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        stderr
+    }
+
+    /// `weft status --json`.
+    pub fn status(&self) -> Value {
+        self.weft_json(&["status", "--json"])
+    }
+
+    /// Polls `weft status --json` until `want` holds, at most [`STATUS_TIMEOUT`].
+    pub fn wait_for_status(&self, what: &str, want: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + STATUS_TIMEOUT;
+        loop {
+            let status = self.status();
+            if want(&status) {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}; status: {status}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Node states in a status object, by id.
+    pub fn states(status: &Value) -> Vec<(u64, String)> {
+        status["nodes"]
+            .as_array()
+            .expect("status lists nodes")
+            .iter()
+            .map(|n| (n["id"].as_u64().unwrap(), n["state"].as_str().unwrap().to_owned()))
+            .collect()
+    }
+}
+
+/// True when `pid` still runs this test's `weft` binary (so Drop never signals a process
+/// that merely reused a pid).
+fn runs_weft(pid: u32) -> bool {
+    let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return is_running(pid);
+    };
+    let argv0 = raw.split(|&b| b == 0).next().unwrap_or_default();
+    is_running(pid) && Path::new(&*String::from_utf8_lossy(argv0)).ends_with("weft")
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Some(mut up) = self.up.take() {
+            let _ = up.kill();
+            let _ = up.wait();
+        }
+        for &pid in &self.child_pids {
+            if runs_weft(pid) {
+                signal(pid, libc::SIGKILL);
+            }
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! Helpers shared by the integration tests of the `weft` binary.
+
+pub mod cluster;

@@ -1,0 +1,227 @@
+//! `weft up`, `weft status`, `weft node` and `weft bucket` as a user runs them: a real cluster
+//! of processes on free ports, driven through the CLI.
+
+mod common;
+
+use std::{net::TcpListener, process::Command, time::Duration};
+
+use common::cluster::{is_running, weft_bin, Cluster};
+use serde_json::Value;
+
+fn names(listed: &Value) -> Vec<String> {
+    listed["buckets"]
+        .as_array()
+        .expect("a bucket list")
+        .iter()
+        .map(|b| b["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn status_shows_every_node_and_buckets_round_trip() {
+    let cluster = Cluster::start(4, &[]);
+    assert_eq!(cluster.node_ids(), [1, 2, 3, 4]);
+
+    // cluster.json says what the ready line said.
+    let file = std::fs::read_to_string(cluster.dir().join("cluster.json")).unwrap();
+    let file: Value = serde_json::from_str(&file).unwrap();
+    assert_eq!(file["nodes"], cluster.ready()["nodes"]);
+    assert_eq!(file["meta"], cluster.meta_url().as_str());
+    assert_eq!(file["running"], true);
+    let disk = cluster.dir().join("node-3").join("disk-0");
+    assert_eq!(file["nodes"][2]["disks"][0], disk.canonicalize().unwrap().to_str().unwrap());
+
+    let status = cluster.status();
+    assert_eq!(status["nodes_up"], 4, "{status}");
+    assert_eq!(status["nodes_down"], 0, "{status}");
+    for node in status["nodes"].as_array().unwrap() {
+        let id = node["id"].as_u64().unwrap() as u32;
+        assert_eq!(node["state"], "up", "{node}");
+        assert_eq!(node["pid"], cluster.node_pid(id), "{node}");
+        assert_eq!(node["endpoint"], cluster.node_endpoint(id).as_str(), "{node}");
+        assert_eq!(node["disks"].as_array().unwrap().len(), 1, "{node}");
+    }
+    assert!(status["under_protected_units"].is_u64(), "{status}");
+    assert!(status["repair_queue"].is_u64(), "{status}");
+    let human = cluster.weft(&["status"]);
+    assert!(human.status.success());
+    let human = String::from_utf8(human.stdout).unwrap();
+    assert!(human.contains("4 nodes up, 0 down"), "{human}");
+    assert!(human.contains(&cluster.node_endpoint(2)), "{human}");
+
+    // Create with meta's default policy, and with a policy from flags.
+    let created = cluster.weft_json(&["bucket", "create", "photos", "--json"]);
+    assert_eq!(created["name"], "photos");
+    assert_eq!(created["default_policy"]["code"], "rs(6,3)");
+    let small = [
+        "bucket",
+        "create",
+        "small",
+        "--code",
+        "rs",
+        "--k",
+        "2",
+        "--r",
+        "1",
+        "--stripe-width",
+        "2",
+        "--cell",
+        "64KiB",
+        "--block",
+        "256KiB",
+        "--json",
+    ];
+    let created = cluster.weft_json(&small);
+    let policy = &created["default_policy"];
+    assert_eq!(policy["code"], "rs(2,1)", "{created}");
+    assert_eq!(
+        (policy["cell_bytes"].as_u64(), policy["block_bytes"].as_u64()),
+        (Some(65536), Some(262144))
+    );
+
+    // Refusals carry meta's message (or the code parser's) and leave nothing behind.
+    let duplicate = cluster.weft_fails(&["bucket", "create", "photos"]);
+    assert!(
+        duplicate.contains("bucket_exists") && duplicate.contains("already exists"),
+        "{duplicate}"
+    );
+    let zero_k = cluster.weft_fails(&["bucket", "create", "zero", "--k", "0"]);
+    assert!(zero_k.contains("k must be at least 1"), "{zero_k}");
+    let bad_block = cluster.weft_fails(&["bucket", "create", "odd", "--cell", "3MiB"]);
+    assert!(
+        bad_block.contains("invalid_policy") && bad_block.contains("multiple of the cell"),
+        "{bad_block}"
+    );
+    let bad_name = cluster.weft_fails(&["bucket", "create", "Bad_Name"]);
+    assert!(bad_name.contains("invalid_name"), "{bad_name}");
+    assert_eq!(names(&cluster.weft_json(&["bucket", "ls", "--json"])), ["photos", "small"]);
+    let listed = String::from_utf8(cluster.weft(&["bucket", "ls"]).stdout).unwrap();
+    assert!(listed.contains("photos") && listed.contains("rs(2,1)"), "{listed}");
+
+    let removed = cluster.weft_json(&["bucket", "rm", "photos", "--json"]);
+    assert_eq!(removed["removed"], "photos");
+    assert_eq!(names(&cluster.weft_json(&["bucket", "ls", "--json"])), ["small"]);
+    let gone = cluster.weft_fails(&["bucket", "rm", "photos"]);
+    assert!(gone.contains("no_such_bucket"), "{gone}");
+
+    // A second `weft up` on the same directory is refused while this one runs.
+    let dir = cluster.dir();
+    let second = Command::new(weft_bin())
+        .args(["up", "--dir", dir.to_str().unwrap(), "--meta-listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let second = String::from_utf8_lossy(&second.stderr);
+    assert!(second.contains("already running"), "{second}");
+
+    // No meta there: the error says how to get one.
+    let output = cluster.weft(&["status", "--meta", "http://127.0.0.1:1"]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("cannot reach meta at http://127.0.0.1:1") && stderr.contains("weft up"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn killed_nodes_go_down_and_a_restart_brings_everything_back() {
+    let mut cluster = Cluster::start(4, &["--down-after-ms", "1500", "--heartbeat-ms", "300"]);
+    let pid_2 = cluster.node_pid(2);
+
+    let killed = cluster.weft_json(&["node", "kill", "2", "--json"]);
+    assert_eq!(
+        (killed["node"].as_u64(), killed["pid"].as_u64()),
+        (Some(2), Some(u64::from(pid_2)))
+    );
+    assert_eq!(
+        (killed["signal"].as_str(), killed["exited"].as_bool()),
+        (Some("SIGKILL"), Some(true))
+    );
+    let event = cluster.wait_for_event("node 2 exited", |e| e["event"] == "exited");
+    assert_eq!((event["id"].as_u64(), event["pid"].as_u64()), (Some(2), Some(u64::from(pid_2))));
+    let two_down = |s: &Value| {
+        Cluster::states(s)
+            == [(1, "up".into()), (2, "down".into()), (3, "up".into()), (4, "up".into())]
+    };
+    cluster.wait_for_status("node 2 down, the others up", two_down);
+    assert!(cluster.up_is_running(), "weft up must keep running when a node dies");
+
+    // Drills refuse what they cannot do.
+    let again = cluster.weft_fails(&["node", "kill", "2"]);
+    assert!(again.contains("not running"), "{again}");
+    let unknown = cluster.weft_fails(&["node", "stop", "9"]);
+    assert!(unknown.contains("knows no node 9"), "{unknown}");
+
+    let stopped = cluster.weft_json(&["node", "stop", "3", "--json"]);
+    assert_eq!(
+        (stopped["signal"].as_str(), stopped["exited"].as_bool()),
+        (Some("SIGTERM"), Some(true))
+    );
+    cluster.wait_for_status("node 3 down", |s| s["nodes_down"] == 2);
+    cluster.weft_json(&["bucket", "create", "kept", "--k", "2", "--r", "1", "--json"]);
+
+    // SIGTERM stops everything and exits 0; a restart on the same directory brings back the
+    // same nodes (ids, disks), every one up, and the bucket.
+    let old_pids = cluster.child_pids_now();
+    let old_nodes = cluster.ready()["nodes"].clone();
+    let status = cluster.stop();
+    assert!(status.success(), "weft up exited with {status}");
+    for pid in &old_pids {
+        assert!(!is_running(*pid), "pid {pid} outlived weft up");
+    }
+    cluster.restart();
+    assert_eq!(cluster.node_ids(), [1, 2, 3, 4]);
+    for (old, new) in
+        old_nodes.as_array().unwrap().iter().zip(cluster.ready()["nodes"].as_array().unwrap())
+    {
+        assert_eq!(old["disks"], new["disks"]);
+        assert_ne!(old["pid"], new["pid"]);
+    }
+    let status = cluster.status();
+    assert_eq!(status["nodes_up"], 4, "{status}");
+    for node in status["nodes"].as_array().unwrap() {
+        assert_eq!(node["pid"], cluster.node_pid(node["id"].as_u64().unwrap() as u32), "{node}");
+    }
+    let listed = cluster.weft_json(&["bucket", "ls", "--json"]);
+    assert_eq!(names(&listed), ["kept"]);
+    assert_eq!(listed["buckets"][0]["default_policy"]["code"], "rs(2,1)");
+}
+
+#[test]
+fn twelve_nodes_are_ready_fast_and_ctrl_c_leaves_no_process() {
+    let mut cluster = Cluster::start(12, &[]);
+    assert_eq!(cluster.node_ids(), (1..=12).collect::<Vec<u32>>());
+    assert!(
+        cluster.ready_after() < Duration::from_secs(10),
+        "12 nodes took {:?} to be ready",
+        cluster.ready_after()
+    );
+    assert_eq!(cluster.status()["nodes_up"], 12);
+
+    let pids = cluster.child_pids_now();
+    assert_eq!(pids.len(), 13 + usize::from(!cluster.ready()["repair"].is_null()));
+    let status = cluster.stop_with(libc::SIGINT);
+    assert!(status.success(), "weft up exited with {status} on SIGINT");
+    for pid in pids {
+        assert!(!is_running(pid), "pid {pid} outlived weft up");
+    }
+    let file = std::fs::read_to_string(cluster.dir().join("cluster.json")).unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&file).unwrap()["running"], false);
+}
+
+#[test]
+fn a_child_that_cannot_start_is_named_with_its_log() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = taken.local_addr().unwrap().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let output = Command::new(weft_bin())
+        .args(["up", "--nodes", "1", "--meta-listen", &listen, "--dir"])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("meta (pid"), "{stderr}");
+    assert!(stderr.contains("meta.log") && stderr.contains(&listen), "{stderr}");
+}
