@@ -3,8 +3,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Value};
-use weft_layout::{StripedLayout, UnitId};
+use weft_layout::StripedLayout;
 use weft_meta::service::{bind, MetaConfig, RunningMeta};
+use weft_meta::unit_name;
 
 const MIB: u64 = 1 << 20;
 
@@ -90,13 +91,6 @@ impl Cluster {
             .await;
         assert_eq!(status, 200, "{committed}");
         generation
-    }
-}
-
-fn unit_name(unit: UnitId) -> String {
-    match unit {
-        UnitId::Data(x) => format!("d{x}"),
-        UnitId::Parity { group, index } => format!("p{group}.{index}"),
     }
 }
 

@@ -1,0 +1,580 @@
+//! The repair side of meta against a real in-process server over real HTTP: the detector
+//! queues units of silent nodes and failed disks, an executor takes, completes and fails
+//! tasks, clients report damaged units, and the queue survives a restart.
+//!
+//! Nodes are fake: a background task posts their heartbeats (no unit data is needed, meta
+//! only moves metadata). Every wait polls with a deadline.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::task::JoinHandle;
+use weft_layout::{DiskLocation, Placement, UnitId};
+use weft_meta::parse_unit_name;
+use weft_meta::service::{bind_with_repair, MetaConfig, RepairConfig, RunningMeta};
+
+const MIB: u64 = 1 << 20;
+/// Silence after which a node is down; short so tests run fast.
+const DOWN_AFTER_MS: u64 = 400;
+const HEARTBEAT_EVERY: Duration = Duration::from_millis(100);
+/// Longest any awaited condition may take.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+fn repair_config() -> RepairConfig {
+    RepairConfig { scan_ms: 50, full_rescan_ms: 300 }
+}
+
+fn heartbeat(id: u32, failed: [Option<&str>; 2]) -> Value {
+    json!({
+        "node_id": id,
+        "endpoint": format!("http://127.0.0.1:{}", 9000 + id),
+        "pid": 4000 + id,
+        "disks": [
+            {"index": 0, "dir": "/d0", "units": 0, "bytes": 0, "failed": failed[0]},
+            {"index": 1, "dir": "/d1", "units": 0, "bytes": 0, "failed": failed[1]},
+        ],
+    })
+}
+
+/// The heartbeats the fake nodes send, by node id; a node missing from the map is silent.
+type Beats = Arc<Mutex<BTreeMap<u32, Value>>>;
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    meta: Option<RunningMeta>,
+    base: String,
+    client: reqwest::Client,
+    beats: Beats,
+    beating: JoinHandle<()>,
+}
+
+fn start_heartbeats(base: String, beats: Beats, delay: Duration) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        let client = reqwest::Client::new();
+        loop {
+            let now: Vec<Value> = beats.lock().unwrap().values().cloned().collect();
+            for beat in now {
+                let _ = client.post(format!("{base}/v1/heartbeat")).json(&beat).send().await;
+            }
+            tokio::time::sleep(HEARTBEAT_EVERY).await;
+        }
+    })
+}
+
+async fn start_meta(dir: &std::path::Path) -> RunningMeta {
+    let mut config = MetaConfig::new("127.0.0.1:0".parse().unwrap(), dir);
+    config.down_after_ms = DOWN_AFTER_MS;
+    bind_with_repair(config, repair_config()).await.expect("meta starts")
+}
+
+impl Cluster {
+    /// Meta with `nodes` heartbeating nodes (2 healthy disks each) and bucket "photos" of
+    /// rs(2,1), stripe width 2, 1 MiB blocks.
+    async fn start(nodes: u32) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = start_meta(dir.path()).await;
+        let base = meta.endpoint();
+        let beats: Beats =
+            Arc::new(Mutex::new((1..=nodes).map(|id| (id, heartbeat(id, [None, None]))).collect()));
+        let client = reqwest::Client::new();
+        // The first round directly, so that placement sees every node at once.
+        let first: Vec<Value> = beats.lock().unwrap().values().cloned().collect();
+        for beat in first {
+            let response = client.post(format!("{base}/v1/heartbeat")).json(&beat).send();
+            assert_eq!(response.await.unwrap().status(), 200);
+        }
+        let beating = start_heartbeats(base.clone(), beats.clone(), HEARTBEAT_EVERY);
+        let cluster = Cluster { dir, meta: Some(meta), base, client, beats, beating };
+        let policy = json!({"code": "rs(2,1)", "stripe_width": 2, "cell_bytes": MIB,
+                            "block_bytes": MIB});
+        let (status, body) = cluster.call(reqwest::Method::PUT, "/v1/buckets/photos", policy).await;
+        assert_eq!(status, 201, "{body}");
+        cluster
+    }
+
+    /// Stops meta, waits `down_ms` (so every heartbeat meta saved is old), starts it again on
+    /// the same directory; the nodes resume heartbeating `heartbeats_after` later.
+    async fn restart(&mut self, down_ms: u64, heartbeats_after: Duration) {
+        self.beating.abort();
+        self.meta.take().unwrap().stop().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(down_ms)).await;
+        let meta = start_meta(self.dir.path()).await;
+        self.base = meta.endpoint();
+        self.meta = Some(meta);
+        self.beating = start_heartbeats(self.base.clone(), self.beats.clone(), heartbeats_after);
+    }
+
+    fn silence(&self, node: u32) {
+        self.beats.lock().unwrap().remove(&node);
+    }
+
+    fn set_disks(&self, node: u32, failed: [Option<&str>; 2]) {
+        self.beats.lock().unwrap().insert(node, heartbeat(node, failed));
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
+        let mut request = self.client.request(method, format!("{}{path}", self.base));
+        if !body.is_null() {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap())
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        self.call(reqwest::Method::GET, path, Value::Null).await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.call(reqwest::Method::POST, path, body).await
+    }
+
+    /// Begins and commits `key` of `size` bytes; returns the committed object.
+    async fn put(&self, key: &str, size: u64) -> Value {
+        let path = format!("/v1/buckets/photos/objects/{key}");
+        let (status, begun) = self.post(&format!("{path}/begin"), json!({"size": size})).await;
+        assert_eq!(status, 200, "{begun}");
+        let generation = begun["generation"].clone();
+        let (status, committed) =
+            self.post(&format!("{path}/commit"), json!({"generation": generation})).await;
+        assert_eq!(status, 200, "{committed}");
+        committed
+    }
+
+    async fn object(&self, key: &str) -> Value {
+        let (status, object) = self.get(&format!("/v1/buckets/photos/objects/{key}")).await;
+        assert_eq!(status, 200, "{object}");
+        object
+    }
+
+    async fn take(&self, lease_ms: u64) -> Value {
+        let (status, taken) = self.post("/v1/repairs/take", json!({"lease_ms": lease_ms})).await;
+        assert_eq!(status, 200, "{taken}");
+        taken
+    }
+
+    async fn status(&self) -> Value {
+        let (status, body) = self.get("/v1/status").await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    async fn repairs(&self) -> Value {
+        let (status, body) = self.get("/v1/repairs").await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    async fn stop(mut self) {
+        self.beating.abort();
+        self.meta.take().unwrap().stop().await.unwrap();
+    }
+}
+
+/// Polls `probe` until it returns Some, failing after [`PATIENCE`] with `what`.
+async fn until<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The node and disk of `unit` in an object response.
+fn location(object: &Value, unit: &str) -> (u64, u64) {
+    let entry = object["units"].as_array().unwrap().iter().find(|u| u["unit"] == unit).unwrap();
+    (entry["node_id"].as_u64().unwrap(), entry["disk"].as_u64().unwrap())
+}
+
+/// The placement an object response describes (node = rack, as meta places).
+fn placement_of(object: &Value) -> Placement {
+    let (mut data, mut parity) = (Vec::new(), Vec::new());
+    for unit in object["units"].as_array().unwrap() {
+        let node = unit["node_id"].as_u64().unwrap() as u32;
+        let disk = DiskLocation { rack: node, node, disk: unit["disk"].as_u64().unwrap() as u32 };
+        match parse_unit_name(unit["unit"].as_str().unwrap()).unwrap() {
+            UnitId::Data(_) => data.push(disk),
+            UnitId::Parity { .. } => parity.push(disk),
+        }
+    }
+    serde_json::from_value(json!({
+        "layout": object["layout"], "object_size": object["size"], "level": "Node", "seed": 0,
+        "data": data, "parity": parity,
+    }))
+    .unwrap()
+}
+
+/// Units of `object` on `node`, by name.
+fn units_on(object: &Value, node: u64) -> BTreeSet<String> {
+    object["units"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|u| u["node_id"] == node)
+        .map(|u| u["unit"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Checks a take reply: the object is what GET returns and moving the unit to the destination
+/// keeps the placement rules and leaves `avoid` (a down node or a failed disk).
+async fn check_take(cluster: &Cluster, taken: &Value, avoid: (u64, Option<u64>)) {
+    let task = &taken["task"];
+    let key = task["key"].as_str().unwrap();
+    assert_eq!(taken["object"], cluster.object(key).await, "take returns exactly the GET body");
+    let destination = &taken["destination"];
+    let (node, disk) = (destination["node_id"].as_u64().unwrap(), destination["disk"].as_u64());
+    match avoid {
+        (avoid_node, None) => assert_ne!(node, avoid_node, "{taken}"),
+        (avoid_node, Some(avoid_disk)) => {
+            assert_ne!((node, disk), (avoid_node, Some(avoid_disk)), "{taken}")
+        }
+    }
+    assert_eq!(destination["endpoint"], format!("http://127.0.0.1:{}", 9000 + node));
+    let unit = parse_unit_name(task["unit"].as_str().unwrap()).unwrap();
+    let mut placement = placement_of(&taken["object"]);
+    let target = DiskLocation { rack: node as u32, node: node as u32, disk: disk.unwrap() as u32 };
+    placement.relocate(unit, target).expect("the destination keeps the placement rules");
+    assert_eq!(placement.verify(), Ok(()));
+}
+
+async fn complete(cluster: &Cluster, taken: &Value) -> (u16, Value) {
+    let task = &taken["task"];
+    let body = json!({
+        "deadline_ms": task["deadline_ms"],
+        "node_id": taken["destination"]["node_id"],
+        "disk": taken["destination"]["disk"],
+    });
+    cluster.post(&format!("/v1/repairs/{}/complete", task["task_id"]), body).await
+}
+
+#[tokio::test]
+async fn a_silent_node_is_detected_repaired_and_relocated() {
+    let cluster = Cluster::start(5).await;
+    // 3 MiB of rs(2,1), width 2: d0 d1 | d2, groups {d0 d1 p0.0} {d2 p1.0}.
+    let object = cluster.put("cat.jpg", 3 * MIB).await;
+    let status = cluster.status().await;
+    assert_eq!(
+        (status["under_protected_units"].clone(), status["repair_queue"].clone()),
+        (json!(0), json!(0))
+    );
+
+    let victim = location(&object, "d0").0;
+    let lost = units_on(&object, victim);
+    cluster.silence(victim as u32);
+
+    let (c, count) = (&cluster, lost.len());
+    let queued = until("the victim's units to be queued", || async move {
+        let repairs = c.repairs().await;
+        (repairs["queued"] == count).then_some(repairs)
+    })
+    .await;
+    let tasks = queued["tasks"].as_array().unwrap();
+    let names: BTreeSet<String> =
+        tasks.iter().map(|t| t["unit"].as_str().unwrap().into()).collect();
+    assert_eq!(names, lost);
+    for task in tasks {
+        assert_eq!(task["reason"], format!("node {victim} down"));
+        assert_eq!(task["kind"], "unavailable");
+        assert_eq!(task["generation"], object["generation"]);
+        assert_eq!(
+            (task["bucket"].clone(), task["key"].clone()),
+            (json!("photos"), json!("cat.jpg"))
+        );
+        assert_eq!(task["deadline_ms"], Value::Null, "not leased yet");
+    }
+    let status = cluster.status().await;
+    assert_eq!(status["under_protected_units"], lost.len());
+    assert_eq!(status["repair_queue"], lost.len());
+    let entry = status["nodes"].as_array().unwrap().iter().find(|n| n["id"] == victim).unwrap();
+    assert_eq!(entry["state"], "down");
+    assert_eq!(entry["disks"].as_array().unwrap().len(), 2);
+
+    for _ in 0..lost.len() {
+        let taken = cluster.take(30_000).await;
+        assert_eq!(taken["task"]["attempts"], 1);
+        assert!(taken["task"]["deadline_ms"].as_u64().unwrap() > 0);
+        let unit = taken["task"]["unit"].as_str().unwrap().to_string();
+        check_take(&cluster, &taken, (victim, None)).await;
+        let (status, done) = complete(&cluster, &taken).await;
+        assert_eq!((status, done), (200, json!({"result": "relocated"})));
+        let now = cluster.object("cat.jpg").await;
+        let destination = &taken["destination"];
+        let entry = now["units"].as_array().unwrap().iter().find(|u| u["unit"] == unit).unwrap();
+        assert_eq!(entry["node_id"], destination["node_id"]);
+        assert_eq!(entry["disk"], destination["disk"]);
+        assert_eq!(entry["endpoint"], destination["endpoint"]);
+        assert_eq!(entry["state"], "up");
+        assert_eq!(now["generation"], object["generation"], "a relocation is no new write");
+    }
+    assert_eq!(cluster.take(30_000).await, json!({"task": null, "dropped": 0}));
+    assert!(units_on(&cluster.object("cat.jpg").await, victim).is_empty());
+
+    let status = cluster.status().await;
+    assert_eq!(status["under_protected_units"], 0);
+    assert_eq!(status["repair_queue"], 0);
+    assert_eq!(status["repairs_completed"], lost.len());
+    // Full rescans (every 300 ms here) find nothing left on the silent node.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(cluster.repairs().await["queued"], 0);
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn a_failed_disk_is_queued_and_dropped_once_healthy_again() {
+    let cluster = Cluster::start(5).await;
+    let object = cluster.put("dog.jpg", 3 * MIB).await;
+    let (node, disk) = location(&object, "d1");
+    let mut failed = [None, None];
+    failed[disk as usize] = Some("EIO on fsync");
+    cluster.set_disks(node as u32, failed);
+    let on_disk: BTreeSet<String> = object["units"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|u| u["node_id"] == node && u["disk"] == disk)
+        .map(|u| u["unit"].as_str().unwrap().to_string())
+        .collect();
+
+    let (c, count) = (&cluster, on_disk.len());
+    let queued = until("the failed disk's units to be queued", || async move {
+        let repairs = c.repairs().await;
+        (repairs["queued"] == count).then_some(repairs)
+    })
+    .await;
+    assert_eq!(queued["tasks"][0]["reason"], format!("disk {node}/{disk} failed: EIO on fsync"));
+    assert_eq!(cluster.status().await["under_protected_units"], on_disk.len());
+
+    // Taken while the disk is failed: the destination is elsewhere and keeps the rules.
+    let taken = cluster.take(30_000).await;
+    check_take(&cluster, &taken, (node, Some(disk))).await;
+    let (status, body) = cluster
+        .post(
+            &format!("/v1/repairs/{}/fail", taken["task"]["task_id"]),
+            json!({"deadline_ms": taken["task"]["deadline_ms"], "error": "destination refused"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["requeued"], true);
+    let requeued = cluster.repairs().await;
+    let task =
+        requeued["tasks"].as_array().unwrap().iter().find(|t| t["task_id"] == body["task_id"]);
+    assert_eq!(task.unwrap()["last_error"], "destination refused");
+
+    // The disk recovers before anyone repairs it: the tasks are no longer needed.
+    cluster.set_disks(node as u32, [None, None]);
+    until("meta to hear that the disk is healthy", || async move {
+        let (_, nodes) = c.get("/v1/nodes").await;
+        let entry = nodes["nodes"].as_array().unwrap().iter().find(|n| n["id"] == node).cloned();
+        (entry.unwrap()["disks"][disk as usize]["failed"].is_null()).then_some(())
+    })
+    .await;
+    let taken = cluster.take(30_000).await;
+    assert_eq!(taken, json!({"task": null, "dropped": on_disk.len()}), "not needed any more");
+    assert_eq!(cluster.repairs().await["queued"], 0);
+    assert_eq!(cluster.status().await["under_protected_units"], 0);
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn reported_damage_is_repaired_and_an_expired_lease_is_lost() {
+    let cluster = Cluster::start(5).await;
+    let object = cluster.put("eel.jpg", 3 * MIB).await;
+    let report = json!({"bucket": "photos", "key": "eel.jpg", "generation": object["generation"],
+                        "unit": "d1", "reason": "checksum mismatch at 65536"});
+    let (status, body) = cluster.post("/v1/repairs", report.clone()).await;
+    assert_eq!((status, body), (200, json!({"queued": true, "stale": false})));
+    let (status, body) = cluster.post("/v1/repairs", report).await;
+    assert_eq!((status, body), (200, json!({"queued": false, "stale": false})), "idempotent");
+    assert_eq!(cluster.status().await["under_protected_units"], 1);
+
+    let first = cluster.take(150).await;
+    assert_eq!(first["task"]["kind"], "damaged");
+    assert_eq!(first["task"]["reason"], "checksum mismatch at 65536");
+    let current = location(&object, "d1");
+    check_take(&cluster, &first, (current.0, Some(current.1))).await;
+    // Another executor takes it once the short lease has expired.
+    let c = &cluster;
+    let second = until("the expired task to be taken again", || async move {
+        let taken = c.take(30_000).await;
+        (!taken["task"].is_null()).then_some(taken)
+    })
+    .await;
+    assert_eq!(second["task"]["task_id"], first["task"]["task_id"]);
+    assert_eq!(second["task"]["attempts"], 2);
+    assert!(second["task"]["deadline_ms"].as_u64() > first["task"]["deadline_ms"].as_u64());
+
+    let (status, lost) = complete(&cluster, &first).await;
+    assert_eq!(status, 409, "{lost}");
+    assert_eq!(lost["error"], "lease_lost");
+    let fail = json!({"deadline_ms": first["task"]["deadline_ms"], "error": "late"});
+    let (status, lost) =
+        cluster.post(&format!("/v1/repairs/{}/fail", first["task"]["task_id"]), fail).await;
+    assert_eq!((status, lost["error"].clone()), (409, json!("lease_lost")));
+    assert_eq!(cluster.object("eel.jpg").await, first["object"], "nothing moved");
+
+    let (status, done) = complete(&cluster, &second).await;
+    assert_eq!((status, done), (200, json!({"result": "relocated"})));
+    let moved = location(&cluster.object("eel.jpg").await, "d1");
+    let destination = &second["destination"];
+    assert_eq!(json!([moved.0, moved.1]), json!([destination["node_id"], destination["disk"]]));
+    let (status, again) = complete(&cluster, &second).await;
+    assert_eq!((status, again["error"].clone()), (409, json!("lease_lost")), "completed once");
+    let status = cluster.status().await;
+    assert_eq!(
+        (status["under_protected_units"].clone(), status["repairs_completed"].clone()),
+        (json!(0), json!(1))
+    );
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn stale_tasks_complete_as_stale_or_are_dropped() {
+    let cluster = Cluster::start(5).await;
+    let old = cluster.put("fox.jpg", 3 * MIB).await;
+    for unit in ["d0", "d2"] {
+        let report = json!({"bucket": "photos", "key": "fox.jpg", "generation": old["generation"],
+                            "unit": unit, "reason": "missing"});
+        assert_eq!(cluster.post("/v1/repairs", report).await.0, 200);
+    }
+    let taken = cluster.take(30_000).await;
+    assert_eq!(taken["task"]["unit"], "d0");
+
+    // The object is rewritten while the repair runs.
+    let new = cluster.put("fox.jpg", 2 * MIB).await;
+    assert_ne!(new["generation"], old["generation"]);
+    let (status, done) = complete(&cluster, &taken).await;
+    assert_eq!((status, done), (200, json!({"result": "stale"})));
+    assert_eq!(cluster.object("fox.jpg").await["generation"], new["generation"]);
+    // The other old task is dropped, not handed out.
+    assert_eq!(cluster.take(30_000).await, json!({"task": null, "dropped": 1}));
+    assert_eq!(cluster.repairs().await["queued"], 0);
+
+    let late = json!({"bucket": "photos", "key": "fox.jpg", "generation": old["generation"],
+                      "unit": "d0", "reason": "missing"});
+    let (status, body) = cluster.post("/v1/repairs", late).await;
+    assert_eq!((status, body), (200, json!({"queued": false, "stale": true})));
+    assert_eq!(cluster.status().await["repairs_completed"], 0);
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn bad_requests_are_json_errors() {
+    let cluster = Cluster::start(3).await;
+    let object = cluster.put("gnu.jpg", 3 * MIB).await;
+    let report = |key: &str, unit: &str| {
+        json!({"bucket": "photos", "key": key, "generation": object["generation"], "unit": unit,
+               "reason": "x"})
+    };
+    let (status, body) = cluster.post("/v1/repairs", report("nope", "d0")).await;
+    assert_eq!((status, body["error"].clone()), (404, json!("no_such_object")), "{body}");
+    let mut other_bucket = report("gnu.jpg", "d0");
+    other_bucket["bucket"] = json!("nobucket");
+    let (status, body) = cluster.post("/v1/repairs", other_bucket).await;
+    assert_eq!((status, body["error"].clone()), (404, json!("no_such_object")), "{body}");
+    for unit in ["x1", "d01", "d3", "p0.1", "p2.0"] {
+        let (status, body) = cluster.post("/v1/repairs", report("gnu.jpg", unit)).await;
+        assert_eq!((status, body["error"].clone()), (400, json!("invalid_unit")), "{unit}: {body}");
+        assert!(body["message"].as_str().unwrap().contains(unit), "{body}");
+    }
+    let (status, body) = cluster.post("/v1/repairs", json!({"bucket": "photos"})).await;
+    assert_eq!((status, body["error"].clone()), (400, json!("bad_request")), "{body}");
+
+    for lease_ms in [0, 3_600_001] {
+        let (status, body) = cluster.post("/v1/repairs/take", json!({"lease_ms": lease_ms})).await;
+        assert_eq!((status, body["error"].clone()), (400, json!("bad_request")), "{body}");
+    }
+    let done = json!({"deadline_ms": 1, "node_id": 1, "disk": 0});
+    let (status, body) = cluster.post("/v1/repairs/77/complete", done.clone()).await;
+    assert_eq!((status, body["error"].clone()), (409, json!("lease_lost")), "{body}");
+    let (status, body) = cluster.post("/v1/repairs/seven/complete", done).await;
+    assert_eq!((status, body["error"].clone()), (400, json!("bad_request")), "{body}");
+
+    // A destination meta never heard of is refused; the lease stays usable.
+    assert_eq!(cluster.post("/v1/repairs", report("gnu.jpg", "d0")).await.0, 200);
+    let taken = cluster.take(30_000).await;
+    let deadline = taken["task"]["deadline_ms"].clone();
+    let path = format!("/v1/repairs/{}/complete", taken["task"]["task_id"]);
+    let nowhere = json!({"deadline_ms": deadline, "node_id": 99, "disk": 0});
+    let (status, body) = cluster.post(&path, nowhere).await;
+    assert_eq!((status, body["error"].clone()), (400, json!("bad_destination")), "{body}");
+    // Breaking a placement rule (d0 next to d1, its stripe peer) is refused too.
+    let (node, disk) = location(&object, "d1");
+    let (status, body) =
+        cluster.post(&path, json!({"deadline_ms": deadline, "node_id": node, "disk": disk})).await;
+    assert_eq!((status, body["error"].clone()), (409, json!("placement_refused")), "{body}");
+    assert_eq!(complete(&cluster, &taken).await, (200, json!({"result": "relocated"})));
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn no_destination_is_503_and_returns_the_task() {
+    // Exactly 3 nodes for rs(2,1): when one is down, no node can take its units.
+    let cluster = Cluster::start(3).await;
+    let object = cluster.put("hen.jpg", 3 * MIB).await;
+    let victim = location(&object, "d0").0;
+    cluster.silence(victim as u32);
+    let (c, count) = (&cluster, units_on(&object, victim).len());
+    until("the victim's units to be queued", || async move {
+        (c.repairs().await["queued"] == count).then_some(())
+    })
+    .await;
+    let (status, body) = cluster.post("/v1/repairs/take", json!({"lease_ms": 30_000})).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"], "no_destination");
+    assert_eq!((body["nodes_up"].clone(), body["needed"].clone()), (json!(2), json!(3)), "{body}");
+    assert!(body["message"].as_str().unwrap().contains("2 nodes are up"), "{body}");
+    let repairs = cluster.repairs().await;
+    let task = repairs["tasks"].as_array().unwrap().iter().find(|t| t["unit"] == "d0").unwrap();
+    assert_eq!(task["deadline_ms"], Value::Null, "returned to the queue, free to take");
+    assert!(task["last_error"].as_str().unwrap().contains("no disk can take d0"), "{task}");
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn a_restart_keeps_the_queue_and_does_not_judge_old_heartbeats() {
+    let mut cluster = Cluster::start(5).await;
+    let object = cluster.put("owl.jpg", 3 * MIB).await;
+    let victim = location(&object, "d2").0;
+    cluster.silence(victim as u32);
+    let lost = units_on(&object, victim);
+    let (c, count) = (&cluster, lost.len());
+    let before = until("the victim's units to be queued", || async move {
+        let repairs = c.repairs().await;
+        (repairs["queued"] == count).then_some(repairs)
+    })
+    .await;
+
+    // Meta is down for longer than down_after_ms, and the nodes come back to it only 250 ms
+    // after it restarts: every saved heartbeat is old, but no node may be judged down on it.
+    cluster.restart(DOWN_AFTER_MS + 100, Duration::from_millis(250)).await;
+    assert_eq!(cluster.repairs().await, before, "the queue survives the restart");
+    let status = cluster.status().await;
+    assert_eq!(status["under_protected_units"], lost.len(), "only the queued units");
+    // Past the grace period and a few scans: still exactly the silent node's units.
+    tokio::time::sleep(Duration::from_millis(DOWN_AFTER_MS + 300)).await;
+    assert_eq!(cluster.repairs().await, before);
+    let status = cluster.status().await;
+    assert_eq!(status["nodes_down"], 1, "{status}");
+    assert_eq!(status["under_protected_units"], lost.len());
+
+    // And the restarted meta carries the repairs out.
+    for _ in 0..lost.len() {
+        let taken = cluster.take(30_000).await;
+        check_take(&cluster, &taken, (victim, None)).await;
+        assert_eq!(complete(&cluster, &taken).await, (200, json!({"result": "relocated"})));
+    }
+    assert_eq!(cluster.status().await["under_protected_units"], 0);
+    cluster.stop().await;
+}
