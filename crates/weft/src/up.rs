@@ -905,6 +905,17 @@ fn start(
     if has_repair_executor(&cluster.exe) {
         let repair_args = ["serve", "repair", "--meta", meta_url.as_str()].map(str::to_owned);
         cluster.spawn(Role::Repair, &repair_args, Vec::new())?;
+        let index = cluster.members.len() - 1;
+        let prefix = |_| "repair executor ".to_owned();
+        // The cluster serves without a repair executor (lost units are then only rebuilt
+        // once one runs), so one that cannot start is a warning, not a failed start.
+        match cluster.wait_ready(&[index], prefix, deadline, signals) {
+            Ok(()) => {}
+            Err(Interrupted::Failed(error)) => out.warn(&format!(
+                "the repair executor did not start, so lost units are not rebuilt: {error}"
+            )),
+            Err(signal) => return Err(signal),
+        }
     } else {
         out.note(
             "weft up: repair executor not started: this weft has no `weft serve repair` yet, \
