@@ -280,7 +280,7 @@ impl UnitRebuilder {
 impl Client {
     /// Writes bytes `[start, start + len)` of (bucket, key) to `out` (the whole object when
     /// `range` is None), rebuilding what unavailable units hold.
-    pub async fn get<W: Write + Send>(
+    pub async fn get<W: Write>(
         &self,
         bucket: &str,
         key: &str,
@@ -293,7 +293,7 @@ impl Client {
     }
 
     /// Like [`Client::get`], for an object record already fetched from meta.
-    pub async fn get_object_range<W: Write + Send>(
+    pub async fn get_object_range<W: Write>(
         &self,
         object: ObjectInfo,
         range: Option<(u64, u64)>,

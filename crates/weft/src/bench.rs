@@ -42,6 +42,17 @@ pub enum BenchCommand {
     /// The SIMD path is the best the CPU has unless WEFT_SIMD=scalar|avx2|gfni forces one.
     #[command(verbatim_doc_comment)]
     Ec(EcBenchArgs),
+    /// Object throughput of a running cluster (`weft up`): put, then get (verified).
+    ///
+    /// Examples:
+    ///   weft bench cluster put --size 1GiB --object-size 64MiB
+    ///   weft bench cluster get --json
+    ///
+    /// `put` writes --size bytes as objects of --object-size under bench/ in --bucket
+    /// (created with the policy flags when missing); `get` reads every bench/ object back
+    /// and checks every byte. Kill nodes between the two to measure degraded reads.
+    #[command(verbatim_doc_comment)]
+    Cluster(crate::bench_cluster::ClusterBenchArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -136,6 +147,7 @@ struct Row {
 pub fn run(command: BenchCommand) -> Result<(), CliError> {
     match command {
         BenchCommand::Ec(args) => bench_ec(args),
+        BenchCommand::Cluster(args) => crate::bench_cluster::run(args),
     }
 }
 

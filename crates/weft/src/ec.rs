@@ -419,7 +419,7 @@ fn read_at_most(file: &File, buf: &mut [u8], offset: usize) -> io::Result<usize>
     Ok(done)
 }
 
-fn progress_bar(total_bytes: usize, quiet: bool, message: &'static str) -> ProgressBar {
+pub(crate) fn progress_bar(total_bytes: usize, quiet: bool, message: &'static str) -> ProgressBar {
     if quiet || total_bytes <= PROGRESS_MIN_BYTES || !io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }

@@ -10,9 +10,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod bench_cluster;
 mod cluster_cli;
 mod demo;
 mod ec;
+mod objects_cli;
 mod repair_cost;
 mod serve;
 mod up;
@@ -60,6 +62,31 @@ enum Command {
     /// Buckets of a running cluster: `weft bucket create|ls|rm`.
     #[command(subcommand)]
     Bucket(cluster_cli::BucketCommand),
+    /// Store a file as an object: `weft put FILE BUCKET/KEY`.
+    ///
+    /// Cells stream to the nodes of each stripe while partial parities build up per group
+    /// (Okapi), so the client holds about r·block + k·cell bytes, never a whole group. The
+    /// object is visible only once every unit is durable. Policy flags override the bucket's
+    /// default policy for this object.
+    ///
+    /// Examples:
+    ///   weft put ./video.mp4 media/video.mp4
+    ///   weft put big.bin b/big --code rs --k 20 --r 3 --stripe-width 6 --stats
+    #[command(verbatim_doc_comment)]
+    Put(objects_cli::PutArgs),
+    /// Read an object (or a byte range of it), degraded if units are unavailable.
+    ///
+    /// Examples:
+    ///   weft get media/video.mp4 -o video.mp4
+    ///   weft get media/video.mp4 --range 0-1023 | xxd | head
+    #[command(verbatim_doc_comment)]
+    Get(objects_cli::GetArgs),
+    /// List the objects of a bucket: `weft ls BUCKET[/PREFIX]`.
+    Ls(objects_cli::LsArgs),
+    /// Delete an object and its units: `weft rm BUCKET/KEY`.
+    Rm(objects_cli::RmArgs),
+    /// Show an object: policy, blocks → stripes → groups, where each unit lives, health.
+    Stat(objects_cli::StatArgs),
 }
 
 fn main() -> ExitCode {
@@ -77,6 +104,11 @@ fn main() -> ExitCode {
         Command::Status(args) => cluster_cli::status(args),
         Command::Node(command) => cluster_cli::node(command),
         Command::Bucket(command) => cluster_cli::bucket(command),
+        Command::Put(args) => objects_cli::put(args),
+        Command::Get(args) => objects_cli::get(args),
+        Command::Ls(args) => objects_cli::ls(args),
+        Command::Rm(args) => objects_cli::rm(args),
+        Command::Stat(args) => objects_cli::stat(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -38,6 +38,34 @@ pub enum ServeCommand {
     ///              --disk ./weft-data/n1/d0 --disk ./weft-data/n1/d1
     #[command(verbatim_doc_comment)]
     Node(NodeArgs),
+    /// Run a repair executor: rebuilds the units in meta's repair queue.
+    ///
+    /// Meta queues every unit on a down node or failed disk, and every unit a read found
+    /// missing or corrupt. The executor leases a task, rebuilds the unit with its code's
+    /// repair plan (Hitchhiker and Clay read less than k units), writes it to the node meta
+    /// chose (keeping the placement rules) and reports back; meta then points the object at
+    /// the new copy. Several executors may run at once; a crashed one's leases expire and
+    /// its tasks are taken again. When ready it prints `repair executor on http://META`.
+    ///
+    /// Example: weft serve repair --meta http://127.0.0.1:7700 --rate 100MiB --parallel 2
+    #[command(verbatim_doc_comment)]
+    Repair(RepairArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RepairArgs {
+    /// Base URL of meta, e.g. http://127.0.0.1:7700.
+    #[arg(long)]
+    pub meta: String,
+    /// Most bytes written per second by this executor (0: unlimited), e.g. 100MiB.
+    #[arg(long, default_value = "256MiB", value_parser = crate::parse_size)]
+    pub rate: usize,
+    /// Units repaired at once.
+    #[arg(long, default_value_t = 2)]
+    pub parallel: usize,
+    /// Lease of each task, in milliseconds: a task not finished by then is taken again.
+    #[arg(long, default_value_t = 60_000)]
+    pub lease_ms: u64,
 }
 
 #[derive(Debug, Args)]
@@ -83,6 +111,7 @@ pub fn run(command: ServeCommand) -> Result<(), CliError> {
         match command {
             ServeCommand::Meta(args) => serve_meta(args).await,
             ServeCommand::Node(args) => serve_node(args).await,
+            ServeCommand::Repair(args) => serve_repair(args).await,
         }
     })
 }
@@ -163,6 +192,38 @@ async fn serve_node(args: NodeArgs) -> Result<(), CliError> {
     ready(format!("node {node_id} listening on {}", node.endpoint()));
     shutdown_signal().await;
     node.stop().await?;
+    Ok(())
+}
+
+async fn serve_repair(args: RepairArgs) -> Result<(), CliError> {
+    let meta = args.meta.trim_end_matches('/').to_owned();
+    if !(meta.starts_with("http://") || meta.starts_with("https://")) {
+        return Err(cli_error!("--meta must be a URL like http://127.0.0.1:7700, not {meta:?}"));
+    }
+    if args.parallel == 0 || args.lease_ms == 0 {
+        return Err(cli_error!("--parallel and --lease-ms must be positive"));
+    }
+    let client = weft_client::Client::new(&meta)?;
+    let config = weft_client::repair::ExecutorConfig {
+        lease_ms: args.lease_ms,
+        parallel: args.parallel,
+        rate_bytes_per_sec: (args.rate > 0).then_some(args.rate as u64),
+        ..Default::default()
+    };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let executor = tokio::spawn(weft_client::repair::run_executor(client, config, stopped));
+    ready(format!("repair executor on {meta}"));
+    shutdown_signal().await;
+    let _ = stop.send(true);
+    if let Ok(stats) = executor.await {
+        use std::sync::atomic::Ordering::Relaxed;
+        tracing::info!(
+            repaired = stats.repaired.load(Relaxed),
+            stale = stats.stale.load(Relaxed),
+            failed = stats.failed.load(Relaxed),
+            "repair executor stopped"
+        );
+    }
     Ok(())
 }
 

@@ -1,0 +1,117 @@
+//! Automatic repair end to end on real meta and node servers: nodes stop, meta queues their
+//! units, the executor rebuilds them elsewhere, and then more nodes can fail.
+
+mod common;
+
+use std::{io::Cursor, time::Duration};
+
+use common::{pattern, policy, TestCluster};
+use weft_client::{repair, PutOptions};
+
+const CELL: u64 = 4096;
+const BLOCK: u64 = 4 * CELL;
+
+async fn read_all(cluster: &TestCluster, bucket: &str, objects: &[Vec<u8>], when: &str) {
+    for (i, data) in objects.iter().enumerate() {
+        let mut out = Vec::new();
+        cluster
+            .client
+            .get(bucket, &format!("o{i}"), None, &mut out, None)
+            .await
+            .unwrap_or_else(|e| panic!("{when}: object {i}: {e}"));
+        assert!(out == *data, "{when}: object {i} differs");
+    }
+}
+
+async fn run_repairs(cluster: &TestCluster, code: &str) -> serde_json::Value {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let config =
+        repair::ExecutorConfig { idle_ms: 100, rate_bytes_per_sec: None, ..Default::default() };
+    let executor = tokio::spawn(repair::run_executor(cluster.client.clone(), config, stopped));
+    let status = cluster
+        .wait_for(Duration::from_secs(60), |s| {
+            s["under_protected_units"] == 0 && s["repair_queue"] == 0
+        })
+        .await;
+    stop.send(true).unwrap();
+    let stats = executor.await.unwrap();
+    assert!(
+        stats.repaired.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "{code}: nothing repaired"
+    );
+    status
+}
+
+async fn kill_repair_kill(code: &str, width: usize, nodes: usize, lose: u32) {
+    let mut cluster = TestCluster::start(nodes).await;
+    cluster.create_bucket("b", policy(code, width, CELL, BLOCK)).await;
+    let mut objects = Vec::new();
+    for (i, size) in [CELL - 1, 5 * BLOCK + 3, 17 * BLOCK + CELL].into_iter().enumerate() {
+        let data = pattern(size as usize, i as u64 + 11);
+        let reader = Cursor::new(data.clone());
+        cluster
+            .client
+            .put_reader("b", &format!("o{i}"), size, reader, &PutOptions::default())
+            .await
+            .unwrap();
+        objects.push(data);
+    }
+    for id in 1..=lose {
+        cluster.stop_node(id).await;
+    }
+    read_all(&cluster, "b", &objects, "first failures").await;
+    // Meta notices (down timeout + a scan) and queues every unit of the stopped nodes.
+    cluster
+        .wait_for(Duration::from_secs(15), |s| {
+            s["under_protected_units"].as_u64() > Some(0) && s["repair_queue"].as_u64() > Some(0)
+        })
+        .await;
+    run_repairs(&cluster, code).await;
+    // Full redundancy again: as many more nodes may fail.
+    for id in lose + 1..=2 * lose {
+        cluster.stop_node(id).await;
+    }
+    read_all(&cluster, "b", &objects, "second failures").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rs_repairs_three_lost_nodes_then_survives_three_more() {
+    kill_repair_kill("rs(6,3)", 2, 14, 3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clay_and_hitchhiker_repair_with_their_plans() {
+    kill_repair_kill("clay(4,2,5)", 2, 10, 2).await;
+    kill_repair_kill("hh-xor+(4,2)", 3, 10, 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_unit_found_by_a_read_is_rebuilt() {
+    let cluster = TestCluster::start(9).await;
+    cluster.create_bucket("b", policy("rs(4,2)", 2, CELL, BLOCK)).await;
+    let data = pattern((6 * BLOCK) as usize, 5);
+    cluster
+        .client
+        .put_reader("b", "o0", data.len() as u64, Cursor::new(data.clone()), &PutOptions::default())
+        .await
+        .unwrap();
+    // A data unit: plain reads touch only those.
+    let victim = (1..=9)
+        .flat_map(|id| cluster.unit_files(id))
+        .find(|p| p.file_name().unwrap().to_string_lossy().contains("-d"))
+        .expect("some data unit");
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let at = bytes.len() - 1;
+    bytes[at] ^= 1;
+    std::fs::write(&victim, &bytes).unwrap();
+    read_all(&cluster, "b", std::slice::from_ref(&data), "corrupt").await;
+    // The read reported it: a task is queued without any node being down.
+    cluster.wait_for(Duration::from_secs(10), |s| s["repair_queue"].as_u64() > Some(0)).await;
+    run_repairs(&cluster, "rs(4,2)").await;
+    // The corrupt file is gone (deleted after the relocation), the object reads clean.
+    assert!(!victim.exists(), "the corrupt copy should be deleted");
+    let mut out = Vec::new();
+    let stats = cluster.client.get("b", "o0", None, &mut out, None).await.unwrap();
+    assert_eq!(out, data);
+    assert!(stats.degraded_units.is_empty(), "{:?}", stats.degraded_units);
+}

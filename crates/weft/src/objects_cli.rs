@@ -1,0 +1,543 @@
+//! `weft put|get|ls|rm|stat`: objects on a running cluster, through weft-client.
+//!
+//! Invariants:
+//! - Meta is found like every cluster command finds it (`--meta`, `$WEFT_META`, default).
+//! - `put` prints success only after meta committed the object (every unit durable).
+//! - `get -o FILE` writes FILE atomically (temporary file, fsync, rename): a failed get never
+//!   leaves a partial FILE. Without `-o` the bytes go to stdout, so `--json` then needs `-o`.
+//! - `--json` prints exactly one JSON object on stdout; messages and progress go to stderr.
+
+use std::{
+    io::{IsTerminal, Write},
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use clap::Args;
+use serde_json::{json, Map, Value};
+use weft_client::{Client, ObjectInfo, PutOptions};
+use weft_layout::{StripedLayout, UnitId};
+
+use crate::{cli_error, cluster_cli::MetaUrlArgs, parse_size, CliError, CodeArgs};
+
+/// Policy flags: each given flag overrides the bucket's default policy.
+#[derive(Debug, Clone, Args)]
+pub struct PolicyArgs {
+    #[command(flatten)]
+    pub code: CodeArgs,
+    /// Data blocks per stripe: how many blocks consecutive cells are spread across.
+    #[arg(long)]
+    pub stripe_width: Option<u32>,
+    /// Cell: the striping unit, e.g. 1MiB.
+    #[arg(long, value_parser = parse_size)]
+    pub cell: Option<usize>,
+    /// Block: the piece of an object on one disk, a multiple of the cell, e.g. 8MiB.
+    #[arg(long, value_parser = parse_size)]
+    pub block: Option<usize>,
+}
+
+impl PolicyArgs {
+    /// Only the fields the user gave, as meta's policy JSON (meta or the bucket fills the rest).
+    pub fn overrides(&self) -> Result<Map<String, Value>, CliError> {
+        let code = &self.code;
+        let code_given = [code.k, code.r, code.d, code.l, code.g].iter().any(Option::is_some)
+            || !code.code.trim().eq_ignore_ascii_case("rs");
+        let mut policy = Map::new();
+        if code_given {
+            policy.insert("code".into(), json!(code.spec()?.to_string()));
+        }
+        if let Some(width) = self.stripe_width {
+            policy.insert("stripe_width".into(), json!(width));
+        }
+        if let Some(cell) = self.cell {
+            policy.insert("cell_bytes".into(), json!(cell));
+        }
+        if let Some(block) = self.block {
+            policy.insert("block_bytes".into(), json!(block));
+        }
+        Ok(policy)
+    }
+}
+
+/// `BUCKET/KEY` → (bucket, key).
+fn split_path(path: &str) -> Result<(String, String), CliError> {
+    match path.split_once('/') {
+        Some((bucket, key)) if !bucket.is_empty() && !key.is_empty() => {
+            Ok((bucket.to_string(), key.to_string()))
+        }
+        _ => Err(cli_error!("{path:?} is not BUCKET/KEY (for example photos/cat.jpg)")),
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| cli_error!("cannot start the async runtime: {e}"))
+}
+
+fn client(meta: &MetaUrlArgs) -> Result<Client, CliError> {
+    Ok(Client::new(&meta.url()?)?)
+}
+
+/// A progress bar on stderr for long transfers (hidden when not a terminal or with --json).
+fn progress(
+    total: u64,
+    json: bool,
+    message: &'static str,
+) -> (indicatif::ProgressBar, Arc<AtomicU64>) {
+    let bar = crate::ec::progress_bar(total as usize, json, message);
+    (bar, Arc::new(AtomicU64::new(0)))
+}
+
+/// Runs `work` while a ticker copies `counter` into `bar`.
+fn with_progress<T>(
+    runtime: &tokio::runtime::Runtime,
+    bar: &indicatif::ProgressBar,
+    counter: &Arc<AtomicU64>,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    runtime.block_on(async {
+        let ticker = {
+            let (bar, counter) = (bar.clone(), Arc::clone(counter));
+            tokio::spawn(async move {
+                loop {
+                    bar.set_position(counter.load(Ordering::Relaxed));
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            })
+        };
+        let out = work.await;
+        ticker.abort();
+        bar.finish_and_clear();
+        out
+    })
+}
+
+#[derive(Debug, Args)]
+pub struct PutArgs {
+    /// The file to store.
+    pub file: PathBuf,
+    /// Where: BUCKET/KEY.
+    pub path: String,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Print bytes sent, peak client buffer (with the bound and the naive figure) and time.
+    #[arg(long)]
+    pub stats: bool,
+    #[command(flatten)]
+    pub meta: MetaUrlArgs,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The layout for a put: the bucket's default policy with the flags given on top.
+async fn put_policy(
+    client: &Client,
+    bucket: &str,
+    policy: &PolicyArgs,
+) -> Result<Option<StripedLayout>, CliError> {
+    let overrides = policy.overrides()?;
+    if overrides.is_empty() {
+        return Ok(None);
+    }
+    let record = client
+        .meta
+        .get_json(&format!("/v1/buckets/{}", weft_client::meta::encode_path(bucket)))
+        .await?;
+    let mut layout = record["default_policy"].clone();
+    let Some(fields) = layout.as_object_mut() else {
+        return Err(cli_error!("meta sent bucket {bucket} without a default policy"));
+    };
+    fields.extend(overrides);
+    let layout: StripedLayout =
+        serde_json::from_value(layout).map_err(|e| cli_error!("bad policy flags: {e}"))?;
+    layout.validate().map_err(|e| cli_error!("invalid policy: {e}"))?;
+    Ok(Some(layout))
+}
+
+pub fn put(args: PutArgs) -> Result<(), CliError> {
+    let (bucket, key) = split_path(&args.path)?;
+    let size = std::fs::metadata(&args.file)
+        .map_err(|e| cli_error!("cannot read {}: {e}", args.file.display()))?
+        .len();
+    let runtime = runtime()?;
+    let client = client(&args.meta)?;
+    let policy = runtime.block_on(put_policy(&client, &bucket, &args.policy))?;
+    let (bar, counter) = progress(size, args.json, "put");
+    let options = PutOptions { policy, progress: Some(Arc::clone(&counter)) };
+    let stats = with_progress(
+        &runtime,
+        &bar,
+        &counter,
+        client.put_file(&bucket, &key, &args.file, &options),
+    )?;
+    let seconds = stats.elapsed.as_secs_f64().max(1e-9);
+    let layout = stats.object.layout;
+    let value = json!({
+        "bucket": bucket, "key": key, "size": stats.data_bytes,
+        "generation": stats.object.generation, "layout": layout, "units": stats.units,
+        "bytes_sent": stats.bytes_sent, "data_bytes": stats.data_bytes,
+        "parity_bytes": stats.parity_bytes,
+        "peak_buffer_bytes": stats.peak_buffer_bytes,
+        "buffer_bound_bytes": stats.buffer_bound_bytes,
+        "okapi_buffer_bytes": stats.okapi_buffer_bytes,
+        "naive_buffer_bytes": stats.naive_buffer_bytes,
+        "elapsed_ms": stats.elapsed.as_millis() as u64,
+        "bytes_per_sec": (stats.data_bytes as f64 / seconds) as u64,
+        "leftover_units": stats.leftover_units,
+    });
+    if args.json {
+        crate::cluster_cli::print_json(&value);
+        return Ok(());
+    }
+    println!(
+        "put {bucket}/{key}: {} as {} (stripe width {}, cell {}, block {}), {} units, generation {}",
+        fmt(stats.data_bytes), layout.code, layout.stripe_width, fmt(layout.cell_bytes),
+        fmt(layout.block_bytes), stats.units, stats.object.generation
+    );
+    if args.stats {
+        println!(
+            "  bytes sent           {} ({} data + {} parity)",
+            fmt(stats.bytes_sent),
+            fmt(stats.data_bytes),
+            fmt(stats.parity_bytes)
+        );
+        println!("  peak client buffer   {} (bound {}; Okapi r·B + k·C = {}; naive group buffering (k+r)·B = {})",
+            fmt(stats.peak_buffer_bytes), fmt(stats.buffer_bound_bytes), fmt(stats.okapi_buffer_bytes), fmt(stats.naive_buffer_bytes));
+        println!(
+            "  time                 {:.3} s ({}/s)",
+            seconds,
+            fmt((stats.data_bytes as f64 / seconds) as u64)
+        );
+    }
+    if stats.leftover_units > 0 {
+        eprintln!(
+            "note: {} units of the replaced object could not be deleted (their nodes are down)",
+            stats.leftover_units
+        );
+    }
+    Ok(())
+}
+
+fn fmt(bytes: u64) -> String {
+    crate::cluster_cli::format_size(bytes)
+}
+
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    /// What: BUCKET/KEY.
+    pub path: String,
+    /// Write to this file (atomically) instead of stdout.
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<PathBuf>,
+    /// Only bytes a-b (inclusive, like HTTP): `0-99`, `100-` (to the end), `-100` (last 100).
+    #[arg(long)]
+    pub range: Option<String>,
+    #[command(flatten)]
+    pub meta: MetaUrlArgs,
+    /// Print what the get did as one JSON object (needs -o).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses an HTTP-style byte range against an object size into (start, len).
+fn parse_range(text: &str, size: u64) -> Result<(u64, u64), CliError> {
+    let bad = || {
+        cli_error!(
+            "--range {text:?} must be a-b, a- or -n with byte offsets (object is {size} bytes)"
+        )
+    };
+    let (a, b) = text.trim().split_once('-').ok_or_else(bad)?;
+    let number = |s: &str| s.trim().parse::<u64>().map_err(|_| bad());
+    let (start, end) = match (a.trim().is_empty(), b.trim().is_empty()) {
+        (false, false) => (number(a)?, number(b)?.min(size.saturating_sub(1))),
+        (false, true) => (number(a)?, size.saturating_sub(1)),
+        (true, false) => {
+            let n = number(b)?.min(size);
+            if n == 0 {
+                return Err(bad());
+            }
+            (size - n, size - 1)
+        }
+        (true, true) => return Err(bad()),
+    };
+    if start >= size || start > end {
+        return Err(cli_error!("--range {text:?} is outside the object ({size} bytes)"));
+    }
+    Ok((start, end - start + 1))
+}
+
+pub fn get(args: GetArgs) -> Result<(), CliError> {
+    let (bucket, key) = split_path(&args.path)?;
+    if args.json && args.output.is_none() {
+        return Err(cli_error!("--json prints on stdout, so the object needs -o FILE"));
+    }
+    let runtime = runtime()?;
+    let client = client(&args.meta)?;
+    let object = runtime.block_on(client.meta.get_object(&bucket, &key))?;
+    let range = args.range.as_deref().map(|r| parse_range(r, object.size)).transpose()?;
+    let total = range.map_or(object.size, |(_, len)| len);
+    let (bar, counter) = progress(total, args.json || args.output.is_none(), "get");
+    let stats = match &args.output {
+        Some(path) => {
+            let dir = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."));
+            let mut temp = tempfile_in(dir)?;
+            let stats = with_progress(&runtime, &bar, &counter, {
+                let counter = Arc::clone(&counter);
+                let client = client.clone();
+                let file = &mut temp.1;
+                async move { client.get_object_range(object, range, file, Some(&counter)).await }
+            })?;
+            temp.1.sync_all().map_err(|e| cli_error!("cannot sync {}: {e}", temp.0.display()))?;
+            std::fs::rename(&temp.0, path)
+                .map_err(|e| cli_error!("cannot write {}: {e}", path.display()))?;
+            stats
+        }
+        None => {
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            let stats = runtime.block_on(client.get_object_range(object, range, &mut out, None))?;
+            out.flush().map_err(|e| cli_error!("cannot write to stdout: {e}"))?;
+            stats
+        }
+    };
+    let degraded: Vec<Value> =
+        stats.degraded_units.iter().map(|(u, why)| json!({"unit": u, "cause": why})).collect();
+    if args.json {
+        crate::cluster_cli::print_json(&json!({
+            "bucket": bucket, "key": key, "bytes": stats.bytes, "bytes_fetched": stats.bytes_fetched,
+            "degraded_units": degraded, "elapsed_ms": stats.elapsed.as_millis() as u64,
+        }));
+    } else if !stats.degraded_units.is_empty() && std::io::stderr().is_terminal() {
+        eprintln!(
+            "note: degraded read; rebuilt around {} unavailable units",
+            stats.degraded_units.len()
+        );
+    }
+    Ok(())
+}
+
+/// A temporary file next to the target, removed on drop unless renamed.
+fn tempfile_in(dir: &std::path::Path) -> Result<(PathBuf, std::fs::File), CliError> {
+    for attempt in 0..100u32 {
+        let path = dir.join(format!(".weft-get-{}-{attempt}.tmp", std::process::id()));
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(file) => return Ok((path, file)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(cli_error!("cannot create a file in {}: {e}", dir.display())),
+        }
+    }
+    Err(cli_error!("cannot create a temporary file in {}", dir.display()))
+}
+
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// BUCKET or BUCKET/PREFIX.
+    pub path: String,
+    #[command(flatten)]
+    pub meta: MetaUrlArgs,
+    /// Print {"objects":[{"key","size","generation"}…]} as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn ls(args: LsArgs) -> Result<(), CliError> {
+    let (bucket, prefix) = match args.path.split_once('/') {
+        Some((bucket, prefix)) => (bucket.to_string(), prefix.to_string()),
+        None => (args.path.clone(), String::new()),
+    };
+    let runtime = runtime()?;
+    let client = client(&args.meta)?;
+    let mut objects = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page =
+            runtime.block_on(client.meta.list_objects(&bucket, &prefix, after.as_deref(), 1000))?;
+        objects.extend(page["objects"].as_array().cloned().unwrap_or_default());
+        match page["next_start_after"].as_str() {
+            Some(next) => after = Some(next.to_string()),
+            None => break,
+        }
+    }
+    if args.json {
+        crate::cluster_cli::print_json(
+            &json!({ "bucket": bucket, "prefix": prefix, "objects": objects }),
+        );
+        return Ok(());
+    }
+    for object in &objects {
+        println!(
+            "{:>12}  {}",
+            object["size"].as_u64().unwrap_or(0),
+            object["key"].as_str().unwrap_or("")
+        );
+    }
+    Ok(())
+}
+
+#[derive(Debug, Args)]
+pub struct RmArgs {
+    /// What: BUCKET/KEY.
+    pub path: String,
+    #[command(flatten)]
+    pub meta: MetaUrlArgs,
+    /// Print {"removed": "BUCKET/KEY", "units_left": N} as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn rm(args: RmArgs) -> Result<(), CliError> {
+    let (bucket, key) = split_path(&args.path)?;
+    let runtime = runtime()?;
+    let client = client(&args.meta)?;
+    let (object, left) = runtime.block_on(client.delete_object(&bucket, &key))?;
+    if args.json {
+        crate::cluster_cli::print_json(&json!({
+            "removed": args.path, "size": object.size, "units": object.units.len(), "units_left": left,
+        }));
+    } else {
+        println!("removed {bucket}/{key} ({}, {} units)", fmt(object.size), object.units.len());
+        if left > 0 {
+            eprintln!("note: {left} units could not be deleted now (their nodes are down)");
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Args)]
+pub struct StatArgs {
+    /// What: BUCKET/KEY.
+    pub path: String,
+    #[command(flatten)]
+    pub meta: MetaUrlArgs,
+    /// Print meta's object record plus the group view as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Per group: its units, how many are unavailable, and how many more it can lose.
+fn groups_view(object: &ObjectInfo) -> Vec<Value> {
+    let layout = object.layout;
+    let code = layout.code.build().ok();
+    (0..layout.groups(object.size))
+        .map(|group| {
+            let units: Vec<UnitId> = layout.group_units(object.size, group);
+            let down: Vec<usize> = (0..layout.n())
+                .filter(|&p| object.unit(layout.unit(group, p)).is_some_and(|u| u.is_down()))
+                .collect();
+            // How many more units may be lost: the largest m such that losing any m more keeps
+            // it decodable is at least r − down for MDS codes; report that figure.
+            let decodable = code.as_ref().is_some_and(|c| c.is_decodable(&down));
+            let blocks = layout.group_blocks(object.size, group);
+            json!({
+                "group": group,
+                "data_blocks": [blocks.start, blocks.end],
+                "stripes": [layout.stripe_of(blocks.start), layout.stripe_of(blocks.end - 1)],
+                "unit_len": object.unit_len(group),
+                "units": units.iter().map(|u| u.short_name()).collect::<Vec<_>>(),
+                "unavailable": down.len(),
+                "decodable": decodable,
+                "spare": layout.r().saturating_sub(down.len()),
+            })
+        })
+        .collect()
+}
+
+pub fn stat(args: StatArgs) -> Result<(), CliError> {
+    let (bucket, key) = split_path(&args.path)?;
+    let runtime = runtime()?;
+    let client = client(&args.meta)?;
+    let object = runtime.block_on(client.meta.get_object(&bucket, &key))?;
+    let groups = groups_view(&object);
+    if args.json {
+        let mut value = object.raw.clone();
+        value["groups"] = json!(groups);
+        crate::cluster_cli::print_json(&value);
+        return Ok(());
+    }
+    let layout = object.layout;
+    println!("{bucket}/{key}");
+    println!(
+        "  size        {} ({} bytes), generation {}, object id {}",
+        fmt(object.size),
+        object.size,
+        object.generation,
+        object.object_id
+    );
+    println!(
+        "  policy      {} · stripe width {} · cell {} · block {}",
+        layout.code,
+        layout.stripe_width,
+        fmt(layout.cell_bytes),
+        fmt(layout.block_bytes)
+    );
+    println!(
+        "  blocks      {} data blocks in {} stripes and {} groups",
+        layout.data_blocks(object.size),
+        layout.stripes(object.size),
+        layout.groups(object.size)
+    );
+    for group in &groups {
+        let health = if group["unavailable"] == 0 {
+            "healthy".to_string()
+        } else if group["decodable"] == true {
+            format!("DEGRADED: {} unavailable, readable", group["unavailable"])
+        } else {
+            format!("UNREADABLE: {} unavailable", group["unavailable"])
+        };
+        println!(
+            "  group {:<4} blocks {}..{} (stripes {}..{}), unit {} — {health}",
+            group["group"],
+            group["data_blocks"][0],
+            group["data_blocks"][1],
+            group["stripes"][0],
+            group["stripes"][1],
+            fmt(group["unit_len"].as_u64().unwrap_or(0))
+        );
+        for name in group["units"].as_array().into_iter().flatten() {
+            let unit =
+                UnitId::parse_short_name(name.as_str().unwrap_or("")).and_then(|u| object.unit(u));
+            if let Some(unit) = unit {
+                println!(
+                    "      {:<8} node {:<3} disk {} {:<5} {:>10}  {}",
+                    unit.unit.short_name(),
+                    unit.node_id,
+                    unit.disk,
+                    unit.state.as_deref().unwrap_or("?"),
+                    fmt(unit.len),
+                    unit.unit_key
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_parse_like_http() {
+        assert_eq!(parse_range("0-99", 1000).unwrap(), (0, 100));
+        assert_eq!(parse_range("990-", 1000).unwrap(), (990, 10));
+        assert_eq!(parse_range("-10", 1000).unwrap(), (990, 10));
+        assert_eq!(parse_range("900-5000", 1000).unwrap(), (900, 100));
+        assert_eq!(parse_range("-5000", 1000).unwrap(), (0, 1000));
+        for bad in ["", "-", "5", "a-b", "1000-", "10-5", "-0"] {
+            assert!(parse_range(bad, 1000).is_err(), "{bad:?}");
+        }
+        assert!(split_path("bucket").is_err());
+        assert!(split_path("/key").is_err());
+        assert_eq!(split_path("b/a/b").unwrap(), ("b".into(), "a/b".into()));
+    }
+}
