@@ -80,13 +80,18 @@ impl UnitId {
         }
     }
 
-    /// Parses [`UnitId::short_name`]; None for anything else (no signs, spaces or extras).
+    /// Parses [`UnitId::short_name`]; None for anything else. Only the canonical form is
+    /// accepted (no signs, spaces or leading zeros), so a name round-trips exactly.
     pub fn parse_short_name(text: &str) -> Option<UnitId> {
         let number = |digits: &str| -> Option<usize> {
-            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            digits.parse().ok()
+            let canonical = match digits.as_bytes() {
+                [] => false,
+                [b'0'] => true,
+                [first, rest @ ..] => {
+                    (b'1'..=b'9').contains(first) && rest.iter().all(u8::is_ascii_digit)
+                }
+            };
+            canonical.then(|| digits.parse().ok()).flatten()
         };
         if let Some(rest) = text.strip_prefix('d') {
             return number(rest).map(UnitId::Data);
@@ -446,7 +451,9 @@ mod tests {
             assert_eq!(UnitId::parse_short_name(&unit.short_name()), Some(unit));
         }
         assert_eq!(UnitId::Parity { group: 1, index: 2 }.short_name(), "p1.2");
-        for junk in ["", "d", "p", "p1", "p1.", "p.1", "d-1", "d+1", "d 1", "x1", "p1.2.3", "d1a"] {
+        for junk in
+            ["", "d", "p", "p1", "p1.", "p.1", "d-1", "d+1", "d 1", "x1", "p1.2.3", "d1a", "d01"]
+        {
             assert_eq!(UnitId::parse_short_name(junk), None, "{junk:?}");
         }
     }

@@ -335,37 +335,14 @@ pub(crate) fn check_key(key: &str) -> Result<(), MetaError> {
     Ok(())
 }
 
-/// The short name of a unit, used on the wire and in repair-queue keys: `d<x>` for data
-/// block x, `p<group>.<index>` for a parity. [`parse_unit_name`] is its inverse.
+/// `d<x>` or `p<group>.<index>`: the unit's name on the wire (`UnitId::short_name`).
 pub fn unit_name(unit: UnitId) -> String {
-    match unit {
-        UnitId::Data(x) => format!("d{x}"),
-        UnitId::Parity { group, index } => format!("p{group}.{index}"),
-    }
+    unit.short_name()
 }
 
-/// Parses a [`unit_name`]; None for anything else. Only the canonical form is accepted (no
-/// signs, spaces or leading zeros), so a name round-trips exactly.
+/// Parses a [`unit_name`] (canonical form only; `UnitId::parse_short_name`).
 pub fn parse_unit_name(name: &str) -> Option<UnitId> {
-    fn number(digits: &str) -> Option<usize> {
-        let canonical = match digits.as_bytes() {
-            [] => false,
-            [b'0'] => true,
-            [first, rest @ ..] => {
-                (b'1'..=b'9').contains(first) && rest.iter().all(u8::is_ascii_digit)
-            }
-        };
-        if canonical {
-            digits.parse().ok()
-        } else {
-            None
-        }
-    }
-    if let Some(block) = name.strip_prefix('d') {
-        return number(block).map(UnitId::Data);
-    }
-    let (group, index) = name.strip_prefix('p')?.split_once('.')?;
-    Some(UnitId::Parity { group: number(group)?, index: number(index)? })
+    UnitId::parse_short_name(name)
 }
 
 #[cfg(test)]
