@@ -60,6 +60,11 @@ impl NodeFailure {
     }
 }
 
+/// Longest piece asked for when resuming a broken ranged GET: the node checks every segment
+/// of a range this short before it answers (docs/node-api.md), so a corrupt one gets a clean
+/// 500.
+const RESUME_PIECE: u64 = 1 << 20;
+
 /// A pool of connections to the nodes.
 #[derive(Clone, Debug)]
 pub struct NodeClient {
@@ -169,22 +174,22 @@ impl NodeClient {
             ));
         }
         let url = Self::url(unit)?;
-        let range = format!("bytes={}-{}", offset, offset + len - 1);
-        let response =
-            self.http.get(&url).header(header::RANGE, range).send().await.map_err(transport)?;
-        if !response.status().is_success() {
-            return Err(failure_of(response).await);
-        }
-        let mut body = response.bytes_stream();
         let mut out = Vec::with_capacity(len as usize);
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| {
-                NodeFailure::new(
-                    FailureKind::Unreachable,
-                    format!("the answer broke off after {} of {len} bytes: {e}", out.len()),
-                )
-            })?;
-            out.extend_from_slice(&chunk);
+        // One request for the whole range; if its body breaks off (the node found a corrupt
+        // segment after it had started answering, or the connection dropped), the rest is
+        // asked for in pieces of at most RESUME_PIECE bytes, which the node answers with a
+        // clean status (500 corrupt, 404...) when they fail: the failure gets its true kind.
+        if let Some(first) = self.get_into(&url, offset, len, &mut out).await? {
+            while (out.len() as u64) < len {
+                let at = out.len() as u64;
+                let piece = RESUME_PIECE.min(len - at);
+                if let Some(again) = self.get_into(&url, offset + at, piece, &mut out).await? {
+                    return Err(NodeFailure::new(
+                        FailureKind::Unreachable,
+                        format!("the answer broke off {first}, and again {again}"),
+                    ));
+                }
+            }
         }
         if out.len() as u64 != len {
             return Err(NodeFailure::new(
@@ -193,6 +198,32 @@ impl NodeClient {
             ));
         }
         Ok(Bytes::from(out))
+    }
+
+    /// Appends bytes `[offset, offset + len)` of the unit at `url` to `out`. Ok(Some(cause))
+    /// when the body broke off after the node answered 2xx (what arrived stays in `out`).
+    async fn get_into(
+        &self,
+        url: &str,
+        offset: u64,
+        len: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<String>, NodeFailure> {
+        let range = format!("bytes={}-{}", offset, offset + len - 1);
+        let response =
+            self.http.get(url).header(header::RANGE, range).send().await.map_err(transport)?;
+        if !response.status().is_success() {
+            return Err(failure_of(response).await);
+        }
+        let start = out.len();
+        let mut body = response.bytes_stream();
+        while let Some(chunk) = body.next().await {
+            match chunk {
+                Ok(chunk) => out.extend_from_slice(&chunk),
+                Err(e) => return Ok(Some(format!("after {} bytes: {e}", out.len() - start))),
+            }
+        }
+        Ok(None)
     }
 
     /// Deletes `unit`; a unit already absent counts as deleted.

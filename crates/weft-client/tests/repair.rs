@@ -115,3 +115,29 @@ async fn a_corrupt_unit_found_by_a_read_is_rebuilt() {
     assert_eq!(out, data);
     assert!(stats.degraded_units.is_empty(), "{:?}", stats.degraded_units);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corruption_deep_in_a_long_range_is_classified_and_queued() {
+    // Blocks of 2 MiB: the node has started streaming before it meets the bad segment, so
+    // the body breaks off; the client must still learn that the unit is corrupt.
+    let cluster = TestCluster::start(7).await;
+    cluster.create_bucket("b", policy("rs(4,2)", 2, 256 << 10, 2 << 20)).await;
+    let data = pattern(8 << 20, 9);
+    let options = PutOptions::default();
+    let reader = Cursor::new(data.clone());
+    cluster.client.put_reader("b", "big", data.len() as u64, reader, &options).await.unwrap();
+    let victim = (1..=7)
+        .flat_map(|id| cluster.unit_files(id))
+        .find(|p| p.file_name().unwrap().to_string_lossy().contains("-d"))
+        .expect("some data unit");
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let at = bytes.len() - (300 << 10);
+    bytes[at] ^= 0x10;
+    std::fs::write(&victim, &bytes).unwrap();
+    let mut out = Vec::new();
+    let stats = cluster.client.get("b", "big", None, &mut out, None).await.unwrap();
+    assert!(out == data, "wrong bytes");
+    assert_eq!(stats.degraded_units.len(), 1, "{:?}", stats.degraded_units);
+    assert!(stats.degraded_units[0].1.contains("corrupt"), "{:?}", stats.degraded_units);
+    cluster.wait_for(Duration::from_secs(10), |s| s["repair_queue"].as_u64() > Some(0)).await;
+}
