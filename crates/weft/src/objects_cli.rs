@@ -237,7 +237,7 @@ pub struct GetArgs {
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,
     /// Only bytes a-b (inclusive, like HTTP): `0-99`, `100-` (to the end), `-100` (last 100).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub range: Option<String>,
     #[command(flatten)]
     pub meta: MetaUrlArgs,

@@ -1,0 +1,825 @@
+//! Objects on a real cluster, through the CLI a user types: `weft up` starts meta, the nodes
+//! and the repair executor as processes; `weft put|get|ls|rm|stat`, `weft node kill` and
+//! `weft status` drive them. No mocks: every byte crosses real sockets and real unit files.
+//!
+//! Small policies (4 KiB cells, 16 KiB blocks) keep every test to a few seconds in the debug
+//! profile while still crossing every cell, block, stripe and group boundary.
+
+mod common;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use common::cluster::Cluster;
+use serde_json::Value;
+
+const CELL: usize = 4096;
+const BLOCK: usize = 16384;
+const K: usize = 6;
+const WIDTH: usize = 2;
+/// rs(6,3), stripe width 2, 4 KiB cells, 16 KiB blocks.
+const SMALL: [&str; 12] = [
+    "--code",
+    "rs",
+    "--k",
+    "6",
+    "--r",
+    "3",
+    "--stripe-width",
+    "2",
+    "--cell",
+    "4KiB",
+    "--block",
+    "16KiB",
+];
+/// Meta declares a silent node down after 1.5 s (heartbeats every 300 ms).
+const FAST_DOWN: [&str; 4] = ["--down-after-ms", "1500", "--heartbeat-ms", "300"];
+
+/// `len` pseudo-random bytes (splitmix64 of `seed`): every object differs from every other.
+fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ len as u64;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d4_049b_b133_111b);
+        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// Objects a test stored, by `BUCKET/KEY`, with their bytes; and a directory for files.
+struct Objects {
+    files: tempfile::TempDir,
+    stored: BTreeMap<String, Vec<u8>>,
+}
+
+impl Objects {
+    fn new() -> Objects {
+        Objects {
+            files: tempfile::tempdir().expect("a temporary directory"),
+            stored: BTreeMap::new(),
+        }
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.files.path().join(name)
+    }
+
+    /// `weft put FILE PATH --json EXTRA`; checks what it says and remembers the bytes.
+    fn put(&mut self, cluster: &Cluster, path: &str, data: Vec<u8>, extra: &[&str]) -> Value {
+        let file = self.file(&format!("in-{}", self.stored.len()));
+        std::fs::write(&file, &data).unwrap();
+        let mut args = vec!["put", file.to_str().unwrap(), path, "--json"];
+        args.extend(extra);
+        let put = cluster.weft_json(&args);
+        assert_eq!(put["size"], data.len() as u64, "{put}");
+        assert_eq!(put["data_bytes"], data.len() as u64, "{put}");
+        assert_eq!(
+            put["bytes_sent"].as_u64(),
+            Some(data.len() as u64 + put["parity_bytes"].as_u64().unwrap()),
+            "{put}"
+        );
+        self.stored.insert(path.to_owned(), data);
+        put
+    }
+
+    fn data(&self, path: &str) -> &[u8] {
+        &self.stored[path]
+    }
+
+    /// `weft get PATH -o FILE --json`: the bytes and what the get said.
+    fn get_json(&self, cluster: &Cluster, path: &str) -> (Vec<u8>, Value) {
+        let out = self.file("out");
+        let got = cluster.weft_json(&["get", path, "-o", out.to_str().unwrap(), "--json"]);
+        let bytes = std::fs::read(&out).unwrap();
+        std::fs::remove_file(&out).unwrap();
+        assert_eq!(got["bytes"], bytes.len() as u64, "{got}");
+        (bytes, got)
+    }
+
+    /// Gets every stored object both ways (stdout and -o) and checks the bytes; returns what
+    /// each `get --json` said.
+    fn check_all(&self, cluster: &Cluster) -> BTreeMap<String, Value> {
+        let mut said = BTreeMap::new();
+        for (path, data) in &self.stored {
+            assert_same(&get_stdout(cluster, &[path]), data, &format!("get {path} (stdout)"));
+            let (bytes, got) = self.get_json(cluster, path);
+            assert_same(&bytes, data, &format!("get {path} -o"));
+            said.insert(path.clone(), got);
+        }
+        said
+    }
+}
+
+/// Compares bytes without printing megabytes when they differ.
+fn assert_same(got: &[u8], want: &[u8], what: &str) {
+    if got != want {
+        let first = got.iter().zip(want).position(|(a, b)| a != b);
+        panic!("{what}: {} bytes, want {}; first difference at {first:?}", got.len(), want.len());
+    }
+}
+
+/// `weft get ARGS` to stdout; asserts success.
+fn get_stdout(cluster: &Cluster, args: &[&str]) -> Vec<u8> {
+    let mut all = vec!["get"];
+    all.extend(args);
+    let output = cluster.weft(&all);
+    assert!(
+        output.status.success(),
+        "weft {all:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output.stdout
+}
+
+/// Runs `weft ARGS`, asserts it failed with nothing on stdout and exactly one line on stderr
+/// that contains every one of `says`; returns that line.
+fn fails_with(cluster: &Cluster, args: &[&str], says: &[&str]) -> String {
+    let output = cluster.weft(args);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "weft {args:?} should fail; stderr: {stderr}");
+    assert!(output.stdout.is_empty(), "weft {args:?} printed on stdout when it failed");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "weft {args:?} should say one line, said:\n{stderr}");
+    for word in says {
+        assert!(lines[0].contains(word), "weft {args:?} said {:?}, want {word:?}", lines[0]);
+    }
+    lines[0].to_owned()
+}
+
+/// Polls `weft status --json` until `want` holds, at most `timeout`.
+fn poll_status(
+    cluster: &Cluster,
+    what: &str,
+    timeout: Duration,
+    want: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let status = cluster.status();
+        if want(&status) {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "waited {timeout:?} for {what}; status: {status}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn counter(status: &Value, name: &str) -> u64 {
+    status[name].as_u64().unwrap_or_else(|| panic!("status has no {name}: {status}"))
+}
+
+/// `weft stat PATH --json`.
+fn stat(cluster: &Cluster, path: &str) -> Value {
+    cluster.weft_json(&["stat", path, "--json"])
+}
+
+/// Unit name → its entry in a stat's `units`.
+fn units_of(stat: &Value) -> BTreeMap<String, Value> {
+    stat["units"]
+        .as_array()
+        .expect("stat lists units")
+        .iter()
+        .map(|u| (u["unit"].as_str().unwrap().to_owned(), u.clone()))
+        .collect()
+}
+
+fn node_of(unit: &Value) -> u32 {
+    unit["node_id"].as_u64().expect("a node id") as u32
+}
+
+/// Checks a stat's groups against its units: each group names exactly stored units, every
+/// unit is in one group, and the units of a group sit on distinct nodes.
+fn assert_groups_on_distinct_nodes(stat: &Value) {
+    let units = units_of(stat);
+    let mut seen = BTreeSet::new();
+    for group in stat["groups"].as_array().expect("stat has groups") {
+        let mut nodes = BTreeSet::new();
+        for name in group["units"].as_array().unwrap() {
+            let name = name.as_str().unwrap();
+            let unit = units.get(name).unwrap_or_else(|| panic!("group names {name}: {stat}"));
+            assert!(seen.insert(name.to_owned()), "{name} in two groups: {stat}");
+            assert!(
+                nodes.insert(node_of(unit)),
+                "group {} has two units on node {}: {stat}",
+                group["group"],
+                node_of(unit)
+            );
+        }
+    }
+    assert_eq!(seen.len(), units.len(), "units outside every group: {stat}");
+}
+
+/// Every unit file on the cluster's disks (`units/<xx>/<key>.unit`).
+fn unit_files(cluster: &Cluster) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for node in cluster.ready()["nodes"].as_array().unwrap() {
+        for disk in node["disks"].as_array().unwrap() {
+            let units = Path::new(disk.as_str().unwrap()).join("units");
+            let Ok(fanouts) = std::fs::read_dir(&units) else { continue };
+            for fanout in fanouts {
+                for file in std::fs::read_dir(fanout.unwrap().path()).unwrap() {
+                    let path = file.unwrap().path();
+                    if path.extension().is_some_and(|e| e == "unit") {
+                        files.push(path);
+                    }
+                }
+            }
+        }
+    }
+    files
+}
+
+/// The file of `unit` (an entry of a stat's `units`) on its node's disk.
+fn unit_file(cluster: &Cluster, unit: &Value) -> Option<PathBuf> {
+    let node = cluster.ready()["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["id"] == unit["node_id"])
+        .unwrap_or_else(|| panic!("no node for {unit}"))
+        .clone();
+    let disk = node["disks"][unit["disk"].as_u64().unwrap() as usize].as_str().unwrap().to_owned();
+    let name = format!("{}.unit", unit["unit_key"].as_str().unwrap());
+    let matches: Vec<PathBuf> = unit_files(cluster)
+        .into_iter()
+        .filter(|p| p.starts_with(&disk) && p.file_name().is_some_and(|n| *n == *name))
+        .collect();
+    assert!(matches.len() <= 1, "{name} twice on {disk}: {matches:?}");
+    matches.into_iter().next()
+}
+
+/// `weft node kill ID --json`; checks it killed it.
+fn kill(cluster: &Cluster, id: u32) {
+    let killed = cluster.weft_json(&["node", "kill", &id.to_string(), "--json"]);
+    assert_eq!(killed["node"], id, "{killed}");
+    assert_eq!(killed["exited"], true, "{killed}");
+}
+
+/// Node ids in state `state` in a status object.
+fn nodes_in(status: &Value, state: &str) -> BTreeSet<u32> {
+    Cluster::states(status)
+        .into_iter()
+        .filter(|(_, s)| s == state)
+        .map(|(id, _)| id as u32)
+        .collect()
+}
+
+/// Data blocks that hold bytes of an object of `size` (cells go round-robin over the `width`
+/// blocks of a stripe, so a short last stripe may touch fewer blocks).
+fn data_blocks(size: u64, cell: u64, block: u64, width: u64) -> u64 {
+    let stripe = width * block;
+    let full = size / stripe;
+    let rest = size % stripe;
+    full * width + rest.div_ceil(cell).min(width)
+}
+
+/// Sizes that sit on every boundary of the small policy.
+fn boundary_sizes() -> Vec<(&'static str, usize)> {
+    let stripe = WIDTH * BLOCK;
+    let group = K * BLOCK;
+    vec![
+        ("empty", 0),
+        ("one-byte", 1),
+        ("cell-minus-1", CELL - 1),
+        ("cell", CELL),
+        ("cell-plus-1", CELL + 1),
+        ("block", BLOCK),
+        ("stripe", stripe),
+        ("group", group),
+        ("group-plus-1", group + 1),
+        ("groups-odd", 3 * group + 2 * BLOCK + CELL + 777),
+    ]
+}
+
+/// Puts, gets (stdout, -o, ranges), lists, stats and removes objects at every size boundary
+/// of rs(6,3) W=2 on 12 nodes; checks the refusals; then a restart keeps every byte.
+#[test]
+fn objects_round_trip_at_every_boundary_and_survive_a_restart() {
+    let mut cluster = Cluster::start(12, &[]);
+    let mut create = vec!["bucket", "create", "t", "--json"];
+    create.extend(SMALL);
+    cluster.weft_json(&create);
+    let mut objects = Objects::new();
+
+    for (seed, (name, size)) in boundary_sizes().into_iter().enumerate() {
+        let path = format!("t/sizes/{name}");
+        let put = objects.put(&cluster, &path, bytes(seed as u64, size), &[]);
+        assert_eq!(put["layout"]["code"], "rs(6,3)", "{put}");
+        assert_eq!(put["layout"]["cell_bytes"], CELL, "{put}");
+        let stat = stat(&cluster, &path);
+        assert_eq!(stat["size"], size, "{stat}");
+        assert_eq!(stat["state"], "committed", "{stat}");
+        assert_eq!(put["units"], stat["units"].as_array().unwrap().len(), "{put}\n{stat}");
+        // Data blocks that hold bytes, plus r parity units per group.
+        let blocks = data_blocks(size as u64, CELL as u64, BLOCK as u64, WIDTH as u64);
+        let groups = blocks.div_ceil(K as u64);
+        assert_eq!(stat["groups"].as_array().unwrap().len() as u64, groups, "{stat}");
+        assert_eq!(put["units"], blocks + 3 * groups, "{put}");
+        assert_groups_on_distinct_nodes(&stat);
+    }
+    for (path, data) in [("t/other/a", 5000), ("t/other/b", 1), ("t/sizesx", 10)] {
+        objects.put(&cluster, path, bytes(data as u64 + 100, data), &[]);
+    }
+    // A policy given at put overrides the bucket's (rs(2,1) here).
+    let put = objects.put(
+        &cluster,
+        "t/other/narrow",
+        bytes(77, 3 * BLOCK + 5),
+        &["--k", "2", "--r", "1", "--stripe-width", "2", "--cell", "4KiB", "--block", "16KiB"],
+    );
+    assert_eq!(put["layout"]["code"], "rs(2,1)", "{put}");
+    assert_groups_on_distinct_nodes(&stat(&cluster, "t/other/narrow"));
+
+    // A put over an existing key replaces it: a new generation, the old unit files deleted.
+    let old = stat(&cluster, "t/sizesx");
+    let old_files: Vec<PathBuf> = units_of(&old)
+        .values()
+        .map(|u| unit_file(&cluster, u).unwrap_or_else(|| panic!("no file for {u}")))
+        .collect();
+    assert_eq!(old_files.len(), 4, "{old}");
+    let put = objects.put(&cluster, "t/sizesx", bytes(555, 2 * BLOCK + 3), &[]);
+    assert!(put["generation"].as_u64() > old["generation"].as_u64(), "{put}\n{old}");
+    assert_eq!(put["leftover_units"], 0, "{put}");
+    for file in &old_files {
+        assert!(!file.exists(), "{} outlived the replacing put", file.display());
+    }
+
+    for (path, got) in objects.check_all(&cluster) {
+        assert_eq!(got["degraded_units"], serde_json::json!([]), "{path}: {got}");
+    }
+
+    // Ranges: a-b (clamped at the end), a-, -n, in both spellings of a leading dash.
+    let big = "t/sizes/groups-odd";
+    let data = objects.data(big).to_vec();
+    let n = data.len();
+    let ranges: Vec<(String, std::ops::Range<usize>)> = vec![
+        ("0-0".into(), 0..1),
+        (format!("{}-{}", CELL - 1, CELL), CELL - 1..CELL + 1),
+        (format!("{}-{}", BLOCK - 10, 3 * BLOCK + 17), BLOCK - 10..3 * BLOCK + 18),
+        (format!("{}-{}", K * BLOCK - 1, K * BLOCK), K * BLOCK - 1..K * BLOCK + 1),
+        (format!("{}-{}", n - 5, n + 1000), n - 5..n),
+        (format!("{}-", 2 * K * BLOCK + 3), 2 * K * BLOCK + 3..n),
+        (format!("{}-", n - 1), n - 1..n),
+        ("-1000".into(), n - 1000..n),
+        (format!("-{}", n + 5), 0..n),
+    ];
+    for (range, want) in &ranges {
+        let got = get_stdout(&cluster, &[big, "--range", range]);
+        assert_same(&got, &data[want.clone()], &format!("--range {range}"));
+        let got = get_stdout(&cluster, &[big, &format!("--range={range}")]);
+        assert_same(&got, &data[want.clone()], &format!("--range={range}"));
+    }
+    let out = objects.file("ranged");
+    let got =
+        cluster.weft_json(&["get", big, "--range", "-4097", "-o", out.to_str().unwrap(), "--json"]);
+    assert_eq!(got["bytes"], 4097, "{got}");
+    assert_same(&std::fs::read(&out).unwrap(), &data[n - 4097..], "--range -4097 -o");
+    let one = get_stdout(&cluster, &["t/sizes/one-byte", "--range", "0-"]);
+    assert_same(&one, objects.data("t/sizes/one-byte"), "one byte, 0-");
+
+    // ls: a prefix lists exactly its keys, in order; no prefix lists everything.
+    let keys = |listing: &Value| -> Vec<String> {
+        listing["objects"]
+            .as_array()
+            .expect("ls lists objects")
+            .iter()
+            .map(|o| o["key"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let sizes: Vec<String> = objects
+        .stored
+        .keys()
+        .filter_map(|p| p.strip_prefix("t/"))
+        .filter(|k| k.starts_with("sizes/"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(sizes.len(), boundary_sizes().len());
+    assert_eq!(keys(&cluster.weft_json(&["ls", "t/sizes/", "--json"])), sizes);
+    assert_eq!(
+        keys(&cluster.weft_json(&["ls", "t/other/", "--json"])),
+        ["other/a", "other/b", "other/narrow"]
+    );
+    let mut with_x = sizes.clone();
+    with_x.push("sizesx".into());
+    assert_eq!(keys(&cluster.weft_json(&["ls", "t/sizes", "--json"])), with_x);
+    assert_eq!(keys(&cluster.weft_json(&["ls", "t/nothing", "--json"])), Vec::<String>::new());
+    let all: Vec<String> = objects.stored.keys().map(|p| p["t/".len()..].to_owned()).collect();
+    let listing = cluster.weft_json(&["ls", "t", "--json"]);
+    assert_eq!(keys(&listing), all);
+    for object in listing["objects"].as_array().unwrap() {
+        let path = format!("t/{}", object["key"].as_str().unwrap());
+        assert_eq!(object["size"], objects.data(&path).len(), "{object}");
+    }
+    let text = cluster.weft(&["ls", "t/other/"]);
+    assert!(text.status.success());
+    let text = String::from_utf8(text.stdout).unwrap();
+    let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(
+        lines,
+        [vec!["5000", "other/a"], vec!["1", "other/b"], vec!["49157", "other/narrow"]]
+    );
+
+    // rm: the object is gone from meta and its unit files from the disks.
+    let victim = "t/sizes/group-plus-1";
+    let before = stat(&cluster, victim);
+    let files: Vec<PathBuf> = units_of(&before)
+        .values()
+        .map(|u| unit_file(&cluster, u).unwrap_or_else(|| panic!("no file for {u}")))
+        .collect();
+    assert_eq!(files.len(), K + 1 + 3 + 3, "{before}");
+    let removed = cluster.weft_json(&["rm", victim, "--json"]);
+    assert_eq!(removed["removed"], victim, "{removed}");
+    assert_eq!((removed["units"].as_u64(), removed["units_left"].as_u64()), (Some(13), Some(0)));
+    objects.stored.remove(victim);
+    for file in &files {
+        assert!(!file.exists(), "{} outlived rm", file.display());
+    }
+    let key_of = |u: &Value| u["unit_key"].as_str().unwrap().to_owned();
+    let object_prefix = key_of(&before["units"][0]).split('-').next().unwrap().to_owned();
+    let left: Vec<PathBuf> = unit_files(&cluster)
+        .into_iter()
+        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with(&object_prefix))
+        .collect();
+    assert!(left.is_empty(), "unit files of the removed object: {left:?}");
+    fails_with(&cluster, &["get", victim], &["no_such_key", "group-plus-1"]);
+    fails_with(&cluster, &["stat", victim], &["no_such_key"]);
+    fails_with(&cluster, &["rm", victim], &["no_such_key"]);
+    assert!(!keys(&cluster.weft_json(&["ls", "t/sizes/", "--json"]))
+        .contains(&"sizes/group-plus-1".to_owned()));
+
+    // Refusals: one line each, non-zero exit, nothing written.
+    fails_with(&cluster, &["get", "t/missing"], &["no_such_key", "missing"]);
+    fails_with(&cluster, &["get", "nobucket/k"], &["no_such_bucket", "nobucket"]);
+    let missing = objects.file("does-not-exist");
+    fails_with(
+        &cluster,
+        &["put", missing.to_str().unwrap(), "t/x"],
+        &["cannot read", "does-not-exist"],
+    );
+    let small = objects.file("in-0");
+    fails_with(&cluster, &["put", small.to_str().unwrap(), "nobucket/x"], &["no_such_bucket"]);
+    fails_with(
+        &cluster,
+        &["get", big, "--range", &format!("{n}-")],
+        &["--range", "outside the object"],
+    );
+    fails_with(&cluster, &["get", big, "--range", &format!("{}-{}", n + 10, n + 20)], &["outside"]);
+    fails_with(&cluster, &["get", big, "--range", "10-5"], &["--range"]);
+    fails_with(&cluster, &["get", big, "--range", "lots"], &["--range"]);
+    fails_with(&cluster, &["get", "t/sizes/empty", "--range", "0-0"], &["outside the object"]);
+    fails_with(&cluster, &["get", "t"], &["BUCKET/KEY"]);
+    fails_with(&cluster, &["get", "t/"], &["BUCKET/KEY"]);
+    fails_with(&cluster, &["put", small.to_str().unwrap(), "t"], &["BUCKET/KEY"]);
+    fails_with(&cluster, &["rm", "t"], &["BUCKET/KEY"]);
+    fails_with(&cluster, &["stat", "t"], &["BUCKET/KEY"]);
+    fails_with(&cluster, &["get", big, "--json"], &["-o"]);
+    let never = objects.file("never");
+    fails_with(&cluster, &["get", "t/missing", "-o", never.to_str().unwrap()], &["no_such_key"]);
+    assert!(!never.exists(), "a failed get left {}", never.display());
+    assert_eq!(
+        keys(&cluster.weft_json(&["ls", "t", "--json"])),
+        objects.stored.keys().map(|p| p["t/".len()..].to_owned()).collect::<Vec<_>>(),
+        "a refused put stored something"
+    );
+
+    // Restart: same directory, new processes; every object and the listing come back.
+    let listing = cluster.weft_json(&["ls", "t", "--json"]);
+    let status = cluster.stop();
+    assert!(status.success(), "weft up exited with {status}");
+    cluster.restart();
+    assert_eq!(cluster.weft_json(&["ls", "t", "--json"]), listing);
+    for (path, got) in objects.check_all(&cluster) {
+        assert_eq!(got["degraded_units"], serde_json::json!([]), "{path} after restart: {got}");
+    }
+}
+
+/// Ten objects on rs(6,3) W=2, 12 nodes: three nodes die → every object reads back (degraded)
+/// and repair restores full protection; three more die → still every byte.
+#[test]
+fn three_then_six_dead_nodes_lose_no_byte_and_repair_restores_protection() {
+    let cluster = Cluster::start(12, &FAST_DOWN);
+    let mut create = vec!["bucket", "create", "d", "--json"];
+    create.extend(SMALL);
+    cluster.weft_json(&create);
+    let mut objects = Objects::new();
+    let group = K * BLOCK;
+    let sizes = [
+        1,
+        CELL + 3,
+        BLOCK - 1,
+        WIDTH * BLOCK + 5,
+        group,
+        group + 1,
+        2 * group + 3 * CELL + 11,
+        4 * group + 7,
+        5 * group - 1,
+        3 * group + BLOCK / 2,
+    ];
+    for (i, size) in sizes.into_iter().enumerate() {
+        objects.put(&cluster, &format!("d/obj-{i:02}"), bytes(1000 + i as u64, size), &[]);
+    }
+    let stats: BTreeMap<String, Value> =
+        objects.stored.keys().map(|p| (p.clone(), stat(&cluster, p))).collect();
+
+    // Kill the nodes of the first three data blocks of the largest object.
+    let largest = &stats["d/obj-08"];
+    let largest_units = units_of(largest);
+    let first: BTreeSet<u32> =
+        ["d0", "d1", "d2"].iter().map(|u| node_of(&largest_units[*u])).collect();
+    assert_eq!(first.len(), 3, "{largest}");
+    for &id in &first {
+        kill(&cluster, id);
+    }
+    let on_dead = |stat: &Value, dead: &BTreeSet<u32>| -> BTreeSet<String> {
+        units_of(stat)
+            .into_iter()
+            .filter(|(_, u)| dead.contains(&node_of(u)))
+            .map(|(n, _)| n)
+            .collect()
+    };
+    let lost: usize = stats.values().map(|s| on_dead(s, &first).len()).sum();
+    let listed_in = |got: &Value| -> BTreeSet<String> {
+        got["degraded_units"]
+            .as_array()
+            .expect("get --json lists degraded units")
+            .iter()
+            .map(|u| u["unit"].as_str().unwrap().to_owned())
+            .collect()
+    };
+
+    // Right after the kill (well within the 1.5 s before meta may judge the nodes down, so
+    // nothing is repaired yet) the largest object reads back around its three lost blocks.
+    let (got, said) = objects.get_json(&cluster, "d/obj-08");
+    assert_same(&got, objects.data("d/obj-08"), "d/obj-08 with three nodes dead");
+    let listed = listed_in(&said);
+    for unit in ["d0", "d1", "d2"] {
+        assert!(listed.contains(unit), "{unit} not degraded: {said}");
+    }
+    let from = BLOCK - 7;
+    let range = format!("{from}-{}", 5 * BLOCK + 9);
+    let got = get_stdout(&cluster, &["d/obj-08", "--range", &range]);
+    assert_same(&got, &objects.data("d/obj-08")[from..=5 * BLOCK + 9], "degraded range");
+
+    // Every object reads back; each get names only units on dead nodes, and every data unit
+    // on a dead node unless repair has already moved it.
+    let said = objects.check_all(&cluster);
+    for (path, got) in &said {
+        let dead_units = on_dead(&stats[path], &first);
+        let listed = listed_in(got);
+        assert!(listed.is_subset(&dead_units), "{path}: {got}; dead units {dead_units:?}");
+        let now = units_of(&stat(&cluster, path));
+        for unit in dead_units.iter().filter(|u| u.starts_with('d')) {
+            assert!(
+                listed.contains(unit) || !first.contains(&node_of(&now[unit])),
+                "{path}: {unit} is on a dead node but the get did not say so: {got}"
+            );
+        }
+    }
+
+    let status =
+        cluster.wait_for_status("the three killed nodes down", |s| nodes_in(s, "down") == first);
+    assert_eq!(counter(&status, "nodes_up"), 9, "{status}");
+    let repaired = poll_status(
+        &cluster,
+        "repair of every unit on the dead nodes",
+        Duration::from_secs(60),
+        |s| {
+            counter(s, "under_protected_units") == 0
+                && counter(s, "repair_queue") == 0
+                && counter(s, "repairs_completed") >= lost as u64
+        },
+    );
+    assert_eq!(counter(&repaired, "repairs_completed"), lost as u64, "{repaired}");
+
+    // Repaired: every unit on a live node, groups still on distinct nodes, reads not degraded.
+    for path in objects.stored.keys() {
+        let now = stat(&cluster, path);
+        for (name, unit) in units_of(&now) {
+            assert!(!first.contains(&node_of(&unit)), "{path} {name} still on a dead node: {unit}");
+            assert_eq!(unit["state"], "up", "{path}: {unit}");
+            assert!(unit_file(&cluster, &unit).is_some(), "{path} {name}: no file for {unit}");
+        }
+        assert_groups_on_distinct_nodes(&now);
+        for group in now["groups"].as_array().unwrap() {
+            assert_eq!(
+                (group["unavailable"].as_u64(), group["spare"].as_u64()),
+                (Some(0), Some(3)),
+                "{now}"
+            );
+        }
+    }
+    for (path, got) in objects.check_all(&cluster) {
+        assert_eq!(got["degraded_units"], serde_json::json!([]), "{path} after repair: {got}");
+    }
+
+    // Three more nodes die (each holding units): six of twelve gone, every byte still there.
+    let stats: BTreeMap<String, Value> =
+        objects.stored.keys().map(|p| (p.clone(), stat(&cluster, p))).collect();
+    let largest = &stats["d/obj-08"];
+    let units = units_of(largest);
+    let second: BTreeSet<u32> = ["d0", "d3", "p0.0"].iter().map(|u| node_of(&units[*u])).collect();
+    assert_eq!(second.len(), 3, "{largest}");
+    assert!(second.is_disjoint(&first));
+    for &id in &second {
+        kill(&cluster, id);
+    }
+    let all_dead: BTreeSet<u32> = first.union(&second).copied().collect();
+    let mut degraded_reads = 0;
+    for (path, got) in objects.check_all(&cluster) {
+        let listed = listed_in(&got);
+        let dead_units = on_dead(&stats[&path], &second);
+        assert!(listed.is_subset(&dead_units), "{path}: {got}; dead units {dead_units:?}");
+        degraded_reads += usize::from(!listed.is_empty());
+    }
+    assert!(degraded_reads >= 1);
+    let status = cluster.wait_for_status("six nodes down", |s| nodes_in(s, "down") == all_dead);
+    assert_eq!(counter(&status, "nodes_up"), 6, "{status}");
+    // Meta now reports the units down, and reads still succeed.
+    for group in stat(&cluster, "d/obj-08")["groups"].as_array().unwrap() {
+        assert!(
+            group["unavailable"].as_u64().unwrap() <= 3 && group["decodable"] == true,
+            "{group}"
+        );
+    }
+    objects.check_all(&cluster);
+}
+
+/// A flipped byte in a data unit file: the get still returns the right bytes, reports the
+/// unit, repair rebuilds it, and the next get reads it normally.
+#[test]
+fn a_corrupt_unit_is_read_around_and_rebuilt() {
+    let cluster = Cluster::start(12, &FAST_DOWN);
+    let mut create = vec!["bucket", "create", "c", "--json"];
+    create.extend(SMALL);
+    cluster.weft_json(&create);
+    let mut objects = Objects::new();
+    let path = "c/victim";
+    objects.put(&cluster, path, bytes(42, 2 * K * BLOCK + 3 * CELL + 5), &[]);
+    objects.put(&cluster, "c/bystander", bytes(43, K * BLOCK + 1), &[]);
+    let before = stat(&cluster, path);
+    let unit = units_of(&before)["d7"].clone();
+    let file = unit_file(&cluster, &unit).unwrap_or_else(|| panic!("no file for {unit}"));
+    let mut raw = std::fs::read(&file).unwrap();
+    let at = raw.len() - 10;
+    raw[at] ^= 0x5a;
+    std::fs::write(&file, &raw).unwrap();
+
+    let status = cluster.status();
+    let completed = counter(&status, "repairs_completed");
+    let (got, said) = objects.get_json(&cluster, path);
+    assert_same(&got, objects.data(path), "get of an object with a corrupt unit");
+    let degraded = said["degraded_units"].as_array().unwrap();
+    assert_eq!(degraded.len(), 1, "{said}");
+    assert_eq!(degraded[0]["unit"], "d7", "{said}");
+    assert!(degraded[0]["cause"].as_str().unwrap().contains("corrupt"), "{said}");
+    // A range that does not touch the corrupt unit reads normally.
+    let clean = get_stdout(&cluster, &[path, "--range", "0-99"]);
+    assert_same(&clean, &objects.data(path)[..100], "range before the corrupt unit");
+
+    let repaired =
+        poll_status(&cluster, "the corrupt unit rebuilt", Duration::from_secs(30), |s| {
+            counter(s, "repairs_completed") > completed
+                && counter(s, "repair_queue") == 0
+                && counter(s, "under_protected_units") == 0
+        });
+    assert_eq!(counter(&repaired, "repairs_completed"), completed + 1, "{repaired}");
+    let after = stat(&cluster, path);
+    let moved = units_of(&after)["d7"].clone();
+    let new_file = unit_file(&cluster, &moved).unwrap_or_else(|| panic!("no file for {moved}"));
+    if node_of(&moved) == node_of(&unit) {
+        assert_ne!(std::fs::read(&new_file).unwrap(), raw, "d7 was neither moved nor rewritten");
+    } else {
+        assert!(!file.exists(), "the corrupt copy {} was left behind", file.display());
+    }
+    assert_groups_on_distinct_nodes(&after);
+    // Only d7 changed.
+    let (old_units, new_units) = (units_of(&before), units_of(&after));
+    for (name, old) in &old_units {
+        if name != "d7" {
+            assert_eq!(old["node_id"], new_units[name]["node_id"], "{name} moved: {after}");
+        }
+    }
+    for (path, got) in objects.check_all(&cluster) {
+        assert_eq!(got["degraded_units"], serde_json::json!([]), "{path} after repair: {got}");
+    }
+}
+
+/// rs(20,3), stripe width 6, 64 KiB cells, 512 KiB blocks: a ~20 MiB put holds at most
+/// Okapi's r·B + k·C, far below the naive (k + r)·B, and reads back byte-identical.
+#[test]
+fn a_wide_put_stays_within_okapis_buffer_bound() {
+    let cluster = Cluster::start(23, &[]);
+    cluster.weft_json(&["bucket", "create", "wide", "--json"]);
+    let mut objects = Objects::new();
+    let (cell, block) = (64 * 1024u64, 512 * 1024u64);
+    let policy = [
+        "--code",
+        "rs",
+        "--k",
+        "20",
+        "--r",
+        "3",
+        "--stripe-width",
+        "6",
+        "--cell",
+        "64KiB",
+        "--block",
+        "512KiB",
+        "--stats",
+    ];
+    let size = 20 * 1024 * 1024 + 12345;
+    let put = objects.put(&cluster, "wide/big", bytes(7, size), &policy);
+    assert_eq!(put["layout"]["code"], "rs(20,3)", "{put}");
+    assert_eq!(put["layout"]["stripe_width"], 6, "{put}");
+    let okapi = 3 * block + 20 * cell;
+    let naive = 23 * block;
+    assert_eq!(put["okapi_buffer_bytes"], okapi, "{put}");
+    assert_eq!(put["naive_buffer_bytes"], naive, "{put}");
+    let peak = put["peak_buffer_bytes"].as_u64().unwrap();
+    let bound = put["buffer_bound_bytes"].as_u64().unwrap();
+    assert!(peak > 0, "{put}");
+    assert!(peak <= bound, "peak {peak} above this client's bound {bound}: {put}");
+    assert!(bound <= okapi, "bound {bound} above Okapi's {okapi}: {put}");
+    assert!(peak <= okapi, "peak {peak} above Okapi's r·B + k·C = {okapi}: {put}");
+    // 42 data blocks (the last stripe touches all 6) in 3 groups, plus 3 parity units each.
+    assert_eq!(data_blocks(size as u64, cell, block, 6), 42);
+    assert_eq!(put["units"], 42 + 3 * 3, "{put}");
+    let stat = stat(&cluster, "wide/big");
+    assert_groups_on_distinct_nodes(&stat);
+    objects.check_all(&cluster);
+
+    // The human form says the same figures.
+    let file = objects.file("in-0");
+    let text = cluster.weft(&[
+        "put",
+        file.to_str().unwrap(),
+        "wide/again",
+        "--code",
+        "rs",
+        "--k",
+        "20",
+        "--r",
+        "3",
+        "--stripe-width",
+        "6",
+        "--cell",
+        "64KiB",
+        "--block",
+        "512KiB",
+        "--stats",
+    ]);
+    assert!(text.status.success(), "{}", String::from_utf8_lossy(&text.stderr));
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.contains("peak client buffer") && text.contains("Okapi r·B + k·C = 2.8 MiB"),
+        "{text}"
+    );
+    assert!(text.contains("naive group buffering (k+r)·B = 11.5 MiB"), "{text}");
+}
+
+/// Keys are names, not paths: `x/../y` is its own key, never `y`, and a key can never
+/// address another route of meta (here: delete a bucket). Refusing such keys with a clear
+/// message would also do.
+///
+/// Ignored: fails today. weft-client's `encode_path` keeps `/` and `.` in keys, so the URL
+/// `/v1/buckets/b/objects/x/../y` is normalised to `/v1/buckets/b/objects/y` before it is sent.
+#[test]
+#[ignore = "bug: object keys with dot segments are normalised by the HTTP client"]
+fn keys_with_dot_segments_are_their_own_keys() {
+    let cluster = Cluster::start(3, &[]);
+    let policy = ["--k", "2", "--r", "1", "--cell", "4KiB", "--block", "16KiB"];
+    let mut create = vec!["bucket", "create", "b", "--json"];
+    create.extend(policy);
+    cluster.weft_json(&create);
+    cluster.weft_json(&["bucket", "create", "victim", "--json"]);
+    let mut objects = Objects::new();
+    let file = objects.file("in");
+    std::fs::write(&file, bytes(1, 3000)).unwrap();
+
+    let put = cluster.weft(&["put", file.to_str().unwrap(), "b/x/../y", "--json"]);
+    if put.status.success() {
+        objects.stored.insert("b/x/../y".into(), bytes(1, 3000));
+        let listed = cluster.weft_json(&["ls", "b", "--json"]);
+        assert_eq!(listed["objects"][0]["key"], "x/../y", "{listed}");
+        objects.check_all(&cluster);
+    } else {
+        let stderr = String::from_utf8_lossy(&put.stderr);
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    }
+    let _ = cluster.weft(&["rm", "b/../../victim"]);
+    let buckets = cluster.weft_json(&["bucket", "ls", "--json"]);
+    let names: Vec<&str> = buckets["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["b", "victim"], "`weft rm b/../../victim` removed a bucket");
+}
