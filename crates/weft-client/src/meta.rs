@@ -65,8 +65,15 @@ impl MetaClient {
         &self.base
     }
 
-    fn object_path(bucket: &str, key: &str) -> String {
-        format!("/v1/buckets/{}/objects/{}", encode_path(bucket), encode_path(key))
+    /// The path of an object; refuses keys that URL normalisation would change.
+    fn object_path(bucket: &str, key: &str) -> Result<String> {
+        if let Some(reason) = weft_wire::object_key_problem(key) {
+            return Err(ClientError::Invalid(format!("invalid object key {key:?}: {reason}")));
+        }
+        if bucket.is_empty() || bucket.contains('/') || bucket == "." || bucket == ".." {
+            return Err(ClientError::Invalid(format!("invalid bucket name {bucket:?}")));
+        }
+        Ok(format!("/v1/buckets/{}/objects/{}", encode_path(bucket), encode_path(key)))
     }
 
     /// Sends a request and returns meta's JSON answer, or meta's error.
@@ -123,7 +130,7 @@ impl MetaClient {
         size: u64,
         policy: Option<&StripedLayout>,
     ) -> Result<ObjectInfo> {
-        let path = format!("{}/begin", Self::object_path(bucket, key));
+        let path = format!("{}/begin", Self::object_path(bucket, key)?);
         let body = json!({ "size": size, "policy": policy });
         ObjectInfo::from_json(self.post_json(&path, body).await?)
     }
@@ -135,7 +142,7 @@ impl MetaClient {
         key: &str,
         generation: u64,
     ) -> Result<(ObjectInfo, Option<ObjectInfo>)> {
-        let path = format!("{}/commit", Self::object_path(bucket, key));
+        let path = format!("{}/commit", Self::object_path(bucket, key)?);
         let mut value = self.post_json(&path, json!({ "generation": generation })).await?;
         let replaced = match value["replaced"].take() {
             Value::Null => None,
@@ -146,12 +153,12 @@ impl MetaClient {
 
     /// The committed object under (bucket, key), units with their node's state.
     pub async fn get_object(&self, bucket: &str, key: &str) -> Result<ObjectInfo> {
-        ObjectInfo::from_json(self.get_json(&Self::object_path(bucket, key)).await?)
+        ObjectInfo::from_json(self.get_json(&Self::object_path(bucket, key)?).await?)
     }
 
     /// Deletes the committed object from meta; returns its record (its units are garbage).
     pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<ObjectInfo> {
-        let path = Self::object_path(bucket, key);
+        let path = Self::object_path(bucket, key)?;
         ObjectInfo::from_json(self.call(reqwest::Method::DELETE, &path, None).await?)
     }
 

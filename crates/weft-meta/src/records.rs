@@ -21,8 +21,7 @@ pub const FORMAT_VERSION: u64 = 1;
 /// Longest bucket name, in bytes (S3's limit).
 pub const MAX_BUCKET_NAME_BYTES: usize = 63;
 
-/// Longest object key, in bytes (S3's limit).
-pub const MAX_KEY_BYTES: usize = 1024;
+pub use weft_wire::MAX_KEY_BYTES;
 
 /// What an object is stored with: the striped layout (code by name, stripe width, cell and
 /// block sizes).
@@ -326,13 +325,10 @@ pub(crate) fn check_bucket_name(name: &str) -> Result<(), MetaError> {
 pub(crate) fn check_key(key: &str) -> Result<(), MetaError> {
     let refuse =
         |reason| Err(MetaError::InvalidName { what: "object key", name: key.into(), reason });
-    if key.is_empty() {
-        return refuse("empty");
+    match weft_wire::object_key_problem(key) {
+        Some(reason) => refuse(reason),
+        None => Ok(()),
     }
-    if key.len() > MAX_KEY_BYTES {
-        return refuse("longer than 1024 bytes");
-    }
-    Ok(())
 }
 
 /// `d<x>` or `p<group>.<index>`: the unit's name on the wire (`UnitId::short_name`).

@@ -62,3 +62,42 @@ mod tests {
         assert_eq!(serde_json::from_str::<Heartbeat>(&json).unwrap(), heartbeat);
     }
 }
+
+/// Longest object key, in bytes (S3's limit).
+pub const MAX_KEY_BYTES: usize = 1024;
+
+/// Why an object key is refused, or None when it is valid. One rule for meta and clients:
+/// non-empty, at most [`MAX_KEY_BYTES`], and no path segment that is exactly `.` or `..`
+/// (HTTP clients and proxies collapse such segments, so the key would silently name
+/// another object, or another route).
+pub fn object_key_problem(key: &str) -> Option<&'static str> {
+    if key.is_empty() {
+        return Some("empty");
+    }
+    if key.len() > MAX_KEY_BYTES {
+        return Some("longer than 1024 bytes");
+    }
+    if key.split('/').any(|segment| segment == "." || segment == "..") {
+        return Some(
+            "has a `.` or `..` path segment (it would name another key after URL normalisation)",
+        );
+    }
+    None
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::object_key_problem;
+
+    #[test]
+    fn dot_segments_are_refused_but_dots_inside_names_are_not() {
+        for good in ["a", "a/b", ".hidden", "a..b", "x/.y/z", "...", "a b/c%2e", "a//b"] {
+            assert_eq!(object_key_problem(good), None, "{good:?}");
+        }
+        for bad in ["", ".", "..", "a/..", "../a", "x/./y", "x/../y"] {
+            assert!(object_key_problem(bad).is_some(), "{bad:?}");
+        }
+        assert!(object_key_problem(&"k".repeat(1025)).is_some());
+        assert_eq!(object_key_problem(&"k".repeat(1024)), None);
+    }
+}
