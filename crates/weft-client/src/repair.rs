@@ -15,6 +15,9 @@
 //!   attempt, which is deleted and written again, since meta does not point at it).
 //! - A task whose object was replaced or deleted meanwhile ends as `stale`: the unit written
 //!   for it is deleted.
+//! - A damaged unit may be rebuilt in place (meta's destination is its own disk when no other
+//!   disk keeps the rules): the bad copy is deleted just before the new one is written, and
+//!   the old copy is deleted after completion only when it lives elsewhere.
 //! - Write rate is capped by a token bucket shared by the executor's workers.
 
 use std::{
@@ -215,7 +218,7 @@ pub async fn repair_unit(
     let result = client.meta.complete_repair(task).await?;
     if result == "stale" {
         client.delete_units(std::slice::from_ref(&destination)).await;
-    } else if !old.is_down() {
+    } else if !old.is_down() && (old.node_id, old.disk) != (destination.node_id, destination.disk) {
         // The old copy is corrupt or orphaned now; its node may still answer.
         client.delete_units(std::slice::from_ref(&old)).await;
     }

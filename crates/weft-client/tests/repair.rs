@@ -141,3 +141,35 @@ async fn corruption_deep_in_a_long_range_is_classified_and_queued() {
     assert!(stats.degraded_units[0].1.contains("corrupt"), "{:?}", stats.degraded_units);
     cluster.wait_for(Duration::from_secs(10), |s| s["repair_queue"].as_u64() > Some(0)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_unit_is_rebuilt_in_place_when_no_other_node_fits() {
+    // rs(4,2) on exactly 6 nodes: every other node holds a unit of the group.
+    let cluster = TestCluster::start(6).await;
+    cluster.create_bucket("b", policy("rs(4,2)", 2, CELL, BLOCK)).await;
+    let data = pattern((4 * BLOCK) as usize, 21);
+    let reader = Cursor::new(data.clone());
+    cluster
+        .client
+        .put_reader("b", "o0", data.len() as u64, reader, &PutOptions::default())
+        .await
+        .unwrap();
+    let victim = (1..=6)
+        .flat_map(|id| cluster.unit_files(id))
+        .find(|p| p.file_name().unwrap().to_string_lossy().contains("-d"))
+        .expect("some data unit");
+    let original = std::fs::read(&victim).unwrap();
+    let mut bytes = original.clone();
+    let at = bytes.len() - 3;
+    bytes[at] ^= 0x80;
+    std::fs::write(&victim, &bytes).unwrap();
+    read_all(&cluster, "b", std::slice::from_ref(&data), "corrupt").await;
+    cluster.wait_for(Duration::from_secs(10), |s| s["repair_queue"].as_u64() > Some(0)).await;
+    run_repairs(&cluster, "rs(4,2)").await;
+    // Same file name, same place, good bytes again.
+    assert_eq!(std::fs::read(&victim).unwrap(), original, "the unit was not rewritten in place");
+    let mut out = Vec::new();
+    let stats = cluster.client.get("b", "o0", None, &mut out, None).await.unwrap();
+    assert_eq!(out, data);
+    assert!(stats.degraded_units.is_empty(), "{:?}", stats.degraded_units);
+}

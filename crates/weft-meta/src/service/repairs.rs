@@ -17,7 +17,8 @@
 //!   replaced, or an `unavailable` task whose disk is positively available again (its node
 //!   heartbeats and reports the disk healthy), is dropped, not handed out.
 //! - A destination is a healthy disk of a node that is up now (heard within
-//!   `down_after_ms`), chosen by `Placement::replacement_for` at failure domain node, so
+//!   `down_after_ms`), chosen by `Placement::replacement_for` at failure domain node (or, for
+//!   a damaged unit whose node is healthy and when no other disk qualifies, its own disk), so
 //!   relocating there keeps the placement rules; the store checks them again at completion.
 //! - Every loop is bounded: scans walk the store page by page, a take drops at most
 //!   [`MAX_DROPPED_PER_TAKE`] tasks.
@@ -449,7 +450,18 @@ fn take_due(
             dropped += 1;
             continue;
         }
-        return match destination(&object, task.unit, &nodes, now, down_after_ms) {
+        // A damaged unit on a healthy node is rebuilt in place when no other disk keeps
+        // the rules (the executor replaces the bad copy).
+        let chosen = match destination(&object, task.unit, &nodes, now, down_after_ms) {
+            Err(_)
+                if task.kind == RepairKind::Damaged
+                    && available_now(&nodes, current, now, down_after_ms) =>
+            {
+                Ok(current)
+            }
+            other => other,
+        };
+        return match chosen {
             Ok(disk) => {
                 let endpoint = nodes
                     .iter()
