@@ -248,31 +248,22 @@ impl<R: Read> Writer<R> {
                 ..=layout.group_of(blocks.end - 1))
                 .filter(|&g| self.last_stripe(g) == stripe)
                 .collect();
-            let rows = layout.block_len(size, blocks.start).div_ceil(cell);
-            for row in 0..rows {
-                for x in blocks.clone() {
-                    let offset = row * cell;
-                    let block_len = layout.block_len(size, x);
-                    if offset >= block_len {
-                        continue;
-                    }
-                    let len = cell.min(block_len - offset) as usize;
-                    let data = self.read_cell(len)?;
-                    let (group, position) = (x / k, x % k);
-                    let row_len = cell.min(self.object.unit_len(group) - offset) as usize;
-                    let meter = Arc::clone(&self.meter);
-                    let accumulators = partial.entry((group, row)).or_insert_with(|| {
-                        (0..layout.r()).map(|_| MeteredBuf::new(&meter, row_len)).collect()
-                    });
-                    let mut outs: Vec<&mut [u8]> =
-                        accumulators.iter_mut().map(|b| &mut b.as_mut_slice()[..len]).collect();
-                    self.code.encode_add(position, data.buf.as_ref(), &mut outs)?;
-                    self.send(UnitId::Data(x), data.into_bytes())?;
-                    // The group's row is final once its last block in this stripe has it.
-                    let group_end = layout.group_blocks(size, group).end;
-                    if closing.contains(&group) && (x + 1 == group_end || x + 1 == blocks.end) {
-                        self.flush_rows_upto(&mut partial, &mut next_row, group, row + 1)?;
-                    }
+            for (row, x, offset, len) in stripe_cells(&layout, size, stripe) {
+                let data = self.read_cell(len)?;
+                let (group, position) = (x / k, x % k);
+                let row_len = cell.min(self.object.unit_len(group) - offset) as usize;
+                let meter = Arc::clone(&self.meter);
+                let accumulators = partial.entry((group, row)).or_insert_with(|| {
+                    (0..layout.r()).map(|_| MeteredBuf::new(&meter, row_len)).collect()
+                });
+                let mut outs: Vec<&mut [u8]> =
+                    accumulators.iter_mut().map(|b| &mut b.as_mut_slice()[..len]).collect();
+                self.code.encode_add(position, data.buf.as_ref(), &mut outs)?;
+                self.send(UnitId::Data(x), data.into_bytes())?;
+                // The group's row is final once its last block in this stripe has it.
+                let group_end = layout.group_blocks(size, group).end;
+                if closing.contains(&group) && (x + 1 == group_end || x + 1 == blocks.end) {
+                    self.flush_rows_upto(&mut partial, &mut next_row, group, row + 1)?;
                 }
             }
             for x in blocks {
@@ -317,18 +308,10 @@ impl<R: Read> Writer<R> {
                 self.open(UnitId::Data(x), 1)?;
             }
             let mut cells: BTreeMap<usize, Vec<Bytes>> = BTreeMap::new();
-            let rows = layout.block_len(size, blocks.start).div_ceil(cell);
-            for row in 0..rows {
-                for x in blocks.clone() {
-                    let offset = row * cell;
-                    let block_len = layout.block_len(size, x);
-                    if offset >= block_len {
-                        continue;
-                    }
-                    let data = self.read_cell(cell.min(block_len - offset) as usize)?.into_bytes();
-                    cells.entry(x).or_default().push(data.clone());
-                    self.send(UnitId::Data(x), data)?;
-                }
+            for (_, x, _, len) in stripe_cells(&layout, size, stripe) {
+                let data = self.read_cell(len)?.into_bytes();
+                cells.entry(x).or_default().push(data.clone());
+                self.send(UnitId::Data(x), data)?;
             }
             for x in blocks.clone() {
                 self.streams.remove(&UnitId::Data(x));
@@ -369,6 +352,25 @@ impl<R: Read> Writer<R> {
         }
         Ok(())
     }
+}
+
+/// The cells of stripe `stripe` in object order: (row, data block, offset in the block,
+/// length). Row ρ holds one cell of every block of the stripe that is longer than ρ cells.
+fn stripe_cells(
+    layout: &StripedLayout,
+    size: u64,
+    stripe: usize,
+) -> impl Iterator<Item = (u64, usize, u64, usize)> {
+    let blocks = layout.stripe_blocks(size, stripe);
+    let cell = layout.cell_bytes;
+    let rows = layout.block_len(size, blocks.start).div_ceil(cell);
+    let layout = *layout;
+    (0..rows).flat_map(move |row| {
+        blocks.clone().filter_map(move |x| {
+            let (offset, block_len) = (row * cell, layout.block_len(size, x));
+            (offset < block_len).then(|| (row, x, offset, cell.min(block_len - offset) as usize))
+        })
+    })
 }
 
 /// A cell read from the object, holding one in-flight permit until its last owner drops.
