@@ -258,6 +258,7 @@ impl MetaStore for MemStore {
             pid: heartbeat.pid,
             last_heartbeat_ms: now_ms,
             disks: heartbeat.disks.clone(),
+            rack: heartbeat.rack,
         };
         self.lock().nodes.insert(heartbeat.node_id, record.clone());
         Ok(record)

@@ -86,9 +86,25 @@ pub struct NodeRecord {
     pub pid: u32,
     pub last_heartbeat_ms: u64,
     pub disks: Vec<DiskReport>,
+    /// The rack the node's last heartbeat named; None (also in records stored before racks
+    /// existed): the node is its own rack (see [`NodeRecord::rack_id`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack: Option<u32>,
 }
 
 impl NodeRecord {
+    /// The rack placement puts this node in: the rack it reported, else its own node id.
+    /// (A node without a rack whose id equals another node's rack number shares that rack:
+    /// placement is then stricter than needed, never looser.)
+    pub fn rack_id(&self) -> u32 {
+        self.rack.unwrap_or(self.node_id)
+    }
+
+    /// Where disk `disk` of this node sits.
+    pub fn disk_location(&self, disk: u32) -> DiskLocation {
+        DiskLocation { rack: self.rack_id(), node: self.node_id, disk }
+    }
+
     /// Whether the node has been silent for more than `timeout_ms` at `now_ms`.
     pub fn is_down(&self, now_ms: u64, timeout_ms: u64) -> bool {
         now_ms.saturating_sub(self.last_heartbeat_ms) > timeout_ms
@@ -344,6 +360,23 @@ pub fn parse_unit_name(name: &str) -> Option<UnitId> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn node_records_stored_before_racks_still_decode() {
+        let old = concat!(
+            r#"{"v":1,"r":{"node_id":3,"endpoint":"http://e","pid":9,"#,
+            r#""last_heartbeat_ms":5,"disks":[]}}"#
+        )
+        .as_bytes();
+        let node: NodeRecord = decode("nodes", &|| "3".into(), old).unwrap();
+        assert_eq!((node.rack, node.rack_id()), (None, 3));
+        // Without a rack the stored shape is the old one; with one, "rack" is added.
+        assert_eq!(encode(&node), old.to_vec());
+        let racked = NodeRecord { rack: Some(1), ..node };
+        let bytes = encode(&racked);
+        assert!(String::from_utf8_lossy(&bytes).contains(r#""rack":1"#));
+        assert_eq!(decode::<NodeRecord>("nodes", &|| "3".into(), &bytes).unwrap(), racked);
+    }
 
     #[test]
     fn unit_names_round_trip_and_refuse_junk() {

@@ -421,6 +421,7 @@ impl MetaStore for RedbStore {
             pid: heartbeat.pid,
             last_heartbeat_ms: now_ms,
             disks: heartbeat.disks.clone(),
+            rack: heartbeat.rack,
         };
         let txn = self.db.begin_write().map_err(store)?;
         {

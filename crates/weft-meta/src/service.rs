@@ -9,6 +9,10 @@
 //!   receipt, and a node is down when meta has not heard from it for more than
 //!   `down_after_ms` (judged at the time of each request; nothing is stored for "down").
 //! - Every error response has a JSON body `{"error": "<code>", "message": "..."}`.
+//! - New objects are placed at the failure-domain level of [`MetaConfig::failure_domain`]
+//!   (disk, node or rack; default node); a node's rack is the one its heartbeats name, else
+//!   its own id. An object keeps the level it was placed with (stored in its placement), and
+//!   its repairs keep that level's rules, whatever meta's level is later.
 //! - The repair detector is a task of the service: it starts at [`bind`] and has stopped,
 //!   with every store call it made, before [`RunningMeta::stop`] returns, so the store is
 //!   closed and another meta may open the directory.
@@ -34,6 +38,8 @@ use serde_json::{json, Value};
 use tokio::{sync::watch, task::JoinHandle};
 
 use crate::{Heartbeat, MetaError, MetaStore, NodeRecord, Policy, RedbStore};
+
+pub use weft_layout::FailureDomain;
 
 mod objects;
 mod repairs;
@@ -62,12 +68,20 @@ pub struct MetaConfig {
     pub dir: PathBuf,
     /// A node silent for more than this is reported down.
     pub down_after_ms: u64,
+    /// The level at which the units of a group (and the blocks of a stripe) of a new object
+    /// must not share a failure: distinct disks, nodes or racks.
+    pub failure_domain: FailureDomain,
 }
 
 impl MetaConfig {
-    /// A config with the default down timeout.
+    /// A config with the default down timeout and failure domain node.
     pub fn new(listen: SocketAddr, dir: impl Into<PathBuf>) -> MetaConfig {
-        MetaConfig { listen, dir: dir.into(), down_after_ms: DEFAULT_DOWN_AFTER_MS }
+        MetaConfig {
+            listen,
+            dir: dir.into(),
+            down_after_ms: DEFAULT_DOWN_AFTER_MS,
+            failure_domain: FailureDomain::default(),
+        }
     }
 }
 
@@ -116,6 +130,8 @@ impl std::error::Error for ServiceError {
 struct Meta {
     store: Arc<dyn MetaStore>,
     down_after_ms: u64,
+    /// The level new objects are placed at.
+    failure_domain: FailureDomain,
     /// When this meta started (ms since the Unix epoch): nodes are judged down for repair
     /// only after `down_after_ms` past it (see `repairs`).
     started_ms: u64,
@@ -202,6 +218,7 @@ pub async fn bind_with_repair(
     let meta = Arc::new(Meta {
         store: Arc::new(store),
         down_after_ms: config.down_after_ms,
+        failure_domain: config.failure_domain,
         started_ms: now_ms(),
         repair,
         repairs_completed: AtomicU64::new(0),
@@ -217,7 +234,13 @@ pub async fn bind_with_repair(
             .await
             .map_err(ServiceError::Serve)
     });
-    tracing::info!(%local_addr, store = %path.display(), down_after_ms = config.down_after_ms, "meta serving");
+    tracing::info!(
+        %local_addr,
+        store = %path.display(),
+        down_after_ms = config.down_after_ms,
+        failure_domain = %config.failure_domain,
+        "meta serving"
+    );
     Ok(RunningMeta { local_addr, stop, server, detector })
 }
 
@@ -335,6 +358,7 @@ fn node_json(node: &NodeRecord, now_ms: u64, down_after_ms: u64) -> Value {
         "state": node_state(node, now_ms, down_after_ms),
         "pid": node.pid,
         "endpoint": node.endpoint,
+        "rack": node.rack_id(),
         "last_heartbeat_ms": node.last_heartbeat_ms,
         "disks": node.disks,
     })
@@ -356,7 +380,11 @@ async fn nodes(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
     let nodes = blocking(&meta, |store| store.list_nodes()).await?;
     let now = now_ms();
     let nodes: Vec<Value> = nodes.iter().map(|n| node_json(n, now, meta.down_after_ms)).collect();
-    Ok(Json(json!({ "down_after_ms": meta.down_after_ms, "nodes": nodes })))
+    Ok(Json(json!({
+        "down_after_ms": meta.down_after_ms,
+        "failure_domain": meta.failure_domain.to_string(),
+        "nodes": nodes,
+    })))
 }
 
 async fn status(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
@@ -374,6 +402,7 @@ async fn status(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
     Ok(Json(json!({
         "nodes_up": nodes.len() - down,
         "nodes_down": down,
+        "failure_domain": meta.failure_domain.to_string(),
         "nodes": nodes,
         "buckets": buckets,
         "under_protected_units": under_protected,

@@ -4,19 +4,20 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Value};
 use weft_layout::StripedLayout;
-use weft_meta::service::{bind, MetaConfig, RunningMeta};
+use weft_meta::service::{bind, FailureDomain, MetaConfig, RunningMeta};
 use weft_meta::unit_name;
 
 const MIB: u64 = 1 << 20;
 
-async fn start(dir: &std::path::Path) -> RunningMeta {
+async fn start(dir: &std::path::Path, level: FailureDomain) -> RunningMeta {
     let mut config = MetaConfig::new("127.0.0.1:0".parse().unwrap(), dir);
     config.down_after_ms = 60_000;
+    config.failure_domain = level;
     bind(config).await.expect("meta starts")
 }
 
-fn heartbeat(id: u32) -> Value {
-    json!({
+fn heartbeat(id: u32, rack: Option<u32>) -> Value {
+    let mut beat = json!({
         "node_id": id,
         "endpoint": format!("http://127.0.0.1:{}", 9000 + id),
         "pid": 4242,
@@ -24,7 +25,11 @@ fn heartbeat(id: u32) -> Value {
             {"index": 0, "dir": "/d0", "units": 0, "bytes": 0, "failed": null},
             {"index": 1, "dir": "/d1", "units": 0, "bytes": 0, "failed": null},
         ],
-    })
+    });
+    if let Some(rack) = rack {
+        beat["rack"] = json!(rack);
+    }
+    beat
 }
 
 struct Cluster {
@@ -36,14 +41,23 @@ struct Cluster {
 
 impl Cluster {
     async fn new(nodes: u32) -> Cluster {
+        Cluster::with(nodes, FailureDomain::Node, |_| None).await
+    }
+
+    /// Meta at failure domain `level` with nodes 1..=nodes (2 disks each) in `rack_of(id)`.
+    async fn with(
+        nodes: u32,
+        level: FailureDomain,
+        rack_of: impl Fn(u32) -> Option<u32>,
+    ) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let meta = start(dir.path()).await;
+        let meta = start(dir.path(), level).await;
         let base = meta.endpoint();
         let client = reqwest::Client::new();
         for id in 1..=nodes {
             let response = client
                 .post(format!("{base}/v1/heartbeat"))
-                .json(&heartbeat(id))
+                .json(&heartbeat(id, rack_of(id)))
                 .send()
                 .await
                 .unwrap();
@@ -257,6 +271,11 @@ async fn begin_with_too_few_nodes_is_503_naming_the_numbers() {
     assert_eq!(body["needed"], 9);
     let message = body["message"].as_str().unwrap();
     assert!(message.contains("4 nodes are up") && message.contains("needs 9"), "{message}");
+    assert!(message.contains("failure domains (nodes)"), "{message}");
+    assert_eq!(
+        (body["failure_domain"].as_str(), body["usable_domains"].as_u64()),
+        (Some("node"), Some(4))
+    );
 
     // A smaller policy fits.
     let (status, body) = cluster
@@ -293,4 +312,120 @@ async fn unknown_buckets_keys_and_bad_bodies_are_json_errors() {
     let (status, body) = cluster.post("/v1/buckets/photos/objects/k/other", json!({})).await;
     assert_eq!((status, body["error"].as_str()), (404, Some("no_route")));
     cluster.meta.stop().await.unwrap();
+}
+
+/// Begins `key` of `size` bytes with `policy`; returns the units of each group as
+/// (unit name, node, disk), by group index.
+async fn begin_groups(
+    cluster: &Cluster,
+    key: &str,
+    size: u64,
+    policy: Value,
+) -> BTreeMap<usize, Vec<(String, u64, u64)>> {
+    let layout: StripedLayout = serde_json::from_value(policy.clone()).unwrap();
+    let path = format!("/v1/buckets/photos/objects/{key}/begin");
+    let (status, begun) = cluster.post(&path, json!({"size": size, "policy": policy})).await;
+    assert_eq!(status, 200, "{begun}");
+    let mut group_of: BTreeMap<String, usize> = BTreeMap::new();
+    for group in 0..layout.groups(size) {
+        for unit in layout.group_units(size, group) {
+            group_of.insert(unit_name(unit), group);
+        }
+    }
+    let mut groups: BTreeMap<usize, Vec<(String, u64, u64)>> = BTreeMap::new();
+    for unit in begun["units"].as_array().unwrap() {
+        let name = unit["unit"].as_str().unwrap().to_string();
+        let at = (unit["node_id"].as_u64().unwrap(), unit["disk"].as_u64().unwrap());
+        groups.entry(group_of[&name]).or_default().push((name, at.0, at.1));
+    }
+    assert_eq!(groups.len(), layout.groups(size), "{begun}");
+    groups
+}
+
+#[tokio::test]
+async fn failure_domain_disk_places_a_group_on_distinct_disks_of_few_nodes() {
+    // 3 nodes × 2 disks: 6 disks for rs(4,2), which needs 6 failure domains.
+    let policy = json!({"code": "rs(4,2)", "stripe_width": 2, "cell_bytes": 4096,
+                        "block_bytes": 16384});
+    let cluster = Cluster::with(3, FailureDomain::Disk, |_| None).await;
+    let (_, status) = cluster.get("/v1/status").await;
+    assert_eq!(status["failure_domain"], "disk", "{status}");
+    for seed in 0..8 {
+        // 12 blocks of 16 KiB: 3 full groups of 4 data + 2 parity.
+        let groups = begin_groups(&cluster, &format!("k{seed}"), 12 * 16384, policy.clone()).await;
+        for (group, units) in groups {
+            assert_eq!(units.len(), 6, "group {group}: {units:?}");
+            let disks: BTreeSet<(u64, u64)> = units.iter().map(|u| (u.1, u.2)).collect();
+            assert_eq!(disks.len(), units.len(), "group {group} shares a disk: {units:?}");
+        }
+    }
+    // The same policy on the same nodes at level node is refused: 3 nodes, 6 needed.
+    let nodes = Cluster::with(3, FailureDomain::Node, |_| None).await;
+    let (status, body) = nodes
+        .post("/v1/buckets/photos/objects/k/begin", json!({"size": 10, "policy": policy}))
+        .await;
+    assert_eq!((status, body["error"].as_str()), (503, Some("too_few_nodes")), "{body}");
+    assert_eq!((body["needed"].as_u64(), body["usable_domains"].as_u64()), (Some(6), Some(3)));
+    // A seventh unit would need a seventh disk.
+    let wide = json!({"code": "rs(5,2)", "stripe_width": 1, "cell_bytes": 4096,
+                      "block_bytes": 4096});
+    let (status, body) = cluster
+        .post("/v1/buckets/photos/objects/w/begin", json!({"size": 10, "policy": wide}))
+        .await;
+    assert_eq!(status, 503, "{body}");
+    let message = body["message"].as_str().unwrap();
+    assert!(message.contains("7 distinct failure domains (disks)"), "{message}");
+    cluster.meta.stop().await.unwrap();
+    nodes.meta.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn failure_domain_rack_places_a_group_on_distinct_racks() {
+    // 6 nodes in 3 racks: rack = (id - 1) % 3, so nodes 1 and 4 share rack 0.
+    let rack = |id: u32| (id - 1) % 3;
+    let cluster = Cluster::with(6, FailureDomain::Rack, |id| Some(rack(id))).await;
+    let (_, nodes) = cluster.get("/v1/nodes").await;
+    assert_eq!(nodes["failure_domain"], "rack");
+    for node in nodes["nodes"].as_array().unwrap() {
+        assert_eq!(
+            node["rack"].as_u64(),
+            Some(u64::from(rack(node["id"].as_u64().unwrap() as u32)))
+        );
+    }
+    let policy = json!({"code": "rs(2,1)", "stripe_width": 2, "cell_bytes": 4096,
+                        "block_bytes": 8192});
+    let mut nodes_used = BTreeSet::new();
+    for seed in 0..8 {
+        // 12 blocks of 8 KiB: 6 full groups of 2 data + 1 parity.
+        let groups = begin_groups(&cluster, &format!("k{seed}"), 12 * 8192, policy.clone()).await;
+        for (group, units) in groups {
+            assert_eq!(units.len(), 3, "group {group}: {units:?}");
+            let racks: BTreeSet<u32> = units.iter().map(|u| rack(u.1 as u32)).collect();
+            assert_eq!(racks.len(), units.len(), "group {group} shares a rack: {units:?}");
+            nodes_used.extend(units.iter().map(|u| u.1));
+        }
+    }
+    assert_eq!(nodes_used.len(), 6, "both nodes of each rack get units");
+
+    // 4 nodes in 2 racks cannot keep 3 units apart, though 4 nodes could.
+    let two = Cluster::with(4, FailureDomain::Rack, |id| Some(id % 2)).await;
+    let (status, body) =
+        two.post("/v1/buckets/photos/objects/k/begin", json!({"size": 10, "policy": policy})).await;
+    assert_eq!((status, body["error"].as_str()), (503, Some("too_few_nodes")), "{body}");
+    assert_eq!((body["usable_domains"].as_u64(), body["needed"].as_u64()), (Some(2), Some(3)));
+    assert_eq!(body["usable_nodes"], 4);
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("in 2 failure domains (racks)")
+            && message.contains("needs 3 distinct failure domains (racks)"),
+        "{message}"
+    );
+    // Nodes that name no rack are each their own rack.
+    let own = Cluster::with(3, FailureDomain::Rack, |_| None).await;
+    let groups = begin_groups(&own, "k", 2 * 8192, policy.clone()).await;
+    let nodes: BTreeSet<u64> = groups[&0].iter().map(|u| u.1).collect();
+    assert_eq!(nodes.len(), 3);
+    for cluster in [cluster, two, own] {
+        cluster.meta.stop().await.unwrap();
+    }
 }

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 use weft_layout::{DiskLocation, Placement, UnitId};
 use weft_meta::parse_unit_name;
-use weft_meta::service::{bind_with_repair, MetaConfig, RepairConfig, RunningMeta};
+use weft_meta::service::{bind_with_repair, FailureDomain, MetaConfig, RepairConfig, RunningMeta};
 
 const MIB: u64 = 1 << 20;
 /// Silence after which a node is down; short so tests run fast.
@@ -44,6 +44,7 @@ type Beats = Arc<Mutex<BTreeMap<u32, Value>>>;
 
 struct Cluster {
     dir: tempfile::TempDir,
+    level: FailureDomain,
     meta: Option<RunningMeta>,
     base: String,
     client: reqwest::Client,
@@ -65,9 +66,10 @@ fn start_heartbeats(base: String, beats: Beats, delay: Duration) -> JoinHandle<(
     })
 }
 
-async fn start_meta(dir: &std::path::Path) -> RunningMeta {
+async fn start_meta(dir: &std::path::Path, level: FailureDomain) -> RunningMeta {
     let mut config = MetaConfig::new("127.0.0.1:0".parse().unwrap(), dir);
     config.down_after_ms = DOWN_AFTER_MS;
+    config.failure_domain = level;
     bind_with_repair(config, repair_config()).await.expect("meta starts")
 }
 
@@ -75,11 +77,26 @@ impl Cluster {
     /// Meta with `nodes` heartbeating nodes (2 healthy disks each) and bucket "photos" of
     /// rs(2,1), stripe width 2, 1 MiB blocks.
     async fn start(nodes: u32) -> Cluster {
+        Cluster::start_with(nodes, FailureDomain::Node, |_| None).await
+    }
+
+    /// [`Cluster::start`] with meta at failure domain `level` and node `id` in `rack_of(id)`.
+    async fn start_with(
+        nodes: u32,
+        level: FailureDomain,
+        rack_of: impl Fn(u32) -> Option<u32>,
+    ) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let meta = start_meta(dir.path()).await;
+        let meta = start_meta(dir.path(), level).await;
         let base = meta.endpoint();
-        let beats: Beats =
-            Arc::new(Mutex::new((1..=nodes).map(|id| (id, heartbeat(id, [None, None]))).collect()));
+        let beat = |id: u32| {
+            let mut beat = heartbeat(id, [None, None]);
+            if let Some(rack) = rack_of(id) {
+                beat["rack"] = json!(rack);
+            }
+            (id, beat)
+        };
+        let beats: Beats = Arc::new(Mutex::new((1..=nodes).map(beat).collect()));
         let client = reqwest::Client::new();
         // The first round directly, so that placement sees every node at once.
         let first: Vec<Value> = beats.lock().unwrap().values().cloned().collect();
@@ -88,7 +105,7 @@ impl Cluster {
             assert_eq!(response.await.unwrap().status(), 200);
         }
         let beating = start_heartbeats(base.clone(), beats.clone(), HEARTBEAT_EVERY);
-        let cluster = Cluster { dir, meta: Some(meta), base, client, beats, beating };
+        let cluster = Cluster { dir, level, meta: Some(meta), base, client, beats, beating };
         let policy = json!({"code": "rs(2,1)", "stripe_width": 2, "cell_bytes": MIB,
                             "block_bytes": MIB});
         let (status, body) = cluster.call(reqwest::Method::PUT, "/v1/buckets/photos", policy).await;
@@ -102,7 +119,7 @@ impl Cluster {
         self.beating.abort();
         self.meta.take().unwrap().stop().await.unwrap();
         tokio::time::sleep(Duration::from_millis(down_ms)).await;
-        let meta = start_meta(self.dir.path()).await;
+        let meta = start_meta(self.dir.path(), self.level).await;
         self.base = meta.endpoint();
         self.meta = Some(meta);
         self.beating = start_heartbeats(self.base.clone(), self.beats.clone(), heartbeats_after);
@@ -112,8 +129,14 @@ impl Cluster {
         self.beats.lock().unwrap().remove(&node);
     }
 
+    /// Node `node` reports its disks so (keeping its rack).
     fn set_disks(&self, node: u32, failed: [Option<&str>; 2]) {
-        self.beats.lock().unwrap().insert(node, heartbeat(node, failed));
+        let mut beats = self.beats.lock().unwrap();
+        let mut beat = heartbeat(node, failed);
+        if let Some(rack) = beats.get(&node).and_then(|b| b.get("rack")).cloned() {
+            beat["rack"] = rack;
+        }
+        beats.insert(node, beat);
     }
 
     async fn call(&self, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
@@ -576,5 +599,154 @@ async fn a_restart_keeps_the_queue_and_does_not_judge_old_heartbeats() {
         assert_eq!(complete(&cluster, &taken).await, (200, json!({"result": "relocated"})));
     }
     assert_eq!(cluster.status().await["under_protected_units"], 0);
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn at_level_rack_a_lost_unit_is_rebuilt_in_a_rack_holding_no_peer() {
+    // 6 nodes in 3 racks (rack = (id - 1) % 3); rs(2,1) fills all 3 racks, so a unit lost
+    // with its node can only go to the other node of the same rack.
+    let rack = |id: u64| (id - 1) % 3;
+    let cluster = Cluster::start_with(6, FailureDomain::Rack, |id| Some((id - 1) % 3)).await;
+    let object = cluster.put("fox.jpg", 2 * MIB).await;
+    let racks: BTreeSet<u64> =
+        ["d0", "d1", "p0.0"].iter().map(|u| rack(location(&object, u).0)).collect();
+    assert_eq!(racks.len(), 3, "{object}");
+    let victim = location(&object, "d0").0;
+    cluster.silence(victim as u32);
+    let c = &cluster;
+    until("d0 to be queued", || async move {
+        c.repairs().await["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["unit"] == "d0")
+            .then_some(())
+    })
+    .await;
+    let taken = cluster.take(30_000).await;
+    assert_eq!(taken["task"]["unit"], "d0", "{taken}");
+    let node = taken["destination"]["node_id"].as_u64().unwrap();
+    assert_ne!(node, victim);
+    assert_eq!(rack(node), rack(victim), "the only rack with no peer of d0: {taken}");
+    assert_eq!(complete(&cluster, &taken).await, (200, json!({"result": "relocated"})));
+    let moved = cluster.object("fox.jpg").await;
+    let racks: BTreeSet<u64> =
+        ["d0", "d1", "p0.0"].iter().map(|u| rack(location(&moved, u).0)).collect();
+    assert_eq!(racks.len(), 3, "{moved}");
+
+    // Its rack emptied too: no rack is free of d1's peers, and the 503 names racks.
+    cluster.silence(node as u32);
+    let c = &cluster;
+    until("d0 to be queued again", || async move {
+        c.repairs().await["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["unit"] == "d0")
+            .then_some(())
+    })
+    .await;
+    let (status, body) = cluster.post("/v1/repairs/take", json!({"lease_ms": 30_000})).await;
+    assert_eq!((status, body["error"].as_str()), (503, Some("no_destination")), "{body}");
+    assert_eq!(
+        (body["failure_domain"].as_str(), body["usable_domains"].as_u64()),
+        (Some("rack"), Some(2))
+    );
+    assert_eq!((body["nodes_up"].as_u64(), body["needed"].as_u64()), (Some(4), Some(3)));
+    let message = body["message"].as_str().unwrap();
+    assert!(message.contains("failure domains (racks)"), "{message}");
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn at_level_disk_a_lost_unit_may_share_a_node_but_never_a_disk() {
+    // 2 nodes × 2 disks at level disk: rs(2,1) takes 3 of the 4 disks (so one node holds two
+    // units); when one of those disks fails, the only destination is the 4th disk.
+    let cluster = Cluster::start_with(2, FailureDomain::Disk, |_| None).await;
+    let object = cluster.put("elk.jpg", 2 * MIB).await;
+    let used: BTreeSet<(u64, u64)> =
+        ["d0", "d1", "p0.0"].iter().map(|u| location(&object, u)).collect();
+    assert_eq!(used.len(), 3, "{object}");
+    let (node, disk) = location(&object, "d0");
+    let mut failed = [None, None];
+    failed[disk as usize] = Some("EIO");
+    cluster.set_disks(node as u32, failed);
+    let c = &cluster;
+    until("d0 to be queued", || async move {
+        c.repairs().await["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["unit"] == "d0")
+            .then_some(())
+    })
+    .await;
+    let taken = cluster.take(30_000).await;
+    assert_eq!(taken["task"]["unit"], "d0", "{taken}");
+    let free: Vec<(u64, u64)> =
+        [(1, 0), (1, 1), (2, 0), (2, 1)].into_iter().filter(|d| !used.contains(d)).collect();
+    let destination = &taken["destination"];
+    assert_eq!(
+        [(destination["node_id"].as_u64().unwrap(), destination["disk"].as_u64().unwrap())],
+        free.as_slice(),
+        "{taken}"
+    );
+    assert_eq!(complete(&cluster, &taken).await, (200, json!({"result": "relocated"})));
+    let moved = cluster.object("elk.jpg").await;
+    let now: BTreeSet<(u64, u64)> =
+        ["d0", "d1", "p0.0"].iter().map(|u| location(&moved, u)).collect();
+    assert_eq!(now.len(), 3, "{moved}");
+    assert!(!now.contains(&(node, disk)));
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn a_repair_keeps_the_level_the_object_was_placed_at() {
+    // Placed at level node on 3 nodes × 2 disks: the units are on 3 distinct nodes.
+    let mut cluster = Cluster::start(3).await;
+    let object = cluster.put("yak.jpg", 2 * MIB).await;
+    let nodes: BTreeSet<u64> =
+        ["d0", "d1", "p0.0"].iter().map(|u| location(&object, u).0).collect();
+    assert_eq!(nodes.len(), 3, "{object}");
+
+    // Meta comes back at level disk: new objects may put units on one node, but a repair of
+    // the old object keeps level node, so d0 can only go to the other disk of its own node.
+    cluster.level = FailureDomain::Disk;
+    cluster.restart(0, Duration::ZERO).await;
+    let (node, disk) = location(&object, "d0");
+    let mut failed = [None, None];
+    failed[disk as usize] = Some("EIO");
+    cluster.set_disks(node as u32, failed);
+    let c = &cluster;
+    until("d0 to be queued", || async move {
+        c.repairs().await["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["unit"] == "d0")
+            .then_some(())
+    })
+    .await;
+    let taken = cluster.take(30_000).await;
+    assert_eq!(taken["task"]["unit"], "d0", "{taken}");
+    let destination = &taken["destination"];
+    assert_eq!(
+        (destination["node_id"].as_u64(), destination["disk"].as_u64()),
+        (Some(node), Some(1 - disk)),
+        "{taken}"
+    );
+    assert_eq!(complete(&cluster, &taken).await, (200, json!({"result": "relocated"})));
+
+    // A new object at level disk: rs(4,1) needs 5 domains, more than the 3 nodes.
+    let policy = json!({"code": "rs(4,1)", "stripe_width": 1, "cell_bytes": MIB,
+                        "block_bytes": MIB});
+    let (status, begun) = cluster
+        .post("/v1/buckets/photos/objects/wide/begin", json!({"size": 4 * MIB, "policy": policy}))
+        .await;
+    assert_eq!(status, 200, "{begun}");
+    let disks: BTreeSet<(u64, u64)> =
+        ["d0", "d1", "d2", "d3", "p0.0"].iter().map(|u| location(&begun, u)).collect();
+    assert_eq!(disks.len(), 5, "{begun}");
     cluster.stop().await;
 }

@@ -54,6 +54,8 @@ async fn heartbeats_make_nodes_up_then_silence_makes_them_down() {
     assert_eq!(list[0]["endpoint"], "http://127.0.0.1:9001");
     assert!(list[0]["last_heartbeat_ms"].as_u64().unwrap() > 0);
     assert_eq!(list[0]["disks"], heartbeat(1)["disks"]);
+    assert_eq!(list[0]["rack"], 1, "a node that names no rack is its own rack");
+    assert_eq!(nodes["failure_domain"], "node", "meta's default level");
 
     // Node 1 keeps heartbeating, node 2 falls silent.
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -76,6 +78,7 @@ async fn heartbeats_make_nodes_up_then_silence_makes_them_down() {
     assert_eq!(body["nodes_up"], 1);
     assert_eq!(body["nodes_down"], 1);
     assert_eq!(body["repairs_completed"], 0);
+    assert_eq!(body["failure_domain"], "node");
     // Status nodes are the /v1/nodes entries.
     assert_eq!(body["nodes"], down["nodes"]);
     let node = &body["nodes"][1];

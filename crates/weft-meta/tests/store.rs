@@ -47,6 +47,7 @@ fn heartbeat(node_id: u32) -> Heartbeat {
             bytes: 4096,
             failed: None,
         }],
+        rack: None,
     }
 }
 
@@ -375,6 +376,22 @@ fn heartbeat_marks_node_up_and_silence_down() {
         let nodes = store.list_nodes().unwrap();
         assert_eq!(nodes[0].last_heartbeat_ms, 2600);
         assert_eq!(nodes[0].endpoint, "http://127.0.0.1:9001");
+    }
+}
+
+#[test]
+fn a_heartbeat_rack_is_kept_with_the_node() {
+    let (_dir, redb) = redb_in_temp();
+    for store in [&MemStore::new() as &dyn MetaStore, &redb] {
+        store.record_heartbeat(&Heartbeat { rack: Some(4), ..heartbeat(1) }, 10).unwrap();
+        store.record_heartbeat(&heartbeat(2), 10).unwrap();
+        let nodes = store.list_nodes().unwrap();
+        assert_eq!((nodes[0].rack, nodes[0].rack_id()), (Some(4), 4));
+        assert_eq!((nodes[1].rack, nodes[1].rack_id()), (None, 2), "no rack: its own");
+        assert_eq!(nodes[0].disk_location(1), DiskLocation { rack: 4, node: 1, disk: 1 });
+        // A later heartbeat without a rack clears it.
+        store.record_heartbeat(&heartbeat(1), 20).unwrap();
+        assert_eq!(store.list_nodes().unwrap()[0].rack, None);
     }
 }
 

@@ -75,6 +75,7 @@ pub(crate) async fn run(
             endpoint: endpoint.clone(),
             pid: std::process::id(),
             disks,
+            rack: node.rack,
         };
         let body = serde_json::to_vec(&heartbeat).expect("a heartbeat always serialises");
         let sent = client

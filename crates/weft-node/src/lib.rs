@@ -37,6 +37,9 @@ pub struct NodeConfig {
     pub meta_url: Option<String>,
     /// Interval between heartbeats.
     pub heartbeat_interval_ms: u64,
+    /// The rack this node sits in, sent in every heartbeat; `None`: meta treats the node as
+    /// its own rack.
+    pub rack: Option<u32>,
 }
 
 impl NodeConfig {
@@ -48,6 +51,7 @@ impl NodeConfig {
             disks,
             meta_url: None,
             heartbeat_interval_ms: DEFAULT_HEARTBEAT_INTERVAL_MS,
+            rack: None,
         }
     }
 }
@@ -91,6 +95,7 @@ impl std::error::Error for NodeError {
 #[derive(Debug)]
 pub(crate) struct Node {
     pub(crate) node_id: u32,
+    pub(crate) rack: Option<u32>,
     pub(crate) disks: Vec<Disk>,
     pub(crate) metrics: metrics::Metrics,
 }
@@ -154,8 +159,12 @@ pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
         .map_err(|source| NodeError::Bind { addr: config.listen, source })?;
     let local_addr =
         listener.local_addr().map_err(|source| NodeError::Bind { addr: config.listen, source })?;
-    let node =
-        Arc::new(Node { node_id: config.node_id, disks, metrics: metrics::Metrics::default() });
+    let node = Arc::new(Node {
+        node_id: config.node_id,
+        rack: config.rack,
+        disks,
+        metrics: metrics::Metrics::default(),
+    });
     let (stop, stopped) = watch::channel(false);
     let heartbeat = config.meta_url.clone().map(|meta_url| {
         tokio::spawn(heartbeat::run(
@@ -176,7 +185,7 @@ pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
             .await
             .map_err(NodeError::Serve)
     });
-    tracing::info!(node_id = config.node_id, %local_addr, "node serving");
+    tracing::info!(node_id = config.node_id, rack = ?config.rack, %local_addr, "node serving");
     Ok(RunningNode { local_addr, stop, server, heartbeat })
 }
 

@@ -22,11 +22,20 @@ struct TestNode {
 }
 
 async fn start_with(meta_url: Option<String>, heartbeat_interval_ms: u64) -> TestNode {
+    start_in_rack(meta_url, heartbeat_interval_ms, None).await
+}
+
+async fn start_in_rack(
+    meta_url: Option<String>,
+    heartbeat_interval_ms: u64,
+    rack: Option<u32>,
+) -> TestNode {
     let dir = tempfile::tempdir().unwrap();
     let disks = vec![dir.path().join("disk0"), dir.path().join("disk1")];
     let mut config = NodeConfig::new(7, "127.0.0.1:0".parse().unwrap(), disks.clone());
     config.meta_url = meta_url;
     config.heartbeat_interval_ms = heartbeat_interval_ms;
+    config.rack = rack;
     let node = bind(config).await.unwrap();
     assert_ne!(node.local_addr().port(), 0);
     let base = node.endpoint();
@@ -427,6 +436,39 @@ async fn heartbeats_reach_meta_with_the_agreed_shape() {
     }
     // The last heartbeat sees the unit stored before it.
     assert_eq!(beats.last().unwrap()["disks"][0]["units"], 1);
+    node.node.stop().await.unwrap();
+    meta_server.abort();
+}
+
+#[tokio::test]
+async fn a_node_in_a_rack_sends_it_last_in_its_heartbeats() {
+    let received: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let store = received.clone();
+    let meta = axum::Router::new().route(
+        "/v1/heartbeat",
+        axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+            let store = store.clone();
+            async move {
+                store.lock().unwrap().push(body);
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let meta_addr = listener.local_addr().unwrap();
+    let meta_server = tokio::spawn(async move { axum::serve(listener, meta).await });
+
+    let node = start_in_rack(Some(format!("http://{meta_addr}")), 100, Some(3)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while received.lock().unwrap().is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let beat = received.lock().unwrap().first().cloned().expect("a heartbeat within 3 s");
+    let keys: Vec<&str> = beat.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+    assert_eq!(keys, ["node_id", "endpoint", "pid", "disks", "rack"]);
+    assert_eq!(beat["rack"], 3);
+    let parsed: Heartbeat = serde_json::from_value(beat).unwrap();
+    assert_eq!((parsed.node_id, parsed.rack), (7, Some(3)));
     node.node.stop().await.unwrap();
     meta_server.abort();
 }

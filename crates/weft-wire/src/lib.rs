@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 pub mod repair;
 
 /// One heartbeat, node → meta: `POST {meta}/v1/heartbeat` with
-/// `{"node_id":u32,"endpoint":"http://ip:port","pid":u32,"disks":[DiskReport…]}`.
+/// `{"node_id":u32,"endpoint":"http://ip:port","pid":u32,"disks":[DiskReport…]}` and, when the
+/// node was given one, `"rack":u32` last (absent otherwise, so the old shape stays valid both
+/// ways).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Heartbeat {
     pub node_id: u32,
@@ -18,6 +20,10 @@ pub struct Heartbeat {
     pub endpoint: String,
     pub pid: u32,
     pub disks: Vec<DiskReport>,
+    /// The rack the node sits in (`weft serve node --rack`); None: meta treats the node as
+    /// its own rack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack: Option<u32>,
 }
 
 /// The state of one disk of a node, in heartbeats and in the node's `GET /v1/health`:
@@ -53,6 +59,7 @@ mod tests {
                 bytes: 9,
                 failed: None,
             }],
+            rack: None,
         };
         let json = serde_json::to_string(&heartbeat).unwrap();
         assert_eq!(
@@ -60,6 +67,14 @@ mod tests {
             r#"{"node_id":3,"endpoint":"http://127.0.0.1:7801","pid":42,"disks":[{"index":0,"dir":"/d0","units":5,"bytes":9,"failed":null}]}"#
         );
         assert_eq!(serde_json::from_str::<Heartbeat>(&json).unwrap(), heartbeat);
+
+        // With a rack, the field comes last; without, the old shape parses with no rack.
+        let racked = Heartbeat { rack: Some(2), ..heartbeat.clone() };
+        let json = serde_json::to_string(&racked).unwrap();
+        assert!(json.ends_with(r#""failed":null}],"rack":2}"#), "{json}");
+        assert_eq!(serde_json::from_str::<Heartbeat>(&json).unwrap(), racked);
+        let old = r#"{"node_id":3,"endpoint":"e","pid":1,"disks":[]}"#;
+        assert_eq!(serde_json::from_str::<Heartbeat>(old).unwrap().rack, None);
     }
 }
 

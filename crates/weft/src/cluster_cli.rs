@@ -346,6 +346,9 @@ fn print_status(status: &Value) {
     if let Some(ms) = status["down_after_ms"].as_u64() {
         println!("a node is down after {ms} ms without a heartbeat");
     }
+    if let Some(level) = status["failure_domain"].as_str() {
+        println!("failure domain: {level} (a new object's groups are on distinct {level}s)");
+    }
     // Fields meta added that this version does not know: shown as they are.
     let known = [
         "meta",
@@ -356,6 +359,7 @@ fn print_status(status: &Value) {
         "under_protected_units",
         "repair_queue",
         "down_after_ms",
+        "failure_domain",
     ];
     if let Some(object) = status.as_object() {
         for (name, value) in object.iter().filter(|(name, _)| !known.contains(&name.as_str())) {
@@ -368,17 +372,18 @@ fn print_status(status: &Value) {
     }
     println!();
     println!(
-        "{:>6}  {:<5}  {:>8}  {:<28}  {:>5}  {:>7}  {:>10}",
-        "NODE", "STATE", "PID", "ENDPOINT", "DISKS", "UNITS", "USED"
+        "{:>6}  {:<5}  {:>5}  {:>8}  {:<28}  {:>5}  {:>7}  {:>10}",
+        "NODE", "STATE", "RACK", "PID", "ENDPOINT", "DISKS", "UNITS", "USED"
     );
     for node in &nodes {
         let disks = node["disks"].as_array().cloned().unwrap_or_default();
         let units: u64 = disks.iter().filter_map(|d| d["units"].as_u64()).sum();
         let bytes: u64 = disks.iter().filter_map(|d| d["bytes"].as_u64()).sum();
         println!(
-            "{:>6}  {:<5}  {:>8}  {:<28}  {:>5}  {:>7}  {:>10}",
+            "{:>6}  {:<5}  {:>5}  {:>8}  {:<28}  {:>5}  {:>7}  {:>10}",
             node["id"].to_string(),
             node["state"].as_str().unwrap_or("?"),
+            node["rack"].as_u64().map_or("-".to_owned(), |rack| rack.to_string()),
             node["pid"].to_string(),
             node["endpoint"].as_str().unwrap_or("?"),
             disks.len(),

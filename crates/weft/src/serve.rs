@@ -14,7 +14,7 @@ use std::{
 
 use clap::{Args, Subcommand};
 
-use crate::{cli_error, CliError};
+use crate::{cli_error, up::FailureDomainArg, CliError};
 
 #[derive(Debug, Subcommand)]
 pub enum ServeCommand {
@@ -25,6 +25,9 @@ pub enum ServeCommand {
     /// with `weft serve node --meta http://ADDR`. Logs go to stderr (filter with WEFT_LOG,
     /// e.g. WEFT_LOG=debug). Ctrl-C or SIGTERM stops it. API: docs/meta-api.md.
     ///
+    /// New objects keep the units of a group on distinct failure domains of --failure-domain
+    /// (disk, node or rack; a node's rack is its `weft serve node --rack`, else its own).
+    ///
     /// Example: weft serve meta --dir ./weft-data/meta --listen 127.0.0.1:7700
     #[command(verbatim_doc_comment)]
     Meta(MetaArgs),
@@ -34,7 +37,7 @@ pub enum ServeCommand {
     /// while heartbeats arrive and down once they stop for meta's --down-after-ms.
     /// Logs go to stderr (WEFT_LOG). Ctrl-C or SIGTERM stops it. API: docs/node-api.md.
     ///
-    /// Example: weft serve node --meta http://127.0.0.1:7700 --id 1 \
+    /// Example: weft serve node --meta http://127.0.0.1:7700 --id 1 --rack 0 \
     ///              --disk ./weft-data/n1/d0 --disk ./weft-data/n1/d1
     #[command(verbatim_doc_comment)]
     Node(NodeArgs),
@@ -79,6 +82,10 @@ pub struct MetaArgs {
     /// Report a node down after this many milliseconds without a heartbeat.
     #[arg(long, default_value_t = weft_meta::service::DEFAULT_DOWN_AFTER_MS)]
     pub down_after_ms: u64,
+    /// Keep the units of each group (and the blocks of each stripe) of a new object on
+    /// distinct disks, nodes or racks. Objects keep the level they were written with.
+    #[arg(long, value_enum, default_value = "node")]
+    pub failure_domain: FailureDomainArg,
 }
 
 #[derive(Debug, Args)]
@@ -99,6 +106,10 @@ pub struct NodeArgs {
     /// Milliseconds between two heartbeats to meta.
     #[arg(long, default_value_t = weft_node::DEFAULT_HEARTBEAT_INTERVAL_MS)]
     pub heartbeat_ms: u64,
+    /// The rack this node sits in, sent to meta in every heartbeat [default: none, meta
+    /// treats the node as its own rack]. Give every node of a cluster a rack, or none.
+    #[arg(long)]
+    pub rack: Option<u32>,
 }
 
 pub fn run(command: ServeCommand) -> Result<(), CliError> {
@@ -161,6 +172,7 @@ async fn serve_meta(args: MetaArgs) -> Result<(), CliError> {
         listen: args.listen,
         dir: args.dir,
         down_after_ms: args.down_after_ms,
+        failure_domain: args.failure_domain.level(),
     };
     let meta = weft_meta::service::bind(config).await?;
     ready(format!("meta listening on {}", meta.endpoint()));
@@ -188,6 +200,7 @@ async fn serve_node(args: NodeArgs) -> Result<(), CliError> {
     let mut config = weft_node::NodeConfig::new(node_id, args.listen, args.disks);
     config.meta_url = Some(meta);
     config.heartbeat_interval_ms = args.heartbeat_ms;
+    config.rack = args.rack;
     let node = weft_node::bind(config).await?;
     ready(format!("node {node_id} listening on {}", node.endpoint()));
     shutdown_signal().await;

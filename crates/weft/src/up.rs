@@ -18,6 +18,8 @@
 //!   if `weft up` itself dies without cleaning up (PR_SET_PDEATHSIG). Children run in their
 //!   own process group, so a terminal's Ctrl-C reaches only `weft up`, which stops them in
 //!   order (repair and nodes first, meta last).
+//! - Node i gets `--rack (i - 1) % racks` when `--racks` is set (none otherwise: each node is
+//!   its own rack) and meta gets `--failure-domain`, so meta's placement enforces both.
 //! - With `--json`, stdout carries only JSON lines: the ready object (the same as
 //!   cluster.json) and then one `{"event": ...}` object per event; notes go to stderr.
 
@@ -82,10 +84,19 @@ impl FailureDomainArg {
     fn parse(name: &str) -> Option<FailureDomainArg> {
         FailureDomainArg::from_str(name, true).ok()
     }
+
+    /// The level meta's placement enforces for this argument.
+    pub fn level(self) -> weft_layout::FailureDomain {
+        match self {
+            FailureDomainArg::Disk => weft_layout::FailureDomain::Disk,
+            FailureDomainArg::Node => weft_layout::FailureDomain::Node,
+            FailureDomainArg::Rack => weft_layout::FailureDomain::Rack,
+        }
+    }
 }
 
-/// The failure domain meta's placement enforces today (docs/meta-api.md, "Placement").
-const ENFORCED_FAILURE_DOMAIN: FailureDomainArg = FailureDomainArg::Node;
+/// The failure domain when neither flags nor cluster.json say (meta's default too).
+const DEFAULT_FAILURE_DOMAIN: FailureDomainArg = FailureDomainArg::Node;
 
 /// Start a whole cluster on this machine: meta, N storage nodes and the repair executor
 ///
@@ -103,6 +114,8 @@ const ENFORCED_FAILURE_DOMAIN: FailureDomainArg = FailureDomainArg::Node;
 ///   weft up                                   # 12 nodes, meta on 127.0.0.1:7700
 ///   weft up --nodes 6 --disks-per-node 2 --dir /tmp/weft
 ///   weft up --meta-listen 127.0.0.1:0 --json  # free ports; one JSON line when ready
+///   weft up --nodes 6 --racks 3 --failure-domain rack   # a group's units in distinct racks
+///   weft up --nodes 3 --disks-per-node 3 --failure-domain disk   # rs(6,3) on 9 disks
 ///
 /// Then, in another shell:
 ///   weft status
@@ -117,12 +130,12 @@ pub struct UpArgs {
     /// Disks (directories) per node [default: as in DIR/cluster.json, else 1].
     #[arg(long)]
     pub disks_per_node: Option<u32>,
-    /// Racks to spread nodes over. Meta has no racks yet (each node is its own rack): the
-    /// value is recorded in DIR/cluster.json and a warning says it is not enforced.
+    /// Racks to spread nodes over: node i is in rack (i - 1) % RACKS [default: as in
+    /// DIR/cluster.json, else none: each node is its own rack].
     #[arg(long)]
     pub racks: Option<u32>,
-    /// Failure domain to spread each group's units over [default: node]. Meta enforces
-    /// `node` today; `disk` and `rack` are recorded in DIR/cluster.json, with a warning.
+    /// Failure domain meta keeps each group's units (and each stripe's blocks) apart on:
+    /// distinct disks, nodes or racks [default: as in DIR/cluster.json, else node].
     #[arg(long, value_enum)]
     pub failure_domain: Option<FailureDomainArg>,
     /// Directory holding the whole cluster (created if missing).
@@ -228,6 +241,20 @@ impl Plan {
         listen
     }
 
+    /// The rack of node `id` (ids start at 1), when racks are set.
+    fn rack(&self, id: u32) -> Option<u32> {
+        self.racks.map(|racks| (id - 1) % racks)
+    }
+
+    /// Failure domains the cluster has at the planned level (for the ready note).
+    fn domains(&self) -> u32 {
+        match self.failure_domain {
+            FailureDomainArg::Disk => self.nodes * self.disks_per_node,
+            FailureDomainArg::Node => self.nodes,
+            FailureDomainArg::Rack => self.racks.unwrap_or(self.nodes),
+        }
+    }
+
     fn disks(&self, id: u32) -> Vec<PathBuf> {
         (0..self.disks_per_node)
             .map(|j| self.dir.join(format!("node-{id}")).join(format!("disk-{j}")))
@@ -285,7 +312,7 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
         }
     }
     let failure_domain =
-        args.failure_domain.or(recorded.failure_domain).unwrap_or(ENFORCED_FAILURE_DOMAIN);
+        args.failure_domain.or(recorded.failure_domain).unwrap_or(DEFAULT_FAILURE_DOMAIN);
     let port = args.meta_listen.port();
     if port != 0 && u32::from(port) + nodes > u32::from(u16::MAX) {
         return Err(cli_error!(
@@ -308,19 +335,12 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
     })
 }
 
-/// Warns about what is recorded but not enforced; says nothing when all is enforced.
-fn warn_unenforced(plan: &Plan, out: Out) {
-    if plan.racks.is_some() || plan.failure_domain == FailureDomainArg::Rack {
+/// Says when a setting does less than it may seem to.
+fn note_settings(plan: &Plan, out: Out) {
+    if plan.failure_domain == FailureDomainArg::Rack && plan.racks.is_none() {
         out.warn(
-            "meta has no racks yet: each node is its own rack and meta only keeps the units \
-             of a group on distinct nodes. --racks / --failure-domain rack are recorded in \
-             cluster.json but NOT enforced",
-        );
-    } else if plan.failure_domain == FailureDomainArg::Disk {
-        out.warn(
-            "meta places the units of a group on distinct nodes (failure domain node), which \
-             keeps them on distinct disks too but never puts two on one node; --failure-domain \
-             disk is recorded in cluster.json but not what meta does",
+            "--failure-domain rack without --racks: each node is its own rack, so units are \
+             kept on distinct nodes (as with --failure-domain node)",
         );
     }
 }
@@ -711,6 +731,7 @@ impl Supervisor {
             .filter_map(|m| match m.role {
                 Role::Node(id) => Some(json!({
                     "id": id,
+                    "rack": plan.rack(id),
                     "endpoint": m.endpoint,
                     "pid": m.pid,
                     "disks": m.disks,
@@ -732,7 +753,7 @@ impl Supervisor {
             "disks_per_node": plan.disks_per_node,
             "racks": plan.racks,
             "failure_domain": plan.failure_domain.name(),
-            "enforced_failure_domain": ENFORCED_FAILURE_DOMAIN.name(),
+            "enforced_failure_domain": plan.failure_domain.name(),
             "logs": self.logs,
             "ready_ms": ready_ms,
         })
@@ -815,7 +836,7 @@ pub fn run(args: UpArgs) -> Result<(), CliError> {
     let out = Out { json: args.json };
     let started = Instant::now();
     let plan = plan(&args, out)?;
-    warn_unenforced(&plan, out);
+    note_settings(&plan, out);
     let mut signals = Signals::new()?;
     let mut cluster = Supervisor::new(&plan.dir)?;
     match start(&plan, &mut cluster, &mut signals, out) {
@@ -861,6 +882,8 @@ fn start(
         text(&plan.dir.join("meta")),
         "--listen".to_owned(),
         plan.meta_listen.to_string(),
+        "--failure-domain".to_owned(),
+        plan.failure_domain.name().to_owned(),
     ];
     if let Some(ms) = plan.down_after_ms {
         meta_args.extend(["--down-after-ms".to_owned(), ms.to_string()]);
@@ -887,6 +910,9 @@ fn start(
         ];
         for disk in &disks {
             node_args.extend(["--disk".to_owned(), text(disk)]);
+        }
+        if let Some(rack) = plan.rack(id) {
+            node_args.extend(["--rack".to_owned(), rack.to_string()]);
         }
         if let Some(ms) = plan.heartbeat_ms {
             node_args.extend(["--heartbeat-ms".to_owned(), ms.to_string()]);
@@ -927,12 +953,14 @@ fn start(
 
 fn print_ready(plan: &Plan, cluster: &Supervisor, ready_ms: u128, cluster_file: &Path) {
     let disks = if plan.disks_per_node == 1 { "disk" } else { "disks" };
+    let racks = plan.racks.map_or(String::new(), |racks| format!(" in {racks} racks"));
     println!(
-        "weft up: {} nodes ({} {disks} each) ready in {:.1} s in {}",
+        "weft up: {} nodes ({} {disks} each){racks} ready in {:.1} s in {}; failure domain {}",
         plan.nodes,
         plan.disks_per_node,
         ready_ms as f64 / 1000.0,
-        plan.dir.display()
+        plan.dir.display(),
+        plan.failure_domain.name()
     );
     let mut meta_url = String::new();
     for member in &cluster.members {
@@ -945,8 +973,9 @@ fn print_ready(plan: &Plan, cluster: &Supervisor, ready_ms: u128, cluster_file: 
             Role::Node(id) => {
                 let disks: Vec<String> =
                     member.disks.iter().map(|d| d.display().to_string()).collect();
+                let rack = plan.rack(id).map_or(String::new(), |rack| format!("rack {rack}  "));
                 println!(
-                    "  node {id:<3} {endpoint:<24}  pid {:<8} {}",
+                    "  node {id:<3} {endpoint:<24}  pid {:<8} {rack}{}",
                     member.pid,
                     disks.join(", ")
                 );
@@ -959,11 +988,12 @@ fn print_ready(plan: &Plan, cluster: &Supervisor, ready_ms: u128, cluster_file: 
         cluster.logs.display(),
         cluster_file.display()
     );
-    if plan.nodes < 9 {
+    if plan.domains() < 9 {
+        let level = plan.failure_domain.name();
         println!(
-            "note: meta's default bucket policy rs(6,3) needs 9 up nodes; with {} nodes give \
-             buckets a smaller code, e.g. weft bucket create b --k 2 --r 1",
-            plan.nodes
+            "note: meta's default bucket policy rs(6,3) needs 9 distinct {level}s; with {} \
+             give buckets a smaller code, e.g. weft bucket create b --k 2 --r 1",
+            plan.domains()
         );
     }
     println!("try: WEFT_META={meta_url} weft status");
@@ -1030,6 +1060,7 @@ fn watch(cluster: &mut Supervisor, signals: &mut Signals, out: Out) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weft_layout::FailureDomain;
 
     fn args(extra: &[&str]) -> UpArgs {
         use clap::Parser;
@@ -1066,6 +1097,11 @@ mod tests {
         assert!(error.0.contains("--disks-per-node 2"), "{error}");
         let planned = plan(&args(&["--dir", dir, "--nodes", "5", "--racks", "2"]), out).unwrap();
         assert_eq!((planned.nodes, planned.racks), (5, Some(2)));
+        let racks: Vec<Option<u32>> = (1..=5).map(|id| planned.rack(id)).collect();
+        assert_eq!(racks, [Some(0), Some(1), Some(0), Some(1), Some(0)]);
+        assert_eq!(planned.domains(), 2, "level rack (recorded): 2 racks");
+        let planned = plan(&args(&["--dir", dir, "--failure-domain", "disk"]), out).unwrap();
+        assert_eq!((planned.failure_domain.level(), planned.domains()), (FailureDomain::Disk, 6));
     }
 
     #[test]

@@ -225,3 +225,118 @@ fn a_child_that_cannot_start_is_named_with_its_log() {
     assert!(stderr.contains("meta (pid"), "{stderr}");
     assert!(stderr.contains("meta.log") && stderr.contains(&listen), "{stderr}");
 }
+
+/// Deterministic bytes that differ at every offset of a block, so a misplaced cell shows.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| ((i * 31 + i / 251) as u8) ^ seed).collect()
+}
+
+/// `weft put` of `data` to `path`, `weft get` back byte-identical; returns `weft stat --json`.
+fn put_get_stat(cluster: &Cluster, files: &std::path::Path, path: &str, data: &[u8]) -> Value {
+    let input = files.join("in");
+    std::fs::write(&input, data).unwrap();
+    let put = cluster.weft_json(&["put", input.to_str().unwrap(), path, "--json"]);
+    assert_eq!(put["size"], data.len() as u64, "{put}");
+    let output = files.join("out");
+    cluster.weft_json(&["get", path, "-o", output.to_str().unwrap(), "--json"]);
+    let got = std::fs::read(&output).unwrap();
+    assert!(got == data, "get {path}: {} bytes back, not the {} put", got.len(), data.len());
+    cluster.weft_json(&["stat", path, "--json"])
+}
+
+/// Each group of a stat as the `where_of` of its units (e.g. (node, disk) or rack).
+fn groups_by<T: Ord + std::fmt::Debug>(
+    stat: &Value,
+    where_of: impl Fn(&Value) -> T,
+) -> Vec<Vec<T>> {
+    let units = stat["units"].as_array().expect("stat lists units");
+    let groups = stat["groups"].as_array().expect("stat lists groups");
+    assert!(!groups.is_empty(), "{stat}");
+    groups
+        .iter()
+        .map(|group| {
+            group["units"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|name| {
+                    let unit = units.iter().find(|u| u["unit"] == *name).unwrap();
+                    assert!(unit["node_id"].is_u64() && unit["disk"].is_u64(), "{unit}");
+                    where_of(unit)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn is_distinct<T: Ord + Clone>(items: &[T]) -> bool {
+    items.iter().cloned().collect::<std::collections::BTreeSet<T>>().len() == items.len()
+}
+
+#[test]
+fn failure_domain_disk_keeps_a_group_on_distinct_disks_of_three_nodes() {
+    let cluster = Cluster::start(3, &["--disks-per-node", "3", "--failure-domain", "disk"]);
+    let stderr = cluster.up_stderr();
+    assert!(!stderr.contains("enforced"), "no 'not enforced' warning any more: {stderr}");
+    assert_eq!(cluster.ready()["failure_domain"], "disk");
+    assert_eq!(cluster.ready()["enforced_failure_domain"], "disk");
+    assert_eq!(cluster.status()["failure_domain"], "disk");
+    let files = tempfile::tempdir().unwrap();
+
+    // rs(4,2) needs 6 domains: 3 nodes are too few, their 9 disks are not.
+    let bucket = ["bucket", "create", "b", "--k", "4", "--r", "2", "--cell", "4KiB"];
+    cluster.weft_json(&[&bucket[..], &["--block", "16KiB", "--json"]].concat());
+    let data = pattern(13 * 16384 + 5000, 7);
+    let stat = put_get_stat(&cluster, files.path(), "b/photo.jpg", &data);
+    let groups =
+        groups_by(&stat, |u| (u["node_id"].as_u64().unwrap(), u["disk"].as_u64().unwrap()));
+    assert_eq!(groups.len(), 4, "14 blocks in groups of 4: {stat}");
+    for group in &groups {
+        assert!(is_distinct(group), "a group shares a disk: {group:?} in {stat}");
+    }
+    let full = &groups[0];
+    assert_eq!(full.len(), 6);
+    let nodes: Vec<u64> = full.iter().map(|(node, _)| *node).collect();
+    assert!(!is_distinct(&nodes), "6 units on 3 nodes share nodes: {full:?}");
+
+    // rs(6,3) on exactly 9 disks.
+    cluster.weft_json(&["bucket", "create", "wide", "--k", "6", "--r", "3", "--json"]);
+    let data = pattern(3 << 20, 9);
+    let stat = put_get_stat(&cluster, files.path(), "wide/big.bin", &data);
+    for group in groups_by(&stat, |u| (u["node_id"].as_u64().unwrap(), u["disk"].as_u64().unwrap()))
+    {
+        assert!(is_distinct(&group), "a group shares a disk: {group:?} in {stat}");
+    }
+}
+
+#[test]
+fn failure_domain_rack_keeps_a_group_in_distinct_racks() {
+    let cluster = Cluster::start(6, &["--racks", "3", "--failure-domain", "rack"]);
+    let status = cluster.status();
+    assert_eq!(status["failure_domain"], "rack", "{status}");
+    // Node i is in rack (i - 1) % 3, in meta and in cluster.json.
+    let rack_of: std::collections::BTreeMap<u64, u64> = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| (n["id"].as_u64().unwrap(), n["rack"].as_u64().expect("a rack")))
+        .collect();
+    assert_eq!(rack_of, (1..=6).map(|id| (id, (id - 1) % 3)).collect());
+    for node in cluster.ready()["nodes"].as_array().unwrap() {
+        assert_eq!(node["rack"].as_u64(), Some((node["id"].as_u64().unwrap() - 1) % 3), "{node}");
+    }
+    let human = String::from_utf8(cluster.weft(&["status"]).stdout).unwrap();
+    assert!(human.contains("failure domain: rack") && human.contains("RACK"), "{human}");
+
+    let files = tempfile::tempdir().unwrap();
+    let bucket = ["bucket", "create", "r", "--k", "2", "--r", "1", "--cell", "4KiB"];
+    cluster.weft_json(&[&bucket[..], &["--block", "16KiB", "--json"]].concat());
+    let data = pattern(10 * 16384, 3);
+    let stat = put_get_stat(&cluster, files.path(), "r/cat.jpg", &data);
+    let groups = groups_by(&stat, |u| rack_of[&u["node_id"].as_u64().unwrap()]);
+    assert_eq!(groups.len(), 5, "{stat}");
+    for group in groups {
+        assert_eq!(group.len(), 3);
+        assert!(is_distinct(&group), "a group shares a rack: {group:?} in {stat}");
+    }
+}

@@ -3,13 +3,14 @@
 //!
 //! Invariants:
 //! - Placement uses only nodes that are up at the time of `begin`, and only their disks that
-//!   are not failed; each node is its own rack for now, and the failure domain is the node.
+//!   are not failed; a node is in the rack its heartbeats name, else in a rack of its own
+//!   (`NodeRecord::rack_id`), and the failure domain is meta's configured level.
 //! - The object id of a write is its generation widened to u128 (generations are unique
 //!   store-wide and never reused), so unit keys of two writes never collide. Unit keys are
 //!   `UnitKey::{data,parity}(object_id, …, generation 0)`.
 //! - Every store call runs on a blocking task (see `blocking`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use axum::{
     body::Bytes,
@@ -111,9 +112,9 @@ pub(crate) fn object_json(record: &ObjectRecord, units: Vec<Value>) -> Value {
     })
 }
 
-/// Where disk `disk` of node `node` sits: each node is its own rack for now.
-pub(crate) fn disk_location(node: u32, disk: u32) -> DiskLocation {
-    DiskLocation { rack: node, node, disk }
+/// How messages name the failure domains of `level`: "failure domains (racks)".
+pub(crate) fn domains_name(level: FailureDomain) -> String {
+    format!("failure domains ({level}s)")
 }
 
 /// The disks placement may use: every disk not failed of every node that is up; and how many
@@ -127,23 +128,40 @@ pub(crate) fn topology_of(
     let disks = up
         .iter()
         .flat_map(|n| {
-            n.disks.iter().filter(|d| d.failed.is_none()).map(|d| disk_location(n.node_id, d.index))
+            n.disks.iter().filter(|d| d.failed.is_none()).map(|d| n.disk_location(d.index))
         })
         .collect();
     (disks, up.len())
 }
 
-fn too_few_nodes(nodes_up: usize, usable: usize, needed: usize) -> ApiError {
+/// `503 too_few_nodes`: the up nodes' usable disks span `usable_domains` failure domains
+/// of `level`, fewer than the `needed` the policy asks for.
+fn too_few_nodes(
+    level: FailureDomain,
+    nodes_up: usize,
+    usable_nodes: usize,
+    usable_domains: usize,
+    needed: usize,
+) -> ApiError {
+    let domains = domains_name(level);
+    let more = match level {
+        FailureDomain::Disk => "start more nodes or give them more disks",
+        FailureDomain::Node => "start more nodes",
+        FailureDomain::Rack => "start nodes in more racks (weft serve node --rack)",
+    };
     let mut error = ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "too_few_nodes",
         format!(
-            "{nodes_up} nodes are up ({usable} with a usable disk) but the policy needs \
-             {needed} distinct nodes; start more nodes or use a smaller code or stripe width"
+            "{nodes_up} nodes are up ({usable_nodes} with a usable disk, in {usable_domains} \
+             {domains}) but the policy needs {needed} distinct {domains}; {more}, or use a \
+             smaller code or stripe width"
         ),
     );
     error.body["nodes_up"] = json!(nodes_up);
-    error.body["usable_nodes"] = json!(usable);
+    error.body["usable_nodes"] = json!(usable_nodes);
+    error.body["failure_domain"] = json!(level.to_string());
+    error.body["usable_domains"] = json!(usable_domains);
     error.body["needed"] = json!(needed);
     error
 }
@@ -199,7 +217,7 @@ async fn begin(
             .validate()
             .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_policy", e.to_string()))?;
     }
-    let down_after_ms = meta.down_after_ms;
+    let (down_after_ms, level) = (meta.down_after_ms, meta.failure_domain);
     let (record, nodes) = blocking(&meta, move |store| {
         let default = store.get_bucket(&bucket)?.default_policy;
         let nodes = store.list_nodes()?;
@@ -207,27 +225,26 @@ async fn begin(
         let now = now_ms();
         let (disks, nodes_up) = topology_of(&nodes, now, down_after_ms);
         let needed = layout.n().max(layout.stripe_width);
-        let usable = disks.iter().map(|d| d.node).collect::<std::collections::BTreeSet<_>>().len();
+        let usable = disks.iter().map(|d| d.node).collect::<BTreeSet<_>>().len();
         let placement = match Topology::new(disks) {
-            Err(_) if usable == 0 => Err(too_few_nodes(nodes_up, 0, needed)),
+            Err(_) if usable == 0 => Err(too_few_nodes(level, nodes_up, 0, 0, needed)),
             Err(e) => {
                 Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))
             }
-            Ok(topology) => place(
-                &layout,
-                body.size,
-                &topology,
-                seed_of(&bucket, &key, now),
-                FailureDomain::Node,
-            )
-            .map_err(|e| match e {
-                LayoutError::TooFewDomains { available, needed, .. } => {
-                    too_few_nodes(nodes_up, available, needed)
-                }
-                other => {
-                    ApiError::new(StatusCode::BAD_REQUEST, "invalid_object", other.to_string())
-                }
-            }),
+            Ok(topology) => {
+                place(&layout, body.size, &topology, seed_of(&bucket, &key, now), level).map_err(
+                    |e| match e {
+                        LayoutError::TooFewDomains { available, needed, .. } => {
+                            too_few_nodes(level, nodes_up, usable, available, needed)
+                        }
+                        other => ApiError::new(
+                            StatusCode::BAD_REQUEST,
+                            "invalid_object",
+                            other.to_string(),
+                        ),
+                    },
+                )
+            }
         };
         let placement = match placement {
             Ok(p) => p,

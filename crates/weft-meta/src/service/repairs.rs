@@ -17,9 +17,11 @@
 //!   replaced, or an `unavailable` task whose disk is positively available again (its node
 //!   heartbeats and reports the disk healthy), is dropped, not handed out.
 //! - A destination is a healthy disk of a node that is up now (heard within
-//!   `down_after_ms`), chosen by `Placement::replacement_for` at failure domain node (or, for
-//!   a damaged unit whose node is healthy and when no other disk qualifies, its own disk), so
-//!   relocating there keeps the placement rules; the store checks them again at completion.
+//!   `down_after_ms`), chosen by `Placement::replacement_for` at the object's own
+//!   failure-domain level (stored in its placement, not meta's current level), over the
+//!   nodes' current racks (or, for a damaged unit whose node is healthy and when no other
+//!   disk qualifies, its own disk), so relocating there keeps the placement rules; the store
+//!   checks them again at completion.
 //! - Every loop is bounded: scans walk the store page by page, a take drops at most
 //!   [`MAX_DROPPED_PER_TAKE`] tasks.
 
@@ -43,7 +45,7 @@ use weft_wire::repair::{
     TakeRepairReply,
 };
 
-use super::objects::{disk_location, object_json, topology_of, units_json};
+use super::objects::{domains_name, object_json, topology_of, units_json};
 use super::{blocking, now_ms, ApiError, Shared};
 use crate::{
     parse_unit_name, unit_name, Enqueued, MetaError, MetaStore, NodeRecord, ObjectName, RepairKind,
@@ -520,8 +522,10 @@ fn destination(
     now: u64,
     down_after_ms: u64,
 ) -> Result<DiskLocation, ApiError> {
+    let level = object.placement.failure_domain();
     let (disks, nodes_up) = topology_of(nodes, now, down_after_ms);
-    let usable: BTreeSet<u32> = disks.iter().map(|d| d.node).collect();
+    let usable_nodes = disks.iter().map(|d| d.node).collect::<BTreeSet<u32>>().len();
+    let usable: BTreeSet<DomainId> = disks.iter().map(|d| d.domain(level)).collect();
     let mut unavailable: Vec<DomainId> = Vec::new();
     for node in nodes {
         if node.is_down(now, down_after_ms) {
@@ -535,34 +539,37 @@ fn destination(
             );
         }
     }
-    let peer_nodes: BTreeSet<u32> = object
+    let peer_domains: BTreeSet<DomainId> = object
         .placement
         .peers(unit)
         .into_iter()
         .filter_map(|peer| object.placement.disk_of(peer))
-        .map(|d| d.node)
+        .map(|d| d.domain(level))
         .collect();
     let no_destination = |why: String| {
-        let free = usable.difference(&peer_nodes).count();
+        let domains = domains_name(level);
+        let held = usable.intersection(&peer_domains).count();
         let mut error = ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "no_destination",
             format!(
                 "no disk can take {} of object {:?} in bucket {:?}: {nodes_up} nodes are up \
-                 ({} with a usable disk), {} of those hold another unit of its group or \
-                 stripe; it needs an up node with a healthy disk holding none, so at least {} \
-                 usable nodes ({why}); start more nodes. The task was returned to the queue",
+                 ({usable_nodes} with a usable disk, in {} {domains}), {held} of those \
+                 {domains} hold another unit of its group or stripe; it needs a healthy disk \
+                 of an up node in a {level} holding none, so at least {} usable {domains} \
+                 ({why}); start more nodes. The task was returned to the queue",
                 unit_name(unit),
                 object.key,
                 object.bucket,
                 usable.len(),
-                usable.len() - free,
-                peer_nodes.len() + 1,
+                peer_domains.len() + 1,
             ),
         );
         error.body["nodes_up"] = json!(nodes_up);
-        error.body["usable_nodes"] = json!(usable.len());
-        error.body["needed"] = json!(peer_nodes.len() + 1);
+        error.body["usable_nodes"] = json!(usable_nodes);
+        error.body["failure_domain"] = json!(level.to_string());
+        error.body["usable_domains"] = json!(usable.len());
+        error.body["needed"] = json!(peer_domains.len() + 1);
         error
     };
     let topology = Topology::new(disks).map_err(|e| no_destination(e.to_string()))?;
@@ -592,8 +599,8 @@ pub(crate) async fn complete(
         let known = nodes
             .iter()
             .find(|n| n.node_id == done.node_id)
-            .is_some_and(|n| n.disks.iter().any(|d| d.index == done.disk));
-        if !known {
+            .filter(|n| n.disks.iter().any(|d| d.index == done.disk));
+        let Some(node) = known else {
             return Ok(Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "bad_destination",
@@ -603,9 +610,9 @@ pub(crate) async fn complete(
                     done.node_id, done.disk
                 ),
             )));
-        }
+        };
         let lease = RepairLease { task_id, task, deadline_ms: done.deadline_ms };
-        let disk = disk_location(done.node_id, done.disk);
+        let disk = node.disk_location(done.disk);
         match store.relocate_repaired(&lease, disk) {
             Ok(outcome) => Ok(Ok((lease, outcome))),
             Err(MetaError::LeaseLost { .. }) => Ok(Err(lease_lost(task_id, done.deadline_ms))),
