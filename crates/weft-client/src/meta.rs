@@ -122,16 +122,18 @@ impl MetaClient {
         self.call(reqwest::Method::POST, path, Some(body)).await
     }
 
-    /// Begins a write: meta places the units of an object of `size` bytes.
+    /// Begins a write: meta places the units of an object of `size` bytes, on none of the
+    /// nodes in `avoid_nodes`.
     pub async fn begin(
         &self,
         bucket: &str,
         key: &str,
         size: u64,
         policy: Option<&StripedLayout>,
+        avoid_nodes: &[u32],
     ) -> Result<ObjectInfo> {
         let path = format!("{}/begin", Self::object_path(bucket, key)?);
-        let body = json!({ "size": size, "policy": policy });
+        let body = json!({ "size": size, "policy": policy, "avoid_nodes": avoid_nodes });
         ObjectInfo::from_json(self.post_json(&path, body).await?)
     }
 

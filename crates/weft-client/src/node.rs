@@ -71,15 +71,18 @@ pub struct NodeClient {
     http: reqwest::Client,
 }
 
+/// A failure below HTTP: the node is unreachable when the connection could not be made or
+/// timed out; a request that broke off midway (possibly because this side gave up on it) is
+/// [`FailureKind::Other`].
 fn transport(error: reqwest::Error) -> NodeFailure {
-    let what = if error.is_connect() {
-        "cannot connect"
+    let (kind, what) = if error.is_connect() {
+        (FailureKind::Unreachable, "cannot connect")
     } else if error.is_timeout() {
-        "timed out"
+        (FailureKind::Unreachable, "timed out")
     } else {
-        "request failed"
+        (FailureKind::Other, "request failed")
     };
-    NodeFailure::new(FailureKind::Unreachable, format!("{what}: {error}"))
+    NodeFailure::new(kind, format!("{what}: {error}"))
 }
 
 /// Turns a non-success answer into a failure carrying the node's error body.

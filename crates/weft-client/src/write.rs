@@ -10,7 +10,8 @@
 //! Invariants:
 //! - The object is committed only after every unit's PUT succeeded; on any failure nothing is
 //!   committed and the units written are deleted (best effort; leftovers of a crashed client
-//!   are garbage that meta's records never name).
+//!   are garbage that meta's records never name). `put_file` then begins again, asking meta
+//!   to avoid the nodes that failed (meta may not have noticed yet that they are down).
 //! - Parity row (g, ρ) is final when the last stripe holding data blocks of group g has
 //!   written row ρ of every one of them (earlier stripes of g wrote all their rows before);
 //!   rows of g past the end of its last stripe's blocks are final when that stripe ends.
@@ -88,6 +89,9 @@ pub struct PutStats {
     /// Units of the object this put replaced that could not be deleted (garbage).
     pub leftover_units: usize,
 }
+
+/// Most nodes a put of a file avoids (after failing on them) before it gives up.
+const MAX_AVOIDED_NODES: usize = 8;
 
 /// Data cells and parity rows in flight at once, for byte-local codes.
 fn in_flight_cells(layout: &StripedLayout) -> usize {
@@ -373,6 +377,16 @@ fn stripe_cells(
     })
 }
 
+/// How the coding thread ended.
+enum OutcomeKind {
+    /// Every byte was handed to the PUT streams.
+    Sent,
+    /// A PUT stream closed under it.
+    Closed,
+    /// It failed on its own (reading the object, coding).
+    Failed,
+}
+
 /// A cell read from the object, holding one in-flight permit until its last owner drops.
 struct MeteredCell {
     buf: MeteredBuf,
@@ -401,13 +415,32 @@ impl Client {
         options: &PutOptions,
     ) -> Result<PutStats> {
         let io = |what: String| move |source| ClientError::Io { what, source };
-        let file =
-            std::fs::File::open(path).map_err(io(format!("cannot open {}", path.display())))?;
-        let size = file.metadata().map_err(io(format!("cannot stat {}", path.display())))?.len();
-        self.put_reader(bucket, key, size, file, options).await
+        let mut avoid: Vec<u32> = Vec::new();
+        loop {
+            let file =
+                std::fs::File::open(path).map_err(io(format!("cannot open {}", path.display())))?;
+            let size =
+                file.metadata().map_err(io(format!("cannot stat {}", path.display())))?.len();
+            if let Some(progress) = &options.progress {
+                progress.store(0, Ordering::Relaxed);
+            }
+            match self.put_attempt(bucket, key, size, file, options, &avoid).await {
+                Ok(stats) => return Ok(stats),
+                Err((error, failed)) => {
+                    let fresh: Vec<u32> =
+                        failed.into_iter().filter(|n| !avoid.contains(n)).collect();
+                    if fresh.is_empty() || avoid.len() >= MAX_AVOIDED_NODES {
+                        return Err(error);
+                    }
+                    tracing::warn!(%error, nodes = ?fresh, "put failed on these nodes; retrying without them");
+                    avoid.extend(fresh);
+                }
+            }
+        }
     }
 
-    /// Stores exactly `size` bytes read from `reader` as (bucket, key).
+    /// Stores exactly `size` bytes read from `reader` as (bucket, key). A reader cannot be
+    /// rewound, so unlike [`Client::put_file`] a failed write is not retried.
     pub async fn put_reader<R: Read + Send + 'static>(
         &self,
         bucket: &str,
@@ -416,9 +449,27 @@ impl Client {
         reader: R,
         options: &PutOptions,
     ) -> Result<PutStats> {
+        self.put_attempt(bucket, key, size, reader, options, &[]).await.map_err(|(e, _)| e)
+    }
+
+    /// One write, placed avoiding `avoid`; a failure also returns the nodes whose PUTs
+    /// failed for reasons another node would not have (unreachable, disk failed).
+    async fn put_attempt<R: Read + Send + 'static>(
+        &self,
+        bucket: &str,
+        key: &str,
+        size: u64,
+        reader: R,
+        options: &PutOptions,
+        avoid: &[u32],
+    ) -> Result<PutStats, (ClientError, Vec<u32>)> {
         let started = Instant::now();
-        let object = self.meta.begin(bucket, key, size, options.policy.as_ref()).await?;
-        let code = object.layout.code.build()?;
+        let object = self
+            .meta
+            .begin(bucket, key, size, options.policy.as_ref(), avoid)
+            .await
+            .map_err(|e| (e, Vec::new()))?;
+        let code = object.layout.code.build().map_err(|e| (e.into(), Vec::new()))?;
         let meter = BufferMeter::new();
         let mut writer = Writer {
             handle: Handle::current(),
@@ -445,24 +496,40 @@ impl Client {
             (writer, outcome)
         })
         .await
-        .map_err(|e| ClientError::Invalid(format!("the coding thread failed: {e}")))?;
+        .map_err(|e| {
+            (ClientError::Invalid(format!("the coding thread failed: {e}")), Vec::new())
+        })?;
         let Writer { puts, parity_bytes, .. } = writer;
-        let (mut first_error, closed) = match outcome {
-            Ok(()) => (None, None),
-            Err(Stop::Failed(error)) => (Some(error), None),
+        let (mut first_error, closed, outcome_kind) = match outcome {
+            Ok(()) => (None, None, OutcomeKind::Sent),
+            Err(Stop::Failed(error)) => (Some(error), None, OutcomeKind::Failed),
             // The PUT task of that unit says why; if it does not, say which stream closed.
-            Err(Stop::StreamClosed(unit)) => (None, Some(unit)),
+            Err(Stop::StreamClosed(unit)) => (None, Some(unit), OutcomeKind::Closed),
         };
         let mut written = Vec::new();
+        let mut failed_nodes = Vec::new();
         for (unit, task) in puts {
             let info = object.unit(unit).expect("opened units exist").clone();
             match task.await {
                 Ok(Ok(())) => written.push(info),
                 Ok(Err(failure)) => {
-                    if first_error.is_none()
-                        || failure.kind != crate::node::FailureKind::Unreachable
-                    {
-                        first_error.get_or_insert(failure.for_unit(&info));
+                    // Once the coding thread stopped, every other stream was cut short too:
+                    // only the stream that closed first names a node at fault. When all data
+                    // went out, every failure is the node's own.
+                    let at_fault = match (&outcome_kind, closed) {
+                        (OutcomeKind::Sent, _) => true,
+                        (OutcomeKind::Closed, Some(first)) => first == unit,
+                        _ => false,
+                    };
+                    if at_fault || failure.kind == crate::node::FailureKind::Unreachable {
+                        failed_nodes.push(info.node_id);
+                    }
+                    let error = failure.for_unit(&info);
+                    if at_fault {
+                        // The cause beats the cut-short streams as the error reported.
+                        first_error = Some(error);
+                    } else {
+                        first_error.get_or_insert(error);
                     }
                 }
                 Err(join) => {
@@ -479,14 +546,16 @@ impl Client {
         }
         if let Some(error) = first_error {
             self.delete_units(&written).await;
-            return Err(error);
+            failed_nodes.sort_unstable();
+            failed_nodes.dedup();
+            return Err((error, failed_nodes));
         }
         let units = written.len();
         let (committed, replaced) = match self.meta.commit(bucket, key, object.generation).await {
             Ok(done) => done,
             Err(error) => {
                 self.delete_units(&written).await;
-                return Err(error);
+                return Err((error, Vec::new()));
             }
         };
         let leftover_units = match replaced {

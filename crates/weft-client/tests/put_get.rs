@@ -162,3 +162,26 @@ async fn reads_survive_r_nodes_down_and_a_corrupt_unit() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_right_after_a_node_dies_retries_around_it() {
+    // Meta still reports the node up for DOWN_AFTER_MS, so placement may use it; put_file
+    // must retry on other nodes rather than fail.
+    let mut cluster = TestCluster::start(10).await;
+    cluster.create_bucket("b", policy("rs(6,3)", 2, CELL, BLOCK)).await;
+    cluster.stop_node(4).await;
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..4u64 {
+        let data = pattern((7 * BLOCK + i) as usize, 40 + i);
+        let path = dir.path().join(format!("f{i}"));
+        std::fs::write(&path, &data).unwrap();
+        let key = format!("k{i}");
+        let stats = cluster
+            .client
+            .put_file("b", &key, &path, &PutOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("put {key} with node 4 just dead: {e}"));
+        assert!(stats.object.units.values().all(|u| u.node_id != 4), "placed on the dead node");
+        assert_eq!(get(&cluster, "b", &key, None).await, data);
+    }
+}

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
-use crate::{cli_error, parse_size, CliError, CodeArgs};
+use crate::{cli_error, CliError};
 
 /// Where cluster commands find meta when neither `--meta` nor `WEFT_META` is given: the
 /// address `weft up` listens on by default.
@@ -575,19 +575,10 @@ pub enum BucketCommand {
 pub struct BucketCreateArgs {
     /// Bucket name: 1-63 bytes of lower-case letters, digits, '-' and '.'.
     pub name: String,
+    /// The bucket's default policy; flags not given take meta's defaults (rs(6,3), stripe
+    /// width 2, 1 MiB cells, 8 MiB blocks).
     #[command(flatten)]
-    pub code: CodeArgs,
-    /// Data blocks per stripe: how many blocks consecutive cells are spread across
-    /// [default: meta's, 2].
-    #[arg(long)]
-    pub stripe_width: Option<u32>,
-    /// Cell: the striping unit, e.g. 1MiB [default: meta's, 1MiB].
-    #[arg(long, value_parser = parse_size)]
-    pub cell: Option<usize>,
-    /// Block: the piece of an object on one disk, a multiple of the cell, e.g. 8MiB
-    /// [default: meta's, 8MiB].
-    #[arg(long, value_parser = parse_size)]
-    pub block: Option<usize>,
+    pub policy: crate::objects_cli::PolicyArgs,
     #[command(flatten)]
     pub meta: MetaUrlArgs,
     /// Print meta's bucket record as one JSON object.
@@ -623,27 +614,6 @@ pub fn bucket(command: BucketCommand) -> Result<(), CliError> {
     }
 }
 
-/// The policy body for meta: only what the user gave, so meta's defaults fill the rest.
-fn policy_body(args: &BucketCreateArgs) -> Result<Value, CliError> {
-    let code = &args.code;
-    let code_given = [code.k, code.r, code.d, code.l, code.g].iter().any(Option::is_some)
-        || !code.code.trim().eq_ignore_ascii_case("rs");
-    let mut policy = serde_json::Map::new();
-    if code_given {
-        policy.insert("code".into(), json!(code.spec()?.to_string()));
-    }
-    if let Some(width) = args.stripe_width {
-        policy.insert("stripe_width".into(), json!(width));
-    }
-    if let Some(cell) = args.cell {
-        policy.insert("cell_bytes".into(), json!(cell));
-    }
-    if let Some(block) = args.block {
-        policy.insert("block_bytes".into(), json!(block));
-    }
-    Ok(Value::Object(policy))
-}
-
 /// `rs(6,3), stripe width 2, 1 MiB cells, 8 MiB blocks`.
 fn describe_policy(policy: &Value) -> String {
     let size = |name: &str| policy[name].as_u64().map_or("?".to_owned(), format_size);
@@ -657,7 +627,7 @@ fn describe_policy(policy: &Value) -> String {
 }
 
 fn bucket_create(args: BucketCreateArgs) -> Result<(), CliError> {
-    let body = policy_body(&args)?;
+    let body = Value::Object(args.policy.overrides()?);
     let client = args.meta.client()?;
     let record = client.put(&["buckets", &args.name], Some(&body))?;
     if args.json {

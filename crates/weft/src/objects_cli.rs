@@ -473,6 +473,9 @@ pub fn stat(args: StatArgs) -> Result<(), CliError> {
         object.generation,
         object.object_id
     );
+    if let Some(bytes) = object.raw["metadata_bytes"].as_u64() {
+        println!("  metadata    {bytes} bytes in meta (groups are computed, not stored)");
+    }
     println!(
         "  policy      {} · stripe width {} · cell {} · block {}",
         layout.code,

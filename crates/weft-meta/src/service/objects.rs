@@ -108,6 +108,7 @@ pub(crate) fn object_json(record: &ObjectRecord, units: Vec<Value>) -> Value {
         "created_ms": record.created_ms,
         "layout": record.layout(),
         "size": record.size(),
+        "metadata_bytes": crate::metadata_bytes(record),
         "units": units,
     })
 }
@@ -172,6 +173,10 @@ struct BeginBody {
     size: u64,
     #[serde(default)]
     policy: Option<Policy>,
+    /// Nodes the client just failed to reach: placed on as if they were down (a client
+    /// retrying a write need not wait for meta's down timeout).
+    #[serde(default)]
+    avoid_nodes: Vec<u32>,
 }
 
 #[derive(Deserialize)]
@@ -209,7 +214,7 @@ async fn begin(
 ) -> Result<Json<Value>, ApiError> {
     let body: BeginBody = serde_json::from_slice(body).map_err(|e| {
         ApiError::bad_request(format!(
-            "the body must be {{\"size\": bytes, \"policy\": optional layout}}: {e}"
+            "the body must be {{\"size\": bytes, \"policy\": optional layout, \"avoid_nodes\": optional [node ids]}}: {e}"
         ))
     })?;
     if let Some(policy) = &body.policy {
@@ -223,7 +228,8 @@ async fn begin(
         let nodes = store.list_nodes()?;
         let layout = body.policy.unwrap_or(default);
         let now = now_ms();
-        let (disks, nodes_up) = topology_of(&nodes, now, down_after_ms);
+        let (mut disks, nodes_up) = topology_of(&nodes, now, down_after_ms);
+        disks.retain(|d| !body.avoid_nodes.contains(&d.node));
         let needed = layout.n().max(layout.stripe_width);
         let usable = disks.iter().map(|d| d.node).collect::<BTreeSet<_>>().len();
         let placement = match Topology::new(disks) {
