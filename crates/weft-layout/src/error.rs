@@ -40,6 +40,8 @@ pub enum LayoutError {
     NoReplacement { unit: UnitId, reason: String },
     /// A placement breaks a rule (found by [`crate::Placement::verify`]).
     RuleBroken { reason: String },
+    /// A transition that cannot be done as asked (e.g. a regroup that changes the striping).
+    Transition { reason: String },
 }
 
 impl fmt::Display for LayoutError {
@@ -83,6 +85,7 @@ impl fmt::Display for LayoutError {
                 write!(f, "no disk can take unit {unit}: {reason}")
             }
             LayoutError::RuleBroken { reason } => write!(f, "placement breaks a rule: {reason}"),
+            LayoutError::Transition { reason } => write!(f, "transition refused: {reason}"),
         }
     }
 }

@@ -5,6 +5,8 @@
 //! - [`striped`]: Okapi's decoupled layout. Cells go round-robin over the `stripe_width` data
 //!   blocks of a stripe (the IO knob); every `k` consecutive data blocks plus `r` parity blocks
 //!   form a group (the durability knob). Groups are computed, never stored.
+//! - [`transition`]: changing an object's code: regroup (new parity over the data in place)
+//!   or restripe (rewrite), with the IO each costs.
 //! - [`placement`]: which disk holds each unit, deterministically from (layout, object size,
 //!   topology, seed, failure-domain level), keeping the blocks of a stripe and the units of a
 //!   group on distinct failure domains.
@@ -17,13 +19,17 @@
 pub mod error;
 pub mod placement;
 pub mod striped;
+pub mod transition;
 
 pub use error::LayoutError;
 pub use placement::{
     min_domains_for_disjoint_groups, place, DiskLocation, DomainId, FailureDomain, Placement,
-    Topology, MAX_OBJECT_BLOCKS, MAX_TOPOLOGY_DISKS,
+    Relocation, Topology, MAX_OBJECT_BLOCKS, MAX_TOPOLOGY_DISKS,
 };
 pub use striped::{
     max_client_buffer_bytes, naive_group_buffer_bytes, BlockRead, Extent, StripedLayout, UnitId,
     MAX_BLOCK_BYTES, MAX_OBJECT_BYTES, MAX_STRIPE_WIDTH,
+};
+pub use transition::{
+    parity_bytes, plan_regroup, restripe_io, PlannedUnit, RegroupPlan, TransitionIo, TransitionMode,
 };

@@ -233,6 +233,14 @@ impl Picker {
     }
 }
 
+/// A data block a regroup moves: a new group would otherwise hold two units in one domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Relocation {
+    pub block: usize,
+    pub from: DiskLocation,
+    pub to: DiskLocation,
+}
+
 /// Domains needed for (c): with at least this many, group g + 1 never shares a failure
 /// domain with group g. max(2n, n + W − k); see the module header for the count.
 pub fn min_domains_for_disjoint_groups(layout: &StripedLayout) -> usize {
@@ -429,6 +437,121 @@ impl Placement {
             }
         }
         Ok(())
+    }
+
+    /// The placement of the same data blocks grouped by `new` (same striping, another
+    /// code): Okapi's regroup (§4.5). Data blocks stay on their disks unless a new group would
+    /// hold two of them in one failure domain; then the later one moves to a domain holding
+    /// no unit of its new group and no block of its stripe (returned as relocations). The
+    /// new parities go to domains holding no unit of their group, avoiding the neighbouring
+    /// groups' domains when possible (rule (c)). Deterministic in its arguments. Disks of
+    /// the current placement that the topology no longer lists keep their blocks (a regroup
+    /// reads them degraded); they are never chosen for anything new.
+    pub fn regrouped(
+        &self,
+        new: &StripedLayout,
+        topology: &Topology,
+    ) -> Result<(Placement, Vec<Relocation>), LayoutError> {
+        new.validate()?;
+        let old = &self.layout;
+        if (new.stripe_width, new.cell_bytes, new.block_bytes)
+            != (old.stripe_width, old.cell_bytes, old.block_bytes)
+        {
+            return Err(LayoutError::Transition {
+                reason: format!(
+                    "a regroup keeps the striping (stripe width {}, cell {} B, block {} B) and \
+                     changes only the code; this asks for stripe width {}, cell {} B, block {} \
+                     B: restripe instead",
+                    old.stripe_width,
+                    old.cell_bytes,
+                    old.block_bytes,
+                    new.stripe_width,
+                    new.cell_bytes,
+                    new.block_bytes
+                ),
+            });
+        }
+        let size = self.object_size;
+        let domains = Domains::new(topology, self.level, self.seed);
+        let needed = new.n().max(new.stripe_width);
+        if domains.len() < needed {
+            return Err(LayoutError::TooFewDomains {
+                level: self.level,
+                available: domains.len(),
+                needed,
+                units_per_group: new.n(),
+                stripe_width: new.stripe_width,
+            });
+        }
+        let index_of: BTreeMap<DomainId, usize> =
+            domains.ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+        let level = self.level;
+        let forbid_domain = |picker: &mut Picker, disk: &DiskLocation| {
+            if let Some(&i) = index_of.get(&disk.domain(level)) {
+                picker.forbid(i);
+            }
+        };
+        let avoid_domain = |picker: &mut Picker, disk: &DiskLocation| {
+            if let Some(&i) = index_of.get(&disk.domain(level)) {
+                picker.avoid(i);
+            }
+        };
+        let disk_in = |domain: usize, salt: u64| {
+            let disks = &domains.disks[domain];
+            disks[(mix(self.seed ^ mix(salt)) % disks.len() as u64) as usize]
+        };
+        let mut data = self.data.clone();
+        let mut relocations = Vec::new();
+        let mut picker = Picker::new(domains.len());
+        let (r, groups) = (new.r(), new.groups(size));
+        let mut parity: Vec<DiskLocation> = Vec::with_capacity(groups * r);
+        let mut cursor = (mix(self.seed ^ 0x7265_6772) % domains.len() as u64) as usize;
+        for group in 0..groups {
+            let members = new.group_blocks(size, group);
+            let mut used: BTreeSet<DomainId> = BTreeSet::new();
+            for x in members.clone() {
+                if used.insert(data[x].domain(level)) {
+                    continue;
+                }
+                // Two blocks of the new group share a domain: move this one.
+                members.clone().for_each(|y| forbid_domain(&mut picker, &data[y]));
+                new.stripe_blocks(size, new.stripe_of(x))
+                    .for_each(|y| forbid_domain(&mut picker, &data[y]));
+                for neighbour in [group.checked_sub(1), Some(group + 1)].into_iter().flatten() {
+                    new.group_blocks(size, neighbour)
+                        .for_each(|y| avoid_domain(&mut picker, &data[y]));
+                }
+                let domain = picker.pick(cursor).ok_or_else(|| LayoutError::NoReplacement {
+                    unit: UnitId::Data(x),
+                    reason: format!(
+                        "every {level} holds a unit of its new group {group} or a block of its stripe"
+                    ),
+                })?;
+                cursor = (domain + 1) % domains.len();
+                let to = disk_in(domain, x as u64);
+                relocations.push(Relocation { block: x, from: data[x], to });
+                data[x] = to;
+                used.insert(to.domain(level));
+            }
+            for index in 0..r {
+                members.clone().for_each(|y| forbid_domain(&mut picker, &data[y]));
+                parity[group * r..].iter().for_each(|d| forbid_domain(&mut picker, d));
+                if let Some(prior) = group.checked_sub(1) {
+                    new.group_blocks(size, prior).for_each(|y| avoid_domain(&mut picker, &data[y]));
+                    parity[prior * r..group * r].iter().for_each(|d| avoid_domain(&mut picker, d));
+                }
+                let domain = picker.pick(cursor).ok_or_else(|| LayoutError::NoReplacement {
+                    unit: UnitId::Parity { group, index },
+                    reason: format!("every {level} holds a unit of group {group}"),
+                })?;
+                cursor = (domain + 1) % domains.len();
+                parity.push(disk_in(domain, ((group * r + index) as u64) << 32 | 0xFFFF));
+            }
+        }
+        let placement =
+            Placement { layout: *new, object_size: size, level, seed: self.seed, data, parity };
+        placement.verify()?;
+        Ok((placement, relocations))
     }
 
     /// A disk to rebuild `unit` on, keeping rules (a) and (b): its failure domain holds no
