@@ -344,6 +344,47 @@ pub struct Placement {
 }
 
 impl Placement {
+    /// A placement from its parts — the disk of each data block (`data[x]`) and of each parity
+    /// (`parity[g·r + i]`) — as metadata keeps or assembles it (e.g. committing a regroup over
+    /// the blocks' current disks). Refused unless the layout is valid, the object size allowed,
+    /// the counts are the layout's (one disk per stored data block, r per group), and rules
+    /// (a) and (b) hold ([`Placement::verify`]).
+    pub fn from_parts(
+        layout: StripedLayout,
+        object_size: u64,
+        level: FailureDomain,
+        seed: u64,
+        data: Vec<DiskLocation>,
+        parity: Vec<DiskLocation>,
+    ) -> Result<Placement, LayoutError> {
+        layout.validate()?;
+        if object_size > MAX_OBJECT_BYTES {
+            return Err(LayoutError::ObjectTooLarge {
+                object_bytes: object_size,
+                max: MAX_OBJECT_BYTES,
+            });
+        }
+        let blocks = layout.data_blocks(object_size);
+        if blocks > MAX_OBJECT_BLOCKS {
+            return Err(LayoutError::TooManyBlocks { blocks, max: MAX_OBJECT_BLOCKS });
+        }
+        let parities = layout.groups(object_size) * layout.r();
+        if data.len() != blocks || parity.len() != parities {
+            return Err(LayoutError::RuleBroken {
+                reason: format!(
+                    "{} data and {} parity disks given; an object of {object_size} bytes under \
+                     {} needs {blocks} and {parities}",
+                    data.len(),
+                    parity.len(),
+                    layout.code
+                ),
+            });
+        }
+        let placement = Placement { layout, object_size, level, seed, data, parity };
+        placement.verify()?;
+        Ok(placement)
+    }
+
     pub fn layout(&self) -> &StripedLayout {
         &self.layout
     }

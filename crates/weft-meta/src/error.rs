@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use weft_layout::UnitId;
+use weft_layout::{DiskLocation, UnitId};
 
 /// Why a metadata operation was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +40,84 @@ pub enum MetaError {
     Corrupt { table: &'static str, key: String, reason: String },
     /// The underlying store failed (IO, transaction); the operation did not take effect.
     Store { reason: String },
+    /// No transition `id` is pending for the object (never begun, committed, aborted,
+    /// replaced by a newer begin, or dropped with the object); `pending` is the one that is.
+    NoSuchTransition { bucket: String, key: String, id: u64, pending: Option<u64> },
+    /// A transition cannot begin or commit as asked; nothing changed. `id` is 0 for a begin
+    /// refused before an id was handed out (ids start at 1).
+    TransitionConflict { bucket: String, key: String, id: u64, conflict: TransitionConflict },
+}
+
+/// Why a transition was refused at begin or commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransitionConflict {
+    /// The object is no longer committed (deleted, or its bucket is gone).
+    ObjectGone,
+    /// The committed object is another write than the one the transition was planned for.
+    ObjectReplaced { planned: u64, current: u64 },
+    /// The transition already committed: the object's parity generation is its id.
+    AlreadyCommitted,
+    /// No transition of that id is pending (never begun, aborted, or dropped when the object
+    /// was overwritten or deleted).
+    NotPending,
+    /// A newer begin replaced it; `current` is the pending transition's id.
+    Superseded { current: u64 },
+    /// A block to relocate is no longer on the disk it was planned to move from (a repair
+    /// moved it): the copy the executor made is of the right data but from the wrong place.
+    /// (`block` is a u32, as unit keys number blocks, to keep [`MetaError`] small.)
+    Relocation { block: u32, planned_from: DiskLocation, current: DiskLocation },
+    /// The new placement breaks a placement rule over the object's current disks (a repair
+    /// moved a block into a domain the new plan uses).
+    Placement { reason: String },
+}
+
+impl TransitionConflict {
+    /// The machine-readable name of the conflict (the `reason` of a 409 body).
+    pub fn code(&self) -> &'static str {
+        match self {
+            TransitionConflict::ObjectGone => "object_gone",
+            TransitionConflict::ObjectReplaced { .. } => "object_replaced",
+            TransitionConflict::AlreadyCommitted => "already_committed",
+            TransitionConflict::NotPending => "not_pending",
+            TransitionConflict::Superseded { .. } => "superseded",
+            TransitionConflict::Relocation { .. } => "relocation_conflict",
+            TransitionConflict::Placement { .. } => "placement_conflict",
+        }
+    }
+}
+
+impl fmt::Display for TransitionConflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TransitionConflict::ObjectGone => f.write_str("the object was deleted"),
+            TransitionConflict::ObjectReplaced { planned, current } => write!(
+                f,
+                "the object was overwritten: it was planned for generation {planned}, the \
+                 committed object is generation {current}"
+            ),
+            TransitionConflict::AlreadyCommitted => {
+                f.write_str("it is already committed (the object's parity generation is its id)")
+            }
+            TransitionConflict::NotPending => f.write_str(
+                "it is not pending: never begun, aborted, or dropped when the object was \
+                 overwritten or deleted",
+            ),
+            TransitionConflict::Superseded { current } => {
+                write!(f, "a newer begin replaced it: transition {current} is pending")
+            }
+            TransitionConflict::Relocation { block, planned_from, current } => write!(
+                f,
+                "block d{block} was to move from disk {} of node {} but is now on disk {} of \
+                 node {} (a repair moved it); abort and begin again",
+                planned_from.disk, planned_from.node, current.disk, current.node
+            ),
+            TransitionConflict::Placement { reason } => write!(
+                f,
+                "the new placement over the object's current disks breaks a rule ({reason}); \
+                 abort and begin again"
+            ),
+        }
+    }
 }
 
 impl fmt::Display for MetaError {
@@ -86,6 +164,21 @@ impl fmt::Display for MetaError {
                 write!(f, "value {key:?} in table {table:?} is corrupt: {reason}")
             }
             MetaError::Store { reason } => write!(f, "metadata store failed: {reason}"),
+            MetaError::NoSuchTransition { bucket, key, id, pending } => {
+                write!(f, "no transition {id} is pending for object {key:?} in bucket {bucket:?}")?;
+                match pending {
+                    Some(current) => write!(f, " (transition {current} is)"),
+                    None => write!(f, " (none is)"),
+                }
+            }
+            MetaError::TransitionConflict { bucket, key, id, conflict } => {
+                // Id 0 is never handed out: a begin refused before numbering the transition.
+                match id {
+                    0 => write!(f, "a transition")?,
+                    id => write!(f, "transition {id}")?,
+                }
+                write!(f, " of object {key:?} in bucket {bucket:?} refused: {conflict}")
+            }
         }
     }
 }

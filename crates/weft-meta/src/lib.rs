@@ -1,5 +1,6 @@
 //! weft-meta: the metadata of a weft cluster — buckets, objects and where their units live,
-//! nodes and their disks, and the repair queue — behind one [`MetaStore`] trait.
+//! nodes and their disks, the repair queue and pending transitions — behind one [`MetaStore`]
+//! trait.
 //!
 //! - [`RedbStore`]: the default, on an embedded transactional redb file.
 //! - [`MemStore`]: in memory, for the simulator and as the model tests check redb against.
@@ -17,12 +18,13 @@ pub mod redb_store;
 pub mod service;
 pub mod store;
 
-pub use error::MetaError;
+pub use error::{MetaError, TransitionConflict};
 pub use mem::MemStore;
 pub use records::{
     metadata_bytes, parse_unit_name, unit_name, BucketRecord, DiskReport, Enqueued, Heartbeat,
-    NodeRecord, ObjectName, ObjectRecord, ObjectState, Policy, RepairKind, RepairLease,
-    RepairOutcome, RepairRequest, RepairTask, FORMAT_VERSION, MAX_BUCKET_NAME_BYTES, MAX_KEY_BYTES,
+    NewTransition, NodeRecord, ObjectName, ObjectRecord, ObjectState, Policy, RepairKind,
+    RepairLease, RepairOutcome, RepairRequest, RepairTask, TransitionRecord, FORMAT_VERSION,
+    MAX_BUCKET_NAME_BYTES, MAX_KEY_BYTES,
 };
 pub use redb_store::{RedbStore, SCHEMA_VERSION};
 pub use store::{MetaStore, ObjectPage, MAX_LIST_LIMIT};

@@ -11,12 +11,13 @@ use std::sync::Mutex;
 use weft_layout::{DiskLocation, Placement, UnitId};
 
 use crate::records::{
-    check_bucket_name, BucketRecord, Enqueued, Heartbeat, NodeRecord, ObjectName, ObjectRecord,
-    ObjectState, Policy, RepairLease, RepairOutcome, RepairRequest, RepairTask,
+    check_bucket_name, BucketRecord, Enqueued, Heartbeat, NewTransition, NodeRecord, ObjectName,
+    ObjectRecord, ObjectState, Policy, RepairLease, RepairOutcome, RepairRequest, RepairTask,
+    TransitionRecord,
 };
 use crate::store::{
-    check_new_object, enqueue_step, holds, is_free, lease_deadline, lease_lost, list_start,
-    relocated, EnqueueStep, ObjectPage, MAX_LIST_LIMIT,
+    check_new_object, check_new_transition, enqueue_step, holds, is_free, lease_deadline,
+    lease_lost, list_start, relocated, transitioned, EnqueueStep, ObjectPage, MAX_LIST_LIMIT,
 };
 use crate::{MetaError, MetaStore};
 
@@ -30,8 +31,10 @@ struct State {
     nodes: BTreeMap<u32, NodeRecord>,
     repairs: BTreeMap<u64, RepairTask>,
     repair_index: BTreeMap<(ObjectName, UnitId), u64>,
+    transitions: BTreeMap<ObjectKey, TransitionRecord>,
     next_generation: u64,
     next_repair_id: u64,
+    next_transition_id: u64,
 }
 
 /// The metadata store in memory; lost when dropped.
@@ -84,6 +87,21 @@ impl State {
                 self.repairs.insert(id, task);
                 self.repair_index.insert(index, id);
                 Ok(Enqueued::Queued)
+            }
+        }
+    }
+
+    /// Removes every queued repair of a parity unit of `object` (see `commit_transition`).
+    fn drop_parity_repairs(&mut self, object: &ObjectName) {
+        let doomed: Vec<(ObjectName, UnitId)> = self
+            .repair_index
+            .keys()
+            .filter(|(name, unit)| name == object && matches!(unit, UnitId::Parity { .. }))
+            .cloned()
+            .collect();
+        for entry in doomed {
+            if let Some(id) = self.repair_index.remove(&entry) {
+                self.repairs.remove(&id);
             }
         }
     }
@@ -164,6 +182,7 @@ impl MetaStore for MemStore {
             state: ObjectState::Writing,
             created_ms: now_ms,
             generation: state.next_generation,
+            parity_generation: 0,
         };
         state.writes.insert(key_of(bucket, key), record.clone());
         Ok(record)
@@ -189,6 +208,7 @@ impl MetaStore for MemStore {
         }
         let mut record = state.writes.remove(&name).expect("checked above");
         record.state = ObjectState::Committed;
+        state.transitions.remove(&name);
         let replaced = state.objects.insert(name, record.clone());
         Ok((record, replaced))
     }
@@ -241,10 +261,13 @@ impl MetaStore for MemStore {
         if !state.buckets.contains_key(bucket) {
             return Err(MetaError::NoSuchBucket { bucket: bucket.into() });
         }
-        state
+        let name = key_of(bucket, key);
+        let record = state
             .objects
-            .remove(&key_of(bucket, key))
-            .ok_or_else(|| MetaError::NoSuchKey { bucket: bucket.into(), key: key.into() })
+            .remove(&name)
+            .ok_or_else(|| MetaError::NoSuchKey { bucket: bucket.into(), key: key.into() })?;
+        state.transitions.remove(&name);
+        Ok(record)
     }
 
     fn record_heartbeat(
@@ -365,5 +388,89 @@ impl MetaStore for MemStore {
 
     fn repair_queue_len(&self) -> Result<usize, MetaError> {
         Ok(self.lock().repairs.len())
+    }
+
+    fn begin_transition(
+        &self,
+        plan: NewTransition,
+        now_ms: u64,
+    ) -> Result<(TransitionRecord, Option<TransitionRecord>), MetaError> {
+        let mut state = self.lock();
+        if !state.buckets.contains_key(&plan.bucket) {
+            return Err(MetaError::NoSuchBucket { bucket: plan.bucket });
+        }
+        let name = key_of(&plan.bucket, &plan.key);
+        check_new_transition(state.objects.get(&name), &plan)?;
+        state.next_transition_id += 1;
+        let record = TransitionRecord::new(plan, state.next_transition_id, now_ms);
+        let replaced = state.transitions.insert(name, record.clone());
+        Ok((record, replaced))
+    }
+
+    fn commit_transition(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: u64,
+    ) -> Result<(ObjectRecord, ObjectRecord), MetaError> {
+        let mut state = self.lock();
+        let name = key_of(bucket, key);
+        let new =
+            transitioned(state.objects.get(&name), state.transitions.get(&name), bucket, key, id)?;
+        state.transitions.remove(&name);
+        state.drop_parity_repairs(&ObjectName { bucket: bucket.into(), key: key.into() });
+        let old = state.objects.insert(name, new.clone()).expect("checked by transitioned");
+        Ok((new, old))
+    }
+
+    fn abort_transition(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: u64,
+    ) -> Result<TransitionRecord, MetaError> {
+        let mut state = self.lock();
+        let name = key_of(bucket, key);
+        match state.transitions.get(&name) {
+            Some(pending) if pending.id == id => {
+                Ok(state.transitions.remove(&name).expect("checked above"))
+            }
+            pending => Err(MetaError::NoSuchTransition {
+                bucket: bucket.into(),
+                key: key.into(),
+                id,
+                pending: pending.map(|t| t.id),
+            }),
+        }
+    }
+
+    fn get_transition(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<TransitionRecord>, MetaError> {
+        Ok(self.lock().transitions.get(&key_of(bucket, key)).cloned())
+    }
+
+    fn list_transitions(
+        &self,
+        after: Option<&ObjectName>,
+        limit: usize,
+    ) -> Result<Vec<TransitionRecord>, MetaError> {
+        let state = self.lock();
+        let lower = match after {
+            Some(name) => Bound::Excluded(key_of(&name.bucket, &name.key)),
+            None => Bound::Unbounded,
+        };
+        Ok(state
+            .transitions
+            .range((lower, Bound::Unbounded))
+            .take(limit.min(MAX_LIST_LIMIT))
+            .map(|(_, t)| t.clone())
+            .collect())
+    }
+
+    fn transition_count(&self) -> Result<usize, MetaError> {
+        Ok(self.lock().transitions.len())
     }
 }

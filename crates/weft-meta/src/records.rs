@@ -8,10 +8,17 @@
 //!   `x / k`, computed by `weft-layout`.
 //! - The placement of an object is stored compactly: a table of the distinct disks it uses
 //!   and, per unit, an index into that table.
+//! - An object's data units have unit generation 0 and its parity units `parity_generation`
+//!   (0 until a transition commits; then the transition's id, unique store-wide), so parity
+//!   written by a transition never shares a key with the parity it replaces.
+//! - Fields added after a record's first version have serde defaults that read old values
+//!   as before (and are left out when they hold the default), so the format stays version 1.
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use weft_layout::{DiskLocation, FailureDomain, Placement, StripedLayout, UnitId};
+use weft_layout::{
+    DiskLocation, FailureDomain, Placement, Relocation, StripedLayout, TransitionMode, UnitId,
+};
 
 use crate::MetaError;
 
@@ -55,6 +62,9 @@ pub struct ObjectRecord {
     pub created_ms: u64,
     /// Unique across the store and increasing: tells a write from the one that replaced it.
     pub generation: u64,
+    /// The unit generation of the parity units: 0 as written, the id of the last committed
+    /// transition after one (data units always have generation 0).
+    pub parity_generation: u64,
 }
 
 impl ObjectRecord {
@@ -176,6 +186,8 @@ pub enum Enqueued {
 }
 
 /// What completing a repair by relocation did.
+// Returned once per completed repair: boxing the record would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RepairOutcome {
     /// The unit now lives on the new disk; the updated object.
@@ -183,6 +195,64 @@ pub enum RepairOutcome {
     /// The object was deleted or replaced (another generation): the task was removed and
     /// nothing else changed.
     Stale,
+}
+
+/// A transition to begin: the plan meta computed for one committed object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTransition {
+    pub bucket: String,
+    pub key: String,
+    /// The generation of the committed object the plan was made for.
+    pub object_generation: u64,
+    pub mode: TransitionMode,
+    /// The object's layout when the plan was made.
+    pub old_layout: StripedLayout,
+    /// The placement after the transition as planned: the new layout, the data blocks where
+    /// they were (relocated ones at their destination), the new parity disks.
+    pub new_placement: Placement,
+    /// Data blocks to move, in block order.
+    pub relocations: Vec<Relocation>,
+}
+
+/// A transition in progress: at most one per object, stored until it is committed or
+/// aborted, replaced by a newer begin, or dropped with its object (overwrite or delete).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransitionRecord {
+    pub bucket: String,
+    pub key: String,
+    /// The generation of the committed object it transitions; a commit is refused unless the
+    /// object still has it.
+    pub object_generation: u64,
+    /// From a store-wide counter, never reused; the object's parity generation once committed.
+    pub id: u64,
+    pub mode: TransitionMode,
+    pub old_layout: StripedLayout,
+    /// As planned. A commit keeps the data disks of the object *at commit* (a repair may have
+    /// moved blocks since) with `relocations` applied, and takes the parity disks from here.
+    pub new_placement: Placement,
+    pub relocations: Vec<Relocation>,
+    pub created_ms: u64,
+}
+
+impl TransitionRecord {
+    pub fn new(plan: NewTransition, id: u64, created_ms: u64) -> TransitionRecord {
+        TransitionRecord {
+            bucket: plan.bucket,
+            key: plan.key,
+            object_generation: plan.object_generation,
+            id,
+            mode: plan.mode,
+            old_layout: plan.old_layout,
+            new_placement: plan.new_placement,
+            relocations: plan.relocations,
+            created_ms,
+        }
+    }
+
+    /// The new layout.
+    pub fn new_layout(&self) -> &StripedLayout {
+        self.new_placement.layout()
+    }
 }
 
 #[derive(Serialize)]
@@ -244,6 +314,13 @@ pub(crate) struct StoredObject {
     state: ObjectState,
     created_ms: u64,
     generation: u64,
+    /// Absent in objects stored before transitions existed, and whenever it is 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    parity_generation: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 impl StoredObject {
@@ -277,6 +354,7 @@ impl StoredObject {
             state: record.state,
             created_ms: record.created_ms,
             generation: record.generation,
+            parity_generation: record.parity_generation,
         }
     }
 
@@ -314,6 +392,7 @@ impl StoredObject {
             state: self.state,
             created_ms: self.created_ms,
             generation: self.generation,
+            parity_generation: self.parity_generation,
         })
     }
 }
@@ -376,5 +455,26 @@ mod tests {
         let bytes = encode(&racked);
         assert!(String::from_utf8_lossy(&bytes).contains(r#""rack":1"#));
         assert_eq!(decode::<NodeRecord>("nodes", &|| "3".into(), &bytes).unwrap(), racked);
+    }
+
+    #[test]
+    fn objects_stored_before_transitions_read_parity_generation_0() {
+        let old = concat!(
+            r#"{"v":1,"r":{"layout":{"code":"rs(2,1)","stripe_width":2,"cell_bytes":4,"#,
+            r#""block_bytes":4},"size":8,"level":"Node","seed":7,"disks":[{"rack":1,"node":1,"#,
+            r#""disk":0},{"rack":2,"node":2,"disk":0},{"rack":3,"node":3,"disk":0}],"#,
+            r#""data":[0,1],"parity":[2],"state":"Committed","created_ms":5,"generation":4}}"#
+        )
+        .as_bytes();
+        let stored: StoredObject = decode("objects", &|| "b/k".into(), old).unwrap();
+        let record = stored.into_record("b", "k").unwrap();
+        assert_eq!((record.generation, record.parity_generation), (4, 0));
+        // Untransitioned objects keep the old stored shape; transitioned ones add the field.
+        assert_eq!(encode(&StoredObject::from_record(&record)), old.to_vec());
+        let moved = ObjectRecord { parity_generation: 9, ..record };
+        let bytes = encode(&StoredObject::from_record(&moved));
+        assert!(String::from_utf8_lossy(&bytes).contains(r#""parity_generation":9"#));
+        let back: StoredObject = decode("objects", &|| "b/k".into(), &bytes).unwrap();
+        assert_eq!(back.into_record("b", "k").unwrap(), moved);
     }
 }

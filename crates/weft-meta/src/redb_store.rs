@@ -7,7 +7,9 @@
 //! - Write transactions commit with redb's default durability (fsync before returning), so a
 //!   returned `Ok` survives a crash.
 //! - The database carries `meta.schema_version`; a database of another version is refused
-//!   at open, and every value carries its own format version (see `records`).
+//!   at open — except version 1, which differs only by the missing `transitions` table and
+//!   is upgraded in place at open (no value is rewritten) — and every value carries its own
+//!   format version (see `records`).
 //! - Table layout and encodings are described in docs/meta-schema.md; change both together.
 
 use std::ops::Bound;
@@ -17,13 +19,13 @@ use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 use weft_layout::{DiskLocation, Placement};
 
 use crate::records::{
-    check_bucket_name, decode, encode, unit_name, BucketRecord, Enqueued, Heartbeat, NodeRecord,
-    ObjectRecord, ObjectState, Policy, RepairLease, RepairOutcome, RepairRequest, RepairTask,
-    StoredObject, FORMAT_VERSION,
+    check_bucket_name, decode, encode, unit_name, BucketRecord, Enqueued, Heartbeat, NewTransition,
+    NodeRecord, ObjectName, ObjectRecord, ObjectState, Policy, RepairLease, RepairOutcome,
+    RepairRequest, RepairTask, StoredObject, TransitionRecord, FORMAT_VERSION,
 };
 use crate::store::{
-    check_new_object, enqueue_step, holds, is_free, lease_deadline, lease_lost, list_start,
-    relocated, EnqueueStep, ObjectPage, MAX_LIST_LIMIT,
+    check_new_object, check_new_transition, enqueue_step, holds, is_free, lease_deadline,
+    lease_lost, list_start, relocated, transitioned, EnqueueStep, ObjectPage, MAX_LIST_LIMIT,
 };
 use crate::{MetaError, MetaStore};
 
@@ -34,14 +36,21 @@ pub(crate) const NODES: TableDefinition<u32, &[u8]> = TableDefinition::new("node
 pub(crate) const REPAIRS: TableDefinition<u64, &[u8]> = TableDefinition::new("repairs");
 pub(crate) const REPAIR_INDEX: TableDefinition<(&str, &str, &str), u64> =
     TableDefinition::new("repair_index");
+pub(crate) const TRANSITIONS: TableDefinition<(&str, &str), &[u8]> =
+    TableDefinition::new("transitions");
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
-/// Version of the set of tables and their keys.
-pub const SCHEMA_VERSION: u64 = 1;
+/// Version of the set of tables and their keys: 2 added `transitions` (and objects'
+/// `parity_generation`, which an older build would ignore, hence the new version).
+pub const SCHEMA_VERSION: u64 = 2;
+
+/// The schema version upgraded in place at open: it lacks only the `transitions` table.
+const UPGRADED_SCHEMA_VERSION: u64 = 1;
 
 const SCHEMA_VERSION_KEY: &str = "schema_version";
 const NEXT_GENERATION_KEY: &str = "next_generation";
 const NEXT_REPAIR_ID_KEY: &str = "next_repair_id";
+const NEXT_TRANSITION_ID_KEY: &str = "next_transition_id";
 
 fn store<E: std::fmt::Display>(e: E) -> MetaError {
     MetaError::Store { reason: e.to_string() }
@@ -65,6 +74,43 @@ fn decode_object(bucket: &str, key: &str, bytes: &[u8]) -> Result<ObjectRecord, 
 
 fn decode_task(id: u64, bytes: &[u8]) -> Result<RepairTask, MetaError> {
     decode("repairs", &|| id.to_string(), bytes)
+}
+
+fn decode_transition(bucket: &str, key: &str, bytes: &[u8]) -> Result<TransitionRecord, MetaError> {
+    decode("transitions", &|| format!("{bucket}/{key}"), bytes)
+}
+
+/// The pending transition of (bucket, key), if any.
+fn read_transition(
+    transitions: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
+    bucket: &str,
+    key: &str,
+) -> Result<Option<TransitionRecord>, MetaError> {
+    match transitions.get((bucket, key)).map_err(store)? {
+        Some(bytes) => Ok(Some(decode_transition(bucket, key, bytes.value())?)),
+        None => Ok(None),
+    }
+}
+
+/// Removes every queued repair of a parity unit of (bucket, key): their index entries are
+/// `p…` names, contiguous in `repair_index`.
+fn drop_parity_repairs(
+    txn: &redb::WriteTransaction,
+    bucket: &str,
+    key: &str,
+) -> Result<(), MetaError> {
+    let mut index = txn.open_table(REPAIR_INDEX).map_err(store)?;
+    let mut repairs = txn.open_table(REPAIRS).map_err(store)?;
+    let mut doomed: Vec<(String, u64)> = Vec::new();
+    for entry in index.range((bucket, key, "p")..(bucket, key, "q")).map_err(store)? {
+        let (name, id) = entry.map_err(store)?;
+        doomed.push((name.value().2.to_string(), id.value()));
+    }
+    for (unit, id) in doomed {
+        index.remove((bucket, key, unit.as_str())).map_err(store)?;
+        repairs.remove(id).map_err(store)?;
+    }
+    Ok(())
 }
 
 /// Whether any key of `table` belongs to `bucket`.
@@ -181,10 +227,12 @@ impl RedbStore {
             txn.open_table(NODES).map_err(store)?;
             txn.open_table(REPAIRS).map_err(store)?;
             txn.open_table(REPAIR_INDEX).map_err(store)?;
+            txn.open_table(TRANSITIONS).map_err(store)?;
             let mut meta = txn.open_table(META).map_err(store)?;
             let found = meta.get(SCHEMA_VERSION_KEY).map_err(store)?.map(|v| v.value());
             match found {
-                None => {
+                // New, or a version-1 file now that its `transitions` table exists.
+                None | Some(UPGRADED_SCHEMA_VERSION) => {
                     meta.insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION).map_err(store)?;
                 }
                 Some(SCHEMA_VERSION) => {}
@@ -299,6 +347,7 @@ impl MetaStore for RedbStore {
                 state: ObjectState::Writing,
                 created_ms: now_ms,
                 generation,
+                parity_generation: 0,
             };
             let mut writes = txn.open_table(WRITES).map_err(store)?;
             let bytes = encode(&StoredObject::from_record(&record));
@@ -335,6 +384,7 @@ impl MetaStore for RedbStore {
                 Some(old) => Some(decode_object(bucket, key, old.value())?),
                 None => None,
             };
+            txn.open_table(TRANSITIONS).map_err(store)?.remove((bucket, key)).map_err(store)?;
         }
         txn.commit().map_err(store)?;
         Ok((record, replaced))
@@ -405,6 +455,7 @@ impl MetaStore for RedbStore {
                     return Err(MetaError::NoSuchKey { bucket: bucket.into(), key: key.into() })
                 }
             };
+            txn.open_table(TRANSITIONS).map_err(store)?.remove((bucket, key)).map_err(store)?;
         }
         txn.commit().map_err(store)?;
         Ok(record)
@@ -588,10 +639,133 @@ impl MetaStore for RedbStore {
         let len = repairs.len().map_err(store)?;
         Ok(usize::try_from(len).expect("queue length fits in memory"))
     }
+
+    fn begin_transition(
+        &self,
+        plan: NewTransition,
+        now_ms: u64,
+    ) -> Result<(TransitionRecord, Option<TransitionRecord>), MetaError> {
+        let txn = self.db.begin_write().map_err(store)?;
+        let (record, replaced);
+        {
+            let buckets = txn.open_table(BUCKETS).map_err(store)?;
+            if buckets.get(plan.bucket.as_str()).map_err(store)?.is_none() {
+                return Err(MetaError::NoSuchBucket { bucket: plan.bucket });
+            }
+            let objects = txn.open_table(OBJECTS).map_err(store)?;
+            let committed = read_object(&objects, &plan.bucket, &plan.key)?;
+            check_new_transition(committed.as_ref(), &plan)?;
+            let mut meta = txn.open_table(META).map_err(store)?;
+            let id = next_counter(&mut meta, NEXT_TRANSITION_ID_KEY)?;
+            record = TransitionRecord::new(plan, id, now_ms);
+            let (bucket, key) = (record.bucket.as_str(), record.key.as_str());
+            let mut transitions = txn.open_table(TRANSITIONS).map_err(store)?;
+            replaced = match transitions
+                .insert((bucket, key), encode(&record).as_slice())
+                .map_err(store)?
+            {
+                Some(old) => Some(decode_transition(bucket, key, old.value())?),
+                None => None,
+            };
+        }
+        txn.commit().map_err(store)?;
+        Ok((record, replaced))
+    }
+
+    fn commit_transition(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: u64,
+    ) -> Result<(ObjectRecord, ObjectRecord), MetaError> {
+        let txn = self.db.begin_write().map_err(store)?;
+        let (new, old);
+        {
+            let mut objects = txn.open_table(OBJECTS).map_err(store)?;
+            let mut transitions = txn.open_table(TRANSITIONS).map_err(store)?;
+            let committed = read_object(&objects, bucket, key)?;
+            let pending = read_transition(&transitions, bucket, key)?;
+            new = transitioned(committed.as_ref(), pending.as_ref(), bucket, key, id)?;
+            old = committed.expect("checked by transitioned");
+            let bytes = encode(&StoredObject::from_record(&new));
+            objects.insert((bucket, key), bytes.as_slice()).map_err(store)?;
+            transitions.remove((bucket, key)).map_err(store)?;
+        }
+        drop_parity_repairs(&txn, bucket, key)?;
+        txn.commit().map_err(store)?;
+        Ok((new, old))
+    }
+
+    fn abort_transition(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: u64,
+    ) -> Result<TransitionRecord, MetaError> {
+        let txn = self.db.begin_write().map_err(store)?;
+        let record;
+        {
+            let mut transitions = txn.open_table(TRANSITIONS).map_err(store)?;
+            record = match read_transition(&transitions, bucket, key)? {
+                Some(pending) if pending.id == id => pending,
+                pending => {
+                    return Err(MetaError::NoSuchTransition {
+                        bucket: bucket.into(),
+                        key: key.into(),
+                        id,
+                        pending: pending.map(|t| t.id),
+                    })
+                }
+            };
+            transitions.remove((bucket, key)).map_err(store)?;
+        }
+        txn.commit().map_err(store)?;
+        Ok(record)
+    }
+
+    fn get_transition(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<TransitionRecord>, MetaError> {
+        let txn = self.db.begin_read().map_err(store)?;
+        let transitions = txn.open_table(TRANSITIONS).map_err(store)?;
+        read_transition(&transitions, bucket, key)
+    }
+
+    fn list_transitions(
+        &self,
+        after: Option<&ObjectName>,
+        limit: usize,
+    ) -> Result<Vec<TransitionRecord>, MetaError> {
+        let txn = self.db.begin_read().map_err(store)?;
+        let transitions = txn.open_table(TRANSITIONS).map_err(store)?;
+        let lower = match after {
+            Some(name) => Bound::Excluded((name.bucket.as_str(), name.key.as_str())),
+            None => Bound::Unbounded,
+        };
+        let mut out = Vec::new();
+        for entry in transitions.range::<(&str, &str)>((lower, Bound::Unbounded)).map_err(store)? {
+            if out.len() == limit.min(MAX_LIST_LIMIT) {
+                break;
+            }
+            let (name, bytes) = entry.map_err(store)?;
+            let (bucket, key) = name.value();
+            out.push(decode_transition(bucket, key, bytes.value())?);
+        }
+        Ok(out)
+    }
+
+    fn transition_count(&self) -> Result<usize, MetaError> {
+        let txn = self.db.begin_read().map_err(store)?;
+        let transitions = txn.open_table(TRANSITIONS).map_err(store)?;
+        let len = transitions.len().map_err(store)?;
+        Ok(usize::try_from(len).expect("transition count fits in memory"))
+    }
 }
 
 // Keeps the format version visible next to the schema version for readers of this file.
-const _: () = assert!(FORMAT_VERSION == 1 && SCHEMA_VERSION == 1);
+const _: () = assert!(FORMAT_VERSION == 1 && SCHEMA_VERSION == 2);
 
 #[cfg(test)]
 mod tests {
@@ -639,5 +813,31 @@ mod tests {
         drop(store);
         let refused = RedbStore::open(&path).unwrap_err();
         assert!(matches!(refused, MetaError::UnsupportedVersion { found: 9, .. }), "{refused}");
+    }
+
+    #[test]
+    fn a_version_1_database_is_upgraded_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.redb");
+        let store = RedbStore::open(&path).unwrap();
+        let policy = weft_layout::StripedLayout {
+            code: "rs(2,1)".parse().unwrap(),
+            stripe_width: 2,
+            cell_bytes: 1 << 20,
+            block_bytes: 1 << 20,
+        };
+        store.create_bucket("old", policy, 1).unwrap();
+        // What a version-1 build left: no transitions table, schema version 1.
+        let txn = store.db.begin_write().unwrap();
+        assert!(txn.delete_table(TRANSITIONS).unwrap());
+        txn.open_table(META).unwrap().insert(SCHEMA_VERSION_KEY, 1).unwrap();
+        txn.commit().unwrap();
+        drop(store);
+        let store = RedbStore::open(&path).unwrap();
+        let txn = store.db.begin_read().unwrap();
+        let version = txn.open_table(META).unwrap().get(SCHEMA_VERSION_KEY).unwrap().unwrap();
+        assert_eq!(version.value(), SCHEMA_VERSION);
+        assert_eq!(store.transition_count(), Ok(0));
+        assert_eq!(store.list_buckets().unwrap().len(), 1, "nothing else changed");
     }
 }

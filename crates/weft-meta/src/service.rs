@@ -1,6 +1,7 @@
 //! The meta HTTP service: node membership (heartbeats, up/down), cluster status, buckets,
-//! objects (in `objects.rs`) and repairs (detector and executor routes, in `repairs.rs`),
-//! over one [`RedbStore`]. Routes, statuses and error bodies: docs/meta-api.md.
+//! objects (in `objects.rs`), repairs (detector and executor routes, in `repairs.rs`) and
+//! transitions (regroup plans, commit and abort, in `transitions.rs`), over one
+//! [`RedbStore`]. Routes, statuses and error bodies: docs/meta-api.md.
 //!
 //! Invariants:
 //! - The store is opened once, at [`bind`]; a second meta on the same directory fails there
@@ -43,6 +44,7 @@ pub use weft_layout::FailureDomain;
 
 mod objects;
 mod repairs;
+mod transitions;
 
 pub use repairs::{
     RepairConfig, DEFAULT_FULL_RESCAN_MS, DEFAULT_REPAIR_SCAN_MS, LISTED_TASKS,
@@ -270,6 +272,10 @@ fn router(meta: Shared) -> Router {
         .route("/v1/repairs/take", post(repairs::take))
         .route("/v1/repairs/{task_id}/complete", post(repairs::complete))
         .route("/v1/repairs/{task_id}/fail", post(repairs::fail))
+        .route("/v1/transitions", get(transitions::list).post(transitions::begin))
+        .route("/v1/transitions/commit", post(transitions::commit))
+        .route("/v1/transitions/abort", post(transitions::abort))
+        .route("/v1/transitions/{bucket}/{*key}", get(transitions::get))
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(meta)
@@ -311,12 +317,22 @@ impl From<MetaError> for ApiError {
             MetaError::NoSuchUnit { .. } => (StatusCode::BAD_REQUEST, "invalid_unit"),
             MetaError::LeaseLost { .. } => (StatusCode::CONFLICT, "lease_lost"),
             MetaError::PlacementRefused { .. } => (StatusCode::CONFLICT, "placement_refused"),
+            MetaError::NoSuchTransition { .. } => (StatusCode::NOT_FOUND, "no_such_transition"),
+            MetaError::TransitionConflict { .. } => (StatusCode::CONFLICT, "transition_conflict"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "store"),
         };
         if status.is_server_error() {
             tracing::error!(%message, "meta store failed");
         }
-        ApiError::new(status, code, message)
+        let mut api = ApiError::new(status, code, message);
+        match &error {
+            MetaError::NoSuchTransition { pending, .. } => api.body["pending"] = json!(pending),
+            MetaError::TransitionConflict { conflict, .. } => {
+                api.body["reason"] = json!(conflict.code());
+            }
+            _ => {}
+        }
+        api
     }
 }
 

@@ -17,12 +17,23 @@
 //!   and an executor whose lease expired can neither complete nor fail the next one's work.
 //! - Completing a repair by relocation checks the lease, the generation and the placement
 //!   rules, moves the unit and removes the task in one transaction.
+//! - An object has at most one transition pending; overwriting or deleting the object drops
+//!   it in the same transaction. Transition ids come from a store-wide counter that never
+//!   goes back, and become the object's parity generation on commit.
+//! - Committing a transition checks the object's generation and that the transition is the
+//!   pending one, builds the new placement from the object's data disks *at commit* with the
+//!   planned relocations applied (each checked against its planned origin) and the planned
+//!   parity disks, checks the placement rules, stores the object with the new layout and
+//!   parity generation, removes the transition and the object's queued parity repairs (they
+//!   name units of the old parity) — all in one transaction, or nothing.
 
-use weft_layout::{DiskLocation, LayoutError, Placement};
+use weft_layout::{DiskLocation, LayoutError, Placement, UnitId};
 
+use crate::error::TransitionConflict;
 use crate::records::{
-    check_bucket_name, check_key, BucketRecord, Enqueued, Heartbeat, NodeRecord, ObjectRecord,
-    Policy, RepairKind, RepairLease, RepairOutcome, RepairRequest, RepairTask,
+    check_bucket_name, check_key, BucketRecord, Enqueued, Heartbeat, NewTransition, NodeRecord,
+    ObjectName, ObjectRecord, Policy, RepairKind, RepairLease, RepairOutcome, RepairRequest,
+    RepairTask, TransitionRecord,
 };
 use crate::MetaError;
 
@@ -145,6 +156,187 @@ pub trait MetaStore: Send + Sync {
     ) -> Result<Vec<(u64, RepairTask)>, MetaError>;
     /// Tasks queued, leased or not.
     fn repair_queue_len(&self) -> Result<usize, MetaError>;
+
+    /// Records the transition `plan` of a committed object under a fresh id. Refused
+    /// ([`MetaError::NoSuchKey`] / [`MetaError::NoSuchBucket`], or
+    /// [`TransitionConflict::ObjectReplaced`] with id 0) unless the object is committed with
+    /// `plan.object_generation`; [`MetaError::InvalidRecord`] when the plan does not fit the
+    /// object (another layout or size, striping changed, a placement rule broken, a
+    /// relocation not from the block's current disk). Replaces the object's pending
+    /// transition, which it returns (its units are the caller's to delete).
+    fn begin_transition(
+        &self,
+        plan: NewTransition,
+        now_ms: u64,
+    ) -> Result<(TransitionRecord, Option<TransitionRecord>), MetaError>;
+    /// Commits the pending transition `id` of (bucket, key) as the store invariants say;
+    /// returns the object after and before. Refused with [`MetaError::TransitionConflict`]
+    /// (changing nothing) when the object is gone or replaced, the transition is not the
+    /// pending one, a relocated block is no longer on its planned origin, or the new
+    /// placement breaks a rule. The transition stays pending after a relocation or placement
+    /// conflict (abort it).
+    fn commit_transition(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: u64,
+    ) -> Result<(ObjectRecord, ObjectRecord), MetaError>;
+    /// Removes the pending transition `id` of (bucket, key) and returns it;
+    /// [`MetaError::NoSuchTransition`] when it is not the pending one.
+    fn abort_transition(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: u64,
+    ) -> Result<TransitionRecord, MetaError>;
+    /// The pending transition of (bucket, key), if any.
+    fn get_transition(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<TransitionRecord>, MetaError>;
+    /// Pending transitions whose (bucket, key) sorts after `after`, in that order, at most
+    /// `min(limit, MAX_LIST_LIMIT)` of them.
+    fn list_transitions(
+        &self,
+        after: Option<&ObjectName>,
+        limit: usize,
+    ) -> Result<Vec<TransitionRecord>, MetaError>;
+    /// Transitions pending.
+    fn transition_count(&self) -> Result<usize, MetaError>;
+}
+
+/// Checks a transition plan against the committed object (see `begin_transition`).
+pub(crate) fn check_new_transition(
+    committed: Option<&ObjectRecord>,
+    plan: &NewTransition,
+) -> Result<(), MetaError> {
+    let (bucket, key) = (plan.bucket.as_str(), plan.key.as_str());
+    let Some(object) = committed else {
+        return Err(MetaError::NoSuchKey { bucket: bucket.into(), key: key.into() });
+    };
+    if object.generation != plan.object_generation {
+        return Err(MetaError::TransitionConflict {
+            bucket: bucket.into(),
+            key: key.into(),
+            id: 0,
+            conflict: TransitionConflict::ObjectReplaced {
+                planned: plan.object_generation,
+                current: object.generation,
+            },
+        });
+    }
+    let invalid = |reason: String| MetaError::InvalidRecord {
+        bucket: bucket.into(),
+        key: key.into(),
+        reason: format!("transition plan: {reason}"),
+    };
+    let (old, new) = (object.layout(), plan.new_placement.layout());
+    if plan.old_layout != *old {
+        return Err(invalid(format!(
+            "planned from layout {} but the object now has {}; plan again",
+            plan.old_layout.code, old.code
+        )));
+    }
+    if (old.stripe_width, old.cell_bytes, old.block_bytes)
+        != (new.stripe_width, new.cell_bytes, new.block_bytes)
+    {
+        return Err(invalid("a regroup keeps the striping; restripe instead".into()));
+    }
+    let placement = &plan.new_placement;
+    if placement.object_size() != object.size()
+        || placement.failure_domain() != object.placement.failure_domain()
+    {
+        return Err(invalid("the new placement is for another size or failure domain".into()));
+    }
+    new.validate().map_err(|e| invalid(e.to_string()))?;
+    placement.verify().map_err(|e| invalid(e.to_string()))?;
+    for relocation in &plan.relocations {
+        let unit = UnitId::Data(relocation.block);
+        if object.placement.disk_of(unit) != Some(relocation.from)
+            || placement.disk_of(unit) != Some(relocation.to)
+        {
+            return Err(invalid(format!(
+                "the relocation of d{} is not from its current disk to its planned one",
+                relocation.block
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The object after committing transition `id`, or why not (see `commit_transition`).
+pub(crate) fn transitioned(
+    committed: Option<&ObjectRecord>,
+    pending: Option<&TransitionRecord>,
+    bucket: &str,
+    key: &str,
+    id: u64,
+) -> Result<ObjectRecord, MetaError> {
+    let conflict = |conflict: TransitionConflict| MetaError::TransitionConflict {
+        bucket: bucket.into(),
+        key: key.into(),
+        id,
+        conflict,
+    };
+    let Some(object) = committed else {
+        return Err(conflict(TransitionConflict::ObjectGone));
+    };
+    if object.parity_generation == id {
+        return Err(conflict(TransitionConflict::AlreadyCommitted));
+    }
+    let transition = match pending {
+        Some(t) if t.id == id => t,
+        Some(t) if t.id > id => {
+            return Err(conflict(TransitionConflict::Superseded { current: t.id }))
+        }
+        _ => return Err(conflict(TransitionConflict::NotPending)),
+    };
+    if transition.object_generation != object.generation {
+        return Err(conflict(TransitionConflict::ObjectReplaced {
+            planned: transition.object_generation,
+            current: object.generation,
+        }));
+    }
+    let current = &object.placement;
+    let mut data: Vec<DiskLocation> = current
+        .units()
+        .into_iter()
+        .filter(|(unit, _)| matches!(unit, UnitId::Data(_)))
+        .map(|(_, disk)| disk)
+        .collect();
+    for relocation in &transition.relocations {
+        let Some(now) = data.get_mut(relocation.block) else {
+            return Err(conflict(TransitionConflict::Placement {
+                reason: format!("the object has no block d{}", relocation.block),
+            }));
+        };
+        if *now != relocation.from {
+            return Err(conflict(TransitionConflict::Relocation {
+                block: u32::try_from(relocation.block).expect("blocks of a placement fit in u32"),
+                planned_from: relocation.from,
+                current: *now,
+            }));
+        }
+        *now = relocation.to;
+    }
+    let parity: Vec<DiskLocation> = transition
+        .new_placement
+        .units()
+        .into_iter()
+        .filter(|(unit, _)| matches!(unit, UnitId::Parity { .. }))
+        .map(|(_, disk)| disk)
+        .collect();
+    let placement = Placement::from_parts(
+        *transition.new_layout(),
+        current.object_size(),
+        current.failure_domain(),
+        current.seed(),
+        data,
+        parity,
+    )
+    .map_err(|e| conflict(TransitionConflict::Placement { reason: e.to_string() }))?;
+    Ok(ObjectRecord { placement, parity_generation: id, ..object.clone() })
 }
 
 /// What an enqueue does to the queue, decided from the committed object and the task already

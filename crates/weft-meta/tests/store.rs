@@ -3,10 +3,13 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use weft_codes::CodeSpec;
-use weft_layout::{place, DiskLocation, FailureDomain, Placement, StripedLayout, Topology, UnitId};
+use weft_layout::{
+    place, plan_regroup, DiskLocation, FailureDomain, Placement, StripedLayout, Topology,
+    TransitionMode, UnitId,
+};
 use weft_meta::{
-    metadata_bytes, DiskReport, Enqueued, Heartbeat, MemStore, MetaError, MetaStore, ObjectName,
-    ObjectRecord, RedbStore, RepairKind, RepairOutcome, RepairRequest,
+    metadata_bytes, DiskReport, Enqueued, Heartbeat, MemStore, MetaError, MetaStore, NewTransition,
+    ObjectName, ObjectRecord, RedbStore, RepairKind, RepairOutcome, RepairRequest,
 };
 
 const MIB: u64 = 1 << 20;
@@ -91,14 +94,16 @@ fn model_based_random_operations() {
     let mut generations: Vec<(usize, usize, u64)> = Vec::new();
     let mut leases = Vec::new();
     let mut relocations = 0;
-    for step in 0..600 {
+    let mut transitions: Vec<(usize, usize, u64)> = Vec::new();
+    let mut transitioned = 0;
+    for step in 0..2500 {
         now_ms += rng.gen_range(0..50);
         let b = rng.gen_range(0..buckets.len());
         let k = rng.gen_range(0..keys.len());
         let (bucket, key) = (buckets[b], keys[k]);
         let store = real.as_ref().unwrap();
         let context = format!("seed {seed:#x} step {step}");
-        match rng.gen_range(0..16) {
+        match rng.gen_range(0..21) {
             0 => assert_eq!(
                 store.create_bucket(bucket, layout("rs(2,1)", MIB), now_ms),
                 model.create_bucket(bucket, layout("rs(2,1)", MIB), now_ms),
@@ -225,10 +230,19 @@ fn model_based_random_operations() {
                         "{context}"
                     ),
                     1 => {
-                        let disk = DiskLocation {
+                        let random = DiskLocation {
                             rack: 0,
                             node: rng.gen_range(0..8),
                             disk: rng.gen_range(0..2),
+                        };
+                        // Mostly where a repair would go (the object may have changed since).
+                        let (object, unit) = (&lease.task.object, lease.task.unit);
+                        let disk = match model.get_object(&object.bucket, &object.key) {
+                            Ok(o) if rng.gen_bool(0.7) => o
+                                .placement
+                                .replacement_for(&topology(6, 2), unit, &[])
+                                .unwrap_or(random),
+                            _ => random,
                         };
                         let got = store.relocate_repaired(&lease, disk);
                         assert_eq!(got, model.relocate_repaired(&lease, disk), "{context}");
@@ -241,6 +255,62 @@ fn model_based_random_operations() {
                     ),
                 }
             }
+            15..=17 => {
+                // Regroup the committed object to another code of the same striping.
+                let Ok(object) = model.get_object(bucket, key) else { continue };
+                let code = ["rs(3,1)", "rs(4,2)", "rs(2,1)", "rs(2,2)"][rng.gen_range(0..4)];
+                let Ok(plan) = plan_regroup(&object.placement, &layout(code, MIB), &topology(6, 2))
+                else {
+                    continue;
+                };
+                let new = NewTransition {
+                    bucket: bucket.into(),
+                    key: key.into(),
+                    object_generation: object.generation,
+                    mode: TransitionMode::Regroup,
+                    old_layout: *object.layout(),
+                    new_placement: plan.new,
+                    relocations: plan.relocations,
+                };
+                let got = store.begin_transition(new.clone(), now_ms);
+                assert_eq!(got, model.begin_transition(new, now_ms), "{context}");
+                if let Ok((record, _)) = got {
+                    transitions.push((b, k, record.id));
+                }
+            }
+            18 => {
+                let (b, k, id) = match transitions.len() {
+                    0 => (b, k, 1),
+                    n => transitions[rng.gen_range(0..n)],
+                };
+                let (bucket, key) = (buckets[b], keys[k]);
+                let got = store.commit_transition(bucket, key, id);
+                assert_eq!(got, model.commit_transition(bucket, key, id), "{context}");
+                transitioned += usize::from(got.is_ok());
+            }
+            19 => {
+                let (b, k, id) = match transitions.len() {
+                    0 => (b, k, 1),
+                    n => transitions[rng.gen_range(0..n)],
+                };
+                let (bucket, key) = (buckets[b], keys[k]);
+                if rng.gen_bool(0.5) {
+                    let got = store.abort_transition(bucket, key, id);
+                    assert_eq!(got, model.abort_transition(bucket, key, id), "{context}");
+                }
+                assert_eq!(
+                    store.get_transition(bucket, key),
+                    model.get_transition(bucket, key),
+                    "{context}"
+                );
+                let after = ObjectName { bucket: bucket.into(), key: key.into() };
+                let after = rng.gen_bool(0.5).then_some(&after);
+                assert_eq!(
+                    store.list_transitions(after, 3),
+                    model.list_transitions(after, 3),
+                    "{context}"
+                );
+            }
             _ => {
                 // Restart: everything committed must survive closing and reopening the file.
                 drop(real.take());
@@ -249,6 +319,7 @@ fn model_based_random_operations() {
         }
         let store = real.as_ref().unwrap();
         assert_eq!(store.repair_queue_len(), model.repair_queue_len(), "{context}");
+        assert_eq!(store.transition_count(), model.transition_count(), "{context}");
         if let Some((id, _)) = model.list_repairs(None, 1).unwrap().first() {
             assert_eq!(store.get_repair(*id), model.get_repair(*id), "{context}");
         }
@@ -262,6 +333,7 @@ fn model_based_random_operations() {
         .sum();
     assert!(listed > 0, "no object was ever committed");
     assert!(relocations > 0, "no repair was ever completed by relocation");
+    assert!(transitions.len() > 10 && transitioned > 3, "{transitions:?}, {transitioned}");
 }
 
 #[test]

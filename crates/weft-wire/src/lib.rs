@@ -1,5 +1,6 @@
 //! Messages weft's daemons exchange, defined once so that both ends of a wire agree by
-//! construction: node → meta heartbeats, and the repair executor ↔ meta messages ([`repair`]).
+//! construction: node → meta heartbeats, the repair executor ↔ meta messages ([`repair`])
+//! and the transition executor ↔ meta messages ([`transition`]).
 //!
 //! Invariants: these types are plain data with serde derives and no behaviour; their JSON field
 //! names and order are the documented contract (docs/node-api.md, docs/meta-api.md), so a
@@ -8,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 pub mod repair;
+pub mod transition;
 
 /// One heartbeat, node → meta: `POST {meta}/v1/heartbeat` with
 /// `{"node_id":u32,"endpoint":"http://ip:port","pid":u32,"disks":[DiskReport…]}` and, when the

@@ -7,7 +7,8 @@
 //!   (`NodeRecord::rack_id`), and the failure domain is meta's configured level.
 //! - The object id of a write is its generation widened to u128 (generations are unique
 //!   store-wide and never reused), so unit keys of two writes never collide. Unit keys are
-//!   `UnitKey::{data,parity}(object_id, …, generation 0)`.
+//!   `UnitKey::data(object_id, block, 0)` and `UnitKey::parity(object_id, group, index,
+//!   parity_generation)` (0 until a transition commits, then its id: see `unit_key`).
 //! - Every store call runs on a blocking task (see `blocking`).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -49,7 +50,13 @@ fn seed_of(bucket: &str, key: &str, now_ms: u64) -> u64 {
     hash
 }
 
-fn unit_key(object: u128, unit: UnitId) -> Result<UnitKey, ApiError> {
+/// The key of `unit` of the object of id `object` whose parity units have unit generation
+/// `parity_generation` (data units always have generation 0).
+pub(crate) fn unit_key(
+    object: u128,
+    unit: UnitId,
+    parity_generation: u64,
+) -> Result<UnitKey, ApiError> {
     let too_big =
         || ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "unit index out of range");
     Ok(match unit {
@@ -58,8 +65,31 @@ fn unit_key(object: u128, unit: UnitId) -> Result<UnitKey, ApiError> {
             object,
             u32::try_from(group).map_err(|_| too_big())?,
             u16::try_from(index).map_err(|_| too_big())?,
-            0,
+            parity_generation,
         ),
+    })
+}
+
+/// The key of `unit` of `record` (see [`unit_key`]).
+pub(crate) fn record_unit_key(record: &ObjectRecord, unit: UnitId) -> Result<UnitKey, ApiError> {
+    unit_key(object_id(record.generation), unit, record.parity_generation)
+}
+
+/// `{"unit","node_id","endpoint","disk","unit_key","len"}` of one unit on `disk`.
+pub(crate) fn unit_json(
+    nodes: &BTreeMap<u32, &NodeRecord>,
+    unit: UnitId,
+    disk: DiskLocation,
+    key: UnitKey,
+    len: u64,
+) -> Value {
+    json!({
+        "unit": unit_name(unit),
+        "node_id": disk.node,
+        "endpoint": nodes.get(&disk.node).map(|n| n.endpoint.clone()),
+        "disk": disk.disk,
+        "unit_key": key.to_string(),
+        "len": len,
     })
 }
 
@@ -72,22 +102,15 @@ pub(crate) fn units_json(
     let by_id: BTreeMap<u32, &NodeRecord> = nodes.iter().map(|n| (n.node_id, n)).collect();
     let layout = record.layout();
     let size = record.size();
-    let object = object_id(record.generation);
     record
         .placement
         .units()
         .into_iter()
         .map(|(unit, disk)| {
-            let node = by_id.get(&disk.node);
-            let mut value = json!({
-                "unit": unit_name(unit),
-                "node_id": disk.node,
-                "endpoint": node.map(|n| n.endpoint.clone()),
-                "disk": disk.disk,
-                "unit_key": unit_key(object, unit)?.to_string(),
-                "len": layout.stored_len(size, unit),
-            });
+            let key = record_unit_key(record, unit)?;
+            let mut value = unit_json(&by_id, unit, disk, key, layout.stored_len(size, unit));
             if let Some((now, down_after)) = states {
+                let node = by_id.get(&disk.node);
                 value["state"] = json!(node.map_or("unknown", |n| node_state(n, now, down_after)));
             }
             Ok(value)
@@ -100,6 +123,7 @@ pub(crate) fn object_json(record: &ObjectRecord, units: Vec<Value>) -> Value {
         "bucket": record.bucket,
         "key": record.key,
         "generation": record.generation,
+        "parity_generation": record.parity_generation,
         "object_id": format!("{:032x}", object_id(record.generation)),
         "state": match record.state {
             crate::ObjectState::Writing => "writing",
@@ -137,7 +161,7 @@ pub(crate) fn topology_of(
 
 /// `503 too_few_nodes`: the up nodes' usable disks span `usable_domains` failure domains
 /// of `level`, fewer than the `needed` the policy asks for.
-fn too_few_nodes(
+pub(crate) fn too_few_nodes(
     level: FailureDomain,
     nodes_up: usize,
     usable_nodes: usize,

@@ -21,7 +21,11 @@
 //!   failure-domain level (stored in its placement, not meta's current level), over the
 //!   nodes' current racks (or, for a damaged unit whose node is healthy and when no other
 //!   disk qualifies, its own disk), so relocating there keeps the placement rules; the store
-//!   checks them again at completion.
+//!   checks them again at completion. It is never a disk a pending transition of the object
+//!   copies the same data block to (the transition's abort would delete that copy).
+//! - Units are named with the object's parity generation (see `objects::unit_key`); a
+//!   committed transition drops the object's queued parity repairs in its transaction, so a
+//!   lease on one is lost and a parity rebuilt under the old layout is never installed.
 //! - Every loop is bounded: scans walk the store page by page, a take drops at most
 //!   [`MAX_DROPPED_PER_TAKE`] tasks.
 
@@ -452,9 +456,19 @@ fn take_due(
             dropped += 1;
             continue;
         }
+        // A pending transition's relocation copy of this block must stay its own.
+        let copies: Vec<DomainId> = match store.get_transition(&object.bucket, &object.key)? {
+            Some(t) if t.object_generation == object.generation => t
+                .relocations
+                .iter()
+                .filter(|r| weft_layout::UnitId::Data(r.block) == task.unit)
+                .map(|r| DomainId::Disk { node: r.to.node, disk: r.to.disk })
+                .collect(),
+            _ => Vec::new(),
+        };
         // A damaged unit on a healthy node is rebuilt in place when no other disk keeps
         // the rules (the executor replaces the bad copy).
-        let chosen = match destination(&object, task.unit, &nodes, now, down_after_ms) {
+        let chosen = match destination(&object, task.unit, &nodes, now, down_after_ms, &copies) {
             Err(_)
                 if task.kind == RepairKind::Damaged
                     && available_now(&nodes, current, now, down_after_ms) =>
@@ -513,20 +527,21 @@ fn nothing(dropped: u64) -> TakeRepairReply<Value> {
     TakeRepairReply { task: None, object: None, destination: None, dropped }
 }
 
-/// A disk to rebuild `unit` of `object` on: a healthy disk of an up node, keeping the
-/// placement rules; else `503 no_destination` saying what is missing.
+/// A disk to rebuild `unit` of `object` on: a healthy disk of an up node outside `avoid`,
+/// keeping the placement rules; else `503 no_destination` saying what is missing.
 fn destination(
     object: &crate::ObjectRecord,
     unit: weft_layout::UnitId,
     nodes: &[NodeRecord],
     now: u64,
     down_after_ms: u64,
+    avoid: &[DomainId],
 ) -> Result<DiskLocation, ApiError> {
     let level = object.placement.failure_domain();
     let (disks, nodes_up) = topology_of(nodes, now, down_after_ms);
     let usable_nodes = disks.iter().map(|d| d.node).collect::<BTreeSet<u32>>().len();
     let usable: BTreeSet<DomainId> = disks.iter().map(|d| d.domain(level)).collect();
-    let mut unavailable: Vec<DomainId> = Vec::new();
+    let mut unavailable: Vec<DomainId> = avoid.to_vec();
     for node in nodes {
         if node.is_down(now, down_after_ms) {
             unavailable.push(DomainId::Node(node.node_id));

@@ -1,0 +1,523 @@
+//! The transition routes of the meta service: plan (begin), commit, abort, read and list
+//! regroup transitions (Okapi §4.5, §5.1). Routes, bodies and statuses: docs/meta-api.md
+//! ("Transitions"); the messages are `weft_wire::transition`.
+//!
+//! Invariants:
+//! - Meta plans and records; the executor moves the bytes. A begin computes
+//!   `plan_regroup(placement, new layout, topology)` over the healthy disks of the up nodes
+//!   (as repairs do) at the failure-domain level stored with the object, and stores it; the
+//!   object itself changes only at commit, in one store transaction, so until then reads,
+//!   degraded reads and repairs use the old layout and the old parity stays valid.
+//! - Units a transition creates have unit generation = the transition id (store-wide unique),
+//!   so they never share a key with a unit anyone else wrote; relocated data blocks keep
+//!   their key (generation 0) on another disk.
+//! - A delete list never names a unit the committed object references: relocation copies are
+//!   left out when the object's block is now on that disk (a repair may have put it there),
+//!   and a replaced transition's copies also when the new plan writes the same copy.
+//! - Every store call runs on a blocking task (see `blocking`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use axum::{
+    body::Bytes,
+    extract::{Path, State},
+    http::StatusCode,
+    Json,
+};
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+use weft_layout::{
+    plan_regroup, restripe_io, DiskLocation, FailureDomain, LayoutError, Placement, PlannedUnit,
+    RegroupPlan, StripedLayout, Topology, TransitionIo, TransitionMode, UnitId,
+};
+use weft_store::UnitKey;
+use weft_wire::transition::{
+    AbortTransitionReply, BeginTransition, CommitTransitionReply, PredictedIo, ReplacedTransition,
+    TransitionInfo, TransitionList, TransitionPlan, TransitionRef, TransitionUnit, UnitPlace,
+    UnitRelocation,
+};
+
+use super::objects::{
+    domains_name, object_id, object_json, record_unit_key, too_few_nodes, topology_of, unit_key,
+    units_json,
+};
+use super::{blocking, now_ms, ApiError, Shared};
+use crate::{
+    unit_name, MetaError, NewTransition, NodeRecord, ObjectRecord, Policy, TransitionConflict,
+    TransitionRecord, MAX_LIST_LIMIT,
+};
+
+type Plan = TransitionPlan<StripedLayout, Value, TransitionIo>;
+type Nodes<'a> = BTreeMap<u32, &'a NodeRecord>;
+
+fn parse_body<T: DeserializeOwned>(body: &[u8], shape: &str) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the body must be {shape}: {e}")))
+}
+
+/// `400 bad_transition` with a machine-readable `reason`.
+fn bad_transition(reason: &str, message: String) -> ApiError {
+    let mut error = ApiError::new(StatusCode::BAD_REQUEST, "bad_transition", message);
+    error.body["reason"] = json!(reason);
+    error
+}
+
+fn internal(message: String) -> ApiError {
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+}
+
+fn info(record: &TransitionRecord) -> TransitionInfo {
+    TransitionInfo {
+        id: record.id,
+        bucket: record.bucket.clone(),
+        key: record.key.clone(),
+        generation: record.object_generation,
+        mode: record.mode.to_string(),
+        created_ms: record.created_ms,
+    }
+}
+
+fn place(nodes: &Nodes, disk: DiskLocation) -> UnitPlace {
+    UnitPlace {
+        node_id: disk.node,
+        endpoint: nodes.get(&disk.node).map(|n| n.endpoint.clone()),
+        disk: disk.disk,
+    }
+}
+
+fn transition_unit(
+    nodes: &Nodes,
+    unit: UnitId,
+    disk: DiskLocation,
+    key: UnitKey,
+    len: u64,
+) -> TransitionUnit {
+    let at = place(nodes, disk);
+    TransitionUnit {
+        unit: unit_name(unit),
+        node_id: at.node_id,
+        endpoint: at.endpoint,
+        disk: at.disk,
+        unit_key: key.to_string(),
+        len,
+    }
+}
+
+/// The parity units of `placement` with their stored lengths.
+fn parity_units(placement: &Placement) -> Vec<PlannedUnit> {
+    let (layout, size) = (*placement.layout(), placement.object_size());
+    placement
+        .units()
+        .into_iter()
+        .filter(|(unit, _)| matches!(unit, UnitId::Parity { .. }))
+        .map(|(unit, disk)| PlannedUnit { unit, disk, len: layout.stored_len(size, unit) })
+        .collect()
+}
+
+/// The units `record` creates: its new parity, unit generation = its id.
+fn create_units(record: &TransitionRecord, nodes: &Nodes) -> Result<Vec<TransitionUnit>, ApiError> {
+    let object = object_id(record.object_generation);
+    parity_units(&record.new_placement)
+        .into_iter()
+        .map(|u| {
+            Ok(transition_unit(nodes, u.unit, u.disk, unit_key(object, u.unit, record.id)?, u.len))
+        })
+        .collect()
+}
+
+/// The copies `record`'s relocations make, except those `keep` says are in use.
+fn relocation_copies(
+    record: &TransitionRecord,
+    nodes: &Nodes,
+    keep: impl Fn(usize, DiskLocation) -> bool,
+) -> Result<Vec<TransitionUnit>, ApiError> {
+    let object = object_id(record.object_generation);
+    let size = record.new_placement.object_size();
+    record
+        .relocations
+        .iter()
+        .filter(|r| !keep(r.block, r.to))
+        .map(|r| {
+            let unit = UnitId::Data(r.block);
+            let len = record.old_layout.block_len(size, r.block);
+            Ok(transition_unit(nodes, unit, r.to, unit_key(object, unit, 0)?, len))
+        })
+        .collect()
+}
+
+/// Whether the committed object `current` holds block `block` of the generation `record`
+/// transitions on `disk` (then a copy there is the object's, not garbage).
+fn in_use(
+    current: Option<&ObjectRecord>,
+    record: &TransitionRecord,
+    block: usize,
+    disk: DiskLocation,
+) -> bool {
+    current.is_some_and(|o| {
+        o.generation == record.object_generation
+            && o.placement.disk_of(UnitId::Data(block)) == Some(disk)
+    })
+}
+
+/// The plan `record` stands for over the committed `object` as it is now.
+fn plan_now(object: &ObjectRecord, record: &TransitionRecord) -> RegroupPlan {
+    RegroupPlan {
+        old: object.placement.clone(),
+        new: record.new_placement.clone(),
+        relocations: record.relocations.clone(),
+        create: parity_units(&record.new_placement),
+        delete: parity_units(&object.placement),
+    }
+}
+
+/// The reply of a begin (and of a GET of one transition): everything the executor needs.
+fn plan_reply(
+    object: &ObjectRecord,
+    record: &TransitionRecord,
+    plan: &RegroupPlan,
+    nodes: &[NodeRecord],
+    states: (u64, u64),
+) -> Result<Plan, ApiError> {
+    let by_id: Nodes = nodes.iter().map(|n| (n.node_id, n)).collect();
+    let data_object = object_id(record.object_generation);
+    let size = object.size();
+    let create = plan
+        .create
+        .iter()
+        .map(|u| {
+            let key = unit_key(data_object, u.unit, record.id)?;
+            Ok(transition_unit(&by_id, u.unit, u.disk, key, u.len))
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    let delete = plan
+        .delete
+        .iter()
+        .map(|u| {
+            Ok(transition_unit(&by_id, u.unit, u.disk, record_unit_key(object, u.unit)?, u.len))
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    let relocations = plan
+        .relocations
+        .iter()
+        .map(|r| {
+            let unit = UnitId::Data(r.block);
+            Ok(UnitRelocation {
+                unit: unit_name(unit),
+                len: object.layout().block_len(size, r.block),
+                unit_key: record_unit_key(object, unit)?.to_string(),
+                from: place(&by_id, r.from),
+                to: place(&by_id, r.to),
+            })
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    Ok(TransitionPlan {
+        transition: info(record),
+        object: object_json(object, units_json(object, nodes, Some(states))?),
+        new_layout: *record.new_layout(),
+        create,
+        delete,
+        relocations,
+        predicted: PredictedIo {
+            regroup: plan.io(),
+            restripe: restripe_io(record.new_layout(), size),
+        },
+        replaced: None,
+    })
+}
+
+/// `503 no_destination`: no disk of the topology can take `unit` under the new code.
+fn no_destination(
+    object: &ObjectRecord,
+    layout: &StripedLayout,
+    unit: UnitId,
+    reason: &str,
+    nodes_up: usize,
+    usable_nodes: usize,
+    usable_domains: usize,
+) -> ApiError {
+    let level = object.placement.failure_domain();
+    let domains = domains_name(level);
+    let mut error = ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "no_destination",
+        format!(
+            "no disk can take {} of object {:?} in bucket {:?} under {}: {reason}; {nodes_up} \
+             nodes are up ({usable_nodes} with a usable disk, in {usable_domains} {domains}); \
+             start more nodes, or choose a code with fewer units per group",
+            unit_name(unit),
+            object.key,
+            object.bucket,
+            layout.code
+        ),
+    );
+    error.body["nodes_up"] = json!(nodes_up);
+    error.body["usable_nodes"] = json!(usable_nodes);
+    error.body["failure_domain"] = json!(level.to_string());
+    error.body["usable_domains"] = json!(usable_domains);
+    error
+}
+
+/// Plans the regroup of `object` to `layout` over the healthy disks of the up nodes.
+fn plan(
+    object: &ObjectRecord,
+    layout: &StripedLayout,
+    nodes: &[NodeRecord],
+    now: u64,
+    down_after_ms: u64,
+) -> Result<RegroupPlan, ApiError> {
+    let old = object.layout();
+    if (old.stripe_width, old.cell_bytes, old.block_bytes)
+        != (layout.stripe_width, layout.cell_bytes, layout.block_bytes)
+    {
+        return Err(bad_transition(
+            "striping_changed",
+            format!(
+                "a regroup keeps the striping and changes only the code: object {:?} has stripe \
+                 width {}, cell {} B, block {} B, the new layout stripe width {}, cell {} B, \
+                 block {} B; restripe instead (write the object again with the new policy)",
+                object.key,
+                old.stripe_width,
+                old.cell_bytes,
+                old.block_bytes,
+                layout.stripe_width,
+                layout.cell_bytes,
+                layout.block_bytes
+            ),
+        ));
+    }
+    if layout == old {
+        return Err(bad_transition(
+            "same_layout",
+            format!("object {:?} is already stored with this layout ({})", object.key, old.code),
+        ));
+    }
+    let level: FailureDomain = object.placement.failure_domain();
+    let (disks, nodes_up) = topology_of(nodes, now, down_after_ms);
+    let usable_nodes = disks.iter().map(|d| d.node).collect::<BTreeSet<u32>>().len();
+    let usable_domains = disks.iter().map(|d| d.domain(level)).collect::<BTreeSet<_>>().len();
+    let needed = layout.n().max(layout.stripe_width);
+    let topology = match Topology::new(disks) {
+        Ok(topology) => topology,
+        Err(_) if usable_nodes == 0 => return Err(too_few_nodes(level, nodes_up, 0, 0, needed)),
+        Err(e) => return Err(internal(e.to_string())),
+    };
+    plan_regroup(&object.placement, layout, &topology).map_err(|e| match e {
+        LayoutError::TooFewDomains { available, needed, .. } => {
+            too_few_nodes(level, nodes_up, usable_nodes, available, needed)
+        }
+        LayoutError::NoReplacement { unit, reason } => {
+            no_destination(object, layout, unit, &reason, nodes_up, usable_nodes, usable_domains)
+        }
+        LayoutError::Transition { reason } => bad_transition("striping_changed", reason),
+        other => ApiError::new(StatusCode::BAD_REQUEST, "invalid_policy", other.to_string()),
+    })
+}
+
+/// `POST /v1/transitions`: plans and records a regroup of a committed object.
+pub(crate) async fn begin(State(meta): State<Shared>, body: Bytes) -> Result<Json<Plan>, ApiError> {
+    let body: BeginTransition<Value> = parse_body(
+        &body,
+        "{\"bucket\": s, \"key\": s, \"layout\": <full layout>, \"mode\": \"regroup\"}",
+    )?;
+    match body.mode.as_deref() {
+        None | Some("regroup") => {}
+        Some("restripe") => {
+            return Err(bad_transition(
+                "restripe_is_a_write",
+                "meta plans regroups only: a restripe rewrites the object, so write it again \
+                 with the new policy (begin/commit with \"policy\")"
+                    .into(),
+            ))
+        }
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "mode {other:?} is not a transition mode meta plans: use \"regroup\""
+            )))
+        }
+    }
+    let layout: Policy = serde_json::from_value(body.layout)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_policy", e.to_string()))?;
+    layout
+        .validate()
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_policy", e.to_string()))?;
+    let down_after_ms = meta.down_after_ms;
+    let (bucket, key) = (body.bucket, body.key);
+    let begun = blocking(&meta, move |store| {
+        let object = store.get_object(&bucket, &key)?;
+        let nodes = store.list_nodes()?;
+        let now = now_ms();
+        let plan = match plan(&object, &layout, &nodes, now, down_after_ms) {
+            Ok(plan) => plan,
+            Err(api) => return Ok(Err(api)),
+        };
+        let new = NewTransition {
+            bucket,
+            key,
+            object_generation: object.generation,
+            mode: TransitionMode::Regroup,
+            old_layout: *object.layout(),
+            new_placement: plan.new.clone(),
+            relocations: plan.relocations.clone(),
+        };
+        let (record, replaced) = store.begin_transition(new, now)?;
+        Ok(Ok((object, plan, record, replaced, nodes, now)))
+    })
+    .await??;
+    let (object, plan, record, replaced, nodes, now) = begun;
+    let mut reply = plan_reply(&object, &record, &plan, &nodes, (now, down_after_ms))?;
+    let by_id: Nodes = nodes.iter().map(|n| (n.node_id, n)).collect();
+    if let Some(old) = &replaced {
+        let kept = |block: usize, to: DiskLocation| {
+            in_use(Some(&object), old, block, to)
+                || (old.object_generation == record.object_generation
+                    && record.relocations.iter().any(|r| r.block == block && r.to == to))
+        };
+        reply.replaced = Some(ReplacedTransition {
+            transition: info(old),
+            create: create_units(old, &by_id)?,
+            relocation_copies: relocation_copies(old, &by_id, kept)?,
+        });
+    }
+    tracing::info!(
+        bucket = %record.bucket,
+        key = %record.key,
+        id = record.id,
+        from = %record.old_layout.code,
+        to = %record.new_layout().code,
+        create = reply.create.len(),
+        relocations = reply.relocations.len(),
+        replaced = ?replaced.as_ref().map(|t| t.id),
+        "transition begun"
+    );
+    Ok(Json(reply))
+}
+
+const REF_SHAPE: &str = "{\"bucket\": s, \"key\": s, \"id\": u64, \"generation\": optional u64}";
+
+/// `POST /v1/transitions/commit`: swaps the object to its new layout and parity.
+pub(crate) async fn commit(
+    State(meta): State<Shared>,
+    body: Bytes,
+) -> Result<Json<CommitTransitionReply<Value>>, ApiError> {
+    let body: TransitionRef = parse_body(&body, REF_SHAPE)?;
+    let TransitionRef { bucket, key, id, generation } = body;
+    let down_after_ms = meta.down_after_ms;
+    let (pending, new, old, nodes) = blocking(&meta, move |store| {
+        let pending = store.get_transition(&bucket, &key)?.filter(|t| t.id == id);
+        match store.commit_transition(&bucket, &key, id) {
+            Ok((new, old)) => Ok((pending, new, old, store.list_nodes()?)),
+            Err(MetaError::TransitionConflict {
+                conflict: TransitionConflict::NotPending | TransitionConflict::ObjectGone,
+                ..
+            }) if generation.is_some_and(|planned| {
+                store.get_object(&bucket, &key).is_ok_and(|o| o.generation != planned)
+            }) =>
+            {
+                let current = store.get_object(&bucket, &key)?.generation;
+                let planned = generation.expect("checked above");
+                Err(MetaError::TransitionConflict {
+                    bucket,
+                    key,
+                    id,
+                    conflict: TransitionConflict::ObjectReplaced { planned, current },
+                })
+            }
+            Err(other) => Err(other),
+        }
+    })
+    .await?;
+    let by_id: Nodes = nodes.iter().map(|n| (n.node_id, n)).collect();
+    let mut delete = Vec::new();
+    for planned in parity_units(&old.placement) {
+        let key = record_unit_key(&old, planned.unit)?;
+        delete.push(transition_unit(&by_id, planned.unit, planned.disk, key, planned.len));
+    }
+    for (unit, disk) in old.placement.units() {
+        if matches!(unit, UnitId::Data(_)) && new.placement.disk_of(unit) != Some(disk) {
+            let len = old.layout().stored_len(old.size(), unit);
+            delete.push(transition_unit(&by_id, unit, disk, record_unit_key(&old, unit)?, len));
+        }
+    }
+    let transition = TransitionInfo {
+        id,
+        bucket: new.bucket.clone(),
+        key: new.key.clone(),
+        generation: new.generation,
+        mode: pending.as_ref().map_or(TransitionMode::Regroup, |t| t.mode).to_string(),
+        created_ms: pending.as_ref().map_or(0, |t| t.created_ms),
+    };
+    tracing::info!(
+        bucket = %new.bucket,
+        key = %new.key,
+        id,
+        from = %old.layout().code,
+        to = %new.layout().code,
+        delete = delete.len(),
+        "transition committed"
+    );
+    let units = units_json(&new, &nodes, Some((now_ms(), down_after_ms)))?;
+    Ok(Json(CommitTransitionReply { transition, object: object_json(&new, units), delete }))
+}
+
+/// `POST /v1/transitions/abort`: forgets a pending transition; lists its units to delete.
+pub(crate) async fn abort(
+    State(meta): State<Shared>,
+    body: Bytes,
+) -> Result<Json<AbortTransitionReply>, ApiError> {
+    let body: TransitionRef = parse_body(&body, REF_SHAPE)?;
+    let (record, current, nodes) = blocking(&meta, move |store| {
+        let record = store.abort_transition(&body.bucket, &body.key, body.id)?;
+        let current = match store.get_object(&body.bucket, &body.key) {
+            Ok(object) => Some(object),
+            Err(MetaError::NoSuchKey { .. } | MetaError::NoSuchBucket { .. }) => None,
+            Err(other) => return Err(other),
+        };
+        Ok((record, current, store.list_nodes()?))
+    })
+    .await?;
+    let by_id: Nodes = nodes.iter().map(|n| (n.node_id, n)).collect();
+    let mut delete = create_units(&record, &by_id)?;
+    delete.extend(relocation_copies(&record, &by_id, |block, to| {
+        in_use(current.as_ref(), &record, block, to)
+    })?);
+    tracing::info!(bucket = %record.bucket, key = %record.key, id = record.id, "transition aborted");
+    Ok(Json(AbortTransitionReply { transition: info(&record), delete }))
+}
+
+/// `GET /v1/transitions`: pending transitions, at most [`MAX_LIST_LIMIT`].
+pub(crate) async fn list(State(meta): State<Shared>) -> Result<Json<TransitionList>, ApiError> {
+    let (records, pending) = blocking(&meta, |store| {
+        Ok((store.list_transitions(None, MAX_LIST_LIMIT)?, store.transition_count()?))
+    })
+    .await?;
+    Ok(Json(TransitionList {
+        transitions: records.iter().map(info).collect(),
+        pending: pending as u64,
+    }))
+}
+
+/// `GET /v1/transitions/{bucket}/{key}`: the plan of a pending transition, as begin returned
+/// it (over the object as it is now), so an executor can resume after a crash.
+pub(crate) async fn get(
+    State(meta): State<Shared>,
+    Path((bucket, key)): Path<(String, String)>,
+) -> Result<Json<Plan>, ApiError> {
+    let down_after_ms = meta.down_after_ms;
+    let found = blocking(&meta, move |store| {
+        let Some(record) = store.get_transition(&bucket, &key)? else {
+            let mut error = ApiError::new(
+                StatusCode::NOT_FOUND,
+                "no_such_transition",
+                format!("no transition is pending for object {key:?} in bucket {bucket:?}"),
+            );
+            error.body["pending"] = Value::Null;
+            return Ok(Err(error));
+        };
+        let object = store.get_object(&bucket, &key)?;
+        Ok(Ok((record, object, store.list_nodes()?)))
+    })
+    .await??;
+    let (record, object, nodes) = found;
+    let plan = plan_now(&object, &record);
+    Ok(Json(plan_reply(&object, &record, &plan, &nodes, (now_ms(), down_after_ms))?))
+}
