@@ -7,6 +7,8 @@
 //! - [`Client::get`] (read.rs): fetches only the cells a range needs; a unit that is down,
 //!   missing or corrupt is rebuilt for just the bytes asked, from the units the code's repair
 //!   plan names, and what was fetched is kept for the next sequential window (Okapi §4.4).
+//! - [`Client::transition`] (transition.rs): changes an object's code by regrouping (new
+//!   parity over the data blocks in place, Okapi §4.5) or restriping (rewrite).
 //! - [`repair::run_executor`]: takes repair tasks from meta's queue, rebuilds each unit with
 //!   its code's repair plan (so Hitchhiker and Clay read less) onto the destination meta
 //!   chose, and reports back under the task's lease.
@@ -26,6 +28,7 @@ pub mod node;
 pub mod object;
 pub mod read;
 pub mod repair;
+pub mod transition;
 pub mod write;
 
 pub use meta::MetaClient;
@@ -33,6 +36,7 @@ pub use meter::BufferMeter;
 pub use node::NodeClient;
 pub use object::{ObjectInfo, UnitInfo};
 pub use read::GetStats;
+pub use transition::TransitionReport;
 pub use write::{PutOptions, PutStats};
 
 /// Default meta URL when neither `--meta` nor `WEFT_META` says otherwise.

@@ -73,6 +73,32 @@ struct RawUnit {
     state: Option<String>,
 }
 
+impl RawUnit {
+    fn into_info(self) -> Result<UnitInfo, String> {
+        let unit = UnitId::parse_short_name(&self.unit)
+            .ok_or_else(|| format!("unit name {:?}", self.unit))?;
+        Ok(UnitInfo {
+            unit,
+            node_id: self.node_id,
+            endpoint: self.endpoint,
+            disk: self.disk,
+            unit_key: self.unit_key,
+            len: self.len,
+            state: self.state,
+        })
+    }
+}
+
+impl UnitInfo {
+    /// Parses one entry of a unit list as meta sends it (`{"unit","node_id","endpoint",
+    /// "disk","unit_key","len"}`, optional `"state"`).
+    pub fn from_json(value: &serde_json::Value) -> Result<UnitInfo> {
+        let bad = |reason: String| ClientError::Invalid(format!("meta sent a bad unit: {reason}"));
+        let raw: RawUnit = serde_json::from_value(value.clone()).map_err(|e| bad(e.to_string()))?;
+        raw.into_info().map_err(bad)
+    }
+}
+
 #[derive(Deserialize)]
 struct RawObject {
     bucket: String,
@@ -95,19 +121,10 @@ impl ObjectInfo {
         raw.layout.validate().map_err(|e| bad(e.to_string()))?;
         let mut units = BTreeMap::new();
         for unit in raw.units {
-            let id = UnitId::parse_short_name(&unit.unit)
-                .ok_or_else(|| bad(format!("unit name {:?}", unit.unit)))?;
-            let info = UnitInfo {
-                unit: id,
-                node_id: unit.node_id,
-                endpoint: unit.endpoint,
-                disk: unit.disk,
-                unit_key: unit.unit_key,
-                len: unit.len,
-                state: unit.state,
-            };
+            let info = unit.into_info().map_err(bad)?;
+            let id = info.unit;
             if units.insert(id, info).is_some() {
-                return Err(bad(format!("unit {} listed twice", unit.unit)));
+                return Err(bad(format!("unit {} listed twice", id.short_name())));
             }
         }
         let layout = raw.layout;

@@ -266,6 +266,18 @@ impl UnitRebuilder {
         }
     }
 
+    /// The stored bytes of data block x, rebuilt from its group when it is unavailable.
+    pub async fn read_block(&mut self, x: usize) -> Result<Bytes> {
+        let unit = UnitId::Data(x);
+        let Some(len) = self.object.unit(unit).map(|u| u.len) else {
+            return Ok(Bytes::new()); // a virtual block: nothing stored
+        };
+        match self.fetch_all(&[(unit, 0, len)]).await.pop() {
+            Some(Ok(bytes)) => Ok(bytes),
+            _ => self.rebuild(unit, 0, len).await,
+        }
+    }
+
     fn unavailable_names(&self, group: usize) -> Vec<String> {
         let layout = self.object.layout;
         (0..layout.n())

@@ -17,6 +17,7 @@ mod ec;
 mod objects_cli;
 mod repair_cost;
 mod serve;
+mod transition_cli;
 mod up;
 
 /// weft — a distributed, erasure-coded storage system.
@@ -87,6 +88,20 @@ enum Command {
     Rm(objects_cli::RmArgs),
     /// Show an object: policy, blocks → stripes → groups, where each unit lives, health.
     Stat(objects_cli::StatArgs),
+    /// Change the code of stored objects without rewriting their data (Okapi regroup).
+    ///
+    /// A regroup keeps every data block where it is: consecutive k blocks of the new code form
+    /// the new groups, their parity is computed from the data read once and written, and only
+    /// then does meta swap the object's parity list (the old parity stays valid until then).
+    /// A restripe reads the object and writes it again (needed when the stripe width, cell or
+    /// block changes). Flags not given keep the object's current values.
+    ///
+    /// Examples:
+    ///   weft transition media/video.mp4 --code rs --k 12 --r 3 --json
+    ///   weft transition media/video.mp4 --code hh-xor+ --k 6 --r 3 --dry-run
+    ///   weft transition --bucket media --code rs --k 12 --r 3 --rate 200MiB
+    #[command(verbatim_doc_comment)]
+    Transition(transition_cli::TransitionArgs),
 }
 
 fn main() -> ExitCode {
@@ -109,6 +124,7 @@ fn main() -> ExitCode {
         Command::Ls(args) => objects_cli::ls(args),
         Command::Rm(args) => objects_cli::rm(args),
         Command::Stat(args) => objects_cli::stat(args),
+        Command::Transition(args) => transition_cli::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,164 @@
+//! Transitions on real meta and node servers: regroup writes parity only, restripe rewrites
+//! everything, reads stay byte-identical (also degraded), a pending transition never
+//! disturbs the object.
+
+mod common;
+
+use std::io::Cursor;
+
+use common::{pattern, policy, TestCluster};
+use serde_json::json;
+use weft_client::PutOptions;
+use weft_codes::CodeSpec;
+use weft_layout::{StripedLayout, TransitionMode};
+
+const CELL: u64 = 4096;
+const BLOCK: u64 = 4 * CELL;
+
+fn layout(code: &str, width: usize) -> StripedLayout {
+    StripedLayout {
+        code: CodeSpec::parse(code).unwrap(),
+        stripe_width: width,
+        cell_bytes: CELL,
+        block_bytes: BLOCK,
+    }
+}
+
+async fn put(cluster: &TestCluster, key: &str, data: &[u8]) {
+    let reader = Cursor::new(data.to_vec());
+    cluster
+        .client
+        .put_reader("b", key, data.len() as u64, reader, &PutOptions::default())
+        .await
+        .unwrap();
+}
+
+async fn read(cluster: &TestCluster, key: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    cluster.client.get("b", key, None, &mut out, None).await.unwrap();
+    out
+}
+
+fn unit_files(cluster: &TestCluster, nodes: u32) -> usize {
+    (1..=nodes).map(|id| cluster.unit_files(id).len()).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regroup_writes_parity_only_and_saves_the_predicted_io() {
+    let mut cluster = TestCluster::start(24).await;
+    cluster.create_bucket("b", policy("rs(6,3)", 6, CELL, BLOCK)).await;
+    let data = pattern((64 * BLOCK + 5 * CELL + 7) as usize, 1);
+    put(&cluster, "obj", &data).await;
+    put(&cluster, "copy", &data).await;
+
+    // Dry run: predictions, nothing written.
+    let files = unit_files(&cluster, 24);
+    let dry = cluster
+        .client
+        .transition("b", "obj", layout("rs(12,3)", 6), Some(TransitionMode::Regroup), true)
+        .await
+        .unwrap();
+    assert_eq!(unit_files(&cluster, 24), files, "a dry run wrote units");
+    assert!(dry.predicted["restripe"].is_object() && dry.predicted["regroup"].is_object());
+
+    let regroup = cluster
+        .client
+        .transition("b", "obj", layout("rs(12,3)", 6), Some(TransitionMode::Regroup), false)
+        .await
+        .unwrap();
+    let restripe = cluster
+        .client
+        .transition("b", "copy", layout("rs(12,3)", 6), Some(TransitionMode::Restripe), false)
+        .await
+        .unwrap();
+    let (r, s) = (regroup.io, restripe.io);
+    assert_eq!(r.data_bytes_written, 0, "{r:?}");
+    assert_eq!(r.relocated_bytes, 0, "24 nodes hold rs(6,3) groups disjoint: {r:?}");
+    assert_eq!(r.bytes_read, data.len() as u64);
+    assert_eq!(r.parity_bytes_written, s.parity_bytes_written, "same new parity either way");
+    // Okapi: (D + P) / (2D + P), here measured on the same object in the same run.
+    let (d, p) = (data.len() as f64, r.parity_bytes_written as f64);
+    let ratio = r.total_bytes() as f64 / s.total_bytes() as f64;
+    let theory = (d + p) / (2.0 * d + p);
+    assert!((ratio / theory - 1.0).abs() < 0.02, "ratio {ratio}, theory {theory}");
+    // Measured equals predicted.
+    let predicted: weft_layout::TransitionIo =
+        serde_json::from_value(regroup.predicted["regroup"].clone()).unwrap();
+    assert_eq!(predicted.parity_bytes_written, r.parity_bytes_written);
+    assert_eq!(predicted.relocated_bytes, r.relocated_bytes);
+
+    for key in ["obj", "copy"] {
+        let info = cluster.client.meta.get_object("b", key).await.unwrap();
+        assert_eq!(info.layout, layout("rs(12,3)", 6), "{key}");
+        assert_eq!(read(&cluster, key).await, data, "{key}");
+    }
+    // Old parity is gone: only the new object's units are on disk.
+    let obj = cluster.client.meta.get_object("b", "obj").await.unwrap();
+    let copy = cluster.client.meta.get_object("b", "copy").await.unwrap();
+    assert_eq!(unit_files(&cluster, 24), obj.units.len() + copy.units.len());
+
+    // Degraded reads under the new groups: three nodes holding units of "obj" down.
+    let mut victims: Vec<u32> = obj.units.values().map(|u| u.node_id).collect();
+    victims.sort_unstable();
+    victims.dedup();
+    for id in victims.into_iter().take(3) {
+        cluster.stop_node(id).await;
+    }
+    assert_eq!(read(&cluster, "obj").await, data, "degraded after regroup");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regroup_there_and_back_and_across_code_families() {
+    let cluster = TestCluster::start(20).await;
+    cluster.create_bucket("b", policy("rs(6,3)", 3, CELL, BLOCK)).await;
+    let data = pattern((37 * BLOCK + 11) as usize, 2);
+    put(&cluster, "o", &data).await;
+    for code in ["rs(12,3)", "rs(6,3)", "hh-xor+(6,3)", "clay(6,3,8)", "lrc(6,2,2)", "rs(4,2)"] {
+        let report = cluster
+            .client
+            .transition("b", "o", layout(code, 3), None, false)
+            .await
+            .unwrap_or_else(|e| panic!("to {code}: {e}"));
+        assert_eq!(report.mode, TransitionMode::Regroup);
+        assert_eq!(report.io.data_bytes_written, 0, "{code}");
+        assert_eq!(read(&cluster, "o").await, data, "after {code}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replication_becomes_erasure_coding_and_back() {
+    let cluster = TestCluster::start(10).await;
+    cluster.create_bucket("b", policy("rep(3)", 2, CELL, BLOCK)).await;
+    let data = pattern((9 * BLOCK + 100) as usize, 3);
+    put(&cluster, "r", &data).await;
+    let to_ec =
+        cluster.client.transition("b", "r", layout("rs(4,2)", 2), None, false).await.unwrap();
+    assert_eq!(to_ec.io.data_bytes_written, 0);
+    assert_eq!(read(&cluster, "r").await, data);
+    let back = cluster.client.transition("b", "r", layout("rep(3)", 2), None, false).await.unwrap();
+    assert_eq!(back.io.data_bytes_written, 0);
+    assert_eq!(read(&cluster, "r").await, data);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_transition_leaves_the_object_alone_and_a_new_one_replaces_it() {
+    let cluster = TestCluster::start(20).await;
+    cluster.create_bucket("b", policy("rs(6,3)", 2, CELL, BLOCK)).await;
+    let data = pattern((20 * BLOCK) as usize, 4);
+    put(&cluster, "p", &data).await;
+    // A transition planned and never finished (as if its executor died).
+    let body =
+        json!({"bucket": "b", "key": "p", "layout": layout("rs(12,3)", 2), "mode": "regroup"});
+    let plan = cluster.client.meta.post_json("/v1/transitions", body).await.unwrap();
+    assert!(plan["transition"]["id"].is_u64(), "{plan}");
+    assert_eq!(read(&cluster, "p").await, data);
+    let before = cluster.client.meta.get_object("b", "p").await.unwrap();
+    assert_eq!(before.layout, layout("rs(6,3)", 2));
+    // A new transition replaces the pending one and completes.
+    let done =
+        cluster.client.transition("b", "p", layout("rs(12,3)", 2), None, false).await.unwrap();
+    assert_eq!(done.io.data_bytes_written, 0);
+    assert_eq!(read(&cluster, "p").await, data);
+    let pending = cluster.client.meta.get_json("/v1/transitions").await.unwrap();
+    assert_eq!(pending["transitions"].as_array().map(Vec::len), Some(0), "{pending}");
+}

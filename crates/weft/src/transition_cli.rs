@@ -1,0 +1,301 @@
+//! `weft transition`: change the code of stored objects, by regrouping (new parity over the
+//! data blocks in place) or restriping (rewrite), with the IO measured and predicted.
+//!
+//! Invariants:
+//! - The new policy is the object's current one with the flags given on top; flags not given
+//!   keep the object's values (not the bucket's).
+//! - `--json` prints exactly one JSON object: the transition report for one object, or the
+//!   totals and per-object reports for `--bucket`. Progress goes to stderr.
+
+use std::{
+    io::IsTerminal,
+    time::{Duration, Instant},
+};
+
+use clap::{Args, ValueEnum};
+use serde_json::{json, Value};
+use weft_client::{Client, ObjectInfo, TransitionReport};
+use weft_layout::{StripedLayout, TransitionIo, TransitionMode};
+
+use crate::{cli_error, cluster_cli::MetaUrlArgs, objects_cli::PolicyArgs, CliError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// Regroup when only the code changes, restripe when the striping changes.
+    Auto,
+    /// New groups and parity over the data blocks in place (only the code may change).
+    Regroup,
+    /// Read the object and write it again under the new layout.
+    Restripe,
+}
+
+#[derive(Debug, Args)]
+pub struct TransitionArgs {
+    /// The object, BUCKET/KEY (or use --bucket for every object of a bucket).
+    #[arg(required_unless_present = "bucket", conflicts_with = "bucket")]
+    pub path: Option<String>,
+    /// Transition every object of this bucket, one after another, with progress.
+    #[arg(long)]
+    pub bucket: Option<String>,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// How: auto, regroup or restripe.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub mode: ModeArg,
+    /// Plan and print the predicted IO of both modes; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// With --bucket: pause so that at most this many object bytes are transitioned per
+    /// second (0: no limit), e.g. 100MiB.
+    #[arg(long, default_value = "0", value_parser = crate::parse_size)]
+    pub rate: usize,
+    #[command(flatten)]
+    pub meta: MetaUrlArgs,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The object's layout with the given flags on top.
+fn target_layout(object: &ObjectInfo, policy: &PolicyArgs) -> Result<StripedLayout, CliError> {
+    let overrides = policy.overrides()?;
+    if overrides.is_empty() {
+        return Err(cli_error!(
+            "say what to change: --code/--k/--r (and --d/--l/--g), --stripe-width, --cell or --block"
+        ));
+    }
+    let mut value = serde_json::to_value(object.layout).map_err(|e| cli_error!("{e}"))?;
+    if let Some(fields) = value.as_object_mut() {
+        fields.extend(overrides);
+    }
+    let layout: StripedLayout =
+        serde_json::from_value(value).map_err(|e| cli_error!("bad policy: {e}"))?;
+    layout.validate().map_err(|e| cli_error!("invalid policy: {e}"))?;
+    Ok(layout)
+}
+
+fn mode_of(arg: ModeArg) -> Option<TransitionMode> {
+    match arg {
+        ModeArg::Auto => None,
+        ModeArg::Regroup => Some(TransitionMode::Regroup),
+        ModeArg::Restripe => Some(TransitionMode::Restripe),
+    }
+}
+
+/// The report as the JSON shape: mode, measured bytes, predictions, and context.
+fn report_json(report: &TransitionReport) -> Value {
+    let io = &report.io;
+    json!({
+        "bucket": report.bucket, "key": report.key, "mode": report.mode,
+        "from": report.from, "to": report.to, "size": report.size, "dry_run": report.dry_run,
+        "bytes_read": io.bytes_read, "data_bytes_written": io.data_bytes_written,
+        "parity_bytes_written": io.parity_bytes_written, "relocated_bytes": io.relocated_bytes,
+        "network_bytes": io.network_bytes, "total_io_bytes": io.total_bytes(),
+        "relocated_blocks": report.relocated_blocks,
+        "predicted": report.predicted, "elapsed_ms": report.elapsed_ms,
+    })
+}
+
+fn fmt(bytes: u64) -> String {
+    crate::cluster_cli::format_size(bytes)
+}
+
+fn print_report(report: &TransitionReport) {
+    let io = &report.io;
+    let verb = if report.dry_run { "would transition" } else { "transitioned" };
+    println!(
+        "{verb} {}/{} ({}) from {} to {} by {}",
+        report.bucket,
+        report.key,
+        fmt(report.size),
+        report.from.code,
+        report.to.code,
+        report.mode
+    );
+    if !report.dry_run {
+        println!(
+            "  measured   read {}, data written {}, parity written {}, relocated {} ({} blocks), network {}; total IO {}",
+            fmt(io.bytes_read), fmt(io.data_bytes_written), fmt(io.parity_bytes_written),
+            fmt(io.relocated_bytes), report.relocated_blocks, fmt(io.network_bytes), fmt(io.total_bytes())
+        );
+    }
+    for mode in ["regroup", "restripe"] {
+        let p = &report.predicted[mode];
+        if p.is_object() {
+            let total =
+                ["bytes_read", "data_bytes_written", "parity_bytes_written", "relocated_bytes"]
+                    .iter()
+                    .map(|f| p[*f].as_u64().unwrap_or(0))
+                    .sum::<u64>();
+            println!(
+                "  predicted {mode:<8} read {}, data written {}, parity written {}, relocated {}; total IO {}",
+                fmt(p["bytes_read"].as_u64().unwrap_or(0)),
+                fmt(p["data_bytes_written"].as_u64().unwrap_or(0)),
+                fmt(p["parity_bytes_written"].as_u64().unwrap_or(0)),
+                fmt(p["relocated_bytes"].as_u64().unwrap_or(0)),
+                fmt(total)
+            );
+        }
+    }
+}
+
+pub fn run(args: TransitionArgs) -> Result<(), CliError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| cli_error!("cannot start the async runtime: {e}"))?;
+    let client = Client::new(&args.meta.url()?)?;
+    runtime.block_on(async {
+        match (&args.path, &args.bucket) {
+            (Some(path), _) => one(&client, &args, path).await,
+            (None, Some(bucket)) => all(&client, &args, bucket).await,
+            (None, None) => Err(cli_error!("give BUCKET/KEY or --bucket BUCKET")),
+        }
+    })
+}
+
+async fn one(client: &Client, args: &TransitionArgs, path: &str) -> Result<(), CliError> {
+    let (bucket, key) = path
+        .split_once('/')
+        .filter(|(b, k)| !b.is_empty() && !k.is_empty())
+        .ok_or_else(|| cli_error!("{path:?} is not BUCKET/KEY"))?;
+    let object = client.meta.get_object(bucket, key).await?;
+    let to = target_layout(&object, &args.policy)?;
+    let report = client.transition(bucket, key, to, mode_of(args.mode), args.dry_run).await?;
+    if args.json {
+        crate::cluster_cli::print_json(&report_json(&report));
+    } else {
+        print_report(&report);
+    }
+    Ok(())
+}
+
+async fn all(client: &Client, args: &TransitionArgs, bucket: &str) -> Result<(), CliError> {
+    let mut objects = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = client.meta.list_objects(bucket, "", after.as_deref(), 1000).await?;
+        for o in page["objects"].as_array().into_iter().flatten() {
+            objects.push((
+                o["key"].as_str().unwrap_or_default().to_string(),
+                o["size"].as_u64().unwrap_or(0),
+            ));
+        }
+        match page["next_start_after"].as_str() {
+            Some(next) => after = Some(next.to_string()),
+            None => break,
+        }
+    }
+    let total_bytes: u64 = objects.iter().map(|(_, s)| s).sum();
+    let bar = if args.json || !std::io::stderr().is_terminal() {
+        indicatif::ProgressBar::hidden()
+    } else {
+        let bar = indicatif::ProgressBar::new(objects.len() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "transition [{bar:40}] {pos}/{len} objects {msg} eta {eta}",
+            )
+            .expect("valid template")
+            .progress_chars("=> "),
+        );
+        bar
+    };
+    let started = Instant::now();
+    let (mut done, mut measured, mut predicted_regroup, mut predicted_restripe) =
+        (Vec::new(), TransitionIo::default(), TransitionIo::default(), TransitionIo::default());
+    let mut failures = Vec::new();
+    let mut transitioned_bytes = 0u64;
+    for (key, size) in &objects {
+        let result = async {
+            let object = client.meta.get_object(bucket, key).await?;
+            let to = target_layout(&object, &args.policy)?;
+            if to == object.layout {
+                return Ok(None); // already there
+            }
+            Ok::<_, CliError>(Some(
+                client.transition(bucket, key, to, mode_of(args.mode), args.dry_run).await?,
+            ))
+        }
+        .await;
+        match result {
+            Ok(Some(report)) => {
+                add(&mut measured, &report.io);
+                for (mode, sum) in
+                    [("regroup", &mut predicted_regroup), ("restripe", &mut predicted_restripe)]
+                {
+                    if let Ok(io) =
+                        serde_json::from_value::<TransitionIo>(report.predicted[mode].clone())
+                    {
+                        add(sum, &io);
+                    }
+                }
+                done.push(report_json(&report));
+            }
+            Ok(None) => {}
+            Err(error) => failures.push(json!({"key": key, "error": error.to_string()})),
+        }
+        transitioned_bytes += size;
+        bar.inc(1);
+        bar.set_message(fmt(transitioned_bytes));
+        if args.rate > 0 {
+            let due = Duration::from_secs_f64(transitioned_bytes as f64 / args.rate as f64);
+            if let Some(wait) = due.checked_sub(started.elapsed()) {
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
+    bar.finish_and_clear();
+    let summary = json!({
+        "bucket": bucket, "objects": objects.len(), "transitioned": done.len(),
+        "failed": failures.len(), "bytes": total_bytes, "dry_run": args.dry_run,
+        "io": measured, "total_io_bytes": measured.total_bytes(),
+        "predicted": {"regroup": predicted_regroup, "restripe": predicted_restripe},
+        "elapsed_ms": started.elapsed().as_millis() as u64,
+        "failures": failures, "reports": done,
+    });
+    if args.json {
+        crate::cluster_cli::print_json(&summary);
+    } else {
+        println!(
+            "{} of {} objects ({}) transitioned in {:.1} s{}",
+            summary["transitioned"],
+            objects.len(),
+            fmt(total_bytes),
+            started.elapsed().as_secs_f64(),
+            if args.dry_run { " (dry run)" } else { "" }
+        );
+        println!(
+            "  measured  read {}, data written {}, parity written {}, relocated {}; total IO {}",
+            fmt(measured.bytes_read),
+            fmt(measured.data_bytes_written),
+            fmt(measured.parity_bytes_written),
+            fmt(measured.relocated_bytes),
+            fmt(measured.total_bytes())
+        );
+        println!(
+            "  predicted regroup total IO {}, restripe total IO {}",
+            fmt(predicted_regroup.total_bytes()),
+            fmt(predicted_restripe.total_bytes())
+        );
+        for failure in &failures {
+            eprintln!("failed: {}: {}", failure["key"], failure["error"]);
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(cli_error!(
+            "{} of {} objects could not be transitioned (listed above)",
+            failures.len(),
+            objects.len()
+        ))
+    }
+}
+
+fn add(sum: &mut TransitionIo, io: &TransitionIo) {
+    sum.bytes_read += io.bytes_read;
+    sum.data_bytes_written += io.data_bytes_written;
+    sum.parity_bytes_written += io.parity_bytes_written;
+    sum.relocated_bytes += io.relocated_bytes;
+    sum.network_bytes += io.network_bytes;
+}
