@@ -112,9 +112,11 @@ impl Client {
             .as_u64()
             .ok_or_else(|| ClientError::Invalid("meta's transition has no id".into()))?;
         if let Some(replaced) = plan["replaced"].as_object() {
-            // An unfinished earlier transition: its units are garbage now.
-            let left = units(replaced.get("create").unwrap_or(&Value::Null))?;
-            self.delete_units(&left).await;
+            // An unfinished earlier transition: its parity and block copies are garbage now.
+            for list in ["create", "relocation_copies"] {
+                let left = units(replaced.get(list).unwrap_or(&Value::Null))?;
+                self.delete_units(&left).await;
+            }
         }
         let current = ObjectInfo::from_json(field(&plan, "object")?.clone())?;
         let create = units(field(&plan, "create")?)?;
@@ -148,7 +150,13 @@ impl Client {
             Err(error) => Err(error),
         };
         if let Err(error) = written {
-            let _ = self.abort_transition(&current, id).await;
+            // meta hands back what to delete; if it no longer knows the transition (object
+            // replaced or deleted meanwhile), delete what this transition wrote ourselves.
+            if self.abort_transition(&current, id).await.is_err() {
+                let mut ours = create.clone();
+                ours.extend(moves.iter().map(|m| m.to.clone()));
+                self.delete_units(&ours).await;
+            }
             return Err(error);
         }
         report.io.network_bytes = report.io.bytes_read
