@@ -14,6 +14,9 @@
 //!   naming the unavailable units, never zeros.
 //! - A unit that failed once is not asked again during the same read; units found missing
 //!   or corrupt are reported to meta's repair queue (once each).
+//! - When a window cannot be read, meta's record is read again: if the object is the same
+//!   generation but its units moved (repair, transition), the read continues under the new
+//!   record (same generation, same bytes); a replaced object is an error, never a mix.
 //! - For byte-local codes a range `[o, o + l)` of a block is rebuilt from the same range of
 //!   other units; other codes rebuild whole units (kept in the cache for the next window).
 //!   Virtual data units (past the object's end) and bytes past a short block's end are zeros.
@@ -329,7 +332,29 @@ impl Client {
         while at < start + len {
             // Windows are aligned to whole stripe rows (the first may start mid-row).
             let end = ((at / window + 1) * window).min(start + len);
-            let bytes = read_window(&mut rebuilder, at, end - at).await?;
+            let bytes = match read_window(&mut rebuilder, at, end - at).await {
+                Ok(bytes) => bytes,
+                Err(error) => {
+                    // Units may have moved since the record was read (a repair relocated
+                    // one, a transition swapped the parity). The same generation has the
+                    // same bytes, so the read can go on under meta's current record.
+                    let old = &rebuilder.object;
+                    let fresh = match self.meta.get_object(&old.bucket, &old.key).await {
+                        Ok(fresh)
+                            if fresh.generation == old.generation
+                                && fresh.raw["units"] != old.raw["units"] =>
+                        {
+                            fresh
+                        }
+                        _ => return Err(error),
+                    };
+                    tracing::info!(key = %fresh.key, "object record changed during the read; continuing under the new one");
+                    let fetched = rebuilder.bytes_fetched;
+                    rebuilder = UnitRebuilder::new(self, fresh, true)?;
+                    rebuilder.bytes_fetched = fetched;
+                    read_window(&mut rebuilder, at, end - at).await?
+                }
+            };
             out.write_all(&bytes).map_err(|source| ClientError::Io {
                 what: "writing the object out".into(),
                 source,

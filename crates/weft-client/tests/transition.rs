@@ -162,3 +162,26 @@ async fn a_pending_transition_leaves_the_object_alone_and_a_new_one_replaces_it(
     let pending = cluster.client.meta.get_json("/v1/transitions").await.unwrap();
     assert_eq!(pending["transitions"].as_array().map(Vec::len), Some(0), "{pending}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_that_began_before_a_commit_finishes_after_it_degraded() {
+    let mut cluster = TestCluster::start(20).await;
+    cluster.create_bucket("b", policy("rs(4,2)", 2, CELL, BLOCK)).await;
+    let data = pattern((24 * BLOCK) as usize, 5);
+    put(&cluster, "s", &data).await;
+    // The reader fetched meta's record before the transition…
+    let stale = cluster.client.meta.get_object("b", "s").await.unwrap();
+    cluster.client.transition("b", "s", layout("rs(8,2)", 2), None, false).await.unwrap();
+    // …and reads after it, with two data blocks' nodes down: the old parity it would
+    // decode from is deleted, so it must go on under the new record.
+    let fresh = cluster.client.meta.get_object("b", "s").await.unwrap();
+    let mut down: Vec<u32> =
+        (0..2).map(|x| fresh.units[&weft_layout::UnitId::Data(x)].node_id).collect();
+    down.dedup();
+    for id in down {
+        cluster.stop_node(id).await;
+    }
+    let mut out = Vec::new();
+    cluster.client.get_object_range(stale, None, &mut out, None).await.unwrap();
+    assert!(out == data, "wrong bytes after the record changed under the read");
+}
