@@ -22,6 +22,7 @@
 
 use std::fmt;
 
+pub mod gc;
 pub mod meta;
 pub mod meter;
 pub mod node;

@@ -270,6 +270,45 @@ impl MetaStore for MemStore {
         Ok(record)
     }
 
+    fn list_writes(
+        &self,
+        after: Option<&ObjectName>,
+        limit: usize,
+    ) -> Result<Vec<ObjectRecord>, MetaError> {
+        let state = self.lock();
+        let lower = match after {
+            Some(name) => Bound::Excluded(key_of(&name.bucket, &name.key)),
+            None => Bound::Unbounded,
+        };
+        Ok(state
+            .writes
+            .range((lower, Bound::Unbounded))
+            .take(limit.min(MAX_LIST_LIMIT))
+            .map(|(_, record)| record.clone())
+            .collect())
+    }
+
+    fn abort_write(
+        &self,
+        bucket: &str,
+        key: &str,
+        generation: u64,
+    ) -> Result<ObjectRecord, MetaError> {
+        let mut state = self.lock();
+        let name = key_of(bucket, key);
+        match state.writes.get(&name) {
+            Some(write) if write.generation == generation => {}
+            _ => {
+                return Err(MetaError::NoSuchWrite {
+                    bucket: bucket.into(),
+                    key: key.into(),
+                    generation,
+                })
+            }
+        }
+        Ok(state.writes.remove(&name).expect("checked above"))
+    }
+
     fn record_heartbeat(
         &self,
         heartbeat: &Heartbeat,

@@ -461,6 +461,54 @@ impl MetaStore for RedbStore {
         Ok(record)
     }
 
+    fn list_writes(
+        &self,
+        after: Option<&ObjectName>,
+        limit: usize,
+    ) -> Result<Vec<ObjectRecord>, MetaError> {
+        let txn = self.db.begin_read().map_err(store)?;
+        let writes = txn.open_table(WRITES).map_err(store)?;
+        let lower = match after {
+            Some(name) => Bound::Excluded((name.bucket.as_str(), name.key.as_str())),
+            None => Bound::Unbounded,
+        };
+        let mut out = Vec::new();
+        for entry in writes.range::<(&str, &str)>((lower, Bound::Unbounded)).map_err(store)? {
+            if out.len() == limit.min(MAX_LIST_LIMIT) {
+                break;
+            }
+            let (name, bytes) = entry.map_err(store)?;
+            let (bucket, key) = name.value();
+            out.push(decode_object(bucket, key, bytes.value())?);
+        }
+        Ok(out)
+    }
+
+    fn abort_write(
+        &self,
+        bucket: &str,
+        key: &str,
+        generation: u64,
+    ) -> Result<ObjectRecord, MetaError> {
+        let no_write =
+            || MetaError::NoSuchWrite { bucket: bucket.into(), key: key.into(), generation };
+        let txn = self.db.begin_write().map_err(store)?;
+        let write;
+        {
+            let mut writes = txn.open_table(WRITES).map_err(store)?;
+            write = match writes.get((bucket, key)).map_err(store)? {
+                Some(bytes) => decode_object(bucket, key, bytes.value())?,
+                None => return Err(no_write()),
+            };
+            if write.generation != generation {
+                return Err(no_write());
+            }
+            writes.remove((bucket, key)).map_err(store)?;
+        }
+        txn.commit().map_err(store)?;
+        Ok(write)
+    }
+
     fn record_heartbeat(
         &self,
         heartbeat: &Heartbeat,

@@ -1,6 +1,7 @@
 //! The meta HTTP service: node membership (heartbeats, up/down), cluster status, buckets,
-//! objects (in `objects.rs`), repairs (detector and executor routes, in `repairs.rs`) and
-//! transitions (regroup plans, commit and abort, in `transitions.rs`), over one
+//! objects (in `objects.rs`), repairs (detector and executor routes, in `repairs.rs`),
+//! transitions (regroup plans, commit and abort, in `transitions.rs`) and garbage collection
+//! (the units meta references, expiry of abandoned writes, in `gc.rs`), over one
 //! [`RedbStore`]. Routes, statuses and error bodies: docs/meta-api.md.
 //!
 //! Invariants:
@@ -42,6 +43,7 @@ use crate::{Heartbeat, MetaError, MetaStore, NodeRecord, Policy, RedbStore};
 
 pub use weft_layout::FailureDomain;
 
+mod gc;
 mod objects;
 mod repairs;
 mod transitions;
@@ -276,6 +278,8 @@ fn router(meta: Shared) -> Router {
         .route("/v1/transitions/commit", post(transitions::commit))
         .route("/v1/transitions/abort", post(transitions::abort))
         .route("/v1/transitions/{bucket}/{*key}", get(transitions::get))
+        .route("/v1/references", get(gc::references))
+        .route("/v1/writes/expire", post(gc::expire_writes))
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(meta)

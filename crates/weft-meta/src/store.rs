@@ -6,7 +6,9 @@
 //! - No clocks: time comes in as `now_ms`, so runs are deterministic and simulable.
 //! - A bucket is deleted only when it holds no committed object and no write in progress.
 //! - An object key has at most one committed record and at most one write in progress;
-//!   committing a write replaces the committed record in the same transaction.
+//!   committing a write replaces the committed record in the same transaction. A write in
+//!   progress ends only by its commit, by a newer begin of its key, or by `abort_write` of
+//!   its own generation (how abandoned writes are expired).
 //! - Generations and repair task ids come from store-wide counters that never go back.
 //! - The repair queue holds at most one task per (object, unit); tasks are taken in the order
 //!   they were enqueued, and a leased task returns to the queue when its lease expires.
@@ -96,6 +98,22 @@ pub trait MetaStore: Send + Sync {
     ) -> Result<ObjectPage, MetaError>;
     /// Deletes the committed object; returns its record (the caller deletes its units).
     fn delete_object(&self, bucket: &str, key: &str) -> Result<ObjectRecord, MetaError>;
+    /// Writes in progress (every bucket) whose (bucket, key) sorts after `after`, in that
+    /// order, at most `min(limit, MAX_LIST_LIMIT)` of them; one transaction.
+    fn list_writes(
+        &self,
+        after: Option<&ObjectName>,
+        limit: usize,
+    ) -> Result<Vec<ObjectRecord>, MetaError>;
+    /// Removes the write in progress of `generation` under (bucket, key) and returns it (its
+    /// units are the caller's to delete; a later commit of it is refused). Refused with
+    /// [`MetaError::NoSuchWrite`], changing nothing, unless that generation is in progress.
+    fn abort_write(
+        &self,
+        bucket: &str,
+        key: &str,
+        generation: u64,
+    ) -> Result<ObjectRecord, MetaError>;
 
     /// Records a heartbeat: creates or replaces the node's record.
     fn record_heartbeat(&self, heartbeat: &Heartbeat, now_ms: u64)

@@ -11,11 +11,14 @@
 //!   checksum failure in a later chunk aborts the response body (the client sees a short body
 //!   and must not trust it); ranges of at most [`CHUNK_BYTES`] never hit that case.
 
-use std::{sync::Arc, time::Instant};
+use std::{
+    sync::Arc,
+    time::{Instant, SystemTime},
+};
 
 use axum::{
     body::Body,
-    extract::{DefaultBodyLimit, MatchedPath, Path, Request, State},
+    extract::{DefaultBodyLimit, MatchedPath, Path, Query, Request, State},
     http::{header, HeaderMap, HeaderValue, StatusCode},
     middleware::{self, Next},
     response::{IntoResponse, Response},
@@ -450,14 +453,51 @@ async fn delete_unit(
     Ok(StatusCode::NO_CONTENT)
 }
 
+#[derive(Debug, serde::Deserialize)]
+struct ListQuery {
+    /// `1` or `true`: each unit with its age and file length.
+    #[serde(default)]
+    ages: Option<String>,
+}
+
+/// `GET /v1/disks/{disk}/units[?ages=1]`.
 async fn list_units(
     State(node): State<Shared>,
     Path(disk): Path<String>,
+    Query(query): Query<ListQuery>,
 ) -> ApiResult<Json<Value>> {
     let (index, disk) = disk_of(&node, &disk)?;
-    let keys = blocking(move || disk.list()).await?;
-    let units: Vec<String> = keys.iter().map(|key| key.to_string()).collect();
-    Ok(Json(json!({ "disk": index, "units": units })))
+    let with_ages = match query.ages.as_deref() {
+        None | Some("0" | "false") => false,
+        Some("1" | "true") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(
+                "ages",
+                format!("ages={other:?}: use ages=1 (or leave it out)"),
+            ))
+        }
+    };
+    if !with_ages {
+        let keys = blocking(move || disk.list()).await?;
+        let units: Vec<String> = keys.iter().map(|key| key.to_string()).collect();
+        return Ok(Json(json!({ "disk": index, "units": units })));
+    }
+    let listed = blocking(move || disk.list_detailed()).await?;
+    // Ages by this node's clock, so whoever reads them needs no clock agreement with the
+    // node; a file from the future (the clock went back) is age 0, never older than it is.
+    let now = SystemTime::now();
+    let units: Vec<Value> = listed
+        .iter()
+        .map(|unit| {
+            let age = now.duration_since(unit.modified).unwrap_or_default();
+            json!({
+                "unit": unit.key.to_string(),
+                "age_ms": u64::try_from(age.as_millis()).unwrap_or(u64::MAX),
+                "file_bytes": unit.file_bytes,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "node_id": node.node_id, "disk": index, "units": units })))
 }
 
 async fn scrub(State(node): State<Shared>, Path(disk): Path<String>) -> ApiResult<Json<Value>> {

@@ -311,6 +311,51 @@ async fn delete_and_list() {
 }
 
 #[tokio::test]
+async fn list_with_ages_reports_each_units_age_from_its_file() {
+    let node = start().await;
+    let (old, new) = (UnitKey::data(9, 0, 0), UnitKey::parity(9, 0, 0, 4));
+    node.put(0, old, &pattern(1000, 1)).await;
+    node.put(0, new, b"").await;
+    // Age the first unit's file by an hour, as if it had been written then.
+    let path = node.disks[0].join("units").join(old.fanout()).join(old.file_name());
+    let file = std::fs::File::options().write(true).open(&path).unwrap();
+    let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    file.set_times(std::fs::FileTimes::new().set_modified(hour_ago)).unwrap();
+    drop(file);
+
+    let listed = node.json("/v1/disks/0/units?ages=1").await;
+    assert_eq!(
+        (&listed["node_id"], &listed["disk"]),
+        (&serde_json::json!(7), &serde_json::json!(0))
+    );
+    let units = listed["units"].as_array().unwrap();
+    assert_eq!(units.len(), 2, "{listed}");
+    let by_name = |key: UnitKey| {
+        units.iter().find(|u| u["unit"] == key.to_string()).unwrap_or_else(|| panic!("{listed}"))
+    };
+    let (old_age, new_age) =
+        (by_name(old)["age_ms"].as_u64().unwrap(), by_name(new)["age_ms"].as_u64().unwrap());
+    assert!((3_600_000..3_660_000).contains(&old_age), "{listed}");
+    assert!(new_age < 60_000, "{listed}");
+    let file_bytes = std::fs::metadata(&path).unwrap().len();
+    assert_eq!(by_name(old)["file_bytes"], file_bytes);
+    let mut fields: Vec<&String> = units[0].as_object().unwrap().keys().collect();
+    fields.sort();
+    assert_eq!(fields, ["age_ms", "file_bytes", "unit"]);
+
+    // The plain form is unchanged; ages=0 is the plain form; anything else is a 400.
+    let plain = node.json("/v1/disks/0/units").await;
+    assert!(plain["units"].as_array().unwrap().iter().all(Value::is_string), "{plain}");
+    assert_eq!(node.json("/v1/disks/0/units?ages=0").await, plain);
+    assert_eq!(node.json("/v1/disks/1/units?ages=1").await["units"], serde_json::json!([]));
+    let bad = node.client.get(format!("{}/v1/disks/0/units?ages=yes", node.base));
+    let bad = bad.send().await.unwrap();
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(error_body(bad).await["what"], "ages");
+    node.node.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn health_and_metrics_report_the_numbers() {
     let node = start().await;
     node.put(1, UnitKey::data(8, 0, 0), &pattern(1000, 0)).await;

@@ -28,6 +28,7 @@ use std::{
         atomic::{AtomicU64, Ordering},
         Arc, Mutex,
     },
+    time::SystemTime,
 };
 
 use crate::{
@@ -65,6 +66,19 @@ pub struct UnitInfo {
     pub format_version: u16,
     /// Length of the file: header plus data.
     pub file_bytes: u64,
+}
+
+/// One unit of a detailed listing ([`Disk::list_detailed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListedUnit {
+    pub key: UnitKey,
+    /// Length of the file: header plus data.
+    pub file_bytes: u64,
+    /// The file's modification time: when the unit's last byte was written, just before it
+    /// became visible (the file is renamed into place, which keeps it, and never written
+    /// again).
+    pub modified: SystemTime,
 }
 
 /// Units on a disk and the bytes their files take.
@@ -495,6 +509,22 @@ impl Disk {
     pub fn list(&self) -> Result<Vec<UnitKey>> {
         self.check()?;
         Ok(self.scan()?.0)
+    }
+
+    /// Every unit on the disk with its file length and modification time, sorted by key.
+    /// Units deleted between the directory scan and their stat are left out.
+    pub fn list_detailed(&self) -> Result<Vec<ListedUnit>> {
+        self.check()?;
+        let mut out = Vec::new();
+        for key in self.scan()?.0 {
+            let path = self.unit_path(&key);
+            match self.inner.fs.file_meta(&path) {
+                Ok((file_bytes, modified)) => out.push(ListedUnit { key, file_bytes, modified }),
+                Err(e) if is_not_found(&e) => {} // deleted since the scan
+                Err(e) => return Err(self.io("stat", key, &path, e)),
+            }
+        }
+        Ok(out)
     }
 
     /// Number of units and the bytes their files take (headers included).

@@ -13,6 +13,7 @@ use std::{
     os::unix::fs::FileExt,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
+    time::SystemTime,
 };
 
 /// An open file. Positional reads and writes, so one handle serves concurrent readers.
@@ -45,6 +46,9 @@ pub trait Fs: Send + Sync + fmt::Debug {
     fn list_dir(&self, path: &Path) -> io::Result<Vec<OsString>>;
     /// The length of a file in bytes (`NotFound` if there is none).
     fn file_len(&self, path: &Path) -> io::Result<u64>;
+    /// The length of a file in bytes and when its contents were last modified (`NotFound`
+    /// if there is none).
+    fn file_meta(&self, path: &Path) -> io::Result<(u64, SystemTime)>;
 }
 
 /// The real filesystem (Unix).
@@ -98,6 +102,10 @@ impl Fs for RealFs {
     }
     fn file_len(&self, path: &Path) -> io::Result<u64> {
         Ok(fs::metadata(path)?.len())
+    }
+    fn file_meta(&self, path: &Path) -> io::Result<(u64, SystemTime)> {
+        let metadata = fs::metadata(path)?;
+        Ok((metadata.len(), metadata.modified()?))
     }
 }
 
@@ -247,5 +255,8 @@ impl Fs for FaultyFs {
     }
     fn file_len(&self, path: &Path) -> io::Result<u64> {
         self.inner.file_len(path)
+    }
+    fn file_meta(&self, path: &Path) -> io::Result<(u64, SystemTime)> {
+        self.inner.file_meta(path)
     }
 }

@@ -21,7 +21,7 @@ pub mod fs;
 mod key;
 
 pub use disk::{
-    Disk, Result, ScrubProgress, ScrubReport, UnitInfo, UnitWriter, Usage, DISK_MARKER,
+    Disk, ListedUnit, Result, ScrubProgress, ScrubReport, UnitInfo, UnitWriter, Usage, DISK_MARKER,
     DISK_MARKER_FILE, FANOUT_DIRS,
 };
 pub use error::StoreError;

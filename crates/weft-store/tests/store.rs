@@ -298,6 +298,27 @@ fn reopen_lists_the_same_units_and_cleans_temp_files() {
 }
 
 #[test]
+fn a_detailed_listing_gives_each_units_file_length_and_write_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = Disk::open(dir.path()).unwrap();
+    let before = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
+    let keys = [UnitKey::data(3, 1, 0), UnitKey::parity(3, 0, 1, 2), UnitKey::data(1, 0, 0)];
+    for (i, key) in keys.iter().enumerate() {
+        disk.put(*key, &random_bytes(i * 70_000, i as u64)).unwrap();
+    }
+    let listed = disk.list_detailed().unwrap();
+    assert_eq!(listed.iter().map(|u| u.key).collect::<Vec<_>>(), disk.list().unwrap());
+    for unit in &listed {
+        assert_eq!(unit.file_bytes, fs::metadata(disk.unit_path(&unit.key)).unwrap().len());
+        assert!(unit.modified >= before, "{unit:?}");
+    }
+    let total: u64 = listed.iter().map(|u| u.file_bytes).sum();
+    assert_eq!(disk.usage().unwrap().file_bytes, total);
+    disk.delete(keys[0]).unwrap();
+    assert_eq!(disk.list_detailed().unwrap().len(), 2);
+}
+
+#[test]
 fn open_refuses_foreign_directories() {
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("precious.txt"), b"user data").unwrap();
@@ -325,6 +346,7 @@ fn assert_refuses_work(disk: &Disk, known: UnitKey) {
     failed(disk.stat(known).map(drop), "stat");
     failed(disk.delete(known), "delete");
     failed(disk.list().map(drop), "list");
+    failed(disk.list_detailed().map(drop), "list_detailed");
     failed(disk.usage().map(drop), "usage");
     failed(disk.scrub(|_| {}).map(drop), "scrub");
 }

@@ -14,6 +14,7 @@ mod bench_cluster;
 mod cluster_cli;
 mod demo;
 mod ec;
+mod gc_cli;
 mod objects_cli;
 mod repair_cost;
 mod serve;
@@ -102,6 +103,20 @@ enum Command {
     ///   weft transition --bucket media --code rs --k 12 --r 3 --rate 200MiB
     #[command(verbatim_doc_comment)]
     Transition(transition_cli::TransitionArgs),
+    /// Delete leaked units: unit files no object, write or transition of meta references.
+    ///
+    /// Units leak when a client dies mid-write (meta expires such writes after
+    /// --expire-writes-after), when a node is down while its units are deleted or repaired
+    /// elsewhere, or when cleaning up a transition fails. For each node meta reports up, the
+    /// sweep lists its units with their ages, then asks meta what it references, then deletes
+    /// what is unreferenced and older than --grace. `weft serve repair` (started by `weft up`)
+    /// runs the same sweep every --gc-interval.
+    ///
+    /// Examples:
+    ///   weft gc --dry-run
+    ///   weft gc --grace 30m --json
+    #[command(verbatim_doc_comment)]
+    Gc(gc_cli::GcArgs),
 }
 
 fn main() -> ExitCode {
@@ -125,6 +140,7 @@ fn main() -> ExitCode {
         Command::Rm(args) => objects_cli::rm(args),
         Command::Stat(args) => objects_cli::stat(args),
         Command::Transition(args) => transition_cli::run(args),
+        Command::Gc(args) => gc_cli::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

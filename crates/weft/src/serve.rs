@@ -4,7 +4,11 @@
 //! - When a process is ready it prints exactly one line on stdout naming its endpoint
 //!   (`meta listening on http://…` / `node N listening on http://…`); logs go to stderr only,
 //!   so scripts and `weft up` can read that line.
-//! - Ctrl-C (SIGINT) and SIGTERM stop it gracefully (requests in flight finish) and exit 0.
+//! - Ctrl-C (SIGINT) and SIGTERM stop it gracefully (requests in flight finish) and exit 0;
+//!   a unit sweep of `serve repair` in progress is abandoned (safe: each of its deletes is of
+//!   a unit nobody references).
+//! - `serve repair` sweeps only with a grace longer than its own lease (refused at start
+//!   otherwise), so it never deletes a unit one of its repairs has yet to report.
 
 use std::{
     io::{IsTerminal, Write},
@@ -50,6 +54,9 @@ pub enum ServeCommand {
     /// the new copy. Several executors may run at once; a crashed one's leases expire and
     /// its tasks are taken again. When ready it prints `repair executor on http://META`.
     ///
+    /// It also sweeps leaked units every --gc-interval (see `weft gc`), logging one line per
+    /// sweep.
+    ///
     /// Example: weft serve repair --meta http://127.0.0.1:7700 --rate 100MiB --parallel 2
     #[command(verbatim_doc_comment)]
     Repair(RepairArgs),
@@ -69,6 +76,16 @@ pub struct RepairArgs {
     /// Lease of each task, in milliseconds: a task not finished by then is taken again.
     #[arg(long, default_value_t = 60_000)]
     pub lease_ms: u64,
+    /// Sweep leaked units (as `weft gc` does) this often: 30s, 10m, 6h, or milliseconds;
+    /// 0 disables the sweep.
+    #[arg(long, default_value = "10m", value_parser = weft_client::gc::parse_duration_ms)]
+    pub gc_interval: u64,
+    /// The sweep keeps unreferenced units younger than this; must be longer than --lease-ms.
+    #[arg(long, default_value = "15m", value_parser = weft_client::gc::parse_duration_ms)]
+    pub gc_grace: u64,
+    /// The sweep first expires writes in progress begun longer ago than this, or `off`.
+    #[arg(long, default_value = "6h", value_parser = crate::gc_cli::parse_expiry)]
+    pub gc_expire_writes_after: crate::gc_cli::Expiry,
 }
 
 #[derive(Debug, Args)]
@@ -223,11 +240,29 @@ async fn serve_repair(args: RepairArgs) -> Result<(), CliError> {
         rate_bytes_per_sec: (args.rate > 0).then_some(args.rate as u64),
         ..Default::default()
     };
+    if args.gc_interval > 0 && args.gc_grace <= args.lease_ms {
+        return Err(cli_error!(
+            "--gc-grace ({} ms) must be longer than --lease-ms ({} ms): a repair writes its unit \
+             before meta points at it, within its lease",
+            args.gc_grace,
+            args.lease_ms
+        ));
+    }
+    let gc = weft_client::gc::GcOptions {
+        grace_ms: args.gc_grace,
+        expire_writes_after_ms: args.gc_expire_writes_after.0,
+        dry_run: false,
+    };
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    let sweeper = (args.gc_interval > 0)
+        .then(|| tokio::spawn(run_sweeps(client.clone(), gc, args.gc_interval, stopped.clone())));
     let executor = tokio::spawn(weft_client::repair::run_executor(client, config, stopped));
     ready(format!("repair executor on {meta}"));
     shutdown_signal().await;
     let _ = stop.send(true);
+    if let Some(sweeper) = sweeper {
+        let _ = sweeper.await;
+    }
     if let Ok(stats) = executor.await {
         use std::sync::atomic::Ordering::Relaxed;
         tracing::info!(
@@ -238,6 +273,45 @@ async fn serve_repair(args: RepairArgs) -> Result<(), CliError> {
         );
     }
     Ok(())
+}
+
+/// Runs a sweep every `interval_ms` (the first one interval after start) until `stop` turns
+/// true, logging one line per sweep.
+async fn run_sweeps(
+    client: weft_client::Client,
+    options: weft_client::gc::GcOptions,
+    interval_ms: u64,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let interval = std::time::Duration::from_millis(interval_ms);
+    loop {
+        if tokio::time::timeout(interval, stop.wait_for(|stop| *stop)).await.is_ok() {
+            return;
+        }
+        // A stop abandons a sweep midway: safe, since each delete is of a unit nobody
+        // references, and a sweep of a large cluster may take a while.
+        let swept = tokio::select! {
+            swept = weft_client::gc::sweep(&client, &options) => swept,
+            _ = stop.wait_for(|stop| *stop) => return,
+        };
+        match swept {
+            Ok(report) => tracing::info!(
+                expired_writes = report.expired_writes.len(),
+                nodes = report.nodes_scanned,
+                nodes_down = report.nodes_down,
+                disks = report.disks_scanned,
+                units_seen = report.units_seen,
+                unreferenced = report.unreferenced,
+                skipped_young = report.skipped_young,
+                deleted = report.deleted,
+                bytes = report.bytes,
+                errors = report.errors_total,
+                ms = report.elapsed_ms,
+                "gc sweep"
+            ),
+            Err(error) => tracing::warn!(%error, "gc sweep failed; no unit was deleted"),
+        }
+    }
 }
 
 /// A node id from the first disk's absolute path (FNV-1a), stable across restarts.

@@ -26,6 +26,9 @@
 //! - Units are named with the object's parity generation (see `objects::unit_key`); a
 //!   committed transition drops the object's queued parity repairs in its transaction, so a
 //!   lease on one is lost and a parity rebuilt under the old layout is never installed.
+//! - A repair completes only before its lease's deadline (by meta's clock), so a unit an
+//!   executor wrote is referenced within one lease of its write or never: the sweeper spares
+//!   units younger than a grace longer than any lease (see `gc`).
 //! - Every loop is bounded: scans walk the store page by page, a take drops at most
 //!   [`MAX_DROPPED_PER_TAKE`] tasks.
 
@@ -156,7 +159,7 @@ fn available_now(nodes: &[NodeRecord], disk: DiskLocation, now: u64, down_after_
 }
 
 /// Visits every committed object of every bucket, page by page.
-fn for_each_object(
+pub(crate) fn for_each_object(
     store: &dyn MetaStore,
     mut visit: impl FnMut(&[crate::ObjectRecord]) -> Result<(), MetaError>,
 ) -> Result<(), MetaError> {
@@ -330,6 +333,18 @@ fn lease_lost(task_id: u64, deadline_ms: u64) -> ApiError {
             "task {task_id} has no lease with deadline {deadline_ms}: the lease expired and the \
              task was taken again, or the task was completed, dropped, or failed (and requeued \
              under a new id); do not count this repair"
+        ),
+    )
+}
+
+fn lease_expired(task_id: u64, deadline_ms: u64) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "lease_lost",
+        format!(
+            "the lease of task {task_id} expired at {deadline_ms}: a repair completes within its \
+             lease or not at all (the task is free to take again; the unit written for it is \
+             garbage)"
         ),
     )
 }
@@ -609,6 +624,12 @@ pub(crate) async fn complete(
         };
         if task.lease_deadline_ms != Some(done.deadline_ms) {
             return Ok(Err(lease_lost(task_id, done.deadline_ms)));
+        }
+        // Past its deadline a lease is over even if nobody took the task again: a unit a
+        // repair wrote is referenced within its lease or never (the sweeper's grace rests
+        // on it: docs/meta-api.md, "Garbage collection").
+        if now_ms() > done.deadline_ms {
+            return Ok(Err(lease_expired(task_id, done.deadline_ms)));
         }
         let nodes = store.list_nodes()?;
         let known = nodes
