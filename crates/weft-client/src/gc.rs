@@ -34,7 +34,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    time::{Duration, Instant},
+    time::Instant,
 };
 
 use futures_util::StreamExt;
@@ -51,8 +51,6 @@ pub const DEFAULT_GRACE_MS: u64 = 15 * 60_000;
 pub const DEFAULT_EXPIRE_WRITES_AFTER_MS: u64 = 6 * 3_600_000;
 /// Deletes in flight at once on one node.
 const PARALLEL_DELETES: usize = 8;
-/// How long one node request may take (listing a large disk takes a while).
-const NODE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Most error messages a report keeps (`errors_total` counts them all).
 const MAX_ERRORS_KEPT: usize = 50;
 
@@ -171,11 +169,6 @@ pub async fn sweep(client: &Client, options: &GcOptions) -> Result<GcReport> {
     let started = Instant::now();
     let mut report =
         GcReport { dry_run: options.dry_run, grace_ms: options.grace_ms, ..GcReport::default() };
-    let http = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(3))
-        .timeout(NODE_TIMEOUT)
-        .build()
-        .map_err(|e| ClientError::Invalid(format!("cannot build an HTTP client: {e}")))?;
 
     if let Some(older_than_ms) = options.expire_writes_after_ms {
         let body = json!({ "older_than_ms": older_than_ms, "dry_run": options.dry_run });
@@ -191,24 +184,18 @@ pub async fn sweep(client: &Client, options: &GcOptions) -> Result<GcReport> {
     let (nodes, down) = meta_nodes(&client.meta.get_json("/v1/nodes").await?)?;
     report.nodes_down = down;
     for node in nodes {
-        sweep_node(client, &http, options, &node, &mut report).await;
+        sweep_node(client, options, &node, &mut report).await;
     }
     report.elapsed_ms = started.elapsed().as_millis() as u64;
     Ok(report)
 }
 
 /// Lists every disk of `node`, then fetches its references, then deletes.
-async fn sweep_node(
-    client: &Client,
-    http: &reqwest::Client,
-    options: &GcOptions,
-    node: &NodeView,
-    report: &mut GcReport,
-) {
+async fn sweep_node(client: &Client, options: &GcOptions, node: &NodeView, report: &mut GcReport) {
     // 1. Listings first (see the module invariants).
     let mut listings: Vec<(u32, Vec<Listed>)> = Vec::new();
     for &disk in &node.disks {
-        match list_disk(http, node, disk).await {
+        match list_disk(&client.nodes, node, disk).await {
             Ok(units) => listings.push((disk, units)),
             Err(message) => report.error(message),
         }
@@ -288,20 +275,15 @@ async fn sweep_node(
 
 /// `GET /v1/disks/{disk}/units?ages=1` on `node`, checking the node is the one meta means.
 async fn list_disk(
-    http: &reqwest::Client,
+    nodes: &crate::NodeClient,
     node: &NodeView,
     disk: u32,
 ) -> std::result::Result<Vec<Listed>, String> {
-    let url = format!("{}/v1/disks/{disk}/units?ages=1", node.endpoint);
     let failed =
         |cause: String| format!("node {} disk {disk}: cannot list units: {cause}", node.id);
-    let response = http.get(&url).send().await.map_err(|e| failed(e.to_string()))?;
-    let status = response.status();
-    let text = response.text().await.map_err(|e| failed(e.to_string()))?;
-    if !status.is_success() {
-        return Err(failed(format!("{status}: {}", text.trim())));
-    }
-    let value: Value = serde_json::from_str(&text).map_err(|e| failed(e.to_string()))?;
+    let value =
+        nodes.list_disk_with_ages(&node.endpoint, disk).await.map_err(|f| failed(f.cause))?;
+    let text = value.to_string();
     if value["node_id"].as_u64() != Some(u64::from(node.id)) {
         return Err(failed(format!(
             "{} answers as node {} (an endpoint reused by another node?); nothing deleted",

@@ -229,6 +229,24 @@ impl NodeClient {
         Ok(None)
     }
 
+    /// The node's listing of one disk with each unit's age and file size
+    /// (`GET {endpoint}/v1/disks/{disk}/units?ages=1`), as the node sent it.
+    pub async fn list_disk_with_ages(
+        &self,
+        endpoint: &str,
+        disk: u32,
+    ) -> Result<serde_json::Value, NodeFailure> {
+        let url = format!("{}/v1/disks/{disk}/units?ages=1", endpoint.trim_end_matches('/'));
+        let response = self.http.get(&url).send().await.map_err(transport)?;
+        if !response.status().is_success() {
+            return Err(failure_of(response).await);
+        }
+        response
+            .json()
+            .await
+            .map_err(|e| NodeFailure::new(FailureKind::Other, format!("not a unit listing: {e}")))
+    }
+
     /// Deletes `unit`; a unit already absent counts as deleted.
     pub async fn delete(&self, unit: &UnitInfo) -> Result<(), NodeFailure> {
         let url = Self::url(unit)?;
