@@ -215,10 +215,21 @@ pub async fn repair_unit(
         }
         Err(failure) => return Err(failure.for_unit(&destination)),
     }
-    let result = client.meta.complete_repair(task).await?;
+    let in_place = (old.node_id, old.disk) == (destination.node_id, destination.disk);
+    let result = match client.meta.complete_repair(task).await {
+        Ok(result) => result,
+        Err(error) => {
+            // meta did not take the new copy (lease lost or expired): it is an orphan unless
+            // it replaced the unit in place, where meta still points.
+            if !in_place {
+                client.delete_units(std::slice::from_ref(&destination)).await;
+            }
+            return Err(error);
+        }
+    };
     if result == "stale" {
         client.delete_units(std::slice::from_ref(&destination)).await;
-    } else if !old.is_down() && (old.node_id, old.disk) != (destination.node_id, destination.disk) {
+    } else if !old.is_down() && !in_place {
         // The old copy is corrupt or orphaned now; its node may still answer.
         client.delete_units(std::slice::from_ref(&old)).await;
     }
