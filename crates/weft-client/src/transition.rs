@@ -14,12 +14,29 @@
 //!   readable, reads and repairs go on as before. New parity units have their own unit keys
 //!   (parity generation = transition id), so nothing old is overwritten.
 //! - Any failure before the commit aborts the transition in meta and deletes what was
-//!   written; a crash leaves a pending transition that `resume`/`abort` finishes (its units
-//!   are garbage until then, never referenced).
+//!   written; a crash leaves a pending transition that the next begin for the object replaces
+//!   (its `replaced` list names the units to delete) or an abort removes (its units are
+//!   garbage until then, never referenced).
+//! - A unit the committed object may reference is never deleted: when a commit's answer is
+//!   lost (meta crashed or unreachable), the transition may have committed, so its new
+//!   parity and relocation copies stay. Only meta's answers decide: abort's list; or, when
+//!   meta says the transition is no longer pending, the object's parity generation tells
+//!   whether it committed (then the old parity is the garbage) or not (then the new parity,
+//!   whose keys carry this transition's id, is nobody's). Relocation copies are deleted only
+//!   from abort's list: a copy has the block's own key and may be the object's or a newer
+//!   transition's.
+//! - A regroup begins again (at most [`REGROUP_ATTEMPTS`] times in all, IO counted over all)
+//!   when it was rolled back because meta said to (a repair moved a block meanwhile:
+//!   `relocation_conflict`, `placement_conflict`) or because a node it wrote to failed —
+//!   after waiting, at most the node down timeout, for meta to judge that node down, so the
+//!   next plan avoids it, and then (at most [`REPAIR_WAIT_MAX`]) for repair to move the
+//!   object's units off down nodes, so that repairs do not move blocks under the next plan.
+//! - Transitioning an object to the layout it already has does nothing and succeeds
+//!   (`unchanged`), so a run killed after its commit can simply be run again.
 //! - Every byte is accounted: bytes fetched from nodes, data, parity and relocated bytes
 //!   written; `network_bytes` is their sum (the executor is a client of every node).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde::Serialize;
@@ -44,6 +61,39 @@ pub struct TransitionReport {
     pub predicted: Value,
     pub relocated_blocks: usize,
     pub elapsed_ms: u64,
+    /// The object already had the layout: nothing was done.
+    pub unchanged: bool,
+    /// Regroups begun (more than 1 after a rollback meta or a failed node asked for).
+    pub attempts: usize,
+}
+
+/// Most times one regroup is begun (see the module's invariants).
+pub const REGROUP_ATTEMPTS: usize = 3;
+
+/// Longest wait for meta to judge a failed node down before beginning again.
+const NODE_DOWN_WAIT_MAX: Duration = Duration::from_secs(60);
+/// Longest wait, before beginning again, for repair to move the object's units off down
+/// nodes (a repair that moves a block while a transition is pending is what makes its
+/// commit conflict).
+const REPAIR_WAIT_MAX: Duration = Duration::from_secs(30);
+
+/// How a failed regroup attempt ended.
+enum Failed {
+    /// Rolled back (nothing of it is referenced) for a reason worth beginning again; with the
+    /// node a write failed on.
+    Again { error: ClientError, node: Option<u32> },
+    /// Rolled back or not, nothing more to try.
+    Final(ClientError),
+}
+
+/// Where a transition stands after a failure, as meta says.
+enum Settled {
+    /// Not pending, not committed: what it wrote is deleted.
+    RolledBack,
+    /// It committed (the commit's answer was lost): the old parity was deleted.
+    Committed,
+    /// meta could not say (unreachable, or an unexpected answer): nothing was deleted.
+    Unknown(ClientError),
 }
 
 /// A planned relocation as meta sends it.
@@ -92,12 +142,30 @@ impl Client {
     ) -> Result<TransitionReport> {
         let object = self.meta.get_object(bucket, key).await?;
         let mode = mode.unwrap_or_else(|| TransitionMode::auto(&object.layout, &to));
+        if object.layout == to {
+            return Ok(TransitionReport {
+                bucket: object.bucket,
+                key: object.key,
+                mode,
+                from: object.layout,
+                to,
+                size: object.size,
+                dry_run,
+                io: TransitionIo::default(),
+                predicted: json!({}),
+                relocated_blocks: 0,
+                elapsed_ms: 0,
+                unchanged: true,
+                attempts: 0,
+            });
+        }
         match mode {
             TransitionMode::Regroup => self.regroup(object, to, dry_run).await,
             TransitionMode::Restripe => self.restripe(object, to, dry_run).await,
         }
     }
 
+    /// Regroups, beginning again after a rollback worth it (see the module's invariants).
     async fn regroup(
         &self,
         object: ObjectInfo,
@@ -105,27 +173,114 @@ impl Client {
         dry_run: bool,
     ) -> Result<TransitionReport> {
         let started = Instant::now();
+        let mut io = TransitionIo::default();
+        for attempt in 1.. {
+            match self.regroup_once(&object, to, dry_run, &mut io).await {
+                Ok(mut report) => {
+                    report.attempts = attempt;
+                    report.elapsed_ms = started.elapsed().as_millis() as u64;
+                    return Ok(report);
+                }
+                Err(Failed::Again { error, node }) if attempt < REGROUP_ATTEMPTS => {
+                    tracing::warn!(%error, attempt, "transition rolled back; beginning again");
+                    if let Some(node) = node {
+                        self.wait_until_down(node).await;
+                    }
+                    self.wait_for_repairs(&object.bucket, &object.key).await;
+                }
+                Err(Failed::Again { error, .. } | Failed::Final(error)) => return Err(error),
+            }
+        }
+        unreachable!("the attempts loop returns")
+    }
+
+    /// Waits (at most the node down timeout and a bit, polling) for meta to judge `node`
+    /// down, so that a new plan does not use it.
+    async fn wait_until_down(&self, node: u32) {
+        let down_after = match self.meta.get_json("/v1/nodes").await {
+            Ok(nodes) => nodes["down_after_ms"].as_u64().unwrap_or(5000),
+            Err(_) => return,
+        };
+        let wait = Duration::from_millis(down_after + 2000).min(NODE_DOWN_WAIT_MAX);
+        tracing::warn!(node, "waiting up to {wait:?} for meta to judge node {node} down");
+        let deadline = Instant::now() + wait;
+        while Instant::now() < deadline {
+            if let Ok(nodes) = self.meta.get_json("/v1/nodes").await {
+                let down = nodes["nodes"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|n| n["id"].as_u64() == Some(u64::from(node)) && n["state"] != "up");
+                if down {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits (at most [`REPAIR_WAIT_MAX`], polling) until no unit of the object is on a
+    /// node meta reports down.
+    async fn wait_for_repairs(&self, bucket: &str, key: &str) {
+        let deadline = Instant::now() + REPAIR_WAIT_MAX;
+        while Instant::now() < deadline {
+            match self.meta.get_object(bucket, key).await {
+                Ok(object) if object.units.values().any(UnitInfo::is_down) => {}
+                _ => return,
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        tracing::warn!(bucket, key, "units still on down nodes; beginning again anyway");
+    }
+
+    /// One attempt: plan, write, commit; on failure, settles what it wrote with meta.
+    async fn regroup_once(
+        &self,
+        object: &ObjectInfo,
+        to: StripedLayout,
+        dry_run: bool,
+        io: &mut TransitionIo,
+    ) -> std::result::Result<TransitionReport, Failed> {
         let body =
             json!({"bucket": object.bucket, "key": object.key, "layout": to, "mode": "regroup"});
-        let plan = self.meta.post_json("/v1/transitions", body).await?;
-        let id = field(&plan, "transition")?["id"]
-            .as_u64()
-            .ok_or_else(|| ClientError::Invalid("meta's transition has no id".into()))?;
+        let plan = self.meta.post_json("/v1/transitions", body).await.map_err(Failed::Final)?;
+        self.regroup_planned(&plan, to, dry_run, io).await
+    }
+
+    async fn regroup_planned(
+        &self,
+        plan: &Value,
+        to: StripedLayout,
+        dry_run: bool,
+        io: &mut TransitionIo,
+    ) -> std::result::Result<TransitionReport, Failed> {
+        // Before the transition is known to meta's caller: a bad plan is final.
+        let parsed = (|| {
+            let id = field(plan, "transition")?["id"]
+                .as_u64()
+                .ok_or_else(|| ClientError::Invalid("meta's transition has no id".into()))?;
+            let current = ObjectInfo::from_json(field(plan, "object")?.clone())?;
+            let create = units(field(plan, "create")?)?;
+            let moves: Vec<PlannedMove> = plan["relocations"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(planned_move)
+                .collect::<Result<_>>()?;
+            Ok::<_, ClientError>((id, current, create, moves))
+        })();
+        let (id, current, create, moves) = parsed.map_err(Failed::Final)?;
         if let Some(replaced) = plan["replaced"].as_object() {
             // An unfinished earlier transition: its parity and block copies are garbage now.
             for list in ["create", "relocation_copies"] {
-                let left = units(replaced.get(list).unwrap_or(&Value::Null))?;
-                self.delete_units(&left).await;
+                match units(replaced.get(list).unwrap_or(&Value::Null)) {
+                    Ok(left) => {
+                        self.delete_units(&left).await;
+                    }
+                    Err(error) => tracing::warn!(%error, "units of a replaced transition left"),
+                }
             }
         }
-        let current = ObjectInfo::from_json(field(&plan, "object")?.clone())?;
-        let create = units(field(&plan, "create")?)?;
-        let moves: Vec<PlannedMove> = plan["relocations"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(planned_move)
-            .collect::<Result<_>>()?;
         let mut report = TransitionReport {
             bucket: current.bucket.clone(),
             key: current.key.clone(),
@@ -138,33 +293,100 @@ impl Client {
             predicted: plan["predicted"].clone(),
             relocated_blocks: moves.len(),
             elapsed_ms: 0,
+            unchanged: false,
+            attempts: 1,
         };
         if dry_run {
-            self.abort_transition(&current, id).await?;
-            report.elapsed_ms = started.elapsed().as_millis() as u64;
+            self.abort_transition(&current, id).await.map_err(Failed::Final)?;
             return Ok(report);
         }
-        let written = match self.write_regroup(&current, &to, &create, &moves, &mut report.io).await
-        {
-            Ok(()) => self.commit_transition(&current, id).await,
-            Err(error) => Err(error),
+        let written = self.write_regroup(&current, &to, &create, &moves, io).await;
+        io.network_bytes =
+            io.bytes_read + io.data_bytes_written + io.parity_bytes_written + io.relocated_bytes;
+        report.io = *io;
+        let (error, commit_sent) = match written {
+            Err(error) => (error, false),
+            Ok(()) => match self.commit_transition(&current, id).await {
+                Ok(()) => return Ok(report),
+                Err(error) => (error, true),
+            },
         };
-        if let Err(error) = written {
-            // meta hands back what to delete; if it no longer knows the transition (object
-            // replaced or deleted meanwhile), delete what this transition wrote ourselves.
-            if self.abort_transition(&current, id).await.is_err() {
-                let mut ours = create.clone();
-                ours.extend(moves.iter().map(|m| m.to.clone()));
-                self.delete_units(&ours).await;
+        let again = match &error {
+            ClientError::Node { node_id, .. } if !commit_sent => Some(Some(*node_id)),
+            // relocation_conflict, placement_conflict: "abort and begin again".
+            ClientError::Meta { code, message, .. }
+                if code == "transition_conflict" && message.contains("begin again") =>
+            {
+                Some(None)
             }
-            return Err(error);
+            _ => None,
+        };
+        match self.settle(&current, id, &create, commit_sent).await {
+            Settled::RolledBack => Err(match again {
+                Some(node) => Failed::Again { error, node },
+                None => Failed::Final(error),
+            }),
+            Settled::Committed => {
+                tracing::warn!(%error, id, "the commit's answer was lost, but it committed");
+                Ok(report)
+            }
+            Settled::Unknown(why) => {
+                tracing::warn!(
+                    %why, id,
+                    "meta cannot say whether the transition committed: its units are left; \
+                     run it again to finish"
+                );
+                Err(Failed::Final(error))
+            }
         }
-        report.io.network_bytes = report.io.bytes_read
-            + report.io.data_bytes_written
-            + report.io.parity_bytes_written
-            + report.io.relocated_bytes;
-        report.elapsed_ms = started.elapsed().as_millis() as u64;
-        Ok(report)
+    }
+
+    /// After a failed attempt: rolls the transition back if meta still has it pending, or
+    /// finds it committed (a commit whose answer was lost). Deletes nothing a committed
+    /// object may reference (see the module's invariants).
+    async fn settle(
+        &self,
+        current: &ObjectInfo,
+        id: u64,
+        create: &[UnitInfo],
+        commit_sent: bool,
+    ) -> Settled {
+        match self.abort_transition(current, id).await {
+            Ok(()) => return Settled::RolledBack,
+            // 404 no_such_transition: no longer pending (committed, replaced or dropped).
+            Err(ClientError::Meta { status: 404, .. }) => {}
+            // Commit never sent: its units cannot be referenced; the pending record (meta
+            // unreachable) names them to the next begin or abort too.
+            Err(_) if !commit_sent => {
+                self.delete_units(create).await;
+                return Settled::RolledBack;
+            }
+            Err(error) => return Settled::Unknown(error),
+        }
+        if commit_sent {
+            match self.meta.get_object(&current.bucket, &current.key).await {
+                Ok(now)
+                    if now.generation == current.generation
+                        && now.raw["parity_generation"].as_u64() == Some(id) =>
+                {
+                    // Committed: the old parity is garbage (its keys carry the old parity
+                    // generation, never this one). Old copies of relocated blocks are left.
+                    let old: Vec<UnitInfo> = current
+                        .units
+                        .values()
+                        .filter(|u| matches!(u.unit, UnitId::Parity { .. }))
+                        .cloned()
+                        .collect();
+                    self.delete_units(&old).await;
+                    return Settled::Committed;
+                }
+                Ok(_) | Err(ClientError::Meta { status: 404, .. }) => {}
+                Err(error) => return Settled::Unknown(error),
+            }
+        }
+        // Neither pending nor committed: this transition's parity keys are nobody's.
+        self.delete_units(create).await;
+        Settled::RolledBack
     }
 
     /// Reads each new group's data blocks once, writes its new parity and the blocks that move.
@@ -177,8 +399,23 @@ impl Client {
         io: &mut TransitionIo,
     ) -> Result<()> {
         let code = to.code.build()?;
-        let size = object.size;
         let mut rebuilder = UnitRebuilder::new(self, object.clone(), true)?;
+        let written = self.write_groups(&mut rebuilder, &*code, to, create, moves, io).await;
+        // Counted even when it failed: the bytes were read.
+        io.bytes_read += rebuilder.bytes_fetched;
+        written
+    }
+
+    async fn write_groups(
+        &self,
+        rebuilder: &mut UnitRebuilder,
+        code: &dyn weft_codes::Code,
+        to: &StripedLayout,
+        create: &[UnitInfo],
+        moves: &[PlannedMove],
+        io: &mut TransitionIo,
+    ) -> Result<()> {
+        let size = rebuilder.object.size;
         for group in 0..to.groups(size) {
             let unit_len = to.unit_len(size, group) as usize;
             let blocks = to.group_blocks(size, group);
@@ -210,7 +447,6 @@ impl Client {
                 self.put_unit(target, Bytes::from(bytes)).await?;
             }
         }
-        io.bytes_read = rebuilder.bytes_fetched;
         Ok(())
     }
 
@@ -270,6 +506,8 @@ impl Client {
             predicted,
             relocated_blocks: 0,
             elapsed_ms: 0,
+            unchanged: false,
+            attempts: 1,
         };
         if dry_run {
             return Ok(report);

@@ -6,6 +6,9 @@
 //!   keep the object's values (not the bucket's).
 //! - `--json` prints exactly one JSON object: the transition report for one object, or the
 //!   totals and per-object reports for `--bucket`. Progress goes to stderr.
+//! - Running a transition again is safe: an object already at the target layout succeeds
+//!   with nothing done (`"unchanged": true`), so a run killed at any step is finished by
+//!   running the same command again (a pending transition it left is replaced).
 
 use std::{
     io::IsTerminal,
@@ -93,6 +96,7 @@ fn report_json(report: &TransitionReport) -> Value {
         "network_bytes": io.network_bytes, "total_io_bytes": io.total_bytes(),
         "relocated_blocks": report.relocated_blocks,
         "predicted": report.predicted, "elapsed_ms": report.elapsed_ms,
+        "unchanged": report.unchanged, "attempts": report.attempts,
     })
 }
 
@@ -102,6 +106,10 @@ fn fmt(bytes: u64) -> String {
 
 fn print_report(report: &TransitionReport) {
     let io = &report.io;
+    if report.unchanged {
+        println!("{}/{} is already {}: nothing to do", report.bucket, report.key, report.to.code);
+        return;
+    }
     let verb = if report.dry_run { "would transition" } else { "transitioned" };
     println!(
         "{verb} {}/{} ({}) from {} to {} by {}",

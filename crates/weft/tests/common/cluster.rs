@@ -340,6 +340,119 @@ impl Cluster {
         }
     }
 
+    /// Polls `weft status --json` until `want` holds, at most `timeout`.
+    pub fn wait_for_status_within(
+        &self,
+        what: &str,
+        timeout: Duration,
+        want: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let status = self.status();
+            if want(&status) {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}; status: {status}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// GET `path` of meta's HTTP API (e.g. `/v1/transitions`, which no command shows): the
+    /// status code and the JSON answer.
+    pub fn meta_get(&self, path: &str) -> (u16, Value) {
+        let url = format!("{}{path}", self.meta_url());
+        let response = reqwest::blocking::Client::new()
+            .get(&url)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        let status = response.status().as_u16();
+        let text = response.text().unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        let value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("GET {url} answered no JSON ({e}): {text}"));
+        (status, value)
+    }
+
+    /// Spawns `weft ARGS` against this cluster without waiting (stdout and stderr piped), for
+    /// drills that kill it midway.
+    pub fn spawn_weft(&self, args: &[&str]) -> Child {
+        Command::new(weft_bin())
+            .args(args)
+            .env("WEFT_META", self.meta_url())
+            .env("WEFT_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("weft runs")
+    }
+
+    /// `kill -9` of meta: `weft up` then stops every other process and exits with an error;
+    /// waits for that and returns its exit status. [`Cluster::restart`] brings it back.
+    pub fn kill_meta(&mut self) -> ExitStatus {
+        let pid = self.ready["meta_pid"].as_u64().expect("the ready object names meta's pid");
+        assert!(signal(pid as u32, libc::SIGKILL), "meta (pid {pid}) was not running");
+        let mut up = self.up.take().expect("weft up is running");
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        loop {
+            if let Some(status) = up.try_wait().expect("weft up can be waited for") {
+                return status;
+            }
+            if Instant::now() >= deadline {
+                let _ = up.kill();
+                let _ = up.wait();
+                panic!("weft up did not exit within {STOP_TIMEOUT:?} of meta's death");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `kill -9` of `weft up` itself: its children get SIGTERM from the kernel (parent death
+    /// signal) and stop on their own; waits until every one of them is gone, so a restart
+    /// never shares a disk or meta's store with a survivor.
+    pub fn kill_up(&mut self) {
+        let mut up = self.up.take().expect("weft up is running");
+        let _ = up.kill();
+        let _ = up.wait();
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        for pid in self.child_pids_now() {
+            while runs_weft(pid) {
+                assert!(
+                    Instant::now() < deadline,
+                    "child {pid} still runs {STOP_TIMEOUT:?} after weft up was killed"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    /// The unit keys stored on each node's disks, by node id, read from the unit files
+    /// themselves (`DIR/node-<id>/disk-<j>/units/<xx>/<key>.<suffix>`).
+    pub fn unit_keys_on_disks(&self) -> std::collections::BTreeMap<u32, Vec<String>> {
+        let mut keys = std::collections::BTreeMap::new();
+        for id in 1..=self.nodes as u32 {
+            let mut found = Vec::new();
+            let node_dir = self.dir().join(format!("node-{id}"));
+            let disks = std::fs::read_dir(&node_dir).into_iter().flatten().flatten();
+            let mut stack: Vec<PathBuf> = disks.map(|d| d.path().join("units")).collect();
+            while let Some(dir) = stack.pop() {
+                let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+                for entry in entries.flatten() {
+                    let path = entry.path();
+                    if path.is_dir() {
+                        stack.push(path);
+                    } else if let Some(name) = path.file_name().and_then(|n| n.to_str()) {
+                        found.push(name.split('.').next().unwrap_or(name).to_owned());
+                    }
+                }
+            }
+            found.sort();
+            keys.insert(id, found);
+        }
+        keys
+    }
+
     /// Node states in a status object, by id.
     pub fn states(status: &Value) -> Vec<(u64, String)> {
         status["nodes"]
