@@ -23,8 +23,8 @@ pub use mem::MemStore;
 pub use records::{
     metadata_bytes, parse_unit_name, unit_name, BucketRecord, DiskReport, Enqueued, Heartbeat,
     NewTransition, NodeRecord, ObjectName, ObjectRecord, ObjectState, Policy, RepairKind,
-    RepairLease, RepairOutcome, RepairRequest, RepairTask, TransitionRecord, FORMAT_VERSION,
-    MAX_BUCKET_NAME_BYTES, MAX_KEY_BYTES,
+    RepairLease, RepairOutcome, RepairRequest, RepairTask, TransitionRecord,
+    DEFAULT_TRANSITION_LEASE_MS, FORMAT_VERSION, MAX_BUCKET_NAME_BYTES, MAX_KEY_BYTES,
 };
 pub use redb_store::{RedbStore, SCHEMA_VERSION};
 pub use store::{MetaStore, ObjectPage, MAX_LIST_LIMIT};

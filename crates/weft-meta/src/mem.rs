@@ -17,7 +17,8 @@ use crate::records::{
 };
 use crate::store::{
     check_new_object, check_new_transition, enqueue_step, holds, is_free, lease_deadline,
-    lease_lost, list_start, relocated, transitioned, EnqueueStep, ObjectPage, MAX_LIST_LIMIT,
+    lease_lost, list_start, pending_one, relocated, transitioned, EnqueueStep, ObjectPage,
+    MAX_LIST_LIMIT,
 };
 use crate::{MetaError, MetaStore};
 
@@ -511,5 +512,37 @@ impl MetaStore for MemStore {
 
     fn transition_count(&self) -> Result<usize, MetaError> {
         Ok(self.lock().transitions.len())
+    }
+
+    fn renew_transition(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: u64,
+        deadline_ms: u64,
+    ) -> Result<TransitionRecord, MetaError> {
+        let mut state = self.lock();
+        let name = key_of(bucket, key);
+        pending_one(state.objects.get(&name), state.transitions.get(&name), bucket, key, id)?;
+        let record = state.transitions.get_mut(&name).expect("checked by pending_one");
+        record.lease_deadline_ms = deadline_ms;
+        Ok(record.clone())
+    }
+
+    fn expire_transition(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: u64,
+        now_ms: u64,
+    ) -> Result<Option<TransitionRecord>, MetaError> {
+        let mut state = self.lock();
+        let name = key_of(bucket, key);
+        match state.transitions.get(&name) {
+            Some(pending) if pending.id == id && pending.lease_expired(now_ms) => {
+                Ok(state.transitions.remove(&name))
+            }
+            _ => Ok(None),
+        }
     }
 }

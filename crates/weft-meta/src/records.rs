@@ -212,11 +212,20 @@ pub struct NewTransition {
     pub new_placement: Placement,
     /// Data blocks to move, in block order.
     pub relocations: Vec<Relocation>,
+    /// How long the executor holds the transition from its begin: the record's
+    /// `lease_deadline_ms` is `now_ms + lease_ms` (see [`TransitionRecord`]).
+    pub lease_ms: u64,
 }
 
+/// The lease of a transition stored without one (written before leases existed): its
+/// deadline is `created_ms` + this.
+pub const DEFAULT_TRANSITION_LEASE_MS: u64 = 60_000;
+
 /// A transition in progress: at most one per object, stored until it is committed or
-/// aborted, replaced by a newer begin, or dropped with its object (overwrite or delete).
+/// aborted, replaced by a newer begin, or dropped with its object (overwrite or delete), or
+/// expired (aborted once its lease deadline passed: its executor is presumed dead).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "StoredTransition")]
 pub struct TransitionRecord {
     pub bucket: String,
     pub key: String,
@@ -232,11 +241,52 @@ pub struct TransitionRecord {
     pub new_placement: Placement,
     pub relocations: Vec<Relocation>,
     pub created_ms: u64,
+    /// The executor's lease: set at begin, moved by renewals; once meta's clock passes it the
+    /// transition may be expired (aborted). Records stored without one read as
+    /// `created_ms + DEFAULT_TRANSITION_LEASE_MS`.
+    pub lease_deadline_ms: u64,
+}
+
+/// How a [`TransitionRecord`] is read: `lease_deadline_ms` may be missing (older records).
+#[derive(Deserialize)]
+struct StoredTransition {
+    bucket: String,
+    key: String,
+    object_generation: u64,
+    id: u64,
+    mode: TransitionMode,
+    old_layout: StripedLayout,
+    new_placement: Placement,
+    relocations: Vec<Relocation>,
+    created_ms: u64,
+    #[serde(default)]
+    lease_deadline_ms: Option<u64>,
+}
+
+impl From<StoredTransition> for TransitionRecord {
+    fn from(s: StoredTransition) -> TransitionRecord {
+        TransitionRecord {
+            lease_deadline_ms: s
+                .lease_deadline_ms
+                .unwrap_or_else(|| s.created_ms.saturating_add(DEFAULT_TRANSITION_LEASE_MS)),
+            bucket: s.bucket,
+            key: s.key,
+            object_generation: s.object_generation,
+            id: s.id,
+            mode: s.mode,
+            old_layout: s.old_layout,
+            new_placement: s.new_placement,
+            relocations: s.relocations,
+            created_ms: s.created_ms,
+        }
+    }
 }
 
 impl TransitionRecord {
+    /// The record of `plan` begun at `created_ms`, leased until `created_ms + plan.lease_ms`.
     pub fn new(plan: NewTransition, id: u64, created_ms: u64) -> TransitionRecord {
         TransitionRecord {
+            lease_deadline_ms: created_ms.saturating_add(plan.lease_ms),
             bucket: plan.bucket,
             key: plan.key,
             object_generation: plan.object_generation,
@@ -247,6 +297,11 @@ impl TransitionRecord {
             relocations: plan.relocations,
             created_ms,
         }
+    }
+
+    /// Whether its lease has expired at `now_ms`.
+    pub fn lease_expired(&self, now_ms: u64) -> bool {
+        self.lease_deadline_ms <= now_ms
     }
 
     /// The new layout.

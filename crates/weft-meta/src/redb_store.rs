@@ -25,7 +25,8 @@ use crate::records::{
 };
 use crate::store::{
     check_new_object, check_new_transition, enqueue_step, holds, is_free, lease_deadline,
-    lease_lost, list_start, relocated, transitioned, EnqueueStep, ObjectPage, MAX_LIST_LIMIT,
+    lease_lost, list_start, pending_one, relocated, transitioned, EnqueueStep, ObjectPage,
+    MAX_LIST_LIMIT,
 };
 use crate::{MetaError, MetaStore};
 
@@ -802,6 +803,49 @@ impl MetaStore for RedbStore {
             out.push(decode_transition(bucket, key, bytes.value())?);
         }
         Ok(out)
+    }
+
+    fn renew_transition(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: u64,
+        deadline_ms: u64,
+    ) -> Result<TransitionRecord, MetaError> {
+        let txn = self.db.begin_write().map_err(store)?;
+        let mut record;
+        {
+            let objects = txn.open_table(OBJECTS).map_err(store)?;
+            let mut transitions = txn.open_table(TRANSITIONS).map_err(store)?;
+            let committed = read_object(&objects, bucket, key)?;
+            let pending = read_transition(&transitions, bucket, key)?;
+            record = pending_one(committed.as_ref(), pending.as_ref(), bucket, key, id)?.clone();
+            record.lease_deadline_ms = deadline_ms;
+            transitions.insert((bucket, key), encode(&record).as_slice()).map_err(store)?;
+        }
+        txn.commit().map_err(store)?;
+        Ok(record)
+    }
+
+    fn expire_transition(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: u64,
+        now_ms: u64,
+    ) -> Result<Option<TransitionRecord>, MetaError> {
+        let txn = self.db.begin_write().map_err(store)?;
+        let record;
+        {
+            let mut transitions = txn.open_table(TRANSITIONS).map_err(store)?;
+            record = match read_transition(&transitions, bucket, key)? {
+                Some(pending) if pending.id == id && pending.lease_expired(now_ms) => pending,
+                _ => return Ok(None),
+            };
+            transitions.remove((bucket, key)).map_err(store)?;
+        }
+        txn.commit().map_err(store)?;
+        Ok(Some(record))
     }
 
     fn transition_count(&self) -> Result<usize, MetaError> {

@@ -277,6 +277,8 @@ fn router(meta: Shared) -> Router {
         .route("/v1/transitions", get(transitions::list).post(transitions::begin))
         .route("/v1/transitions/commit", post(transitions::commit))
         .route("/v1/transitions/abort", post(transitions::abort))
+        .route("/v1/transitions/renew", post(transitions::renew))
+        .route("/v1/transitions/expire", post(transitions::expire))
         .route("/v1/transitions/{bucket}/{*key}", get(transitions::get))
         .route("/v1/references", get(gc::references))
         .route("/v1/writes/expire", post(gc::expire_writes))

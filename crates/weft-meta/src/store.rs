@@ -28,6 +28,9 @@
 //!   parity disks, checks the placement rules, stores the object with the new layout and
 //!   parity generation, removes the transition and the object's queued parity repairs (they
 //!   name units of the old parity) — all in one transaction, or nothing.
+//! - A pending transition has a lease deadline, set at begin and moved only by a renewal of
+//!   that same transition; expiring removes it only if, in the same transaction, it is still
+//!   the pending one and its deadline is at or before the `now_ms` given.
 
 use weft_layout::{DiskLocation, LayoutError, Placement, UnitId};
 
@@ -222,6 +225,28 @@ pub trait MetaStore: Send + Sync {
     ) -> Result<Vec<TransitionRecord>, MetaError>;
     /// Transitions pending.
     fn transition_count(&self) -> Result<usize, MetaError>;
+    /// Moves the lease deadline of the pending transition `id` of (bucket, key) to
+    /// `deadline_ms` and returns the record. Refused with [`MetaError::TransitionConflict`]
+    /// (reason as for a commit: object gone, already committed, superseded, not pending),
+    /// changing nothing, when it is not the pending one. A transition whose lease passed but
+    /// that nobody expired yet is still pending, and renewed.
+    fn renew_transition(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: u64,
+        deadline_ms: u64,
+    ) -> Result<TransitionRecord, MetaError>;
+    /// Removes the pending transition `id` of (bucket, key) if its lease expired at `now_ms`
+    /// (checked in the same transaction, so a renewal that got in first keeps it) and
+    /// returns it; None, changing nothing, when it is not pending or its lease holds.
+    fn expire_transition(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: u64,
+        now_ms: u64,
+    ) -> Result<Option<TransitionRecord>, MetaError>;
 }
 
 /// Checks a transition plan against the committed object (see `begin_transition`).
@@ -283,6 +308,34 @@ pub(crate) fn check_new_transition(
     Ok(())
 }
 
+/// The pending transition `id`, or why it is not (the conflicts a commit or a renewal
+/// reports, in that order: object gone, already committed, superseded, not pending).
+pub(crate) fn pending_one<'a>(
+    committed: Option<&ObjectRecord>,
+    pending: Option<&'a TransitionRecord>,
+    bucket: &str,
+    key: &str,
+    id: u64,
+) -> Result<&'a TransitionRecord, MetaError> {
+    let conflict = |conflict: TransitionConflict| MetaError::TransitionConflict {
+        bucket: bucket.into(),
+        key: key.into(),
+        id,
+        conflict,
+    };
+    let Some(object) = committed else {
+        return Err(conflict(TransitionConflict::ObjectGone));
+    };
+    if object.parity_generation == id {
+        return Err(conflict(TransitionConflict::AlreadyCommitted));
+    }
+    match pending {
+        Some(t) if t.id == id => Ok(t),
+        Some(t) if t.id > id => Err(conflict(TransitionConflict::Superseded { current: t.id })),
+        _ => Err(conflict(TransitionConflict::NotPending)),
+    }
+}
+
 /// The object after committing transition `id`, or why not (see `commit_transition`).
 pub(crate) fn transitioned(
     committed: Option<&ObjectRecord>,
@@ -297,19 +350,8 @@ pub(crate) fn transitioned(
         id,
         conflict,
     };
-    let Some(object) = committed else {
-        return Err(conflict(TransitionConflict::ObjectGone));
-    };
-    if object.parity_generation == id {
-        return Err(conflict(TransitionConflict::AlreadyCommitted));
-    }
-    let transition = match pending {
-        Some(t) if t.id == id => t,
-        Some(t) if t.id > id => {
-            return Err(conflict(TransitionConflict::Superseded { current: t.id }))
-        }
-        _ => return Err(conflict(TransitionConflict::NotPending)),
-    };
+    let transition = pending_one(committed, pending, bucket, key, id)?;
+    let object = committed.expect("checked by pending_one");
     if transition.object_generation != object.generation {
         return Err(conflict(TransitionConflict::ObjectReplaced {
             planned: transition.object_generation,

@@ -271,6 +271,7 @@ fn model_based_random_operations() {
                     old_layout: *object.layout(),
                     new_placement: plan.new,
                     relocations: plan.relocations,
+                    lease_ms: 60_000,
                 };
                 let got = store.begin_transition(new.clone(), now_ms);
                 assert_eq!(got, model.begin_transition(new, now_ms), "{context}");

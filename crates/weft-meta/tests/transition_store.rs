@@ -59,6 +59,7 @@ fn transition(object: &ObjectRecord, plan: &RegroupPlan) -> NewTransition {
         old_layout: *object.layout(),
         new_placement: plan.new.clone(),
         relocations: plan.relocations.clone(),
+        lease_ms: 60_000,
     }
 }
 
@@ -360,4 +361,89 @@ fn from_parts_checks_counts_and_rules() {
     let broken =
         Placement::from_parts(*object.layout(), SIZE, FailureDomain::Node, 1, crowded, parity);
     assert!(matches!(broken, Err(weft_layout::LayoutError::RuleBroken { .. })));
+}
+
+#[test]
+fn a_renewal_moves_the_lease_and_only_an_expired_lease_expires() {
+    let (_dir, stores) = stores();
+    for store in &stores {
+        let object = put(store.as_ref(), "k", 24, 1);
+        let plan = plan(&object, "rs(12,3)", 24);
+        let new = NewTransition { lease_ms: 100, ..transition(&object, &plan) };
+        let (record, _) = store.begin_transition(new, 1000).unwrap();
+        assert_eq!(record.lease_deadline_ms, 1100);
+        // Not expired before its deadline; expiring the wrong id does nothing.
+        assert_eq!(store.expire_transition("b", "k", record.id, 1099), Ok(None));
+        assert_eq!(store.expire_transition("b", "k", record.id + 1, 5000), Ok(None));
+        let renewed = store.renew_transition("b", "k", record.id, 2000).unwrap();
+        assert_eq!(renewed.lease_deadline_ms, 2000);
+        assert_eq!(store.get_transition("b", "k").unwrap(), Some(renewed.clone()));
+        assert_eq!(store.expire_transition("b", "k", record.id, 1999), Ok(None), "renewed");
+        assert_eq!(store.expire_transition("b", "k", record.id, 2000), Ok(Some(renewed)));
+        assert_eq!(store.get_transition("b", "k").unwrap(), None);
+        // Gone: a renewal and a commit are refused as not pending; the object is untouched.
+        let refused = store.renew_transition("b", "k", record.id, 9000);
+        assert!(
+            matches!(
+                refused,
+                Err(MetaError::TransitionConflict { conflict: TransitionConflict::NotPending, .. })
+            ),
+            "{refused:?}"
+        );
+        let commit = store.commit_transition("b", "k", record.id);
+        assert_eq!(conflict(commit), TransitionConflict::NotPending);
+        assert_eq!(store.get_object("b", "k").unwrap(), object);
+    }
+}
+
+#[test]
+fn a_renewal_of_a_replaced_or_committed_transition_says_why() {
+    let (_dir, stores) = stores();
+    for store in &stores {
+        let object = put(store.as_ref(), "k", 24, 1);
+        let (first, _) =
+            store.begin_transition(transition(&object, &plan(&object, "rs(12,3)", 24)), 5).unwrap();
+        let (second, _) =
+            store.begin_transition(transition(&object, &plan(&object, "rs(10,4)", 24)), 6).unwrap();
+        let reason = |result: Result<weft_meta::TransitionRecord, MetaError>| match result {
+            Err(MetaError::TransitionConflict { conflict, .. }) => conflict,
+            other => panic!("expected a conflict, got {other:?}"),
+        };
+        assert_eq!(
+            reason(store.renew_transition("b", "k", first.id, 99)),
+            TransitionConflict::Superseded { current: second.id }
+        );
+        store.commit_transition("b", "k", second.id).unwrap();
+        assert_eq!(
+            reason(store.renew_transition("b", "k", second.id, 99)),
+            TransitionConflict::AlreadyCommitted
+        );
+        assert_eq!(store.expire_transition("b", "k", second.id, u64::MAX), Ok(None));
+    }
+}
+
+#[test]
+fn a_lease_survives_a_reopen_and_old_records_get_the_default_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("meta.redb");
+    let store = RedbStore::open(&path).unwrap();
+    let object = put(&store, "k", 24, 1);
+    let new =
+        NewTransition { lease_ms: 250, ..transition(&object, &plan(&object, "rs(12,3)", 24)) };
+    let (record, _) = store.begin_transition(new, 5).unwrap();
+    let renewed = store.renew_transition("b", "k", record.id, 7777).unwrap();
+    drop(store);
+    let store = RedbStore::open(&path).unwrap();
+    assert_eq!(store.get_transition("b", "k").unwrap(), Some(renewed.clone()));
+    assert_eq!(renewed.lease_deadline_ms, 7777);
+
+    // A record stored before leases existed reads with created_ms + the default lease.
+    let mut stored = serde_json::to_value(&renewed).unwrap();
+    stored.as_object_mut().unwrap().remove("lease_deadline_ms");
+    let old: weft_meta::TransitionRecord = serde_json::from_value(stored).unwrap();
+    assert_eq!(old.lease_deadline_ms, 5 + weft_meta::DEFAULT_TRANSITION_LEASE_MS);
+    assert_eq!(
+        old,
+        weft_meta::TransitionRecord { lease_deadline_ms: old.lease_deadline_ms, ..renewed }
+    );
 }

@@ -496,3 +496,95 @@ async fn refused_transitions_say_why() {
     assert_eq!(cluster.pending().await, Vec::<Value>::new(), "nothing refused was recorded");
     cluster.stop().await;
 }
+
+/// Begins `key` to `code` with a lease of `lease_ms`.
+async fn begin_leased(cluster: &Cluster, key: &str, code: &str, lease_ms: u64) -> Value {
+    let body = json!({"bucket": "photos", "key": key, "layout": layout(code),
+                      "mode": "regroup", "lease_ms": lease_ms});
+    let (status, plan) = cluster.post("/v1/transitions", body).await;
+    assert_eq!(status, 200, "{plan}");
+    plan
+}
+
+#[tokio::test]
+async fn a_renewal_extends_the_lease_and_is_refused_once_not_pending() {
+    let cluster = Cluster::start().await;
+    cluster.put("cat.jpg").await;
+    let plan = begin_leased(&cluster, "cat.jpg", "rs(12,3)", 200).await;
+    let id = plan["transition"]["id"].clone();
+    let renew = |lease_ms: Value| json!({"bucket": "photos", "key": "cat.jpg", "id": id, "lease_ms": lease_ms});
+    let (status, body) = cluster.post("/v1/transitions/renew", renew(json!(0))).await;
+    assert_eq!((status, &body["error"]), (400, &json!("bad_request")), "{body}");
+    let (status, body) = cluster.post("/v1/transitions/renew", renew(json!(3_600_001))).await;
+    assert_eq!(status, 400, "{body}");
+    let before =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
+            as u64;
+    let (status, renewed) = cluster.post("/v1/transitions/renew", renew(json!(600_000))).await;
+    assert_eq!(status, 200, "{renewed}");
+    assert!(renewed["lease_deadline_ms"].as_u64().unwrap() >= before + 600_000, "{renewed}");
+    // Past the first lease, but renewed: nothing expires.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (status, expired) = cluster.post("/v1/transitions/expire", json!({})).await;
+    assert_eq!(status, 200, "{expired}");
+    assert_eq!(expired["expired"], json!([]));
+    assert_eq!(expired["pending"], 1);
+    let (status, done) = cluster.commit("cat.jpg", &id).await;
+    assert_eq!(status, 200, "{done}");
+    let (status, refused) = cluster.post("/v1/transitions/renew", renew(json!(1000))).await;
+    assert_eq!((status, &refused["error"]), (409, &json!("transition_conflict")), "{refused}");
+    assert_eq!(refused["reason"], "already_committed");
+    let body = json!({"bucket": "photos", "key": "cat.jpg", "id": 999});
+    let (status, refused) = cluster.post("/v1/transitions/renew", body).await;
+    assert_eq!((status, &refused["reason"]), (409, &json!("not_pending")), "{refused}");
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn expiry_aborts_only_expired_transitions_and_returns_their_units() {
+    let mut cluster = Cluster::start().await;
+    cluster.put("cat.jpg").await;
+    cluster.put("dog.jpg").await;
+    let object = cluster.object("cat.jpg").await;
+    let short = begin_leased(&cluster, "cat.jpg", "rs(12,3)", 100).await;
+    let long = begin_leased(&cluster, "dog.jpg", "rs(12,3)", 600_000).await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+
+    // A dry run names it and changes nothing.
+    let (status, dry) = cluster.post("/v1/transitions/expire", json!({"dry_run": true})).await;
+    assert_eq!(status, 200, "{dry}");
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(dry["expired"].as_array().unwrap().len(), 1, "{dry}");
+    assert_eq!(cluster.pending().await.len(), 2);
+
+    // The lease is kept across a restart: still expired after it.
+    cluster.restart().await;
+    let (status, expired) = cluster.post("/v1/transitions/expire", Value::Null).await;
+    assert_eq!(status, 200, "{expired}");
+    assert_eq!(expired["dry_run"], false);
+    assert_eq!(expired["pending"], 1);
+    let list = expired["expired"].as_array().unwrap();
+    assert_eq!(list.len(), 1, "{expired}");
+    assert_eq!(list[0]["id"], short["transition"]["id"]);
+    assert_eq!((&list[0]["bucket"], &list[0]["key"]), (&json!("photos"), &json!("cat.jpg")));
+    assert_eq!(list[0]["created_ms"], short["transition"]["created_ms"]);
+    assert_eq!(list[0]["delete"], short["create"], "its new parity, as an abort lists it");
+    assert_eq!(list[0], dry["expired"][0], "the dry run said exactly this");
+    assert_eq!(cluster.pending().await, vec![long["transition"].clone()]);
+
+    // The object is untouched; its transition is gone for good.
+    assert_eq!(cluster.object("cat.jpg").await, object);
+    let (status, refused) = cluster.commit("cat.jpg", &short["transition"]["id"]).await;
+    assert_eq!((status, &refused["reason"]), (409, &json!("not_pending")), "{refused}");
+    let body = json!({"bucket": "photos", "key": "cat.jpg", "id": short["transition"]["id"]});
+    let (status, refused) = cluster.post("/v1/transitions/renew", body).await;
+    assert_eq!((status, &refused["reason"]), (409, &json!("not_pending")), "{refused}");
+    let (status, again) = cluster.post("/v1/transitions/expire", json!({})).await;
+    assert_eq!((status, &again["expired"]), (200, &json!([])), "{again}");
+    // The other one commits.
+    let (status, done) = cluster.commit("dog.jpg", &long["transition"]["id"]).await;
+    assert_eq!(status, 200, "{done}");
+    let (status, bad) = cluster.post("/v1/transitions/expire", json!({"nope": 1})).await;
+    assert_eq!(status, 400, "{bad}");
+    cluster.stop().await;
+}

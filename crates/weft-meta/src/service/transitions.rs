@@ -41,11 +41,22 @@ use super::objects::{
     domains_name, object_id, object_json, record_unit_key, too_few_nodes, topology_of, unit_key,
     units_json,
 };
+use super::MAX_LEASE_MS;
 use super::{blocking, now_ms, ApiError, Shared};
 use crate::{
-    unit_name, MetaError, NewTransition, NodeRecord, ObjectRecord, Policy, TransitionConflict,
-    TransitionRecord, MAX_LIST_LIMIT,
+    unit_name, MetaError, NewTransition, NodeRecord, ObjectName, ObjectRecord, Policy,
+    TransitionConflict, TransitionRecord, DEFAULT_TRANSITION_LEASE_MS, MAX_LIST_LIMIT,
 };
+
+/// A `lease_ms` field: 1 to [`MAX_LEASE_MS`], as for repair leases.
+fn lease_of(value: &Value) -> Result<u64, ApiError> {
+    match value.as_u64() {
+        Some(ms) if (1..=MAX_LEASE_MS).contains(&ms) => Ok(ms),
+        _ => Err(ApiError::bad_request(format!(
+            "lease_ms must be between 1 and {MAX_LEASE_MS}, not {value}"
+        ))),
+    }
+}
 
 type Plan = TransitionPlan<StripedLayout, Value, TransitionIo>;
 type Nodes<'a> = BTreeMap<u32, &'a NodeRecord>;
@@ -315,10 +326,16 @@ fn plan(
 
 /// `POST /v1/transitions`: plans and records a regroup of a committed object.
 pub(crate) async fn begin(State(meta): State<Shared>, body: Bytes) -> Result<Json<Plan>, ApiError> {
-    let body: BeginTransition<Value> = parse_body(
-        &body,
-        "{\"bucket\": s, \"key\": s, \"layout\": <full layout>, \"mode\": \"regroup\"}",
-    )?;
+    const SHAPE: &str =
+        "{\"bucket\": s, \"key\": s, \"layout\": <full layout>, \"mode\": \"regroup\", \
+                         \"lease_ms\": optional u64}";
+    let mut body: Value = parse_body(&body, SHAPE)?;
+    let lease_ms = match body.as_object_mut().and_then(|fields| fields.remove("lease_ms")) {
+        None => DEFAULT_TRANSITION_LEASE_MS,
+        Some(value) => lease_of(&value)?,
+    };
+    let body: BeginTransition<Value> = serde_json::from_value(body)
+        .map_err(|e| ApiError::bad_request(format!("the body must be {SHAPE}: {e}")))?;
     match body.mode.as_deref() {
         None | Some("regroup") => {}
         Some("restripe") => {
@@ -358,6 +375,7 @@ pub(crate) async fn begin(State(meta): State<Shared>, body: Bytes) -> Result<Jso
             old_layout: *object.layout(),
             new_placement: plan.new.clone(),
             relocations: plan.relocations.clone(),
+            lease_ms,
         };
         let (record, replaced) = store.begin_transition(new, now)?;
         Ok(Ok((object, plan, record, replaced, nodes, now)))
@@ -459,6 +477,19 @@ pub(crate) async fn commit(
     Ok(Json(CommitTransitionReply { transition, object: object_json(&new, units), delete }))
 }
 
+/// The units an aborted `record` leaves to delete: its new parity, and its relocation copies
+/// except those the committed object `current` holds.
+fn aborted_units(
+    record: &TransitionRecord,
+    current: Option<&ObjectRecord>,
+    by_id: &Nodes,
+) -> Result<Vec<TransitionUnit>, ApiError> {
+    let mut delete = create_units(record, by_id)?;
+    delete
+        .extend(relocation_copies(record, by_id, |block, to| in_use(current, record, block, to))?);
+    Ok(delete)
+}
+
 /// `POST /v1/transitions/abort`: forgets a pending transition; lists its units to delete.
 pub(crate) async fn abort(
     State(meta): State<Shared>,
@@ -476,10 +507,7 @@ pub(crate) async fn abort(
     })
     .await?;
     let by_id: Nodes = nodes.iter().map(|n| (n.node_id, n)).collect();
-    let mut delete = create_units(&record, &by_id)?;
-    delete.extend(relocation_copies(&record, &by_id, |block, to| {
-        in_use(current.as_ref(), &record, block, to)
-    })?);
+    let delete = aborted_units(&record, current.as_ref(), &by_id)?;
     tracing::info!(bucket = %record.bucket, key = %record.key, id = record.id, "transition aborted");
     Ok(Json(AbortTransitionReply { transition: info(&record), delete }))
 }
@@ -520,4 +548,121 @@ pub(crate) async fn get(
     let (record, object, nodes) = found;
     let plan = plan_now(&object, &record);
     Ok(Json(plan_reply(&object, &record, &plan, &nodes, (now_ms(), down_after_ms))?))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RenewBody {
+    bucket: String,
+    key: String,
+    id: u64,
+    #[serde(default)]
+    lease_ms: Option<Value>,
+}
+
+/// `POST /v1/transitions/renew`: moves the lease of a pending transition to now + `lease_ms`.
+pub(crate) async fn renew(
+    State(meta): State<Shared>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let body: RenewBody =
+        parse_body(&body, "{\"bucket\": s, \"key\": s, \"id\": u64, \"lease_ms\": optional u64}")?;
+    let lease_ms = match &body.lease_ms {
+        None => DEFAULT_TRANSITION_LEASE_MS,
+        Some(value) => lease_of(value)?,
+    };
+    let record = blocking(&meta, move |store| {
+        let deadline = now_ms().saturating_add(lease_ms);
+        store.renew_transition(&body.bucket, &body.key, body.id, deadline)
+    })
+    .await?;
+    tracing::debug!(
+        bucket = %record.bucket, key = %record.key, id = record.id,
+        lease_deadline_ms = record.lease_deadline_ms, "transition lease renewed"
+    );
+    Ok(Json(json!({ "id": record.id, "lease_deadline_ms": record.lease_deadline_ms })))
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ExpireBody {
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// `POST /v1/transitions/expire`: aborts every pending transition whose lease expired (its
+/// executor is presumed dead) and lists, for each, the units to delete as an abort does.
+pub(crate) async fn expire(
+    State(meta): State<Shared>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let body: ExpireBody = if body.iter().all(u8::is_ascii_whitespace) {
+        ExpireBody::default()
+    } else {
+        parse_body(&body, "{\"dry_run\": optional bool}")?
+    };
+    let dry_run = body.dry_run;
+    let now = now_ms();
+    let (expired, pending, nodes) = blocking(&meta, move |store| {
+        let mut expired = Vec::new();
+        let mut pending = 0u64;
+        let mut after: Option<ObjectName> = None;
+        loop {
+            let page = store.list_transitions(after.as_ref(), MAX_LIST_LIMIT)?;
+            for transition in &page {
+                if !transition.lease_expired(now) {
+                    pending += 1;
+                    continue;
+                }
+                let removed = if dry_run {
+                    Some(transition.clone())
+                } else {
+                    // None: committed, aborted, replaced or renewed since the listing.
+                    store.expire_transition(
+                        &transition.bucket,
+                        &transition.key,
+                        transition.id,
+                        now,
+                    )?
+                };
+                if let Some(record) = removed {
+                    let current = match store.get_object(&record.bucket, &record.key) {
+                        Ok(object) => Some(object),
+                        Err(MetaError::NoSuchKey { .. } | MetaError::NoSuchBucket { .. }) => None,
+                        Err(other) => return Err(other),
+                    };
+                    expired.push((record, current));
+                }
+            }
+            match page.last() {
+                Some(last) if page.len() == MAX_LIST_LIMIT => {
+                    after = Some(ObjectName { bucket: last.bucket.clone(), key: last.key.clone() })
+                }
+                _ => break,
+            }
+        }
+        Ok((expired, pending, store.list_nodes()?))
+    })
+    .await?;
+    let by_id: Nodes = nodes.iter().map(|n| (n.node_id, n)).collect();
+    let mut answer = Vec::new();
+    for (record, current) in &expired {
+        let delete = aborted_units(record, current.as_ref(), &by_id)?;
+        if !dry_run {
+            tracing::info!(
+                bucket = %record.bucket, key = %record.key, id = record.id,
+                lease_deadline_ms = record.lease_deadline_ms, delete = delete.len(),
+                "abandoned transition expired (rolled back)"
+            );
+        }
+        answer.push(json!({
+            "id": record.id,
+            "bucket": record.bucket,
+            "key": record.key,
+            "created_ms": record.created_ms,
+            "lease_deadline_ms": record.lease_deadline_ms,
+            "delete": delete,
+        }));
+    }
+    Ok(Json(json!({ "expired": answer, "pending": pending, "dry_run": dry_run, "now_ms": now })))
 }
