@@ -7,7 +7,9 @@
 //! (`GET /v1/references`: committed objects, writes in progress, pending transitions), so
 //! whatever else a node holds is garbage — once it is old enough.
 //!
-//! Data flow of one [`sweep`]: meta expires abandoned writes (`POST /v1/writes/expire`,
+//! Data flow of one [`sweep`]: meta rolls back abandoned transitions (`POST
+//! /v1/transitions/expire`: those whose executor's lease passed are aborted) and the sweeper
+//! deletes the units each one's abort list names → meta expires abandoned writes (`POST /v1/writes/expire`,
 //! begun more than [`GcOptions::expire_writes_after_ms`] ago) → for each node meta reports
 //! up: list every disk of it *with ages* (`GET /v1/disks/{d}/units?ages=1`) → *then* fetch
 //! meta's references for that node → delete each listed unit that is not referenced and at
@@ -29,6 +31,10 @@
 //! - Ages come from the node's own clock (file mtime against the node's now), so no clock
 //!   agreement between the sweeper and the nodes is needed.
 //! - A dry run deletes nothing and expires nothing; it reports what a sweep would do.
+//! - An expired transition's units are deleted from meta's abort list at once, whatever
+//!   their age: once aborted nothing references them (meta leaves out relocation copies the
+//!   object holds). A live transition's units are referenced while it is pending, so the
+//!   grace is not what protects them; its lease is (renewed by its executor).
 //! - Nodes are reached over HTTP only: deletes through [`crate::NodeClient`], listings with
 //!   this module's own HTTP client (the node client has no listing call).
 
@@ -85,11 +91,26 @@ pub struct ExpiredWrite {
     pub units: u64,
 }
 
+/// One transition meta expired (rolled back), or in a dry run would.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ExpiredTransition {
+    pub id: u64,
+    pub bucket: String,
+    pub key: String,
+    pub created_ms: u64,
+    /// Units its abort left to delete (new parity, relocation copies).
+    pub units: u64,
+}
+
 /// What one sweep found and did.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct GcReport {
     pub dry_run: bool,
     pub grace_ms: u64,
+    /// Transitions whose lease expired, rolled back (dry run: that would be).
+    pub expired_transitions: Vec<ExpiredTransition>,
+    /// Units of expired transitions deleted (dry run: that would be); not in `deleted`.
+    pub expired_units_deleted: u64,
     /// Writes in progress expired (dry run: that would be).
     pub expired_writes: Vec<ExpiredWrite>,
     /// Nodes meta reported up whose disks were listed.
@@ -170,6 +191,8 @@ pub async fn sweep(client: &Client, options: &GcOptions) -> Result<GcReport> {
     let mut report =
         GcReport { dry_run: options.dry_run, grace_ms: options.grace_ms, ..GcReport::default() };
 
+    expire_transitions(client, options, &mut report).await;
+
     if let Some(older_than_ms) = options.expire_writes_after_ms {
         let body = json!({ "older_than_ms": older_than_ms, "dry_run": options.dry_run });
         match client.meta.post_json("/v1/writes/expire", body).await {
@@ -188,6 +211,54 @@ pub async fn sweep(client: &Client, options: &GcOptions) -> Result<GcReport> {
     }
     report.elapsed_ms = started.elapsed().as_millis() as u64;
     Ok(report)
+}
+
+/// Has meta roll back the transitions whose lease expired, and deletes the units each one's
+/// abort left (see the module invariants).
+async fn expire_transitions(client: &Client, options: &GcOptions, report: &mut GcReport) {
+    let body = json!({ "dry_run": options.dry_run });
+    let answer = match client.meta.post_json("/v1/transitions/expire", body).await {
+        Ok(answer) => answer,
+        Err(error) => return report.error(format!("expiring abandoned transitions: {error}")),
+    };
+    for expired in answer["expired"].as_array().into_iter().flatten() {
+        let units = match crate::transition::units(&expired["delete"]) {
+            Ok(units) => units,
+            Err(e) => {
+                report.error(format!("meta sent a bad transition expiry answer: {e}"));
+                continue;
+            }
+        };
+        let (Some(id), Some(bucket), Some(key)) =
+            (expired["id"].as_u64(), expired["bucket"].as_str(), expired["key"].as_str())
+        else {
+            report.error(format!("meta sent a bad transition expiry answer: {expired}"));
+            continue;
+        };
+        let failed = if options.dry_run { 0 } else { client.delete_units(&units).await };
+        for _ in 0..failed {
+            report.error(format!(
+                "a unit of expired transition {id} of {bucket}/{key} could not be deleted \
+                 (left for a later sweep)"
+            ));
+        }
+        report.expired_units_deleted += (units.len() - failed) as u64;
+        tracing::info!(
+            id,
+            bucket,
+            key,
+            units = units.len(),
+            dry_run = options.dry_run,
+            "abandoned transition rolled back"
+        );
+        report.expired_transitions.push(ExpiredTransition {
+            id,
+            bucket: bucket.into(),
+            key: key.into(),
+            created_ms: expired["created_ms"].as_u64().unwrap_or(0),
+            units: units.len() as u64,
+        });
+    }
 }
 
 /// Lists every disk of `node`, then fetches its references, then deletes.

@@ -15,8 +15,8 @@
 //!   (parity generation = transition id), so nothing old is overwritten.
 //! - Any failure before the commit aborts the transition in meta and deletes what was
 //!   written; a crash leaves a pending transition that the next begin for the object replaces
-//!   (its `replaced` list names the units to delete) or an abort removes (its units are
-//!   garbage until then, never referenced).
+//!   (its `replaced` list names the units to delete), an abort removes, or — once its lease
+//!   expired — the sweeper rolls back (its units are garbage then, never referenced).
 //! - A unit the committed object may reference is never deleted: when a commit's answer is
 //!   lost (meta crashed or unreachable), the transition may have committed, so its new
 //!   parity and relocation copies stay. Only meta's answers decide: abort's list; or, when
@@ -31,6 +31,17 @@
 //!   after waiting, at most the node down timeout, for meta to judge that node down, so the
 //!   next plan avoids it, and then (at most [`REPAIR_WAIT_MAX`]) for repair to move the
 //!   object's units off down nodes, so that repairs do not move blocks under the next plan.
+//! - The executor holds a lease on its transition (`lease_ms` at begin, default
+//!   [`DEFAULT_TRANSITION_LEASE_MS`]) and renews it every third of the lease from a spawned
+//!   task that ends with the attempt. Once meta's clock passes the deadline, the sweeper
+//!   (`weft gc`, `weft serve repair`) expires the transition: meta aborts it and the sweeper
+//!   deletes its units — the object was never touched, so it is back to its old layout in
+//!   full. When a renewal says the transition is no longer pending (expired, replaced,
+//!   committed elsewhere), the executor stops writing, settles as after any failure and
+//!   fails; a renewal meta did not answer is retried at the next tick.
+//! - Nothing resumes a dead executor's work: a re-run of `weft transition` plans afresh
+//!   (its begin replaces a pending transition, whose units it deletes) and reads the data
+//!   again; the plan is cheap and the reads are what a resume would do anyway.
 //! - Transitioning an object to the layout it already has does nothing and succeeds
 //!   (`unchanged`), so a run killed after its commit can simply be run again.
 //! - Every byte is accounted: bytes fetched from nodes, data, parity and relocated bytes
@@ -67,6 +78,9 @@ pub struct TransitionReport {
     pub attempts: usize,
 }
 
+/// The lease an executor takes on its transition unless told otherwise (meta's default too).
+pub const DEFAULT_TRANSITION_LEASE_MS: u64 = 60_000;
+
 /// Most times one regroup is begun (see the module's invariants).
 pub const REGROUP_ATTEMPTS: usize = 3;
 
@@ -96,6 +110,56 @@ enum Settled {
     Unknown(ClientError),
 }
 
+/// The task renewing a transition's lease; stopped when dropped.
+struct Renewer(tokio::task::JoinHandle<()>);
+
+impl Drop for Renewer {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Renewer {
+    /// Renews transition `id` of `object` every `lease_ms / 3`; sends the error and stops
+    /// when meta says the transition is no longer pending (it lost it).
+    fn start(
+        client: &Client,
+        object: &ObjectInfo,
+        id: u64,
+        lease_ms: u64,
+    ) -> (Renewer, tokio::sync::mpsc::Receiver<ClientError>) {
+        let (tell, lost) = tokio::sync::mpsc::channel(1);
+        let client = client.clone();
+        let body = json!({"bucket": object.bucket, "key": object.key, "id": id,
+                          "lease_ms": lease_ms});
+        let every = Duration::from_millis((lease_ms / 3).max(1));
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                match client.meta.post_json("/v1/transitions/renew", body.clone()).await {
+                    Ok(_) => {}
+                    Err(ClientError::Meta { status, code, message })
+                        if status == 409 || status == 404 =>
+                    {
+                        tracing::warn!(id, %message, "transition lease lost; giving up");
+                        let error = ClientError::Meta {
+                            status,
+                            code,
+                            message: format!("transition {id} lost its lease: {message}"),
+                        };
+                        let _ = tell.send(error).await;
+                        return;
+                    }
+                    // meta unreachable or failing: try again at the next tick (the lease
+                    // may still hold).
+                    Err(error) => tracing::warn!(id, %error, "renewing the transition lease"),
+                }
+            }
+        });
+        (Renewer(task), lost)
+    }
+}
+
 /// A planned relocation as meta sends it.
 struct PlannedMove {
     block: usize,
@@ -111,7 +175,7 @@ fn field<'a>(value: &'a Value, name: &str) -> Result<&'a Value> {
     }
 }
 
-fn units(value: &Value) -> Result<Vec<UnitInfo>> {
+pub(crate) fn units(value: &Value) -> Result<Vec<UnitInfo>> {
     value.as_array().into_iter().flatten().map(UnitInfo::from_json).collect()
 }
 
@@ -140,6 +204,23 @@ impl Client {
         mode: Option<TransitionMode>,
         dry_run: bool,
     ) -> Result<TransitionReport> {
+        self.transition_leased(bucket, key, to, mode, dry_run, DEFAULT_TRANSITION_LEASE_MS).await
+    }
+
+    /// [`Client::transition`] holding each regroup's transition under a lease of `lease_ms`
+    /// (renewed every third of it; see the module's invariants).
+    pub async fn transition_leased(
+        &self,
+        bucket: &str,
+        key: &str,
+        to: StripedLayout,
+        mode: Option<TransitionMode>,
+        dry_run: bool,
+        lease_ms: u64,
+    ) -> Result<TransitionReport> {
+        if lease_ms == 0 {
+            return Err(ClientError::Invalid("a transition lease must be positive".into()));
+        }
         let object = self.meta.get_object(bucket, key).await?;
         let mode = mode.unwrap_or_else(|| TransitionMode::auto(&object.layout, &to));
         if object.layout == to {
@@ -160,7 +241,7 @@ impl Client {
             });
         }
         match mode {
-            TransitionMode::Regroup => self.regroup(object, to, dry_run).await,
+            TransitionMode::Regroup => self.regroup(object, to, dry_run, lease_ms).await,
             TransitionMode::Restripe => self.restripe(object, to, dry_run).await,
         }
     }
@@ -171,11 +252,12 @@ impl Client {
         object: ObjectInfo,
         to: StripedLayout,
         dry_run: bool,
+        lease_ms: u64,
     ) -> Result<TransitionReport> {
         let started = Instant::now();
         let mut io = TransitionIo::default();
         for attempt in 1.. {
-            match self.regroup_once(&object, to, dry_run, &mut io).await {
+            match self.regroup_once(&object, to, dry_run, lease_ms, &mut io).await {
                 Ok(mut report) => {
                     report.attempts = attempt;
                     report.elapsed_ms = started.elapsed().as_millis() as u64;
@@ -239,12 +321,13 @@ impl Client {
         object: &ObjectInfo,
         to: StripedLayout,
         dry_run: bool,
+        lease_ms: u64,
         io: &mut TransitionIo,
     ) -> std::result::Result<TransitionReport, Failed> {
-        let body =
-            json!({"bucket": object.bucket, "key": object.key, "layout": to, "mode": "regroup"});
+        let body = json!({"bucket": object.bucket, "key": object.key, "layout": to,
+                          "mode": "regroup", "lease_ms": lease_ms});
         let plan = self.meta.post_json("/v1/transitions", body).await.map_err(Failed::Final)?;
-        self.regroup_planned(&plan, to, dry_run, io).await
+        self.regroup_planned(&plan, to, dry_run, lease_ms, io).await
     }
 
     async fn regroup_planned(
@@ -252,6 +335,7 @@ impl Client {
         plan: &Value,
         to: StripedLayout,
         dry_run: bool,
+        lease_ms: u64,
         io: &mut TransitionIo,
     ) -> std::result::Result<TransitionReport, Failed> {
         // Before the transition is known to meta's caller: a bad plan is final.
@@ -300,7 +384,18 @@ impl Client {
             self.abort_transition(&current, id).await.map_err(Failed::Final)?;
             return Ok(report);
         }
-        let written = self.write_regroup(&current, &to, &create, &moves, io).await;
+        // Renewed until this attempt ends (the guard stops the task on every way out).
+        let (renewer, mut lost) = Renewer::start(self, &current, id, lease_ms);
+        let written = tokio::select! {
+            written = self.write_regroup(&current, &to, &create, &moves, io) => written,
+            error = lost.recv() => Err(error.unwrap_or_else(|| {
+                ClientError::Invalid("the transition's lease renewer stopped".into())
+            })),
+        };
+        if written.is_err() {
+            // Lost or failed: no more renewals while it is settled.
+            drop(renewer);
+        }
         io.network_bytes =
             io.bytes_read + io.data_bytes_written + io.parity_bytes_written + io.relocated_bytes;
         report.io = *io;
@@ -490,7 +585,9 @@ impl Client {
         let size = object.size;
         // Both predictions when a regroup could do it too (meta plans it; nothing written).
         let predicted = if TransitionMode::auto(&object.layout, &to) == TransitionMode::Regroup {
-            Box::pin(self.regroup(object.clone(), to, true)).await?.predicted
+            Box::pin(self.regroup(object.clone(), to, true, DEFAULT_TRANSITION_LEASE_MS))
+                .await?
+                .predicted
         } else {
             json!({ "restripe": weft_layout::restripe_io(&to, size) })
         };

@@ -99,8 +99,8 @@ impl fmt::Display for TransitionConflict {
                 f.write_str("it is already committed (the object's parity generation is its id)")
             }
             TransitionConflict::NotPending => f.write_str(
-                "it is not pending: never begun, aborted, or dropped when the object was \
-                 overwritten or deleted",
+                "it is not pending: never begun, aborted, expired (its lease passed), or dropped \
+                 when the object was overwritten or deleted",
             ),
             TransitionConflict::Superseded { current } => {
                 write!(f, "a newer begin replaced it: transition {current} is pending")

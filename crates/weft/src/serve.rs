@@ -7,6 +7,9 @@
 //! - Ctrl-C (SIGINT) and SIGTERM stop it gracefully (requests in flight finish) and exit 0;
 //!   a unit sweep of `serve repair` in progress is abandoned (safe: each of its deletes is of
 //!   a unit nobody references).
+//! - `serve repair` sweeps once at start and then every --gc-interval: each sweep first rolls
+//!   back the transitions whose executor's lease expired (their units are deleted at once),
+//!   so a `weft up` after a crash leaves no transition pending for long.
 //! - `serve repair` sweeps only with a grace longer than its own lease (refused at start
 //!   otherwise), so it never deletes a unit one of its repairs has yet to report.
 
@@ -54,8 +57,9 @@ pub enum ServeCommand {
     /// the new copy. Several executors may run at once; a crashed one's leases expire and
     /// its tasks are taken again. When ready it prints `repair executor on http://META`.
     ///
-    /// It also sweeps leaked units every --gc-interval (see `weft gc`), logging one line per
-    /// sweep.
+    /// It also sweeps leaked units (see `weft gc`) once at start and then every
+    /// --gc-interval, logging one line per sweep; each sweep first rolls back transitions
+    /// whose executor's lease expired (a `weft transition` that died) and deletes their units.
     ///
     /// Example: weft serve repair --meta http://127.0.0.1:7700 --rate 100MiB --parallel 2
     #[command(verbatim_doc_comment)]
@@ -275,8 +279,9 @@ async fn serve_repair(args: RepairArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Runs a sweep every `interval_ms` (the first one interval after start) until `stop` turns
-/// true, logging one line per sweep.
+/// Runs a sweep right at start (so a restart after a crash rolls back transitions whose
+/// executor died at once) and then every `interval_ms` until `stop` turns true, logging one
+/// line per sweep.
 async fn run_sweeps(
     client: weft_client::Client,
     options: weft_client::gc::GcOptions,
@@ -284,8 +289,8 @@ async fn run_sweeps(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let interval = std::time::Duration::from_millis(interval_ms);
-    loop {
-        if tokio::time::timeout(interval, stop.wait_for(|stop| *stop)).await.is_ok() {
+    for round in 0u64.. {
+        if round > 0 && tokio::time::timeout(interval, stop.wait_for(|stop| *stop)).await.is_ok() {
             return;
         }
         // A stop abandons a sweep midway: safe, since each delete is of a unit nobody
@@ -296,6 +301,8 @@ async fn run_sweeps(
         };
         match swept {
             Ok(report) => tracing::info!(
+                expired_transitions = report.expired_transitions.len(),
+                expired_units_deleted = report.expired_units_deleted,
                 expired_writes = report.expired_writes.len(),
                 nodes = report.nodes_scanned,
                 nodes_down = report.nodes_down,

@@ -8,7 +8,13 @@
 //!   totals and per-object reports for `--bucket`. Progress goes to stderr.
 //! - Running a transition again is safe: an object already at the target layout succeeds
 //!   with nothing done (`"unchanged": true`), so a run killed at any step is finished by
-//!   running the same command again (a pending transition it left is replaced).
+//!   running the same command again (a pending transition it left is replaced). A re-run
+//!   does not resume: it plans afresh and reads the data again (the plan is cheap).
+//! - Each regroup holds its pending transition under a lease (--lease-ms, renewed every
+//!   third of it while it works). If `weft transition` dies, the transition outlives it only
+//!   until the lease passes: the next sweep (`weft gc`, or `weft serve repair`, which `weft
+//!   up` starts and which sweeps at start and every --gc-interval) rolls it back and deletes
+//!   its units; the object keeps its old layout throughout.
 
 use std::{
     io::IsTerminal,
@@ -57,6 +63,12 @@ pub struct TransitionArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Lease on each pending transition, in milliseconds (renewed every third of it while
+    /// this command works): if this command dies, the transition is rolled back by the
+    /// next sweep after the lease passes.
+    #[arg(long, default_value_t = weft_client::transition::DEFAULT_TRANSITION_LEASE_MS,
+          value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub lease_ms: u64,
 }
 
 /// The object's layout with the given flags on top.
@@ -169,7 +181,9 @@ async fn one(client: &Client, args: &TransitionArgs, path: &str) -> Result<(), C
         .ok_or_else(|| cli_error!("{path:?} is not BUCKET/KEY"))?;
     let object = client.meta.get_object(bucket, key).await?;
     let to = target_layout(&object, &args.policy)?;
-    let report = client.transition(bucket, key, to, mode_of(args.mode), args.dry_run).await?;
+    let report = client
+        .transition_leased(bucket, key, to, mode_of(args.mode), args.dry_run, args.lease_ms)
+        .await?;
     if args.json {
         crate::cluster_cli::print_json(&report_json(&report));
     } else {
@@ -221,7 +235,16 @@ async fn all(client: &Client, args: &TransitionArgs, bucket: &str) -> Result<(),
                 return Ok(None); // already there
             }
             Ok::<_, CliError>(Some(
-                client.transition(bucket, key, to, mode_of(args.mode), args.dry_run).await?,
+                client
+                    .transition_leased(
+                        bucket,
+                        key,
+                        to,
+                        mode_of(args.mode),
+                        args.dry_run,
+                        args.lease_ms,
+                    )
+                    .await?,
             ))
         }
         .await;
