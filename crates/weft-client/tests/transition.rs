@@ -185,3 +185,58 @@ async fn a_read_that_began_before_a_commit_finishes_after_it_degraded() {
     cluster.client.get_object_range(stale, None, &mut out, None).await.unwrap();
     assert!(out == data, "wrong bytes after the record changed under the read");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_executor_that_loses_its_transition_gives_up_and_leaves_the_object_whole() {
+    let cluster = TestCluster::start(20).await;
+    cluster.create_bucket("b", policy("rs(6,3)", 2, CELL, BLOCK)).await;
+    let data = pattern((2048 * BLOCK + 5) as usize, 9);
+    put(&cluster, "big", &data).await;
+    let before = cluster.client.meta.get_object("b", "big").await.unwrap();
+    // A short lease, renewed every 50 ms while it works.
+    let client = cluster.client.clone();
+    let running = tokio::spawn(async move {
+        client.transition_leased("b", "big", layout("rs(12,3)", 2), None, false, 150).await
+    });
+    let first = loop {
+        let list = cluster.client.meta.get_json("/v1/transitions").await.unwrap();
+        if let Some(t) = list["transitions"].as_array().and_then(|l| l.first()) {
+            break t.clone();
+        }
+        assert!(!running.is_finished(), "the transition finished before it could be taken");
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    };
+    // Someone else begins a transition of the object: the executor's next renewal (or its
+    // commit) is refused, and it gives up.
+    let body =
+        json!({"bucket": "b", "key": "big", "layout": layout("rs(10,4)", 2), "mode": "regroup"});
+    let second = cluster.client.meta.post_json("/v1/transitions", body).await.unwrap();
+    assert_eq!(second["replaced"]["transition"]["id"], first["id"], "{second}");
+    let error = running.await.unwrap().expect_err("a transition that lost its lease fails");
+    let message = error.to_string();
+    assert!(message.contains("replaced it"), "{message}");
+    eprintln!("the executor gave up: {message}");
+    // The object is as it was, readable; the newer transition is the pending one.
+    let now = cluster.client.meta.get_object("b", "big").await.unwrap();
+    assert_eq!((now.layout, now.generation), (before.layout, before.generation));
+    assert_eq!(read(&cluster, "big").await, data);
+    let pending = cluster.client.meta.get_json("/v1/transitions").await.unwrap();
+    assert_eq!(pending["transitions"][0]["id"], second["transition"]["id"], "{pending}");
+    // It expires once its lease passes, and a new run completes.
+    let body = json!({"bucket": "b", "key": "big", "id": second["transition"]["id"],
+                      "lease_ms": 1});
+    cluster.client.meta.post_json("/v1/transitions/renew", body).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let report = weft_client::gc::sweep(
+        &cluster.client,
+        &weft_client::gc::GcOptions { grace_ms: 3_600_000, ..Default::default() },
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.expired_transitions.len(), 1, "{report:?}");
+    assert_eq!(report.expired_transitions[0].id, second["transition"]["id"].as_u64().unwrap());
+    let done =
+        cluster.client.transition("b", "big", layout("rs(12,3)", 2), None, false).await.unwrap();
+    assert_eq!(done.io.data_bytes_written, 0);
+    assert_eq!(read(&cluster, "big").await, data);
+}

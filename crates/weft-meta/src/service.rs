@@ -1,8 +1,8 @@
 //! The meta HTTP service: node membership (heartbeats, up/down), cluster status, buckets,
 //! objects (in `objects.rs`), repairs (detector and executor routes, in `repairs.rs`),
-//! transitions (regroup plans, commit and abort, in `transitions.rs`) and garbage collection
-//! (the units meta references, expiry of abandoned writes, in `gc.rs`), over one
-//! [`RedbStore`]. Routes, statuses and error bodies: docs/meta-api.md.
+//! transitions (regroup plans, commit, abort, lease renewal and expiry, in `transitions.rs`)
+//! and garbage collection (the units meta references, expiry of abandoned writes, in
+//! `gc.rs`), over one [`RedbStore`]. Routes, statuses and error bodies: docs/meta-api.md.
 //!
 //! Invariants:
 //! - The store is opened once, at [`bind`]; a second meta on the same directory fails there

@@ -1,6 +1,6 @@
-//! The transition routes of the meta service: plan (begin), commit, abort, read and list
-//! regroup transitions (Okapi §4.5, §5.1). Routes, bodies and statuses: docs/meta-api.md
-//! ("Transitions"); the messages are `weft_wire::transition`.
+//! The transition routes of the meta service: plan (begin), commit, abort, renew, expire,
+//! read and list regroup transitions (Okapi §4.5, §5.1). Routes, bodies and statuses:
+//! docs/meta-api.md ("Transitions"); the messages are `weft_wire::transition`.
 //!
 //! Invariants:
 //! - Meta plans and records; the executor moves the bytes. A begin computes
@@ -14,6 +14,10 @@
 //! - A delete list never names a unit the committed object references: relocation copies are
 //!   left out when the object's block is now on that disk (a repair may have put it there),
 //!   and a replaced transition's copies also when the new plan writes the same copy.
+//! - A pending transition is leased to its executor (begin's `lease_ms`, moved by renew, at
+//!   meta's clock). Expire removes only transitions whose deadline passed, each by its own
+//!   id in a store transaction that checks the deadline again, so a renewal or commit that
+//!   got in first keeps it; its delete list is an abort's. A dry run changes nothing.
 //! - Every store call runs on a blocking task (see `blocking`).
 
 use std::collections::{BTreeMap, BTreeSet};
