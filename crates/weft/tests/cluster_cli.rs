@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::cluster::Cluster;
+use common::{bytes, cluster::Cluster};
 use serde_json::Value;
 
 const CELL: usize = 4096;
@@ -37,21 +37,6 @@ const SMALL: [&str; 12] = [
 ];
 /// Meta declares a silent node down after 1.5 s (heartbeats every 300 ms).
 const FAST_DOWN: [&str; 4] = ["--down-after-ms", "1500", "--heartbeat-ms", "300"];
-
-/// `len` pseudo-random bytes (splitmix64 of `seed`): every object differs from every other.
-fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ len as u64;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d4_049b_b133_111b);
-        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
 
 /// Objects a test stored, by `BUCKET/KEY`, with their bytes; and a directory for files.
 struct Objects {
@@ -173,11 +158,6 @@ fn poll_status(
 
 fn counter(status: &Value, name: &str) -> u64 {
     status[name].as_u64().unwrap_or_else(|| panic!("status has no {name}: {status}"))
-}
-
-/// `weft stat PATH --json`.
-fn stat(cluster: &Cluster, path: &str) -> Value {
-    cluster.weft_json(&["stat", path, "--json"])
 }
 
 /// Unit name → its entry in a stat's `units`.
@@ -313,7 +293,7 @@ fn objects_round_trip_at_every_boundary_and_survive_a_restart() {
         let put = objects.put(&cluster, &path, bytes(seed as u64, size), &[]);
         assert_eq!(put["layout"]["code"], "rs(6,3)", "{put}");
         assert_eq!(put["layout"]["cell_bytes"], CELL, "{put}");
-        let stat = stat(&cluster, &path);
+        let stat = cluster.stat(&path);
         assert_eq!(stat["size"], size, "{stat}");
         assert_eq!(stat["state"], "committed", "{stat}");
         assert_eq!(put["units"], stat["units"].as_array().unwrap().len(), "{put}\n{stat}");
@@ -335,10 +315,10 @@ fn objects_round_trip_at_every_boundary_and_survive_a_restart() {
         &["--k", "2", "--r", "1", "--stripe-width", "2", "--cell", "4KiB", "--block", "16KiB"],
     );
     assert_eq!(put["layout"]["code"], "rs(2,1)", "{put}");
-    assert_groups_on_distinct_nodes(&stat(&cluster, "t/other/narrow"));
+    assert_groups_on_distinct_nodes(&cluster.stat("t/other/narrow"));
 
     // A put over an existing key replaces it: a new generation, the old unit files deleted.
-    let old = stat(&cluster, "t/sizesx");
+    let old = cluster.stat("t/sizesx");
     let old_files: Vec<PathBuf> = units_of(&old)
         .values()
         .map(|u| unit_file(&cluster, u).unwrap_or_else(|| panic!("no file for {u}")))
@@ -428,7 +408,7 @@ fn objects_round_trip_at_every_boundary_and_survive_a_restart() {
 
     // rm: the object is gone from meta and its unit files from the disks.
     let victim = "t/sizes/group-plus-1";
-    let before = stat(&cluster, victim);
+    let before = cluster.stat(victim);
     let files: Vec<PathBuf> = units_of(&before)
         .values()
         .map(|u| unit_file(&cluster, u).unwrap_or_else(|| panic!("no file for {u}")))
@@ -526,7 +506,7 @@ fn three_then_six_dead_nodes_lose_no_byte_and_repair_restores_protection() {
         objects.put(&cluster, &format!("d/obj-{i:02}"), bytes(1000 + i as u64, size), &[]);
     }
     let stats: BTreeMap<String, Value> =
-        objects.stored.keys().map(|p| (p.clone(), stat(&cluster, p))).collect();
+        objects.stored.keys().map(|p| (p.clone(), cluster.stat(p))).collect();
 
     // Kill the nodes of the first three data blocks of the largest object.
     let largest = &stats["d/obj-08"];
@@ -574,7 +554,7 @@ fn three_then_six_dead_nodes_lose_no_byte_and_repair_restores_protection() {
         let dead_units = on_dead(&stats[path], &first);
         let listed = listed_in(got);
         assert!(listed.is_subset(&dead_units), "{path}: {got}; dead units {dead_units:?}");
-        let now = units_of(&stat(&cluster, path));
+        let now = units_of(&cluster.stat(path));
         for unit in dead_units.iter().filter(|u| u.starts_with('d')) {
             assert!(
                 listed.contains(unit) || !first.contains(&node_of(&now[unit])),
@@ -600,7 +580,7 @@ fn three_then_six_dead_nodes_lose_no_byte_and_repair_restores_protection() {
 
     // Repaired: every unit on a live node, groups still on distinct nodes, reads not degraded.
     for path in objects.stored.keys() {
-        let now = stat(&cluster, path);
+        let now = cluster.stat(path);
         for (name, unit) in units_of(&now) {
             assert!(!first.contains(&node_of(&unit)), "{path} {name} still on a dead node: {unit}");
             assert_eq!(unit["state"], "up", "{path}: {unit}");
@@ -621,7 +601,7 @@ fn three_then_six_dead_nodes_lose_no_byte_and_repair_restores_protection() {
 
     // Three more nodes die (each holding units): six of twelve gone, every byte still there.
     let stats: BTreeMap<String, Value> =
-        objects.stored.keys().map(|p| (p.clone(), stat(&cluster, p))).collect();
+        objects.stored.keys().map(|p| (p.clone(), cluster.stat(p))).collect();
     let largest = &stats["d/obj-08"];
     let units = units_of(largest);
     let second: BTreeSet<u32> = ["d0", "d3", "p0.0"].iter().map(|u| node_of(&units[*u])).collect();
@@ -642,7 +622,7 @@ fn three_then_six_dead_nodes_lose_no_byte_and_repair_restores_protection() {
     let status = cluster.wait_for_status("six nodes down", |s| nodes_in(s, "down") == all_dead);
     assert_eq!(counter(&status, "nodes_up"), 6, "{status}");
     // Meta now reports the units down, and reads still succeed.
-    for group in stat(&cluster, "d/obj-08")["groups"].as_array().unwrap() {
+    for group in cluster.stat("d/obj-08")["groups"].as_array().unwrap() {
         assert!(
             group["unavailable"].as_u64().unwrap() <= 3 && group["decodable"] == true,
             "{group}"
@@ -663,7 +643,7 @@ fn a_corrupt_unit_is_read_around_and_rebuilt() {
     let path = "c/victim";
     objects.put(&cluster, path, bytes(42, 2 * K * BLOCK + 3 * CELL + 5), &[]);
     objects.put(&cluster, "c/bystander", bytes(43, K * BLOCK + 1), &[]);
-    let before = stat(&cluster, path);
+    let before = cluster.stat(path);
     let unit = units_of(&before)["d7"].clone();
     let file = unit_file(&cluster, &unit).unwrap_or_else(|| panic!("no file for {unit}"));
     let mut raw = std::fs::read(&file).unwrap();
@@ -690,7 +670,7 @@ fn a_corrupt_unit_is_read_around_and_rebuilt() {
                 && counter(s, "under_protected_units") == 0
         });
     assert_eq!(counter(&repaired, "repairs_completed"), completed + 1, "{repaired}");
-    let after = stat(&cluster, path);
+    let after = cluster.stat(path);
     let moved = units_of(&after)["d7"].clone();
     let new_file = unit_file(&cluster, &moved).unwrap_or_else(|| panic!("no file for {moved}"));
     if node_of(&moved) == node_of(&unit) {
@@ -751,7 +731,7 @@ fn a_wide_put_stays_within_okapis_buffer_bound() {
     // 42 data blocks (the last stripe touches all 6) in 3 groups, plus 3 parity units each.
     assert_eq!(data_blocks(size as u64, cell, block, 6), 42);
     assert_eq!(put["units"], 42 + 3 * 3, "{put}");
-    let stat = stat(&cluster, "wide/big");
+    let stat = cluster.stat("wide/big");
     assert_groups_on_distinct_nodes(&stat);
     objects.check_all(&cluster);
 

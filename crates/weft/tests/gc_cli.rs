@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::cluster::Cluster;
+use common::{bytes, cluster::Cluster};
 use serde_json::Value;
 
 /// rs(2,1), stripe width 2, 4 KiB cells, 16 KiB blocks.
@@ -29,18 +29,6 @@ const POLICY: [&str; 12] = [
     "--block",
     "16KiB",
 ];
-
-fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 32) as u8
-        })
-        .collect()
-}
 
 /// Every unit file on every disk of the cluster.
 fn unit_files(cluster: &Cluster) -> Vec<PathBuf> {
@@ -80,12 +68,6 @@ fn file_keys(files: &[PathBuf]) -> Vec<String> {
         files.iter().map(|f| f.file_stem().unwrap().to_str().unwrap().to_owned()).collect();
     keys.sort();
     keys
-}
-
-fn get(cluster: &Cluster, path: &str) -> Vec<u8> {
-    let out = cluster.weft(&["get", path]);
-    assert!(out.status.success(), "get {path}: {}", String::from_utf8_lossy(&out.stderr));
-    out.stdout
 }
 
 #[test]
@@ -144,7 +126,7 @@ fn leftovers_of_a_node_down_during_rm_are_swept_once_it_is_back() {
     assert_eq!(swept["errors"], serde_json::json!([]), "{swept}");
     let now = cluster.weft_json(&["stat", "b/keep", "--json"]);
     assert_eq!(file_keys(&unit_files(&cluster)), unit_keys(&now), "only keep's units remain");
-    assert_eq!(get(&cluster, "b/keep"), keep);
+    assert_eq!(cluster.get("b/keep"), keep);
 
     // The summary line of a sweep with nothing to do.
     let out = cluster.weft(&["gc", "--grace", "0s"]);
@@ -184,7 +166,7 @@ fn leftovers_of_a_node_down_during_rm_are_swept_once_it_is_back() {
     let _ = repair.kill();
     let _ = repair.wait();
     assert_eq!(file_keys(&unit_files(&cluster)), unit_keys(&now));
-    assert_eq!(get(&cluster, "b/keep"), keep);
+    assert_eq!(cluster.get("b/keep"), keep);
 }
 
 #[test]

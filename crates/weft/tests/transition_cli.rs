@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::cluster::Cluster;
+use common::{bytes, cluster::Cluster};
 
 /// rs(6,3), stripe width 3, 4 KiB cells, 16 KiB blocks.
 const POLICY: [&str; 12] = [
@@ -20,24 +20,6 @@ const POLICY: [&str; 12] = [
     "--block",
     "16KiB",
 ];
-
-fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 32) as u8
-        })
-        .collect()
-}
-
-fn get(cluster: &Cluster, path: &str) -> Vec<u8> {
-    let out = cluster.weft(&["get", path]);
-    assert!(out.status.success(), "get {path}: {}", String::from_utf8_lossy(&out.stderr));
-    out.stdout
-}
 
 #[test]
 fn transition_one_object_then_a_whole_bucket() {
@@ -91,7 +73,7 @@ fn transition_one_object_then_a_whole_bucket() {
     assert_eq!(one["data_bytes_written"], 0, "{one}");
     assert_eq!(one["bytes_read"], data.len() as u64, "{one}");
     assert_eq!(cluster.weft_json(&["stat", first, "--json"])["layout"]["code"], "rs(12,3)");
-    assert_eq!(&get(&cluster, first), data);
+    assert_eq!(&cluster.get(first), data);
 
     // Refusals: nothing to change; a regroup that changes the striping.
     let none = cluster.weft(&["transition", first]);
@@ -121,11 +103,11 @@ fn transition_one_object_then_a_whole_bucket() {
     assert_eq!(all["io"]["bytes_read"], total, "every object read once: {all}");
     for (key, data) in &stored {
         assert_eq!(cluster.weft_json(&["stat", key, "--json"])["layout"]["code"], "hh-xor+(6,3)");
-        assert_eq!(&get(&cluster, key), data, "{key}");
+        assert_eq!(&cluster.get(key), data, "{key}");
     }
     // A restripe to a new stripe width rewrites the data.
     let restripe = cluster.weft_json(&["transition", first, "--stripe-width", "4", "--json"]);
     assert_eq!(restripe["mode"], "restripe", "{restripe}");
     assert_eq!(restripe["data_bytes_written"], data.len() as u64, "{restripe}");
-    assert_eq!(&get(&cluster, first), data);
+    assert_eq!(&cluster.get(first), data);
 }

@@ -24,7 +24,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::cluster::Cluster;
+use common::{bytes, cluster::Cluster};
 use serde_json::Value;
 use weft_layout::StripedLayout;
 
@@ -110,21 +110,6 @@ impl Rng {
     }
 }
 
-/// `len` pseudo-random bytes (splitmix64 of `seed`).
-fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ len as u64;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d4_049b_b133_111b);
-        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
-
 /// Compares bytes without printing megabytes when they differ.
 fn assert_same(got: &[u8], want: &[u8], what: &str) {
     if got != want {
@@ -143,21 +128,11 @@ fn put_object(cluster: &Cluster, seed: u64) -> Vec<u8> {
     let file = dir.path().join("o");
     std::fs::write(&file, &data).unwrap();
     cluster.weft_json(&["put", file.to_str().unwrap(), "b/o", "--json"]);
-    for unit in stat(cluster, "b/o")["units"].as_array().unwrap() {
+    for unit in cluster.stat("b/o")["units"].as_array().unwrap() {
         let file = file_of(cluster, unit);
         assert!(file.exists(), "{} is not where the store format says", file.display());
     }
     data
-}
-
-fn get(cluster: &Cluster, path: &str) -> Vec<u8> {
-    let out = cluster.weft(&["get", path]);
-    assert!(out.status.success(), "get {path}: {}", String::from_utf8_lossy(&out.stderr));
-    out.stdout
-}
-
-fn stat(cluster: &Cluster, path: &str) -> Value {
-    cluster.weft_json(&["stat", path, "--json"])
 }
 
 fn code_of(stat: &Value) -> String {
@@ -224,7 +199,7 @@ enum Moment {
 /// child exited first.
 fn wait_for(cluster: &Cluster, path: &str, child: &mut Child, moment: Moment) -> bool {
     let deadline = Instant::now() + EXIT_TIMEOUT;
-    let old_parity: Vec<PathBuf> = stat(cluster, path)["units"]
+    let old_parity: Vec<PathBuf> = cluster.stat(path)["units"]
         .as_array()
         .unwrap()
         .iter()
@@ -319,10 +294,10 @@ fn check_files(cluster: &Cluster, stat: &Value, allowed_extra: Option<&BTreeSet<
 /// After any crash: the object reads byte-identical under `old` or `new` (and is pending
 /// only under `old`), every unit named is on disk. Returns whether `new` is committed.
 fn check_whole(cluster: &Cluster, path: &str, data: &[u8], old: &str, new: &str) -> bool {
-    let now = stat(cluster, path);
+    let now = cluster.stat(path);
     let code = code_of(&now);
     assert!(code == old || code == new, "{path} is {code}, neither {old} nor {new}");
-    assert_same(&get(cluster, path), data, &format!("get {path} under {code}"));
+    assert_same(&cluster.get(path), data, &format!("get {path} under {code}"));
     let pending = pending(cluster);
     let count = pending["pending"].as_u64().unwrap();
     if code == new {
@@ -368,7 +343,7 @@ fn check_decodable(
     pick: u64,
     spare: &[u32],
 ) {
-    let now = stat(cluster, path);
+    let now = cluster.stat(path);
     let (group, nodes) = group_nodes(&now, pick);
     let candidates: Vec<u32> = nodes.iter().copied().filter(|n| !spare.contains(n)).collect();
     let start = (pick / 7) as usize % candidates.len();
@@ -377,7 +352,7 @@ fn check_decodable(
     for &node in &victims {
         cluster.kill_node(node);
     }
-    let got = get(cluster, path);
+    let got = cluster.get(path);
     assert_same(
         &got,
         data,
@@ -409,7 +384,7 @@ fn executor_killed_at_several_moments() {
         (Moment::Deleting, RS6),
     ];
     for (moment, to) in steps {
-        let before = stat(&cluster, "b/o");
+        let before = cluster.stat("b/o");
         let killed_at = Instant::now();
         let (finished, output) = run_killed(&cluster, "b/o", to, moment);
         let after = killed_at.elapsed();
@@ -424,14 +399,14 @@ fn executor_killed_at_several_moments() {
         );
         check_decodable(&cluster, "b/o", &data, LOST, rng.next(), &[]);
         cluster.restart();
-        assert_same(&get(&cluster, "b/o"), &data, "get after the restart");
+        assert_same(&cluster.get("b/o"), &data, "get after the restart");
 
         let (report, took) = transition(&cluster, "b/o", to);
         eprintln!("  run again: {took:?}, unchanged {}", report["unchanged"]);
         assert_eq!(report["unchanged"], committed, "{report}");
-        let now = stat(&cluster, "b/o");
+        let now = cluster.stat("b/o");
         assert_eq!(code_of(&now), to.name(), "{report}");
-        assert_same(&get(&cluster, "b/o"), &data, &format!("get under {}", to.name()));
+        assert_same(&cluster.get("b/o"), &data, &format!("get under {}", to.name()));
         assert_eq!(pending(&cluster)["pending"], 0);
         // Nothing left behind, except the old units when the kill came after the commit.
         if committed {
@@ -454,7 +429,7 @@ fn node_with_new_parity_killed_mid_transition() {
     let mut rng = Rng::new("node_with_new_parity_killed_mid_transition");
     let cluster = Cluster::start(NODES, &FAST_DOWN);
     let data = put_object(&cluster, rng.next());
-    let before = stat(&cluster, "b/o");
+    let before = cluster.stat("b/o");
 
     let args = RS12.args("b/o");
     let child = cluster.spawn_weft(&args.iter().map(String::as_str).collect::<Vec<_>>());
@@ -510,15 +485,15 @@ fn node_with_new_parity_killed_mid_transition() {
     });
     let (report, took) = transition(&cluster, "b/o", RS12);
     eprintln!("  run again with node {victim} down: {took:?}, unchanged {}", report["unchanged"]);
-    assert_eq!(code_of(&stat(&cluster, "b/o")), "rs(12,3)");
-    assert_same(&get(&cluster, "b/o"), &data, "get after the run with a node down");
+    assert_eq!(code_of(&cluster.stat("b/o")), "rs(12,3)");
+    assert_same(&cluster.get("b/o"), &data, "get after the run with a node down");
     assert_eq!(pending(&cluster)["pending"], 0);
 
     // Repair moves what the dead node held; then r_new more nodes may go.
     cluster.wait_for_status_within("repairs done", Duration::from_secs(60), |s| {
         s["under_protected_units"] == 0 && s["repair_queue"] == 0
     });
-    let now = stat(&cluster, "b/o");
+    let now = cluster.stat("b/o");
     assert!(
         !unit_places(&now).iter().any(|(node, _)| *node == victim),
         "units still on the dead node after repair"
@@ -549,7 +524,7 @@ fn meta_and_cluster_crash_mid_transition() {
     let mut from = RS6;
     let mut leaked = BTreeSet::new();
     for (crash, to) in [(Crash::Meta, RS12), (Crash::Cluster, HH6), (Crash::Up, RS12)] {
-        let before = stat(&cluster, "b/o");
+        let before = cluster.stat("b/o");
         let moment = Moment::Parity(rng.between(0.0, 1.0));
         let args = to.args("b/o");
         let mut child = cluster.spawn_weft(&args.iter().map(String::as_str).collect::<Vec<_>>());
@@ -585,9 +560,9 @@ fn meta_and_cluster_crash_mid_transition() {
         let (report, took) = transition(&cluster, "b/o", to);
         eprintln!("  run again: {took:?}, unchanged {}", report["unchanged"]);
         assert_eq!(report["unchanged"], committed, "{report}");
-        let now = stat(&cluster, "b/o");
+        let now = cluster.stat("b/o");
         assert_eq!(code_of(&now), to.name(), "{report}");
-        assert_same(&get(&cluster, "b/o"), &data, &format!("get under {}", to.name()));
+        assert_same(&cluster.get("b/o"), &data, &format!("get under {}", to.name()));
         assert_eq!(pending(&cluster)["pending"], 0);
         // Here deletes may fail for good (their nodes stopping), leaving garbage for the unit
         // sweeper: only ever parity of another generation than the object's, or the old
@@ -645,9 +620,9 @@ fn two_executors_race_with_relocations() {
         String::from_utf8_lossy(&second.stderr).trim()
     );
     assert!(second.status.success(), "the newer run fails");
-    let now = stat(&cluster, "b/o");
+    let now = cluster.stat("b/o");
     assert_eq!(code_of(&now), "rs(10,2)");
-    assert_same(&get(&cluster, "b/o"), &data, "get after the race");
+    assert_same(&cluster.get("b/o"), &data, "get after the race");
     assert_eq!(pending(&cluster)["pending"], 0);
     check_files(&cluster, &now, None);
     check_decodable(&cluster, "b/o", &data, 2, rng.next(), &[]);

@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::cluster::Cluster;
+use common::{bytes, cluster::Cluster};
 use serde_json::Value;
 
 const NODES: usize = 20;
@@ -37,20 +37,6 @@ const POLICY: [&str; 12] = [
 ];
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ len as u64;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d4_049b_b133_111b);
-        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
-
 fn put_object(cluster: &Cluster, seed: u64) -> Vec<u8> {
     let mut create = vec!["bucket", "create", "b", "--json"];
     create.extend(POLICY);
@@ -61,16 +47,6 @@ fn put_object(cluster: &Cluster, seed: u64) -> Vec<u8> {
     std::fs::write(&file, &data).unwrap();
     cluster.weft_json(&["put", file.to_str().unwrap(), "b/o", "--json"]);
     data
-}
-
-fn get(cluster: &Cluster, path: &str) -> Vec<u8> {
-    let out = cluster.weft(&["get", path]);
-    assert!(out.status.success(), "get {path}: {}", String::from_utf8_lossy(&out.stderr));
-    out.stdout
-}
-
-fn stat(cluster: &Cluster, path: &str) -> Value {
-    cluster.weft_json(&["stat", path, "--json"])
 }
 
 fn pending(cluster: &Cluster) -> u64 {
@@ -163,7 +139,7 @@ fn check_rolled_back_then_rerun(cluster: &Cluster, plan: &Value, before: &Value,
         let file = file_of(cluster, unit);
         assert!(!file.exists(), "{} of the expired transition is left", file.display());
     }
-    let now = stat(cluster, "b/o");
+    let now = cluster.stat("b/o");
     assert_eq!(now["layout"], before["layout"], "the old layout");
     let places = |stat: &Value| -> Vec<(Value, Value, Value, Value)> {
         let units = stat["units"].as_array().unwrap();
@@ -176,22 +152,22 @@ fn check_rolled_back_then_rerun(cluster: &Cluster, plan: &Value, before: &Value,
     };
     assert_eq!(places(&now), places(before), "the old units, where they were");
     check_exact_files(cluster, &now);
-    assert!(get(cluster, "b/o") == data, "the object reads byte-identical under its old layout");
+    assert!(cluster.get("b/o") == data, "the object reads byte-identical under its old layout");
 
     let report = cluster.weft_json(&transition_args("60000"));
     assert_eq!(report["mode"], "regroup", "{report}");
-    let after = stat(cluster, "b/o");
+    let after = cluster.stat("b/o");
     assert_eq!(after["layout"]["code"], "rs(12,3)");
     assert_eq!(pending(cluster), 0);
     check_exact_files(cluster, &after);
-    assert!(get(cluster, "b/o") == data, "the object reads byte-identical under rs(12,3)");
+    assert!(cluster.get("b/o") == data, "the object reads byte-identical under rs(12,3)");
 }
 
 #[test]
 fn a_live_transition_renews_its_lease_and_a_dead_ones_is_rolled_back_by_gc() {
     let cluster = Cluster::start(NODES, &[]);
     let data = put_object(&cluster, 7);
-    let before = stat(&cluster, "b/o");
+    let before = cluster.stat("b/o");
 
     // A live executor with a 600 ms lease, swept with no grace all along: never expired.
     let mut child = cluster.spawn_weft(&transition_args("600"));
@@ -205,12 +181,12 @@ fn a_live_transition_renews_its_lease_and_a_dead_ones_is_rolled_back_by_gc() {
     let output = child.wait_with_output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     eprintln!("{sweeps} sweeps during the live transition");
-    assert_eq!(stat(&cluster, "b/o")["layout"]["code"], "rs(12,3)");
+    assert_eq!(cluster.stat("b/o")["layout"]["code"], "rs(12,3)");
     // And back, to start the drill from rs(6,3).
     let mut back = vec!["transition", "b/o", "--json"];
     back.extend(POLICY);
     cluster.weft_json(&back);
-    let before_drill = stat(&cluster, "b/o");
+    let before_drill = cluster.stat("b/o");
     assert_eq!(before_drill["layout"], before["layout"]);
 
     // A dead executor: its transition stays pending until the lease passes...
@@ -236,7 +212,7 @@ fn a_live_transition_renews_its_lease_and_a_dead_ones_is_rolled_back_by_gc() {
 fn a_weft_up_restart_rolls_back_a_dead_executors_transition_at_once() {
     let mut cluster = Cluster::start(NODES, &[]);
     let data = put_object(&cluster, 11);
-    let before = stat(&cluster, "b/o");
+    let before = cluster.stat("b/o");
     let plan = start_and_kill(&cluster, "1000");
     assert_eq!(pending(&cluster), 1);
     std::thread::sleep(Duration::from_millis(1200));

@@ -73,6 +73,20 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// `weft get PATH` to stdout; panics with weft's stderr when it fails.
+    #[allow(dead_code)]
+    pub fn get(&self, path: &str) -> Vec<u8> {
+        let out = self.weft(&["get", path]);
+        assert!(out.status.success(), "get {path}: {}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    }
+
+    /// `weft stat PATH --json`.
+    #[allow(dead_code)]
+    pub fn stat(&self, path: &str) -> serde_json::Value {
+        self.weft_json(&["stat", path, "--json"])
+    }
+
     /// Runs `weft up --dir <tempdir> --meta-listen 127.0.0.1:0 --nodes N --json <extra_args>`
     /// and waits for its ready line.
     pub fn start(nodes: usize, extra_args: &[&str]) -> Cluster {

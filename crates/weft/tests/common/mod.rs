@@ -1,3 +1,20 @@
 //! Helpers shared by the integration tests of the `weft` binary.
 
 pub mod cluster;
+
+/// `len` pseudo-random bytes (splitmix64 of `seed` and `len`): every object of a test differs
+/// from every other, and the same call gives the same bytes.
+#[allow(dead_code)]
+pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ len as u64;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d4_049b_b133_111b);
+        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
