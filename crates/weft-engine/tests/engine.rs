@@ -1,0 +1,319 @@
+//! The engine's contract: futures resolve once and never block on `test()`, every rail's
+//! parity equals the oracle's, a wrong rail is excluded, many engines share one process.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use weft_codes::{Code, CodeSpec};
+use weft_engine::{
+    EncodeTask, Engine, EngineConfig, EngineError, IsalRail, Rail, RailConfig, ScalarRail,
+    Scheduler, SimdRail,
+};
+
+fn units(k: usize, len: usize, seed: u64) -> Vec<Arc<[u8]>> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..k)
+        .map(|_| {
+            (0..len)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state as u8
+                })
+                .collect::<Vec<u8>>()
+                .into()
+        })
+        .collect()
+}
+
+fn reference(spec: CodeSpec, data: &[Arc<[u8]>]) -> Vec<Vec<u8>> {
+    let code = spec.build().unwrap();
+    let len = data[0].len();
+    let mut parity = vec![vec![0u8; len]; code.parity_units()];
+    let data_refs: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
+    let mut parity_refs: Vec<&mut [u8]> = parity.iter_mut().map(|p| p.as_mut_slice()).collect();
+    ScalarRail::default().encode(&*code, &data_refs, &mut parity_refs).unwrap();
+    parity
+}
+
+fn rail(rail: impl Rail + 'static, threads: usize) -> RailConfig {
+    RailConfig { rail: Arc::new(rail), threads }
+}
+
+fn all_rails() -> Vec<RailConfig> {
+    let mut rails = vec![rail(SimdRail, 2), rail(ScalarRail::default(), 1)];
+    match IsalRail::load() {
+        Ok(isal) => rails.push(rail(isal, 1)),
+        Err(error) => eprintln!("skipping the isal rail: {error}"),
+    }
+    rails
+}
+
+fn engine(rails: Vec<RailConfig>, scheduler: Scheduler) -> Engine {
+    Engine::new(EngineConfig { rails, scheduler, codes: vec![CodeSpec::Rs { k: 10, r: 4 }] })
+        .unwrap()
+}
+
+/// Copies the rs generator's output, then flips one byte: the canary must catch it.
+#[derive(Debug)]
+struct FaultyRail;
+
+impl Rail for FaultyRail {
+    fn name(&self) -> &str {
+        "faulty"
+    }
+    fn accepts(&self, _code: &dyn Code) -> bool {
+        true
+    }
+    fn encode(
+        &self,
+        code: &dyn Code,
+        data: &[&[u8]],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        code.encode(data, parity).map_err(EngineError::Code)?;
+        if let Some(byte) = parity.last_mut().and_then(|p| p.last_mut()) {
+            *byte ^= 0x20;
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn every_rail_alone_equals_the_oracle() {
+    let shapes = [(10, 4), (6, 3), (4, 2), (12, 4), (1, 1), (20, 4)];
+    let lengths = [1, 63, 64, 4097, 100_003];
+    for rail_config in all_rails() {
+        let name = rail_config.rail.name().to_string();
+        let engine = engine(vec![rail_config], Scheduler::Fcfs);
+        for (seed, &(k, r)) in shapes.iter().enumerate() {
+            let spec = CodeSpec::Rs { k, r };
+            for &len in &lengths {
+                let data = units(k, len, seed as u64 + len as u64);
+                let task = EncodeTask { code: spec, data: data.clone(), chunk_size_bytes: 4096 };
+                let output = engine.encode(task).unwrap();
+                assert_eq!(
+                    output.parity,
+                    reference(spec, &data),
+                    "rail {name} rs({k},{r}) len {len}"
+                );
+            }
+        }
+        assert!(engine.excluded().is_empty());
+    }
+}
+
+#[test]
+fn split_tasks_over_all_rails_equal_the_oracle_under_both_schedulers() {
+    for scheduler in [Scheduler::RateAware, Scheduler::Fcfs] {
+        let engine = engine(all_rails(), scheduler);
+        let spec = CodeSpec::Rs { k: 10, r: 4 };
+        let cases: Vec<_> = (0..24).map(|i| units(10, 1000 + 777 * i, i as u64)).collect();
+        let futures: Vec<_> = cases
+            .iter()
+            .map(|data| {
+                engine.iencode(EncodeTask {
+                    code: spec,
+                    data: data.clone(),
+                    chunk_size_bytes: 1000,
+                })
+            })
+            .collect();
+        engine.wait_all();
+        assert!(engine.test_all());
+        for (future, data) in futures.into_iter().zip(&cases) {
+            assert!(future.test(), "wait_all returned before a task finished");
+            assert_eq!(future.wait().unwrap().parity, reference(spec, data));
+        }
+    }
+}
+
+#[test]
+fn other_byte_local_and_sub_chunked_codes_equal_the_oracle() {
+    let engine = engine(all_rails(), Scheduler::RateAware);
+    for text in ["lrc(12,2,2)", "rep(3)", "hh-xor(6,3)"] {
+        let spec = CodeSpec::parse(text).unwrap();
+        let code = spec.build().unwrap();
+        let len = code.unit_len_multiple() * 301;
+        let data = units(code.data_units(), len, 7);
+        let output = engine
+            .encode(EncodeTask { code: spec, data: data.clone(), chunk_size_bytes: 256 })
+            .unwrap();
+        let mut expected = vec![vec![0u8; len]; code.parity_units()];
+        let data_refs: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
+        let mut refs: Vec<&mut [u8]> = expected.iter_mut().map(|p| p.as_mut_slice()).collect();
+        code.encode(&data_refs, &mut refs).unwrap();
+        assert_eq!(output.parity, expected, "{text}");
+    }
+    if IsalRail::load().is_ok() {
+        assert!(!engine.rail_usable("isal", CodeSpec::parse("lrc(12,2,2)").unwrap()).unwrap());
+        assert!(engine.rail_usable("isal", CodeSpec::Rs { k: 10, r: 4 }).unwrap());
+    }
+}
+
+#[test]
+fn a_faulty_rail_is_excluded_and_never_used() {
+    let rails = vec![rail(FaultyRail, 1), rail(SimdRail, 1)];
+    let engine = engine(rails, Scheduler::RateAware);
+    let spec = CodeSpec::Rs { k: 10, r: 4 };
+    assert_eq!(engine.excluded(), vec![("faulty".to_string(), spec)]);
+    assert!(!engine.rail_usable("faulty", spec).unwrap());
+    for i in 0..8 {
+        let data = units(10, 5000, i);
+        let output = engine
+            .encode(EncodeTask { code: spec, data: data.clone(), chunk_size_bytes: 512 })
+            .unwrap();
+        assert_eq!(output.parity, reference(spec, &data));
+    }
+    // Alone, the faulty rail leaves no rail for the code: an error, not wrong parity.
+    let alone = engine_result(vec![rail(FaultyRail, 1)]);
+    let data = units(10, 100, 1);
+    let result = alone.encode(EncodeTask { code: spec, data, chunk_size_bytes: 0 });
+    assert!(matches!(result, Err(EngineError::NoRail { .. })), "{result:?}");
+}
+
+fn engine_result(rails: Vec<RailConfig>) -> Engine {
+    Engine::new(EngineConfig { rails, scheduler: Scheduler::Fcfs, codes: vec![] }).unwrap()
+}
+
+#[derive(Default)]
+struct CountingWaker(AtomicUsize);
+
+impl Wake for CountingWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Blocks inside the rail until released, so a test can look at a pending future.
+#[derive(Debug)]
+struct GateRail(Arc<std::sync::Mutex<()>>);
+
+impl Rail for GateRail {
+    fn name(&self) -> &str {
+        "gate"
+    }
+    fn accepts(&self, _code: &dyn Code) -> bool {
+        true
+    }
+    fn encode(
+        &self,
+        code: &dyn Code,
+        data: &[&[u8]],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        let _open = self.0.lock().unwrap();
+        code.encode(data, parity).map_err(EngineError::Code)
+    }
+}
+
+#[test]
+fn futures_resolve_once_test_never_blocks_and_early_drop_is_safe() {
+    let gate = Arc::new(std::sync::Mutex::new(()));
+    let engine = Engine::new(EngineConfig {
+        rails: vec![rail(GateRail(gate.clone()), 1)],
+        scheduler: Scheduler::Fcfs,
+        // The canary runs now, before the gate closes.
+        codes: vec![CodeSpec::Rs { k: 4, r: 2 }],
+    })
+    .unwrap();
+    let spec = CodeSpec::Rs { k: 4, r: 2 };
+    let closed = gate.lock().unwrap();
+    let data = units(4, 3000, 3);
+    let mut future =
+        engine.iencode(EncodeTask { code: spec, data: data.clone(), chunk_size_bytes: 1000 });
+    let dropped =
+        engine.iencode(EncodeTask { code: spec, data: data.clone(), chunk_size_bytes: 0 });
+    let began = Instant::now();
+    for _ in 0..1000 {
+        assert!(!future.test());
+    }
+    assert!(began.elapsed() < Duration::from_secs(1), "test() must not block");
+    assert!(!engine.test_all());
+    drop(dropped);
+    let waker_state = Arc::new(CountingWaker::default());
+    let waker = Waker::from(waker_state.clone());
+    let mut context = Context::from_waker(&waker);
+    assert!(pin!(&mut future).poll(&mut context).is_pending());
+    drop(closed);
+    engine.wait_all();
+    assert!(future.test());
+    assert_eq!(waker_state.0.load(Ordering::SeqCst), 1, "woken exactly once");
+    match pin!(&mut future).poll(&mut context) {
+        Poll::Ready(output) => assert_eq!(output.unwrap().parity, reference(spec, &data)),
+        Poll::Pending => panic!("a finished task's future must be ready"),
+    }
+    let again = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = pin!(&mut future).poll(&mut context);
+    }));
+    assert!(again.is_err(), "a second poll after Ready must not yield a second result");
+}
+
+#[test]
+fn bad_tasks_fail_their_future_not_the_engine() {
+    let engine = engine(vec![rail(SimdRail, 1)], Scheduler::Fcfs);
+    let spec = CodeSpec::Rs { k: 4, r: 2 };
+    let mut data = units(4, 100, 1);
+    data[2] = vec![0u8; 99].into();
+    assert!(matches!(
+        engine.encode(EncodeTask { code: spec, data, chunk_size_bytes: 0 }),
+        Err(EngineError::Shape(_))
+    ));
+    let empty = engine
+        .encode(EncodeTask { code: spec, data: units(4, 0, 1), chunk_size_bytes: 0 })
+        .unwrap();
+    assert_eq!(empty.parity, vec![Vec::<u8>::new(); 2]);
+    let data = units(4, 100, 2);
+    assert_eq!(
+        engine
+            .encode(EncodeTask { code: spec, data: data.clone(), chunk_size_bytes: 7 })
+            .unwrap()
+            .parity,
+        reference(spec, &data)
+    );
+}
+
+#[test]
+fn many_engines_in_one_process() {
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let scheduler = if t % 2 == 0 { Scheduler::RateAware } else { Scheduler::Fcfs };
+                let engine = engine(all_rails(), scheduler);
+                let spec = CodeSpec::Rs { k: 6, r: 3 };
+                let cases: Vec<_> =
+                    (0..16).map(|i| units(6, 2000 + 13 * i, t * 100 + i as u64)).collect();
+                let futures: Vec<_> = cases
+                    .iter()
+                    .map(|data| {
+                        engine.iencode(EncodeTask {
+                            code: spec,
+                            data: data.clone(),
+                            chunk_size_bytes: 512,
+                        })
+                    })
+                    .collect();
+                for (future, data) in futures.into_iter().zip(&cases) {
+                    assert_eq!(future.wait().unwrap().parity, reference(spec, data));
+                }
+                // Dropped with tasks in flight: they finish, nobody waits.
+                for data in &cases {
+                    drop(engine.iencode(EncodeTask {
+                        code: spec,
+                        data: data.clone(),
+                        chunk_size_bytes: 256,
+                    }));
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert!(weft_engine::process_thread_limit() >= 1);
+}
