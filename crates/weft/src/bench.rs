@@ -53,6 +53,16 @@ pub enum BenchCommand {
     /// and checks every byte. Kill nodes between the two to measure degraded reads.
     #[command(verbatim_doc_comment)]
     Cluster(crate::bench_cluster::ClusterBenchArgs),
+    /// The coding engine: each rail alone, their sum, and the aggregate of all of them.
+    ///
+    /// Examples:
+    ///   weft bench engine --rails simd,isal --scheduler rate-aware,fcfs --shard 64KiB --size 1GiB
+    ///   weft bench engine --rails simd,isal,scalar --code rs --k 10 --r 4 --json
+    ///
+    /// Rates are data bytes per second; latency is per task (k shards), p50 and p99. Every
+    /// task's parity is checked against the scalar oracle before anything is printed.
+    #[command(verbatim_doc_comment)]
+    Engine(crate::bench_engine::EngineBenchArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -148,6 +158,7 @@ pub fn run(command: BenchCommand) -> Result<(), CliError> {
     match command {
         BenchCommand::Ec(args) => bench_ec(args),
         BenchCommand::Cluster(args) => crate::bench_cluster::run(args),
+        BenchCommand::Engine(args) => crate::bench_engine::run(args),
     }
 }
 

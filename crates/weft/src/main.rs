@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_cluster;
+mod bench_engine;
 mod cluster_cli;
 mod demo;
 mod ec;

@@ -79,3 +79,49 @@ fn bench_ec_refuses_bad_parameters() {
         assert!(stderr.contains(expected), "{args:?} must say why; stderr: {stderr}");
     }
 }
+
+#[test]
+fn bench_engine_json_rows() {
+    let output = weft()
+        .args(["bench", "engine", "--rails", "simd,scalar,isal", "--scheduler", "rate-aware,fcfs"])
+        .args(["--code", "rs", "--k", "6", "--r", "3", "--shard", "4KiB", "--size", "256KiB"])
+        .args(["--chunk", "1KiB", "--json"])
+        .output()
+        .unwrap();
+    let rows = rows(&output);
+    let rails: Vec<&str> = rows.iter().map(|r| r["rail"].as_str().unwrap()).collect();
+    let isal = weft_isal::Isal::load().is_ok();
+    let expected: &[&str] = if isal {
+        &["simd", "scalar", "isal", "sum", "aggregate", "aggregate"]
+    } else {
+        &["simd", "scalar", "sum", "aggregate", "aggregate"]
+    };
+    assert_eq!(rails, expected);
+    let schedulers: Vec<&str> = rows.iter().map(|r| r["scheduler"].as_str().unwrap()).collect();
+    assert_eq!(&schedulers[schedulers.len() - 2..], ["rate-aware", "fcfs"]);
+    let mut sum = 0.0;
+    for row in &rows {
+        let rate = row["bytes_per_sec"].as_f64().unwrap();
+        assert!(rate > 0.0);
+        assert_eq!(row["code"], "rs(6,3)");
+        match row["rail"].as_str().unwrap() {
+            "sum" => assert!((rate - sum).abs() <= 1e-6 * sum),
+            rail => {
+                assert!(row["p50_us"].as_f64().unwrap() <= row["p99_us"].as_f64().unwrap());
+                if rail != "aggregate" {
+                    sum += rate;
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bench_engine_rejects_an_unknown_rail() {
+    let output = weft()
+        .args(["bench", "engine", "--rails", "gpu", "--size", "64KiB", "--shard", "4KiB"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("not a rail"));
+}

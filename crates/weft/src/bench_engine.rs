@@ -1,0 +1,321 @@
+//! `weft bench engine`: the coding engine's rails alone, their sum, and the aggregate the
+//! engine achieves with all of them under each scheduler.
+//!
+//! Invariants:
+//! - Rates are data bytes per second (k × shard per task), wall clock over the whole run,
+//!   with a window of tasks outstanding; latency is per task, from `iencode` to its last piece.
+//! - Every task's parity is compared byte for byte with the scalar oracle's before any figure
+//!   is printed: a faster wrong answer is an error, not a result.
+//! - Data stripes come from a small pool shared by reference (`Arc`), as the engine's callers
+//!   hand it buffers: no copy is timed.
+//! - A rail that cannot be loaded (ISA-L not installed) is skipped with a line on stderr.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use rand::{rngs::StdRng, RngCore, SeedableRng};
+use serde::Serialize;
+use weft_codes::{Code, CodeSpec};
+use weft_engine::{
+    EncodeTask, Engine, EngineConfig, IsalRail, Rail, RailConfig, ScalarRail, Scheduler, SimdRail,
+};
+
+use crate::{cli_error, parse_size, CliError};
+
+/// Stripes in the data pool (each k × shard bytes), reused round-robin.
+const POOL_STRIPES: usize = 8;
+const MAX_TASKS: usize = 10_000_000;
+const MAX_SHARD_BYTES: usize = 1 << 30;
+const MAX_WINDOW: usize = 4096;
+
+#[derive(Debug, Args)]
+pub struct EngineBenchArgs {
+    #[command(flatten)]
+    code: crate::CodeArgs,
+    /// Rails to run (comma separated): simd, isal, scalar.
+    #[arg(long, value_delimiter = ',', default_value = "simd,isal")]
+    rails: Vec<String>,
+    /// Schedulers for the aggregate (comma separated): rate-aware, fcfs.
+    #[arg(long, value_delimiter = ',', default_value = "rate-aware")]
+    scheduler: Vec<String>,
+    /// Bytes per shard (unit) of each task.
+    #[arg(long, default_value = "64KiB", value_parser = parse_size)]
+    shard: usize,
+    /// Data bytes encoded per measurement.
+    #[arg(long, default_value = "4GiB", value_parser = parse_size)]
+    size: usize,
+    /// Piece length: tasks are split into pieces of this many bytes of every unit.
+    #[arg(long, default_value = "16KiB", value_parser = parse_size)]
+    chunk: usize,
+    /// Worker threads per rail.
+    #[arg(long, default_value_t = 1)]
+    threads_per_rail: usize,
+    /// Tasks outstanding at once.
+    #[arg(long, default_value_t = 8)]
+    window: usize,
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct Row {
+    rail: String,
+    scheduler: String,
+    bytes_per_sec: f64,
+    p50_us: Option<f64>,
+    p99_us: Option<f64>,
+    code: String,
+    shard_bytes: usize,
+    chunk_bytes: usize,
+    threads_per_rail: usize,
+    tasks: usize,
+}
+
+struct Stripe {
+    data: Vec<Arc<[u8]>>,
+    parity: Vec<Vec<u8>>,
+}
+
+fn make_rail(name: &str) -> Result<Option<Arc<dyn Rail>>, CliError> {
+    Ok(match name {
+        "simd" => Some(Arc::new(SimdRail)),
+        "scalar" => Some(Arc::new(ScalarRail::default())),
+        "isal" => match IsalRail::load() {
+            Ok(rail) => Some(Arc::new(rail)),
+            Err(error) => {
+                eprintln!("skipping rail isal: {error}");
+                None
+            }
+        },
+        other => return Err(cli_error!("{other:?} is not a rail; use simd, isal or scalar")),
+    })
+}
+
+pub fn run(args: EngineBenchArgs) -> Result<(), CliError> {
+    let spec = args.code.spec()?;
+    let code = spec.build()?;
+    if args.shard == 0 || args.shard > MAX_SHARD_BYTES {
+        return Err(cli_error!("--shard must be 1 byte to 1GiB"));
+    }
+    code.check_unit_len(args.shard)?;
+    if args.window == 0 || args.window > MAX_WINDOW {
+        return Err(cli_error!("--window must be 1 to {MAX_WINDOW}"));
+    }
+    let schedulers =
+        args.scheduler.iter().map(|s| Scheduler::parse(s)).collect::<Result<Vec<_>, _>>()?;
+    let task_bytes = code.data_units() * args.shard;
+    let tasks = args.size.div_ceil(task_bytes).max(1);
+    if tasks > MAX_TASKS {
+        return Err(cli_error!("--size / (k × --shard) is over {MAX_TASKS} tasks"));
+    }
+    let mut rails = Vec::new();
+    for name in &args.rails {
+        if let Some(rail) = make_rail(name)? {
+            rails.push(rail);
+        }
+    }
+    if rails.is_empty() {
+        return Err(cli_error!("no rail could be started"));
+    }
+    let pool = stripes(&*code, args.shard);
+    let rail_config =
+        |rail: &Arc<dyn Rail>| RailConfig { rail: rail.clone(), threads: args.threads_per_rail };
+
+    let mut rows = Vec::new();
+    let mut sum = 0.0;
+    for rail in &rails {
+        let config = EngineConfig {
+            rails: vec![rail_config(rail)],
+            scheduler: Scheduler::Fcfs,
+            codes: vec![spec],
+        };
+        let (rate, latencies) = measure(config, spec, &pool, tasks, &args)?;
+        sum += rate;
+        rows.push(row(&args, spec, rail.name(), "none", rate, Some(&latencies), tasks));
+    }
+    if rails.len() > 1 {
+        rows.push(row(&args, spec, "sum", "none", sum, None, tasks));
+        for scheduler in &schedulers {
+            let config = EngineConfig {
+                rails: rails.iter().map(rail_config).collect(),
+                scheduler: *scheduler,
+                codes: vec![spec],
+            };
+            let (rate, latencies) = measure(config, spec, &pool, tasks, &args)?;
+            rows.push(row(
+                &args,
+                spec,
+                "aggregate",
+                scheduler.name(),
+                rate,
+                Some(&latencies),
+                tasks,
+            ));
+        }
+    }
+    print(&rows, &args, sum);
+    Ok(())
+}
+
+fn stripes(code: &dyn Code, shard: usize) -> Vec<Stripe> {
+    let mut rng = StdRng::seed_from_u64(0x5EED);
+    let oracle = ScalarRail::default();
+    (0..POOL_STRIPES)
+        .map(|_| {
+            let data: Vec<Arc<[u8]>> = (0..code.data_units())
+                .map(|_| {
+                    let mut unit = vec![0u8; shard];
+                    rng.fill_bytes(&mut unit);
+                    unit.into()
+                })
+                .collect();
+            let mut parity = vec![vec![0u8; shard]; code.parity_units()];
+            let data_refs: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
+            let mut refs: Vec<&mut [u8]> = parity.iter_mut().map(|p| p.as_mut_slice()).collect();
+            oracle.encode(code, &data_refs, &mut refs).expect("the oracle encodes its own code");
+            Stripe { data, parity }
+        })
+        .collect()
+}
+
+/// Runs `tasks` tasks (after a warm-up that lets the rates settle) and returns the data rate
+/// and each task's latency.
+fn measure(
+    config: EngineConfig,
+    spec: CodeSpec,
+    pool: &[Stripe],
+    tasks: usize,
+    args: &EngineBenchArgs,
+) -> Result<(f64, Vec<Duration>), CliError> {
+    let engine = Engine::new(config)?;
+    if let Some((rail, code)) = engine.excluded().first() {
+        return Err(cli_error!("rail {rail} failed the canary for {code}; its output differs"));
+    }
+    let warm_up = tasks.min(2 * args.window);
+    run_tasks(&engine, spec, pool, warm_up, args)?;
+    let began = Instant::now();
+    let latencies = run_tasks(&engine, spec, pool, tasks, args)?;
+    let elapsed = began.elapsed().as_secs_f64().max(1e-9);
+    let bytes = tasks * pool[0].data.len() * args.shard;
+    Ok((bytes as f64 / elapsed, latencies))
+}
+
+fn run_tasks(
+    engine: &Engine,
+    spec: CodeSpec,
+    pool: &[Stripe],
+    tasks: usize,
+    args: &EngineBenchArgs,
+) -> Result<Vec<Duration>, CliError> {
+    let mut latencies = Vec::with_capacity(tasks);
+    let mut window = VecDeque::with_capacity(args.window);
+    for index in 0..tasks {
+        if window.len() == args.window {
+            check(window.pop_front(), pool, &mut latencies)?;
+        }
+        let stripe = index % pool.len();
+        let task = EncodeTask {
+            code: spec,
+            data: pool[stripe].data.clone(),
+            chunk_size_bytes: args.chunk,
+        };
+        window.push_back((engine.iencode(task), stripe));
+    }
+    while !window.is_empty() {
+        check(window.pop_front(), pool, &mut latencies)?;
+    }
+    Ok(latencies)
+}
+
+fn check(
+    entry: Option<(weft_engine::EcFuture, usize)>,
+    pool: &[Stripe],
+    latencies: &mut Vec<Duration>,
+) -> Result<(), CliError> {
+    let (future, stripe) = entry.expect("the window is not empty");
+    let output = future.wait()?;
+    if output.parity != pool[stripe].parity {
+        return Err(cli_error!("the engine's parity differs from the scalar oracle's"));
+    }
+    latencies.push(output.latency);
+    Ok(())
+}
+
+fn percentile_us(latencies: &[Duration], fraction: f64) -> f64 {
+    let mut sorted: Vec<Duration> = latencies.to_vec();
+    sorted.sort_unstable();
+    let index = ((sorted.len() as f64 * fraction).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[index].as_secs_f64() * 1e6
+}
+
+fn row(
+    args: &EngineBenchArgs,
+    spec: CodeSpec,
+    rail: &str,
+    scheduler: &str,
+    bytes_per_sec: f64,
+    latencies: Option<&[Duration]>,
+    tasks: usize,
+) -> Row {
+    Row {
+        rail: rail.to_string(),
+        scheduler: scheduler.to_string(),
+        bytes_per_sec,
+        p50_us: latencies.map(|l| percentile_us(l, 0.50)),
+        p99_us: latencies.map(|l| percentile_us(l, 0.99)),
+        code: spec.to_string(),
+        shard_bytes: args.shard,
+        chunk_bytes: args.chunk,
+        threads_per_rail: args.threads_per_rail,
+        tasks,
+    }
+}
+
+fn print(rows: &[Row], args: &EngineBenchArgs, sum: f64) {
+    if args.json {
+        for row in rows {
+            println!("{}", serde_json::to_string(row).expect("rows serialise"));
+        }
+        return;
+    }
+    if let Some(first) = rows.first() {
+        println!(
+            "engine encode/{}/{} shard, {} pieces, {} thread(s) per rail, {} tasks; data bytes/s",
+            first.code,
+            human(args.shard as f64),
+            human(args.chunk as f64),
+            args.threads_per_rail,
+            first.tasks
+        );
+    }
+    println!(
+        "{:<10} {:<11} {:>12} {:>10} {:>10} {:>8}",
+        "rail", "scheduler", "rate", "p50 µs", "p99 µs", "÷ sum"
+    );
+    for row in rows {
+        let latency = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
+        println!(
+            "{:<10} {:<11} {:>10}/s {:>10} {:>10} {:>8.3}",
+            row.rail,
+            row.scheduler,
+            human(row.bytes_per_sec),
+            latency(row.p50_us),
+            latency(row.p99_us),
+            row.bytes_per_sec / sum.max(1e-9)
+        );
+    }
+}
+
+fn human(bytes: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
