@@ -79,7 +79,8 @@ impl std::error::Error for EngineError {}
 pub enum Scheduler {
     /// Each piece goes to the rail expected to finish it first, given each rail's measured
     /// rate (per code and size class) and the bytes already queued on it: work is split in
-    /// proportion to the rates, which are re-measured on every piece.
+    /// proportion to the rates, which are re-measured on every piece. A rail that runs dry
+    /// takes the newest piece queued on the most loaded other rail.
     RateAware,
     /// One shared queue: whichever rail is free takes the oldest piece it accepts.
     Fcfs,
@@ -579,6 +580,9 @@ impl Shared {
                     if let Some(position) = position {
                         break queues.queues[queue].remove(position).expect("position is in range");
                     }
+                    if let Some(piece) = self.steal(&mut queues, rail_index) {
+                        break piece;
+                    }
                     if queues.shutdown {
                         return;
                     }
@@ -587,6 +591,24 @@ impl Shared {
             };
             self.run_piece(rail_index, piece);
         }
+    }
+
+    /// Under rate-aware, an idle rail takes the newest piece queued on another rail that it
+    /// can run: the rates are estimates, and a rail left idle while another has a backlog
+    /// would waste its share. The piece's backlog moves with it.
+    fn steal(&self, queues: &mut Queues, rail_index: usize) -> Option<Piece> {
+        if self.scheduler != Scheduler::RateAware {
+            return None;
+        }
+        let owner = (0..queues.queues.len())
+            .filter(|&i| i != rail_index)
+            .max_by_key(|&i| queues.backlog_bytes[i] * usize::from(!queues.queues[i].is_empty()))?;
+        let position =
+            queues.queues[owner].iter().rposition(|p| p.task.entry.usable[rail_index])?;
+        let piece = queues.queues[owner].remove(position).expect("position is in range");
+        queues.backlog_bytes[owner] -= piece.bytes();
+        queues.backlog_bytes[rail_index] += piece.bytes();
+        Some(piece)
     }
 
     fn run_piece(&self, rail_index: usize, piece: Piece) {

@@ -52,8 +52,9 @@ pub struct EngineBenchArgs {
     /// Worker threads per rail.
     #[arg(long, default_value_t = 1)]
     threads_per_rail: usize,
-    /// Tasks outstanding at once.
-    #[arg(long, default_value_t = 8)]
+    /// Tasks outstanding at once (a small window leaves rails idle while the submitting
+    /// thread sleeps; 32 keeps two rails fed here).
+    #[arg(long, default_value_t = 32)]
     window: usize,
     /// One JSON object per line instead of a table.
     #[arg(long)]
