@@ -43,6 +43,9 @@ use crate::{
 /// Bytes one read window spans (rounded to whole stripe rows).
 const WINDOW_BYTES: u64 = 16 << 20;
 
+/// Longest wait for reports of bad units when a read ends.
+const REPORT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Most bytes the fetched-range cache keeps.
 const CACHE_BYTES: usize = 256 << 20;
 
@@ -96,6 +99,8 @@ pub struct UnitRebuilder {
     failed: HashMap<UnitId, NodeFailure>,
     cache: RangeCache,
     report: bool,
+    /// Reports to meta still in flight (awaited by [`UnitRebuilder::finish_reports`]).
+    reports: Vec<tokio::task::JoinHandle<()>>,
     /// Bytes fetched from nodes so far.
     pub bytes_fetched: u64,
 }
@@ -121,6 +126,7 @@ impl UnitRebuilder {
             failed,
             cache: RangeCache::default(),
             report,
+            reports: Vec::new(),
             bytes_fetched: 0,
         })
     }
@@ -140,11 +146,11 @@ impl UnitRebuilder {
             let meta = self.client.meta.clone();
             let object = self.object.clone();
             let reason = format!("read: {}", failure.cause);
-            tokio::spawn(async move {
+            self.reports.push(tokio::spawn(async move {
                 if let Err(error) = meta.report_unit(&object, unit, &reason).await {
                     tracing::warn!(%error, "could not report a bad unit to meta");
                 }
-            });
+            }));
         }
         self.failed.insert(unit, failure);
     }
@@ -269,6 +275,14 @@ impl UnitRebuilder {
         }
     }
 
+    /// Waits (at most a few seconds) for the reports of bad units to reach meta, so a short
+    /// process (a CLI get) does not end — and cancel them — before meta heard.
+    pub async fn finish_reports(&mut self) {
+        for report in self.reports.drain(..) {
+            let _ = tokio::time::timeout(REPORT_WAIT, report).await;
+        }
+    }
+
     /// The stored bytes of data block x, rebuilt from its group when it is unavailable.
     pub async fn read_block(&mut self, x: usize) -> Result<Bytes> {
         let unit = UnitId::Data(x);
@@ -328,43 +342,53 @@ impl Client {
         let window = (WINDOW_BYTES / row).max(1) * row;
         let mut rebuilder = UnitRebuilder::new(self, object, true)?;
         let mut stats = GetStats::default();
-        let mut at = start;
-        while at < start + len {
-            // Windows are aligned to whole stripe rows (the first may start mid-row).
-            let end = ((at / window + 1) * window).min(start + len);
-            let bytes = match read_window(&mut rebuilder, at, end - at).await {
-                Ok(bytes) => bytes,
-                Err(error) => {
-                    // Units may have moved since the record was read (a repair relocated
-                    // one, a transition swapped the parity). The same generation has the
-                    // same bytes, so the read can go on under meta's current record.
-                    let old = &rebuilder.object;
-                    let fresh = match self.meta.get_object(&old.bucket, &old.key).await {
-                        Ok(fresh)
-                            if fresh.generation == old.generation
-                                && fresh.raw["units"] != old.raw["units"] =>
-                        {
-                            fresh
-                        }
-                        _ => return Err(error),
-                    };
-                    tracing::info!(key = %fresh.key, "object record changed during the read; continuing under the new one");
-                    let fetched = rebuilder.bytes_fetched;
-                    rebuilder = UnitRebuilder::new(self, fresh, true)?;
-                    rebuilder.bytes_fetched = fetched;
-                    read_window(&mut rebuilder, at, end - at).await?
+        let outcome: Result<()> = async {
+            let rebuilder = &mut rebuilder;
+            let mut at = start;
+            while at < start + len {
+                // Windows are aligned to whole stripe rows (the first may start mid-row).
+                let end = ((at / window + 1) * window).min(start + len);
+                let bytes = match read_window(rebuilder, at, end - at).await {
+                    Ok(bytes) => bytes,
+                    Err(error) => {
+                        // Units may have moved since the record was read (a repair relocated
+                        // one, a transition swapped the parity). The same generation has the
+                        // same bytes, so the read can go on under meta's current record.
+                        let old = &rebuilder.object;
+                        let fresh = match self.meta.get_object(&old.bucket, &old.key).await {
+                            Ok(fresh)
+                                if fresh.generation == old.generation
+                                    && fresh.raw["units"] != old.raw["units"] =>
+                            {
+                                fresh
+                            }
+                            _ => return Err(error),
+                        };
+                        tracing::info!(key = %fresh.key, "object record changed during the read; continuing under the new one");
+                        let (fetched, reports) =
+                            (rebuilder.bytes_fetched, std::mem::take(&mut rebuilder.reports));
+                        *rebuilder = UnitRebuilder::new(self, fresh, true)?;
+                        rebuilder.bytes_fetched = fetched;
+                        rebuilder.reports = reports;
+                        read_window(rebuilder, at, end - at).await?
+                    }
+                };
+                out.write_all(&bytes).map_err(|source| ClientError::Io {
+                    what: "writing the object out".into(),
+                    source,
+                })?;
+                if let Some(progress) = progress {
+                    progress.fetch_add(bytes.len() as u64, Ordering::Relaxed);
                 }
-            };
-            out.write_all(&bytes).map_err(|source| ClientError::Io {
-                what: "writing the object out".into(),
-                source,
-            })?;
-            if let Some(progress) = progress {
-                progress.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                stats.bytes += bytes.len() as u64;
+                at = end;
             }
-            stats.bytes += bytes.len() as u64;
-            at = end;
+            Ok(())
         }
+        .await;
+        // Reports of bad units must reach meta even when the read failed.
+        rebuilder.finish_reports().await;
+        outcome?;
         stats.bytes_fetched = rebuilder.bytes_fetched;
         stats.degraded_units =
             rebuilder.failures().map(|(u, f)| (u.short_name(), f.cause.clone())).collect();

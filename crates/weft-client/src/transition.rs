@@ -498,6 +498,7 @@ impl Client {
         let written = self.write_groups(&mut rebuilder, &*code, to, create, moves, io).await;
         // Counted even when it failed: the bytes were read.
         io.bytes_read += rebuilder.bytes_fetched;
+        rebuilder.finish_reports().await;
         written
     }
 
