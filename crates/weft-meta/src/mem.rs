@@ -54,6 +54,23 @@ impl MemStore {
     }
 }
 
+/// Up to `min(limit, MAX_LIST_LIMIT)` values of a map keyed like [`key_of`], in key order,
+/// after `after`.
+fn page_after<T: Clone>(
+    map: &BTreeMap<ObjectKey, T>,
+    after: Option<&ObjectName>,
+    limit: usize,
+) -> Vec<T> {
+    let lower = match after {
+        Some(name) => Bound::Excluded(key_of(&name.bucket, &name.key)),
+        None => Bound::Unbounded,
+    };
+    map.range((lower, Bound::Unbounded))
+        .take(limit.min(MAX_LIST_LIMIT))
+        .map(|(_, v)| v.clone())
+        .collect()
+}
+
 fn key_of(bucket: &str, key: &str) -> ObjectKey {
     (bucket.to_string(), key.to_string())
 }
@@ -276,17 +293,7 @@ impl MetaStore for MemStore {
         after: Option<&ObjectName>,
         limit: usize,
     ) -> Result<Vec<ObjectRecord>, MetaError> {
-        let state = self.lock();
-        let lower = match after {
-            Some(name) => Bound::Excluded(key_of(&name.bucket, &name.key)),
-            None => Bound::Unbounded,
-        };
-        Ok(state
-            .writes
-            .range((lower, Bound::Unbounded))
-            .take(limit.min(MAX_LIST_LIMIT))
-            .map(|(_, record)| record.clone())
-            .collect())
+        Ok(page_after(&self.lock().writes, after, limit))
     }
 
     fn abort_write(
@@ -497,17 +504,7 @@ impl MetaStore for MemStore {
         after: Option<&ObjectName>,
         limit: usize,
     ) -> Result<Vec<TransitionRecord>, MetaError> {
-        let state = self.lock();
-        let lower = match after {
-            Some(name) => Bound::Excluded(key_of(&name.bucket, &name.key)),
-            None => Bound::Unbounded,
-        };
-        Ok(state
-            .transitions
-            .range((lower, Bound::Unbounded))
-            .take(limit.min(MAX_LIST_LIMIT))
-            .map(|(_, t)| t.clone())
-            .collect())
+        Ok(page_after(&self.lock().transitions, after, limit))
     }
 
     fn transition_count(&self) -> Result<usize, MetaError> {

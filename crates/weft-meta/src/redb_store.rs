@@ -469,20 +469,7 @@ impl MetaStore for RedbStore {
     ) -> Result<Vec<ObjectRecord>, MetaError> {
         let txn = self.db.begin_read().map_err(store)?;
         let writes = txn.open_table(WRITES).map_err(store)?;
-        let lower = match after {
-            Some(name) => Bound::Excluded((name.bucket.as_str(), name.key.as_str())),
-            None => Bound::Unbounded,
-        };
-        let mut out = Vec::new();
-        for entry in writes.range::<(&str, &str)>((lower, Bound::Unbounded)).map_err(store)? {
-            if out.len() == limit.min(MAX_LIST_LIMIT) {
-                break;
-            }
-            let (name, bytes) = entry.map_err(store)?;
-            let (bucket, key) = name.value();
-            out.push(decode_object(bucket, key, bytes.value())?);
-        }
-        Ok(out)
+        page_after(&writes, after, limit, decode_object)
     }
 
     fn abort_write(
@@ -789,20 +776,7 @@ impl MetaStore for RedbStore {
     ) -> Result<Vec<TransitionRecord>, MetaError> {
         let txn = self.db.begin_read().map_err(store)?;
         let transitions = txn.open_table(TRANSITIONS).map_err(store)?;
-        let lower = match after {
-            Some(name) => Bound::Excluded((name.bucket.as_str(), name.key.as_str())),
-            None => Bound::Unbounded,
-        };
-        let mut out = Vec::new();
-        for entry in transitions.range::<(&str, &str)>((lower, Bound::Unbounded)).map_err(store)? {
-            if out.len() == limit.min(MAX_LIST_LIMIT) {
-                break;
-            }
-            let (name, bytes) = entry.map_err(store)?;
-            let (bucket, key) = name.value();
-            out.push(decode_transition(bucket, key, bytes.value())?);
-        }
-        Ok(out)
+        page_after(&transitions, after, limit, decode_transition)
     }
 
     fn renew_transition(
@@ -858,6 +832,30 @@ impl MetaStore for RedbStore {
 
 // Keeps the format version visible next to the schema version for readers of this file.
 const _: () = assert!(FORMAT_VERSION == 1 && SCHEMA_VERSION == 2);
+
+/// Up to `min(limit, MAX_LIST_LIMIT)` values of a (bucket, key) table in key order, after
+/// `after`, decoded.
+fn page_after<T>(
+    table: &redb::ReadOnlyTable<(&'static str, &'static str), &'static [u8]>,
+    after: Option<&ObjectName>,
+    limit: usize,
+    decode: impl Fn(&str, &str, &[u8]) -> Result<T, MetaError>,
+) -> Result<Vec<T>, MetaError> {
+    let lower = match after {
+        Some(name) => Bound::Excluded((name.bucket.as_str(), name.key.as_str())),
+        None => Bound::Unbounded,
+    };
+    let mut out = Vec::new();
+    for entry in table.range::<(&str, &str)>((lower, Bound::Unbounded)).map_err(store)? {
+        if out.len() == limit.min(MAX_LIST_LIMIT) {
+            break;
+        }
+        let (name, bytes) = entry.map_err(store)?;
+        let (bucket, key) = name.value();
+        out.push(decode(bucket, key, bytes.value())?);
+    }
+    Ok(out)
+}
 
 #[cfg(test)]
 mod tests {
