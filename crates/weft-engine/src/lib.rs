@@ -1,16 +1,21 @@
-//! weft's coding engine (UMR-EC): encode tasks asynchronously over several rails at once.
+//! weft's coding engine (UMR-EC): encode and decode tasks asynchronously over several rails
+//! at once.
 //!
 //! Invariants:
-//! - A task's parity is byte-identical whichever rails computed which pieces: a rail gets a
-//!   code's pieces only after its canary parity for that code equalled the oracle's
-//!   ([`ScalarRail`]); a rail that differs is excluded for that code, with a log line.
+//! - A task's output is byte-identical whichever rails computed which pieces: a rail gets a
+//!   code's encode (decode) pieces only after its canary parity (rebuilt units) for that code
+//!   equalled the oracle's ([`ScalarRail`]); a rail that differs is excluded for that code and
+//!   operation, with a log line. Nothing records which rail computed which bytes.
 //! - Tasks of byte-local codes (rs, lrc, rep) are split into pieces: the same byte range of
 //!   every unit, `chunk_size_bytes` long. Other codes (hitchhiker, clay) run as one piece.
-//! - Pieces write disjoint byte ranges of the task's parity buffers; the buffers are handed to
+//! - Pieces write disjoint byte ranges of the task's output buffers; the buffers are handed to
 //!   the caller only after the last piece finished (counted down with acquire-release).
-//! - Data buffers are shared (`Arc<[u8]>`), never copied; parity is allocated once per task.
+//! - Input buffers are shared (`Arc<[u8]>`), never copied; output buffers are the caller's
+//!   when given (reused, their contents overwritten), else allocated once per task.
 //! - Coding threads running at once are bounded per process ([`process_thread_limit`]), across
 //!   every engine: a worker holds a permit only while it codes a piece.
+//! - A worker is woken only when a piece it may run was queued for it and it sleeps: the
+//!   submitting thread makes no wake-up system call for busy workers.
 //! - Dropping the engine finishes every queued piece first, so no future is left pending.
 
 mod future;
@@ -64,7 +69,7 @@ impl fmt::Display for EngineError {
             EngineError::Shape(what) => write!(f, "bad task shape: {what}"),
             EngineError::Declined { rail, code } => write!(f, "rail {rail} does not accept {code}"),
             EngineError::NoRail { code } => {
-                write!(f, "no rail can encode {code} (none accepts it or all failed the canary)")
+                write!(f, "no rail can code {code} (none accepts it or all failed the canary)")
             }
             EngineError::RailPanicked { rail } => write!(f, "rail {rail} panicked"),
             EngineError::Config(what) => write!(f, "bad engine configuration: {what}"),
@@ -78,9 +83,10 @@ impl std::error::Error for EngineError {}
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scheduler {
     /// Each piece goes to the rail expected to finish it first, given each rail's measured
-    /// rate (per code and size class) and the bytes already queued on it: work is split in
-    /// proportion to the rates, which are re-measured on every piece. A rail that runs dry
-    /// takes the newest piece queued on the most loaded other rail.
+    /// rate (per code, operation and size class) and the bytes already queued on it: work is
+    /// split in proportion to the rates, which are re-measured on every piece. A rail that
+    /// runs dry takes the newest piece queued on the most loaded other rail, when it would
+    /// finish that piece before the owner reaches it.
     RateAware,
     /// One shared queue: whichever rail is free takes the oldest piece it accepts.
     Fcfs,
@@ -121,6 +127,19 @@ pub struct EngineConfig {
     pub codes: Vec<CodeSpec>,
 }
 
+impl EngineConfig {
+    /// Every rail this machine has, one worker thread each: simd, and isal when installed
+    /// (rate-aware). The oracle is not a rail here: it is slow and only a reference.
+    pub fn machine_default() -> EngineConfig {
+        let mut rails = vec![RailConfig { rail: Arc::new(SimdRail), threads: 1 }];
+        match IsalRail::load() {
+            Ok(isal) => rails.push(RailConfig { rail: Arc::new(isal), threads: 1 }),
+            Err(error) => tracing::info!(%error, "engine runs without the isal rail"),
+        }
+        EngineConfig { rails, scheduler: Scheduler::RateAware, codes: Vec::new() }
+    }
+}
+
 /// k data units of equal length to encode.
 #[derive(Debug, Clone)]
 pub struct EncodeTask {
@@ -129,6 +148,29 @@ pub struct EncodeTask {
     /// Piece length in bytes of each unit (rounded down to the code's unit length multiple);
     /// 0 means one piece.
     pub chunk_size_bytes: usize,
+    /// Buffers the parity is written into, handed back in [`EncodeOutput::parity`]: reused,
+    /// resized to the units' length, their old contents overwritten. Missing ones are
+    /// allocated; extra ones dropped.
+    pub parity: Vec<Vec<u8>>,
+}
+
+impl EncodeTask {
+    /// A task over `data` with the default piece length and fresh parity buffers.
+    pub fn new(code: CodeSpec, data: Vec<Arc<[u8]>>) -> EncodeTask {
+        EncodeTask { code, data, chunk_size_bytes: DEFAULT_CHUNK_SIZE_BYTES, parity: Vec::new() }
+    }
+
+    /// Sets the piece length (0: one piece).
+    pub fn chunk_size(mut self, bytes: usize) -> EncodeTask {
+        self.chunk_size_bytes = bytes;
+        self
+    }
+
+    /// Writes the parity into these buffers instead of allocating.
+    pub fn parity_buffers(mut self, buffers: Vec<Vec<u8>>) -> EncodeTask {
+        self.parity = buffers;
+        self
+    }
 }
 
 /// The r parity units of a task.
@@ -139,16 +181,68 @@ pub struct EncodeOutput {
     pub latency: Duration,
 }
 
+/// Rebuild some units of a stripe from the others (all of one length).
+#[derive(Debug, Clone)]
+pub struct DecodeTask {
+    pub code: CodeSpec,
+    /// n entries: unit i's bytes, or `None` when unit i is lost or was not read.
+    pub units: Vec<Option<Arc<[u8]>>>,
+    /// The units to compute (any indices below n, in the order the output lists them).
+    pub wanted: Vec<usize>,
+    /// As [`EncodeTask::chunk_size_bytes`].
+    pub chunk_size_bytes: usize,
+    /// As [`EncodeTask::parity`], for the rebuilt units.
+    pub out: Vec<Vec<u8>>,
+}
+
+impl DecodeTask {
+    /// A task rebuilding `wanted` from the `Some` entries of `units`.
+    pub fn new(code: CodeSpec, units: Vec<Option<Arc<[u8]>>>, wanted: Vec<usize>) -> DecodeTask {
+        DecodeTask {
+            code,
+            units,
+            wanted,
+            chunk_size_bytes: DEFAULT_CHUNK_SIZE_BYTES,
+            out: Vec::new(),
+        }
+    }
+
+    /// Sets the piece length (0: one piece).
+    pub fn chunk_size(mut self, bytes: usize) -> DecodeTask {
+        self.chunk_size_bytes = bytes;
+        self
+    }
+
+    /// Writes the rebuilt units into these buffers instead of allocating.
+    pub fn out_buffers(mut self, buffers: Vec<Vec<u8>>) -> DecodeTask {
+        self.out = buffers;
+        self
+    }
+}
+
+/// The rebuilt units of a decode task, in the order of [`DecodeTask::wanted`].
+#[derive(Debug)]
+pub struct DecodeOutput {
+    pub units: Vec<Vec<u8>>,
+    pub wanted: Vec<usize>,
+    /// From `idecode` to the last piece's end.
+    pub latency: Duration,
+}
+
 /// Coding threads that may run at once in this process, across all engines:
 /// `WEFT_ENGINE_THREADS` when set, else the number of CPUs.
 pub fn process_thread_limit() -> usize {
     permits().limit
 }
 
+/// The process-wide permits: an atomic count taken without a lock; the lock and condvar are
+/// only used by a worker that found none free, and a release only signals when one waits.
 #[derive(Debug)]
 struct Permits {
     limit: usize,
-    free: Mutex<usize>,
+    free: AtomicUsize,
+    waiters: AtomicUsize,
+    lock: Mutex<()>,
     returned: Condvar,
 }
 
@@ -160,20 +254,38 @@ fn permits() -> &'static Permits {
             .and_then(|v| v.parse::<usize>().ok())
             .filter(|&n| n > 0)
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
-        Permits { limit, free: Mutex::new(limit), returned: Condvar::new() }
+        Permits {
+            limit,
+            free: AtomicUsize::new(limit),
+            waiters: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            returned: Condvar::new(),
+        }
     })
 }
 
 struct Permit;
 
+impl Permits {
+    fn try_take(&self) -> bool {
+        self.free.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |f| f.checked_sub(1)).is_ok()
+    }
+}
+
 impl Permit {
     fn acquire() -> Permit {
         let permits = permits();
-        let mut free = permits.free.lock().expect("permits lock");
-        while *free == 0 {
-            free = permits.returned.wait(free).expect("permits lock");
+        if permits.try_take() {
+            return Permit;
         }
-        *free -= 1;
+        let mut guard = permits.lock.lock().expect("permits lock");
+        permits.waiters.fetch_add(1, Ordering::SeqCst);
+        // A release either sees this waiter (and signals under the lock, which this thread
+        // holds until it waits) or released before the count rose (and the retry sees it).
+        while !permits.try_take() {
+            guard = permits.returned.wait(guard).expect("permits lock");
+        }
+        permits.waiters.fetch_sub(1, Ordering::SeqCst);
         Permit
     }
 }
@@ -181,63 +293,113 @@ impl Permit {
 impl Drop for Permit {
     fn drop(&mut self) {
         let permits = permits();
-        *permits.free.lock().expect("permits lock") += 1;
-        permits.returned.notify_one();
+        permits.free.fetch_add(1, Ordering::SeqCst);
+        if permits.waiters.load(Ordering::SeqCst) > 0 {
+            let _guard = permits.lock.lock().expect("permits lock");
+            permits.returned.notify_one();
+        }
     }
 }
 
-/// A code and which rails may run it (accepted and passed the canary).
+/// Encode or decode: the two operations the canary checks separately.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Op {
+    Encode,
+    Decode,
+}
+
+/// A code and which rails may run it (accepted and passed the canary), per operation.
 #[derive(Debug)]
 struct CodeEntry {
     code: Arc<dyn Code>,
-    usable: Vec<bool>,
+    encode: Vec<bool>,
+    decode: Vec<bool>,
 }
+
+impl CodeEntry {
+    fn usable(&self, op: Op) -> &[bool] {
+        match op {
+            Op::Encode => &self.encode,
+            Op::Decode => &self.decode,
+        }
+    }
+}
+
+type RateKey = (CodeSpec, Op, u32);
 
 #[derive(Debug)]
 struct RailState {
     config: RailConfig,
-    /// Per-thread rate in data bytes per second, per (code, log2 of piece length).
-    rates: Mutex<HashMap<(CodeSpec, u32), f64>>,
+    /// Signalled when a piece is queued for this rail and one of its workers sleeps.
+    wake: Condvar,
 }
 
-impl RailState {
-    fn rate(&self, code: CodeSpec, class: u32) -> Option<f64> {
-        let rates = self.rates.lock().expect("rates lock");
-        rates.get(&(code, class)).map(|per_thread| per_thread * self.config.threads as f64)
-    }
+/// A rail's measured per-thread rates in input bytes per second, per (code, operation, log2
+/// of piece length). Kept under the queues' lock, which submitters and workers take anyway.
+#[derive(Debug, Default)]
+struct Rates(HashMap<RateKey, f64>);
 
-    fn measure(&self, code: CodeSpec, class: u32, bytes: usize, elapsed: Duration) {
+impl Rates {
+    fn add_sample(&mut self, key: RateKey, bytes: usize, elapsed: Duration) {
         let sample = bytes as f64 / elapsed.as_secs_f64().max(1e-9);
-        let mut rates = self.rates.lock().expect("rates lock");
-        rates
-            .entry((code, class))
+        self.0
+            .entry(key)
             .and_modify(|rate| *rate += RATE_WEIGHT * (sample - *rate))
             .or_insert(sample);
     }
 }
 
-/// A raw parity pointer handed to workers; see `TaskState`.
+/// A piece's measurement, folded into its rail's rates when the worker next takes the lock.
+type Sample = (RateKey, usize, Duration);
+
+/// A raw output pointer handed to workers; see `TaskState`.
 #[derive(Debug, Clone, Copy)]
-struct ParityPointer(*mut u8);
+struct OutputPointer(*mut u8);
 
 // SAFETY: the pointer is only dereferenced for a piece's byte range, which no other piece
 // touches, while the buffer it points into is kept alive by the task (see TaskState).
-unsafe impl Send for ParityPointer {}
+unsafe impl Send for OutputPointer {}
 // SAFETY: as above.
-unsafe impl Sync for ParityPointer {}
+unsafe impl Sync for OutputPointer {}
+
+/// Where a finished task's result goes.
+#[derive(Debug)]
+enum Sink {
+    Encode(Arc<Completion<EncodeOutput>>),
+    Decode(Arc<Completion<DecodeOutput>>),
+}
+
+impl Sink {
+    fn fail(&self, error: EngineError) {
+        match self {
+            Sink::Encode(c) => c.resolve(Err(error)),
+            Sink::Decode(c) => c.resolve(Err(error)),
+        }
+    }
+}
 
 #[derive(Debug)]
 struct TaskState {
     entry: Arc<CodeEntry>,
-    data: Vec<Arc<[u8]>>,
-    /// Owns the parity buffers until the last piece hands them out; `pointers` point into
+    op: Op,
+    /// Encode: the k data units. Decode: n entries, `None` for units not present.
+    inputs: Vec<Option<Arc<[u8]>>>,
+    /// Decode: the units computed, in output order. Encode: empty.
+    wanted: Vec<usize>,
+    /// Owns the output buffers until the last piece hands them out; `pointers` point into
     /// them (a Vec's heap buffer does not move when the Vec does).
-    parity: Mutex<Option<Vec<Vec<u8>>>>,
-    pointers: Vec<ParityPointer>,
+    outputs: Mutex<Option<Vec<Vec<u8>>>>,
+    pointers: Vec<OutputPointer>,
     remaining: AtomicUsize,
     error: Mutex<Option<EngineError>>,
-    completion: Arc<Completion>,
+    sink: Sink,
     submitted: Instant,
+}
+
+impl TaskState {
+    fn usable(&self, rail: usize) -> bool {
+        self.entry.usable(self.op)[rail]
+    }
 }
 
 #[derive(Debug)]
@@ -248,8 +410,9 @@ struct Piece {
 }
 
 impl Piece {
+    /// Input bytes the piece reads (k units' worth): the measure of work and of rates.
     fn bytes(&self) -> usize {
-        self.len * self.task.data.len()
+        self.len * self.task.entry.code.data_units()
     }
 }
 
@@ -257,8 +420,11 @@ impl Piece {
 struct Queues {
     /// One queue per rail under rate-aware; a single shared queue under fcfs.
     queues: Vec<VecDeque<Piece>>,
-    /// Bytes queued or running per rail (rate-aware's backlog).
+    /// Bytes queued per rail (rate-aware's backlog).
     backlog_bytes: Vec<usize>,
+    /// Workers of each rail waiting for a piece.
+    sleeping: Vec<usize>,
+    rates: Vec<Rates>,
     shutdown: bool,
 }
 
@@ -267,7 +433,6 @@ struct Shared {
     rails: Vec<RailState>,
     scheduler: Scheduler,
     queues: Mutex<Queues>,
-    work: Condvar,
     outstanding: Mutex<usize>,
     idle: Condvar,
     codes: Mutex<HashMap<CodeSpec, Arc<CodeEntry>>>,
@@ -275,7 +440,7 @@ struct Shared {
     oracle: ScalarRail,
 }
 
-/// Encodes tasks on several rails at once. See the crate docs for its invariants.
+/// Encodes and decodes tasks on several rails at once. See the crate docs for its invariants.
 #[derive(Debug)]
 pub struct Engine {
     shared: Arc<Shared>,
@@ -305,15 +470,16 @@ impl Engine {
             rails: config
                 .rails
                 .iter()
-                .map(|c| RailState { config: c.clone(), rates: Mutex::new(HashMap::new()) })
+                .map(|c| RailState { config: c.clone(), wake: Condvar::new() })
                 .collect(),
             scheduler: config.scheduler,
             queues: Mutex::new(Queues {
                 queues: (0..queue_count).map(|_| VecDeque::new()).collect(),
                 backlog_bytes: vec![0; config.rails.len()],
+                sleeping: vec![0; config.rails.len()],
+                rates: config.rails.iter().map(|_| Rates::default()).collect(),
                 shutdown: false,
             }),
-            work: Condvar::new(),
             outstanding: Mutex::new(0),
             idle: Condvar::new(),
             codes: Mutex::new(HashMap::new()),
@@ -337,19 +503,49 @@ impl Engine {
         Ok(Engine { shared, workers })
     }
 
-    /// Queues a task; the future resolves once all its parity is computed.
-    pub fn iencode(&self, task: EncodeTask) -> EcFuture {
+    /// Queues an encode task; the future resolves once all its parity is computed.
+    pub fn iencode(&self, task: EncodeTask) -> EcFuture<EncodeOutput> {
         let completion = Arc::new(Completion::default());
         let future = EcFuture::new(completion.clone());
-        if let Err(error) = self.shared.submit(task, completion.clone()) {
-            completion.resolve(Err(error));
-        }
+        let sink = Sink::Encode(completion);
+        let inputs = task.data.into_iter().map(Some).collect();
+        self.shared.submit(
+            Op::Encode,
+            task.code,
+            inputs,
+            Vec::new(),
+            task.chunk_size_bytes,
+            task.parity,
+            sink,
+        );
         future
     }
 
     /// [`Engine::iencode`] and wait.
     pub fn encode(&self, task: EncodeTask) -> Result<EncodeOutput, EngineError> {
         self.iencode(task).wait()
+    }
+
+    /// Queues a decode task; the future resolves once every wanted unit is rebuilt.
+    pub fn idecode(&self, task: DecodeTask) -> EcFuture<DecodeOutput> {
+        let completion = Arc::new(Completion::default());
+        let future = EcFuture::new(completion.clone());
+        let sink = Sink::Decode(completion);
+        self.shared.submit(
+            Op::Decode,
+            task.code,
+            task.units,
+            task.wanted,
+            task.chunk_size_bytes,
+            task.out,
+            sink,
+        );
+        future
+    }
+
+    /// [`Engine::idecode`] and wait.
+    pub fn decode(&self, task: DecodeTask) -> Result<DecodeOutput, EngineError> {
+        self.idecode(task).wait()
     }
 
     /// Blocks until every task queued so far has finished.
@@ -365,30 +561,48 @@ impl Engine {
         *self.shared.outstanding.lock().expect("outstanding lock") == 0
     }
 
-    /// (rail, code) pairs whose canary differed from the oracle.
+    /// (rail, code) pairs whose canary (encode or decode) differed from the oracle.
     pub fn excluded(&self) -> Vec<(String, CodeSpec)> {
         self.shared.excluded.lock().expect("excluded lock").clone()
     }
 
-    /// Whether rail `name` may run `code` (runs the code's canary if not yet done).
+    /// Whether rail `name` may encode `code` (runs the code's canary if not yet done).
     pub fn rail_usable(&self, name: &str, code: CodeSpec) -> Result<bool, EngineError> {
+        self.usable(name, code, Op::Encode)
+    }
+
+    /// Whether rail `name` may decode `code` (runs the code's canary if not yet done).
+    pub fn rail_usable_for_decode(&self, name: &str, code: CodeSpec) -> Result<bool, EngineError> {
+        self.usable(name, code, Op::Decode)
+    }
+
+    fn usable(&self, name: &str, code: CodeSpec, op: Op) -> Result<bool, EngineError> {
         let entry = self.shared.entry(code)?;
         Ok(self
             .shared
             .rails
             .iter()
-            .zip(&entry.usable)
+            .zip(entry.usable(op))
             .any(|(r, &u)| u && r.config.rail.name() == name))
     }
 
-    /// Each rail's measured rate (data bytes per second, all its threads) for `code` at
-    /// pieces of `chunk_size_bytes`; `None` before its first piece of that class.
+    /// The rails' names, in configuration order.
+    pub fn rail_names(&self) -> Vec<String> {
+        self.shared.rails.iter().map(|r| r.config.rail.name().to_string()).collect()
+    }
+
+    /// Each rail's measured encode rate (data bytes per second, all its threads) for `code`
+    /// at pieces of `chunk_size_bytes`; `None` before its first piece of that class.
     pub fn rates(&self, code: CodeSpec, chunk_size_bytes: usize) -> Vec<(String, Option<f64>)> {
-        let class = size_class(chunk_size_bytes);
-        self.shared
-            .rails
-            .iter()
-            .map(|r| (r.config.rail.name().to_string(), r.rate(code, class)))
+        let key = (code, Op::Encode, size_class(chunk_size_bytes));
+        let queues = self.shared.queues.lock().expect("queues lock");
+        (0..self.shared.rails.len())
+            .map(|i| {
+                (
+                    self.shared.rails[i].config.rail.name().to_string(),
+                    self.shared.rate(&queues, i, key),
+                )
+            })
             .collect()
     }
 }
@@ -396,7 +610,9 @@ impl Engine {
 impl Drop for Engine {
     fn drop(&mut self) {
         self.shared.queues.lock().expect("queues lock").shutdown = true;
-        self.shared.work.notify_all();
+        for rail in &self.shared.rails {
+            rail.wake.notify_all();
+        }
         for worker in self.workers.drain(..) {
             let _ = worker.join();
         }
@@ -407,25 +623,41 @@ fn size_class(len: usize) -> u32 {
     len.max(1).ilog2()
 }
 
+/// `buffers` made into `count` buffers of `len` bytes, reusing what was given.
+fn output_buffers(mut buffers: Vec<Vec<u8>>, count: usize, len: usize) -> Vec<Vec<u8>> {
+    buffers.truncate(count);
+    for buffer in &mut buffers {
+        buffer.resize(len, 0);
+    }
+    buffers.resize_with(count, || vec![0u8; len]);
+    buffers
+}
+
+/// A canary stripe: data and the oracle's parity, `len` bytes per unit.
+struct Canary {
+    units: Vec<Vec<u8>>,
+}
+
 impl Shared {
-    /// The code's entry, running its canary through every rail the first time.
+    /// The code's entry, running its canaries through every rail the first time.
     fn entry(&self, spec: CodeSpec) -> Result<Arc<CodeEntry>, EngineError> {
         let mut codes = self.codes.lock().expect("codes lock");
         if let Some(entry) = codes.get(&spec) {
             return Ok(entry.clone());
         }
         let code = spec.build().map_err(EngineError::Code)?;
-        let usable = self.canary(&*code);
-        let entry = Arc::new(CodeEntry { code, usable });
+        let (encode, decode) = self.canary(&*code);
+        let entry = Arc::new(CodeEntry { code, encode, decode });
         codes.insert(spec, entry.clone());
         Ok(entry)
     }
 
-    fn canary(&self, code: &dyn Code) -> Vec<bool> {
+    /// Encodes a pseudo-random stripe with the oracle; `None` if the oracle cannot.
+    fn canary_stripe(&self, code: &dyn Code) -> Option<Canary> {
         let multiple = code.unit_len_multiple();
         let len = CANARY_LEN_BYTES.div_ceil(multiple) * multiple;
         let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let data: Vec<Vec<u8>> = (0..code.data_units())
+        let mut units: Vec<Vec<u8>> = (0..code.data_units())
             .map(|_| {
                 (0..len)
                     .map(|_| {
@@ -437,204 +669,266 @@ impl Shared {
                     .collect()
             })
             .collect();
-        let data_refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
-        let run = |rail: &dyn Rail| -> Option<Vec<Vec<u8>>> {
-            let mut parity = vec![vec![0u8; len]; code.parity_units()];
-            let mut parity_refs: Vec<&mut [u8]> =
-                parity.iter_mut().map(|p| p.as_mut_slice()).collect();
-            let result =
-                catch_unwind(AssertUnwindSafe(|| rail.encode(code, &data_refs, &mut parity_refs)));
-            matches!(result, Ok(Ok(()))).then_some(parity)
-        };
-        let Some(reference) = run(&self.oracle) else {
-            tracing::warn!(code = %code.spec(), "the scalar oracle cannot encode this code; no rail will run it");
-            return vec![false; self.rails.len()];
-        };
-        self.rails
-            .iter()
-            .map(|state| {
-                let rail = &*state.config.rail;
-                if !rail.accepts(code) {
-                    tracing::info!(rail = rail.name(), code = %code.spec(), "rail declines this code");
-                    return false;
-                }
-                if run(rail).as_ref() == Some(&reference) {
-                    return true;
-                }
-                tracing::warn!(
-                    rail = rail.name(),
-                    code = %code.spec(),
-                    "rail excluded: its canary parity differs from the scalar oracle"
-                );
-                self.excluded.lock().expect("excluded lock").push((rail.name().to_string(), code.spec()));
-                false
-            })
-            .collect()
+        let parity = encode_with(&self.oracle, code, &units, len)?;
+        units.extend(parity);
+        Some(Canary { units })
     }
 
-    fn submit(&self, task: EncodeTask, completion: Arc<Completion>) -> Result<(), EngineError> {
+    /// Which rails may encode and which may decode `code`.
+    fn canary(&self, code: &dyn Code) -> (Vec<bool>, Vec<bool>) {
+        let none = vec![false; self.rails.len()];
+        let Some(canary) = self.canary_stripe(code) else {
+            tracing::warn!(code = %code.spec(), "the scalar oracle cannot encode this code; no rail will run it");
+            return (none.clone(), none);
+        };
+        let k = code.data_units();
+        let len = canary.units[0].len();
+        // Erasure patterns: one data unit, and as many leading units as there are parity
+        // units when the code can lose them; rebuilt units must equal the originals.
+        let mut patterns = vec![vec![0]];
+        let leading: Vec<usize> = (0..code.parity_units().min(k)).collect();
+        if leading.len() > 1 && code.is_decodable(&leading) {
+            patterns.push(leading);
+        }
+        let mut encode = Vec::with_capacity(self.rails.len());
+        let mut decode = Vec::with_capacity(self.rails.len());
+        for state in &self.rails {
+            let rail = &*state.config.rail;
+            if !rail.accepts(code) {
+                tracing::info!(rail = rail.name(), code = %code.spec(), "rail declines this code");
+                encode.push(false);
+                decode.push(false);
+                continue;
+            }
+            let encodes = encode_with(rail, code, &canary.units[..k], len).as_deref()
+                == Some(&canary.units[k..]);
+            let decodes = patterns.iter().all(|lost| decodes_back(rail, code, &canary, lost));
+            for (ok, what) in [(encodes, "encode"), (decodes, "decode")] {
+                if !ok {
+                    tracing::warn!(
+                        rail = rail.name(),
+                        code = %code.spec(),
+                        "rail excluded from {what}: its canary differs from the scalar oracle"
+                    );
+                }
+            }
+            if !(encodes && decodes) {
+                self.excluded
+                    .lock()
+                    .expect("excluded lock")
+                    .push((rail.name().to_string(), code.spec()));
+            }
+            encode.push(encodes);
+            decode.push(decodes);
+        }
+        (encode, decode)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn submit(
+        &self,
+        op: Op,
+        spec: CodeSpec,
+        inputs: Vec<Option<Arc<[u8]>>>,
+        wanted: Vec<usize>,
+        chunk_size_bytes: usize,
+        outputs: Vec<Vec<u8>>,
+        sink: Sink,
+    ) {
         let submitted = Instant::now();
-        let entry = self.entry(task.code)?;
+        let entry = match self.entry(spec).and_then(|entry| {
+            check_task(&entry, op, spec, &inputs, &wanted)?;
+            Ok(entry)
+        }) {
+            Ok(entry) => entry,
+            Err(error) => return sink.fail(error),
+        };
         let code = &*entry.code;
-        if !entry.usable.iter().any(|&u| u) {
-            return Err(EngineError::NoRail { code: task.code.to_string() });
-        }
-        if task.data.len() != code.data_units() {
-            return Err(EngineError::Shape(format!(
-                "{} takes {} data units, got {}",
-                task.code,
-                code.data_units(),
-                task.data.len()
-            )));
-        }
-        let len = task.data[0].len();
-        if let Some(unit) = task.data.iter().position(|d| d.len() != len) {
-            return Err(EngineError::Shape(format!(
-                "data unit {unit} has {} bytes, unit 0 has {len}",
-                task.data[unit].len()
-            )));
-        }
-        code.check_unit_len(len).map_err(EngineError::Code)?;
+        let len = inputs.iter().flatten().next().map_or(0, |unit| unit.len());
         let multiple = code.unit_len_multiple();
-        let piece_len = if code.byte_local() && task.chunk_size_bytes > 0 {
-            (task.chunk_size_bytes / multiple).max(1) * multiple
+        let piece_len = if code.byte_local() && chunk_size_bytes > 0 {
+            (chunk_size_bytes / multiple).max(1) * multiple
         } else {
             len.max(1)
         };
-        let mut parity: Vec<Vec<u8>> = (0..code.parity_units()).map(|_| vec![0u8; len]).collect();
-        if len == 0 {
-            completion.resolve(Ok(EncodeOutput { parity, latency: submitted.elapsed() }));
-            return Ok(());
+        let count = match op {
+            Op::Encode => code.parity_units(),
+            Op::Decode => wanted.len(),
+        };
+        let mut outputs = output_buffers(outputs, count, len);
+        if len == 0 || count == 0 {
+            let latency = submitted.elapsed();
+            match sink {
+                Sink::Encode(c) => c.resolve(Ok(EncodeOutput { parity: outputs, latency })),
+                Sink::Decode(c) => c.resolve(Ok(DecodeOutput { units: outputs, wanted, latency })),
+            }
+            return;
         }
-        let pointers = parity.iter_mut().map(|p| ParityPointer(p.as_mut_ptr())).collect();
+        let pointers = outputs.iter_mut().map(|p| OutputPointer(p.as_mut_ptr())).collect();
         let piece_count = len.div_ceil(piece_len);
         let task = Arc::new(TaskState {
             entry: entry.clone(),
-            data: task.data,
-            parity: Mutex::new(Some(parity)),
+            op,
+            inputs,
+            wanted,
+            outputs: Mutex::new(Some(outputs)),
             pointers,
             remaining: AtomicUsize::new(piece_count),
             error: Mutex::new(None),
-            completion,
+            sink,
             submitted,
         });
         *self.outstanding.lock().expect("outstanding lock") += 1;
-        let spec = code.spec();
-        let class = size_class(piece_len);
-        let mut queues = self.queues.lock().expect("queues lock");
-        for index in 0..piece_count {
-            let start = index * piece_len;
-            let piece = Piece { task: task.clone(), start, len: piece_len.min(len - start) };
-            match self.scheduler {
-                Scheduler::Fcfs => queues.queues[0].push_back(piece),
+        let key = (spec, op, size_class(piece_len));
+        let usable = entry.usable(op);
+        let mut wakes = vec![0usize; self.rails.len()];
+        {
+            let mut queues = self.queues.lock().expect("queues lock");
+            let rates: Vec<Option<f64>> = match self.scheduler {
                 Scheduler::RateAware => {
-                    let rail = self.pick_rail(
-                        &queues.backlog_bytes,
-                        &entry.usable,
-                        spec,
-                        class,
-                        piece.bytes(),
-                    );
-                    queues.backlog_bytes[rail] += piece.bytes();
-                    queues.queues[rail].push_back(piece);
+                    (0..self.rails.len()).map(|i| self.rate(&queues, i, key)).collect()
+                }
+                Scheduler::Fcfs => Vec::new(),
+            };
+            for index in 0..piece_count {
+                let start = index * piece_len;
+                let piece = Piece { task: task.clone(), start, len: piece_len.min(len - start) };
+                match self.scheduler {
+                    Scheduler::Fcfs => queues.queues[0].push_back(piece),
+                    Scheduler::RateAware => {
+                        let rail = pick_rail(&queues.backlog_bytes, usable, &rates, piece.bytes());
+                        queues.backlog_bytes[rail] += piece.bytes();
+                        queues.queues[rail].push_back(piece);
+                        wakes[rail] += 1;
+                    }
                 }
             }
+            if self.scheduler == Scheduler::Fcfs {
+                let mut left = piece_count;
+                for rail in (0..self.rails.len()).filter(|&r| usable[r]) {
+                    let n = left.min(queues.sleeping[rail]);
+                    wakes[rail] = n;
+                    left -= n;
+                }
+            }
+            for (rail, wake) in wakes.iter_mut().enumerate() {
+                *wake = (*wake).min(queues.sleeping[rail]);
+            }
         }
-        drop(queues);
-        self.work.notify_all();
-        Ok(())
+        for (rail, &wake) in wakes.iter().enumerate() {
+            for _ in 0..wake {
+                self.rails[rail].wake.notify_one();
+            }
+        }
     }
 
-    /// The usable rail expected to finish `bytes` first. A rail not yet measured is assumed
-    /// as fast as the fastest measured one, so it gets work and a measurement.
-    fn pick_rail(
-        &self,
-        backlog: &[usize],
-        usable: &[bool],
-        code: CodeSpec,
-        class: u32,
-        bytes: usize,
-    ) -> usize {
-        let rates: Vec<Option<f64>> = self.rails.iter().map(|r| r.rate(code, class)).collect();
-        let fastest = rates.iter().flatten().copied().fold(1.0, f64::max);
-        (0..self.rails.len())
-            .filter(|&i| usable[i])
-            .min_by(|&a, &b| {
-                let finish = |i: usize| (backlog[i] + bytes) as f64 / rates[i].unwrap_or(fastest);
-                finish(a).total_cmp(&finish(b))
-            })
-            .expect("submit checked that some rail is usable")
+    /// Rail `rail`'s rate (all its threads) for `key`; `None` before its first such piece.
+    fn rate(&self, queues: &Queues, rail: usize, key: RateKey) -> Option<f64> {
+        let threads = self.rails[rail].config.threads as f64;
+        queues.rates[rail].0.get(&key).map(|per_thread| per_thread * threads)
     }
 
     fn work_loop(&self, rail_index: usize) {
+        let mut sample: Option<Sample> = None;
         loop {
             let piece = {
                 let mut queues = self.queues.lock().expect("queues lock");
+                if let Some((key, bytes, elapsed)) = sample.take() {
+                    queues.rates[rail_index].add_sample(key, bytes, elapsed);
+                }
                 loop {
-                    let queue = match self.scheduler {
-                        Scheduler::RateAware => rail_index,
-                        Scheduler::Fcfs => 0,
-                    };
-                    let position =
-                        queues.queues[queue].iter().position(|p| p.task.entry.usable[rail_index]);
-                    if let Some(position) = position {
-                        break queues.queues[queue].remove(position).expect("position is in range");
-                    }
-                    if let Some(piece) = self.steal(&mut queues, rail_index) {
+                    if let Some(piece) = self.take(&mut queues, rail_index) {
                         break piece;
                     }
                     if queues.shutdown {
                         return;
                     }
-                    queues = self.work.wait(queues).expect("queues lock");
+                    queues.sleeping[rail_index] += 1;
+                    queues = self.rails[rail_index].wake.wait(queues).expect("queues lock");
+                    queues.sleeping[rail_index] -= 1;
                 }
             };
-            self.run_piece(rail_index, piece);
+            sample = Some(self.run_piece(rail_index, piece));
         }
     }
 
-    /// Under rate-aware, an idle rail takes the newest piece queued on another rail that it
-    /// can run: the rates are estimates, and a rail left idle while another has a backlog
-    /// would waste its share. The piece's backlog moves with it.
+    /// The next piece for this rail: its own queue's oldest (the shared queue's under fcfs),
+    /// else, under rate-aware, one stolen from the most loaded rail.
+    fn take(&self, queues: &mut Queues, rail_index: usize) -> Option<Piece> {
+        let queue = match self.scheduler {
+            Scheduler::RateAware => rail_index,
+            Scheduler::Fcfs => 0,
+        };
+        if let Some(position) = queues.queues[queue].iter().position(|p| p.task.usable(rail_index))
+        {
+            let piece = queues.queues[queue].remove(position).expect("position is in range");
+            if self.scheduler == Scheduler::RateAware {
+                queues.backlog_bytes[rail_index] -= piece.bytes();
+            }
+            return Some(piece);
+        }
+        self.steal(queues, rail_index)
+    }
+
+    /// Under rate-aware, an idle rail takes the newest piece queued on the most loaded other
+    /// rail it can run, if it would finish that piece before the owner got to it: the rates
+    /// are estimates, and a rail left idle while another has a backlog wastes its share, but
+    /// a slow rail taking the last piece of a fast one's queue only delays it.
     fn steal(&self, queues: &mut Queues, rail_index: usize) -> Option<Piece> {
         if self.scheduler != Scheduler::RateAware {
             return None;
         }
         let owner = (0..queues.queues.len())
-            .filter(|&i| i != rail_index)
-            .max_by_key(|&i| queues.backlog_bytes[i] * usize::from(!queues.queues[i].is_empty()))?;
-        let position =
-            queues.queues[owner].iter().rposition(|p| p.task.entry.usable[rail_index])?;
+            .filter(|&i| i != rail_index && !queues.queues[i].is_empty())
+            .max_by_key(|&i| queues.backlog_bytes[i])?;
+        let position = queues.queues[owner].iter().rposition(|p| p.task.usable(rail_index))?;
+        let candidate = &queues.queues[owner][position];
+        let bytes = candidate.bytes();
+        let key = (candidate.task.entry.code.spec(), candidate.task.op, size_class(candidate.len));
+        if let (Some(mine), Some(theirs)) =
+            (self.rate(queues, rail_index, key), self.rate(queues, owner, key))
+        {
+            let owner_reaches = (queues.backlog_bytes[owner] - bytes) as f64 / theirs;
+            if (bytes as f64 / mine) > owner_reaches {
+                return None;
+            }
+        }
         let piece = queues.queues[owner].remove(position).expect("position is in range");
-        queues.backlog_bytes[owner] -= piece.bytes();
-        queues.backlog_bytes[rail_index] += piece.bytes();
+        queues.backlog_bytes[owner] -= bytes;
         Some(piece)
     }
 
-    fn run_piece(&self, rail_index: usize, piece: Piece) {
+    /// Runs one piece; returns its measurement for the rail's rates.
+    fn run_piece(&self, rail_index: usize, piece: Piece) -> Sample {
         let state = &self.rails[rail_index];
         let rail = &*state.config.rail;
         let task = &piece.task;
+        let code = &*task.entry.code;
         let (start, len) = (piece.start, piece.len);
-        let data: Vec<&[u8]> = task.data.iter().map(|d| &d[start..start + len]).collect();
-        let mut parity: Vec<&mut [u8]> = task
+        let inputs: Vec<Option<&[u8]>> =
+            task.inputs.iter().map(|u| u.as_ref().map(|u| &u[start..start + len])).collect();
+        let mut outputs: Vec<&mut [u8]> = task
             .pointers
             .iter()
-            // SAFETY: each pointer is the start of a parity buffer of the task's unit length,
+            // SAFETY: each pointer is the start of an output buffer of the task's unit length,
             // alive until `remaining` reaches 0 (after this piece); this piece's range is in
             // bounds and no other piece writes it.
             .map(|p| unsafe { std::slice::from_raw_parts_mut(p.0.add(start), len) })
             .collect();
-        let result = {
+        let (result, elapsed) = {
             let _permit = Permit::acquire();
             let began = Instant::now();
-            let result = catch_unwind(AssertUnwindSafe(|| {
-                rail.encode(&*task.entry.code, &data, &mut parity)
+            let result = catch_unwind(AssertUnwindSafe(|| match task.op {
+                Op::Encode => {
+                    let data: Vec<&[u8]> =
+                        inputs.iter().map(|u| u.expect("encode inputs")).collect();
+                    rail.encode(code, &data, &mut outputs)
+                }
+                Op::Decode => rail.reconstruct(code, &inputs, &task.wanted, &mut outputs),
             }));
-            state.measure(task.entry.code.spec(), size_class(len), piece.bytes(), began.elapsed());
-            result
+            (result, began.elapsed())
         };
-        drop(parity);
+        drop(outputs);
         let error = match result {
             Ok(Ok(())) => None,
             Ok(Err(error)) => Some(error),
@@ -643,22 +937,134 @@ impl Shared {
         if let Some(error) = error {
             task.error.lock().expect("task error lock").get_or_insert(error);
         }
-        if self.scheduler == Scheduler::RateAware {
-            self.queues.lock().expect("queues lock").backlog_bytes[rail_index] -= piece.bytes();
-        }
         if task.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let parity =
-                task.parity.lock().expect("parity lock").take().expect("parity handed out once");
-            let result = match task.error.lock().expect("task error lock").take() {
-                Some(error) => Err(error),
-                None => Ok(EncodeOutput { parity, latency: task.submitted.elapsed() }),
-            };
-            task.completion.resolve(result);
-            let mut outstanding = self.outstanding.lock().expect("outstanding lock");
-            *outstanding -= 1;
-            if *outstanding == 0 {
-                self.idle.notify_all();
+            self.finish(task);
+        }
+        ((code.spec(), task.op, size_class(len)), piece.bytes(), elapsed)
+    }
+
+    /// Hands a task's outputs (or its first error) to its future; called once, by the last
+    /// piece.
+    fn finish(&self, task: &TaskState) {
+        let outputs =
+            task.outputs.lock().expect("outputs lock").take().expect("outputs handed out once");
+        let latency = task.submitted.elapsed();
+        let error = task.error.lock().expect("task error lock").take();
+        match (&task.sink, error) {
+            (sink, Some(error)) => sink.fail(error),
+            (Sink::Encode(c), None) => c.resolve(Ok(EncodeOutput { parity: outputs, latency })),
+            (Sink::Decode(c), None) => {
+                c.resolve(Ok(DecodeOutput { units: outputs, wanted: task.wanted.clone(), latency }))
+            }
+        }
+        let mut outstanding = self.outstanding.lock().expect("outstanding lock");
+        *outstanding -= 1;
+        if *outstanding == 0 {
+            self.idle.notify_all();
+        }
+    }
+}
+
+/// The usable rail expected to finish `bytes` first. A rail not yet measured is assumed as
+/// fast as the fastest measured one, so it gets work and a measurement.
+fn pick_rail(backlog: &[usize], usable: &[bool], rates: &[Option<f64>], bytes: usize) -> usize {
+    let fastest = rates.iter().flatten().copied().fold(1.0, f64::max);
+    (0..usable.len())
+        .filter(|&i| usable[i])
+        .min_by(|&a, &b| {
+            let finish = |i: usize| (backlog[i] + bytes) as f64 / rates[i].unwrap_or(fastest);
+            finish(a).total_cmp(&finish(b))
+        })
+        .expect("submit checked that some rail is usable")
+}
+
+/// Rejects a task the code cannot run, before any piece is queued.
+fn check_task(
+    entry: &CodeEntry,
+    op: Op,
+    spec: CodeSpec,
+    inputs: &[Option<Arc<[u8]>>],
+    wanted: &[usize],
+) -> Result<(), EngineError> {
+    let code = &*entry.code;
+    if !entry.usable(op).iter().any(|&u| u) {
+        return Err(EngineError::NoRail { code: spec.to_string() });
+    }
+    match op {
+        Op::Encode => {
+            if inputs.len() != code.data_units() {
+                return Err(EngineError::Shape(format!(
+                    "{spec} takes {} data units, got {}",
+                    code.data_units(),
+                    inputs.len()
+                )));
+            }
+        }
+        Op::Decode => {
+            let n = code.total_units();
+            if inputs.len() != n {
+                return Err(EngineError::Shape(format!(
+                    "{spec} decodes from {n} unit slots, got {}",
+                    inputs.len()
+                )));
+            }
+            if let Some(&index) = wanted.iter().find(|&&w| w >= n) {
+                return Err(EngineError::Code(CodeError::UnitIndex { index, total: n }));
+            }
+            let lost: Vec<usize> = (0..n).filter(|&i| inputs[i].is_none()).collect();
+            if !code.is_decodable(&lost) {
+                return Err(EngineError::Code(CodeError::NotDecodable {
+                    code: spec.to_string(),
+                    lost,
+                    reason: "too few units are present".into(),
+                }));
             }
         }
     }
+    let Some(first) = inputs.iter().position(|u| u.is_some()) else {
+        return Err(EngineError::Shape("a task needs at least one unit".into()));
+    };
+    let len = inputs[first].as_ref().map_or(0, |u| u.len());
+    if let Some(unit) = inputs.iter().position(|u| u.as_ref().is_some_and(|u| u.len() != len)) {
+        return Err(EngineError::Shape(format!(
+            "unit {unit} has {} bytes, unit {first} has {len}",
+            inputs[unit].as_ref().map_or(0, |u| u.len())
+        )));
+    }
+    if op == Op::Encode && inputs.iter().any(|u| u.is_none()) {
+        return Err(EngineError::Shape("an encode needs every data unit".into()));
+    }
+    code.check_unit_len(len).map_err(EngineError::Code)
+}
+
+/// `rail`'s parity for `data` (`len` bytes each), or `None` if it failed or panicked.
+fn encode_with(
+    rail: &dyn Rail,
+    code: &dyn Code,
+    data: &[Vec<u8>],
+    len: usize,
+) -> Option<Vec<Vec<u8>>> {
+    let data_refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+    // Start from garbage: a rail must overwrite its outputs (callers reuse buffers).
+    let mut parity = vec![vec![0xA5u8; len]; code.parity_units()];
+    let mut parity_refs: Vec<&mut [u8]> = parity.iter_mut().map(|p| p.as_mut_slice()).collect();
+    let result = catch_unwind(AssertUnwindSafe(|| rail.encode(code, &data_refs, &mut parity_refs)));
+    matches!(result, Ok(Ok(()))).then_some(parity)
+}
+
+/// Whether `rail` rebuilds the units in `lost` of the canary stripe exactly.
+fn decodes_back(rail: &dyn Rail, code: &dyn Code, canary: &Canary, lost: &[usize]) -> bool {
+    let len = canary.units[0].len();
+    let units: Vec<Option<&[u8]>> = canary
+        .units
+        .iter()
+        .enumerate()
+        .map(|(i, u)| (!lost.contains(&i)).then_some(u.as_slice()))
+        .collect();
+    // Start from garbage: a rail must overwrite its outputs, not add into them.
+    let mut out = vec![vec![0xA5u8; len]; lost.len()];
+    let mut out_refs: Vec<&mut [u8]> = out.iter_mut().map(|o| o.as_mut_slice()).collect();
+    let result =
+        catch_unwind(AssertUnwindSafe(|| rail.reconstruct(code, &units, lost, &mut out_refs)));
+    matches!(result, Ok(Ok(()))) && lost.iter().zip(&out).all(|(&i, o)| *o == canary.units[i])
 }

@@ -5,14 +5,17 @@
 //!   oracle); the engine checks this with a canary before giving a rail any task of that code,
 //!   so nothing needs to record which rail encoded which bytes.
 //! - A rail declines (`accepts` false) any code it cannot compute exactly.
-//! - Rails are stateless apart from caches keyed by the code's spec; any thread may call them.
+//! - The same holds for `reconstruct` (decoding): the canary checks it separately, and a rail
+//!   may run a code's encodes but be excluded from its decodes.
+//! - Rails are stateless apart from caches keyed by the code's spec (and, for decoding, the
+//!   erasure pattern; bounded); any thread may call them.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use weft_codes::{Code, CodeSpec, LinearCode};
-use weft_gf::{DotTables, SimdPath};
+use weft_gf::{DotTables, Matrix, SimdPath};
 use weft_isal::{Isal, IsalTables};
 
 use crate::EngineError;
@@ -33,6 +36,89 @@ pub trait Rail: Send + Sync + fmt::Debug {
         data: &[&[u8]],
         parity: &mut [&mut [u8]],
     ) -> Result<(), EngineError>;
+
+    /// Computes the units listed in `wanted` into `out` (same order) from one byte range of
+    /// the present units (`units[i]` is `None` when unit i is missing; `units.len()` is n).
+    fn reconstruct(
+        &self,
+        code: &dyn Code,
+        units: &[Option<&[u8]>],
+        wanted: &[usize],
+        out: &mut [&mut [u8]],
+    ) -> Result<(), EngineError>;
+}
+
+/// Most decode tables a rail keeps (one per code and erasure pattern) before starting afresh.
+const MAX_DECODE_TABLES: usize = 1024;
+
+/// (code, present units used, wanted units): one erasure pattern's decode tables.
+type PatternKey = (CodeSpec, Vec<usize>, Vec<usize>);
+
+/// One erasure pattern's ISA-L tables and the present units they combine.
+type DecodeTables = (Vec<usize>, Arc<IsalTables>);
+
+/// For rs: expresses each wanted unit as a combination of the first k present units.
+/// `generator` is the code's n × k generator (row-major) and `invert` inverts a k × k matrix;
+/// each rail passes its own, so the oracle and ISA-L share no arithmetic but this product.
+/// Returns the present units used and the `wanted.len()` × k coefficients.
+fn rs_decode_rows(
+    generator: &[u8],
+    k: usize,
+    units: &[Option<&[u8]>],
+    wanted: &[usize],
+    invert: impl Fn(&[u8], usize) -> Option<Vec<u8>>,
+) -> Result<(Vec<usize>, Vec<u8>), EngineError> {
+    let n = generator.len() / k;
+    if units.len() != n || wanted.iter().any(|&w| w >= n) {
+        return Err(EngineError::Shape(format!("rs decode wants {n} units and indices below {n}")));
+    }
+    let present: Vec<usize> = (0..n).filter(|&i| units[i].is_some()).take(k).collect();
+    let not_decodable = |reason: &str| {
+        EngineError::Code(weft_codes::CodeError::NotDecodable {
+            code: format!("rs({k},{})", n - k),
+            lost: (0..n).filter(|&i| units[i].is_none()).collect(),
+            reason: reason.to_string(),
+        })
+    };
+    if present.len() < k {
+        return Err(not_decodable("fewer than k units are present"));
+    }
+    let mut square = Vec::with_capacity(k * k);
+    for &row in &present {
+        square.extend_from_slice(&generator[row * k..(row + 1) * k]);
+    }
+    let inverse = invert(&square, k).ok_or_else(|| not_decodable("singular decode matrix"))?;
+    let mut rows = vec![0u8; wanted.len() * k];
+    for (w, &unit) in wanted.iter().enumerate() {
+        let g = &generator[unit * k..(unit + 1) * k];
+        for column in 0..k {
+            rows[w * k + column] = (0..k)
+                .map(|t| weft_gf::mul(g[t], inverse[t * k + column]))
+                .fold(0, |acc, v| acc ^ v);
+        }
+    }
+    Ok((present, rows))
+}
+
+fn present_slices<'a>(units: &[Option<&'a [u8]>], present: &[usize]) -> Vec<&'a [u8]> {
+    present.iter().map(|&i| units[i].expect("present units are Some")).collect()
+}
+
+fn check_decode_shape(
+    units: &[Option<&[u8]>],
+    wanted: &[usize],
+    out: &[&mut [u8]],
+) -> Result<(), EngineError> {
+    let len = units.iter().flatten().next().map_or(0, |u| u.len());
+    if wanted.len() != out.len()
+        || units.iter().flatten().any(|u| u.len() != len)
+        || out.iter().any(|o| o.len() != len)
+    {
+        return Err(EngineError::Shape(
+            "a decode wants one output per wanted unit, all of the units' length".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// weft's own kernels on the best SIMD path of this CPU (or the one `WEFT_SIMD` forces).
@@ -56,6 +142,16 @@ impl Rail for SimdRail {
     ) -> Result<(), EngineError> {
         code.encode(data, parity).map_err(EngineError::Code)
     }
+
+    fn reconstruct(
+        &self,
+        code: &dyn Code,
+        units: &[Option<&[u8]>],
+        wanted: &[usize],
+        out: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        code.reconstruct(units, wanted, out).map_err(EngineError::Code)
+    }
 }
 
 /// The oracle. For rs it runs weft-gf's scalar kernels on the rs generator's parity rows,
@@ -65,6 +161,7 @@ impl Rail for SimdRail {
 #[derive(Debug, Default)]
 pub struct ScalarRail {
     tables: Mutex<HashMap<CodeSpec, Arc<DotTables>>>,
+    generators: Mutex<HashMap<CodeSpec, Arc<Vec<u8>>>>,
 }
 
 impl ScalarRail {
@@ -77,6 +174,22 @@ impl ScalarRail {
         let parity_rows = code.generator().sub_matrix(k, 0, r, k);
         let built = Arc::new(DotTables::with_path(SimdPath::Scalar, parity_rows.as_slice(), r, k));
         tables.insert(spec, built.clone());
+        Ok(built)
+    }
+
+    fn rs_generator(
+        &self,
+        k: usize,
+        r: usize,
+        spec: CodeSpec,
+    ) -> Result<Arc<Vec<u8>>, EngineError> {
+        let mut generators = self.generators.lock().expect("scalar generators lock");
+        if let Some(found) = generators.get(&spec) {
+            return Ok(found.clone());
+        }
+        let code = LinearCode::rs(k, r).map_err(EngineError::Code)?;
+        let built = Arc::new(code.generator().as_slice().to_vec());
+        generators.insert(spec, built.clone());
         Ok(built)
     }
 }
@@ -105,6 +218,28 @@ impl Rail for ScalarRail {
             _ => code.encode(data, parity).map_err(EngineError::Code),
         }
     }
+
+    fn reconstruct(
+        &self,
+        code: &dyn Code,
+        units: &[Option<&[u8]>],
+        wanted: &[usize],
+        out: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        match code.spec() {
+            spec @ CodeSpec::Rs { k, r } => {
+                check_decode_shape(units, wanted, out)?;
+                let generator = self.rs_generator(k, r, spec)?;
+                let (present, rows) = rs_decode_rows(&generator, k, units, wanted, |m, n| {
+                    Matrix::from_vec(n, n, m.to_vec()).invert().ok().map(|i| i.as_slice().to_vec())
+                })?;
+                let tables = DotTables::with_path(SimdPath::Scalar, &rows, wanted.len(), k);
+                tables.dot_prod(&present_slices(units, &present), out);
+                Ok(())
+            }
+            _ => code.reconstruct(units, wanted, out).map_err(EngineError::Code),
+        }
+    }
 }
 
 /// Intel ISA-L, loaded at run time. Accepts rs only: ISA-L's `gf_gen_cauchy1_matrix` is the
@@ -113,6 +248,7 @@ impl Rail for ScalarRail {
 pub struct IsalRail {
     isal: Isal,
     tables: Mutex<HashMap<CodeSpec, Arc<IsalTables>>>,
+    decode_tables: Mutex<HashMap<PatternKey, DecodeTables>>,
 }
 
 impl fmt::Debug for IsalRail {
@@ -124,7 +260,11 @@ impl fmt::Debug for IsalRail {
 impl IsalRail {
     /// Loads ISA-L; the error says how to install it.
     pub fn load() -> Result<IsalRail, weft_isal::IsalError> {
-        Ok(IsalRail { isal: Isal::load()?, tables: Mutex::new(HashMap::new()) })
+        Ok(IsalRail {
+            isal: Isal::load()?,
+            tables: Mutex::new(HashMap::new()),
+            decode_tables: Mutex::new(HashMap::new()),
+        })
     }
 
     fn tables(&self, k: usize, r: usize, spec: CodeSpec) -> Arc<IsalTables> {
@@ -136,6 +276,32 @@ impl IsalRail {
                 Arc::new(self.isal.init_tables(k, r, &matrix[k * k..]))
             })
             .clone()
+    }
+
+    /// Decode tables for one erasure pattern, from ISA-L's own generator and inversion.
+    fn decode_tables(
+        &self,
+        k: usize,
+        r: usize,
+        spec: CodeSpec,
+        units: &[Option<&[u8]>],
+        wanted: &[usize],
+    ) -> Result<DecodeTables, EngineError> {
+        let key: PatternKey =
+            (spec, (0..units.len()).filter(|&i| units[i].is_some()).collect(), wanted.to_vec());
+        if let Some((present, tables)) = self.decode_tables.lock().expect("isal lock").get(&key) {
+            return Ok((present.clone(), tables.clone()));
+        }
+        let generator = self.isal.cauchy1_matrix(k + r, k);
+        let (present, rows) =
+            rs_decode_rows(&generator, k, units, wanted, |m, n| self.isal.invert_matrix(m, n))?;
+        let tables = Arc::new(self.isal.init_tables(k, wanted.len(), &rows));
+        let mut cache = self.decode_tables.lock().expect("isal lock");
+        if cache.len() >= MAX_DECODE_TABLES {
+            cache.clear();
+        }
+        cache.insert(key, (present.clone(), tables.clone()));
+        Ok((present, tables))
     }
 }
 
@@ -163,6 +329,28 @@ impl Rail for IsalRail {
         check_shape(code, data, parity)?;
         let tables = self.tables(k, r, code.spec());
         self.isal.encode_data(&tables, data, parity);
+        Ok(())
+    }
+
+    fn reconstruct(
+        &self,
+        code: &dyn Code,
+        units: &[Option<&[u8]>],
+        wanted: &[usize],
+        out: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        let CodeSpec::Rs { k, r } = code.spec() else {
+            return Err(EngineError::Declined {
+                rail: "isal".into(),
+                code: code.spec().to_string(),
+            });
+        };
+        check_decode_shape(units, wanted, out)?;
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let (present, tables) = self.decode_tables(k, r, code.spec(), units, wanted)?;
+        self.isal.encode_data(&tables, &present_slices(units, &present), out);
         Ok(())
     }
 }

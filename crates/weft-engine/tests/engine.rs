@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use weft_codes::{Code, CodeSpec};
 use weft_engine::{
-    EncodeTask, Engine, EngineConfig, EngineError, IsalRail, Rail, RailConfig, ScalarRail,
-    Scheduler, SimdRail,
+    DecodeTask, EncodeTask, Engine, EngineConfig, EngineError, IsalRail, Rail, RailConfig,
+    ScalarRail, Scheduler, SimdRail,
 };
 
 fn units(k: usize, len: usize, seed: u64) -> Vec<Arc<[u8]>> {
@@ -82,6 +82,50 @@ impl Rail for FaultyRail {
         }
         Ok(())
     }
+    fn reconstruct(
+        &self,
+        code: &dyn Code,
+        units: &[Option<&[u8]>],
+        wanted: &[usize],
+        out: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        code.reconstruct(units, wanted, out).map_err(EngineError::Code)?;
+        if let Some(byte) = out.first_mut().and_then(|o| o.first_mut()) {
+            *byte ^= 0x01;
+        }
+        Ok(())
+    }
+}
+
+/// Encodes right but decodes wrong: excluded from decodes only.
+#[derive(Debug)]
+struct BadDecodeRail;
+
+impl Rail for BadDecodeRail {
+    fn name(&self) -> &str {
+        "bad-decode"
+    }
+    fn accepts(&self, _code: &dyn Code) -> bool {
+        true
+    }
+    fn encode(
+        &self,
+        code: &dyn Code,
+        data: &[&[u8]],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        code.encode(data, parity).map_err(EngineError::Code)
+    }
+    fn reconstruct(
+        &self,
+        _code: &dyn Code,
+        _units: &[Option<&[u8]>],
+        _wanted: &[usize],
+        _out: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        // Leaves the outputs as they were: right only if the caller's buffers held the answer.
+        Ok(())
+    }
 }
 
 #[test]
@@ -95,7 +139,7 @@ fn every_rail_alone_equals_the_oracle() {
             let spec = CodeSpec::Rs { k, r };
             for &len in &lengths {
                 let data = units(k, len, seed as u64 + len as u64);
-                let task = EncodeTask { code: spec, data: data.clone(), chunk_size_bytes: 4096 };
+                let task = EncodeTask::new(spec, data.clone()).chunk_size(4096);
                 let output = engine.encode(task).unwrap();
                 assert_eq!(
                     output.parity,
@@ -116,13 +160,7 @@ fn split_tasks_over_all_rails_equal_the_oracle_under_both_schedulers() {
         let cases: Vec<_> = (0..24).map(|i| units(10, 1000 + 777 * i, i as u64)).collect();
         let futures: Vec<_> = cases
             .iter()
-            .map(|data| {
-                engine.iencode(EncodeTask {
-                    code: spec,
-                    data: data.clone(),
-                    chunk_size_bytes: 1000,
-                })
-            })
+            .map(|data| engine.iencode(EncodeTask::new(spec, data.clone()).chunk_size(1000)))
             .collect();
         engine.wait_all();
         assert!(engine.test_all());
@@ -141,9 +179,7 @@ fn other_byte_local_and_sub_chunked_codes_equal_the_oracle() {
         let code = spec.build().unwrap();
         let len = code.unit_len_multiple() * 301;
         let data = units(code.data_units(), len, 7);
-        let output = engine
-            .encode(EncodeTask { code: spec, data: data.clone(), chunk_size_bytes: 256 })
-            .unwrap();
+        let output = engine.encode(EncodeTask::new(spec, data.clone()).chunk_size(256)).unwrap();
         let mut expected = vec![vec![0u8; len]; code.parity_units()];
         let data_refs: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
         let mut refs: Vec<&mut [u8]> = expected.iter_mut().map(|p| p.as_mut_slice()).collect();
@@ -165,15 +201,13 @@ fn a_faulty_rail_is_excluded_and_never_used() {
     assert!(!engine.rail_usable("faulty", spec).unwrap());
     for i in 0..8 {
         let data = units(10, 5000, i);
-        let output = engine
-            .encode(EncodeTask { code: spec, data: data.clone(), chunk_size_bytes: 512 })
-            .unwrap();
+        let output = engine.encode(EncodeTask::new(spec, data.clone()).chunk_size(512)).unwrap();
         assert_eq!(output.parity, reference(spec, &data));
     }
     // Alone, the faulty rail leaves no rail for the code: an error, not wrong parity.
     let alone = engine_result(vec![rail(FaultyRail, 1)]);
     let data = units(10, 100, 1);
-    let result = alone.encode(EncodeTask { code: spec, data, chunk_size_bytes: 0 });
+    let result = alone.encode(EncodeTask::new(spec, data).chunk_size(0));
     assert!(matches!(result, Err(EngineError::NoRail { .. })), "{result:?}");
 }
 
@@ -210,6 +244,16 @@ impl Rail for GateRail {
         let _open = self.0.lock().unwrap();
         code.encode(data, parity).map_err(EngineError::Code)
     }
+    fn reconstruct(
+        &self,
+        code: &dyn Code,
+        units: &[Option<&[u8]>],
+        wanted: &[usize],
+        out: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        let _open = self.0.lock().unwrap();
+        code.reconstruct(units, wanted, out).map_err(EngineError::Code)
+    }
 }
 
 #[test]
@@ -225,10 +269,8 @@ fn futures_resolve_once_test_never_blocks_and_early_drop_is_safe() {
     let spec = CodeSpec::Rs { k: 4, r: 2 };
     let closed = gate.lock().unwrap();
     let data = units(4, 3000, 3);
-    let mut future =
-        engine.iencode(EncodeTask { code: spec, data: data.clone(), chunk_size_bytes: 1000 });
-    let dropped =
-        engine.iencode(EncodeTask { code: spec, data: data.clone(), chunk_size_bytes: 0 });
+    let mut future = engine.iencode(EncodeTask::new(spec, data.clone()).chunk_size(1000));
+    let dropped = engine.iencode(EncodeTask::new(spec, data.clone()).chunk_size(0));
     let began = Instant::now();
     for _ in 0..1000 {
         assert!(!future.test());
@@ -261,19 +303,14 @@ fn bad_tasks_fail_their_future_not_the_engine() {
     let mut data = units(4, 100, 1);
     data[2] = vec![0u8; 99].into();
     assert!(matches!(
-        engine.encode(EncodeTask { code: spec, data, chunk_size_bytes: 0 }),
+        engine.encode(EncodeTask::new(spec, data).chunk_size(0)),
         Err(EngineError::Shape(_))
     ));
-    let empty = engine
-        .encode(EncodeTask { code: spec, data: units(4, 0, 1), chunk_size_bytes: 0 })
-        .unwrap();
+    let empty = engine.encode(EncodeTask::new(spec, units(4, 0, 1)).chunk_size(0)).unwrap();
     assert_eq!(empty.parity, vec![Vec::<u8>::new(); 2]);
     let data = units(4, 100, 2);
     assert_eq!(
-        engine
-            .encode(EncodeTask { code: spec, data: data.clone(), chunk_size_bytes: 7 })
-            .unwrap()
-            .parity,
+        engine.encode(EncodeTask::new(spec, data.clone()).chunk_size(7)).unwrap().parity,
         reference(spec, &data)
     );
 }
@@ -290,24 +327,14 @@ fn many_engines_in_one_process() {
                     (0..16).map(|i| units(6, 2000 + 13 * i, t * 100 + i as u64)).collect();
                 let futures: Vec<_> = cases
                     .iter()
-                    .map(|data| {
-                        engine.iencode(EncodeTask {
-                            code: spec,
-                            data: data.clone(),
-                            chunk_size_bytes: 512,
-                        })
-                    })
+                    .map(|data| engine.iencode(EncodeTask::new(spec, data.clone()).chunk_size(512)))
                     .collect();
                 for (future, data) in futures.into_iter().zip(&cases) {
                     assert_eq!(future.wait().unwrap().parity, reference(spec, data));
                 }
                 // Dropped with tasks in flight: they finish, nobody waits.
                 for data in &cases {
-                    drop(engine.iencode(EncodeTask {
-                        code: spec,
-                        data: data.clone(),
-                        chunk_size_bytes: 256,
-                    }));
+                    drop(engine.iencode(EncodeTask::new(spec, data.clone()).chunk_size(256)));
                 }
             })
         })
@@ -316,4 +343,128 @@ fn many_engines_in_one_process() {
         thread.join().unwrap();
     }
     assert!(weft_engine::process_thread_limit() >= 1);
+}
+
+/// n units of a stripe: the data and the oracle's parity.
+fn stripe(spec: CodeSpec, len: usize, seed: u64) -> Vec<Arc<[u8]>> {
+    let code = spec.build().unwrap();
+    let mut all = units(code.data_units(), len, seed);
+    let data_refs: Vec<&[u8]> = all.iter().map(|d| &d[..]).collect();
+    let mut parity = vec![vec![0u8; len]; code.parity_units()];
+    let mut refs: Vec<&mut [u8]> = parity.iter_mut().map(|p| p.as_mut_slice()).collect();
+    code.encode(&data_refs, &mut refs).unwrap();
+    all.extend(parity.into_iter().map(Arc::<[u8]>::from));
+    all
+}
+
+fn without(all: &[Arc<[u8]>], lost: &[usize]) -> Vec<Option<Arc<[u8]>>> {
+    all.iter().enumerate().map(|(i, u)| (!lost.contains(&i)).then(|| u.clone())).collect()
+}
+
+#[test]
+fn every_rail_decodes_every_pattern_back_to_the_original_units() {
+    let patterns: [&[usize]; 5] = [&[0], &[9], &[3, 11], &[0, 1, 2, 3], &[10, 11, 12, 13]];
+    for rail_config in all_rails() {
+        let name = rail_config.rail.name().to_string();
+        let engine = engine(vec![rail_config], Scheduler::Fcfs);
+        let spec = CodeSpec::Rs { k: 10, r: 4 };
+        assert!(engine.rail_usable_for_decode(&name, spec).unwrap());
+        for &len in &[1, 63, 4097, 70_001] {
+            let all = stripe(spec, len, len as u64);
+            for lost in patterns {
+                let task =
+                    DecodeTask::new(spec, without(&all, lost), lost.to_vec()).chunk_size(4096);
+                let output = engine.decode(task).unwrap();
+                assert_eq!(output.wanted, lost);
+                for (unit, &index) in output.units.iter().zip(lost) {
+                    assert_eq!(&unit[..], &all[index][..], "rail {name} len {len} lost {lost:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn decodes_split_over_all_rails_and_other_codes_equal_the_originals() {
+    for scheduler in [Scheduler::RateAware, Scheduler::Fcfs] {
+        let engine = engine(all_rails(), scheduler);
+        for text in ["rs(10,4)", "lrc(12,2,2)", "hh-xor+(6,3)", "clay(4,2)", "rep(3)"] {
+            let spec = CodeSpec::parse(text).unwrap();
+            let code = spec.build().unwrap();
+            let len = code.unit_len_multiple() * 97;
+            let all = stripe(spec, len, 5);
+            let lost: Vec<usize> = vec![0, code.data_units()];
+            let lost = if code.is_decodable(&lost) { lost } else { vec![0] };
+            // Reused output buffers full of garbage must come back overwritten.
+            let garbage = vec![vec![0x77u8; 3]; lost.len()];
+            let futures: Vec<_> = (0..6)
+                .map(|_| {
+                    engine.idecode(
+                        DecodeTask::new(spec, without(&all, &lost), lost.clone())
+                            .chunk_size(128)
+                            .out_buffers(garbage.clone()),
+                    )
+                })
+                .collect();
+            for future in futures {
+                let output = future.wait().unwrap();
+                for (unit, &index) in output.units.iter().zip(&lost) {
+                    assert_eq!(&unit[..], &all[index][..], "{text} {scheduler:?} lost {lost:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn reused_parity_buffers_are_overwritten() {
+    let engine = engine(all_rails(), Scheduler::RateAware);
+    let spec = CodeSpec::Rs { k: 6, r: 3 };
+    let data = units(6, 10_000, 9);
+    let buffers = vec![vec![0xEEu8; 20_000], vec![0x11u8; 5], vec![]];
+    let output = engine
+        .encode(EncodeTask::new(spec, data.clone()).chunk_size(1024).parity_buffers(buffers))
+        .unwrap();
+    assert_eq!(output.parity, reference(spec, &data));
+}
+
+#[test]
+fn a_rail_that_decodes_wrong_is_excluded_from_decodes_only() {
+    let spec = CodeSpec::Rs { k: 10, r: 4 };
+    let alone = Engine::new(EngineConfig {
+        rails: vec![rail(BadDecodeRail, 1)],
+        scheduler: Scheduler::Fcfs,
+        codes: vec![spec],
+    })
+    .unwrap();
+    assert!(alone.rail_usable("bad-decode", spec).unwrap());
+    assert!(!alone.rail_usable_for_decode("bad-decode", spec).unwrap());
+    let data = units(10, 300, 4);
+    assert_eq!(
+        alone.encode(EncodeTask::new(spec, data.clone())).unwrap().parity,
+        reference(spec, &data)
+    );
+    let all = stripe(spec, 300, 4);
+    let result = alone.decode(DecodeTask::new(spec, without(&all, &[2]), vec![2]));
+    assert!(matches!(result, Err(EngineError::NoRail { .. })), "{result:?}");
+}
+
+#[test]
+fn undecodable_and_malformed_decodes_fail_their_future() {
+    let engine = engine(vec![rail(SimdRail, 1)], Scheduler::Fcfs);
+    let spec = CodeSpec::Rs { k: 4, r: 2 };
+    let all = stripe(spec, 64, 1);
+    let too_many = engine.decode(DecodeTask::new(spec, without(&all, &[0, 1, 2]), vec![0, 1, 2]));
+    assert!(matches!(too_many, Err(EngineError::Code(_))), "{too_many:?}");
+    let out_of_range = engine.decode(DecodeTask::new(spec, without(&all, &[0]), vec![6]));
+    assert!(matches!(out_of_range, Err(EngineError::Code(_))), "{out_of_range:?}");
+    let mut short = without(&all, &[0]);
+    short.pop();
+    assert!(matches!(
+        engine.decode(DecodeTask::new(spec, short, vec![0])),
+        Err(EngineError::Shape(_))
+    ));
+    // The engine still works after the failures.
+    let output = engine.decode(DecodeTask::new(spec, without(&all, &[1]), vec![1])).unwrap();
+    assert_eq!(&output.units[0][..], &all[1][..]);
 }

@@ -4,10 +4,16 @@
 //! Invariants:
 //! - Rates are data bytes per second (k × shard per task), wall clock over the whole run,
 //!   with a window of tasks outstanding; latency is per task, from `iencode` to its last piece.
-//! - Every task's parity is compared byte for byte with the scalar oracle's before any figure
-//!   is printed: a faster wrong answer is an error, not a result.
-//! - Data stripes come from a small pool shared by reference (`Arc`), as the engine's callers
-//!   hand it buffers: no copy is timed.
+//! - Parity is compared byte for byte with the scalar oracle's before any figure is printed: a
+//!   faster wrong answer is an error, not a result. Every engine first runs an untimed pass
+//!   in which every task is checked; in the timed runs one task in [`CHECK_EVERY`] is (a
+//!   comparison costs about what an encode does, and the submitting thread shares the cores
+//!   with the rails).
+//! - Data stripes come from a small pool shared by reference (`Arc`), and parity buffers are
+//!   handed back to the engine for the next task, as a pipelined caller does: no copy and no
+//!   allocation is timed.
+//! - Rows are measured in rounds, each round running every row once in turn, and the median
+//!   round is reported: on a noisy machine, neighbours in time see the same noise.
 //! - A rail that cannot be loaded (ISA-L not installed) is skipped with a line on stderr.
 
 use std::collections::VecDeque;
@@ -29,6 +35,10 @@ const POOL_STRIPES: usize = 8;
 const MAX_TASKS: usize = 10_000_000;
 const MAX_SHARD_BYTES: usize = 1 << 30;
 const MAX_WINDOW: usize = 4096;
+/// In timed runs, one task in this many has its parity compared with the oracle's.
+const CHECK_EVERY: usize = 16;
+/// Tasks in each engine's untimed, fully checked pass (at most).
+const VERIFY_TASKS: usize = 512;
 
 #[derive(Debug, Args)]
 pub struct EngineBenchArgs {
@@ -56,6 +66,9 @@ pub struct EngineBenchArgs {
     /// thread sleeps; 32 keeps two rails fed here).
     #[arg(long, default_value_t = 32)]
     window: usize,
+    /// Rounds: each runs every row once; the median round is reported.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     /// One JSON object per line instead of a table.
     #[arg(long)]
     json: bool,
@@ -121,41 +134,54 @@ pub fn run(args: EngineBenchArgs) -> Result<(), CliError> {
     if rails.is_empty() {
         return Err(cli_error!("no rail could be started"));
     }
+    if args.rounds == 0 || args.rounds > 100 {
+        return Err(cli_error!("--rounds must be 1 to 100"));
+    }
     let pool = stripes(&*code, args.shard);
     let rail_config =
         |rail: &Arc<dyn Rail>| RailConfig { rail: rail.clone(), threads: args.threads_per_rail };
 
-    let mut rows = Vec::new();
-    let mut sum = 0.0;
-    for rail in &rails {
-        let config = EngineConfig {
-            rails: vec![rail_config(rail)],
-            scheduler: Scheduler::Fcfs,
-            codes: vec![spec],
-        };
-        let (rate, latencies) = measure(config, spec, &pool, tasks, &args)?;
-        sum += rate;
-        rows.push(row(&args, spec, rail.name(), "none", rate, Some(&latencies), tasks));
-    }
+    // (rail label, scheduler label, configuration) of every measured row, in print order.
+    let mut setups: Vec<(String, String, EngineConfig)> = rails
+        .iter()
+        .map(|rail| {
+            let config = EngineConfig {
+                rails: vec![rail_config(rail)],
+                scheduler: Scheduler::Fcfs,
+                codes: vec![spec],
+            };
+            (rail.name().to_string(), "none".to_string(), config)
+        })
+        .collect();
     if rails.len() > 1 {
-        rows.push(row(&args, spec, "sum", "none", sum, None, tasks));
         for scheduler in &schedulers {
             let config = EngineConfig {
                 rails: rails.iter().map(rail_config).collect(),
                 scheduler: *scheduler,
                 codes: vec![spec],
             };
-            let (rate, latencies) = measure(config, spec, &pool, tasks, &args)?;
-            rows.push(row(
-                &args,
-                spec,
-                "aggregate",
-                scheduler.name(),
-                rate,
-                Some(&latencies),
-                tasks,
-            ));
+            setups.push(("aggregate".into(), scheduler.name().into(), config));
         }
+    }
+    let mut samples: Vec<Vec<(f64, Vec<Duration>)>> = vec![Vec::new(); setups.len()];
+    for _ in 0..args.rounds {
+        for (index, (_, _, config)) in setups.iter().enumerate() {
+            samples[index].push(measure(config.clone(), spec, &pool, tasks, &args)?);
+        }
+    }
+    let mut rows = Vec::new();
+    let mut sum = 0.0;
+    for (index, (rail, scheduler, _)) in setups.iter().enumerate() {
+        let samples = &mut samples[index];
+        samples.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (rate, latencies) = &samples[samples.len() / 2];
+        if index < rails.len() {
+            sum += rate;
+        }
+        if index == rails.len() && rails.len() > 1 {
+            rows.push(row(&args, spec, "sum", "none", sum, None, tasks));
+        }
+        rows.push(row(&args, spec, rail, scheduler, *rate, Some(latencies), tasks));
     }
     print(&rows, &args, sum);
     Ok(())
@@ -182,8 +208,8 @@ fn stripes(code: &dyn Code, shard: usize) -> Vec<Stripe> {
         .collect()
 }
 
-/// Runs `tasks` tasks (after a warm-up that lets the rates settle) and returns the data rate
-/// and each task's latency.
+/// Checks the engine on an untimed pass, then runs `tasks` tasks (after a warm-up that lets
+/// the rates settle) and returns the data rate and each task's latency.
 fn measure(
     config: EngineConfig,
     spec: CodeSpec,
@@ -195,54 +221,54 @@ fn measure(
     if let Some((rail, code)) = engine.excluded().first() {
         return Err(cli_error!("rail {rail} failed the canary for {code}; its output differs"));
     }
+    run_tasks(&engine, spec, pool, tasks.min(VERIFY_TASKS), args, 1)?;
     let warm_up = tasks.min(2 * args.window);
-    run_tasks(&engine, spec, pool, warm_up, args)?;
+    run_tasks(&engine, spec, pool, warm_up, args, CHECK_EVERY)?;
     let began = Instant::now();
-    let latencies = run_tasks(&engine, spec, pool, tasks, args)?;
+    let latencies = run_tasks(&engine, spec, pool, tasks, args, CHECK_EVERY)?;
     let elapsed = began.elapsed().as_secs_f64().max(1e-9);
     let bytes = tasks * pool[0].data.len() * args.shard;
     Ok((bytes as f64 / elapsed, latencies))
 }
 
+/// Runs `tasks` tasks with a window outstanding, reusing parity buffers; every
+/// `check_every`-th task's parity is compared with the oracle's.
 fn run_tasks(
     engine: &Engine,
     spec: CodeSpec,
     pool: &[Stripe],
     tasks: usize,
     args: &EngineBenchArgs,
+    check_every: usize,
 ) -> Result<Vec<Duration>, CliError> {
     let mut latencies = Vec::with_capacity(tasks);
+    let mut free: Vec<Vec<Vec<u8>>> = Vec::with_capacity(args.window);
     let mut window = VecDeque::with_capacity(args.window);
+    let mut finish = |entry: Option<(weft_engine::EcFuture, usize)>,
+                      free: &mut Vec<Vec<Vec<u8>>>|
+     -> Result<(), CliError> {
+        let (future, index) = entry.expect("the window is not empty");
+        let output = future.wait()?;
+        if index % check_every == 0 && output.parity != pool[index % pool.len()].parity {
+            return Err(cli_error!("the engine's parity differs from the scalar oracle's"));
+        }
+        latencies.push(output.latency);
+        free.push(output.parity);
+        Ok(())
+    };
     for index in 0..tasks {
         if window.len() == args.window {
-            check(window.pop_front(), pool, &mut latencies)?;
+            finish(window.pop_front(), &mut free)?;
         }
-        let stripe = index % pool.len();
-        let task = EncodeTask {
-            code: spec,
-            data: pool[stripe].data.clone(),
-            chunk_size_bytes: args.chunk,
-        };
-        window.push_back((engine.iencode(task), stripe));
+        let task = EncodeTask::new(spec, pool[index % pool.len()].data.clone())
+            .chunk_size(args.chunk)
+            .parity_buffers(free.pop().unwrap_or_default());
+        window.push_back((engine.iencode(task), index));
     }
     while !window.is_empty() {
-        check(window.pop_front(), pool, &mut latencies)?;
+        finish(window.pop_front(), &mut free)?;
     }
     Ok(latencies)
-}
-
-fn check(
-    entry: Option<(weft_engine::EcFuture, usize)>,
-    pool: &[Stripe],
-    latencies: &mut Vec<Duration>,
-) -> Result<(), CliError> {
-    let (future, stripe) = entry.expect("the window is not empty");
-    let output = future.wait()?;
-    if output.parity != pool[stripe].parity {
-        return Err(cli_error!("the engine's parity differs from the scalar oracle's"));
-    }
-    latencies.push(output.latency);
-    Ok(())
 }
 
 fn percentile_us(latencies: &[Duration], fraction: f64) -> f64 {
