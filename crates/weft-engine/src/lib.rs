@@ -10,7 +10,8 @@
 //!   every unit, `chunk_size_bytes` long. Other codes (hitchhiker, clay) run as one piece.
 //! - Pieces write disjoint byte ranges of the task's output buffers; the buffers are handed to
 //!   the caller only after the last piece finished (counted down with acquire-release).
-//! - Input buffers are shared (`Arc<[u8]>`), never copied; output buffers are the caller's
+//! - Input buffers are shared (`Bytes`: from a `Vec`, an `Arc` or any owner without a copy),
+//!   never copied; output buffers are the caller's
 //!   when given (reused, their contents overwritten), else allocated once per task.
 //! - Coding threads running at once are bounded per process ([`process_thread_limit`]), across
 //!   every engine: a worker holds a permit only while it codes a piece.
@@ -29,6 +30,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub use bytes::Bytes;
 use weft_codes::{Code, CodeError, CodeSpec};
 
 use future::Completion;
@@ -131,7 +133,7 @@ impl EngineConfig {
     /// Every rail this machine has, one worker thread each: simd, and isal when installed
     /// (rate-aware). The oracle is not a rail here: it is slow and only a reference.
     pub fn machine_default() -> EngineConfig {
-        let mut rails = vec![RailConfig { rail: Arc::new(SimdRail), threads: 1 }];
+        let mut rails = vec![RailConfig { rail: Arc::new(SimdRail::default()), threads: 1 }];
         match IsalRail::load() {
             Ok(isal) => rails.push(RailConfig { rail: Arc::new(isal), threads: 1 }),
             Err(error) => tracing::info!(%error, "engine runs without the isal rail"),
@@ -144,20 +146,46 @@ impl EngineConfig {
 #[derive(Debug, Clone)]
 pub struct EncodeTask {
     pub code: CodeSpec,
-    pub data: Vec<Arc<[u8]>>,
+    pub data: Vec<Bytes>,
     /// Piece length in bytes of each unit (rounded down to the code's unit length multiple);
     /// 0 means one piece.
     pub chunk_size_bytes: usize,
     /// Buffers the parity is written into, handed back in [`EncodeOutput::parity`]: reused,
     /// resized to the units' length, their old contents overwritten. Missing ones are
-    /// allocated; extra ones dropped.
+    /// allocated; extra ones dropped. In an add task they are the r accumulators, each of the
+    /// units' length, and are added into.
     pub parity: Vec<Vec<u8>>,
+    /// An add task (Okapi's partial parity): `data[i]` is data unit `add_at[i]` of the code
+    /// (distinct, below k) and the task adds their share of the parity into `parity`.
+    pub add_at: Option<Vec<usize>>,
 }
 
 impl EncodeTask {
     /// A task over `data` with the default piece length and fresh parity buffers.
-    pub fn new(code: CodeSpec, data: Vec<Arc<[u8]>>) -> EncodeTask {
-        EncodeTask { code, data, chunk_size_bytes: DEFAULT_CHUNK_SIZE_BYTES, parity: Vec::new() }
+    pub fn new(code: CodeSpec, data: Vec<Bytes>) -> EncodeTask {
+        EncodeTask {
+            code,
+            data,
+            chunk_size_bytes: DEFAULT_CHUNK_SIZE_BYTES,
+            parity: Vec::new(),
+            add_at: None,
+        }
+    }
+
+    /// An add task: `accumulators[j] += (parity row j of the data units at `positions`)`.
+    pub fn add(
+        code: CodeSpec,
+        positions: Vec<usize>,
+        data: Vec<Bytes>,
+        accumulators: Vec<Vec<u8>>,
+    ) -> EncodeTask {
+        EncodeTask {
+            code,
+            data,
+            chunk_size_bytes: DEFAULT_CHUNK_SIZE_BYTES,
+            parity: accumulators,
+            add_at: Some(positions),
+        }
     }
 
     /// Sets the piece length (0: one piece).
@@ -186,7 +214,7 @@ pub struct EncodeOutput {
 pub struct DecodeTask {
     pub code: CodeSpec,
     /// n entries: unit i's bytes, or `None` when unit i is lost or was not read.
-    pub units: Vec<Option<Arc<[u8]>>>,
+    pub units: Vec<Option<Bytes>>,
     /// The units to compute (any indices below n, in the order the output lists them).
     pub wanted: Vec<usize>,
     /// As [`EncodeTask::chunk_size_bytes`].
@@ -197,7 +225,7 @@ pub struct DecodeTask {
 
 impl DecodeTask {
     /// A task rebuilding `wanted` from the `Some` entries of `units`.
-    pub fn new(code: CodeSpec, units: Vec<Option<Arc<[u8]>>>, wanted: Vec<usize>) -> DecodeTask {
+    pub fn new(code: CodeSpec, units: Vec<Option<Bytes>>, wanted: Vec<usize>) -> DecodeTask {
         DecodeTask {
             code,
             units,
@@ -301,10 +329,12 @@ impl Drop for Permit {
     }
 }
 
-/// Encode or decode: the two operations the canary checks separately.
+/// The operations the canary checks separately.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Op {
     Encode,
+    /// Add some data units' share of the parity into accumulators.
+    Add,
     Decode,
 }
 
@@ -313,6 +343,7 @@ enum Op {
 struct CodeEntry {
     code: Arc<dyn Code>,
     encode: Vec<bool>,
+    add: Vec<bool>,
     decode: Vec<bool>,
 }
 
@@ -320,6 +351,7 @@ impl CodeEntry {
     fn usable(&self, op: Op) -> &[bool] {
         match op {
             Op::Encode => &self.encode,
+            Op::Add => &self.add,
             Op::Decode => &self.decode,
         }
     }
@@ -382,9 +414,10 @@ impl Sink {
 struct TaskState {
     entry: Arc<CodeEntry>,
     op: Op,
-    /// Encode: the k data units. Decode: n entries, `None` for units not present.
-    inputs: Vec<Option<Arc<[u8]>>>,
-    /// Decode: the units computed, in output order. Encode: empty.
+    /// Encode: the k data units. Add: the data units at `wanted`. Decode: n entries, `None`
+    /// for units not present.
+    inputs: Vec<Option<Bytes>>,
+    /// Decode: the units computed, in output order. Add: the inputs' positions. Encode: empty.
     wanted: Vec<usize>,
     /// Owns the output buffers until the last piece hands them out; `pointers` point into
     /// them (a Vec's heap buffer does not move when the Vec does).
@@ -410,9 +443,13 @@ struct Piece {
 }
 
 impl Piece {
-    /// Input bytes the piece reads (k units' worth): the measure of work and of rates.
+    /// Input bytes the piece reads (k units' worth, an add's inputs): the measure of work
+    /// and of rates.
     fn bytes(&self) -> usize {
-        self.len * self.task.entry.code.data_units()
+        match self.task.op {
+            Op::Add => self.len * self.task.inputs.len(),
+            Op::Encode | Op::Decode => self.len * self.task.entry.code.data_units(),
+        }
     }
 }
 
@@ -509,11 +546,15 @@ impl Engine {
         let future = EcFuture::new(completion.clone());
         let sink = Sink::Encode(completion);
         let inputs = task.data.into_iter().map(Some).collect();
+        let (op, positions) = match task.add_at {
+            Some(positions) => (Op::Add, positions),
+            None => (Op::Encode, Vec::new()),
+        };
         self.shared.submit(
-            Op::Encode,
+            op,
             task.code,
             inputs,
-            Vec::new(),
+            positions,
             task.chunk_size_bytes,
             task.parity,
             sink,
@@ -569,6 +610,11 @@ impl Engine {
     /// Whether rail `name` may encode `code` (runs the code's canary if not yet done).
     pub fn rail_usable(&self, name: &str, code: CodeSpec) -> Result<bool, EngineError> {
         self.usable(name, code, Op::Encode)
+    }
+
+    /// Whether rail `name` may run add tasks of `code` (runs the code's canary if not yet done).
+    pub fn rail_usable_for_add(&self, name: &str, code: CodeSpec) -> Result<bool, EngineError> {
+        self.usable(name, code, Op::Add)
     }
 
     /// Whether rail `name` may decode `code` (runs the code's canary if not yet done).
@@ -646,8 +692,7 @@ impl Shared {
             return Ok(entry.clone());
         }
         let code = spec.build().map_err(EngineError::Code)?;
-        let (encode, decode) = self.canary(&*code);
-        let entry = Arc::new(CodeEntry { code, encode, decode });
+        let entry = Arc::new(self.canary(&*code));
         codes.insert(spec, entry.clone());
         Ok(entry)
     }
@@ -674,12 +719,17 @@ impl Shared {
         Some(Canary { units })
     }
 
-    /// Which rails may encode and which may decode `code`.
-    fn canary(&self, code: &dyn Code) -> (Vec<bool>, Vec<bool>) {
+    /// Which rails may encode, add and decode `code`.
+    fn canary(&self, code: &dyn Code) -> CodeEntry {
         let none = vec![false; self.rails.len()];
         let Some(canary) = self.canary_stripe(code) else {
             tracing::warn!(code = %code.spec(), "the scalar oracle cannot encode this code; no rail will run it");
-            return (none.clone(), none);
+            return CodeEntry {
+                code: Arc::from(code.spec().build().expect("the code was built once")),
+                encode: none.clone(),
+                add: none.clone(),
+                decode: none,
+            };
         };
         let k = code.data_units();
         let len = canary.units[0].len();
@@ -690,20 +740,29 @@ impl Shared {
         if leading.len() > 1 && code.is_decodable(&leading) {
             patterns.push(leading);
         }
-        let mut encode = Vec::with_capacity(self.rails.len());
-        let mut decode = Vec::with_capacity(self.rails.len());
+        // Adds: the last and the first data unit, in that order, into the canary's parity.
+        let positions: Vec<usize> = if k > 1 { vec![k - 1, 0] } else { vec![0] };
+        let added = add_with(&self.oracle, code, &canary, &positions);
+        let mut entry = CodeEntry {
+            code: Arc::from(code.spec().build().expect("the code was built once")),
+            encode: Vec::new(),
+            add: Vec::new(),
+            decode: Vec::new(),
+        };
         for state in &self.rails {
             let rail = &*state.config.rail;
             if !rail.accepts(code) {
                 tracing::info!(rail = rail.name(), code = %code.spec(), "rail declines this code");
-                encode.push(false);
-                decode.push(false);
+                entry.encode.push(false);
+                entry.add.push(false);
+                entry.decode.push(false);
                 continue;
             }
             let encodes = encode_with(rail, code, &canary.units[..k], len).as_deref()
                 == Some(&canary.units[k..]);
+            let adds = added.is_some() && add_with(rail, code, &canary, &positions) == added;
             let decodes = patterns.iter().all(|lost| decodes_back(rail, code, &canary, lost));
-            for (ok, what) in [(encodes, "encode"), (decodes, "decode")] {
+            for (ok, what) in [(encodes, "encode"), (adds, "add"), (decodes, "decode")] {
                 if !ok {
                     tracing::warn!(
                         rail = rail.name(),
@@ -712,16 +771,17 @@ impl Shared {
                     );
                 }
             }
-            if !(encodes && decodes) {
+            if !(encodes && adds && decodes) {
                 self.excluded
                     .lock()
                     .expect("excluded lock")
                     .push((rail.name().to_string(), code.spec()));
             }
-            encode.push(encodes);
-            decode.push(decodes);
+            entry.encode.push(encodes);
+            entry.add.push(adds);
+            entry.decode.push(decodes);
         }
-        (encode, decode)
+        entry
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -729,7 +789,7 @@ impl Shared {
         &self,
         op: Op,
         spec: CodeSpec,
-        inputs: Vec<Option<Arc<[u8]>>>,
+        inputs: Vec<Option<Bytes>>,
         wanted: Vec<usize>,
         chunk_size_bytes: usize,
         outputs: Vec<Vec<u8>>,
@@ -737,7 +797,7 @@ impl Shared {
     ) {
         let submitted = Instant::now();
         let entry = match self.entry(spec).and_then(|entry| {
-            check_task(&entry, op, spec, &inputs, &wanted)?;
+            check_task(&entry, op, spec, &inputs, &wanted, &outputs)?;
             Ok(entry)
         }) {
             Ok(entry) => entry,
@@ -752,7 +812,7 @@ impl Shared {
             len.max(1)
         };
         let count = match op {
-            Op::Encode => code.parity_units(),
+            Op::Encode | Op::Add => code.parity_units(),
             Op::Decode => wanted.len(),
         };
         let mut outputs = output_buffers(outputs, count, len);
@@ -924,6 +984,10 @@ impl Shared {
                         inputs.iter().map(|u| u.expect("encode inputs")).collect();
                     rail.encode(code, &data, &mut outputs)
                 }
+                Op::Add => {
+                    let data: Vec<&[u8]> = inputs.iter().map(|u| u.expect("add inputs")).collect();
+                    rail.encode_add(code, &task.wanted, &data, &mut outputs)
+                }
                 Op::Decode => rail.reconstruct(code, &inputs, &task.wanted, &mut outputs),
             }));
             (result, began.elapsed())
@@ -983,8 +1047,9 @@ fn check_task(
     entry: &CodeEntry,
     op: Op,
     spec: CodeSpec,
-    inputs: &[Option<Arc<[u8]>>],
+    inputs: &[Option<Bytes>],
     wanted: &[usize],
+    outputs: &[Vec<u8>],
 ) -> Result<(), EngineError> {
     let code = &*entry.code;
     if !entry.usable(op).iter().any(|&u| u) {
@@ -997,6 +1062,31 @@ fn check_task(
                     "{spec} takes {} data units, got {}",
                     code.data_units(),
                     inputs.len()
+                )));
+            }
+        }
+        Op::Add => {
+            let k = code.data_units();
+            let mut seen = vec![false; k];
+            if inputs.is_empty() || inputs.len() != wanted.len() {
+                return Err(EngineError::Shape(format!(
+                    "an add needs one position per data unit, got {} units and {} positions",
+                    inputs.len(),
+                    wanted.len()
+                )));
+            }
+            for &position in wanted {
+                if position >= k || std::mem::replace(&mut seen[position], true) {
+                    return Err(EngineError::Shape(format!(
+                        "add positions must be distinct data units below {k}: {wanted:?}"
+                    )));
+                }
+            }
+            let len = inputs[0].as_ref().map_or(0, |u| u.len());
+            if outputs.len() != code.parity_units() || outputs.iter().any(|o| o.len() != len) {
+                return Err(EngineError::Shape(format!(
+                    "an add needs {} accumulators of {len} bytes",
+                    code.parity_units()
                 )));
             }
         }
@@ -1031,8 +1121,8 @@ fn check_task(
             inputs[unit].as_ref().map_or(0, |u| u.len())
         )));
     }
-    if op == Op::Encode && inputs.iter().any(|u| u.is_none()) {
-        return Err(EngineError::Shape("an encode needs every data unit".into()));
+    if op != Op::Decode && inputs.iter().any(|u| u.is_none()) {
+        return Err(EngineError::Shape("an encode or add needs every data unit it names".into()));
     }
     code.check_unit_len(len).map_err(EngineError::Code)
 }
@@ -1049,6 +1139,24 @@ fn encode_with(
     let mut parity = vec![vec![0xA5u8; len]; code.parity_units()];
     let mut parity_refs: Vec<&mut [u8]> = parity.iter_mut().map(|p| p.as_mut_slice()).collect();
     let result = catch_unwind(AssertUnwindSafe(|| rail.encode(code, &data_refs, &mut parity_refs)));
+    matches!(result, Ok(Ok(()))).then_some(parity)
+}
+
+/// The canary's parity after `rail` added the data units at `positions` into it; `None` if
+/// the rail failed or panicked.
+fn add_with(
+    rail: &dyn Rail,
+    code: &dyn Code,
+    canary: &Canary,
+    positions: &[usize],
+) -> Option<Vec<Vec<u8>>> {
+    let k = code.data_units();
+    let data: Vec<&[u8]> = positions.iter().map(|&p| canary.units[p].as_slice()).collect();
+    let mut parity: Vec<Vec<u8>> = canary.units[k..].to_vec();
+    let mut parity_refs: Vec<&mut [u8]> = parity.iter_mut().map(|p| p.as_mut_slice()).collect();
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        rail.encode_add(code, positions, &data, &mut parity_refs)
+    }));
     matches!(result, Ok(Ok(()))).then_some(parity)
 }
 

@@ -37,6 +37,22 @@ pub trait Rail: Send + Sync + fmt::Debug {
         parity: &mut [&mut [u8]],
     ) -> Result<(), EngineError>;
 
+    /// Adds the share of the parity of the data units at `positions` (distinct, below k;
+    /// `data[i]` is unit `positions[i]`) into the r regions of `parity` (Okapi's partial
+    /// parity). The default runs the code's own incremental encode, one unit at a time.
+    fn encode_add(
+        &self,
+        code: &dyn Code,
+        positions: &[usize],
+        data: &[&[u8]],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        for (&position, unit) in positions.iter().zip(data) {
+            code.encode_add(position, unit, parity).map_err(EngineError::Code)?;
+        }
+        Ok(())
+    }
+
     /// Computes the units listed in `wanted` into `out` (same order) from one byte range of
     /// the present units (`units[i]` is `None` when unit i is missing; `units.len()` is n).
     fn reconstruct(
@@ -53,6 +69,72 @@ const MAX_DECODE_TABLES: usize = 1024;
 
 /// (code, present units used, wanted units): one erasure pattern's decode tables.
 type PatternKey = (CodeSpec, Vec<usize>, Vec<usize>);
+
+/// Tables keyed by code and a list of unit positions, dropped all at once when full.
+#[derive(Debug)]
+struct TableCache<T>(Mutex<HashMap<(CodeSpec, Vec<usize>), Arc<T>>>);
+
+impl<T> Default for TableCache<T> {
+    fn default() -> Self {
+        TableCache(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<T> TableCache<T> {
+    fn get_or_build(
+        &self,
+        spec: CodeSpec,
+        positions: &[usize],
+        build: impl FnOnce() -> Result<T, EngineError>,
+    ) -> Result<Arc<T>, EngineError> {
+        let key = (spec, positions.to_vec());
+        if let Some(found) = self.0.lock().expect("table cache lock").get(&key) {
+            return Ok(found.clone());
+        }
+        let built = Arc::new(build()?);
+        let mut cache = self.0.lock().expect("table cache lock");
+        if cache.len() >= MAX_DECODE_TABLES {
+            cache.clear();
+        }
+        cache.insert(key, built.clone());
+        Ok(built)
+    }
+}
+
+/// The r × positions.len() coefficients of the data units at `positions` in the parity rows
+/// of an n × k generator (row-major, systematic).
+fn parity_columns(generator: &[u8], k: usize, positions: &[usize]) -> Vec<u8> {
+    let r = generator.len() / k - k;
+    let mut columns = Vec::with_capacity(r * positions.len());
+    for row in k..k + r {
+        columns.extend(positions.iter().map(|&p| generator[row * k + p]));
+    }
+    columns
+}
+
+/// Checks an add's shape: one position per data region, r parity regions, one length.
+fn check_add_shape(
+    code: &dyn Code,
+    positions: &[usize],
+    data: &[&[u8]],
+    parity: &[&mut [u8]],
+) -> Result<(), EngineError> {
+    let len = data.first().map_or(0, |d| d.len());
+    if positions.len() != data.len()
+        || positions.iter().any(|&p| p >= code.data_units())
+        || parity.len() != code.parity_units()
+        || data.iter().any(|d| d.len() != len)
+        || parity.iter().any(|p| p.len() != len)
+    {
+        return Err(EngineError::Shape(format!(
+            "{} adds data regions at positions below {} into {} parity regions of one length",
+            code.spec(),
+            code.data_units(),
+            code.parity_units()
+        )));
+    }
+    Ok(())
+}
 
 /// One erasure pattern's ISA-L tables and the present units they combine.
 type DecodeTables = (Vec<usize>, Arc<IsalTables>);
@@ -123,7 +205,10 @@ fn check_decode_shape(
 
 /// weft's own kernels on the best SIMD path of this CPU (or the one `WEFT_SIMD` forces).
 #[derive(Debug, Default)]
-pub struct SimdRail;
+pub struct SimdRail {
+    /// rs adds: one fused dot product over the positions' parity columns.
+    add_tables: TableCache<DotTables>,
+}
 
 impl Rail for SimdRail {
     fn name(&self) -> &str {
@@ -141,6 +226,29 @@ impl Rail for SimdRail {
         parity: &mut [&mut [u8]],
     ) -> Result<(), EngineError> {
         code.encode(data, parity).map_err(EngineError::Code)
+    }
+
+    fn encode_add(
+        &self,
+        code: &dyn Code,
+        positions: &[usize],
+        data: &[&[u8]],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        let CodeSpec::Rs { k, r } = code.spec() else {
+            for (&position, unit) in positions.iter().zip(data) {
+                code.encode_add(position, unit, parity).map_err(EngineError::Code)?;
+            }
+            return Ok(());
+        };
+        check_add_shape(code, positions, data, parity)?;
+        let tables = self.add_tables.get_or_build(code.spec(), positions, || {
+            let rs = LinearCode::rs(k, r).map_err(EngineError::Code)?;
+            let columns = parity_columns(rs.generator().as_slice(), k, positions);
+            Ok(DotTables::new(&columns, r, positions.len()))
+        })?;
+        tables.dot_prod_add(data, parity);
+        Ok(())
     }
 
     fn reconstruct(
@@ -162,6 +270,7 @@ impl Rail for SimdRail {
 pub struct ScalarRail {
     tables: Mutex<HashMap<CodeSpec, Arc<DotTables>>>,
     generators: Mutex<HashMap<CodeSpec, Arc<Vec<u8>>>>,
+    add_tables: TableCache<DotTables>,
 }
 
 impl ScalarRail {
@@ -219,6 +328,29 @@ impl Rail for ScalarRail {
         }
     }
 
+    fn encode_add(
+        &self,
+        code: &dyn Code,
+        positions: &[usize],
+        data: &[&[u8]],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        let spec @ CodeSpec::Rs { k, r } = code.spec() else {
+            for (&position, unit) in positions.iter().zip(data) {
+                code.encode_add(position, unit, parity).map_err(EngineError::Code)?;
+            }
+            return Ok(());
+        };
+        check_add_shape(code, positions, data, parity)?;
+        let generator = self.rs_generator(k, r, spec)?;
+        let tables = self.add_tables.get_or_build(spec, positions, || {
+            let columns = parity_columns(&generator, k, positions);
+            Ok(DotTables::with_path(SimdPath::Scalar, &columns, r, positions.len()))
+        })?;
+        tables.dot_prod_add(data, parity);
+        Ok(())
+    }
+
     fn reconstruct(
         &self,
         code: &dyn Code,
@@ -249,6 +381,7 @@ pub struct IsalRail {
     isal: Isal,
     tables: Mutex<HashMap<CodeSpec, Arc<IsalTables>>>,
     decode_tables: Mutex<HashMap<PatternKey, DecodeTables>>,
+    add_tables: TableCache<IsalTables>,
 }
 
 impl fmt::Debug for IsalRail {
@@ -264,6 +397,7 @@ impl IsalRail {
             isal: Isal::load()?,
             tables: Mutex::new(HashMap::new()),
             decode_tables: Mutex::new(HashMap::new()),
+            add_tables: TableCache::default(),
         })
     }
 
@@ -329,6 +463,40 @@ impl Rail for IsalRail {
         check_shape(code, data, parity)?;
         let tables = self.tables(k, r, code.spec());
         self.isal.encode_data(&tables, data, parity);
+        Ok(())
+    }
+
+    /// ISA-L encodes the positions' share into scratch regions, which are then added
+    /// (XOR) into the accumulators.
+    fn encode_add(
+        &self,
+        code: &dyn Code,
+        positions: &[usize],
+        data: &[&[u8]],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        let CodeSpec::Rs { k, r } = code.spec() else {
+            return Err(EngineError::Declined {
+                rail: "isal".into(),
+                code: code.spec().to_string(),
+            });
+        };
+        check_add_shape(code, positions, data, parity)?;
+        let tables = self.add_tables.get_or_build(code.spec(), positions, || {
+            let generator = self.isal.cauchy1_matrix(k + r, k);
+            let columns = parity_columns(&generator, k, positions);
+            Ok(self.isal.init_tables(positions.len(), r, &columns))
+        })?;
+        let len = data.first().map_or(0, |d| d.len());
+        let mut scratch = vec![vec![0u8; len]; r];
+        let mut scratch_refs: Vec<&mut [u8]> =
+            scratch.iter_mut().map(|s| s.as_mut_slice()).collect();
+        self.isal.encode_data(&tables, data, &mut scratch_refs);
+        for (accumulator, share) in parity.iter_mut().zip(&scratch) {
+            for (a, s) in accumulator.iter_mut().zip(share) {
+                *a ^= s;
+            }
+        }
         Ok(())
     }
 

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use weft_codes::{Code, CodeSpec};
 use weft_engine::{
-    DecodeTask, EncodeTask, Engine, EngineConfig, EngineError, IsalRail, Rail, RailConfig,
+    Bytes, DecodeTask, EncodeTask, Engine, EngineConfig, EngineError, IsalRail, Rail, RailConfig,
     ScalarRail, Scheduler, SimdRail,
 };
 
-fn units(k: usize, len: usize, seed: u64) -> Vec<Arc<[u8]>> {
+fn units(k: usize, len: usize, seed: u64) -> Vec<Bytes> {
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..k)
         .map(|_| {
@@ -31,7 +31,7 @@ fn units(k: usize, len: usize, seed: u64) -> Vec<Arc<[u8]>> {
         .collect()
 }
 
-fn reference(spec: CodeSpec, data: &[Arc<[u8]>]) -> Vec<Vec<u8>> {
+fn reference(spec: CodeSpec, data: &[Bytes]) -> Vec<Vec<u8>> {
     let code = spec.build().unwrap();
     let len = data[0].len();
     let mut parity = vec![vec![0u8; len]; code.parity_units()];
@@ -46,7 +46,7 @@ fn rail(rail: impl Rail + 'static, threads: usize) -> RailConfig {
 }
 
 fn all_rails() -> Vec<RailConfig> {
-    let mut rails = vec![rail(SimdRail, 2), rail(ScalarRail::default(), 1)];
+    let mut rails = vec![rail(SimdRail::default(), 2), rail(ScalarRail::default(), 1)];
     match IsalRail::load() {
         Ok(isal) => rails.push(rail(isal, 1)),
         Err(error) => eprintln!("skipping the isal rail: {error}"),
@@ -194,7 +194,7 @@ fn other_byte_local_and_sub_chunked_codes_equal_the_oracle() {
 
 #[test]
 fn a_faulty_rail_is_excluded_and_never_used() {
-    let rails = vec![rail(FaultyRail, 1), rail(SimdRail, 1)];
+    let rails = vec![rail(FaultyRail, 1), rail(SimdRail::default(), 1)];
     let engine = engine(rails, Scheduler::RateAware);
     let spec = CodeSpec::Rs { k: 10, r: 4 };
     assert_eq!(engine.excluded(), vec![("faulty".to_string(), spec)]);
@@ -298,7 +298,7 @@ fn futures_resolve_once_test_never_blocks_and_early_drop_is_safe() {
 
 #[test]
 fn bad_tasks_fail_their_future_not_the_engine() {
-    let engine = engine(vec![rail(SimdRail, 1)], Scheduler::Fcfs);
+    let engine = engine(vec![rail(SimdRail::default(), 1)], Scheduler::Fcfs);
     let spec = CodeSpec::Rs { k: 4, r: 2 };
     let mut data = units(4, 100, 1);
     data[2] = vec![0u8; 99].into();
@@ -346,18 +346,18 @@ fn many_engines_in_one_process() {
 }
 
 /// n units of a stripe: the data and the oracle's parity.
-fn stripe(spec: CodeSpec, len: usize, seed: u64) -> Vec<Arc<[u8]>> {
+fn stripe(spec: CodeSpec, len: usize, seed: u64) -> Vec<Bytes> {
     let code = spec.build().unwrap();
     let mut all = units(code.data_units(), len, seed);
     let data_refs: Vec<&[u8]> = all.iter().map(|d| &d[..]).collect();
     let mut parity = vec![vec![0u8; len]; code.parity_units()];
     let mut refs: Vec<&mut [u8]> = parity.iter_mut().map(|p| p.as_mut_slice()).collect();
     code.encode(&data_refs, &mut refs).unwrap();
-    all.extend(parity.into_iter().map(Arc::<[u8]>::from));
+    all.extend(parity.into_iter().map(Bytes::from));
     all
 }
 
-fn without(all: &[Arc<[u8]>], lost: &[usize]) -> Vec<Option<Arc<[u8]>>> {
+fn without(all: &[Bytes], lost: &[usize]) -> Vec<Option<Bytes>> {
     all.iter().enumerate().map(|(i, u)| (!lost.contains(&i)).then(|| u.clone())).collect()
 }
 
@@ -451,7 +451,7 @@ fn a_rail_that_decodes_wrong_is_excluded_from_decodes_only() {
 
 #[test]
 fn undecodable_and_malformed_decodes_fail_their_future() {
-    let engine = engine(vec![rail(SimdRail, 1)], Scheduler::Fcfs);
+    let engine = engine(vec![rail(SimdRail::default(), 1)], Scheduler::Fcfs);
     let spec = CodeSpec::Rs { k: 4, r: 2 };
     let all = stripe(spec, 64, 1);
     let too_many = engine.decode(DecodeTask::new(spec, without(&all, &[0, 1, 2]), vec![0, 1, 2]));
@@ -467,4 +467,55 @@ fn undecodable_and_malformed_decodes_fail_their_future() {
     // The engine still works after the failures.
     let output = engine.decode(DecodeTask::new(spec, without(&all, &[1]), vec![1])).unwrap();
     assert_eq!(&output.units[0][..], &all[1][..]);
+}
+
+#[test]
+fn adds_of_every_position_from_zero_equal_the_full_parity_on_every_rail() {
+    for scheduler in [Scheduler::RateAware, Scheduler::Fcfs] {
+        let engine = engine(all_rails(), scheduler);
+        for text in ["rs(10,4)", "rs(6,3)", "lrc(12,2,2)", "hh-xor+(6,3)", "clay(4,2)"] {
+            let spec = CodeSpec::parse(text).unwrap();
+            let code = spec.build().unwrap();
+            let (k, r) = (code.data_units(), code.parity_units());
+            let len = code.unit_len_multiple() * 53;
+            let all = stripe(spec, len, 11);
+            // Okapi's partial parity: stripes of width 3 add their units in turn.
+            let mut accumulators = vec![vec![0u8; len]; r];
+            for positions in (0..k).collect::<Vec<_>>().chunks(3).rev() {
+                let data = positions.iter().map(|&p| all[p].clone()).collect();
+                let task = EncodeTask::add(spec, positions.to_vec(), data, accumulators)
+                    .chunk_size(64 * code.unit_len_multiple());
+                accumulators = engine.encode(task).unwrap().parity;
+            }
+            for (index, accumulator) in accumulators.iter().enumerate() {
+                assert_eq!(
+                    &accumulator[..],
+                    &all[k + index][..],
+                    "{text} {scheduler:?} parity {index}"
+                );
+            }
+            if IsalRail::load().is_ok() && text.starts_with("rs") {
+                assert!(engine.rail_usable_for_add("isal", spec).unwrap());
+            }
+        }
+    }
+}
+
+#[test]
+fn malformed_adds_fail_their_future() {
+    let engine = engine(vec![rail(SimdRail::default(), 1)], Scheduler::Fcfs);
+    let spec = CodeSpec::Rs { k: 4, r: 2 };
+    let data = units(2, 64, 3);
+    let good = || vec![vec![0u8; 64]; 2];
+    let cases = [
+        EncodeTask::add(spec, vec![1, 1], data.clone(), good()),
+        EncodeTask::add(spec, vec![0, 4], data.clone(), good()),
+        EncodeTask::add(spec, vec![0], data.clone(), good()),
+        EncodeTask::add(spec, vec![0, 1], data.clone(), vec![vec![0u8; 64]]),
+        EncodeTask::add(spec, vec![0, 1], data.clone(), vec![vec![0u8; 63]; 2]),
+    ];
+    for task in cases {
+        let result = engine.encode(task.clone());
+        assert!(matches!(result, Err(EngineError::Shape(_))), "{task:?}: {result:?}");
+    }
 }

@@ -89,13 +89,13 @@ struct Row {
 }
 
 struct Stripe {
-    data: Vec<Arc<[u8]>>,
+    data: Vec<weft_engine::Bytes>,
     parity: Vec<Vec<u8>>,
 }
 
 fn make_rail(name: &str) -> Result<Option<Arc<dyn Rail>>, CliError> {
     Ok(match name {
-        "simd" => Some(Arc::new(SimdRail)),
+        "simd" => Some(Arc::new(SimdRail::default())),
         "scalar" => Some(Arc::new(ScalarRail::default())),
         "isal" => match IsalRail::load() {
             Ok(rail) => Some(Arc::new(rail)),
@@ -192,7 +192,7 @@ fn stripes(code: &dyn Code, shard: usize) -> Vec<Stripe> {
     let oracle = ScalarRail::default();
     (0..POOL_STRIPES)
         .map(|_| {
-            let data: Vec<Arc<[u8]>> = (0..code.data_units())
+            let data: Vec<weft_engine::Bytes> = (0..code.data_units())
                 .map(|_| {
                     let mut unit = vec![0u8; shard];
                     rng.fill_bytes(&mut unit);
