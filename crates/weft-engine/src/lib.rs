@@ -692,7 +692,7 @@ impl Shared {
             return Ok(entry.clone());
         }
         let code = spec.build().map_err(EngineError::Code)?;
-        let entry = Arc::new(self.canary(&*code));
+        let entry = Arc::new(self.canary(code));
         codes.insert(spec, entry.clone());
         Ok(entry)
     }
@@ -720,12 +720,13 @@ impl Shared {
     }
 
     /// Which rails may encode, add and decode `code`.
-    fn canary(&self, code: &dyn Code) -> CodeEntry {
+    fn canary(&self, built: Arc<dyn Code>) -> CodeEntry {
+        let code = &*built;
         let none = vec![false; self.rails.len()];
         let Some(canary) = self.canary_stripe(code) else {
             tracing::warn!(code = %code.spec(), "the scalar oracle cannot encode this code; no rail will run it");
             return CodeEntry {
-                code: Arc::from(code.spec().build().expect("the code was built once")),
+                code: built.clone(),
                 encode: none.clone(),
                 add: none.clone(),
                 decode: none,
@@ -744,7 +745,7 @@ impl Shared {
         let positions: Vec<usize> = if k > 1 { vec![k - 1, 0] } else { vec![0] };
         let added = add_with(&self.oracle, code, &canary, &positions);
         let mut entry = CodeEntry {
-            code: Arc::from(code.spec().build().expect("the code was built once")),
+            code: built.clone(),
             encode: Vec::new(),
             add: Vec::new(),
             decode: Vec::new(),

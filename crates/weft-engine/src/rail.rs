@@ -72,7 +72,10 @@ type PatternKey = (CodeSpec, Vec<usize>, Vec<usize>);
 
 /// Tables keyed by code and a list of unit positions, dropped all at once when full.
 #[derive(Debug)]
-struct TableCache<T>(Mutex<HashMap<(CodeSpec, Vec<usize>), Arc<T>>>);
+struct TableCache<T>(Mutex<HashMap<PositionsKey, Arc<T>>>);
+
+/// A code and a list of unit positions.
+type PositionsKey = (CodeSpec, Vec<usize>);
 
 impl<T> Default for TableCache<T> {
     fn default() -> Self {
