@@ -38,7 +38,7 @@ pub use node::NodeClient;
 pub use object::{ObjectInfo, UnitInfo};
 pub use read::GetStats;
 pub use transition::TransitionReport;
-pub use write::{PutOptions, PutStats};
+pub use write::{Coder, PutOptions, PutStats};
 
 /// Default meta URL when neither `--meta` nor `WEFT_META` says otherwise.
 pub const DEFAULT_META_URL: &str = "http://127.0.0.1:7700";

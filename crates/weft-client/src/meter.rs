@@ -81,6 +81,39 @@ impl MeteredBuf {
     }
 }
 
+impl MeteredBuf {
+    /// Lends the bytes out (to the coding engine) while they stay counted; [`LentBuf::restore`]
+    /// takes them back.
+    pub fn lend(mut self) -> (Vec<u8>, LentBuf) {
+        let buf = std::mem::take(&mut self.buf);
+        let lent = LentBuf { len: buf.len(), meter: Arc::clone(&self.meter) };
+        (buf, lent)
+    }
+}
+
+/// The count of a [`MeteredBuf`] whose bytes are lent out: still counted until restored or
+/// dropped.
+#[derive(Debug)]
+pub struct LentBuf {
+    len: usize,
+    meter: Arc<BufferMeter>,
+}
+
+impl LentBuf {
+    /// The lent bytes back as a metered buffer; `buf` must have the length that was lent.
+    pub fn restore(mut self, buf: Vec<u8>) -> MeteredBuf {
+        assert_eq!(buf.len(), self.len, "a lent buffer comes back with its length");
+        self.len = 0;
+        MeteredBuf { buf, meter: Arc::clone(&self.meter) }
+    }
+}
+
+impl Drop for LentBuf {
+    fn drop(&mut self) {
+        self.meter.sub(self.len as u64);
+    }
+}
+
 impl AsRef<[u8]> for MeteredBuf {
     fn as_ref(&self) -> &[u8] {
         &self.buf
@@ -105,6 +138,15 @@ mod tests {
         assert_eq!(meter.live(), 150);
         b.truncate(20);
         assert_eq!(meter.live(), 120);
+        let (bytes, lent) = b.lend();
+        assert_eq!(meter.live(), 120, "lent bytes stay counted");
+        let mut b = lent.restore(bytes);
+        assert_eq!(meter.live(), 120);
+        b.as_mut_slice()[0] = 1;
+        let (_, lent) = b.lend();
+        drop(lent);
+        assert_eq!(meter.live(), 100, "a dropped loan uncounts its bytes");
+        let b = MeteredBuf::new(&meter, 20);
         let bytes = a.into_bytes();
         let clone = bytes.clone();
         drop(bytes);

@@ -615,7 +615,7 @@ impl Client {
         let mut temp = tempfile_for_restripe()?;
         let stats = self.get_object_range(object.clone(), None, temp.file(), None).await?;
         let path = temp.path.clone();
-        let options = PutOptions { policy: Some(to), progress: None };
+        let options = PutOptions { policy: Some(to), ..PutOptions::default() };
         let put = self.put_file(&object.bucket, &object.key, &path, &options).await?;
         report.io = TransitionIo {
             bytes_read: stats.bytes_fetched,

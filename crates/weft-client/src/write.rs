@@ -30,7 +30,7 @@
 //!   measured peak, not an estimate.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, VecDeque},
     io::Read,
     path::Path,
     sync::{
@@ -47,13 +47,44 @@ use tokio::{
     task::JoinHandle,
 };
 use weft_codes::Code;
+use weft_engine::{EncodeTask, Engine};
 use weft_layout::{max_client_buffer_bytes, naive_group_buffer_bytes, StripedLayout, UnitId};
 
 use crate::{
-    meter::{BufferMeter, MeteredBuf},
+    meter::{BufferMeter, LentBuf, MeteredBuf},
     node::NodeFailure,
     Client, ClientError, ObjectInfo, Result, UnitInfo,
 };
+
+/// How a put computes its parity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Coder {
+    /// On the coding engine's rails ([`weft_engine::shared`]), overlapped with reading the
+    /// object and sending to the nodes: the coding thread issues each stripe row's add task
+    /// and goes on reading while the engine codes it (UMR-EC's functional partitioning).
+    /// Codes that mix bytes across a unit (Hitchhiker, Clay) code inline.
+    #[default]
+    Pipelined,
+    /// Inline in the thread that reads the object: reading waits for coding.
+    Blocking,
+    /// No parity computed: parity units are written as zeros. For benchmarks only (the
+    /// ceiling coding could reach); such an object cannot survive a lost unit.
+    Noop,
+}
+
+impl Coder {
+    pub fn name(self) -> &'static str {
+        match self {
+            Coder::Pipelined => "pipelined",
+            Coder::Blocking => "blocking",
+            Coder::Noop => "noop",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Coder> {
+        [Coder::Pipelined, Coder::Blocking, Coder::Noop].into_iter().find(|c| c.name() == text)
+    }
+}
 
 /// Options of a put.
 #[derive(Clone, Debug, Default)]
@@ -62,6 +93,8 @@ pub struct PutOptions {
     pub policy: Option<StripedLayout>,
     /// Bytes of the object read so far (for progress bars).
     pub progress: Option<Arc<AtomicU64>>,
+    /// How parity is computed.
+    pub coder: Coder,
 }
 
 /// What a put did.
@@ -93,18 +126,25 @@ pub struct PutStats {
 /// Most nodes a put of a file avoids (after failing on them) before it gives up.
 const MAX_AVOIDED_NODES: usize = 8;
 
-/// Data cells and parity rows in flight at once, for byte-local codes.
-fn in_flight_cells(layout: &StripedLayout) -> usize {
-    layout.stripe_width + 1
+/// Stripe rows whose add tasks may be with the engine while the coding thread reads on.
+const PIPELINE_ROWS: usize = 1;
+
+/// Data cells and parity rows in flight at once, for byte-local codes: W + 1, plus the
+/// cells of the rows with the engine when pipelined.
+fn in_flight_cells(layout: &StripedLayout, coder: Coder) -> usize {
+    let engine_rows = if coder == Coder::Pipelined { PIPELINE_ROWS } else { 0 };
+    (engine_rows + 1) * layout.stripe_width + 1
 }
 
-/// The bound on client buffering of this implementation for a layout (see the module
-/// invariants); compare [`weft_layout::max_client_buffer_bytes`], Okapi's figure.
-pub fn buffer_bound(layout: &StripedLayout) -> u64 {
+/// The bound on client buffering of this implementation for a layout and coder (see the
+/// module invariants); compare [`weft_layout::max_client_buffer_bytes`], Okapi's figure.
+pub fn buffer_bound(layout: &StripedLayout, coder: Coder) -> u64 {
     let byte_local = layout.code.build().map(|c| c.byte_local()).unwrap_or(false);
     let (r, cell, block) = (layout.r() as u64, layout.cell_bytes, layout.block_bytes);
     if byte_local {
-        r * block + (in_flight_cells(layout) as u64 + 2 * r) * cell
+        // Pipelined: one zero-padded copy of the object's last short cell for the engine.
+        let padded = u64::from(coder == Coder::Pipelined);
+        r * block + (in_flight_cells(layout, coder) as u64 + padded + 2 * r) * cell
     } else {
         let width = layout.stripe_width as u64;
         let open_groups = width.div_ceil(layout.k() as u64) + 1;
@@ -130,6 +170,31 @@ struct Writer<R> {
     puts: Vec<(UnitId, JoinHandle<Result<(), NodeFailure>>)>,
     progress: Option<Arc<AtomicU64>>,
     parity_bytes: u64,
+    coder: Coder,
+}
+
+/// Partial parity rows by (group, row).
+type Partial = BTreeMap<(usize, u64), Vec<MeteredBuf>>;
+
+/// An add task with the engine: the accumulators of (group, row) are lent to it.
+struct PendingAdd {
+    future: weft_engine::EcFuture,
+    group: usize,
+    row: u64,
+    /// Which stripe row (counted over the object) issued it.
+    sequence: u64,
+    lent: Vec<LentBuf>,
+    /// The row is final once this add is in: send rows up to it.
+    last: bool,
+}
+
+/// What an add task is for: (group, row) of the stripe row `sequence`; `last` when it
+/// makes the row final.
+struct AddRequest {
+    group: usize,
+    row: u64,
+    sequence: u64,
+    last: bool,
 }
 
 /// Why the coding thread stopped early.
@@ -204,12 +269,7 @@ impl<R: Read> Writer<R> {
 
     /// Sends row `row` of group g's parity (zeros when nothing was added), opening the
     /// parity streams on the group's first row.
-    fn flush_row(
-        &mut self,
-        partial: &mut BTreeMap<(usize, u64), Vec<MeteredBuf>>,
-        group: usize,
-        row: u64,
-    ) -> Result<(), Stop> {
+    fn flush_row(&mut self, partial: &mut Partial, group: usize, row: u64) -> Result<(), Stop> {
         let layout = *self.layout();
         let (cell, unit_len) = (layout.cell_bytes, self.object.unit_len(group));
         let row_len = cell.min(unit_len - row * cell) as usize;
@@ -236,13 +296,19 @@ impl<R: Read> Writer<R> {
     }
 
     /// Byte-local codes: partial parity per (group, row), rows sent as soon as final.
+    /// Blocking and noop code (or skip) each cell as it is read; pipelined issues a stripe
+    /// row's cells to the engine as one add task per group and completes the tasks of
+    /// earlier rows (in issue order) while reading on.
     fn run_byte_local(&mut self) -> Result<(), Stop> {
         let layout = *self.layout();
         let size = self.object.size;
         let (k, cell) = (layout.k(), layout.cell_bytes);
-        let mut partial: BTreeMap<(usize, u64), Vec<MeteredBuf>> = BTreeMap::new();
+        let engine = (self.coder == Coder::Pipelined).then(weft_engine::shared);
+        let mut partial: Partial = BTreeMap::new();
         // Next row to send per group whose last stripe is being written.
         let mut next_row: HashMap<usize, u64> = HashMap::new();
+        let mut pending: VecDeque<PendingAdd> = VecDeque::new();
+        let mut sequence = 0u64;
         for stripe in 0..layout.stripes(size) {
             let blocks = layout.stripe_blocks(size, stripe);
             for x in blocks.clone() {
@@ -252,23 +318,78 @@ impl<R: Read> Writer<R> {
                 ..=layout.group_of(blocks.end - 1))
                 .filter(|&g| self.last_stripe(g) == stripe)
                 .collect();
-            for (row, x, offset, len) in stripe_cells(&layout, size, stripe) {
-                let data = self.read_cell(len)?;
-                let (group, position) = (x / k, x % k);
-                let row_len = cell.min(self.object.unit_len(group) - offset) as usize;
-                let meter = Arc::clone(&self.meter);
-                let accumulators = partial.entry((group, row)).or_insert_with(|| {
-                    (0..layout.r()).map(|_| MeteredBuf::new(&meter, row_len)).collect()
-                });
-                let mut outs: Vec<&mut [u8]> =
-                    accumulators.iter_mut().map(|b| &mut b.as_mut_slice()[..len]).collect();
-                self.code.encode_add(position, data.buf.as_ref(), &mut outs)?;
-                self.send(UnitId::Data(x), data.into_bytes())?;
-                // The group's row is final once its last block in this stripe has it.
-                let group_end = layout.group_blocks(size, group).end;
-                if closing.contains(&group) && (x + 1 == group_end || x + 1 == blocks.end) {
-                    self.flush_rows_upto(&mut partial, &mut next_row, group, row + 1)?;
+            let cells: Vec<(u64, usize, u64, usize)> =
+                stripe_cells(&layout, size, stripe).collect();
+            for row_cells in cells.chunk_by(|a, b| a.0 == b.0) {
+                // This row's cells per group, for the engine: (position, bytes).
+                let mut batch: BTreeMap<usize, Vec<(usize, Bytes)>> = BTreeMap::new();
+                let mut last_rows: Vec<usize> = Vec::new();
+                for &(row, x, offset, len) in row_cells {
+                    let data = self.read_cell(len)?;
+                    let (group, position) = (x / k, x % k);
+                    let row_len = cell.min(self.object.unit_len(group) - offset) as usize;
+                    if engine.is_none() {
+                        let meter = Arc::clone(&self.meter);
+                        let accumulators = partial.entry((group, row)).or_insert_with(|| {
+                            (0..layout.r()).map(|_| MeteredBuf::new(&meter, row_len)).collect()
+                        });
+                        if self.coder == Coder::Blocking {
+                            let mut outs: Vec<&mut [u8]> = accumulators
+                                .iter_mut()
+                                .map(|b| &mut b.as_mut_slice()[..len])
+                                .collect();
+                            self.code.encode_add(position, data.buf.as_ref(), &mut outs)?;
+                        }
+                    }
+                    let bytes = data.into_bytes();
+                    if engine.is_some() {
+                        // The engine adds units of one length: pad the object's last cell.
+                        let unit = if len < row_len {
+                            let mut padded = MeteredBuf::new(&self.meter, row_len);
+                            padded.as_mut_slice()[..len].copy_from_slice(&bytes);
+                            padded.into_bytes()
+                        } else {
+                            bytes.clone()
+                        };
+                        batch.entry(group).or_default().push((position, unit));
+                    }
+                    self.send(UnitId::Data(x), bytes)?;
+                    // The group's row is final once its last block in this stripe has it.
+                    let group_end = layout.group_blocks(size, group).end;
+                    if closing.contains(&group) && (x + 1 == group_end || x + 1 == blocks.end) {
+                        if engine.is_some() {
+                            last_rows.push(group);
+                        } else {
+                            self.flush_rows_upto(&mut partial, &mut next_row, group, row + 1)?;
+                        }
+                    }
                 }
+                if let Some(engine) = &engine {
+                    let row = row_cells[0].0;
+                    for (group, cells) in batch {
+                        let add =
+                            AddRequest { group, row, sequence, last: last_rows.contains(&group) };
+                        self.issue_add(
+                            engine,
+                            add,
+                            cells,
+                            &mut partial,
+                            &mut pending,
+                            &mut next_row,
+                        )?;
+                    }
+                    sequence += 1;
+                    while pending
+                        .front()
+                        .is_some_and(|p| p.sequence + PIPELINE_ROWS as u64 <= sequence)
+                    {
+                        let oldest = pending.pop_front().expect("front exists");
+                        self.complete_add(oldest, &mut partial, &mut next_row)?;
+                    }
+                }
+            }
+            while let Some(oldest) = pending.pop_front() {
+                self.complete_add(oldest, &mut partial, &mut next_row)?;
             }
             for x in blocks {
                 self.streams.remove(&UnitId::Data(x));
@@ -284,9 +405,58 @@ impl<R: Read> Writer<R> {
         Ok(())
     }
 
+    /// Lends (group, row)'s accumulators (zeros if new) to an add task of `cells`; first
+    /// completes earlier tasks still holding them.
+    fn issue_add(
+        &mut self,
+        engine: &Engine,
+        add: AddRequest,
+        cells: Vec<(usize, Bytes)>,
+        partial: &mut Partial,
+        pending: &mut VecDeque<PendingAdd>,
+        next_row: &mut HashMap<usize, u64>,
+    ) -> Result<(), Stop> {
+        let AddRequest { group, row, sequence, last } = add;
+        while pending.iter().any(|p| (p.group, p.row) == (group, row)) {
+            let oldest = pending.pop_front().expect("a pending add exists");
+            self.complete_add(oldest, partial, next_row)?;
+        }
+        let len = cells[0].1.len();
+        let meter = Arc::clone(&self.meter);
+        let accumulators = partial.remove(&(group, row)).unwrap_or_else(|| {
+            (0..self.layout().r()).map(|_| MeteredBuf::new(&meter, len)).collect()
+        });
+        let (buffers, lent): (Vec<Vec<u8>>, Vec<LentBuf>) =
+            accumulators.into_iter().map(MeteredBuf::lend).unzip();
+        let (positions, data): (Vec<usize>, Vec<Bytes>) = cells.into_iter().unzip();
+        let task = EncodeTask::add(self.object.layout.code, positions, data, buffers);
+        let future = engine.iencode(task);
+        pending.push_back(PendingAdd { future, group, row, sequence, lent, last });
+        Ok(())
+    }
+
+    /// Waits for an add task, takes its accumulators back and sends the rows it made final.
+    fn complete_add(
+        &mut self,
+        add: PendingAdd,
+        partial: &mut Partial,
+        next_row: &mut HashMap<usize, u64>,
+    ) -> Result<(), Stop> {
+        let output = add.future.wait().map_err(|error| {
+            Stop::Failed(ClientError::Invalid(format!("the coding engine failed: {error}")))
+        })?;
+        let accumulators =
+            add.lent.into_iter().zip(output.parity).map(|(lent, buf)| lent.restore(buf)).collect();
+        partial.insert((add.group, add.row), accumulators);
+        if add.last {
+            self.flush_rows_upto(partial, next_row, add.group, add.row + 1)?;
+        }
+        Ok(())
+    }
+
     fn flush_rows_upto(
         &mut self,
-        partial: &mut BTreeMap<(usize, u64), Vec<MeteredBuf>>,
+        partial: &mut Partial,
         next_row: &mut HashMap<usize, u64>,
         group: usize,
         end: u64,
@@ -331,9 +501,11 @@ impl<R: Read> Writer<R> {
                 let accumulators = parity.entry(group).or_insert_with(|| {
                     (0..layout.r()).map(|_| MeteredBuf::new(&meter, unit_len)).collect()
                 });
-                let mut outs: Vec<&mut [u8]> =
-                    accumulators.iter_mut().map(|b| b.as_mut_slice()).collect();
-                self.code.encode_add(x % k, padded.as_ref(), &mut outs)?;
+                if self.coder != Coder::Noop {
+                    let mut outs: Vec<&mut [u8]> =
+                        accumulators.iter_mut().map(|b| b.as_mut_slice()).collect();
+                    self.code.encode_add(x % k, padded.as_ref(), &mut outs)?;
+                }
             }
             let groups = layout.group_of(blocks.start)..=layout.group_of(blocks.end - 1);
             let closing: Vec<usize> = groups.filter(|&g| self.last_stripe(g) == stripe).collect();
@@ -480,7 +652,7 @@ impl Client {
             meter: Arc::clone(&meter),
             // Whole-block codes keep a stripe's cells until the stripe ends: no cap there.
             cell_permits: Arc::new(Semaphore::new(if code.byte_local() {
-                in_flight_cells(&object.layout)
+                in_flight_cells(&object.layout, options.coder)
             } else {
                 Semaphore::MAX_PERMITS
             })),
@@ -488,6 +660,7 @@ impl Client {
             puts: Vec::new(),
             progress: options.progress.clone(),
             parity_bytes: 0,
+            coder: options.coder,
         };
         let (writer, outcome) = tokio::task::spawn_blocking(move || {
             let outcome =
@@ -567,7 +740,7 @@ impl Client {
             parity_bytes,
             bytes_sent: size + parity_bytes,
             peak_buffer_bytes: meter.peak(),
-            buffer_bound_bytes: buffer_bound(&committed.layout),
+            buffer_bound_bytes: buffer_bound(&committed.layout, options.coder),
             okapi_buffer_bytes: max_client_buffer_bytes(&committed.layout),
             naive_buffer_bytes: naive_group_buffer_bytes(&committed.layout),
             units,

@@ -7,7 +7,7 @@ mod common;
 use std::io::Cursor;
 
 use common::{pattern, policy, TestCluster};
-use weft_client::PutOptions;
+use weft_client::{Coder, PutOptions};
 
 const CELL: u64 = 4096;
 const BLOCK: u64 = 4 * CELL;
@@ -183,5 +183,61 @@ async fn a_put_right_after_a_node_dies_retries_around_it() {
             .unwrap_or_else(|e| panic!("put {key} with node 4 just dead: {e}"));
         assert!(stats.object.units.values().all(|u| u.node_id != 4), "placed on the dead node");
         assert_eq!(get(&cluster, "b", &key, None).await, data);
+    }
+}
+
+/// Every parity unit of an object, in unit order, read straight from its node.
+async fn parity_units(cluster: &TestCluster, object: &weft_client::ObjectInfo) -> Vec<Vec<u8>> {
+    let mut units = Vec::new();
+    for (unit, info) in &object.units {
+        if matches!(unit, weft_layout::UnitId::Parity { .. }) {
+            let bytes = cluster.client.nodes.get_range(info, 0, info.len).await.unwrap();
+            units.push(bytes.to_vec());
+        }
+    }
+    units
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_and_blocking_coders_write_the_same_parity_and_noop_writes_zeros() {
+    let cluster = TestCluster::start(12).await;
+    let codes =
+        [("rs(6,3)", 2), ("rs(4,2)", 6), ("lrc(6,2,2)", 3), ("rs(3,2)", 3), ("hh-xor+(4,2)", 2)];
+    for (i, (code, width)) in codes.into_iter().enumerate() {
+        let bucket = format!("c{i}");
+        cluster.create_bucket(&bucket, policy(code, width, CELL, BLOCK)).await;
+        let k = weft_codes::CodeSpec::parse(code).unwrap().build().unwrap().data_units() as u64;
+        for size in sizes(k, width as u64) {
+            let data = pattern(size as usize, size * 31 + i as u64);
+            let mut parities = Vec::new();
+            for coder in [Coder::Blocking, Coder::Pipelined, Coder::Noop] {
+                let key = format!("{}-{size}", coder.name());
+                let options = PutOptions { coder, ..PutOptions::default() };
+                let stats = cluster
+                    .client
+                    .put_reader(&bucket, &key, size, Cursor::new(data.clone()), &options)
+                    .await
+                    .unwrap_or_else(|e| panic!("{code} {coder:?} size {size}: {e}"));
+                assert!(
+                    stats.peak_buffer_bytes <= stats.buffer_bound_bytes,
+                    "{code} {coder:?} size {size}: peak {} > bound {}",
+                    stats.peak_buffer_bytes,
+                    stats.buffer_bound_bytes
+                );
+                assert_eq!(get(&cluster, &bucket, &key, None).await, data, "{code} {coder:?}");
+                parities.push(parity_units(&cluster, &stats.object).await);
+            }
+            assert_eq!(parities[0], parities[1], "{code} size {size}: pipelined parity differs");
+            assert!(
+                parities[2].iter().flatten().all(|&b| b == 0),
+                "{code} size {size}: noop parity must be zeros"
+            );
+            if size > 0 {
+                assert!(
+                    parities[0].iter().flatten().any(|&b| b != 0),
+                    "{code} size {size}: real parity of non-zero data is not all zeros"
+                );
+            }
+        }
     }
 }

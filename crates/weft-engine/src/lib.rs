@@ -1177,3 +1177,17 @@ fn decodes_back(rail: &dyn Rail, code: &dyn Code, canary: &Canary, lost: &[usize
         catch_unwind(AssertUnwindSafe(|| rail.reconstruct(code, &units, lost, &mut out_refs)));
     matches!(result, Ok(Ok(()))) && lost.iter().zip(&out).all(|(&i, o)| *o == canary.units[i])
 }
+
+/// The process's engine for callers that do not build their own: every rail this machine has
+/// ([`EngineConfig::machine_default`]), started on first use and shared by every caller.
+pub fn shared() -> Arc<Engine> {
+    static SHARED: OnceLock<Arc<Engine>> = OnceLock::new();
+    SHARED
+        .get_or_init(|| {
+            Arc::new(
+                Engine::new(EngineConfig::machine_default())
+                    .expect("the machine's default rails always make an engine"),
+            )
+        })
+        .clone()
+}

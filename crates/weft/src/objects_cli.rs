@@ -170,7 +170,8 @@ pub fn put(args: PutArgs) -> Result<(), CliError> {
     let client = client(&args.meta)?;
     let policy = runtime.block_on(put_policy(&client, &bucket, &args.policy))?;
     let (bar, counter) = progress(size, args.json, "put");
-    let options = PutOptions { policy, progress: Some(Arc::clone(&counter)) };
+    let options =
+        PutOptions { policy, progress: Some(Arc::clone(&counter)), ..PutOptions::default() };
     let stats = with_progress(
         &runtime,
         &bar,
