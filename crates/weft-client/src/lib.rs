@@ -36,7 +36,7 @@ pub use meta::MetaClient;
 pub use meter::BufferMeter;
 pub use node::NodeClient;
 pub use object::{ObjectInfo, UnitInfo};
-pub use read::GetStats;
+pub use read::{GetStats, ReadMode};
 pub use transition::TransitionReport;
 pub use write::{Coder, PutOptions, PutStats};
 

@@ -8,7 +8,15 @@
 //! LRC, Hitchhiker and Clay), those are fetched (from the cache when a previous window
 //! fetched them) and decoded → the pieces are copied into the window in object order.
 //!
+//! Two modes ([`ReadMode`]): `blocking` runs the windows one after another in the caller's
+//! task, decoding inline; `pipelined` (the default) fetches the windows in a task of their
+//! own and issues their decodes to the coding engine without waiting for them, while the
+//! caller awaits the decodes of an earlier window, assembles it and writes it out (UMR-EC's
+//! overlap of IO and coding).
+//!
 //! Invariants:
+//! - Both modes return the same bytes: windows are written out in object order, and an
+//!   engine decode is the same arithmetic as the inline one (the engine's canary).
 //! - Every byte returned was either read from its own data block (verified by the node's
 //!   checksums) or decoded from units that were; a decode that cannot be done is an error
 //!   naming the unavailable units, never zeros.
@@ -32,7 +40,9 @@ use std::{
 };
 
 use bytes::Bytes;
+use tokio::sync::mpsc;
 use weft_codes::Code;
+use weft_engine::{DecodeOutput, DecodeTask, EcFuture, Engine};
 use weft_layout::UnitId;
 
 use crate::{
@@ -49,6 +59,33 @@ const REPORT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Most bytes the fetched-range cache keeps.
 const CACHE_BYTES: usize = 256 << 20;
 
+/// Windows a pipelined read produces ahead of the one being written out.
+const WINDOWS_AHEAD: usize = 1;
+
+/// How a read overlaps fetching, decoding and writing out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReadMode {
+    /// Windows are fetched and decoded (on the coding engine) one ahead of the caller
+    /// writing them out.
+    #[default]
+    Pipelined,
+    /// One window at a time, decoding inline.
+    Blocking,
+}
+
+impl ReadMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReadMode::Pipelined => "pipelined",
+            ReadMode::Blocking => "blocking",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<ReadMode> {
+        [ReadMode::Pipelined, ReadMode::Blocking].into_iter().find(|m| m.name() == text)
+    }
+}
+
 /// What a get did.
 #[derive(Clone, Debug, Default)]
 pub struct GetStats {
@@ -59,6 +96,34 @@ pub struct GetStats {
     /// Units that could not be read and were rebuilt, with the reason.
     pub degraded_units: Vec<(String, String)>,
     pub elapsed: Duration,
+}
+
+/// Bytes of a block range: at hand, or being decoded on the coding engine.
+enum Source {
+    Ready(Bytes),
+    Decoding(EcFuture<DecodeOutput>),
+}
+
+impl Source {
+    async fn bytes(self) -> Result<Bytes> {
+        match self {
+            Source::Ready(bytes) => Ok(bytes),
+            Source::Decoding(decoding) => match decoding.await {
+                Ok(mut output) => Ok(Bytes::from(output.units.pop().expect("one wanted unit"))),
+                Err(error) => {
+                    Err(ClientError::Invalid(format!("the coding engine failed: {error}")))
+                }
+            },
+        }
+    }
+}
+
+/// A window whose block ranges are fetched, some perhaps still decoding.
+struct PendingWindow {
+    offset: u64,
+    len: u64,
+    /// Per data block: the offset in the block the range starts at, and its bytes.
+    blocks: HashMap<usize, (u64, Source)>,
 }
 
 /// Ranges fetched from units, kept for the next sequential window.
@@ -103,6 +168,8 @@ pub struct UnitRebuilder {
     reports: Vec<tokio::task::JoinHandle<()>>,
     /// Bytes fetched from nodes so far.
     pub bytes_fetched: u64,
+    /// Decodes MDS repair plans (k units read) on this engine instead of inline.
+    engine: Option<Arc<Engine>>,
 }
 
 impl UnitRebuilder {
@@ -128,7 +195,14 @@ impl UnitRebuilder {
             report,
             reports: Vec::new(),
             bytes_fetched: 0,
+            engine: None,
         })
+    }
+
+    /// Decodes on `engine` from now on (byte-local codes whose plan reads k whole ranges).
+    pub fn with_engine(mut self, engine: Arc<Engine>) -> UnitRebuilder {
+        self.engine = Some(engine);
+        self
     }
 
     /// Units that failed so far, with why.
@@ -231,6 +305,12 @@ impl UnitRebuilder {
     /// length) from the other units of its group, following the code's repair plan and
     /// re-planning around every unit that fails.
     pub async fn rebuild(&mut self, unit: UnitId, offset: u64, len: u64) -> Result<Bytes> {
+        self.rebuild_source(unit, offset, len).await?.bytes().await
+    }
+
+    /// [`UnitRebuilder::rebuild`], but a decode on the engine is returned still running: the
+    /// caller goes on fetching while the rails decode.
+    async fn rebuild_source(&mut self, unit: UnitId, offset: u64, len: u64) -> Result<Source> {
         let layout = self.object.layout;
         let (group, target) = layout.unit_position(unit);
         let unit_len = self.object.unit_len(group);
@@ -239,7 +319,7 @@ impl UnitRebuilder {
         let (base, span) = if byte_local { (offset, len) } else { (0, unit_len) };
         if !byte_local {
             if let Some(hit) = self.cache.get(unit, offset, len) {
-                return Ok(hit);
+                return Ok(Source::Ready(hit));
             }
         }
         loop {
@@ -263,16 +343,41 @@ impl UnitRebuilder {
                 continue; // the failed units are marked; plan again without them
             }
             let reads: Vec<Bytes> = fetched.into_iter().map(|f| f.expect("checked")).collect();
+            if let Some(decoding) = self.engine_decode(&plan, &reads, span) {
+                return Ok(Source::Decoding(decoding));
+            }
             let views: Vec<&[u8]> = reads.iter().map(|b| b.as_ref()).collect();
             let mut out = vec![0u8; span as usize];
             self.code.repair(&plan, &views, &mut out)?;
             let out = Bytes::from(out);
             if byte_local {
-                return Ok(out);
+                return Ok(Source::Ready(out));
             }
             self.cache.put(unit, 0, out.clone());
-            return Ok(out.slice(offset as usize..(offset + len) as usize));
+            return Ok(Source::Ready(out.slice(offset as usize..(offset + len) as usize)));
         }
+    }
+
+    /// The plan's target decoding on the engine, when there is one and the plan reads k
+    /// whole ranges of a byte-local code (an MDS decode); `None` means decode inline.
+    fn engine_decode(
+        &self,
+        plan: &weft_codes::RepairPlan,
+        reads: &[Bytes],
+        span: u64,
+    ) -> Option<EcFuture<DecodeOutput>> {
+        let engine = self.engine.as_ref()?;
+        let code = &*self.code;
+        let whole = plan.reads.iter().all(|r| r.offset == 0 && r.len as u64 == span);
+        if !code.byte_local() || !whole || plan.reads.len() < code.data_units() {
+            return None;
+        }
+        let mut units: Vec<Option<Bytes>> = vec![None; code.total_units()];
+        for (read, bytes) in plan.reads.iter().zip(reads) {
+            units[read.unit] = Some(bytes.clone());
+        }
+        let task = DecodeTask::new(self.object.layout.code, units, vec![plan.target]);
+        Some(engine.idecode(task))
     }
 
     /// Waits (at most a few seconds) for the reports of bad units to reach meta, so a short
@@ -329,6 +434,18 @@ impl Client {
         out: &mut W,
         progress: Option<&AtomicU64>,
     ) -> Result<GetStats> {
+        self.get_object_range_with(object, range, out, progress, ReadMode::default()).await
+    }
+
+    /// [`Client::get_object_range`] in a chosen [`ReadMode`].
+    pub async fn get_object_range_with<W: Write>(
+        &self,
+        object: ObjectInfo,
+        range: Option<(u64, u64)>,
+        out: &mut W,
+        progress: Option<&AtomicU64>,
+        mode: ReadMode,
+    ) -> Result<GetStats> {
         let started = Instant::now();
         let size = object.size;
         let (start, len) = range.unwrap_or((0, size));
@@ -340,52 +457,83 @@ impl Client {
         let layout = object.layout;
         let row = layout.stripe_width as u64 * layout.cell_bytes;
         let window = (WINDOW_BYTES / row).max(1) * row;
-        let mut rebuilder = UnitRebuilder::new(self, object, true)?;
-        let mut stats = GetStats::default();
-        let outcome: Result<()> = async {
-            let rebuilder = &mut rebuilder;
-            let mut at = start;
+        // Windows are aligned to whole stripe rows (the first may start mid-row).
+        let windows: Vec<(u64, u64)> = {
+            let (mut at, mut all) = (start, Vec::new());
             while at < start + len {
-                // Windows are aligned to whole stripe rows (the first may start mid-row).
                 let end = ((at / window + 1) * window).min(start + len);
-                let bytes = match read_window(rebuilder, at, end - at).await {
-                    Ok(bytes) => bytes,
-                    Err(error) => {
-                        // Units may have moved since the record was read (a repair relocated
-                        // one, a transition swapped the parity). The same generation has the
-                        // same bytes, so the read can go on under meta's current record.
-                        let old = &rebuilder.object;
-                        let fresh = match self.meta.get_object(&old.bucket, &old.key).await {
-                            Ok(fresh)
-                                if fresh.generation == old.generation
-                                    && fresh.raw["units"] != old.raw["units"] =>
-                            {
-                                fresh
-                            }
-                            _ => return Err(error),
-                        };
-                        tracing::info!(key = %fresh.key, "object record changed during the read; continuing under the new one");
-                        let (fetched, reports) =
-                            (rebuilder.bytes_fetched, std::mem::take(&mut rebuilder.reports));
-                        *rebuilder = UnitRebuilder::new(self, fresh, true)?;
-                        rebuilder.bytes_fetched = fetched;
-                        rebuilder.reports = reports;
-                        read_window(rebuilder, at, end - at).await?
-                    }
-                };
-                out.write_all(&bytes).map_err(|source| ClientError::Io {
-                    what: "writing the object out".into(),
-                    source,
-                })?;
-                if let Some(progress) = progress {
-                    progress.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                }
-                stats.bytes += bytes.len() as u64;
+                all.push((at, end));
                 at = end;
             }
+            all
+        };
+        let mut rebuilder = UnitRebuilder::new(self, object, true)?;
+        let mut stats = GetStats::default();
+        let mut write_out = |bytes: &[u8]| -> Result<()> {
+            out.write_all(bytes).map_err(|source| ClientError::Io {
+                what: "writing the object out".into(),
+                source,
+            })?;
+            if let Some(progress) = progress {
+                progress.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            }
+            stats.bytes += bytes.len() as u64;
             Ok(())
-        }
-        .await;
+        };
+        let outcome: Result<()> = match mode {
+            ReadMode::Blocking => {
+                let mut outcome = Ok(());
+                for (at, end) in windows {
+                    let written = match self.next_window(&mut rebuilder, at, end).await {
+                        Ok(window) => match assemble(&layout, window).await {
+                            Ok(bytes) => write_out(&bytes),
+                            Err(error) => Err(error),
+                        },
+                        Err(error) => Err(error),
+                    };
+                    if let Err(error) = written {
+                        outcome = Err(error);
+                        break;
+                    }
+                }
+                outcome
+            }
+            ReadMode::Pipelined => {
+                let (tx, mut rx) = mpsc::channel::<Result<PendingWindow>>(WINDOWS_AHEAD);
+                let client = self.clone();
+                let mut producing = rebuilder.with_engine(weft_engine::shared());
+                let producer = tokio::spawn(async move {
+                    for (at, end) in windows {
+                        let window = client.next_window(&mut producing, at, end).await;
+                        let failed = window.is_err();
+                        if tx.send(window).await.is_err() || failed {
+                            break;
+                        }
+                    }
+                    producing
+                });
+                let mut outcome = Ok(());
+                while let Some(window) = rx.recv().await {
+                    let written = match window {
+                        Ok(window) => match assemble(&layout, window).await {
+                            Ok(bytes) => write_out(&bytes),
+                            Err(error) => Err(error),
+                        },
+                        Err(error) => Err(error),
+                    };
+                    if let Err(error) = written {
+                        outcome = Err(error);
+                        break;
+                    }
+                }
+                // A failed write stops the producer at its next window.
+                drop(rx);
+                rebuilder = producer.await.map_err(|e| {
+                    ClientError::Invalid(format!("the read's producing task failed: {e}"))
+                })?;
+                outcome
+            }
+        };
         // Reports of bad units must reach meta even when the read failed.
         rebuilder.finish_reports().await;
         outcome?;
@@ -396,23 +544,75 @@ impl Client {
         stats.elapsed = started.elapsed();
         Ok(stats)
     }
+
+    /// Object bytes `[at, end)` fetched (decodes perhaps running); if they cannot be read
+    /// and meta's record of the same generation names other units now, goes on under that
+    /// record.
+    async fn next_window(
+        &self,
+        rebuilder: &mut UnitRebuilder,
+        at: u64,
+        end: u64,
+    ) -> Result<PendingWindow> {
+        let error = match fetch_window(rebuilder, at, end - at).await {
+            Ok(window) => return Ok(window),
+            Err(error) => error,
+        };
+        // Units may have moved since the record was read (a repair relocated one, a
+        // transition swapped the parity). The same generation has the same bytes, so the read
+        // can go on under meta's current record.
+        let old = &rebuilder.object;
+        let fresh = match self.meta.get_object(&old.bucket, &old.key).await {
+            Ok(fresh)
+                if fresh.generation == old.generation && fresh.raw["units"] != old.raw["units"] =>
+            {
+                fresh
+            }
+            _ => return Err(error),
+        };
+        tracing::info!(key = %fresh.key, "object record changed during the read; continuing under the new one");
+        let (fetched, reports, engine) = (
+            rebuilder.bytes_fetched,
+            std::mem::take(&mut rebuilder.reports),
+            rebuilder.engine.take(),
+        );
+        *rebuilder = UnitRebuilder::new(self, fresh, true)?;
+        rebuilder.bytes_fetched = fetched;
+        rebuilder.reports = reports;
+        rebuilder.engine = engine;
+        fetch_window(rebuilder, at, end - at).await
+    }
 }
 
 /// Object bytes `[offset, offset + len)`: one ranged GET per data block, rebuilding blocks
-/// that fail.
-async fn read_window(rebuilder: &mut UnitRebuilder, offset: u64, len: u64) -> Result<Vec<u8>> {
+/// that fail (decodes on the engine may still be running).
+async fn fetch_window(
+    rebuilder: &mut UnitRebuilder,
+    offset: u64,
+    len: u64,
+) -> Result<PendingWindow> {
     let layout = rebuilder.object.layout;
     let reads = layout.block_reads(offset, len);
     let wanted: Vec<(UnitId, u64, u64)> =
         reads.iter().map(|r| (UnitId::Data(r.block), r.block_offset, r.len)).collect();
     let fetched = rebuilder.fetch_all(&wanted).await;
-    let mut blocks: HashMap<usize, (u64, Bytes)> = HashMap::new();
+    let mut blocks: HashMap<usize, (u64, Source)> = HashMap::new();
     for (read, result) in reads.iter().zip(fetched) {
-        let bytes = match result {
-            Ok(bytes) => bytes,
-            Err(unit) => rebuilder.rebuild(unit, read.block_offset, read.len).await?,
+        let source = match result {
+            Ok(bytes) => Source::Ready(bytes),
+            Err(unit) => rebuilder.rebuild_source(unit, read.block_offset, read.len).await?,
         };
-        blocks.insert(read.block, (read.block_offset, bytes));
+        blocks.insert(read.block, (read.block_offset, source));
+    }
+    Ok(PendingWindow { offset, len, blocks })
+}
+
+/// The window's bytes in object order, once its decodes are done.
+async fn assemble(layout: &weft_layout::StripedLayout, window: PendingWindow) -> Result<Vec<u8>> {
+    let PendingWindow { offset, len, blocks: sources } = window;
+    let mut blocks: HashMap<usize, (u64, Bytes)> = HashMap::with_capacity(sources.len());
+    for (block, (base, source)) in sources {
+        blocks.insert(block, (base, source.bytes().await?));
     }
     let mut out = vec![0u8; len as usize];
     for extent in layout.extents(offset, len) {

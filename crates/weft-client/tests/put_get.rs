@@ -7,7 +7,7 @@ mod common;
 use std::io::Cursor;
 
 use common::{pattern, policy, TestCluster};
-use weft_client::{Coder, PutOptions};
+use weft_client::{Coder, PutOptions, ReadMode};
 
 const CELL: u64 = 4096;
 const BLOCK: u64 = 4 * CELL;
@@ -160,6 +160,18 @@ async fn reads_survive_r_nodes_down_and_a_corrupt_unit() {
                 data[a as usize..(a + n) as usize]
             );
         }
+        // The blocking read (inline decodes, no overlap) returns the same bytes, fetching
+        // the same ranges.
+        let object = cluster.client.meta.get_object("b", &key).await.unwrap();
+        let mut blocking = Vec::new();
+        let blocking_stats = cluster
+            .client
+            .get_object_range_with(object, None, &mut blocking, None, ReadMode::Blocking)
+            .await
+            .unwrap();
+        assert_eq!(&blocking, data, "3 down, blocking read of object {i}");
+        assert_eq!(blocking_stats.bytes_fetched, stats.bytes_fetched, "object {i}");
+        assert_eq!(blocking_stats.degraded_units, stats.degraded_units, "object {i}");
     }
 }
 

@@ -6,6 +6,12 @@
 //!   `bench/` and checks each against the bytes `put` wrote (the content is a function of the
 //!   object's index), so a fast wrong answer is an error, not a figure.
 //! - Rates are object (data) bytes per second over the whole run, one object at a time.
+//! - Several coders (put) or read modes (get) are measured in one run, interleaved object by
+//!   object with the order rotating, so the machine's noise falls on all of them alike; each
+//!   is reported with its ratio to the reference (`noop` for put, `blocking` for get).
+//! - Only the first coder's objects are kept (as `bench/obj-N`, read by `get`); the others
+//!   are written under `bench-coders/` and deleted right after (untimed): a `noop` object has
+//!   zero parity and must never be mistaken for a protected one.
 
 use std::{
     io::{Cursor, Write},
@@ -15,7 +21,7 @@ use std::{
 
 use clap::{Args, ValueEnum};
 use serde_json::json;
-use weft_client::{Client, PutOptions};
+use weft_client::{Client, Coder, PutOptions, ReadMode};
 
 use crate::{cli_error, cluster_cli::MetaUrlArgs, objects_cli::PolicyArgs, parse_size, CliError};
 
@@ -45,9 +51,27 @@ pub struct ClusterBenchArgs {
     pub policy: PolicyArgs,
     #[command(flatten)]
     pub meta: MetaUrlArgs,
-    /// Print the result as one JSON object.
+    /// Coders to compare (put, comma separated): pipelined (coding on the engine, overlapped
+    /// with IO), blocking (coding inline), noop (no parity: the ceiling; benchmarks only).
+    #[arg(long, value_delimiter = ',', default_value = "pipelined,blocking,noop")]
+    pub coder: Vec<String>,
+    /// Read modes to compare (get, comma separated): pipelined, blocking.
+    #[arg(long, value_delimiter = ',', default_value = "pipelined,blocking")]
+    pub read_mode: Vec<String>,
+    /// Print one JSON object per coder or read mode.
     #[arg(long)]
     pub json: bool,
+}
+
+/// What one coder or read mode did over the run.
+#[derive(Default)]
+struct Tally {
+    bytes: u64,
+    seconds: f64,
+    sent_or_fetched: u64,
+    peak: u64,
+    bound: u64,
+    degraded: usize,
 }
 
 /// The content of benchmark object `index`: cheap to generate, different per object.
@@ -133,46 +157,69 @@ async fn put(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
             ));
         }
     }
+    let coders = args
+        .coder
+        .iter()
+        .map(|c| {
+            Coder::parse(c)
+                .ok_or_else(|| cli_error!("{c:?} is not a coder; use pipelined, blocking or noop"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if coders.is_empty() {
+        return Err(cli_error!("--coder names no coder"));
+    }
     let objects = args.size.div_ceil(args.object_size);
-    let bar = crate::ec::progress_bar(args.size, args.json, "bench put");
-    let (mut total, mut sent, mut peak, mut bound) = (0u64, 0u64, 0u64, 0u64);
+    let bar = crate::ec::progress_bar(args.size * coders.len(), args.json, "bench put");
+    let mut tallies: Vec<Tally> = coders.iter().map(|_| Tally::default()).collect();
     let mut layout = None;
-    // Timed: the puts only, not generating the content.
-    let mut elapsed = std::time::Duration::ZERO;
     for index in 0..objects {
         let len = args.object_size.min(args.size - index * args.object_size);
         let data = Arc::new(content(index, len));
-        let reader = Cursor::new(Shared(Arc::clone(&data)));
-        let generated = Instant::now();
-        let stats = client
-            .put_reader(
-                &args.bucket,
-                &format!("bench/obj-{index:06}"),
-                len as u64,
-                reader,
-                &PutOptions::default(),
-            )
-            .await?;
-        elapsed += generated.elapsed();
-        total += stats.data_bytes;
-        sent += stats.bytes_sent;
-        peak = peak.max(stats.peak_buffer_bytes);
-        bound = stats.buffer_bound_bytes;
-        layout = Some(stats.object.layout);
-        bar.inc(len as u64);
+        for turn in 0..coders.len() {
+            let which = (index + turn) % coders.len();
+            let coder = coders[which];
+            let key = if which == 0 {
+                format!("bench/obj-{index:06}")
+            } else {
+                format!("bench-coders/{}/obj-{index:06}", coder.name())
+            };
+            let reader = Cursor::new(Shared(Arc::clone(&data)));
+            let options = PutOptions { coder, ..PutOptions::default() };
+            // Timed: the put only, not generating the content or deleting.
+            let started = Instant::now();
+            let stats = client.put_reader(&args.bucket, &key, len as u64, reader, &options).await?;
+            let tally = &mut tallies[which];
+            tally.seconds += started.elapsed().as_secs_f64();
+            tally.bytes += stats.data_bytes;
+            tally.sent_or_fetched += stats.bytes_sent;
+            tally.peak = tally.peak.max(stats.peak_buffer_bytes);
+            tally.bound = stats.buffer_bound_bytes;
+            layout = Some(stats.object.layout);
+            if which != 0 {
+                client.delete_object(&args.bucket, &key).await?;
+            }
+            bar.inc(len as u64);
+        }
     }
     bar.finish_and_clear();
-    let seconds = elapsed.as_secs_f64().max(1e-9);
-    report(
-        args,
-        "put",
-        objects,
-        total,
-        seconds,
-        json!({
-            "bytes_sent": sent, "peak_buffer_bytes": peak, "buffer_bound_bytes": bound, "layout": layout,
-        }),
-    )
+    let reference = coders.iter().position(|&c| c == Coder::Noop);
+    let rate = |t: &Tally| t.bytes as f64 / t.seconds.max(1e-9);
+    for (coder, tally) in coders.iter().zip(&tallies) {
+        let ratio = reference.map(|r| rate(tally) / rate(&tallies[r]));
+        report(
+            args,
+            "put",
+            objects,
+            tally.bytes,
+            tally.seconds,
+            json!({
+                "coder": coder.name(), "ratio_to_noop": ratio,
+                "bytes_sent": tally.sent_or_fetched, "peak_buffer_bytes": tally.peak,
+                "buffer_bound_bytes": tally.bound, "layout": layout,
+            }),
+        )?;
+    }
+    Ok(())
 }
 
 async fn get(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
@@ -194,37 +241,64 @@ async fn get(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
             args.bucket
         ));
     }
-    let (mut total, mut fetched, mut degraded) = (0u64, 0u64, 0usize);
-    let mut elapsed = std::time::Duration::ZERO;
-    for key in &keys {
+    let modes = args
+        .read_mode
+        .iter()
+        .map(|m| {
+            ReadMode::parse(m)
+                .ok_or_else(|| cli_error!("{m:?} is not a read mode; use pipelined or blocking"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if modes.is_empty() {
+        return Err(cli_error!("--read-mode names no mode"));
+    }
+    let mut tallies: Vec<Tally> = modes.iter().map(|_| Tally::default()).collect();
+    for (position, key) in keys.iter().enumerate() {
         let index: usize = key
             .strip_prefix("bench/obj-")
             .and_then(|n| n.parse().ok())
             .ok_or_else(|| cli_error!("unexpected key {key} under bench/"))?;
         let object = client.meta.get_object(&args.bucket, key).await?;
         let expected = content(index, object.size as usize);
-        let mut check = Check { expected: &expected, at: 0, mismatch: None };
-        let started = Instant::now();
-        let stats = client.get_object_range(object, None, &mut check, None).await?;
-        elapsed += started.elapsed();
-        if let Some(at) = check.mismatch.or((check.at != expected.len()).then_some(check.at)) {
-            return Err(cli_error!("{}/{key}: wrong bytes from offset {at}", args.bucket));
+        for turn in 0..modes.len() {
+            let which = (position + turn) % modes.len();
+            let mut check = Check { expected: &expected, at: 0, mismatch: None };
+            let started = Instant::now();
+            let stats = client
+                .get_object_range_with(object.clone(), None, &mut check, None, modes[which])
+                .await?;
+            let tally = &mut tallies[which];
+            tally.seconds += started.elapsed().as_secs_f64();
+            if let Some(at) = check.mismatch.or((check.at != expected.len()).then_some(check.at)) {
+                return Err(cli_error!(
+                    "{}/{key}: wrong bytes from offset {at} ({} read)",
+                    args.bucket,
+                    modes[which].name()
+                ));
+            }
+            tally.bytes += stats.bytes;
+            tally.sent_or_fetched += stats.bytes_fetched;
+            tally.degraded += stats.degraded_units.len();
         }
-        total += stats.bytes;
-        fetched += stats.bytes_fetched;
-        degraded += stats.degraded_units.len();
     }
-    let seconds = elapsed.as_secs_f64().max(1e-9);
-    report(
-        args,
-        "get",
-        keys.len(),
-        total,
-        seconds,
-        json!({
-            "bytes_fetched": fetched, "degraded_units": degraded, "verified": true,
-        }),
-    )
+    let reference = modes.iter().position(|&m| m == ReadMode::Blocking);
+    let rate = |t: &Tally| t.bytes as f64 / t.seconds.max(1e-9);
+    for (mode, tally) in modes.iter().zip(&tallies) {
+        let ratio = reference.map(|r| rate(tally) / rate(&tallies[r]));
+        report(
+            args,
+            "get",
+            keys.len(),
+            tally.bytes,
+            tally.seconds,
+            json!({
+                "read_mode": mode.name(), "ratio_to_blocking": ratio,
+                "bytes_fetched": tally.sent_or_fetched, "degraded_units": tally.degraded,
+                "verified": true,
+            }),
+        )?;
+    }
+    Ok(())
 }
 
 fn report(

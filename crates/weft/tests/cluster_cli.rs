@@ -800,3 +800,56 @@ fn keys_with_dot_segments_are_their_own_keys() {
         .collect();
     assert_eq!(names, ["b", "victim"], "`weft rm b/../../victim` removed a bucket");
 }
+
+/// Every line of `weft ARGS` (which must succeed) parsed as one JSON object.
+fn json_lines(cluster: &Cluster, args: &[&str]) -> Vec<Value> {
+    let output = cluster.weft(args);
+    assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}")))
+        .collect()
+}
+
+#[test]
+fn bench_cluster_compares_coders_and_read_modes_on_verified_bytes() {
+    let cluster = Cluster::start(9, &FAST_DOWN);
+    let mut put = vec!["bench", "cluster", "put", "--size", "300KiB", "--object-size", "64KiB"];
+    put.extend(["--bucket", "bb", "--json"]);
+    put.extend(SMALL);
+    let rows = json_lines(&cluster, &put);
+    let coders: Vec<&str> = rows.iter().map(|r| r["coder"].as_str().unwrap()).collect();
+    assert_eq!(coders, ["pipelined", "blocking", "noop"]);
+    for row in &rows {
+        assert_eq!(row["op"], "put");
+        assert_eq!(row["bytes"], 300 * 1024, "{row}");
+        assert_eq!(row["objects"], 5);
+        assert!(row["peak_buffer_bytes"].as_u64() <= row["buffer_bound_bytes"].as_u64(), "{row}");
+        assert!(row["ratio_to_noop"].as_f64().unwrap() > 0.0);
+    }
+    assert_eq!(rows[2]["ratio_to_noop"], 1.0);
+    // Only the first coder's objects stay: noop objects have no real parity.
+    let listed = cluster.weft_json(&["ls", "bb/", "--json"]);
+    let kept: Vec<&str> =
+        listed["objects"].as_array().unwrap().iter().map(|o| o["key"].as_str().unwrap()).collect();
+    assert_eq!(kept.len(), 5, "{listed}");
+    assert!(kept.iter().all(|k| k.starts_with("bench/obj-")), "{kept:?}");
+    // Degraded: three nodes gone; both read modes return every byte (checked by the bench).
+    for id in [2, 5, 8] {
+        kill(&cluster, id);
+    }
+    let rows = json_lines(&cluster, &["bench", "cluster", "get", "--bucket", "bb", "--json"]);
+    let modes: Vec<&str> = rows.iter().map(|r| r["read_mode"].as_str().unwrap()).collect();
+    assert_eq!(modes, ["pipelined", "blocking"]);
+    for row in &rows {
+        assert_eq!(
+            (row["bytes"].as_u64(), row["verified"].as_bool()),
+            (Some(300 * 1024), Some(true))
+        );
+    }
+    assert_eq!(rows[0]["degraded_units"], rows[1]["degraded_units"]);
+    let bad = cluster.weft(&["bench", "cluster", "put", "--coder", "fast", "--bucket", "bb"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a coder"));
+}
