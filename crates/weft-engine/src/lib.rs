@@ -381,6 +381,20 @@ impl Rates {
     }
 }
 
+/// What one rail did since the engine started.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RailStats {
+    pub rail: String,
+    /// Pieces it ran.
+    pub pieces: u64,
+    /// Input bytes of those pieces.
+    pub bytes: u64,
+    /// Pieces it took from another rail's queue (rate-aware).
+    pub stolen: u64,
+    /// Times one of its workers went to sleep for lack of work.
+    pub sleeps: u64,
+}
+
 /// A piece's measurement, folded into its rail's rates when the worker next takes the lock.
 type Sample = (RateKey, usize, Duration);
 
@@ -462,6 +476,8 @@ struct Queues {
     /// Workers of each rail waiting for a piece.
     sleeping: Vec<usize>,
     rates: Vec<Rates>,
+    /// What each rail did so far.
+    stats: Vec<RailStats>,
     shutdown: bool,
 }
 
@@ -515,6 +531,11 @@ impl Engine {
                 backlog_bytes: vec![0; config.rails.len()],
                 sleeping: vec![0; config.rails.len()],
                 rates: config.rails.iter().map(|_| Rates::default()).collect(),
+                stats: config
+                    .rails
+                    .iter()
+                    .map(|c| RailStats { rail: c.rail.name().to_string(), ..RailStats::default() })
+                    .collect(),
                 shutdown: false,
             }),
             outstanding: Mutex::new(0),
@@ -630,6 +651,11 @@ impl Engine {
             .iter()
             .zip(entry.usable(op))
             .any(|(r, &u)| u && r.config.rail.name() == name))
+    }
+
+    /// What each rail did so far (a piece counts once its worker looks for the next one).
+    pub fn rail_stats(&self) -> Vec<RailStats> {
+        self.shared.queues.lock().expect("queues lock").stats.clone()
     }
 
     /// The rails' names, in configuration order.
@@ -896,6 +922,9 @@ impl Shared {
                 let mut queues = self.queues.lock().expect("queues lock");
                 if let Some((key, bytes, elapsed)) = sample.take() {
                     queues.rates[rail_index].add_sample(key, bytes, elapsed);
+                    let stats = &mut queues.stats[rail_index];
+                    stats.pieces += 1;
+                    stats.bytes += bytes as u64;
                 }
                 loop {
                     if let Some(piece) = self.take(&mut queues, rail_index) {
@@ -905,6 +934,7 @@ impl Shared {
                         return;
                     }
                     queues.sleeping[rail_index] += 1;
+                    queues.stats[rail_index].sleeps += 1;
                     queues = self.rails[rail_index].wake.wait(queues).expect("queues lock");
                     queues.sleeping[rail_index] -= 1;
                 }
@@ -956,6 +986,7 @@ impl Shared {
         }
         let piece = queues.queues[owner].remove(position).expect("position is in range");
         queues.backlog_bytes[owner] -= bytes;
+        queues.stats[rail_index].stolen += 1;
         Some(piece)
     }
 

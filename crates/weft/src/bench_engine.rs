@@ -56,8 +56,9 @@ pub struct EngineBenchArgs {
     /// Data bytes encoded per measurement.
     #[arg(long, default_value = "4GiB", value_parser = parse_size)]
     size: usize,
-    /// Piece length: tasks are split into pieces of this many bytes of every unit.
-    #[arg(long, default_value = "16KiB", value_parser = parse_size)]
+    /// Piece length: tasks are split into pieces of this many bytes of every unit (smaller
+    /// pieces split a task across rails; each piece costs a queue operation).
+    #[arg(long, default_value = "64KiB", value_parser = parse_size)]
     chunk: usize,
     /// Worker threads per rail.
     #[arg(long, default_value_t = 1)]
@@ -86,7 +87,20 @@ struct Row {
     chunk_bytes: usize,
     threads_per_rail: usize,
     tasks: usize,
+    /// Per rail in the timed run: its share of the bytes, pieces stolen, sleeps.
+    rails: Vec<RailShare>,
 }
+
+#[derive(Debug, Clone, Serialize)]
+struct RailShare {
+    rail: String,
+    share: f64,
+    stolen: u64,
+    sleeps: u64,
+}
+
+/// One timed run: rate, each task's latency, and what each rail did.
+type Sample = (f64, Vec<Duration>, Vec<RailShare>);
 
 struct Stripe {
     data: Vec<weft_engine::Bytes>,
@@ -163,7 +177,7 @@ pub fn run(args: EngineBenchArgs) -> Result<(), CliError> {
             setups.push(("aggregate".into(), scheduler.name().into(), config));
         }
     }
-    let mut samples: Vec<Vec<(f64, Vec<Duration>)>> = vec![Vec::new(); setups.len()];
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); setups.len()];
     for _ in 0..args.rounds {
         for (index, (_, _, config)) in setups.iter().enumerate() {
             samples[index].push(measure(config.clone(), spec, &pool, tasks, &args)?);
@@ -174,14 +188,16 @@ pub fn run(args: EngineBenchArgs) -> Result<(), CliError> {
     for (index, (rail, scheduler, _)) in setups.iter().enumerate() {
         let samples = &mut samples[index];
         samples.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let (rate, latencies) = &samples[samples.len() / 2];
+        let (rate, latencies, shares) = &samples[samples.len() / 2];
         if index < rails.len() {
             sum += rate;
         }
         if index == rails.len() && rails.len() > 1 {
             rows.push(row(&args, spec, "sum", "none", sum, None, tasks));
         }
-        rows.push(row(&args, spec, rail, scheduler, *rate, Some(latencies), tasks));
+        let mut measured = row(&args, spec, rail, scheduler, *rate, Some(latencies), tasks);
+        measured.rails = shares.clone();
+        rows.push(measured);
     }
     print(&rows, &args, sum);
     Ok(())
@@ -216,7 +232,7 @@ fn measure(
     pool: &[Stripe],
     tasks: usize,
     args: &EngineBenchArgs,
-) -> Result<(f64, Vec<Duration>), CliError> {
+) -> Result<Sample, CliError> {
     let engine = Engine::new(config)?;
     if let Some((rail, code)) = engine.excluded().first() {
         return Err(cli_error!("rail {rail} failed the canary for {code}; its output differs"));
@@ -224,11 +240,27 @@ fn measure(
     run_tasks(&engine, spec, pool, tasks.min(VERIFY_TASKS), args, 1)?;
     let warm_up = tasks.min(2 * args.window);
     run_tasks(&engine, spec, pool, warm_up, args, CHECK_EVERY)?;
+    let before = engine.rail_stats();
     let began = Instant::now();
     let latencies = run_tasks(&engine, spec, pool, tasks, args, CHECK_EVERY)?;
     let elapsed = began.elapsed().as_secs_f64().max(1e-9);
     let bytes = tasks * pool[0].data.len() * args.shard;
-    Ok((bytes as f64 / elapsed, latencies))
+    // Workers fold their last piece in when they look for the next: let them.
+    engine.wait_all();
+    std::thread::sleep(Duration::from_millis(5));
+    let after = engine.rail_stats();
+    let total: u64 = after.iter().zip(&before).map(|(a, b)| a.bytes - b.bytes).sum();
+    let shares = after
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| RailShare {
+            rail: a.rail.clone(),
+            share: (a.bytes - b.bytes) as f64 / total.max(1) as f64,
+            stolen: a.stolen - b.stolen,
+            sleeps: a.sleeps - b.sleeps,
+        })
+        .collect();
+    Ok((bytes as f64 / elapsed, latencies, shares))
 }
 
 /// Runs `tasks` tasks with a window outstanding, reusing parity buffers; every
@@ -298,6 +330,7 @@ fn row(
         chunk_bytes: args.chunk,
         threads_per_rail: args.threads_per_rail,
         tasks,
+        rails: Vec::new(),
     }
 }
 
@@ -319,19 +352,28 @@ fn print(rows: &[Row], args: &EngineBenchArgs, sum: f64) {
         );
     }
     println!(
-        "{:<10} {:<11} {:>12} {:>10} {:>10} {:>8}",
-        "rail", "scheduler", "rate", "p50 µs", "p99 µs", "÷ sum"
+        "{:<10} {:<11} {:>12} {:>10} {:>10} {:>8}  {}",
+        "rail", "scheduler", "rate", "p50 µs", "p99 µs", "÷ sum", "share per rail (stolen, sleeps)"
     );
     for row in rows {
         let latency = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
+        let shares: Vec<String> = if row.rails.len() > 1 {
+            row.rails
+                .iter()
+                .map(|r| format!("{} {:.0}% ({}, {})", r.rail, r.share * 100.0, r.stolen, r.sleeps))
+                .collect()
+        } else {
+            Vec::new()
+        };
         println!(
-            "{:<10} {:<11} {:>10}/s {:>10} {:>10} {:>8.3}",
+            "{:<10} {:<11} {:>10}/s {:>10} {:>10} {:>8.3}  {}",
             row.rail,
             row.scheduler,
             human(row.bytes_per_sec),
             latency(row.p50_us),
             latency(row.p99_us),
-            row.bytes_per_sec / sum.max(1e-9)
+            row.bytes_per_sec / sum.max(1e-9),
+            shares.join(", ")
         );
     }
 }
