@@ -352,8 +352,8 @@ fn print(rows: &[Row], args: &EngineBenchArgs, sum: f64) {
         );
     }
     println!(
-        "{:<10} {:<11} {:>12} {:>10} {:>10} {:>8}  {}",
-        "rail", "scheduler", "rate", "p50 µs", "p99 µs", "÷ sum", "share per rail (stolen, sleeps)"
+        "{:<10} {:<11} {:>12} {:>10} {:>10} {:>8}  share per rail (stolen, sleeps)",
+        "rail", "scheduler", "rate", "p50 µs", "p99 µs", "÷ sum"
     );
     for row in rows {
         let latency = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
