@@ -184,7 +184,9 @@ pub async fn repair_unit(
     let old = object.unit(task.unit).cloned().ok_or_else(|| {
         ClientError::Invalid(format!("the object has no stored unit {}", task.unit.short_name()))
     })?;
-    let mut rebuilder = UnitRebuilder::new(client, object.clone(), false)?;
+    // MDS decodes run on the process's coding engine (its rails, its thread bound).
+    let mut rebuilder =
+        UnitRebuilder::new(client, object.clone(), false)?.with_engine(weft_engine::shared());
     // The unit being repaired is lost by definition; never read it.
     rebuilder.mark_failed(
         task.unit,
