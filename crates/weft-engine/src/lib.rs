@@ -471,7 +471,8 @@ impl Piece {
 struct Queues {
     /// One queue per rail under rate-aware; a single shared queue under fcfs.
     queues: Vec<VecDeque<Piece>>,
-    /// Bytes queued per rail (rate-aware's backlog).
+    /// Bytes queued or running per rail (rate-aware's backlog): a piece counts from being
+    /// queued (or stolen) until its worker looks for the next one.
     backlog_bytes: Vec<usize>,
     /// Workers of each rail waiting for a piece.
     sleeping: Vec<usize>,
@@ -922,6 +923,9 @@ impl Shared {
                 let mut queues = self.queues.lock().expect("queues lock");
                 if let Some((key, bytes, elapsed)) = sample.take() {
                     queues.rates[rail_index].add_sample(key, bytes, elapsed);
+                    if self.scheduler == Scheduler::RateAware {
+                        queues.backlog_bytes[rail_index] -= bytes;
+                    }
                     let stats = &mut queues.stats[rail_index];
                     stats.pieces += 1;
                     stats.bytes += bytes as u64;
@@ -952,11 +956,7 @@ impl Shared {
         };
         if let Some(position) = queues.queues[queue].iter().position(|p| p.task.usable(rail_index))
         {
-            let piece = queues.queues[queue].remove(position).expect("position is in range");
-            if self.scheduler == Scheduler::RateAware {
-                queues.backlog_bytes[rail_index] -= piece.bytes();
-            }
-            return Some(piece);
+            return Some(queues.queues[queue].remove(position).expect("position is in range"));
         }
         self.steal(queues, rail_index)
     }
@@ -979,6 +979,7 @@ impl Shared {
         if let (Some(mine), Some(theirs)) =
             (self.rate(queues, rail_index, key), self.rate(queues, owner, key))
         {
+            // The owner's backlog includes the piece it is running.
             let owner_reaches = (queues.backlog_bytes[owner] - bytes) as f64 / theirs;
             if (bytes as f64 / mine) > owner_reaches {
                 return None;
@@ -986,6 +987,7 @@ impl Shared {
         }
         let piece = queues.queues[owner].remove(position).expect("position is in range");
         queues.backlog_bytes[owner] -= bytes;
+        queues.backlog_bytes[rail_index] += bytes;
         queues.stats[rail_index].stolen += 1;
         Some(piece)
     }
