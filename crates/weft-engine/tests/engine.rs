@@ -519,3 +519,79 @@ fn malformed_adds_fail_their_future() {
         assert!(matches!(result, Err(EngineError::Shape(_))), "{task:?}: {result:?}");
     }
 }
+
+/// How many calls run at once, across every engine using a [`CountingRail`].
+#[derive(Debug, Default)]
+struct Concurrency {
+    now: AtomicUsize,
+    most: AtomicUsize,
+}
+
+#[derive(Debug)]
+struct CountingRail(Arc<Concurrency>);
+
+impl std::ops::Deref for CountingRail {
+    type Target = Concurrency;
+    fn deref(&self) -> &Concurrency {
+        &self.0
+    }
+}
+
+impl Rail for CountingRail {
+    fn name(&self) -> &str {
+        "counting"
+    }
+    fn accepts(&self, _code: &dyn Code) -> bool {
+        true
+    }
+    fn encode(
+        &self,
+        code: &dyn Code,
+        data: &[&[u8]],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        let running = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(running, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_micros(200));
+        let result = code.encode(data, parity).map_err(EngineError::Code);
+        self.now.fetch_sub(1, Ordering::SeqCst);
+        result
+    }
+    fn reconstruct(
+        &self,
+        code: &dyn Code,
+        units: &[Option<&[u8]>],
+        wanted: &[usize],
+        out: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        code.reconstruct(units, wanted, out).map_err(EngineError::Code)
+    }
+}
+
+#[test]
+fn coding_threads_stay_within_the_process_bound_across_engines() {
+    let counting = Arc::new(Concurrency::default());
+    let spec = CodeSpec::Rs { k: 4, r: 2 };
+    let engines: Vec<Engine> = (0..4)
+        .map(|_| {
+            Engine::new(EngineConfig {
+                rails: vec![rail(CountingRail(counting.clone()), 4)],
+                scheduler: Scheduler::Fcfs,
+                codes: vec![spec],
+            })
+            .unwrap()
+        })
+        .collect();
+    // The canaries ran on the submitting thread; count the workers only.
+    counting.most.store(0, Ordering::SeqCst);
+    let data = units(4, 4096, 8);
+    let futures: Vec<_> = (0..64)
+        .map(|i| engines[i % 4].iencode(EncodeTask::new(spec, data.clone()).chunk_size(1024)))
+        .collect();
+    for future in futures {
+        assert_eq!(future.wait().unwrap().parity, reference(spec, &data));
+    }
+    let most = counting.most.load(Ordering::SeqCst);
+    let limit = weft_engine::process_thread_limit();
+    assert!(most >= 1 && most <= limit, "{most} pieces coded at once; the limit is {limit}");
+}
