@@ -68,7 +68,7 @@ pub struct EngineBenchArgs {
     #[arg(long, default_value_t = 32)]
     window: usize,
     /// Rounds: each runs every row once; the median round is reported.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 5)]
     rounds: usize,
     /// One JSON object per line instead of a table.
     #[arg(long)]
