@@ -493,9 +493,8 @@ impl Client {
         moves: &[PlannedMove],
         io: &mut TransitionIo,
     ) -> Result<()> {
-        let code = to.code.build()?;
         let mut rebuilder = UnitRebuilder::new(self, object.clone(), true)?;
-        let written = self.write_groups(&mut rebuilder, &*code, to, create, moves, io).await;
+        let written = self.write_groups(&mut rebuilder, to, create, moves, io).await;
         // Counted even when it failed: the bytes were read.
         io.bytes_read += rebuilder.bytes_fetched;
         rebuilder.finish_reports().await;
@@ -505,13 +504,16 @@ impl Client {
     async fn write_groups(
         &self,
         rebuilder: &mut UnitRebuilder,
-        code: &dyn weft_codes::Code,
         to: &StripedLayout,
         create: &[UnitInfo],
         moves: &[PlannedMove],
         io: &mut TransitionIo,
     ) -> Result<()> {
         let size = rebuilder.object.size;
+        let engine = weft_engine::shared();
+        // A group's parity is computed on the engine while the next group's blocks are read;
+        // it is written once that read is done.
+        let mut encoding: Option<(usize, weft_engine::EcFuture)> = None;
         for group in 0..to.groups(size) {
             let unit_len = to.unit_len(size, group) as usize;
             let blocks = to.group_blocks(size, group);
@@ -524,24 +526,37 @@ impl Client {
                     io.relocated_bytes += bytes.len() as u64;
                 }
             }
-            let mut parity: Vec<Vec<u8>> = vec![vec![0; unit_len]; to.r()];
-            {
-                let inputs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
-                let mut outputs: Vec<&mut [u8]> =
-                    parity.iter_mut().map(|p| p.as_mut_slice()).collect();
-                code.encode(&inputs, &mut outputs)?;
+            if let Some((done, future)) = encoding.take() {
+                self.write_parity(done, future, create, io).await?;
             }
-            for (index, bytes) in parity.into_iter().enumerate() {
-                let unit = UnitId::Parity { group, index };
-                let target = create.iter().find(|u| u.unit == unit).ok_or_else(|| {
-                    ClientError::Invalid(format!(
-                        "meta's plan has no place for {}",
-                        unit.short_name()
-                    ))
-                })?;
-                io.parity_bytes_written += bytes.len() as u64;
-                self.put_unit(target, Bytes::from(bytes)).await?;
-            }
+            let data: Vec<Bytes> = data.into_iter().map(Bytes::from).collect();
+            encoding = Some((group, engine.iencode(weft_engine::EncodeTask::new(to.code, data))));
+        }
+        if let Some((done, future)) = encoding {
+            self.write_parity(done, future, create, io).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits for a group's new parity and writes it where meta's plan put it.
+    async fn write_parity(
+        &self,
+        group: usize,
+        encoding: weft_engine::EcFuture,
+        create: &[UnitInfo],
+        io: &mut TransitionIo,
+    ) -> Result<()> {
+        let parity = encoding
+            .await
+            .map_err(|e| ClientError::Invalid(format!("the coding engine failed: {e}")))?
+            .parity;
+        for (index, bytes) in parity.into_iter().enumerate() {
+            let unit = UnitId::Parity { group, index };
+            let target = create.iter().find(|u| u.unit == unit).ok_or_else(|| {
+                ClientError::Invalid(format!("meta's plan has no place for {}", unit.short_name()))
+            })?;
+            io.parity_bytes_written += bytes.len() as u64;
+            self.put_unit(target, Bytes::from(bytes)).await?;
         }
         Ok(())
     }
