@@ -7,6 +7,11 @@
 //! of its data block → a parity row is sent to the group's r parity streams as soon as it is
 //! final → every PUT is answered only once the node made the unit durable → `commit`.
 //!
+//! Coding ([`Coder`]): `pipelined` (the default) hands each stripe row's cells to the coding
+//! engine as one add task per group, lending it the group's partial parity row, and reads the
+//! next row while the rails code (UMR-EC's collecting / encoding / streaming overlap);
+//! `blocking` adds each cell inline; `noop` adds nothing (zero parity, benchmarks only).
+//!
 //! Invariants:
 //! - The object is committed only after every unit's PUT succeeded; on any failure nothing is
 //!   committed and the units written are deleted (best effort; leftovers of a crashed client
@@ -23,6 +28,10 @@
 //!   cells and sent parity rows share W + 1 permits, each held until the last byte of its
 //!   buffer is handed to the socket. Bound: `r·B + (W + 1 + 2r)·C` ([`buffer_bound`]), under
 //!   Okapi's `r·B + k·C` whenever W + 1 + 2r ≤ k (rs(20,3), W = 6: 37 vs 44 cells of 1 MiB).
+//!   Pipelined, the engine holds one more row (W cells, permits included) and a zero-padded
+//!   copy of the object's last short cell: `r·B + (2W + 2 + 2r)·C` (44 for that example). A
+//!   lent accumulator stays metered; a row's add tasks complete in issue order, and a row is
+//!   sent only after its last add came back.
 //!   Codes that mix bytes across a unit (Hitchhiker, Clay) need whole blocks: the cells of
 //!   the current stripe (W·B), one zero-padded copy (B), the parity of the groups the stripe
 //!   touches (⌈W/k⌉ + 1 of them) and the parity of a closed group still being sent (r·B):
