@@ -40,10 +40,24 @@ const CHECK_EVERY: usize = 16;
 /// Tasks in each engine's untimed, fully checked pass (at most).
 const VERIFY_TASKS: usize = 512;
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum BenchOp {
+    /// Parity of k data units.
+    Encode,
+    /// Rebuild the first --lost data units from the others.
+    Decode,
+}
+
 #[derive(Debug, Args)]
 pub struct EngineBenchArgs {
     #[command(flatten)]
     code: crate::CodeArgs,
+    /// What each task does.
+    #[arg(long, value_enum, default_value = "encode")]
+    op: BenchOp,
+    /// Data units lost per decode task (default: r).
+    #[arg(long)]
+    lost: Option<usize>,
     /// Rails to run (comma separated): simd, isal, scalar.
     #[arg(long, value_delimiter = ',', default_value = "simd,isal")]
     rails: Vec<String>,
@@ -77,6 +91,7 @@ pub struct EngineBenchArgs {
 
 #[derive(Debug, Serialize)]
 struct Row {
+    op: &'static str,
     rail: String,
     scheduler: String,
     bytes_per_sec: f64,
@@ -105,6 +120,8 @@ type Sample = (f64, Vec<Duration>, Vec<RailShare>);
 struct Stripe {
     data: Vec<weft_engine::Bytes>,
     parity: Vec<Vec<u8>>,
+    /// Data then parity, for decode tasks.
+    units: Vec<weft_engine::Bytes>,
 }
 
 fn make_rail(name: &str) -> Result<Option<Arc<dyn Rail>>, CliError> {
@@ -142,11 +159,25 @@ pub fn run(args: EngineBenchArgs) -> Result<(), CliError> {
     let mut rails = Vec::new();
     for name in &args.rails {
         if let Some(rail) = make_rail(name)? {
-            rails.push(rail);
+            if rail.accepts(&*code) {
+                rails.push(rail);
+            } else {
+                eprintln!("skipping rail {name}: it declines {spec}");
+            }
         }
     }
     if rails.is_empty() {
         return Err(cli_error!("no rail could be started"));
+    }
+    let lost = args.lost.unwrap_or(code.parity_units());
+    if args.op == BenchOp::Decode {
+        let pattern: Vec<usize> = (0..lost).collect();
+        if lost == 0 || lost > code.data_units() || !code.is_decodable(&pattern) {
+            return Err(cli_error!(
+                "{spec} cannot rebuild its first {lost} data units; use --lost 1 to {}",
+                code.parity_units().min(code.data_units())
+            ));
+        }
     }
     if args.rounds == 0 || args.rounds > 100 {
         return Err(cli_error!("--rounds must be 1 to 100"));
@@ -219,7 +250,9 @@ fn stripes(code: &dyn Code, shard: usize) -> Vec<Stripe> {
             let data_refs: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
             let mut refs: Vec<&mut [u8]> = parity.iter_mut().map(|p| p.as_mut_slice()).collect();
             oracle.encode(code, &data_refs, &mut refs).expect("the oracle encodes its own code");
-            Stripe { data, parity }
+            let units =
+                data.iter().cloned().chain(parity.iter().cloned().map(Into::into)).collect();
+            Stripe { data, parity, units }
         })
         .collect()
 }
@@ -263,8 +296,15 @@ fn measure(
     Ok((bytes as f64 / elapsed, latencies, shares))
 }
 
-/// Runs `tasks` tasks with a window outstanding, reusing parity buffers; every
-/// `check_every`-th task's parity is compared with the oracle's.
+/// A task in flight.
+enum InFlight {
+    Encode(weft_engine::EcFuture),
+    Decode(weft_engine::EcFuture<weft_engine::DecodeOutput>),
+}
+
+/// Runs `tasks` tasks with a window outstanding, reusing output buffers; every
+/// `check_every`-th task's output is compared with the oracle's parity (encode) or the
+/// original units (decode).
 fn run_tasks(
     engine: &Engine,
     spec: CodeSpec,
@@ -273,29 +313,58 @@ fn run_tasks(
     args: &EngineBenchArgs,
     check_every: usize,
 ) -> Result<Vec<Duration>, CliError> {
+    let r = pool[0].parity.len();
+    let lost = args.lost.unwrap_or(r);
     let mut latencies = Vec::with_capacity(tasks);
     let mut free: Vec<Vec<Vec<u8>>> = Vec::with_capacity(args.window);
     let mut window = VecDeque::with_capacity(args.window);
-    let mut finish = |entry: Option<(weft_engine::EcFuture, usize)>,
-                      free: &mut Vec<Vec<Vec<u8>>>|
-     -> Result<(), CliError> {
-        let (future, index) = entry.expect("the window is not empty");
-        let output = future.wait()?;
-        if index % check_every == 0 && output.parity != pool[index % pool.len()].parity {
-            return Err(cli_error!("the engine's parity differs from the scalar oracle's"));
-        }
-        latencies.push(output.latency);
-        free.push(output.parity);
-        Ok(())
-    };
+    let mut finish =
+        |entry: Option<(InFlight, usize)>, free: &mut Vec<Vec<Vec<u8>>>| -> Result<(), CliError> {
+            let (task, index) = entry.expect("the window is not empty");
+            let stripe = &pool[index % pool.len()];
+            let (outputs, latency, right) = match task {
+                InFlight::Encode(future) => {
+                    let output = future.wait()?;
+                    let right = output.parity == stripe.parity;
+                    (output.parity, output.latency, right)
+                }
+                InFlight::Decode(future) => {
+                    let output = future.wait()?;
+                    let right = output.units.iter().zip(&stripe.data).all(|(o, d)| o[..] == d[..]);
+                    (output.units, output.latency, right)
+                }
+            };
+            if index % check_every == 0 && !right {
+                return Err(cli_error!("the engine's output differs from the scalar oracle's"));
+            }
+            latencies.push(latency);
+            free.push(outputs);
+            Ok(())
+        };
     for index in 0..tasks {
         if window.len() == args.window {
             finish(window.pop_front(), &mut free)?;
         }
-        let task = EncodeTask::new(spec, pool[index % pool.len()].data.clone())
-            .chunk_size(args.chunk)
-            .parity_buffers(free.pop().unwrap_or_default());
-        window.push_back((engine.iencode(task), index));
+        let stripe = &pool[index % pool.len()];
+        let buffers = free.pop().unwrap_or_default();
+        let task = match args.op {
+            BenchOp::Encode => InFlight::Encode(
+                engine.iencode(
+                    EncodeTask::new(spec, stripe.data.clone())
+                        .chunk_size(args.chunk)
+                        .parity_buffers(buffers),
+                ),
+            ),
+            BenchOp::Decode => {
+                let units =
+                    stripe.units.iter().enumerate().map(|(i, u)| (i >= lost).then(|| u.clone()));
+                let task = weft_engine::DecodeTask::new(spec, units.collect(), (0..lost).collect())
+                    .chunk_size(args.chunk)
+                    .out_buffers(buffers);
+                InFlight::Decode(engine.idecode(task))
+            }
+        };
+        window.push_back((task, index));
     }
     while !window.is_empty() {
         finish(window.pop_front(), &mut free)?;
@@ -320,6 +389,10 @@ fn row(
     tasks: usize,
 ) -> Row {
     Row {
+        op: match args.op {
+            BenchOp::Encode => "encode",
+            BenchOp::Decode => "decode",
+        },
         rail: rail.to_string(),
         scheduler: scheduler.to_string(),
         bytes_per_sec,
@@ -343,7 +416,8 @@ fn print(rows: &[Row], args: &EngineBenchArgs, sum: f64) {
     }
     if let Some(first) = rows.first() {
         println!(
-            "engine encode/{}/{} shard, {} pieces, {} thread(s) per rail, {} tasks; data bytes/s",
+            "engine {}/{}/{} shard, {} pieces, {} thread(s) per rail, {} tasks; data bytes/s",
+            first.op,
             first.code,
             human(args.shard as f64),
             human(args.chunk as f64),

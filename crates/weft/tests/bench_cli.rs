@@ -125,3 +125,36 @@ fn bench_engine_rejects_an_unknown_rail() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("not a rail"));
 }
+
+#[test]
+fn bench_engine_decodes_and_skips_rails_that_decline_the_code() {
+    let output = weft()
+        .args(["bench", "engine", "--rails", "simd,isal", "--op", "decode", "--lost", "2"])
+        .args(["--code", "rs", "--k", "4", "--r", "2", "--shard", "4KiB", "--size", "128KiB"])
+        .args(["--chunk", "1KiB", "--rounds", "1", "--json"])
+        .output()
+        .unwrap();
+    let decoded = rows(&output);
+    assert!(decoded
+        .iter()
+        .all(|r| r["op"] == "decode" && r["bytes_per_sec"].as_f64().unwrap() > 0.0));
+    assert_eq!(decoded[0]["rail"], "simd");
+    // ISA-L declines Clay: the bench goes on with the rails that accept it.
+    let output = weft()
+        .args(["bench", "engine", "--rails", "simd,isal", "--op", "decode", "--code", "clay"])
+        .args(["--k", "4", "--r", "2", "--shard", "4KiB", "--size", "64KiB", "--rounds", "1"])
+        .args(["--json"])
+        .output()
+        .unwrap();
+    let rails: Vec<String> =
+        rows(&output).iter().map(|r| r["rail"].as_str().unwrap().to_string()).collect();
+    assert_eq!(rails, ["simd"]);
+    // A pattern the code cannot rebuild is refused up front.
+    let output = weft()
+        .args(["bench", "engine", "--op", "decode", "--k", "4", "--r", "2", "--lost", "3"])
+        .args(["--shard", "4KiB", "--size", "64KiB"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("cannot rebuild"));
+}
