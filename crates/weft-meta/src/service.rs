@@ -43,6 +43,7 @@ use crate::{Heartbeat, MetaError, MetaStore, NodeRecord, Policy, RedbStore};
 
 pub use weft_layout::FailureDomain;
 
+mod gateway;
 mod gc;
 mod objects;
 mod repairs;
@@ -280,6 +281,11 @@ fn router(meta: Shared) -> Router {
         .route("/v1/transitions/renew", post(transitions::renew))
         .route("/v1/transitions/expire", post(transitions::expire))
         .route("/v1/transitions/{bucket}/{*key}", get(transitions::get))
+        .route("/v1/records/{namespace}", get(gateway::list))
+        .route(
+            "/v1/records/{namespace}/{*name}",
+            put(gateway::put).get(gateway::get).delete(gateway::delete),
+        )
         .route("/v1/references", get(gc::references))
         .route("/v1/writes/expire", post(gc::expire_writes))
         .fallback(no_route)
@@ -325,6 +331,8 @@ impl From<MetaError> for ApiError {
             MetaError::PlacementRefused { .. } => (StatusCode::CONFLICT, "placement_refused"),
             MetaError::NoSuchTransition { .. } => (StatusCode::NOT_FOUND, "no_such_transition"),
             MetaError::TransitionConflict { .. } => (StatusCode::CONFLICT, "transition_conflict"),
+            MetaError::RecordExists { .. } => (StatusCode::CONFLICT, "record_exists"),
+            MetaError::NoSuchNamespace { .. } => (StatusCode::NOT_FOUND, "no_such_namespace"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "store"),
         };
         if status.is_server_error() {

@@ -329,7 +329,11 @@ pub(crate) async fn delete_object(
     Path((bucket, key)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     let (record, nodes) = blocking(&meta, move |store| {
-        Ok((store.delete_object(&bucket, &key)?, store.list_nodes()?))
+        let record = store.delete_object(&bucket, &key)?;
+        // The object's S3 attributes go with it (they name its generation, so one left
+        // behind by a crash here would never be mistaken for a later object's).
+        store.delete_record("object_attributes", &format!("{bucket}/{key}"))?;
+        Ok((record, store.list_nodes()?))
     })
     .await?;
     tracing::info!(bucket = %record.bucket, key = %record.key, generation = record.generation, "object deleted");
