@@ -123,12 +123,7 @@ impl Client {
     /// Bytes `[start, start + len)` of `object` as a stream of pieces, read ahead by at most
     /// [`STREAM_PIECES_IN_FLIGHT`] pieces (see the module invariants). An error ends the
     /// stream.
-    pub fn object_stream(
-        &self,
-        object: ObjectInfo,
-        start: u64,
-        len: u64,
-    ) -> impl Stream<Item = Result<Bytes>> + Send + 'static {
+    pub fn object_stream(&self, object: ObjectInfo, start: u64, len: u64) -> ObjectStream {
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes>>(STREAM_PIECES_IN_FLIGHT);
         let client = self.clone();
         let row = object.layout.stripe_width as u64 * object.layout.cell_bytes;
@@ -151,6 +146,24 @@ impl Client {
                 at = piece_end;
             }
         });
-        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|i| (i, rx)) })
+        ObjectStream { pieces: rx }
+    }
+}
+
+/// The pieces of [`Client::object_stream`], in object order; Send and Sync, so it can be a
+/// response body.
+#[derive(Debug)]
+pub struct ObjectStream {
+    pieces: tokio::sync::mpsc::Receiver<Result<Bytes>>,
+}
+
+impl Stream for ObjectStream {
+    type Item = Result<Bytes>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.pieces.poll_recv(cx)
     }
 }

@@ -117,6 +117,18 @@ impl MetaClient {
         self.send(request)
     }
 
+    /// `PUT /v1/<segments…>?<query>` with a JSON body (the query is already encoded).
+    pub fn put_query(
+        &self,
+        segments: &[&str],
+        query: &str,
+        body: &Value,
+    ) -> Result<Value, CliError> {
+        let mut url = self.url(segments)?;
+        url.set_query(Some(query));
+        self.send(self.http.put(url).json(body))
+    }
+
     /// `DELETE /v1/<segments…>`: the JSON body, or null for an empty one (204).
     pub fn delete(&self, segments: &[&str]) -> Result<Value, CliError> {
         let url = self.url(segments)?;

@@ -363,7 +363,9 @@ pub(crate) async fn list_objects(
     let objects: Vec<Value> = page
         .objects
         .iter()
-        .map(|o| json!({"key": o.key, "size": o.size(), "generation": o.generation}))
+        .map(|o| {
+            json!({"key": o.key, "size": o.size(), "generation": o.generation, "created_ms": o.created_ms})
+        })
         .collect();
     Ok(Json(json!({ "objects": objects, "next_start_after": page.next_start_after })))
 }
