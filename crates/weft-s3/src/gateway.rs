@@ -192,6 +192,19 @@ fn header_text<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> 
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// The body of a PutObject or UploadPart. A body of `Content-Length: 0` is never polled:
+/// polling it makes hyper answer `Expect: 100-continue` (which botocore always sends) with a
+/// late `100 Continue` that the client then reads as the answer to its next request.
+fn request_body(body: Option<StreamingBlob>, headers: &http::HeaderMap) -> StreamingBlob {
+    let empty = header_text(headers, "content-length").is_some_and(|l| l.trim() == "0");
+    match body {
+        Some(body) if !empty => body,
+        _ => StreamingBlob::wrap(
+            futures_util::stream::empty::<Result<bytes::Bytes, std::io::Error>>(),
+        ),
+    }
+}
+
 /// Keys and prefixes as the listing's `encoding-type=url` asks (what the aws CLI sends).
 fn encode_url(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -374,7 +387,7 @@ impl S3 for Gateway {
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let policy = self.policy_for(&req.input.bucket, &req.headers).await?;
-        let input = req.input;
+        let (input, headers) = (req.input, req.headers);
         check_key(&input.key)?;
         let size = input
             .content_length
@@ -382,11 +395,7 @@ impl S3 for Gateway {
         let size = u64::try_from(size)
             .map_err(|_| s3_error!(InvalidArgument, "negative Content-Length"))?;
         let expected_md5 = content_md5(input.content_md5.as_deref())?;
-        let body = input.body.unwrap_or_else(|| {
-            StreamingBlob::wrap(
-                futures_util::stream::empty::<Result<bytes::Bytes, std::io::Error>>(),
-            )
-        });
+        let body = request_body(input.body, &headers);
         let shown = Attributes {
             content_type: input.content_type.map(|t| t.to_string()),
             metadata: metadata_map(input.metadata),
@@ -656,7 +665,7 @@ impl S3 for Gateway {
         &self,
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
-        let input = req.input;
+        let (input, headers) = (req.input, req.headers);
         if !(1..=multipart::MAX_PART_NUMBER).contains(&input.part_number) {
             return Err(s3_error!(InvalidArgument, "part numbers go from 1 to 10000"));
         }
@@ -667,11 +676,7 @@ impl S3 for Gateway {
         let size = u64::try_from(size)
             .map_err(|_| s3_error!(InvalidArgument, "negative Content-Length"))?;
         let expected_md5 = content_md5(input.content_md5.as_deref())?;
-        let body = input.body.unwrap_or_else(|| {
-            StreamingBlob::wrap(
-                futures_util::stream::empty::<Result<bytes::Bytes, std::io::Error>>(),
-            )
-        });
+        let body = request_body(input.body, &headers);
         let policy: StripedLayout = serde_json::from_value(upload.policy.clone())
             .map_err(|e| s3_error!(InternalError, "the upload's policy is bad: {e}"))?;
         let key = multipart::part_key(&upload.upload_id, input.part_number);

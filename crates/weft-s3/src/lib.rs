@@ -92,6 +92,20 @@ impl RunningGateway {
     }
 }
 
+/// Whether a request is `Expect: 100-continue` with `Content-Length: 0` (botocore sends
+/// that on every empty PutObject). hyper answers it without a `100 Continue`, and botocore
+/// then misreads the next answer on the same connection and stalls until its read timeout;
+/// so such answers close the connection.
+fn empty_expecting_continue(request: &http::Request<hyper::body::Incoming>) -> bool {
+    let headers = request.headers();
+    let empty =
+        headers.get(http::header::CONTENT_LENGTH).is_some_and(|length| length.as_bytes() == b"0");
+    let expect = headers
+        .get(http::header::EXPECT)
+        .is_some_and(|expect| expect.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    empty && expect
+}
+
 /// Binds the listen address and serves S3 over meta at `config.meta_url` in the background.
 pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError> {
     let client = weft_client::Client::new(&config.meta_url).map_err(GatewayError::Client)?;
@@ -120,8 +134,22 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
                 },
                 _ = stopped.changed() => break,
             };
-            let connection =
-                http.serve_connection(TokioIo::new(socket), service.clone()).into_owned();
+            let service = service.clone();
+            let handler = hyper::service::service_fn(move |request| {
+                let service = service.clone();
+                async move {
+                    let close = empty_expecting_continue(&request);
+                    let mut response = service.call(request.map(s3s::Body::from)).await?;
+                    if close {
+                        response.headers_mut().insert(
+                            http::header::CONNECTION,
+                            http::HeaderValue::from_static("close"),
+                        );
+                    }
+                    Ok::<_, s3s::HttpError>(response)
+                }
+            });
+            let connection = http.serve_connection(TokioIo::new(socket), handler).into_owned();
             tokio::spawn(async move {
                 if let Err(error) = connection.await {
                     tracing::debug!(%error, "connection ended with an error");
