@@ -22,7 +22,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 bucket=s3://awscli-smoke
 
-say "mb $bucket (policy from x-weft-policy is not settable here: bucket gets meta's default unless WEFT_S3_BUCKET_POLICY)"
+say "mb $bucket (the CLI cannot send x-weft-policy: WEFT_S3_BUCKET_POLICY=\"--k 4 --r 2\" creates it with weft instead)"
 if [ -n "${WEFT_S3_BUCKET_POLICY:-}" ]; then
   # The CLI cannot add headers: create the bucket through weft (same namespace as S3).
   "${WEFT_BIN:-weft}" bucket create awscli-smoke ${WEFT_S3_BUCKET_POLICY} \

@@ -983,9 +983,20 @@ fn start(
     .map(str::to_owned);
     cluster.spawn(Role::S3, &s3_args, Vec::new())?;
     let index = cluster.members.len() - 1;
-    cluster.wait_ready(&[index], |_| "s3 gateway listening on ".to_owned(), deadline, signals)?;
-    let endpoint = cluster.members[index].endpoint.clone().expect("the gateway is ready");
-    write_s3_file(&plan.dir, &meta, &endpoint)?;
+    // The cluster serves weft clients without the gateway (e.g. when --s3-listen's port is
+    // taken), so one that cannot start is a warning, not a failed start.
+    match cluster.wait_ready(&[index], |_| "s3 gateway listening on ".to_owned(), deadline, signals)
+    {
+        Ok(()) => {
+            let endpoint = cluster.members[index].endpoint.clone().expect("the gateway is ready");
+            write_s3_file(&plan.dir, &meta, &endpoint)?;
+        }
+        Err(Interrupted::Failed(error)) => out.warn(&format!(
+            "the S3 gateway did not start, so the cluster serves no S3 (try --s3-listen \
+             127.0.0.1:0): {error}"
+        )),
+        Err(signal) => return Err(signal),
+    }
     Ok(())
 }
 
@@ -1052,7 +1063,8 @@ fn print_ready(plan: &Plan, cluster: &Supervisor, ready_ms: u128, cluster_file: 
             Role::S3 => println!("  s3       {endpoint:<24}  pid {}", member.pid),
         }
     }
-    if let Some(s3) = read_s3_file(&plan.dir) {
+    let gateway_up = cluster.member(Role::S3).is_some_and(|m| m.endpoint.is_some());
+    if let Some(s3) = read_s3_file(&plan.dir).filter(|_| gateway_up) {
         println!(
             "s3: endpoint {}  access key {}  (secret and region in {})",
             s3["endpoint"].as_str().unwrap_or("-"),
