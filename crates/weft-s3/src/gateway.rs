@@ -868,7 +868,8 @@ impl S3 for Gateway {
                     && (u.key > *marker || !id_marker.is_empty())
             });
         }
-        uploads.sort_by(|a, b| (&a.key, a.initiated_ms).cmp(&(&b.key, b.initiated_ms)));
+        // Key, then upload id: the order the markers page by.
+        uploads.sort_by(|a, b| (&a.key, &a.upload_id).cmp(&(&b.key, &b.upload_id)));
         let max = input.max_uploads.unwrap_or(1000).clamp(0, 1000) as usize;
         let truncated = uploads.len() > max;
         uploads.truncate(max);
