@@ -84,6 +84,7 @@ s3.head_bucket(Bucket=bucket)
 assert bucket in [b["Name"] for b in s3.list_buckets()["Buckets"]]
 expect_error("BucketAlreadyOwnedByYou", 409, s3.create_bucket, Bucket=bucket)
 expect_error("NoSuchBucket", 404, s3.list_objects_v2, Bucket="no-such-bucket")
+expect_error("NoSuchBucket", 404, s3.put_object, Bucket="no-such-bucket", Key="k", Body=b"x" * (3 << 20))
 
 model = {}  # key -> bytes: what the bucket must hold
 

@@ -105,6 +105,7 @@ where
     let mut received: u64 = 0;
     let mut held: Option<Bytes> = None;
     let mut refused: Option<S3Error> = None;
+    let mut writer_stopped = false;
     while let Some(chunk) = body.next().await {
         match chunk {
             Ok(chunk) => {
@@ -119,7 +120,8 @@ where
                 md5.update(&chunk);
                 if let Some(previous) = held.replace(chunk) {
                     if tx.send(Ok(previous)).await.is_err() {
-                        break; // the writer stopped; its error says why
+                        writer_stopped = true; // its error says why
+                        break;
                     }
                 }
             }
@@ -130,7 +132,7 @@ where
         }
     }
     let digest: [u8; 16] = md5.finalize().into();
-    if refused.is_none() && received < size {
+    if refused.is_none() && !writer_stopped && received < size {
         refused =
             Some(s3_error!(IncompleteBody, "the body ended after {received} of its {size} bytes"));
     }
@@ -157,10 +159,12 @@ where
     drop(tx);
     let outcome =
         writer.await.map_err(|e| s3_error!(InternalError, "the write task failed: {e}"))?;
-    if let Some(error) = refused {
-        return Err(error);
-    }
-    let stats = outcome.map_err(s3_error_of)?;
+    // A writer that stopped on its own (meta refused, a node failed) has the real cause.
+    let stats = match (outcome, refused) {
+        (Err(error), _) if writer_stopped => return Err(s3_error_of(error)),
+        (_, Some(error)) => return Err(error),
+        (outcome, None) => outcome.map_err(s3_error_of)?,
+    };
     Ok(Streamed { stats, md5: digest })
 }
 

@@ -389,6 +389,9 @@ impl S3 for Gateway {
         let policy = self.policy_for(&req.input.bucket, &req.headers).await?;
         let (input, headers) = (req.input, req.headers);
         check_key(&input.key)?;
+        // Refused before the body is read: the client hears NoSuchBucket at once instead
+        // of a connection cut while it sends.
+        self.client.meta.get_bucket(&input.bucket).await.map_err(s3_error_of)?;
         let size = input
             .content_length
             .ok_or_else(|| s3_error!(MissingContentLength, "PutObject needs a Content-Length"))?;

@@ -182,6 +182,14 @@ async fn objects_round_trip_with_ranges_listings_copies_and_exact_errors() {
     }
     let bad = s3.get_object().bucket(bucket).key("b/y/seven").range("bytes=700001-").send().await;
     assert_eq!(error_of(bad), ("InvalidRange".into(), 416));
+    let no_bucket = s3
+        .put_object()
+        .bucket("no-such-bucket")
+        .key("k")
+        .body(ByteStream::from(bytes(5, 3 << 20)))
+        .send()
+        .await;
+    assert_eq!(error_of(no_bucket), ("NoSuchBucket".into(), 404));
     let missing = s3.get_object().bucket(bucket).key("no/such").send().await;
     assert_eq!(error_of(missing), ("NoSuchKey".into(), 404));
     let etag = format!("\"{}\"", md5_hex(&big));
