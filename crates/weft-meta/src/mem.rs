@@ -135,6 +135,21 @@ impl State {
 }
 
 impl MetaStore for MemStore {
+    fn set_bucket_policy(&self, name: &str, policy: Policy) -> Result<BucketRecord, MetaError> {
+        policy.validate().map_err(|e| MetaError::InvalidRecord {
+            bucket: name.into(),
+            key: String::new(),
+            reason: e.to_string(),
+        })?;
+        let mut state = self.lock();
+        let bucket = state
+            .buckets
+            .get_mut(name)
+            .ok_or_else(|| MetaError::NoSuchBucket { bucket: name.into() })?;
+        bucket.default_policy = policy;
+        Ok(bucket.clone())
+    }
+
     fn put_record(
         &self,
         namespace: &str,

@@ -279,6 +279,25 @@ fn decode_record(
 }
 
 impl MetaStore for RedbStore {
+    fn set_bucket_policy(&self, name: &str, policy: Policy) -> Result<BucketRecord, MetaError> {
+        policy.validate().map_err(|e| MetaError::InvalidRecord {
+            bucket: name.into(),
+            key: String::new(),
+            reason: e.to_string(),
+        })?;
+        let txn = self.db.begin_write().map_err(store)?;
+        let record = {
+            let mut buckets = txn.open_table(BUCKETS).map_err(store)?;
+            let mut record = RedbStore::read_bucket(&buckets, name)?
+                .ok_or_else(|| MetaError::NoSuchBucket { bucket: name.into() })?;
+            record.default_policy = policy;
+            buckets.insert(name, encode(&record).as_slice()).map_err(store)?;
+            record
+        };
+        txn.commit().map_err(store)?;
+        Ok(record)
+    }
+
     fn put_record(
         &self,
         namespace: &str,
@@ -1042,6 +1061,36 @@ mod tests {
         let version = txn.open_table(META).unwrap().get(SCHEMA_VERSION_KEY).unwrap().unwrap();
         assert_eq!(version.value(), SCHEMA_VERSION);
         assert_eq!(store.get_record("uploads", "x"), Ok(None));
+    }
+
+    #[test]
+    fn a_bucket_policy_change_is_stored_and_checked_in_both_stores() {
+        let dir = tempfile::tempdir().unwrap();
+        let redb = RedbStore::open(dir.path().join("meta.redb")).unwrap();
+        let mem = crate::MemStore::new();
+        let stores: [&dyn MetaStore; 2] = [&redb, &mem];
+        let policy = |width: usize| weft_layout::StripedLayout {
+            code: "rs(2,1)".parse().unwrap(),
+            stripe_width: width,
+            cell_bytes: 1 << 20,
+            block_bytes: 1 << 20,
+        };
+        for store in stores {
+            store.create_bucket("b", policy(2), 1).unwrap();
+            assert_eq!(store.set_bucket_policy("b", policy(1)).unwrap().default_policy, policy(1));
+            assert_eq!(store.get_bucket("b").unwrap().default_policy, policy(1));
+            let mut bad = policy(1);
+            bad.block_bytes = 3 << 19; // not a multiple of the cell
+            assert!(matches!(
+                store.set_bucket_policy("b", bad),
+                Err(MetaError::InvalidRecord { .. })
+            ));
+            assert!(matches!(
+                store.set_bucket_policy("nope", policy(1)),
+                Err(MetaError::NoSuchBucket { .. })
+            ));
+            assert_eq!(store.get_bucket("b").unwrap().default_policy, policy(1));
+        }
     }
 
     #[test]

@@ -266,6 +266,7 @@ fn router(meta: Shared) -> Router {
         .route("/v1/status", get(status))
         .route("/v1/buckets", get(list_buckets))
         .route("/v1/buckets/{name}", put(create_bucket).get(get_bucket).delete(delete_bucket))
+        .route("/v1/buckets/{name}/policy", put(set_bucket_policy))
         .route("/v1/buckets/{name}/objects", get(objects::list_objects))
         .route(
             "/v1/buckets/{name}/objects/{*key}",
@@ -454,7 +455,11 @@ pub fn default_policy_json() -> Value {
 
 /// Reads a bucket policy body: empty means the default; fields not given take the default's.
 fn parse_policy(body: &[u8]) -> Result<Policy, ApiError> {
-    let mut policy = default_policy_json();
+    parse_policy_over(body, default_policy_json())
+}
+
+/// A policy object's fields laid over `policy` (JSON of a `Policy`), checked.
+fn parse_policy_over(body: &[u8], mut policy: Value) -> Result<Policy, ApiError> {
     if !body.iter().all(u8::is_ascii_whitespace) {
         let given: Value = serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?;
@@ -491,6 +496,21 @@ async fn create_bucket(
     let record = blocking(&meta, move |store| store.create_bucket(&name, policy, now)).await?;
     tracing::info!(bucket = %record.name, "bucket created");
     Ok((StatusCode::CREATED, Json(json!(record))).into_response())
+}
+
+/// `PUT /v1/buckets/{name}/policy`: the fields given replace those of the bucket's current
+/// default policy; objects already stored keep theirs.
+async fn set_bucket_policy(
+    State(meta): State<Shared>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let wanted = name.clone();
+    let current = blocking(&meta, move |store| store.get_bucket(&wanted)).await?;
+    let policy = parse_policy_over(&body, json!(current.default_policy))?;
+    let record = blocking(&meta, move |store| store.set_bucket_policy(&name, policy)).await?;
+    tracing::info!(bucket = %record.name, "bucket policy changed");
+    Ok(Json(json!(record)))
 }
 
 async fn get_bucket(

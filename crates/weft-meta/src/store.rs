@@ -117,6 +117,9 @@ pub trait MetaStore: Send + Sync {
         now_ms: u64,
     ) -> Result<BucketRecord, MetaError>;
     fn get_bucket(&self, name: &str) -> Result<BucketRecord, MetaError>;
+    /// Replaces a bucket's default policy (objects already stored keep theirs; `weft
+    /// transition` changes those). Returns the updated record.
+    fn set_bucket_policy(&self, name: &str, policy: Policy) -> Result<BucketRecord, MetaError>;
     /// Every bucket, by name.
     fn list_buckets(&self) -> Result<Vec<BucketRecord>, MetaError>;
     /// Deletes a bucket; refused with [`MetaError::BucketNotEmpty`] unless it is empty.

@@ -63,7 +63,7 @@ enum Command {
     /// (SIGKILL).
     #[command(subcommand)]
     Node(cluster_cli::NodeCommand),
-    /// Buckets of a running cluster: `weft bucket create|ls|rm`.
+    /// Buckets of a running cluster: `weft bucket create|ls|rm|policy`.
     #[command(subcommand)]
     Bucket(cluster_cli::BucketCommand),
     /// Store a file as an object: `weft put FILE BUCKET/KEY`.

@@ -68,7 +68,7 @@ pub enum ServeCommand {
     ///
     /// Requests are signed with keys from `weft key create NAME` (kept in meta; anonymous
     /// requests are refused). Objects are weft objects: `weft ls/get/rm` see what S3 wrote
-    /// and the other way round. A bucket's default policy (`weft bucket create … --k --r`)
+    /// and the other way round. A bucket's default policy (`weft bucket create|policy`)
     /// applies to objects written through S3; the request header
     /// `x-weft-policy: rs(10,4),stripe=2` chooses one object's policy (settings: stripe,
     /// cell, block), or on CreateBucket the bucket's. Sign for region us-east-1 and use

@@ -372,6 +372,10 @@ async fn multipart_uploads_keys_and_failed_requests_that_create_nothing() {
     let (access, secret) =
         (key_json["access_key"].as_str().unwrap(), key_json["secret_key"].as_str().unwrap());
     let tester = client(&conf, access, secret);
+    // The bucket's default policy, changed with `weft bucket policy`, applies to S3 writes;
+    // `x-weft-policy` chooses one object's.
+    let changed = cluster.weft_json(&["bucket", "policy", bucket, "--stripe-width", "1", "--json"]);
+    assert_eq!(changed["default_policy"]["stripe_width"], 1);
     tester
         .put_object()
         .bucket(bucket)
@@ -380,6 +384,38 @@ async fn multipart_uploads_keys_and_failed_requests_that_create_nothing() {
         .send()
         .await
         .unwrap();
+    let stat = cluster.stat(&format!("{bucket}/by-tester"));
+    assert_eq!(
+        (stat["layout"]["code"].as_str(), stat["layout"]["stripe_width"].as_u64()),
+        (Some("rs(2,1)"), Some(1)),
+        "{stat}"
+    );
+    tester
+        .put_object()
+        .bucket(bucket)
+        .key("by-header")
+        .body(ByteStream::from_static(b"hello"))
+        .customize()
+        .mutate_request(|request| {
+            request.headers_mut().insert("x-weft-policy", "rs(1,2),stripe=1");
+        })
+        .send()
+        .await
+        .unwrap();
+    let stat = cluster.stat(&format!("{bucket}/by-header"));
+    assert_eq!(stat["layout"]["code"].as_str(), Some("rs(1,2)"), "{stat}");
+    let refused = tester
+        .put_object()
+        .bucket(bucket)
+        .key("bad-policy")
+        .body(ByteStream::from_static(b"x"))
+        .customize()
+        .mutate_request(|request| {
+            request.headers_mut().insert("x-weft-policy", "rs(2,1),width=3");
+        })
+        .send()
+        .await;
+    assert_eq!(error_of(refused), ("InvalidArgument".into(), 400));
     let wrong = client(&conf, access, "0000000000000000000000000000000000000000");
     let refused = wrong
         .put_object()
@@ -408,5 +444,5 @@ async fn multipart_uploads_keys_and_failed_requests_that_create_nothing() {
         .await;
     assert_eq!(error_of(refused), ("BadDigest".into(), 400));
     let (listed, _, _) = list_all(&s3, bucket, None, None, 1000).await;
-    assert_eq!(listed, ["big/object", "by-tester"], "failed requests created nothing");
+    assert_eq!(listed, ["big/object", "by-header", "by-tester"], "failed requests created nothing");
 }
