@@ -1027,7 +1027,16 @@ fn write_s3_file(dir: &Path, meta: &MetaClient, endpoint: &str) -> Result<(), Cl
         "secret_key": secret_key,
         "region": weft_s3::DEFAULT_REGION,
     });
-    write_json_atomically(&dir.join(S3_FILE), &s3)
+    let path = dir.join(S3_FILE);
+    write_json_atomically(&path, &s3)?;
+    // It holds a secret: readable by its owner only.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| cli_error!("cannot restrict {}: {e}", path.display()))?;
+    }
+    Ok(())
 }
 
 fn print_ready(plan: &Plan, cluster: &Supervisor, ready_ms: u128, cluster_file: &Path) {
