@@ -29,6 +29,7 @@ pub mod node;
 pub mod object;
 pub mod read;
 pub mod repair;
+pub mod s3_support;
 pub mod transition;
 pub mod write;
 

@@ -77,7 +77,7 @@ impl MetaClient {
     }
 
     /// Sends a request and returns meta's JSON answer, or meta's error.
-    async fn call(
+    pub(crate) async fn call(
         &self,
         method: reqwest::Method,
         path: &str,

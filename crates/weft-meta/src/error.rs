@@ -46,6 +46,10 @@ pub enum MetaError {
     /// A transition cannot begin or commit as asked; nothing changed. `id` is 0 for a begin
     /// refused before an id was handed out (ids start at 1).
     TransitionConflict { bucket: String, key: String, id: u64, conflict: TransitionConflict },
+    /// A gateway record of that name already exists (a create-only put was refused).
+    RecordExists { namespace: String, name: String },
+    /// A gateway record namespace this build does not know.
+    NoSuchNamespace { namespace: String },
 }
 
 /// Why a transition was refused at begin or commit.
@@ -179,6 +183,14 @@ impl fmt::Display for MetaError {
                 }
                 write!(f, " of object {key:?} in bucket {bucket:?} refused: {conflict}")
             }
+            MetaError::RecordExists { namespace, name } => {
+                write!(f, "record {name:?} already exists in {namespace:?}")
+            }
+            MetaError::NoSuchNamespace { namespace } => write!(
+                f,
+                "no record namespace {namespace:?} (known: {})",
+                crate::store::GATEWAY_NAMESPACES.join(", ")
+            ),
         }
     }
 }

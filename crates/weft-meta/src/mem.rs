@@ -16,9 +16,9 @@ use crate::records::{
     TransitionRecord,
 };
 use crate::store::{
-    check_new_object, check_new_transition, enqueue_step, holds, is_free, lease_deadline,
-    lease_lost, list_start, pending_one, relocated, transitioned, EnqueueStep, ObjectPage,
-    MAX_LIST_LIMIT,
+    check_namespace, check_new_object, check_new_transition, enqueue_step, holds, is_free,
+    lease_deadline, lease_lost, list_start, pending_one, relocated, transitioned, EnqueueStep,
+    ObjectPage, RecordPage, MAX_LIST_LIMIT,
 };
 use crate::{MetaError, MetaStore};
 
@@ -36,6 +36,8 @@ struct State {
     next_generation: u64,
     next_repair_id: u64,
     next_transition_id: u64,
+    /// Gateway records by (namespace, name).
+    records: BTreeMap<(String, String), serde_json::Value>,
 }
 
 /// The metadata store in memory; lost when dropped.
@@ -133,6 +135,77 @@ impl State {
 }
 
 impl MetaStore for MemStore {
+    fn set_bucket_policy(&self, name: &str, policy: Policy) -> Result<BucketRecord, MetaError> {
+        policy.validate().map_err(|e| MetaError::InvalidRecord {
+            bucket: name.into(),
+            key: String::new(),
+            reason: e.to_string(),
+        })?;
+        let mut state = self.lock();
+        let bucket = state
+            .buckets
+            .get_mut(name)
+            .ok_or_else(|| MetaError::NoSuchBucket { bucket: name.into() })?;
+        bucket.default_policy = policy;
+        Ok(bucket.clone())
+    }
+
+    fn put_record(
+        &self,
+        namespace: &str,
+        name: &str,
+        value: &serde_json::Value,
+        if_absent: bool,
+    ) -> Result<(), MetaError> {
+        check_namespace(namespace)?;
+        let mut state = self.lock();
+        let slot = (namespace.to_string(), name.to_string());
+        if if_absent && state.records.contains_key(&slot) {
+            return Err(MetaError::RecordExists { namespace: namespace.into(), name: name.into() });
+        }
+        state.records.insert(slot, value.clone());
+        Ok(())
+    }
+
+    fn get_record(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<serde_json::Value>, MetaError> {
+        check_namespace(namespace)?;
+        Ok(self.lock().records.get(&(namespace.to_string(), name.to_string())).cloned())
+    }
+
+    fn delete_record(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<serde_json::Value>, MetaError> {
+        check_namespace(namespace)?;
+        Ok(self.lock().records.remove(&(namespace.to_string(), name.to_string())))
+    }
+
+    fn list_records(
+        &self,
+        namespace: &str,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: usize,
+    ) -> Result<RecordPage, MetaError> {
+        check_namespace(namespace)?;
+        let state = self.lock();
+        let (start, inclusive) = list_start(prefix, start_after);
+        let from = (namespace.to_string(), start.to_string());
+        let lower = if inclusive { Bound::Included(from) } else { Bound::Excluded(from) };
+        Ok(state
+            .records
+            .range((lower, Bound::Unbounded))
+            .take_while(|((n, name), _)| n == namespace && name.starts_with(prefix))
+            .take(limit.min(MAX_LIST_LIMIT))
+            .map(|((_, name), value)| (name.clone(), value.clone()))
+            .collect())
+    }
+
     fn create_bucket(
         &self,
         name: &str,

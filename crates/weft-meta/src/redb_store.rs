@@ -7,9 +7,9 @@
 //! - Write transactions commit with redb's default durability (fsync before returning), so a
 //!   returned `Ok` survives a crash.
 //! - The database carries `meta.schema_version`; a database of another version is refused
-//!   at open — except version 1, which differs only by the missing `transitions` table and
-//!   is upgraded in place at open (no value is rewritten) — and every value carries its own
-//!   format version (see `records`).
+//!   at open — except versions 1 and 2, which differ only by missing tables (`transitions`,
+//!   `gateway`) and are upgraded in place at open (no value is rewritten) — and every value
+//!   carries its own format version (see `records`).
 //! - Table layout and encodings are described in docs/meta-schema.md; change both together.
 
 use std::ops::Bound;
@@ -24,9 +24,9 @@ use crate::records::{
     RepairRequest, RepairTask, StoredObject, TransitionRecord, FORMAT_VERSION,
 };
 use crate::store::{
-    check_new_object, check_new_transition, enqueue_step, holds, is_free, lease_deadline,
-    lease_lost, list_start, pending_one, relocated, transitioned, EnqueueStep, ObjectPage,
-    MAX_LIST_LIMIT,
+    check_namespace, check_new_object, check_new_transition, enqueue_step, holds, is_free,
+    lease_deadline, lease_lost, list_start, pending_one, relocated, transitioned, EnqueueStep,
+    ObjectPage, RecordPage, MAX_LIST_LIMIT,
 };
 use crate::{MetaError, MetaStore};
 
@@ -40,13 +40,17 @@ pub(crate) const REPAIR_INDEX: TableDefinition<(&str, &str, &str), u64> =
 pub(crate) const TRANSITIONS: TableDefinition<(&str, &str), &[u8]> =
     TableDefinition::new("transitions");
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+pub(crate) const GATEWAY: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("gateway");
 
 /// Version of the set of tables and their keys: 2 added `transitions` (and objects'
-/// `parity_generation`, which an older build would ignore, hence the new version).
-pub const SCHEMA_VERSION: u64 = 2;
+/// `parity_generation`, which an older build would ignore, hence the new version); 3 added
+/// `gateway` (the S3 gateway's keys, uploads and object attributes, which an older build
+/// would lose track of: an upload's parts would look like garbage to it).
+pub const SCHEMA_VERSION: u64 = 3;
 
-/// The schema version upgraded in place at open: it lacks only the `transitions` table.
-const UPGRADED_SCHEMA_VERSION: u64 = 1;
+/// The schema versions upgraded in place at open: they lack only tables (`transitions`
+/// for 1, `gateway` for 1 and 2), which open creates; no value is rewritten.
+const UPGRADED_SCHEMA_VERSIONS: [u64; 2] = [1, 2];
 
 const SCHEMA_VERSION_KEY: &str = "schema_version";
 const NEXT_GENERATION_KEY: &str = "next_generation";
@@ -229,14 +233,18 @@ impl RedbStore {
             txn.open_table(REPAIRS).map_err(store)?;
             txn.open_table(REPAIR_INDEX).map_err(store)?;
             txn.open_table(TRANSITIONS).map_err(store)?;
+            txn.open_table(GATEWAY).map_err(store)?;
             let mut meta = txn.open_table(META).map_err(store)?;
             let found = meta.get(SCHEMA_VERSION_KEY).map_err(store)?.map(|v| v.value());
             match found {
-                // New, or a version-1 file now that its `transitions` table exists.
-                None | Some(UPGRADED_SCHEMA_VERSION) => {
+                Some(SCHEMA_VERSION) => {}
+                // New, or an older file now that its missing tables exist.
+                None => {
                     meta.insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION).map_err(store)?;
                 }
-                Some(SCHEMA_VERSION) => {}
+                Some(old) if UPGRADED_SCHEMA_VERSIONS.contains(&old) => {
+                    meta.insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION).map_err(store)?;
+                }
                 Some(found) => {
                     return Err(MetaError::UnsupportedVersion {
                         table: "meta",
@@ -262,7 +270,114 @@ impl RedbStore {
     }
 }
 
+fn decode_record(
+    namespace: &str,
+    name: &str,
+    bytes: &[u8],
+) -> Result<serde_json::Value, MetaError> {
+    decode("gateway", &|| format!("{namespace}/{name}"), bytes)
+}
+
 impl MetaStore for RedbStore {
+    fn set_bucket_policy(&self, name: &str, policy: Policy) -> Result<BucketRecord, MetaError> {
+        policy.validate().map_err(|e| MetaError::InvalidRecord {
+            bucket: name.into(),
+            key: String::new(),
+            reason: e.to_string(),
+        })?;
+        let txn = self.db.begin_write().map_err(store)?;
+        let record = {
+            let mut buckets = txn.open_table(BUCKETS).map_err(store)?;
+            let mut record = RedbStore::read_bucket(&buckets, name)?
+                .ok_or_else(|| MetaError::NoSuchBucket { bucket: name.into() })?;
+            record.default_policy = policy;
+            buckets.insert(name, encode(&record).as_slice()).map_err(store)?;
+            record
+        };
+        txn.commit().map_err(store)?;
+        Ok(record)
+    }
+
+    fn put_record(
+        &self,
+        namespace: &str,
+        name: &str,
+        value: &serde_json::Value,
+        if_absent: bool,
+    ) -> Result<(), MetaError> {
+        check_namespace(namespace)?;
+        let txn = self.db.begin_write().map_err(store)?;
+        {
+            let mut table = txn.open_table(GATEWAY).map_err(store)?;
+            if if_absent && table.get((namespace, name)).map_err(store)?.is_some() {
+                return Err(MetaError::RecordExists {
+                    namespace: namespace.into(),
+                    name: name.into(),
+                });
+            }
+            table.insert((namespace, name), encode(value).as_slice()).map_err(store)?;
+        }
+        txn.commit().map_err(store)?;
+        Ok(())
+    }
+
+    fn get_record(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<serde_json::Value>, MetaError> {
+        check_namespace(namespace)?;
+        let txn = self.db.begin_read().map_err(store)?;
+        let table = txn.open_table(GATEWAY).map_err(store)?;
+        let found = table.get((namespace, name)).map_err(store)?;
+        found.map(|bytes| decode_record(namespace, name, bytes.value())).transpose()
+    }
+
+    fn delete_record(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<serde_json::Value>, MetaError> {
+        check_namespace(namespace)?;
+        let txn = self.db.begin_write().map_err(store)?;
+        let removed = {
+            let mut table = txn.open_table(GATEWAY).map_err(store)?;
+            let removed = table.remove((namespace, name)).map_err(store)?;
+            removed.map(|bytes| decode_record(namespace, name, bytes.value())).transpose()?
+        };
+        txn.commit().map_err(store)?;
+        Ok(removed)
+    }
+
+    fn list_records(
+        &self,
+        namespace: &str,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: usize,
+    ) -> Result<RecordPage, MetaError> {
+        check_namespace(namespace)?;
+        let txn = self.db.begin_read().map_err(store)?;
+        let table = txn.open_table(GATEWAY).map_err(store)?;
+        let limit = limit.min(MAX_LIST_LIMIT);
+        let (start, inclusive) = list_start(prefix, start_after);
+        let lower = if inclusive {
+            Bound::Included((namespace, start))
+        } else {
+            Bound::Excluded((namespace, start))
+        };
+        let mut out = Vec::new();
+        for entry in table.range::<(&str, &str)>((lower, Bound::Unbounded)).map_err(store)? {
+            let (key, bytes) = entry.map_err(store)?;
+            let (n, name) = key.value();
+            if n != namespace || !name.starts_with(prefix) || out.len() == limit {
+                break;
+            }
+            out.push((name.to_string(), decode_record(namespace, name, bytes.value())?));
+        }
+        Ok(out)
+    }
+
     fn create_bucket(
         &self,
         name: &str,
@@ -831,7 +946,7 @@ impl MetaStore for RedbStore {
 }
 
 // Keeps the format version visible next to the schema version for readers of this file.
-const _: () = assert!(FORMAT_VERSION == 1 && SCHEMA_VERSION == 2);
+const _: () = assert!(FORMAT_VERSION == 1 && SCHEMA_VERSION == 3);
 
 /// Up to `min(limit, MAX_LIST_LIMIT)` values of a (bucket, key) table in key order, after
 /// `after`, decoded.
@@ -929,5 +1044,85 @@ mod tests {
         assert_eq!(version.value(), SCHEMA_VERSION);
         assert_eq!(store.transition_count(), Ok(0));
         assert_eq!(store.list_buckets().unwrap().len(), 1, "nothing else changed");
+    }
+
+    #[test]
+    fn a_version_2_database_gains_the_gateway_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.redb");
+        let store = RedbStore::open(&path).unwrap();
+        let txn = store.db.begin_write().unwrap();
+        assert!(txn.delete_table(GATEWAY).unwrap());
+        txn.open_table(META).unwrap().insert(SCHEMA_VERSION_KEY, 2).unwrap();
+        txn.commit().unwrap();
+        drop(store);
+        let store = RedbStore::open(&path).unwrap();
+        let txn = store.db.begin_read().unwrap();
+        let version = txn.open_table(META).unwrap().get(SCHEMA_VERSION_KEY).unwrap().unwrap();
+        assert_eq!(version.value(), SCHEMA_VERSION);
+        assert_eq!(store.get_record("uploads", "x"), Ok(None));
+    }
+
+    #[test]
+    fn a_bucket_policy_change_is_stored_and_checked_in_both_stores() {
+        let dir = tempfile::tempdir().unwrap();
+        let redb = RedbStore::open(dir.path().join("meta.redb")).unwrap();
+        let mem = crate::MemStore::new();
+        let stores: [&dyn MetaStore; 2] = [&redb, &mem];
+        let policy = |width: usize| weft_layout::StripedLayout {
+            code: "rs(2,1)".parse().unwrap(),
+            stripe_width: width,
+            cell_bytes: 1 << 20,
+            block_bytes: 1 << 20,
+        };
+        for store in stores {
+            store.create_bucket("b", policy(2), 1).unwrap();
+            assert_eq!(store.set_bucket_policy("b", policy(1)).unwrap().default_policy, policy(1));
+            assert_eq!(store.get_bucket("b").unwrap().default_policy, policy(1));
+            let mut bad = policy(1);
+            bad.block_bytes = 3 << 19; // not a multiple of the cell
+            assert!(matches!(
+                store.set_bucket_policy("b", bad),
+                Err(MetaError::InvalidRecord { .. })
+            ));
+            assert!(matches!(
+                store.set_bucket_policy("nope", policy(1)),
+                Err(MetaError::NoSuchBucket { .. })
+            ));
+            assert_eq!(store.get_bucket("b").unwrap().default_policy, policy(1));
+        }
+    }
+
+    #[test]
+    fn gateway_records_behave_alike_in_both_stores() {
+        let dir = tempfile::tempdir().unwrap();
+        let redb = RedbStore::open(dir.path().join("meta.redb")).unwrap();
+        let mem = crate::MemStore::new();
+        let stores: [&dyn MetaStore; 2] = [&redb, &mem];
+        for store in stores {
+            let value = serde_json::json!({ "secret_key": "s" });
+            store.put_record("access_keys", "AK1", &value, true).unwrap();
+            assert!(matches!(
+                store.put_record("access_keys", "AK1", &value, true),
+                Err(MetaError::RecordExists { .. })
+            ));
+            assert!(matches!(
+                store.put_record("nope", "AK1", &value, false),
+                Err(MetaError::NoSuchNamespace { .. })
+            ));
+            for name in ["b/a", "b/b", "b/c", "c/a"] {
+                store
+                    .put_record("object_attributes", name, &serde_json::json!(name), false)
+                    .unwrap();
+            }
+            let page = store.list_records("object_attributes", "b/", Some("b/a"), 10).unwrap();
+            let names: Vec<&str> = page.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(names, ["b/b", "b/c"]);
+            assert_eq!(store.list_records("object_attributes", "", None, 2).unwrap().len(), 2);
+            assert_eq!(store.get_record("access_keys", "AK1"), Ok(Some(value.clone())));
+            assert_eq!(store.delete_record("access_keys", "AK1"), Ok(Some(value)));
+            assert_eq!(store.get_record("access_keys", "AK1"), Ok(None));
+            assert_eq!(store.list_records("uploads", "", None, 10), Ok(Vec::new()));
+        }
     }
 }

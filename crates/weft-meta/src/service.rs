@@ -43,6 +43,7 @@ use crate::{Heartbeat, MetaError, MetaStore, NodeRecord, Policy, RedbStore};
 
 pub use weft_layout::FailureDomain;
 
+mod gateway;
 mod gc;
 mod objects;
 mod repairs;
@@ -265,6 +266,7 @@ fn router(meta: Shared) -> Router {
         .route("/v1/status", get(status))
         .route("/v1/buckets", get(list_buckets))
         .route("/v1/buckets/{name}", put(create_bucket).get(get_bucket).delete(delete_bucket))
+        .route("/v1/buckets/{name}/policy", put(set_bucket_policy))
         .route("/v1/buckets/{name}/objects", get(objects::list_objects))
         .route(
             "/v1/buckets/{name}/objects/{*key}",
@@ -280,6 +282,11 @@ fn router(meta: Shared) -> Router {
         .route("/v1/transitions/renew", post(transitions::renew))
         .route("/v1/transitions/expire", post(transitions::expire))
         .route("/v1/transitions/{bucket}/{*key}", get(transitions::get))
+        .route("/v1/records/{namespace}", get(gateway::list))
+        .route(
+            "/v1/records/{namespace}/{*name}",
+            put(gateway::put).get(gateway::get).delete(gateway::delete),
+        )
         .route("/v1/references", get(gc::references))
         .route("/v1/writes/expire", post(gc::expire_writes))
         .fallback(no_route)
@@ -325,6 +332,8 @@ impl From<MetaError> for ApiError {
             MetaError::PlacementRefused { .. } => (StatusCode::CONFLICT, "placement_refused"),
             MetaError::NoSuchTransition { .. } => (StatusCode::NOT_FOUND, "no_such_transition"),
             MetaError::TransitionConflict { .. } => (StatusCode::CONFLICT, "transition_conflict"),
+            MetaError::RecordExists { .. } => (StatusCode::CONFLICT, "record_exists"),
+            MetaError::NoSuchNamespace { .. } => (StatusCode::NOT_FOUND, "no_such_namespace"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "store"),
         };
         if status.is_server_error() {
@@ -446,7 +455,11 @@ pub fn default_policy_json() -> Value {
 
 /// Reads a bucket policy body: empty means the default; fields not given take the default's.
 fn parse_policy(body: &[u8]) -> Result<Policy, ApiError> {
-    let mut policy = default_policy_json();
+    parse_policy_over(body, default_policy_json())
+}
+
+/// A policy object's fields laid over `policy` (JSON of a `Policy`), checked.
+fn parse_policy_over(body: &[u8], mut policy: Value) -> Result<Policy, ApiError> {
     if !body.iter().all(u8::is_ascii_whitespace) {
         let given: Value = serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?;
@@ -483,6 +496,21 @@ async fn create_bucket(
     let record = blocking(&meta, move |store| store.create_bucket(&name, policy, now)).await?;
     tracing::info!(bucket = %record.name, "bucket created");
     Ok((StatusCode::CREATED, Json(json!(record))).into_response())
+}
+
+/// `PUT /v1/buckets/{name}/policy`: the fields given replace those of the bucket's current
+/// default policy; objects already stored keep theirs.
+async fn set_bucket_policy(
+    State(meta): State<Shared>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let wanted = name.clone();
+    let current = blocking(&meta, move |store| store.get_bucket(&wanted)).await?;
+    let policy = parse_policy_over(&body, json!(current.default_policy))?;
+    let record = blocking(&meta, move |store| store.set_bucket_policy(&name, policy)).await?;
+    tracing::info!(bucket = %record.name, "bucket policy changed");
+    Ok(Json(json!(record)))
 }
 
 async fn get_bucket(

@@ -31,6 +31,9 @@
 //! - A pending transition has a lease deadline, set at begin and moved only by a renewal of
 //!   that same transition; expiring removes it only if, in the same transaction, it is still
 //!   the pending one and its deadline is at or before the `now_ms` given.
+//! - Gateway records (the S3 gateway's access keys, uploads and object attributes) are
+//!   opaque JSON under (namespace, name), in a fixed set of namespaces; meta checks nothing
+//!   in them but keeps them atomically like every other record.
 
 use weft_layout::{DiskLocation, LayoutError, Placement, UnitId};
 
@@ -45,6 +48,22 @@ use crate::MetaError;
 /// Most objects one listing returns.
 pub const MAX_LIST_LIMIT: usize = 1000;
 
+/// Namespaces of gateway records (see [`MetaStore::put_record`]): access keys of the S3
+/// gateway, its multipart uploads (and their parts), and S3 attributes of objects.
+pub const GATEWAY_NAMESPACES: &[&str] = &["access_keys", "uploads", "object_attributes"];
+
+/// Refuses namespaces outside [`GATEWAY_NAMESPACES`], so a typo is an error, not a new table.
+pub(crate) fn check_namespace(namespace: &str) -> Result<(), MetaError> {
+    if GATEWAY_NAMESPACES.contains(&namespace) {
+        Ok(())
+    } else {
+        Err(MetaError::NoSuchNamespace { namespace: namespace.into() })
+    }
+}
+
+/// One page of gateway records: (name, value) in name order.
+pub type RecordPage = Vec<(String, serde_json::Value)>;
+
 /// One page of an object listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectPage {
@@ -57,6 +76,39 @@ pub struct ObjectPage {
 /// The metadata operations of weft, over an embedded store ([`crate::RedbStore`]), an
 /// in-memory one ([`crate::MemStore`]) or, at scale, an existing distributed store.
 pub trait MetaStore: Send + Sync {
+    /// Stores a gateway record (JSON) under (namespace, name); with `if_absent` refused with
+    /// [`MetaError::RecordExists`] when one exists, else it replaces it. Gateway records are
+    /// opaque to meta: the S3 gateway keeps its access keys, uploads and object attributes
+    /// here so that meta stays the one owner of cluster state.
+    fn put_record(
+        &self,
+        namespace: &str,
+        name: &str,
+        value: &serde_json::Value,
+        if_absent: bool,
+    ) -> Result<(), MetaError>;
+    /// The gateway record (namespace, name), if any.
+    fn get_record(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<serde_json::Value>, MetaError>;
+    /// Removes a gateway record; returns it, None when there was none.
+    fn delete_record(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<serde_json::Value>, MetaError>;
+    /// Up to `min(limit, MAX_LIST_LIMIT)` records of a namespace whose name starts with
+    /// `prefix`, after `start_after`, in name order (bytewise).
+    fn list_records(
+        &self,
+        namespace: &str,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: usize,
+    ) -> Result<RecordPage, MetaError>;
+
     /// Creates an empty bucket.
     fn create_bucket(
         &self,
@@ -65,6 +117,9 @@ pub trait MetaStore: Send + Sync {
         now_ms: u64,
     ) -> Result<BucketRecord, MetaError>;
     fn get_bucket(&self, name: &str) -> Result<BucketRecord, MetaError>;
+    /// Replaces a bucket's default policy (objects already stored keep theirs; `weft
+    /// transition` changes those). Returns the updated record.
+    fn set_bucket_policy(&self, name: &str, policy: Policy) -> Result<BucketRecord, MetaError>;
     /// Every bucket, by name.
     fn list_buckets(&self) -> Result<Vec<BucketRecord>, MetaError>;
     /// Deletes a bucket; refused with [`MetaError::BucketNotEmpty`] unless it is empty.

@@ -199,7 +199,8 @@ async fn begin_places_every_unit_on_distinct_up_nodes_and_commit_makes_it_visibl
     let (_, list) = cluster.get("/v1/buckets/photos/objects").await;
     assert_eq!(
         list,
-        json!({"objects": [{"key": "albums/2024/cat.jpg", "size": size, "generation": generation}],
+        json!({"objects": [{"key": "albums/2024/cat.jpg", "size": size, "generation": generation,
+                            "created_ms": got["created_ms"]}],
                "next_start_after": null})
     );
 

@@ -117,6 +117,18 @@ impl MetaClient {
         self.send(request)
     }
 
+    /// `PUT /v1/<segments…>?<query>` with a JSON body (the query is already encoded).
+    pub fn put_query(
+        &self,
+        segments: &[&str],
+        query: &str,
+        body: &Value,
+    ) -> Result<Value, CliError> {
+        let mut url = self.url(segments)?;
+        url.set_query(Some(query));
+        self.send(self.http.put(url).json(body))
+    }
+
     /// `DELETE /v1/<segments…>`: the JSON body, or null for an empty one (204).
     pub fn delete(&self, segments: &[&str]) -> Result<Value, CliError> {
         let url = self.url(segments)?;
@@ -569,6 +581,32 @@ pub enum BucketCommand {
     /// Example: weft bucket rm photos
     #[command(verbatim_doc_comment)]
     Rm(BucketRmArgs),
+    /// Show a bucket's default policy, or change it with policy flags.
+    ///
+    /// Flags given replace those of the current policy (with --code/--k/--r/..., the code's
+    /// family defaults fill what is not given); the rest stays. New objects, also those
+    /// written through S3, get the new policy; stored objects keep theirs (change those with
+    /// `weft transition`).
+    ///
+    /// Examples:
+    ///   weft bucket policy photos
+    ///   weft bucket policy photos --code rs --k 10 --r 4 --stripe-width 4
+    #[command(verbatim_doc_comment)]
+    Policy(BucketPolicyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BucketPolicyArgs {
+    /// Bucket name.
+    pub name: String,
+    /// Policy flags to change (none: show the current policy).
+    #[command(flatten)]
+    pub policy: crate::objects_cli::PolicyArgs,
+    #[command(flatten)]
+    pub meta: MetaUrlArgs,
+    /// Print meta's bucket record as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -611,7 +649,28 @@ pub fn bucket(command: BucketCommand) -> Result<(), CliError> {
         BucketCommand::Create(args) => bucket_create(args),
         BucketCommand::Ls(args) => bucket_ls(args),
         BucketCommand::Rm(args) => bucket_rm(args),
+        BucketCommand::Policy(args) => bucket_policy(args),
     }
+}
+
+fn bucket_policy(args: BucketPolicyArgs) -> Result<(), CliError> {
+    let changes = args.policy.overrides()?;
+    let client = args.meta.client()?;
+    let record = if changes.is_empty() {
+        client.get(&["buckets", &args.name])?
+    } else {
+        client.put(&["buckets", &args.name, "policy"], Some(&Value::Object(changes)))?
+    };
+    if args.json {
+        print_json(&record);
+    } else {
+        println!(
+            "bucket {}: {}",
+            record["name"].as_str().unwrap_or(&args.name),
+            describe_policy(&record["default_policy"])
+        );
+    }
+    Ok(())
 }
 
 /// `rs(6,3), stripe width 2, 1 MiB cells, 8 MiB blocks`.

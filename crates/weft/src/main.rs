@@ -16,6 +16,7 @@ mod cluster_cli;
 mod demo;
 mod ec;
 mod gc_cli;
+mod key_cli;
 mod objects_cli;
 mod repair_cost;
 mod serve;
@@ -62,7 +63,7 @@ enum Command {
     /// (SIGKILL).
     #[command(subcommand)]
     Node(cluster_cli::NodeCommand),
-    /// Buckets of a running cluster: `weft bucket create|ls|rm`.
+    /// Buckets of a running cluster: `weft bucket create|ls|rm|policy`.
     #[command(subcommand)]
     Bucket(cluster_cli::BucketCommand),
     /// Store a file as an object: `weft put FILE BUCKET/KEY`.
@@ -118,6 +119,10 @@ enum Command {
     ///   weft gc --grace 30m --json
     #[command(verbatim_doc_comment)]
     Gc(gc_cli::GcArgs),
+    /// Access keys of the S3 gateway: `weft key create NAME [--json]`, `weft key ls`,
+    /// `weft key rm ID`.
+    #[command(subcommand)]
+    Key(key_cli::KeyCommand),
 }
 
 fn main() -> ExitCode {
@@ -142,6 +147,7 @@ fn main() -> ExitCode {
         Command::Stat(args) => objects_cli::stat(args),
         Command::Transition(args) => transition_cli::run(args),
         Command::Gc(args) => gc_cli::run(args),
+        Command::Key(command) => key_cli::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,4 +1,4 @@
-//! `weft serve meta|node`: run a cluster's processes in the foreground.
+//! `weft serve meta|node|repair|s3`: run a cluster's processes in the foreground.
 //!
 //! Invariants:
 //! - When a process is ready it prints exactly one line on stdout naming its endpoint
@@ -64,6 +64,32 @@ pub enum ServeCommand {
     /// Example: weft serve repair --meta http://127.0.0.1:7700 --rate 100MiB --parallel 2
     #[command(verbatim_doc_comment)]
     Repair(RepairArgs),
+    /// Run the S3 gateway: S3 (SigV4, buckets, objects, multipart, ranges) over the cluster.
+    ///
+    /// Requests are signed with keys from `weft key create NAME` (kept in meta; anonymous
+    /// requests are refused). Objects are weft objects: `weft ls/get/rm` see what S3 wrote
+    /// and the other way round. A bucket's default policy (`weft bucket create|policy`)
+    /// applies to objects written through S3; the request header
+    /// `x-weft-policy: rs(10,4),stripe=2` chooses one object's policy (settings: stripe,
+    /// cell, block), or on CreateBucket the bucket's. Sign for region us-east-1 and use
+    /// path-style addressing.
+    /// When ready it prints `s3 gateway listening on http://ADDR`. `weft up` starts one.
+    ///
+    /// Examples:
+    ///   weft serve s3 --meta http://127.0.0.1:7700 --listen 127.0.0.1:9000
+    ///   aws --endpoint-url http://127.0.0.1:9000 s3 ls      # keys from weft key create
+    #[command(verbatim_doc_comment)]
+    S3(S3Args),
+}
+
+#[derive(Debug, Args)]
+pub struct S3Args {
+    /// Base URL of meta, e.g. http://127.0.0.1:7700.
+    #[arg(long)]
+    pub meta: String,
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:9000")]
+    pub listen: SocketAddr,
 }
 
 #[derive(Debug, Args)]
@@ -144,6 +170,7 @@ pub fn run(command: ServeCommand) -> Result<(), CliError> {
             ServeCommand::Meta(args) => serve_meta(args).await,
             ServeCommand::Node(args) => serve_node(args).await,
             ServeCommand::Repair(args) => serve_repair(args).await,
+            ServeCommand::S3(args) => serve_s3(args).await,
         }
     })
 }
@@ -226,6 +253,19 @@ async fn serve_node(args: NodeArgs) -> Result<(), CliError> {
     ready(format!("node {node_id} listening on {}", node.endpoint()));
     shutdown_signal().await;
     node.stop().await?;
+    Ok(())
+}
+
+async fn serve_s3(args: S3Args) -> Result<(), CliError> {
+    let meta = args.meta.trim_end_matches('/').to_owned();
+    if !(meta.starts_with("http://") || meta.starts_with("https://")) {
+        return Err(cli_error!("--meta must be a URL like http://127.0.0.1:7700, not {meta:?}"));
+    }
+    let config = weft_s3::GatewayConfig { meta_url: meta, listen: args.listen };
+    let gateway = weft_s3::bind(config).await.map_err(|e| cli_error!("{e}"))?;
+    ready(format!("s3 gateway listening on {}", gateway.endpoint()));
+    shutdown_signal().await;
+    gateway.stop().await;
     Ok(())
 }
 

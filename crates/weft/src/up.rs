@@ -60,6 +60,10 @@ const LOG_TAIL_LINES: usize = 15;
 const CLUSTER_FILE_VERSION: u64 = 1;
 /// Name of the endpoints file inside `--dir`.
 pub const CLUSTER_FILE: &str = "cluster.json";
+/// Where `weft up` writes the S3 endpoint and its access key.
+pub const S3_FILE: &str = "s3.json";
+/// The S3 gateway's port when --s3-listen is not given (and meta's port is not 0).
+const DEFAULT_S3_PORT: u16 = 9000;
 /// Nodes and disks per node when neither flags nor cluster.json say.
 const DEFAULT_NODES: u32 = 12;
 const DEFAULT_DISKS_PER_NODE: u32 = 1;
@@ -98,11 +102,14 @@ impl FailureDomainArg {
 /// The failure domain when neither flags nor cluster.json say (meta's default too).
 const DEFAULT_FAILURE_DOMAIN: FailureDomainArg = FailureDomainArg::Node;
 
-/// Start a whole cluster on this machine: meta, N storage nodes and the repair executor
+/// Start a whole cluster on this machine: meta, N storage nodes, the repair executor and
+/// the S3 gateway
 ///
 /// Runs in the foreground until Ctrl-C or SIGTERM, which stop every process cleanly.
 /// Each process is `weft serve meta|node|repair` started from this same executable; their
 /// logs go to DIR/logs/, and DIR/cluster.json lists every endpoint and pid for scripts.
+/// The S3 gateway (`weft serve s3`) listens on --s3-listen; on first start an access key is
+/// created and DIR/s3.json holds {"endpoint","access_key","secret_key","region"}.
 /// Running `weft up` again on the same --dir brings everything back (same node ids, same
 /// disks, same buckets and objects); --nodes, --disks-per-node, --racks and
 /// --failure-domain default to what DIR/cluster.json recorded.
@@ -152,6 +159,10 @@ pub struct UpArgs {
     /// Milliseconds between two heartbeats of each node [default: the node's, 1000].
     #[arg(long)]
     pub heartbeat_ms: Option<u64>,
+    /// Address of the S3 gateway [default: 127.0.0.1:9000, or port 0 (a free port) when
+    /// --meta-listen has port 0].
+    #[arg(long)]
+    pub s3_listen: Option<SocketAddr>,
     /// Print one JSON object when ready (as in DIR/cluster.json), then one JSON line per
     /// event ({"event": "exited" | "stopping" | "stopped", ...}); notes go to stderr.
     #[arg(long)]
@@ -229,6 +240,7 @@ struct Plan {
     meta_listen: SocketAddr,
     down_after_ms: Option<u64>,
     heartbeat_ms: Option<u64>,
+    s3_listen: SocketAddr,
 }
 
 impl Plan {
@@ -332,6 +344,10 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
         meta_listen: args.meta_listen,
         down_after_ms: args.down_after_ms,
         heartbeat_ms: args.heartbeat_ms,
+        s3_listen: args.s3_listen.unwrap_or_else(|| {
+            let port = if args.meta_listen.port() == 0 { 0 } else { DEFAULT_S3_PORT };
+            SocketAddr::new(args.meta_listen.ip(), port)
+        }),
     })
 }
 
@@ -392,6 +408,7 @@ enum Role {
     Meta,
     Node(u32),
     Repair,
+    S3,
 }
 
 impl Role {
@@ -400,6 +417,7 @@ impl Role {
             Role::Meta => "meta".to_owned(),
             Role::Node(id) => format!("node {id}"),
             Role::Repair => "repair executor".to_owned(),
+            Role::S3 => "s3 gateway".to_owned(),
         }
     }
 
@@ -408,6 +426,7 @@ impl Role {
             Role::Meta => "meta.log".to_owned(),
             Role::Node(id) => format!("node-{id}.log"),
             Role::Repair => "repair.log".to_owned(),
+            Role::S3 => "s3.log".to_owned(),
         }
     }
 }
@@ -741,6 +760,9 @@ impl Supervisor {
             })
             .collect();
         let repair = self.member(Role::Repair).map(|m| json!({ "pid": m.pid, "log": m.log }));
+        let s3 = self
+            .member(Role::S3)
+            .map(|m| json!({ "endpoint": m.endpoint, "pid": m.pid, "log": m.log }));
         json!({
             "version": CLUSTER_FILE_VERSION,
             "running": running,
@@ -750,6 +772,7 @@ impl Supervisor {
             "meta_pid": meta.map(|m| m.pid),
             "nodes": nodes,
             "repair": repair,
+            "s3": s3,
             "disks_per_node": plan.disks_per_node,
             "racks": plan.racks,
             "failure_domain": plan.failure_domain.name(),
@@ -948,6 +971,71 @@ fn start(
              so lost units are not rebuilt",
         );
     }
+
+    let s3_args = [
+        "serve",
+        "s3",
+        "--meta",
+        meta_url.as_str(),
+        "--listen",
+        plan.s3_listen.to_string().as_str(),
+    ]
+    .map(str::to_owned);
+    cluster.spawn(Role::S3, &s3_args, Vec::new())?;
+    let index = cluster.members.len() - 1;
+    // The cluster serves weft clients without the gateway (e.g. when --s3-listen's port is
+    // taken), so one that cannot start is a warning, not a failed start.
+    match cluster.wait_ready(&[index], |_| "s3 gateway listening on ".to_owned(), deadline, signals)
+    {
+        Ok(()) => {
+            let endpoint = cluster.members[index].endpoint.clone().expect("the gateway is ready");
+            write_s3_file(&plan.dir, &meta, &endpoint)?;
+        }
+        Err(Interrupted::Failed(error)) => out.warn(&format!(
+            "the S3 gateway did not start, so the cluster serves no S3 (try --s3-listen \
+             127.0.0.1:0): {error}"
+        )),
+        Err(signal) => return Err(signal),
+    }
+    Ok(())
+}
+
+/// DIR/s3.json as a previous start wrote it, if it is readable and names a key.
+fn read_s3_file(dir: &Path) -> Option<Value> {
+    let text = std::fs::read_to_string(dir.join(S3_FILE)).ok()?;
+    let value: Value = serde_json::from_str(&text).ok()?;
+    value["access_key"].is_string().then_some(value)
+}
+
+/// Writes DIR/s3.json with the gateway's endpoint and the default access key: the one
+/// recorded there if meta still has it, else a new one (first start, or a wiped meta).
+fn write_s3_file(dir: &Path, meta: &MetaClient, endpoint: &str) -> Result<(), CliError> {
+    let recorded = read_s3_file(dir).filter(|s3| {
+        let id = s3["access_key"].as_str().unwrap_or_default();
+        meta.get(&["records", weft_s3::ACCESS_KEYS, id]).is_ok()
+    });
+    let (access_key, secret_key) = match recorded {
+        Some(s3) => (
+            s3["access_key"].as_str().unwrap_or_default().to_owned(),
+            s3["secret_key"].as_str().unwrap_or_default().to_owned(),
+        ),
+        None => crate::key_cli::create_key(meta, "weft up default key")?,
+    };
+    let s3 = json!({
+        "endpoint": endpoint,
+        "access_key": access_key,
+        "secret_key": secret_key,
+        "region": weft_s3::DEFAULT_REGION,
+    });
+    let path = dir.join(S3_FILE);
+    write_json_atomically(&path, &s3)?;
+    // It holds a secret: readable by its owner only.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| cli_error!("cannot restrict {}: {e}", path.display()))?;
+    }
     Ok(())
 }
 
@@ -981,7 +1069,17 @@ fn print_ready(plan: &Plan, cluster: &Supervisor, ready_ms: u128, cluster_file: 
                 );
             }
             Role::Repair => println!("  repair executor                    pid {}", member.pid),
+            Role::S3 => println!("  s3       {endpoint:<24}  pid {}", member.pid),
         }
+    }
+    let gateway_up = cluster.member(Role::S3).is_some_and(|m| m.endpoint.is_some());
+    if let Some(s3) = read_s3_file(&plan.dir).filter(|_| gateway_up) {
+        println!(
+            "s3: endpoint {}  access key {}  (secret and region in {})",
+            s3["endpoint"].as_str().unwrap_or("-"),
+            s3["access_key"].as_str().unwrap_or("-"),
+            plan.dir.join(S3_FILE).display()
+        );
     }
     println!(
         "logs in {}; endpoints and pids in {}",
@@ -1042,6 +1140,14 @@ fn watch(cluster: &mut Supervisor, signals: &mut Signals, out: Out) -> Result<()
                         "weft up: node {id} (pid {}) {status}; not restarted (a drill?): meta \
                          reports it down, restart weft up to bring it back",
                         member.pid
+                    ),
+                ),
+                Role::S3 => out.event(
+                    event,
+                    &format!(
+                        "weft up: s3 gateway (pid {}) {status}; not restarted, see {}",
+                        member.pid,
+                        member.log.display()
                     ),
                 ),
                 Role::Repair => out.event(

@@ -329,7 +329,11 @@ pub(crate) async fn delete_object(
     Path((bucket, key)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     let (record, nodes) = blocking(&meta, move |store| {
-        Ok((store.delete_object(&bucket, &key)?, store.list_nodes()?))
+        let record = store.delete_object(&bucket, &key)?;
+        // The object's S3 attributes go with it (they name its generation, so one left
+        // behind by a crash here would never be mistaken for a later object's).
+        store.delete_record("object_attributes", &format!("{bucket}/{key}"))?;
+        Ok((record, store.list_nodes()?))
     })
     .await?;
     tracing::info!(bucket = %record.bucket, key = %record.key, generation = record.generation, "object deleted");
@@ -359,7 +363,9 @@ pub(crate) async fn list_objects(
     let objects: Vec<Value> = page
         .objects
         .iter()
-        .map(|o| json!({"key": o.key, "size": o.size(), "generation": o.generation}))
+        .map(|o| {
+            json!({"key": o.key, "size": o.size(), "generation": o.generation, "created_ms": o.created_ms})
+        })
         .collect();
     Ok(Json(json!({ "objects": objects, "next_start_after": page.next_start_after })))
 }

@@ -1,0 +1,169 @@
+//! What the S3 gateway (weft-s3) needs from a client beyond puts and gets: meta's bucket and
+//! gateway-record routes (docs/meta-api.md) and a bounded stream of an object's bytes.
+//!
+//! Invariants:
+//! - Record names are percent-encoded into the path like object keys, so any name meta
+//!   accepts round-trips; a missing record is `Ok(None)`, never an error.
+//! - [`Client::object_stream`] holds at most [`STREAM_PIECES_IN_FLIGHT`] pieces of at most
+//!   [`STREAM_PIECE_BYTES`] (rounded to whole stripe rows) besides the one being read: a
+//!   slow reader of a huge object slows the reads down instead of filling memory. Every
+//!   piece is read by [`Client::get_object_range`], so degraded reads work as in `weft get`.
+
+use bytes::Bytes;
+use futures_util::Stream;
+use serde_json::{json, Value};
+
+use crate::{meta::encode_path, Client, ClientError, MetaClient, ObjectInfo, Result};
+
+/// Most object bytes one piece of [`Client::object_stream`] holds (before rounding to rows).
+pub const STREAM_PIECE_BYTES: u64 = 8 << 20;
+/// Pieces read ahead of the consumer of [`Client::object_stream`].
+pub const STREAM_PIECES_IN_FLIGHT: usize = 1;
+
+/// One page of gateway records: (name, value) in name order, and where the next page starts.
+pub type RecordPage = (Vec<(String, Value)>, Option<String>);
+
+fn is_missing(error: &ClientError, code: &str) -> bool {
+    matches!(error, ClientError::Meta { status: 404, code: c, .. } if c == code)
+}
+
+impl MetaClient {
+    /// `PUT path` with a JSON body.
+    pub async fn put_json(&self, path: &str, body: Value) -> Result<Value> {
+        self.call(reqwest::Method::PUT, path, Some(body)).await
+    }
+
+    /// `DELETE path`.
+    pub async fn delete_json(&self, path: &str) -> Result<Value> {
+        self.call(reqwest::Method::DELETE, path, None).await
+    }
+
+    /// Stores a gateway record; `if_absent` refuses (409 `record_exists`) to replace one.
+    pub async fn put_record(
+        &self,
+        namespace: &str,
+        name: &str,
+        value: &Value,
+        if_absent: bool,
+    ) -> Result<()> {
+        let path = format!("/v1/records/{namespace}/{}?if_absent={if_absent}", encode_path(name));
+        self.put_json(&path, value.clone()).await.map(|_| ())
+    }
+
+    /// The gateway record (namespace, name), None when there is none.
+    pub async fn get_record(&self, namespace: &str, name: &str) -> Result<Option<Value>> {
+        match self.get_json(&format!("/v1/records/{namespace}/{}", encode_path(name))).await {
+            Ok(mut answer) => Ok(Some(answer["value"].take())),
+            Err(error) if is_missing(&error, "no_such_record") => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Removes a gateway record; returns it, None when there was none.
+    pub async fn delete_record(&self, namespace: &str, name: &str) -> Result<Option<Value>> {
+        match self.delete_json(&format!("/v1/records/{namespace}/{}", encode_path(name))).await {
+            Ok(mut answer) => Ok(Some(answer["value"].take())),
+            Err(error) if is_missing(&error, "no_such_record") => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// One page of the gateway records of a namespace whose name starts with `prefix`.
+    pub async fn list_records(
+        &self,
+        namespace: &str,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: usize,
+    ) -> Result<RecordPage> {
+        let mut path = format!(
+            "/v1/records/{namespace}?prefix={}&limit={limit}",
+            encode_path(prefix).replace('/', "%2F")
+        );
+        if let Some(after) = start_after {
+            path.push_str(&format!("&start_after={}", encode_path(after).replace('/', "%2F")));
+        }
+        let mut answer = self.get_json(&path).await?;
+        let records = match answer["records"].take() {
+            Value::Array(records) => records
+                .into_iter()
+                .map(|mut r| {
+                    (r["name"].as_str().unwrap_or_default().to_string(), r["value"].take())
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        Ok((records, answer["next_start_after"].as_str().map(str::to_string)))
+    }
+
+    /// Every bucket (`{"buckets":[BucketRecord...]}`).
+    pub async fn list_buckets(&self) -> Result<Value> {
+        self.get_json("/v1/buckets").await
+    }
+
+    /// The bucket's record (name, default policy, created_ms).
+    pub async fn get_bucket(&self, name: &str) -> Result<Value> {
+        self.get_json(&format!("/v1/buckets/{}", encode_path(name).replace('/', "%2F"))).await
+    }
+
+    /// Creates a bucket with meta's default policy (`policy` None) or the one given.
+    pub async fn create_bucket(&self, name: &str, policy: Option<Value>) -> Result<Value> {
+        let path = format!("/v1/buckets/{}", encode_path(name).replace('/', "%2F"));
+        self.put_json(&path, policy.unwrap_or_else(|| json!({}))).await
+    }
+
+    /// Deletes an empty bucket.
+    pub async fn delete_bucket(&self, name: &str) -> Result<()> {
+        let path = format!("/v1/buckets/{}", encode_path(name).replace('/', "%2F"));
+        self.delete_json(&path).await.map(|_| ())
+    }
+}
+
+impl Client {
+    /// Bytes `[start, start + len)` of `object` as a stream of pieces, read ahead by at most
+    /// [`STREAM_PIECES_IN_FLIGHT`] pieces (see the module invariants). An error ends the
+    /// stream.
+    pub fn object_stream(&self, object: ObjectInfo, start: u64, len: u64) -> ObjectStream {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes>>(STREAM_PIECES_IN_FLIGHT);
+        let client = self.clone();
+        let row = object.layout.stripe_width as u64 * object.layout.cell_bytes;
+        let piece = (STREAM_PIECE_BYTES / row).max(1) * row;
+        tokio::spawn(async move {
+            let end = start + len;
+            let mut at = start;
+            while at < end {
+                // Pieces end on row boundaries so each read is whole rows after the first.
+                let piece_end = ((at / piece + 1) * piece).min(end);
+                let mut buffer = Vec::with_capacity((piece_end - at) as usize);
+                let read = client
+                    .get_object_range(object.clone(), Some((at, piece_end - at)), &mut buffer, None)
+                    .await;
+                let item = read.map(|_| Bytes::from(buffer));
+                let failed = item.is_err();
+                if tx.send(item).await.is_err() || failed {
+                    return;
+                }
+                at = piece_end;
+            }
+        });
+        ObjectStream { pieces: rx }
+    }
+}
+
+/// The pieces of [`Client::object_stream`], in object order; Send and Sync, so it can be a
+/// response body.
+#[derive(Debug)]
+pub struct ObjectStream {
+    pieces: tokio::sync::mpsc::Receiver<Result<Bytes>>,
+}
+
+impl Stream for ObjectStream {
+    type Item = Result<Bytes>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.pieces.poll_recv(cx)
+    }
+}

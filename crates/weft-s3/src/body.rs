@@ -1,0 +1,181 @@
+//! Streaming between S3 bodies and weft-client: a request body feeds `put_reader` through a
+//! bounded channel read on the writer's blocking thread.
+//!
+//! Invariants:
+//! - At most [`BODY_CHUNKS_IN_FLIGHT`] body chunks wait between the socket and the writer:
+//!   a 5 GiB upload never sits in memory, the writer's pace pulls the socket.
+//! - The last chunk is held back until the whole body has been counted and hashed: a body
+//!   shorter or longer than its Content-Length, or whose MD5 is not its Content-MD5, reaches
+//!   the writer as an error instead of its last bytes, so the object is never committed.
+
+use std::io::Read;
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use md5::{Digest, Md5};
+use s3s::{s3_error, S3Error, S3Result};
+use tokio::sync::mpsc;
+use weft_client::{Client, PutOptions, PutStats};
+
+use crate::gateway::s3_error_of;
+
+/// Body chunks buffered between the socket and the writer.
+pub const BODY_CHUNKS_IN_FLIGHT: usize = 16;
+
+/// A `Read` over chunks sent from the async side; blocks (it runs on the writer's
+/// blocking thread), and fails when the sender sends an error.
+struct ChannelReader {
+    chunks: mpsc::Receiver<Result<Bytes, String>>,
+    current: Bytes,
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            if !self.current.is_empty() {
+                let n = buf.len().min(self.current.len());
+                buf[..n].copy_from_slice(&self.current.split_to(n));
+                return Ok(n);
+            }
+            match self.chunks.blocking_recv() {
+                Some(Ok(chunk)) => self.current = chunk,
+                Some(Err(reason)) => return Err(std::io::Error::other(reason)),
+                None => return Ok(0),
+            }
+        }
+    }
+}
+
+/// What a streamed put wrote: the writer's stats and the MD5 of the bytes.
+#[derive(Debug)]
+pub struct Streamed {
+    pub stats: PutStats,
+    pub md5: [u8; 16],
+}
+
+/// Writes exactly `size` bytes of `body` as (bucket, key), checking `expected_md5` (the
+/// request's Content-MD5) before the write can commit.
+pub async fn put_stream<S, E>(
+    client: &Client,
+    bucket: &str,
+    key: &str,
+    size: u64,
+    mut body: S,
+    options: PutOptions,
+    expected_md5: Option<[u8; 16]>,
+) -> S3Result<Streamed>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    if size == 0 {
+        // An empty object may commit without reading: check the body before writing.
+        let mut md5 = Md5::new();
+        while let Some(chunk) = body.next().await {
+            let chunk =
+                chunk.map_err(|e| s3_error!(IncompleteBody, "reading the body failed: {e}"))?;
+            if !chunk.is_empty() {
+                return Err(s3_error!(
+                    IncompleteBody,
+                    "the body is longer than its Content-Length (0 bytes)"
+                ));
+            }
+            md5.update(&chunk);
+        }
+        let digest: [u8; 16] = md5.finalize().into();
+        if expected_md5.is_some_and(|e| e != digest) {
+            return Err(s3_error!(
+                BadDigest,
+                "the Content-MD5 you specified did not match what we received"
+            ));
+        }
+        let stats = client
+            .put_reader(bucket, key, 0, std::io::empty(), &options)
+            .await
+            .map_err(s3_error_of)?;
+        return Ok(Streamed { stats, md5: digest });
+    }
+    let (tx, rx) = mpsc::channel(BODY_CHUNKS_IN_FLIGHT);
+    let writer = {
+        let (client, bucket, key) = (client.clone(), bucket.to_string(), key.to_string());
+        let reader = ChannelReader { chunks: rx, current: Bytes::new() };
+        tokio::spawn(async move { client.put_reader(&bucket, &key, size, reader, &options).await })
+    };
+    let mut md5 = Md5::new();
+    let mut received: u64 = 0;
+    let mut held: Option<Bytes> = None;
+    let mut refused: Option<S3Error> = None;
+    let mut writer_stopped = false;
+    while let Some(chunk) = body.next().await {
+        match chunk {
+            Ok(chunk) => {
+                received += chunk.len() as u64;
+                if received > size {
+                    refused = Some(s3_error!(
+                        IncompleteBody,
+                        "the body is longer than its Content-Length ({size} bytes)"
+                    ));
+                    break;
+                }
+                md5.update(&chunk);
+                if let Some(previous) = held.replace(chunk) {
+                    if tx.send(Ok(previous)).await.is_err() {
+                        writer_stopped = true; // its error says why
+                        break;
+                    }
+                }
+            }
+            Err(error) => {
+                refused = Some(s3_error!(IncompleteBody, "reading the body failed: {error}"));
+                break;
+            }
+        }
+    }
+    let digest: [u8; 16] = md5.finalize().into();
+    if refused.is_none() && !writer_stopped && received < size {
+        refused =
+            Some(s3_error!(IncompleteBody, "the body ended after {received} of its {size} bytes"));
+    }
+    if refused.is_none() {
+        if let Some(expected) = expected_md5.filter(|e| *e != digest) {
+            refused = Some(s3_error!(
+                BadDigest,
+                "the Content-MD5 you specified ({}) did not match what we received ({})",
+                hex::encode(expected),
+                hex::encode(digest)
+            ));
+        }
+    }
+    match &refused {
+        Some(error) => {
+            let _ = tx.send(Err(format!("request refused: {error}"))).await;
+        }
+        None => {
+            if let Some(last) = held {
+                let _ = tx.send(Ok(last)).await;
+            }
+        }
+    }
+    drop(tx);
+    let outcome =
+        writer.await.map_err(|e| s3_error!(InternalError, "the write task failed: {e}"))?;
+    // A writer that stopped on its own (meta refused, a node failed) has the real cause.
+    let stats = match (outcome, refused) {
+        (Err(error), _) if writer_stopped => return Err(s3_error_of(error)),
+        (_, Some(error)) => return Err(error),
+        (outcome, None) => outcome.map_err(s3_error_of)?,
+    };
+    Ok(Streamed { stats, md5: digest })
+}
+
+/// Decodes a Content-MD5 header (base64 of 16 bytes).
+pub fn content_md5(header: Option<&str>) -> S3Result<Option<[u8; 16]>> {
+    use base64::Engine;
+    let Some(text) = header else { return Ok(None) };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|_| s3_error!(InvalidDigest, "Content-MD5 is not base64"))?;
+    let digest: [u8; 16] =
+        bytes.try_into().map_err(|_| s3_error!(InvalidDigest, "Content-MD5 is not 16 bytes"))?;
+    Ok(Some(digest))
+}

@@ -1,0 +1,1019 @@
+//! The S3 operations over a weft cluster (see the crate doc for the mapping).
+//!
+//! Invariants:
+//! - Every meta or node failure becomes an S3 error with S3's code and status: missing
+//!   bucket 404 NoSuchBucket, missing key 404 NoSuchKey, meta or a node unreachable 503
+//!   ServiceUnavailable (clients retry), anything else 500 InternalError with the cause.
+//! - Conditional headers are evaluated as RFC 9110 orders them: If-Match, else
+//!   If-Unmodified-Since (412); then If-None-Match, else If-Modified-Since (304 for GET and
+//!   HEAD); all against the attributes S3 shows (whole seconds).
+//! - `x-weft-policy` (e.g. `rs(10,4),stripe=2`) overrides the bucket's default policy for
+//!   the object written by the request (on CreateBucket: sets the bucket's default policy);
+//!   a bad one is refused before anything is written.
+
+use std::{
+    collections::BTreeMap,
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use futures_util::StreamExt;
+use s3s::{dto::*, s3_error, S3Error, S3Request, S3Response, S3Result, S3};
+use serde_json::{json, Value};
+use weft_client::{Client, ClientError, ObjectInfo, PutOptions};
+use weft_layout::StripedLayout;
+
+use crate::{
+    attributes::{self, Attributes},
+    body::{content_md5, put_stream},
+    listing,
+    multipart::{self, PartRecord, UploadRecord, PARTS_BUCKET, UPLOADS},
+};
+
+/// The request header choosing an object's policy.
+pub const POLICY_HEADER: &str = "x-weft-policy";
+/// Most keys one listing page returns (S3's cap).
+const MAX_KEYS: usize = 1000;
+
+/// The S3 service: a weft client plus nothing else (state lives in meta).
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    client: Client,
+}
+
+impl Gateway {
+    pub fn new(client: Client) -> Gateway {
+        Gateway { client }
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The S3 error for a weft-client error (see the module invariants).
+pub fn s3_error_of(error: ClientError) -> S3Error {
+    match &error {
+        ClientError::Meta { status, code, message } => match code.as_str() {
+            "no_such_bucket" => s3_error!(NoSuchBucket, "{message}"),
+            "no_such_key" => s3_error!(NoSuchKey, "{message}"),
+            "bucket_not_empty" => s3_error!(BucketNotEmpty, "{message}"),
+            "bucket_exists" => s3_error!(BucketAlreadyOwnedByYou, "{message}"),
+            "invalid_name" => s3_error!(InvalidArgument, "{message}"),
+            "invalid_policy" => s3_error!(InvalidArgument, "{message}"),
+            _ if *status == 503 => s3_error!(ServiceUnavailable, "{error}"),
+            _ => s3_error!(InternalError, "{error}"),
+        },
+        ClientError::MetaUnreachable { .. } | ClientError::Node { .. } => {
+            s3_error!(ServiceUnavailable, "{error}")
+        }
+        _ => s3_error!(InternalError, "{error}"),
+    }
+}
+
+/// Refuses keys weft cannot store (S3 allows them, weft's URLs would rename them).
+fn check_key(key: &str) -> S3Result<()> {
+    match weft_wire::object_key_problem(key) {
+        Some(reason) => Err(s3_error!(InvalidArgument, "weft cannot store key {key:?}: {reason}")),
+        None => Ok(()),
+    }
+}
+
+/// A size in bytes: digits with an optional K/M/G (or KiB/MiB/GiB) suffix.
+fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let number: u64 = text[..digits].parse().ok()?;
+    let unit = match text[digits..].trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        _ => return None,
+    };
+    number.checked_mul(unit)
+}
+
+/// The policy fields an `x-weft-policy` value (`CODE[,stripe=N][,cell=SIZE][,block=SIZE]`)
+/// sets, as a JSON object of `StripedLayout` fields.
+pub fn policy_fields(header: &str) -> Result<Value, String> {
+    let header = header.trim();
+    let code_end = match header.find('(') {
+        Some(_) => header.find(')').map(|i| i + 1).ok_or("unclosed '(' in the code")?,
+        None => header.find(',').unwrap_or(header.len()),
+    };
+    let mut policy = json!({ "code": header[..code_end].trim() });
+    let rest = header[code_end..].trim_start_matches(',');
+    for setting in rest.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, value) =
+            setting.split_once('=').ok_or_else(|| format!("{setting:?} is not NAME=VALUE"))?;
+        let size = |what: &str| parse_size(value).ok_or(format!("bad {what} {value:?}"));
+        match name.trim() {
+            "stripe" | "stripe_width" => {
+                let width: u64 =
+                    value.trim().parse().map_err(|_| format!("bad stripe {value:?}"))?;
+                policy["stripe_width"] = json!(width);
+            }
+            "cell" | "cell_bytes" => policy["cell_bytes"] = json!(size("cell")?),
+            "block" | "block_bytes" => policy["block_bytes"] = json!(size("block")?),
+            other => return Err(format!("unknown setting {other:?} (use stripe, cell, block)")),
+        }
+    }
+    Ok(policy)
+}
+
+/// Applies an `x-weft-policy` value to a bucket's default policy (JSON of a
+/// `StripedLayout`).
+pub fn apply_policy_header(default: &Value, header: &str) -> Result<StripedLayout, String> {
+    let mut policy = default.clone();
+    if let (Value::Object(into), Value::Object(fields)) = (&mut policy, policy_fields(header)?) {
+        into.extend(fields);
+    }
+    let layout: StripedLayout = serde_json::from_value(policy).map_err(|e| e.to_string())?;
+    layout.validate().map_err(|e| e.to_string())?;
+    Ok(layout)
+}
+
+/// User metadata as S3 gives it, as meta keeps it.
+fn metadata_map(metadata: Option<Metadata>) -> BTreeMap<String, String> {
+    metadata.map(|m| m.into_iter().collect()).unwrap_or_default()
+}
+
+fn metadata_of(attributes: &Attributes) -> Option<Metadata> {
+    (!attributes.metadata.is_empty())
+        .then(|| attributes.metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+}
+
+fn content_type_of(attributes: &Attributes) -> Option<ContentType> {
+    attributes.content_type.as_deref().and_then(|t| t.parse().ok())
+}
+
+/// The conditional-request checks of the module invariants.
+fn check_conditions(
+    shown: &Attributes,
+    if_match: Option<&ETagCondition>,
+    if_none_match: Option<&ETagCondition>,
+    if_modified_since: Option<&Timestamp>,
+    if_unmodified_since: Option<&Timestamp>,
+    not_modified: fn() -> S3Error,
+) -> S3Result<()> {
+    let matches = |condition: &ETagCondition| match condition {
+        ETagCondition::Any => true,
+        ETagCondition::ETag(etag) => etag.value() == shown.etag,
+    };
+    let modified = attributes::timestamp(shown.last_modified_ms);
+    match if_match {
+        Some(condition) if !matches(condition) => {
+            return Err(s3_error!(PreconditionFailed, "If-Match: the ETag is {}", shown.etag))
+        }
+        Some(_) => {}
+        None => {
+            if if_unmodified_since.is_some_and(|since| modified > *since) {
+                return Err(s3_error!(PreconditionFailed, "modified since If-Unmodified-Since"));
+            }
+        }
+    }
+    match if_none_match {
+        Some(condition) if matches(condition) => return Err(not_modified()),
+        Some(_) => {}
+        None => {
+            if if_modified_since.is_some_and(|since| modified <= *since) {
+                return Err(not_modified());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn not_modified() -> S3Error {
+    s3_error!(NotModified)
+}
+
+fn header_text<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// The body of a PutObject or UploadPart. A body of `Content-Length: 0` is never polled:
+/// polling it makes hyper answer `Expect: 100-continue` (which botocore always sends) with a
+/// late `100 Continue` that the client then reads as the answer to its next request.
+fn request_body(body: Option<StreamingBlob>, headers: &http::HeaderMap) -> StreamingBlob {
+    let empty = header_text(headers, "content-length").is_some_and(|l| l.trim() == "0");
+    match body {
+        Some(body) if !empty => body,
+        _ => StreamingBlob::wrap(
+            futures_util::stream::empty::<Result<bytes::Bytes, std::io::Error>>(),
+        ),
+    }
+}
+
+/// Keys and prefixes as the listing's `encoding-type=url` asks (what the aws CLI sends).
+fn encode_url(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+impl Gateway {
+    /// The committed object and the attributes S3 shows for it.
+    async fn object_and_attributes(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> S3Result<(ObjectInfo, Attributes)> {
+        check_key(key)?;
+        let object = self.client.meta.get_object(bucket, key).await.map_err(s3_error_of)?;
+        let record = attributes::load(&self.client.meta, bucket, key, object.generation)
+            .await
+            .map_err(s3_error_of)?;
+        let shown = attributes::shown(&object, record);
+        Ok((object, shown))
+    }
+
+    /// The policy of an object written with these headers: None when no `x-weft-policy`
+    /// (meta applies the bucket's default), else the bucket's default overridden.
+    async fn policy_for(
+        &self,
+        bucket: &str,
+        headers: &http::HeaderMap,
+    ) -> S3Result<Option<StripedLayout>> {
+        let Some(header) = header_text(headers, POLICY_HEADER) else { return Ok(None) };
+        let record = self.client.meta.get_bucket(bucket).await.map_err(s3_error_of)?;
+        apply_policy_header(&record["default_policy"], header).map(Some).map_err(|reason| {
+            s3_error!(InvalidArgument, "bad {POLICY_HEADER} {header:?}: {reason}")
+        })
+    }
+
+    /// Streams a body into (bucket, key), then records its attributes.
+    #[allow(clippy::too_many_arguments)]
+    async fn write_object<S, E>(
+        &self,
+        bucket: &str,
+        key: &str,
+        size: u64,
+        body: S,
+        policy: Option<StripedLayout>,
+        expected_md5: Option<[u8; 16]>,
+        mut shown: Attributes,
+        etag: Option<String>,
+    ) -> S3Result<Attributes>
+    where
+        S: futures_util::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        let options = PutOptions { policy, ..PutOptions::default() };
+        let written =
+            put_stream(&self.client, bucket, key, size, body, options, expected_md5).await?;
+        shown.generation = written.stats.object.generation;
+        shown.etag = etag.unwrap_or_else(|| hex::encode(written.md5));
+        shown.last_modified_ms =
+            written.stats.object.raw["created_ms"].as_u64().unwrap_or_else(now_ms);
+        attributes::store(&self.client.meta, bucket, key, &shown).await.map_err(s3_error_of)?;
+        Ok(shown)
+    }
+
+    /// Deletes the part objects and records of an upload, then the upload (best effort for
+    /// part objects on down nodes: their units are then garbage for gc).
+    async fn drop_upload(&self, upload: &UploadRecord, parts: &[PartRecord]) -> S3Result<()> {
+        let meta = &self.client.meta;
+        for part in parts {
+            let key = multipart::part_key(&upload.upload_id, part.part_number);
+            match self.client.delete_object(PARTS_BUCKET, &key).await {
+                Ok(_) | Err(ClientError::Meta { status: 404, .. }) => {}
+                Err(error) => return Err(s3_error_of(error)),
+            }
+            meta.delete_record(UPLOADS, &multipart::part_name(&upload.upload_id, part.part_number))
+                .await
+                .map_err(s3_error_of)?;
+        }
+        meta.delete_record(UPLOADS, &multipart::upload_name(&upload.bucket, &upload.upload_id))
+            .await
+            .map_err(s3_error_of)?;
+        Ok(())
+    }
+
+    async fn upload_of(&self, bucket: &str, key: &str, upload_id: &str) -> S3Result<UploadRecord> {
+        multipart::load_upload(&self.client.meta, bucket, key, upload_id)
+            .await
+            .map_err(s3_error_of)?
+            .ok_or_else(|| s3_error!(NoSuchUpload, "no upload {upload_id:?} of key {key:?}"))
+    }
+}
+
+#[async_trait::async_trait]
+impl S3 for Gateway {
+    async fn list_buckets(
+        &self,
+        _req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        let answer = self.client.meta.list_buckets().await.map_err(s3_error_of)?;
+        let buckets = answer["buckets"]
+            .as_array()
+            .map(|all| {
+                all.iter()
+                    .filter_map(|b| {
+                        let name = b["name"].as_str()?;
+                        // Internal buckets (a leading '.') are not S3 buckets.
+                        (!name.starts_with('.')).then(|| Bucket {
+                            name: Some(name.to_string()),
+                            creation_date: Some(attributes::timestamp(
+                                b["created_ms"].as_u64().unwrap_or(0),
+                            )),
+                            bucket_region: None,
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(S3Response::new(ListBucketsOutput { buckets: Some(buckets), ..Default::default() }))
+    }
+
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        // `x-weft-policy` on CreateBucket sets the bucket's default policy.
+        let policy = match header_text(&req.headers, POLICY_HEADER) {
+            Some(header) => Some(policy_fields(header).map_err(|reason| {
+                s3_error!(InvalidArgument, "bad {POLICY_HEADER} {header:?}: {reason}")
+            })?),
+            None => None,
+        };
+        let bucket = req.input.bucket;
+        self.client.meta.create_bucket(&bucket, policy).await.map_err(s3_error_of)?;
+        Ok(S3Response::new(CreateBucketOutput { location: Some(format!("/{bucket}")) }))
+    }
+
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        self.client.meta.get_bucket(&req.input.bucket).await.map_err(s3_error_of)?;
+        Ok(S3Response::new(HeadBucketOutput::default()))
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        self.client.meta.get_bucket(&req.input.bucket).await.map_err(s3_error_of)?;
+        Ok(S3Response::new(GetBucketLocationOutput::default()))
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        let bucket = req.input.bucket;
+        let uploads =
+            multipart::load_uploads(&self.client.meta, &bucket).await.map_err(s3_error_of)?;
+        if !uploads.is_empty() {
+            return Err(s3_error!(
+                BucketNotEmpty,
+                "bucket {bucket:?} has {} multipart uploads in progress: abort them first",
+                uploads.len()
+            ));
+        }
+        self.client.meta.delete_bucket(&bucket).await.map_err(s3_error_of)?;
+        Ok(S3Response::new(DeleteBucketOutput::default()))
+    }
+
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        let policy = self.policy_for(&req.input.bucket, &req.headers).await?;
+        let (input, headers) = (req.input, req.headers);
+        check_key(&input.key)?;
+        // Refused before the body is read: the client hears NoSuchBucket at once instead
+        // of a connection cut while it sends.
+        self.client.meta.get_bucket(&input.bucket).await.map_err(s3_error_of)?;
+        let size = input
+            .content_length
+            .ok_or_else(|| s3_error!(MissingContentLength, "PutObject needs a Content-Length"))?;
+        let size = u64::try_from(size)
+            .map_err(|_| s3_error!(InvalidArgument, "negative Content-Length"))?;
+        let expected_md5 = content_md5(input.content_md5.as_deref())?;
+        let body = request_body(input.body, &headers);
+        let shown = Attributes {
+            content_type: input.content_type.map(|t| t.to_string()),
+            metadata: metadata_map(input.metadata),
+            ..Attributes::default()
+        };
+        let shown = self
+            .write_object(&input.bucket, &input.key, size, body, policy, expected_md5, shown, None)
+            .await?;
+        Ok(S3Response::new(PutObjectOutput {
+            e_tag: Some(ETag::Strong(shown.etag)),
+            ..Default::default()
+        }))
+    }
+
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        let input = req.input;
+        let (object, shown) = self.object_and_attributes(&input.bucket, &input.key).await?;
+        check_conditions(
+            &shown,
+            input.if_match.as_ref(),
+            input.if_none_match.as_ref(),
+            input.if_modified_since.as_ref(),
+            input.if_unmodified_since.as_ref(),
+            not_modified,
+        )?;
+        let size = object.size;
+        let (start, end, content_range) = match &input.range {
+            None => (0, size, None),
+            Some(range) => {
+                let wanted = range.check(size)?;
+                let text = format!("bytes {}-{}/{size}", wanted.start, wanted.end - 1);
+                (wanted.start, wanted.end, Some(text))
+            }
+        };
+        let stream = self.client.object_stream(object, start, end - start);
+        Ok(S3Response::new(GetObjectOutput {
+            body: Some(StreamingBlob::wrap(stream)),
+            content_length: Some((end - start) as i64),
+            content_range,
+            accept_ranges: Some("bytes".into()),
+            content_type: content_type_of(&shown),
+            metadata: metadata_of(&shown),
+            last_modified: Some(attributes::timestamp(shown.last_modified_ms)),
+            e_tag: Some(ETag::Strong(shown.etag.clone())),
+            ..Default::default()
+        }))
+    }
+
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        let input = req.input;
+        let (object, shown) = self.object_and_attributes(&input.bucket, &input.key).await?;
+        check_conditions(
+            &shown,
+            input.if_match.as_ref(),
+            input.if_none_match.as_ref(),
+            input.if_modified_since.as_ref(),
+            input.if_unmodified_since.as_ref(),
+            not_modified,
+        )?;
+        Ok(S3Response::new(HeadObjectOutput {
+            content_length: Some(object.size as i64),
+            accept_ranges: Some("bytes".into()),
+            content_type: content_type_of(&shown),
+            metadata: metadata_of(&shown),
+            last_modified: Some(attributes::timestamp(shown.last_modified_ms)),
+            e_tag: Some(ETag::Strong(shown.etag.clone())),
+            ..Default::default()
+        }))
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        let input = req.input;
+        check_key(&input.key)?;
+        match self.client.delete_object(&input.bucket, &input.key).await {
+            // Deleting a missing key succeeds in S3.
+            Ok(_) => {}
+            Err(ClientError::Meta { code, .. }) if code == "no_such_key" => {}
+            Err(error) => return Err(s3_error_of(error)),
+        }
+        Ok(S3Response::new(DeleteObjectOutput::default()))
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        let input = req.input;
+        self.client.meta.get_bucket(&input.bucket).await.map_err(s3_error_of)?;
+        let quiet = input.delete.quiet.unwrap_or(false);
+        let mut deleted = Vec::new();
+        let mut errors = Vec::new();
+        for object in input.delete.objects {
+            let outcome = match check_key(&object.key) {
+                Err(error) => Err(error),
+                Ok(()) => match self.client.delete_object(&input.bucket, &object.key).await {
+                    Ok(_) => Ok(()),
+                    Err(ClientError::Meta { code, .. }) if code == "no_such_key" => Ok(()),
+                    Err(error) => Err(s3_error_of(error)),
+                },
+            };
+            match outcome {
+                Ok(()) if quiet => {}
+                Ok(()) => {
+                    deleted.push(DeletedObject { key: Some(object.key), ..Default::default() })
+                }
+                Err(error) => errors.push(Error {
+                    code: Some(error.code().as_str().to_string()),
+                    key: Some(object.key),
+                    message: error.message().map(str::to_string),
+                    version_id: None,
+                }),
+            }
+        }
+        Ok(S3Response::new(DeleteObjectsOutput {
+            deleted: Some(deleted),
+            errors: (!errors.is_empty()).then_some(errors),
+            ..Default::default()
+        }))
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        let policy = self.policy_for(&req.input.bucket, &req.headers).await?;
+        let input = req.input;
+        check_key(&input.key)?;
+        let (source_bucket, source_key) = match &input.copy_source {
+            CopySource::Bucket { bucket, key, .. } => (bucket.to_string(), key.to_string()),
+            _ => return Err(s3_error!(NotImplemented, "only bucket/key copy sources")),
+        };
+        let replace = input
+            .metadata_directive
+            .as_ref()
+            .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+        if source_bucket == input.bucket && source_key == input.key && !replace && policy.is_none()
+        {
+            return Err(s3_error!(
+                InvalidRequest,
+                "this copy request is illegal because it is trying to copy an object to itself \
+                 without changing the object's metadata"
+            ));
+        }
+        let (object, source) = self.object_and_attributes(&source_bucket, &source_key).await?;
+        check_conditions(
+            &source,
+            input.copy_source_if_match.as_ref(),
+            input.copy_source_if_none_match.as_ref(),
+            input.copy_source_if_modified_since.as_ref(),
+            input.copy_source_if_unmodified_since.as_ref(),
+            || s3_error!(PreconditionFailed, "the copy source's conditions are not met"),
+        )?;
+        let shown = if replace {
+            Attributes {
+                content_type: input.content_type.map(|t| t.to_string()),
+                metadata: metadata_map(input.metadata),
+                ..Attributes::default()
+            }
+        } else {
+            Attributes {
+                content_type: source.content_type.clone(),
+                metadata: source.metadata.clone(),
+                ..Attributes::default()
+            }
+        };
+        let size = object.size;
+        let stream = self.client.object_stream(object, 0, size);
+        // A copy has the bytes of its source, so it keeps a multipart source's ETag.
+        let etag = source.etag.contains('-').then(|| source.etag.clone());
+        let shown = self
+            .write_object(&input.bucket, &input.key, size, stream, policy, None, shown, etag)
+            .await?;
+        Ok(S3Response::new(CopyObjectOutput {
+            copy_object_result: Some(CopyObjectResult {
+                e_tag: Some(ETag::Strong(shown.etag)),
+                last_modified: Some(attributes::timestamp(shown.last_modified_ms)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        let input = req.input;
+        let v2 = ListObjectsV2Input {
+            bucket: input.bucket.clone(),
+            delimiter: input.delimiter.clone(),
+            encoding_type: input.encoding_type.clone(),
+            max_keys: input.max_keys,
+            prefix: input.prefix.clone(),
+            start_after: input.marker.clone(),
+            ..Default::default()
+        };
+        let output = self.list_v2(v2).await?;
+        Ok(S3Response::new(ListObjectsOutput {
+            name: output.name,
+            prefix: output.prefix,
+            delimiter: output.delimiter,
+            encoding_type: output.encoding_type,
+            max_keys: output.max_keys,
+            is_truncated: output.is_truncated,
+            contents: output.contents,
+            common_prefixes: output.common_prefixes,
+            marker: input.marker,
+            next_marker: output.next_continuation_token,
+            ..Default::default()
+        }))
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        Ok(S3Response::new(self.list_v2(req.input).await?))
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        let meta = &self.client.meta;
+        let policy = match self.policy_for(&req.input.bucket, &req.headers).await? {
+            Some(layout) => serde_json::to_value(layout).expect("layouts serialize"),
+            None => meta.get_bucket(&req.input.bucket).await.map_err(s3_error_of)?
+                ["default_policy"]
+                .take(),
+        };
+        let input = req.input;
+        check_key(&input.key)?;
+        match meta.create_bucket(PARTS_BUCKET, None).await {
+            Ok(_) | Err(ClientError::Meta { status: 409, .. }) => {}
+            Err(error) => return Err(s3_error_of(error)),
+        }
+        let upload = UploadRecord {
+            bucket: input.bucket.clone(),
+            key: input.key.clone(),
+            upload_id: multipart::new_upload_id(),
+            initiated_ms: now_ms(),
+            content_type: input.content_type.map(|t| t.to_string()),
+            metadata: metadata_map(input.metadata),
+            policy,
+        };
+        let name = multipart::upload_name(&upload.bucket, &upload.upload_id);
+        let value = serde_json::to_value(&upload).expect("uploads serialize");
+        meta.put_record(UPLOADS, &name, &value, true).await.map_err(s3_error_of)?;
+        Ok(S3Response::new(CreateMultipartUploadOutput {
+            bucket: Some(upload.bucket),
+            key: Some(upload.key),
+            upload_id: Some(upload.upload_id),
+            ..Default::default()
+        }))
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        let (input, headers) = (req.input, req.headers);
+        if !(1..=multipart::MAX_PART_NUMBER).contains(&input.part_number) {
+            return Err(s3_error!(InvalidArgument, "part numbers go from 1 to 10000"));
+        }
+        let upload = self.upload_of(&input.bucket, &input.key, &input.upload_id).await?;
+        let size = input
+            .content_length
+            .ok_or_else(|| s3_error!(MissingContentLength, "UploadPart needs a Content-Length"))?;
+        let size = u64::try_from(size)
+            .map_err(|_| s3_error!(InvalidArgument, "negative Content-Length"))?;
+        let expected_md5 = content_md5(input.content_md5.as_deref())?;
+        let body = request_body(input.body, &headers);
+        let policy: StripedLayout = serde_json::from_value(upload.policy.clone())
+            .map_err(|e| s3_error!(InternalError, "the upload's policy is bad: {e}"))?;
+        let key = multipart::part_key(&upload.upload_id, input.part_number);
+        let options = PutOptions { policy: Some(policy), ..PutOptions::default() };
+        let written =
+            put_stream(&self.client, PARTS_BUCKET, &key, size, body, options, expected_md5).await?;
+        let part = PartRecord {
+            part_number: input.part_number,
+            etag: hex::encode(written.md5),
+            size,
+            generation: written.stats.object.generation,
+            last_modified_ms: now_ms(),
+        };
+        let value = serde_json::to_value(&part).expect("parts serialize");
+        let name = multipart::part_name(&upload.upload_id, input.part_number);
+        self.client.meta.put_record(UPLOADS, &name, &value, false).await.map_err(s3_error_of)?;
+        Ok(S3Response::new(UploadPartOutput {
+            e_tag: Some(ETag::Strong(part.etag)),
+            ..Default::default()
+        }))
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let input = req.input;
+        let upload = self.upload_of(&input.bucket, &input.key, &input.upload_id).await?;
+        let asked = input.multipart_upload.and_then(|m| m.parts).unwrap_or_default();
+        if asked.is_empty() {
+            return Err(s3_error!(MalformedXML, "a Complete must list at least one part"));
+        }
+        let stored = multipart::load_parts(&self.client.meta, &upload.upload_id)
+            .await
+            .map_err(s3_error_of)?;
+        let by_number: BTreeMap<i32, &PartRecord> =
+            stored.iter().map(|p| (p.part_number, p)).collect();
+        let mut chosen: Vec<PartRecord> = Vec::with_capacity(asked.len());
+        for (index, part) in asked.iter().enumerate() {
+            let number = part.part_number.unwrap_or(0);
+            if chosen.last().is_some_and(|previous| previous.part_number >= number) {
+                return Err(s3_error!(InvalidPartOrder, "parts must be listed in ascending order"));
+            }
+            let Some(record) = by_number.get(&number) else {
+                return Err(s3_error!(InvalidPart, "part {number} was not uploaded"));
+            };
+            if part.e_tag.as_ref().is_some_and(|etag| etag.value() != record.etag) {
+                return Err(s3_error!(InvalidPart, "part {number}'s ETag is not the uploaded one"));
+            }
+            if index + 1 < asked.len() && record.size < multipart::MIN_PART_BYTES {
+                return Err(s3_error!(
+                    EntityTooSmall,
+                    "part {number} is {} bytes; every part but the last must be at least 5 MiB",
+                    record.size
+                ));
+            }
+            chosen.push((*record).clone());
+        }
+        let etag =
+            multipart::multipart_etag(&chosen.iter().map(|p| p.etag.as_str()).collect::<Vec<_>>());
+        let size: u64 = chosen.iter().map(|p| p.size).sum();
+        // The copy may take a while: s3s answers 200 at once and keeps the connection alive
+        // with whitespace until this future ends (an error then is an XML error in the body).
+        let gateway = self.clone();
+        let future = async move {
+            let mut sources = Vec::with_capacity(chosen.len());
+            for part in &chosen {
+                let key = multipart::part_key(&upload.upload_id, part.part_number);
+                let object = gateway
+                    .client
+                    .meta
+                    .get_object(PARTS_BUCKET, &key)
+                    .await
+                    .map_err(s3_error_of)?;
+                if object.generation != part.generation {
+                    return Err(s3_error!(
+                        InvalidPart,
+                        "part {} changed during the complete",
+                        part.part_number
+                    ));
+                }
+                sources.push(object);
+            }
+            let client = gateway.client.clone();
+            let stream = futures_util::stream::iter(sources)
+                .flat_map(move |object| {
+                    let size = object.size;
+                    client.object_stream(object, 0, size)
+                })
+                .boxed();
+            let policy: StripedLayout = serde_json::from_value(upload.policy.clone())
+                .map_err(|e| s3_error!(InternalError, "the upload's policy is bad: {e}"))?;
+            let shown = Attributes {
+                content_type: upload.content_type.clone(),
+                metadata: upload.metadata.clone(),
+                ..Attributes::default()
+            };
+            let shown = gateway
+                .write_object(
+                    &upload.bucket,
+                    &upload.key,
+                    size,
+                    stream,
+                    Some(policy),
+                    None,
+                    shown,
+                    Some(etag),
+                )
+                .await?;
+            gateway.drop_upload(&upload, &stored).await?;
+            Ok(CompleteMultipartUploadOutput {
+                bucket: Some(upload.bucket.clone()),
+                key: Some(upload.key.clone()),
+                e_tag: Some(ETag::Strong(shown.etag)),
+                ..Default::default()
+            })
+        };
+        Ok(S3Response::new(CompleteMultipartUploadOutput {
+            future: Some(Box::pin(future)),
+            ..Default::default()
+        }))
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        let input = req.input;
+        let upload = self.upload_of(&input.bucket, &input.key, &input.upload_id).await?;
+        let parts = multipart::load_parts(&self.client.meta, &upload.upload_id)
+            .await
+            .map_err(s3_error_of)?;
+        self.drop_upload(&upload, &parts).await?;
+        Ok(S3Response::new(AbortMultipartUploadOutput::default()))
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        let input = req.input;
+        let upload = self.upload_of(&input.bucket, &input.key, &input.upload_id).await?;
+        let marker = input.part_number_marker.unwrap_or(0);
+        let max = input.max_parts.unwrap_or(1000).clamp(0, 1000) as usize;
+        let stored = multipart::load_parts(&self.client.meta, &upload.upload_id)
+            .await
+            .map_err(s3_error_of)?;
+        let after: Vec<&PartRecord> = stored.iter().filter(|p| p.part_number > marker).collect();
+        let truncated = after.len() > max;
+        let parts: Vec<Part> = after
+            .iter()
+            .take(max)
+            .map(|p| Part {
+                part_number: Some(p.part_number),
+                e_tag: Some(ETag::Strong(p.etag.clone())),
+                size: Some(p.size as i64),
+                last_modified: Some(attributes::timestamp(p.last_modified_ms)),
+                ..Default::default()
+            })
+            .collect();
+        let next = if truncated { parts.last().and_then(|p| p.part_number) } else { None };
+        Ok(S3Response::new(ListPartsOutput {
+            bucket: Some(upload.bucket),
+            key: Some(upload.key),
+            upload_id: Some(upload.upload_id),
+            part_number_marker: input.part_number_marker,
+            next_part_number_marker: next,
+            max_parts: Some(max as i32),
+            is_truncated: Some(truncated),
+            parts: Some(parts),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        let input = req.input;
+        self.client.meta.get_bucket(&input.bucket).await.map_err(s3_error_of)?;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let mut uploads =
+            multipart::load_uploads(&self.client.meta, &input.bucket).await.map_err(s3_error_of)?;
+        uploads.retain(|u| u.key.starts_with(&prefix));
+        if let Some(marker) = &input.key_marker {
+            let id_marker = input.upload_id_marker.clone().unwrap_or_default();
+            uploads.retain(|u| {
+                (&u.key, &u.upload_id) > (marker, &id_marker)
+                    && (u.key > *marker || !id_marker.is_empty())
+            });
+        }
+        // Key, then upload id: the order the markers page by.
+        uploads.sort_by(|a, b| (&a.key, &a.upload_id).cmp(&(&b.key, &b.upload_id)));
+        let max = input.max_uploads.unwrap_or(1000).clamp(0, 1000) as usize;
+        let truncated = uploads.len() > max;
+        uploads.truncate(max);
+        let (next_key, next_id) = match (truncated, uploads.last()) {
+            (true, Some(last)) => (Some(last.key.clone()), Some(last.upload_id.clone())),
+            _ => (None, None),
+        };
+        let listed = uploads
+            .into_iter()
+            .map(|u| MultipartUpload {
+                key: Some(u.key),
+                upload_id: Some(u.upload_id),
+                initiated: Some(attributes::timestamp(u.initiated_ms)),
+                ..Default::default()
+            })
+            .collect();
+        Ok(S3Response::new(ListMultipartUploadsOutput {
+            bucket: Some(input.bucket),
+            prefix: input.prefix,
+            key_marker: input.key_marker,
+            upload_id_marker: input.upload_id_marker,
+            next_key_marker: next_key,
+            next_upload_id_marker: next_id,
+            max_uploads: Some(max as i32),
+            is_truncated: Some(truncated),
+            uploads: Some(listed),
+            ..Default::default()
+        }))
+    }
+}
+
+impl Gateway {
+    /// ListObjectsV2 (also behind ListObjects).
+    async fn list_v2(&self, input: ListObjectsV2Input) -> S3Result<ListObjectsV2Output> {
+        let meta = &self.client.meta;
+        let bucket = input.bucket.clone();
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let max_keys = input.max_keys.unwrap_or(MAX_KEYS as i32).clamp(0, MAX_KEYS as i32) as usize;
+        let start = match (input.continuation_token.as_deref(), input.start_after.as_deref()) {
+            (Some(token), Some(after)) => Some(token.max(after)),
+            (token, after) => token.or(after),
+        };
+        let delimiter = input.delimiter.as_deref().filter(|d| !d.is_empty());
+        let page = listing::list(meta, &bucket, &prefix, delimiter, start, max_keys)
+            .await
+            .map_err(s3_error_of)?;
+        // ETags and Last-Modified of the listed keys, from their attribute records.
+        let mut shown: BTreeMap<String, Attributes> = BTreeMap::new();
+        if let Some(last) = page.objects.last() {
+            let names = attributes::record_name(&bucket, "");
+            // Every listed key is after the page's start, and so is its record.
+            let mut after: Option<String> = start.map(|s| attributes::record_name(&bucket, s));
+            loop {
+                let (records, next) = meta
+                    .list_records(
+                        attributes::OBJECT_ATTRIBUTES,
+                        &format!("{names}{prefix}"),
+                        after.as_deref(),
+                        999,
+                    )
+                    .await
+                    .map_err(s3_error_of)?;
+                let mut past = false;
+                for (name, value) in records {
+                    let key = name[names.len()..].to_string();
+                    if key > last.key {
+                        past = true;
+                        break;
+                    }
+                    if let Ok(a) = serde_json::from_value::<Attributes>(value) {
+                        shown.insert(key, a);
+                    }
+                }
+                match next {
+                    Some(next) if !past => after = Some(next),
+                    _ => break,
+                }
+            }
+        }
+        let url = input.encoding_type.as_ref().is_some_and(|e| e.as_str() == EncodingType::URL);
+        let encode = |text: String| if url { encode_url(&text) } else { text };
+        let contents: Vec<Object> = page
+            .objects
+            .into_iter()
+            .map(|o| {
+                let attributes = shown.remove(&o.key).filter(|a| a.generation == o.generation);
+                let (etag, modified) = match attributes {
+                    Some(a) => (a.etag, a.last_modified_ms),
+                    None => (format!("weft-{}", o.generation), o.created_ms),
+                };
+                Object {
+                    key: Some(encode(o.key)),
+                    size: Some(o.size as i64),
+                    e_tag: Some(ETag::Strong(etag)),
+                    last_modified: Some(attributes::timestamp(modified)),
+                    storage_class: Some(ObjectStorageClass::from_static(
+                        ObjectStorageClass::STANDARD,
+                    )),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        let common_prefixes: Vec<CommonPrefix> = page
+            .common_prefixes
+            .into_iter()
+            .map(|p| CommonPrefix { prefix: Some(encode(p)) })
+            .collect();
+        let key_count = (contents.len() + common_prefixes.len()) as i32;
+        Ok(ListObjectsV2Output {
+            name: Some(bucket),
+            prefix: input.prefix.map(&encode),
+            delimiter: input.delimiter.map(&encode),
+            encoding_type: input.encoding_type,
+            max_keys: Some(max_keys as i32),
+            key_count: Some(key_count),
+            is_truncated: Some(page.next.is_some()),
+            continuation_token: input.continuation_token,
+            next_continuation_token: page.next,
+            start_after: input.start_after.map(&encode),
+            contents: (!contents.is_empty()).then_some(contents),
+            common_prefixes: (!common_prefixes.is_empty()).then_some(common_prefixes),
+            ..Default::default()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_headers_override_the_bucket_default() {
+        let default =
+            json!({"code":"rs(6,3)","stripe_width":2,"cell_bytes":1048576,"block_bytes":8388608});
+        let layout = apply_policy_header(&default, "rs(10,4),stripe=4").unwrap();
+        assert_eq!(layout.code.to_string(), "rs(10,4)");
+        assert_eq!((layout.stripe_width, layout.cell_bytes), (4, 1 << 20));
+        let layout = apply_policy_header(&default, "rs(2,1),cell=64K,block=256KiB").unwrap();
+        assert_eq!((layout.cell_bytes, layout.block_bytes), (64 << 10, 256 << 10));
+        assert!(apply_policy_header(&default, "rs(2,1),width=3").is_err());
+        assert!(apply_policy_header(&default, "rs(2,1),block=100K").is_err(), "not a multiple");
+        assert!(apply_policy_header(&default, "nonsense(1").is_err());
+    }
+}

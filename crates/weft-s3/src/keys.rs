@@ -1,0 +1,93 @@
+//! Access keys: created by `weft key create` (and by `weft up` on first start), stored in
+//! meta as gateway records `access_keys/<access key id>` → [`KeyRecord`].
+//!
+//! Invariants:
+//! - The secret is stored only in meta; the gateway asks meta for it on a request and keeps
+//!   it at most [`KEY_CACHE_TTL`] (a deleted key stops working within that time).
+//! - An unknown key id is `InvalidAccessKeyId` (403); meta unreachable is `ServiceUnavailable`
+//!   (503), never a silent accept.
+
+use std::{
+    collections::HashMap,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use rand::Rng;
+use s3s::{
+    auth::{S3Auth, SecretKey},
+    s3_error, S3Result,
+};
+use serde::{Deserialize, Serialize};
+use weft_client::MetaClient;
+
+/// The gateway-record namespace of access keys.
+pub const ACCESS_KEYS: &str = "access_keys";
+/// How long a key looked up in meta is trusted without asking again.
+pub const KEY_CACHE_TTL: Duration = Duration::from_secs(10);
+/// Length of generated access key ids (AWS's is 20).
+const ACCESS_KEY_CHARS: usize = 20;
+/// Length of generated secrets (AWS's is 40).
+const SECRET_KEY_CHARS: usize = 40;
+
+/// An access key as meta stores it (the key id is the record's name).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct KeyRecord {
+    /// The name given at creation, for people (`weft key create NAME`).
+    pub name: String,
+    pub secret_key: String,
+    pub created_ms: u64,
+}
+
+/// A fresh (access key id, secret) pair: `WK` + 18 upper-case letters and digits, and 40
+/// letters and digits, from the thread's CSPRNG.
+pub fn new_key() -> (String, String) {
+    const UPPER: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    const ANY: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::thread_rng();
+    let mut pick = |alphabet: &[u8], n: usize| -> String {
+        (0..n).map(|_| alphabet[rng.gen_range(0..alphabet.len())] as char).collect()
+    };
+    let access = format!("WK{}", pick(UPPER, ACCESS_KEY_CHARS - 2));
+    let secret = pick(ANY, SECRET_KEY_CHARS);
+    (access, secret)
+}
+
+/// s3s's key lookup, answered from meta.
+#[derive(Debug)]
+pub struct MetaAuth {
+    meta: MetaClient,
+    cache: Mutex<HashMap<String, (String, Instant)>>,
+}
+
+impl MetaAuth {
+    pub fn new(meta: MetaClient) -> MetaAuth {
+        MetaAuth { meta, cache: Mutex::new(HashMap::new()) }
+    }
+}
+
+#[async_trait::async_trait]
+impl S3Auth for MetaAuth {
+    async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
+        if let Some((secret, at)) = self.cache.lock().expect("key cache").get(access_key) {
+            if at.elapsed() < KEY_CACHE_TTL {
+                return Ok(SecretKey::from(secret.as_str()));
+            }
+        }
+        let found = self.meta.get_record(ACCESS_KEYS, access_key).await.map_err(|error| {
+            s3_error!(ServiceUnavailable, "cannot look the access key up in meta: {error}")
+        })?;
+        let Some(value) = found else {
+            return Err(s3_error!(
+                InvalidAccessKeyId,
+                "no access key {access_key:?} in this cluster"
+            ));
+        };
+        let record: KeyRecord = serde_json::from_value(value)
+            .map_err(|e| s3_error!(InternalError, "meta holds a bad key record: {e}"))?;
+        let mut cache = self.cache.lock().expect("key cache");
+        cache.retain(|_, (_, at)| at.elapsed() < KEY_CACHE_TTL);
+        cache.insert(access_key.to_string(), (record.secret_key.clone(), Instant::now()));
+        Ok(SecretKey::from(record.secret_key))
+    }
+}

@@ -1,0 +1,132 @@
+//! `weft key create|ls|rm`: the access keys of the S3 gateway, kept in meta as gateway
+//! records (`access_keys/<access key id>`).
+//!
+//! Invariants:
+//! - A key is created only in meta (create-only put: an id already taken is refused, never
+//!   overwritten); the secret is printed once, here, and otherwise only meta holds it.
+//! - `--json` prints exactly one JSON object on stdout.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+use crate::{
+    cli_error,
+    cluster_cli::{print_json, MetaClient, MetaUrlArgs},
+    CliError,
+};
+
+#[derive(Debug, Subcommand)]
+pub enum KeyCommand {
+    /// Create an access key for the S3 gateway and print it (the secret is shown only now).
+    ///
+    /// Examples:
+    ///   weft key create alice
+    ///   weft key create ci --json      # {"access_key":"WK…","secret_key":"…","name":"ci"}
+    ///   AWS_ACCESS_KEY_ID=WK… AWS_SECRET_ACCESS_KEY=… \
+    ///     aws --endpoint-url http://127.0.0.1:9000 s3 ls
+    #[command(verbatim_doc_comment)]
+    Create(KeyCreateArgs),
+    /// List access keys (ids and names, never secrets).
+    Ls(KeyLsArgs),
+    /// Delete an access key; gateways stop accepting it within 10 s.
+    Rm(KeyRmArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct KeyCreateArgs {
+    /// A name for people: who or what uses the key.
+    pub name: String,
+    /// Print {"access_key","secret_key","name"} as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub meta: MetaUrlArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct KeyLsArgs {
+    /// One JSON object: {"keys":[{"access_key","name","created_ms"}...]}.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub meta: MetaUrlArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct KeyRmArgs {
+    /// The access key id (WK…).
+    pub access_key: String,
+    #[command(flatten)]
+    pub meta: MetaUrlArgs,
+}
+
+pub fn run(command: KeyCommand) -> Result<(), CliError> {
+    match command {
+        KeyCommand::Create(args) => {
+            let meta = args.meta.client()?;
+            let (access_key, secret_key) = create_key(&meta, &args.name)?;
+            if args.json {
+                print_json(&json!({
+                    "access_key": access_key, "secret_key": secret_key, "name": args.name,
+                }));
+            } else {
+                println!("access key  {access_key}");
+                println!("secret key  {secret_key}");
+                println!("(the secret is shown only now; `weft key rm {access_key}` revokes it)");
+            }
+            Ok(())
+        }
+        KeyCommand::Ls(args) => {
+            let meta = args.meta.client()?;
+            let answer = meta.get(&["records", weft_s3::ACCESS_KEYS])?;
+            let keys: Vec<Value> = answer["records"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|r| {
+                    json!({
+                        "access_key": r["name"], "name": r["value"]["name"],
+                        "created_ms": r["value"]["created_ms"],
+                    })
+                })
+                .collect();
+            if args.json {
+                print_json(&json!({ "keys": keys }));
+            } else if keys.is_empty() {
+                println!("no access keys (create one with `weft key create NAME`)");
+            } else {
+                for key in keys {
+                    println!(
+                        "{}  {}",
+                        key["access_key"].as_str().unwrap_or("?"),
+                        key["name"].as_str().unwrap_or("")
+                    );
+                }
+            }
+            Ok(())
+        }
+        KeyCommand::Rm(args) => {
+            let meta = args.meta.client()?;
+            meta.delete(&["records", weft_s3::ACCESS_KEYS, &args.access_key])
+                .map_err(|e| cli_error!("cannot delete access key {}: {}", args.access_key, e.0))?;
+            println!("deleted access key {}", args.access_key);
+            Ok(())
+        }
+    }
+}
+
+/// Creates a key named `name` in meta; returns (access key id, secret).
+pub fn create_key(meta: &MetaClient, name: &str) -> Result<(String, String), CliError> {
+    let (access_key, secret_key) = weft_s3::new_key();
+    let created_ms =
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    let record =
+        weft_s3::KeyRecord { name: name.to_owned(), secret_key: secret_key.clone(), created_ms };
+    let value = serde_json::to_value(&record).expect("key records serialize");
+    // A random 18-character id is never taken in practice; create-only all the same.
+    meta.put_query(&["records", weft_s3::ACCESS_KEYS, &access_key], "if_absent=true", &value)
+        .map_err(|e| cli_error!("cannot create the access key in meta: {}", e.0))?;
+    Ok((access_key, secret_key))
+}

@@ -1,0 +1,448 @@
+//! The S3 gateway of a real `weft up` (meta, nodes, repair executor and `weft serve s3` as
+//! processes), driven by the AWS SDK for Rust over real sockets. Objects stay small so the
+//! suite takes seconds; the acceptance sizes run in crates/weft-s3/scripts (from .ci/run).
+//!
+//! What could fail and is asserted: bytes identical (whole, ranged, copied, completed from
+//! parts), listings exact page by page, ETags (MD5, md5-of-md5s-N), exact S3 error codes and
+//! statuses, and that failed requests (bad signature, unknown key, bad Content-MD5) create
+//! nothing; S3 and `weft get/ls` agree on what exists.
+
+mod common;
+
+use aws_sdk_s3::{
+    config::{BehaviorVersion, Credentials, Region},
+    primitives::ByteStream,
+    types::{CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier},
+    Client,
+};
+use common::{bytes, cluster::Cluster};
+use serde_json::Value;
+
+/// rs(2,1), stripe width 2, 64 KiB cells, 256 KiB blocks: objects of a few hundred KiB
+/// span several blocks and groups.
+const POLICY: &str = "rs(2,1),stripe=2,cell=64K,block=256K";
+
+fn md5_hex(data: &[u8]) -> String {
+    use md5::{Digest, Md5};
+    hex::encode(Md5::digest(data))
+}
+
+/// The cluster's S3 endpoint and default key, from DIR/s3.json.
+fn s3_conf(cluster: &Cluster) -> Value {
+    let text =
+        std::fs::read_to_string(cluster.dir().join("s3.json")).expect("weft up wrote s3.json");
+    serde_json::from_str(&text).expect("s3.json is JSON")
+}
+
+fn client(conf: &Value, access_key: &str, secret_key: &str) -> Client {
+    let config = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(conf["endpoint"].as_str().unwrap())
+        .region(Region::new(conf["region"].as_str().unwrap().to_owned()))
+        .credentials_provider(Credentials::new(access_key, secret_key, None, None, "test"))
+        .force_path_style(true)
+        .http_client(aws_smithy_http_client::Builder::new().build_http())
+        .build();
+    Client::from_conf(config)
+}
+
+fn default_client(conf: &Value) -> Client {
+    client(conf, conf["access_key"].as_str().unwrap(), conf["secret_key"].as_str().unwrap())
+}
+
+/// The S3 error code and HTTP status of a failed SDK call.
+fn error_of<E, R>(
+    result: Result<impl std::fmt::Debug, aws_sdk_s3::error::SdkError<E, R>>,
+) -> (String, u16)
+where
+    E: aws_sdk_s3::error::ProvideErrorMetadata + std::fmt::Debug,
+    R: std::fmt::Debug,
+    aws_sdk_s3::error::SdkError<E, R>: std::fmt::Debug,
+{
+    let error = result.expect_err("the call should fail");
+    let status = match &error {
+        aws_sdk_s3::error::SdkError::ServiceError(service) => {
+            let raw: &R = service.raw();
+            format!("{raw:?}")
+        }
+        other => panic!("not a service error: {other:?}"),
+    };
+    let code = aws_sdk_s3::error::ProvideErrorMetadata::code(&error).unwrap_or("").to_owned();
+    // The raw response's Debug names its status as `StatusCode(NNN)`.
+    let status = status
+        .split("StatusCode(")
+        .nth(1)
+        .and_then(|rest| rest.get(..3))
+        .and_then(|digits| digits.parse().ok())
+        .unwrap_or(0);
+    (code, status)
+}
+
+async fn get_bytes(s3: &Client, bucket: &str, key: &str, range: Option<&str>) -> Vec<u8> {
+    let mut request = s3.get_object().bucket(bucket).key(key);
+    if let Some(range) = range {
+        request = request.range(range);
+    }
+    let answer = request.send().await.unwrap_or_else(|e| panic!("get {key} {range:?}: {e:?}"));
+    answer.body.collect().await.unwrap().into_bytes().to_vec()
+}
+
+async fn list_all(
+    s3: &Client,
+    bucket: &str,
+    prefix: Option<&str>,
+    delimiter: Option<&str>,
+    max_keys: i32,
+) -> (Vec<String>, Vec<String>, usize) {
+    let (mut keys, mut prefixes, mut pages) = (Vec::new(), Vec::new(), 0);
+    let mut token: Option<String> = None;
+    loop {
+        let page = s3
+            .list_objects_v2()
+            .bucket(bucket)
+            .set_prefix(prefix.map(str::to_owned))
+            .set_delimiter(delimiter.map(str::to_owned))
+            .max_keys(max_keys)
+            .set_continuation_token(token.clone())
+            .send()
+            .await
+            .expect("list");
+        pages += 1;
+        let page_keys: Vec<String> =
+            page.contents().iter().filter_map(|o| o.key().map(str::to_owned)).collect();
+        let page_prefixes: Vec<String> =
+            page.common_prefixes().iter().filter_map(|p| p.prefix().map(str::to_owned)).collect();
+        assert!(page_keys.len() + page_prefixes.len() <= max_keys as usize);
+        assert_eq!(page.key_count(), Some((page_keys.len() + page_prefixes.len()) as i32));
+        keys.extend(page_keys);
+        prefixes.extend(page_prefixes);
+        if page.is_truncated() != Some(true) {
+            return (keys, prefixes, pages);
+        }
+        token = page.next_continuation_token().map(str::to_owned);
+        assert!(token.is_some(), "a truncated page names the next");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_round_trip_with_ranges_listings_copies_and_exact_errors() {
+    let cluster = Cluster::start(4, &[]);
+    let conf = s3_conf(&cluster);
+    let s3 = default_client(&conf);
+    let bucket = "photos";
+    s3.create_bucket()
+        .bucket(bucket)
+        .customize()
+        .mutate_request(|request| {
+            request.headers_mut().insert("x-weft-policy", POLICY);
+        })
+        .send()
+        .await
+        .expect("create bucket");
+    let buckets = s3.list_buckets().send().await.unwrap();
+    let names: Vec<&str> = buckets.buckets().iter().filter_map(|b| b.name()).collect();
+    assert_eq!(names, [bucket]);
+    s3.head_bucket().bucket(bucket).send().await.expect("head bucket");
+    assert_eq!(error_of(s3.head_bucket().bucket("nope-bucket").send().await).1, 404);
+
+    // Objects of 0 B, 1 B and several blocks, under two prefixes.
+    let sizes = [0usize, 1, 300_000, 700_001, 65_536];
+    let keys = ["a/empty", "a/one", "b/x/three", "b/y/seven", "top"];
+    for (index, (&key, &size)) in keys.iter().zip(&sizes).enumerate() {
+        let data = bytes(index as u64, size);
+        let put = s3
+            .put_object()
+            .bucket(bucket)
+            .key(key)
+            .content_type("image/x-test")
+            .metadata("origin", format!("test-{index}"))
+            .body(ByteStream::from(data.clone()))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("put {key}: {e:?}"));
+        assert_eq!(put.e_tag(), Some(format!("\"{}\"", md5_hex(&data)).as_str()));
+        let head = s3.head_object().bucket(bucket).key(key).send().await.unwrap();
+        assert_eq!(head.content_length(), Some(size as i64));
+        assert_eq!(head.content_type(), Some("image/x-test"));
+        assert_eq!(head.metadata().unwrap()["origin"], format!("test-{index}"));
+        assert_eq!(get_bytes(&s3, bucket, key, None).await, data, "{key}");
+        // weft's own CLI reads what S3 wrote.
+        assert_eq!(cluster.get(&format!("{bucket}/{key}")), data, "weft get {key}");
+    }
+
+    let big = bytes(3, 700_001);
+    for (range, expect) in [
+        ("bytes=0-0", &big[..1]),
+        ("bytes=700000-700000", &big[700_000..]),
+        ("bytes=262140-262150", &big[262_140..262_151]),
+        ("bytes=-70000", &big[700_001 - 70_000..]),
+        ("bytes=600000-", &big[600_000..]),
+    ] {
+        assert_eq!(get_bytes(&s3, bucket, "b/y/seven", Some(range)).await, expect, "{range}");
+    }
+    let bad = s3.get_object().bucket(bucket).key("b/y/seven").range("bytes=700001-").send().await;
+    assert_eq!(error_of(bad), ("InvalidRange".into(), 416));
+    let no_bucket = s3
+        .put_object()
+        .bucket("no-such-bucket")
+        .key("k")
+        .body(ByteStream::from(bytes(5, 3 << 20)))
+        .send()
+        .await;
+    assert_eq!(error_of(no_bucket), ("NoSuchBucket".into(), 404));
+    let missing = s3.get_object().bucket(bucket).key("no/such").send().await;
+    assert_eq!(error_of(missing), ("NoSuchKey".into(), 404));
+    let etag = format!("\"{}\"", md5_hex(&big));
+    let not_modified =
+        s3.get_object().bucket(bucket).key("b/y/seven").if_none_match(&etag).send().await;
+    assert_eq!(error_of(not_modified).1, 304);
+    let failed = s3.get_object().bucket(bucket).key("b/y/seven").if_match("\"other\"").send().await;
+    assert_eq!(error_of(failed), ("PreconditionFailed".into(), 412));
+
+    // A weft put object is an S3 object too.
+    let file = cluster.dir().join("from-weft.bin");
+    let from_weft = bytes(9, 123_457);
+    std::fs::write(&file, &from_weft).unwrap();
+    let out = cluster.weft(&["put", file.to_str().unwrap(), &format!("{bucket}/w/from-weft")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(get_bytes(&s3, bucket, "w/from-weft", None).await, from_weft);
+
+    // Listings, page by page.
+    let mut all: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+    all.push("w/from-weft".into());
+    all.sort();
+    let (listed, prefixes, pages) = list_all(&s3, bucket, None, None, 2).await;
+    assert_eq!((listed, prefixes, pages), (all.clone(), Vec::new(), 3));
+    let (listed, prefixes, _) = list_all(&s3, bucket, None, Some("/"), 1).await;
+    assert_eq!(listed, ["top"]);
+    assert_eq!(prefixes, ["a/", "b/", "w/"]);
+    let (listed, prefixes, _) = list_all(&s3, bucket, Some("b/"), Some("/"), 1000).await;
+    assert_eq!((listed.len(), prefixes), (0, vec!["b/x/".to_owned(), "b/y/".to_owned()]));
+    let (listed, _, _) = list_all(&s3, bucket, Some("a/"), None, 1000).await;
+    assert_eq!(listed, ["a/empty", "a/one"]);
+
+    // Copy keeps bytes and metadata; DeleteObjects removes exactly what it names.
+    s3.copy_object()
+        .bucket(bucket)
+        .key("copies/seven")
+        .copy_source(format!("{bucket}/b/y/seven"))
+        .send()
+        .await
+        .expect("copy");
+    assert_eq!(get_bytes(&s3, bucket, "copies/seven", None).await, big);
+    let head = s3.head_object().bucket(bucket).key("copies/seven").send().await.unwrap();
+    assert_eq!(head.metadata().unwrap()["origin"], "test-3");
+    assert_eq!(head.e_tag(), Some(etag.as_str()));
+    let doomed = ["a/one", "top", "not/there"];
+    let delete = Delete::builder()
+        .set_objects(Some(
+            doomed.iter().map(|k| ObjectIdentifier::builder().key(*k).build().unwrap()).collect(),
+        ))
+        .build()
+        .unwrap();
+    let deleted = s3.delete_objects().bucket(bucket).delete(delete).send().await.unwrap();
+    let mut names: Vec<&str> = deleted.deleted().iter().filter_map(|d| d.key()).collect();
+    names.sort();
+    assert_eq!(names, ["a/one", "not/there", "top"]);
+    assert!(deleted.errors().is_empty());
+    let (listed, _, _) = list_all(&s3, bucket, None, None, 1000).await;
+    assert_eq!(listed, ["a/empty", "b/x/three", "b/y/seven", "copies/seven", "w/from-weft"]);
+    let weft_ls = cluster.weft_json(&["ls", bucket, "--json"]);
+    let weft_keys: Vec<&str> =
+        weft_ls["objects"].as_array().unwrap().iter().map(|o| o["key"].as_str().unwrap()).collect();
+    assert_eq!(weft_keys, listed, "weft ls and S3 agree");
+    let not_empty = s3.delete_bucket().bucket(bucket).send().await;
+    assert_eq!(error_of(not_empty), ("BucketNotEmpty".into(), 409));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multipart_uploads_keys_and_failed_requests_that_create_nothing() {
+    let cluster = Cluster::start(3, &[]);
+    let conf = s3_conf(&cluster);
+    let s3 = default_client(&conf);
+    let bucket = "uploads";
+    let out = cluster.weft(&["bucket", "create", bucket, "--k", "2", "--r", "1"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // Two parts, the first uploaded twice; the object is their concatenation.
+    let key = "big/object";
+    let upload = s3
+        .create_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .content_type("x/y")
+        .send()
+        .await
+        .unwrap();
+    let id = upload.upload_id().unwrap().to_owned();
+    let part_one = bytes(1, 5 << 20);
+    let part_two = bytes(2, 1234);
+    let mut completed = Vec::new();
+    for (number, data) in [(1, bytes(7, 5 << 20)), (1, part_one.clone()), (2, part_two.clone())] {
+        let answer = s3
+            .upload_part()
+            .bucket(bucket)
+            .key(key)
+            .upload_id(&id)
+            .part_number(number)
+            .body(ByteStream::from(data.clone()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.e_tag(), Some(format!("\"{}\"", md5_hex(&data)).as_str()));
+        completed.retain(|p: &CompletedPart| p.part_number() != Some(number));
+        completed.push(
+            CompletedPart::builder().part_number(number).e_tag(answer.e_tag().unwrap()).build(),
+        );
+    }
+    let parts = s3.list_parts().bucket(bucket).key(key).upload_id(&id).send().await.unwrap();
+    let sizes: Vec<(i32, i64)> =
+        parts.parts().iter().map(|p| (p.part_number().unwrap(), p.size().unwrap())).collect();
+    assert_eq!(sizes, [(1, 5 << 20), (2, 1234)]);
+    let uploads = s3.list_multipart_uploads().bucket(bucket).send().await.unwrap();
+    assert_eq!(
+        uploads.uploads().iter().filter_map(|u| u.upload_id()).collect::<Vec<_>>(),
+        [id.as_str()]
+    );
+    let done = s3
+        .complete_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .upload_id(&id)
+        .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(completed)).build())
+        .send()
+        .await
+        .unwrap();
+    let mut md5s = hex::decode(md5_hex(&part_one)).unwrap();
+    md5s.extend(hex::decode(md5_hex(&part_two)).unwrap());
+    assert_eq!(done.e_tag(), Some(format!("\"{}-2\"", md5_hex(&md5s)).as_str()));
+    let mut whole = part_one.clone();
+    whole.extend_from_slice(&part_two);
+    assert_eq!(get_bytes(&s3, bucket, key, None).await, whole);
+    assert_eq!(
+        get_bytes(&s3, bucket, key, Some("bytes=5242879-5242880")).await,
+        &whole[5_242_879..5_242_881]
+    );
+    assert_eq!(cluster.get(&format!("{bucket}/{key}")), whole, "weft get of a completed upload");
+    assert!(s3.list_multipart_uploads().bucket(bucket).send().await.unwrap().uploads().is_empty());
+
+    // A small middle part is refused; abort leaves no upload and no part object.
+    let small = s3.create_multipart_upload().bucket(bucket).key("small").send().await.unwrap();
+    let small_id = small.upload_id().unwrap().to_owned();
+    let mut parts = Vec::new();
+    for number in [1, 2] {
+        let answer = s3
+            .upload_part()
+            .bucket(bucket)
+            .key("small")
+            .upload_id(&small_id)
+            .part_number(number)
+            .body(ByteStream::from(bytes(number as u64, 100)))
+            .send()
+            .await
+            .unwrap();
+        parts.push(
+            CompletedPart::builder().part_number(number).e_tag(answer.e_tag().unwrap()).build(),
+        );
+    }
+    let refused = s3
+        .complete_multipart_upload()
+        .bucket(bucket)
+        .key("small")
+        .upload_id(&small_id)
+        .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(parts)).build())
+        .send()
+        .await;
+    assert_eq!(error_of(refused), ("EntityTooSmall".into(), 400));
+    s3.abort_multipart_upload()
+        .bucket(bucket)
+        .key("small")
+        .upload_id(&small_id)
+        .send()
+        .await
+        .unwrap();
+    let gone = s3.list_parts().bucket(bucket).key("small").upload_id(&small_id).send().await;
+    assert_eq!(error_of(gone), ("NoSuchUpload".into(), 404));
+    let internal = cluster.weft_json(&["ls", ".weft-s3-parts", "--json"]);
+    assert_eq!(internal["objects"], serde_json::json!([]), "abort and complete leave no part");
+
+    // A key from `weft key create --json` works; a wrong secret or an unknown key does not,
+    // and neither creates anything.
+    let key_json = cluster.weft_json(&["key", "create", "tester", "--json"]);
+    let (access, secret) =
+        (key_json["access_key"].as_str().unwrap(), key_json["secret_key"].as_str().unwrap());
+    let tester = client(&conf, access, secret);
+    // The bucket's default policy, changed with `weft bucket policy`, applies to S3 writes;
+    // `x-weft-policy` chooses one object's.
+    let changed = cluster.weft_json(&["bucket", "policy", bucket, "--stripe-width", "1", "--json"]);
+    assert_eq!(changed["default_policy"]["stripe_width"], 1);
+    tester
+        .put_object()
+        .bucket(bucket)
+        .key("by-tester")
+        .body(ByteStream::from_static(b"hi"))
+        .send()
+        .await
+        .unwrap();
+    let stat = cluster.stat(&format!("{bucket}/by-tester"));
+    assert_eq!(
+        (stat["layout"]["code"].as_str(), stat["layout"]["stripe_width"].as_u64()),
+        (Some("rs(2,1)"), Some(1)),
+        "{stat}"
+    );
+    tester
+        .put_object()
+        .bucket(bucket)
+        .key("by-header")
+        .body(ByteStream::from_static(b"hello"))
+        .customize()
+        .mutate_request(|request| {
+            request.headers_mut().insert("x-weft-policy", "rs(1,2),stripe=1");
+        })
+        .send()
+        .await
+        .unwrap();
+    let stat = cluster.stat(&format!("{bucket}/by-header"));
+    assert_eq!(stat["layout"]["code"].as_str(), Some("rs(1,2)"), "{stat}");
+    let refused = tester
+        .put_object()
+        .bucket(bucket)
+        .key("bad-policy")
+        .body(ByteStream::from_static(b"x"))
+        .customize()
+        .mutate_request(|request| {
+            request.headers_mut().insert("x-weft-policy", "rs(2,1),width=3");
+        })
+        .send()
+        .await;
+    assert_eq!(error_of(refused), ("InvalidArgument".into(), 400));
+    let wrong = client(&conf, access, "0000000000000000000000000000000000000000");
+    let refused = wrong
+        .put_object()
+        .bucket(bucket)
+        .key("nope1")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await;
+    assert_eq!(error_of(refused), ("SignatureDoesNotMatch".into(), 403));
+    let unknown = client(&conf, "WKNOSUCHKEY000000000", secret);
+    let refused = unknown
+        .put_object()
+        .bucket(bucket)
+        .key("nope2")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await;
+    assert_eq!(error_of(refused), ("InvalidAccessKeyId".into(), 403));
+    let refused = s3
+        .put_object()
+        .bucket(bucket)
+        .key("nope3")
+        .content_md5("AAAAAAAAAAAAAAAAAAAAAA==")
+        .body(ByteStream::from(bytes(4, 200_000)))
+        .send()
+        .await;
+    assert_eq!(error_of(refused), ("BadDigest".into(), 400));
+    let (listed, _, _) = list_all(&s3, bucket, None, None, 1000).await;
+    assert_eq!(listed, ["big/object", "by-header", "by-tester"], "failed requests created nothing");
+}
