@@ -78,8 +78,8 @@ pub struct EngineBenchArgs {
     #[arg(long, default_value_t = 1)]
     threads_per_rail: usize,
     /// Tasks outstanding at most (refilled a quarter at a time; a small window leaves rails
-    /// idle while the submitting thread sleeps: 64 keeps two rails fed on two cores).
-    #[arg(long, default_value_t = 64)]
+    /// idle while the submitting thread sleeps: 32 keeps two rails fed on two cores).
+    #[arg(long, default_value_t = 32)]
     window: usize,
     /// Rounds: each runs every row once; the median round is reported.
     #[arg(long, default_value_t = 5)]
