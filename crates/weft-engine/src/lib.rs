@@ -131,12 +131,34 @@ pub struct EngineConfig {
 
 impl EngineConfig {
     /// Every rail this machine has, one worker thread each: simd, and isal when installed
-    /// (rate-aware). The oracle is not a rail here: it is slow and only a reference.
+    /// (rate-aware); `WEFT_ENGINE_RAILS` (comma separated: simd, isal, scalar) chooses
+    /// others. The oracle is not a default rail: it is slow and only a reference.
     pub fn machine_default() -> EngineConfig {
-        let mut rails = vec![RailConfig { rail: Arc::new(SimdRail::default()), threads: 1 }];
-        match IsalRail::load() {
-            Ok(isal) => rails.push(RailConfig { rail: Arc::new(isal), threads: 1 }),
-            Err(error) => tracing::info!(%error, "engine runs without the isal rail"),
+        let wanted = std::env::var("WEFT_ENGINE_RAILS").unwrap_or_else(|_| "simd,isal".into());
+        let mut rails = Vec::new();
+        for name in wanted.split(',').map(str::trim) {
+            let rail: Arc<dyn Rail> = match name {
+                "simd" => Arc::new(SimdRail::default()),
+                "scalar" => Arc::new(ScalarRail::default()),
+                "isal" => match IsalRail::load() {
+                    Ok(isal) => Arc::new(isal),
+                    Err(error) => {
+                        tracing::info!(%error, "engine runs without the isal rail");
+                        continue;
+                    }
+                },
+                other => {
+                    tracing::warn!(
+                        rail = other,
+                        "WEFT_ENGINE_RAILS names an unknown rail; ignored"
+                    );
+                    continue;
+                }
+            };
+            rails.push(RailConfig { rail, threads: 1 });
+        }
+        if rails.is_empty() {
+            rails.push(RailConfig { rail: Arc::new(SimdRail::default()), threads: 1 });
         }
         EngineConfig { rails, scheduler: Scheduler::RateAware, codes: Vec::new() }
     }
