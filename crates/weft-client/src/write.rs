@@ -438,7 +438,9 @@ impl<R: Read> Writer<R> {
         let (buffers, lent): (Vec<Vec<u8>>, Vec<LentBuf>) =
             accumulators.into_iter().map(MeteredBuf::lend).unzip();
         let (positions, data): (Vec<usize>, Vec<Bytes>) = cells.into_iter().unzip();
-        let task = EncodeTask::add(self.object.layout.code, positions, data, buffers);
+        // One piece per row task: rows are a cell long (1 MiB by default), already big enough
+        // to amortise a hand-off; splitting them only adds wake-ups.
+        let task = EncodeTask::add(self.object.layout.code, positions, data, buffers).chunk_size(0);
         let future = engine.iencode(task);
         pending.push_back(PendingAdd { future, group, row, sequence, lent, last });
         Ok(())
