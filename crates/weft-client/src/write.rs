@@ -282,9 +282,9 @@ impl<R: Read> Writer<R> {
         let layout = *self.layout();
         let (cell, unit_len) = (layout.cell_bytes, self.object.unit_len(group));
         let row_len = cell.min(unit_len - row * cell) as usize;
-        let rows = partial.remove(&(group, row)).unwrap_or_else(|| {
-            (0..layout.r()).map(|_| MeteredBuf::new(&self.meter, row_len)).collect()
-        });
+        let rows = partial
+            .remove(&(group, row))
+            .unwrap_or_else(|| zero_rows(&self.meter, layout.r(), row_len));
         for (index, buf) in rows.into_iter().enumerate() {
             let unit = UnitId::Parity { group, index };
             if row == 0 {
@@ -339,9 +339,9 @@ impl<R: Read> Writer<R> {
                     let row_len = cell.min(self.object.unit_len(group) - offset) as usize;
                     if engine.is_none() {
                         let meter = Arc::clone(&self.meter);
-                        let accumulators = partial.entry((group, row)).or_insert_with(|| {
-                            (0..layout.r()).map(|_| MeteredBuf::new(&meter, row_len)).collect()
-                        });
+                        let accumulators = partial
+                            .entry((group, row))
+                            .or_insert_with(|| zero_rows(&meter, layout.r(), row_len));
                         if self.coder == Coder::Blocking {
                             let mut outs: Vec<&mut [u8]> = accumulators
                                 .iter_mut()
@@ -432,9 +432,9 @@ impl<R: Read> Writer<R> {
         }
         let len = cells[0].1.len();
         let meter = Arc::clone(&self.meter);
-        let accumulators = partial.remove(&(group, row)).unwrap_or_else(|| {
-            (0..self.layout().r()).map(|_| MeteredBuf::new(&meter, len)).collect()
-        });
+        let accumulators = partial
+            .remove(&(group, row))
+            .unwrap_or_else(|| zero_rows(&meter, self.layout().r(), len));
         let (buffers, lent): (Vec<Vec<u8>>, Vec<LentBuf>) =
             accumulators.into_iter().map(MeteredBuf::lend).unzip();
         let (positions, data): (Vec<usize>, Vec<Bytes>) = cells.into_iter().unzip();
@@ -509,9 +509,8 @@ impl<R: Read> Writer<R> {
                     at += piece.len();
                 }
                 let meter = Arc::clone(&self.meter);
-                let accumulators = parity.entry(group).or_insert_with(|| {
-                    (0..layout.r()).map(|_| MeteredBuf::new(&meter, unit_len)).collect()
-                });
+                let accumulators =
+                    parity.entry(group).or_insert_with(|| zero_rows(&meter, layout.r(), unit_len));
                 if self.coder != Coder::Noop {
                     let mut outs: Vec<&mut [u8]> =
                         accumulators.iter_mut().map(|b| b.as_mut_slice()).collect();
@@ -539,6 +538,11 @@ impl<R: Read> Writer<R> {
         }
         Ok(())
     }
+}
+
+/// `r` zeroed, metered parity rows of `len` bytes: a group row's accumulators.
+fn zero_rows(meter: &Arc<BufferMeter>, r: usize, len: usize) -> Vec<MeteredBuf> {
+    (0..r).map(|_| MeteredBuf::new(meter, len)).collect()
 }
 
 /// The cells of stripe `stripe` in object order: (row, data block, offset in the block,

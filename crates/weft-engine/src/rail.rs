@@ -47,10 +47,7 @@ pub trait Rail: Send + Sync + fmt::Debug {
         data: &[&[u8]],
         parity: &mut [&mut [u8]],
     ) -> Result<(), EngineError> {
-        for (&position, unit) in positions.iter().zip(data) {
-            code.encode_add(position, unit, parity).map_err(EngineError::Code)?;
-        }
-        Ok(())
+        add_each(code, positions, data, parity)
     }
 
     /// Computes the units listed in `wanted` into `out` (same order) from one byte range of
@@ -62,6 +59,20 @@ pub trait Rail: Send + Sync + fmt::Debug {
         wanted: &[usize],
         out: &mut [&mut [u8]],
     ) -> Result<(), EngineError>;
+}
+
+/// Adds the units at `positions` one at a time with the code's own incremental encode: any
+/// code, no fused kernel.
+fn add_each(
+    code: &dyn Code,
+    positions: &[usize],
+    data: &[&[u8]],
+    parity: &mut [&mut [u8]],
+) -> Result<(), EngineError> {
+    for (&position, unit) in positions.iter().zip(data) {
+        code.encode_add(position, unit, parity).map_err(EngineError::Code)?;
+    }
+    Ok(())
 }
 
 /// Most decode tables a rail keeps (one per code and erasure pattern) before starting afresh.
@@ -239,10 +250,7 @@ impl Rail for SimdRail {
         parity: &mut [&mut [u8]],
     ) -> Result<(), EngineError> {
         let CodeSpec::Rs { k, r } = code.spec() else {
-            for (&position, unit) in positions.iter().zip(data) {
-                code.encode_add(position, unit, parity).map_err(EngineError::Code)?;
-            }
-            return Ok(());
+            return add_each(code, positions, data, parity);
         };
         check_add_shape(code, positions, data, parity)?;
         let tables = self.add_tables.get_or_build(code.spec(), positions, || {
@@ -339,10 +347,7 @@ impl Rail for ScalarRail {
         parity: &mut [&mut [u8]],
     ) -> Result<(), EngineError> {
         let spec @ CodeSpec::Rs { k, r } = code.spec() else {
-            for (&position, unit) in positions.iter().zip(data) {
-                code.encode_add(position, unit, parity).map_err(EngineError::Code)?;
-            }
-            return Ok(());
+            return add_each(code, positions, data, parity);
         };
         check_add_shape(code, positions, data, parity)?;
         let generator = self.rs_generator(k, r, spec)?;
