@@ -415,10 +415,24 @@ pub struct RailStats {
     pub stolen: u64,
     /// Times one of its workers went to sleep for lack of work.
     pub sleeps: u64,
+    /// Time its workers spent on pieces, summed over its threads: from looking for a piece
+    /// (or waking to one) to the piece's end.
+    pub busy: Duration,
 }
 
-/// A piece's measurement, folded into its rail's rates when the worker next takes the lock.
-type Sample = (RateKey, usize, Duration);
+/// A piece's measurement, folded into its rail's rates and stats when the worker next takes
+/// the lock.
+struct Sample {
+    key: RateKey,
+    /// Input bytes.
+    bytes: usize,
+    /// Time in the rail's code: what the rate measures (a rail's rate is what it codes per
+    /// second while it runs; time preempted between pieces is the OS's to share out, not a
+    /// property of the rail).
+    coding: Duration,
+    /// The piece's whole cycle (see `work_loop`): the rail's busy time.
+    cycle: Duration,
+}
 
 /// A raw output pointer handed to workers; see `TaskState`.
 #[derive(Debug, Clone, Copy)]
@@ -941,16 +955,20 @@ impl Shared {
     fn work_loop(&self, rail_index: usize) {
         let mut sample: Option<Sample> = None;
         loop {
+            // A piece's cycle: from looking for it (or waking to it) to its end; the rail's
+            // busy time.
+            let mut cycle = Instant::now();
             let piece = {
                 let mut queues = self.queues.lock().expect("queues lock");
-                if let Some((key, bytes, elapsed)) = sample.take() {
-                    queues.rates[rail_index].add_sample(key, bytes, elapsed);
+                if let Some(Sample { key, bytes, coding, cycle }) = sample.take() {
+                    queues.rates[rail_index].add_sample(key, bytes, coding);
                     if self.scheduler == Scheduler::RateAware {
                         queues.backlog_bytes[rail_index] -= bytes;
                     }
                     let stats = &mut queues.stats[rail_index];
                     stats.pieces += 1;
                     stats.bytes += bytes as u64;
+                    stats.busy += cycle;
                 }
                 loop {
                     if let Some(piece) = self.take(&mut queues, rail_index) {
@@ -963,9 +981,11 @@ impl Shared {
                     queues.stats[rail_index].sleeps += 1;
                     queues = self.rails[rail_index].wake.wait(queues).expect("queues lock");
                     queues.sleeping[rail_index] -= 1;
+                    cycle = Instant::now();
                 }
             };
-            sample = Some(self.run_piece(rail_index, piece));
+            let (key, bytes, coding) = self.run_piece(rail_index, piece);
+            sample = Some(Sample { key, bytes, coding, cycle: cycle.elapsed() });
         }
     }
 
@@ -1014,8 +1034,9 @@ impl Shared {
         Some(piece)
     }
 
-    /// Runs one piece; returns its measurement for the rail's rates.
-    fn run_piece(&self, rail_index: usize, piece: Piece) -> Sample {
+    /// Runs one piece; returns its rate key, input bytes and coding time (from holding a
+    /// permit to the rail's return), for the rail's rates.
+    fn run_piece(&self, rail_index: usize, piece: Piece) -> (RateKey, usize, Duration) {
         let state = &self.rails[rail_index];
         let rail = &*state.config.rail;
         let task = &piece.task;
@@ -1031,7 +1052,7 @@ impl Shared {
             // bounds and no other piece writes it.
             .map(|p| unsafe { std::slice::from_raw_parts_mut(p.0.add(start), len) })
             .collect();
-        let (result, elapsed) = {
+        let (result, coding) = {
             let _permit = Permit::acquire();
             let began = Instant::now();
             let result = catch_unwind(AssertUnwindSafe(|| match task.op {
@@ -1060,7 +1081,7 @@ impl Shared {
         if task.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.finish(task);
         }
-        ((code.spec(), task.op, size_class(len)), piece.bytes(), elapsed)
+        ((code.spec(), task.op, size_class(len)), piece.bytes(), coding)
     }
 
     /// Hands a task's outputs (or its first error) to its future; called once, by the last

@@ -595,3 +595,40 @@ fn coding_threads_stay_within_the_process_bound_across_engines() {
     let limit = weft_engine::process_thread_limit();
     assert!(most >= 1 && most <= limit, "{most} pieces coded at once; the limit is {limit}");
 }
+
+#[test]
+fn rail_stats_count_every_piece_once_and_busy_time_within_the_wall_clock() {
+    let counting = Arc::new(Concurrency::default());
+    let spec = CodeSpec::Rs { k: 4, r: 2 };
+    let engine = Engine::new(EngineConfig {
+        rails: vec![rail(CountingRail(counting), 1)],
+        scheduler: Scheduler::RateAware,
+        codes: vec![spec],
+    })
+    .unwrap();
+    let data = units(4, 4096, 9);
+    let began = Instant::now();
+    let futures: Vec<_> = (0..16)
+        .map(|_| engine.iencode(EncodeTask::new(spec, data.clone()).chunk_size(1024)))
+        .collect();
+    for future in futures {
+        assert_eq!(future.wait().unwrap().parity, reference(spec, &data));
+    }
+    // A worker folds its last piece in when it next looks for work: wait for it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let stats = loop {
+        let stats = engine.rail_stats();
+        if stats[0].pieces >= 64 || Instant::now() > deadline {
+            break stats;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let wall = began.elapsed();
+    assert_eq!(stats.len(), 1);
+    assert_eq!(stats[0].pieces, 64, "16 tasks of 4 pieces each");
+    assert_eq!(stats[0].bytes, 64 * 4 * 1024, "input bytes: k units of 1 KiB per piece");
+    assert_eq!(stats[0].stolen, 0, "a lone rail has nobody to steal from");
+    // Each piece sleeps 200 µs in the rail; one thread cannot be busy longer than the run.
+    assert!(stats[0].busy >= Duration::from_micros(64 * 200), "busy {:?}", stats[0].busy);
+    assert!(stats[0].busy <= wall, "busy {:?} over a run of {wall:?}", stats[0].busy);
+}

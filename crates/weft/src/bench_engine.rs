@@ -12,8 +12,12 @@
 //! - Data stripes come from a small pool shared by reference (`Arc`), and parity buffers are
 //!   handed back to the engine for the next task, as a pipelined caller does: no copy and no
 //!   allocation is timed.
-//! - Rows are measured in rounds, each round running every row once in turn, and the median
-//!   round is reported: on a noisy machine, neighbours in time see the same noise.
+//! - Every engine is started, checked and warmed up before the first timed run and lives
+//!   through all rounds (its rates keep what they learnt). Rows are measured in rounds, each
+//!   round running every row once, starting one row later than the round before; a row's rate
+//!   is its median round's. Ratios (÷ sum, ÷ fcfs) are medians of same-round ratios: on a
+//!   noisy machine, neighbours in time see the same noise, and rotating the order keeps any
+//!   one row from always following another.
 //! - A rail that cannot be loaded (ISA-L not installed) is skipped with a line on stderr.
 
 use std::collections::VecDeque;
@@ -81,8 +85,8 @@ pub struct EngineBenchArgs {
     /// idle while the submitting thread sleeps: 32 keeps two rails fed on two cores).
     #[arg(long, default_value_t = 32)]
     window: usize,
-    /// Rounds: each runs every row once; the median round is reported.
-    #[arg(long, default_value_t = 5)]
+    /// Rounds: each runs every row once (in rotated order); medians over rounds are reported.
+    #[arg(long, default_value_t = 11)]
     rounds: usize,
     /// One JSON object per line instead of a table.
     #[arg(long)]
@@ -104,6 +108,16 @@ struct Row {
     tasks: usize,
     /// Per rail in the timed run: its share of the bytes, pieces stolen, sleeps.
     rails: Vec<RailShare>,
+    /// Aggregate rows: the median over rounds of this row's rate ÷ the rails' sum in the
+    /// same round.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vs_sum: Option<f64>,
+    /// Aggregate rows other than fcfs's: the median over rounds of this row's rate ÷ fcfs's
+    /// in the same round, and in how many rounds it was at least fcfs's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vs_fcfs: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ahead_of_fcfs_rounds: Option<usize>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -112,6 +126,8 @@ struct RailShare {
     share: f64,
     stolen: u64,
     sleeps: u64,
+    /// Its workers' time on pieces ÷ (the run's wall clock × its threads).
+    busy: f64,
 }
 
 /// One timed run: rate, each task's latency, and what each rail did.
@@ -208,30 +224,57 @@ pub fn run(args: EngineBenchArgs) -> Result<(), CliError> {
             setups.push(("aggregate".into(), scheduler.name().into(), config));
         }
     }
+    // Every engine is started, checked and warmed up before any timing; then each round runs
+    // every row once, starting one row later each round, so slow drift of the machine falls
+    // on all rows alike.
+    let mut engines = Vec::with_capacity(setups.len());
+    for (_, _, config) in &setups {
+        engines.push(prepare(config.clone(), spec, &pool, tasks, &args)?);
+    }
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); setups.len()];
-    for _ in 0..args.rounds {
-        for (index, (_, _, config)) in setups.iter().enumerate() {
-            samples[index].push(measure(config.clone(), spec, &pool, tasks, &args)?);
+    for round in 0..args.rounds {
+        for step in 0..setups.len() {
+            let index = (round + step) % setups.len();
+            samples[index].push(measure(&engines[index], spec, &pool, tasks, &args)?);
         }
     }
+    drop(engines);
+    // Per round: the rails' sum, and each aggregate's ratio to it and to the other schedulers.
+    let single = rails.len().min(setups.len());
+    let round_sum = |round: usize| -> f64 { samples[..single].iter().map(|s| s[round].0).sum() };
+    let fcfs_index = (single..setups.len()).find(|&i| setups[i].1 == Scheduler::Fcfs.name());
     let mut rows = Vec::new();
-    let mut sum = 0.0;
+    let sum = median((0..args.rounds).map(round_sum).collect());
     for (index, (rail, scheduler, _)) in setups.iter().enumerate() {
-        let samples = &mut samples[index];
-        samples.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let (rate, latencies, shares) = &samples[samples.len() / 2];
-        if index < rails.len() {
-            sum += rate;
-        }
-        if index == rails.len() && rails.len() > 1 {
+        let mut ordered: Vec<&Sample> = samples[index].iter().collect();
+        ordered.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (rate, latencies, shares) = ordered[ordered.len() / 2];
+        if index == single && single > 1 {
             rows.push(row(&args, spec, "sum", "none", sum, None, tasks));
         }
         let mut measured = row(&args, spec, rail, scheduler, *rate, Some(latencies), tasks);
         measured.rails = shares.clone();
+        if index >= single {
+            let ratios = |other: &dyn Fn(usize) -> f64| -> Vec<f64> {
+                (0..args.rounds).map(|round| samples[index][round].0 / other(round)).collect()
+            };
+            measured.vs_sum = Some(median(ratios(&round_sum)));
+            if let Some(fcfs) = fcfs_index.filter(|&f| f != index) {
+                let per_round = ratios(&|round| samples[fcfs][round].0);
+                measured.ahead_of_fcfs_rounds =
+                    Some(per_round.iter().filter(|&&r| r >= 1.0).count());
+                measured.vs_fcfs = Some(median(per_round));
+            }
+        }
         rows.push(measured);
     }
     print(&rows, &args, sum);
     Ok(())
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 fn stripes(code: &dyn Code, shard: usize) -> Vec<Stripe> {
@@ -257,15 +300,15 @@ fn stripes(code: &dyn Code, shard: usize) -> Vec<Stripe> {
         .collect()
 }
 
-/// Checks the engine on an untimed pass, then runs `tasks` tasks (after a warm-up that lets
-/// the rates settle) and returns the data rate and each task's latency.
-fn measure(
+/// Starts an engine, checks it on an untimed pass (every task compared with the oracle) and
+/// runs a warm-up that lets its rates settle.
+fn prepare(
     config: EngineConfig,
     spec: CodeSpec,
     pool: &[Stripe],
     tasks: usize,
     args: &EngineBenchArgs,
-) -> Result<Sample, CliError> {
+) -> Result<Engine, CliError> {
     let engine = Engine::new(config)?;
     if let Some((rail, code)) = engine.excluded().first() {
         return Err(cli_error!("rail {rail} failed the canary for {code}; its output differs"));
@@ -273,9 +316,20 @@ fn measure(
     run_tasks(&engine, spec, pool, tasks.min(VERIFY_TASKS), args, 1)?;
     let warm_up = tasks.min(2 * args.window);
     run_tasks(&engine, spec, pool, warm_up, args, CHECK_EVERY)?;
+    Ok(engine)
+}
+
+/// One timed run of `tasks` tasks: the data rate, each task's latency and the rails' shares.
+fn measure(
+    engine: &Engine,
+    spec: CodeSpec,
+    pool: &[Stripe],
+    tasks: usize,
+    args: &EngineBenchArgs,
+) -> Result<Sample, CliError> {
     let before = engine.rail_stats();
     let began = Instant::now();
-    let latencies = run_tasks(&engine, spec, pool, tasks, args, CHECK_EVERY)?;
+    let latencies = run_tasks(engine, spec, pool, tasks, args, CHECK_EVERY)?;
     let elapsed = began.elapsed().as_secs_f64().max(1e-9);
     let bytes = tasks * pool[0].data.len() * args.shard;
     // Workers fold their last piece in when they look for the next: let them.
@@ -291,6 +345,7 @@ fn measure(
             share: (a.bytes - b.bytes) as f64 / total.max(1) as f64,
             stolen: a.stolen - b.stolen,
             sleeps: a.sleeps - b.sleeps,
+            busy: (a.busy - b.busy).as_secs_f64() / (elapsed * args.threads_per_rail as f64),
         })
         .collect();
     Ok((bytes as f64 / elapsed, latencies, shares))
@@ -410,6 +465,9 @@ fn row(
         threads_per_rail: args.threads_per_rail,
         tasks,
         rails: Vec::new(),
+        vs_sum: None,
+        vs_fcfs: None,
+        ahead_of_fcfs_rounds: None,
     }
 }
 
@@ -432,29 +490,47 @@ fn print(rows: &[Row], args: &EngineBenchArgs, sum: f64) {
         );
     }
     println!(
-        "{:<10} {:<11} {:>12} {:>10} {:>10} {:>8}  share per rail (stolen, sleeps)",
-        "rail", "scheduler", "rate", "p50 µs", "p99 µs", "÷ sum"
+        "{:<10} {:<11} {:>12} {:>10} {:>10} {:>8} {:>8}  share per rail (stolen, sleeps, busy)",
+        "rail", "scheduler", "rate", "p50 µs", "p99 µs", "÷ sum", "÷ fcfs"
     );
     for row in rows {
         let latency = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
         let shares: Vec<String> = if row.rails.len() > 1 {
             row.rails
                 .iter()
-                .map(|r| format!("{} {:.0}% ({}, {})", r.rail, r.share * 100.0, r.stolen, r.sleeps))
+                .map(|r| {
+                    format!(
+                        "{} {:.0}% ({}, {}, {:.0}%)",
+                        r.rail,
+                        r.share * 100.0,
+                        r.stolen,
+                        r.sleeps,
+                        r.busy * 100.0
+                    )
+                })
                 .collect()
         } else {
             Vec::new()
         };
         println!(
-            "{:<10} {:<11} {:>10}/s {:>10} {:>10} {:>8.3}  {}",
+            "{:<10} {:<11} {:>10}/s {:>10} {:>10} {:>8.3} {:>8}  {}",
             row.rail,
             row.scheduler,
             human(row.bytes_per_sec),
             latency(row.p50_us),
             latency(row.p99_us),
-            row.bytes_per_sec / sum.max(1e-9),
+            row.vs_sum.unwrap_or(row.bytes_per_sec / sum.max(1e-9)),
+            row.vs_fcfs.map_or("-".to_string(), |v| format!("{v:.3}")),
             shares.join(", ")
         );
+    }
+    for row in rows {
+        if let Some(ahead) = row.ahead_of_fcfs_rounds {
+            println!(
+                "{} ≥ fcfs in {ahead} of {} rounds; ÷ columns are medians of same-round ratios",
+                row.scheduler, args.rounds
+            );
+        }
     }
 }
 
