@@ -244,11 +244,15 @@ pub fn run(args: EngineBenchArgs) -> Result<(), CliError> {
     let round_sum = |round: usize| -> f64 { samples[..single].iter().map(|s| s[round].0).sum() };
     let fcfs_index = (single..setups.len()).find(|&i| setups[i].1 == Scheduler::Fcfs.name());
     let mut rows = Vec::new();
-    let sum = median((0..args.rounds).map(round_sum).collect());
+    // The sum row adds the rows above it (each rail's median round).
+    let mut sum = 0.0;
     for (index, (rail, scheduler, _)) in setups.iter().enumerate() {
         let mut ordered: Vec<&Sample> = samples[index].iter().collect();
         ordered.sort_by(|a, b| a.0.total_cmp(&b.0));
         let (rate, latencies, shares) = ordered[ordered.len() / 2];
+        if index < single {
+            sum += rate;
+        }
         if index == single && single > 1 {
             rows.push(row(&args, spec, "sum", "none", sum, None, tasks));
         }
@@ -327,6 +331,10 @@ fn measure(
     tasks: usize,
     args: &EngineBenchArgs,
 ) -> Result<Sample, CliError> {
+    // Workers fold a piece into their stats when they look for the next one: let the last
+    // untimed pieces in before the snapshot, as after the run.
+    engine.wait_all();
+    std::thread::sleep(Duration::from_millis(5));
     let before = engine.rail_stats();
     let began = Instant::now();
     let latencies = run_tasks(engine, spec, pool, tasks, args, CHECK_EVERY)?;

@@ -108,8 +108,27 @@ fn bench_engine_json_rows() {
             "sum" => assert!((rate - sum).abs() <= 1e-6 * sum),
             rail => {
                 assert!(row["p50_us"].as_f64().unwrap() <= row["p99_us"].as_f64().unwrap());
+                // A rail alone did all the work, so was busy (in an aggregate a slow rail may
+                // get no piece at all). No upper bound: a piece straddling a short run's start
+                // or end counts whole, and CI machines preempt.
+                for share in row["rails"].as_array().unwrap() {
+                    let busy = share["busy"].as_f64().unwrap();
+                    assert!(busy.is_finite() && busy >= 0.0, "{rail}: busy {busy}");
+                    assert!(rail == "aggregate" || busy > 0.0, "{rail} alone was never busy");
+                }
                 if rail != "aggregate" {
                     sum += rate;
+                    assert!(row.get("vs_sum").is_none(), "{rail} alone has no ratio to the sum");
+                    continue;
+                }
+                // Medians of same-round ratios: positive, and rate-aware's to fcfs comes with
+                // the count of rounds it was ahead (of the default 11).
+                assert!(row["vs_sum"].as_f64().unwrap() > 0.0);
+                if row["scheduler"] == "rate-aware" {
+                    assert!(row["vs_fcfs"].as_f64().unwrap() > 0.0);
+                    assert!(row["ahead_of_fcfs_rounds"].as_u64().unwrap() <= 11);
+                } else {
+                    assert!(row.get("vs_fcfs").is_none(), "fcfs has no ratio to itself");
                 }
             }
         }
