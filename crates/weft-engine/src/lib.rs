@@ -87,8 +87,8 @@ pub enum Scheduler {
     /// Each piece goes to the rail expected to finish it first, given each rail's measured
     /// rate (per code, operation and size class) and the bytes already queued on it: work is
     /// split in proportion to the rates, which are re-measured on every piece. A rail that
-    /// runs dry takes the newest piece queued on the most loaded other rail, when it would
-    /// finish that piece before the owner reaches it.
+    /// runs dry takes a piece queued on the most loaded other rail, when it would finish that
+    /// piece before the owner reaches it: the oldest such piece, else the newest.
     RateAware,
     /// One shared queue: whichever rail is free takes the oldest piece it accepts.
     Fcfs,
@@ -1003,10 +1003,12 @@ impl Shared {
         self.steal(queues, rail_index)
     }
 
-    /// Under rate-aware, an idle rail takes the newest piece queued on the most loaded other
-    /// rail it can run, if it would finish that piece before the owner got to it: the rates
-    /// are estimates, and a rail left idle while another has a backlog wastes its share, but
-    /// a slow rail taking the last piece of a fast one's queue only delays it.
+    /// Under rate-aware, an idle rail takes a piece queued on the most loaded other rail it
+    /// can run, if it would finish that piece before the owner got to it: the oldest such
+    /// piece (the one waited on longest, and the one an in-order caller waits for first),
+    /// else the newest (the one the owner would reach last). The rates are estimates, and a
+    /// rail left idle while another has a backlog wastes its share, but a slow rail taking a
+    /// piece a fast one would reach sooner only delays it.
     fn steal(&self, queues: &mut Queues, rail_index: usize) -> Option<Piece> {
         if self.scheduler != Scheduler::RateAware {
             return None;
@@ -1014,20 +1016,30 @@ impl Shared {
         let owner = (0..queues.queues.len())
             .filter(|&i| i != rail_index && !queues.queues[i].is_empty())
             .max_by_key(|&i| queues.backlog_bytes[i])?;
-        let position = queues.queues[owner].iter().rposition(|p| p.task.usable(rail_index))?;
-        let candidate = &queues.queues[owner][position];
-        let bytes = candidate.bytes();
-        let key = (candidate.task.entry.code.spec(), candidate.task.op, size_class(candidate.len));
-        if let (Some(mine), Some(theirs)) =
-            (self.rate(queues, rail_index, key), self.rate(queues, owner, key))
-        {
-            // The owner's backlog includes the piece it is running.
-            let owner_reaches = (queues.backlog_bytes[owner] - bytes) as f64 / theirs;
-            if (bytes as f64 / mine) > owner_reaches {
-                return None;
+        let queue = &queues.queues[owner];
+        // The owner's backlog counts what it runs now and then its queue, in order.
+        let queued: usize = queue.iter().map(Piece::bytes).sum();
+        let running = queues.backlog_bytes[owner].saturating_sub(queued);
+        let oldest = queue.iter().position(|p| p.task.usable(rail_index))?;
+        let newest = queue.iter().rposition(|p| p.task.usable(rail_index))?;
+        let ahead_of = |position: usize| -> usize {
+            running + queue.iter().take(position).map(Piece::bytes).sum::<usize>()
+        };
+        let worth = |position: usize| -> bool {
+            let candidate = &queue[position];
+            let key =
+                (candidate.task.entry.code.spec(), candidate.task.op, size_class(candidate.len));
+            match (self.rate(queues, rail_index, key), self.rate(queues, owner, key)) {
+                (Some(mine), Some(theirs)) => {
+                    candidate.bytes() as f64 / mine <= ahead_of(position) as f64 / theirs
+                }
+                // A rail not yet measured takes it, and gets a measurement.
+                _ => true,
             }
-        }
+        };
+        let position = [oldest, newest].into_iter().find(|&p| worth(p))?;
         let piece = queues.queues[owner].remove(position).expect("position is in range");
+        let bytes = piece.bytes();
         queues.backlog_bytes[owner] -= bytes;
         queues.backlog_bytes[rail_index] += bytes;
         queues.stats[rail_index].stolen += 1;

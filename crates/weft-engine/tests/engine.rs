@@ -632,3 +632,69 @@ fn rail_stats_count_every_piece_once_and_busy_time_within_the_wall_clock() {
     assert!(stats[0].busy >= Duration::from_micros(64 * 200), "busy {:?}", stats[0].busy);
     assert!(stats[0].busy <= wall, "busy {:?} over a run of {wall:?}", stats[0].busy);
 }
+
+/// A correct rail that takes a fixed time per piece.
+#[derive(Debug)]
+struct SleepyRail {
+    name: &'static str,
+    per_piece: Duration,
+}
+
+impl Rail for SleepyRail {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn accepts(&self, _code: &dyn Code) -> bool {
+        true
+    }
+    fn encode(
+        &self,
+        code: &dyn Code,
+        data: &[&[u8]],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        std::thread::sleep(self.per_piece);
+        code.encode(data, parity).map_err(EngineError::Code)
+    }
+    fn reconstruct(
+        &self,
+        code: &dyn Code,
+        units: &[Option<&[u8]>],
+        wanted: &[usize],
+        out: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        code.reconstruct(units, wanted, out).map_err(EngineError::Code)
+    }
+}
+
+#[test]
+fn rate_aware_moves_a_slow_rails_backlog_to_the_idle_fast_rail() {
+    let spec = CodeSpec::Rs { k: 4, r: 2 };
+    let engine = Engine::new(EngineConfig {
+        rails: vec![
+            rail(SleepyRail { name: "fast", per_piece: Duration::from_millis(1) }, 1),
+            rail(SleepyRail { name: "slow", per_piece: Duration::from_millis(10) }, 1),
+        ],
+        scheduler: Scheduler::RateAware,
+        codes: vec![spec],
+    })
+    .unwrap();
+    // One task of 64 pieces, queued before either rail was measured: split evenly at first.
+    let data = units(4, 64 * 256, 10);
+    let output = engine.encode(EncodeTask::new(spec, data.clone()).chunk_size(256)).unwrap();
+    assert_eq!(output.parity, reference(spec, &data));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let stats = loop {
+        let stats = engine.rail_stats();
+        if stats.iter().map(|s| s.pieces).sum::<u64>() >= 64 || Instant::now() > deadline {
+            break stats;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let (fast, slow) = (&stats[0], &stats[1]);
+    assert_eq!(fast.pieces + slow.pieces, 64);
+    // Ten times slower, the slow rail codes about a tenth; without stealing it would code
+    // the 32 it was first given.
+    assert!(fast.stolen > 0, "the idle fast rail took none of the slow rail's queue");
+    assert!(slow.pieces <= 16, "the slow rail coded {} of 64 pieces", slow.pieces);
+}
