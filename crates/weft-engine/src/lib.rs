@@ -14,11 +14,17 @@
 //!   never copied; output buffers are the caller's
 //!   when given (reused, their contents overwritten), else allocated once per task.
 //! - Coding threads running at once are bounded per process ([`process_thread_limit`]), across
-//!   every engine: a worker holds a permit only while it codes a piece.
+//!   every engine: a worker holds a permit only while it codes a piece. The bound is taken
+//!   when the first engine starts, on the starting thread, before any worker is pinned.
+//! - Under rate-aware each rail is a thread group on cores of its own (UMR-EC 3.4.2): every
+//!   worker is pinned to a distinct CPU the starting thread may use, when there is one per
+//!   worker (`WEFT_ENGINE_PIN`: `rate-aware` by default, `always`, `never`); otherwise, and
+//!   under fcfs, workers float.
 //! - A worker is woken only when a piece it may run was queued for it and it sleeps: the
 //!   submitting thread makes no wake-up system call for busy workers.
 //! - Dropping the engine finishes every queued piece first, so no future is left pending.
 
+mod affinity;
 mod future;
 mod rail;
 
@@ -88,7 +94,8 @@ pub enum Scheduler {
     /// rate (per code, operation and size class) and the bytes already queued on it: work is
     /// split in proportion to the rates, which are re-measured on every piece. A rail that
     /// runs dry takes a piece queued on the most loaded other rail, when it would finish that
-    /// piece before the owner reaches it: the oldest such piece, else the newest.
+    /// piece before the owner reaches it: the oldest such piece, else the newest. Each rail's
+    /// workers get cores of their own when there are enough (see the crate docs).
     RateAware,
     /// One shared queue: whichever rail is free takes the oldest piece it accepts.
     Fcfs,
@@ -280,7 +287,8 @@ pub struct DecodeOutput {
 }
 
 /// Coding threads that may run at once in this process, across all engines:
-/// `WEFT_ENGINE_THREADS` when set, else the number of CPUs.
+/// `WEFT_ENGINE_THREADS` when set, else the number of CPUs the thread that first starts an
+/// engine (or asks) may run on.
 pub fn process_thread_limit() -> usize {
     permits().limit
 }
@@ -535,6 +543,37 @@ struct Shared {
 pub struct Engine {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
+    /// Each worker's rail and the core it was pinned to (`None`: it floats).
+    worker_cores: Vec<(String, Option<usize>)>,
+}
+
+/// When rails' workers get cores of their own (`WEFT_ENGINE_PIN`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PinPolicy {
+    /// `rate-aware` (the default): under the rate-aware scheduler each rail is a thread group
+    /// on cores of its own (UMR-EC 3.4.2), when there is a core for every worker.
+    RateAware,
+    /// `always`: under either scheduler (to compare the schedulers on equal terms).
+    Always,
+    /// `never`.
+    Never,
+}
+
+impl PinPolicy {
+    fn from_env() -> PinPolicy {
+        match std::env::var("WEFT_ENGINE_PIN").as_deref() {
+            Ok("always") => PinPolicy::Always,
+            Ok("never") => PinPolicy::Never,
+            Ok("rate-aware") | Err(_) => PinPolicy::RateAware,
+            Ok(other) => {
+                tracing::warn!(
+                    value = other,
+                    "WEFT_ENGINE_PIN is rate-aware, always or never; using rate-aware"
+                );
+                PinPolicy::RateAware
+            }
+        }
+    }
 }
 
 impl Engine {
@@ -552,9 +591,19 @@ impl Engine {
                 )));
             }
         }
+        // The process-wide bound counts the CPUs this thread may use: take it before any
+        // worker pins itself to one.
+        permits();
         let queue_count = match config.scheduler {
             Scheduler::RateAware => config.rails.len(),
             Scheduler::Fcfs => 1,
+        };
+        let worker_count: usize = config.rails.iter().map(|r| r.threads).sum();
+        let cores = match (config.scheduler, PinPolicy::from_env()) {
+            (Scheduler::RateAware, PinPolicy::RateAware) | (_, PinPolicy::Always) => {
+                affinity::cores_for(worker_count)
+            }
+            _ => None,
         };
         let shared = Arc::new(Shared {
             rails: config
@@ -585,17 +634,28 @@ impl Engine {
             shared.entry(*code)?;
         }
         let mut workers = Vec::new();
+        let mut worker_cores = Vec::new();
         for (index, rail) in config.rails.iter().enumerate() {
             for thread in 0..rail.threads {
                 let shared = shared.clone();
+                let core = cores.as_ref().map(|cores| cores[workers.len()]);
+                let name = format!("weft-engine-{}-{thread}", rail.rail.name());
                 let handle = std::thread::Builder::new()
-                    .name(format!("weft-engine-{}-{thread}", rail.rail.name()))
-                    .spawn(move || shared.work_loop(index))
+                    .name(name.clone())
+                    .spawn(move || {
+                        if let Some(core) = core {
+                            if !affinity::pin_current_thread(core) {
+                                tracing::debug!(worker = name, core, "cannot pin the worker");
+                            }
+                        }
+                        shared.work_loop(index)
+                    })
                     .map_err(|e| EngineError::Config(format!("cannot start a worker: {e}")))?;
                 workers.push(handle);
+                worker_cores.push((rail.rail.name().to_string(), core));
             }
         }
-        Ok(Engine { shared, workers })
+        Ok(Engine { shared, workers, worker_cores })
     }
 
     /// Queues an encode task; the future resolves once all its parity is computed.
@@ -693,6 +753,11 @@ impl Engine {
     /// What each rail did so far (a piece counts once its worker looks for the next one).
     pub fn rail_stats(&self) -> Vec<RailStats> {
         self.shared.queues.lock().expect("queues lock").stats.clone()
+    }
+
+    /// Each worker's rail and the core it is pinned to (`None`: it floats), in start order.
+    pub fn worker_cores(&self) -> &[(String, Option<usize>)] {
+        &self.worker_cores
     }
 
     /// The rails' names, in configuration order.

@@ -128,6 +128,8 @@ struct RailShare {
     sleeps: u64,
     /// Its workers' time on pieces ÷ (the run's wall clock × its threads).
     busy: f64,
+    /// The cores its workers are pinned to; empty when they float.
+    cores: Vec<usize>,
 }
 
 /// One timed run: rate, each task's latency, and what each rail did.
@@ -354,6 +356,12 @@ fn measure(
             stolen: a.stolen - b.stolen,
             sleeps: a.sleeps - b.sleeps,
             busy: (a.busy - b.busy).as_secs_f64() / (elapsed * args.threads_per_rail as f64),
+            cores: engine
+                .worker_cores()
+                .iter()
+                .filter(|(rail, _)| *rail == a.rail)
+                .filter_map(|(_, core)| *core)
+                .collect(),
         })
         .collect();
     Ok((bytes as f64 / elapsed, latencies, shares))
@@ -507,8 +515,14 @@ fn print(rows: &[Row], args: &EngineBenchArgs, sum: f64) {
             row.rails
                 .iter()
                 .map(|r| {
+                    let cores = if r.cores.is_empty() {
+                        String::new()
+                    } else {
+                        let list: Vec<String> = r.cores.iter().map(|c| c.to_string()).collect();
+                        format!(" core {}", list.join(","))
+                    };
                     format!(
-                        "{} {:.0}% ({}, {}, {:.0}%)",
+                        "{} {:.0}% ({}, {}, {:.0}%){cores}",
                         r.rail,
                         r.share * 100.0,
                         r.stolen,
