@@ -16,10 +16,10 @@
 //! - Coding threads running at once are bounded per process ([`process_thread_limit`]), across
 //!   every engine: a worker holds a permit only while it codes a piece. The bound is taken
 //!   when the first engine starts, on the starting thread, before any worker is pinned.
-//! - Under rate-aware each rail is a thread group on cores of its own (UMR-EC 3.4.2): every
-//!   worker is pinned to a distinct CPU the starting thread may use, when there is one per
-//!   worker (`WEFT_ENGINE_PIN`: `rate-aware` by default, `always`, `never`); otherwise, and
-//!   under fcfs, workers float.
+//! - Workers float unless `WEFT_ENGINE_PIN` asks otherwise: `rate-aware` makes each rail
+//!   of a rate-aware engine a thread group on cores of its own (UMR-EC 3.4.2), `always` does
+//!   so under fcfs too; a pinned worker is on a distinct CPU the starting thread may use, and
+//!   only when there is one per worker.
 //! - A worker is woken only when a piece it may run was queued for it and it sleeps: the
 //!   submitting thread makes no wake-up system call for busy workers.
 //! - Dropping the engine finishes every queued piece first, so no future is left pending.
@@ -94,8 +94,7 @@ pub enum Scheduler {
     /// rate (per code, operation and size class) and the bytes already queued on it: work is
     /// split in proportion to the rates, which are re-measured on every piece. A rail that
     /// runs dry takes a piece queued on the most loaded other rail, when it would finish that
-    /// piece before the owner reaches it: the oldest such piece, else the newest. Each rail's
-    /// workers get cores of their own when there are enough (see the crate docs).
+    /// piece before the owner reaches it: the oldest such piece, else the newest.
     RateAware,
     /// One shared queue: whichever rail is free takes the oldest piece it accepts.
     Fcfs,
@@ -550,27 +549,28 @@ pub struct Engine {
 /// When rails' workers get cores of their own (`WEFT_ENGINE_PIN`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum PinPolicy {
-    /// `rate-aware` (the default): under the rate-aware scheduler each rail is a thread group
-    /// on cores of its own (UMR-EC 3.4.2), when there is a core for every worker.
+    /// `never` (the default): workers float. On a 2-core machine shared with the submitting
+    /// thread, pinning measured no better (README, coding engine).
+    Never,
+    /// `rate-aware`: under the rate-aware scheduler each rail is a thread group on cores of
+    /// its own (UMR-EC 3.4.2), when there is a core for every worker.
     RateAware,
     /// `always`: under either scheduler (to compare the schedulers on equal terms).
     Always,
-    /// `never`.
-    Never,
 }
 
 impl PinPolicy {
     fn from_env() -> PinPolicy {
         match std::env::var("WEFT_ENGINE_PIN").as_deref() {
             Ok("always") => PinPolicy::Always,
-            Ok("never") => PinPolicy::Never,
-            Ok("rate-aware") | Err(_) => PinPolicy::RateAware,
+            Ok("rate-aware") => PinPolicy::RateAware,
+            Ok("never") | Err(_) => PinPolicy::Never,
             Ok(other) => {
                 tracing::warn!(
                     value = other,
-                    "WEFT_ENGINE_PIN is rate-aware, always or never; using rate-aware"
+                    "WEFT_ENGINE_PIN is never, rate-aware or always; using never"
                 );
-                PinPolicy::RateAware
+                PinPolicy::Never
             }
         }
     }
