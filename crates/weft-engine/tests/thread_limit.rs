@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use weft_codes::{Code, CodeSpec};
+use weft_codes::CodeSpec;
 use weft_engine::{
     process_thread_limit, Bytes, EncodeTask, Engine, EngineConfig, RailConfig, ScalarRail,
     Scheduler, SimdRail,
