@@ -484,15 +484,9 @@ impl Client {
             ReadMode::Blocking => {
                 let mut outcome = Ok(());
                 for (at, end) in windows {
-                    let written = match self.next_window(&mut rebuilder, at, end).await {
-                        Ok(window) => match assemble(&layout, window).await {
-                            Ok(bytes) => write_out(&bytes),
-                            Err(error) => Err(error),
-                        },
-                        Err(error) => Err(error),
-                    };
-                    if let Err(error) = written {
-                        outcome = Err(error);
+                    let window = self.next_window(&mut rebuilder, at, end).await;
+                    outcome = async { write_out(&assemble(&layout, window?).await?) }.await;
+                    if outcome.is_err() {
                         break;
                     }
                 }
@@ -514,15 +508,8 @@ impl Client {
                 });
                 let mut outcome = Ok(());
                 while let Some(window) = rx.recv().await {
-                    let written = match window {
-                        Ok(window) => match assemble(&layout, window).await {
-                            Ok(bytes) => write_out(&bytes),
-                            Err(error) => Err(error),
-                        },
-                        Err(error) => Err(error),
-                    };
-                    if let Err(error) = written {
-                        outcome = Err(error);
+                    outcome = async { write_out(&assemble(&layout, window?).await?) }.await;
+                    if outcome.is_err() {
                         break;
                     }
                 }

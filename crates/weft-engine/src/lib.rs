@@ -1082,13 +1082,13 @@ impl Shared {
             .filter(|&i| i != rail_index && !queues.queues[i].is_empty())
             .max_by_key(|&i| queues.backlog_bytes[i])?;
         let queue = &queues.queues[owner];
-        // The owner's backlog counts what it runs now and then its queue, in order.
-        let queued: usize = queue.iter().map(Piece::bytes).sum();
-        let running = queues.backlog_bytes[owner].saturating_sub(queued);
         let oldest = queue.iter().position(|p| p.task.usable(rail_index))?;
         let newest = queue.iter().rposition(|p| p.task.usable(rail_index))?;
+        // The owner's backlog is what it runs now and then its queue, in order: what it has
+        // to do before reaching a piece is the backlog less that piece and those after it.
         let ahead_of = |position: usize| -> usize {
-            running + queue.iter().take(position).map(Piece::bytes).sum::<usize>()
+            let from_it: usize = queue.iter().skip(position).map(Piece::bytes).sum();
+            queues.backlog_bytes[owner].saturating_sub(from_it)
         };
         let worth = |position: usize| -> bool {
             let candidate = &queue[position];

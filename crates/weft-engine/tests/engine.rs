@@ -520,26 +520,35 @@ fn malformed_adds_fail_their_future() {
     }
 }
 
-/// How many calls run at once, across every engine using a [`CountingRail`].
+/// How many calls run at once, across every engine using one [`TimedRail`]'s counter.
 #[derive(Debug, Default)]
 struct Concurrency {
     now: AtomicUsize,
     most: AtomicUsize,
 }
 
+/// A correct rail that takes a fixed time per encode and counts the encodes running at once.
 #[derive(Debug)]
-struct CountingRail(Arc<Concurrency>);
+struct TimedRail {
+    name: &'static str,
+    per_piece: Duration,
+    running: Arc<Concurrency>,
+}
 
-impl std::ops::Deref for CountingRail {
-    type Target = Concurrency;
-    fn deref(&self) -> &Concurrency {
-        &self.0
+impl TimedRail {
+    /// 200 µs a piece, counted in `running`.
+    fn counting(running: Arc<Concurrency>) -> TimedRail {
+        TimedRail { name: "counting", per_piece: Duration::from_micros(200), running }
+    }
+
+    fn taking(name: &'static str, per_piece: Duration) -> TimedRail {
+        TimedRail { name, per_piece, running: Arc::default() }
     }
 }
 
-impl Rail for CountingRail {
+impl Rail for TimedRail {
     fn name(&self) -> &str {
-        "counting"
+        self.name
     }
     fn accepts(&self, _code: &dyn Code) -> bool {
         true
@@ -550,11 +559,11 @@ impl Rail for CountingRail {
         data: &[&[u8]],
         parity: &mut [&mut [u8]],
     ) -> Result<(), EngineError> {
-        let running = self.now.fetch_add(1, Ordering::SeqCst) + 1;
-        self.most.fetch_max(running, Ordering::SeqCst);
-        std::thread::sleep(Duration::from_micros(200));
+        let running = self.running.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.running.most.fetch_max(running, Ordering::SeqCst);
+        std::thread::sleep(self.per_piece);
         let result = code.encode(data, parity).map_err(EngineError::Code);
-        self.now.fetch_sub(1, Ordering::SeqCst);
+        self.running.now.fetch_sub(1, Ordering::SeqCst);
         result
     }
     fn reconstruct(
@@ -575,7 +584,7 @@ fn coding_threads_stay_within_the_process_bound_across_engines() {
     let engines: Vec<Engine> = (0..4)
         .map(|_| {
             Engine::new(EngineConfig {
-                rails: vec![rail(CountingRail(counting.clone()), 4)],
+                rails: vec![rail(TimedRail::counting(counting.clone()), 4)],
                 scheduler: Scheduler::Fcfs,
                 codes: vec![spec],
             })
@@ -601,7 +610,7 @@ fn rail_stats_count_every_piece_once_and_busy_time_within_the_wall_clock() {
     let counting = Arc::new(Concurrency::default());
     let spec = CodeSpec::Rs { k: 4, r: 2 };
     let engine = Engine::new(EngineConfig {
-        rails: vec![rail(CountingRail(counting), 1)],
+        rails: vec![rail(TimedRail::counting(counting), 1)],
         scheduler: Scheduler::RateAware,
         codes: vec![spec],
     })
@@ -633,47 +642,13 @@ fn rail_stats_count_every_piece_once_and_busy_time_within_the_wall_clock() {
     assert!(stats[0].busy <= wall, "busy {:?} over a run of {wall:?}", stats[0].busy);
 }
 
-/// A correct rail that takes a fixed time per piece.
-#[derive(Debug)]
-struct SleepyRail {
-    name: &'static str,
-    per_piece: Duration,
-}
-
-impl Rail for SleepyRail {
-    fn name(&self) -> &str {
-        self.name
-    }
-    fn accepts(&self, _code: &dyn Code) -> bool {
-        true
-    }
-    fn encode(
-        &self,
-        code: &dyn Code,
-        data: &[&[u8]],
-        parity: &mut [&mut [u8]],
-    ) -> Result<(), EngineError> {
-        std::thread::sleep(self.per_piece);
-        code.encode(data, parity).map_err(EngineError::Code)
-    }
-    fn reconstruct(
-        &self,
-        code: &dyn Code,
-        units: &[Option<&[u8]>],
-        wanted: &[usize],
-        out: &mut [&mut [u8]],
-    ) -> Result<(), EngineError> {
-        code.reconstruct(units, wanted, out).map_err(EngineError::Code)
-    }
-}
-
 #[test]
 fn rate_aware_moves_a_slow_rails_backlog_to_the_idle_fast_rail() {
     let spec = CodeSpec::Rs { k: 4, r: 2 };
     let engine = Engine::new(EngineConfig {
         rails: vec![
-            rail(SleepyRail { name: "fast", per_piece: Duration::from_millis(1) }, 1),
-            rail(SleepyRail { name: "slow", per_piece: Duration::from_millis(10) }, 1),
+            rail(TimedRail::taking("fast", Duration::from_millis(1)), 1),
+            rail(TimedRail::taking("slow", Duration::from_millis(10)), 1),
         ],
         scheduler: Scheduler::RateAware,
         codes: vec![spec],

@@ -434,7 +434,8 @@ fn calibrate(coder: &Arc<dyn Coder>, stripes: &mut [Stripe], seconds: f64) -> us
     }
 }
 
-fn median(values: &mut [f64]) -> f64 {
+/// The middle value (the upper one of an even count); sorts `values`.
+pub(crate) fn median(values: &mut [f64]) -> f64 {
     values.sort_by(|a, b| a.partial_cmp(b).expect("rates are finite"));
     values[values.len() / 2]
 }

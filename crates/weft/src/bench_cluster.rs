@@ -157,17 +157,7 @@ async fn put(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
             ));
         }
     }
-    let coders = args
-        .coder
-        .iter()
-        .map(|c| {
-            Coder::parse(c)
-                .ok_or_else(|| cli_error!("{c:?} is not a coder; use pipelined, blocking or noop"))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    if coders.is_empty() {
-        return Err(cli_error!("--coder names no coder"));
-    }
+    let coders = parse_list(&args.coder, Coder::parse, "--coder", "pipelined, blocking or noop")?;
     let objects = args.size.div_ceil(args.object_size);
     let bar = crate::ec::progress_bar(args.size * coders.len(), args.json, "bench put");
     let mut tallies: Vec<Tally> = coders.iter().map(|_| Tally::default()).collect();
@@ -241,17 +231,8 @@ async fn get(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
             args.bucket
         ));
     }
-    let modes = args
-        .read_mode
-        .iter()
-        .map(|m| {
-            ReadMode::parse(m)
-                .ok_or_else(|| cli_error!("{m:?} is not a read mode; use pipelined or blocking"))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    if modes.is_empty() {
-        return Err(cli_error!("--read-mode names no mode"));
-    }
+    let modes =
+        parse_list(&args.read_mode, ReadMode::parse, "--read-mode", "pipelined or blocking")?;
     let mut tallies: Vec<Tally> = modes.iter().map(|_| Tally::default()).collect();
     for (position, key) in keys.iter().enumerate() {
         let index: usize = key
@@ -330,4 +311,24 @@ fn report(
         }
     }
     Ok(())
+}
+
+/// The values of a comma-separated option (`flag`), each parsed; an unknown or missing value
+/// is an error naming the accepted ones (`choices`).
+fn parse_list<T>(
+    values: &[String],
+    parse: impl Fn(&str) -> Option<T>,
+    flag: &str,
+    choices: &str,
+) -> Result<Vec<T>, CliError> {
+    let parsed = values
+        .iter()
+        .map(|v| {
+            parse(v).ok_or_else(|| cli_error!("{v:?} is not a value of {flag}; use {choices}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if parsed.is_empty() {
+        return Err(cli_error!("{flag} names nothing; use {choices}"));
+    }
+    Ok(parsed)
 }

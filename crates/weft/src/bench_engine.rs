@@ -32,6 +32,7 @@ use weft_engine::{
     EncodeTask, Engine, EngineConfig, IsalRail, Rail, RailConfig, ScalarRail, Scheduler, SimdRail,
 };
 
+use crate::bench::median;
 use crate::{cli_error, parse_size, CliError};
 
 /// Stripes in the data pool (each k × shard bytes), reused round-robin.
@@ -264,23 +265,18 @@ pub fn run(args: EngineBenchArgs) -> Result<(), CliError> {
             let ratios = |other: &dyn Fn(usize) -> f64| -> Vec<f64> {
                 (0..args.rounds).map(|round| samples[index][round].0 / other(round)).collect()
             };
-            measured.vs_sum = Some(median(ratios(&round_sum)));
+            measured.vs_sum = Some(median(&mut ratios(&round_sum)));
             if let Some(fcfs) = fcfs_index.filter(|&f| f != index) {
-                let per_round = ratios(&|round| samples[fcfs][round].0);
+                let mut per_round = ratios(&|round| samples[fcfs][round].0);
                 measured.ahead_of_fcfs_rounds =
                     Some(per_round.iter().filter(|&&r| r >= 1.0).count());
-                measured.vs_fcfs = Some(median(per_round));
+                measured.vs_fcfs = Some(median(&mut per_round));
             }
         }
         rows.push(measured);
     }
     print(&rows, &args, sum);
     Ok(())
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 fn stripes(code: &dyn Code, shard: usize) -> Vec<Stripe> {
@@ -333,19 +329,12 @@ fn measure(
     tasks: usize,
     args: &EngineBenchArgs,
 ) -> Result<Sample, CliError> {
-    // Workers fold a piece into their stats when they look for the next one: let the last
-    // untimed pieces in before the snapshot, as after the run.
-    engine.wait_all();
-    std::thread::sleep(Duration::from_millis(5));
-    let before = engine.rail_stats();
+    let before = settled_stats(engine);
     let began = Instant::now();
     let latencies = run_tasks(engine, spec, pool, tasks, args, CHECK_EVERY)?;
     let elapsed = began.elapsed().as_secs_f64().max(1e-9);
     let bytes = tasks * pool[0].data.len() * args.shard;
-    // Workers fold their last piece in when they look for the next: let them.
-    engine.wait_all();
-    std::thread::sleep(Duration::from_millis(5));
-    let after = engine.rail_stats();
+    let after = settled_stats(engine);
     let total: u64 = after.iter().zip(&before).map(|(a, b)| a.bytes - b.bytes).sum();
     let shares = after
         .iter()
@@ -365,6 +354,14 @@ fn measure(
         })
         .collect();
     Ok((bytes as f64 / elapsed, latencies, shares))
+}
+
+/// The rails' stats once every queued piece ran: a worker folds a piece into its stats when
+/// it looks for the next one, so the last pieces are let in first.
+fn settled_stats(engine: &Engine) -> Vec<weft_engine::RailStats> {
+    engine.wait_all();
+    std::thread::sleep(Duration::from_millis(5));
+    engine.rail_stats()
 }
 
 /// A task in flight.
