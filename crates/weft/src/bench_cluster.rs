@@ -157,7 +157,8 @@ async fn put(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
             ));
         }
     }
-    let coders = parse_list(&args.coder, Coder::parse, "--coder", "pipelined, blocking or noop")?;
+    let coders =
+        parse_list(&args.coder, Coder::parse, "--coder", "coder", "pipelined, blocking or noop")?;
     let objects = args.size.div_ceil(args.object_size);
     let bar = crate::ec::progress_bar(args.size * coders.len(), args.json, "bench put");
     let mut tallies: Vec<Tally> = coders.iter().map(|_| Tally::default()).collect();
@@ -231,8 +232,13 @@ async fn get(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
             args.bucket
         ));
     }
-    let modes =
-        parse_list(&args.read_mode, ReadMode::parse, "--read-mode", "pipelined or blocking")?;
+    let modes = parse_list(
+        &args.read_mode,
+        ReadMode::parse,
+        "--read-mode",
+        "read mode",
+        "pipelined or blocking",
+    )?;
     let mut tallies: Vec<Tally> = modes.iter().map(|_| Tally::default()).collect();
     for (position, key) in keys.iter().enumerate() {
         let index: usize = key
@@ -313,22 +319,21 @@ fn report(
     Ok(())
 }
 
-/// The values of a comma-separated option (`flag`), each parsed; an unknown or missing value
-/// is an error naming the accepted ones (`choices`).
+/// The values of a comma-separated option (`flag`, naming `what`s), each parsed; an unknown
+/// value or none at all is an error naming the accepted ones (`choices`).
 fn parse_list<T>(
     values: &[String],
     parse: impl Fn(&str) -> Option<T>,
     flag: &str,
+    what: &str,
     choices: &str,
 ) -> Result<Vec<T>, CliError> {
     let parsed = values
         .iter()
-        .map(|v| {
-            parse(v).ok_or_else(|| cli_error!("{v:?} is not a value of {flag}; use {choices}"))
-        })
+        .map(|v| parse(v).ok_or_else(|| cli_error!("{v:?} is not a {what}; use {choices}")))
         .collect::<Result<Vec<_>, _>>()?;
     if parsed.is_empty() {
-        return Err(cli_error!("{flag} names nothing; use {choices}"));
+        return Err(cli_error!("{flag} names no {what}"));
     }
     Ok(parsed)
 }
