@@ -266,7 +266,8 @@ impl<R: Read> Writer<R> {
     /// Reads the next `len` object bytes into a metered cell holding one in-flight permit.
     fn read_cell(&mut self, len: usize) -> Result<MeteredCell, Stop> {
         let permit = self.permit()?;
-        let mut buf = MeteredBuf::new(&self.meter, len);
+        // read_exact fills every byte or fails.
+        let mut buf = MeteredBuf::for_overwrite(&self.meter, len);
         self.reader.read_exact(buf.as_mut_slice()).map_err(|source| {
             Stop::Failed(ClientError::Io { what: "reading the object".into(), source })
         })?;
@@ -414,8 +415,9 @@ impl<R: Read> Writer<R> {
         Ok(())
     }
 
-    /// Lends (group, row)'s accumulators (zeros if new) to an add task of `cells`; first
-    /// completes earlier tasks still holding them.
+    /// Lends (group, row)'s accumulators to an add task of `cells`, or, for the row's first
+    /// cells, buffers of unspecified contents to a first add (which writes them without
+    /// reading them); first completes earlier tasks still holding the accumulators.
     fn issue_add(
         &mut self,
         engine: &Engine,
@@ -431,16 +433,25 @@ impl<R: Read> Writer<R> {
             self.complete_add(oldest, partial, next_row)?;
         }
         let len = cells[0].1.len();
-        let meter = Arc::clone(&self.meter);
-        let accumulators = partial
-            .remove(&(group, row))
-            .unwrap_or_else(|| zero_rows(&meter, self.layout().r(), len));
+        let (first, accumulators) = match partial.remove(&(group, row)) {
+            Some(accumulators) => (false, accumulators),
+            None => {
+                let r = self.layout().r();
+                (true, (0..r).map(|_| MeteredBuf::for_overwrite(&self.meter, len)).collect())
+            }
+        };
         let (buffers, lent): (Vec<Vec<u8>>, Vec<LentBuf>) =
             accumulators.into_iter().map(MeteredBuf::lend).unzip();
         let (positions, data): (Vec<usize>, Vec<Bytes>) = cells.into_iter().unzip();
+        let code = self.object.layout.code;
+        let task = if first {
+            EncodeTask::first_add(code, positions, data, buffers)
+        } else {
+            EncodeTask::add(code, positions, data, buffers)
+        };
         // One piece per row task: rows are a cell long (1 MiB by default), already big enough
         // to amortise a hand-off; splitting them only adds wake-ups.
-        let task = EncodeTask::add(self.object.layout.code, positions, data, buffers).chunk_size(0);
+        let task = task.chunk_size(0);
         let future = engine.iencode(task);
         pending.push_back(PendingAdd { future, group, row, sequence, lent, last });
         Ok(())

@@ -186,6 +186,10 @@ pub struct EncodeTask {
     /// An add task (Okapi's partial parity): `data[i]` is data unit `add_at[i]` of the code
     /// (distinct, below k) and the task adds their share of the parity into `parity`.
     pub add_at: Option<Vec<usize>>,
+    /// An add task whose accumulators start at zero: their contents are ignored and
+    /// overwritten with the share, so they are only written, never read (a partial parity's
+    /// first add; the caller needs no zeroed buffers).
+    pub first_add: bool,
 }
 
 impl EncodeTask {
@@ -197,6 +201,7 @@ impl EncodeTask {
             chunk_size_bytes: DEFAULT_CHUNK_SIZE_BYTES,
             parity: Vec::new(),
             add_at: None,
+            first_add: false,
         }
     }
 
@@ -213,7 +218,20 @@ impl EncodeTask {
             chunk_size_bytes: DEFAULT_CHUNK_SIZE_BYTES,
             parity: accumulators,
             add_at: Some(positions),
+            first_add: false,
         }
+    }
+
+    /// A first add: `buffers[j] = (parity row j of the data units at `positions`)`, whatever
+    /// the buffers held; adding the other units later with [`EncodeTask::add`] completes
+    /// the parity. Each buffer must have the units' length.
+    pub fn first_add(
+        code: CodeSpec,
+        positions: Vec<usize>,
+        data: Vec<Bytes>,
+        buffers: Vec<Vec<u8>>,
+    ) -> EncodeTask {
+        EncodeTask { first_add: true, ..EncodeTask::add(code, positions, data, buffers) }
     }
 
     /// Sets the piece length (0: one piece).
@@ -364,6 +382,10 @@ enum Op {
     Encode,
     /// Add some data units' share of the parity into accumulators.
     Add,
+    /// Write some data units' share of the parity into accumulators, whatever they held
+    /// (the first add of a partial parity). Runs where `Add` passed its canary, which checks
+    /// both.
+    FirstAdd,
     Decode,
 }
 
@@ -380,7 +402,7 @@ impl CodeEntry {
     fn usable(&self, op: Op) -> &[bool] {
         match op {
             Op::Encode => &self.encode,
-            Op::Add => &self.add,
+            Op::Add | Op::FirstAdd => &self.add,
             Op::Decode => &self.decode,
         }
     }
@@ -504,7 +526,7 @@ impl Piece {
     /// and of rates.
     fn bytes(&self) -> usize {
         match self.task.op {
-            Op::Add => self.len * self.task.inputs.len(),
+            Op::Add | Op::FirstAdd => self.len * self.task.inputs.len(),
             Op::Encode | Op::Decode => self.len * self.task.entry.code.data_units(),
         }
     }
@@ -664,9 +686,10 @@ impl Engine {
         let future = EcFuture::new(completion.clone());
         let sink = Sink::Encode(completion);
         let inputs = task.data.into_iter().map(Some).collect();
-        let (op, positions) = match task.add_at {
-            Some(positions) => (Op::Add, positions),
-            None => (Op::Encode, Vec::new()),
+        let (op, positions) = match (task.add_at, task.first_add) {
+            (Some(positions), false) => (Op::Add, positions),
+            (Some(positions), true) => (Op::FirstAdd, positions),
+            (None, _) => (Op::Encode, Vec::new()),
         };
         self.shared.submit(
             op,
@@ -871,7 +894,8 @@ impl Shared {
         }
         // Adds: the last and the first data unit, in that order, into the canary's parity.
         let positions: Vec<usize> = if k > 1 { vec![k - 1, 0] } else { vec![0] };
-        let added = add_with(&self.oracle, code, &canary, &positions);
+        let added = add_with(&self.oracle, code, &canary, &positions, false);
+        let first_added = add_with(&self.oracle, code, &canary, &positions, true);
         let mut entry = CodeEntry {
             code: built.clone(),
             encode: Vec::new(),
@@ -889,7 +913,10 @@ impl Shared {
             }
             let encodes = encode_with(rail, code, &canary.units[..k], len).as_deref()
                 == Some(&canary.units[k..]);
-            let adds = added.is_some() && add_with(rail, code, &canary, &positions) == added;
+            let adds = added.is_some()
+                && first_added.is_some()
+                && add_with(rail, code, &canary, &positions, false) == added
+                && add_with(rail, code, &canary, &positions, true) == first_added;
             let decodes = patterns.iter().all(|lost| decodes_back(rail, code, &canary, lost));
             for (ok, what) in [(encodes, "encode"), (adds, "add"), (decodes, "decode")] {
                 if !ok {
@@ -941,7 +968,7 @@ impl Shared {
             len.max(1)
         };
         let count = match op {
-            Op::Encode | Op::Add => code.parity_units(),
+            Op::Encode | Op::Add | Op::FirstAdd => code.parity_units(),
             Op::Decode => wanted.len(),
         };
         let mut outputs = output_buffers(outputs, count, len);
@@ -1138,9 +1165,13 @@ impl Shared {
                         inputs.iter().map(|u| u.expect("encode inputs")).collect();
                     rail.encode(code, &data, &mut outputs)
                 }
-                Op::Add => {
+                Op::Add | Op::FirstAdd => {
                     let data: Vec<&[u8]> = inputs.iter().map(|u| u.expect("add inputs")).collect();
-                    rail.encode_add(code, &task.wanted, &data, &mut outputs)
+                    if task.op == Op::FirstAdd {
+                        rail.encode_first_add(code, &task.wanted, &data, &mut outputs)
+                    } else {
+                        rail.encode_add(code, &task.wanted, &data, &mut outputs)
+                    }
                 }
                 Op::Decode => rail.reconstruct(code, &inputs, &task.wanted, &mut outputs),
             }));
@@ -1219,7 +1250,7 @@ fn check_task(
                 )));
             }
         }
-        Op::Add => {
+        Op::Add | Op::FirstAdd => {
             let k = code.data_units();
             let mut seen = vec![false; k];
             if inputs.is_empty() || inputs.len() != wanted.len() {
@@ -1296,20 +1327,31 @@ fn encode_with(
     matches!(result, Ok(Ok(()))).then_some(parity)
 }
 
-/// The canary's parity after `rail` added the data units at `positions` into it; `None` if
-/// the rail failed or panicked.
+/// The canary's parity after `rail` added the data units at `positions` into it, or (`first`)
+/// after its first add of them into garbage-filled accumulators; `None` if the rail failed or
+/// panicked.
 fn add_with(
     rail: &dyn Rail,
     code: &dyn Code,
     canary: &Canary,
     positions: &[usize],
+    first: bool,
 ) -> Option<Vec<Vec<u8>>> {
     let k = code.data_units();
     let data: Vec<&[u8]> = positions.iter().map(|&p| canary.units[p].as_slice()).collect();
-    let mut parity: Vec<Vec<u8>> = canary.units[k..].to_vec();
+    let mut parity: Vec<Vec<u8>> = if first {
+        // Garbage: a first add must overwrite, not add into, what the buffers held.
+        vec![vec![0xA5u8; canary.units[0].len()]; code.parity_units()]
+    } else {
+        canary.units[k..].to_vec()
+    };
     let mut parity_refs: Vec<&mut [u8]> = parity.iter_mut().map(|p| p.as_mut_slice()).collect();
     let result = catch_unwind(AssertUnwindSafe(|| {
-        rail.encode_add(code, positions, &data, &mut parity_refs)
+        if first {
+            rail.encode_first_add(code, positions, &data, &mut parity_refs)
+        } else {
+            rail.encode_add(code, positions, &data, &mut parity_refs)
+        }
     }));
     matches!(result, Ok(Ok(()))).then_some(parity)
 }

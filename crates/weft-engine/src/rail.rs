@@ -50,6 +50,20 @@ pub trait Rail: Send + Sync + fmt::Debug {
         add_each(code, positions, data, parity)
     }
 
+    /// The first add into a partial parity: writes the share of the data units at
+    /// `positions` into `parity`, whatever `parity` held before (as if it were zeros), so the
+    /// regions are only written, not read. The default zeroes them and adds.
+    fn encode_first_add(
+        &self,
+        code: &dyn Code,
+        positions: &[usize],
+        data: &[&[u8]],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        zero(parity);
+        self.encode_add(code, positions, data, parity)
+    }
+
     /// Computes the units listed in `wanted` into `out` (same order) from one byte range of
     /// the present units (`units[i]` is `None` when unit i is missing; `units.len()` is n).
     fn reconstruct(
@@ -73,6 +87,23 @@ fn add_each(
         code.encode_add(position, unit, parity).map_err(EngineError::Code)?;
     }
     Ok(())
+}
+
+/// [`add_each`] into zeroed regions: a first add for any code.
+fn first_add_each(
+    code: &dyn Code,
+    positions: &[usize],
+    data: &[&[u8]],
+    parity: &mut [&mut [u8]],
+) -> Result<(), EngineError> {
+    zero(parity);
+    add_each(code, positions, data, parity)
+}
+
+fn zero(regions: &mut [&mut [u8]]) {
+    for region in regions.iter_mut() {
+        region.fill(0);
+    }
 }
 
 /// Most decode tables a rail keeps (one per code and erasure pattern) before starting afresh.
@@ -224,6 +255,23 @@ pub struct SimdRail {
     add_tables: TableCache<DotTables>,
 }
 
+impl SimdRail {
+    /// rs(k, r)'s fused add tables for the data units at `positions`.
+    fn add_tables(
+        &self,
+        k: usize,
+        r: usize,
+        code: &dyn Code,
+        positions: &[usize],
+    ) -> Result<Arc<DotTables>, EngineError> {
+        self.add_tables.get_or_build(code.spec(), positions, || {
+            let rs = LinearCode::rs(k, r).map_err(EngineError::Code)?;
+            let columns = parity_columns(rs.generator().as_slice(), k, positions);
+            Ok(DotTables::new(&columns, r, positions.len()))
+        })
+    }
+}
+
 impl Rail for SimdRail {
     fn name(&self) -> &str {
         "simd"
@@ -253,12 +301,22 @@ impl Rail for SimdRail {
             return add_each(code, positions, data, parity);
         };
         check_add_shape(code, positions, data, parity)?;
-        let tables = self.add_tables.get_or_build(code.spec(), positions, || {
-            let rs = LinearCode::rs(k, r).map_err(EngineError::Code)?;
-            let columns = parity_columns(rs.generator().as_slice(), k, positions);
-            Ok(DotTables::new(&columns, r, positions.len()))
-        })?;
-        tables.dot_prod_add(data, parity);
+        self.add_tables(k, r, code, positions)?.dot_prod_add(data, parity);
+        Ok(())
+    }
+
+    fn encode_first_add(
+        &self,
+        code: &dyn Code,
+        positions: &[usize],
+        data: &[&[u8]],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        let CodeSpec::Rs { k, r } = code.spec() else {
+            return first_add_each(code, positions, data, parity);
+        };
+        check_add_shape(code, positions, data, parity)?;
+        self.add_tables(k, r, code, positions)?.dot_prod(data, parity);
         Ok(())
     }
 
@@ -312,6 +370,21 @@ impl ScalarRail {
         generators.insert(spec, built.clone());
         Ok(built)
     }
+
+    /// rs(k, r)'s scalar add tables for the data units at `positions`.
+    fn add_tables(
+        &self,
+        k: usize,
+        r: usize,
+        spec: CodeSpec,
+        positions: &[usize],
+    ) -> Result<Arc<DotTables>, EngineError> {
+        let generator = self.rs_generator(k, r, spec)?;
+        self.add_tables.get_or_build(spec, positions, || {
+            let columns = parity_columns(&generator, k, positions);
+            Ok(DotTables::with_path(SimdPath::Scalar, &columns, r, positions.len()))
+        })
+    }
 }
 
 impl Rail for ScalarRail {
@@ -350,12 +423,22 @@ impl Rail for ScalarRail {
             return add_each(code, positions, data, parity);
         };
         check_add_shape(code, positions, data, parity)?;
-        let generator = self.rs_generator(k, r, spec)?;
-        let tables = self.add_tables.get_or_build(spec, positions, || {
-            let columns = parity_columns(&generator, k, positions);
-            Ok(DotTables::with_path(SimdPath::Scalar, &columns, r, positions.len()))
-        })?;
-        tables.dot_prod_add(data, parity);
+        self.add_tables(k, r, spec, positions)?.dot_prod_add(data, parity);
+        Ok(())
+    }
+
+    fn encode_first_add(
+        &self,
+        code: &dyn Code,
+        positions: &[usize],
+        data: &[&[u8]],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        let spec @ CodeSpec::Rs { k, r } = code.spec() else {
+            return first_add_each(code, positions, data, parity);
+        };
+        check_add_shape(code, positions, data, parity)?;
+        self.add_tables(k, r, spec, positions)?.dot_prod(data, parity);
         Ok(())
     }
 
@@ -399,6 +482,29 @@ impl fmt::Debug for IsalRail {
 }
 
 impl IsalRail {
+    /// ISA-L tables of rs's parity columns at `positions`, after checking the add's shape;
+    /// other codes are declined.
+    fn add_tables(
+        &self,
+        code: &dyn Code,
+        positions: &[usize],
+        data: &[&[u8]],
+        parity: &[&mut [u8]],
+    ) -> Result<Arc<IsalTables>, EngineError> {
+        let CodeSpec::Rs { k, r } = code.spec() else {
+            return Err(EngineError::Declined {
+                rail: "isal".into(),
+                code: code.spec().to_string(),
+            });
+        };
+        check_add_shape(code, positions, data, parity)?;
+        self.add_tables.get_or_build(code.spec(), positions, || {
+            let generator = self.isal.cauchy1_matrix(k + r, k);
+            let columns = parity_columns(&generator, k, positions);
+            Ok(self.isal.init_tables(positions.len(), r, &columns))
+        })
+    }
+
     /// Loads ISA-L; the error says how to install it.
     pub fn load() -> Result<IsalRail, weft_isal::IsalError> {
         Ok(IsalRail {
@@ -483,20 +589,9 @@ impl Rail for IsalRail {
         data: &[&[u8]],
         parity: &mut [&mut [u8]],
     ) -> Result<(), EngineError> {
-        let CodeSpec::Rs { k, r } = code.spec() else {
-            return Err(EngineError::Declined {
-                rail: "isal".into(),
-                code: code.spec().to_string(),
-            });
-        };
-        check_add_shape(code, positions, data, parity)?;
-        let tables = self.add_tables.get_or_build(code.spec(), positions, || {
-            let generator = self.isal.cauchy1_matrix(k + r, k);
-            let columns = parity_columns(&generator, k, positions);
-            Ok(self.isal.init_tables(positions.len(), r, &columns))
-        })?;
+        let tables = self.add_tables(code, positions, data, parity)?;
         let len = data.first().map_or(0, |d| d.len());
-        let mut scratch = vec![vec![0u8; len]; r];
+        let mut scratch = vec![vec![0u8; len]; parity.len()];
         let mut scratch_refs: Vec<&mut [u8]> =
             scratch.iter_mut().map(|s| s.as_mut_slice()).collect();
         self.isal.encode_data(&tables, data, &mut scratch_refs);
@@ -505,6 +600,19 @@ impl Rail for IsalRail {
                 *a ^= s;
             }
         }
+        Ok(())
+    }
+
+    /// A first add is a plain ISA-L encode of the positions' share into the accumulators.
+    fn encode_first_add(
+        &self,
+        code: &dyn Code,
+        positions: &[usize],
+        data: &[&[u8]],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        let tables = self.add_tables(code, positions, data, parity)?;
+        self.isal.encode_data(&tables, data, parity);
         Ok(())
     }
 

@@ -449,6 +449,68 @@ fn a_rail_that_decodes_wrong_is_excluded_from_decodes_only() {
     assert!(matches!(result, Err(EngineError::NoRail { .. })), "{result:?}");
 }
 
+/// Encodes and adds right, but its first add adds into what the buffers held instead of
+/// overwriting it: excluded from adds, still used for encodes.
+#[derive(Debug)]
+struct FirstAddAddsRail;
+
+impl Rail for FirstAddAddsRail {
+    fn name(&self) -> &str {
+        "first-add-adds"
+    }
+    fn accepts(&self, _code: &dyn Code) -> bool {
+        true
+    }
+    fn encode(
+        &self,
+        code: &dyn Code,
+        data: &[&[u8]],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        code.encode(data, parity).map_err(EngineError::Code)
+    }
+    fn encode_first_add(
+        &self,
+        code: &dyn Code,
+        positions: &[usize],
+        data: &[&[u8]],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        self.encode_add(code, positions, data, parity)
+    }
+    fn reconstruct(
+        &self,
+        code: &dyn Code,
+        units: &[Option<&[u8]>],
+        wanted: &[usize],
+        out: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        code.reconstruct(units, wanted, out).map_err(EngineError::Code)
+    }
+}
+
+#[test]
+fn a_rail_whose_first_add_reads_its_buffers_is_excluded_from_adds() {
+    let spec = CodeSpec::Rs { k: 6, r: 3 };
+    let rails = vec![rail(FirstAddAddsRail, 1), rail(SimdRail::default(), 1)];
+    let engine =
+        Engine::new(EngineConfig { rails, scheduler: Scheduler::Fcfs, codes: vec![spec] }).unwrap();
+    assert!(engine.rail_usable("first-add-adds", spec).unwrap());
+    assert!(!engine.rail_usable_for_add("first-add-adds", spec).unwrap());
+    assert!(engine.rail_usable_for_add("simd", spec).unwrap());
+    assert_eq!(engine.excluded(), vec![("first-add-adds".to_string(), spec)]);
+    // Every piece of a first add goes to simd: the garbage never reaches the parity.
+    let all = stripe(spec, 4096, 9);
+    let task =
+        EncodeTask::first_add(spec, vec![0, 1, 2], all[..3].to_vec(), vec![vec![0x5A; 4096]; 3]);
+    let accumulators = engine.encode(task.chunk_size(256)).unwrap().parity;
+    let task = EncodeTask::add(spec, vec![3, 4, 5], all[3..6].to_vec(), accumulators);
+    let parity = engine.encode(task.chunk_size(256)).unwrap().parity;
+    for (index, row) in parity.iter().enumerate() {
+        assert_eq!(&row[..], &all[6 + index][..], "parity {index}");
+    }
+}
+
 #[test]
 fn undecodable_and_malformed_decodes_fail_their_future() {
     let engine = engine(vec![rail(SimdRail::default(), 1)], Scheduler::Fcfs);
@@ -479,20 +541,28 @@ fn adds_of_every_position_from_zero_equal_the_full_parity_on_every_rail() {
             let (k, r) = (code.data_units(), code.parity_units());
             let len = code.unit_len_multiple() * 53;
             let all = stripe(spec, len, 11);
-            // Okapi's partial parity: stripes of width 3 add their units in turn.
-            let mut accumulators = vec![vec![0u8; len]; r];
-            for positions in (0..k).collect::<Vec<_>>().chunks(3).rev() {
-                let data = positions.iter().map(|&p| all[p].clone()).collect();
-                let task = EncodeTask::add(spec, positions.to_vec(), data, accumulators)
-                    .chunk_size(64 * code.unit_len_multiple());
-                accumulators = engine.encode(task).unwrap().parity;
-            }
-            for (index, accumulator) in accumulators.iter().enumerate() {
-                assert_eq!(
-                    &accumulator[..],
-                    &all[k + index][..],
-                    "{text} {scheduler:?} parity {index}"
-                );
+            // Okapi's partial parity: stripes of width 3 add their units in turn, into
+            // zeroed accumulators, or with a first add into garbage-filled ones.
+            for first_add in [false, true] {
+                let fill = if first_add { 0xA5 } else { 0 };
+                let mut accumulators = vec![vec![fill; len]; r];
+                for (turn, positions) in (0..k).collect::<Vec<_>>().chunks(3).rev().enumerate() {
+                    let data = positions.iter().map(|&p| all[p].clone()).collect();
+                    let task = if first_add && turn == 0 {
+                        EncodeTask::first_add(spec, positions.to_vec(), data, accumulators)
+                    } else {
+                        EncodeTask::add(spec, positions.to_vec(), data, accumulators)
+                    };
+                    let task = task.chunk_size(64 * code.unit_len_multiple());
+                    accumulators = engine.encode(task).unwrap().parity;
+                }
+                for (index, accumulator) in accumulators.iter().enumerate() {
+                    assert_eq!(
+                        &accumulator[..],
+                        &all[k + index][..],
+                        "{text} {scheduler:?} first add {first_add}: parity {index}"
+                    );
+                }
             }
             if IsalRail::load().is_ok() && text.starts_with("rs") {
                 assert!(engine.rail_usable_for_add("isal", spec).unwrap());

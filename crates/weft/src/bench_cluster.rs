@@ -8,10 +8,13 @@
 //! - Rates are object (data) bytes per second over the whole run, one object at a time.
 //! - Several coders (put) or read modes (get) are measured in one run, interleaved object by
 //!   object with the order rotating, so the machine's noise falls on all of them alike; each
-//!   is reported with its ratio to the reference (`noop` for put, `blocking` for get).
+//!   is reported with its ratio to the reference (`noop` for put, `blocking` for get): the
+//!   ratio of the whole-run rates, and the median over objects of the same-object ratios.
 //! - Only the first coder's objects are kept (as `bench/obj-N`, read by `get`); the others
-//!   are written under `bench-coders/` and deleted right after (untimed): a `noop` object has
-//!   zero parity and must never be mistaken for a protected one.
+//!   are written under `bench-coders/` and deleted at the end of each round of coders
+//!   (untimed): a `noop` object has zero parity and must never be mistaken for a protected
+//!   one. Deleting between rounds, not after each put, keeps the deletions' after-effects
+//!   from always landing on the same coder.
 
 use std::{
     io::{Cursor, Write},
@@ -72,6 +75,29 @@ struct Tally {
     peak: u64,
     bound: u64,
     degraded: usize,
+    /// Seconds per object, in object order (each object is one round of every coder or mode).
+    per_object: Vec<f64>,
+}
+
+impl Tally {
+    /// Counts one timed object.
+    fn time(&mut self, seconds: f64) {
+        self.seconds += seconds;
+        self.per_object.push(seconds);
+    }
+
+    /// The median over objects of this tally's rate ÷ the reference's rate on the same
+    /// object: each ratio pairs two puts (or gets) of the same bytes a moment apart, so a burst
+    /// of the machine's noise moves one ratio, not the figure.
+    fn median_ratio_to(&self, reference: &Tally) -> f64 {
+        let mut ratios: Vec<f64> = self
+            .per_object
+            .iter()
+            .zip(&reference.per_object)
+            .map(|(s, r)| r / s.max(1e-9))
+            .collect();
+        crate::bench::median(&mut ratios)
+    }
 }
 
 /// The content of benchmark object `index`: cheap to generate, different per object.
@@ -163,6 +189,7 @@ async fn put(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
     let bar = crate::ec::progress_bar(args.size * coders.len(), args.json, "bench put");
     let mut tallies: Vec<Tally> = coders.iter().map(|_| Tally::default()).collect();
     let mut layout = None;
+    let mut scratch = Vec::new();
     for index in 0..objects {
         let len = args.object_size.min(args.size - index * args.object_size);
         let data = Arc::new(content(index, len));
@@ -180,16 +207,22 @@ async fn put(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
             let started = Instant::now();
             let stats = client.put_reader(&args.bucket, &key, len as u64, reader, &options).await?;
             let tally = &mut tallies[which];
-            tally.seconds += started.elapsed().as_secs_f64();
+            tally.time(started.elapsed().as_secs_f64());
             tally.bytes += stats.data_bytes;
             tally.sent_or_fetched += stats.bytes_sent;
             tally.peak = tally.peak.max(stats.peak_buffer_bytes);
             tally.bound = stats.buffer_bound_bytes;
             layout = Some(stats.object.layout);
             if which != 0 {
-                client.delete_object(&args.bucket, &key).await?;
+                scratch.push(key);
             }
             bar.inc(len as u64);
+        }
+        // Untimed, between rounds: a deletion's after-effects (the nodes unlinking, the
+        // file system's journal) land on whichever put comes next, and the rotation makes
+        // that each coder in turn.
+        for key in scratch.drain(..) {
+            client.delete_object(&args.bucket, &key).await?;
         }
     }
     bar.finish_and_clear();
@@ -197,6 +230,7 @@ async fn put(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
     let rate = |t: &Tally| t.bytes as f64 / t.seconds.max(1e-9);
     for (coder, tally) in coders.iter().zip(&tallies) {
         let ratio = reference.map(|r| rate(tally) / rate(&tallies[r]));
+        let paired = reference.map(|r| tally.median_ratio_to(&tallies[r]));
         report(
             args,
             "put",
@@ -205,6 +239,7 @@ async fn put(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
             tally.seconds,
             json!({
                 "coder": coder.name(), "ratio_to_noop": ratio,
+                "median_object_ratio_to_noop": paired,
                 "bytes_sent": tally.sent_or_fetched, "peak_buffer_bytes": tally.peak,
                 "buffer_bound_bytes": tally.bound, "layout": layout,
             }),
@@ -255,7 +290,7 @@ async fn get(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
                 .get_object_range_with(object.clone(), None, &mut check, None, modes[which])
                 .await?;
             let tally = &mut tallies[which];
-            tally.seconds += started.elapsed().as_secs_f64();
+            tally.time(started.elapsed().as_secs_f64());
             if let Some(at) = check.mismatch.or((check.at != expected.len()).then_some(check.at)) {
                 return Err(cli_error!(
                     "{}/{key}: wrong bytes from offset {at} ({} read)",
@@ -272,6 +307,7 @@ async fn get(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
     let rate = |t: &Tally| t.bytes as f64 / t.seconds.max(1e-9);
     for (mode, tally) in modes.iter().zip(&tallies) {
         let ratio = reference.map(|r| rate(tally) / rate(&tallies[r]));
+        let paired = reference.map(|r| tally.median_ratio_to(&tallies[r]));
         report(
             args,
             "get",
@@ -280,6 +316,7 @@ async fn get(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
             tally.seconds,
             json!({
                 "read_mode": mode.name(), "ratio_to_blocking": ratio,
+                "median_object_ratio_to_blocking": paired,
                 "bytes_fetched": tally.sent_or_fetched, "degraded_units": tally.degraded,
                 "verified": true,
             }),
