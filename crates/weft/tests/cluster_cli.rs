@@ -827,8 +827,10 @@ fn bench_cluster_compares_coders_and_read_modes_on_verified_bytes() {
         assert_eq!(row["objects"], 5);
         assert!(row["peak_buffer_bytes"].as_u64() <= row["buffer_bound_bytes"].as_u64(), "{row}");
         assert!(row["ratio_to_noop"].as_f64().unwrap() > 0.0);
+        assert!(row["median_object_ratio_to_noop"].as_f64().unwrap() > 0.0, "{row}");
     }
     assert_eq!(rows[2]["ratio_to_noop"], 1.0);
+    assert_eq!(rows[2]["median_object_ratio_to_noop"], 1.0);
     // Only the first coder's objects stay: noop objects have no real parity.
     let listed = cluster.weft_json(&["ls", "bb/", "--json"]);
     let kept: Vec<&str> =
@@ -849,6 +851,8 @@ fn bench_cluster_compares_coders_and_read_modes_on_verified_bytes() {
         );
     }
     assert_eq!(rows[0]["degraded_units"], rows[1]["degraded_units"]);
+    assert_eq!(rows[1]["median_object_ratio_to_blocking"], 1.0);
+    assert!(rows[0]["median_object_ratio_to_blocking"].as_f64().unwrap() > 0.0);
     let bad = cluster.weft(&["bench", "cluster", "put", "--coder", "fast", "--bucket", "bb"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("not a coder"));
