@@ -1,15 +1,17 @@
 //! Which cores a rail's workers run on (Linux; elsewhere nothing is pinned).
 //!
 //! Invariants:
-//! - Only the calling thread is ever pinned, and only to a CPU of the set the engine's
+//! - Only the calling thread is ever pinned; workers only to a CPU of the set the engine's
 //!   creating thread may run on; a failed pin leaves the thread where it was (logged at debug).
+//!   [`pin_current_thread`] and [`set_current_thread_cpus`] are public so a caller (the
+//!   engine bench) can place its submitting thread beside the workers.
 //! - Cores are handed out round-robin across every engine of the process, so two engines'
 //!   workers start on different cores when there are enough.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The CPUs the calling thread may run on, in ascending order; empty when unknown.
-pub(crate) fn allowed_cpus() -> Vec<usize> {
+pub fn allowed_cpus() -> Vec<usize> {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
@@ -30,22 +32,31 @@ pub(crate) fn allowed_cpus() -> Vec<usize> {
 }
 
 /// Pins the calling thread to `cpu`; false when the OS refused (or cannot pin).
-pub(crate) fn pin_current_thread(cpu: usize) -> bool {
+pub fn pin_current_thread(cpu: usize) -> bool {
+    set_current_thread_cpus(&[cpu])
+}
+
+/// Lets the calling thread run on `cpus` only (all of them: unpins a pinned thread); false
+/// when the OS refused, a CPU is out of range or the set is empty.
+pub fn set_current_thread_cpus(cpus: &[usize]) -> bool {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: as in `allowed_cpus`.
         let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+        let bits = 8 * std::mem::size_of::<libc::cpu_set_t>();
+        if cpus.is_empty() || cpus.iter().any(|&cpu| cpu >= bits) {
             return false;
         }
-        // SAFETY: `cpu` is below the set's bit count (checked above).
-        unsafe { libc::CPU_SET(cpu, &mut set) };
+        for &cpu in cpus {
+            // SAFETY: `cpu` is below the set's bit count (checked above).
+            unsafe { libc::CPU_SET(cpu, &mut set) };
+        }
         // SAFETY: pid 0 is the calling thread; `set` is a valid cpu_set_t.
         unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0 }
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = cpu;
+        let _ = cpus;
         false
     }
 }

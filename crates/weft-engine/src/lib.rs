@@ -24,7 +24,7 @@
 //!   submitting thread makes no wake-up system call for busy workers.
 //! - Dropping the engine finishes every queued piece first, so no future is left pending.
 
-mod affinity;
+pub mod affinity;
 mod future;
 mod rail;
 
@@ -600,7 +600,19 @@ impl PinPolicy {
 
 impl Engine {
     /// Starts the rails' workers and runs the canary of every code in `config.codes`.
+    /// Workers are pinned as `WEFT_ENGINE_PIN` says (by default they float).
     pub fn new(config: EngineConfig) -> Result<Engine, EngineError> {
+        Engine::start(config, PinPolicy::from_env())
+    }
+
+    /// [`Engine::new`] with every rail's workers on cores of their own whatever the
+    /// scheduler and `WEFT_ENGINE_PIN` (when there is a CPU per worker; else they float):
+    /// for comparing schedulers with the same placement.
+    pub fn new_pinned(config: EngineConfig) -> Result<Engine, EngineError> {
+        Engine::start(config, PinPolicy::Always)
+    }
+
+    fn start(config: EngineConfig, pin: PinPolicy) -> Result<Engine, EngineError> {
         if config.rails.is_empty() {
             return Err(EngineError::Config("no rails".into()));
         }
@@ -621,7 +633,7 @@ impl Engine {
             Scheduler::Fcfs => 1,
         };
         let worker_count: usize = config.rails.iter().map(|r| r.threads).sum();
-        let cores = match (config.scheduler, PinPolicy::from_env()) {
+        let cores = match (config.scheduler, pin) {
             (Scheduler::RateAware, PinPolicy::RateAware) | (_, PinPolicy::Always) => {
                 affinity::cores_for(worker_count)
             }

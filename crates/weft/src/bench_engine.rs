@@ -19,6 +19,12 @@
 //!   noisy machine, neighbours in time see the same noise, and rotating the order keeps any
 //!   one row from always following another.
 //! - A rail that cannot be loaded (ISA-L not installed) is skipped with a line on stderr.
+//! - Placement (`--placement`): floating (the default) leaves every thread to the OS; pinned
+//!   puts every engine's workers on cores of their own under every scheduler, and the
+//!   submitting thread, while a row is timed, on a core the row's workers do not use or else
+//!   beside the rail slowest alone. Which rail shares a core with the submitter decides much
+//!   of an aggregate when there is just a core per rail (the README's coding-engine
+//!   section); pinning makes it the same for every scheduler and every run.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -29,7 +35,8 @@ use rand::{rngs::StdRng, RngCore, SeedableRng};
 use serde::Serialize;
 use weft_codes::{Code, CodeSpec};
 use weft_engine::{
-    EncodeTask, Engine, EngineConfig, IsalRail, Rail, RailConfig, ScalarRail, Scheduler, SimdRail,
+    affinity, EncodeTask, Engine, EngineConfig, IsalRail, Rail, RailConfig, ScalarRail, Scheduler,
+    SimdRail,
 };
 
 use crate::bench::median;
@@ -44,6 +51,12 @@ const MAX_WINDOW: usize = 4096;
 const CHECK_EVERY: usize = 16;
 /// Tasks in each engine's untimed, fully checked pass (at most).
 const VERIFY_TASKS: usize = 512;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Placement {
+    Pinned,
+    Floating,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum BenchOp {
@@ -89,6 +102,15 @@ pub struct EngineBenchArgs {
     /// Rounds: each runs every row once (in rotated order); medians over rounds are reported.
     #[arg(long, default_value_t = 11)]
     rounds: usize,
+    /// Where threads run. `floating`: the OS places every thread (which rail shares a core
+    /// with the submitting thread then varies from run to run). `pinned`: every engine's
+    /// workers on cores of their own (UMR-EC's thread groups) under every scheduler alike,
+    /// and the submitting thread, while a row is timed, on a core no worker of the row uses
+    /// or, when none is left, beside the rail that was slowest alone (by its measured rate),
+    /// so every scheduler and run gets the same placement. Needs a CPU per worker; with
+    /// fewer, threads float.
+    #[arg(long, value_enum, default_value = "floating")]
+    placement: Placement,
     /// One JSON object per line instead of a table.
     #[arg(long)]
     json: bool,
@@ -119,6 +141,9 @@ struct Row {
     vs_fcfs: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ahead_of_fcfs_rounds: Option<usize>,
+    /// The core the submitting thread was pinned to while this row was timed (sum row and
+    /// floating placement: none).
+    submitter_core: Option<usize>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -230,17 +255,43 @@ pub fn run(args: EngineBenchArgs) -> Result<(), CliError> {
     // Every engine is started, checked and warmed up before any timing; then each round runs
     // every row once, starting one row later each round, so slow drift of the machine falls
     // on all rows alike.
+    let cpus = affinity::allowed_cpus();
     let mut engines = Vec::with_capacity(setups.len());
+    let mut warm_rates = Vec::with_capacity(setups.len());
     for (_, _, config) in &setups {
-        engines.push(prepare(config.clone(), spec, &pool, tasks, &args)?);
+        let (engine, rate) = prepare(config.clone(), spec, &pool, tasks, &args)?;
+        engines.push(engine);
+        warm_rates.push(rate);
     }
+    // Each rail's rate alone (the engine's own measure of its coding time, steadier than the
+    // short warm-up's wall clock, which is the fallback): the slowest rail shares its core
+    // with the submitter.
+    let alone: Vec<(String, f64)> = setups
+        .iter()
+        .zip(&engines)
+        .zip(&warm_rates)
+        .take(rails.len())
+        .map(|(((rail, _, _), engine), warm)| {
+            let measured = engine.rates(spec, args.chunk).first().and_then(|(_, rate)| *rate);
+            (rail.clone(), measured.unwrap_or(*warm))
+        })
+        .collect();
+    let submitter: Vec<Option<usize>> = engines
+        .iter()
+        .map(|engine| match args.placement {
+            Placement::Pinned => submitter_core(engine, &cpus, &alone),
+            Placement::Floating => None,
+        })
+        .collect();
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); setups.len()];
     for round in 0..args.rounds {
         for step in 0..setups.len() {
             let index = (round + step) % setups.len();
+            place_submitter(submitter[index], &cpus);
             samples[index].push(measure(&engines[index], spec, &pool, tasks, &args)?);
         }
     }
+    place_submitter(None, &cpus);
     drop(engines);
     // Per round: the rails' sum, and each aggregate's ratio to it and to the other schedulers.
     let single = rails.len().min(setups.len());
@@ -261,6 +312,7 @@ pub fn run(args: EngineBenchArgs) -> Result<(), CliError> {
         }
         let mut measured = row(&args, spec, rail, scheduler, *rate, Some(latencies), tasks);
         measured.rails = shares.clone();
+        measured.submitter_core = submitter[index];
         if index >= single {
             let ratios = |other: &dyn Fn(usize) -> f64| -> Vec<f64> {
                 (0..args.rounds).map(|round| samples[index][round].0 / other(round)).collect()
@@ -302,23 +354,54 @@ fn stripes(code: &dyn Code, shard: usize) -> Vec<Stripe> {
         .collect()
 }
 
-/// Starts an engine, checks it on an untimed pass (every task compared with the oracle) and
-/// runs a warm-up that lets its rates settle.
+/// Starts an engine (pinned or not, per `--placement`), checks it on an untimed pass (every
+/// task compared with the oracle) and runs a warm-up that lets its rates settle; returns it
+/// with its warm-up rate (data bytes per second).
 fn prepare(
     config: EngineConfig,
     spec: CodeSpec,
     pool: &[Stripe],
     tasks: usize,
     args: &EngineBenchArgs,
-) -> Result<Engine, CliError> {
-    let engine = Engine::new(config)?;
+) -> Result<(Engine, f64), CliError> {
+    let engine = match args.placement {
+        Placement::Pinned => Engine::new_pinned(config)?,
+        Placement::Floating => Engine::new(config)?,
+    };
     if let Some((rail, code)) = engine.excluded().first() {
         return Err(cli_error!("rail {rail} failed the canary for {code}; its output differs"));
     }
     run_tasks(&engine, spec, pool, tasks.min(VERIFY_TASKS), args, 1)?;
     let warm_up = tasks.min(2 * args.window);
+    let began = Instant::now();
     run_tasks(&engine, spec, pool, warm_up, args, CHECK_EVERY)?;
-    Ok(engine)
+    let rate = (warm_up * pool[0].data.len() * args.shard) as f64
+        / began.elapsed().as_secs_f64().max(1e-9);
+    Ok((engine, rate))
+}
+
+/// Where the submitting thread goes while `engine` is timed under pinned placement: a core
+/// the engine's workers do not use, else the core of its rail that was slowest alone; `None`
+/// when the workers float.
+fn submitter_core(engine: &Engine, cpus: &[usize], alone: &[(String, f64)]) -> Option<usize> {
+    let workers = engine.worker_cores();
+    let used: Vec<usize> = workers.iter().map(|(_, core)| *core).collect::<Option<_>>()?;
+    if let Some(&free) = cpus.iter().find(|cpu| !used.contains(cpu)) {
+        return Some(free);
+    }
+    let rate = |rail: &str| alone.iter().find(|(name, _)| name == rail).map_or(0.0, |a| a.1);
+    workers.iter().min_by(|a, b| rate(&a.0).total_cmp(&rate(&b.0))).and_then(|(_, core)| *core)
+}
+
+/// Pins the submitting (this) thread to `core`, or lets it float over `cpus` again.
+fn place_submitter(core: Option<usize>, cpus: &[usize]) {
+    let placed = match core {
+        Some(core) => affinity::pin_current_thread(core),
+        None => cpus.is_empty() || affinity::set_current_thread_cpus(cpus),
+    };
+    if !placed {
+        eprintln!("cannot place the submitting thread on {core:?}; it floats");
+    }
 }
 
 /// One timed run of `tasks` tasks: the data rate, each task's latency and the rails' shares.
@@ -481,6 +564,7 @@ fn row(
         vs_sum: None,
         vs_fcfs: None,
         ahead_of_fcfs_rounds: None,
+        submitter_core: None,
     }
 }
 
@@ -550,6 +634,15 @@ fn print(rows: &[Row], args: &EngineBenchArgs, sum: f64) {
                 row.scheduler, args.rounds
             );
         }
+    }
+    let placed: Vec<String> = rows
+        .iter()
+        .filter_map(|r| r.submitter_core.map(|c| format!("{} {}: {c}", r.rail, r.scheduler)))
+        .collect();
+    if placed.is_empty() {
+        println!("placement: threads float");
+    } else {
+        println!("placement: workers pinned; submitter on core ({})", placed.join(", "));
     }
 }
 

@@ -136,6 +136,49 @@ fn bench_engine_json_rows() {
 }
 
 #[test]
+fn bench_engine_pinned_placement_puts_the_submitter_off_the_rails_or_beside_the_slowest() {
+    let output = weft()
+        .args(["bench", "engine", "--rails", "simd,scalar", "--scheduler", "rate-aware,fcfs"])
+        .args(["--code", "rs", "--k", "6", "--r", "3", "--shard", "4KiB", "--size", "128KiB"])
+        .args(["--rounds", "3", "--placement", "pinned", "--json"])
+        .output()
+        .unwrap();
+    let rows = rows(&output);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for row in rows.iter().filter(|r| r["rail"] != "sum") {
+        let submitter = row["submitter_core"].as_u64();
+        let cores: Vec<u64> = row["rails"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|share| {
+                share["cores"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap())
+            })
+            .collect();
+        let workers = row["rails"].as_array().unwrap().len();
+        if cpus < 2 || (row["rail"] == "aggregate" && cpus < workers) {
+            // Too few CPUs for a core per worker: everything floats.
+            assert_eq!(submitter, None, "{row}");
+            continue;
+        }
+        let submitter =
+            submitter.unwrap_or_else(|| panic!("pinned row without a submitter core: {row}"));
+        assert_eq!(cores.len(), workers, "one core per worker: {row}");
+        if cores.len() < cpus {
+            assert!(
+                !cores.contains(&submitter),
+                "a core was free, yet {submitter} is a rail's: {row}"
+            );
+        } else {
+            // No core left: beside scalar, the slowest rail.
+            let scalar = row["rails"].as_array().unwrap().iter().find(|s| s["rail"] == "scalar");
+            let scalar_core = scalar.unwrap()["cores"][0].as_u64().unwrap();
+            assert_eq!(submitter, scalar_core, "{row}");
+        }
+    }
+}
+
+#[test]
 fn bench_engine_rejects_an_unknown_rail() {
     let output = weft()
         .args(["bench", "engine", "--rails", "gpu", "--size", "64KiB", "--shard", "4KiB"])
