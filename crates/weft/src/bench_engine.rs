@@ -51,6 +51,8 @@ const MAX_WINDOW: usize = 4096;
 const CHECK_EVERY: usize = 16;
 /// Tasks in each engine's untimed, fully checked pass (at most).
 const VERIFY_TASKS: usize = 512;
+/// Windows of tasks in each engine's untimed warm-up (whatever --size).
+const WARM_UP_WINDOWS: usize = 4;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Placement {
@@ -263,23 +265,22 @@ pub fn run(args: EngineBenchArgs) -> Result<(), CliError> {
         engines.push(engine);
         warm_rates.push(rate);
     }
-    // Each rail's rate alone (the engine's own measure of its coding time, steadier than the
-    // short warm-up's wall clock, which is the fallback): the slowest rail shares its core
-    // with the submitter.
-    let alone: Vec<(String, f64)> = setups
+    // Each rail's rate alone, to rank them: the slowest shares its core with the submitter.
+    // The engine's own measure (coding time per piece) is not moved by wake-ups and
+    // preemption between pieces the way a wall clock over small tasks is; the warm-up's wall
+    // clock stands in, for every rail alike, when a rail has no measure.
+    let measured: Option<Vec<f64>> = engines
         .iter()
-        .zip(&engines)
-        .zip(&warm_rates)
         .take(rails.len())
-        .map(|(((rail, _, _), engine), warm)| {
-            let measured = engine.rates(spec, args.chunk).first().and_then(|(_, rate)| *rate);
-            (rail.clone(), measured.unwrap_or(*warm))
-        })
+        .map(|engine| engine.rates(spec, args.chunk).first().and_then(|(_, rate)| *rate))
         .collect();
+    let rates = measured.unwrap_or_else(|| warm_rates[..rails.len()].to_vec());
+    let alone: Vec<(String, f64)> =
+        setups.iter().zip(rates).map(|(setup, rate)| (setup.0.clone(), rate)).collect();
     let submitter: Vec<Option<usize>> = engines
         .iter()
         .map(|engine| match args.placement {
-            Placement::Pinned => submitter_core(engine, &cpus, &alone),
+            Placement::Pinned => submitter_core(engine.worker_cores(), &cpus, &alone),
             Placement::Floating => None,
         })
         .collect();
@@ -372,7 +373,9 @@ fn prepare(
         return Err(cli_error!("rail {rail} failed the canary for {code}; its output differs"));
     }
     run_tasks(&engine, spec, pool, tasks.min(VERIFY_TASKS), args, 1)?;
-    let warm_up = tasks.min(2 * args.window);
+    // Not bounded by --size: the warm-up's rate also ranks the rails for placement, and a
+    // few tasks would rank them by noise.
+    let warm_up = WARM_UP_WINDOWS * args.window;
     let began = Instant::now();
     run_tasks(&engine, spec, pool, warm_up, args, CHECK_EVERY)?;
     let rate = (warm_up * pool[0].data.len() * args.shard) as f64
@@ -380,11 +383,14 @@ fn prepare(
     Ok((engine, rate))
 }
 
-/// Where the submitting thread goes while `engine` is timed under pinned placement: a core
-/// the engine's workers do not use, else the core of its rail that was slowest alone; `None`
-/// when the workers float.
-fn submitter_core(engine: &Engine, cpus: &[usize], alone: &[(String, f64)]) -> Option<usize> {
-    let workers = engine.worker_cores();
+/// Where the submitting thread goes while an engine with these workers ((rail, core)) is
+/// timed under pinned placement: a core of `cpus` no worker uses, else the core of the rail
+/// with the lowest rate alone; `None` when the workers float.
+fn submitter_core(
+    workers: &[(String, Option<usize>)],
+    cpus: &[usize],
+    alone: &[(String, f64)],
+) -> Option<usize> {
     let used: Vec<usize> = workers.iter().map(|(_, core)| *core).collect::<Option<_>>()?;
     if let Some(&free) = cpus.iter().find(|cpu| !used.contains(cpu)) {
         return Some(free);
@@ -655,4 +661,28 @@ fn human(bytes: f64) -> String {
         unit += 1;
     }
     format!("{value:.1} {}", UNITS[unit])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::submitter_core;
+
+    #[test]
+    fn the_submitter_takes_a_free_core_else_the_slowest_rails() {
+        let alone = [("simd".to_string(), 40e9), ("isal".to_string(), 20e9)];
+        let workers = |cores: [Option<usize>; 2]| -> Vec<(String, Option<usize>)> {
+            vec![("simd".into(), cores[0]), ("isal".into(), cores[1])]
+        };
+        // A core no worker uses.
+        assert_eq!(submitter_core(&workers([Some(0), Some(1)]), &[0, 1, 2], &alone), Some(2));
+        assert_eq!(submitter_core(&workers([Some(2), Some(0)]), &[0, 1, 2], &alone), Some(1));
+        // None left: beside isal, slower alone, wherever it is.
+        assert_eq!(submitter_core(&workers([Some(0), Some(1)]), &[0, 1], &alone), Some(1));
+        assert_eq!(submitter_core(&workers([Some(1), Some(0)]), &[0, 1], &alone), Some(0));
+        let faster_isal = [("simd".to_string(), 10e9), ("isal".to_string(), 20e9)];
+        assert_eq!(submitter_core(&workers([Some(0), Some(1)]), &[0, 1], &faster_isal), Some(0));
+        // Floating workers: the submitter floats too.
+        assert_eq!(submitter_core(&workers([None, None]), &[0, 1, 2], &alone), None);
+        assert_eq!(submitter_core(&workers([Some(0), None]), &[0, 1, 2], &alone), None);
+    }
 }

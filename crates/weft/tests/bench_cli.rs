@@ -136,7 +136,7 @@ fn bench_engine_json_rows() {
 }
 
 #[test]
-fn bench_engine_pinned_placement_puts_the_submitter_off_the_rails_or_beside_the_slowest() {
+fn bench_engine_pinned_placement_pins_every_worker_and_the_submitter() {
     let output = weft()
         .args(["bench", "engine", "--rails", "simd,scalar", "--scheduler", "rate-aware,fcfs"])
         .args(["--code", "rs", "--k", "6", "--r", "3", "--shard", "4KiB", "--size", "128KiB"])
@@ -145,18 +145,6 @@ fn bench_engine_pinned_placement_puts_the_submitter_off_the_rails_or_beside_the_
         .unwrap();
     let rows = rows(&output);
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let alone = |rail: &str| -> f64 {
-        let row = rows.iter().find(|r| r["rail"] == rail).unwrap();
-        row["bytes_per_sec"].as_f64().unwrap()
-    };
-    // The slowest rail, when it is plainly so (with WEFT_SIMD=scalar both run scalar kernels).
-    let slowest = if alone("scalar") * 2.0 < alone("simd") {
-        Some("scalar")
-    } else if alone("simd") * 2.0 < alone("scalar") {
-        Some("simd")
-    } else {
-        None
-    };
     for row in rows.iter().filter(|r| r["rail"] != "sum") {
         let submitter = row["submitter_core"].as_u64();
         let cores: Vec<u64> = row["rails"]
@@ -182,12 +170,9 @@ fn bench_engine_pinned_placement_puts_the_submitter_off_the_rails_or_beside_the_
                 "a core was free, yet {submitter} is a rail's: {row}"
             );
         } else {
-            // No core left: beside a rail, the slowest one when it is plain which.
+            // No core left: beside a rail (which one, the slowest by the engine's measured
+            // rate, is the unit test's: rates on a loaded CI machine rank by noise).
             assert!(cores.contains(&submitter), "{row}");
-            if let Some(slowest) = slowest {
-                let share = row["rails"].as_array().unwrap().iter().find(|s| s["rail"] == slowest);
-                assert_eq!(submitter, share.unwrap()["cores"][0].as_u64().unwrap(), "{row}");
-            }
         }
     }
 }
