@@ -3,9 +3,11 @@
 //!
 //! Invariants:
 //! - A task's output is byte-identical whichever rails computed which pieces: a rail gets a
-//!   code's encode (decode) pieces only after its canary parity (rebuilt units) for that code
-//!   equalled the oracle's ([`ScalarRail`]); a rail that differs is excluded for that code and
-//!   operation, with a log line. Nothing records which rail computed which bytes.
+//!   code's encode (add, decode) pieces only after its canary parity (added parity, rebuilt
+//!   units) for that code equalled the oracle's ([`ScalarRail`]); a rail that differs is
+//!   excluded for that code and operation, with a log line. Nothing records which rail
+//!   computed which bytes. A first add ([`EncodeTask::first_add`]) overwrites its buffers, so
+//!   their old contents never reach the output.
 //! - Tasks of byte-local codes (rs, lrc, rep) are split into pieces: the same byte range of
 //!   every unit, `chunk_size_bytes` long. Other codes (hitchhiker, clay) run as one piece.
 //! - Pieces write disjoint byte ranges of the task's output buffers; the buffers are handed to

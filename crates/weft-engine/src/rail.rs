@@ -6,7 +6,9 @@
 //!   so nothing needs to record which rail encoded which bytes.
 //! - A rail declines (`accepts` false) any code it cannot compute exactly.
 //! - The same holds for `reconstruct` (decoding): the canary checks it separately, and a rail
-//!   may run a code's encodes but be excluded from its decodes.
+//!   may run a code's encodes but be excluded from its decodes. Adds (`encode_add`) and first
+//!   adds (`encode_first_add`, which must overwrite whatever its regions held) are checked
+//!   together: a rail runs a code's add tasks only if both equal the oracle's.
 //! - Rails are stateless apart from caches keyed by the code's spec (and, for decoding, the
 //!   erasure pattern; bounded); any thread may call them.
 
