@@ -91,15 +91,31 @@ fn add_each(
     Ok(())
 }
 
-/// [`add_each`] into zeroed regions: a first add for any code.
-fn first_add_each(
+/// An add, or a first add (`first`: the regions are overwritten), of the data units at
+/// `positions`: rs in one fused pass with the dot tables `tables` finds or builds (given k and
+/// r), other codes one unit at a time with [`add_each`].
+fn add_fused(
     code: &dyn Code,
     positions: &[usize],
     data: &[&[u8]],
     parity: &mut [&mut [u8]],
+    first: bool,
+    tables: impl FnOnce(usize, usize) -> Result<Arc<DotTables>, EngineError>,
 ) -> Result<(), EngineError> {
-    zero(parity);
-    add_each(code, positions, data, parity)
+    let CodeSpec::Rs { k, r } = code.spec() else {
+        if first {
+            zero(parity);
+        }
+        return add_each(code, positions, data, parity);
+    };
+    check_add_shape(code, positions, data, parity)?;
+    let tables = tables(k, r)?;
+    if first {
+        tables.dot_prod(data, parity);
+    } else {
+        tables.dot_prod_add(data, parity);
+    }
+    Ok(())
 }
 
 fn zero(regions: &mut [&mut [u8]]) {
@@ -299,12 +315,9 @@ impl Rail for SimdRail {
         data: &[&[u8]],
         parity: &mut [&mut [u8]],
     ) -> Result<(), EngineError> {
-        let CodeSpec::Rs { k, r } = code.spec() else {
-            return add_each(code, positions, data, parity);
-        };
-        check_add_shape(code, positions, data, parity)?;
-        self.add_tables(k, r, code, positions)?.dot_prod_add(data, parity);
-        Ok(())
+        add_fused(code, positions, data, parity, false, |k, r| {
+            self.add_tables(k, r, code, positions)
+        })
     }
 
     fn encode_first_add(
@@ -314,12 +327,9 @@ impl Rail for SimdRail {
         data: &[&[u8]],
         parity: &mut [&mut [u8]],
     ) -> Result<(), EngineError> {
-        let CodeSpec::Rs { k, r } = code.spec() else {
-            return first_add_each(code, positions, data, parity);
-        };
-        check_add_shape(code, positions, data, parity)?;
-        self.add_tables(k, r, code, positions)?.dot_prod(data, parity);
-        Ok(())
+        add_fused(code, positions, data, parity, true, |k, r| {
+            self.add_tables(k, r, code, positions)
+        })
     }
 
     fn reconstruct(
@@ -421,12 +431,9 @@ impl Rail for ScalarRail {
         data: &[&[u8]],
         parity: &mut [&mut [u8]],
     ) -> Result<(), EngineError> {
-        let spec @ CodeSpec::Rs { k, r } = code.spec() else {
-            return add_each(code, positions, data, parity);
-        };
-        check_add_shape(code, positions, data, parity)?;
-        self.add_tables(k, r, spec, positions)?.dot_prod_add(data, parity);
-        Ok(())
+        add_fused(code, positions, data, parity, false, |k, r| {
+            self.add_tables(k, r, code.spec(), positions)
+        })
     }
 
     fn encode_first_add(
@@ -436,12 +443,9 @@ impl Rail for ScalarRail {
         data: &[&[u8]],
         parity: &mut [&mut [u8]],
     ) -> Result<(), EngineError> {
-        let spec @ CodeSpec::Rs { k, r } = code.spec() else {
-            return first_add_each(code, positions, data, parity);
-        };
-        check_add_shape(code, positions, data, parity)?;
-        self.add_tables(k, r, spec, positions)?.dot_prod(data, parity);
-        Ok(())
+        add_fused(code, positions, data, parity, true, |k, r| {
+            self.add_tables(k, r, code.spec(), positions)
+        })
     }
 
     fn reconstruct(
