@@ -756,3 +756,93 @@ fn workers_float_unless_asked_to_pin() {
         assert_eq!(cores, vec![None, None], "{scheduler:?}");
     }
 }
+
+/// A correct rail that takes `per_piece`, or 20 ms while `hiccup` is set: a rail preempted or
+/// disturbed for a while.
+#[derive(Debug)]
+struct HiccupRail {
+    name: &'static str,
+    per_piece: Duration,
+    hiccup: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Rail for HiccupRail {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn accepts(&self, _code: &dyn Code) -> bool {
+        true
+    }
+    fn encode(
+        &self,
+        code: &dyn Code,
+        data: &[&[u8]],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        let disturbed = self.hiccup.load(Ordering::SeqCst);
+        std::thread::sleep(if disturbed { Duration::from_millis(20) } else { self.per_piece });
+        code.encode(data, parity).map_err(EngineError::Code)
+    }
+    fn reconstruct(
+        &self,
+        code: &dyn Code,
+        units: &[Option<&[u8]>],
+        wanted: &[usize],
+        out: &mut [&mut [u8]],
+    ) -> Result<(), EngineError> {
+        code.reconstruct(units, wanted, out).map_err(EngineError::Code)
+    }
+}
+
+#[test]
+fn a_rail_measured_slow_once_is_measured_again_and_not_starved() {
+    let spec = CodeSpec::Rs { k: 4, r: 2 };
+    let hiccup = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let steady = HiccupRail {
+        name: "steady",
+        per_piece: Duration::from_micros(500),
+        hiccup: Arc::default(),
+    };
+    let quick =
+        HiccupRail { name: "quick", per_piece: Duration::from_micros(20), hiccup: hiccup.clone() };
+    let engine = Engine::new(EngineConfig {
+        rails: vec![rail(steady, 1), rail(quick, 1)],
+        scheduler: Scheduler::RateAware,
+        codes: vec![spec],
+    })
+    .unwrap();
+    let settled = |pieces: u64| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let stats = engine.rail_stats();
+            if stats.iter().map(|s| s.pieces).sum::<u64>() >= pieces || Instant::now() > deadline {
+                return stats;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    // Two pieces, neither rail measured: one each, and "quick" is measured while disturbed,
+    // at 20 ms a piece, 40 times slower than "steady".
+    let data = units(4, 2 * 256, 11);
+    let output = engine.encode(EncodeTask::new(spec, data.clone()).chunk_size(256)).unwrap();
+    assert_eq!(output.parity, reference(spec, &data));
+    let first = settled(2);
+    assert_eq!((first[0].pieces, first[1].pieces), (1, 1), "{first:?}");
+    hiccup.store(false, Ordering::SeqCst);
+    // One piece at a time: nothing is ever queued behind "steady", so nothing is stolen, and
+    // only a fresh measure can bring "quick" back.
+    let data = units(4, 256, 12);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut tasks = 0u64;
+    while engine.rail_stats()[1].pieces < 4 && Instant::now() < deadline {
+        let output = engine.encode(EncodeTask::new(spec, data.clone()).chunk_size(256)).unwrap();
+        assert_eq!(output.parity, reference(spec, &data));
+        tasks += 1;
+    }
+    let stats = settled(2 + tasks);
+    assert!(
+        stats[1].pieces >= 4,
+        "the rail measured slow once ran {} of {tasks} pieces since: never measured again",
+        stats[1].pieces - 1
+    );
+}
