@@ -10,8 +10,10 @@
 //!   comparison costs about what an encode does, and the submitting thread shares the cores
 //!   with the rails).
 //! - Data stripes come from a small pool shared by reference (`Arc`), and parity buffers are
-//!   handed back to the engine for the next task, as a pipelined caller does: no copy and no
-//!   allocation is timed.
+//!   handed back to the engine for the next task, as a pipelined caller does, and kept from
+//!   one run to the next (each engine's own): no copy, allocation or first touch of a page
+//!   is timed. (Allocating the first window's buffers in each timed run once cost every run
+//!   thousands of page faults in the rails, and upset rate-aware's measures.)
 //! - Every engine is started, checked and warmed up before the first timed run and lives
 //!   through all rounds (its rates keep what they learnt). Rows are measured in rounds, each
 //!   round running every row once, starting one row later than the round before; a row's rate
@@ -260,10 +262,12 @@ pub fn run(args: EngineBenchArgs) -> Result<(), CliError> {
     let cpus = affinity::allowed_cpus();
     let mut engines = Vec::with_capacity(setups.len());
     let mut warm_rates = Vec::with_capacity(setups.len());
+    let mut buffers = Vec::with_capacity(setups.len());
     for (_, _, config) in &setups {
-        let (engine, rate) = prepare(config.clone(), spec, &pool, tasks, &args)?;
+        let (engine, rate, free) = prepare(config.clone(), spec, &pool, tasks, &args)?;
         engines.push(engine);
         warm_rates.push(rate);
+        buffers.push(free);
     }
     // Each rail's rate alone, to rank them: the slowest shares its core with the submitter.
     // The engine's own measure (coding time per piece) is not moved by wake-ups and
@@ -289,7 +293,8 @@ pub fn run(args: EngineBenchArgs) -> Result<(), CliError> {
         for step in 0..setups.len() {
             let index = (round + step) % setups.len();
             place_submitter(submitter[index], &cpus);
-            samples[index].push(measure(&engines[index], spec, &pool, tasks, &args)?);
+            let sample = measure(&engines[index], spec, &pool, tasks, &args, &mut buffers[index])?;
+            samples[index].push(sample);
         }
     }
     place_submitter(None, &cpus);
@@ -355,16 +360,20 @@ fn stripes(code: &dyn Code, shard: usize) -> Vec<Stripe> {
         .collect()
 }
 
+/// Output buffers of one engine's tasks, handed back to it task after task and run after
+/// run: allocated (and faulted in) in its untimed passes only.
+type Buffers = Vec<Vec<Vec<u8>>>;
+
 /// Starts an engine (pinned or not, per `--placement`), checks it on an untimed pass (every
 /// task compared with the oracle) and runs a warm-up that lets its rates settle; returns it
-/// with its warm-up rate (data bytes per second).
+/// with its warm-up rate (data bytes per second) and its output buffers.
 fn prepare(
     config: EngineConfig,
     spec: CodeSpec,
     pool: &[Stripe],
     tasks: usize,
     args: &EngineBenchArgs,
-) -> Result<(Engine, f64), CliError> {
+) -> Result<(Engine, f64, Buffers), CliError> {
     let engine = match args.placement {
         Placement::Pinned => Engine::new_pinned(config)?,
         Placement::Floating => Engine::new(config)?,
@@ -372,15 +381,16 @@ fn prepare(
     if let Some((rail, code)) = engine.excluded().first() {
         return Err(cli_error!("rail {rail} failed the canary for {code}; its output differs"));
     }
-    run_tasks(&engine, spec, pool, tasks.min(VERIFY_TASKS), args, 1)?;
+    let mut buffers = Vec::with_capacity(args.window);
+    run_tasks(&engine, spec, pool, tasks.min(VERIFY_TASKS), args, 1, &mut buffers)?;
     // Not bounded by --size: the warm-up's rate also ranks the rails for placement, and a
     // few tasks would rank them by noise.
     let warm_up = WARM_UP_WINDOWS * args.window;
     let began = Instant::now();
-    run_tasks(&engine, spec, pool, warm_up, args, CHECK_EVERY)?;
+    run_tasks(&engine, spec, pool, warm_up, args, CHECK_EVERY, &mut buffers)?;
     let rate = (warm_up * pool[0].data.len() * args.shard) as f64
         / began.elapsed().as_secs_f64().max(1e-9);
-    Ok((engine, rate))
+    Ok((engine, rate, buffers))
 }
 
 /// Where the submitting thread goes while an engine with these workers ((rail, core)) is
@@ -417,10 +427,11 @@ fn measure(
     pool: &[Stripe],
     tasks: usize,
     args: &EngineBenchArgs,
+    buffers: &mut Buffers,
 ) -> Result<Sample, CliError> {
     let before = settled_stats(engine);
     let began = Instant::now();
-    let latencies = run_tasks(engine, spec, pool, tasks, args, CHECK_EVERY)?;
+    let latencies = run_tasks(engine, spec, pool, tasks, args, CHECK_EVERY, buffers)?;
     let elapsed = began.elapsed().as_secs_f64().max(1e-9);
     let bytes = tasks * pool[0].data.len() * args.shard;
     let after = settled_stats(engine);
@@ -469,14 +480,14 @@ fn run_tasks(
     tasks: usize,
     args: &EngineBenchArgs,
     check_every: usize,
+    free: &mut Buffers,
 ) -> Result<Vec<Duration>, CliError> {
     let r = pool[0].parity.len();
     let lost = args.lost.unwrap_or(r);
     let mut latencies = Vec::with_capacity(tasks);
-    let mut free: Vec<Vec<Vec<u8>>> = Vec::with_capacity(args.window);
     let mut window = VecDeque::with_capacity(args.window);
     let mut finish =
-        |entry: Option<(InFlight, usize)>, free: &mut Vec<Vec<Vec<u8>>>| -> Result<(), CliError> {
+        |entry: Option<(InFlight, usize)>, free: &mut Buffers| -> Result<(), CliError> {
             let (task, index) = entry.expect("the window is not empty");
             let stripe = &pool[index % pool.len()];
             let check = index % check_every == 0;
@@ -505,7 +516,7 @@ fn run_tasks(
             // Refill in batches of a quarter window: the submitting thread sleeps (and is
             // woken) once per batch, not once per task; three quarters stay queued meanwhile.
             for _ in 0..args.window.div_ceil(4) {
-                finish(window.pop_front(), &mut free)?;
+                finish(window.pop_front(), free)?;
             }
         }
         let stripe = &pool[index % pool.len()];
@@ -530,7 +541,7 @@ fn run_tasks(
         window.push_back((task, index));
     }
     while !window.is_empty() {
-        finish(window.pop_front(), &mut free)?;
+        finish(window.pop_front(), free)?;
     }
     Ok(latencies)
 }
