@@ -586,8 +586,9 @@ impl Rail for IsalRail {
         Ok(())
     }
 
-    /// ISA-L encodes the positions' share into scratch regions, which are then added
-    /// (XOR) into the accumulators.
+    /// ISA-L adds each position's share into the accumulators in place
+    /// (`ec_encode_data_update`); a library without it encodes the share into scratch
+    /// regions, which are then added (XOR) into the accumulators.
     fn encode_add(
         &self,
         code: &dyn Code,
@@ -596,6 +597,12 @@ impl Rail for IsalRail {
         parity: &mut [&mut [u8]],
     ) -> Result<(), EngineError> {
         let tables = self.add_tables(code, positions, data, parity)?;
+        if self.isal.has_update() {
+            for (column, source) in data.iter().enumerate() {
+                self.isal.encode_data_update(&tables, column, source, parity);
+            }
+            return Ok(());
+        }
         let len = data.first().map_or(0, |d| d.len());
         let mut scratch = vec![vec![0u8; len]; parity.len()];
         let mut scratch_refs: Vec<&mut [u8]> =

@@ -757,7 +757,7 @@ fn workers_float_unless_asked_to_pin() {
     }
 }
 
-/// A correct rail that takes `per_piece`, or 20 ms while `hiccup` is set: a rail preempted or
+/// A correct rail that takes `per_piece`, or 2 ms while `hiccup` is set: a rail preempted or
 /// disturbed for a while.
 #[derive(Debug)]
 struct HiccupRail {
@@ -780,7 +780,7 @@ impl Rail for HiccupRail {
         parity: &mut [&mut [u8]],
     ) -> Result<(), EngineError> {
         let disturbed = self.hiccup.load(Ordering::SeqCst);
-        std::thread::sleep(if disturbed { Duration::from_millis(20) } else { self.per_piece });
+        std::thread::sleep(if disturbed { Duration::from_millis(2) } else { self.per_piece });
         code.encode(data, parity).map_err(EngineError::Code)
     }
     fn reconstruct(
@@ -822,7 +822,7 @@ fn a_rail_measured_slow_once_is_measured_again_and_not_starved() {
         }
     };
     // Two pieces, neither rail measured: one each, and "quick" is measured while disturbed,
-    // at 20 ms a piece, 40 times slower than "steady".
+    // at 2 ms a piece, 4 times slower than "steady".
     let data = units(4, 2 * 256, 11);
     let output = engine.encode(EncodeTask::new(spec, data.clone()).chunk_size(256)).unwrap();
     assert_eq!(output.parity, reference(spec, &data));

@@ -47,6 +47,8 @@ impl std::error::Error for IsalError {}
 
 type InitTables = unsafe extern "C" fn(c_int, c_int, *mut u8, *mut u8);
 type EncodeData = unsafe extern "C" fn(c_int, c_int, c_int, *mut u8, *mut *mut u8, *mut *mut u8);
+type EncodeDataUpdate =
+    unsafe extern "C" fn(c_int, c_int, c_int, c_int, *mut u8, *mut u8, *mut *mut u8);
 type GenMatrix = unsafe extern "C" fn(*mut u8, c_int, c_int);
 type InvertMatrix = unsafe extern "C" fn(*mut u8, *mut u8, c_int) -> c_int;
 
@@ -107,6 +109,8 @@ pub struct Isal {
     path: String,
     init_tables: InitTables,
     encode_data: EncodeData,
+    /// `ec_encode_data_update`, when the library has it (every ISA-L since 2.10 does).
+    encode_data_update: Option<EncodeDataUpdate>,
     variants: Vec<(IsalVariant, EncodeData)>,
     gen_cauchy1_matrix: GenMatrix,
     gen_rs_matrix: GenMatrix,
@@ -175,6 +179,7 @@ impl Isal {
             variants,
             init_tables: symbol(&library, "ec_init_tables")?,
             encode_data: symbol(&library, "ec_encode_data")?,
+            encode_data_update: symbol(&library, "ec_encode_data_update").ok(),
             gen_cauchy1_matrix: symbol(&library, "gf_gen_cauchy1_matrix")?,
             gen_rs_matrix: symbol(&library, "gf_gen_rs_matrix")?,
             invert_matrix: symbol(&library, "gf_invert_matrix")?,
@@ -242,6 +247,45 @@ impl Isal {
     /// `ec_encode_data`: `coding[i] = Σ_j coef[i][j]·data[j]`.
     pub fn encode_data(&self, tables: &IsalTables, data: &[&[u8]], coding: &mut [&mut [u8]]) {
         self.encode_data_with(IsalVariant::Auto, tables, data, coding)
+    }
+
+    /// Whether [`Isal::encode_data_update`] is available.
+    pub fn has_update(&self) -> bool {
+        self.encode_data_update.is_some()
+    }
+
+    /// `ec_encode_data_update`: `coding[i] ^= coef[i][column]·source`, in place: one data
+    /// region's share added into the coding regions. Panics when the library lacks it
+    /// ([`Isal::has_update`]).
+    pub fn encode_data_update(
+        &self,
+        tables: &IsalTables,
+        column: usize,
+        source: &[u8],
+        coding: &mut [&mut [u8]],
+    ) {
+        let update = self.encode_data_update.expect("ec_encode_data_update is loaded");
+        assert!(column < tables.k, "column {column} of a {}-column matrix", tables.k);
+        assert_eq!(coding.len(), tables.rows, "one output region per row");
+        let len = source.len();
+        assert!(len <= c_int::MAX as usize, "ISA-L takes lengths below 2 GiB");
+        assert!(coding.iter().all(|c| c.len() == len), "all regions must have the same length");
+        let mut coding_pointers: Vec<*mut u8> = coding.iter_mut().map(|c| c.as_mut_ptr()).collect();
+        let tables_ptr = tables.tables.as_ptr() as *mut u8;
+        // SAFETY: every pointer is valid for len bytes, the tables hold k × rows entries and
+        // column < k; ISA-L reads the source and tables and reads and writes the coding
+        // regions.
+        unsafe {
+            update(
+                len as c_int,
+                tables.k as c_int,
+                tables.rows as c_int,
+                column as c_int,
+                tables_ptr,
+                source.as_ptr() as *mut u8,
+                coding_pointers.as_mut_ptr(),
+            )
+        };
     }
 
     /// `ec_encode_data` through a chosen variant. Panics when [`Isal::variants`] lacks it.
