@@ -22,10 +22,6 @@
 //!   of a rate-aware engine a thread group on cores of its own (UMR-EC 3.4.2), `always` does
 //!   so under fcfs too; a pinned worker is on a distinct CPU the starting thread may use, and
 //!   only when there is one per worker.
-//! - Under rate-aware no usable rail is starved by a bad measure: a rate counts only while
-//!   fresh (its rail ran such a piece in the last [`RATE_STALE`], or [`STALE_PIECES`] of its
-//!   own piece times if longer); a rail without a fresh rate and with nothing queued takes the
-//!   next piece, and that piece's measure replaces the stale one.
 //! - A worker is woken only when a piece it may run was queued for it and it sleeps: the
 //!   submitting thread makes no wake-up system call for busy workers.
 //! - Dropping the engine finishes every queued piece first, so no future is left pending.
@@ -57,15 +53,6 @@ pub const DEFAULT_CHUNK_SIZE_BYTES: usize = 64 << 10;
 const CANARY_LEN_BYTES: usize = 4099;
 /// Weight of the newest measurement in a rail's rate (EWMA).
 const RATE_WEIGHT: f64 = 0.25;
-/// A rail's rate for a class of pieces is stale, and the rail is measured again, when it ran
-/// no such piece for this long, and for [`STALE_PIECES`] times the time it last took one.
-/// Long enough that a rail the rates rightly pass over is handed a piece to be measured
-/// rarely: on a machine whose cores are all busy anyway, a piece on the less efficient rail
-/// costs CPU time the others needed (20 ms made the cluster's puts 2–3% slower).
-const RATE_STALE: Duration = Duration::from_secs(1);
-/// See [`RATE_STALE`]: a slow rail (long pieces) is measured again less often, so the pieces
-/// it is handed to be measured are a bounded share of its time.
-const STALE_PIECES: u32 = 256;
 
 /// Why the engine could not do what was asked.
 #[derive(Debug)]
@@ -434,49 +421,16 @@ struct RailState {
 
 /// A rail's measured per-thread rates in input bytes per second, per (code, operation, log2
 /// of piece length). Kept under the queues' lock, which submitters and workers take anyway.
-///
-/// A rate is only trusted while fresh: one measured under a passing disturbance (a piece
-/// preempted for milliseconds) would otherwise keep its rail from ever being given another
-/// piece, and so from ever being measured again. A stale rate counts as unknown, so the
-/// rail gets a piece, and that piece's measure replaces the stale rate outright.
 #[derive(Debug, Default)]
-struct Rates(HashMap<RateKey, Rate>);
-
-#[derive(Debug, Clone, Copy)]
-struct Rate {
-    per_thread: f64,
-    /// When the last piece measured ended, and how long it took.
-    measured: Instant,
-    last_piece: Duration,
-}
-
-impl Rate {
-    fn fresh(&self, now: Instant) -> bool {
-        let age = now.saturating_duration_since(self.measured);
-        age <= RATE_STALE.max(self.last_piece * STALE_PIECES)
-    }
-}
+struct Rates(HashMap<RateKey, f64>);
 
 impl Rates {
-    fn add_sample(&mut self, key: RateKey, bytes: usize, elapsed: Duration, now: Instant) {
+    fn add_sample(&mut self, key: RateKey, bytes: usize, elapsed: Duration) {
         let sample = bytes as f64 / elapsed.as_secs_f64().max(1e-9);
-        let rate = self.0.entry(key).or_insert(Rate {
-            per_thread: sample,
-            measured: now,
-            last_piece: elapsed,
-        });
-        if rate.fresh(now) {
-            rate.per_thread += RATE_WEIGHT * (sample - rate.per_thread);
-        } else {
-            rate.per_thread = sample;
-        }
-        rate.measured = now;
-        rate.last_piece = elapsed;
-    }
-
-    /// The rate for `key` if measured and fresh at `now`.
-    fn fresh(&self, key: RateKey, now: Instant) -> Option<f64> {
-        self.0.get(&key).filter(|rate| rate.fresh(now)).map(|rate| rate.per_thread)
+        self.0
+            .entry(key)
+            .and_modify(|rate| *rate += RATE_WEIGHT * (sample - *rate))
+            .or_insert(sample);
     }
 }
 
@@ -848,20 +802,17 @@ impl Engine {
         self.shared.rails.iter().map(|r| r.config.rail.name().to_string()).collect()
     }
 
-    /// Each rail's last measured encode rate (data bytes per second, all its threads) for
-    /// `code` at pieces of `chunk_size_bytes`, fresh or not; `None` before its first piece of
-    /// that class.
+    /// Each rail's measured encode rate (data bytes per second, all its threads) for `code`
+    /// at pieces of `chunk_size_bytes`; `None` before its first piece of that class.
     pub fn rates(&self, code: CodeSpec, chunk_size_bytes: usize) -> Vec<(String, Option<f64>)> {
         let key = (code, Op::Encode, size_class(chunk_size_bytes));
         let queues = self.shared.queues.lock().expect("queues lock");
-        self.shared
-            .rails
-            .iter()
-            .zip(&queues.rates)
-            .map(|(rail, rates)| {
-                let threads = rail.config.threads as f64;
-                let rate = rates.0.get(&key).map(|rate| rate.per_thread * threads);
-                (rail.config.rail.name().to_string(), rate)
+        (0..self.shared.rails.len())
+            .map(|i| {
+                (
+                    self.shared.rails[i].config.rail.name().to_string(),
+                    self.shared.rate(&queues, i, key),
+                )
             })
             .collect()
     }
@@ -1063,18 +1014,18 @@ impl Shared {
         let mut wakes = vec![0usize; self.rails.len()];
         {
             let mut queues = self.queues.lock().expect("queues lock");
-            let now = Instant::now();
+            let rates: Vec<Option<f64>> = match self.scheduler {
+                Scheduler::RateAware => {
+                    (0..self.rails.len()).map(|i| self.rate(&queues, i, key)).collect()
+                }
+                Scheduler::Fcfs => Vec::new(),
+            };
             for index in 0..piece_count {
                 let start = index * piece_len;
                 let piece = Piece { task: task.clone(), start, len: piece_len.min(len - start) };
                 match self.scheduler {
                     Scheduler::Fcfs => queues.queues[0].push_back(piece),
                     Scheduler::RateAware => {
-                        // Per piece: a rail being measured again takes one piece, and then
-                        // counts at its stale rate.
-                        let rates: Vec<Option<f64>> = (0..self.rails.len())
-                            .map(|i| self.rate(&queues, i, key, now))
-                            .collect();
                         let rail = pick_rail(&queues.backlog_bytes, usable, &rates, piece.bytes());
                         queues.backlog_bytes[rail] += piece.bytes();
                         queues.queues[rail].push_back(piece);
@@ -1101,19 +1052,10 @@ impl Shared {
         }
     }
 
-    /// Rail `rail`'s rate (all its threads) for `key`, as the scheduler counts it at `now`:
-    /// `None` (to be measured) before its first such piece, and when the rate is stale and
-    /// nothing is queued on the rail; a stale rate still counts while the rail has a backlog,
-    /// so a rail being measured again is handed one piece for it, not a fast rail's share.
-    fn rate(&self, queues: &Queues, rail: usize, key: RateKey, now: Instant) -> Option<f64> {
+    /// Rail `rail`'s rate (all its threads) for `key`; `None` before its first such piece.
+    fn rate(&self, queues: &Queues, rail: usize, key: RateKey) -> Option<f64> {
         let threads = self.rails[rail].config.threads as f64;
-        let rates = &queues.rates[rail];
-        let per_thread = match rates.fresh(key, now) {
-            Some(rate) => rate,
-            None if queues.backlog_bytes[rail] == 0 => return None,
-            None => rates.0.get(&key)?.per_thread,
-        };
-        Some(per_thread * threads)
+        queues.rates[rail].0.get(&key).map(|per_thread| per_thread * threads)
     }
 
     fn work_loop(&self, rail_index: usize) {
@@ -1125,7 +1067,7 @@ impl Shared {
             let piece = {
                 let mut queues = self.queues.lock().expect("queues lock");
                 if let Some(Sample { key, bytes, coding, cycle }) = sample.take() {
-                    queues.rates[rail_index].add_sample(key, bytes, coding, Instant::now());
+                    queues.rates[rail_index].add_sample(key, bytes, coding);
                     if self.scheduler == Scheduler::RateAware {
                         queues.backlog_bytes[rail_index] -= bytes;
                     }
@@ -1185,7 +1127,6 @@ impl Shared {
         let newest = queue.iter().rposition(|p| p.task.usable(rail_index))?;
         // The owner's backlog is what it runs now and then its queue, in order: what it has
         // to do before reaching a piece is the backlog less that piece and those after it.
-        let now = Instant::now();
         let ahead_of = |position: usize| -> usize {
             let from_it: usize = queue.iter().skip(position).map(Piece::bytes).sum();
             queues.backlog_bytes[owner].saturating_sub(from_it)
@@ -1194,7 +1135,7 @@ impl Shared {
             let candidate = &queue[position];
             let key =
                 (candidate.task.entry.code.spec(), candidate.task.op, size_class(candidate.len));
-            match (self.rate(queues, rail_index, key, now), self.rate(queues, owner, key, now)) {
+            match (self.rate(queues, rail_index, key), self.rate(queues, owner, key)) {
                 (Some(mine), Some(theirs)) => {
                     candidate.bytes() as f64 / mine <= ahead_of(position) as f64 / theirs
                 }
@@ -1287,15 +1228,9 @@ impl Shared {
     }
 }
 
-/// The usable rail expected to finish `bytes` first. A rail to be measured (no rate) with
-/// nothing queued takes the piece, for its measure; one with a backlog is assumed as fast as
-/// the fastest measured rail.
+/// The usable rail expected to finish `bytes` first. A rail not yet measured is assumed as
+/// fast as the fastest measured one, so it gets work and a measurement.
 fn pick_rail(backlog: &[usize], usable: &[bool], rates: &[Option<f64>], bytes: usize) -> usize {
-    if let Some(idle) =
-        (0..usable.len()).find(|&i| usable[i] && rates[i].is_none() && backlog[i] == 0)
-    {
-        return idle;
-    }
     let fastest = rates.iter().flatten().copied().fold(1.0, f64::max);
     (0..usable.len())
         .filter(|&i| usable[i])
