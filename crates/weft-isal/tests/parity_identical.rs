@@ -354,3 +354,42 @@ fn linear_code_on_every_simd_path() {
         );
     }
 }
+
+#[test]
+fn update_adds_each_column_into_what_encode_writes_and_weft_adds_the_same() {
+    let Some(isal) = isal("update_adds_each_column_into_what_encode_writes_and_weft_adds_the_same")
+    else {
+        return;
+    };
+    assert!(isal.has_update(), "every ISA-L weft supports has ec_encode_data_update");
+    let mut rng = StdRng::seed_from_u64(0xADD);
+    for (k, rows, len) in [(1, 1, 1), (4, 3, 4099), (6, 3, 65536), (10, 4, 777), (3, 6, 128)] {
+        let matrix = random_bytes(&mut rng, rows * k);
+        let data: Vec<Vec<u8>> = (0..k).map(|_| random_bytes(&mut rng, len)).collect();
+        let srcs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+        let want = isal_dot(isal, &matrix, rows, k, &srcs);
+        // Columns added one at a time, in a scrambled order, onto a starting value that
+        // must survive as an XOR: start ^ Σ columns.
+        let start: Vec<Vec<u8>> = (0..rows).map(|_| random_bytes(&mut rng, len)).collect();
+        let mut got = start.clone();
+        let tables = isal.init_tables(k, rows, &matrix);
+        let mut order: Vec<usize> = (0..k).collect();
+        order.reverse();
+        order.rotate_left(k / 2);
+        for column in order {
+            let mut dsts: Vec<&mut [u8]> = got.iter_mut().map(Vec::as_mut_slice).collect();
+            isal.encode_data_update(&tables, column, srcs[column], &mut dsts);
+        }
+        let added: Vec<Vec<u8>> = want
+            .iter()
+            .zip(&start)
+            .map(|(w, s)| w.iter().zip(s).map(|(a, b)| a ^ b).collect())
+            .collect();
+        assert_same(&got, &added, &format!("update k={k} rows={rows} len={len}"));
+        // weft's fused add of the same columns onto the same start agrees byte for byte.
+        let mut fused = start.clone();
+        let mut dsts: Vec<&mut [u8]> = fused.iter_mut().map(Vec::as_mut_slice).collect();
+        DotTables::new(&matrix, rows, k).dot_prod_add(&srcs, &mut dsts);
+        assert_same(&fused, &got, &format!("weft add k={k} rows={rows} len={len}"));
+    }
+}
