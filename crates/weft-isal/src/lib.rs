@@ -8,6 +8,8 @@
 //! - The function pointers are only used while `library` is alive (they live in the same
 //!   struct, and `Isal` is never cloned apart from its library).
 //! - Every call checks lengths and counts before crossing into C; ISA-L does no checking.
+//! - Loading needs only the functions every ISA-L 2.x has; `ec_encode_data_update` is
+//!   optional ([`Isal::has_update`]), and calling it when absent panics, never jumps to null.
 
 use std::ffi::c_int;
 use std::fmt;
