@@ -268,11 +268,8 @@ impl Isal {
     ) {
         let update = self.encode_data_update.expect("ec_encode_data_update is loaded");
         assert!(column < tables.k, "column {column} of a {}-column matrix", tables.k);
-        assert_eq!(coding.len(), tables.rows, "one output region per row");
         let len = source.len();
-        assert!(len <= c_int::MAX as usize, "ISA-L takes lengths below 2 GiB");
-        assert!(coding.iter().all(|c| c.len() == len), "all regions must have the same length");
-        let mut coding_pointers: Vec<*mut u8> = coding.iter_mut().map(|c| c.as_mut_ptr()).collect();
+        let mut coding_pointers = coding_pointers(tables, len, coding);
         let tables_ptr = tables.tables.as_ptr() as *mut u8;
         // SAFETY: every pointer is valid for len bytes, the tables hold k × rows entries and
         // column < k; ISA-L reads the source and tables and reads and writes the coding
@@ -308,13 +305,10 @@ impl Isal {
                 .unwrap_or_else(|| panic!("ISA-L variant {} is not available", variant.name()))
         };
         assert_eq!(data.len(), tables.k, "one data region per column");
-        assert_eq!(coding.len(), tables.rows, "one output region per row");
         let len = data.first().map_or(0, |d| d.len());
-        assert!(len <= c_int::MAX as usize, "ISA-L takes lengths below 2 GiB");
         assert!(data.iter().all(|d| d.len() == len), "all regions must have the same length");
-        assert!(coding.iter().all(|c| c.len() == len), "all regions must have the same length");
         let mut data_pointers: Vec<*mut u8> = data.iter().map(|d| d.as_ptr() as *mut u8).collect();
-        let mut coding_pointers: Vec<*mut u8> = coding.iter_mut().map(|c| c.as_mut_ptr()).collect();
+        let mut coding_pointers = coding_pointers(tables, len, coding);
         let tables_ptr = tables.tables.as_ptr() as *mut u8;
         // SAFETY: every pointer is valid for len bytes; ISA-L only reads data and tables
         // (the C prototype lacks const) and writes the coding regions.
@@ -329,6 +323,15 @@ impl Isal {
             )
         };
     }
+}
+
+/// The coding regions' pointers, after checking there is one per row of `tables`, each `len`
+/// bytes, and `len` fits ISA-L's `int`.
+fn coding_pointers(tables: &IsalTables, len: usize, coding: &mut [&mut [u8]]) -> Vec<*mut u8> {
+    assert_eq!(coding.len(), tables.rows, "one output region per row");
+    assert!(len <= c_int::MAX as usize, "ISA-L takes lengths below 2 GiB");
+    assert!(coding.iter().all(|c| c.len() == len), "all regions must have the same length");
+    coding.iter_mut().map(|c| c.as_mut_ptr()).collect()
 }
 
 // SAFETY: ISA-L's functions are reentrant (no global state beyond read-only tables), and
