@@ -60,10 +60,15 @@ async fn kill_repair_kill(code: &str, width: usize, nodes: usize, lose: u32) {
         cluster.stop_node(id).await;
     }
     read_all(&cluster, "b", &objects, "first failures").await;
-    // Meta notices (down timeout + a scan) and queues every unit of the stopped nodes.
+    // Meta notices (down timeout + a scan) and queues every unit of the stopped nodes. All of
+    // them judged down first: their heartbeats stop one after another, and a repair run that
+    // starts while only the first is down can finish (nothing under-protected, nothing
+    // queued) before the next one is, leaving its units where the second failures find them.
     cluster
         .wait_for(Duration::from_secs(15), |s| {
-            s["under_protected_units"].as_u64() > Some(0) && s["repair_queue"].as_u64() > Some(0)
+            s["nodes_down"].as_u64() >= Some(u64::from(lose))
+                && s["under_protected_units"].as_u64() > Some(0)
+                && s["repair_queue"].as_u64() > Some(0)
         })
         .await;
     run_repairs(&cluster, code).await;
