@@ -20,7 +20,10 @@ use axum::{
 };
 use http_body_util::BodyExt;
 
-use crate::{check_body, now_ms, AuthError, BodyCheck, Principal, RequestHead, Verifier, AUTHORIZATION_HEADER, CONTENT_HASH_HEADER};
+use crate::{
+    check_body, now_ms, AuthError, BodyCheck, Principal, RequestHead, Verifier,
+    AUTHORIZATION_HEADER, CONTENT_HASH_HEADER,
+};
 
 /// The middleware's state: the verifier and the largest signed body it buffers.
 #[derive(Clone, Debug)]
@@ -54,7 +57,11 @@ fn serde_like_json(code: &str, message: &str) -> String {
 }
 
 /// `axum::middleware::from_fn_with_state(guard, require_signature)`.
-pub async fn require_signature(State(guard): State<Guard>, request: Request, next: Next) -> Response {
+pub async fn require_signature(
+    State(guard): State<Guard>,
+    request: Request,
+    next: Next,
+) -> Response {
     let (mut parts, body) = request.into_parts();
     let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
     let head = RequestHead {
@@ -75,8 +82,16 @@ pub async fn require_signature(State(guard): State<Guard>, request: Request, nex
             let bytes = match limited.collect().await {
                 Ok(collected) => collected.to_bytes(),
                 Err(_) => {
-                    let message = format!("the body is larger than {} bytes, or broke off", guard.max_body_bytes);
-                    return (StatusCode::PAYLOAD_TOO_LARGE, [("content-type", "application/json")], serde_like_json("too_large", &message)).into_response();
+                    let message = format!(
+                        "the body is larger than {} bytes, or broke off",
+                        guard.max_body_bytes
+                    );
+                    return (
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        [("content-type", "application/json")],
+                        serde_like_json("too_large", &message),
+                    )
+                        .into_response();
                 }
             };
             if let Err(error) = check_body(&check, &bytes) {

@@ -230,7 +230,8 @@ pub fn now_ms() -> u64 {
 /// replace an existing file.
 fn write_private_file(path: &Path, text: &str) -> Result<(), AuthError> {
     use std::os::unix::fs::OpenOptionsExt;
-    let failed = |e: std::io::Error| AuthError::KeyFile(format!("cannot write {}: {e}", path.display()));
+    let failed =
+        |e: std::io::Error| AuthError::KeyFile(format!("cannot write {}: {e}", path.display()));
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -248,11 +249,15 @@ fn write_private_file(path: &Path, text: &str) -> Result<(), AuthError> {
 /// Reads a key file, refusing anything but a small regular file that only its owner can read.
 fn read_private_file(path: &Path, what: &str) -> Result<String, AuthError> {
     use std::os::unix::fs::MetadataExt;
-    let failed =
-        |e: std::io::Error| AuthError::KeyFile(format!("cannot read the {what} {}: {e}", path.display()));
+    let failed = |e: std::io::Error| {
+        AuthError::KeyFile(format!("cannot read the {what} {}: {e}", path.display()))
+    };
     let metadata = std::fs::metadata(path).map_err(failed)?;
     if !metadata.is_file() {
-        return Err(AuthError::KeyFile(format!("the {what} {} is not a regular file", path.display())));
+        return Err(AuthError::KeyFile(format!(
+            "the {what} {} is not a regular file",
+            path.display()
+        )));
     }
     if metadata.len() > MAX_KEY_FILE_BYTES {
         return Err(AuthError::KeyFile(format!(
@@ -317,7 +322,8 @@ impl ClusterSecret {
     /// Reads a secret file (refused when other users can read it).
     pub fn read_file(path: &Path) -> Result<ClusterSecret, AuthError> {
         let text = read_private_file(path, "cluster secret")?;
-        ClusterSecret::parse(&text).map_err(|e| AuthError::KeyFile(format!("{}: {e}", path.display())))
+        ClusterSecret::parse(&text)
+            .map_err(|e| AuthError::KeyFile(format!("{}: {e}", path.display())))
     }
 
     /// Writes a new secret to `path` (mode 0600); refuses to replace an existing file.
@@ -386,8 +392,11 @@ impl Key {
         if words.next() != Some(NODE_KEY_FILE_TAG) {
             return Err(bad());
         }
-        let id: u32 =
-            words.next().and_then(|w| w.strip_prefix("node=")).and_then(|n| n.parse().ok()).ok_or_else(bad)?;
+        let id: u32 = words
+            .next()
+            .and_then(|w| w.strip_prefix("node="))
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(bad)?;
         let bytes = words.next().and_then(unhex).ok_or_else(bad)?;
         if words.next().is_some() {
             return Err(bad());
@@ -398,7 +407,8 @@ impl Key {
     /// Reads a node key file (refused when other users can read it).
     pub fn read_node_file(path: &Path) -> Result<Key, AuthError> {
         let text = read_private_file(path, "node key")?;
-        Key::parse_node_file(&text).map_err(|e| AuthError::KeyFile(format!("{}: {e}", path.display())))
+        Key::parse_node_file(&text)
+            .map_err(|e| AuthError::KeyFile(format!("{}: {e}", path.display())))
     }
 
     /// Writes this node key to a new file at `path` (mode 0600).
@@ -442,7 +452,13 @@ impl Signer {
 
     /// The `authorization` header for a request, signed now with a fresh nonce.
     /// `content_sha256` is [`content_hash`] of the body or [`UNSIGNED_PAYLOAD`].
-    pub fn authorization(&self, method: &str, path: &str, query: &str, content_sha256: &str) -> String {
+    pub fn authorization(
+        &self,
+        method: &str,
+        path: &str,
+        query: &str,
+        content_sha256: &str,
+    ) -> String {
         let mut nonce = [0u8; 16];
         rand::thread_rng().fill_bytes(&mut nonce);
         self.authorization_at(method, path, query, content_sha256, now_ms(), &hex(&nonce))
@@ -492,23 +508,28 @@ fn parse_authorization(header: &str) -> Result<Parsed<'_>, AuthError> {
         .ok_or_else(|| malformed("the scheme is not WEFT1-HMAC-SHA256"))?;
     let mut fields: BTreeMap<&str, &str> = BTreeMap::new();
     for field in rest.split(',') {
-        let (name, value) = field.trim().split_once('=').ok_or_else(|| malformed("a field has no `=`"))?;
+        let (name, value) =
+            field.trim().split_once('=').ok_or_else(|| malformed("a field has no `=`"))?;
         if fields.insert(name, value).is_some() {
             return Err(malformed("a field is given twice"));
         }
     }
-    let field = |name: &str| fields.get(name).copied().ok_or_else(|| malformed(&format!("no {name}")));
+    let field =
+        |name: &str| fields.get(name).copied().ok_or_else(|| malformed(&format!("no {name}")));
     let principal_text = field("Credential")?;
     let principal = Principal::parse(principal_text)
         .ok_or_else(|| AuthError::UnknownPrincipal(principal_text.to_string()))?;
-    let timestamp_ms = field("Timestamp")?.parse().map_err(|_| malformed("Timestamp is not a number"))?;
+    let timestamp_ms =
+        field("Timestamp")?.parse().map_err(|_| malformed("Timestamp is not a number"))?;
     let nonce = field("Nonce")?;
-    if nonce.len() != 32 || !nonce.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+    if nonce.len() != 32 || !nonce.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
         return Err(malformed("Nonce is not 32 lower-case hex digits"));
     }
     let nonce_value = u128::from_str_radix(nonce, 16).map_err(|_| malformed("bad Nonce"))?;
-    let signature =
-        unhex(field("Signature")?).filter(|s| s.len() == 32).ok_or_else(|| malformed("Signature is not 64 hex digits"))?;
+    let signature = unhex(field("Signature")?)
+        .filter(|s| s.len() == 32)
+        .ok_or_else(|| malformed("Signature is not 64 hex digits"))?;
     if fields.len() != 4 {
         return Err(malformed("unknown fields"));
     }
@@ -524,7 +545,13 @@ struct ReplayMemory {
 
 impl ReplayMemory {
     /// Records (timestamp, nonce); false when it was there already.
-    fn remember(&mut self, timestamp_ms: u64, nonce: u128, now_ms: u64, limit: usize) -> Result<(), AuthError> {
+    fn remember(
+        &mut self,
+        timestamp_ms: u64,
+        nonce: u128,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<(), AuthError> {
         // Forget buckets every timestamp of which is now too old to be accepted.
         let oldest_kept = now_ms.saturating_sub(MAX_SKEW_MS) / NONCE_BUCKET_MS;
         while let Some((&bucket, _)) = self.buckets.first_key_value() {
@@ -634,7 +661,11 @@ impl Verifier {
     /// Checks a request head at time `now_ms`: the principal that signed it, and what its body
     /// must hash to. Remembers the nonce only once everything else holds, so a forged request
     /// cannot use up a real one's nonce.
-    pub fn verify(&self, head: RequestHead<'_>, now_ms: u64) -> Result<(Principal, BodyCheck), AuthError> {
+    pub fn verify(
+        &self,
+        head: RequestHead<'_>,
+        now_ms: u64,
+    ) -> Result<(Principal, BodyCheck), AuthError> {
         let header = head.authorization.ok_or(AuthError::Missing)?;
         let parsed = parse_authorization(header)?;
         let key = self
@@ -645,12 +676,17 @@ impl Verifier {
             .ok_or_else(|| AuthError::Malformed(format!("no {CONTENT_HASH_HEADER} header")))?;
         let body = if content == UNSIGNED_PAYLOAD {
             if !self.allow_unsigned_payload {
-                return Err(AuthError::Malformed(format!("{} requires signed bodies", self.audience)));
+                return Err(AuthError::Malformed(format!(
+                    "{} requires signed bodies",
+                    self.audience
+                )));
             }
             BodyCheck::Unsigned
         } else {
             if content.len() != 64 || unhex(content).is_none() {
-                return Err(AuthError::Malformed(format!("{CONTENT_HASH_HEADER} is not 64 hex digits")));
+                return Err(AuthError::Malformed(format!(
+                    "{CONTENT_HASH_HEADER} is not 64 hex digits"
+                )));
             }
             BodyCheck::Hash(content.to_ascii_lowercase())
         };
@@ -667,7 +703,8 @@ impl Verifier {
             parsed.nonce,
             content,
         );
-        let mut mac = HmacSha256::new_from_slice(&key.bytes).expect("HMAC takes keys of any length");
+        let mut mac =
+            HmacSha256::new_from_slice(&key.bytes).expect("HMAC takes keys of any length");
         mac.update(text.as_bytes());
         mac.verify_slice(&parsed.signature).map_err(|_| AuthError::BadSignature)?;
         self.memory.lock().expect("replay memory").remember(
@@ -732,9 +769,13 @@ impl SealKey {
         let (nonce, body) = bytes.split_at(12);
         let nonce: [u8; 12] = nonce.try_into().expect("12 bytes");
         let cipher = ChaCha20Poly1305::new_from_slice(&self.0).expect("a 32-byte key");
-        cipher.decrypt(&nonce.into(), Payload { msg: body, aad: context.as_bytes() }).map_err(|_| {
-            AuthError::Unseal("the seal does not open (another cluster's secret, or altered)".into())
-        })
+        cipher.decrypt(&nonce.into(), Payload { msg: body, aad: context.as_bytes() }).map_err(
+            |_| {
+                AuthError::Unseal(
+                    "the seal does not open (another cluster's secret, or altered)".into(),
+                )
+            },
+        )
     }
 
     /// True when `text` looks sealed (it may still fail to open).

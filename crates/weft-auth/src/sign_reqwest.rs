@@ -1,16 +1,26 @@
 //! Signing reqwest requests (async and blocking) for meta and nodes.
 //!
 //! Invariants: the signature covers the URL's path and query exactly as reqwest will send
-//! them (read from the built request, after reqwest's own normalisation), and the body's
-//! SHA-256 whenever the body is in memory; only a streamed body is sent as
-//! [`crate::UNSIGNED_PAYLOAD`], and only nodes accept that.
+//! them (read from the built request, after reqwest's own normalisation). Requests to meta
+//! also cover the body's SHA-256 (their bodies are small JSON, always in memory); requests
+//! to nodes are sent as [`crate::UNSIGNED_PAYLOAD`]: their bodies are units, checked end to
+//! end against meta's checksums rather than hashed twice on the way.
 
 use reqwest::header::{HeaderName, HeaderValue};
 
-use crate::{content_hash, Signer, AUTHORIZATION_HEADER, CONTENT_HASH_HEADER, UNSIGNED_PAYLOAD};
+use crate::{
+    content_hash, Audience, Signer, AUTHORIZATION_HEADER, CONTENT_HASH_HEADER, UNSIGNED_PAYLOAD,
+};
 
-fn headers(signer: &Signer, method: &str, url: &reqwest::Url, body: Option<&[u8]>, streamed: bool) -> [(HeaderName, HeaderValue); 2] {
+fn headers(
+    signer: &Signer,
+    method: &str,
+    url: &reqwest::Url,
+    body: Option<&[u8]>,
+    streamed: bool,
+) -> [(HeaderName, HeaderValue); 2] {
     let hash = match body {
+        _ if matches!(signer.audience(), Audience::Node(_)) => UNSIGNED_PAYLOAD.to_string(),
         Some(bytes) => content_hash(bytes),
         None if streamed => UNSIGNED_PAYLOAD.to_string(),
         None => content_hash(&[]),
@@ -21,7 +31,10 @@ fn headers(signer: &Signer, method: &str, url: &reqwest::Url, body: Option<&[u8]
             HeaderName::from_static(AUTHORIZATION_HEADER),
             HeaderValue::from_str(&authorization).expect("signatures are ASCII"),
         ),
-        (HeaderName::from_static(CONTENT_HASH_HEADER), HeaderValue::from_str(&hash).expect("hashes are ASCII")),
+        (
+            HeaderName::from_static(CONTENT_HASH_HEADER),
+            HeaderValue::from_str(&hash).expect("hashes are ASCII"),
+        ),
     ]
 }
 
@@ -50,12 +63,20 @@ pub fn sign_blocking(signer: &Signer, request: &mut reqwest::blocking::Request) 
 }
 
 /// `builder.send_signed(&signer)`: build, sign, send (async).
+/// The request is signed when `send_signed` is called, so the future does not borrow the
+/// signer.
 pub trait SendSigned {
-    fn send_signed(self, signer: &Signer) -> impl std::future::Future<Output = reqwest::Result<reqwest::Response>> + Send;
+    fn send_signed(
+        self,
+        signer: &Signer,
+    ) -> impl std::future::Future<Output = reqwest::Result<reqwest::Response>> + Send + use<Self>;
 }
 
 impl SendSigned for reqwest::RequestBuilder {
-    fn send_signed(self, signer: &Signer) -> impl std::future::Future<Output = reqwest::Result<reqwest::Response>> + Send {
+    fn send_signed(
+        self,
+        signer: &Signer,
+    ) -> impl std::future::Future<Output = reqwest::Result<reqwest::Response>> + Send + use<> {
         let (client, request) = self.build_split();
         let signed = request.map(|mut request| {
             sign(signer, &mut request);

@@ -1,7 +1,13 @@
 use super::*;
 
 fn head<'a>(authorization: Option<&'a str>, content: Option<&'a str>) -> RequestHead<'a> {
-    RequestHead { method: "PUT", path: "/v1/buckets/b", query: "x=1", authorization, content_sha256: content }
+    RequestHead {
+        method: "PUT",
+        path: "/v1/buckets/b",
+        query: "x=1",
+        authorization,
+        content_sha256: content,
+    }
 }
 
 #[test]
@@ -26,20 +32,46 @@ fn every_altered_field_breaks_the_signature() {
     let hash = content_hash(b"body");
     let signer = secret.signer_for(Audience::Meta);
     let now = now_ms();
-    let good = |nonce: &str| signer.authorization_at("PUT", "/v1/buckets/b", "x=1", &hash, now, nonce);
+    let good =
+        |nonce: &str| signer.authorization_at("PUT", "/v1/buckets/b", "x=1", &hash, now, nonce);
     let a = good("00000000000000000000000000000001");
-    for (method, path, query) in [("GET", "/v1/buckets/b", "x=1"), ("PUT", "/v1/buckets/c", "x=1"), ("PUT", "/v1/buckets/b", "x=2")] {
-        let head = RequestHead { method, path, query, authorization: Some(&a), content_sha256: Some(&hash) };
-        assert_eq!(verifier.verify(head, now), Err(AuthError::BadSignature), "{method} {path}?{query}");
+    for (method, path, query) in [
+        ("GET", "/v1/buckets/b", "x=1"),
+        ("PUT", "/v1/buckets/c", "x=1"),
+        ("PUT", "/v1/buckets/b", "x=2"),
+    ] {
+        let head = RequestHead {
+            method,
+            path,
+            query,
+            authorization: Some(&a),
+            content_sha256: Some(&hash),
+        };
+        assert_eq!(
+            verifier.verify(head, now),
+            Err(AuthError::BadSignature),
+            "{method} {path}?{query}"
+        );
     }
     let other_hash = content_hash(b"other");
-    assert_eq!(verifier.verify(head(Some(&a), Some(&other_hash)), now), Err(AuthError::BadSignature));
+    assert_eq!(
+        verifier.verify(head(Some(&a), Some(&other_hash)), now),
+        Err(AuthError::BadSignature)
+    );
     // Another cluster's secret.
     let stranger = ClusterSecret::generate().signer_for(Audience::Meta);
-    let b = stranger.authorization_at("PUT", "/v1/buckets/b", "x=1", &hash, now, "00000000000000000000000000000002");
+    let b = stranger.authorization_at(
+        "PUT",
+        "/v1/buckets/b",
+        "x=1",
+        &hash,
+        now,
+        "00000000000000000000000000000002",
+    );
     assert_eq!(verifier.verify(head(Some(&b), Some(&hash)), now), Err(AuthError::BadSignature));
     // A changed timestamp in the header (signature made for another one).
-    let c = good("00000000000000000000000000000003").replace(&format!("Timestamp={now}"), &format!("Timestamp={}", now + 1));
+    let c = good("00000000000000000000000000000003")
+        .replace(&format!("Timestamp={now}"), &format!("Timestamp={}", now + 1));
     assert_eq!(verifier.verify(head(Some(&c), Some(&hash)), now), Err(AuthError::BadSignature));
     // The refused attempts did not use up the real request's nonce.
     assert!(verifier.verify(head(Some(&a), Some(&hash)), now).is_ok());
@@ -57,16 +89,42 @@ fn missing_malformed_stale_and_unsigned_bodies_are_refused() {
     }
     let signer = secret.signer_for(Audience::Meta);
     for skew in [MAX_SKEW_MS + 1, 3_600_000] {
-        let old = signer.authorization_at("PUT", "/v1/buckets/b", "x=1", &hash, now - skew, "00000000000000000000000000000004");
-        assert!(matches!(verifier.verify(head(Some(&old), Some(&hash)), now), Err(AuthError::Skewed { .. })));
-        let future = signer.authorization_at("PUT", "/v1/buckets/b", "x=1", &hash, now + skew, "00000000000000000000000000000005");
-        assert!(matches!(verifier.verify(head(Some(&future), Some(&hash)), now), Err(AuthError::Skewed { .. })));
+        let old = signer.authorization_at(
+            "PUT",
+            "/v1/buckets/b",
+            "x=1",
+            &hash,
+            now - skew,
+            "00000000000000000000000000000004",
+        );
+        assert!(matches!(
+            verifier.verify(head(Some(&old), Some(&hash)), now),
+            Err(AuthError::Skewed { .. })
+        ));
+        let future = signer.authorization_at(
+            "PUT",
+            "/v1/buckets/b",
+            "x=1",
+            &hash,
+            now + skew,
+            "00000000000000000000000000000005",
+        );
+        assert!(matches!(
+            verifier.verify(head(Some(&future), Some(&hash)), now),
+            Err(AuthError::Skewed { .. })
+        ));
     }
     // Meta never takes unsigned bodies; no content hash at all is malformed.
     let unsigned = signer.authorization("PUT", "/v1/buckets/b", "x=1", UNSIGNED_PAYLOAD);
-    assert!(matches!(verifier.verify(head(Some(&unsigned), Some(UNSIGNED_PAYLOAD)), now), Err(AuthError::Malformed(_))));
+    assert!(matches!(
+        verifier.verify(head(Some(&unsigned), Some(UNSIGNED_PAYLOAD)), now),
+        Err(AuthError::Malformed(_))
+    ));
     let signed = signer.authorization("PUT", "/v1/buckets/b", "x=1", &hash);
-    assert!(matches!(verifier.verify(head(Some(&signed), None), now), Err(AuthError::Malformed(_))));
+    assert!(matches!(
+        verifier.verify(head(Some(&signed), None), now),
+        Err(AuthError::Malformed(_))
+    ));
 }
 
 #[test]
@@ -74,28 +132,64 @@ fn a_node_accepts_only_its_own_key_and_meta_accepts_every_node() {
     let secret = ClusterSecret::generate();
     let node3 = Verifier::for_node(secret.node_key(3));
     let now = now_ms();
-    let ok = secret.signer_for(Audience::Node(3)).authorization("GET", "/v1/health", "", UNSIGNED_PAYLOAD);
+    let ok = secret.signer_for(Audience::Node(3)).authorization(
+        "GET",
+        "/v1/health",
+        "",
+        UNSIGNED_PAYLOAD,
+    );
     fn get(auth: &str) -> RequestHead<'_> {
-        RequestHead { method: "GET", path: "/v1/health", query: "", authorization: Some(auth), content_sha256: Some(UNSIGNED_PAYLOAD) }
+        RequestHead {
+            method: "GET",
+            path: "/v1/health",
+            query: "",
+            authorization: Some(auth),
+            content_sha256: Some(UNSIGNED_PAYLOAD),
+        }
     }
     assert_eq!(node3.verify(get(&ok), now).unwrap(), (Principal::Node(3), BodyCheck::Unsigned));
     // Node 4's key, the client key, and node 3's key signed for node 4 are all refused.
-    let as4 = secret.signer_for(Audience::Node(4)).authorization("GET", "/v1/health", "", UNSIGNED_PAYLOAD);
+    let as4 = secret.signer_for(Audience::Node(4)).authorization(
+        "GET",
+        "/v1/health",
+        "",
+        UNSIGNED_PAYLOAD,
+    );
     assert!(matches!(node3.verify(get(&as4), now), Err(AuthError::UnknownPrincipal(_))));
-    let client = secret.signer_for(Audience::Meta).authorization("GET", "/v1/health", "", UNSIGNED_PAYLOAD);
+    let client =
+        secret.signer_for(Audience::Meta).authorization("GET", "/v1/health", "", UNSIGNED_PAYLOAD);
     assert!(matches!(node3.verify(get(&client), now), Err(AuthError::UnknownPrincipal(_))));
-    let wrong_audience = Signer::new(secret.node_key(3), Audience::Node(4)).authorization("GET", "/v1/health", "", UNSIGNED_PAYLOAD);
+    let wrong_audience = Signer::new(secret.node_key(3), Audience::Node(4)).authorization(
+        "GET",
+        "/v1/health",
+        "",
+        UNSIGNED_PAYLOAD,
+    );
     assert_eq!(node3.verify(get(&wrong_audience), now), Err(AuthError::BadSignature));
     // Node 3 signing to meta: meta derives node 3's key.
     let meta = Verifier::for_meta(&secret);
     let hash = content_hash(b"hb");
-    let heartbeat = Signer::new(secret.node_key(3), Audience::Meta).authorization("POST", "/v1/heartbeat", "", &hash);
-    let post = RequestHead { method: "POST", path: "/v1/heartbeat", query: "", authorization: Some(&heartbeat), content_sha256: Some(&hash) };
+    let heartbeat = Signer::new(secret.node_key(3), Audience::Meta).authorization(
+        "POST",
+        "/v1/heartbeat",
+        "",
+        &hash,
+    );
+    let post = RequestHead {
+        method: "POST",
+        path: "/v1/heartbeat",
+        query: "",
+        authorization: Some(&heartbeat),
+        content_sha256: Some(&hash),
+    };
     assert_eq!(meta.verify(post, now).unwrap().0, Principal::Node(3));
     // A non-canonical principal spelling is refused outright.
     for who in ["node/03", "node/", "node/-1", "admin"] {
         let auth = format!("{SCHEME} Credential={who}, Timestamp={now}, Nonce=00000000000000000000000000000009, Signature={}", "0".repeat(64));
-        assert!(matches!(meta.verify(get(&auth), now), Err(AuthError::UnknownPrincipal(_))), "{who}");
+        assert!(
+            matches!(meta.verify(get(&auth), now), Err(AuthError::UnknownPrincipal(_))),
+            "{who}"
+        );
     }
 }
 
@@ -106,9 +200,17 @@ fn replay_memory_is_bounded_and_forgets_what_cannot_be_accepted_anymore() {
     let signer = secret.signer_for(Audience::Meta);
     let hash = content_hash(b"");
     let now = now_ms();
-    let sign = |at: u64, n: u32| signer.authorization_at("GET", "/v1/status", "", &hash, at, &format!("{n:032x}"));
+    let sign = |at: u64, n: u32| {
+        signer.authorization_at("GET", "/v1/status", "", &hash, at, &format!("{n:032x}"))
+    };
     fn status<'a>(auth: &'a str, hash: &'a str) -> RequestHead<'a> {
-        RequestHead { method: "GET", path: "/v1/status", query: "", authorization: Some(auth), content_sha256: Some(hash) }
+        RequestHead {
+            method: "GET",
+            path: "/v1/status",
+            query: "",
+            authorization: Some(auth),
+            content_sha256: Some(hash),
+        }
     }
     for n in 0..3 {
         verifier.verify(status(&sign(now, n), &hash), now).unwrap();
@@ -127,7 +229,11 @@ fn key_files_round_trip_and_loose_permissions_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cluster.secret");
     let secret = ClusterSecret::read_or_create(&path).unwrap();
-    assert_eq!(ClusterSecret::read_or_create(&path).unwrap(), secret, "a second call reads the first secret");
+    assert_eq!(
+        ClusterSecret::read_or_create(&path).unwrap(),
+        secret,
+        "a second call reads the first secret"
+    );
     assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
     assert!(ClusterSecret::create_file(&path).is_err(), "never replaced");
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();

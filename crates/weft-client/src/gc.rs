@@ -352,8 +352,10 @@ async fn list_disk(
 ) -> std::result::Result<Vec<Listed>, String> {
     let failed =
         |cause: String| format!("node {} disk {disk}: cannot list units: {cause}", node.id);
-    let value =
-        nodes.list_disk_with_ages(&node.endpoint, disk).await.map_err(|f| failed(f.cause))?;
+    let value = nodes
+        .list_disk_with_ages(node.id, &node.endpoint, disk)
+        .await
+        .map_err(|f| failed(f.cause))?;
     let text = value.to_string();
     if value["node_id"].as_u64() != Some(u64::from(node.id)) {
         return Err(failed(format!(

@@ -15,7 +15,8 @@
 //!
 //! Invariants kept by the whole crate:
 //! - meta and the nodes are reached only over HTTP, through [`meta::MetaClient`] and
-//!   [`node::NodeClient`]; nothing here reads a node's disk or meta's store directly.
+//!   [`node::NodeClient`]; nothing here reads a node's disk or meta's store directly. Every
+//!   request is signed (weft-auth): to meta with the client key, to node N with N's key.
 //! - A put either commits an object whose every unit was acknowledged durable by its node,
 //!   or fails without committing (and deletes what it wrote, best effort).
 //! - Every error names the node, unit and cause it comes from.
@@ -114,8 +115,9 @@ pub struct Client {
 }
 
 impl Client {
-    /// A client of the cluster whose meta is at `meta_url` (`http://host:port`).
-    pub fn new(meta_url: &str) -> Result<Client> {
-        Ok(Client { meta: MetaClient::new(meta_url)?, nodes: NodeClient::new()? })
+    /// A client of the cluster whose meta is at `meta_url` (`http://host:port`), signing
+    /// every request with keys derived from the cluster `secret`.
+    pub fn new(meta_url: &str, secret: &weft_auth::ClusterSecret) -> Result<Client> {
+        Ok(Client { meta: MetaClient::new(meta_url, secret)?, nodes: NodeClient::new(secret)? })
     }
 }

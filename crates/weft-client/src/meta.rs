@@ -10,6 +10,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use weft_layout::{StripedLayout, UnitId};
 
+use weft_auth::{sign_reqwest::SendSigned, Audience, ClusterSecret, Signer};
+
 use crate::{ClientError, ObjectInfo, Result};
 
 /// How long meta may take to answer one request.
@@ -20,6 +22,7 @@ const META_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct MetaClient {
     base: String,
     http: reqwest::Client,
+    signer: Signer,
 }
 
 /// A repair task leased from meta's queue, with the object and the destination meta chose.
@@ -51,13 +54,17 @@ pub fn encode_path(text: &str) -> String {
 
 impl MetaClient {
     /// A client of meta at `base` (`http://host:port`).
-    pub fn new(base: &str) -> Result<MetaClient> {
+    pub fn new(base: &str, secret: &ClusterSecret) -> Result<MetaClient> {
         let http = reqwest::Client::builder()
             .timeout(META_TIMEOUT)
             .connect_timeout(Duration::from_secs(3))
             .build()
             .map_err(|e| ClientError::Invalid(format!("cannot build an HTTP client: {e}")))?;
-        Ok(MetaClient { base: base.trim_end_matches('/').to_string(), http })
+        Ok(MetaClient {
+            base: base.trim_end_matches('/').to_string(),
+            http,
+            signer: secret.signer_for(Audience::Meta),
+        })
     }
 
     /// meta's base URL.
@@ -88,9 +95,8 @@ impl MetaClient {
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let response = request.send().await.map_err(|e| ClientError::MetaUnreachable {
-            url: self.base.clone(),
-            cause: e.to_string(),
+        let response = request.send_signed(&self.signer).await.map_err(|e| {
+            ClientError::MetaUnreachable { url: self.base.clone(), cause: e.to_string() }
         })?;
         let status = response.status();
         let text = response.text().await.map_err(|e| ClientError::MetaUnreachable {

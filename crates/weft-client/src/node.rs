@@ -14,6 +14,8 @@ use futures_util::StreamExt;
 use reqwest::{header, StatusCode};
 use tokio::sync::mpsc;
 
+use weft_auth::{sign_reqwest::SendSigned, Audience, ClusterSecret};
+
 use crate::UnitInfo;
 
 /// What kind of failure a node request met.
@@ -65,10 +67,12 @@ impl NodeFailure {
 /// 500.
 const RESUME_PIECE: u64 = 1 << 20;
 
-/// A pool of connections to the nodes.
+/// A pool of connections to the nodes; every request is signed with the key of the node it
+/// goes to (derived from the cluster secret).
 #[derive(Clone, Debug)]
 pub struct NodeClient {
     http: reqwest::Client,
+    secret: ClusterSecret,
 }
 
 /// A failure below HTTP: the node is unreachable when the connection could not be made or
@@ -100,7 +104,7 @@ async fn failure_of(response: reqwest::Response) -> NodeFailure {
 
 impl NodeClient {
     /// A connection pool with short connect timeouts (a dead node must not stall a read).
-    pub fn new() -> crate::Result<NodeClient> {
+    pub fn new(secret: &ClusterSecret) -> crate::Result<NodeClient> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(2))
             .read_timeout(Duration::from_secs(30))
@@ -109,7 +113,17 @@ impl NodeClient {
             .map_err(|e| {
                 crate::ClientError::Invalid(format!("cannot build an HTTP client: {e}"))
             })?;
-        Ok(NodeClient { http })
+        Ok(NodeClient { http, secret: secret.clone() })
+    }
+
+    /// Signs `request` for node `node_id` and sends it.
+    async fn send(
+        &self,
+        node_id: u32,
+        request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, NodeFailure> {
+        let signer = self.secret.signer_for(Audience::Node(node_id));
+        request.send_signed(&signer).await.map_err(transport)
     }
 
     fn url(unit: &UnitInfo) -> Result<String, NodeFailure> {
@@ -134,14 +148,12 @@ impl NodeClient {
         let stream = futures_util::stream::unfold(chunks, |mut rx| async move {
             rx.recv().await.map(|chunk| (Ok::<Bytes, std::io::Error>(chunk), rx))
         });
-        let response = self
+        let request = self
             .http
             .put(&url)
             .header(header::CONTENT_LENGTH, len)
-            .body(reqwest::Body::wrap_stream(stream))
-            .send()
-            .await
-            .map_err(transport)?;
+            .body(reqwest::Body::wrap_stream(stream));
+        let response = self.send(unit.node_id, request).await?;
         if response.status().is_success() {
             Ok(())
         } else {
@@ -152,7 +164,7 @@ impl NodeClient {
     /// Stores `unit` with the given bytes.
     pub async fn put(&self, unit: &UnitInfo, bytes: Bytes) -> Result<(), NodeFailure> {
         let url = Self::url(unit)?;
-        let response = self.http.put(&url).body(bytes).send().await.map_err(transport)?;
+        let response = self.send(unit.node_id, self.http.put(&url).body(bytes)).await?;
         if response.status().is_success() {
             Ok(())
         } else {
@@ -182,11 +194,13 @@ impl NodeClient {
         // segment after it had started answering, or the connection dropped), the rest is
         // asked for in pieces of at most RESUME_PIECE bytes, which the node answers with a
         // clean status (500 corrupt, 404...) when they fail: the failure gets its true kind.
-        if let Some(first) = self.get_into(&url, offset, len, &mut out).await? {
+        let node = unit.node_id;
+        if let Some(first) = self.get_into(node, &url, offset, len, &mut out).await? {
             while (out.len() as u64) < len {
                 let at = out.len() as u64;
                 let piece = RESUME_PIECE.min(len - at);
-                if let Some(again) = self.get_into(&url, offset + at, piece, &mut out).await? {
+                if let Some(again) = self.get_into(node, &url, offset + at, piece, &mut out).await?
+                {
                     return Err(NodeFailure::new(
                         FailureKind::Unreachable,
                         format!("the answer broke off {first}, and again {again}"),
@@ -207,14 +221,14 @@ impl NodeClient {
     /// when the body broke off after the node answered 2xx (what arrived stays in `out`).
     async fn get_into(
         &self,
+        node_id: u32,
         url: &str,
         offset: u64,
         len: u64,
         out: &mut Vec<u8>,
     ) -> Result<Option<String>, NodeFailure> {
         let range = format!("bytes={}-{}", offset, offset + len - 1);
-        let response =
-            self.http.get(url).header(header::RANGE, range).send().await.map_err(transport)?;
+        let response = self.send(node_id, self.http.get(url).header(header::RANGE, range)).await?;
         if !response.status().is_success() {
             return Err(failure_of(response).await);
         }
@@ -233,11 +247,12 @@ impl NodeClient {
     /// (`GET {endpoint}/v1/disks/{disk}/units?ages=1`), as the node sent it.
     pub async fn list_disk_with_ages(
         &self,
+        node_id: u32,
         endpoint: &str,
         disk: u32,
     ) -> Result<serde_json::Value, NodeFailure> {
         let url = format!("{}/v1/disks/{disk}/units?ages=1", endpoint.trim_end_matches('/'));
-        let response = self.http.get(&url).send().await.map_err(transport)?;
+        let response = self.send(node_id, self.http.get(&url)).await?;
         if !response.status().is_success() {
             return Err(failure_of(response).await);
         }
@@ -250,7 +265,7 @@ impl NodeClient {
     /// Deletes `unit`; a unit already absent counts as deleted.
     pub async fn delete(&self, unit: &UnitInfo) -> Result<(), NodeFailure> {
         let url = Self::url(unit)?;
-        let response = self.http.delete(&url).send().await.map_err(transport)?;
+        let response = self.send(unit.node_id, self.http.delete(&url)).await?;
         match response.status() {
             status if status.is_success() => Ok(()),
             StatusCode::NOT_FOUND => Ok(()),

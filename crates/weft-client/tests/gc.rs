@@ -6,6 +6,7 @@
 mod common;
 
 use std::{collections::BTreeSet, io::Cursor, path::PathBuf, time::Duration};
+use weft_auth::{sign_reqwest::SendSigned, Audience};
 
 use bytes::Bytes;
 use common::{pattern, policy, TestCluster};
@@ -56,7 +57,9 @@ fn orphan_key(seed: u32) -> String {
 async fn put_orphan(cluster: &TestCluster, id: u32, key: &str, bytes: &[u8]) {
     let node = cluster.nodes[id as usize - 1].as_ref().unwrap();
     let url = format!("{}/v1/disks/0/units/{key}", node.endpoint());
-    let response = reqwest::Client::new().put(url).body(bytes.to_vec()).send().await.unwrap();
+    let signer = cluster.secret.signer_for(Audience::Node(id));
+    let response =
+        reqwest::Client::new().put(url).body(bytes.to_vec()).send_signed(&signer).await.unwrap();
     assert_eq!(response.status(), 201, "{}", response.text().await.unwrap());
 }
 
@@ -175,8 +178,12 @@ async fn leftovers_of_a_node_down_during_a_delete_go_once_it_is_back() {
     assert_eq!(cluster.unit_files(victim).len(), leftovers + units_on(&stays, victim));
 
     // Back (on a new port): meta must know its new endpoint before the sweep trusts it.
-    let mut config =
-        NodeConfig::new(victim, "127.0.0.1:0".parse().unwrap(), vec![cluster.disk_dir(victim)]);
+    let mut config = NodeConfig::new(
+        victim,
+        "127.0.0.1:0".parse().unwrap(),
+        vec![cluster.disk_dir(victim)],
+        cluster.secret.node_key(victim),
+    );
     config.meta_url = Some(cluster.meta_url.clone());
     config.heartbeat_interval_ms = 200;
     let node = weft_node::bind(config).await.unwrap();

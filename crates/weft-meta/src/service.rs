@@ -15,23 +15,31 @@
 //!   (disk, node or rack; default node); a node's rack is the one its heartbeats name, else
 //!   its own id. An object keeps the level it was placed with (stored in its placement), and
 //!   its repairs keep that level's rules, whatever meta's level is later.
+//! - Every request is authenticated before any handler runs (weft-auth's guard wraps the
+//!   whole router): clients sign with the client key, node N with its node key. A node may
+//!   call only `POST /v1/heartbeat`, for itself, and only once enrolled (`PUT /v1/nodes/{id}`,
+//!   `weft node add`); everything else is 403 `forbidden`.
+//! - No answer carries a secret: access-key records hold their secret sealed (meta refuses a
+//!   record with a plain `secret_key` and seals those an older meta stored, at [`bind`]).
 //! - The repair detector is a task of the service: it starts at [`bind`] and has stopped,
 //!   with every store call it made, before [`RunningMeta::stop`] returns, so the store is
 //!   closed and another meta may open the directory.
 
 use std::{
+    collections::HashSet,
     fmt,
     future::Future,
     net::SocketAddr,
     path::PathBuf,
-    sync::{atomic::AtomicU64, atomic::Ordering, Arc},
+    sync::{atomic::AtomicU64, atomic::Ordering, Arc, RwLock},
     time::{SystemTime, UNIX_EPOCH},
 };
 
 use axum::{
     body::Bytes,
-    extract::{DefaultBodyLimit, Path, State},
-    http::{StatusCode, Uri},
+    extract::{DefaultBodyLimit, Extension, Path, Request, State},
+    http::{Method, StatusCode, Uri},
+    middleware::{self, Next},
     response::{IntoResponse, Response},
     routing::{get, post, put},
     Json, Router,
@@ -39,7 +47,12 @@ use axum::{
 use serde_json::{json, Value};
 use tokio::{sync::watch, task::JoinHandle};
 
-use crate::{Heartbeat, MetaError, MetaStore, NodeRecord, Policy, RedbStore};
+use weft_auth::{axum_layer::Guard, ClusterSecret, Principal, SealKey, Verifier};
+
+use crate::{
+    store::{ENROLLED_NODES, ENROLMENT_MIGRATED},
+    Heartbeat, MetaError, MetaStore, NodeRecord, Policy, RedbStore,
+};
 
 pub use weft_layout::FailureDomain;
 
@@ -76,16 +89,19 @@ pub struct MetaConfig {
     /// The level at which the units of a group (and the blocks of a stripe) of a new object
     /// must not share a failure: distinct disks, nodes or racks.
     pub failure_domain: FailureDomain,
+    /// The cluster secret: meta checks every request against keys derived from it.
+    pub secret: ClusterSecret,
 }
 
 impl MetaConfig {
     /// A config with the default down timeout and failure domain node.
-    pub fn new(listen: SocketAddr, dir: impl Into<PathBuf>) -> MetaConfig {
+    pub fn new(listen: SocketAddr, dir: impl Into<PathBuf>, secret: ClusterSecret) -> MetaConfig {
         MetaConfig {
             listen,
             dir: dir.into(),
             down_after_ms: DEFAULT_DOWN_AFTER_MS,
             failure_domain: FailureDomain::default(),
+            secret,
         }
     }
 }
@@ -143,6 +159,8 @@ struct Meta {
     repair: RepairConfig,
     /// Repairs completed by relocation since this meta started.
     repairs_completed: AtomicU64,
+    /// Nodes allowed to heartbeat (mirrors the store's [`ENROLLED_NODES`] records).
+    enrolled: RwLock<HashSet<u32>>,
 }
 
 type Shared = Arc<Meta>;
@@ -214,6 +232,17 @@ pub async fn bind_with_repair(
     })
     .await
     .map_err(|join| ServiceError::Config(format!("opening the store panicked: {join}")))??;
+    let seal = config.secret.seal_key();
+    let (store, enrolled) = {
+        tokio::task::spawn_blocking(move || {
+            let enrolled = load_enrolment(&store)?;
+            seal_plain_access_keys(&store, &seal)?;
+            Ok::<_, MetaError>((store, enrolled))
+        })
+        .await
+        .map_err(|join| ServiceError::Config(format!("loading enrolment panicked: {join}")))?
+        .map_err(|source| ServiceError::Open { path: path.clone(), source })?
+    };
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|source| ServiceError::Bind { addr: config.listen, source })?;
@@ -227,10 +256,15 @@ pub async fn bind_with_repair(
         started_ms: now_ms(),
         repair,
         repairs_completed: AtomicU64::new(0),
+        enrolled: RwLock::new(enrolled),
     });
+    let guard = Guard {
+        verifier: Arc::new(Verifier::for_meta(&config.secret)),
+        max_body_bytes: MAX_BODY_BYTES,
+    };
     let (stop, mut stopped) = watch::channel(false);
     let detector = tokio::spawn(repairs::detect(meta.clone(), stopped.clone()));
-    let app = router(meta);
+    let app = router(meta, guard);
     let server = tokio::spawn(async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(async move {
@@ -259,10 +293,11 @@ pub async fn serve(
     meta.stop().await
 }
 
-fn router(meta: Shared) -> Router {
+fn router(meta: Shared, guard: Guard) -> Router {
     Router::new()
         .route("/v1/heartbeat", post(heartbeat))
         .route("/v1/nodes", get(nodes))
+        .route("/v1/nodes/{id}", put(enrol_node).delete(remove_node))
         .route("/v1/status", get(status))
         .route("/v1/buckets", get(list_buckets))
         .route("/v1/buckets/{name}", put(create_bucket).get(get_bucket).delete(delete_bucket))
@@ -291,7 +326,134 @@ fn router(meta: Shared) -> Router {
         .route("/v1/writes/expire", post(gc::expire_writes))
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn(nodes_only_heartbeat))
+        .layer(middleware::from_fn_with_state(guard, weft_auth::axum_layer::require_signature))
         .with_state(meta)
+}
+
+/// Authorisation after authentication: a node's key opens `POST /v1/heartbeat` and nothing
+/// else (the handler then checks the heartbeat is the node's own).
+async fn nodes_only_heartbeat(request: Request, next: Next) -> Response {
+    let principal = request.extensions().get::<Principal>().copied();
+    match principal {
+        Some(Principal::Client) => next.run(request).await,
+        Some(Principal::Node(_))
+            if request.method() == Method::POST && request.uri().path() == "/v1/heartbeat" =>
+        {
+            next.run(request).await
+        }
+        Some(who @ Principal::Node(_)) => ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "{who} may only send heartbeats; {} needs the client key",
+                request.uri().path()
+            ),
+        )
+        .into_response(),
+        None => ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", "no verified principal")
+            .into_response(),
+    }
+}
+
+/// The enrolled node ids, enrolling once every node an older meta knew (it had no
+/// enrolment), so an upgrade does not lock the cluster's own nodes out.
+fn load_enrolment(store: &RedbStore) -> Result<HashSet<u32>, MetaError> {
+    let mut migrated = false;
+    let mut enrolled = HashSet::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page =
+            store.list_records(ENROLLED_NODES, "", after.as_deref(), crate::MAX_LIST_LIMIT)?;
+        for (name, _) in &page {
+            match name.parse::<u32>() {
+                Ok(id) => {
+                    enrolled.insert(id);
+                }
+                Err(_) => migrated |= name == ENROLMENT_MIGRATED,
+            }
+        }
+        if page.len() < crate::MAX_LIST_LIMIT {
+            break;
+        }
+        after = page.last().map(|(name, _)| name.clone());
+    }
+    if !migrated {
+        for node in store.list_nodes()? {
+            let value = json!({ "enrolled_ms": now_ms(), "migrated": true });
+            store.put_record(ENROLLED_NODES, &node.node_id.to_string(), &value, false)?;
+            enrolled.insert(node.node_id);
+        }
+        store.put_record(
+            ENROLLED_NODES,
+            ENROLMENT_MIGRATED,
+            &json!({ "at_ms": now_ms() }),
+            false,
+        )?;
+    }
+    Ok(enrolled)
+}
+
+/// Seals the plain secrets of access keys an older meta stored.
+fn seal_plain_access_keys(store: &RedbStore, seal: &SealKey) -> Result<(), MetaError> {
+    let mut after: Option<String> = None;
+    loop {
+        let page = store.list_records(
+            gateway::ACCESS_KEYS,
+            "",
+            after.as_deref(),
+            crate::MAX_LIST_LIMIT,
+        )?;
+        for (name, value) in &page {
+            if let Some(sealed) = gateway::sealed_key_record(seal, name, value) {
+                store.put_record(gateway::ACCESS_KEYS, name, &sealed, false)?;
+                tracing::info!(access_key = %name, "sealed the secret of an access key stored in the clear");
+            }
+        }
+        if page.len() < crate::MAX_LIST_LIMIT {
+            return Ok(());
+        }
+        after = page.last().map(|(name, _)| name.clone());
+    }
+}
+
+/// `PUT /v1/nodes/{id}`: enrol node `id` (it may then heartbeat). Idempotent; answers
+/// `{"id":N,"enrolled":true,"new":bool}`.
+async fn enrol_node(
+    State(meta): State<Shared>,
+    Path(id): Path<u32>,
+) -> Result<Json<Value>, ApiError> {
+    let known = meta.enrolled.read().expect("enrolment").contains(&id);
+    if !known {
+        let value = json!({ "enrolled_ms": now_ms() });
+        blocking(&meta, move |store| {
+            store.put_record(ENROLLED_NODES, &id.to_string(), &value, false)
+        })
+        .await?;
+        meta.enrolled.write().expect("enrolment").insert(id);
+        tracing::info!(node_id = id, "node enrolled");
+    }
+    Ok(Json(json!({ "id": id, "enrolled": true, "new": !known })))
+}
+
+/// `DELETE /v1/nodes/{id}`: node `id` may no longer heartbeat (it is then judged down and
+/// its units repaired elsewhere). 404 `no_such_node` when it was not enrolled.
+async fn remove_node(
+    State(meta): State<Shared>,
+    Path(id): Path<u32>,
+) -> Result<Json<Value>, ApiError> {
+    let removed =
+        blocking(&meta, move |store| store.delete_record(ENROLLED_NODES, &id.to_string())).await?;
+    let was = meta.enrolled.write().expect("enrolment").remove(&id);
+    if removed.is_none() && !was {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_such_node",
+            format!("node {id} is not enrolled"),
+        ));
+    }
+    tracing::info!(node_id = id, "node removed from enrolment");
+    Ok(Json(json!({ "id": id, "enrolled": false })))
 }
 
 /// Milliseconds since the Unix epoch, by the system clock.
@@ -395,9 +557,32 @@ fn node_json(node: &NodeRecord, now_ms: u64, down_after_ms: u64) -> Value {
     })
 }
 
-async fn heartbeat(State(meta): State<Shared>, body: Bytes) -> Result<Json<Value>, ApiError> {
+async fn heartbeat(
+    State(meta): State<Shared>,
+    Extension(principal): Extension<Principal>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
     let heartbeat: Heartbeat = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the body is not a heartbeat: {e}")))?;
+    let id = heartbeat.node_id;
+    if principal != Principal::Node(id) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "a heartbeat of node {id} must be signed with node {id}'s key, not {principal}'s"
+            ),
+        ));
+    }
+    if !meta.enrolled.read().expect("enrolment").contains(&id) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "not_enrolled",
+            format!(
+                "node {id} is not enrolled in this cluster; enrol it with `weft node add {id}`"
+            ),
+        ));
+    }
     if heartbeat.endpoint.is_empty() {
         return Err(ApiError::bad_request("the heartbeat has an empty endpoint"));
     }

@@ -52,9 +52,22 @@ pub const MAX_LIST_LIMIT: usize = 1000;
 /// gateway, its multipart uploads (and their parts), and S3 attributes of objects.
 pub const GATEWAY_NAMESPACES: &[&str] = &["access_keys", "uploads", "object_attributes"];
 
-/// Refuses namespaces outside [`GATEWAY_NAMESPACES`], so a typo is an error, not a new table.
+/// Record namespaces meta keeps for itself (node enrolment), in the same table as the
+/// gateway's but never reachable through the records routes.
+pub const INTERNAL_NAMESPACES: &[&str] = &[ENROLLED_NODES];
+
+/// The namespace of enrolled nodes: name = node id in decimal, value =
+/// `{"enrolled_ms":u64}`; plus the marker [`ENROLMENT_MIGRATED`].
+pub const ENROLLED_NODES: &str = "enrolled_nodes";
+
+/// The record (in [`ENROLLED_NODES`]) that says the nodes known before enrolment existed
+/// were enrolled once, so a node removed later is not enrolled again at restart.
+pub const ENROLMENT_MIGRATED: &str = "migrated";
+
+/// Refuses namespaces outside [`GATEWAY_NAMESPACES`] and [`INTERNAL_NAMESPACES`], so a typo
+/// is an error, not a new table.
 pub(crate) fn check_namespace(namespace: &str) -> Result<(), MetaError> {
-    if GATEWAY_NAMESPACES.contains(&namespace) {
+    if GATEWAY_NAMESPACES.contains(&namespace) || INTERNAL_NAMESPACES.contains(&namespace) {
         Ok(())
     } else {
         Err(MetaError::NoSuchNamespace { namespace: namespace.into() })

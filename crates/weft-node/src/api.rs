@@ -41,7 +41,11 @@ pub const UNIT_LENGTH_HEADER: &str = "x-weft-unit-length";
 
 type Shared = Arc<Node>;
 
-pub(crate) fn router(node: Shared) -> Router {
+/// Largest signed (buffered) body: the node's only routes with bodies stream them unsigned
+/// (unit PUTs); anything else is small.
+pub(crate) const MAX_SIGNED_BODY_BYTES: usize = 1 << 20;
+
+pub(crate) fn router(node: Shared, guard: weft_auth::axum_layer::Guard) -> Router {
     Router::new()
         .route(
             "/v1/disks/{disk}/units/{unit}",
@@ -53,6 +57,7 @@ pub(crate) fn router(node: Shared) -> Router {
         .route("/metrics", get(metrics))
         .fallback(no_route)
         .layer(DefaultBodyLimit::disable())
+        .layer(middleware::from_fn_with_state(guard, weft_auth::axum_layer::require_signature))
         .layer(middleware::from_fn_with_state(node.clone(), count_requests))
         .with_state(node)
 }

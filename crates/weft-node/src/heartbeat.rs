@@ -10,6 +10,7 @@
 //! - Disk usage is gathered on a blocking task.
 
 use std::{sync::Arc, time::Duration};
+use weft_auth::sign_reqwest::SendSigned;
 
 use tokio::sync::watch;
 
@@ -41,6 +42,7 @@ pub(crate) fn disk_reports(node: &Node) -> Vec<DiskReport> {
 pub(crate) async fn run(
     node: Arc<Node>,
     meta_url: String,
+    signer: weft_auth::Signer,
     endpoint: String,
     interval_ms: u64,
     mut stopped: watch::Receiver<bool>,
@@ -82,7 +84,7 @@ pub(crate) async fn run(
             .post(&url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body)
-            .send()
+            .send_signed(&signer)
             .await;
         match sent {
             Ok(response) if response.status().is_success() => {

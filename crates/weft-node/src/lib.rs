@@ -8,6 +8,9 @@
 //!   holds a whole unit in memory.
 //! - A disk is addressed by its index in `NodeConfig::disks`; the index never changes while the
 //!   node runs. A disk that fails stays failed (weft-store's sticky state) until the node restarts.
+//! - Every request is checked by weft-auth's guard before any handler runs: it must be signed
+//!   with this node's key (held by this node and by holders of the cluster secret), once.
+//!   The node signs its own heartbeats with the same key; it holds no other key.
 //! - Heartbeat failures are logged and retried at the next interval; they never stop the node.
 
 mod api;
@@ -40,11 +43,19 @@ pub struct NodeConfig {
     /// The rack this node sits in, sent in every heartbeat; `None`: meta treats the node as
     /// its own rack.
     pub rack: Option<u32>,
+    /// This node's key (`weft node add` writes it; `weft_auth::ClusterSecret::node_key`
+    /// derives it): requests to the node must be signed with it, and it signs heartbeats.
+    pub key: weft_auth::Key,
 }
 
 impl NodeConfig {
     /// A config with no meta and the default heartbeat interval.
-    pub fn new(node_id: u32, listen: SocketAddr, disks: Vec<PathBuf>) -> NodeConfig {
+    pub fn new(
+        node_id: u32,
+        listen: SocketAddr,
+        disks: Vec<PathBuf>,
+        key: weft_auth::Key,
+    ) -> NodeConfig {
         NodeConfig {
             node_id,
             listen,
@@ -52,6 +63,7 @@ impl NodeConfig {
             meta_url: None,
             heartbeat_interval_ms: DEFAULT_HEARTBEAT_INTERVAL_MS,
             rack: None,
+            key,
         }
     }
 }
@@ -139,6 +151,13 @@ pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
     if config.disks.is_empty() {
         return Err(NodeError::Config("a node needs at least one disk".into()));
     }
+    if config.key.principal() != weft_auth::Principal::Node(config.node_id) {
+        return Err(NodeError::Config(format!(
+            "the key given is {}'s, but this is node {}",
+            config.key.principal(),
+            config.node_id
+        )));
+    }
     if config.meta_url.is_some() && config.heartbeat_interval_ms == 0 {
         return Err(NodeError::Config("heartbeat_interval_ms must be positive".into()));
     }
@@ -170,12 +189,17 @@ pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
         tokio::spawn(heartbeat::run(
             node.clone(),
             meta_url,
+            weft_auth::Signer::new(config.key.clone(), weft_auth::Audience::Meta),
             format!("http://{local_addr}"),
             config.heartbeat_interval_ms,
             stopped.clone(),
         ))
     });
-    let app = api::router(node);
+    let guard = weft_auth::axum_layer::Guard {
+        verifier: Arc::new(weft_auth::Verifier::for_node(config.key.clone())),
+        max_body_bytes: api::MAX_SIGNED_BODY_BYTES,
+    };
+    let app = api::router(node, guard);
     let mut server_stopped = stopped;
     let server = tokio::spawn(async move {
         axum::serve(listener, app)

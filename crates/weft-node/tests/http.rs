@@ -10,6 +10,7 @@ use std::{
 use reqwest::{header, Client, StatusCode};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use weft_auth::{sign_reqwest::SendSigned, Audience, ClusterSecret, Signer};
 use weft_node::{bind, Heartbeat, NodeConfig, RunningNode};
 use weft_store::UnitKey;
 
@@ -17,6 +18,9 @@ struct TestNode {
     node: RunningNode,
     base: String,
     client: Client,
+    /// Signs as clients do for node 7 (with node 7's key, derived from the secret).
+    signer: Signer,
+    secret: ClusterSecret,
     disks: Vec<PathBuf>,
     _dir: tempfile::TempDir,
 }
@@ -30,16 +34,27 @@ async fn start_in_rack(
     heartbeat_interval_ms: u64,
     rack: Option<u32>,
 ) -> TestNode {
+    start_keyed(meta_url, heartbeat_interval_ms, rack, ClusterSecret::generate()).await
+}
+
+async fn start_keyed(
+    meta_url: Option<String>,
+    heartbeat_interval_ms: u64,
+    rack: Option<u32>,
+    secret: ClusterSecret,
+) -> TestNode {
     let dir = tempfile::tempdir().unwrap();
     let disks = vec![dir.path().join("disk0"), dir.path().join("disk1")];
-    let mut config = NodeConfig::new(7, "127.0.0.1:0".parse().unwrap(), disks.clone());
+    let mut config =
+        NodeConfig::new(7, "127.0.0.1:0".parse().unwrap(), disks.clone(), secret.node_key(7));
     config.meta_url = meta_url;
     config.heartbeat_interval_ms = heartbeat_interval_ms;
     config.rack = rack;
     let node = bind(config).await.unwrap();
     assert_ne!(node.local_addr().port(), 0);
     let base = node.endpoint();
-    TestNode { node, base, client: Client::new(), disks, _dir: dir }
+    let signer = secret.signer_for(Audience::Node(7));
+    TestNode { node, base, client: Client::new(), signer, secret, disks, _dir: dir }
 }
 
 async fn start() -> TestNode {
@@ -52,12 +67,24 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 }
 
 impl TestNode {
+    /// The signature header lines of a raw HTTP/1.1 request (each ends with CRLF).
+    fn signed_lines(&self, method: &str, path: &str) -> String {
+        let unsigned = weft_auth::UNSIGNED_PAYLOAD;
+        let authorization = self.signer.authorization(method, path, "", unsigned);
+        format!("authorization: {authorization}\r\nx-weft-content-sha256: {unsigned}\r\n")
+    }
+
     fn url(&self, disk: &str, key: UnitKey) -> String {
         format!("{}/v1/disks/{disk}/units/{key}", self.base)
     }
 
     async fn put(&self, disk: u32, key: UnitKey, bytes: &[u8]) -> reqwest::Response {
-        self.client.put(self.url(&disk.to_string(), key)).body(bytes.to_vec()).send().await.unwrap()
+        self.client
+            .put(self.url(&disk.to_string(), key))
+            .body(bytes.to_vec())
+            .send_signed(&self.signer)
+            .await
+            .unwrap()
     }
 
     async fn get(&self, disk: u32, key: UnitKey, range: Option<&str>) -> reqwest::Response {
@@ -65,11 +92,16 @@ impl TestNode {
         if let Some(range) = range {
             request = request.header(header::RANGE, range);
         }
-        request.send().await.unwrap()
+        request.send_signed(&self.signer).await.unwrap()
     }
 
     async fn json(&self, path: &str) -> Value {
-        let response = self.client.get(format!("{}{path}", self.base)).send().await.unwrap();
+        let response = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .send_signed(&self.signer)
+            .await
+            .unwrap();
         assert_eq!(response.status(), StatusCode::OK, "{path}");
         response.json().await.unwrap()
     }
@@ -113,7 +145,7 @@ async fn put_get_round_trip_for_many_sizes() {
         assert_eq!(body.len(), len);
         assert!(body[..] == bytes[..], "len {len}: body differs");
 
-        let head = node.client.head(node.url("1", key)).send().await.unwrap();
+        let head = node.client.head(node.url("1", key)).send_signed(&node.signer).await.unwrap();
         assert_eq!(head.status(), StatusCode::OK);
         assert_eq!(head.headers()["x-weft-unit-length"], len.to_string().as_str());
         assert_eq!(head.headers()["x-weft-generation"], "5");
@@ -123,7 +155,7 @@ async fn put_get_round_trip_for_many_sizes() {
     // The `.unit` file name is accepted as well as the Display form.
     let key = UnitKey::parity(0xabc, 0, 1, 2);
     let url = format!("{}/v1/disks/0/units/{}", node.base, key.file_name());
-    let put = node.client.put(&url).body(vec![9u8; 10]).send().await.unwrap();
+    let put = node.client.put(&url).body(vec![9u8; 10]).send_signed(&node.signer).await.unwrap();
     assert_eq!(put.status(), StatusCode::CREATED);
     assert_eq!(node.get(0, key, None).await.bytes().await.unwrap()[..], [9u8; 10]);
     node.node.stop().await.unwrap();
@@ -191,9 +223,9 @@ async fn missing_units_are_404_and_duplicates_409() {
     let body = error_body(response).await;
     assert_eq!(body["error"], "not_found");
     assert_eq!(body["unit"], key.to_string());
-    let head = node.client.head(node.url("0", key)).send().await.unwrap();
+    let head = node.client.head(node.url("0", key)).send_signed(&node.signer).await.unwrap();
     assert_eq!(head.status(), StatusCode::NOT_FOUND);
-    let delete = node.client.delete(node.url("0", key)).send().await.unwrap();
+    let delete = node.client.delete(node.url("0", key)).send_signed(&node.signer).await.unwrap();
     assert_eq!(delete.status(), StatusCode::NOT_FOUND);
 
     assert_eq!(node.put(0, key, b"first").await.status(), StatusCode::CREATED);
@@ -222,17 +254,20 @@ async fn raw_request(addr: std::net::SocketAddr, request: &[u8]) -> (u16, String
 async fn put_needs_content_length_and_a_whole_body() {
     let node = start().await;
     let key = UnitKey::data(4, 0, 0);
+    let path = format!("/v1/disks/0/units/{key}");
     let chunked = format!(
-        "PUT /v1/disks/0/units/{key} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
-         Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+        "PUT {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{}\
+         Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        node.signed_lines("PUT", &path)
     );
     let (status, text) = raw_request(node.node.local_addr(), chunked.as_bytes()).await;
     assert_eq!(status, 411, "{text}");
     assert!(text.contains("\"length_required\""), "{text}");
 
     let short = format!(
-        "PUT /v1/disks/0/units/{key} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
-         Content-Length: 100000\r\n\r\nonly a few bytes"
+        "PUT {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{}\
+         Content-Length: 100000\r\n\r\nonly a few bytes",
+        node.signed_lines("PUT", &path)
     );
     let (status, text) = raw_request(node.node.local_addr(), short.as_bytes()).await;
     assert!(status == 0 || status == 400, "{text}");
@@ -274,8 +309,12 @@ async fn corrupt_segment_is_500_naming_the_segment_and_other_ranges_still_read()
         assert_eq!(response.status(), StatusCode::PARTIAL_CONTENT, "{range}");
         assert!(response.bytes().await.unwrap()[..] == bytes[start..end], "{range}");
     }
-    let response =
-        node.client.post(format!("{}/v1/disks/1/scrub", node.base)).send().await.unwrap();
+    let response = node
+        .client
+        .post(format!("{}/v1/disks/1/scrub", node.base))
+        .send_signed(&node.signer)
+        .await
+        .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let report: Value = response.json().await.unwrap();
     assert_eq!(report["checked"], 1);
@@ -303,7 +342,8 @@ async fn delete_and_list() {
     assert_eq!(got, names);
     assert_eq!(node.json("/v1/disks/1/units").await["units"], serde_json::json!([]));
 
-    let delete = node.client.delete(node.url("0", keys[1])).send().await.unwrap();
+    let delete =
+        node.client.delete(node.url("0", keys[1])).send_signed(&node.signer).await.unwrap();
     assert_eq!(delete.status(), StatusCode::NO_CONTENT);
     assert_eq!(node.get(0, keys[1], None).await.status(), StatusCode::NOT_FOUND);
     assert_eq!(node.json("/v1/disks/0/units").await["units"].as_array().unwrap().len(), 2);
@@ -349,7 +389,7 @@ async fn list_with_ages_reports_each_units_age_from_its_file() {
     assert_eq!(node.json("/v1/disks/0/units?ages=0").await, plain);
     assert_eq!(node.json("/v1/disks/1/units?ages=1").await["units"], serde_json::json!([]));
     let bad = node.client.get(format!("{}/v1/disks/0/units?ages=yes", node.base));
-    let bad = bad.send().await.unwrap();
+    let bad = bad.send_signed(&node.signer).await.unwrap();
     assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
     assert_eq!(error_body(bad).await["what"], "ages");
     node.node.stop().await.unwrap();
@@ -377,7 +417,8 @@ async fn health_and_metrics_report_the_numbers() {
     let bytes = disks[1]["bytes"].as_u64().unwrap();
     assert!(bytes > 71000 && bytes < 72000, "{bytes}");
 
-    let metrics = node.client.get(format!("{}/metrics", node.base)).send().await.unwrap();
+    let metrics =
+        node.client.get(format!("{}/metrics", node.base)).send_signed(&node.signer).await.unwrap();
     assert_eq!(metrics.status(), StatusCode::OK);
     let text = metrics.text().await.unwrap();
     let expected = [
@@ -422,41 +463,151 @@ async fn bad_requests_are_400_naming_what_was_wrong() {
         if let Some(range) = range {
             request = request.header(header::RANGE, range);
         }
-        let response = request.send().await.unwrap();
+        let response = request.send_signed(&node.signer).await.unwrap();
         assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{url} {range:?}");
         let body = error_body(response).await;
         assert_eq!(body["error"], "bad_request", "{url}");
         assert_eq!(body["what"], what, "{url} {range:?}");
         assert!(!body["message"].as_str().unwrap().is_empty());
     }
-    let put =
-        node.client.put(format!("{}/v1/disks/3/units/{key}", node.base)).body("x").send().await;
+    let put = node
+        .client
+        .put(format!("{}/v1/disks/3/units/{key}", node.base))
+        .body("x")
+        .send_signed(&node.signer)
+        .await;
     assert_eq!(put.unwrap().status(), StatusCode::BAD_REQUEST);
-    let nowhere = node.client.get(format!("{}/v2/nothing", node.base)).send().await.unwrap();
+    let nowhere = node
+        .client
+        .get(format!("{}/v2/nothing", node.base))
+        .send_signed(&node.signer)
+        .await
+        .unwrap();
     assert_eq!(nowhere.status(), StatusCode::NOT_FOUND);
     assert_eq!(error_body(nowhere).await["error"], "no_route");
     node.node.stop().await.unwrap();
 }
 
-#[tokio::test]
-async fn heartbeats_reach_meta_with_the_agreed_shape() {
+/// A stand-in for meta's heartbeat route behind meta's real signature check: only heartbeats
+/// signed with node 7's key of `secret` reach the handler, which keeps their bodies.
+async fn fake_meta(
+    secret: &ClusterSecret,
+) -> (std::net::SocketAddr, Arc<Mutex<Vec<Value>>>, tokio::task::JoinHandle<std::io::Result<()>>) {
     let received: Arc<Mutex<Vec<Value>>> = Arc::default();
     let store = received.clone();
-    let meta = axum::Router::new().route(
-        "/v1/heartbeat",
-        axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
-            let store = store.clone();
-            async move {
-                store.lock().unwrap().push(body);
-                "ok"
-            }
-        }),
-    );
+    let guard = weft_auth::axum_layer::Guard {
+        verifier: Arc::new(weft_auth::Verifier::for_meta(secret)),
+        max_body_bytes: 1 << 20,
+    };
+    let meta = axum::Router::new()
+        .route(
+            "/v1/heartbeat",
+            axum::routing::post(
+                move |axum::Extension(who): axum::Extension<weft_auth::Principal>,
+                      axum::Json(body): axum::Json<Value>| {
+                    let store = store.clone();
+                    async move {
+                        assert_eq!(who, weft_auth::Principal::Node(7), "signed as the node itself");
+                        store.lock().unwrap().push(body);
+                        "ok"
+                    }
+                },
+            ),
+        )
+        .layer(axum::middleware::from_fn_with_state(
+            guard,
+            weft_auth::axum_layer::require_signature,
+        ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let meta_addr = listener.local_addr().unwrap();
     let meta_server = tokio::spawn(async move { axum::serve(listener, meta).await });
+    (meta_addr, received, meta_server)
+}
 
-    let node = start_with(Some(format!("http://{meta_addr}/")), 200).await;
+#[tokio::test]
+async fn a_node_signed_for_another_cluster_gets_its_heartbeats_refused() {
+    let (meta_addr, received, meta_server) = fake_meta(&ClusterSecret::generate()).await;
+    let node = start_with(Some(format!("http://{meta_addr}")), 100).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(received.lock().unwrap().is_empty(), "a foreign node's heartbeat got through");
+    let metrics = node.client.get(format!("{}/metrics", node.base)).send_signed(&node.signer);
+    let text = metrics.await.unwrap().text().await.unwrap();
+    let failed = text
+        .lines()
+        .find_map(|l| l.strip_prefix("weft_node_heartbeats_failed_total{node=\"7\"} "))
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap();
+    assert!(failed >= 2, "{text}");
+    node.node.stop().await.unwrap();
+    meta_server.abort();
+}
+
+#[tokio::test]
+async fn every_route_refuses_unsigned_foreign_and_replayed_requests() {
+    let node = start().await;
+    let key = UnitKey::data(11, 0, 0);
+    node.put(0, key, &pattern(100, 1)).await;
+    let forged = UnitKey::data(11, 1, 0);
+    let routes: Vec<(reqwest::Method, String)> = vec![
+        (reqwest::Method::GET, node.url("0", key)),
+        (reqwest::Method::HEAD, node.url("0", key)),
+        (reqwest::Method::PUT, node.url("0", forged)),
+        (reqwest::Method::DELETE, node.url("0", key)),
+        (reqwest::Method::GET, format!("{}/v1/disks/0/units", node.base)),
+        (reqwest::Method::GET, format!("{}/v1/disks/0/units?ages=1", node.base)),
+        (reqwest::Method::POST, format!("{}/v1/disks/0/scrub", node.base)),
+        (reqwest::Method::GET, format!("{}/v1/health", node.base)),
+        (reqwest::Method::GET, format!("{}/metrics", node.base)),
+        (reqwest::Method::GET, format!("{}/v2/nothing", node.base)),
+    ];
+    // Keys that must not open this node: another node's, the client key meta checks, and
+    // this node's key of another cluster.
+    let strangers = [
+        node.secret.signer_for(Audience::Node(8)),
+        node.secret.signer_for(Audience::Meta),
+        Signer::new(node.secret.node_key(7), Audience::Node(8)),
+        ClusterSecret::generate().signer_for(Audience::Node(7)),
+    ];
+    for (method, url) in &routes {
+        let request = || node.client.request(method.clone(), url).body(vec![7u8; 10]);
+        let unsigned = request().send().await.unwrap();
+        assert_eq!(unsigned.status(), StatusCode::UNAUTHORIZED, "unsigned {method} {url}");
+        for stranger in &strangers {
+            let response = request().send_signed(stranger).await.unwrap();
+            assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{stranger:?} {method} {url}");
+        }
+        // A request signed right, sent twice: the copy is refused.
+        let mut signed = request().build().unwrap();
+        weft_auth::sign_reqwest::sign(&node.signer, &mut signed);
+        let copy = signed.try_clone().unwrap();
+        let first = node.client.execute(signed).await.unwrap();
+        assert_ne!(first.status(), StatusCode::UNAUTHORIZED, "{method} {url}");
+        let again = node.client.execute(copy).await.unwrap();
+        assert_eq!(again.status(), StatusCode::UNAUTHORIZED, "replayed {method} {url}");
+        if *method != reqwest::Method::HEAD {
+            assert_eq!(error_body(again).await["error"], "unauthenticated");
+        }
+        if *method == reqwest::Method::DELETE {
+            node.put(0, key, &pattern(100, 1)).await;
+        }
+        if *method == reqwest::Method::PUT {
+            node.get(0, forged, None).await;
+            node.client.delete(node.url("0", forged)).send_signed(&node.signer).await.unwrap();
+        }
+    }
+    // Nothing a refused request asked for happened: the unit is intact, no forged unit.
+    let back = node.get(0, key, None).await;
+    assert_eq!(back.bytes().await.unwrap().to_vec(), pattern(100, 1));
+    assert_eq!(node.get(0, forged, None).await.status(), StatusCode::NOT_FOUND);
+    node.node.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn heartbeats_reach_meta_with_the_agreed_shape() {
+    let secret = ClusterSecret::generate();
+    let (meta_addr, received, meta_server) = fake_meta(&secret).await;
+
+    let node = start_keyed(Some(format!("http://{meta_addr}/")), 200, None, secret).await;
     node.put(0, UnitKey::data(10, 0, 0), &pattern(500, 0)).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
     while received.lock().unwrap().len() < 3 && tokio::time::Instant::now() < deadline {
@@ -487,23 +638,10 @@ async fn heartbeats_reach_meta_with_the_agreed_shape() {
 
 #[tokio::test]
 async fn a_node_in_a_rack_sends_it_last_in_its_heartbeats() {
-    let received: Arc<Mutex<Vec<Value>>> = Arc::default();
-    let store = received.clone();
-    let meta = axum::Router::new().route(
-        "/v1/heartbeat",
-        axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
-            let store = store.clone();
-            async move {
-                store.lock().unwrap().push(body);
-                "ok"
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let meta_addr = listener.local_addr().unwrap();
-    let meta_server = tokio::spawn(async move { axum::serve(listener, meta).await });
+    let secret = ClusterSecret::generate();
+    let (meta_addr, received, meta_server) = fake_meta(&secret).await;
 
-    let node = start_in_rack(Some(format!("http://{meta_addr}")), 100, Some(3)).await;
+    let node = start_keyed(Some(format!("http://{meta_addr}")), 100, Some(3), secret).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
     while received.lock().unwrap().is_empty() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -527,7 +665,8 @@ async fn heartbeat_failures_are_not_fatal() {
     let node = start_with(Some(format!("http://{dead}")), 100).await;
     tokio::time::sleep(Duration::from_millis(350)).await;
     assert_eq!(node.put(0, UnitKey::data(11, 0, 0), b"abc").await.status(), StatusCode::CREATED);
-    let metrics = node.client.get(format!("{}/metrics", node.base)).send().await.unwrap();
+    let metrics =
+        node.client.get(format!("{}/metrics", node.base)).send_signed(&node.signer).await.unwrap();
     let text = metrics.text().await.unwrap();
     let failed = text
         .lines()
@@ -558,7 +697,8 @@ async fn a_failed_disk_is_503_sticky_and_reported() {
     let health = node.json("/v1/health").await;
     assert!(health["disks"][0]["failed"].as_str().unwrap().contains("create"), "{health}");
     assert!(health["disks"][1]["failed"].is_null());
-    let text = node.client.get(format!("{}/metrics", node.base)).send().await.unwrap();
+    let text =
+        node.client.get(format!("{}/metrics", node.base)).send_signed(&node.signer).await.unwrap();
     let text = text.text().await.unwrap();
     let line = format!(
         "weft_node_disk_failed{{node=\"7\",disk=\"0\",dir=\"{}\"}} 1",
@@ -571,7 +711,12 @@ async fn a_failed_disk_is_503_sticky_and_reported() {
 #[tokio::test]
 async fn serve_runs_until_its_shutdown_future_completes() {
     let dir = tempfile::tempdir().unwrap();
-    let config = NodeConfig::new(1, "127.0.0.1:0".parse().unwrap(), vec![dir.path().join("d")]);
+    let config = NodeConfig::new(
+        1,
+        "127.0.0.1:0".parse().unwrap(),
+        vec![dir.path().join("d")],
+        ClusterSecret::generate().node_key(1),
+    );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let served = tokio::spawn(weft_node::serve(config, async move {
         let _ = stopped.await;
@@ -582,7 +727,12 @@ async fn serve_runs_until_its_shutdown_future_completes() {
     let result = tokio::time::timeout(Duration::from_secs(5), served).await.unwrap().unwrap();
     assert!(result.is_ok(), "{result:?}");
     // A node needs a disk.
-    let empty = NodeConfig::new(1, "127.0.0.1:0".parse().unwrap(), vec![]);
+    let empty = NodeConfig::new(
+        1,
+        "127.0.0.1:0".parse().unwrap(),
+        vec![],
+        ClusterSecret::generate().node_key(1),
+    );
     assert!(bind(empty).await.is_err());
 }
 
@@ -612,9 +762,11 @@ async fn corruption_past_the_first_chunk_aborts_the_body() {
 async fn units_over_the_size_limit_are_413() {
     let node = start().await;
     let key = UnitKey::data(14, 0, 0);
+    let path = format!("/v1/disks/0/units/{key}");
     let request = format!(
-        "PUT /v1/disks/0/units/{key} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+        "PUT {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{}\
          Content-Length: {}\r\n\r\n",
+        node.signed_lines("PUT", &path),
         weft_store::MAX_UNIT_BYTES + 1
     );
     let (status, text) = raw_request(node.node.local_addr(), request.as_bytes()).await;

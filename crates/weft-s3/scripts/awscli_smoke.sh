@@ -13,6 +13,8 @@ endpoint=$(read_conf endpoint)
 export AWS_ACCESS_KEY_ID=$(read_conf access_key)
 export AWS_SECRET_ACCESS_KEY=$(read_conf secret_key)
 export AWS_DEFAULT_REGION=$(read_conf region)
+# weft's own commands sign with the cluster secret `weft up` wrote beside s3.json.
+export WEFT_SECRET_FILE=${WEFT_SECRET_FILE:-$cluster_dir/cluster.secret}
 export AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null AWS_PAGER=""
 aws_s3() { aws --endpoint-url "$endpoint" s3 "$@"; }
 say() { printf '[awscli] %s\n' "$*"; }

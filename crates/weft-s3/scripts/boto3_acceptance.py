@@ -38,6 +38,8 @@ WEFT = os.environ.get("WEFT_BIN", "weft")
 cluster_dir = sys.argv[1]
 s3conf = json.load(open(os.path.join(cluster_dir, "s3.json")))
 cluster = json.load(open(os.path.join(cluster_dir, "cluster.json")))
+# weft's own commands sign with the cluster secret `weft up` wrote beside s3.json.
+os.environ.setdefault("WEFT_SECRET_FILE", os.path.join(cluster_dir, "cluster.secret"))
 rng = random.Random(20261122)
 started = time.time()
 

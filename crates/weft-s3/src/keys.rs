@@ -2,8 +2,11 @@
 //! meta as gateway records `access_keys/<access key id>` → [`KeyRecord`].
 //!
 //! Invariants:
-//! - The secret is stored only in meta; the gateway asks meta for it on a request and keeps
-//!   it at most [`KEY_CACHE_TTL`] (a deleted key stops working within that time).
+//! - The secret is stored only in meta, and only sealed with the cluster's seal key, bound to
+//!   its access key id (meta refuses a record holding it in the clear): no answer of meta
+//!   reveals it to anyone without the cluster secret. The gateway asks meta for the sealed
+//!   record on a request, opens it, and keeps the secret at most [`KEY_CACHE_TTL`] (a deleted
+//!   key stops working within that time).
 //! - An unknown key id is `InvalidAccessKeyId` (403); meta unreachable is `ServiceUnavailable`
 //!   (503), never a silent accept.
 
@@ -19,6 +22,7 @@ use s3s::{
     s3_error, S3Result,
 };
 use serde::{Deserialize, Serialize};
+use weft_auth::SealKey;
 use weft_client::MetaClient;
 
 /// The gateway-record namespace of access keys.
@@ -35,8 +39,34 @@ const SECRET_KEY_CHARS: usize = 40;
 pub struct KeyRecord {
     /// The name given at creation, for people (`weft key create NAME`).
     pub name: String,
-    pub secret_key: String,
+    /// The secret, sealed with the cluster's seal key for this access key id
+    /// ([`KeyRecord::new`], [`KeyRecord::secret`]).
+    pub sealed_secret: String,
     pub created_ms: u64,
+}
+
+impl KeyRecord {
+    /// The record of `access_key` with `secret` sealed.
+    pub fn new(
+        seal: &SealKey,
+        access_key: &str,
+        name: &str,
+        secret: &str,
+        created_ms: u64,
+    ) -> KeyRecord {
+        KeyRecord {
+            name: name.to_owned(),
+            sealed_secret: seal.seal(access_key, secret.as_bytes()),
+            created_ms,
+        }
+    }
+
+    /// The secret of `access_key`, opened.
+    pub fn secret(&self, seal: &SealKey, access_key: &str) -> Result<String, weft_auth::AuthError> {
+        let bytes = seal.open(access_key, &self.sealed_secret)?;
+        String::from_utf8(bytes)
+            .map_err(|_| weft_auth::AuthError::Unseal("the secret is not UTF-8".into()))
+    }
 }
 
 /// A fresh (access key id, secret) pair: `WK` + 18 upper-case letters and digits, and 40
@@ -57,12 +87,13 @@ pub fn new_key() -> (String, String) {
 #[derive(Debug)]
 pub struct MetaAuth {
     meta: MetaClient,
+    seal: SealKey,
     cache: Mutex<HashMap<String, (String, Instant)>>,
 }
 
 impl MetaAuth {
-    pub fn new(meta: MetaClient) -> MetaAuth {
-        MetaAuth { meta, cache: Mutex::new(HashMap::new()) }
+    pub fn new(meta: MetaClient, seal: SealKey) -> MetaAuth {
+        MetaAuth { meta, seal, cache: Mutex::new(HashMap::new()) }
     }
 }
 
@@ -85,9 +116,12 @@ impl S3Auth for MetaAuth {
         };
         let record: KeyRecord = serde_json::from_value(value)
             .map_err(|e| s3_error!(InternalError, "meta holds a bad key record: {e}"))?;
+        let secret = record.secret(&self.seal, access_key).map_err(|e| {
+            s3_error!(InternalError, "the access key's sealed secret does not open: {e}")
+        })?;
         let mut cache = self.cache.lock().expect("key cache");
         cache.retain(|_, (_, at)| at.elapsed() < KEY_CACHE_TTL);
-        cache.insert(access_key.to_string(), (record.secret_key.clone(), Instant::now()));
-        Ok(SecretKey::from(record.secret_key))
+        cache.insert(access_key.to_string(), (secret.clone(), Instant::now()));
+        Ok(SecretKey::from(secret))
     }
 }

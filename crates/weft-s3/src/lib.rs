@@ -34,6 +34,7 @@ use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 
 pub use gateway::Gateway;
 pub use keys::{new_key, KeyRecord, ACCESS_KEYS};
+pub use weft_auth::ClusterSecret;
 
 /// The region the gateway reports and that clients should sign for.
 pub const DEFAULT_REGION: &str = "us-east-1";
@@ -45,6 +46,9 @@ pub struct GatewayConfig {
     pub meta_url: String,
     /// Address to listen on (port 0 picks a free port).
     pub listen: SocketAddr,
+    /// The cluster secret: the gateway signs its requests to meta and nodes with keys
+    /// derived from it, and opens the sealed secrets of access keys with it.
+    pub secret: weft_auth::ClusterSecret,
 }
 
 /// Why the gateway could not start.
@@ -108,7 +112,8 @@ fn empty_expecting_continue(request: &http::Request<hyper::body::Incoming>) -> b
 
 /// Binds the listen address and serves S3 over meta at `config.meta_url` in the background.
 pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError> {
-    let client = weft_client::Client::new(&config.meta_url).map_err(GatewayError::Client)?;
+    let client =
+        weft_client::Client::new(&config.meta_url, &config.secret).map_err(GatewayError::Client)?;
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|source| GatewayError::Bind { listen: config.listen, source })?;
@@ -117,7 +122,7 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
         .map_err(|source| GatewayError::Bind { listen: config.listen, source })?;
     let service = {
         let mut builder = s3s::service::S3ServiceBuilder::new(Gateway::new(client.clone()));
-        builder.set_auth(keys::MetaAuth::new(client.meta.clone()));
+        builder.set_auth(keys::MetaAuth::new(client.meta.clone(), config.secret.seal_key()));
         builder.build()
     };
     let (stop, mut stopped) = watch::channel(false);

@@ -155,7 +155,7 @@ pub fn run(args: ClusterBenchArgs) -> Result<(), CliError> {
         .enable_all()
         .build()
         .map_err(|e| cli_error!("cannot start the async runtime: {e}"))?;
-    let client = Client::new(&args.meta.url()?)?;
+    let client = args.meta.cluster()?;
     runtime.block_on(async {
         match args.op {
             ClusterOp::Put => put(&client, &args).await,
@@ -168,20 +168,11 @@ async fn put(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
     let bucket_path = format!("/v1/buckets/{}", args.bucket);
     if client.meta.get_json(&bucket_path).await.is_err() {
         let policy = serde_json::Value::Object(args.policy.overrides()?);
-        let url = format!("{}{bucket_path}", client.meta.url());
-        let response = reqwest::Client::new()
-            .put(&url)
-            .json(&policy)
-            .send()
+        client
+            .meta
+            .put_json(&bucket_path, policy)
             .await
             .map_err(|e| cli_error!("cannot create bucket {}: {e}", args.bucket))?;
-        if !response.status().is_success() {
-            return Err(cli_error!(
-                "cannot create bucket {}: {}",
-                args.bucket,
-                response.text().await.unwrap_or_default()
-            ));
-        }
     }
     let coders =
         parse_list(&args.coder, Coder::parse, "--coder", "coder", "pipelined, blocking or noop")?;

@@ -4,7 +4,8 @@
 //!
 //! Invariants:
 //! - Every command finds meta the same way: `--meta URL`, else `$WEFT_META`, else
-//!   [`DEFAULT_META_URL`] ([`MetaUrlArgs`]).
+//!   [`DEFAULT_META_URL`] ([`MetaUrlArgs`]); and the cluster secret it signs with the same
+//!   way: `--secret-file`, else `$WEFT_SECRET_FILE`, else [`DEFAULT_SECRET_FILE`].
 //! - What meta says is shown as meta said it: `--json` output is meta's JSON (at most joined
 //!   with other answers of meta), never a value meta did not give; an error response is shown
 //!   with meta's message and error code.
@@ -26,6 +27,16 @@ pub const DEFAULT_META_URL: &str = "http://127.0.0.1:7700";
 /// The environment variable naming meta's URL.
 pub const META_ENV: &str = "WEFT_META";
 
+/// Where cluster commands find the cluster secret when neither `--secret-file` nor
+/// `WEFT_SECRET_FILE` is given: where `weft up` writes it with its default `--dir`.
+pub const DEFAULT_SECRET_FILE: &str = "./weft-data/cluster.secret";
+
+/// The environment variable naming the cluster secret file.
+pub const SECRET_ENV: &str = "WEFT_SECRET_FILE";
+
+/// The name of the secret file in a cluster directory (`weft up --dir`, `weft init --dir`).
+pub const SECRET_FILE_NAME: &str = "cluster.secret";
+
 /// How long one request to meta may take before the command gives up.
 const REQUEST_TIMEOUT_MS: u64 = 10_000;
 
@@ -39,6 +50,38 @@ pub struct MetaUrlArgs {
     /// listens by default].
     #[arg(long, value_name = "URL")]
     pub meta: Option<String>,
+    /// The cluster secret every request is signed with [default: $WEFT_SECRET_FILE, else
+    /// ./weft-data/cluster.secret, where `weft up` writes it].
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: Option<std::path::PathBuf>,
+}
+
+/// The cluster secret file to use: `flag`, else `$WEFT_SECRET_FILE`, else `default`.
+pub fn secret_path(
+    flag: Option<&std::path::Path>,
+    default: &std::path::Path,
+) -> (std::path::PathBuf, &'static str) {
+    match (flag, std::env::var_os(SECRET_ENV)) {
+        (Some(path), _) => (path.to_owned(), "--secret-file"),
+        (None, Some(path)) if !path.is_empty() => (path.into(), SECRET_ENV),
+        _ => (default.to_owned(), "the default"),
+    }
+}
+
+/// Reads the cluster secret from `flag`, else `$WEFT_SECRET_FILE`, else `default`, with an
+/// error that says how to point at it.
+pub fn read_secret(
+    flag: Option<&std::path::Path>,
+    default: &std::path::Path,
+) -> Result<weft_auth::ClusterSecret, CliError> {
+    let (path, from) = secret_path(flag, default);
+    weft_auth::ClusterSecret::read_file(&path).map_err(|error| {
+        cli_error!(
+            "{error} (the secret file from {from}). weft's APIs accept only requests signed \
+             with the cluster secret: `weft up --dir DIR` writes it to DIR/{SECRET_FILE_NAME}; \
+             pass --secret-file DIR/{SECRET_FILE_NAME} or set {SECRET_ENV}"
+        )
+    })
 }
 
 impl MetaUrlArgs {
@@ -59,9 +102,19 @@ impl MetaUrlArgs {
         Ok(url)
     }
 
+    /// The cluster secret: `--secret-file`, else `$WEFT_SECRET_FILE`, else the default.
+    pub fn secret(&self) -> Result<weft_auth::ClusterSecret, CliError> {
+        read_secret(self.secret_file.as_deref(), std::path::Path::new(DEFAULT_SECRET_FILE))
+    }
+
     /// A client for that meta.
     pub fn client(&self) -> Result<MetaClient, CliError> {
-        MetaClient::new(&self.url()?)
+        MetaClient::new(&self.url()?, &self.secret()?)
+    }
+
+    /// An async client of the whole cluster (meta and nodes).
+    pub fn cluster(&self) -> Result<weft_client::Client, CliError> {
+        Ok(weft_client::Client::new(&self.url()?, &self.secret()?)?)
     }
 }
 
@@ -71,16 +124,28 @@ impl MetaUrlArgs {
 pub struct MetaClient {
     base: String,
     http: reqwest::blocking::Client,
+    signer: weft_auth::Signer,
+    seal: weft_auth::SealKey,
 }
 
 impl MetaClient {
-    /// A client for meta at `base` (`http://host:port`).
-    pub fn new(base: &str) -> Result<MetaClient, CliError> {
+    /// A client for meta at `base` (`http://host:port`), signing with keys of `secret`.
+    pub fn new(base: &str, secret: &weft_auth::ClusterSecret) -> Result<MetaClient, CliError> {
         let http = reqwest::blocking::Client::builder()
             .timeout(Duration::from_millis(REQUEST_TIMEOUT_MS))
             .build()
             .map_err(|e| cli_error!("cannot build an HTTP client: {e}"))?;
-        Ok(MetaClient { base: base.trim_end_matches('/').to_owned(), http })
+        Ok(MetaClient {
+            base: base.trim_end_matches('/').to_owned(),
+            http,
+            signer: secret.signer_for(weft_auth::Audience::Meta),
+            seal: secret.seal_key(),
+        })
+    }
+
+    /// The key that seals secrets kept in meta.
+    pub fn seal_key(&self) -> &weft_auth::SealKey {
+        &self.seal
     }
 
     /// Meta's base URL.
@@ -136,7 +201,8 @@ impl MetaClient {
     }
 
     fn send(&self, request: reqwest::blocking::RequestBuilder) -> Result<Value, CliError> {
-        let response = request.send().map_err(|e| self.unreachable(&e))?;
+        use weft_auth::sign_reqwest::SendSignedBlocking;
+        let response = request.send_signed(&self.signer).map_err(|e| self.unreachable(&e))?;
         let status = response.status();
         let text = response
             .text()
@@ -193,6 +259,10 @@ impl MetaRefusal {
             "no_such_bucket" => "; see `weft bucket ls` for the buckets there are",
             "bucket_not_empty" => "; delete its objects first",
             "invalid_policy" => "; see `weft bucket create --help` for the policy flags",
+            "unauthenticated" => {
+                "; is --secret-file (or WEFT_SECRET_FILE) this cluster's secret, the \
+                 DIR/cluster.secret of its `weft up --dir DIR`?"
+            }
             _ => "",
         };
         let code = if self.code.is_empty() { String::new() } else { format!(" [{}]", self.code) };
@@ -442,6 +512,77 @@ pub enum NodeCommand {
     /// Example: weft node kill 3 && sleep 6 && weft status
     #[command(verbatim_doc_comment)]
     Kill(NodeSignalArgs),
+    /// Enrol a node in meta and write its own key file (only enrolled nodes may heartbeat,
+    /// and so receive units).
+    ///
+    /// The key file is what the node needs to run: it signs the node's heartbeats and checks
+    /// every request made to the node. It is derived from the cluster secret but does not
+    /// reveal it, so a stolen node key speaks for that node only. Writes mode 0600 and never
+    /// replaces an existing file.
+    ///
+    /// Example: weft node add 13 --key-file ./node-13.key
+    ///          weft serve node --meta http://127.0.0.1:7700 --key-file ./node-13.key \
+    ///              --disk ./weft-data/node-13/disk-0
+    #[command(verbatim_doc_comment)]
+    Add(NodeAddArgs),
+    /// Remove a node from enrolment: meta refuses its heartbeats from now on, judges it down
+    /// and repairs its units elsewhere.
+    ///
+    /// Example: weft node remove 13
+    #[command(verbatim_doc_comment)]
+    Remove(NodeRemoveArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NodeAddArgs {
+    /// The node's id (unique in the cluster).
+    pub id: u32,
+    /// Where to write the node's key [default: ./node-ID.key].
+    #[arg(long, value_name = "FILE")]
+    pub key_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub meta: MetaUrlArgs,
+    /// One JSON object: {"node", "enrolled", "new", "key_file"}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct NodeRemoveArgs {
+    /// The node's id.
+    pub id: u32,
+    #[command(flatten)]
+    pub meta: MetaUrlArgs,
+}
+
+fn node_add(args: NodeAddArgs) -> Result<(), CliError> {
+    let secret = args.meta.secret()?;
+    let key_file =
+        args.key_file.clone().unwrap_or_else(|| format!("./node-{}.key", args.id).into());
+    if key_file.exists() {
+        return Err(cli_error!(
+            "{} exists already; remove it or give another --key-file",
+            key_file.display()
+        ));
+    }
+    let client = MetaClient::new(&args.meta.url()?, &secret)?;
+    let answer = client.put(&["nodes", &args.id.to_string()], None)?;
+    secret.node_key(args.id).write_node_file(&key_file)?;
+    if args.json {
+        print_json(&json!({
+            "node": args.id, "enrolled": true, "new": answer["new"],
+            "key_file": key_file.display().to_string(),
+        }));
+    } else {
+        let was = if answer["new"] == json!(false) { " (it was enrolled already)" } else { "" };
+        println!("enrolled node {}{was}; its key is in {}", args.id, key_file.display());
+        println!(
+            "run it with: weft serve node --meta {} --key-file {} --disk DIR",
+            client.base(),
+            key_file.display()
+        );
+    }
+    Ok(())
 }
 
 #[derive(Debug, Args)]
@@ -459,6 +600,12 @@ pub fn node(command: NodeCommand) -> Result<(), CliError> {
     let (args, signal, name) = match command {
         NodeCommand::Stop(args) => (args, libc::SIGTERM, "SIGTERM"),
         NodeCommand::Kill(args) => (args, libc::SIGKILL, "SIGKILL"),
+        NodeCommand::Add(args) => return node_add(args),
+        NodeCommand::Remove(args) => {
+            args.meta.client()?.delete(&["nodes", &args.id.to_string()])?;
+            println!("node {} is no longer enrolled; meta refuses its heartbeats", args.id);
+            return Ok(());
+        }
     };
     let client = args.meta.client()?;
     let listed = client.get(&["nodes"])?;
@@ -755,14 +902,15 @@ mod tests {
 
     #[test]
     fn meta_urls_are_checked() {
-        let given = |url: &str| MetaUrlArgs { meta: Some(url.to_owned()) }.url();
+        let given = |url: &str| MetaUrlArgs { meta: Some(url.to_owned()), secret_file: None }.url();
         assert_eq!(given("http://127.0.0.1:7700/").unwrap(), "http://127.0.0.1:7700");
         assert!(given("127.0.0.1:7700").is_err());
     }
 
     #[test]
     fn segments_are_encoded() {
-        let client = MetaClient::new("http://127.0.0.1:7700").unwrap();
+        let secret = weft_auth::ClusterSecret::generate();
+        let client = MetaClient::new("http://127.0.0.1:7700", &secret).unwrap();
         let url = client.url(&["buckets", "a/b c"]).unwrap();
         assert_eq!(url.as_str(), "http://127.0.0.1:7700/v1/buckets/a%2Fb%20c");
     }

@@ -83,7 +83,7 @@ pub fn run(args: GcArgs) -> Result<(), CliError> {
             format_duration_ms(DEFAULT_LEASE_MS)
         );
     }
-    let client = weft_client::Client::new(&args.meta.url()?)?;
+    let client = args.meta.cluster()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -3,7 +3,8 @@
 //!
 //! Invariants:
 //! - A key is created only in meta (create-only put: an id already taken is refused, never
-//!   overwritten); the secret is printed once, here, and otherwise only meta holds it.
+//!   overwritten); the secret is printed once, here, and otherwise meta holds it only sealed
+//!   with the cluster's seal key (only holders of the cluster secret can open it).
 //! - `--json` prints exactly one JSON object on stdout.
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -123,7 +124,7 @@ pub fn create_key(meta: &MetaClient, name: &str) -> Result<(String, String), Cli
     let created_ms =
         SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
     let record =
-        weft_s3::KeyRecord { name: name.to_owned(), secret_key: secret_key.clone(), created_ms };
+        weft_s3::KeyRecord::new(meta.seal_key(), &access_key, name, &secret_key, created_ms);
     let value = serde_json::to_value(&record).expect("key records serialize");
     // A random 18-character id is never taken in practice; create-only all the same.
     meta.put_query(&["records", weft_s3::ACCESS_KEYS, &access_key], "if_absent=true", &value)

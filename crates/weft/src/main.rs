@@ -33,6 +33,15 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Create a cluster secret for a cluster run by hand (`weft up` makes its own).
+    ///
+    /// Writes DIR/cluster.secret (mode 0600; never replaces one). Give it to meta, the S3
+    /// gateway, repair executors and clients (--secret-file or WEFT_SECRET_FILE); give each
+    /// node only its own key (`weft node add ID`).
+    ///
+    /// Example: weft init --dir ./weft-data
+    #[command(verbatim_doc_comment)]
+    Init(InitArgs),
     /// Show weft's main job on embedded defaults: encode a sample file, lose and corrupt
     /// units, decode and repair it, and watch too much damage be refused.
     Demo(demo::DemoArgs),
@@ -132,6 +141,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let result = match cli.command {
+        Command::Init(args) => init(args),
         Command::Demo(args) => demo::run(args),
         Command::Ec(command) => ec::run(command),
         Command::Bench(command) => bench::run(command),
@@ -156,6 +166,33 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+#[derive(Debug, clap::Args)]
+struct InitArgs {
+    /// The cluster's directory.
+    #[arg(long, default_value = "./weft-data")]
+    dir: std::path::PathBuf,
+}
+
+fn init(args: InitArgs) -> Result<(), CliError> {
+    std::fs::create_dir_all(&args.dir)
+        .map_err(|e| cli_error!("cannot create {}: {e}", args.dir.display()))?;
+    let path = args.dir.join(cluster_cli::SECRET_FILE_NAME);
+    if path.exists() {
+        return Err(cli_error!(
+            "{} exists already; weft never replaces a cluster secret",
+            path.display()
+        ));
+    }
+    weft_auth::ClusterSecret::create_file(&path)?;
+    println!("wrote the cluster secret to {} (mode 0600)", path.display());
+    println!(
+        "next: weft serve meta --dir {} --secret-file {}",
+        args.dir.join("meta").display(),
+        path.display()
+    );
+    Ok(())
 }
 
 /// A user-facing error: one line that says what went wrong and, where it can, what to do.

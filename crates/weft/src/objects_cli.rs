@@ -81,7 +81,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
 }
 
 fn client(meta: &MetaUrlArgs) -> Result<Client, CliError> {
-    Ok(Client::new(&meta.url()?)?)
+    meta.cluster()
 }
 
 /// A progress bar on stderr for long transfers (hidden when not a terminal or with --json).

@@ -82,11 +82,41 @@ pub enum ServeCommand {
     S3(S3Args),
 }
 
+/// The cluster secret a process signs (and meta checks) requests with.
+#[derive(Debug, Args)]
+pub struct SecretArg {
+    /// The cluster secret file (`weft init`, or `weft up`'s DIR/cluster.secret)
+    /// [default: $WEFT_SECRET_FILE].
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: Option<PathBuf>,
+}
+
+impl SecretArg {
+    /// The secret from the flag or `$WEFT_SECRET_FILE`; an error when neither is given.
+    fn read(&self) -> Result<weft_auth::ClusterSecret, CliError> {
+        let given = self.secret_file.clone().or_else(|| {
+            std::env::var_os(crate::cluster_cli::SECRET_ENV)
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from)
+        });
+        let Some(path) = given else {
+            return Err(cli_error!(
+                "this process needs the cluster secret: --secret-file FILE or {} \
+                 (create one with `weft init`)",
+                crate::cluster_cli::SECRET_ENV
+            ));
+        };
+        crate::cluster_cli::read_secret(Some(&path), &path)
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct S3Args {
     /// Base URL of meta, e.g. http://127.0.0.1:7700.
     #[arg(long)]
     pub meta: String,
+    #[command(flatten)]
+    pub secret: SecretArg,
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:9000")]
     pub listen: SocketAddr,
@@ -97,6 +127,8 @@ pub struct RepairArgs {
     /// Base URL of meta, e.g. http://127.0.0.1:7700.
     #[arg(long)]
     pub meta: String,
+    #[command(flatten)]
+    pub secret: SecretArg,
     /// Most bytes written per second by this executor (0: unlimited), e.g. 100MiB.
     #[arg(long, default_value = "256MiB", value_parser = crate::parse_size)]
     pub rate: usize,
@@ -133,6 +165,11 @@ pub struct MetaArgs {
     /// distinct disks, nodes or racks. Objects keep the level they were written with.
     #[arg(long, value_enum, default_value = "node")]
     pub failure_domain: FailureDomainArg,
+    /// The cluster secret file [default: $WEFT_SECRET_FILE, else DIR/../cluster.secret,
+    /// created there (mode 0600) when missing]. Every request to meta must be signed with
+    /// keys derived from it.
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -157,6 +194,14 @@ pub struct NodeArgs {
     /// treats the node as its own rack]. Give every node of a cluster a rack, or none.
     #[arg(long)]
     pub rack: Option<u32>,
+    /// This node's key file, written by `weft node add ID` (which enrols the node in meta);
+    /// the node id comes from it when --id is not given.
+    #[arg(long, value_name = "FILE", conflicts_with = "secret_file")]
+    pub key_file: Option<PathBuf>,
+    /// Derive this node's key from the cluster secret instead of --key-file (the node then
+    /// holds the whole cluster's secret: prefer --key-file) [default: $WEFT_SECRET_FILE].
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: Option<PathBuf>,
 }
 
 pub fn run(command: ServeCommand) -> Result<(), CliError> {
@@ -216,11 +261,30 @@ async fn shutdown_signal() {
 }
 
 async fn serve_meta(args: MetaArgs) -> Result<(), CliError> {
+    let default = args
+        .dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .join(crate::cluster_cli::SECRET_FILE_NAME);
+    let (path, _) = crate::cluster_cli::secret_path(args.secret_file.as_deref(), &default);
+    let secret = if path.exists() {
+        crate::cluster_cli::read_secret(Some(&path), &path)?
+    } else {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| cli_error!("cannot create {}: {e}", parent.display()))?;
+        }
+        let secret = weft_auth::ClusterSecret::create_file(&path)?;
+        tracing::info!(path = %path.display(), "created the cluster secret");
+        secret
+    };
     let config = weft_meta::service::MetaConfig {
         listen: args.listen,
         dir: args.dir,
         down_after_ms: args.down_after_ms,
         failure_domain: args.failure_domain.level(),
+        secret,
     };
     let meta = weft_meta::service::bind(config).await?;
     ready(format!("meta listening on {}", meta.endpoint()));
@@ -241,11 +305,32 @@ async fn serve_node(args: NodeArgs) -> Result<(), CliError> {
         std::fs::create_dir_all(dir)
             .map_err(|e| cli_error!("cannot create disk directory {}: {e}", dir.display()))?;
     }
-    let node_id = match args.id {
-        Some(id) => id,
-        None => derived_id(&args.disks[0])?,
+    let key = match &args.key_file {
+        Some(path) => Some(weft_auth::Key::read_node_file(path)?),
+        None => None,
     };
-    let mut config = weft_node::NodeConfig::new(node_id, args.listen, args.disks);
+    let node_id = match (args.id, &key) {
+        (Some(id), _) => id,
+        (None, Some(key)) => match key.principal() {
+            weft_auth::Principal::Node(id) => id,
+            weft_auth::Principal::Client => unreachable!("node key files hold node keys"),
+        },
+        (None, None) => derived_id(&args.disks[0])?,
+    };
+    let key = match key {
+        Some(key) => key,
+        None => SecretArg { secret_file: args.secret_file.clone() }
+            .read()
+            .map_err(|e| cli_error!("{e}; or give the node's own key with --key-file (`weft node add {node_id}` writes it)"))?
+            .node_key(node_id),
+    };
+    if key.principal() != weft_auth::Principal::Node(node_id) {
+        return Err(cli_error!(
+            "--key-file holds the key of {}, but this is node {node_id}",
+            key.principal()
+        ));
+    }
+    let mut config = weft_node::NodeConfig::new(node_id, args.listen, args.disks, key);
     config.meta_url = Some(meta);
     config.heartbeat_interval_ms = args.heartbeat_ms;
     config.rack = args.rack;
@@ -261,7 +346,8 @@ async fn serve_s3(args: S3Args) -> Result<(), CliError> {
     if !(meta.starts_with("http://") || meta.starts_with("https://")) {
         return Err(cli_error!("--meta must be a URL like http://127.0.0.1:7700, not {meta:?}"));
     }
-    let config = weft_s3::GatewayConfig { meta_url: meta, listen: args.listen };
+    let config =
+        weft_s3::GatewayConfig { meta_url: meta, listen: args.listen, secret: args.secret.read()? };
     let gateway = weft_s3::bind(config).await.map_err(|e| cli_error!("{e}"))?;
     ready(format!("s3 gateway listening on {}", gateway.endpoint()));
     shutdown_signal().await;
@@ -277,13 +363,6 @@ async fn serve_repair(args: RepairArgs) -> Result<(), CliError> {
     if args.parallel == 0 || args.lease_ms == 0 {
         return Err(cli_error!("--parallel and --lease-ms must be positive"));
     }
-    let client = weft_client::Client::new(&meta)?;
-    let config = weft_client::repair::ExecutorConfig {
-        lease_ms: args.lease_ms,
-        parallel: args.parallel,
-        rate_bytes_per_sec: (args.rate > 0).then_some(args.rate as u64),
-        ..Default::default()
-    };
     if args.gc_interval > 0 && args.gc_grace <= args.lease_ms {
         return Err(cli_error!(
             "--gc-grace ({} ms) must be longer than --lease-ms ({} ms): a repair writes its unit \
@@ -292,6 +371,13 @@ async fn serve_repair(args: RepairArgs) -> Result<(), CliError> {
             args.lease_ms
         ));
     }
+    let client = weft_client::Client::new(&meta, &args.secret.read()?)?;
+    let config = weft_client::repair::ExecutorConfig {
+        lease_ms: args.lease_ms,
+        parallel: args.parallel,
+        rate_bytes_per_sec: (args.rate > 0).then_some(args.rate as u64),
+        ..Default::default()
+    };
     let gc = weft_client::gc::GcOptions {
         grace_ms: args.gc_grace,
         expire_writes_after_ms: args.gc_expire_writes_after.0,

@@ -164,7 +164,7 @@ pub fn run(args: TransitionArgs) -> Result<(), CliError> {
         .enable_all()
         .build()
         .map_err(|e| cli_error!("cannot start the async runtime: {e}"))?;
-    let client = Client::new(&args.meta.url()?)?;
+    let client = args.meta.cluster()?;
     runtime.block_on(async {
         match (&args.path, &args.bucket) {
             (Some(path), _) => one(&client, &args, path).await,

@@ -8,7 +8,9 @@
 //!   with its id and its data): `DIR/meta` (meta's store), `DIR/node-<i>/disk-<j>` (node i,
 //!   ids 1..=N, disks 0..disks_per_node), `DIR/logs/<child>.log` (each child's stderr,
 //!   appended), `DIR/cluster.json` (endpoints and pids, rewritten atomically when the
-//!   cluster is ready and when it stops).
+//!   cluster is ready and when it stops), `DIR/cluster.secret` (the cluster secret, made on
+//!   the first start, mode 0600: clients sign with it) and `DIR/node-<i>/node.key` (node i's
+//!   own key, derived from the secret; node i is enrolled in meta before it starts).
 //! - With a fixed meta port P, node i listens on P + i, so endpoints are stable across
 //!   restarts; with port 0 every child picks a free port.
 //! - `weft up` never restarts a child by itself: a node that dies (a drill, `weft node kill`)
@@ -56,6 +58,8 @@ const START_POLL_MS: u64 = 20;
 const WATCH_POLL_MS: u64 = 200;
 /// Lines of a child's log shown when it fails to start.
 const LOG_TAIL_LINES: usize = 15;
+/// The name of a node's key file inside `DIR/node-<i>`.
+const NODE_KEY_FILE: &str = "node.key";
 /// Version of cluster.json's shape.
 const CLUSTER_FILE_VERSION: u64 = 1;
 /// Name of the endpoints file inside `--dir`.
@@ -898,6 +902,10 @@ fn start(
 ) -> Result<(), Interrupted> {
     let deadline = Instant::now() + Duration::from_millis(READY_TIMEOUT_MS);
     let text = |path: &Path| path.display().to_string();
+    let secret_file = plan.dir.join(crate::cluster_cli::SECRET_FILE_NAME);
+    let secret = weft_auth::ClusterSecret::read_or_create(&secret_file).map_err(|e| {
+        cli_error!("{e} (weft up keeps the cluster secret in {})", secret_file.display())
+    })?;
     let mut meta_args = vec![
         "serve".to_owned(),
         "meta".to_owned(),
@@ -907,6 +915,8 @@ fn start(
         plan.meta_listen.to_string(),
         "--failure-domain".to_owned(),
         plan.failure_domain.name().to_owned(),
+        "--secret-file".to_owned(),
+        text(&secret_file),
     ];
     if let Some(ms) = plan.down_after_ms {
         meta_args.extend(["--down-after-ms".to_owned(), ms.to_string()]);
@@ -916,6 +926,22 @@ fn start(
     let meta_url = cluster.members[0].endpoint.clone().expect("meta is ready");
     if !out.json {
         eprintln!("weft up: meta ready at {meta_url}; starting {} nodes", plan.nodes);
+    }
+
+    // Enrol every node and give it its own key (never the cluster secret): a node can then
+    // speak only for itself. The key is derived, so rewriting it on every start is harmless
+    // and repairs a key file left from another secret.
+    let meta = MetaClient::new(&meta_url, &secret)?;
+    let mut key_files = Vec::new();
+    for id in 1..=plan.nodes {
+        meta.put(&["nodes", &id.to_string()], None)?;
+        let node_dir = plan.dir.join(format!("node-{id}"));
+        std::fs::create_dir_all(&node_dir)
+            .map_err(|e| cli_error!("cannot create {}: {e}", node_dir.display()))?;
+        let key_file = node_dir.join(NODE_KEY_FILE);
+        let _ = std::fs::remove_file(&key_file);
+        secret.node_key(id).write_node_file(&key_file).map_err(CliError::from)?;
+        key_files.push(key_file);
     }
 
     let first_node = cluster.members.len();
@@ -930,6 +956,8 @@ fn start(
             id.to_string(),
             "--listen".to_owned(),
             plan.node_listen(id).to_string(),
+            "--key-file".to_owned(),
+            text(&key_files[id as usize - 1]),
         ];
         for disk in &disks {
             node_args.extend(["--disk".to_owned(), text(disk)]);
@@ -948,11 +976,12 @@ fn start(
         other => format!("{} listening on ", other.name()),
     };
     cluster.wait_ready(&nodes, prefix, deadline, signals)?;
-    let meta = MetaClient::new(&meta_url)?;
     cluster.wait_nodes_up(&meta, deadline, signals)?;
 
     if has_repair_executor(&cluster.exe) {
-        let repair_args = ["serve", "repair", "--meta", meta_url.as_str()].map(str::to_owned);
+        let repair_args =
+            ["serve", "repair", "--meta", meta_url.as_str(), "--secret-file", &text(&secret_file)]
+                .map(str::to_owned);
         cluster.spawn(Role::Repair, &repair_args, Vec::new())?;
         let index = cluster.members.len() - 1;
         let prefix = |_| "repair executor ".to_owned();
@@ -979,6 +1008,8 @@ fn start(
         meta_url.as_str(),
         "--listen",
         plan.s3_listen.to_string().as_str(),
+        "--secret-file",
+        &text(&secret_file),
     ]
     .map(str::to_owned);
     cluster.spawn(Role::S3, &s3_args, Vec::new())?;

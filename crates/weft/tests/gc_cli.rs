@@ -10,6 +10,7 @@ use std::{
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
+use weft_auth::sign_reqwest::SendSignedBlocking;
 
 use common::{bytes, cluster::Cluster};
 use serde_json::Value;
@@ -139,12 +140,18 @@ fn leftovers_of_a_node_down_during_rm_are_swept_once_it_is_back() {
     // `weft serve repair` sweeps on its own every --gc-interval, one log line per sweep.
     let orphan = format!("{:032x}-d{:08x}-{:016x}", u128::MAX - 1, 0, 0);
     let url = format!("{}/v1/disks/0/units/{orphan}", cluster.node_endpoint(1));
-    let put = reqwest::blocking::Client::new().put(url).body(vec![9u8; 1000]).send().unwrap();
+    let signer = cluster.secret().signer_for(weft_auth::Audience::Node(1));
+    let put = reqwest::blocking::Client::new()
+        .put(url)
+        .body(vec![9u8; 1000])
+        .send_signed(&signer)
+        .unwrap();
     assert_eq!(put.status(), 201);
     assert!(file_keys(&unit_files(&cluster)).contains(&orphan));
     let log = dir.path().join("repair.log");
     let mut repair = Command::new(common::cluster::weft_bin())
         .args(["serve", "repair", "--meta", &cluster.meta_url(), "--lease-ms", "100"])
+        .env("WEFT_SECRET_FILE", cluster.secret_file())
         .args(["--gc-interval", "300ms", "--gc-grace", "200ms"])
         .env("WEFT_LOG", "info")
         .stdout(Stdio::null())
@@ -180,9 +187,13 @@ fn serve_repair_refuses_a_gc_grace_within_the_lease() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--gc-grace") && stderr.contains("--lease-ms"), "{stderr}");
     // Disabled, the grace does not matter.
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("cluster.secret");
+    weft_auth::ClusterSecret::create_file(&secret).unwrap();
     let mut disabled = Command::new(common::cluster::weft_bin())
         .args(["serve", "repair", "--meta", "http://127.0.0.1:9", "--gc-grace", "30s"])
         .args(["--gc-interval", "0"])
+        .env("WEFT_SECRET_FILE", &secret)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

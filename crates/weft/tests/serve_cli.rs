@@ -45,12 +45,25 @@ fn spawn(procs: &mut Procs, args: &[&str], prefix: &str) -> (usize, String) {
     (procs.0.len() - 1, endpoint)
 }
 
-/// A minimal HTTP GET (no client dependency); None when meta is not reachable.
-fn get_json(endpoint: &str, path: &str) -> Option<Value> {
+/// The secret `weft serve meta --dir DIR/meta` made as DIR/cluster.secret.
+fn secret_of(dir: &Path) -> weft_auth::ClusterSecret {
+    weft_auth::ClusterSecret::read_file(&dir.join("cluster.secret")).expect("meta made a secret")
+}
+
+/// A minimal signed HTTP GET (no client dependency); None when meta is not reachable.
+fn get_json(endpoint: &str, path: &str, secret: &weft_auth::ClusterSecret) -> Option<Value> {
     let addr = endpoint.trim_start_matches("http://");
     let mut stream = TcpStream::connect(addr).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").ok()?;
+    let hash = weft_auth::content_hash(b"");
+    let signer = secret.signer_for(weft_auth::Audience::Meta);
+    let authorization = signer.authorization("GET", path, "", &hash);
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nauthorization: \
+         {authorization}\r\nx-weft-content-sha256: {hash}\r\n\r\n"
+    )
+    .ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
     let (head, body) = response.split_once("\r\n\r\n")?;
@@ -59,8 +72,8 @@ fn get_json(endpoint: &str, path: &str) -> Option<Value> {
 }
 
 /// Node states by id, from `GET /v1/nodes`.
-fn states(meta: &str) -> Vec<(u64, String)> {
-    get_json(meta, "/v1/nodes")
+fn states(meta: &str, secret: &weft_auth::ClusterSecret) -> Vec<(u64, String)> {
+    get_json(meta, "/v1/nodes", secret)
         .map(|body| {
             body["nodes"]
                 .as_array()
@@ -73,10 +86,15 @@ fn states(meta: &str) -> Vec<(u64, String)> {
 }
 
 /// Polls until `want` holds of the node states, at most 10 s.
-fn wait_for(meta: &str, what: &str, want: impl Fn(&[(u64, String)]) -> bool) {
+fn wait_for(
+    meta: &str,
+    secret: &weft_auth::ClusterSecret,
+    what: &str,
+    want: impl Fn(&[(u64, String)]) -> bool,
+) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let now = states(meta);
+        let now = states(meta, secret);
         if want(&now) {
             return;
         }
@@ -103,8 +121,27 @@ fn nodes_heartbeat_to_meta_and_a_killed_node_goes_down() {
     let (meta_index, meta) = spawn_meta(&mut procs, &tmp.path().join("meta"), &listen);
     assert_eq!(meta, format!("http://{listen}"));
 
+    let secret = secret_of(tmp.path());
+    let secret_file = tmp.path().join("cluster.secret");
+    let weft = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(args)
+            .args(["--meta", &meta, "--secret-file", secret_file.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "weft {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
     let mut nodes = Vec::new();
-    for id in ["1", "2"] {
+    for id in ["1", "2", "3"] {
+        let key_file = tmp.path().join(format!("node-{id}.key"));
+        if id != "3" {
+            // Enrolled, with a key of its own; node 3 gets a key but is never enrolled.
+            let said = weft(&["node", "add", id, "--key-file", key_file.to_str().unwrap()]);
+            assert!(said.contains(&format!("enrolled node {id}")), "{said}");
+        } else {
+            secret.node_key(3).write_node_file(&key_file).unwrap();
+        }
         let d0 = tmp.path().join(format!("n{id}/d0"));
         let d1 = tmp.path().join(format!("n{id}/d1"));
         let args = [
@@ -112,8 +149,8 @@ fn nodes_heartbeat_to_meta_and_a_killed_node_goes_down() {
             "node",
             "--meta",
             &meta,
-            "--id",
-            id,
+            "--key-file",
+            key_file.to_str().unwrap(),
             "--heartbeat-ms",
             "200",
             "--disk",
@@ -124,8 +161,12 @@ fn nodes_heartbeat_to_meta_and_a_killed_node_goes_down() {
         nodes.push(spawn(&mut procs, &args, &format!("node {id} listening on ")).0);
     }
     let up = |s: &[(u64, String)]| s.len() == 2 && s.iter().all(|(_, state)| state == "up");
-    wait_for(&meta, "both nodes up", up);
-    let listed = get_json(&meta, "/v1/nodes").unwrap();
+    wait_for(&meta, &secret, "both enrolled nodes up", up);
+    // The node that was never enrolled heartbeats in vain: meta does not list it.
+    std::thread::sleep(Duration::from_millis(600));
+    let ids: Vec<u64> = states(&meta, &secret).iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, [1, 2], "an unenrolled node must not join");
+    let listed = get_json(&meta, "/v1/nodes", &secret).unwrap();
     assert_eq!(listed["nodes"][0]["disks"].as_array().unwrap().len(), 2);
     assert_eq!(listed["nodes"][0]["pid"], procs.0[nodes[0]].id());
 
@@ -134,12 +175,13 @@ fn nodes_heartbeat_to_meta_and_a_killed_node_goes_down() {
     procs.0[nodes[1]].wait().unwrap();
     let one_down =
         |s: &[(u64, String)]| s == [(1, "up".to_owned()), (2, "down".to_owned())].as_slice();
-    wait_for(&meta, "node 2 down, node 1 up", one_down);
-    let status = get_json(&meta, "/v1/status").unwrap();
+    wait_for(&meta, &secret, "node 2 down, node 1 up", one_down);
+    let status = get_json(&meta, "/v1/status", &secret).unwrap();
     assert_eq!((status["nodes_up"].as_u64(), status["nodes_down"].as_u64()), (Some(1), Some(1)));
 
     let heartbeat_of_node_1 = |meta: &str| {
-        get_json(meta, "/v1/nodes").and_then(|body| body["nodes"][0]["last_heartbeat_ms"].as_u64())
+        get_json(meta, "/v1/nodes", &secret)
+            .and_then(|body| body["nodes"][0]["last_heartbeat_ms"].as_u64())
     };
     let before_restart = heartbeat_of_node_1(&meta).expect("meta is up and knows node 1");
 
@@ -150,9 +192,9 @@ fn nodes_heartbeat_to_meta_and_a_killed_node_goes_down() {
     let exit = procs.0[meta_index].wait().unwrap();
     assert!(exit.success(), "meta exits 0 on SIGTERM: {exit:?}");
     let (_, meta) = spawn_meta(&mut procs, &tmp.path().join("meta"), &listen);
-    let persisted = states(&meta);
+    let persisted = states(&meta, &secret);
     assert_eq!(persisted.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [1, 2], "{persisted:?}");
-    wait_for(&meta, "node 1 back up after the restart, node 2 still down", one_down);
+    wait_for(&meta, &secret, "node 1 back up after the restart, node 2 still down", one_down);
     // Node 1's heartbeats reach the new meta (not just its record from before the restart).
     let deadline = Instant::now() + Duration::from_secs(10);
     while heartbeat_of_node_1(&meta).unwrap_or(0) <= before_restart {

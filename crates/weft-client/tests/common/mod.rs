@@ -7,12 +7,15 @@
 use std::{path::PathBuf, time::Duration};
 
 use serde_json::{json, Value};
+use weft_auth::{sign_reqwest::SendSigned, Audience, ClusterSecret};
 use weft_client::Client;
 use weft_meta::service::{MetaConfig, RunningMeta};
 use weft_node::{NodeConfig, RunningNode};
 
 pub struct TestCluster {
     pub dir: tempfile::TempDir,
+    /// The cluster secret meta checks and the client signs with.
+    pub secret: ClusterSecret,
     pub meta: Option<RunningMeta>,
     pub meta_url: String,
     pub nodes: Vec<Option<RunningNode>>,
@@ -25,13 +28,19 @@ impl TestCluster {
     /// Meta plus `nodes` nodes of one disk each, all up and heartbeating.
     pub async fn start(nodes: usize) -> TestCluster {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = MetaConfig::new("127.0.0.1:0".parse().unwrap(), dir.path().join("meta"));
+        let secret = ClusterSecret::generate();
+        let mut config = MetaConfig::new(
+            "127.0.0.1:0".parse().unwrap(),
+            dir.path().join("meta"),
+            secret.clone(),
+        );
         config.down_after_ms = DOWN_AFTER_MS;
         let meta = weft_meta::service::bind(config).await.unwrap();
         let meta_url = meta.endpoint();
         let mut cluster = TestCluster {
-            client: Client::new(&meta_url).unwrap(),
+            client: Client::new(&meta_url, &secret).unwrap(),
             dir,
+            secret,
             meta: Some(meta),
             meta_url,
             nodes: Vec::new(),
@@ -49,7 +58,10 @@ impl TestCluster {
     }
 
     async fn start_node(&self, id: u32, listen: std::net::SocketAddr) -> RunningNode {
-        let mut config = NodeConfig::new(id, listen, vec![self.disk_dir(id)]);
+        // Enrolled first (idempotent), as `weft up` and `weft node add` do.
+        self.client.meta.put_json(&format!("/v1/nodes/{id}"), Value::Null).await.unwrap();
+        let mut config =
+            NodeConfig::new(id, listen, vec![self.disk_dir(id)], self.secret.node_key(id));
         config.meta_url = Some(self.meta_url.clone());
         config.heartbeat_interval_ms = 200;
         weft_node::bind(config).await.unwrap()
@@ -85,7 +97,9 @@ impl TestCluster {
 
     pub async fn create_bucket(&self, name: &str, policy: Value) {
         let url = format!("{}/v1/buckets/{name}", self.meta_url);
-        let response = reqwest::Client::new().put(url).json(&policy).send().await.unwrap();
+        let signer = self.secret.signer_for(Audience::Meta);
+        let response =
+            reqwest::Client::new().put(url).json(&policy).send_signed(&signer).await.unwrap();
         assert!(response.status().is_success(), "{}", response.text().await.unwrap());
     }
 

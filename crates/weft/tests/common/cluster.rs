@@ -17,6 +17,7 @@ use std::{
     sync::mpsc,
     time::{Duration, Instant},
 };
+use weft_auth::sign_reqwest::SendSignedBlocking;
 
 use serde_json::Value;
 
@@ -300,11 +301,22 @@ impl Cluster {
         self.launch();
     }
 
-    /// Runs `weft ARGS` with `WEFT_META` pointing at this cluster.
+    /// The cluster secret `weft up` made in its directory.
+    pub fn secret_file(&self) -> PathBuf {
+        self.dir().join("cluster.secret")
+    }
+
+    /// The cluster secret, read.
+    pub fn secret(&self) -> weft_auth::ClusterSecret {
+        weft_auth::ClusterSecret::read_file(&self.secret_file()).expect("weft up wrote the secret")
+    }
+
+    /// Runs `weft ARGS` with `WEFT_META` and `WEFT_SECRET_FILE` pointing at this cluster.
     pub fn weft(&self, args: &[&str]) -> Output {
         Command::new(weft_bin())
             .args(args)
             .env("WEFT_META", self.meta_url())
+            .env("WEFT_SECRET_FILE", self.secret_file())
             .stdin(Stdio::null())
             .output()
             .expect("weft runs")
@@ -376,10 +388,11 @@ impl Cluster {
     /// status code and the JSON answer.
     pub fn meta_get(&self, path: &str) -> (u16, Value) {
         let url = format!("{}{path}", self.meta_url());
+        let signer = self.secret().signer_for(weft_auth::Audience::Meta);
         let response = reqwest::blocking::Client::new()
             .get(&url)
             .timeout(Duration::from_secs(10))
-            .send()
+            .send_signed(&signer)
             .unwrap_or_else(|e| panic!("GET {url}: {e}"));
         let status = response.status().as_u16();
         let text = response.text().unwrap_or_else(|e| panic!("GET {url}: {e}"));
@@ -394,6 +407,7 @@ impl Cluster {
         Command::new(weft_bin())
             .args(args)
             .env("WEFT_META", self.meta_url())
+            .env("WEFT_SECRET_FILE", self.secret_file())
             .env("WEFT_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
