@@ -18,6 +18,26 @@
 //!   the file size. Limitation: codes that are not byte-local ([`Code::byte_local`] is false:
 //!   sub-chunked codes such as Hitchhiker and Clay) couple bytes across a whole unit, so they
 //!   are processed a whole unit at a time (W = L) and their erasures are per unit.
+//! - A manifest is validated before any number in it sizes anything: S must be 65536, L must
+//!   be exactly the L encode derives from N and the code (second invariant), and every
+//!   checksum list must have ceil(L / S) entries. Then the manifest is checked against the
+//!   files: `decode` and `repair` look at every unit's length first and refuse, before
+//!   creating an output or allocating a window, when the units that are not exactly L bytes
+//!   long are more than the code corrects; so a window of L bytes (W = L above) is only ever
+//!   allocated when enough unit files really are L bytes long. Buffers are allocated
+//!   fallibly: too little memory is an error, never an abort.
+//! - A unit file shorter than L is truncated: its segments past the end are erased (as a
+//!   missing segment). One longer than L is not the unit the manifest describes: all of it
+//!   is erased, and every command reports it as damaged ("N bytes long, expected L").
+//! - Only regular files are read or replaced, and nothing ever blocks on a file: unit files,
+//!   the manifest and `encode`'s input are checked before they are opened (symbolic links
+//!   are followed) and opened non-blocking, so a FIFO, device, socket or directory in their
+//!   place is refused with an error naming it (a missing unit is still just lost). `decode`
+//!   refuses an output path that is a FIFO, device or socket even with `--force`, and never
+//!   opens an existing non-regular file at a temporary name.
+//! - Every error is one line on stderr and a non-zero exit. A command refused for what it was
+//!   given (a manifest that does not hold together or does not match the files, a path that
+//!   is not a regular file, an output that must not be replaced) modifies nothing.
 //! - For byte-local codes erasures are per segment: decode succeeds whenever, in every
 //!   64 KiB segment position, the units that are bad there form a pattern the code corrects,
 //!   even if more than r units are damaged in total.
@@ -42,8 +62,8 @@
 //! | `k`             | integer           | data units; must agree with `code`                         |
 //! | `r`             | integer           | parity units; must agree with `code` (`rep(3)` has k 1, r 2) |
 //! | `original_len`  | integer           | N, the input's length in bytes                             |
-//! | `unit_len`      | integer           | L ≥ 1, a multiple of the code's unit_len_multiple, k·L ≥ N  |
-//! | `segment_bytes` | integer           | S = 65536, the checksum granularity                        |
+//! | `unit_len`      | integer           | L ≥ 1, the smallest multiple of the code's unit_len_multiple with k·L ≥ N; a reader refuses any other value |
+//! | `segment_bytes` | integer           | S = 65536, the checksum granularity; a reader refuses any other value |
 //! | `checksum`      | string            | always `"crc32c"`                                          |
 //! | `units`         | array of n objects| one per unit, in index order                               |
 //!
@@ -89,9 +109,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, IsTerminal};
+use std::io::{self, IsTerminal, Read};
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -348,6 +368,71 @@ fn parent_dir(path: &Path) -> PathBuf {
     }
 }
 
+/// What a path that is not a regular file is, for an error message.
+fn file_kind(file_type: fs::FileType) -> &'static str {
+    if file_type.is_dir() {
+        "a directory"
+    } else if file_type.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if file_type.is_char_device() {
+        "a character device"
+    } else if file_type.is_block_device() {
+        "a block device"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_symlink() {
+        "a symbolic link"
+    } else {
+        "a special file"
+    }
+}
+
+/// Why [`open_regular`] returned no file.
+#[derive(Debug)]
+enum OpenRegularError {
+    /// Nothing at the path (a dangling symbolic link counts as nothing).
+    NotFound(io::Error),
+    /// A FIFO, device, socket or directory: what it is.
+    NotRegular(&'static str),
+    Io(io::Error),
+}
+
+/// Opens `path` for reading if it is a regular file (symbolic links are followed), and returns
+/// its length. Anything else is refused before it is opened, so a FIFO never blocks the open
+/// and a device is never touched; the open is also non-blocking and the opened file is checked
+/// again, so a path swapped for a FIFO between the check and the open cannot hang us either.
+/// (O_NONBLOCK stays set: it has no effect on regular files.)
+fn open_regular(path: &Path) -> Result<(File, u64), OpenRegularError> {
+    let classify = |e: io::Error| match e.kind() {
+        io::ErrorKind::NotFound => OpenRegularError::NotFound(e),
+        _ => OpenRegularError::Io(e),
+    };
+    let metadata = fs::metadata(path).map_err(classify)?;
+    if !metadata.is_file() {
+        return Err(OpenRegularError::NotRegular(file_kind(metadata.file_type())));
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(classify)?;
+    let metadata = file.metadata().map_err(OpenRegularError::Io)?;
+    if !metadata.is_file() {
+        return Err(OpenRegularError::NotRegular(file_kind(metadata.file_type())));
+    }
+    Ok((file, metadata.len()))
+}
+
+/// A zeroed buffer of `len` bytes, or an error instead of an abort when memory is short.
+fn zeroed_buffer(len: usize, what: &str) -> Result<Vec<u8>, CliError> {
+    let mut buffer = Vec::new();
+    buffer
+        .try_reserve_exact(len)
+        .map_err(|_| cli_error!("cannot allocate {len} bytes for {what}; nothing written"))?;
+    buffer.resize(len, 0);
+    Ok(buffer)
+}
+
 /// Makes renames and removals in `dir` durable.
 fn sync_dir(dir: &Path) -> Result<(), CliError> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_error("sync directory", dir, e))
@@ -371,13 +456,32 @@ impl AtomicFile {
             .ok_or_else(|| cli_error!("{} is not a file name", final_path.display()))?;
         let temp_name = format!(".{}.{}.weft-tmp", name.to_string_lossy(), std::process::id());
         let temp_path = parent_dir(final_path).join(temp_name);
+        let not_regular = |kind: &str| {
+            cli_error!(
+                "{} is {kind}, not a regular file; refusing to write through it",
+                temp_path.display()
+            )
+        };
+        // Never write into whatever already sits at the temporary name unless it is a plain
+        // file: no following a symbolic link, no blocking on a FIFO, no writing to a device.
+        match fs::symlink_metadata(&temp_path) {
+            Ok(metadata) if !metadata.is_file() => {
+                return Err(not_regular(file_kind(metadata.file_type())))
+            }
+            _ => {}
+        }
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(&temp_path)
             .map_err(|e| io_error("create", &temp_path, e))?;
+        let metadata = file.metadata().map_err(|e| io_error("create", &temp_path, e))?;
+        if !metadata.is_file() {
+            return Err(not_regular(file_kind(metadata.file_type())));
+        }
         Ok(AtomicFile { file, temp_path, final_path: final_path.to_path_buf(), committed: false })
     }
 
@@ -515,19 +619,30 @@ impl UnitSet {
                 dir.display()
             )
         };
-        let metadata = match fs::metadata(&path) {
-            Ok(metadata) => metadata,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(not_encoded()),
-            Err(e) => return Err(io_error("read", &path, e)),
+        let too_big = |len: u64| {
+            cli_error!(
+                "{} is {len} bytes, more than any weft manifest ({MAX_MANIFEST_BYTES})",
+                path.display()
+            )
         };
-        if metadata.len() > MAX_MANIFEST_BYTES {
-            return Err(cli_error!(
-                "{} is {} bytes, more than any weft manifest ({MAX_MANIFEST_BYTES})",
-                path.display(),
-                metadata.len()
-            ));
+        let (file, len) = match open_regular(&path) {
+            Ok(opened) => opened,
+            Err(OpenRegularError::NotFound(_)) => return Err(not_encoded()),
+            Err(OpenRegularError::NotRegular(kind)) => {
+                return Err(cli_error!("{} is {kind}, not a regular file", path.display()))
+            }
+            Err(OpenRegularError::Io(e)) => return Err(io_error("read", &path, e)),
+        };
+        if len > MAX_MANIFEST_BYTES {
+            return Err(too_big(len));
         }
-        let bytes = fs::read(&path).map_err(|e| io_error("read", &path, e))?;
+        let mut bytes = Vec::new();
+        file.take(MAX_MANIFEST_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| io_error("read", &path, e))?;
+        if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+            return Err(too_big(bytes.len() as u64));
+        }
         let manifest: Manifest = serde_json::from_slice(&bytes)
             .map_err(|e| cli_error!("{} is not a weft-ec manifest: {e}", path.display()))?;
         UnitSet::from_manifest(dir, &path, manifest)
@@ -563,19 +678,28 @@ impl UnitSet {
         let original_len =
             usize::try_from(manifest.original_len).map_err(|_| too_big("original_len"))?;
         let unit_len = usize::try_from(manifest.unit_len).map_err(|_| too_big("unit_len"))?;
-        let segment_bytes =
-            usize::try_from(manifest.segment_bytes).map_err(|_| too_big("segment_bytes"))?;
+        // Every later size (windows, buffers, offsets) derives from these numbers, so they are
+        // pinned to the values encode writes: S is the format's constant and L follows from N.
+        if manifest.segment_bytes != SEGMENT_BYTES as u64 {
+            return Err(bad(format!(
+                "segment_bytes is {}; version {FORMAT_VERSION} always uses {SEGMENT_BYTES}",
+                manifest.segment_bytes
+            )));
+        }
+        let segment_bytes = SEGMENT_BYTES;
+        // No file is longer than i64::MAX bytes (and this keeps the arithmetic below exact).
+        if manifest.original_len > i64::MAX as u64 {
+            return Err(bad(format!("original_len {} is larger than any file", original_len)));
+        }
         if unit_len == 0 || code.check_unit_len(unit_len).is_err() {
             return Err(bad(format!("unit_len {unit_len} is not a valid unit length for {spec}")));
         }
-        if unit_len.checked_mul(code.data_units()).is_none_or(|total| total < original_len) {
+        let expected_unit_len = unit_len_for(code.as_ref(), original_len);
+        if unit_len != expected_unit_len {
             return Err(bad(format!(
-                "{} units of {unit_len} bytes cannot hold original_len {original_len}",
-                code.data_units()
+                "unit_len {unit_len} does not fit original_len {original_len}: {spec} cuts \
+                 {original_len} bytes into units of {expected_unit_len}"
             )));
-        }
-        if segment_bytes == 0 {
-            return Err(bad("segment_bytes is 0".into()));
         }
         let n = code.total_units();
         if manifest.units.len() != n {
@@ -637,19 +761,47 @@ impl UnitSet {
         self.dir.join(&self.names[unit])
     }
 
-    /// Opens every unit file; a missing one is `Missing`, one that fails to open `Unreadable`.
-    fn open_units(&self) -> Vec<UnitFile> {
+    /// Opens every unit file and checks it against the manifest: a missing one is `Missing`,
+    /// one that fails to open `Unreadable`, one longer than `unit_len` `TooLong`. A unit that
+    /// is not a regular file (FIFO, device, socket, directory) is refused outright: it is not
+    /// a damaged unit but something that must not be read (a FIFO would block forever).
+    fn open_units(&self) -> Result<Vec<UnitFile>, CliError> {
         (0..self.total_units())
-            .map(|unit| match File::open(self.unit_path(unit)) {
-                Ok(file) => UnitFile::Present(file),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => UnitFile::Missing,
-                Err(e) => UnitFile::Unreadable(e.to_string()),
+            .map(|unit| {
+                let path = self.unit_path(unit);
+                Ok(match open_regular(&path) {
+                    Ok((_, len)) if len > self.unit_len as u64 => UnitFile::TooLong(len),
+                    Ok((file, len)) => UnitFile::Present { file, len },
+                    Err(OpenRegularError::NotFound(_)) => UnitFile::Missing,
+                    Err(OpenRegularError::Io(e)) => UnitFile::Unreadable(e.to_string()),
+                    Err(OpenRegularError::NotRegular(kind)) => {
+                        return Err(cli_error!(
+                            "unit {unit} ({}) is {kind}, not a regular file; move it away \
+                             (a missing unit counts as lost); nothing read or written",
+                            path.display()
+                        ))
+                    }
+                })
             })
             .collect()
     }
 
+    /// Why a unit file cannot be used whole, from its length alone (nothing is read): `None`
+    /// when it is exactly `unit_len` bytes long.
+    fn unusable(&self, file: &UnitFile) -> Option<String> {
+        let unit_len = self.unit_len;
+        match file {
+            UnitFile::Present { len, .. } if *len == unit_len as u64 => None,
+            UnitFile::Present { len, .. } => Some(format!("truncated ({len} of {unit_len} bytes)")),
+            UnitFile::TooLong(len) => Some(too_long(*len, unit_len)),
+            UnitFile::Missing => Some("missing".into()),
+            UnitFile::Unreadable(error) => Some(format!("unreadable ({error})")),
+        }
+    }
+
     /// Reads unit bytes `[start, start + buf.len())` (`start` on a segment boundary) into `buf`
-    /// and checks every segment they cover. Bytes that could not be read are zeroed.
+    /// and checks every segment they cover. The contents of `buf` are unspecified in segments
+    /// that are not intact.
     fn read_window(
         &self,
         unit: usize,
@@ -668,7 +820,17 @@ impl UnitSet {
                     ..whole(SegmentState::Unreadable)
                 }
             }
-            UnitFile::Present(file) => match read_at_most(file, buf, start) {
+            UnitFile::TooLong(len) => {
+                return WindowCheck {
+                    error: Some(too_long(*len, self.unit_len)),
+                    ..whole(SegmentState::TooLong)
+                }
+            }
+            // Nothing to read past the end of a short file.
+            UnitFile::Present { len, .. } if start as u64 >= *len => {
+                return whole(SegmentState::Short)
+            }
+            UnitFile::Present { file, .. } => match read_at_most(file, buf, start) {
                 Ok(got) => got,
                 Err(e) => {
                     return WindowCheck {
@@ -717,11 +879,24 @@ impl UnitSet {
     }
 }
 
+/// One unit file as found on disk, checked against the manifest.
 #[derive(Debug)]
 enum UnitFile {
-    Present(File),
+    /// A regular file of `len` ≤ `unit_len` bytes; segments past its end are `Short`.
+    Present {
+        file: File,
+        len: u64,
+    },
+    /// A regular file longer than `unit_len` (its length): not the unit the manifest
+    /// describes, so none of it is used.
+    TooLong(u64),
     Missing,
     Unreadable(String),
+}
+
+/// "75001 bytes long, expected 75000".
+fn too_long(len: u64, unit_len: usize) -> String {
+    format!("{len} bytes long, expected {unit_len}")
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -731,10 +906,13 @@ enum SegmentState {
     Unreadable,
     /// The unit file ends before this segment does.
     Short,
+    /// The unit file is longer than `unit_len`, so none of it is used.
+    TooLong,
     Corrupt,
 }
 
-/// The segments one window of one unit covers, and the IO error if it could not be read.
+/// The segments one window of one unit covers, and the IO error if it could not be read (or,
+/// for `TooLong`, the unit's length).
 #[derive(Debug, Clone)]
 struct WindowCheck {
     states: Vec<SegmentState>,
@@ -746,6 +924,7 @@ struct WindowCheck {
 struct UnitDamage {
     missing: bool,
     unreadable: Option<String>,
+    too_long: Option<String>,
     short: Vec<usize>,
     corrupt: Vec<usize>,
 }
@@ -762,6 +941,7 @@ impl UnitDamage {
                 SegmentState::Unreadable => {
                     self.unreadable = Some(check.error.clone().unwrap_or_default());
                 }
+                SegmentState::TooLong => self.too_long = check.error.clone(),
                 SegmentState::Short => self.short.push(segment),
                 SegmentState::Corrupt => self.corrupt.push(segment),
             }
@@ -771,6 +951,7 @@ impl UnitDamage {
     fn is_damaged(&self) -> bool {
         self.missing
             || self.unreadable.is_some()
+            || self.too_long.is_some()
             || !self.short.is_empty()
             || !self.corrupt.is_empty()
     }
@@ -783,6 +964,9 @@ impl UnitDamage {
         let mut parts = Vec::new();
         if let Some(error) = &self.unreadable {
             parts.push(format!("unreadable ({error})"));
+        }
+        if let Some(length) = &self.too_long {
+            parts.push(length.clone());
         }
         if !self.corrupt.is_empty() {
             parts.push(format!("corrupt in {}", describe_segments(&self.corrupt)));
@@ -859,18 +1043,23 @@ fn encode(args: &EncodeArgs) -> Result<(), CliError> {
     // Everything that can be refused is refused before the first byte is written.
     let spec = args.code.spec()?;
     let code = spec.build().map_err(|e| cli_error!("{e}"))?;
-    let input = File::open(&args.file).map_err(|e| io_error("open input file", &args.file, e))?;
-    let metadata = input.metadata().map_err(|e| io_error("read", &args.file, e))?;
-    if !metadata.is_file() {
-        return Err(cli_error!("{} is not a regular file", args.file.display()));
-    }
-    let original_len = usize::try_from(metadata.len())
+    let (input, input_len) = open_regular(&args.file).map_err(|e| match e {
+        OpenRegularError::NotFound(e) | OpenRegularError::Io(e) => {
+            io_error("open input file", &args.file, e)
+        }
+        OpenRegularError::NotRegular(kind) => {
+            cli_error!("{} is {kind}, not a regular file", args.file.display())
+        }
+    })?;
+    let original_len = usize::try_from(input_len)
         .map_err(|_| cli_error!("{} is too large for this machine", args.file.display()))?;
     let k = code.data_units();
     let n = code.total_units();
     let unit_len = unit_len_for(code.as_ref(), original_len);
     code.check_unit_len(unit_len).map_err(|e| cli_error!("{e}"))?;
     let window = window_len(code.as_ref(), unit_len, SEGMENT_BYTES, args.window);
+    let mut buffers: Vec<Vec<u8>> =
+        (0..n).map(|_| zeroed_buffer(window, "the encode window")).collect::<Result<_, _>>()?;
 
     let dir = &args.output;
     if dir.exists() && !dir.is_dir() {
@@ -895,7 +1084,6 @@ fn encode(args: &EncodeArgs) -> Result<(), CliError> {
         .iter()
         .map(|name| AtomicFile::create(&dir.join(name)))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut buffers: Vec<Vec<u8>> = vec![vec![0u8; window]; n];
     let mut checksums: Vec<Vec<String>> =
         vec![Vec::with_capacity(unit_len.div_ceil(SEGMENT_BYTES)); n];
     let bar = progress_bar(original_len, args.json, "encoding");
@@ -980,31 +1168,86 @@ fn encode(args: &EncodeArgs) -> Result<(), CliError> {
 // decode
 // ---------------------------------------------------------------------------------------------
 
+/// Refuses an output path that must not be replaced: a directory, anything that is not a
+/// regular file or a symbolic link (a FIFO, a device: never written through, never replaced,
+/// even with --force), and an existing file without --force. The output itself is written
+/// under a temporary name and renamed over the path, so a symbolic link is replaced, not
+/// followed.
+fn check_output(path: &Path, force: bool) -> Result<(), CliError> {
+    let metadata = match fs::symlink_metadata(path) {
+        Ok(metadata) => metadata,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_error("inspect", path, e)),
+    };
+    let file_type = metadata.file_type();
+    if file_type.is_dir() || (file_type.is_symlink() && path.is_dir()) {
+        return Err(cli_error!("{} is a directory; give a file name", path.display()));
+    }
+    if !file_type.is_file() && !file_type.is_symlink() {
+        return Err(cli_error!(
+            "{} is {}, not a regular file; refusing to replace it",
+            path.display(),
+            file_kind(file_type)
+        ));
+    }
+    if !force {
+        return Err(cli_error!("{} exists; pass --force to replace it", path.display()));
+    }
+    Ok(())
+}
+
+/// "rs(4,2) recovers at most 2" or "… cannot recover this combination".
+fn tolerance(set: &UnitSet, lost: usize) -> String {
+    let limit = set.code.parity_units();
+    if lost > limit {
+        format!("{} recovers at most {limit}", set.spec)
+    } else {
+        format!("{} cannot recover this combination", set.spec)
+    }
+}
+
 fn decode(args: &DecodeArgs) -> Result<(), CliError> {
     let set = UnitSet::load(&args.dir)?;
-    if args.output.is_dir() {
-        return Err(cli_error!("{} is a directory; give a file name", args.output.display()));
-    }
-    if args.output.exists() && !args.force {
-        return Err(cli_error!("{} exists; pass --force to replace it", args.output.display()));
-    }
+    check_output(&args.output, args.force)?;
     let code = set.code.as_ref();
     let (k, n) = (code.data_units(), code.total_units());
     let unit_len = set.unit_len;
     let segment_bytes = set.segment_bytes;
     let byte_local = code.byte_local();
     let window = window_len(code, unit_len, segment_bytes, args.window);
-    let files = set.open_units();
+    let files = set.open_units()?;
+    let mut decodability = Decodability::new(code);
 
+    // The manifest against the files, before anything is created or sized from its numbers:
+    // a unit that is not exactly unit_len bytes is lost at least in the last segment (a short
+    // one there, a missing or too long one everywhere), so if those units are too many the
+    // decode would fail there anyway. Say so now, from the lengths alone.
+    let unusable: Vec<(usize, String)> = files
+        .iter()
+        .enumerate()
+        .filter_map(|(unit, file)| set.unusable(file).map(|why| (unit, why)))
+        .collect();
+    let lost: Vec<usize> = unusable.iter().map(|&(unit, _)| unit).collect();
+    if !decodability.check(&lost) {
+        let list: Vec<String> =
+            unusable.iter().map(|(unit, why)| format!("{} {why}", set.names[*unit])).collect();
+        return Err(cli_error!(
+            "cannot decode: {} units lost or corrupt ({}); {}; nothing written",
+            lost.len(),
+            list.join(", "),
+            tolerance(&set, lost.len())
+        ));
+    }
+
+    let mut buffers: Vec<Vec<u8>> =
+        (0..n).map(|_| zeroed_buffer(window, "the decode window")).collect::<Result<_, _>>()?;
     let output = AtomicFile::create(&args.output)?;
     output
         .file
         .set_len(set.original_len as u64)
         .map_err(|e| io_error("size", &output.temp_path, e))?;
-    let mut decodability = Decodability::new(code);
     let mut damage: BTreeMap<usize, UnitDamage> = BTreeMap::new();
     let mut rebuilt_bytes = 0usize;
-    let mut buffers: Vec<Vec<u8>> = vec![vec![0u8; window]; n];
     let bar = progress_bar(set.original_len, args.json, "decoding");
     for (start, len) in windows(unit_len, window) {
         let first_segment = start / segment_bytes;
@@ -1137,16 +1380,11 @@ fn undecodable(
     } else {
         String::new()
     };
-    let limit = set.code.parity_units();
-    let tolerance = if lost.len() > limit {
-        format!("{} recovers at most {limit}", set.spec)
-    } else {
-        format!("{} cannot recover this combination", set.spec)
-    };
     cli_error!(
-        "cannot decode: {} units lost or corrupt{place} ({}); {tolerance}; nothing written",
+        "cannot decode: {} units lost or corrupt{place} ({}); {}; nothing written",
         lost.len(),
-        list.join(", ")
+        list.join(", "),
+        tolerance(set, lost.len())
     )
 }
 
@@ -1184,22 +1422,12 @@ fn repair(args: &RepairArgs) -> Result<(), CliError> {
     }
     let unit_len = set.unit_len;
     let segment_bytes = set.segment_bytes;
-    let files = set.open_units();
-    // Cheap checks first: a missing or short file is unavailable without reading a byte.
+    let files = set.open_units()?;
+    // Cheap checks first: a missing file, or one whose length is not unit_len, is unavailable
+    // without reading a byte.
     let mut skipped: Vec<Skipped> = Vec::new();
     for (unit, file) in files.iter().enumerate().filter(|&(unit, _)| unit != target) {
-        let reason = match file {
-            UnitFile::Missing => Some("missing".to_string()),
-            UnitFile::Unreadable(error) => Some(format!("unreadable ({error})")),
-            UnitFile::Present(file) => match file.metadata() {
-                Ok(metadata) if metadata.len() < unit_len as u64 => {
-                    Some(format!("truncated ({} of {unit_len} bytes)", metadata.len()))
-                }
-                Ok(_) => None,
-                Err(e) => Some(format!("unreadable ({e})")),
-            },
-        };
-        if let Some(reason) = reason {
+        if let Some(reason) = set.unusable(file) {
             skipped.push(Skipped { unit, reason });
         }
     }
@@ -1233,7 +1461,7 @@ fn repair(args: &RepairArgs) -> Result<(), CliError> {
     let mut used: Vec<ReadRange> = Vec::new();
     let mut discarded: Vec<Discarded> = Vec::new();
     let mut io_bytes = 0usize;
-    let mut rebuilt = vec![0u8; window];
+    let mut rebuilt = zeroed_buffer(window, "the rebuilt unit")?;
     for (start, len) in windows(unit_len, window) {
         // Each pass either rebuilds the window or skips one more helper (and `plan_for` fails
         // once too many are skipped), so there are at most n passes.
@@ -1371,10 +1599,10 @@ fn read_verified(
     let aligned_start = range.offset / set.segment_bytes * set.segment_bytes;
     let aligned_end =
         end.div_ceil(set.segment_bytes).saturating_mul(set.segment_bytes).min(set.unit_len);
-    let mut buffer = vec![0u8; aligned_end - aligned_start];
+    let mut buffer = zeroed_buffer(aligned_end - aligned_start, "a repair read")?;
     let check = set.read_window(range.unit, file, aligned_start, &mut buffer);
     let io_bytes = match file {
-        UnitFile::Present(_) => buffer.len(),
+        UnitFile::Present { .. } => buffer.len(),
         _ => 0,
     };
     let mut damage = UnitDamage::default();
@@ -1413,7 +1641,7 @@ fn verify(args: &VerifyArgs) -> Result<(), CliError> {
     let n = code.total_units();
     let segment_bytes = set.segment_bytes;
     let segment_count = set.unit_len.div_ceil(segment_bytes);
-    let files = set.open_units();
+    let files = set.open_units()?;
     // Checking is per segment whatever the code, so any whole number of segments per read will
     // do: about 1 MiB keeps memory small.
     let window = VERIFY_READ_BYTES.div_ceil(segment_bytes).saturating_mul(segment_bytes);
@@ -1430,7 +1658,7 @@ fn verify(args: &VerifyArgs) -> Result<(), CliError> {
             unit_states.extend(check.states);
         }
         lengths.push(match file {
-            UnitFile::Present(file) => file.metadata().ok().map(|m| m.len()),
+            UnitFile::Present { len, .. } | UnitFile::TooLong(len) => Some(*len),
             _ => None,
         });
         states.push(unit_states);

@@ -3,10 +3,13 @@
 //! Every expectation is computed independently of the binary: unit bytes from the file
 //! itself and from `weft_codes` (the library), checksums with `crc32c`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
+use std::io::Read;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{RngCore, SeedableRng};
@@ -642,4 +645,262 @@ fn every_code_family_round_trips_and_repairs_from_its_plan() {
             "{name}: repair read exactly its plan ({report})"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile directories: crafted manifests, units that are not regular files
+// ---------------------------------------------------------------------------------------------
+
+/// Far longer than any of these commands needs; a hang (a FIFO opened for reading with no
+/// writer blocks forever) fails the test instead of stalling CI.
+const HANG_LIMIT: Duration = Duration::from_secs(60);
+
+/// Runs weft, killing it and failing the test if it has not exited within [`HANG_LIMIT`].
+fn weft_within_limit(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("weft starts");
+    // Drain the pipes on threads so a chatty child cannot block on a full pipe.
+    let mut stdout = child.stdout.take().expect("stdout piped");
+    let mut stderr = child.stderr.take().expect("stderr piped");
+    let out = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = stdout.read_to_end(&mut bytes);
+        bytes
+    });
+    let err = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = stderr.read_to_end(&mut bytes);
+        bytes
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for weft") {
+            break status;
+        }
+        if started.elapsed() > HANG_LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("weft {args:?} still running after {HANG_LIMIT:?}: it hangs");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output { status, stdout: out.join().expect("stdout"), stderr: err.join().expect("stderr") }
+}
+
+/// Runs weft under the hang limit, asserts it exited (not killed by a signal: an allocation
+/// failure aborts) with a non-zero code and exactly one line on stderr; returns that line.
+fn fails_cleanly(args: &[&str]) -> String {
+    let output = weft_within_limit(args);
+    let stderr = text(&output.stderr);
+    assert!(
+        output.status.code().is_some_and(|code| code != 0),
+        "weft {args:?} should fail with an exit code, got {:?}; stderr: {stderr}",
+        output.status
+    );
+    assert_eq!(stderr.trim_end().lines().count(), 1, "weft {args:?}: one line on stderr: {stderr}");
+    stderr
+}
+
+/// Every entry of a directory: its kind and, for regular files, its bytes.
+fn snapshot(dir: &Path) -> BTreeMap<String, (String, Vec<u8>)> {
+    fs::read_dir(dir)
+        .expect("read dir")
+        .map(|entry| {
+            let entry = entry.expect("entry");
+            let file_type = entry.file_type().expect("file type");
+            let bytes =
+                if file_type.is_file() { fs::read(entry.path()).expect("read") } else { vec![] };
+            let kind = if file_type.is_fifo() {
+                "fifo"
+            } else if file_type.is_dir() {
+                "dir"
+            } else if file_type.is_file() {
+                "file"
+            } else {
+                "other"
+            };
+            (entry.file_name().to_string_lossy().into_owned(), (kind.to_string(), bytes))
+        })
+        .collect()
+}
+
+fn mkfifo(path: &Path) {
+    let status = Command::new("mkfifo").arg(path).status().expect("mkfifo runs");
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+fn write_manifest(scene: &Scene, manifest: &Value) {
+    fs::write(scene.dir.join("manifest.json"), serde_json::to_vec(manifest).unwrap()).unwrap();
+}
+
+#[test]
+fn crafted_huge_unit_len_is_refused_not_allocated() {
+    const TIB: u64 = 1 << 40;
+    let scene = Scene::new(300_000, 120);
+    scene.encode(&["--code", "rs(4,2)"]);
+    let original = scene.manifest();
+
+    // unit_len 2^40 with every other field made to agree with it: N = k·L, one checksum per
+    // unit because the segment is as large as the unit. Before validation this aborted on a
+    // 1 TiB allocation (and left a 4 TiB temporary output behind).
+    let mut crafted = original.clone();
+    crafted["unit_len"] = TIB.into();
+    crafted["original_len"] = (4 * TIB).into();
+    crafted["segment_bytes"] = TIB.into();
+    for unit in crafted["units"].as_array_mut().unwrap() {
+        let first = unit["segments"][0].clone();
+        unit["segments"] = Value::Array(vec![first]);
+    }
+    // Only unit_len changed.
+    let mut lone = original.clone();
+    lone["unit_len"] = TIB.into();
+
+    for (manifest, expect) in [(&crafted, "segment_bytes"), (&lone, "unit_len")] {
+        write_manifest(&scene, manifest);
+        let before = snapshot(&scene.root);
+        let before_dir = snapshot(&scene.dir);
+        let output = scene.root.join("decoded.bin");
+        let started = Instant::now();
+        let stderr =
+            fails_cleanly(&["ec", "decode", path_str(&scene.dir), "-o", path_str(&output)]);
+        assert!(started.elapsed() < Duration::from_secs(20), "refused quickly");
+        assert!(stderr.contains("manifest.json") && stderr.contains(expect), "{stderr}");
+        for command in [&["verify"][..], &["repair", "--unit", "0"][..]] {
+            let mut args = vec!["ec", command[0], path_str(&scene.dir)];
+            args.extend_from_slice(&command[1..]);
+            let stderr = fails_cleanly(&args);
+            assert!(stderr.contains(expect), "{stderr}");
+        }
+        assert_eq!(snapshot(&scene.root), before, "nothing created");
+        assert_eq!(snapshot(&scene.dir), before_dir, "nothing modified");
+    }
+}
+
+#[test]
+fn manifest_that_the_unit_files_do_not_back_is_refused_before_decoding() {
+    // A self-consistent manifest (L follows from N, full checksum lists) for 64 MiB units,
+    // over unit files of a few hundred KiB: decode refuses from the lengths alone, before it
+    // creates the output or sizes a window from L (clay, not byte-local, would use W = L).
+    for name in ["rs(4,2)", "clay(4,2)"] {
+        let scene = Scene::new(300_000, 121);
+        scene.encode(&["--code", name]);
+        let code = CodeSpec::parse(name).unwrap().build().unwrap();
+        let original_len = 4 * 64 * MIB;
+        let unit_len = code.unit_len_for(original_len).max(code.unit_len_multiple());
+        let mut manifest = scene.manifest();
+        manifest["original_len"] = original_len.into();
+        manifest["unit_len"] = unit_len.into();
+        let segments = vec![Value::from("00000000"); unit_len.div_ceil(SEGMENT_BYTES)];
+        for unit in manifest["units"].as_array_mut().unwrap() {
+            unit["segments"] = Value::Array(segments.clone());
+        }
+        write_manifest(&scene, &manifest);
+        let before = snapshot(&scene.root);
+        let before_dir = snapshot(&scene.dir);
+        let output = scene.root.join("decoded.bin");
+        let stderr =
+            fails_cleanly(&["ec", "decode", path_str(&scene.dir), "-o", path_str(&output)]);
+        assert!(stderr.contains("truncated") && stderr.contains("nothing written"), "{stderr}");
+        assert!(stderr.contains(&format!("of {unit_len} bytes")), "{stderr}");
+        let stderr = fails_cleanly(&["ec", "repair", path_str(&scene.dir), "--unit", "0"]);
+        assert!(stderr.contains("truncated"), "{stderr}");
+        assert_eq!(snapshot(&scene.root), before, "{name}: nothing created");
+        assert_eq!(snapshot(&scene.dir), before_dir, "{name}: nothing modified");
+    }
+}
+
+/// Replaces unit-01 with something that is not a regular file, then checks that decode,
+/// verify and repair each refuse it promptly, naming it, and leave everything as it was.
+fn assert_non_regular_unit_refused(make: fn(&Path), kind: &str) {
+    let scene = Scene::new(300_000, 122);
+    scene.encode(&["--code", "rs(4,2)"]);
+    fs::remove_file(scene.unit(1)).unwrap();
+    make(&scene.unit(1));
+    let before = snapshot(&scene.root);
+    let before_dir = snapshot(&scene.dir);
+    let output = scene.root.join("decoded.bin");
+    let dir = path_str(&scene.dir);
+    let runs: [&[&str]; 5] = [
+        &["ec", "decode", dir, "-o", path_str(&output)],
+        &["ec", "verify", dir],
+        &["ec", "verify", dir, "--json"],
+        &["ec", "repair", dir, "--unit", "0"],
+        &["ec", "repair", dir, "--unit", "1"],
+    ];
+    for args in runs {
+        let stderr = fails_cleanly(args);
+        assert!(stderr.contains("unit-01") && stderr.contains(kind), "{args:?}: {stderr}");
+        assert!(stderr.contains("not a regular file"), "{args:?}: {stderr}");
+        assert_eq!(snapshot(&scene.root), before, "{args:?}: nothing created");
+        assert_eq!(snapshot(&scene.dir), before_dir, "{args:?}: nothing modified");
+    }
+}
+
+#[test]
+fn fifo_unit_is_refused_without_hanging() {
+    assert_non_regular_unit_refused(mkfifo, "FIFO");
+}
+
+#[test]
+fn directory_unit_is_refused() {
+    assert_non_regular_unit_refused(|path| fs::create_dir(path).unwrap(), "directory");
+}
+
+#[test]
+fn fifo_output_or_input_is_refused_without_hanging() {
+    let scene = Scene::new(100_000, 123);
+    scene.encode(&["--code", "rs(4,2)"]);
+    let output = scene.root.join("out.fifo");
+    mkfifo(&output);
+    let before = snapshot(&scene.root);
+    for force in [false, true] {
+        let mut args = vec!["ec", "decode", path_str(&scene.dir), "-o", path_str(&output)];
+        if force {
+            args.push("--force");
+        }
+        let stderr = fails_cleanly(&args);
+        assert!(stderr.contains("out.fifo"), "{stderr}");
+        assert_eq!(snapshot(&scene.root), before, "the FIFO is still there, nothing else is");
+    }
+    // Encoding a FIFO used to block in open until a writer came.
+    let fifo_input = scene.root.join("input.fifo");
+    mkfifo(&fifo_input);
+    let other = scene.root.join("other");
+    let stderr = fails_cleanly(&[
+        "ec",
+        "encode",
+        path_str(&fifo_input),
+        "--code",
+        "rs(4,2)",
+        "-o",
+        path_str(&other),
+    ]);
+    assert!(stderr.contains("input.fifo") && stderr.contains("not a regular file"), "{stderr}");
+    assert!(!other.exists());
+}
+
+#[test]
+fn unit_of_the_wrong_length_counts_as_damaged() {
+    let scene = Scene::new(300_000, 124);
+    scene.encode(&["--code", "rs(4,2)"]);
+    let unit_len = scene.manifest()["unit_len"].as_u64().unwrap() as usize;
+    let mut long = fs::read(scene.unit(2)).unwrap();
+    long.push(0);
+    fs::write(scene.unit(2), &long).unwrap();
+    let problem = format!("{} bytes long, expected {unit_len}", unit_len + 1);
+    let stdout = scene.assert_decodes(&[]);
+    assert!(stdout.contains(&format!("unit-02 {problem}")), "{stdout}");
+    let stderr = fails(&["ec", "verify", path_str(&scene.dir)]);
+    assert!(stderr.contains("still decodable"), "{stderr}");
+    let report: Value =
+        serde_json::from_str(&ok(&["ec", "repair", path_str(&scene.dir), "--unit", "0", "--json"]))
+            .unwrap();
+    assert!(report["skipped"].to_string().contains(&problem), "{report}");
+    ok(&["ec", "repair", path_str(&scene.dir), "--unit", "2"]);
+    ok(&["ec", "verify", path_str(&scene.dir)]);
 }
