@@ -24,6 +24,8 @@
 //!   seen before with that timestamp, and an HMAC over the method, the raw path and query,
 //!   the principal, the audience, the timestamp, the nonce and the body's SHA-256
 //!   (`x-weft-content-sha256`). Anything else is refused before any handler runs.
+//! - Replay memory lives in one process, so a verifier refuses timestamps from before it was
+//!   made: a request captured before a restart cannot be replayed to the new process.
 //! - Replay memory is bounded: nonces are kept only while their timestamp is acceptable, at
 //!   most [`MAX_REMEMBERED_NONCES`] of them; past that, requests are refused as busy (never
 //!   accepted unchecked).
@@ -90,6 +92,8 @@ pub enum AuthError {
     UnknownPrincipal(String),
     /// The timestamp is further than [`MAX_SKEW_MS`] from this audience's clock.
     Skewed { timestamp_ms: u64, now_ms: u64 },
+    /// The timestamp is from before this server started (its replay memory starts empty).
+    BeforeStart { timestamp_ms: u64, started_ms: u64 },
     /// The signature does not match (wrong key, or the request was altered).
     BadSignature,
     /// This exact signed request was seen already.
@@ -119,6 +123,11 @@ impl fmt::Display for AuthError {
                 "the request was signed at {timestamp_ms} ms, {} ms from this server's clock \
                  ({now_ms}); at most {MAX_SKEW_MS} ms is accepted (check the clocks)",
                 timestamp_ms.abs_diff(*now_ms)
+            ),
+            AuthError::BeforeStart { timestamp_ms, started_ms } => write!(
+                f,
+                "the request was signed at {timestamp_ms} ms, before this server started \
+                 ({started_ms}); sign it again (a replay after a restart, or clocks out of step)"
             ),
             AuthError::BadSignature => write!(
                 f,
@@ -591,6 +600,8 @@ pub struct Verifier {
     allow_unsigned_payload: bool,
     memory: Mutex<ReplayMemory>,
     limit: usize,
+    /// When this verifier was made: earlier timestamps are refused.
+    started_ms: u64,
 }
 
 /// A request head as the verifier needs it.
@@ -636,7 +647,14 @@ impl Verifier {
             allow_unsigned_payload,
             memory: Mutex::new(ReplayMemory::default()),
             limit: MAX_REMEMBERED_NONCES,
+            started_ms: now_ms(),
         }
+    }
+
+    /// The same verifier, as if started at `started_ms` (tests with made-up timestamps).
+    pub fn started_at(mut self, started_ms: u64) -> Verifier {
+        self.started_ms = started_ms;
+        self
     }
 
     /// The same verifier with a smaller replay memory (tests of the bound).
@@ -692,6 +710,12 @@ impl Verifier {
         };
         if parsed.timestamp_ms.abs_diff(now_ms) > MAX_SKEW_MS {
             return Err(AuthError::Skewed { timestamp_ms: parsed.timestamp_ms, now_ms });
+        }
+        if parsed.timestamp_ms < self.started_ms {
+            return Err(AuthError::BeforeStart {
+                timestamp_ms: parsed.timestamp_ms,
+                started_ms: self.started_ms,
+            });
         }
         let text = string_to_sign(
             head.method,

@@ -80,7 +80,7 @@ fn every_altered_field_breaks_the_signature() {
 #[test]
 fn missing_malformed_stale_and_unsigned_bodies_are_refused() {
     let secret = ClusterSecret::generate();
-    let verifier = Verifier::for_meta(&secret);
+    let verifier = Verifier::for_meta(&secret).started_at(0);
     let hash = content_hash(b"");
     let now = now_ms();
     assert_eq!(verifier.verify(head(None, Some(&hash)), now), Err(AuthError::Missing));
@@ -196,7 +196,7 @@ fn a_node_accepts_only_its_own_key_and_meta_accepts_every_node() {
 #[test]
 fn replay_memory_is_bounded_and_forgets_what_cannot_be_accepted_anymore() {
     let secret = ClusterSecret::generate();
-    let verifier = Verifier::for_meta(&secret).with_nonce_limit(3);
+    let verifier = Verifier::for_meta(&secret).with_nonce_limit(3).started_at(0);
     let signer = secret.signer_for(Audience::Meta);
     let hash = content_hash(b"");
     let now = now_ms();
@@ -265,4 +265,29 @@ fn sealed_secrets_open_only_with_the_same_key_and_context() {
     altered[last] = if altered[last] == b'0' { b'1' } else { b'0' };
     assert!(seal.open("WKABC", std::str::from_utf8(&altered).unwrap()).is_err());
     assert_ne!(seal.seal("WKABC", b"the secret"), sealed, "fresh nonce each time");
+}
+
+#[test]
+fn a_request_signed_before_the_verifier_started_is_refused() {
+    let secret = ClusterSecret::generate();
+    let signer = secret.signer_for(Audience::Meta);
+    let hash = content_hash(b"");
+    let before = now_ms() - 10;
+    let auth = signer.authorization_at(
+        "PUT",
+        "/v1/buckets/b",
+        "x=1",
+        &hash,
+        before,
+        &format!("{:032x}", 1),
+    );
+    // A verifier running when it was signed accepts it once...
+    let old = Verifier::for_meta(&secret).started_at(before - 1000);
+    assert!(old.verify(head(Some(&auth), Some(&hash)), now_ms()).is_ok());
+    // ...and one started since (a restarted meta, its replay memory empty) refuses it.
+    let restarted = Verifier::for_meta(&secret).started_at(before + 1);
+    assert!(matches!(
+        restarted.verify(head(Some(&auth), Some(&hash)), now_ms()),
+        Err(AuthError::BeforeStart { .. })
+    ));
 }

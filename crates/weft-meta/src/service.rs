@@ -161,6 +161,8 @@ struct Meta {
     repairs_completed: AtomicU64,
     /// Nodes allowed to heartbeat (mirrors the store's [`ENROLLED_NODES`] records).
     enrolled: RwLock<HashSet<u32>>,
+    /// Held across each enrolment change, so the set and the store change together.
+    enrolling: tokio::sync::Mutex<()>,
 }
 
 type Shared = Arc<Meta>;
@@ -257,6 +259,7 @@ pub async fn bind_with_repair(
         repair,
         repairs_completed: AtomicU64::new(0),
         enrolled: RwLock::new(enrolled),
+        enrolling: tokio::sync::Mutex::new(()),
     });
     let guard = Guard {
         verifier: Arc::new(Verifier::for_meta(&config.secret)),
@@ -417,12 +420,24 @@ fn seal_plain_access_keys(store: &RedbStore, seal: &SealKey) -> Result<(), MetaE
     }
 }
 
+/// A node id in a path: a decimal u32, else 400 with the services' JSON error body.
+fn node_id_of(text: &str) -> Result<u32, ApiError> {
+    text.parse().map_err(|_| {
+        ApiError::bad_request(format!(
+            "{text:?} is not a node id (a number from 0 to {})",
+            u32::MAX
+        ))
+    })
+}
+
 /// `PUT /v1/nodes/{id}`: enrol node `id` (it may then heartbeat). Idempotent; answers
 /// `{"id":N,"enrolled":true,"new":bool}`.
 async fn enrol_node(
     State(meta): State<Shared>,
-    Path(id): Path<u32>,
+    Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
+    let id = node_id_of(&id)?;
+    let _changing = meta.enrolling.lock().await;
     let known = meta.enrolled.read().expect("enrolment").contains(&id);
     if !known {
         let value = json!({ "enrolled_ms": now_ms() });
@@ -440,8 +455,10 @@ async fn enrol_node(
 /// its units repaired elsewhere). 404 `no_such_node` when it was not enrolled.
 async fn remove_node(
     State(meta): State<Shared>,
-    Path(id): Path<u32>,
+    Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
+    let id = node_id_of(&id)?;
+    let _changing = meta.enrolling.lock().await;
     let removed =
         blocking(&meta, move |store| store.delete_record(ENROLLED_NODES, &id.to_string())).await?;
     let was = meta.enrolled.write().expect("enrolment").remove(&id);

@@ -11,6 +11,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
+use weft_auth::{sign_reqwest::SendSigned, Audience, ClusterSecret, Signer};
 use weft_codes::CodeSpec;
 use weft_layout::{place, DiskLocation, FailureDomain, StripedLayout, Topology};
 use weft_meta::service::{bind, MetaConfig, RunningMeta};
@@ -26,6 +27,7 @@ struct Cluster {
     meta: Option<RunningMeta>,
     base: String,
     client: reqwest::Client,
+    secret: ClusterSecret,
 }
 
 fn layout(code: &str, width: usize) -> Value {
@@ -36,11 +38,14 @@ impl Cluster {
     /// Meta with `nodes` fake nodes of 2 disks and bucket "b" of rs(2,1), width 2, 4 KiB blocks.
     async fn start(nodes: u32) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = MetaConfig::new("127.0.0.1:0".parse().unwrap(), dir.path());
+        let secret = ClusterSecret::generate();
+        let mut config =
+            MetaConfig::new("127.0.0.1:0".parse().unwrap(), dir.path(), secret.clone());
         config.down_after_ms = 600_000;
         let meta = bind(config).await.unwrap();
         let base = meta.endpoint();
-        let cluster = Cluster { _dir: dir, meta: Some(meta), base, client: reqwest::Client::new() };
+        let client = reqwest::Client::new();
+        let cluster = Cluster { _dir: dir, meta: Some(meta), base, client, secret };
         for id in 1..=nodes {
             cluster.heartbeat(id).await;
         }
@@ -50,7 +55,11 @@ impl Cluster {
         cluster
     }
 
+    /// Enrols node `id` (idempotent) and posts a heartbeat signed with its key.
     async fn heartbeat(&self, id: u32) {
+        let (status, body) =
+            self.call(reqwest::Method::PUT, &format!("/v1/nodes/{id}"), Value::Null).await;
+        assert_eq!(status, 200, "{body}");
         let beat = json!({
             "node_id": id, "endpoint": format!("http://127.0.0.1:{}", 9000 + id), "pid": 1,
             "disks": [
@@ -58,15 +67,27 @@ impl Cluster {
                 {"index": 1, "dir": "/d1", "units": 0, "bytes": 0, "failed": null},
             ],
         });
-        assert_eq!(self.post("/v1/heartbeat", beat).await.0, 200);
+        let node = Signer::new(self.secret.node_key(id), Audience::Meta);
+        assert_eq!(self.call_as(&node, reqwest::Method::POST, "/v1/heartbeat", beat).await.0, 200);
     }
 
+    /// A request signed as the client.
     async fn call(&self, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
+        self.call_as(&self.secret.signer_for(Audience::Meta), method, path, body).await
+    }
+
+    async fn call_as(
+        &self,
+        signer: &Signer,
+        method: reqwest::Method,
+        path: &str,
+        body: Value,
+    ) -> (u16, Value) {
         let mut request = self.client.request(method, format!("{}{path}", self.base));
         if !body.is_null() {
             request = request.json(&body);
         }
-        let response = request.send().await.unwrap();
+        let response = request.send_signed(signer).await.unwrap();
         let status = response.status().as_u16();
         let text = response.text().await.unwrap();
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))

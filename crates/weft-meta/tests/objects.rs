@@ -3,14 +3,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Value};
+use weft_auth::{sign_reqwest::SendSigned, Audience, ClusterSecret, Signer};
 use weft_layout::StripedLayout;
 use weft_meta::service::{bind, FailureDomain, MetaConfig, RunningMeta};
 use weft_meta::unit_name;
 
 const MIB: u64 = 1 << 20;
 
-async fn start(dir: &std::path::Path, level: FailureDomain) -> RunningMeta {
-    let mut config = MetaConfig::new("127.0.0.1:0".parse().unwrap(), dir);
+async fn start(dir: &std::path::Path, level: FailureDomain, secret: &ClusterSecret) -> RunningMeta {
+    let mut config = MetaConfig::new("127.0.0.1:0".parse().unwrap(), dir, secret.clone());
     config.down_after_ms = 60_000;
     config.failure_domain = level;
     bind(config).await.expect("meta starts")
@@ -36,6 +37,8 @@ struct Cluster {
     meta: RunningMeta,
     base: String,
     client: reqwest::Client,
+    /// Signs as the client.
+    signer: Signer,
     _dir: tempfile::TempDir,
 }
 
@@ -51,21 +54,27 @@ impl Cluster {
         rack_of: impl Fn(u32) -> Option<u32>,
     ) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let meta = start(dir.path(), level).await;
+        let secret = ClusterSecret::generate();
+        let meta = start(dir.path(), level, &secret).await;
         let base = meta.endpoint();
         let client = reqwest::Client::new();
+        let signer = secret.signer_for(Audience::Meta);
         for id in 1..=nodes {
+            let url = format!("{base}/v1/nodes/{id}");
+            let response = client.put(url).send_signed(&signer).await.unwrap();
+            assert_eq!(response.status(), 200, "enrolling node {id}");
             let response = client
                 .post(format!("{base}/v1/heartbeat"))
                 .json(&heartbeat(id, rack_of(id)))
-                .send()
+                .send_signed(&Signer::new(secret.node_key(id), Audience::Meta))
                 .await
                 .unwrap();
             assert_eq!(response.status(), 200);
         }
-        let response = client.put(format!("{base}/v1/buckets/photos")).send().await.unwrap();
+        let response =
+            client.put(format!("{base}/v1/buckets/photos")).send_signed(&signer).await.unwrap();
         assert_eq!(response.status(), 201);
-        Cluster { meta, base, client, _dir: dir }
+        Cluster { meta, base, client, signer, _dir: dir }
     }
 
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
@@ -73,7 +82,7 @@ impl Cluster {
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let response = request.send().await.unwrap();
+        let response = request.send_signed(&self.signer).await.unwrap();
         let status = response.status().as_u16();
         (status, response.json().await.unwrap())
     }

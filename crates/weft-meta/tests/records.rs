@@ -3,10 +3,12 @@
 //! and that deleting an object deletes its `object_attributes` record.
 
 use serde_json::{json, Value};
+use weft_auth::{sign_reqwest::SendSigned, Audience, ClusterSecret, Signer};
 use weft_meta::service::{bind, MetaConfig};
 
 async fn call(
     client: &reqwest::Client,
+    signer: &Signer,
     method: reqwest::Method,
     url: String,
     body: Option<Value>,
@@ -15,7 +17,7 @@ async fn call(
     if let Some(body) = body {
         request = request.json(&body);
     }
-    let response = request.send().await.unwrap();
+    let response = request.send_signed(signer).await.unwrap();
     let status = response.status().as_u16();
     let text = response.text().await.unwrap();
     (status, serde_json::from_str(&text).unwrap_or(Value::Null))
@@ -24,34 +26,49 @@ async fn call(
 #[tokio::test]
 async fn records_are_created_once_listed_in_pages_and_refused_outside_their_namespaces() {
     let dir = tempfile::tempdir().unwrap();
-    let meta = bind(MetaConfig::new("127.0.0.1:0".parse().unwrap(), dir.path())).await.unwrap();
+    let secret = ClusterSecret::generate();
+    let signer = secret.signer_for(Audience::Meta);
+    let config = MetaConfig::new("127.0.0.1:0".parse().unwrap(), dir.path(), secret.clone());
+    let meta = bind(config).await.unwrap();
     let base = format!("{}/v1/records", meta.endpoint());
     let client = reqwest::Client::new();
     use reqwest::Method;
 
+    // Access-key records hold their secret sealed (a plain `secret_key` is refused: auth.rs).
+    let seal = secret.seal_key();
+    let (first, second) = (seal.seal("WK1", b"s"), seal.seal("WK1", b"t"));
     let url = format!("{base}/access_keys/WK1?if_absent=true");
     let (status, _) =
-        call(&client, Method::PUT, url.clone(), Some(json!({"secret_key": "s"}))).await;
+        call(&client, &signer, Method::PUT, url.clone(), Some(json!({"sealed_secret": first})))
+            .await;
     assert_eq!(status, 204);
-    let (status, body) = call(&client, Method::PUT, url, Some(json!({"secret_key": "t"}))).await;
+    let (status, body) =
+        call(&client, &signer, Method::PUT, url, Some(json!({"sealed_secret": second}))).await;
     assert_eq!((status, body["error"].as_str()), (409, Some("record_exists")));
-    let (status, body) = call(&client, Method::GET, format!("{base}/access_keys/WK1"), None).await;
-    assert_eq!((status, body), (200, json!({"name": "WK1", "value": {"secret_key": "s"}})));
+    let (status, body) =
+        call(&client, &signer, Method::GET, format!("{base}/access_keys/WK1"), None).await;
+    assert_eq!((status, body), (200, json!({"name": "WK1", "value": {"sealed_secret": first}})));
 
     for i in 0..5 {
         let url = format!("{base}/object_attributes/b/dir%2Fx/k{i}");
-        let (status, _) = call(&client, Method::PUT, url, Some(json!(i))).await;
+        let (status, _) = call(&client, &signer, Method::PUT, url, Some(json!(i))).await;
         assert_eq!(status, 204);
     }
-    let (_, page) =
-        call(&client, Method::GET, format!("{base}/object_attributes?prefix=b%2F&limit=3"), None)
-            .await;
+    let (_, page) = call(
+        &client,
+        &signer,
+        Method::GET,
+        format!("{base}/object_attributes?prefix=b%2F&limit=3"),
+        None,
+    )
+    .await;
     let names: Vec<&str> =
         page["records"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["b/dir/x/k0", "b/dir/x/k1", "b/dir/x/k2"]);
     assert_eq!(page["next_start_after"], "b/dir/x/k2");
     let (_, page) = call(
         &client,
+        &signer,
         Method::GET,
         format!("{base}/object_attributes?prefix=b%2F&start_after=b%2Fdir%2Fx%2Fk2"),
         None,
@@ -60,13 +77,21 @@ async fn records_are_created_once_listed_in_pages_and_refused_outside_their_name
     assert_eq!(page["records"].as_array().unwrap().len(), 2);
     assert_eq!(page["next_start_after"], Value::Null);
 
-    let (status, body) =
-        call(&client, Method::DELETE, format!("{base}/object_attributes/b/dir/x/k0"), None).await;
+    let (status, body) = call(
+        &client,
+        &signer,
+        Method::DELETE,
+        format!("{base}/object_attributes/b/dir/x/k0"),
+        None,
+    )
+    .await;
     assert_eq!((status, body["value"].clone()), (200, json!(0)));
     let (status, body) =
-        call(&client, Method::GET, format!("{base}/object_attributes/b/dir/x/k0"), None).await;
+        call(&client, &signer, Method::GET, format!("{base}/object_attributes/b/dir/x/k0"), None)
+            .await;
     assert_eq!((status, body["error"].as_str()), (404, Some("no_such_record")));
-    let (status, body) = call(&client, Method::GET, format!("{base}/secrets/x"), None).await;
+    let (status, body) =
+        call(&client, &signer, Method::GET, format!("{base}/secrets/x"), None).await;
     assert_eq!((status, body["error"].as_str()), (404, Some("no_such_namespace")));
     meta.stop().await.unwrap();
 }

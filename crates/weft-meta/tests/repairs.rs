@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
+use weft_auth::{sign_reqwest::SendSigned, Audience, ClusterSecret, Signer};
 use weft_layout::{DiskLocation, Placement, UnitId};
 use weft_meta::parse_unit_name;
 use weft_meta::service::{bind_with_repair, FailureDomain, MetaConfig, RepairConfig, RunningMeta};
@@ -48,26 +49,44 @@ struct Cluster {
     meta: Option<RunningMeta>,
     base: String,
     client: reqwest::Client,
+    secret: ClusterSecret,
     beats: Beats,
     beating: JoinHandle<()>,
 }
 
-fn start_heartbeats(base: String, beats: Beats, delay: Duration) -> JoinHandle<()> {
+/// Node `id`'s signer for its requests to meta.
+fn node_signer(secret: &ClusterSecret, id: u32) -> Signer {
+    Signer::new(secret.node_key(id), Audience::Meta)
+}
+
+/// Every [`HEARTBEAT_EVERY`], the heartbeats in `beats`, each signed with its node's key.
+fn start_heartbeats(
+    base: String,
+    secret: ClusterSecret,
+    beats: Beats,
+    delay: Duration,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         tokio::time::sleep(delay).await;
         let client = reqwest::Client::new();
         loop {
-            let now: Vec<Value> = beats.lock().unwrap().values().cloned().collect();
-            for beat in now {
-                let _ = client.post(format!("{base}/v1/heartbeat")).json(&beat).send().await;
+            let now: Vec<(u32, Value)> =
+                beats.lock().unwrap().iter().map(|(id, beat)| (*id, beat.clone())).collect();
+            for (id, beat) in now {
+                let request = client.post(format!("{base}/v1/heartbeat")).json(&beat);
+                let _ = request.send_signed(&node_signer(&secret, id)).await;
             }
             tokio::time::sleep(HEARTBEAT_EVERY).await;
         }
     })
 }
 
-async fn start_meta(dir: &std::path::Path, level: FailureDomain) -> RunningMeta {
-    let mut config = MetaConfig::new("127.0.0.1:0".parse().unwrap(), dir);
+async fn start_meta(
+    dir: &std::path::Path,
+    level: FailureDomain,
+    secret: &ClusterSecret,
+) -> RunningMeta {
+    let mut config = MetaConfig::new("127.0.0.1:0".parse().unwrap(), dir, secret.clone());
     config.down_after_ms = DOWN_AFTER_MS;
     config.failure_domain = level;
     bind_with_repair(config, repair_config()).await.expect("meta starts")
@@ -87,7 +106,8 @@ impl Cluster {
         rack_of: impl Fn(u32) -> Option<u32>,
     ) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let meta = start_meta(dir.path(), level).await;
+        let secret = ClusterSecret::generate();
+        let meta = start_meta(dir.path(), level, &secret).await;
         let base = meta.endpoint();
         let beat = |id: u32| {
             let mut beat = heartbeat(id, [None, None]);
@@ -99,13 +119,22 @@ impl Cluster {
         let beats: Beats = Arc::new(Mutex::new((1..=nodes).map(beat).collect()));
         let client = reqwest::Client::new();
         // The first round directly, so that placement sees every node at once.
-        let first: Vec<Value> = beats.lock().unwrap().values().cloned().collect();
-        for beat in first {
-            let response = client.post(format!("{base}/v1/heartbeat")).json(&beat).send();
-            assert_eq!(response.await.unwrap().status(), 200);
+        // Each node is enrolled first (as the client), then heartbeats with its own key.
+        let first: Vec<(u32, Value)> =
+            beats.lock().unwrap().iter().map(|(id, beat)| (*id, beat.clone())).collect();
+        let as_client = secret.signer_for(Audience::Meta);
+        for (id, beat) in first {
+            let enrol = client.put(format!("{base}/v1/nodes/{id}"));
+            let response = enrol.send_signed(&as_client).await.unwrap();
+            assert_eq!(response.status(), 200, "enrolling node {id}");
+            let response = client.post(format!("{base}/v1/heartbeat")).json(&beat);
+            let response = response.send_signed(&node_signer(&secret, id)).await.unwrap();
+            assert_eq!(response.status(), 200);
         }
-        let beating = start_heartbeats(base.clone(), beats.clone(), HEARTBEAT_EVERY);
-        let cluster = Cluster { dir, level, meta: Some(meta), base, client, beats, beating };
+        let beating =
+            start_heartbeats(base.clone(), secret.clone(), beats.clone(), HEARTBEAT_EVERY);
+        let cluster =
+            Cluster { dir, level, meta: Some(meta), base, client, secret, beats, beating };
         let policy = json!({"code": "rs(2,1)", "stripe_width": 2, "cell_bytes": MIB,
                             "block_bytes": MIB});
         let (status, body) = cluster.call(reqwest::Method::PUT, "/v1/buckets/photos", policy).await;
@@ -119,10 +148,11 @@ impl Cluster {
         self.beating.abort();
         self.meta.take().unwrap().stop().await.unwrap();
         tokio::time::sleep(Duration::from_millis(down_ms)).await;
-        let meta = start_meta(self.dir.path(), self.level).await;
+        let meta = start_meta(self.dir.path(), self.level, &self.secret).await;
         self.base = meta.endpoint();
         self.meta = Some(meta);
-        self.beating = start_heartbeats(self.base.clone(), self.beats.clone(), heartbeats_after);
+        let (base, beats) = (self.base.clone(), self.beats.clone());
+        self.beating = start_heartbeats(base, self.secret.clone(), beats, heartbeats_after);
     }
 
     fn silence(&self, node: u32) {
@@ -144,7 +174,7 @@ impl Cluster {
         if !body.is_null() {
             request = request.json(&body);
         }
-        let response = request.send().await.unwrap();
+        let response = request.send_signed(&self.secret.signer_for(Audience::Meta)).await.unwrap();
         let status = response.status().as_u16();
         (status, response.json().await.unwrap())
     }

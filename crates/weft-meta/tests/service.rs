@@ -3,12 +3,36 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use weft_auth::{sign_reqwest::SendSigned, Audience, ClusterSecret, Signer};
 use weft_meta::service::{bind, MetaConfig, RunningMeta};
 
-async fn start(dir: &std::path::Path, down_after_ms: u64) -> RunningMeta {
-    let mut config = MetaConfig::new("127.0.0.1:0".parse().unwrap(), dir);
+async fn start(dir: &std::path::Path, down_after_ms: u64, secret: &ClusterSecret) -> RunningMeta {
+    let mut config = MetaConfig::new("127.0.0.1:0".parse().unwrap(), dir, secret.clone());
     config.down_after_ms = down_after_ms;
     bind(config).await.expect("meta starts")
+}
+
+/// Enrols node `id` (signed as the client), then posts `body` as its heartbeat, signed with
+/// node `id`'s key.
+async fn post_heartbeat(
+    client: &reqwest::Client,
+    base: &str,
+    secret: &ClusterSecret,
+    id: u32,
+    body: &Value,
+) -> reqwest::Response {
+    let enrolled = client
+        .put(format!("{base}/v1/nodes/{id}"))
+        .send_signed(&secret.signer_for(Audience::Meta))
+        .await
+        .unwrap();
+    assert_eq!(enrolled.status(), 200, "enrolling node {id}");
+    client
+        .post(format!("{base}/v1/heartbeat"))
+        .json(body)
+        .send_signed(&Signer::new(secret.node_key(id), Audience::Meta))
+        .await
+        .unwrap()
 }
 
 fn heartbeat(id: u32) -> Value {
@@ -23,8 +47,8 @@ fn heartbeat(id: u32) -> Value {
     })
 }
 
-async fn get(client: &reqwest::Client, url: String) -> (u16, Value) {
-    let response = client.get(url).send().await.unwrap();
+async fn get(client: &reqwest::Client, signer: &Signer, url: String) -> (u16, Value) {
+    let response = client.get(url).send_signed(signer).await.unwrap();
     let status = response.status().as_u16();
     (status, response.json().await.unwrap())
 }
@@ -32,20 +56,21 @@ async fn get(client: &reqwest::Client, url: String) -> (u16, Value) {
 #[tokio::test]
 async fn heartbeats_make_nodes_up_then_silence_makes_them_down() {
     let dir = tempfile::tempdir().unwrap();
-    let meta = start(dir.path(), 300).await;
+    let secret = ClusterSecret::generate();
+    let signer = secret.signer_for(Audience::Meta);
+    let meta = start(dir.path(), 300, &secret).await;
     let base = meta.endpoint();
     let client = reqwest::Client::new();
 
-    let (status, nodes) = get(&client, format!("{base}/v1/nodes")).await;
+    let (status, nodes) = get(&client, &signer, format!("{base}/v1/nodes")).await;
     assert_eq!(status, 200);
     assert_eq!(nodes["nodes"], json!([]));
 
     for id in [2, 1] {
-        let response =
-            client.post(format!("{base}/v1/heartbeat")).json(&heartbeat(id)).send().await.unwrap();
+        let response = post_heartbeat(&client, &base, &secret, id, &heartbeat(id)).await;
         assert_eq!(response.status(), 200);
     }
-    let (_, nodes) = get(&client, format!("{base}/v1/nodes")).await;
+    let (_, nodes) = get(&client, &signer, format!("{base}/v1/nodes")).await;
     let list = nodes["nodes"].as_array().unwrap();
     assert_eq!(list.len(), 2);
     assert_eq!(list[0]["id"], 1, "nodes are listed by id");
@@ -60,8 +85,8 @@ async fn heartbeats_make_nodes_up_then_silence_makes_them_down() {
     // Node 1 keeps heartbeating, node 2 falls silent.
     let deadline = Instant::now() + Duration::from_secs(5);
     let down = loop {
-        client.post(format!("{base}/v1/heartbeat")).json(&heartbeat(1)).send().await.unwrap();
-        let (_, nodes) = get(&client, format!("{base}/v1/nodes")).await;
+        post_heartbeat(&client, &base, &secret, 1, &heartbeat(1)).await;
+        let (_, nodes) = get(&client, &signer, format!("{base}/v1/nodes")).await;
         if nodes["nodes"][1]["state"] == "down" {
             break nodes;
         }
@@ -71,7 +96,7 @@ async fn heartbeats_make_nodes_up_then_silence_makes_them_down() {
     assert_eq!(down["nodes"][0]["state"], "up");
     assert_eq!(down["nodes"][1]["id"], 2);
 
-    let (status, body) = get(&client, format!("{base}/v1/status")).await;
+    let (status, body) = get(&client, &signer, format!("{base}/v1/status")).await;
     assert_eq!(status, 200);
     assert_eq!(body["under_protected_units"], 0);
     assert_eq!(body["repair_queue"], 0);
@@ -90,8 +115,8 @@ async fn heartbeats_make_nodes_up_then_silence_makes_them_down() {
     assert_eq!(node["disks"], heartbeat(2)["disks"]);
 
     // A heartbeat brings it back.
-    client.post(format!("{base}/v1/heartbeat")).json(&heartbeat(2)).send().await.unwrap();
-    let (_, nodes) = get(&client, format!("{base}/v1/nodes")).await;
+    post_heartbeat(&client, &base, &secret, 2, &heartbeat(2)).await;
+    let (_, nodes) = get(&client, &signer, format!("{base}/v1/nodes")).await;
     assert_eq!(nodes["nodes"][1]["state"], "up");
     meta.stop().await.unwrap();
 }
@@ -99,17 +124,18 @@ async fn heartbeats_make_nodes_up_then_silence_makes_them_down() {
 #[tokio::test]
 async fn bad_heartbeats_and_unknown_routes_are_json_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let meta = start(dir.path(), 1000).await;
+    let secret = ClusterSecret::generate();
+    let signer = secret.signer_for(Audience::Meta);
+    let meta = start(dir.path(), 1000, &secret).await;
     let base = meta.endpoint();
     let client = reqwest::Client::new();
-    let response =
-        client.post(format!("{base}/v1/heartbeat")).body("{\"node_id\":1}").send().await.unwrap();
+    let response = post_heartbeat(&client, &base, &secret, 1, &json!({"node_id": 1})).await;
     assert_eq!(response.status(), 400);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"], "bad_request");
     assert!(body["message"].as_str().unwrap().contains("heartbeat"));
 
-    let (status, body) = get(&client, format!("{base}/v1/nope")).await;
+    let (status, body) = get(&client, &signer, format!("{base}/v1/nope")).await;
     assert_eq!(status, 404);
     assert_eq!(body["error"], "no_route");
     meta.stop().await.unwrap();
@@ -118,11 +144,14 @@ async fn bad_heartbeats_and_unknown_routes_are_json_errors() {
 #[tokio::test]
 async fn buckets_are_created_listed_and_deleted() {
     let dir = tempfile::tempdir().unwrap();
-    let meta = start(dir.path(), 1000).await;
+    let secret = ClusterSecret::generate();
+    let signer = secret.signer_for(Audience::Meta);
+    let meta = start(dir.path(), 1000, &secret).await;
     let base = meta.endpoint();
     let client = reqwest::Client::new();
 
-    let response = client.put(format!("{base}/v1/buckets/photos")).send().await.unwrap();
+    let response =
+        client.put(format!("{base}/v1/buckets/photos")).send_signed(&signer).await.unwrap();
     assert_eq!(response.status(), 201);
     let created: Value = response.json().await.unwrap();
     assert_eq!(
@@ -133,12 +162,12 @@ async fn buckets_are_created_listed_and_deleted() {
     let response = client
         .put(format!("{base}/v1/buckets/logs"))
         .body(r#"{"code":"rs(10,4)","stripe_width":4}"#)
-        .send()
+        .send_signed(&signer)
         .await
         .unwrap();
     assert_eq!(response.status(), 201);
 
-    let (status, list) = get(&client, format!("{base}/v1/buckets")).await;
+    let (status, list) = get(&client, &signer, format!("{base}/v1/buckets")).await;
     assert_eq!(status, 200);
     let names: Vec<&str> =
         list["buckets"].as_array().unwrap().iter().map(|b| b["name"].as_str().unwrap()).collect();
@@ -147,31 +176,39 @@ async fn buckets_are_created_listed_and_deleted() {
     assert_eq!(list["buckets"][0]["default_policy"]["block_bytes"], 8388608);
 
     // Exists, bad names, bad policies.
-    let response = client.put(format!("{base}/v1/buckets/photos")).send().await.unwrap();
+    let response =
+        client.put(format!("{base}/v1/buckets/photos")).send_signed(&signer).await.unwrap();
     assert_eq!(response.status(), 409);
     assert_eq!(response.json::<Value>().await.unwrap()["error"], "bucket_exists");
-    let response = client.put(format!("{base}/v1/buckets/Bad_Name")).send().await.unwrap();
+    let response =
+        client.put(format!("{base}/v1/buckets/Bad_Name")).send_signed(&signer).await.unwrap();
     assert_eq!(response.status(), 400);
     assert_eq!(response.json::<Value>().await.unwrap()["error"], "invalid_name");
     for policy in [r#"{"code":"rs(0,3)"}"#, r#"{"colour":"red"}"#, "[1]", "not json"] {
-        let response =
-            client.put(format!("{base}/v1/buckets/other")).body(policy).send().await.unwrap();
+        let response = client
+            .put(format!("{base}/v1/buckets/other"))
+            .body(policy)
+            .send_signed(&signer)
+            .await
+            .unwrap();
         assert_eq!(response.status(), 400, "{policy}");
         let body: Value = response.json().await.unwrap();
         assert!(body["error"] == "invalid_policy" || body["error"] == "bad_request", "{body}");
     }
 
-    let (status, bucket) = get(&client, format!("{base}/v1/buckets/photos")).await;
+    let (status, bucket) = get(&client, &signer, format!("{base}/v1/buckets/photos")).await;
     assert_eq!((status, bucket["name"].as_str()), (200, Some("photos")));
 
-    let response = client.delete(format!("{base}/v1/buckets/photos")).send().await.unwrap();
+    let response =
+        client.delete(format!("{base}/v1/buckets/photos")).send_signed(&signer).await.unwrap();
     assert_eq!(response.status(), 204);
-    let response = client.delete(format!("{base}/v1/buckets/photos")).send().await.unwrap();
+    let response =
+        client.delete(format!("{base}/v1/buckets/photos")).send_signed(&signer).await.unwrap();
     assert_eq!(response.status(), 404);
     assert_eq!(response.json::<Value>().await.unwrap()["error"], "no_such_bucket");
-    let (status, _) = get(&client, format!("{base}/v1/buckets/photos")).await;
+    let (status, _) = get(&client, &signer, format!("{base}/v1/buckets/photos")).await;
     assert_eq!(status, 404);
-    let (_, list) = get(&client, format!("{base}/v1/buckets")).await;
+    let (_, list) = get(&client, &signer, format!("{base}/v1/buckets")).await;
     assert_eq!(list["buckets"].as_array().unwrap().len(), 1);
     meta.stop().await.unwrap();
 }
@@ -179,13 +216,15 @@ async fn buckets_are_created_listed_and_deleted() {
 #[tokio::test]
 async fn state_persists_and_a_second_meta_on_the_same_dir_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let meta = start(dir.path(), 1000).await;
+    let secret = ClusterSecret::generate();
+    let signer = secret.signer_for(Audience::Meta);
+    let meta = start(dir.path(), 1000, &secret).await;
     let client = reqwest::Client::new();
     let base = meta.endpoint();
-    client.post(format!("{base}/v1/heartbeat")).json(&heartbeat(7)).send().await.unwrap();
-    client.put(format!("{base}/v1/buckets/kept")).send().await.unwrap();
+    post_heartbeat(&client, &base, &secret, 7, &heartbeat(7)).await;
+    client.put(format!("{base}/v1/buckets/kept")).send_signed(&signer).await.unwrap();
 
-    let error = bind(MetaConfig::new("127.0.0.1:0".parse().unwrap(), dir.path()))
+    let error = bind(MetaConfig::new("127.0.0.1:0".parse().unwrap(), dir.path(), secret.clone()))
         .await
         .expect_err("the store is locked by the first meta");
     let message = error.to_string();
@@ -193,11 +232,11 @@ async fn state_persists_and_a_second_meta_on_the_same_dir_is_refused() {
     assert!(message.contains("another weft meta"), "{message}");
     meta.stop().await.unwrap();
 
-    let meta = start(dir.path(), 1000).await;
+    let meta = start(dir.path(), 1000, &secret).await;
     let base = meta.endpoint();
-    let (_, nodes) = get(&client, format!("{base}/v1/nodes")).await;
+    let (_, nodes) = get(&client, &signer, format!("{base}/v1/nodes")).await;
     assert_eq!(nodes["nodes"][0]["id"], 7);
-    let (_, buckets) = get(&client, format!("{base}/v1/buckets")).await;
+    let (_, buckets) = get(&client, &signer, format!("{base}/v1/buckets")).await;
     assert_eq!(buckets["buckets"][0]["name"], "kept");
     meta.stop().await.unwrap();
 }

@@ -8,6 +8,7 @@
 use std::collections::BTreeSet;
 
 use serde_json::{json, Value};
+use weft_auth::{sign_reqwest::SendSigned, Audience, ClusterSecret, Signer};
 use weft_layout::{DiskLocation, Placement, UnitId};
 use weft_meta::parse_unit_name;
 use weft_meta::service::{bind, FailureDomain, MetaConfig, RunningMeta};
@@ -21,8 +22,8 @@ fn layout(code: &str) -> Value {
     json!({"code": code, "stripe_width": 6, "cell_bytes": MIB, "block_bytes": MIB})
 }
 
-async fn start_meta(dir: &std::path::Path) -> RunningMeta {
-    let mut config = MetaConfig::new("127.0.0.1:0".parse().unwrap(), dir);
+async fn start_meta(dir: &std::path::Path, secret: &ClusterSecret) -> RunningMeta {
+    let mut config = MetaConfig::new("127.0.0.1:0".parse().unwrap(), dir, secret.clone());
     config.down_after_ms = 600_000;
     config.failure_domain = FailureDomain::Node;
     bind(config).await.expect("meta starts")
@@ -33,6 +34,7 @@ struct Cluster {
     meta: Option<RunningMeta>,
     base: String,
     client: reqwest::Client,
+    secret: ClusterSecret,
 }
 
 impl Cluster {
@@ -40,10 +42,15 @@ impl Cluster {
     /// cells and blocks.
     async fn start() -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let meta = start_meta(dir.path()).await;
+        let secret = ClusterSecret::generate();
+        let meta = start_meta(dir.path(), &secret).await;
         let base = meta.endpoint();
-        let cluster = Cluster { dir, meta: Some(meta), base, client: reqwest::Client::new() };
+        let client = reqwest::Client::new();
+        let cluster = Cluster { dir, meta: Some(meta), base, client, secret };
         for id in 1..=NODES {
+            let (status, body) =
+                cluster.call(reqwest::Method::PUT, &format!("/v1/nodes/{id}"), Value::Null).await;
+            assert_eq!(status, 200, "{body}");
             let beat = json!({
                 "node_id": id,
                 "endpoint": format!("http://127.0.0.1:{}", 9000 + id),
@@ -53,7 +60,9 @@ impl Cluster {
                     {"index": 1, "dir": "/d1", "units": 0, "bytes": 0, "failed": null},
                 ],
             });
-            let (status, body) = cluster.post("/v1/heartbeat", beat).await;
+            let node = Signer::new(cluster.secret.node_key(id), Audience::Meta);
+            let (status, body) =
+                cluster.call_as(&node, reqwest::Method::POST, "/v1/heartbeat", beat).await;
             assert_eq!(status, 200, "{body}");
         }
         let (status, body) =
@@ -64,17 +73,28 @@ impl Cluster {
 
     async fn restart(&mut self) {
         self.meta.take().unwrap().stop().await.unwrap();
-        let meta = start_meta(self.dir.path()).await;
+        let meta = start_meta(self.dir.path(), &self.secret).await;
         self.base = meta.endpoint();
         self.meta = Some(meta);
     }
 
+    /// A request signed as the client.
     async fn call(&self, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
+        self.call_as(&self.secret.signer_for(Audience::Meta), method, path, body).await
+    }
+
+    async fn call_as(
+        &self,
+        signer: &Signer,
+        method: reqwest::Method,
+        path: &str,
+        body: Value,
+    ) -> (u16, Value) {
         let mut request = self.client.request(method, format!("{}{path}", self.base));
         if !body.is_null() {
             request = request.json(&body);
         }
-        let response = request.send().await.unwrap();
+        let response = request.send_signed(signer).await.unwrap();
         let status = response.status().as_u16();
         (status, response.json().await.unwrap())
     }

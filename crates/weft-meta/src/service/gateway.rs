@@ -37,17 +37,27 @@ fn gateway_namespace(namespace: &str) -> Result<(), ApiError> {
 }
 
 /// The record with its plain secret sealed (bound to the access key id), or None when the
-/// record holds no plain secret.
+/// record holds no plain secret. A `secret_key` that is not a string is no usable secret; it
+/// is dropped (never left in the clear) and the record stays unusable, as it was.
 pub(crate) fn sealed_key_record(
     seal: &weft_auth::SealKey,
     access_key: &str,
     value: &Value,
 ) -> Option<Value> {
-    let plain = value.get(PLAIN_SECRET_FIELD)?.as_str()?;
+    let plain = value.get(PLAIN_SECRET_FIELD)?.clone();
     let mut sealed = value.clone();
     let object = sealed.as_object_mut()?;
     object.remove(PLAIN_SECRET_FIELD);
-    object.insert(SEALED_SECRET_FIELD.into(), json!(seal.seal(access_key, plain.as_bytes())));
+    match plain.as_str() {
+        Some(text) => {
+            object
+                .insert(SEALED_SECRET_FIELD.into(), json!(seal.seal(access_key, text.as_bytes())));
+        }
+        None => tracing::error!(
+            %access_key,
+            "an access-key record held a secret_key that is not a string; dropped it"
+        ),
+    }
     Some(sealed)
 }
 
