@@ -286,6 +286,23 @@ fn read_private_file(path: &Path, what: &str) -> Result<String, AuthError> {
     std::fs::read_to_string(path).map_err(failed)
 }
 
+/// Splits a one-line key file: `TAG <N middle words> <64 hex digits>`; an error naming
+/// `shape` for anything else.
+fn parse_key_line<'a, const N: usize>(
+    text: &'a str,
+    tag: &str,
+    shape: &str,
+) -> Result<([&'a str; N], [u8; 32]), AuthError> {
+    let bad = || AuthError::KeyFile(format!("not {shape}"));
+    let words: Vec<&str> = text.split_whitespace().collect();
+    if words.len() != N + 2 || words[0] != tag {
+        return Err(bad());
+    }
+    let middle: [&str; N] = words[1..=N].try_into().map_err(|_| bad())?;
+    let bytes = unhex(words[N + 1]).and_then(|b| b.try_into().ok()).ok_or_else(bad)?;
+    Ok((middle, bytes))
+}
+
 /// The cluster secret. Its bytes never leave this type except into derived keys and the
 /// secret file.
 #[derive(Clone, PartialEq, Eq)]
@@ -312,20 +329,9 @@ impl ClusterSecret {
 
     /// Parses a secret file's text.
     pub fn parse(text: &str) -> Result<ClusterSecret, AuthError> {
-        let bad = || {
-            AuthError::KeyFile(format!(
-                "not a weft cluster secret (expected one line `{SECRET_FILE_TAG} <64 hex digits>`)"
-            ))
-        };
-        let mut words = text.split_whitespace();
-        if words.next() != Some(SECRET_FILE_TAG) {
-            return Err(bad());
-        }
-        let bytes = words.next().and_then(unhex).ok_or_else(bad)?;
-        if words.next().is_some() {
-            return Err(bad());
-        }
-        Ok(ClusterSecret(bytes.try_into().map_err(|_| bad())?))
+        let shape = format!("a weft cluster secret (one line `{SECRET_FILE_TAG} <64 hex digits>`)");
+        let ([], bytes) = parse_key_line(text, SECRET_FILE_TAG, &shape)?;
+        Ok(ClusterSecret(bytes))
     }
 
     /// Reads a secret file (refused when other users can read it).
@@ -392,25 +398,14 @@ impl Key {
 
     /// Parses a node key file's text.
     pub fn parse_node_file(text: &str) -> Result<Key, AuthError> {
-        let bad = || {
-            AuthError::KeyFile(format!(
-                "not a weft node key (expected one line `{NODE_KEY_FILE_TAG} node=N <64 hex digits>`)"
-            ))
-        };
-        let mut words = text.split_whitespace();
-        if words.next() != Some(NODE_KEY_FILE_TAG) {
-            return Err(bad());
-        }
-        let id: u32 = words
-            .next()
-            .and_then(|w| w.strip_prefix("node="))
+        let shape =
+            format!("a weft node key (one line `{NODE_KEY_FILE_TAG} node=N <64 hex digits>`)");
+        let ([node], bytes) = parse_key_line(text, NODE_KEY_FILE_TAG, &shape)?;
+        let id = node
+            .strip_prefix("node=")
             .and_then(|n| n.parse().ok())
-            .ok_or_else(bad)?;
-        let bytes = words.next().and_then(unhex).ok_or_else(bad)?;
-        if words.next().is_some() {
-            return Err(bad());
-        }
-        Ok(Key { principal: Principal::Node(id), bytes: bytes.try_into().map_err(|_| bad())? })
+            .ok_or_else(|| AuthError::KeyFile(format!("not {shape}")))?;
+        Ok(Key { principal: Principal::Node(id), bytes })
     }
 
     /// Reads a node key file (refused when other users can read it).
