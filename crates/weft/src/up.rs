@@ -1125,7 +1125,21 @@ fn print_ready(plan: &Plan, cluster: &Supervisor, ready_ms: u128, cluster_file: 
             plan.domains()
         );
     }
-    println!("try: WEFT_META={meta_url} weft status");
+    // Clients find the secret at ./weft-data/cluster.secret by default; name it otherwise.
+    let secret_file = plan.dir.join(crate::cluster_cli::SECRET_FILE_NAME);
+    let default_secret = std::path::Path::new(crate::cluster_cli::DEFAULT_SECRET_FILE);
+    let same = |a: &Path, b: &Path| match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if same(&secret_file, default_secret) {
+        println!("try: WEFT_META={meta_url} weft status");
+    } else {
+        println!(
+            "try: WEFT_META={meta_url} WEFT_SECRET_FILE={} weft status",
+            secret_file.display()
+        );
+    }
     println!("Ctrl-C stops the cluster; `weft up --dir {}` brings it back.", plan.dir.display());
 }
 
