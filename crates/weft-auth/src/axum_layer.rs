@@ -38,22 +38,13 @@ pub fn refusal(error: &AuthError) -> Response {
         AuthError::Busy => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
         _ => (StatusCode::UNAUTHORIZED, "unauthenticated"),
     };
-    let body = serde_like_json(code, &error.to_string());
-    (status, [("content-type", "application/json")], body).into_response()
+    error_response(status, code, &error.to_string())
 }
 
-/// `{"error":code,"message":message}` without a serde dependency.
-fn serde_like_json(code: &str, message: &str) -> String {
-    let mut escaped = String::with_capacity(message.len());
-    for c in message.chars() {
-        match c {
-            '"' => escaped.push_str("\\\""),
-            '\\' => escaped.push_str("\\\\"),
-            c if (c as u32) < 0x20 => escaped.push_str(&format!("\\u{:04x}", c as u32)),
-            c => escaped.push(c),
-        }
-    }
-    format!("{{\"error\":\"{code}\",\"message\":\"{escaped}\"}}")
+/// The services' error body, `{"error":code,"message":message}`.
+fn error_response(status: StatusCode, code: &str, message: &str) -> Response {
+    let body = serde_json::json!({ "error": code, "message": message }).to_string();
+    (status, [("content-type", "application/json")], body).into_response()
 }
 
 /// `axum::middleware::from_fn_with_state(guard, require_signature)`.
@@ -86,12 +77,7 @@ pub async fn require_signature(
                         "the body is larger than {} bytes, or broke off",
                         guard.max_body_bytes
                     );
-                    return (
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        [("content-type", "application/json")],
-                        serde_like_json("too_large", &message),
-                    )
-                        .into_response();
+                    return error_response(StatusCode::PAYLOAD_TOO_LARGE, "too_large", &message);
                 }
             };
             if let Err(error) = check_body(&check, &bytes) {

@@ -12,17 +12,18 @@ use crate::{
     content_hash, Audience, Signer, AUTHORIZATION_HEADER, CONTENT_HASH_HEADER, UNSIGNED_PAYLOAD,
 };
 
+/// The signature headers for a request with this method, URL and body: `None` when it has
+/// no body, `Some(None)` when the body is streamed, `Some(Some(bytes))` when it is in memory.
 fn headers(
     signer: &Signer,
     method: &str,
     url: &reqwest::Url,
-    body: Option<&[u8]>,
-    streamed: bool,
+    body: Option<Option<&[u8]>>,
 ) -> [(HeaderName, HeaderValue); 2] {
     let hash = match body {
         _ if matches!(signer.audience(), Audience::Node(_)) => UNSIGNED_PAYLOAD.to_string(),
-        Some(bytes) => content_hash(bytes),
-        None if streamed => UNSIGNED_PAYLOAD.to_string(),
+        Some(Some(bytes)) => content_hash(bytes),
+        Some(None) => UNSIGNED_PAYLOAD.to_string(),
         None => content_hash(&[]),
     };
     let authorization = signer.authorization(method, url.path(), url.query().unwrap_or(""), &hash);
@@ -38,28 +39,25 @@ fn headers(
     ]
 }
 
+/// Sets the headers, replacing any signature a request carried (a re-signed retry).
+fn insert(headers: &mut reqwest::header::HeaderMap, signed: [(HeaderName, HeaderValue); 2]) {
+    for (name, value) in signed {
+        headers.insert(name, value);
+    }
+}
+
 /// Signs a built async request in place (call again for each attempt: a signature is single-use).
 pub fn sign(signer: &Signer, request: &mut reqwest::Request) {
-    let (body, streamed) = match request.body() {
-        Some(body) => (body.as_bytes(), body.as_bytes().is_none()),
-        None => (None, false),
-    };
-    let signed = headers(signer, request.method().as_str(), request.url(), body, streamed);
-    for (name, value) in signed {
-        request.headers_mut().insert(name, value);
-    }
+    let body = request.body().map(reqwest::Body::as_bytes);
+    let signed = headers(signer, request.method().as_str(), request.url(), body);
+    insert(request.headers_mut(), signed);
 }
 
 /// Signs a built blocking request in place.
 pub fn sign_blocking(signer: &Signer, request: &mut reqwest::blocking::Request) {
-    let (body, streamed) = match request.body() {
-        Some(body) => (body.as_bytes(), body.as_bytes().is_none()),
-        None => (None, false),
-    };
-    let signed = headers(signer, request.method().as_str(), request.url(), body, streamed);
-    for (name, value) in signed {
-        request.headers_mut().insert(name, value);
-    }
+    let body = request.body().map(reqwest::blocking::Body::as_bytes);
+    let signed = headers(signer, request.method().as_str(), request.url(), body);
+    insert(request.headers_mut(), signed);
 }
 
 /// `builder.send_signed(&signer)`: build, sign, send (async).

@@ -364,23 +364,15 @@ async fn nodes_only_heartbeat(request: Request, next: Next) -> Response {
 fn load_enrolment(store: &RedbStore) -> Result<HashSet<u32>, MetaError> {
     let mut migrated = false;
     let mut enrolled = HashSet::new();
-    let mut after: Option<String> = None;
-    loop {
-        let page =
-            store.list_records(ENROLLED_NODES, "", after.as_deref(), crate::MAX_LIST_LIMIT)?;
-        for (name, _) in &page {
-            match name.parse::<u32>() {
-                Ok(id) => {
-                    enrolled.insert(id);
-                }
-                Err(_) => migrated |= name == ENROLMENT_MIGRATED,
+    for_each_record(store, ENROLLED_NODES, |name, _| {
+        match name.parse::<u32>() {
+            Ok(id) => {
+                enrolled.insert(id);
             }
+            Err(_) => migrated |= name == ENROLMENT_MIGRATED,
         }
-        if page.len() < crate::MAX_LIST_LIMIT {
-            break;
-        }
-        after = page.last().map(|(name, _)| name.clone());
-    }
+        Ok(())
+    })?;
     if !migrated {
         for node in store.list_nodes()? {
             let value = json!({ "enrolled_ms": now_ms(), "migrated": true });
@@ -399,19 +391,26 @@ fn load_enrolment(store: &RedbStore) -> Result<HashSet<u32>, MetaError> {
 
 /// Seals the plain secrets of access keys an older meta stored.
 fn seal_plain_access_keys(store: &RedbStore, seal: &SealKey) -> Result<(), MetaError> {
+    for_each_record(store, gateway::ACCESS_KEYS, |name, value| {
+        if let Some(sealed) = gateway::sealed_key_record(seal, name, value) {
+            store.put_record(gateway::ACCESS_KEYS, name, &sealed, false)?;
+            tracing::info!(access_key = %name, "sealed the secret of an access key stored in the clear");
+        }
+        Ok(())
+    })
+}
+
+/// Calls `visit` on every record of `namespace`, a page at a time.
+fn for_each_record(
+    store: &RedbStore,
+    namespace: &str,
+    mut visit: impl FnMut(&str, &Value) -> Result<(), MetaError>,
+) -> Result<(), MetaError> {
     let mut after: Option<String> = None;
     loop {
-        let page = store.list_records(
-            gateway::ACCESS_KEYS,
-            "",
-            after.as_deref(),
-            crate::MAX_LIST_LIMIT,
-        )?;
+        let page = store.list_records(namespace, "", after.as_deref(), crate::MAX_LIST_LIMIT)?;
         for (name, value) in &page {
-            if let Some(sealed) = gateway::sealed_key_record(seal, name, value) {
-                store.put_record(gateway::ACCESS_KEYS, name, &sealed, false)?;
-                tracing::info!(access_key = %name, "sealed the secret of an access key stored in the clear");
-            }
+            visit(name, value)?;
         }
         if page.len() < crate::MAX_LIST_LIMIT {
             return Ok(());
