@@ -4,8 +4,10 @@
 //! - It wraps the whole router, fallback included, so no route (present or future) answers
 //!   an unauthenticated request: refusals are 401 `unauthenticated` (503 `busy` when the
 //!   replay memory is full), with the services' error body `{"error","message"}`.
-//! - A body whose hash was signed is read whole (at most `max_body_bytes`, else 413) and
-//!   checked before the handler sees it; an unsigned streamed body passes through untouched.
+//! - A body whose hash was signed is read whole (at most `max_body_bytes`, or the larger
+//!   bound of `large_bodies` for the paths it names; else 413) and checked before the handler
+//!   sees it. Headers are verified first, so only an authenticated sender can make the guard
+//!   buffer a body; an unsigned streamed body passes through untouched.
 //! - The verified [`Principal`] is put in the request's extensions for handlers that
 //!   authorise by principal.
 
@@ -30,6 +32,9 @@ use crate::{
 pub struct Guard {
     pub verifier: Arc<Verifier>,
     pub max_body_bytes: usize,
+    /// `(suffix, bytes)`: requests whose path ends with `suffix` may have signed bodies of up
+    /// to `bytes` (e.g. meta's inventory digests); None: `max_body_bytes` for every path.
+    pub large_bodies: Option<(&'static str, usize)>,
 }
 
 /// The error answer for a refused request.
@@ -69,14 +74,16 @@ pub async fn require_signature(
     let body = match check {
         BodyCheck::Unsigned => body,
         BodyCheck::Hash(_) => {
-            let limited = http_body_util::Limited::new(body, guard.max_body_bytes);
+            let max_bytes = match guard.large_bodies {
+                Some((suffix, bytes)) if parts.uri.path().ends_with(suffix) => bytes,
+                _ => guard.max_body_bytes,
+            };
+            let limited = http_body_util::Limited::new(body, max_bytes);
             let bytes = match limited.collect().await {
                 Ok(collected) => collected.to_bytes(),
                 Err(_) => {
-                    let message = format!(
-                        "the body is larger than {} bytes, or broke off",
-                        guard.max_body_bytes
-                    );
+                    let message =
+                        format!("the body is larger than {max_bytes} bytes, or broke off");
                     return error_response(StatusCode::PAYLOAD_TOO_LARGE, "too_large", &message);
                 }
             };

@@ -58,6 +58,7 @@ pub use weft_layout::FailureDomain;
 
 mod gateway;
 mod gc;
+mod inventory;
 mod objects;
 mod repairs;
 mod transitions;
@@ -163,6 +164,10 @@ struct Meta {
     enrolled: RwLock<HashSet<u32>>,
     /// Held across each enrolment change, so the set and the store change together.
     enrolling: tokio::sync::Mutex<()>,
+    /// Objects whose units changed lately (inventories skip them).
+    changes: inventory::Changes,
+    /// What nodes' scrubs reported.
+    scrub: inventory::ScrubState,
 }
 
 type Shared = Arc<Meta>;
@@ -260,10 +265,13 @@ pub async fn bind_with_repair(
         repairs_completed: AtomicU64::new(0),
         enrolled: RwLock::new(enrolled),
         enrolling: tokio::sync::Mutex::new(()),
+        changes: inventory::Changes::new(now_ms()),
+        scrub: inventory::ScrubState::default(),
     });
     let guard = Guard {
         verifier: Arc::new(Verifier::for_meta(&config.secret)),
         max_body_bytes: MAX_BODY_BYTES,
+        large_bodies: Some((INVENTORY_SUFFIX, weft_store::inventory::MAX_INVENTORY_BYTES)),
     };
     let (stop, mut stopped) = watch::channel(false);
     let detector = tokio::spawn(repairs::detect(meta.clone(), stopped.clone()));
@@ -301,6 +309,12 @@ fn router(meta: Shared, guard: Guard) -> Router {
         .route("/v1/heartbeat", post(heartbeat))
         .route("/v1/nodes", get(nodes))
         .route("/v1/nodes/{id}", put(enrol_node).delete(remove_node))
+        .route("/v1/nodes/{id}/bad-units", post(inventory::bad_units))
+        .route(
+            "/v1/nodes/{id}/disks/{disk}/inventory",
+            post(inventory::inventory)
+                .layer(DefaultBodyLimit::max(weft_store::inventory::MAX_INVENTORY_BYTES)),
+        )
         .route("/v1/status", get(status))
         .route("/v1/buckets", get(list_buckets))
         .route("/v1/buckets/{name}", put(create_bucket).get(get_bucket).delete(delete_bucket))
@@ -334,22 +348,38 @@ fn router(meta: Shared, guard: Guard) -> Router {
         .with_state(meta)
 }
 
-/// Authorisation after authentication: a node's key opens `POST /v1/heartbeat` and nothing
-/// else (the handler then checks the heartbeat is the node's own).
+/// Path suffix of the inventory route, whose digests may be larger than other bodies.
+const INVENTORY_SUFFIX: &str = "/inventory";
+
+/// Whether a node's key opens `method path`: its heartbeat and its scrub reports (the
+/// handlers then check that the node reports about itself).
+fn node_route(method: &Method, path: &str) -> bool {
+    if method != Method::POST {
+        return false;
+    }
+    if path == "/v1/heartbeat" {
+        return true;
+    }
+    let Some(rest) = path.strip_prefix("/v1/nodes/") else { return false };
+    let parts: Vec<&str> = rest.split('/').collect();
+    matches!(parts.as_slice(), [_, "bad-units"] | [_, "disks", _, "inventory"])
+}
+
+/// Authorisation after authentication: a node's key opens `POST /v1/heartbeat` and its
+/// scrub reports ([`node_route`]) and nothing else (the handlers then check that the node
+/// speaks for itself).
 async fn nodes_only_heartbeat(request: Request, next: Next) -> Response {
     let principal = request.extensions().get::<Principal>().copied();
     match principal {
         Some(Principal::Client) => next.run(request).await,
-        Some(Principal::Node(_))
-            if request.method() == Method::POST && request.uri().path() == "/v1/heartbeat" =>
-        {
+        Some(Principal::Node(_)) if node_route(request.method(), request.uri().path()) => {
             next.run(request).await
         }
         Some(who @ Principal::Node(_)) => ApiError::new(
             StatusCode::FORBIDDEN,
             "forbidden",
             format!(
-                "{who} may only send heartbeats; {} needs the client key",
+                "{who} may only send heartbeats and scrub reports; {} needs the client key",
                 request.uri().path()
             ),
         )
@@ -640,6 +670,9 @@ async fn status(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
         "under_protected_units": under_protected,
         "repair_queue": repair_queue,
         "repairs_completed": meta.repairs_completed.load(Ordering::Relaxed),
+        "missing_units": meta.scrub.missing_units(),
+        "bad_units_reported": meta.scrub.bad_units_reported.load(Ordering::Relaxed),
+        "inventories": meta.scrub.inventories_json(),
     })))
 }
 

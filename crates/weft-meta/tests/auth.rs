@@ -67,6 +67,9 @@ async fn start_meta(dir: &Path, secret: &ClusterSecret) -> RunningMeta {
     bind(config).await.expect("meta starts")
 }
 
+/// A unit key no object of [`populated`] has.
+const UNREFERENCED_UNIT: &str = "000000000000000000000000000abcde-d00000000-0000000000000000";
+
 /// One request of a route: who signs it (the client, or node `as_node`) and its body.
 #[derive(Clone, Debug)]
 struct Route {
@@ -423,8 +426,23 @@ fn every_route(made: &Populated) -> Vec<Route> {
     beat.as_node = Some(1);
     let regroup =
         json!({"bucket": "b", "key": "o3", "layout": layout("rs(3,1)"), "mode": "regroup"});
+    let mut bad_units = Route::new(
+        Method::POST,
+        "/v1/nodes/1/bad-units",
+        Some(json!({"disk": 0, "units": [{"unit_key": UNREFERENCED_UNIT, "problem": "corrupt",
+                                          "detail": "segment 0"}]})),
+    );
+    bad_units.as_node = Some(1);
+    let inventory = Route {
+        method: Method::POST,
+        path: "/v1/nodes/1/disks/0/inventory?units=0&hashes=11&seed=7&listing_ms=3".into(),
+        body: vec![0; 64],
+        as_node: Some(1),
+    };
     vec![
         beat,
+        bad_units,
+        inventory,
         Route::new(Method::GET, "/v1/nodes", None),
         Route::new(Method::PUT, "/v1/nodes/9", None),
         Route::new(Method::DELETE, "/v1/nodes/2", None),
@@ -553,7 +571,13 @@ async fn a_signed_request_is_accepted_once_and_its_replay_is_refused_changing_no
     let cluster = made.cluster;
     // Changes the snapshot cannot show: enrolment (checked below), a transition's lease (the
     // expiry that follows the renewal shows it).
-    let unseen = ["PUT /v1/nodes/9", "DELETE /v1/nodes/2", "POST /v1/transitions/renew"];
+    // An inventory this soon after meta started is not compared (meta asks for another).
+    let unseen = [
+        "PUT /v1/nodes/9",
+        "DELETE /v1/nodes/2",
+        "POST /v1/transitions/renew",
+        "POST /v1/nodes/1/disks/0/inventory?units=0&hashes=11&seed=7&listing_ms=3",
+    ];
     for route in routes {
         let what = route.to_string();
         let mut request = cluster.build(&route);
@@ -799,5 +823,149 @@ async fn an_older_store_is_migrated_once_enrolling_its_nodes_and_sealing_its_sec
     cluster.restart().await;
     let (status, body) = cluster.heartbeat(5).await;
     assert_eq!((status, &body["error"]), (403, &json!("not_enrolled")), "{body}");
+    cluster.stop().await;
+}
+
+/// Node `signer`'s inventory of disk `disk` of node `id`, holding `keys`.
+async fn send_inventory(
+    cluster: &Cluster,
+    signer: &Signer,
+    id: u64,
+    disk: u64,
+    keys: &[String],
+) -> (u16, Value) {
+    let mut digest = weft_store::Inventory::for_units(keys.len() as u64, 99);
+    for key in keys {
+        digest.insert(&weft_store::UnitKey::from_file_name(&format!("{key}.unit")).unwrap());
+    }
+    let path = format!(
+        "/v1/nodes/{id}/disks/{disk}/inventory?units={}&hashes={}&seed=99&listing_ms=10",
+        digest.units(),
+        digest.hashes()
+    );
+    let response = cluster
+        .client
+        .post(format!("{}{path}", cluster.base))
+        .body(digest.to_bytes())
+        .send_signed(signer)
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, serde_json::from_str(&response.text().await.unwrap()).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn scrub_reports_queue_repairs_of_the_reporting_nodes_own_units_only() {
+    let made = populated().await;
+    let cluster = made.cluster;
+    let object = cluster.get("/v1/buckets/b/objects/o").await;
+    let units = object["units"].as_array().unwrap().clone();
+    let unit = units[0].clone();
+    let (owner, disk) = (unit["node_id"].as_u64().unwrap(), unit["disk"].as_u64().unwrap());
+    let other = (1..=5).find(|&id| id != owner).unwrap();
+    let report = |key: &Value| {
+        json!({"disk": disk, "units": [{"unit_key": key, "problem": "corrupt",
+                                         "detail": "segment 2"}]})
+    };
+    let path = |id: u64| format!("/v1/nodes/{id}/bad-units");
+
+    // Another node cannot get the unit repaired by naming it: it is not on its disk.
+    let before = cluster.get("/v1/repairs").await["queued"].clone();
+    let other_signer = node_signer(&cluster.secret, other as u32);
+    let (status, body) = cluster
+        .call_as(&other_signer, Method::POST, &path(other), Some(report(&unit["unit_key"])))
+        .await;
+    assert_eq!((status, body), (200, json!({"queued": 0, "unreferenced": 1})));
+    // Nor speak for the owner, and the client key does not report scrubs.
+    let (status, body) = cluster
+        .call_as(&other_signer, Method::POST, &path(owner), Some(report(&unit["unit_key"])))
+        .await;
+    assert_eq!((status, &body["error"]), (403, &json!("forbidden")), "{body}");
+    let (status, body) =
+        cluster.call(Method::POST, &path(owner), Some(report(&unit["unit_key"]))).await;
+    assert_eq!((status, &body["error"]), (403, &json!("forbidden")), "{body}");
+    assert_eq!(cluster.get("/v1/repairs").await["queued"], before);
+
+    // Bad reports are refused whole.
+    let owner_signer = node_signer(&cluster.secret, owner as u32);
+    let (status, body) = cluster
+        .call_as(&owner_signer, Method::POST, &path(owner), Some(report(&json!("d0"))))
+        .await;
+    assert_eq!((status, &body["error"]), (400, &json!("bad_request")), "{body}");
+    let many: Vec<Value> = (0..1001)
+        .map(|_| json!({"unit_key": unit["unit_key"], "problem": "corrupt", "detail": ""}))
+        .collect();
+    let (status, body) = cluster
+        .call_as(
+            &owner_signer,
+            Method::POST,
+            &path(owner),
+            Some(json!({"disk": disk, "units": many})),
+        )
+        .await;
+    assert_eq!((status, &body["error"]), (400, &json!("bad_request")), "{body}");
+
+    // The owner's report queues a damaged repair of exactly that unit.
+    let (status, body) = cluster
+        .call_as(&owner_signer, Method::POST, &path(owner), Some(report(&unit["unit_key"])))
+        .await;
+    assert_eq!((status, body), (200, json!({"queued": 1, "unreferenced": 0})));
+    let repairs = cluster.get("/v1/repairs").await;
+    let task = repairs["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["key"] == "o" && t["unit"] == unit["unit"])
+        .unwrap_or_else(|| panic!("no task for {unit}: {repairs}"))
+        .clone();
+    assert_eq!(task["kind"], "damaged", "{task}");
+    assert!(task["reason"].as_str().unwrap().contains("corrupt"), "{task}");
+    // Both accepted reports count (the other node's named a unit it holds but nobody uses).
+    assert_eq!(cluster.get("/v1/status").await["bad_units_reported"], 2);
+
+    // An inventory: too soon after meta started, meta compares nothing and asks again.
+    let mut on_disk: Vec<String> = Vec::new();
+    for key in ["o", "o2", "o3"] {
+        let object = cluster.get(&format!("/v1/buckets/b/objects/{key}")).await;
+        for unit in object["units"].as_array().unwrap() {
+            if unit["node_id"] == owner && unit["disk"] == disk {
+                on_disk.push(unit["unit_key"].as_str().unwrap().to_owned());
+            }
+        }
+    }
+    let (status, early) = send_inventory(&cluster, &owner_signer, owner, disk, &[]).await;
+    assert_eq!(status, 200, "{early}");
+    assert!(early["retry_after_ms"].as_u64().is_some_and(|ms| ms > 0), "{early}");
+    assert_eq!(early["referenced"], 0, "{early}");
+    tokio::time::sleep(std::time::Duration::from_millis(early["retry_after_ms"].as_u64().unwrap()))
+        .await;
+
+    // A full digest: nothing missing. Another node's digest of that disk is refused.
+    let (status, full) = send_inventory(&cluster, &owner_signer, owner, disk, &on_disk).await;
+    assert_eq!(status, 200, "{full}");
+    assert_eq!(full["retry_after_ms"], Value::Null, "{full}");
+    assert_eq!(
+        (full["referenced"].as_u64(), full["missing"].as_u64()),
+        (Some(on_disk.len() as u64), Some(0))
+    );
+    let (status, body) = send_inventory(&cluster, &other_signer, owner, disk, &[]).await;
+    assert_eq!((status, &body["error"]), (403, &json!("forbidden")), "{body}");
+
+    // An empty disk: every unit meta places there is missing, counted and queued.
+    let (status, empty) = send_inventory(&cluster, &owner_signer, owner, disk, &[]).await;
+    assert_eq!(status, 200, "{empty}");
+    assert_eq!(empty["missing"], on_disk.len() as u64, "{empty}");
+    assert!(empty["queued"].as_u64().unwrap() >= 1, "{empty}");
+    let status = cluster.get("/v1/status").await;
+    assert_eq!(status["missing_units"], on_disk.len() as u64, "{status}");
+    let listed = cluster.get("/v1/repairs").await;
+    assert!(
+        listed["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["reason"].as_str().is_some_and(|r| r.contains("inventory"))),
+        "{listed}"
+    );
     cluster.stop().await;
 }

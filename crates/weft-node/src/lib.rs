@@ -12,10 +12,13 @@
 //!   with this node's key (held by this node and by holders of the cluster secret), once.
 //!   The node signs its own heartbeats with the same key; it holds no other key.
 //! - Heartbeat failures are logged and retried at the next interval; they never stop the node.
+//! - Every unit is scrubbed once per scrub interval and each disk's inventory sent to meta
+//!   (`scrub`); both stop, with the heartbeats, before [`RunningNode::stop`] returns.
 
 mod api;
 mod heartbeat;
 mod metrics;
+mod scrub;
 
 use std::{fmt, future::Future, net::SocketAddr, path::PathBuf, sync::Arc};
 
@@ -23,6 +26,9 @@ use tokio::{sync::watch, task::JoinHandle};
 use weft_store::{Disk, StoreError};
 
 pub use heartbeat::{DiskReport, Heartbeat};
+pub use scrub::{
+    inventory_interval_ms, ScrubConfig, DEFAULT_SCRUB_INTERVAL_MS, DEFAULT_SCRUB_MAX_BYTES_PER_S,
+};
 
 /// Default interval between two heartbeats to meta.
 pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 1000;
@@ -46,6 +52,8 @@ pub struct NodeConfig {
     /// This node's key (`weft node add` writes it; `weft_auth::ClusterSecret::node_key`
     /// derives it): requests to the node must be signed with it, and it signs heartbeats.
     pub key: weft_auth::Key,
+    /// The background scrub's schedule and read-rate ceiling.
+    pub scrub: ScrubConfig,
 }
 
 impl NodeConfig {
@@ -64,6 +72,7 @@ impl NodeConfig {
             heartbeat_interval_ms: DEFAULT_HEARTBEAT_INTERVAL_MS,
             rack: None,
             key,
+            scrub: ScrubConfig::default(),
         }
     }
 }
@@ -119,6 +128,8 @@ pub struct RunningNode {
     stop: watch::Sender<bool>,
     server: JoinHandle<Result<(), NodeError>>,
     heartbeat: Option<JoinHandle<()>>,
+    /// The scrub and inventory tasks.
+    background: Vec<JoinHandle<()>>,
 }
 
 impl RunningNode {
@@ -137,6 +148,9 @@ impl RunningNode {
         let _ = self.stop.send(true);
         if let Some(heartbeat) = self.heartbeat {
             let _ = heartbeat.await;
+        }
+        for task in self.background {
+            let _ = task.await;
         }
         match self.server.await {
             Ok(result) => result,
@@ -160,6 +174,11 @@ pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
     }
     if config.meta_url.is_some() && config.heartbeat_interval_ms == 0 {
         return Err(NodeError::Config("heartbeat_interval_ms must be positive".into()));
+    }
+    if config.scrub.interval_ms == 0 || config.scrub.max_bytes_per_s == 0 {
+        return Err(NodeError::Config(
+            "the scrub interval and its read-rate ceiling must be positive".into(),
+        ));
     }
     let paths = config.disks.clone();
     let disks = tokio::task::spawn_blocking(move || {
@@ -195,9 +214,29 @@ pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
             stopped.clone(),
         ))
     });
+    let reporter = config.meta_url.clone().map(|meta_url| scrub::Reporter {
+        node_id: config.node_id,
+        meta_url,
+        signer: weft_auth::Signer::new(config.key.clone(), weft_auth::Audience::Meta),
+    });
+    let mut background = vec![tokio::spawn(scrub::run(
+        node.clone(),
+        config.scrub,
+        reporter.clone(),
+        stopped.clone(),
+    ))];
+    if let Some(reporter) = reporter {
+        background.push(tokio::spawn(scrub::inventories(
+            node.clone(),
+            inventory_interval_ms(config.scrub.interval_ms),
+            reporter,
+            stopped.clone(),
+        )));
+    }
     let guard = weft_auth::axum_layer::Guard {
         verifier: Arc::new(weft_auth::Verifier::for_node(config.key.clone())),
         max_body_bytes: api::MAX_SIGNED_BODY_BYTES,
+        large_bodies: None,
     };
     let app = api::router(node, guard);
     let mut server_stopped = stopped;
@@ -210,7 +249,7 @@ pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
             .map_err(NodeError::Serve)
     });
     tracing::info!(node_id = config.node_id, rack = ?config.rack, %local_addr, "node serving");
-    Ok(RunningNode { local_addr, stop, server, heartbeat })
+    Ok(RunningNode { local_addr, stop, server, heartbeat, background })
 }
 
 /// Runs a node until `shutdown` completes, then stops it gracefully.

@@ -24,6 +24,10 @@ pub(crate) struct Metrics {
     bytes_out: AtomicU64,
     heartbeats_sent: AtomicU64,
     heartbeats_failed: AtomicU64,
+    scrub_bytes: AtomicU64,
+    scrub_units: AtomicU64,
+    scrub_bad_units: AtomicU64,
+    scrub_passes: AtomicU64,
 }
 
 impl Metrics {
@@ -43,6 +47,18 @@ impl Metrics {
     pub(crate) fn heartbeat(&self, ok: bool) {
         let counter = if ok { &self.heartbeats_sent } else { &self.heartbeats_failed };
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One unit of `bytes` data bytes checked by the scrub.
+    pub(crate) fn scrubbed(&self, bytes: u64) {
+        self.scrub_units.fetch_add(1, Ordering::Relaxed);
+        self.scrub_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// A scrub pass ended.
+    pub(crate) fn scrub_pass(&self, summary: &crate::scrub::PassSummary) {
+        self.scrub_passes.fetch_add(1, Ordering::Relaxed);
+        self.scrub_bad_units.fetch_add(summary.bad, Ordering::Relaxed);
     }
 
     /// The text exposition of every counter plus the given disk state.
@@ -70,6 +86,18 @@ impl Metrics {
                 "Heartbeats that failed.",
                 &self.heartbeats_failed,
             ),
+            ("weft_node_scrub_units_total", "Units the scrub checked.", &self.scrub_units),
+            (
+                "weft_node_scrub_bytes_total",
+                "Bytes the scrub read and verified.",
+                &self.scrub_bytes,
+            ),
+            (
+                "weft_node_scrub_bad_units_total",
+                "Bad units the scrub found.",
+                &self.scrub_bad_units,
+            ),
+            ("weft_node_scrub_passes_total", "Scrub passes completed.", &self.scrub_passes),
         ];
         for (name, help, value) in counters {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");

@@ -97,6 +97,18 @@ pub struct ScrubProgress {
     pub bytes_checked: u64,
 }
 
+/// What checking one unit found ([`Disk::scrub_unit`]).
+#[derive(Debug)]
+pub enum UnitCheck {
+    /// Every segment was read; `corrupt_segments` lists those whose checksum did not match
+    /// (empty: the unit is intact). `bytes`: data bytes read.
+    Checked { bytes: u64, corrupt_segments: Vec<u64> },
+    /// The unit could not be checked (bad header, wrong length, read error).
+    Unreadable(StoreError),
+    /// The unit was deleted before it could be checked.
+    Gone,
+}
+
 /// What a scrub found.
 #[derive(Debug, Default)]
 #[non_exhaustive]
@@ -552,7 +564,6 @@ impl Disk {
         self.check()?;
         let (keys, unrecognised) = self.scan()?;
         let mut report = ScrubReport { unrecognised, ..ScrubReport::default() };
-        let mut scratch = vec![0u8; SEGMENT_BYTES as usize];
         for &key in &keys {
             progress(&ScrubProgress {
                 unit: key,
@@ -560,35 +571,43 @@ impl Disk {
                 units_total: keys.len() as u64,
                 bytes_checked: report.bytes_checked,
             });
-            let (file, header) = match self.open_unit(key) {
-                Ok(opened) => opened,
-                Err(StoreError::NotFound { .. }) => continue,
-                Err(error) => {
-                    report.unreadable.push((key, error));
-                    continue;
+            match self.scrub_unit(key) {
+                UnitCheck::Gone => {}
+                UnitCheck::Unreadable(error) => report.unreadable.push((key, error)),
+                UnitCheck::Checked { bytes, corrupt_segments } => {
+                    report.checked += 1;
+                    report.bytes_checked += bytes;
+                    report.corrupt.extend(corrupt_segments.into_iter().map(|s| (key, s)));
                 }
-            };
-            let data_start = header_bytes(header.len_bytes);
-            let segment_bytes = u64::from(SEGMENT_BYTES);
-            let mut read_error = None;
-            for (segment, &checksum) in header.checksums.iter().enumerate() {
-                let start = segment as u64 * segment_bytes;
-                let len = (header.len_bytes - start).min(segment_bytes) as usize;
-                if let Err(e) = file.read_exact_at(&mut scratch[..len], data_start + start) {
-                    read_error = Some(self.io("read", key, &self.unit_path(&key), e));
-                    break;
-                }
-                report.bytes_checked += len as u64;
-                if crc32c::crc32c(&scratch[..len]) != checksum {
-                    report.corrupt.push((key, segment as u64));
-                }
-            }
-            match read_error {
-                Some(error) => report.unreadable.push((key, error)),
-                None => report.checked += 1,
             }
         }
         Ok(report)
+    }
+
+    /// Reads and verifies every segment of one unit against the checksums in its header.
+    pub fn scrub_unit(&self, key: UnitKey) -> UnitCheck {
+        let (file, header) = match self.open_unit(key) {
+            Ok(opened) => opened,
+            Err(StoreError::NotFound { .. }) => return UnitCheck::Gone,
+            Err(error) => return UnitCheck::Unreadable(error),
+        };
+        let data_start = header_bytes(header.len_bytes);
+        let segment_bytes = u64::from(SEGMENT_BYTES);
+        let mut scratch = vec![0u8; SEGMENT_BYTES as usize];
+        let mut bytes = 0;
+        let mut corrupt_segments = Vec::new();
+        for (segment, &checksum) in header.checksums.iter().enumerate() {
+            let start = segment as u64 * segment_bytes;
+            let len = (header.len_bytes - start).min(segment_bytes) as usize;
+            if let Err(e) = file.read_exact_at(&mut scratch[..len], data_start + start) {
+                return UnitCheck::Unreadable(self.io("read", key, &self.unit_path(&key), e));
+            }
+            bytes += len as u64;
+            if crc32c::crc32c(&scratch[..len]) != checksum {
+                corrupt_segments.push(segment as u64);
+            }
+        }
+        UnitCheck::Checked { bytes, corrupt_segments }
     }
 }
 

@@ -18,13 +18,15 @@ mod disk;
 mod error;
 pub mod format;
 pub mod fs;
+pub mod inventory;
 mod key;
 
 pub use disk::{
-    Disk, ListedUnit, Result, ScrubProgress, ScrubReport, UnitInfo, UnitWriter, Usage, DISK_MARKER,
-    DISK_MARKER_FILE, FANOUT_DIRS,
+    Disk, ListedUnit, Result, ScrubProgress, ScrubReport, UnitCheck, UnitInfo, UnitWriter, Usage,
+    DISK_MARKER, DISK_MARKER_FILE, FANOUT_DIRS,
 };
 pub use error::StoreError;
 pub use format::{ChecksumKind, FORMAT_VERSION, MAX_UNIT_BYTES, SEGMENT_BYTES};
 pub use fs::{FaultyFs, Fs, FsFile, FsOp, RealFs};
+pub use inventory::Inventory;
 pub use key::{UnitIndex, UnitKey};

@@ -1,5 +1,6 @@
 //! Messages weft's daemons exchange, defined once so that both ends of a wire agree by
-//! construction: node → meta heartbeats, the repair executor ↔ meta messages ([`repair`])
+//! construction: node → meta heartbeats and scrub reports ([`scrub`]), the repair executor ↔
+//! meta messages ([`repair`])
 //! and the transition executor ↔ meta messages ([`transition`]).
 //!
 //! Invariants: these types are plain data with serde derives and no behaviour; their JSON field
@@ -9,6 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 pub mod repair;
+pub mod scrub;
 pub mod transition;
 
 /// One heartbeat, node → meta: `POST {meta}/v1/heartbeat` with

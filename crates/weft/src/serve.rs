@@ -194,6 +194,13 @@ pub struct NodeArgs {
     /// treats the node as its own rack]. Give every node of a cluster a rack, or none.
     #[arg(long)]
     pub rack: Option<u32>,
+    /// How often the background scrub reads and verifies every unit, reporting bad ones to
+    /// meta for repair (e.g. 60s, 12h, 7d). Each pass is paced to end within half of it.
+    #[arg(long, default_value = "7d", value_parser = weft_client::gc::parse_duration_ms)]
+    pub scrub_interval: u64,
+    /// Ceiling of the scrub's read rate, in MiB/s, so it never crowds out client IO.
+    #[arg(long, default_value_t = weft_node::DEFAULT_SCRUB_MAX_BYTES_PER_S >> 20)]
+    pub scrub_max_mib_per_s: u64,
     /// This node's key file, written by `weft node add ID` (which enrols the node in meta);
     /// the node id comes from it when --id is not given.
     #[arg(long, value_name = "FILE", conflicts_with = "secret_file")]
@@ -334,6 +341,13 @@ async fn serve_node(args: NodeArgs) -> Result<(), CliError> {
     config.meta_url = Some(meta);
     config.heartbeat_interval_ms = args.heartbeat_ms;
     config.rack = args.rack;
+    if args.scrub_interval == 0 || args.scrub_max_mib_per_s == 0 {
+        return Err(cli_error!("--scrub-interval and --scrub-max-mib-per-s must be positive"));
+    }
+    config.scrub = weft_node::ScrubConfig {
+        interval_ms: args.scrub_interval,
+        max_bytes_per_s: args.scrub_max_mib_per_s.saturating_mul(1 << 20),
+    };
     let node = weft_node::bind(config).await?;
     ready(format!("node {node_id} listening on {}", node.endpoint()));
     shutdown_signal().await;

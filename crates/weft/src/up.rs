@@ -163,6 +163,10 @@ pub struct UpArgs {
     /// Milliseconds between two heartbeats of each node [default: the node's, 1000].
     #[arg(long)]
     pub heartbeat_ms: Option<u64>,
+    /// How often each node's background scrub reads and verifies every unit, e.g. 60s, 12h
+    /// [default: the node's, 7d]. Bad and missing units are repaired by the executor.
+    #[arg(long, value_parser = weft_client::gc::parse_duration_ms)]
+    pub scrub_interval: Option<u64>,
     /// Address of the S3 gateway [default: 127.0.0.1:9000, or port 0 (a free port) when
     /// --meta-listen has port 0].
     #[arg(long)]
@@ -244,6 +248,7 @@ struct Plan {
     meta_listen: SocketAddr,
     down_after_ms: Option<u64>,
     heartbeat_ms: Option<u64>,
+    scrub_interval_ms: Option<u64>,
     s3_listen: SocketAddr,
 }
 
@@ -339,6 +344,9 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
     if args.down_after_ms == Some(0) || args.heartbeat_ms == Some(0) {
         return Err(cli_error!("--down-after-ms and --heartbeat-ms must be positive"));
     }
+    if args.scrub_interval == Some(0) {
+        return Err(cli_error!("--scrub-interval must be positive"));
+    }
     Ok(Plan {
         dir,
         nodes,
@@ -348,6 +356,7 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
         meta_listen: args.meta_listen,
         down_after_ms: args.down_after_ms,
         heartbeat_ms: args.heartbeat_ms,
+        scrub_interval_ms: args.scrub_interval,
         s3_listen: args.s3_listen.unwrap_or_else(|| {
             let port = if args.meta_listen.port() == 0 { 0 } else { DEFAULT_S3_PORT };
             SocketAddr::new(args.meta_listen.ip(), port)
@@ -967,6 +976,9 @@ fn start(
         }
         if let Some(ms) = plan.heartbeat_ms {
             node_args.extend(["--heartbeat-ms".to_owned(), ms.to_string()]);
+        }
+        if let Some(ms) = plan.scrub_interval_ms {
+            node_args.extend(["--scrub-interval".to_owned(), format!("{ms}ms")]);
         }
         cluster.spawn(Role::Node(id), &node_args, disks)?;
     }

@@ -857,3 +857,129 @@ fn bench_cluster_compares_coders_and_read_modes_on_verified_bytes() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("not a coder"));
 }
+
+/// The background scrub's interval in the scrub tests (the acceptance run uses 60s: see
+/// docs/scrub.md).
+const SCRUB_EVERY: [&str; 2] = ["--scrub-interval", "10s"];
+
+/// Flips one byte near the end of `file` (inside the unit's data, so its checksum breaks).
+fn rot(file: &Path) {
+    let mut raw = std::fs::read(file).unwrap();
+    let at = raw.len() - 10;
+    raw[at] ^= 0x5a;
+    std::fs::write(file, &raw).unwrap();
+}
+
+#[test]
+fn rotten_units_of_unread_objects_are_found_by_the_scrub_and_repaired() {
+    let mut args = FAST_DOWN.to_vec();
+    args.extend(SCRUB_EVERY);
+    let cluster = Cluster::start(12, &args);
+    let mut create = vec!["bucket", "create", "rot", "--json"];
+    create.extend(SMALL);
+    cluster.weft_json(&create);
+    let mut objects = Objects::new();
+    // 20 objects, one rotten unit each (a data unit in some, a parity unit in others), so
+    // every object stays readable and only the scrub can find the damage.
+    let mut rotten = Vec::new();
+    for i in 0..20u64 {
+        let path = format!("rot/o{i}");
+        objects.put(&cluster, &path, bytes(100 + i, K * BLOCK + 1 + i as usize), &[]);
+        let unit_name = if i % 2 == 0 { "d1" } else { "p0.1" };
+        let unit = units_of(&cluster.stat(&path))[unit_name].clone();
+        let file = unit_file(&cluster, &unit).unwrap_or_else(|| panic!("no file for {unit}"));
+        rot(&file);
+        rotten.push((path, unit_name, unit));
+    }
+    let before = cluster.status();
+    let completed = counter(&before, "repairs_completed");
+    // One interval for the scrub to reach every unit, plus time to rebuild 20 units.
+    let repaired =
+        poll_status(&cluster, "20 rotten units repaired", Duration::from_secs(60), |s| {
+            counter(s, "repairs_completed") >= completed + 20
+                && counter(s, "repair_queue") == 0
+                && counter(s, "under_protected_units") == 0
+        });
+    assert!(counter(&repaired, "bad_units_reported") >= 20, "{repaired}");
+    for (path, unit_name, old) in &rotten {
+        let now = units_of(&cluster.stat(path))[*unit_name].clone();
+        assert!(unit_file(&cluster, &now).is_some(), "{path} {unit_name} has no file: {now}");
+        assert_ne!(now, *old, "{path} {unit_name} still names its rotten copy");
+    }
+    // Every object reads whole with no unit read around: the scrub fixed them before any read.
+    for (path, got) in objects.check_all(&cluster) {
+        assert_eq!(got["degraded_units"], serde_json::json!([]), "{path} after the scrub: {got}");
+    }
+}
+
+#[test]
+fn a_disk_emptied_while_its_node_was_down_is_found_counted_and_reprotected() {
+    let mut cluster = Cluster::start(12, &SCRUB_EVERY);
+    let mut create = vec!["bucket", "create", "empty", "--json"];
+    create.extend(SMALL);
+    cluster.weft_json(&create);
+    let mut objects = Objects::new();
+    for i in 0..6u64 {
+        objects.put(&cluster, &format!("empty/o{i}"), bytes(200 + i, 2 * K * BLOCK + 7), &[]);
+    }
+    let victim = 3u32;
+    let on_victim: Vec<(String, String)> = objects
+        .stored
+        .keys()
+        .flat_map(|path| {
+            units_of(&cluster.stat(path))
+                .into_iter()
+                .filter(|(_, unit)| node_of(unit) == victim)
+                .map(|(name, _)| (path.clone(), name))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(!on_victim.is_empty(), "node {victim} holds no unit");
+
+    // The whole cluster stops; node 3's disk loses every unit file; the cluster comes back.
+    assert!(cluster.stop().success());
+    let disk = cluster.dir().join(format!("node-{victim}")).join("disk-0").join("units");
+    let mut wiped = 0;
+    for fanout in std::fs::read_dir(&disk).unwrap() {
+        for file in std::fs::read_dir(fanout.unwrap().path()).unwrap() {
+            std::fs::remove_file(file.unwrap().path()).unwrap();
+            wiped += 1;
+        }
+    }
+    assert!(wiped >= on_victim.len(), "wiped {wiped} files, expected {}", on_victim.len());
+    cluster.restart();
+
+    // Node 3 is up and its disk healthy, so only its inventory can tell: meta counts every
+    // referenced unit of that disk as missing, queues them, and the executor rebuilds them.
+    let counted = poll_status(&cluster, "the inventory of node 3", Duration::from_secs(40), |s| {
+        s["inventories"].as_array().is_some_and(|all| {
+            all.iter().any(|i| i["node_id"] == victim && i["missing"].as_u64() > Some(0))
+        })
+    });
+    let inventory = counted["inventories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["node_id"] == victim)
+        .unwrap()
+        .clone();
+    assert_eq!(inventory["missing"], on_victim.len() as u64, "{counted}");
+    assert_eq!(inventory["referenced"], on_victim.len() as u64, "{counted}");
+    assert!(counter(&counted, "missing_units") >= on_victim.len() as u64, "{counted}");
+    poll_status(&cluster, "node 3's units rebuilt", Duration::from_secs(60), |s| {
+        counter(s, "repair_queue") == 0 && counter(s, "under_protected_units") == 0
+    });
+    for (path, name) in &on_victim {
+        let unit = units_of(&cluster.stat(path))[name].clone();
+        assert!(unit_file(&cluster, &unit).is_some(), "{path} {name} has no file: {unit}");
+    }
+    for (path, got) in objects.check_all(&cluster) {
+        assert_eq!(got["degraded_units"], serde_json::json!([]), "{path} after repair: {got}");
+    }
+    // The next inventory of node 3 matches what meta references.
+    poll_status(&cluster, "a clean inventory of node 3", Duration::from_secs(30), |s| {
+        s["inventories"]
+            .as_array()
+            .is_some_and(|all| all.iter().any(|i| i["node_id"] == victim && i["missing"] == 0))
+    });
+}

@@ -298,6 +298,7 @@ async fn commit(
     let body: CommitBody = serde_json::from_slice(body).map_err(|e| {
         ApiError::bad_request(format!("the body must be {{\"generation\": u64}}: {e}"))
     })?;
+    meta.changes.note(&bucket, &key);
     let ((record, replaced), nodes) = blocking(&meta, move |store| {
         Ok((store.commit_object(&bucket, &key, body.generation)?, store.list_nodes()?))
     })

@@ -618,6 +618,7 @@ pub(crate) async fn complete(
     let task_id = parse_task_id(&task_id)?;
     let done: CompleteRepair =
         parse_body(&body, "{\"deadline_ms\": u64, \"node_id\": u32, \"disk\": u32}")?;
+    let noting = meta.clone();
     let outcome = blocking(&meta, move |store| {
         let Some(task) = store.get_repair(task_id)? else {
             return Ok(Err(lease_lost(task_id, done.deadline_ms)));
@@ -649,6 +650,7 @@ pub(crate) async fn complete(
         };
         let lease = RepairLease { task_id, task, deadline_ms: done.deadline_ms };
         let disk = node.disk_location(done.disk);
+        noting.changes.note(&lease.task.object.bucket, &lease.task.object.key);
         match store.relocate_repaired(&lease, disk) {
             Ok(outcome) => Ok(Ok((lease, outcome))),
             Err(MetaError::LeaseLost { .. }) => Ok(Err(lease_lost(task_id, done.deadline_ms))),

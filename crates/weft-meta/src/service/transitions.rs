@@ -424,6 +424,7 @@ pub(crate) async fn commit(
     let body: TransitionRef = parse_body(&body, REF_SHAPE)?;
     let TransitionRef { bucket, key, id, generation } = body;
     let down_after_ms = meta.down_after_ms;
+    meta.changes.note(&bucket, &key);
     let (pending, new, old, nodes) = blocking(&meta, move |store| {
         let pending = store.get_transition(&bucket, &key)?.filter(|t| t.id == id);
         match store.commit_transition(&bucket, &key, id) {
