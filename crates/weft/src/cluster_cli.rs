@@ -425,6 +425,15 @@ fn print_status(status: &Value) {
     );
     println!("under-protected units: {}", count("under_protected_units"));
     println!("repair queue: {} tasks", count("repair_queue"));
+    if status.get("missing_units").is_some() {
+        let inventoried = status["inventories"].as_array().map_or(0, Vec::len);
+        println!(
+            "missing units: {} (latest inventories of {inventoried} disks); bad units reported \
+             by scrubs: {}",
+            count("missing_units"),
+            count("bad_units_reported"),
+        );
+    }
     if let Some(ms) = status["down_after_ms"].as_u64() {
         println!("a node is down after {ms} ms without a heartbeat");
     }
@@ -442,6 +451,9 @@ fn print_status(status: &Value) {
         "repair_queue",
         "down_after_ms",
         "failure_domain",
+        "missing_units",
+        "bad_units_reported",
+        "inventories",
     ];
     if let Some(object) = status.as_object() {
         for (name, value) in object.iter().filter(|(name, _)| !known.contains(&name.as_str())) {

@@ -195,7 +195,7 @@ pub struct NodeArgs {
     #[arg(long)]
     pub rack: Option<u32>,
     /// How often the background scrub reads and verifies every unit, reporting bad ones to
-    /// meta for repair (e.g. 60s, 12h, 7d). Each pass is paced to end within half of it.
+    /// meta for repair (e.g. 60s, 12h, 7d). Each pass is paced to end within a tenth of it.
     #[arg(long, default_value = "7d", value_parser = weft_client::gc::parse_duration_ms)]
     pub scrub_interval: u64,
     /// Ceiling of the scrub's read rate, in MiB/s, so it never crowds out client IO.

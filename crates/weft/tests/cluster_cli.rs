@@ -896,13 +896,18 @@ fn rotten_units_of_unread_objects_are_found_by_the_scrub_and_repaired() {
     }
     let before = cluster.status();
     let completed = counter(&before, "repairs_completed");
+    let rotted = Instant::now();
     // One interval for the scrub to reach every unit, plus time to rebuild 20 units.
-    let repaired =
-        poll_status(&cluster, "20 rotten units repaired", Duration::from_secs(60), |s| {
-            counter(s, "repairs_completed") >= completed + 20
-                && counter(s, "repair_queue") == 0
-                && counter(s, "under_protected_units") == 0
-        });
+    let allowed = Duration::from_secs(scrub_interval_s() + 50);
+    poll_status(&cluster, "20 rotten units found", allowed, |s| {
+        counter(s, "bad_units_reported") >= 20
+    });
+    eprintln!("20 rotten units found {:?} after the rot", rotted.elapsed());
+    let repaired = poll_status(&cluster, "20 rotten units repaired", allowed, |s| {
+        counter(s, "repairs_completed") >= completed + 20
+            && counter(s, "repair_queue") == 0
+            && counter(s, "under_protected_units") == 0
+    });
     assert!(counter(&repaired, "bad_units_reported") >= 20, "{repaired}");
     eprintln!("20 rotten units found and repaired {:?} after the rot", rotted.elapsed());
     for (path, unit_name, old) in &rotten {
@@ -971,6 +976,9 @@ fn a_disk_emptied_while_its_node_was_down_is_found_counted_and_reprotected() {
     assert_eq!(inventory["missing"], on_victim.len() as u64, "{counted}");
     assert_eq!(inventory["referenced"], on_victim.len() as u64, "{counted}");
     assert!(counter(&counted, "missing_units") >= on_victim.len() as u64, "{counted}");
+    let text = cluster.weft(&["status"]);
+    let said = String::from_utf8_lossy(&text.stdout);
+    assert!(said.contains("missing units: "), "{said}");
     poll_status(&cluster, "node 3's units rebuilt", Duration::from_secs(60), |s| {
         counter(s, "repair_queue") == 0 && counter(s, "under_protected_units") == 0
     });
@@ -982,7 +990,8 @@ fn a_disk_emptied_while_its_node_was_down_is_found_counted_and_reprotected() {
         assert_eq!(got["degraded_units"], serde_json::json!([]), "{path} after repair: {got}");
     }
     // The next inventory of node 3 matches what meta references.
-    poll_status(&cluster, "a clean inventory of node 3", Duration::from_secs(30), |s| {
+    let next_inventory = Duration::from_secs(scrub_interval_s() + 20);
+    poll_status(&cluster, "a clean inventory of node 3", next_inventory, |s| {
         s["inventories"]
             .as_array()
             .is_some_and(|all| all.iter().any(|i| i["node_id"] == victim && i["missing"] == 0))

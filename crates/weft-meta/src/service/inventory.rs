@@ -168,6 +168,23 @@ fn check_caller(principal: Principal, id: u32) -> Result<(), ApiError> {
     ))
 }
 
+/// A `damaged` repair of `unit` of `object`, valid only while the unit is still on `place`.
+fn damaged(
+    object: &crate::ObjectRecord,
+    unit: weft_layout::UnitId,
+    place: weft_layout::DiskLocation,
+    reason: String,
+) -> RepairRequest {
+    RepairRequest {
+        object: ObjectName { bucket: object.bucket.clone(), key: object.key.clone() },
+        generation: object.generation,
+        unit,
+        kind: RepairKind::Damaged,
+        reason,
+        seen_on: Some(place),
+    }
+}
+
 fn parse_id(text: &str, what: &str) -> Result<u32, ApiError> {
     text.parse().map_err(|_| ApiError::bad_request(format!("{text:?} is not a {what} number")))
 }
@@ -219,17 +236,7 @@ pub(crate) async fn bad_units(
                     }
                     let Ok(key) = record_unit_key(object, unit) else { continue };
                     if let Some(reason) = wanted.get(&key) {
-                        requests.push(RepairRequest {
-                            object: ObjectName {
-                                bucket: object.bucket.clone(),
-                                key: object.key.clone(),
-                            },
-                            generation: object.generation,
-                            unit,
-                            kind: RepairKind::Damaged,
-                            reason: reason.clone(),
-                            seen_on: Some(place),
-                        });
+                        requests.push(damaged(object, unit, place, reason.clone()));
                     }
                 }
             }
@@ -307,17 +314,8 @@ pub(crate) async fn inventory(
                         continue;
                     }
                     reply.missing += 1;
-                    requests.push(RepairRequest {
-                        object: ObjectName {
-                            bucket: object.bucket.clone(),
-                            key: object.key.clone(),
-                        },
-                        generation: object.generation,
-                        unit,
-                        kind: RepairKind::Damaged,
-                        reason: format!("missing from node {id} disk {disk} (inventory)"),
-                        seen_on: Some(place),
-                    });
+                    let reason = format!("missing from node {id} disk {disk} (inventory)");
+                    requests.push(damaged(object, unit, place, reason));
                 }
             }
             if requests.len() >= crate::MAX_LIST_LIMIT {
