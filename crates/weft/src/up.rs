@@ -1516,6 +1516,24 @@ mod tests {
     }
 
     #[test]
+    fn restarts_back_off_exponentially_to_a_cap_and_reset_after_a_long_run() {
+        let quick = Duration::from_millis(100);
+        let mut delays = Vec::new();
+        let mut previous = 0;
+        for _ in 0..10 {
+            previous = restart_delay_ms(previous, quick);
+            delays.push(previous);
+        }
+        assert_eq!(
+            delays,
+            [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000, 30000],
+            "0.5 s doubling to the 30 s cap"
+        );
+        let long = Duration::from_millis(STABLE_AFTER_MS);
+        assert_eq!(restart_delay_ms(RESTART_MAX_MS, long), RESTART_FIRST_MS, "reset");
+    }
+
+    #[test]
     fn exits_are_described() {
         assert_eq!(describe_exit(ExitStatus::from_raw(9)), "killed by signal 9 (SIGKILL)");
         assert_eq!(describe_exit(ExitStatus::from_raw(1 << 8)), "exit status 1");
