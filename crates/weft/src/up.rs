@@ -1043,6 +1043,20 @@ pub fn run(args: UpArgs) -> Result<(), CliError> {
     } else {
         print_ready(&plan, &cluster, ready_ms, &cluster_file);
     }
+    // An optional child that could not start (the repair executor, the gateway: warned about
+    // above) is supervised like one that died later: retried with backoff.
+    let failed: Vec<usize> = (0..cluster.members.len())
+        .filter(|&i| {
+            let member = &cluster.members[i];
+            member.exited.is_some() && member.state == ServiceState::Starting
+        })
+        .collect();
+    for &index in &failed {
+        died(&mut cluster, index, &plan, out);
+    }
+    if !failed.is_empty() {
+        write_json_atomically(&cluster_file, &cluster.cluster_json(&plan, true, Some(ready_ms)))?;
+    }
     let result = watch(&mut cluster, &mut signals, out, &plan, &cluster_file, ready_ms);
     cluster.stop_all();
     let _ = write_json_atomically(&cluster_file, &cluster.cluster_json(&plan, false, None));
@@ -1323,7 +1337,8 @@ fn watch(
         while let Ok((index, spawns, line)) = cluster.lines.try_recv() {
             let member = &mut cluster.members[index];
             let Some(line) = line.filter(|_| spawns == member.spawns) else { continue };
-            if member.state == ServiceState::Starting {
+            let ready = member.state == ServiceState::Starting;
+            if ready {
                 if let Some(endpoint) = line.strip_prefix(&member.role.ready_prefix()) {
                     member.endpoint = Some(endpoint.trim().to_owned());
                 }
@@ -1348,6 +1363,12 @@ fn watch(
             }
             if member.role == Role::Repair {
                 out.note(&format!("weft up: repair executor: {line}"));
+            }
+            if member.role == Role::S3 && ready {
+                // A gateway that could not start at first has no s3.json yet.
+                if let Err(error) = refresh_s3_file(plan, cluster) {
+                    out.warn(&format!("cannot write {}: {error}", S3_FILE));
+                }
             }
         }
         for index in cluster.reap() {
@@ -1380,6 +1401,16 @@ fn watch(
             }
         }
     }
+}
+
+/// Rewrites DIR/s3.json for the running gateway (same key, its endpoint now).
+fn refresh_s3_file(plan: &Plan, cluster: &Supervisor) -> Result<(), CliError> {
+    let endpoint = cluster.member(Role::S3).and_then(|m| m.endpoint.clone());
+    let meta_url = cluster.member(Role::Meta).and_then(|m| m.endpoint.clone());
+    let (Some(endpoint), Some(meta_url)) = (endpoint, meta_url) else { return Ok(()) };
+    let secret_file = plan.dir.join(crate::cluster_cli::SECRET_FILE_NAME);
+    let secret = weft_auth::ClusterSecret::read_file(&secret_file).map_err(CliError::from)?;
+    write_s3_file(&plan.dir, &MetaClient::new(&meta_url, &secret)?, &endpoint)
 }
 
 /// How long to wait before restarting a child that ran for `ran` after the previous delay

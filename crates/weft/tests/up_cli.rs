@@ -437,3 +437,30 @@ fn dead_children_are_restarted_and_status_shows_each_service() {
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(service(&cluster.status(), "node", Some(3))["state"], "held");
 }
+
+#[test]
+fn a_gateway_that_cannot_start_is_retried_until_its_port_is_free() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = taken.local_addr().unwrap().to_string();
+    let cluster = Cluster::start(1, &["--s3-listen", &listen]);
+    assert!(cluster.up_stderr().contains("S3 gateway did not start"), "{}", cluster.up_stderr());
+    let failing = cluster.wait_for_status("the gateway retried", |s| {
+        let s3 = service(s, "s3", None);
+        s3["state"] != "running" && s3["restarts"].as_u64() >= Some(1)
+    });
+    let s3 = service(&failing, "s3", None);
+    assert_eq!(s3["last_exit"], "exit status 1", "{s3}");
+    drop(taken);
+    let serving =
+        cluster.wait_for_status_within("the gateway running", Duration::from_secs(60), |s| {
+            service(s, "s3", None)["state"] == "running"
+        });
+    let s3 = service(&serving, "s3", None);
+    assert_eq!(s3["endpoint"], format!("http://{listen}").as_str(), "{s3}");
+    assert!(std::net::TcpStream::connect(&listen).is_ok(), "the gateway listens on {listen}");
+    // Its endpoint and access key are where a client looks for them.
+    let s3_file = std::fs::read_to_string(cluster.dir().join("s3.json")).expect("s3.json");
+    let s3_file: Value = serde_json::from_str(&s3_file).unwrap();
+    assert_eq!(s3_file["endpoint"], format!("http://{listen}").as_str(), "{s3_file}");
+    assert!(s3_file["access_key"].is_string(), "{s3_file}");
+}
