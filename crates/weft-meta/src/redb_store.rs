@@ -418,9 +418,16 @@ impl RedbStore {
                 Ok(())
             }
             Err(error) => {
+                // Keep the first cause (not this reopen's message, which would grow with
+                // every failed reopen); the answer names both.
                 let first = if cause.is_empty() { String::new() } else { format!("{cause}; ") };
+                let error = match error {
+                    MetaError::StoreUnavailable { reason } | MetaError::Store { reason } => reason,
+                    other => other.to_string(),
+                };
                 let reason = format!("{first}reopening {} failed: {error}", self.path.display());
-                *self.health.failure.lock().expect("health lock") = Some(reason.clone());
+                let kept = if cause.is_empty() { reason.clone() } else { cause };
+                *self.health.failure.lock().expect("health lock") = Some(kept);
                 Err(MetaError::StoreUnavailable { reason })
             }
         }

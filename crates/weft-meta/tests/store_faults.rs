@@ -123,6 +123,10 @@ async fn a_full_disk_answers_store_unavailable_and_meta_recovers_when_space_retu
     );
     let (status, body) = api.begin("kept", "during").await;
     assert!(names_no_space(status, &body), "still full: {status} {body}");
+    // Failed reopens do not pile their messages up.
+    let message = body["message"].as_str().unwrap();
+    assert_eq!(message.matches("reopening").count(), 1, "{message}");
+    assert_eq!(message.matches("unavailable").count(), 1, "{message}");
 
     // Space returns: meta serves again without a restart, with what it stored before.
     faults.heal();
