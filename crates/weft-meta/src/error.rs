@@ -40,6 +40,10 @@ pub enum MetaError {
     Corrupt { table: &'static str, key: String, reason: String },
     /// The underlying store failed (IO, transaction); the operation did not take effect.
     Store { reason: String },
+    /// The store's disk failed an IO (e.g. "No space left on device"): the operation did not
+    /// take effect, and the store refuses work until it is reopened, which the store does by
+    /// itself on the next operation once the disk works again. `reason` is the IO error.
+    StoreUnavailable { reason: String },
     /// No transition `id` is pending for the object (never begun, committed, aborted,
     /// replaced by a newer begin, or dropped with the object); `pending` is the one that is.
     NoSuchTransition { bucket: String, key: String, id: u64, pending: Option<u64> },
@@ -168,6 +172,11 @@ impl fmt::Display for MetaError {
                 write!(f, "value {key:?} in table {table:?} is corrupt: {reason}")
             }
             MetaError::Store { reason } => write!(f, "metadata store failed: {reason}"),
+            MetaError::StoreUnavailable { reason } => write!(
+                f,
+                "meta's store is unavailable: {reason}; meta reopens it on the next request \
+                 once its disk works again (free space on meta's --dir)"
+            ),
             MetaError::NoSuchTransition { bucket, key, id, pending } => {
                 write!(f, "no transition {id} is pending for object {key:?} in bucket {bucket:?}")?;
                 match pending {

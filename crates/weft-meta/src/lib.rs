@@ -26,5 +26,5 @@ pub use records::{
     RepairLease, RepairOutcome, RepairRequest, RepairTask, TransitionRecord,
     DEFAULT_TRANSITION_LEASE_MS, FORMAT_VERSION, MAX_BUCKET_NAME_BYTES, MAX_KEY_BYTES,
 };
-pub use redb_store::{RedbStore, SCHEMA_VERSION};
+pub use redb_store::{RedbStore, StoreFaults, SCHEMA_VERSION};
 pub use store::{MetaStore, ObjectPage, MAX_LIST_LIMIT};

@@ -11,11 +11,28 @@
 //!   `gateway`) and are upgraded in place at open (no value is rewritten) — and every value
 //!   carries its own format version (see `records`).
 //! - Table layout and encodings are described in docs/meta-schema.md; change both together.
+//! - An IO error of the file (a full disk: ENOSPC, a failed fsync) makes redb refuse every
+//!   later operation with its sticky `PreviousIo` until the database is reopened. The store
+//!   sees every IO error itself (its [`WatchedFile`] backend records the first one) and
+//!   answers it as [`MetaError::StoreUnavailable`] naming that error; the next operation
+//!   closes and reopens the database under the store's lock (redb recovers the file at open)
+//!   before it runs, so meta serves again as soon as the disk works, without a restart. An
+//!   operation holds the lock's read side for its whole length, so a reopen never closes the
+//!   database under a transaction in flight.
+//! - [`StoreFaults`] lets a test make the file's writes fail with an errno of its choice
+//!   (e.g. ENOSPC) and succeed again: the same code path as a real full disk.
 
 use std::ops::Bound;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{
+    atomic::{AtomicI32, Ordering},
+    Arc, Mutex, RwLock, RwLockReadGuard,
+};
 
-use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
+use redb::{
+    backends::FileBackend, Database, ReadableTable, ReadableTableMetadata, StorageBackend,
+    TableDefinition,
+};
 use weft_layout::{DiskLocation, Placement};
 
 use crate::records::{
@@ -57,13 +74,136 @@ const NEXT_GENERATION_KEY: &str = "next_generation";
 const NEXT_REPAIR_ID_KEY: &str = "next_repair_id";
 const NEXT_TRANSITION_ID_KEY: &str = "next_transition_id";
 
-fn store<E: std::fmt::Display>(e: E) -> MetaError {
-    MetaError::Store { reason: e.to_string() }
+/// A redb error as a [`MetaError`]: IO errors (and redb's refusal after one) make the store
+/// unavailable until it is reopened; anything else is a plain store failure.
+fn store<E: Into<redb::Error>>(e: E) -> MetaError {
+    match e.into() {
+        redb::Error::Io(io) => MetaError::StoreUnavailable { reason: io.to_string() },
+        redb::Error::PreviousIo => MetaError::StoreUnavailable {
+            reason: "an earlier IO error of the store's file (see meta's log)".into(),
+        },
+        other => MetaError::Store { reason: other.to_string() },
+    }
+}
+
+/// Errors [`StoreFaults`] can inject: no errno (0) means "work normally".
+const NO_FAULT: i32 = 0;
+
+/// A test's switch over the store file's writes: [`StoreFaults::fail_writes`] makes every
+/// write, resize and fsync of the file fail with an OS error (e.g. `libc::ENOSPC`, what a
+/// full disk returns) until [`StoreFaults::heal`]. Reads keep working, as on a full disk.
+/// Clones share one switch.
+#[derive(Debug, Clone, Default)]
+pub struct StoreFaults {
+    errno: Arc<AtomicI32>,
+}
+
+impl StoreFaults {
+    pub fn new() -> StoreFaults {
+        StoreFaults::default()
+    }
+
+    /// From now on, writes fail with OS error `errno` (must not be 0).
+    pub fn fail_writes(&self, errno: i32) {
+        assert_ne!(errno, NO_FAULT, "errno 0 is not an error");
+        self.errno.store(errno, Ordering::SeqCst);
+    }
+
+    /// From now on, writes work again.
+    pub fn heal(&self) {
+        self.errno.store(NO_FAULT, Ordering::SeqCst);
+    }
+
+    fn check(&self) -> std::io::Result<()> {
+        match self.errno.load(Ordering::SeqCst) {
+            NO_FAULT => Ok(()),
+            errno => Err(std::io::Error::from_raw_os_error(errno)),
+        }
+    }
+}
+
+/// The first IO error of the open database, shared by the store and its file backend.
+#[derive(Debug, Default)]
+struct Health {
+    failure: Mutex<Option<String>>,
+}
+
+impl Health {
+    fn record(&self, error: &std::io::Error) {
+        let mut failure = self.failure.lock().expect("health lock");
+        if failure.is_none() {
+            tracing::error!(%error, "meta's store file failed an IO; the store reopens on the next request");
+            *failure = Some(error.to_string());
+        }
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.failure.lock().expect("health lock").clone()
+    }
+}
+
+/// redb's file backend, watched: every IO error is recorded in [`Health`] (redb itself
+/// keeps only "an IO error happened"), and [`StoreFaults`] may fail writes on purpose.
+#[derive(Debug)]
+struct WatchedFile {
+    file: FileBackend,
+    health: Arc<Health>,
+    faults: StoreFaults,
+}
+
+impl WatchedFile {
+    fn watch<T>(&self, result: std::io::Result<T>) -> std::io::Result<T> {
+        if let Err(error) = &result {
+            self.health.record(error);
+        }
+        result
+    }
+}
+
+impl StorageBackend for WatchedFile {
+    fn len(&self) -> std::io::Result<u64> {
+        self.watch(self.file.len())
+    }
+
+    fn read(&self, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+        self.watch(self.file.read(offset, len))
+    }
+
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        let result = self.faults.check().and_then(|()| self.file.set_len(len));
+        self.watch(result)
+    }
+
+    fn sync_data(&self, eventual: bool) -> std::io::Result<()> {
+        let result = self.faults.check().and_then(|()| self.file.sync_data(eventual));
+        self.watch(result)
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        let result = self.faults.check().and_then(|()| self.file.write(offset, data));
+        self.watch(result)
+    }
 }
 
 /// The metadata store in one redb file.
 pub struct RedbStore {
-    db: Database,
+    path: PathBuf,
+    /// The open database; `None` after a failed reopen (the next operation tries again).
+    db: RwLock<Option<Database>>,
+    /// The IO failure of the open database, if it had one.
+    health: Arc<Health>,
+    faults: StoreFaults,
+}
+
+/// The open database, held (read side of [`RedbStore::db`]) for one operation.
+struct OpenDb<'a>(RwLockReadGuard<'a, Option<Database>>);
+
+impl std::ops::Deref for OpenDb<'_> {
+    type Target = Database;
+
+    fn deref(&self) -> &Database {
+        self.0.as_ref().expect("OpenDb holds an open database")
+    }
 }
 
 impl std::fmt::Debug for RedbStore {
@@ -223,7 +363,95 @@ fn remove_task(
 impl RedbStore {
     /// Opens the database at `path`, creating it (and every table) if it does not exist.
     pub fn open(path: impl AsRef<Path>) -> Result<RedbStore, MetaError> {
-        let db = Database::create(path.as_ref()).map_err(store)?;
+        RedbStore::open_with_faults(path, StoreFaults::new())
+    }
+
+    /// [`RedbStore::open`] with the file's writes under `faults` (for fault-injection tests).
+    pub fn open_with_faults(
+        path: impl AsRef<Path>,
+        faults: StoreFaults,
+    ) -> Result<RedbStore, MetaError> {
+        let health = Arc::new(Health::default());
+        let db = open_database(path.as_ref(), &health, &faults)?;
+        Ok(RedbStore { path: path.as_ref().to_owned(), db: RwLock::new(Some(db)), health, faults })
+    }
+
+    /// The IO error that made the store unavailable, while it is (until a reopen works).
+    pub fn failure(&self) -> Option<String> {
+        self.health.failure()
+    }
+
+    /// The open database for one operation; reopens it first when an IO error made redb
+    /// refuse work (or a reopen failed before).
+    fn db(&self) -> Result<OpenDb<'_>, MetaError> {
+        {
+            let db = self.db.read().expect("store lock");
+            if db.is_some() && self.health.failure().is_none() {
+                return Ok(OpenDb(db));
+            }
+        }
+        self.reopen()?;
+        let db = self.db.read().expect("store lock");
+        match db.as_ref() {
+            Some(_) => Ok(OpenDb(db)),
+            // Another thread's reopen failed in between.
+            None => Err(MetaError::StoreUnavailable {
+                reason: self.health.failure().unwrap_or_else(|| "the store is closed".into()),
+            }),
+        }
+    }
+
+    /// Closes the database (waiting for operations in flight) and opens it again; on
+    /// failure the store stays closed and names the first IO error and the reopen's error.
+    fn reopen(&self) -> Result<(), MetaError> {
+        let mut db = self.db.write().expect("store lock");
+        let Some(cause) = self.health.failure().or_else(|| db.is_none().then(String::new)) else {
+            return Ok(()); // Another thread reopened it meanwhile.
+        };
+        // Drop the old database first: it holds the file's lock.
+        drop(db.take());
+        *self.health.failure.lock().expect("health lock") = None;
+        match open_database(&self.path, &self.health, &self.faults) {
+            Ok(reopened) => {
+                tracing::warn!(store = %self.path.display(), after = %cause, "meta's store reopened");
+                *db = Some(reopened);
+                Ok(())
+            }
+            Err(error) => {
+                // Keep the first cause (not this reopen's message, which would grow with
+                // every failed reopen); the answer names both.
+                let first = if cause.is_empty() { String::new() } else { format!("{cause}; ") };
+                let error = match error {
+                    MetaError::StoreUnavailable { reason } | MetaError::Store { reason } => reason,
+                    other => other.to_string(),
+                };
+                let reason = format!("{first}reopening {} failed: {error}", self.path.display());
+                let kept = if cause.is_empty() { reason.clone() } else { cause };
+                *self.health.failure.lock().expect("health lock") = Some(kept);
+                Err(MetaError::StoreUnavailable { reason })
+            }
+        }
+    }
+}
+
+/// Opens (creating if missing) the database at `path` on a watched file and makes sure every
+/// table exists and the schema version is one this build reads.
+fn open_database(
+    path: &Path,
+    health: &Arc<Health>,
+    faults: &StoreFaults,
+) -> Result<Database, MetaError> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| MetaError::Store { reason: format!("cannot open {}: {e}", path.display()) })?;
+    let file = FileBackend::new(file).map_err(store)?;
+    let backend = WatchedFile { file, health: health.clone(), faults: faults.clone() };
+    let db = Database::builder().create_with_backend(backend).map_err(store)?;
+    {
         let txn = db.begin_write().map_err(store)?;
         {
             txn.open_table(BUCKETS).map_err(store)?;
@@ -256,9 +484,11 @@ impl RedbStore {
             }
         }
         txn.commit().map_err(store)?;
-        Ok(RedbStore { db })
     }
+    Ok(db)
+}
 
+impl RedbStore {
     fn read_bucket(
         table: &impl ReadableTable<&'static str, &'static [u8]>,
         name: &str,
@@ -285,7 +515,8 @@ impl MetaStore for RedbStore {
             key: String::new(),
             reason: e.to_string(),
         })?;
-        let txn = self.db.begin_write().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
         let record = {
             let mut buckets = txn.open_table(BUCKETS).map_err(store)?;
             let mut record = RedbStore::read_bucket(&buckets, name)?
@@ -306,7 +537,8 @@ impl MetaStore for RedbStore {
         if_absent: bool,
     ) -> Result<(), MetaError> {
         check_namespace(namespace)?;
-        let txn = self.db.begin_write().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
         {
             let mut table = txn.open_table(GATEWAY).map_err(store)?;
             if if_absent && table.get((namespace, name)).map_err(store)?.is_some() {
@@ -327,7 +559,8 @@ impl MetaStore for RedbStore {
         name: &str,
     ) -> Result<Option<serde_json::Value>, MetaError> {
         check_namespace(namespace)?;
-        let txn = self.db.begin_read().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_read().map_err(store)?;
         let table = txn.open_table(GATEWAY).map_err(store)?;
         let found = table.get((namespace, name)).map_err(store)?;
         found.map(|bytes| decode_record(namespace, name, bytes.value())).transpose()
@@ -339,7 +572,8 @@ impl MetaStore for RedbStore {
         name: &str,
     ) -> Result<Option<serde_json::Value>, MetaError> {
         check_namespace(namespace)?;
-        let txn = self.db.begin_write().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
         let removed = {
             let mut table = txn.open_table(GATEWAY).map_err(store)?;
             let removed = table.remove((namespace, name)).map_err(store)?;
@@ -357,7 +591,8 @@ impl MetaStore for RedbStore {
         limit: usize,
     ) -> Result<RecordPage, MetaError> {
         check_namespace(namespace)?;
-        let txn = self.db.begin_read().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_read().map_err(store)?;
         let table = txn.open_table(GATEWAY).map_err(store)?;
         let limit = limit.min(MAX_LIST_LIMIT);
         let (start, inclusive) = list_start(prefix, start_after);
@@ -391,7 +626,8 @@ impl MetaStore for RedbStore {
             reason: e.to_string(),
         })?;
         let record = BucketRecord { name: name.into(), default_policy, created_ms: now_ms };
-        let txn = self.db.begin_write().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
         {
             let mut buckets = txn.open_table(BUCKETS).map_err(store)?;
             if buckets.get(name).map_err(store)?.is_some() {
@@ -404,14 +640,16 @@ impl MetaStore for RedbStore {
     }
 
     fn get_bucket(&self, name: &str) -> Result<BucketRecord, MetaError> {
-        let txn = self.db.begin_read().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_read().map_err(store)?;
         let buckets = txn.open_table(BUCKETS).map_err(store)?;
         RedbStore::read_bucket(&buckets, name)?
             .ok_or_else(|| MetaError::NoSuchBucket { bucket: name.into() })
     }
 
     fn list_buckets(&self) -> Result<Vec<BucketRecord>, MetaError> {
-        let txn = self.db.begin_read().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_read().map_err(store)?;
         let buckets = txn.open_table(BUCKETS).map_err(store)?;
         let mut out = Vec::new();
         for entry in buckets.iter().map_err(store)? {
@@ -422,7 +660,8 @@ impl MetaStore for RedbStore {
     }
 
     fn delete_bucket(&self, name: &str) -> Result<(), MetaError> {
-        let txn = self.db.begin_write().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
         {
             let mut buckets = txn.open_table(BUCKETS).map_err(store)?;
             if buckets.get(name).map_err(store)?.is_none() {
@@ -447,7 +686,8 @@ impl MetaStore for RedbStore {
         now_ms: u64,
     ) -> Result<ObjectRecord, MetaError> {
         check_new_object(bucket, key, &placement)?;
-        let txn = self.db.begin_write().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
         let record;
         {
             let buckets = txn.open_table(BUCKETS).map_err(store)?;
@@ -481,7 +721,8 @@ impl MetaStore for RedbStore {
     ) -> Result<(ObjectRecord, Option<ObjectRecord>), MetaError> {
         let no_write =
             || MetaError::NoSuchWrite { bucket: bucket.into(), key: key.into(), generation };
-        let txn = self.db.begin_write().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
         let (record, replaced);
         {
             let mut writes = txn.open_table(WRITES).map_err(store)?;
@@ -507,7 +748,8 @@ impl MetaStore for RedbStore {
     }
 
     fn get_object(&self, bucket: &str, key: &str) -> Result<ObjectRecord, MetaError> {
-        let txn = self.db.begin_read().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_read().map_err(store)?;
         let buckets = txn.open_table(BUCKETS).map_err(store)?;
         if buckets.get(bucket).map_err(store)?.is_none() {
             return Err(MetaError::NoSuchBucket { bucket: bucket.into() });
@@ -526,7 +768,8 @@ impl MetaStore for RedbStore {
         start_after: Option<&str>,
         limit: usize,
     ) -> Result<ObjectPage, MetaError> {
-        let txn = self.db.begin_read().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_read().map_err(store)?;
         let buckets = txn.open_table(BUCKETS).map_err(store)?;
         if buckets.get(bucket).map_err(store)?.is_none() {
             return Err(MetaError::NoSuchBucket { bucket: bucket.into() });
@@ -557,7 +800,8 @@ impl MetaStore for RedbStore {
     }
 
     fn delete_object(&self, bucket: &str, key: &str) -> Result<ObjectRecord, MetaError> {
-        let txn = self.db.begin_write().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
         let record;
         {
             let buckets = txn.open_table(BUCKETS).map_err(store)?;
@@ -582,7 +826,8 @@ impl MetaStore for RedbStore {
         after: Option<&ObjectName>,
         limit: usize,
     ) -> Result<Vec<ObjectRecord>, MetaError> {
-        let txn = self.db.begin_read().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_read().map_err(store)?;
         let writes = txn.open_table(WRITES).map_err(store)?;
         page_after(&writes, after, limit, decode_object)
     }
@@ -595,7 +840,8 @@ impl MetaStore for RedbStore {
     ) -> Result<ObjectRecord, MetaError> {
         let no_write =
             || MetaError::NoSuchWrite { bucket: bucket.into(), key: key.into(), generation };
-        let txn = self.db.begin_write().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
         let write;
         {
             let mut writes = txn.open_table(WRITES).map_err(store)?;
@@ -625,7 +871,8 @@ impl MetaStore for RedbStore {
             disks: heartbeat.disks.clone(),
             rack: heartbeat.rack,
         };
-        let txn = self.db.begin_write().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
         {
             let mut nodes = txn.open_table(NODES).map_err(store)?;
             nodes.insert(record.node_id, encode(&record).as_slice()).map_err(store)?;
@@ -635,7 +882,8 @@ impl MetaStore for RedbStore {
     }
 
     fn list_nodes(&self) -> Result<Vec<NodeRecord>, MetaError> {
-        let txn = self.db.begin_read().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_read().map_err(store)?;
         let nodes = txn.open_table(NODES).map_err(store)?;
         let mut out = Vec::new();
         for entry in nodes.iter().map_err(store)? {
@@ -646,7 +894,8 @@ impl MetaStore for RedbStore {
     }
 
     fn enqueue_repair(&self, request: &RepairRequest, now_ms: u64) -> Result<Enqueued, MetaError> {
-        let txn = self.db.begin_write().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
         let outcome = enqueue_in(&txn, request, now_ms)?;
         // Committing an unchanged transaction would cost an fsync for nothing.
         if outcome == Enqueued::Queued {
@@ -658,7 +907,8 @@ impl MetaStore for RedbStore {
     }
 
     fn enqueue_repairs(&self, requests: &[RepairRequest], now_ms: u64) -> Result<usize, MetaError> {
-        let txn = self.db.begin_write().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
         let mut queued = 0;
         for request in requests {
             if enqueue_in(&txn, request, now_ms)? == Enqueued::Queued {
@@ -674,7 +924,8 @@ impl MetaStore for RedbStore {
     }
 
     fn take_repair(&self, now_ms: u64, lease_ms: u64) -> Result<Option<RepairLease>, MetaError> {
-        let txn = self.db.begin_write().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
         let lease;
         {
             let mut repairs = txn.open_table(REPAIRS).map_err(store)?;
@@ -702,7 +953,8 @@ impl MetaStore for RedbStore {
     }
 
     fn complete_repair(&self, lease: &RepairLease) -> Result<(), MetaError> {
-        let txn = self.db.begin_write().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
         let task = leased_task(&txn, lease)?;
         remove_task(&txn, lease.task_id, &task)?;
         txn.commit().map_err(store)?;
@@ -714,7 +966,8 @@ impl MetaStore for RedbStore {
         lease: &RepairLease,
         disk: DiskLocation,
     ) -> Result<RepairOutcome, MetaError> {
-        let txn = self.db.begin_write().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
         let task = leased_task(&txn, lease)?;
         let (bucket, key) = (task.object.bucket.as_str(), task.object.key.as_str());
         let outcome;
@@ -736,7 +989,8 @@ impl MetaStore for RedbStore {
     }
 
     fn fail_repair(&self, lease: &RepairLease, error: &str) -> Result<u64, MetaError> {
-        let txn = self.db.begin_write().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
         let mut task = leased_task(&txn, lease)?;
         remove_task(&txn, lease.task_id, &task)?;
         let id;
@@ -757,7 +1011,8 @@ impl MetaStore for RedbStore {
     }
 
     fn get_repair(&self, task_id: u64) -> Result<Option<RepairTask>, MetaError> {
-        let txn = self.db.begin_read().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_read().map_err(store)?;
         let repairs = txn.open_table(REPAIRS).map_err(store)?;
         match repairs.get(task_id).map_err(store)? {
             Some(bytes) => Ok(Some(decode_task(task_id, bytes.value())?)),
@@ -770,7 +1025,8 @@ impl MetaStore for RedbStore {
         after: Option<u64>,
         limit: usize,
     ) -> Result<Vec<(u64, RepairTask)>, MetaError> {
-        let txn = self.db.begin_read().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_read().map_err(store)?;
         let repairs = txn.open_table(REPAIRS).map_err(store)?;
         let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
         let mut out = Vec::new();
@@ -785,7 +1041,8 @@ impl MetaStore for RedbStore {
     }
 
     fn repair_queue_len(&self) -> Result<usize, MetaError> {
-        let txn = self.db.begin_read().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_read().map_err(store)?;
         let repairs = txn.open_table(REPAIRS).map_err(store)?;
         let len = repairs.len().map_err(store)?;
         Ok(usize::try_from(len).expect("queue length fits in memory"))
@@ -796,7 +1053,8 @@ impl MetaStore for RedbStore {
         plan: NewTransition,
         now_ms: u64,
     ) -> Result<(TransitionRecord, Option<TransitionRecord>), MetaError> {
-        let txn = self.db.begin_write().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
         let (record, replaced);
         {
             let buckets = txn.open_table(BUCKETS).map_err(store)?;
@@ -829,7 +1087,8 @@ impl MetaStore for RedbStore {
         key: &str,
         id: u64,
     ) -> Result<(ObjectRecord, ObjectRecord), MetaError> {
-        let txn = self.db.begin_write().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
         let (new, old);
         {
             let mut objects = txn.open_table(OBJECTS).map_err(store)?;
@@ -853,7 +1112,8 @@ impl MetaStore for RedbStore {
         key: &str,
         id: u64,
     ) -> Result<TransitionRecord, MetaError> {
-        let txn = self.db.begin_write().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
         let record;
         {
             let mut transitions = txn.open_table(TRANSITIONS).map_err(store)?;
@@ -879,7 +1139,8 @@ impl MetaStore for RedbStore {
         bucket: &str,
         key: &str,
     ) -> Result<Option<TransitionRecord>, MetaError> {
-        let txn = self.db.begin_read().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_read().map_err(store)?;
         let transitions = txn.open_table(TRANSITIONS).map_err(store)?;
         read_transition(&transitions, bucket, key)
     }
@@ -889,7 +1150,8 @@ impl MetaStore for RedbStore {
         after: Option<&ObjectName>,
         limit: usize,
     ) -> Result<Vec<TransitionRecord>, MetaError> {
-        let txn = self.db.begin_read().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_read().map_err(store)?;
         let transitions = txn.open_table(TRANSITIONS).map_err(store)?;
         page_after(&transitions, after, limit, decode_transition)
     }
@@ -901,7 +1163,8 @@ impl MetaStore for RedbStore {
         id: u64,
         deadline_ms: u64,
     ) -> Result<TransitionRecord, MetaError> {
-        let txn = self.db.begin_write().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
         let mut record;
         {
             let objects = txn.open_table(OBJECTS).map_err(store)?;
@@ -923,7 +1186,8 @@ impl MetaStore for RedbStore {
         id: u64,
         now_ms: u64,
     ) -> Result<Option<TransitionRecord>, MetaError> {
-        let txn = self.db.begin_write().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
         let record;
         {
             let mut transitions = txn.open_table(TRANSITIONS).map_err(store)?;
@@ -938,7 +1202,8 @@ impl MetaStore for RedbStore {
     }
 
     fn transition_count(&self) -> Result<usize, MetaError> {
-        let txn = self.db.begin_read().map_err(store)?;
+        let db = self.db()?;
+        let txn = db.begin_read().map_err(store)?;
         let transitions = txn.open_table(TRANSITIONS).map_err(store)?;
         let len = transitions.len().map_err(store)?;
         Ok(usize::try_from(len).expect("transition count fits in memory"))
@@ -989,7 +1254,7 @@ mod tests {
         };
         store.create_bucket("old", policy, 1).unwrap();
         // A value written by a future build: same shape, version 2.
-        let txn = store.db.begin_write().unwrap();
+        let txn = store.db().unwrap().begin_write().unwrap();
         {
             let mut buckets = txn.open_table(BUCKETS).unwrap();
             let current = buckets.get("old").unwrap().unwrap().value().to_vec();
@@ -1012,7 +1277,7 @@ mod tests {
         assert!(store.get_bucket("old").is_ok());
 
         // A database of a future schema is refused at open.
-        let txn = store.db.begin_write().unwrap();
+        let txn = store.db().unwrap().begin_write().unwrap();
         txn.open_table(META).unwrap().insert(SCHEMA_VERSION_KEY, 9).unwrap();
         txn.commit().unwrap();
         drop(store);
@@ -1033,13 +1298,13 @@ mod tests {
         };
         store.create_bucket("old", policy, 1).unwrap();
         // What a version-1 build left: no transitions table, schema version 1.
-        let txn = store.db.begin_write().unwrap();
+        let txn = store.db().unwrap().begin_write().unwrap();
         assert!(txn.delete_table(TRANSITIONS).unwrap());
         txn.open_table(META).unwrap().insert(SCHEMA_VERSION_KEY, 1).unwrap();
         txn.commit().unwrap();
         drop(store);
         let store = RedbStore::open(&path).unwrap();
-        let txn = store.db.begin_read().unwrap();
+        let txn = store.db().unwrap().begin_read().unwrap();
         let version = txn.open_table(META).unwrap().get(SCHEMA_VERSION_KEY).unwrap().unwrap();
         assert_eq!(version.value(), SCHEMA_VERSION);
         assert_eq!(store.transition_count(), Ok(0));
@@ -1051,13 +1316,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("meta.redb");
         let store = RedbStore::open(&path).unwrap();
-        let txn = store.db.begin_write().unwrap();
+        let txn = store.db().unwrap().begin_write().unwrap();
         assert!(txn.delete_table(GATEWAY).unwrap());
         txn.open_table(META).unwrap().insert(SCHEMA_VERSION_KEY, 2).unwrap();
         txn.commit().unwrap();
         drop(store);
         let store = RedbStore::open(&path).unwrap();
-        let txn = store.db.begin_read().unwrap();
+        let txn = store.db().unwrap().begin_read().unwrap();
         let version = txn.open_table(META).unwrap().get(SCHEMA_VERSION_KEY).unwrap().unwrap();
         assert_eq!(version.value(), SCHEMA_VERSION);
         assert_eq!(store.get_record("uploads", "x"), Ok(None));

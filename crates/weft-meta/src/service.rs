@@ -21,6 +21,13 @@
 //!   `weft node add`); everything else is 403 `forbidden`.
 //! - No answer carries a secret: access-key records hold their secret sealed (meta refuses a
 //!   record with a plain `secret_key` and seals those an older meta stored, at [`bind`]).
+//! - A store whose disk failed (full, IO error) answers 503 `store_unavailable` naming the
+//!   IO error, and reopens itself on a later request once the disk works (see `RedbStore`).
+//!   Heartbeats it could not record must not read as dead nodes: within `down_after_ms` of
+//!   a heartbeat that failed to record, a placement that finds too few up nodes answers 503
+//!   `store_unavailable` with the store's error (never `too_few_nodes`), and the repair
+//!   detector (and `under_protected_units`) judge silence only from `down_after_ms` after
+//!   that failure, as after a start.
 //! - The repair detector is a task of the service: it starts at [`bind`] and has stopped,
 //!   with every store call it made, before [`RunningMeta::stop`] returns, so the store is
 //!   closed and another meta may open the directory.
@@ -168,6 +175,42 @@ struct Meta {
     changes: inventory::Changes,
     /// What nodes' scrubs reported.
     scrub: inventory::ScrubState,
+    /// The last heartbeat the store could not record: (when, the store's error).
+    heartbeat_failure: std::sync::Mutex<Option<(u64, String)>>,
+}
+
+impl Meta {
+    /// Since when silence may be judged: the start, or the last heartbeat the store failed
+    /// to record (nodes that kept heartbeating meanwhile look silent until they next do).
+    fn liveness_since_ms(&self) -> u64 {
+        let failed = self.heartbeat_failure.lock().expect("heartbeat failure lock");
+        failed.as_ref().map_or(self.started_ms, |(at, _)| self.started_ms.max(*at))
+    }
+
+    /// `error` unless it is a `too_few_nodes` that heartbeats failing to record can explain:
+    /// then 503 `store_unavailable` with the store's error, the real cause.
+    fn unless_heartbeats_failed(&self, error: ApiError) -> ApiError {
+        if error.body["error"] != "too_few_nodes" {
+            return error;
+        }
+        let failed = self.heartbeat_failure.lock().expect("heartbeat failure lock").clone();
+        match failed {
+            Some((at, cause)) if now_ms().saturating_sub(at) <= self.down_after_ms => {
+                let mut unavailable = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store_unavailable",
+                    format!(
+                        "nodes may look down only because meta's store could not record their \
+                         heartbeats: {cause}; retry once the store works again (then {})",
+                        error.body["message"].as_str().unwrap_or("too few nodes were up")
+                    ),
+                );
+                unavailable.body["cause"] = json!(cause);
+                unavailable
+            }
+            _ => error,
+        }
+    }
 }
 
 type Shared = Arc<Meta>;
@@ -219,6 +262,17 @@ pub async fn bind_with_repair(
     config: MetaConfig,
     repair: RepairConfig,
 ) -> Result<RunningMeta, ServiceError> {
+    bind_with_faults(config, repair, crate::StoreFaults::new()).await
+}
+
+/// [`bind_with_repair`] with the store file's writes under `faults`: fault-injection tests
+/// make them fail (e.g. with ENOSPC, as a full disk does) and heal them, through the real
+/// service.
+pub async fn bind_with_faults(
+    config: MetaConfig,
+    repair: RepairConfig,
+    faults: crate::StoreFaults,
+) -> Result<RunningMeta, ServiceError> {
     if config.down_after_ms == 0 {
         return Err(ServiceError::Config("down_after_ms must be positive".into()));
     }
@@ -235,7 +289,8 @@ pub async fn bind_with_repair(
             path: opening.clone(),
             source: MetaError::Store { reason: format!("cannot create {}: {e}", dir.display()) },
         })?;
-        RedbStore::open(&opening).map_err(|source| ServiceError::Open { path: opening, source })
+        RedbStore::open_with_faults(&opening, faults)
+            .map_err(|source| ServiceError::Open { path: opening, source })
     })
     .await
     .map_err(|join| ServiceError::Config(format!("opening the store panicked: {join}")))??;
@@ -267,6 +322,7 @@ pub async fn bind_with_repair(
         enrolling: tokio::sync::Mutex::new(()),
         changes: inventory::Changes::new(now_ms()),
         scrub: inventory::ScrubState::default(),
+        heartbeat_failure: std::sync::Mutex::new(None),
     });
     let guard = Guard {
         verifier: Arc::new(Verifier::for_meta(&config.secret)),
@@ -542,6 +598,9 @@ impl From<MetaError> for ApiError {
             MetaError::TransitionConflict { .. } => (StatusCode::CONFLICT, "transition_conflict"),
             MetaError::RecordExists { .. } => (StatusCode::CONFLICT, "record_exists"),
             MetaError::NoSuchNamespace { .. } => (StatusCode::NOT_FOUND, "no_such_namespace"),
+            MetaError::StoreUnavailable { .. } => {
+                (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
+            }
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "store"),
         };
         if status.is_server_error() {
@@ -550,6 +609,7 @@ impl From<MetaError> for ApiError {
         let mut api = ApiError::new(status, code, message);
         match &error {
             MetaError::NoSuchTransition { pending, .. } => api.body["pending"] = json!(pending),
+            MetaError::StoreUnavailable { reason } => api.body["cause"] = json!(reason),
             MetaError::TransitionConflict { conflict, .. } => {
                 api.body["reason"] = json!(conflict.code());
             }
@@ -633,7 +693,16 @@ async fn heartbeat(
         return Err(ApiError::bad_request("the heartbeat has an empty endpoint"));
     }
     let now = now_ms();
-    let record = blocking(&meta, move |store| store.record_heartbeat(&heartbeat, now)).await?;
+    let record = match blocking(&meta, move |store| store.record_heartbeat(&heartbeat, now)).await {
+        Ok(record) => record,
+        Err(error) => {
+            let cause = error.body["message"].as_str().unwrap_or("?").to_owned();
+            let cause = error.body["cause"].as_str().map_or(cause, str::to_owned);
+            *meta.heartbeat_failure.lock().expect("heartbeat failure lock") =
+                Some((now_ms(), cause));
+            return Err(error);
+        }
+    };
     tracing::debug!(node_id = record.node_id, endpoint = %record.endpoint, "heartbeat");
     Ok(Json(node_json(&record, now, meta.down_after_ms)))
 }
@@ -650,7 +719,7 @@ async fn nodes(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
 }
 
 async fn status(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
-    let (started_ms, down_after_ms) = (meta.started_ms, meta.down_after_ms);
+    let (started_ms, down_after_ms) = (meta.liveness_since_ms(), meta.down_after_ms);
     let (nodes, repair_queue, buckets, under_protected) = blocking(&meta, move |store| {
         let nodes = store.list_nodes()?;
         let failures = repairs::Failures::judge(&nodes, now_ms(), started_ms, down_after_ms);

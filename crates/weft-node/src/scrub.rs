@@ -5,11 +5,13 @@
 //! it references that a disk no longer holds.
 //!
 //! Invariants:
-//! - A pass starts every `interval_ms` (measured from the last pass's start, persisted per
-//!   node in `<first disk>/scrub-state.json`, so restarts do not restart the schedule) and is
-//!   paced to end within a tenth of the interval ([`PASS_SHARE`]), and never reads faster
-//!   than `max_bytes_per_s`: a weekly pass of a small disk spreads over 17 hours, a 60 s test
-//!   scrub is done in 6 s. So rot is found at most 1.1 intervals after it happens.
+//! - A pass is paced to end within a tenth of the interval ([`PASS_SHARE`]) and the next
+//!   starts nine tenths of the interval after it started (measured from the last pass's
+//!   start, persisted per node in `<first disk>/scrub-state.json`, so restarts keep the
+//!   schedule): every unit is verified at least once in any window of one interval, so rot is
+//!   found within one interval of happening (unless the read-rate ceiling `max_bytes_per_s`
+//!   makes a pass longer). A weekly pass of a small disk spreads over 17 hours; a 60 s test
+//!   scrub runs 6 s in every 54.
 //! - Bad units are sent to meta as they are found, in reports of at most
 //!   `MAX_BAD_UNITS_PER_REPORT` units; a report meta did not accept is retried with backoff,
 //!   and at most [`MAX_PENDING_BAD_UNITS`] wait (the next pass finds the rest again).
@@ -46,6 +48,12 @@ pub const MAX_PENDING_BAD_UNITS: usize = 100_000;
 
 /// A pass is paced to end within `1 / PASS_SHARE` of the interval.
 pub const PASS_SHARE: u64 = 10;
+
+/// Time from one pass's start to the next: the interval less a pass's share of it, so that
+/// every unit is verified at least once in any window of one interval.
+fn period_ms(interval_ms: u64) -> u64 {
+    (interval_ms - interval_ms / PASS_SHARE).max(1)
+}
 
 /// Name of the file that remembers when the last pass began.
 const STATE_FILE: &str = "scrub-state.json";
@@ -122,7 +130,7 @@ pub(crate) async fn run(
     // First pass: one interval after the last pass began, or after this start when the node
     // never scrubbed (a new disk has little to check, and a restart loop must not scrub
     // over and over).
-    let mut due = last_start.unwrap_or(started).saturating_add(config.interval_ms);
+    let mut due = last_start.unwrap_or(started).saturating_add(period_ms(config.interval_ms));
     let (found, found_rx) = mpsc::channel::<(u32, BadUnit)>(1024);
     let sender = tokio::spawn(send_bad_units(reporter, found_rx, stopped.clone()));
     loop {
@@ -161,7 +169,7 @@ pub(crate) async fn run(
             }
             Err(error) => tracing::error!(%error, "the scrub pass panicked"),
         }
-        due = pass_start.saturating_add(config.interval_ms).max(now_ms());
+        due = pass_start.saturating_add(period_ms(config.interval_ms)).max(now_ms());
     }
     drop(found);
     let _ = sender.await;

@@ -379,10 +379,60 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
+/// The services of the `weft up` running this cluster, as it records them in its
+/// DIR/cluster.json (`services`), with that file's path: found beside the cluster secret
+/// file in use (weft up keeps both in DIR), and only while that weft up runs and serves the
+/// meta asked (so a stale file or another cluster's is never shown).
+fn services_of(args: &MetaUrlArgs, meta_url: &str) -> Option<(std::path::PathBuf, Value)> {
+    let default = std::path::Path::new(DEFAULT_SECRET_FILE);
+    let (secret, _) = secret_path(args.secret_file.as_deref(), default);
+    let file = secret.parent()?.join(crate::up::CLUSTER_FILE);
+    let value: Value = serde_json::from_str(&std::fs::read_to_string(&file).ok()?).ok()?;
+    let up_pid = u32::try_from(value["up_pid"].as_u64()?).ok()?;
+    let same_meta = value["meta"].as_str()?.trim_end_matches('/') == meta_url;
+    if value["running"] != true || !is_running(up_pid) || !same_meta {
+        return None;
+    }
+    value["services"].is_array().then(|| (file, value["services"].clone()))
+}
+
+/// One line per service: `meta running pid 123, 2 restarts, last exit: killed by ...`.
+fn describe_services(services: &Value) -> Vec<String> {
+    let services = services.as_array().cloned().unwrap_or_default();
+    services
+        .iter()
+        .map(|service| {
+            format!(
+                "{:<16}  {:<10}  {:>8}  {:>8}  {}",
+                service["name"].as_str().unwrap_or("?"),
+                service["state"].as_str().unwrap_or("?"),
+                service["pid"].to_string(),
+                service["restarts"].to_string(),
+                service["last_exit"].as_str().unwrap_or("-"),
+            )
+        })
+        .collect()
+}
+
+/// The header of [`describe_services`]' lines.
+const SERVICES_HEADER: &str = "SERVICE           STATE            PID  RESTARTS  LAST EXIT";
+
 pub fn status(args: StatusArgs) -> Result<(), CliError> {
     let client = args.meta.client()?;
-    let mut status = client.get(&["status"])?;
-    let listed = client.get(&["nodes"])?;
+    let services = services_of(&args.meta, client.base());
+    let asked = client.get(&["status"]).and_then(|status| Ok((status, client.get(&["nodes"])?)));
+    let (mut status, listed) = match (asked, &services) {
+        (Ok(answers), _) => answers,
+        // Meta does not answer: say what weft up knows of it (restarting, and why).
+        (Err(error), Some((file, services))) => {
+            return Err(cli_error!(
+                "{error}\nweft up's services (from {}):\n{SERVICES_HEADER}\n{}",
+                file.display(),
+                describe_services(services).join("\n")
+            ))
+        }
+        (Err(error), None) => return Err(error),
+    };
     // Join each node of /v1/status with what /v1/nodes adds (disks, last heartbeat); the
     // state stays the one /v1/status judged.
     if let Some(nodes) = status["nodes"].as_array_mut() {
@@ -403,6 +453,10 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
         object.insert("meta".into(), json!(client.base()));
         if let Some(down_after_ms) = listed.get("down_after_ms") {
             object.entry("down_after_ms").or_insert_with(|| down_after_ms.clone());
+        }
+        if let Some((file, services)) = services {
+            object.insert("services".into(), services);
+            object.insert("services_file".into(), json!(file));
         }
     }
     if args.json {
@@ -454,10 +508,20 @@ fn print_status(status: &Value) {
         "missing_units",
         "bad_units_reported",
         "inventories",
+        "services",
+        "services_file",
     ];
     if let Some(object) = status.as_object() {
         for (name, value) in object.iter().filter(|(name, _)| !known.contains(&name.as_str())) {
             println!("{name}: {value}");
+        }
+    }
+    if let Some(file) = status["services_file"].as_str() {
+        println!();
+        println!("services of weft up (from {file}):");
+        println!("{SERVICES_HEADER}");
+        for line in describe_services(&status["services"]) {
+            println!("{line}");
         }
     }
     if nodes.is_empty() {
@@ -511,7 +575,8 @@ pub enum NodeCommand {
     ///
     /// Looks the node's pid up in meta's node list and refuses unless that pid is a weft
     /// node with that id running on this machine. Waits until it has exited. A node started
-    /// by `weft up` stays down until `weft up` is restarted.
+    /// by `weft up` stays down until `weft up` is restarted (weft up restarts a node that
+    /// dies by itself; this drill holds it down: DIR/node-ID/held).
     ///
     /// Example: weft node stop 3
     #[command(verbatim_doc_comment)]
@@ -636,6 +701,7 @@ pub fn node(command: NodeCommand) -> Result<(), CliError> {
         .and_then(|pid| u32::try_from(pid).ok())
         .ok_or_else(|| cli_error!("meta has no pid for node {}", args.id))?;
     check_node_process(args.id, pid, node["state"].as_str().unwrap_or("?"))?;
+    hold_down(args.id, pid, name)?;
     send_signal(pid, signal)
         .map_err(|e| cli_error!("cannot send {name} to node {} (pid {pid}): {e}", args.id))?;
     let deadline = Instant::now() + Duration::from_millis(STOP_WAIT_MS);
@@ -675,6 +741,38 @@ pub fn node(command: NodeCommand) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// The parent of `pid`, from `/proc/<pid>/stat` ("pid (comm) state ppid ...").
+fn parent_pid(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// When node `id` (running as `pid`) is a child of a `weft up`, writes its hold file
+/// (`DIR/node-<id>/held`, beside the node's key file) so that `weft up` does not restart it:
+/// a drill means the node to stay down. Returns whether it wrote one.
+fn hold_down(id: u32, pid: u32, signal: &str) -> Result<bool, CliError> {
+    let Some(parent) = parent_pid(pid) else { return Ok(false) };
+    let parent_is_up = process_args(parent).is_some_and(|argv| argv.iter().any(|a| a == "up"));
+    let key_file = process_args(pid).and_then(|argv| {
+        argv.windows(2).find(|w| w[0] == "--key-file").map(|w| std::path::PathBuf::from(&w[1]))
+    });
+    let (true, Some(node_dir)) = (parent_is_up, key_file.as_deref().and_then(|k| k.parent()))
+    else {
+        return Ok(false);
+    };
+    let hold = node_dir.join(crate::up::HOLD_FILE);
+    let why = json!({ "node": id, "pid": pid, "signal": signal, "by": "weft node stop|kill" });
+    std::fs::write(&hold, format!("{why}\n")).map_err(|e| {
+        cli_error!(
+            "cannot hold node {id} down (weft up, pid {parent}, would restart it): cannot \
+             write {}: {e}",
+            hold.display()
+        )
+    })?;
+    Ok(true)
 }
 
 /// Refuses unless `pid` is running here and is `weft serve node` for node `id`.
@@ -925,5 +1023,20 @@ mod tests {
         let client = MetaClient::new("http://127.0.0.1:7700", &secret).unwrap();
         let url = client.url(&["buckets", "a/b c"]).unwrap();
         assert_eq!(url.as_str(), "http://127.0.0.1:7700/v1/buckets/a%2Fb%20c");
+    }
+
+    #[test]
+    fn the_services_header_fits_its_lines() {
+        let services = json!([{"name": "repair executor", "state": "restarting", "pid": 12345,
+                               "restarts": 3, "last_exit": "exit status 1"}]);
+        let line = &describe_services(&services)[0];
+        for column in ["STATE", "LAST EXIT"] {
+            let at = SERVICES_HEADER.find(column).unwrap();
+            assert!(line[at..].starts_with(['r', 'e']), "{column} at {at}: {line}");
+        }
+        let pid_end = SERVICES_HEADER.find("PID").unwrap() + 3;
+        assert_eq!(&line[pid_end - 5..pid_end], "12345", "{line}");
+        let restarts_end = SERVICES_HEADER.find("RESTARTS").unwrap() + 8;
+        assert_eq!(&line[restarts_end - 1..restarts_end], "3", "{line}");
     }
 }

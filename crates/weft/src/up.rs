@@ -13,8 +13,18 @@
 //!   own key, derived from the secret; node i is enrolled in meta before it starts).
 //! - With a fixed meta port P, node i listens on P + i, so endpoints are stable across
 //!   restarts; with port 0 every child picks a free port.
-//! - `weft up` never restarts a child by itself: a node that dies (a drill, `weft node kill`)
-//!   stays down and a line says so; meta dying stops the whole cluster with an error.
+//! - Every child is supervised once the cluster is ready: one that dies (meta, a node, the
+//!   repair executor, the S3 gateway) is started again with the same arguments — meta and the
+//!   gateway on the address they had, so clients, nodes and s3.json stay right — after a
+//!   delay of 0.5 s doubling at each quick death up to 30 s, back to 0.5 s once it ran for
+//!   10 s ([`restart_delay_ms`]); each death is logged with its exit cause and the tail of
+//!   its log. A node a drill stopped (`weft node stop|kill` writes `DIR/node-<i>/held`
+//!   before signalling it) is held down instead, until `weft up` restarts (which removes
+//!   the hold). During the start a child that dies still fails the start, with its log.
+//! - DIR/cluster.json is how other commands learn each service's health: its `services`
+//!   table (role, name, id, pid, state, restarts, last exit, endpoint, log) is rewritten
+//!   atomically on every change (a death, a restart, a ready line), and `weft status` shows
+//!   it when cluster.json lies beside the secret file it uses and names the meta it asks.
 //! - Every child is stopped before `weft up` returns, on every path (ready, error, signal):
 //!   SIGTERM, then SIGKILL after [`STOP_GRACE_MS`]. On Linux each child also gets SIGTERM
 //!   if `weft up` itself dies without cleaning up (PR_SET_PDEATHSIG). Children run in their
@@ -56,6 +66,15 @@ const STOP_GRACE_MS: u64 = 5_000;
 const START_POLL_MS: u64 = 20;
 /// Polling interval while watching a running cluster.
 const WATCH_POLL_MS: u64 = 200;
+/// The first delay before restarting a child that died, doubled at each quick death.
+const RESTART_FIRST_MS: u64 = 500;
+/// The longest delay before restarting a child that keeps dying.
+const RESTART_MAX_MS: u64 = 30_000;
+/// A child that ran this long before dying is restarted after [`RESTART_FIRST_MS`] again.
+const STABLE_AFTER_MS: u64 = 10_000;
+/// The name of the file in `DIR/node-<i>` that holds node i down (`weft node stop|kill`
+/// writes it before signalling; `weft up` removes it when it starts).
+pub const HOLD_FILE: &str = "held";
 /// Lines of a child's log shown when it fails to start.
 const LOG_TAIL_LINES: usize = 15;
 /// The name of a node's key file inside `DIR/node-<i>`.
@@ -118,8 +137,10 @@ const DEFAULT_FAILURE_DOMAIN: FailureDomainArg = FailureDomainArg::Node;
 /// disks, same buckets and objects); --nodes, --disks-per-node, --racks and
 /// --failure-domain default to what DIR/cluster.json recorded.
 ///
-/// A node that dies (e.g. `weft node kill 3`, a drill) is not restarted: meta reports it
-/// down and repair takes over; restart `weft up` to bring it back.
+/// A child that dies is restarted (after 0.5 s, doubling up to 30 s while it keeps dying);
+/// `weft status` shows each service's state, restarts and last exit. A node stopped by a
+/// drill (`weft node kill 3`) is held down: meta reports it down and repair takes over;
+/// restart `weft up` to bring it back.
 ///
 /// Examples:
 ///   weft up                                   # 12 nodes, meta on 127.0.0.1:7700
@@ -172,7 +193,8 @@ pub struct UpArgs {
     #[arg(long)]
     pub s3_listen: Option<SocketAddr>,
     /// Print one JSON object when ready (as in DIR/cluster.json), then one JSON line per
-    /// event ({"event": "exited" | "stopping" | "stopped", ...}); notes go to stderr.
+    /// event ({"event": "exited" | "restarted" | "stopping" | "stopped", ...}); notes go to
+    /// stderr.
     #[arg(long)]
     pub json: bool,
 }
@@ -434,6 +456,26 @@ impl Role {
         }
     }
 
+    /// Its kind, as `weft status` shows it: `meta`, `node`, `repair` or `s3`.
+    fn kind(self) -> &'static str {
+        match self {
+            Role::Meta => "meta",
+            Role::Node(_) => "node",
+            Role::Repair => "repair",
+            Role::S3 => "s3",
+        }
+    }
+
+    /// How its ready line starts (the rest is its endpoint).
+    fn ready_prefix(self) -> String {
+        match self {
+            Role::Node(id) => format!("node {id} listening on "),
+            Role::Repair => "repair executor ".to_owned(),
+            Role::Meta => "meta listening on ".to_owned(),
+            Role::S3 => "s3 gateway listening on ".to_owned(),
+        }
+    }
+
     fn log_file(self) -> String {
         match self {
             Role::Meta => "meta.log".to_owned(),
@@ -444,9 +486,38 @@ impl Role {
     }
 }
 
+/// Where a supervised child is in its life (shown by `weft status` as `state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ServiceState {
+    /// Started, its ready line not printed yet.
+    Starting,
+    /// Printed its ready line and has not exited.
+    Running,
+    /// Exited; started again at `Member::restart_at`.
+    Restarting,
+    /// Stopped by a drill (`weft node stop|kill`): not restarted until `weft up` restarts.
+    Held,
+    /// Stopped by `weft up` itself (it is stopping).
+    Stopped,
+}
+
+impl ServiceState {
+    fn name(self) -> &'static str {
+        match self {
+            ServiceState::Starting => "starting",
+            ServiceState::Running => "running",
+            ServiceState::Restarting => "restarting",
+            ServiceState::Held => "held",
+            ServiceState::Stopped => "stopped",
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Member {
     role: Role,
+    /// The arguments it is started with (again at each restart).
+    args: Vec<String>,
     process: Child,
     pid: u32,
     log: PathBuf,
@@ -456,6 +527,21 @@ struct Member {
     endpoint: Option<String>,
     disks: Vec<PathBuf>,
     exited: Option<ExitStatus>,
+    /// Processes started for this member so far (tags its stdout lines, so a line of a
+    /// previous process is never taken for the current one's).
+    spawns: u32,
+    state: ServiceState,
+    /// Restarts after a death, since `weft up` started.
+    restarts: u32,
+    /// How its last process ended (`killed by signal 9 (SIGKILL)`, or why it could not be
+    /// started again).
+    last_exit: Option<String>,
+    /// When the current process was started.
+    started_at: Instant,
+    /// The delay before the last restart (0: none yet, or reset after a long run).
+    backoff_ms: u64,
+    /// When a member in [`ServiceState::Restarting`] is started again.
+    restart_at: Option<Instant>,
 }
 
 /// The children of this `weft up`. Dropping it stops every child still running.
@@ -464,9 +550,10 @@ struct Supervisor {
     exe: PathBuf,
     logs: PathBuf,
     members: Vec<Member>,
-    /// (member index, first stdout line or None at EOF) from each child's stdout reader.
-    lines_tx: mpsc::Sender<(usize, Option<String>)>,
-    lines: mpsc::Receiver<(usize, Option<String>)>,
+    /// (member index, its spawn number, first stdout line or None at EOF) from each
+    /// child's stdout reader.
+    lines_tx: mpsc::Sender<(usize, u32, Option<String>)>,
+    lines: mpsc::Receiver<(usize, u32, Option<String>)>,
 }
 
 /// Why a start-up wait ended early.
@@ -496,6 +583,64 @@ impl Supervisor {
     /// Starts `weft <args>` as `role`; its stderr is appended to its log file and its first
     /// stdout line is reported on `lines`.
     fn spawn(&mut self, role: Role, args: &[String], disks: Vec<PathBuf>) -> Result<(), CliError> {
+        let index = self.members.len();
+        let (process, log, log_start) = self.start_process(role, args, index, 1)?;
+        self.members.push(Member {
+            role,
+            args: args.to_vec(),
+            pid: process.id(),
+            process,
+            log,
+            log_start,
+            endpoint: None,
+            disks,
+            exited: None,
+            spawns: 1,
+            state: ServiceState::Starting,
+            restarts: 0,
+            last_exit: None,
+            started_at: Instant::now(),
+            backoff_ms: 0,
+            restart_at: None,
+        });
+        Ok(())
+    }
+
+    /// Starts member `index`'s process again, with the same arguments (meta and the gateway
+    /// on the address they had, so every client and s3.json stay right).
+    fn respawn(&mut self, index: usize) -> Result<(), CliError> {
+        let member = &self.members[index];
+        let (role, spawns) = (member.role, member.spawns + 1);
+        let mut args = member.args.clone();
+        if let (Role::Meta | Role::S3, Some(endpoint)) = (role, &member.endpoint) {
+            let address = endpoint.trim_start_matches("http://").to_owned();
+            if let Some(at) = args.iter().position(|a| a == "--listen") {
+                args[at + 1] = address;
+            }
+        }
+        let (process, _, log_start) = self.start_process(role, &args, index, spawns)?;
+        let member = &mut self.members[index];
+        member.pid = process.id();
+        member.process = process;
+        member.log_start = log_start;
+        member.exited = None;
+        member.spawns = spawns;
+        member.state = ServiceState::Starting;
+        member.restarts += 1;
+        member.started_at = Instant::now();
+        member.restart_at = None;
+        Ok(())
+    }
+
+    /// Starts `weft <args>` for member `index` (spawn number `spawns`): the process, its log
+    /// and where this run's part of the log starts.
+    fn start_process(
+        &self,
+        role: Role,
+        args: &[String],
+        index: usize,
+        spawns: u32,
+    ) -> Result<(Child, PathBuf, u64), CliError> {
         let log = self.logs.join(role.log_file());
         let mut file = std::fs::OpenOptions::new()
             .create(true)
@@ -522,9 +667,7 @@ impl Supervisor {
         die_with_parent(&mut command);
         let mut process =
             command.spawn().map_err(|e| cli_error!("cannot start {}: {e}", role.name()))?;
-        let pid = process.id();
         let stdout = process.stdout.take().expect("stdout is piped");
-        let index = self.members.len();
         let lines = self.lines_tx.clone();
         std::thread::spawn(move || {
             let mut reader = BufReader::new(stdout);
@@ -533,21 +676,11 @@ impl Supervisor {
                 Ok(n) if n > 0 => Some(line.trim().to_owned()),
                 _ => None,
             };
-            let _ = lines.send((index, first));
+            let _ = lines.send((index, spawns, first));
             // Keep reading so the child never blocks on, or fails writing to, its stdout.
             let _ = std::io::copy(&mut reader, &mut std::io::sink());
         });
-        self.members.push(Member {
-            role,
-            process,
-            pid,
-            log,
-            log_start,
-            endpoint: None,
-            disks,
-            exited: None,
-        });
-        Ok(())
+        Ok((process, log, log_start))
     }
 
     /// The last lines this run wrote to a member's log.
@@ -605,8 +738,8 @@ impl Supervisor {
     ) -> Result<(), Interrupted> {
         let mut waiting: Vec<usize> = indices.to_vec();
         loop {
-            while let Ok((index, line)) = self.lines.try_recv() {
-                if !waiting.contains(&index) {
+            while let Ok((index, spawns, line)) = self.lines.try_recv() {
+                if !waiting.contains(&index) || spawns != self.members[index].spawns {
                     continue;
                 }
                 let role = self.members[index].role;
@@ -631,6 +764,7 @@ impl Supervisor {
                     .into());
                 };
                 self.members[index].endpoint = Some(endpoint.trim().to_owned());
+                self.members[index].state = ServiceState::Running;
                 waiting.retain(|&i| i != index);
             }
             if waiting.is_empty() {
@@ -711,6 +845,10 @@ impl Supervisor {
     fn stop_where(&mut self, which: impl Fn(Role) -> bool) {
         let mut stopping = Vec::new();
         for (index, member) in self.members.iter_mut().enumerate() {
+            if which(member.role) && member.state != ServiceState::Held {
+                member.state = ServiceState::Stopped;
+                member.restart_at = None;
+            }
             if which(member.role) && member.exited.is_none() {
                 if let Ok(Some(status)) = member.process.try_wait() {
                     member.exited = Some(status);
@@ -776,9 +914,27 @@ impl Supervisor {
         let s3 = self
             .member(Role::S3)
             .map(|m| json!({ "endpoint": m.endpoint, "pid": m.pid, "log": m.log }));
+        let services: Vec<Value> = self
+            .members
+            .iter()
+            .map(|m| {
+                json!({
+                    "role": m.role.kind(),
+                    "name": m.role.name(),
+                    "id": match m.role { Role::Node(id) => Some(id), _ => None },
+                    "pid": m.pid,
+                    "state": m.state.name(),
+                    "restarts": m.restarts,
+                    "last_exit": m.last_exit,
+                    "endpoint": m.endpoint,
+                    "log": m.log,
+                })
+            })
+            .collect();
         json!({
             "version": CLUSTER_FILE_VERSION,
             "running": running,
+            "services": services,
             "up_pid": std::process::id(),
             "dir": plan.dir,
             "meta": meta.and_then(|m| m.endpoint.clone()),
@@ -896,7 +1052,21 @@ pub fn run(args: UpArgs) -> Result<(), CliError> {
     } else {
         print_ready(&plan, &cluster, ready_ms, &cluster_file);
     }
-    let result = watch(&mut cluster, &mut signals, out);
+    // An optional child that could not start (the repair executor, the gateway: warned about
+    // above) is supervised like one that died later: retried with backoff.
+    let failed: Vec<usize> = (0..cluster.members.len())
+        .filter(|&i| {
+            let member = &cluster.members[i];
+            member.exited.is_some() && member.state == ServiceState::Starting
+        })
+        .collect();
+    for &index in &failed {
+        died(&mut cluster, index, &plan, out);
+    }
+    if !failed.is_empty() {
+        write_json_atomically(&cluster_file, &cluster.cluster_json(&plan, true, Some(ready_ms)))?;
+    }
+    let result = watch(&mut cluster, &mut signals, out, &plan, &cluster_file, ready_ms);
     cluster.stop_all();
     let _ = write_json_atomically(&cluster_file, &cluster.cluster_json(&plan, false, None));
     out.event(json!({ "event": "stopped" }), "weft up: every process stopped");
@@ -947,6 +1117,8 @@ fn start(
         let node_dir = plan.dir.join(format!("node-{id}"));
         std::fs::create_dir_all(&node_dir)
             .map_err(|e| cli_error!("cannot create {}: {e}", node_dir.display()))?;
+        // A drill's hold lasts until this restart of weft up.
+        let _ = std::fs::remove_file(hold_file(&plan.dir, id));
         let key_file = node_dir.join(NODE_KEY_FILE);
         let _ = std::fs::remove_file(&key_file);
         secret.node_key(id).write_node_file(&key_file).map_err(CliError::from)?;
@@ -1155,8 +1327,16 @@ fn print_ready(plan: &Plan, cluster: &Supervisor, ready_ms: u128, cluster_file: 
     println!("Ctrl-C stops the cluster; `weft up --dir {}` brings it back.", plan.dir.display());
 }
 
-/// Watches the running cluster until a signal (Ok) or meta's death (Err).
-fn watch(cluster: &mut Supervisor, signals: &mut Signals, out: Out) -> Result<(), CliError> {
+/// Watches the running cluster until a signal: restarts every child that dies (after
+/// [`restart_delay_ms`]) unless a drill holds it, and rewrites cluster.json on each change.
+fn watch(
+    cluster: &mut Supervisor,
+    signals: &mut Signals,
+    out: Out,
+    plan: &Plan,
+    cluster_file: &Path,
+    ready_ms: u128,
+) -> Result<(), CliError> {
     loop {
         if let Some(signal) = signals.sleep(Duration::from_millis(WATCH_POLL_MS)) {
             out.event(
@@ -1165,59 +1345,154 @@ fn watch(cluster: &mut Supervisor, signals: &mut Signals, out: Out) -> Result<()
             );
             return Ok(());
         }
-        while let Ok((index, Some(line))) = cluster.lines.try_recv() {
-            if cluster.members[index].role == Role::Repair {
+        let mut changed = false;
+        while let Ok((index, spawns, line)) = cluster.lines.try_recv() {
+            let member = &mut cluster.members[index];
+            let Some(line) = line.filter(|_| spawns == member.spawns) else { continue };
+            let ready = member.state == ServiceState::Starting;
+            if ready {
+                if let Some(endpoint) = line.strip_prefix(&member.role.ready_prefix()) {
+                    member.endpoint = Some(endpoint.trim().to_owned());
+                }
+                member.state = ServiceState::Running;
+                changed = true;
+                out.event(
+                    json!({
+                        "event": "restarted",
+                        "name": member.role.name(),
+                        "role": member.role.kind(),
+                        "id": match member.role { Role::Node(id) => Some(id), _ => None },
+                        "pid": member.pid,
+                        "restarts": member.restarts,
+                    }),
+                    &format!(
+                        "weft up: {} is back (pid {}, restart {})",
+                        member.role.name(),
+                        member.pid,
+                        member.restarts
+                    ),
+                );
+            }
+            if member.role == Role::Repair {
                 out.note(&format!("weft up: repair executor: {line}"));
+            }
+            if member.role == Role::S3 && ready {
+                // A gateway that could not start at first has no s3.json yet.
+                if let Err(error) = refresh_s3_file(plan, cluster) {
+                    out.warn(&format!("cannot write {}: {error}", S3_FILE));
+                }
             }
         }
         for index in cluster.reap() {
-            let member = &cluster.members[index];
-            let status = member.exited.map_or("exited".to_owned(), describe_exit);
-            let name = member.role.name();
-            let event = json!({
-                "event": "exited",
-                "name": name,
-                "id": match member.role { Role::Node(id) => Some(id), _ => None },
-                "pid": member.pid,
-                "status": status,
-            });
-            match member.role {
-                Role::Meta => {
-                    out.event(event, &format!("weft up: meta (pid {}) {status}", member.pid));
-                    return Err(cli_error!(
-                        "meta (pid {}) stopped: {status}; the cluster cannot work without it, \
-                         so every process was stopped. {}\nRun weft up again on the same --dir",
-                        member.pid,
-                        cluster.log_tail(index)
-                    ));
-                }
-                Role::Node(id) => out.event(
-                    event,
-                    &format!(
-                        "weft up: node {id} (pid {}) {status}; not restarted (a drill?): meta \
-                         reports it down, restart weft up to bring it back",
-                        member.pid
-                    ),
-                ),
-                Role::S3 => out.event(
-                    event,
-                    &format!(
-                        "weft up: s3 gateway (pid {}) {status}; not restarted, see {}",
-                        member.pid,
-                        member.log.display()
-                    ),
-                ),
-                Role::Repair => out.event(
-                    event,
-                    &format!(
-                        "weft up: repair executor (pid {}) {status}; not restarted, see {}",
-                        member.pid,
-                        member.log.display()
-                    ),
-                ),
+            changed = true;
+            died(cluster, index, plan, out);
+        }
+        let now = Instant::now();
+        let due: Vec<usize> = (0..cluster.members.len())
+            .filter(|&i| {
+                let member = &cluster.members[i];
+                member.state == ServiceState::Restarting
+                    && member.restart_at.is_some_and(|at| at <= now)
+            })
+            .collect();
+        for index in due {
+            changed = true;
+            if let Err(error) = cluster.respawn(index) {
+                let member = &mut cluster.members[index];
+                let delay_ms = restart_delay_ms(member.backoff_ms, Duration::ZERO);
+                member.backoff_ms = delay_ms;
+                member.restart_at = Some(Instant::now() + Duration::from_millis(delay_ms));
+                member.last_exit = Some(format!("could not be started again: {error}"));
+                out.warn(&format!("{error}; trying again in {} ms", delay_ms));
+            }
+        }
+        if changed {
+            let file = cluster.cluster_json(plan, true, Some(ready_ms));
+            if let Err(error) = write_json_atomically(cluster_file, &file) {
+                out.warn(&error.to_string());
             }
         }
     }
+}
+
+/// Rewrites DIR/s3.json for the running gateway (same key, its endpoint now).
+fn refresh_s3_file(plan: &Plan, cluster: &Supervisor) -> Result<(), CliError> {
+    let endpoint = cluster.member(Role::S3).and_then(|m| m.endpoint.clone());
+    let meta_url = cluster.member(Role::Meta).and_then(|m| m.endpoint.clone());
+    let (Some(endpoint), Some(meta_url)) = (endpoint, meta_url) else { return Ok(()) };
+    let secret_file = plan.dir.join(crate::cluster_cli::SECRET_FILE_NAME);
+    let secret = weft_auth::ClusterSecret::read_file(&secret_file).map_err(CliError::from)?;
+    write_s3_file(&plan.dir, &MetaClient::new(&meta_url, &secret)?, &endpoint)
+}
+
+/// How long to wait before restarting a child that ran for `ran` after the previous delay
+/// `previous_ms`: [`RESTART_FIRST_MS`] after a long run (or the first death), else twice the
+/// previous delay, at most [`RESTART_MAX_MS`]. A child that dies at once is so retried ever
+/// more slowly, never in a tight loop.
+fn restart_delay_ms(previous_ms: u64, ran: Duration) -> u64 {
+    if previous_ms == 0 || ran >= Duration::from_millis(STABLE_AFTER_MS) {
+        RESTART_FIRST_MS
+    } else {
+        (previous_ms * 2).min(RESTART_MAX_MS)
+    }
+}
+
+/// The file that holds node `id` down (a drill stopped it): `DIR/node-<id>/held`.
+fn hold_file(dir: &Path, id: u32) -> PathBuf {
+    dir.join(format!("node-{id}")).join(HOLD_FILE)
+}
+
+/// Records member `index`'s death, says so (with the tail of its log) and schedules its
+/// restart, unless a drill holds it down.
+fn died(cluster: &mut Supervisor, index: usize, plan: &Plan, out: Out) {
+    let tail = cluster.log_tail(index);
+    let member = &mut cluster.members[index];
+    let status = member.exited.map_or("exited".to_owned(), describe_exit);
+    let ran = member.started_at.elapsed();
+    member.last_exit = Some(status.clone());
+    let held = match member.role {
+        Role::Node(id) => hold_file(&plan.dir, id).exists(),
+        _ => false,
+    };
+    let name = member.role.name();
+    let mut event = json!({
+        "event": "exited",
+        "name": name,
+        "role": member.role.kind(),
+        "id": match member.role { Role::Node(id) => Some(id), _ => None },
+        "pid": member.pid,
+        "status": status,
+        "restarts": member.restarts,
+    });
+    if held {
+        member.state = ServiceState::Held;
+        event["held"] = json!(true);
+        out.event(
+            event,
+            &format!(
+                "weft up: {name} (pid {}) {status}; held down by a drill (weft node \
+                 stop|kill): meta reports it down, restart weft up to bring it back",
+                member.pid
+            ),
+        );
+        return;
+    }
+    let delay_ms = restart_delay_ms(member.backoff_ms, ran);
+    member.backoff_ms = delay_ms;
+    member.state = ServiceState::Restarting;
+    member.restart_at = Some(Instant::now() + Duration::from_millis(delay_ms));
+    event["restart_in_ms"] = json!(delay_ms);
+    let line = format!(
+        "weft up: {name} (pid {}) {status} after {:.1} s; restarting it in {:.1} s (restart \
+         {})",
+        member.pid,
+        ran.as_secs_f64(),
+        delay_ms as f64 / 1000.0,
+        member.restarts + 1
+    );
+    out.event(event, &line);
+    // The cause, for the human reading either output.
+    eprintln!("weft up: {name} {status}. {tail}");
 }
 
 #[cfg(test)]
@@ -1281,6 +1556,24 @@ mod tests {
         assert!(refused(&["--racks", "13"]).contains("--racks"));
         assert!(refused(&["--meta-listen", "127.0.0.1:65530"]).contains("65535"));
         assert!(refused(&["--down-after-ms", "0"]).contains("positive"));
+    }
+
+    #[test]
+    fn restarts_back_off_exponentially_to_a_cap_and_reset_after_a_long_run() {
+        let quick = Duration::from_millis(100);
+        let mut delays = Vec::new();
+        let mut previous = 0;
+        for _ in 0..10 {
+            previous = restart_delay_ms(previous, quick);
+            delays.push(previous);
+        }
+        assert_eq!(
+            delays,
+            [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000, 30000],
+            "0.5 s doubling to the 30 s cap"
+        );
+        let long = Duration::from_millis(STABLE_AFTER_MS);
+        assert_eq!(restart_delay_ms(RESTART_MAX_MS, long), RESTART_FIRST_MS, "reset");
     }
 
     #[test]

@@ -504,7 +504,7 @@ fn node_with_new_parity_killed_mid_transition() {
 
 #[derive(Clone, Copy, Debug)]
 enum Crash {
-    /// `kill -9` of meta (`weft up` then stops everything).
+    /// `kill -9` of meta (`weft up` then restarts it).
     Meta,
     /// SIGTERM of `weft up`: every process stops.
     Cluster,
@@ -531,8 +531,8 @@ fn meta_and_cluster_crash_mid_transition() {
         let reached = wait_for(&cluster, "b/o", &mut child, moment);
         match crash {
             Crash::Meta => {
-                let status = cluster.kill_meta();
-                assert!(!status.success(), "weft up exits with an error when meta dies");
+                // weft up restarts meta; the transition's executor may still fail meanwhile.
+                cluster.kill_meta();
             }
             Crash::Cluster => {
                 let status = cluster.stop();

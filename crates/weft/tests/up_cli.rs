@@ -5,7 +5,7 @@ mod common;
 
 use std::{net::TcpListener, process::Command, time::Duration};
 
-use common::cluster::{is_running, weft_bin, Cluster};
+use common::cluster::{is_running, signal, weft_bin, Cluster};
 use serde_json::Value;
 
 fn names(listed: &Value) -> Vec<String> {
@@ -339,4 +339,128 @@ fn failure_domain_rack_keeps_a_group_in_distinct_racks() {
         assert_eq!(group.len(), 3);
         assert!(is_distinct(&group), "a group shares a rack: {group:?} in {stat}");
     }
+}
+
+/// The service of `role` (and node `id`, for nodes) in a status's `services`.
+fn service(status: &Value, role: &str, id: Option<u32>) -> Value {
+    let services = status["services"].as_array().unwrap_or_else(|| panic!("no services: {status}"));
+    services
+        .iter()
+        .find(|s| s["role"] == role && s["id"].as_u64() == id.map(u64::from))
+        .unwrap_or_else(|| panic!("no {role} service in {status}"))
+        .clone()
+}
+
+/// SIGKILLs the service `role` (`id` for a node) and waits until `weft status --json` shows
+/// it running again with a new pid; returns that service entry.
+fn kill_and_see_restarted(cluster: &Cluster, role: &str, id: Option<u32>) -> Value {
+    let before = service(&cluster.status(), role, id);
+    assert_eq!(before["state"], "running", "{before}");
+    let pid = before["pid"].as_u64().unwrap() as u32;
+    assert!(signal(pid, libc::SIGKILL), "{role} (pid {pid}) was not running");
+    let restarts = before["restarts"].as_u64().unwrap() + 1;
+    let status = cluster.wait_for_answering_status(&format!("{role} restarted"), |status| {
+        let now = service(status, role, id);
+        now["state"] == "running" && now["restarts"] == restarts && now["pid"] != pid
+    });
+    let after = service(&status, role, id);
+    assert_eq!(after["last_exit"], "killed by signal 9 (SIGKILL)", "{after}");
+    let new_pid = after["pid"].as_u64().unwrap() as u32;
+    assert!(is_running(new_pid), "{role}'s new pid {new_pid} does not run: {after}");
+    assert!(!is_running(pid), "{role}'s old pid {pid} still runs");
+    after
+}
+
+#[test]
+fn dead_children_are_restarted_and_status_shows_each_service() {
+    let cluster = Cluster::start(3, &["--heartbeat-ms", "300"]);
+    assert!(!cluster.ready()["repair"].is_null(), "this weft has a repair executor");
+    let status = cluster.status();
+    let roles: Vec<(String, Option<u64>)> = status["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["role"].as_str().unwrap().to_owned(), s["id"].as_u64()))
+        .collect();
+    let want: Vec<(String, Option<u64>)> = [
+        ("meta", None),
+        ("node", Some(1)),
+        ("node", Some(2)),
+        ("node", Some(3)),
+        ("repair", None),
+        ("s3", None),
+    ]
+    .iter()
+    .map(|(role, id)| (role.to_string(), *id))
+    .collect();
+    assert_eq!(roles, want, "{status}");
+    for entry in status["services"].as_array().unwrap() {
+        assert_eq!(entry["state"], "running", "{entry}");
+        assert_eq!(entry["restarts"], 0, "{entry}");
+        assert!(entry["last_exit"].is_null(), "{entry}");
+    }
+    assert_eq!(service(&status, "meta", None)["pid"], cluster.ready()["meta_pid"]);
+
+    // The repair executor and the gateway die: weft up starts them again.
+    kill_and_see_restarted(&cluster, "repair", None);
+    let s3 = kill_and_see_restarted(&cluster, "s3", None);
+    assert_eq!(s3["endpoint"], cluster.ready()["s3"]["endpoint"], "same address: {s3}");
+    let address = s3["endpoint"].as_str().unwrap().trim_start_matches("http://");
+    assert!(std::net::TcpStream::connect(address).is_ok(), "the gateway listens on {address}");
+
+    // A node that dies by itself (no drill) comes back and is up in meta.
+    let node = kill_and_see_restarted(&cluster, "node", Some(2));
+    cluster.wait_for_status("node 2 up with its new pid", |status| {
+        let two = status["nodes"].as_array().unwrap().iter().find(|n| n["id"] == 2).cloned();
+        two.is_some_and(|n| n["state"] == "up" && n["pid"] == node["pid"])
+    });
+
+    // Meta too, on the same address: the cluster serves again.
+    let meta = kill_and_see_restarted(&cluster, "meta", None);
+    assert_eq!(meta["endpoint"], cluster.meta_url().as_str());
+    cluster.weft_json(&["bucket", "create", "after", "--k", "2", "--r", "1", "--json"]);
+
+    // The events said so; cluster.json has the same table; the human status shows it.
+    let file = cluster.cluster_file();
+    assert_eq!(service(&file, "meta", None)["restarts"], 1, "{file}");
+    assert_eq!(file["meta_pid"], meta["pid"], "{file}");
+    let human = String::from_utf8(cluster.weft(&["status"]).stdout).unwrap();
+    assert!(human.contains("SERVICE") && human.contains("repair executor"), "{human}");
+    assert!(human.contains("killed by signal 9 (SIGKILL)"), "{human}");
+
+    // A drill holds a node down: `weft node kill` is not undone.
+    let killed = cluster.weft_json(&["node", "kill", "3", "--json"]);
+    assert_eq!(killed["exited"], true, "{killed}");
+    let held =
+        cluster.wait_for_status("node 3 held", |s| service(s, "node", Some(3))["state"] == "held");
+    assert_eq!(service(&held, "node", Some(3))["restarts"], 0, "{held}");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(service(&cluster.status(), "node", Some(3))["state"], "held");
+}
+
+#[test]
+fn a_gateway_that_cannot_start_is_retried_until_its_port_is_free() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = taken.local_addr().unwrap().to_string();
+    let cluster = Cluster::start(1, &["--s3-listen", &listen]);
+    assert!(cluster.up_stderr().contains("S3 gateway did not start"), "{}", cluster.up_stderr());
+    let failing = cluster.wait_for_status("the gateway retried", |s| {
+        let s3 = service(s, "s3", None);
+        s3["state"] != "running" && s3["restarts"].as_u64() >= Some(1)
+    });
+    let s3 = service(&failing, "s3", None);
+    assert_eq!(s3["last_exit"], "exit status 1", "{s3}");
+    drop(taken);
+    let serving =
+        cluster.wait_for_status_within("the gateway running", Duration::from_secs(60), |s| {
+            service(s, "s3", None)["state"] == "running"
+        });
+    let s3 = service(&serving, "s3", None);
+    assert_eq!(s3["endpoint"], format!("http://{listen}").as_str(), "{s3}");
+    assert!(std::net::TcpStream::connect(&listen).is_ok(), "the gateway listens on {listen}");
+    // Its endpoint and access key are where a client looks for them.
+    let s3_file = std::fs::read_to_string(cluster.dir().join("s3.json")).expect("s3.json");
+    let s3_file: Value = serde_json::from_str(&s3_file).unwrap();
+    assert_eq!(s3_file["endpoint"], format!("http://{listen}").as_str(), "{s3_file}");
+    assert!(s3_file["access_key"].is_string(), "{s3_file}");
 }

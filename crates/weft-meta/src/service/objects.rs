@@ -283,7 +283,8 @@ async fn begin(
         let record = store.begin_object(&bucket, &key, placement, now)?;
         Ok(Ok((record, nodes)))
     })
-    .await??;
+    .await?
+    .map_err(|error| meta.unless_heartbeats_failed(error))?;
     tracing::info!(bucket = %record.bucket, key = %record.key, generation = record.generation, "write begun");
     let units = units_json(&record, &nodes, None)?;
     Ok(Json(object_json(&record, units)))

@@ -255,7 +255,7 @@ pub(crate) async fn detect(meta: Shared, mut stopped: watch::Receiver<bool>) {
             _ = interval.tick() => {}
             _ = stopped.wait_for(|stop| *stop) => return,
         }
-        let (started_ms, down_after_ms) = (meta.started_ms, meta.down_after_ms);
+        let (started_ms, down_after_ms) = (meta.liveness_since_ms(), meta.down_after_ms);
         let full_rescan_ms = meta.repair.full_rescan_ms;
         let previous = last.take();
         let result = blocking(&meta, move |store| {

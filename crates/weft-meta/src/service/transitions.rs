@@ -384,7 +384,8 @@ pub(crate) async fn begin(State(meta): State<Shared>, body: Bytes) -> Result<Jso
         let (record, replaced) = store.begin_transition(new, now)?;
         Ok(Ok((object, plan, record, replaced, nodes, now)))
     })
-    .await??;
+    .await?
+    .map_err(|error| meta.unless_heartbeats_failed(error))?;
     let (object, plan, record, replaced, nodes, now) = begun;
     let mut reply = plan_reply(&object, &record, &plan, &nodes, (now, down_after_ms))?;
     let by_id: Nodes = nodes.iter().map(|n| (n.node_id, n)).collect();

@@ -236,10 +236,44 @@ impl Cluster {
         pids
     }
 
-    /// SIGKILLs node `id` directly (not through the CLI).
+    /// Kills node `id` for a drill (`weft node kill`, SIGKILL): it stays down, as `weft up`
+    /// restarts only the children no drill holds down.
     pub fn kill_node(&self, id: u32) {
-        let pid = self.node_pid(id);
-        assert!(signal(pid, libc::SIGKILL), "node {id} (pid {pid}) was not running");
+        let killed = self.weft_json(&["node", "kill", &id.to_string(), "--json"]);
+        assert_eq!(killed["exited"], true, "node {id} did not exit: {killed}");
+    }
+
+    /// DIR/cluster.json as `weft up` last wrote it.
+    pub fn cluster_file(&self) -> Value {
+        let path = self.dir().join("cluster.json");
+        let text = std::fs::read_to_string(&path).expect("weft up wrote cluster.json");
+        serde_json::from_str(&text).expect("cluster.json is JSON")
+    }
+
+    /// `weft status --json`, or None while it fails (e.g. meta is being restarted).
+    pub fn try_status(&self) -> Option<Value> {
+        let output = self.weft(&["status", "--json"]);
+        if !output.status.success() {
+            return None;
+        }
+        serde_json::from_slice(&output.stdout).ok()
+    }
+
+    /// Polls `weft status --json` until it answers and `want` holds, at most
+    /// [`STATUS_TIMEOUT`]; failed answers (meta restarting) are waited through.
+    pub fn wait_for_answering_status(&self, what: &str, want: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + STATUS_TIMEOUT;
+        let mut last = None;
+        while Instant::now() < deadline {
+            if let Some(status) = self.try_status() {
+                if want(&status) {
+                    return status;
+                }
+                last = Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("timed out waiting for {what}; last status: {last:?}");
     }
 
     /// The lines `weft up` printed since the last call (JSON events).
@@ -416,22 +450,24 @@ impl Cluster {
             .expect("weft runs")
     }
 
-    /// `kill -9` of meta: `weft up` then stops every other process and exits with an error;
-    /// waits for that and returns its exit status. [`Cluster::restart`] brings it back.
-    pub fn kill_meta(&mut self) -> ExitStatus {
-        let pid = self.ready["meta_pid"].as_u64().expect("the ready object names meta's pid");
-        assert!(signal(pid as u32, libc::SIGKILL), "meta (pid {pid}) was not running");
-        let mut up = self.up.take().expect("weft up is running");
+    /// `kill -9` of meta: `weft up` restarts it on the same address; waits until cluster.json
+    /// shows it running again and returns its new pid.
+    pub fn kill_meta(&mut self) -> u32 {
+        let meta = |file: &Value| {
+            let services = file["services"].as_array().cloned().unwrap_or_default();
+            services.into_iter().find(|s| s["role"] == "meta").expect("cluster.json lists meta")
+        };
+        let pid = meta(&self.cluster_file())["pid"].as_u64().expect("meta's pid") as u32;
+        assert!(signal(pid, libc::SIGKILL), "meta (pid {pid}) was not running");
         let deadline = Instant::now() + STOP_TIMEOUT;
         loop {
-            if let Some(status) = up.try_wait().expect("weft up can be waited for") {
-                return status;
+            let now = meta(&self.cluster_file());
+            let new_pid = now["pid"].as_u64().expect("meta's pid") as u32;
+            if new_pid != pid && now["state"] == "running" {
+                self.child_pids.push(new_pid);
+                return new_pid;
             }
-            if Instant::now() >= deadline {
-                let _ = up.kill();
-                let _ = up.wait();
-                panic!("weft up did not exit within {STOP_TIMEOUT:?} of meta's death");
-            }
+            assert!(Instant::now() < deadline, "weft up did not restart meta: {now}");
             std::thread::sleep(Duration::from_millis(20));
         }
     }
