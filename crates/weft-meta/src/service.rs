@@ -783,10 +783,32 @@ fn parse_policy_over(body: &[u8], mut policy: Value) -> Result<Policy, ApiError>
     }
     let policy: Policy = serde_json::from_value(policy)
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_policy", e.to_string()))?;
-    policy
-        .validate()
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_policy", e.to_string()))?;
+    check_policy(&policy)?;
     Ok(policy)
+}
+
+/// Smallest cell a policy may ask for: with cells and blocks of at least 4 KiB, an object
+/// has at most one data unit per 4 KiB (plus its parity), however the policy is set.
+pub const MIN_CELL_BYTES: u64 = 4096;
+
+/// Smallest block a policy may ask for (see [`MIN_CELL_BYTES`]).
+pub const MIN_BLOCK_BYTES: u64 = 4096;
+
+/// Checks a policy given to meta (bucket default, object, transition target): the layout's
+/// own limits, then meta's floors on cell and block sizes. 400 `invalid_policy` otherwise.
+fn check_policy(policy: &Policy) -> Result<(), ApiError> {
+    let invalid =
+        |message: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_policy", message);
+    policy.validate().map_err(|e| invalid(e.to_string()))?;
+    if policy.cell_bytes < MIN_CELL_BYTES || policy.block_bytes < MIN_BLOCK_BYTES {
+        return Err(invalid(format!(
+            "cells of {} bytes and blocks of {} bytes are too small: meta needs cells of at \
+             least {MIN_CELL_BYTES} bytes and blocks of at least {MIN_BLOCK_BYTES} bytes \
+             (smaller ones make a unit file per few bytes)",
+            policy.cell_bytes, policy.block_bytes
+        )));
+    }
+    Ok(())
 }
 
 async fn create_bucket(

@@ -240,3 +240,55 @@ async fn state_persists_and_a_second_meta_on_the_same_dir_is_refused() {
     assert_eq!(buckets["buckets"][0]["name"], "kept");
     meta.stop().await.unwrap();
 }
+
+/// A bucket policy, an object's own policy or a transition target with cells or blocks
+/// under 4 KiB is refused: one byte cells made a 16 KiB object 24,576 unit files.
+#[tokio::test]
+async fn policies_with_cells_or_blocks_under_4_kib_are_refused_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = ClusterSecret::generate();
+    let signer = secret.signer_for(Audience::Meta);
+    let meta = start(dir.path(), 1000, &secret).await;
+    let base = meta.endpoint();
+    let client = reqwest::Client::new();
+    let post = |path: String, body: Value| {
+        let request = client.post(format!("{base}{path}")).json(&body);
+        let signer = signer.clone();
+        async move {
+            let response = request.send_signed(&signer).await.unwrap();
+            (response.status().as_u16(), response.json::<Value>().await.unwrap())
+        }
+    };
+    let tiny = [(1, 1), (1, 4096), (2048, 4096), (4096, 2048)];
+    for (cell, block) in tiny {
+        let policy = json!({"code": "rs(2,1)", "stripe_width": 2, "cell_bytes": cell,
+                            "block_bytes": block});
+        let response = client
+            .put(format!("{base}/v1/buckets/b{cell}x{block}"))
+            .json(&policy)
+            .send_signed(&signer)
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "{policy}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"], "invalid_policy", "{body}");
+        if cell >= 1 && block % cell == 0 {
+            assert!(body["message"].as_str().unwrap().contains("at least 4096"), "{body}");
+        }
+    }
+    // The smallest allowed policy is accepted; an object's own policy is held to the floor.
+    let floor = json!({"code": "rs(2,1)", "stripe_width": 2, "cell_bytes": 4096,
+                       "block_bytes": 4096});
+    let response =
+        client.put(format!("{base}/v1/buckets/b")).json(&floor).send_signed(&signer).await.unwrap();
+    assert_eq!(response.status(), 201);
+    let own = json!({"size": 16384, "policy": {"code": "rs(2,1)", "stripe_width": 2,
+                                                "cell_bytes": 1, "block_bytes": 1}});
+    let (status, body) = post("/v1/buckets/b/objects/k/begin".into(), own).await;
+    assert_eq!((status, &body["error"]), (400, &json!("invalid_policy")), "{body}");
+    let target = json!({"bucket": "b", "key": "k", "layout": {"code": "rs(3,1)",
+                        "stripe_width": 2, "cell_bytes": 1, "block_bytes": 1}});
+    let (status, body) = post("/v1/transitions".into(), target).await;
+    assert_eq!((status, &body["error"]), (400, &json!("invalid_policy")), "{body}");
+    meta.stop().await.unwrap();
+}

@@ -242,9 +242,7 @@ async fn begin(
         ))
     })?;
     if let Some(policy) = &body.policy {
-        policy
-            .validate()
-            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_policy", e.to_string()))?;
+        super::check_policy(policy)?;
     }
     let (down_after_ms, level) = (meta.down_after_ms, meta.failure_domain);
     let (record, nodes) = blocking(&meta, move |store| {

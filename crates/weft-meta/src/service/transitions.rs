@@ -358,9 +358,7 @@ pub(crate) async fn begin(State(meta): State<Shared>, body: Bytes) -> Result<Jso
     }
     let layout: Policy = serde_json::from_value(body.layout)
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_policy", e.to_string()))?;
-    layout
-        .validate()
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_policy", e.to_string()))?;
+    super::check_policy(&layout)?;
     let down_after_ms = meta.down_after_ms;
     let (bucket, key) = (body.bucket, body.key);
     let begun = blocking(&meta, move |store| {
