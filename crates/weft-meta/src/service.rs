@@ -9,7 +9,9 @@
 //!   with redb's lock error, named clearly. Every store call runs on a blocking task.
 //! - The clock lives here, not in the store: a heartbeat is recorded with the system time at
 //!   receipt, and a node is down when meta has not heard from it for more than
-//!   `down_after_ms` (judged at the time of each request; nothing is stored for "down").
+//!   `down_after_ms` *of meta's running time* (judged at the time of each request by the one
+//!   judgement of `liveness`, so a pause of meta is nobody's silence; nothing is stored for
+//!   "down").
 //! - Every error response has a JSON body `{"error": "<code>", "message": "..."}`.
 //! - New objects are placed at the failure-domain level of [`MetaConfig::failure_domain`]
 //!   (disk, node or rack; default node); a node's rack is the one its heartbeats name, else
@@ -58,6 +60,7 @@ pub use weft_layout::FailureDomain;
 
 mod gateway;
 mod gc;
+mod liveness;
 mod objects;
 mod repairs;
 mod transitions;
@@ -153,9 +156,8 @@ struct Meta {
     down_after_ms: u64,
     /// The level new objects are placed at.
     failure_domain: FailureDomain,
-    /// When this meta started (ms since the Unix epoch): nodes are judged down for repair
-    /// only after `down_after_ms` past it (see `repairs`).
-    started_ms: u64,
+    /// Meta's running clock and when it last heard each node: the one judgement of down.
+    clock: Arc<liveness::RunningClock>,
     repair: RepairConfig,
     /// Repairs completed by relocation since this meta started.
     repairs_completed: AtomicU64,
@@ -166,6 +168,13 @@ struct Meta {
 }
 
 type Shared = Arc<Meta>;
+
+impl Meta {
+    /// Who is down now (see `liveness`).
+    fn liveness(&self) -> liveness::Liveness {
+        self.clock.liveness(self.down_after_ms)
+    }
+}
 
 /// Meta serving. Stop it with [`RunningMeta::stop`].
 #[derive(Debug)]
@@ -255,7 +264,7 @@ pub async fn bind_with_repair(
         store: Arc::new(store),
         down_after_ms: config.down_after_ms,
         failure_domain: config.failure_domain,
-        started_ms: now_ms(),
+        clock: Arc::new(liveness::RunningClock::new()),
         repair,
         repairs_completed: AtomicU64::new(0),
         enrolled: RwLock::new(enrolled),
@@ -266,6 +275,7 @@ pub async fn bind_with_repair(
         max_body_bytes: MAX_BODY_BYTES,
     };
     let (stop, mut stopped) = watch::channel(false);
+    tokio::spawn(liveness::RunningClock::tick(meta.clock.clone(), stopped.clone()));
     let detector = tokio::spawn(repairs::detect(meta.clone(), stopped.clone()));
     let app = router(meta, guard);
     let server = tokio::spawn(async move {
@@ -553,18 +563,19 @@ async fn blocking<T: Send + 'static>(
         .map_err(ApiError::from)
 }
 
-fn node_state(node: &NodeRecord, now_ms: u64, down_after_ms: u64) -> &'static str {
-    if node.is_down(now_ms, down_after_ms) {
+fn node_state(node: &NodeRecord, live: &liveness::Liveness) -> &'static str {
+    if live.is_down(node) {
         "down"
     } else {
         "up"
     }
 }
 
-fn node_json(node: &NodeRecord, now_ms: u64, down_after_ms: u64) -> Value {
+fn node_json(node: &NodeRecord, live: &liveness::Liveness) -> Value {
     json!({
         "id": node.node_id,
-        "state": node_state(node, now_ms, down_after_ms),
+        "state": node_state(node, live),
+        "silent_ms": live.silent_ms(node.node_id),
         "pid": node.pid,
         "endpoint": node.endpoint,
         "rack": node.rack_id(),
@@ -604,14 +615,15 @@ async fn heartbeat(
     }
     let now = now_ms();
     let record = blocking(&meta, move |store| store.record_heartbeat(&heartbeat, now)).await?;
+    meta.clock.heard(record.node_id);
     tracing::debug!(node_id = record.node_id, endpoint = %record.endpoint, "heartbeat");
-    Ok(Json(node_json(&record, now, meta.down_after_ms)))
+    Ok(Json(node_json(&record, &meta.liveness())))
 }
 
 async fn nodes(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
     let nodes = blocking(&meta, |store| store.list_nodes()).await?;
-    let now = now_ms();
-    let nodes: Vec<Value> = nodes.iter().map(|n| node_json(n, now, meta.down_after_ms)).collect();
+    let live = meta.liveness();
+    let nodes: Vec<Value> = nodes.iter().map(|n| node_json(n, &live)).collect();
     Ok(Json(json!({
         "down_after_ms": meta.down_after_ms,
         "failure_domain": meta.failure_domain.to_string(),
@@ -620,17 +632,17 @@ async fn nodes(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
 }
 
 async fn status(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
-    let (started_ms, down_after_ms) = (meta.started_ms, meta.down_after_ms);
+    let live = meta.liveness();
+    let judged = live.clone();
     let (nodes, repair_queue, buckets, under_protected) = blocking(&meta, move |store| {
         let nodes = store.list_nodes()?;
-        let failures = repairs::Failures::judge(&nodes, now_ms(), started_ms, down_after_ms);
+        let failures = repairs::Failures::judge(&nodes, &judged);
         let under_protected = repairs::under_protected_units(store, &failures)?;
         Ok((nodes, store.repair_queue_len()?, store.list_buckets()?.len(), under_protected))
     })
     .await?;
-    let now = now_ms();
-    let down = nodes.iter().filter(|n| n.is_down(now, meta.down_after_ms)).count();
-    let nodes: Vec<Value> = nodes.iter().map(|n| node_json(n, now, meta.down_after_ms)).collect();
+    let down = nodes.iter().filter(|n| live.is_down(n)).count();
+    let nodes: Vec<Value> = nodes.iter().map(|n| node_json(n, &live)).collect();
     Ok(Json(json!({
         "nodes_up": nodes.len() - down,
         "nodes_down": down,

@@ -24,6 +24,7 @@ use serde_json::{json, Value};
 use weft_layout::{place, DiskLocation, FailureDomain, LayoutError, Topology, UnitId};
 use weft_store::UnitKey;
 
+use super::liveness::Liveness;
 use super::{blocking, node_state, now_ms, ApiError, Shared};
 use crate::{unit_name, NodeRecord, ObjectRecord, Policy};
 
@@ -97,7 +98,7 @@ pub(crate) fn unit_json(
 pub(crate) fn units_json(
     record: &ObjectRecord,
     nodes: &[NodeRecord],
-    states: Option<(u64, u64)>,
+    states: Option<&Liveness>,
 ) -> Result<Vec<Value>, ApiError> {
     let by_id: BTreeMap<u32, &NodeRecord> = nodes.iter().map(|n| (n.node_id, n)).collect();
     let layout = record.layout();
@@ -109,9 +110,9 @@ pub(crate) fn units_json(
         .map(|(unit, disk)| {
             let key = record_unit_key(record, unit)?;
             let mut value = unit_json(&by_id, unit, disk, key, layout.stored_len(size, unit));
-            if let Some((now, down_after)) = states {
+            if let Some(live) = states {
                 let node = by_id.get(&disk.node);
-                value["state"] = json!(node.map_or("unknown", |n| node_state(n, now, down_after)));
+                value["state"] = json!(node.map_or("unknown", |n| node_state(n, live)));
             }
             Ok(value)
         })
@@ -144,12 +145,8 @@ pub(crate) fn domains_name(level: FailureDomain) -> String {
 
 /// The disks placement may use: every disk not failed of every node that is up; and how many
 /// nodes are up.
-pub(crate) fn topology_of(
-    nodes: &[NodeRecord],
-    now: u64,
-    down_after_ms: u64,
-) -> (Vec<DiskLocation>, usize) {
-    let up: Vec<&NodeRecord> = nodes.iter().filter(|n| !n.is_down(now, down_after_ms)).collect();
+pub(crate) fn topology_of(nodes: &[NodeRecord], live: &Liveness) -> (Vec<DiskLocation>, usize) {
+    let up: Vec<&NodeRecord> = nodes.iter().filter(|n| !live.is_down(n)).collect();
     let disks = up
         .iter()
         .flat_map(|n| {
@@ -246,13 +243,13 @@ async fn begin(
             .validate()
             .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_policy", e.to_string()))?;
     }
-    let (down_after_ms, level) = (meta.down_after_ms, meta.failure_domain);
+    let (live, level) = (meta.liveness(), meta.failure_domain);
     let (record, nodes) = blocking(&meta, move |store| {
         let default = store.get_bucket(&bucket)?.default_policy;
         let nodes = store.list_nodes()?;
         let layout = body.policy.unwrap_or(default);
         let now = now_ms();
-        let (mut disks, nodes_up) = topology_of(&nodes, now, down_after_ms);
+        let (mut disks, nodes_up) = topology_of(&nodes, &live);
         disks.retain(|d| !body.avoid_nodes.contains(&d.node));
         let needed = layout.n().max(layout.stripe_width);
         let usable = disks.iter().map(|d| d.node).collect::<BTreeSet<_>>().len();
@@ -319,7 +316,7 @@ pub(crate) async fn get_object(
     let (record, nodes) =
         blocking(&meta, move |store| Ok((store.get_object(&bucket, &key)?, store.list_nodes()?)))
             .await?;
-    let units = units_json(&record, &nodes, Some((now_ms(), meta.down_after_ms)))?;
+    let units = units_json(&record, &nodes, Some(&meta.liveness()))?;
     Ok(Json(object_json(&record, units)))
 }
 
@@ -337,7 +334,7 @@ pub(crate) async fn delete_object(
     })
     .await?;
     tracing::info!(bucket = %record.bucket, key = %record.key, generation = record.generation, "object deleted");
-    let units = units_json(&record, &nodes, Some((now_ms(), meta.down_after_ms)))?;
+    let units = units_json(&record, &nodes, Some(&meta.liveness()))?;
     Ok(Json(object_json(&record, units)))
 }
 

@@ -7,9 +7,10 @@
 //! - The queue lives in the store (redb), so it survives a meta restart; the detector keeps
 //!   nothing that matters in memory and recomputes everything after a restart.
 //! - A node is judged down *for repair* only once meta has run for longer than
-//!   `down_after_ms`: until then a restarted meta has not had the time to hear every live
-//!   node, and judging by old heartbeats would queue every unit of the cluster. A failed or
-//!   missing disk is judged only from a heartbeat received since meta started.
+//!   `down_after_ms` of its running time (`liveness`): until then a restarted meta has not
+//!   had the time to hear every live node, and judging by old heartbeats would queue every
+//!   unit of the cluster. A failed or missing disk is judged only from a heartbeat received
+//!   since meta started. Every "is this node down" here is `Liveness::is_down`.
 //! - The detector queues only units of committed objects, with their generation and the disk
 //!   it saw them on, checked by the store in the enqueue's transaction: a unit relocated or an
 //!   object replaced between the scan and the enqueue is not queued.
@@ -52,6 +53,7 @@ use weft_wire::repair::{
     TakeRepairReply,
 };
 
+use super::liveness::Liveness;
 use super::objects::{domains_name, object_json, topology_of, units_json};
 use super::{blocking, now_ms, ApiError, Shared};
 use crate::{
@@ -107,21 +109,16 @@ pub(crate) struct Failures {
 }
 
 impl Failures {
-    pub(crate) fn judge(
-        nodes: &[NodeRecord],
-        now: u64,
-        started_ms: u64,
-        down_after_ms: u64,
-    ) -> Failures {
-        let judging_silence = now.saturating_sub(started_ms) > down_after_ms;
+    pub(crate) fn judge(nodes: &[NodeRecord], live: &Liveness) -> Failures {
+        let judging_silence = live.judging_silence();
         let down: BTreeSet<u32> = if judging_silence {
-            nodes.iter().filter(|n| n.is_down(now, down_after_ms)).map(|n| n.node_id).collect()
+            nodes.iter().filter(|n| live.is_down(n)).map(|n| n.node_id).collect()
         } else {
             BTreeSet::new()
         };
         let reported = nodes
             .iter()
-            .filter(|n| n.last_heartbeat_ms >= started_ms && !down.contains(&n.node_id))
+            .filter(|n| live.heard_since_start(n.node_id) && !down.contains(&n.node_id))
             .map(|n| {
                 let disks = n.disks.iter().map(|d| (d.index, d.failed.clone())).collect();
                 (n.node_id, disks)
@@ -148,12 +145,11 @@ impl Failures {
     }
 }
 
-/// Whether `disk` is positively available now: its node was heard within `down_after_ms` and
-/// reports the disk healthy.
-fn available_now(nodes: &[NodeRecord], disk: DiskLocation, now: u64, down_after_ms: u64) -> bool {
+/// Whether `disk` is positively available now: its node is up and reports the disk healthy.
+fn available_now(nodes: &[NodeRecord], disk: DiskLocation, live: &Liveness) -> bool {
     nodes.iter().any(|n| {
         n.node_id == disk.node
-            && !n.is_down(now, down_after_ms)
+            && !live.is_down(n)
             && n.disks.iter().any(|d| d.index == disk.disk && d.failed.is_none())
     })
 }
@@ -255,12 +251,12 @@ pub(crate) async fn detect(meta: Shared, mut stopped: watch::Receiver<bool>) {
             _ = interval.tick() => {}
             _ = stopped.wait_for(|stop| *stop) => return,
         }
-        let (started_ms, down_after_ms) = (meta.started_ms, meta.down_after_ms);
+        let live = meta.liveness();
         let full_rescan_ms = meta.repair.full_rescan_ms;
         let previous = last.take();
         let result = blocking(&meta, move |store| {
             let now = now_ms();
-            let failures = Failures::judge(&store.list_nodes()?, now, started_ms, down_after_ms);
+            let failures = Failures::judge(&store.list_nodes()?, &live);
             let due = match &previous {
                 Some((seen, at)) => *seen != failures || now.saturating_sub(*at) >= full_rescan_ms,
                 None => true,
@@ -415,9 +411,8 @@ pub(crate) async fn take(
             take.lease_ms
         )));
     }
-    let down_after_ms = meta.down_after_ms;
-    let reply =
-        blocking(&meta, move |store| take_due(store, take.lease_ms, down_after_ms)).await??;
+    let live = meta.liveness();
+    let reply = blocking(&meta, move |store| take_due(store, take.lease_ms, &live)).await??;
     Ok(Json(reply))
 }
 
@@ -440,7 +435,7 @@ fn drop_task(store: &dyn MetaStore, lease: &RepairLease, why: &str) -> Result<()
 fn take_due(
     store: &dyn MetaStore,
     lease_ms: u64,
-    down_after_ms: u64,
+    live: &Liveness,
 ) -> Result<Result<TakeRepairReply<Value>, ApiError>, MetaError> {
     let nodes = store.list_nodes()?;
     let mut dropped = 0;
@@ -464,9 +459,7 @@ fn take_due(
             dropped += 1;
             continue;
         };
-        if task.kind == RepairKind::Unavailable
-            && available_now(&nodes, current, now, down_after_ms)
-        {
+        if task.kind == RepairKind::Unavailable && available_now(&nodes, current, live) {
             drop_task(store, &lease, "the unit's node is up again and its disk healthy")?;
             dropped += 1;
             continue;
@@ -483,11 +476,8 @@ fn take_due(
         };
         // A damaged unit on a healthy node is rebuilt in place when no other disk keeps
         // the rules (the executor replaces the bad copy).
-        let chosen = match destination(&object, task.unit, &nodes, now, down_after_ms, &copies) {
-            Err(_)
-                if task.kind == RepairKind::Damaged
-                    && available_now(&nodes, current, now, down_after_ms) =>
-            {
+        let chosen = match destination(&object, task.unit, &nodes, live, &copies) {
+            Err(_) if task.kind == RepairKind::Damaged && available_now(&nodes, current, live) => {
                 Ok(current)
             }
             other => other,
@@ -499,7 +489,7 @@ fn take_due(
                     .find(|n| n.node_id == disk.node)
                     .map(|n| n.endpoint.clone())
                     .expect("destinations are disks of known nodes");
-                let units = match units_json(&object, &nodes, Some((now, down_after_ms))) {
+                let units = match units_json(&object, &nodes, Some(live)) {
                     Ok(units) => units,
                     Err(api) => return Ok(Err(api)),
                 };
@@ -548,17 +538,16 @@ fn destination(
     object: &crate::ObjectRecord,
     unit: weft_layout::UnitId,
     nodes: &[NodeRecord],
-    now: u64,
-    down_after_ms: u64,
+    live: &Liveness,
     avoid: &[DomainId],
 ) -> Result<DiskLocation, ApiError> {
     let level = object.placement.failure_domain();
-    let (disks, nodes_up) = topology_of(nodes, now, down_after_ms);
+    let (disks, nodes_up) = topology_of(nodes, live);
     let usable_nodes = disks.iter().map(|d| d.node).collect::<BTreeSet<u32>>().len();
     let usable: BTreeSet<DomainId> = disks.iter().map(|d| d.domain(level)).collect();
     let mut unavailable: Vec<DomainId> = avoid.to_vec();
     for node in nodes {
-        if node.is_down(now, down_after_ms) {
+        if live.is_down(node) {
             unavailable.push(DomainId::Node(node.node_id));
         } else {
             unavailable.extend(
