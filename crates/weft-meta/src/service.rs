@@ -58,16 +58,19 @@ use crate::{
 
 pub use weft_layout::FailureDomain;
 
+mod deletions;
 mod gateway;
 mod gc;
 mod liveness;
+mod lost;
 mod objects;
 mod repairs;
 mod transitions;
 
+pub use deletions::MAX_LISTED_DELETIONS;
 pub use repairs::{
-    RepairConfig, DEFAULT_FULL_RESCAN_MS, DEFAULT_REPAIR_SCAN_MS, LISTED_TASKS,
-    MAX_DROPPED_PER_TAKE, MAX_LEASE_MS, MAX_REASON_BYTES,
+    RepairConfig, DEFAULT_FULL_RESCAN_MS, DEFAULT_REPAIR_SCAN_MS, LISTED_TASKS, MAX_BACKOFF_MS,
+    MAX_DROPPED_PER_TAKE, MAX_LEASE_MS, MAX_REASON_BYTES, MIN_BACKOFF_MS, UNFOUND_BACKOFF_MS,
 };
 
 /// Default silence after which a node is reported down.
@@ -322,6 +325,7 @@ fn router(meta: Shared, guard: Guard) -> Router {
         )
         .route("/v1/repairs", get(repairs::list).post(repairs::report))
         .route("/v1/repairs/take", post(repairs::take))
+        .route("/v1/repairs/lost", post(lost::mark_lost))
         .route("/v1/repairs/{task_id}/complete", post(repairs::complete))
         .route("/v1/repairs/{task_id}/fail", post(repairs::fail))
         .route("/v1/transitions", get(transitions::list).post(transitions::begin))
@@ -335,6 +339,8 @@ fn router(meta: Shared, guard: Guard) -> Router {
             "/v1/records/{namespace}/{*name}",
             put(gateway::put).get(gateway::get).delete(gateway::delete),
         )
+        .route("/v1/deletions", get(deletions::list))
+        .route("/v1/deletions/done", post(deletions::done))
         .route("/v1/references", get(gc::references))
         .route("/v1/writes/expire", post(gc::expire_writes))
         .fallback(no_route)
@@ -634,11 +640,14 @@ async fn nodes(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
 async fn status(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
     let live = meta.liveness();
     let judged = live.clone();
-    let (nodes, repair_queue, buckets, under_protected) = blocking(&meta, move |store| {
+    let (nodes, repair_queue, buckets, under_protected, unfound) = blocking(&meta, move |store| {
         let nodes = store.list_nodes()?;
         let failures = repairs::Failures::judge(&nodes, &judged);
         let under_protected = repairs::under_protected_units(store, &failures)?;
-        Ok((nodes, store.repair_queue_len()?, store.list_buckets()?.len(), under_protected))
+        let (units, objects) = lost::unfound_counts(store)?;
+        let unfound = (units, objects, lost::lost_count(store)?);
+        let (queue, buckets) = (store.repair_queue_len()?, store.list_buckets()?.len());
+        Ok((nodes, queue, buckets, under_protected, unfound))
     })
     .await?;
     let down = nodes.iter().filter(|n| live.is_down(n)).count();
@@ -652,6 +661,9 @@ async fn status(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
         "under_protected_units": under_protected,
         "repair_queue": repair_queue,
         "repairs_completed": meta.repairs_completed.load(Ordering::Relaxed),
+        "unfound_units": unfound.0,
+        "unfound_objects": unfound.1,
+        "lost_objects": unfound.2,
     })))
 }
 

@@ -26,7 +26,7 @@ use weft_store::UnitKey;
 
 use super::liveness::Liveness;
 use super::{blocking, node_state, now_ms, ApiError, Shared};
-use crate::{unit_name, NodeRecord, ObjectRecord, Policy};
+use crate::{unit_name, MetaError, NodeRecord, ObjectRecord, Policy};
 
 /// Suffix of the path that begins a write.
 const BEGIN: &str = "/begin";
@@ -313,11 +313,26 @@ pub(crate) async fn get_object(
     State(meta): State<Shared>,
     Path((bucket, key)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let (record, nodes) =
-        blocking(&meta, move |store| Ok((store.get_object(&bucket, &key)?, store.list_nodes()?)))
-            .await?;
+    let found = blocking(&meta, move |store| {
+        let record = match store.get_object(&bucket, &key) {
+            Ok(record) => record,
+            Err(MetaError::NoSuchKey { .. }) => {
+                match super::lost::lost_error(store, &bucket, &key)? {
+                    Some(lost) => return Ok(Err(lost)),
+                    None => return Err(MetaError::NoSuchKey { bucket, key }),
+                }
+            }
+            Err(other) => return Err(other),
+        };
+        let unfound = super::lost::unfound_units(store, &record)?;
+        Ok(Ok((record, store.list_nodes()?, unfound)))
+    })
+    .await??;
+    let (record, nodes, unfound) = found;
     let units = units_json(&record, &nodes, Some(&meta.liveness()))?;
-    Ok(Json(object_json(&record, units)))
+    let mut value = object_json(&record, units);
+    value["unfound_units"] = json!(unfound);
+    Ok(Json(value))
 }
 
 /// `DELETE /v1/buckets/{bucket}/objects/{key}`.
@@ -326,10 +341,27 @@ pub(crate) async fn delete_object(
     Path((bucket, key)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     let (record, nodes) = blocking(&meta, move |store| {
-        let record = store.delete_object(&bucket, &key)?;
+        // An object of the key marked lost is forgotten with it (read first: a delete is a
+        // write transaction, and most keys were never lost).
+        let lost = super::lost::lost_name(&bucket, &key);
+        let forget = || -> Result<(), MetaError> {
+            if store.get_record(crate::store::LOST_OBJECTS, &lost)?.is_some() {
+                store.delete_record(crate::store::LOST_OBJECTS, &lost)?;
+            }
+            Ok(())
+        };
+        let record = match store.delete_object(&bucket, &key) {
+            Ok(record) => record,
+            Err(error @ MetaError::NoSuchKey { .. }) => {
+                forget()?;
+                return Err(error);
+            }
+            Err(other) => return Err(other),
+        };
         // The object's S3 attributes go with it (they name its generation, so one left
         // behind by a crash here would never be mistaken for a later object's).
         store.delete_record("object_attributes", &format!("{bucket}/{key}"))?;
+        forget()?;
         Ok((record, store.list_nodes()?))
     })
     .await?;

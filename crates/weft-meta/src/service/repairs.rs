@@ -48,7 +48,7 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 use weft_layout::{DiskLocation, DomainId, LayoutError, Topology};
 use weft_wire::repair::{
-    CompleteRepair, CompleteRepairReply, FailRepair, FailRepairReply, RepairDestination,
+    CompleteRepair, CompleteRepairReply, FailCause, FailRepair, FailRepairReply, RepairDestination,
     RepairList, RepairReport, RepairReportReply, RepairResult, RepairTaskInfo, TakeRepair,
     TakeRepairReply,
 };
@@ -72,6 +72,19 @@ pub const MAX_LEASE_MS: u64 = 3_600_000;
 
 /// Most tasks one take drops (stale or no longer needed) before answering `{"task": null}`.
 pub const MAX_DROPPED_PER_TAKE: u64 = 1000;
+
+/// Back-off after a task's first failed attempt; it doubles with each further attempt.
+pub const MIN_BACKOFF_MS: u64 = 1000;
+
+/// Longest back-off of a failed task (10 minutes).
+pub const MAX_BACKOFF_MS: u64 = 600_000;
+
+/// Shortest back-off of an unfound unit (too few units of its group readable): retried
+/// rarely, and at once when a node returns (the detector wakes unfound tasks then).
+pub const UNFOUND_BACKOFF_MS: u64 = 60_000;
+
+/// Most destinations a take passes over because they hold a queued copy of the unit.
+const MAX_DESTINATION_RETRIES: usize = 4;
 
 /// Tasks `GET /v1/repairs` lists.
 pub const LISTED_TASKS: usize = 100;
@@ -257,6 +270,16 @@ pub(crate) async fn detect(meta: Shared, mut stopped: watch::Receiver<bool>) {
         let result = blocking(&meta, move |store| {
             let now = now_ms();
             let failures = Failures::judge(&store.list_nodes()?, &live);
+            let returned = previous
+                .as_ref()
+                .is_some_and(|(seen, _)| seen.down.iter().any(|n| !failures.down.contains(n)));
+            if returned {
+                // A node came back: a group too damaged to rebuild may be readable again.
+                let woken = store.wake_unfound_repairs()?;
+                if woken > 0 {
+                    tracing::info!(woken, "a node returned: unfound repairs are due again");
+                }
+            }
             let due = match &previous {
                 Some((seen, at)) => *seen != failures || now.saturating_sub(*at) >= full_rescan_ms,
                 None => true,
@@ -314,6 +337,20 @@ fn task_info(task_id: u64, task: &RepairTask) -> RepairTaskInfo {
         deadline_ms: task.lease_deadline_ms,
         enqueued_ms: task.enqueued_ms,
         last_error: task.last_error.clone(),
+        not_before_ms: task.not_before_ms,
+        unfound: task.unfound,
+    }
+}
+
+/// The back-off of a task after a failed attempt (the `attempts`-th lease): 1 s doubling per
+/// attempt up to [`MAX_BACKOFF_MS`]; an unfound unit waits at least [`UNFOUND_BACKOFF_MS`].
+pub(crate) fn backoff_ms(attempts: u32, unfound: bool) -> u64 {
+    let doublings = attempts.saturating_sub(1).min(30);
+    let backoff = MIN_BACKOFF_MS.saturating_mul(1 << doublings).min(MAX_BACKOFF_MS);
+    if unfound {
+        backoff.max(UNFOUND_BACKOFF_MS)
+    } else {
+        backoff
     }
 }
 
@@ -476,7 +513,23 @@ fn take_due(
         };
         // A damaged unit on a healthy node is rebuilt in place when no other disk keeps
         // the rules (the executor replaces the bad copy).
-        let chosen = match destination(&object, task.unit, &nodes, live, &copies) {
+        // Never onto a disk holding a queued (replaced) copy of this unit: that copy is
+        // about to be deleted (see `deletions`). Rare: a unit repaired back where it was.
+        let mut copies = copies;
+        let unit_key = super::objects::record_unit_key(&object, task.unit)
+            .map(|k| k.to_string())
+            .unwrap_or_default();
+        let mut chosen = destination(&object, task.unit, &nodes, live, &copies);
+        for _ in 0..MAX_DESTINATION_RETRIES {
+            match chosen {
+                Ok(disk) if super::deletions::is_queued(store, disk, &unit_key)? => {
+                    copies.push(DomainId::Disk { node: disk.node, disk: disk.disk });
+                    chosen = destination(&object, task.unit, &nodes, live, &copies);
+                }
+                _ => break,
+            }
+        }
+        let chosen = match chosen {
             Err(_) if task.kind == RepairKind::Damaged && available_now(&nodes, current, live) => {
                 Ok(current)
             }
@@ -493,9 +546,12 @@ fn take_due(
                     Ok(units) => units,
                     Err(api) => return Ok(Err(api)),
                 };
+                // Exactly the body of GET (which names the unfound units).
+                let mut body = object_json(&object, units);
+                body["unfound_units"] = json!(super::lost::unfound_units(store, &object)?);
                 let reply = TakeRepairReply {
                     task: Some(task_info(lease.task_id, task)),
-                    object: Some(object_json(&object, units)),
+                    object: Some(body),
                     destination: Some(RepairDestination {
                         node_id: disk.node,
                         disk: disk.disk,
@@ -517,7 +573,8 @@ fn take_due(
             }
             Err(api) => {
                 let message = api.body["message"].as_str().unwrap_or("no destination").to_string();
-                match store.fail_repair(&lease, &message) {
+                let not_before = now.saturating_add(backoff_ms(task.attempts, false));
+                match store.fail_repair_until(&lease, &message, Some(not_before), false) {
                     Ok(_) | Err(MetaError::LeaseLost { .. }) => {}
                     Err(other) => return Err(other),
                 }
@@ -638,14 +695,33 @@ pub(crate) async fn complete(
         };
         let lease = RepairLease { task_id, task, deadline_ms: done.deadline_ms };
         let disk = node.disk_location(done.disk);
+        let (bucket, key) = (&lease.task.object.bucket, &lease.task.object.key);
+        let before = match store.get_object(bucket, key) {
+            Ok(object) => Some(object),
+            Err(MetaError::NoSuchKey { .. } | MetaError::NoSuchBucket { .. }) => None,
+            Err(other) => return Err(other),
+        };
         match store.relocate_repaired(&lease, disk) {
-            Ok(outcome) => Ok(Ok((lease, outcome))),
+            Ok(outcome) => {
+                // The copy the repair replaced, once meta no longer points at it.
+                let old = before
+                    .filter(|b| b.generation == lease.task.generation)
+                    .and_then(|b| b.placement.disk_of(lease.task.unit).map(|d| (b, d)))
+                    .filter(|(_, d)| (d.node, d.disk) != (disk.node, disk.disk));
+                let deletion = match (&outcome, old) {
+                    (RepairOutcome::Relocated(_), Some((before, old))) => {
+                        super::deletions::queue_replaced_copy(store, &before, lease.task.unit, old)?
+                    }
+                    _ => None,
+                };
+                Ok(Ok((lease, outcome, deletion)))
+            }
             Err(MetaError::LeaseLost { .. }) => Ok(Err(lease_lost(task_id, done.deadline_ms))),
             Err(other) => Err(other),
         }
     })
     .await??;
-    let (lease, outcome) = outcome;
+    let (lease, outcome, deletion) = outcome;
     let result = match outcome {
         RepairOutcome::Relocated(_) => {
             meta.repairs_completed.fetch_add(1, Ordering::Relaxed);
@@ -661,9 +737,10 @@ pub(crate) async fn complete(
         node_id = done.node_id,
         disk = done.disk,
         ?result,
+        ?deletion,
         "repair completed"
     );
-    Ok(Json(CompleteRepairReply { result }))
+    Ok(Json(CompleteRepairReply { result, deletion }))
 }
 
 /// `POST /v1/repairs/{task_id}/fail`: the repair failed; the task goes back to the queue.
@@ -673,23 +750,40 @@ pub(crate) async fn fail(
     body: Bytes,
 ) -> Result<Json<FailRepairReply>, ApiError> {
     let task_id = parse_task_id(&task_id)?;
-    let failed: FailRepair = parse_body(&body, "{\"deadline_ms\": u64, \"error\": s}")?;
+    let failed: FailRepair = parse_body(
+        &body,
+        "{\"deadline_ms\": u64, \"error\": s, \"cause\": optional \"transient\"|\"unrecoverable\"}",
+    )?;
     let error = bounded(&failed.error);
     let logged = error.clone();
-    let new_id = blocking(&meta, move |store| {
+    let unfound = failed.cause == FailCause::Unrecoverable;
+    let (new_id, not_before) = blocking(&meta, move |store| {
         let Some(task) = store.get_repair(task_id)? else {
             return Ok(Err(lease_lost(task_id, failed.deadline_ms)));
         };
+        let not_before = now_ms().saturating_add(backoff_ms(task.attempts, unfound));
         let lease = RepairLease { task_id, task, deadline_ms: failed.deadline_ms };
-        match store.fail_repair(&lease, &error) {
-            Ok(id) => Ok(Ok(id)),
+        match store.fail_repair_until(&lease, &error, Some(not_before), unfound) {
+            Ok(id) => Ok(Ok((id, not_before))),
             Err(MetaError::LeaseLost { .. }) => Ok(Err(lease_lost(task_id, failed.deadline_ms))),
             Err(other) => Err(other),
         }
     })
     .await??;
-    tracing::warn!(task_id, new_task_id = new_id, error = %logged, "repair failed, requeued");
-    Ok(Json(FailRepairReply { requeued: true, task_id: new_id }))
+    tracing::warn!(
+        task_id,
+        new_task_id = new_id,
+        unfound,
+        not_before_ms = not_before,
+        error = %logged,
+        "repair failed, requeued after a back-off"
+    );
+    Ok(Json(FailRepairReply {
+        requeued: true,
+        task_id: new_id,
+        not_before_ms: Some(not_before),
+        unfound,
+    }))
 }
 
 /// `GET /v1/repairs`: the queue length and its first [`LISTED_TASKS`] tasks.
