@@ -425,6 +425,14 @@ fn print_status(status: &Value) {
     );
     println!("under-protected units: {}", count("under_protected_units"));
     println!("repair queue: {} tasks", count("repair_queue"));
+    if status.get("unfound_units").is_some() {
+        println!(
+            "unfound units: {} in {} objects (too few units readable to rebuild; `weft stat`              names them, `weft repair mark-lost` gives an object up); lost objects: {}",
+            count("unfound_units"),
+            count("unfound_objects"),
+            count("lost_objects"),
+        );
+    }
     if let Some(ms) = status["down_after_ms"].as_u64() {
         println!("a node is down after {ms} ms without a heartbeat");
     }
@@ -440,6 +448,9 @@ fn print_status(status: &Value) {
         "buckets",
         "under_protected_units",
         "repair_queue",
+        "unfound_units",
+        "unfound_objects",
+        "lost_objects",
         "down_after_ms",
         "failure_domain",
     ];

@@ -477,6 +477,18 @@ pub fn stat(args: StatArgs) -> Result<(), CliError> {
     if let Some(bytes) = object.raw["metadata_bytes"].as_u64() {
         println!("  metadata    {bytes} bytes in meta (groups are computed, not stored)");
     }
+    let unfound: Vec<&str> = object.raw["unfound_units"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|u| u.as_str())
+        .collect();
+    if !unfound.is_empty() {
+        println!(
+            "  UNFOUND     {} (too few units of their group readable to rebuild; retried when a              node returns; `weft repair mark-lost {bucket} {key} --yes` gives the object up)",
+            unfound.join(", ")
+        );
+    }
     println!(
         "  policy      {} · stripe width {} · cell {} · block {}",
         layout.code,
