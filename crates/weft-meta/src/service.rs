@@ -1,5 +1,7 @@
-//! The meta HTTP service: node membership (heartbeats, up/down), cluster status, buckets,
-//! objects (in `objects.rs`), repairs (detector and executor routes, in `repairs.rs`),
+//! The meta HTTP service: node membership (heartbeats, up/down judged in `liveness.rs`),
+//! cluster status, buckets, objects (in `objects.rs`), repairs (detector and executor routes,
+//! in `repairs.rs`; unfound units and lost objects in `lost.rs`; the queue of replaced copies
+//! to delete in `deletions.rs`),
 //! transitions (regroup plans, commit, abort, lease renewal and expiry, in `transitions.rs`)
 //! and garbage collection (the units meta references, expiry of abandoned writes, in
 //! `gc.rs`), over one [`RedbStore`]. Routes, statuses and error bodies: docs/meta-api.md.
@@ -581,7 +583,6 @@ fn node_json(node: &NodeRecord, live: &liveness::Liveness) -> Value {
     json!({
         "id": node.node_id,
         "state": node_state(node, live),
-        "silent_ms": live.silent_ms(node.node_id),
         "pid": node.pid,
         "endpoint": node.endpoint,
         "rack": node.rack_id(),

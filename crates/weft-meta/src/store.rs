@@ -11,7 +11,9 @@
 //!   its own generation (how abandoned writes are expired).
 //! - Generations and repair task ids come from store-wide counters that never go back.
 //! - The repair queue holds at most one task per (object, unit); tasks are taken in the order
-//!   they were enqueued, and a leased task returns to the queue when its lease expires.
+//!   they were enqueued, skipping those whose back-off (`not_before_ms`, set by the caller
+//!   when it fails a task) has not passed, and a leased task returns to the queue when its
+//!   lease expires.
 //! - A task is queued only for a unit of a committed object, with that object's generation,
 //!   checked in the enqueue's own transaction; a task whose object was deleted or replaced
 //!   since is stale and is removed, never carried out.

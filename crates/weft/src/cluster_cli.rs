@@ -9,6 +9,7 @@
 //! - What meta says is shown as meta said it: `--json` output is meta's JSON (at most joined
 //!   with other answers of meta), never a value meta did not give; an error response is shown
 //!   with meta's message and error code.
+//! - `weft status` shows meta's unfound units and lost objects when meta reports them.
 //! - A signal is only sent to a pid that is running on this machine *and* is a weft node
 //!   process with that id, so a stale pid in meta (a node long dead, its pid reused) never
 //!   hits an unrelated process.

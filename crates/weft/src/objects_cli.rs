@@ -6,6 +6,8 @@
 //! - `get -o FILE` writes FILE atomically (temporary file, fsync, rename): a failed get never
 //!   leaves a partial FILE. Without `-o` the bytes go to stdout, so `--json` then needs `-o`.
 //! - `--json` prints exactly one JSON object on stdout; messages and progress go to stderr.
+//! - `stat` shows the units meta reports unfound (`unfound_units`) on a line of their own,
+//!   with what can be done about them.
 
 use std::{
     io::{IsTerminal, Write},

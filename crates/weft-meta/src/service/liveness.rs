@@ -125,11 +125,6 @@ impl Liveness {
         self.running_ms > self.down_after_ms
     }
 
-    /// Running ms since `node` was last heard by this process (None: not since start).
-    pub(crate) fn silent_ms(&self, node: u32) -> Option<u64> {
-        self.heard.get(&node).map(|&at| self.running_ms.saturating_sub(at))
-    }
-
     /// A judgement at given instants, for tests.
     #[cfg(test)]
     pub(crate) fn at(

@@ -10,6 +10,9 @@
 //!   `UnitKey::data(object_id, block, 0)` and `UnitKey::parity(object_id, group, index,
 //!   parity_generation)` (0 until a transition commits, then its id: see `unit_key`).
 //! - Every store call runs on a blocking task (see `blocking`).
+//! - `GET` of an object names its unfound units; `GET` of a key whose object was marked lost
+//!   answers `410 object_lost`, and `DELETE` of the key forgets that (see `lost`).
+//! - Whether a node is up is `Liveness::is_down`, the one judgement (see `liveness`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -331,7 +334,10 @@ pub(crate) async fn get_object(
     let (record, nodes, unfound) = found;
     let units = units_json(&record, &nodes, Some(&meta.liveness()))?;
     let mut value = object_json(&record, units);
-    value["unfound_units"] = json!(unfound);
+    // Only when there are some, so that a healthy object's body is the same everywhere.
+    if !unfound.is_empty() {
+        value["unfound_units"] = json!(unfound);
+    }
     Ok(Json(value))
 }
 

@@ -30,6 +30,13 @@
 //! - A repair completes only before its lease's deadline (by meta's clock), so a unit an
 //!   executor wrote is referenced within one lease of its write or never: the sweeper spares
 //!   units younger than a grace longer than any lease (see `gc`).
+//! - A failed task backs off: it is requeued with a not-before time ([`backoff_ms`]: 1 s
+//!   doubling per attempt up to [`MAX_BACKOFF_MS`]), stored with the task, and a take skips
+//!   tasks not yet due. A failure with cause `unrecoverable` makes the task *unfound* and backs
+//!   off at least [`UNFOUND_BACKOFF_MS`]; when the detector sees a down node up again it makes
+//!   every unfound task due at once.
+//! - A completed relocation off another disk queues the replaced copy for deletion (see
+//!   `deletions`); a destination is never a disk holding a queued copy of the same unit.
 //! - Every loop is bounded: scans walk the store page by page, a take drops at most
 //!   [`MAX_DROPPED_PER_TAKE`] tasks.
 
@@ -548,7 +555,10 @@ fn take_due(
                 };
                 // Exactly the body of GET (which names the unfound units).
                 let mut body = object_json(&object, units);
-                body["unfound_units"] = json!(super::lost::unfound_units(store, &object)?);
+                let unfound = super::lost::unfound_units(store, &object)?;
+                if !unfound.is_empty() {
+                    body["unfound_units"] = json!(unfound);
+                }
                 let reply = TakeRepairReply {
                     task: Some(task_info(lease.task_id, task)),
                     object: Some(body),
