@@ -476,8 +476,13 @@ async fn remove_node(
 ) -> Result<Json<Value>, ApiError> {
     let id = node_id_of(&id)?;
     let _changing = meta.enrolling.lock().await;
-    let removed =
-        blocking(&meta, move |store| store.delete_record(ENROLLED_NODES, &id.to_string())).await?;
+    let removed = blocking(&meta, move |store| {
+        let removed = store.delete_record(ENROLLED_NODES, &id.to_string())?;
+        // Copies queued for deletion on it will never be deleted by anyone.
+        deletions::forget_node(store, id)?;
+        Ok(removed)
+    })
+    .await?;
     let was = meta.enrolled.write().expect("enrolment").remove(&id);
     if removed.is_none() && !was {
         return Err(ApiError::new(

@@ -8,6 +8,9 @@
 //!   the task for the executor that took it next.
 //! - Request bodies refuse unknown fields (a misspelt field is an error, never ignored);
 //!   replies may gain fields, so readers should ignore the ones they do not know.
+//! - Fields added to a request later are optional with a default that means what an older
+//!   sender meant: a [`FailRepair`] without `cause` is `transient`.
+//! - A [`Deletion`] names a copy meta no longer points at; its `id` is opaque to executors.
 
 use serde::{Deserialize, Serialize};
 
@@ -325,6 +328,23 @@ mod tests {
         assert!(serde_json::from_str::<CompleteRepair>(typo).is_err());
         let reply = CompleteRepairReply { result: RepairResult::Stale, deletion: None };
         assert_eq!(serde_json::to_string(&reply).unwrap(), r#"{"result":"stale"}"#);
+    }
+
+    #[test]
+    fn deletions_and_mark_lost_have_the_documented_shape() {
+        let list: DeletionList = serde_json::from_str(
+            r#"{"pending":1,"deletions":[{"id":"0000000003/0/k","node_id":3,"disk":0,
+                "endpoint":"http://127.0.0.1:7803","unit_key":"k","bucket":"b","key":"o",
+                "unit":"d0","queued_ms":5}]}"#,
+        )
+        .unwrap();
+        assert_eq!((list.pending, list.deletions[0].node_id), (1, 3));
+        let done = r#"{"ids":["0000000003/0/k"]}"#;
+        assert_eq!(serde_json::from_str::<DeletionsDone>(done).unwrap().ids.len(), 1);
+        assert!(serde_json::from_str::<DeletionsDone>(r#"{"id":"x"}"#).is_err());
+        let lost: MarkLost = serde_json::from_str(r#"{"bucket":"b","key":"o"}"#).unwrap();
+        assert_eq!(lost.generation, None);
+        assert!(serde_json::from_str::<MarkLost>(r#"{"bucket":"b"}"#).is_err());
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //!   holding a queued copy of the same unit (see `repairs::take_due`), so a copy cannot turn
 //!   live while it is queued.
 //! - An entry leaves the queue only by an acknowledgement (`POST /v1/deletions/done`) after
-//!   the node deleted the copy (or had none), or by the check above.
+//!   the node deleted the copy (or had none), by the check above, or when its node is
+//!   removed from the cluster (`DELETE /v1/nodes/{id}`).
 //! - Every listing is bounded: at most [`MAX_LISTED_DELETIONS`] entries, one page per up node.
 
 use axum::{
@@ -62,6 +63,22 @@ pub(crate) fn queue_replaced_copy(
     });
     store.put_record(DELETIONS, &name, &value, false)?;
     Ok(Some(name))
+}
+
+/// Drops every queued copy on `node` (removed from the cluster: nobody will delete them);
+/// returns how many. Bounded by the node's entries, a page at a time.
+pub(crate) fn forget_node(store: &dyn MetaStore, node: u32) -> Result<usize, MetaError> {
+    let mut forgotten = 0;
+    loop {
+        let page = store.list_records(DELETIONS, &node_prefix(node), None, MAX_LIST_LIMIT)?;
+        for (name, _) in &page {
+            store.delete_record(DELETIONS, name)?;
+        }
+        forgotten += page.len();
+        if page.len() < MAX_LIST_LIMIT {
+            return Ok(forgotten);
+        }
+    }
 }
 
 /// Whether a copy of `unit_key` on `disk` is queued for deletion.
