@@ -119,6 +119,8 @@ pub struct RepairOutcome {
     pub result: String,
     pub bytes_read: u64,
     pub bytes_written: u64,
+    /// The replaced copy was deleted at once (its node answered) and meta told.
+    pub old_copy_deleted: bool,
 }
 
 /// Runs the executor until `stop` turns true; returns its totals.
@@ -221,6 +223,9 @@ async fn run_task(
         Ok(outcome) => {
             stats.bytes_read.fetch_add(outcome.bytes_read, Ordering::Relaxed);
             stats.bytes_written.fetch_add(outcome.bytes_written, Ordering::Relaxed);
+            if outcome.old_copy_deleted {
+                stats.copies_deleted.fetch_add(1, Ordering::Relaxed);
+            }
             let counter = if outcome.result == "stale" { &stats.stale } else { &stats.repaired };
             counter.fetch_add(1, Ordering::Relaxed);
             tracing::info!(
@@ -299,14 +304,18 @@ pub async fn repair_unit(
             return Err(error);
         }
     };
+    let mut old_copy_deleted = false;
     if result == "stale" {
         client.delete_units(std::slice::from_ref(&destination)).await;
     } else if let Some(id) = deletion {
         // The old copy is corrupt or orphaned now; its node may still answer. If not, the
         // copy stays queued in meta and the drain deletes it once the node is back.
         if !old.is_down() && client.nodes.delete(&old).await.is_ok() {
-            if let Err(error) = client.meta.deletions_done(&[id]).await {
-                tracing::warn!(%error, "replaced copy deleted; meta not told (the drain will)");
+            match client.meta.deletions_done(&[id]).await {
+                Ok(_) => old_copy_deleted = true,
+                Err(error) => {
+                    tracing::warn!(%error, "replaced copy deleted; meta not told (the drain will)")
+                }
             }
         }
     } else if !old.is_down() && !in_place {
@@ -317,5 +326,6 @@ pub async fn repair_unit(
         result,
         bytes_read: rebuilder.bytes_fetched,
         bytes_written: stored.len() as u64,
+        old_copy_deleted,
     })
 }

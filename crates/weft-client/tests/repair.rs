@@ -235,6 +235,41 @@ async fn a_replaced_copy_is_deleted_when_its_node_returns() {
     let mut out = Vec::new();
     cluster.client.get("b", "o0", None, &mut out, None).await.unwrap();
     assert!(out == data, "the object reads back");
+
+    // With its node up at repair time, the replaced copy goes at once: no drain runs now.
+    cluster.wait_nodes_up(4).await;
+    let victim = (1..=4)
+        .flat_map(|id| cluster.unit_files(id))
+        .find(|p| p.file_name().unwrap().to_string_lossy().contains("-d"))
+        .expect("some data unit");
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let at = bytes.len() - 1;
+    bytes[at] ^= 1;
+    std::fs::write(&victim, &bytes).unwrap();
+    let mut out = Vec::new();
+    cluster.client.get("b", "o0", None, &mut out, None).await.unwrap();
+    assert!(out == data, "the object reads around the corrupt unit");
+    cluster.wait_for(Duration::from_secs(10), |s| s["repair_queue"].as_u64() > Some(0)).await;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let config = repair::ExecutorConfig {
+        idle_ms: 100,
+        rate_bytes_per_sec: None,
+        deletions_every_ms: 0,
+        ..Default::default()
+    };
+    let executor = tokio::spawn(repair::run_executor(cluster.client.clone(), config, stopped));
+    cluster
+        .wait_for(Duration::from_secs(30), |s| {
+            s["under_protected_units"] == 0 && s["repair_queue"] == 0
+        })
+        .await;
+    stop.send(true).unwrap();
+    let stats = executor.await.unwrap();
+    assert_eq!(stats.repaired.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert!(!victim.exists(), "the corrupt copy is deleted as soon as the repair commits");
+    assert_eq!(stats.copies_deleted.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let left = cluster.client.meta.get_json("/v1/deletions").await.unwrap();
+    assert_eq!(left["pending"], 0, "nothing left for a drain: {left}");
 }
 
 /// Issue 15 item 6: with more than r units of a group lost, the executor reports the repair
