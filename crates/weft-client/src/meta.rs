@@ -1,5 +1,6 @@
-//! The client side of meta's HTTP API (docs/meta-api.md): objects, repair reports and the
-//! repair queue.
+//! The client side of meta's HTTP API (docs/meta-api.md): objects, repair reports, the
+//! repair queue (with failure causes), lost objects and the deferred deletions of replaced
+//! copies.
 //!
 //! Invariants: every call either returns meta's answer parsed, or a [`ClientError::Meta`]
 //! carrying meta's own error code and message, or [`ClientError::MetaUnreachable`]; object
@@ -11,6 +12,7 @@ use serde_json::{json, Value};
 use weft_layout::{StripedLayout, UnitId};
 
 use weft_auth::{sign_reqwest::SendSigned, Audience, ClusterSecret, Signer};
+use weft_wire::repair::{DeletionList, FailCause};
 
 use crate::{ClientError, ObjectInfo, Result};
 
@@ -228,19 +230,59 @@ impl MetaClient {
     /// Reports a repaired unit durable at the task's destination; returns meta's result
     /// (`relocated` or `stale`).
     pub async fn complete_repair(&self, task: &RepairTask) -> Result<String> {
+        Ok(self.complete_repair_with_deletion(task).await?.0)
+    }
+
+    /// [`MetaClient::complete_repair`], also returning the id of the deletion meta queued
+    /// for the replaced copy, if it queued one.
+    pub async fn complete_repair_with_deletion(
+        &self,
+        task: &RepairTask,
+    ) -> Result<(String, Option<String>)> {
         let body = json!({
             "deadline_ms": task.deadline_ms,
             "node_id": task.destination_node,
             "disk": task.destination_disk,
         });
         let value = self.post_json(&format!("/v1/repairs/{}/complete", task.task_id), body).await?;
-        Ok(value["result"].as_str().unwrap_or("relocated").to_string())
+        let result = value["result"].as_str().unwrap_or("relocated").to_string();
+        Ok((result, value["deletion"].as_str().map(str::to_string)))
     }
 
-    /// Returns a task whose repair failed to the queue.
+    /// Returns a task whose repair failed to the queue (cause `transient`).
     pub async fn fail_repair(&self, task: &RepairTask, error: &str) -> Result<()> {
-        let body = json!({ "deadline_ms": task.deadline_ms, "error": error });
+        self.fail_repair_with_cause(task, error, FailCause::Transient).await
+    }
+
+    /// Returns a task whose repair failed to the queue, saying why (meta backs off longer
+    /// and counts the unit unfound when the cause is `unrecoverable`).
+    pub async fn fail_repair_with_cause(
+        &self,
+        task: &RepairTask,
+        error: &str,
+        cause: FailCause,
+    ) -> Result<()> {
+        let body = json!({ "deadline_ms": task.deadline_ms, "error": error, "cause": cause });
         self.post_json(&format!("/v1/repairs/{}/fail", task.task_id), body).await.map(|_| ())
+    }
+
+    /// Replaced copies to delete on nodes that are up (`GET /v1/deletions`).
+    pub async fn deletions(&self) -> Result<DeletionList> {
+        let value = self.get_json("/v1/deletions").await?;
+        serde_json::from_value(value)
+            .map_err(|e| ClientError::Invalid(format!("meta sent a bad deletion list: {e}")))
+    }
+
+    /// Tells meta these replaced copies are gone (`POST /v1/deletions/done`).
+    pub async fn deletions_done(&self, ids: &[String]) -> Result<u64> {
+        let value = self.post_json("/v1/deletions/done", json!({ "ids": ids })).await?;
+        Ok(value["removed"].as_u64().unwrap_or(0))
+    }
+
+    /// Gives up on an object with unfound units (`POST /v1/repairs/lost`): meta deletes its
+    /// record and remembers it lost. Returns meta's reply (`MarkLostReply`).
+    pub async fn mark_lost(&self, bucket: &str, key: &str) -> Result<Value> {
+        self.post_json("/v1/repairs/lost", json!({ "bucket": bucket, "key": key })).await
     }
 }
 

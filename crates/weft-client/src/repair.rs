@@ -5,7 +5,9 @@
 //! rules) → rebuild the whole unit with [`UnitRebuilder`], which follows the code's repair
 //! plan (Hitchhiker and Clay read less than k units) and re-plans around units that fail →
 //! PUT at the destination (rate-limited) → `complete` (meta relocates the unit in the same
-//! transaction that removes the task) → delete the old copy if its node still answers.
+//! transaction that removes the task, and queues the replaced copy for deletion) → delete the
+//! old copy if its node still answers, and acknowledge it. A drain task deletes the queued
+//! copies whose nodes are up again (`GET /v1/deletions`) every `deletions_every_ms`.
 //!
 //! Invariants:
 //! - meta's record changes only through `complete`, after the new copy is durable; a crash
@@ -19,6 +21,12 @@
 //!   disk keeps the rules): the bad copy is deleted just before the new one is written, and
 //!   the old copy is deleted after completion only when it lives elsewhere.
 //! - Write rate is capped by a token bucket shared by the executor's workers.
+//! - A failure says its cause: `unrecoverable` when too few units of the group were readable
+//!   (meta then counts the unit unfound and backs off long), `transient` otherwise; meta
+//!   backs off every failed task, so an executor never spins on one.
+//! - A replaced copy is deleted only when meta names it (the complete reply's `deletion`, or
+//!   the deletion list), so a copy meta points at is never deleted by this path; it is
+//!   acknowledged only after its node answered the delete (a 404 counts: already gone).
 
 use std::{
     sync::{
@@ -30,6 +38,9 @@ use std::{
 
 use bytes::Bytes;
 use tokio::sync::{watch, Mutex};
+
+use weft_layout::UnitId;
+use weft_wire::repair::FailCause;
 
 use crate::{
     meta::RepairTask, node::FailureKind, read::UnitRebuilder, Client, ClientError, Result, UnitInfo,
@@ -46,6 +57,8 @@ pub struct ExecutorConfig {
     pub parallel: usize,
     /// Most bytes per second written by all workers together (None: unlimited).
     pub rate_bytes_per_sec: Option<u64>,
+    /// How often the replaced copies meta queued are deleted from nodes that are up (0: never).
+    pub deletions_every_ms: u64,
 }
 
 impl Default for ExecutorConfig {
@@ -55,6 +68,7 @@ impl Default for ExecutorConfig {
             idle_ms: 500,
             parallel: 2,
             rate_bytes_per_sec: Some(256 << 20),
+            deletions_every_ms: 2000,
         }
     }
 }
@@ -67,6 +81,8 @@ pub struct ExecutorStats {
     pub failed: AtomicU64,
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
+    /// Replaced copies deleted (at once after a repair, or by the drain).
+    pub copies_deleted: AtomicU64,
 }
 
 /// A token bucket: `take(n)` waits until n more bytes fit under the rate.
@@ -103,6 +119,8 @@ pub struct RepairOutcome {
     pub result: String,
     pub bytes_read: u64,
     pub bytes_written: u64,
+    /// The replaced copy was deleted at once (its node answered) and meta told.
+    pub old_copy_deleted: bool,
 }
 
 /// Runs the executor until `stop` turns true; returns its totals.
@@ -133,10 +151,59 @@ pub async fn run_executor(
             })
         })
         .collect();
+    let drain = (config.deletions_every_ms > 0).then(|| {
+        let (client, stats, mut stop) = (client.clone(), Arc::clone(&stats), stop.clone());
+        let every = Duration::from_millis(config.deletions_every_ms);
+        tokio::spawn(async move {
+            while !*stop.borrow() {
+                match drain_deletions(&client).await {
+                    Ok(deleted) => {
+                        stats.copies_deleted.fetch_add(deleted, Ordering::Relaxed);
+                    }
+                    Err(error) => tracing::warn!(%error, "cannot drain the deletions queue"),
+                }
+                sleep_or_stop(&mut stop, every).await;
+            }
+        })
+    });
     for worker in workers {
         let _ = worker.await;
     }
+    if let Some(drain) = drain {
+        let _ = drain.await;
+    }
     stats
+}
+
+/// Deletes the replaced copies meta lists (on nodes up now) and acknowledges those their
+/// node deleted; returns how many.
+pub async fn drain_deletions(client: &Client) -> Result<u64> {
+    let list = client.meta.deletions().await?;
+    let mut done = Vec::new();
+    for deletion in &list.deletions {
+        let Some(unit) = UnitId::parse_short_name(&deletion.unit) else { continue };
+        let copy = UnitInfo {
+            unit,
+            node_id: deletion.node_id,
+            endpoint: Some(deletion.endpoint.clone()),
+            disk: deletion.disk,
+            unit_key: deletion.unit_key.clone(),
+            len: 0,
+            state: None,
+        };
+        match client.nodes.delete(&copy).await {
+            Ok(()) => done.push(deletion.id.clone()),
+            Err(failure) => {
+                tracing::debug!(id = %deletion.id, %failure, "replaced copy not deleted yet")
+            }
+        }
+    }
+    if done.is_empty() {
+        return Ok(0);
+    }
+    client.meta.deletions_done(&done).await?;
+    tracing::info!(deleted = done.len(), "replaced copies deleted");
+    Ok(done.len() as u64)
 }
 
 async fn sleep_or_stop(stop: &mut watch::Receiver<bool>, pause: Duration) {
@@ -156,6 +223,9 @@ async fn run_task(
         Ok(outcome) => {
             stats.bytes_read.fetch_add(outcome.bytes_read, Ordering::Relaxed);
             stats.bytes_written.fetch_add(outcome.bytes_written, Ordering::Relaxed);
+            if outcome.old_copy_deleted {
+                stats.copies_deleted.fetch_add(1, Ordering::Relaxed);
+            }
             let counter = if outcome.result == "stale" { &stats.stale } else { &stats.repaired };
             counter.fetch_add(1, Ordering::Relaxed);
             tracing::info!(
@@ -167,7 +237,12 @@ async fn run_task(
         Err(error) => {
             stats.failed.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(worker, unit = %name, %error, "repair failed; task returned to the queue");
-            if let Err(error) = client.meta.fail_repair(&task, &error.to_string()).await {
+            let cause = match error {
+                ClientError::Unrecoverable { .. } => FailCause::Unrecoverable,
+                _ => FailCause::Transient,
+            };
+            let text = error.to_string();
+            if let Err(error) = client.meta.fail_repair_with_cause(&task, &text, cause).await {
                 tracing::warn!(%error, "could not return the task (its lease will expire)");
             }
         }
@@ -218,8 +293,8 @@ pub async fn repair_unit(
         Err(failure) => return Err(failure.for_unit(&destination)),
     }
     let in_place = (old.node_id, old.disk) == (destination.node_id, destination.disk);
-    let result = match client.meta.complete_repair(task).await {
-        Ok(result) => result,
+    let (result, deletion) = match client.meta.complete_repair_with_deletion(task).await {
+        Ok(done) => done,
         Err(error) => {
             // meta did not take the new copy (lease lost or expired): it is an orphan unless
             // it replaced the unit in place, where meta still points.
@@ -229,15 +304,28 @@ pub async fn repair_unit(
             return Err(error);
         }
     };
+    let mut old_copy_deleted = false;
     if result == "stale" {
         client.delete_units(std::slice::from_ref(&destination)).await;
+    } else if let Some(id) = deletion {
+        // The old copy is corrupt or orphaned now; its node may still answer. If not, the
+        // copy stays queued in meta and the drain deletes it once the node is back.
+        if !old.is_down() && client.nodes.delete(&old).await.is_ok() {
+            match client.meta.deletions_done(&[id]).await {
+                Ok(_) => old_copy_deleted = true,
+                Err(error) => {
+                    tracing::warn!(%error, "replaced copy deleted; meta not told (the drain will)")
+                }
+            }
+        }
     } else if !old.is_down() && !in_place {
-        // The old copy is corrupt or orphaned now; its node may still answer.
+        // An older meta queues nothing: delete the old copy if its node still answers.
         client.delete_units(std::slice::from_ref(&old)).await;
     }
     Ok(RepairOutcome {
         result,
         bytes_read: rebuilder.bytes_fetched,
         bytes_written: stored.len() as u64,
+        old_copy_deleted,
     })
 }

@@ -178,3 +178,138 @@ async fn a_corrupt_unit_is_rebuilt_in_place_when_no_other_node_fits() {
     assert_eq!(out, data);
     assert!(stats.degraded_units.is_empty(), "{:?}", stats.degraded_units);
 }
+
+/// Nodes holding a unit of some object, by id.
+fn nodes_with_units(cluster: &TestCluster, nodes: u32) -> Vec<u32> {
+    (1..=nodes).filter(|&id| !cluster.unit_files(id).is_empty()).collect()
+}
+
+/// Issue 15 item 11: the copy a repair replaced on a node that was down is deleted by the
+/// executor (not by gc's grace sweep, which never runs here) once the node is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_copy_is_deleted_when_its_node_returns() {
+    let mut cluster = TestCluster::start(4).await;
+    cluster.create_bucket("b", policy("rs(2,1)", 2, CELL, BLOCK)).await;
+    let data = pattern((2 * BLOCK) as usize, 3);
+    let reader = Cursor::new(data.clone());
+    let options = PutOptions::default();
+    cluster.client.put_reader("b", "o0", data.len() as u64, reader, &options).await.unwrap();
+    let victim = nodes_with_units(&cluster, 4)[0];
+    let old_copies = cluster.unit_files(victim);
+    assert_eq!(old_copies.len(), 1, "one unit of the object on node {victim}");
+    cluster.stop_node(victim).await;
+    cluster
+        .wait_for(Duration::from_secs(15), |s| {
+            s["nodes_down"] == 1 && s["repair_queue"].as_u64() > Some(0)
+        })
+        .await;
+
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let config = repair::ExecutorConfig {
+        idle_ms: 100,
+        rate_bytes_per_sec: None,
+        deletions_every_ms: 200,
+        ..Default::default()
+    };
+    let executor = tokio::spawn(repair::run_executor(cluster.client.clone(), config, stopped));
+    cluster
+        .wait_for(Duration::from_secs(30), |s| {
+            s["under_protected_units"] == 0 && s["repair_queue"] == 0
+        })
+        .await;
+    assert!(old_copies[0].exists(), "the node is down: its copy cannot be deleted yet");
+    let pending = cluster.client.meta.get_json("/v1/deletions").await.unwrap();
+    assert_eq!(pending["pending"], 1, "the replaced copy is queued in meta: {pending}");
+
+    cluster.restart_node(victim).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while old_copies[0].exists() {
+        assert!(tokio::time::Instant::now() < deadline, "the replaced copy was never deleted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let drained = cluster.client.meta.get_json("/v1/deletions").await.unwrap();
+    assert_eq!(drained["pending"], 0, "{drained}");
+    stop.send(true).unwrap();
+    let stats = executor.await.unwrap();
+    assert_eq!(stats.copies_deleted.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let mut out = Vec::new();
+    cluster.client.get("b", "o0", None, &mut out, None).await.unwrap();
+    assert!(out == data, "the object reads back");
+
+    // With its node up at repair time, the replaced copy goes at once: no drain runs now.
+    cluster.wait_nodes_up(4).await;
+    let victim = (1..=4)
+        .flat_map(|id| cluster.unit_files(id))
+        .find(|p| p.file_name().unwrap().to_string_lossy().contains("-d"))
+        .expect("some data unit");
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let at = bytes.len() - 1;
+    bytes[at] ^= 1;
+    std::fs::write(&victim, &bytes).unwrap();
+    let mut out = Vec::new();
+    cluster.client.get("b", "o0", None, &mut out, None).await.unwrap();
+    assert!(out == data, "the object reads around the corrupt unit");
+    cluster.wait_for(Duration::from_secs(10), |s| s["repair_queue"].as_u64() > Some(0)).await;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let config = repair::ExecutorConfig {
+        idle_ms: 100,
+        rate_bytes_per_sec: None,
+        deletions_every_ms: 0,
+        ..Default::default()
+    };
+    let executor = tokio::spawn(repair::run_executor(cluster.client.clone(), config, stopped));
+    cluster
+        .wait_for(Duration::from_secs(30), |s| {
+            s["under_protected_units"] == 0 && s["repair_queue"] == 0
+        })
+        .await;
+    stop.send(true).unwrap();
+    let stats = executor.await.unwrap();
+    assert_eq!(stats.repaired.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert!(!victim.exists(), "the corrupt copy is deleted as soon as the repair commits");
+    assert_eq!(stats.copies_deleted.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let left = cluster.client.meta.get_json("/v1/deletions").await.unwrap();
+    assert_eq!(left["pending"], 0, "nothing left for a drain: {left}");
+}
+
+/// Issue 15 item 6: with more than r units of a group lost, the executor reports the repair
+/// `unrecoverable`; meta counts the units unfound and backs off, so the executor does not
+/// retry in a loop; `mark_lost` gives the object up and reads then fail with "lost".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unrecoverable_group_is_unfound_not_retried_in_a_loop_and_can_be_marked_lost() {
+    let mut cluster = TestCluster::start(5).await;
+    cluster.create_bucket("b", policy("rs(2,1)", 2, CELL, BLOCK)).await;
+    let data = pattern((2 * BLOCK) as usize, 4);
+    let reader = Cursor::new(data.clone());
+    let options = PutOptions::default();
+    cluster.client.put_reader("b", "o0", data.len() as u64, reader, &options).await.unwrap();
+    let holders = nodes_with_units(&cluster, 5);
+    assert_eq!(holders.len(), 3, "rs(2,1): three units on three nodes");
+    cluster.stop_node(holders[0]).await;
+    cluster.stop_node(holders[1]).await;
+    cluster
+        .wait_for(Duration::from_secs(15), |s| s["nodes_down"] == 2 && s["repair_queue"] == 2)
+        .await;
+
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let config =
+        repair::ExecutorConfig { idle_ms: 50, rate_bytes_per_sec: None, ..Default::default() };
+    let executor = tokio::spawn(repair::run_executor(cluster.client.clone(), config, stopped));
+    let status = cluster.wait_for(Duration::from_secs(30), |s| s["unfound_units"] == 2).await;
+    assert_eq!(status["unfound_objects"], 1, "{status}");
+    // Time enough for a busy loop to retry thousands of times.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.send(true).unwrap();
+    let stats = executor.await.unwrap();
+    let failed = stats.failed.load(std::sync::atomic::Ordering::Relaxed);
+    assert!((2..=4).contains(&failed), "each unfound unit tried once or twice, not {failed} times");
+    let object = cluster.client.meta.get_json("/v1/buckets/b/objects/o0").await.unwrap();
+    assert_eq!(object["unfound_units"].as_array().unwrap().len(), 2, "{object}");
+
+    let lost = cluster.client.meta.mark_lost("b", "o0").await.unwrap();
+    assert_eq!(lost["lost"], true, "{lost}");
+    let error = cluster.client.get("b", "o0", None, &mut Vec::new(), None).await.unwrap_err();
+    assert!(error.to_string().contains("lost"), "a read says the object is lost: {error}");
+    let status = cluster.wait_for(Duration::from_secs(5), |s| s["unfound_units"] == 0).await;
+    assert_eq!(status["lost_objects"], 1, "{status}");
+}

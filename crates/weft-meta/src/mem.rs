@@ -474,17 +474,59 @@ impl MetaStore for MemStore {
         })
     }
 
-    fn fail_repair(&self, lease: &RepairLease, error: &str) -> Result<u64, MetaError> {
+    fn fail_repair_until(
+        &self,
+        lease: &RepairLease,
+        error: &str,
+        not_before_ms: Option<u64>,
+        unfound: bool,
+    ) -> Result<u64, MetaError> {
         let mut state = self.lock();
         state.check_lease(lease)?;
         let mut task = state.remove_task(lease.task_id);
         task.lease_deadline_ms = None;
         task.last_error = Some(error.to_string());
+        task.not_before_ms = not_before_ms;
+        task.unfound = unfound;
         state.next_repair_id += 1;
         let id = state.next_repair_id;
         state.repair_index.insert((task.object.clone(), task.unit), id);
         state.repairs.insert(id, task);
         Ok(id)
+    }
+
+    fn wake_unfound_repairs(&self) -> Result<usize, MetaError> {
+        let mut state = self.lock();
+        let mut woken = 0;
+        for task in state.repairs.values_mut().filter(|t| t.unfound && t.not_before_ms.is_some()) {
+            task.not_before_ms = None;
+            woken += 1;
+        }
+        Ok(woken)
+    }
+
+    fn drop_repairs_of(&self, bucket: &str, key: &str) -> Result<usize, MetaError> {
+        let mut state = self.lock();
+        let doomed: Vec<u64> = state
+            .repair_index
+            .iter()
+            .filter(|((name, _), _)| name.bucket == bucket && name.key == key)
+            .map(|(_, id)| *id)
+            .collect();
+        for id in &doomed {
+            state.remove_task(*id);
+        }
+        Ok(doomed.len())
+    }
+
+    fn repairs_of(&self, bucket: &str, key: &str) -> Result<Vec<(u64, RepairTask)>, MetaError> {
+        let state = self.lock();
+        Ok(state
+            .repair_index
+            .iter()
+            .filter(|((name, _), _)| name.bucket == bucket && name.key == key)
+            .filter_map(|(_, id)| state.repairs.get(id).map(|task| (*id, task.clone())))
+            .collect())
     }
 
     fn get_repair(&self, task_id: u64) -> Result<Option<RepairTask>, MetaError> {

@@ -146,6 +146,17 @@ pub struct RepairTask {
     /// The error the last failed attempt reported.
     #[serde(default)]
     pub last_error: Option<String>,
+    /// Back-off: the task is not taken before this time (set when an attempt fails).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before_ms: Option<u64>,
+    /// The last attempt found too few units of the group readable (see
+    /// `weft_wire::repair::FailCause::Unrecoverable`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub unfound: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 /// A repair task leased to one executor until `deadline_ms`. (`task_id`, `deadline_ms`) names

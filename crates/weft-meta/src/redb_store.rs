@@ -988,7 +988,13 @@ impl MetaStore for RedbStore {
         Ok(outcome)
     }
 
-    fn fail_repair(&self, lease: &RepairLease, error: &str) -> Result<u64, MetaError> {
+    fn fail_repair_until(
+        &self,
+        lease: &RepairLease,
+        error: &str,
+        not_before_ms: Option<u64>,
+        unfound: bool,
+    ) -> Result<u64, MetaError> {
         let db = self.db()?;
         let txn = db.begin_write().map_err(store)?;
         let mut task = leased_task(&txn, lease)?;
@@ -1003,11 +1009,94 @@ impl MetaStore for RedbStore {
             txn.open_table(REPAIR_INDEX).map_err(store)?.insert(index_key, id).map_err(store)?;
             task.lease_deadline_ms = None;
             task.last_error = Some(error.to_string());
+            task.not_before_ms = not_before_ms;
+            task.unfound = unfound;
             let mut repairs = txn.open_table(REPAIRS).map_err(store)?;
             repairs.insert(id, encode(&task).as_slice()).map_err(store)?;
         }
         txn.commit().map_err(store)?;
         Ok(id)
+    }
+
+    fn wake_unfound_repairs(&self) -> Result<usize, MetaError> {
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
+        let mut woken = Vec::new();
+        {
+            let repairs = txn.open_table(REPAIRS).map_err(store)?;
+            // Bounded by the queue length.
+            for entry in repairs.iter().map_err(store)? {
+                let (id, bytes) = entry.map_err(store)?;
+                let task = decode_task(id.value(), bytes.value())?;
+                if task.unfound && task.not_before_ms.is_some() {
+                    woken.push((id.value(), RepairTask { not_before_ms: None, ..task }));
+                }
+            }
+        }
+        if woken.is_empty() {
+            txn.abort().map_err(store)?;
+            return Ok(0);
+        }
+        {
+            let mut repairs = txn.open_table(REPAIRS).map_err(store)?;
+            for (id, task) in &woken {
+                repairs.insert(*id, encode(task).as_slice()).map_err(store)?;
+            }
+        }
+        txn.commit().map_err(store)?;
+        Ok(woken.len())
+    }
+
+    fn drop_repairs_of(&self, bucket: &str, key: &str) -> Result<usize, MetaError> {
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
+        let mut doomed: Vec<(String, u64)> = Vec::new();
+        {
+            let index = txn.open_table(REPAIR_INDEX).map_err(store)?;
+            // At most one entry per unit of the object.
+            for entry in index.range((bucket, key, "")..).map_err(store)? {
+                let (name, id) = entry.map_err(store)?;
+                let (b, k, unit) = name.value();
+                if (b, k) != (bucket, key) {
+                    break;
+                }
+                doomed.push((unit.to_string(), id.value()));
+            }
+        }
+        if doomed.is_empty() {
+            txn.abort().map_err(store)?;
+            return Ok(0);
+        }
+        {
+            let mut index = txn.open_table(REPAIR_INDEX).map_err(store)?;
+            let mut repairs = txn.open_table(REPAIRS).map_err(store)?;
+            for (unit, id) in &doomed {
+                index.remove((bucket, key, unit.as_str())).map_err(store)?;
+                repairs.remove(*id).map_err(store)?;
+            }
+        }
+        txn.commit().map_err(store)?;
+        Ok(doomed.len())
+    }
+
+    fn repairs_of(&self, bucket: &str, key: &str) -> Result<Vec<(u64, RepairTask)>, MetaError> {
+        let db = self.db()?;
+        let txn = db.begin_read().map_err(store)?;
+        let index = txn.open_table(REPAIR_INDEX).map_err(store)?;
+        let repairs = txn.open_table(REPAIRS).map_err(store)?;
+        let mut out = Vec::new();
+        // At most one entry per unit of the object.
+        for entry in index.range((bucket, key, "")..).map_err(store)? {
+            let (name, id) = entry.map_err(store)?;
+            let (b, k, _) = name.value();
+            if (b, k) != (bucket, key) {
+                break;
+            }
+            if let Some(bytes) = repairs.get(id.value()).map_err(store)? {
+                out.push((id.value(), decode_task(id.value(), bytes.value())?));
+            }
+        }
+        Ok(out)
     }
 
     fn get_repair(&self, task_id: u64) -> Result<Option<RepairTask>, MetaError> {

@@ -1,5 +1,7 @@
-//! The meta HTTP service: node membership (heartbeats, up/down), cluster status, buckets,
-//! objects (in `objects.rs`), repairs (detector and executor routes, in `repairs.rs`),
+//! The meta HTTP service: node membership (heartbeats, up/down judged in `liveness.rs`),
+//! cluster status, buckets, objects (in `objects.rs`), repairs (detector and executor routes,
+//! in `repairs.rs`; unfound units and lost objects in `lost.rs`; the queue of replaced copies
+//! to delete in `deletions.rs`),
 //! transitions (regroup plans, commit, abort, lease renewal and expiry, in `transitions.rs`)
 //! and garbage collection (the units meta references, expiry of abandoned writes, in
 //! `gc.rs`), over one [`RedbStore`]. Routes, statuses and error bodies: docs/meta-api.md.
@@ -9,7 +11,9 @@
 //!   with redb's lock error, named clearly. Every store call runs on a blocking task.
 //! - The clock lives here, not in the store: a heartbeat is recorded with the system time at
 //!   receipt, and a node is down when meta has not heard from it for more than
-//!   `down_after_ms` (judged at the time of each request; nothing is stored for "down").
+//!   `down_after_ms` *of meta's running time* (judged at the time of each request by the one
+//!   judgement of `liveness`, so a pause of meta is nobody's silence; nothing is stored for
+//!   "down").
 //! - Every error response has a JSON body `{"error": "<code>", "message": "..."}`.
 //! - New objects are placed at the failure-domain level of [`MetaConfig::failure_domain`]
 //!   (disk, node or rack; default node); a node's rack is the one its heartbeats name, else
@@ -63,16 +67,20 @@ use crate::{
 
 pub use weft_layout::FailureDomain;
 
+mod deletions;
 mod gateway;
 mod gc;
 mod inventory;
+mod liveness;
+mod lost;
 mod objects;
 mod repairs;
 mod transitions;
 
+pub use deletions::MAX_LISTED_DELETIONS;
 pub use repairs::{
-    RepairConfig, DEFAULT_FULL_RESCAN_MS, DEFAULT_REPAIR_SCAN_MS, LISTED_TASKS,
-    MAX_DROPPED_PER_TAKE, MAX_LEASE_MS, MAX_REASON_BYTES,
+    RepairConfig, DEFAULT_FULL_RESCAN_MS, DEFAULT_REPAIR_SCAN_MS, LISTED_TASKS, MAX_BACKOFF_MS,
+    MAX_DROPPED_PER_TAKE, MAX_LEASE_MS, MAX_REASON_BYTES, MIN_BACKOFF_MS, UNFOUND_BACKOFF_MS,
 };
 
 /// Default silence after which a node is reported down.
@@ -161,9 +169,8 @@ struct Meta {
     down_after_ms: u64,
     /// The level new objects are placed at.
     failure_domain: FailureDomain,
-    /// When this meta started (ms since the Unix epoch): nodes are judged down for repair
-    /// only after `down_after_ms` past it (see `repairs`).
-    started_ms: u64,
+    /// Meta's running clock and when it last heard each node: the one judgement of down.
+    clock: Arc<liveness::RunningClock>,
     repair: RepairConfig,
     /// Repairs completed by relocation since this meta started.
     repairs_completed: AtomicU64,
@@ -180,13 +187,6 @@ struct Meta {
 }
 
 impl Meta {
-    /// Since when silence may be judged: the start, or the last heartbeat the store failed
-    /// to record (nodes that kept heartbeating meanwhile look silent until they next do).
-    fn liveness_since_ms(&self) -> u64 {
-        let failed = self.heartbeat_failure.lock().expect("heartbeat failure lock");
-        failed.as_ref().map_or(self.started_ms, |(at, _)| self.started_ms.max(*at))
-    }
-
     /// `error` unless it is a `too_few_nodes` that heartbeats failing to record can explain:
     /// then 503 `store_unavailable` with the store's error, the real cause.
     fn unless_heartbeats_failed(&self, error: ApiError) -> ApiError {
@@ -214,6 +214,13 @@ impl Meta {
 }
 
 type Shared = Arc<Meta>;
+
+impl Meta {
+    /// Who is down now (see `liveness`).
+    fn liveness(&self) -> liveness::Liveness {
+        self.clock.liveness(self.down_after_ms)
+    }
+}
 
 /// Meta serving. Stop it with [`RunningMeta::stop`].
 #[derive(Debug)]
@@ -315,7 +322,7 @@ pub async fn bind_with_faults(
         store: Arc::new(store),
         down_after_ms: config.down_after_ms,
         failure_domain: config.failure_domain,
-        started_ms: now_ms(),
+        clock: Arc::new(liveness::RunningClock::new()),
         repair,
         repairs_completed: AtomicU64::new(0),
         enrolled: RwLock::new(enrolled),
@@ -330,6 +337,7 @@ pub async fn bind_with_faults(
         large_bodies: Some((INVENTORY_SUFFIX, weft_store::inventory::MAX_INVENTORY_BYTES)),
     };
     let (stop, mut stopped) = watch::channel(false);
+    tokio::spawn(liveness::RunningClock::tick(meta.clock.clone(), stopped.clone()));
     let detector = tokio::spawn(repairs::detect(meta.clone(), stopped.clone()));
     let app = router(meta, guard);
     let server = tokio::spawn(async move {
@@ -382,6 +390,7 @@ fn router(meta: Shared, guard: Guard) -> Router {
         )
         .route("/v1/repairs", get(repairs::list).post(repairs::report))
         .route("/v1/repairs/take", post(repairs::take))
+        .route("/v1/repairs/lost", post(lost::mark_lost))
         .route("/v1/repairs/{task_id}/complete", post(repairs::complete))
         .route("/v1/repairs/{task_id}/fail", post(repairs::fail))
         .route("/v1/transitions", get(transitions::list).post(transitions::begin))
@@ -395,6 +404,8 @@ fn router(meta: Shared, guard: Guard) -> Router {
             "/v1/records/{namespace}/{*name}",
             put(gateway::put).get(gateway::get).delete(gateway::delete),
         )
+        .route("/v1/deletions", get(deletions::list))
+        .route("/v1/deletions/done", post(deletions::done))
         .route("/v1/references", get(gc::references))
         .route("/v1/writes/expire", post(gc::expire_writes))
         .fallback(no_route)
@@ -544,8 +555,13 @@ async fn remove_node(
 ) -> Result<Json<Value>, ApiError> {
     let id = node_id_of(&id)?;
     let _changing = meta.enrolling.lock().await;
-    let removed =
-        blocking(&meta, move |store| store.delete_record(ENROLLED_NODES, &id.to_string())).await?;
+    let removed = blocking(&meta, move |store| {
+        let removed = store.delete_record(ENROLLED_NODES, &id.to_string())?;
+        // Copies queued for deletion on it will never be deleted by anyone.
+        deletions::forget_node(store, id)?;
+        Ok(removed)
+    })
+    .await?;
     let was = meta.enrolled.write().expect("enrolment").remove(&id);
     if removed.is_none() && !was {
         return Err(ApiError::new(
@@ -643,18 +659,18 @@ async fn blocking<T: Send + 'static>(
         .map_err(ApiError::from)
 }
 
-fn node_state(node: &NodeRecord, now_ms: u64, down_after_ms: u64) -> &'static str {
-    if node.is_down(now_ms, down_after_ms) {
+fn node_state(node: &NodeRecord, live: &liveness::Liveness) -> &'static str {
+    if live.is_down(node) {
         "down"
     } else {
         "up"
     }
 }
 
-fn node_json(node: &NodeRecord, now_ms: u64, down_after_ms: u64) -> Value {
+fn node_json(node: &NodeRecord, live: &liveness::Liveness) -> Value {
     json!({
         "id": node.node_id,
-        "state": node_state(node, now_ms, down_after_ms),
+        "state": node_state(node, live),
         "pid": node.pid,
         "endpoint": node.endpoint,
         "rack": node.rack_id(),
@@ -693,6 +709,9 @@ async fn heartbeat(
         return Err(ApiError::bad_request("the heartbeat has an empty endpoint"));
     }
     let now = now_ms();
+    // Heard, whether or not the store can record it: a store that fails must not make
+    // live nodes look silent.
+    meta.clock.heard(id);
     let record = match blocking(&meta, move |store| store.record_heartbeat(&heartbeat, now)).await {
         Ok(record) => record,
         Err(error) => {
@@ -704,13 +723,13 @@ async fn heartbeat(
         }
     };
     tracing::debug!(node_id = record.node_id, endpoint = %record.endpoint, "heartbeat");
-    Ok(Json(node_json(&record, now, meta.down_after_ms)))
+    Ok(Json(node_json(&record, &meta.liveness())))
 }
 
 async fn nodes(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
     let nodes = blocking(&meta, |store| store.list_nodes()).await?;
-    let now = now_ms();
-    let nodes: Vec<Value> = nodes.iter().map(|n| node_json(n, now, meta.down_after_ms)).collect();
+    let live = meta.liveness();
+    let nodes: Vec<Value> = nodes.iter().map(|n| node_json(n, &live)).collect();
     Ok(Json(json!({
         "down_after_ms": meta.down_after_ms,
         "failure_domain": meta.failure_domain.to_string(),
@@ -719,17 +738,20 @@ async fn nodes(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
 }
 
 async fn status(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
-    let (started_ms, down_after_ms) = (meta.liveness_since_ms(), meta.down_after_ms);
-    let (nodes, repair_queue, buckets, under_protected) = blocking(&meta, move |store| {
+    let live = meta.liveness();
+    let judged = live.clone();
+    let (nodes, repair_queue, buckets, under_protected, unfound) = blocking(&meta, move |store| {
         let nodes = store.list_nodes()?;
-        let failures = repairs::Failures::judge(&nodes, now_ms(), started_ms, down_after_ms);
+        let failures = repairs::Failures::judge(&nodes, &judged);
         let under_protected = repairs::under_protected_units(store, &failures)?;
-        Ok((nodes, store.repair_queue_len()?, store.list_buckets()?.len(), under_protected))
+        let (units, objects) = lost::unfound_counts(store)?;
+        let unfound = (units, objects, lost::lost_count(store)?);
+        let (queue, buckets) = (store.repair_queue_len()?, store.list_buckets()?.len());
+        Ok((nodes, queue, buckets, under_protected, unfound))
     })
     .await?;
-    let now = now_ms();
-    let down = nodes.iter().filter(|n| n.is_down(now, meta.down_after_ms)).count();
-    let nodes: Vec<Value> = nodes.iter().map(|n| node_json(n, now, meta.down_after_ms)).collect();
+    let down = nodes.iter().filter(|n| live.is_down(n)).count();
+    let nodes: Vec<Value> = nodes.iter().map(|n| node_json(n, &live)).collect();
     Ok(Json(json!({
         "nodes_up": nodes.len() - down,
         "nodes_down": down,
@@ -742,6 +764,9 @@ async fn status(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
         "missing_units": meta.scrub.missing_units(),
         "bad_units_reported": meta.scrub.bad_units_reported.load(Ordering::Relaxed),
         "inventories": meta.scrub.inventories_json(),
+        "unfound_units": unfound.0,
+        "unfound_objects": unfound.1,
+        "lost_objects": unfound.2,
     })))
 }
 

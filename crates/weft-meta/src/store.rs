@@ -11,7 +11,9 @@
 //!   its own generation (how abandoned writes are expired).
 //! - Generations and repair task ids come from store-wide counters that never go back.
 //! - The repair queue holds at most one task per (object, unit); tasks are taken in the order
-//!   they were enqueued, and a leased task returns to the queue when its lease expires.
+//!   they were enqueued, skipping those whose back-off (`not_before_ms`, set by the caller
+//!   when it fails a task) has not passed, and a leased task returns to the queue when its
+//!   lease expires.
 //! - A task is queued only for a unit of a committed object, with that object's generation,
 //!   checked in the enqueue's own transaction; a task whose object was deleted or replaced
 //!   since is stale and is removed, never carried out.
@@ -54,7 +56,16 @@ pub const GATEWAY_NAMESPACES: &[&str] = &["access_keys", "uploads", "object_attr
 
 /// Record namespaces meta keeps for itself (node enrolment), in the same table as the
 /// gateway's but never reachable through the records routes.
-pub const INTERNAL_NAMESPACES: &[&str] = &[ENROLLED_NODES];
+pub const INTERNAL_NAMESPACES: &[&str] = &[ENROLLED_NODES, LOST_OBJECTS, DELETIONS];
+
+/// The namespace of objects marked lost (`POST /v1/repairs/lost`): name `bucket/key`, value
+/// a `weft_wire::repair::LostObject`.
+pub const LOST_OBJECTS: &str = "lost_objects";
+
+/// The namespace of replaced unit copies still to delete (`GET /v1/deletions`): name
+/// `<node id, 10 digits>/<disk>/<unit key>`, value `{"bucket","key","generation","unit",
+/// "queued_ms"}`.
+pub const DELETIONS: &str = "deletions";
 
 /// The namespace of enrolled nodes: name = node id in decimal, value =
 /// `{"enrolled_ms":u64}`; plus the marker [`ENROLMENT_MIGRATED`].
@@ -233,7 +244,26 @@ pub trait MetaStore: Send + Sync {
     ) -> Result<RepairOutcome, MetaError>;
     /// Returns a task whose repair failed to the back of the queue, free to take, recording
     /// `error`; returns its new task id. [`MetaError::LeaseLost`] as for `complete_repair`.
-    fn fail_repair(&self, lease: &RepairLease, error: &str) -> Result<u64, MetaError>;
+    fn fail_repair(&self, lease: &RepairLease, error: &str) -> Result<u64, MetaError> {
+        self.fail_repair_until(lease, error, None, false)
+    }
+    /// [`MetaStore::fail_repair`], the task not to be taken before `not_before_ms` (its
+    /// back-off) and marked `unfound` or not.
+    fn fail_repair_until(
+        &self,
+        lease: &RepairLease,
+        error: &str,
+        not_before_ms: Option<u64>,
+        unfound: bool,
+    ) -> Result<u64, MetaError>;
+    /// Makes every unfound task due at once (clears its back-off); returns how many. Called
+    /// when a node returns, which may make a group readable again.
+    fn wake_unfound_repairs(&self) -> Result<usize, MetaError>;
+    /// Removes every queued task of (bucket, key), leased or not (its object was given up);
+    /// returns how many. A lease on one is lost.
+    fn drop_repairs_of(&self, bucket: &str, key: &str) -> Result<usize, MetaError>;
+    /// The queued tasks of (bucket, key), any generation, by unit name.
+    fn repairs_of(&self, bucket: &str, key: &str) -> Result<Vec<(u64, RepairTask)>, MetaError>;
     /// The queued task `task_id`, leased or not.
     fn get_repair(&self, task_id: u64) -> Result<Option<RepairTask>, MetaError>;
     /// Queued tasks with an id above `after`, oldest first, at most
@@ -528,12 +558,16 @@ fn new_task(request: &RepairRequest, now_ms: u64) -> RepairTask {
         attempts: 0,
         lease_deadline_ms: None,
         last_error: None,
+        not_before_ms: None,
+        unfound: false,
     }
 }
 
-/// Whether a task is free to take at `now_ms`.
+/// Whether a task is free to take at `now_ms`: not leased (or its lease expired) and past
+/// its back-off.
 pub(crate) fn is_free(task: &RepairTask, now_ms: u64) -> bool {
     task.lease_deadline_ms.is_none_or(|deadline| deadline <= now_ms)
+        && task.not_before_ms.is_none_or(|not_before| not_before <= now_ms)
 }
 
 /// The deadline of a new lease of `task`: `now_ms + lease_ms`, but always after the task's

@@ -302,6 +302,13 @@ async fn check_take(cluster: &Cluster, taken: &Value, avoid: (u64, Option<u64>))
     assert_eq!(placement.verify(), Ok(()));
 }
 
+/// A complete reply of a relocation: 200, result `relocated`, and the replaced copy queued for
+/// deletion (every relocation in these tests moves a unit off another disk).
+fn assert_relocated((status, done): (u16, Value)) {
+    assert_eq!((status, &done["result"]), (200, &json!("relocated")), "{done}");
+    assert!(done["deletion"].is_string(), "the replaced copy is queued: {done}");
+}
+
 async fn complete(cluster: &Cluster, taken: &Value) -> (u16, Value) {
     let task = &taken["task"];
     let body = json!({
@@ -361,7 +368,7 @@ async fn a_silent_node_is_detected_repaired_and_relocated() {
         let unit = taken["task"]["unit"].as_str().unwrap().to_string();
         check_take(&cluster, &taken, (victim, None)).await;
         let (status, done) = complete(&cluster, &taken).await;
-        assert_eq!((status, done), (200, json!({"result": "relocated"})));
+        assert_relocated((status, done));
         let now = cluster.object("cat.jpg").await;
         let destination = &taken["destination"];
         let entry = now["units"].as_array().unwrap().iter().find(|u| u["unit"] == unit).unwrap();
@@ -381,6 +388,36 @@ async fn a_silent_node_is_detected_repaired_and_relocated() {
     // Full rescans (every 300 ms here) find nothing left on the silent node.
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(cluster.repairs().await["queued"], 0);
+
+    // The replaced copies wait in the deletions queue, listed once their node is back.
+    let (status, listed) = cluster.get("/v1/deletions").await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(
+        (listed["pending"].clone(), listed["deletions"].clone()),
+        (json!(lost.len()), json!([]))
+    );
+    cluster.set_disks(victim as u32, [None, None]);
+    let (c, count) = (&cluster, lost.len());
+    let listed = until("the victim's copies to be listed", || async move {
+        let listed = c.get("/v1/deletions").await.1;
+        (listed["deletions"].as_array()?.len() == count).then_some(listed)
+    })
+    .await;
+    let deletions = listed["deletions"].as_array().unwrap();
+    for deletion in deletions {
+        assert_eq!(deletion["node_id"], victim, "{deletion}");
+        let unit = deletion["unit"].as_str().unwrap();
+        let old = object["units"].as_array().unwrap().iter().find(|u| u["unit"] == unit).unwrap();
+        assert_eq!((&deletion["disk"], &deletion["unit_key"]), (&old["disk"], &old["unit_key"]));
+        assert_eq!(deletion["endpoint"], format!("http://127.0.0.1:{}", 9000 + victim));
+    }
+    let ids: Vec<Value> = deletions.iter().map(|d| d["id"].clone()).collect();
+    let (status, done) = cluster.post("/v1/deletions/done", json!({"ids": ids})).await;
+    assert_eq!((status, done), (200, json!({"removed": lost.len()})));
+    let (_, listed) = cluster.get("/v1/deletions").await;
+    assert_eq!(listed, json!({"pending": 0, "deletions": []}));
+    let (status, body) = cluster.post("/v1/deletions/done", json!({"id": "x"})).await;
+    assert_eq!((status, body["error"].as_str()), (400, Some("bad_request")), "{body}");
     cluster.stop().await;
 }
 
@@ -433,9 +470,13 @@ async fn a_failed_disk_is_queued_and_dropped_once_healthy_again() {
         (entry.unwrap()["disks"][disk as usize]["failed"].is_null()).then_some(())
     })
     .await;
-    let taken = cluster.take(30_000).await;
-    assert_eq!(taken, json!({"task": null, "dropped": on_disk.len()}), "not needed any more");
-    assert_eq!(cluster.repairs().await["queued"], 0);
+    // Every task is dropped, never handed out (the failed one once its 1 s back-off ends).
+    until("every task to be dropped", || async move {
+        let taken = c.take(30_000).await;
+        assert_eq!(taken["task"], Value::Null, "not needed any more: {taken}");
+        (c.repairs().await["queued"] == 0).then_some(())
+    })
+    .await;
     assert_eq!(cluster.status().await["under_protected_units"], 0);
     cluster.stop().await;
 }
@@ -478,7 +519,7 @@ async fn reported_damage_is_repaired_and_an_expired_lease_is_lost() {
     assert_eq!(cluster.object("eel.jpg").await, first["object"], "nothing moved");
 
     let (status, done) = complete(&cluster, &second).await;
-    assert_eq!((status, done), (200, json!({"result": "relocated"})));
+    assert_relocated((status, done));
     let moved = location(&cluster.object("eel.jpg").await, "d1");
     let destination = &second["destination"];
     assert_eq!(json!([moved.0, moved.1]), json!([destination["node_id"], destination["disk"]]));
@@ -567,7 +608,7 @@ async fn bad_requests_are_json_errors() {
     let (status, body) =
         cluster.post(&path, json!({"deadline_ms": deadline, "node_id": node, "disk": disk})).await;
     assert_eq!((status, body["error"].clone()), (409, json!("placement_refused")), "{body}");
-    assert_eq!(complete(&cluster, &taken).await, (200, json!({"result": "relocated"})));
+    assert_relocated(complete(&cluster, &taken).await);
     cluster.stop().await;
 }
 
@@ -626,7 +667,7 @@ async fn a_restart_keeps_the_queue_and_does_not_judge_old_heartbeats() {
     for _ in 0..lost.len() {
         let taken = cluster.take(30_000).await;
         check_take(&cluster, &taken, (victim, None)).await;
-        assert_eq!(complete(&cluster, &taken).await, (200, json!({"result": "relocated"})));
+        assert_relocated(complete(&cluster, &taken).await);
     }
     assert_eq!(cluster.status().await["under_protected_units"], 0);
     cluster.stop().await;
@@ -659,7 +700,7 @@ async fn at_level_rack_a_lost_unit_is_rebuilt_in_a_rack_holding_no_peer() {
     let node = taken["destination"]["node_id"].as_u64().unwrap();
     assert_ne!(node, victim);
     assert_eq!(rack(node), rack(victim), "the only rack with no peer of d0: {taken}");
-    assert_eq!(complete(&cluster, &taken).await, (200, json!({"result": "relocated"})));
+    assert_relocated(complete(&cluster, &taken).await);
     let moved = cluster.object("fox.jpg").await;
     let racks: BTreeSet<u64> =
         ["d0", "d1", "p0.0"].iter().map(|u| rack(location(&moved, u).0)).collect();
@@ -722,7 +763,7 @@ async fn at_level_disk_a_lost_unit_may_share_a_node_but_never_a_disk() {
         free.as_slice(),
         "{taken}"
     );
-    assert_eq!(complete(&cluster, &taken).await, (200, json!({"result": "relocated"})));
+    assert_relocated(complete(&cluster, &taken).await);
     let moved = cluster.object("elk.jpg").await;
     let now: BTreeSet<(u64, u64)> =
         ["d0", "d1", "p0.0"].iter().map(|u| location(&moved, u)).collect();
@@ -766,7 +807,7 @@ async fn a_repair_keeps_the_level_the_object_was_placed_at() {
         (Some(node), Some(1 - disk)),
         "{taken}"
     );
-    assert_eq!(complete(&cluster, &taken).await, (200, json!({"result": "relocated"})));
+    assert_relocated(complete(&cluster, &taken).await);
 
     // A new object at level disk: rs(4,1) needs 5 domains, more than the 3 nodes.
     let policy = json!({"code": "rs(4,1)", "stripe_width": 1, "cell_bytes": MIB,
@@ -778,5 +819,152 @@ async fn a_repair_keeps_the_level_the_object_was_placed_at() {
     let disks: BTreeSet<(u64, u64)> =
         ["d0", "d1", "d2", "d3", "p0.0"].iter().map(|u| location(&begun, u)).collect();
     assert_eq!(disks.len(), 5, "{begun}");
+    cluster.stop().await;
+}
+
+/// Milliseconds since the Unix epoch (meta's clock, on this same machine).
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// Reports `unit` of `key` damaged, takes the task and fails it with `cause` (None: no cause
+/// field, as older executors send); returns the fail reply and the time just before it.
+async fn take_and_fail(
+    cluster: &Cluster,
+    key: &str,
+    unit: &str,
+    cause: Option<&str>,
+) -> (Value, u64) {
+    let object = cluster.object(key).await;
+    let report = json!({"bucket": "photos", "key": key, "generation": object["generation"],
+                        "unit": unit, "reason": "test"});
+    let (status, body) = cluster.post("/v1/repairs", report).await;
+    assert_eq!(status, 200, "{body}");
+    let taken = cluster.take(30_000).await;
+    assert_eq!(taken["task"]["unit"], unit, "{taken}");
+    let mut body = json!({"deadline_ms": taken["task"]["deadline_ms"], "error": "too few units"});
+    if let Some(cause) = cause {
+        body["cause"] = json!(cause);
+    }
+    let before = wall_ms();
+    let (status, reply) =
+        cluster.post(&format!("/v1/repairs/{}/fail", taken["task"]["task_id"]), body).await;
+    assert_eq!(status, 200, "{reply}");
+    (reply, before)
+}
+
+/// Issue 15 item 6: a failed task backs off (1 s doubling), so a take right after a failure
+/// hands out nothing instead of the same task again.
+#[tokio::test]
+async fn a_failed_repair_backs_off_and_the_back_off_doubles() {
+    let cluster = Cluster::start(4).await;
+    cluster.put("dog.jpg", 3 * MIB).await;
+    let (reply, before) = take_and_fail(&cluster, "dog.jpg", "d1", None).await;
+    assert_eq!(reply["unfound"], false, "{reply}");
+    let not_before = reply["not_before_ms"].as_u64().expect("a back-off");
+    assert!((before + 900..=wall_ms() + 1100).contains(&not_before), "1 s back-off: {reply}");
+    let taken = cluster.take(30_000).await;
+    assert_eq!(taken["task"], Value::Null, "a task backing off is not handed out: {taken}");
+    let listed = cluster.repairs().await;
+    assert_eq!(listed["tasks"][0]["not_before_ms"], not_before, "{listed}");
+
+    // Due again after its back-off; a second failure waits twice as long.
+    let c = &cluster;
+    let again = until("the task to be due again", || async move {
+        let taken = c.take(30_000).await;
+        (!taken["task"].is_null()).then_some(taken)
+    })
+    .await;
+    assert!(wall_ms() >= not_before);
+    assert_eq!(again["task"]["attempts"], 2, "{again}");
+    let body = json!({"deadline_ms": again["task"]["deadline_ms"], "error": "node refused"});
+    let before = wall_ms();
+    let (status, reply) =
+        cluster.post(&format!("/v1/repairs/{}/fail", again["task"]["task_id"]), body).await;
+    assert_eq!(status, 200, "{reply}");
+    let not_before = reply["not_before_ms"].as_u64().unwrap();
+    assert!((before + 1900..=wall_ms() + 2100).contains(&not_before), "2 s back-off: {reply}");
+    let (status, body) = cluster
+        .post("/v1/repairs/1/fail", json!({"deadline_ms": 1, "error": "x", "cause": "sometimes"}))
+        .await;
+    assert_eq!((status, body["error"].as_str()), (400, Some("bad_request")), "{body}");
+    cluster.stop().await;
+}
+
+/// Issue 15 item 6: an `unrecoverable` failure makes the unit unfound (status, GET, repair
+/// list), it is retried only after a long back-off or at once when a node returns, and
+/// `POST /v1/repairs/lost` gives the object up: GET then answers 410 object_lost.
+#[tokio::test]
+async fn an_unrecoverable_unit_is_unfound_until_marked_lost() {
+    let cluster = Cluster::start(4).await;
+    cluster.put("cat.jpg", 3 * MIB).await;
+    cluster.put("owl.jpg", 3 * MIB).await;
+    let (reply, before) = take_and_fail(&cluster, "cat.jpg", "d0", Some("unrecoverable")).await;
+    assert_eq!(reply["unfound"], true, "{reply}");
+    let not_before = reply["not_before_ms"].as_u64().unwrap();
+    assert!(not_before >= before + 60_000, "an unfound unit backs off long: {reply}");
+    assert_eq!(cluster.take(30_000).await["task"], Value::Null);
+    let status = cluster.status().await;
+    assert_eq!(
+        (status["unfound_units"].clone(), status["unfound_objects"].clone()),
+        (json!(1), json!(1)),
+        "{status}"
+    );
+    assert_eq!(cluster.object("cat.jpg").await["unfound_units"], json!(["d0"]));
+    assert_eq!(cluster.object("owl.jpg").await["unfound_units"], Value::Null, "none: no field");
+    assert_eq!(cluster.repairs().await["tasks"][0]["unfound"], true);
+
+    // A node that returns makes unfound tasks due at once.
+    let silent = 4;
+    cluster.silence(silent);
+    let c = &cluster;
+    until("node 4 down", || async move { (c.status().await["nodes_down"] == 1).then_some(()) })
+        .await;
+    cluster.set_disks(silent, [None, None]);
+    let woken = until("the unfound task to be due again", || async move {
+        let repairs = c.repairs().await;
+        let task =
+            repairs["tasks"].as_array().unwrap().iter().find(|t| t["key"] == "cat.jpg")?.clone();
+        task["not_before_ms"].is_null().then_some(task)
+    })
+    .await;
+    assert_eq!(woken["unfound"], true, "still unfound until a repair succeeds: {woken}");
+
+    // Giving up: refused for a readable object, bad bodies are 400, unknown objects 404.
+    let (status, body) =
+        cluster.post("/v1/repairs/lost", json!({"bucket": "photos", "key": "owl.jpg"})).await;
+    assert_eq!((status, body["error"].as_str()), (409, Some("not_unfound")), "{body}");
+    let (status, body) = cluster.post("/v1/repairs/lost", json!({"bucket": "photos"})).await;
+    assert_eq!((status, body["error"].as_str()), (400, Some("bad_request")), "{body}");
+    let (status, body) =
+        cluster.post("/v1/repairs/lost", json!({"bucket": "photos", "key": "no"})).await;
+    assert_eq!((status, body["error"].as_str()), (404, Some("no_such_object")), "{body}");
+    let wrong = json!({"bucket": "photos", "key": "cat.jpg", "generation": 999_999});
+    let (status, body) = cluster.post("/v1/repairs/lost", wrong).await;
+    assert_eq!((status, body["error"].as_str()), (409, Some("stale")), "{body}");
+
+    let (status, lost) =
+        cluster.post("/v1/repairs/lost", json!({"bucket": "photos", "key": "cat.jpg"})).await;
+    assert_eq!(status, 200, "{lost}");
+    assert_eq!((lost["lost"].clone(), lost["unfound_units"].clone()), (json!(true), json!(["d0"])));
+    // d0's task, and those the detector queued while node 4 was silent.
+    assert!(lost["dropped_repairs"].as_u64().unwrap() >= 1, "{lost}");
+    assert_eq!(lost["object"]["units"].as_array().unwrap().len(), 5, "the units to delete: {lost}");
+    let (status, body) = cluster.get("/v1/buckets/photos/objects/cat.jpg").await;
+    assert_eq!((status, body["error"].as_str()), (410, Some("object_lost")), "{body}");
+    assert!(body["message"].as_str().unwrap().contains("d0"), "{body}");
+    let status = cluster.status().await;
+    assert_eq!(status["unfound_units"], 0, "{status}");
+    assert_eq!(status["lost_objects"], 1, "{status}");
+    let left = cluster.repairs().await;
+    assert!(left["tasks"].as_array().unwrap().iter().all(|t| t["key"] != "cat.jpg"), "{left}");
+    // Deleting the key forgets it.
+    let (status, _) = cluster
+        .call(reqwest::Method::DELETE, "/v1/buckets/photos/objects/cat.jpg", Value::Null)
+        .await;
+    assert_eq!(status, 404);
+    let (status, body) = cluster.get("/v1/buckets/photos/objects/cat.jpg").await;
+    assert_eq!((status, body["error"].as_str()), (404, Some("no_such_key")), "{body}");
+    assert_eq!(cluster.status().await["lost_objects"], 0);
     cluster.stop().await;
 }

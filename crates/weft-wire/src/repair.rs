@@ -8,6 +8,9 @@
 //!   the task for the executor that took it next.
 //! - Request bodies refuse unknown fields (a misspelt field is an error, never ignored);
 //!   replies may gain fields, so readers should ignore the ones they do not know.
+//! - Fields added to a request later are optional with a default that means what an older
+//!   sender meant: a [`FailRepair`] without `cause` is `transient`.
+//! - A [`Deletion`] names a copy meta no longer points at; its `id` is opaque to executors.
 
 use serde::{Deserialize, Serialize};
 
@@ -73,6 +76,19 @@ pub struct RepairTaskInfo {
     pub enqueued_ms: u64,
     /// The error of the last failed attempt, if any.
     pub last_error: Option<String>,
+    /// A failed task is not handed out before this time (ms since the Unix epoch): the
+    /// back-off after its last failure. Absent when it is due at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before_ms: Option<u64>,
+    /// The last attempt found too few units of the unit's group readable: the unit is
+    /// *unfound* (retried only after a long back-off, or at once when a node returns; give up
+    /// with `POST /v1/repairs/lost`). Absent when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub unfound: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 /// Where to write the rebuilt unit: disk `disk` of node `node_id` at `endpoint`.
@@ -119,26 +135,130 @@ pub enum RepairResult {
     Stale,
 }
 
-/// Reply to [`CompleteRepair`]: `{"result":"relocated"|"stale"}`.
+/// Reply to [`CompleteRepair`]: `{"result":"relocated"|"stale","deletion":id}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompleteRepairReply {
     pub result: RepairResult,
+    /// When the repair moved the unit off another disk: the id under which meta queued the
+    /// replaced copy for deletion (`GET /v1/deletions`). The executor deletes the copy now
+    /// if its node answers and acknowledges it with `POST /v1/deletions/done`; otherwise a
+    /// later drain does. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion: Option<String>,
+}
+
+/// Why a repair failed, as the executor tells meta (`cause` of [`FailRepair`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailCause {
+    /// Anything that may pass by itself (a node slow or unreachable, a lease too short...):
+    /// retried after a short back-off. The default, and what executors that send no cause
+    /// mean.
+    #[default]
+    Transient,
+    /// Too few units of the unit's group are readable to rebuild it: the unit is *unfound*.
+    Unrecoverable,
 }
 
 /// `POST /v1/repairs/{task_id}/fail`: the repair failed; the task goes back to the queue.
+/// `{"deadline_ms":u64,"error":s,"cause":"transient"|"unrecoverable"}`; `cause` is optional
+/// (default `transient`), so executors that predate it keep working.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FailRepair {
     pub deadline_ms: u64,
     pub error: String,
+    #[serde(default)]
+    pub cause: FailCause,
 }
 
-/// Reply to [`FailRepair`]: `{"requeued":true,"task_id":new id}`.
+/// Reply to [`FailRepair`]: `{"requeued":true,"task_id":new id,"not_before_ms":u64,
+/// "unfound":bool}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FailRepairReply {
     pub requeued: bool,
     /// The id the task is queued under now.
     pub task_id: u64,
+    /// The task is not handed out again before this time (ms since the Unix epoch).
+    #[serde(default)]
+    pub not_before_ms: Option<u64>,
+    /// The task is now unfound (see [`RepairTaskInfo::unfound`]).
+    #[serde(default)]
+    pub unfound: bool,
+}
+
+/// `POST /v1/repairs/lost`: give up on an object some of whose units are unfound (like
+/// Ceph's `mark_unfound_lost`). `generation`, when given, must be the object's current one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MarkLost {
+    pub bucket: String,
+    pub key: String,
+    #[serde(default)]
+    pub generation: Option<u64>,
+}
+
+/// Reply to [`MarkLost`]: the object as it was (type `O`, as `GET` returns it, with its
+/// units: the caller may delete the copies still readable), the units that were unfound and
+/// how many repair tasks of the object were dropped.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MarkLostReply<O> {
+    pub bucket: String,
+    pub key: String,
+    pub generation: u64,
+    pub lost: bool,
+    pub unfound_units: Vec<String>,
+    pub dropped_repairs: u64,
+    pub object: O,
+}
+
+/// What meta keeps of an object marked lost (namespace `lost_objects`, name `bucket/key`),
+/// and what `GET` of its key answers with `410 object_lost` until the key is written again
+/// or deleted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LostObject {
+    pub bucket: String,
+    pub key: String,
+    pub generation: u64,
+    pub lost_ms: u64,
+    pub unfound_units: Vec<String>,
+}
+
+/// `GET /v1/deletions`: copies of units that repairs replaced, still to delete, on nodes
+/// that are up now (at most `limit`, default and maximum 100).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeletionList {
+    /// Deletions pending on every node, up or not.
+    pub pending: u64,
+    pub deletions: Vec<Deletion>,
+}
+
+/// One replaced copy to delete: unit `unit_key` on disk `disk` of node `node_id` (at
+/// `endpoint` now). `id` names it in [`DeletionsDone`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deletion {
+    pub id: String,
+    pub node_id: u32,
+    pub disk: u32,
+    pub endpoint: String,
+    pub unit_key: String,
+    pub bucket: String,
+    pub key: String,
+    pub unit: String,
+    pub queued_ms: u64,
+}
+
+/// `POST /v1/deletions/done`: these copies are deleted (or were already gone).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeletionsDone {
+    pub ids: Vec<String>,
+}
+
+/// Reply to [`DeletionsDone`]: how many of the ids were pending (and are no more).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeletionsDoneReply {
+    pub removed: u64,
 }
 
 /// `GET /v1/repairs`: the queue length and its first tasks, oldest first.
@@ -173,6 +293,8 @@ mod tests {
             deadline_ms: Some(1000),
             enqueued_ms: 5,
             last_error: None,
+            not_before_ms: None,
+            unfound: false,
         };
         let reply = TakeRepairReply {
             task: Some(task.clone()),
@@ -204,7 +326,41 @@ mod tests {
         );
         let typo = r#"{"deadline_ms":9,"node":1,"disk":0}"#;
         assert!(serde_json::from_str::<CompleteRepair>(typo).is_err());
-        let reply = CompleteRepairReply { result: RepairResult::Stale };
+        let reply = CompleteRepairReply { result: RepairResult::Stale, deletion: None };
         assert_eq!(serde_json::to_string(&reply).unwrap(), r#"{"result":"stale"}"#);
+    }
+
+    #[test]
+    fn deletions_and_mark_lost_have_the_documented_shape() {
+        let list: DeletionList = serde_json::from_str(
+            r#"{"pending":1,"deletions":[{"id":"0000000003/0/k","node_id":3,"disk":0,
+                "endpoint":"http://127.0.0.1:7803","unit_key":"k","bucket":"b","key":"o",
+                "unit":"d0","queued_ms":5}]}"#,
+        )
+        .unwrap();
+        assert_eq!((list.pending, list.deletions[0].node_id), (1, 3));
+        let done = r#"{"ids":["0000000003/0/k"]}"#;
+        assert_eq!(serde_json::from_str::<DeletionsDone>(done).unwrap().ids.len(), 1);
+        assert!(serde_json::from_str::<DeletionsDone>(r#"{"id":"x"}"#).is_err());
+        let lost: MarkLost = serde_json::from_str(r#"{"bucket":"b","key":"o"}"#).unwrap();
+        assert_eq!(lost.generation, None);
+        assert!(serde_json::from_str::<MarkLost>(r#"{"bucket":"b"}"#).is_err());
+    }
+
+    #[test]
+    fn a_fail_without_a_cause_is_transient_and_causes_are_checked() {
+        let old = r#"{"deadline_ms":9,"error":"node 3 refused"}"#;
+        let parsed: FailRepair = serde_json::from_str(old).unwrap();
+        assert_eq!(parsed.cause, FailCause::Transient);
+        let new = r#"{"deadline_ms":9,"error":"too few units","cause":"unrecoverable"}"#;
+        assert_eq!(
+            serde_json::from_str::<FailRepair>(new).unwrap().cause,
+            FailCause::Unrecoverable
+        );
+        assert!(serde_json::from_str::<FailRepair>(r#"{"deadline_ms":9,"error":"","cause":"x"}"#)
+            .is_err());
+        let old_reply: FailRepairReply =
+            serde_json::from_str(r#"{"requeued":true,"task_id":3}"#).unwrap();
+        assert_eq!((old_reply.not_before_ms, old_reply.unfound), (None, false));
     }
 }

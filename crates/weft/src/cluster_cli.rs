@@ -9,6 +9,7 @@
 //! - What meta says is shown as meta said it: `--json` output is meta's JSON (at most joined
 //!   with other answers of meta), never a value meta did not give; an error response is shown
 //!   with meta's message and error code.
+//! - `weft status` shows meta's unfound units and lost objects when meta reports them.
 //! - A signal is only sent to a pid that is running on this machine *and* is a weft node
 //!   process with that id, so a stale pid in meta (a node long dead, its pid reused) never
 //!   hits an unrelated process.
@@ -488,6 +489,15 @@ fn print_status(status: &Value) {
             count("bad_units_reported"),
         );
     }
+    if status.get("unfound_units").is_some() {
+        println!(
+            "unfound units: {} in {} objects (too few units readable to rebuild; `weft stat` \
+             names them, `weft repair mark-lost` gives an object up); lost objects: {}",
+            count("unfound_units"),
+            count("unfound_objects"),
+            count("lost_objects"),
+        );
+    }
     if let Some(ms) = status["down_after_ms"].as_u64() {
         println!("a node is down after {ms} ms without a heartbeat");
     }
@@ -503,6 +513,9 @@ fn print_status(status: &Value) {
         "buckets",
         "under_protected_units",
         "repair_queue",
+        "unfound_units",
+        "unfound_objects",
+        "lost_objects",
         "down_after_ms",
         "failure_domain",
         "missing_units",

@@ -18,6 +18,7 @@ mod ec;
 mod gc_cli;
 mod key_cli;
 mod objects_cli;
+mod repair_cli;
 mod repair_cost;
 mod serve;
 mod transition_cli;
@@ -128,6 +129,10 @@ enum Command {
     ///   weft gc --grace 30m --json
     #[command(verbatim_doc_comment)]
     Gc(gc_cli::GcArgs),
+    /// Repair decisions: `weft repair mark-lost BUCKET KEY --yes` gives up on an object whose
+    /// unfound units no repair can rebuild (see `weft status`, `weft stat`).
+    #[command(subcommand)]
+    Repair(repair_cli::RepairCommand),
     /// Access keys of the S3 gateway: `weft key create NAME [--json]`, `weft key ls`,
     /// `weft key rm ID`.
     #[command(subcommand)]
@@ -157,6 +162,7 @@ fn main() -> ExitCode {
         Command::Stat(args) => objects_cli::stat(args),
         Command::Transition(args) => transition_cli::run(args),
         Command::Gc(args) => gc_cli::run(args),
+        Command::Repair(command) => repair_cli::run(command),
         Command::Key(command) => key_cli::run(command),
     };
     match result {

@@ -6,6 +6,8 @@
 //! - `get -o FILE` writes FILE atomically (temporary file, fsync, rename): a failed get never
 //!   leaves a partial FILE. Without `-o` the bytes go to stdout, so `--json` then needs `-o`.
 //! - `--json` prints exactly one JSON object on stdout; messages and progress go to stderr.
+//! - `stat` shows the units meta reports unfound (`unfound_units`) on a line of their own,
+//!   with what can be done about them.
 
 use std::{
     io::{IsTerminal, Write},
@@ -476,6 +478,18 @@ pub fn stat(args: StatArgs) -> Result<(), CliError> {
     );
     if let Some(bytes) = object.raw["metadata_bytes"].as_u64() {
         println!("  metadata    {bytes} bytes in meta (groups are computed, not stored)");
+    }
+    let unfound: Vec<&str> = object.raw["unfound_units"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|u| u.as_str())
+        .collect();
+    if !unfound.is_empty() {
+        println!(
+            "  UNFOUND     {} (too few units of their group readable to rebuild; retried when a              node returns; `weft repair mark-lost {bucket} {key} --yes` gives the object up)",
+            unfound.join(", ")
+        );
     }
     println!(
         "  policy      {} · stripe width {} · cell {} · block {}",

@@ -57,6 +57,12 @@ pub enum ServeCommand {
     /// the new copy. Several executors may run at once; a crashed one's leases expire and
     /// its tasks are taken again. When ready it prints `repair executor on http://META`.
     ///
+    /// The copy a repair replaced is deleted as soon as the repair commits if its node
+    /// answers; otherwise meta keeps it queued and the executor deletes it once the node is
+    /// back (checked every 2 s). A failed repair is retried after a back-off; one that finds
+    /// too few units of the group readable leaves its unit *unfound* (`weft status`; give the
+    /// object up with `weft repair mark-lost`).
+    ///
     /// It also sweeps leaked units (see `weft gc`) once at start and then every
     /// --gc-interval, logging one line per sweep; each sweep first rolls back transitions
     /// whose executor's lease expired (a `weft transition` that died) and deletes their units.

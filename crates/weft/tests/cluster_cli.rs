@@ -14,7 +14,7 @@ use std::{
 };
 
 use common::{bytes, cluster::Cluster};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 const CELL: usize = 4096;
 const BLOCK: usize = 16384;
@@ -996,4 +996,58 @@ fn a_disk_emptied_while_its_node_was_down_is_found_counted_and_reprotected() {
             .as_array()
             .is_some_and(|all| all.iter().any(|i| i["node_id"] == victim && i["missing"] == 0))
     });
+}
+
+/// Issue 15 item 6 on the real binaries: with more than r units of a group lost, `weft up`'s
+/// repair executor reports the repairs unrecoverable; `weft status` counts the unfound units,
+/// `weft stat` names them, and `weft repair mark-lost` (only with --yes) gives the object up,
+/// after which a read fails saying the object is lost.
+#[test]
+fn unfound_units_show_in_status_and_stat_and_mark_lost_gives_the_object_up() {
+    let cluster = Cluster::start(5, &FAST_DOWN);
+    let policy =
+        ["--k", "2", "--r", "1", "--stripe-width", "2", "--cell", "4KiB", "--block", "16KiB"];
+    let mut create = vec!["bucket", "create", "b", "--json"];
+    create.extend(policy);
+    cluster.weft_json(&create);
+    let objects = Objects::new();
+    let file = objects.file("in");
+    std::fs::write(&file, bytes(7, 32 * 1024)).unwrap();
+    cluster.weft_json(&["put", file.to_str().unwrap(), "b/o", "--json"]);
+    let stat = cluster.weft_json(&["stat", "b/o", "--json"]);
+    let mut holders: Vec<u32> = stat["units"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["node_id"].as_u64().unwrap() as u32)
+        .collect();
+    holders.dedup();
+    assert_eq!(holders.len(), 3, "one group of rs(2,1) on three nodes: {stat}");
+    cluster.kill_node(holders[0]);
+    cluster.kill_node(holders[1]);
+    let status =
+        cluster.wait_for_status_within("two unfound units", Duration::from_secs(60), |s| {
+            s["unfound_units"] == 2
+        });
+    assert_eq!(status["unfound_objects"], 1, "{status}");
+    let text = String::from_utf8(cluster.weft(&["status"]).stdout).unwrap();
+    assert!(text.contains("unfound units: 2 in 1 objects"), "{text}");
+    let stat = String::from_utf8(cluster.weft(&["stat", "b/o"]).stdout).unwrap();
+    assert!(stat.contains("UNFOUND"), "{stat}");
+
+    let refused = cluster.weft_fails(&["repair", "mark-lost", "b", "o"]);
+    assert!(refused.contains("--yes"), "{refused}");
+    let lost = cluster.weft_json(&["repair", "mark-lost", "b", "o", "--yes", "--json"]);
+    assert_eq!(lost["lost"], true, "{lost}");
+    assert_eq!(lost["unfound_units"].as_array().unwrap().len(), 2, "{lost}");
+    assert_eq!((lost["units_deleted"].clone(), lost["units_left"].clone()), (json!(1), json!(2)));
+    let read = cluster.weft_fails(&["get", "b/o", "-o", objects.file("out").to_str().unwrap()]);
+    assert!(read.contains("lost"), "a read of a lost object says so: {read}");
+    let status = cluster.status();
+    assert_eq!(
+        (status["unfound_units"].clone(), status["lost_objects"].clone()),
+        (json!(0), json!(1))
+    );
+    let again = cluster.weft_fails(&["repair", "mark-lost", "b", "o", "--yes"]);
+    assert!(again.contains("no_such_object"), "{again}");
 }

@@ -202,3 +202,87 @@ fn nodes_heartbeat_to_meta_and_a_killed_node_goes_down() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Sends `signal` to a child we spawned and have not reaped.
+fn signal_child(child: &Child, signal: libc::c_int) {
+    // SAFETY: kill(2) on a child of this test, not yet reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, signal) }, 0);
+}
+
+/// Issue 15 item 10: time meta did not run is nobody's silence. The whole "host" sleeps
+/// (meta and nodes SIGSTOPped for three times `--down-after-ms`); right after meta resumes,
+/// before any node could heartbeat again, every node is still up; then a put succeeds, and a
+/// node that really stops is still judged down after `--down-after-ms`.
+#[test]
+fn a_paused_meta_does_not_judge_nodes_down_when_it_resumes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut procs = Procs::default();
+    let (meta_index, meta) = spawn_meta(&mut procs, &tmp.path().join("meta"), &listen);
+    let secret = secret_of(tmp.path());
+    let secret_file = tmp.path().join("cluster.secret");
+    let weft = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(args)
+            .args(["--meta", &meta, "--secret-file", secret_file.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "weft {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let mut nodes = Vec::new();
+    for id in ["1", "2", "3"] {
+        let key_file = tmp.path().join(format!("node-{id}.key"));
+        weft(&["node", "add", id, "--key-file", key_file.to_str().unwrap()]);
+        let disk = tmp.path().join(format!("n{id}/d0"));
+        let args = [
+            "serve",
+            "node",
+            "--meta",
+            &meta,
+            "--key-file",
+            key_file.to_str().unwrap(),
+            "--heartbeat-ms",
+            "200",
+            "--disk",
+            disk.to_str().unwrap(),
+        ];
+        nodes.push(spawn(&mut procs, &args, &format!("node {id} listening on ")).0);
+    }
+    let all_up = |s: &[(u64, String)]| s.len() == 3 && s.iter().all(|(_, state)| state == "up");
+    wait_for(&meta, &secret, "three nodes up", all_up);
+    weft(&["bucket", "create", "b", "--code", "rs", "--k", "2", "--r", "1", "--stripe-width", "2"]);
+
+    // The host sleeps: nodes first (no heartbeat is left in flight), then meta.
+    for &node in &nodes {
+        signal_child(&procs.0[node], libc::SIGSTOP);
+    }
+    signal_child(&procs.0[meta_index], libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(3000));
+    signal_child(&procs.0[meta_index], libc::SIGCONT);
+    // Nodes still asleep: no heartbeat can have arrived since the pause.
+    let after = states(&meta, &secret);
+    assert!(all_up(&after), "right after meta resumed every node must still be up: {after:?}");
+    let status = get_json(&meta, "/v1/status", &secret).unwrap();
+    assert_eq!(status["nodes_down"], 0, "{status}");
+    for &node in &nodes {
+        signal_child(&procs.0[node], libc::SIGCONT);
+    }
+
+    // A put right away succeeds and reads back.
+    let file = tmp.path().join("object.bin");
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&file, &data).unwrap();
+    weft(&["put", file.to_str().unwrap(), "b/after-pause"]);
+    let back = tmp.path().join("back.bin");
+    weft(&["get", "b/after-pause", "-o", back.to_str().unwrap()]);
+    assert!(std::fs::read(&back).unwrap() == data, "the object read back differs");
+
+    // A node that really stops is still judged down after --down-after-ms.
+    procs.0[nodes[2]].kill().unwrap();
+    procs.0[nodes[2]].wait().unwrap();
+    let third_down = |s: &[(u64, String)]| {
+        s == [(1, "up".to_owned()), (2, "up".to_owned()), (3, "down".to_owned())].as_slice()
+    };
+    wait_for(&meta, &secret, "node 3 down, nodes 1 and 2 up", third_down);
+}

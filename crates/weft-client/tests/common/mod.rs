@@ -67,6 +67,14 @@ impl TestCluster {
         weft_node::bind(config).await.unwrap()
     }
 
+    /// Starts node `id` again on its own disk directory (a new port; meta learns it from
+    /// the heartbeats).
+    pub async fn restart_node(&mut self, id: u32) {
+        assert!(self.nodes[id as usize - 1].is_none(), "node {id} is running");
+        let node = self.start_node(id, "127.0.0.1:0".parse().unwrap()).await;
+        self.nodes[id as usize - 1] = Some(node);
+    }
+
     /// Waits until meta reports `count` nodes up.
     pub async fn wait_nodes_up(&self, count: usize) {
         self.wait_for(Duration::from_secs(10), |status| {

@@ -10,6 +10,9 @@
 //!   `UnitKey::data(object_id, block, 0)` and `UnitKey::parity(object_id, group, index,
 //!   parity_generation)` (0 until a transition commits, then its id: see `unit_key`).
 //! - Every store call runs on a blocking task (see `blocking`).
+//! - `GET` of an object names its unfound units; `GET` of a key whose object was marked lost
+//!   answers `410 object_lost`, and `DELETE` of the key forgets that (see `lost`).
+//! - Whether a node is up is `Liveness::is_down`, the one judgement (see `liveness`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,8 +27,9 @@ use serde_json::{json, Value};
 use weft_layout::{place, DiskLocation, FailureDomain, LayoutError, Topology, UnitId};
 use weft_store::UnitKey;
 
+use super::liveness::Liveness;
 use super::{blocking, node_state, now_ms, ApiError, Shared};
-use crate::{unit_name, NodeRecord, ObjectRecord, Policy};
+use crate::{unit_name, MetaError, NodeRecord, ObjectRecord, Policy};
 
 /// Suffix of the path that begins a write.
 const BEGIN: &str = "/begin";
@@ -97,7 +101,7 @@ pub(crate) fn unit_json(
 pub(crate) fn units_json(
     record: &ObjectRecord,
     nodes: &[NodeRecord],
-    states: Option<(u64, u64)>,
+    states: Option<&Liveness>,
 ) -> Result<Vec<Value>, ApiError> {
     let by_id: BTreeMap<u32, &NodeRecord> = nodes.iter().map(|n| (n.node_id, n)).collect();
     let layout = record.layout();
@@ -109,9 +113,9 @@ pub(crate) fn units_json(
         .map(|(unit, disk)| {
             let key = record_unit_key(record, unit)?;
             let mut value = unit_json(&by_id, unit, disk, key, layout.stored_len(size, unit));
-            if let Some((now, down_after)) = states {
+            if let Some(live) = states {
                 let node = by_id.get(&disk.node);
-                value["state"] = json!(node.map_or("unknown", |n| node_state(n, now, down_after)));
+                value["state"] = json!(node.map_or("unknown", |n| node_state(n, live)));
             }
             Ok(value)
         })
@@ -144,12 +148,8 @@ pub(crate) fn domains_name(level: FailureDomain) -> String {
 
 /// The disks placement may use: every disk not failed of every node that is up; and how many
 /// nodes are up.
-pub(crate) fn topology_of(
-    nodes: &[NodeRecord],
-    now: u64,
-    down_after_ms: u64,
-) -> (Vec<DiskLocation>, usize) {
-    let up: Vec<&NodeRecord> = nodes.iter().filter(|n| !n.is_down(now, down_after_ms)).collect();
+pub(crate) fn topology_of(nodes: &[NodeRecord], live: &Liveness) -> (Vec<DiskLocation>, usize) {
+    let up: Vec<&NodeRecord> = nodes.iter().filter(|n| !live.is_down(n)).collect();
     let disks = up
         .iter()
         .flat_map(|n| {
@@ -244,13 +244,13 @@ async fn begin(
     if let Some(policy) = &body.policy {
         super::check_policy(policy)?;
     }
-    let (down_after_ms, level) = (meta.down_after_ms, meta.failure_domain);
+    let (live, level) = (meta.liveness(), meta.failure_domain);
     let (record, nodes) = blocking(&meta, move |store| {
         let default = store.get_bucket(&bucket)?.default_policy;
         let nodes = store.list_nodes()?;
         let layout = body.policy.unwrap_or(default);
         let now = now_ms();
-        let (mut disks, nodes_up) = topology_of(&nodes, now, down_after_ms);
+        let (mut disks, nodes_up) = topology_of(&nodes, &live);
         disks.retain(|d| !body.avoid_nodes.contains(&d.node));
         let needed = layout.n().max(layout.stripe_width);
         let usable = disks.iter().map(|d| d.node).collect::<BTreeSet<_>>().len();
@@ -316,11 +316,29 @@ pub(crate) async fn get_object(
     State(meta): State<Shared>,
     Path((bucket, key)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let (record, nodes) =
-        blocking(&meta, move |store| Ok((store.get_object(&bucket, &key)?, store.list_nodes()?)))
-            .await?;
-    let units = units_json(&record, &nodes, Some((now_ms(), meta.down_after_ms)))?;
-    Ok(Json(object_json(&record, units)))
+    let found = blocking(&meta, move |store| {
+        let record = match store.get_object(&bucket, &key) {
+            Ok(record) => record,
+            Err(MetaError::NoSuchKey { .. }) => {
+                match super::lost::lost_error(store, &bucket, &key)? {
+                    Some(lost) => return Ok(Err(lost)),
+                    None => return Err(MetaError::NoSuchKey { bucket, key }),
+                }
+            }
+            Err(other) => return Err(other),
+        };
+        let unfound = super::lost::unfound_units(store, &record)?;
+        Ok(Ok((record, store.list_nodes()?, unfound)))
+    })
+    .await??;
+    let (record, nodes, unfound) = found;
+    let units = units_json(&record, &nodes, Some(&meta.liveness()))?;
+    let mut value = object_json(&record, units);
+    // Only when there are some, so that a healthy object's body is the same everywhere.
+    if !unfound.is_empty() {
+        value["unfound_units"] = json!(unfound);
+    }
+    Ok(Json(value))
 }
 
 /// `DELETE /v1/buckets/{bucket}/objects/{key}`.
@@ -329,15 +347,32 @@ pub(crate) async fn delete_object(
     Path((bucket, key)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     let (record, nodes) = blocking(&meta, move |store| {
-        let record = store.delete_object(&bucket, &key)?;
+        // An object of the key marked lost is forgotten with it (read first: a delete is a
+        // write transaction, and most keys were never lost).
+        let lost = super::lost::lost_name(&bucket, &key);
+        let forget = || -> Result<(), MetaError> {
+            if store.get_record(crate::store::LOST_OBJECTS, &lost)?.is_some() {
+                store.delete_record(crate::store::LOST_OBJECTS, &lost)?;
+            }
+            Ok(())
+        };
+        let record = match store.delete_object(&bucket, &key) {
+            Ok(record) => record,
+            Err(error @ MetaError::NoSuchKey { .. }) => {
+                forget()?;
+                return Err(error);
+            }
+            Err(other) => return Err(other),
+        };
         // The object's S3 attributes go with it (they name its generation, so one left
         // behind by a crash here would never be mistaken for a later object's).
         store.delete_record("object_attributes", &format!("{bucket}/{key}"))?;
+        forget()?;
         Ok((record, store.list_nodes()?))
     })
     .await?;
     tracing::info!(bucket = %record.bucket, key = %record.key, generation = record.generation, "object deleted");
-    let units = units_json(&record, &nodes, Some((now_ms(), meta.down_after_ms)))?;
+    let units = units_json(&record, &nodes, Some(&meta.liveness()))?;
     Ok(Json(object_json(&record, units)))
 }
 

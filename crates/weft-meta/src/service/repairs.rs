@@ -7,9 +7,10 @@
 //! - The queue lives in the store (redb), so it survives a meta restart; the detector keeps
 //!   nothing that matters in memory and recomputes everything after a restart.
 //! - A node is judged down *for repair* only once meta has run for longer than
-//!   `down_after_ms`: until then a restarted meta has not had the time to hear every live
-//!   node, and judging by old heartbeats would queue every unit of the cluster. A failed or
-//!   missing disk is judged only from a heartbeat received since meta started.
+//!   `down_after_ms` of its running time (`liveness`): until then a restarted meta has not
+//!   had the time to hear every live node, and judging by old heartbeats would queue every
+//!   unit of the cluster. A failed or missing disk is judged only from a heartbeat received
+//!   since meta started. Every "is this node down" here is `Liveness::is_down`.
 //! - The detector queues only units of committed objects, with their generation and the disk
 //!   it saw them on, checked by the store in the enqueue's transaction: a unit relocated or an
 //!   object replaced between the scan and the enqueue is not queued.
@@ -29,6 +30,13 @@
 //! - A repair completes only before its lease's deadline (by meta's clock), so a unit an
 //!   executor wrote is referenced within one lease of its write or never: the sweeper spares
 //!   units younger than a grace longer than any lease (see `gc`).
+//! - A failed task backs off: it is requeued with a not-before time ([`backoff_ms`]: 1 s
+//!   doubling per attempt up to [`MAX_BACKOFF_MS`]), stored with the task, and a take skips
+//!   tasks not yet due. A failure with cause `unrecoverable` makes the task *unfound* and backs
+//!   off at least [`UNFOUND_BACKOFF_MS`]; when the detector sees a down node up again it makes
+//!   every unfound task due at once.
+//! - A completed relocation off another disk queues the replaced copy for deletion (see
+//!   `deletions`); a destination is never a disk holding a queued copy of the same unit.
 //! - Every loop is bounded: scans walk the store page by page, a take drops at most
 //!   [`MAX_DROPPED_PER_TAKE`] tasks.
 
@@ -47,11 +55,12 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 use weft_layout::{DiskLocation, DomainId, LayoutError, Topology};
 use weft_wire::repair::{
-    CompleteRepair, CompleteRepairReply, FailRepair, FailRepairReply, RepairDestination,
+    CompleteRepair, CompleteRepairReply, FailCause, FailRepair, FailRepairReply, RepairDestination,
     RepairList, RepairReport, RepairReportReply, RepairResult, RepairTaskInfo, TakeRepair,
     TakeRepairReply,
 };
 
+use super::liveness::Liveness;
 use super::objects::{domains_name, object_json, topology_of, units_json};
 use super::{blocking, now_ms, ApiError, Shared};
 use crate::{
@@ -70,6 +79,19 @@ pub const MAX_LEASE_MS: u64 = 3_600_000;
 
 /// Most tasks one take drops (stale or no longer needed) before answering `{"task": null}`.
 pub const MAX_DROPPED_PER_TAKE: u64 = 1000;
+
+/// Back-off after a task's first failed attempt; it doubles with each further attempt.
+pub const MIN_BACKOFF_MS: u64 = 1000;
+
+/// Longest back-off of a failed task (10 minutes).
+pub const MAX_BACKOFF_MS: u64 = 600_000;
+
+/// Shortest back-off of an unfound unit (too few units of its group readable): retried
+/// rarely, and at once when a node returns (the detector wakes unfound tasks then).
+pub const UNFOUND_BACKOFF_MS: u64 = 60_000;
+
+/// Most destinations a take passes over because they hold a queued copy of the unit.
+const MAX_DESTINATION_RETRIES: usize = 4;
 
 /// Tasks `GET /v1/repairs` lists.
 pub const LISTED_TASKS: usize = 100;
@@ -107,21 +129,16 @@ pub(crate) struct Failures {
 }
 
 impl Failures {
-    pub(crate) fn judge(
-        nodes: &[NodeRecord],
-        now: u64,
-        started_ms: u64,
-        down_after_ms: u64,
-    ) -> Failures {
-        let judging_silence = now.saturating_sub(started_ms) > down_after_ms;
+    pub(crate) fn judge(nodes: &[NodeRecord], live: &Liveness) -> Failures {
+        let judging_silence = live.judging_silence();
         let down: BTreeSet<u32> = if judging_silence {
-            nodes.iter().filter(|n| n.is_down(now, down_after_ms)).map(|n| n.node_id).collect()
+            nodes.iter().filter(|n| live.is_down(n)).map(|n| n.node_id).collect()
         } else {
             BTreeSet::new()
         };
         let reported = nodes
             .iter()
-            .filter(|n| n.last_heartbeat_ms >= started_ms && !down.contains(&n.node_id))
+            .filter(|n| live.heard_since_start(n.node_id) && !down.contains(&n.node_id))
             .map(|n| {
                 let disks = n.disks.iter().map(|d| (d.index, d.failed.clone())).collect();
                 (n.node_id, disks)
@@ -148,12 +165,11 @@ impl Failures {
     }
 }
 
-/// Whether `disk` is positively available now: its node was heard within `down_after_ms` and
-/// reports the disk healthy.
-fn available_now(nodes: &[NodeRecord], disk: DiskLocation, now: u64, down_after_ms: u64) -> bool {
+/// Whether `disk` is positively available now: its node is up and reports the disk healthy.
+fn available_now(nodes: &[NodeRecord], disk: DiskLocation, live: &Liveness) -> bool {
     nodes.iter().any(|n| {
         n.node_id == disk.node
-            && !n.is_down(now, down_after_ms)
+            && !live.is_down(n)
             && n.disks.iter().any(|d| d.index == disk.disk && d.failed.is_none())
     })
 }
@@ -255,12 +271,22 @@ pub(crate) async fn detect(meta: Shared, mut stopped: watch::Receiver<bool>) {
             _ = interval.tick() => {}
             _ = stopped.wait_for(|stop| *stop) => return,
         }
-        let (started_ms, down_after_ms) = (meta.liveness_since_ms(), meta.down_after_ms);
+        let live = meta.liveness();
         let full_rescan_ms = meta.repair.full_rescan_ms;
         let previous = last.take();
         let result = blocking(&meta, move |store| {
             let now = now_ms();
-            let failures = Failures::judge(&store.list_nodes()?, now, started_ms, down_after_ms);
+            let failures = Failures::judge(&store.list_nodes()?, &live);
+            let returned = previous
+                .as_ref()
+                .is_some_and(|(seen, _)| seen.down.iter().any(|n| !failures.down.contains(n)));
+            if returned {
+                // A node came back: a group too damaged to rebuild may be readable again.
+                let woken = store.wake_unfound_repairs()?;
+                if woken > 0 {
+                    tracing::info!(woken, "a node returned: unfound repairs are due again");
+                }
+            }
             let due = match &previous {
                 Some((seen, at)) => *seen != failures || now.saturating_sub(*at) >= full_rescan_ms,
                 None => true,
@@ -318,6 +344,20 @@ fn task_info(task_id: u64, task: &RepairTask) -> RepairTaskInfo {
         deadline_ms: task.lease_deadline_ms,
         enqueued_ms: task.enqueued_ms,
         last_error: task.last_error.clone(),
+        not_before_ms: task.not_before_ms,
+        unfound: task.unfound,
+    }
+}
+
+/// The back-off of a task after a failed attempt (the `attempts`-th lease): 1 s doubling per
+/// attempt up to [`MAX_BACKOFF_MS`]; an unfound unit waits at least [`UNFOUND_BACKOFF_MS`].
+pub(crate) fn backoff_ms(attempts: u32, unfound: bool) -> u64 {
+    let doublings = attempts.saturating_sub(1).min(30);
+    let backoff = MIN_BACKOFF_MS.saturating_mul(1 << doublings).min(MAX_BACKOFF_MS);
+    if unfound {
+        backoff.max(UNFOUND_BACKOFF_MS)
+    } else {
+        backoff
     }
 }
 
@@ -415,9 +455,8 @@ pub(crate) async fn take(
             take.lease_ms
         )));
     }
-    let down_after_ms = meta.down_after_ms;
-    let reply =
-        blocking(&meta, move |store| take_due(store, take.lease_ms, down_after_ms)).await??;
+    let live = meta.liveness();
+    let reply = blocking(&meta, move |store| take_due(store, take.lease_ms, &live)).await??;
     Ok(Json(reply))
 }
 
@@ -440,7 +479,7 @@ fn drop_task(store: &dyn MetaStore, lease: &RepairLease, why: &str) -> Result<()
 fn take_due(
     store: &dyn MetaStore,
     lease_ms: u64,
-    down_after_ms: u64,
+    live: &Liveness,
 ) -> Result<Result<TakeRepairReply<Value>, ApiError>, MetaError> {
     let nodes = store.list_nodes()?;
     let mut dropped = 0;
@@ -464,9 +503,7 @@ fn take_due(
             dropped += 1;
             continue;
         };
-        if task.kind == RepairKind::Unavailable
-            && available_now(&nodes, current, now, down_after_ms)
-        {
+        if task.kind == RepairKind::Unavailable && available_now(&nodes, current, live) {
             drop_task(store, &lease, "the unit's node is up again and its disk healthy")?;
             dropped += 1;
             continue;
@@ -483,11 +520,24 @@ fn take_due(
         };
         // A damaged unit on a healthy node is rebuilt in place when no other disk keeps
         // the rules (the executor replaces the bad copy).
-        let chosen = match destination(&object, task.unit, &nodes, now, down_after_ms, &copies) {
-            Err(_)
-                if task.kind == RepairKind::Damaged
-                    && available_now(&nodes, current, now, down_after_ms) =>
-            {
+        // Never onto a disk holding a queued (replaced) copy of this unit: that copy is
+        // about to be deleted (see `deletions`). Rare: a unit repaired back where it was.
+        let mut copies = copies;
+        let unit_key = super::objects::record_unit_key(&object, task.unit)
+            .map(|k| k.to_string())
+            .unwrap_or_default();
+        let mut chosen = destination(&object, task.unit, &nodes, live, &copies);
+        for _ in 0..MAX_DESTINATION_RETRIES {
+            match chosen {
+                Ok(disk) if super::deletions::is_queued(store, disk, &unit_key)? => {
+                    copies.push(DomainId::Disk { node: disk.node, disk: disk.disk });
+                    chosen = destination(&object, task.unit, &nodes, live, &copies);
+                }
+                _ => break,
+            }
+        }
+        let chosen = match chosen {
+            Err(_) if task.kind == RepairKind::Damaged && available_now(&nodes, current, live) => {
                 Ok(current)
             }
             other => other,
@@ -499,13 +549,19 @@ fn take_due(
                     .find(|n| n.node_id == disk.node)
                     .map(|n| n.endpoint.clone())
                     .expect("destinations are disks of known nodes");
-                let units = match units_json(&object, &nodes, Some((now, down_after_ms))) {
+                let units = match units_json(&object, &nodes, Some(live)) {
                     Ok(units) => units,
                     Err(api) => return Ok(Err(api)),
                 };
+                // Exactly the body of GET (which names the unfound units).
+                let mut body = object_json(&object, units);
+                let unfound = super::lost::unfound_units(store, &object)?;
+                if !unfound.is_empty() {
+                    body["unfound_units"] = json!(unfound);
+                }
                 let reply = TakeRepairReply {
                     task: Some(task_info(lease.task_id, task)),
-                    object: Some(object_json(&object, units)),
+                    object: Some(body),
                     destination: Some(RepairDestination {
                         node_id: disk.node,
                         disk: disk.disk,
@@ -527,7 +583,8 @@ fn take_due(
             }
             Err(api) => {
                 let message = api.body["message"].as_str().unwrap_or("no destination").to_string();
-                match store.fail_repair(&lease, &message) {
+                let not_before = now.saturating_add(backoff_ms(task.attempts, false));
+                match store.fail_repair_until(&lease, &message, Some(not_before), false) {
                     Ok(_) | Err(MetaError::LeaseLost { .. }) => {}
                     Err(other) => return Err(other),
                 }
@@ -548,17 +605,16 @@ fn destination(
     object: &crate::ObjectRecord,
     unit: weft_layout::UnitId,
     nodes: &[NodeRecord],
-    now: u64,
-    down_after_ms: u64,
+    live: &Liveness,
     avoid: &[DomainId],
 ) -> Result<DiskLocation, ApiError> {
     let level = object.placement.failure_domain();
-    let (disks, nodes_up) = topology_of(nodes, now, down_after_ms);
+    let (disks, nodes_up) = topology_of(nodes, live);
     let usable_nodes = disks.iter().map(|d| d.node).collect::<BTreeSet<u32>>().len();
     let usable: BTreeSet<DomainId> = disks.iter().map(|d| d.domain(level)).collect();
     let mut unavailable: Vec<DomainId> = avoid.to_vec();
     for node in nodes {
-        if node.is_down(now, down_after_ms) {
+        if live.is_down(node) {
             unavailable.push(DomainId::Node(node.node_id));
         } else {
             unavailable.extend(
@@ -651,14 +707,33 @@ pub(crate) async fn complete(
         let lease = RepairLease { task_id, task, deadline_ms: done.deadline_ms };
         let disk = node.disk_location(done.disk);
         noting.changes.note(&lease.task.object.bucket, &lease.task.object.key);
+        let (bucket, key) = (&lease.task.object.bucket, &lease.task.object.key);
+        let before = match store.get_object(bucket, key) {
+            Ok(object) => Some(object),
+            Err(MetaError::NoSuchKey { .. } | MetaError::NoSuchBucket { .. }) => None,
+            Err(other) => return Err(other),
+        };
         match store.relocate_repaired(&lease, disk) {
-            Ok(outcome) => Ok(Ok((lease, outcome))),
+            Ok(outcome) => {
+                // The copy the repair replaced, once meta no longer points at it.
+                let old = before
+                    .filter(|b| b.generation == lease.task.generation)
+                    .and_then(|b| b.placement.disk_of(lease.task.unit).map(|d| (b, d)))
+                    .filter(|(_, d)| (d.node, d.disk) != (disk.node, disk.disk));
+                let deletion = match (&outcome, old) {
+                    (RepairOutcome::Relocated(_), Some((before, old))) => {
+                        super::deletions::queue_replaced_copy(store, &before, lease.task.unit, old)?
+                    }
+                    _ => None,
+                };
+                Ok(Ok((lease, outcome, deletion)))
+            }
             Err(MetaError::LeaseLost { .. }) => Ok(Err(lease_lost(task_id, done.deadline_ms))),
             Err(other) => Err(other),
         }
     })
     .await??;
-    let (lease, outcome) = outcome;
+    let (lease, outcome, deletion) = outcome;
     let result = match outcome {
         RepairOutcome::Relocated(_) => {
             meta.repairs_completed.fetch_add(1, Ordering::Relaxed);
@@ -674,9 +749,10 @@ pub(crate) async fn complete(
         node_id = done.node_id,
         disk = done.disk,
         ?result,
+        ?deletion,
         "repair completed"
     );
-    Ok(Json(CompleteRepairReply { result }))
+    Ok(Json(CompleteRepairReply { result, deletion }))
 }
 
 /// `POST /v1/repairs/{task_id}/fail`: the repair failed; the task goes back to the queue.
@@ -686,23 +762,40 @@ pub(crate) async fn fail(
     body: Bytes,
 ) -> Result<Json<FailRepairReply>, ApiError> {
     let task_id = parse_task_id(&task_id)?;
-    let failed: FailRepair = parse_body(&body, "{\"deadline_ms\": u64, \"error\": s}")?;
+    let failed: FailRepair = parse_body(
+        &body,
+        "{\"deadline_ms\": u64, \"error\": s, \"cause\": optional \"transient\"|\"unrecoverable\"}",
+    )?;
     let error = bounded(&failed.error);
     let logged = error.clone();
-    let new_id = blocking(&meta, move |store| {
+    let unfound = failed.cause == FailCause::Unrecoverable;
+    let (new_id, not_before) = blocking(&meta, move |store| {
         let Some(task) = store.get_repair(task_id)? else {
             return Ok(Err(lease_lost(task_id, failed.deadline_ms)));
         };
+        let not_before = now_ms().saturating_add(backoff_ms(task.attempts, unfound));
         let lease = RepairLease { task_id, task, deadline_ms: failed.deadline_ms };
-        match store.fail_repair(&lease, &error) {
-            Ok(id) => Ok(Ok(id)),
+        match store.fail_repair_until(&lease, &error, Some(not_before), unfound) {
+            Ok(id) => Ok(Ok((id, not_before))),
             Err(MetaError::LeaseLost { .. }) => Ok(Err(lease_lost(task_id, failed.deadline_ms))),
             Err(other) => Err(other),
         }
     })
     .await??;
-    tracing::warn!(task_id, new_task_id = new_id, error = %logged, "repair failed, requeued");
-    Ok(Json(FailRepairReply { requeued: true, task_id: new_id }))
+    tracing::warn!(
+        task_id,
+        new_task_id = new_id,
+        unfound,
+        not_before_ms = not_before,
+        error = %logged,
+        "repair failed, requeued after a back-off"
+    );
+    Ok(Json(FailRepairReply {
+        requeued: true,
+        task_id: new_id,
+        not_before_ms: Some(not_before),
+        unfound,
+    }))
 }
 
 /// `GET /v1/repairs`: the queue length and its first [`LISTED_TASKS`] tasks.

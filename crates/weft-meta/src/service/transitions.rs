@@ -41,6 +41,7 @@ use weft_wire::transition::{
     UnitRelocation,
 };
 
+use super::liveness::Liveness;
 use super::objects::{
     domains_name, object_id, object_json, record_unit_key, too_few_nodes, topology_of, unit_key,
     units_json,
@@ -191,7 +192,7 @@ fn plan_reply(
     record: &TransitionRecord,
     plan: &RegroupPlan,
     nodes: &[NodeRecord],
-    states: (u64, u64),
+    states: &Liveness,
 ) -> Result<Plan, ApiError> {
     let by_id: Nodes = nodes.iter().map(|n| (n.node_id, n)).collect();
     let data_object = object_id(record.object_generation);
@@ -277,8 +278,7 @@ fn plan(
     object: &ObjectRecord,
     layout: &StripedLayout,
     nodes: &[NodeRecord],
-    now: u64,
-    down_after_ms: u64,
+    live: &Liveness,
 ) -> Result<RegroupPlan, ApiError> {
     let old = object.layout();
     if (old.stripe_width, old.cell_bytes, old.block_bytes)
@@ -307,7 +307,7 @@ fn plan(
         ));
     }
     let level: FailureDomain = object.placement.failure_domain();
-    let (disks, nodes_up) = topology_of(nodes, now, down_after_ms);
+    let (disks, nodes_up) = topology_of(nodes, live);
     let usable_nodes = disks.iter().map(|d| d.node).collect::<BTreeSet<u32>>().len();
     let usable_domains = disks.iter().map(|d| d.domain(level)).collect::<BTreeSet<_>>().len();
     let needed = layout.n().max(layout.stripe_width);
@@ -359,13 +359,13 @@ pub(crate) async fn begin(State(meta): State<Shared>, body: Bytes) -> Result<Jso
     let layout: Policy = serde_json::from_value(body.layout)
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_policy", e.to_string()))?;
     super::check_policy(&layout)?;
-    let down_after_ms = meta.down_after_ms;
+    let live = meta.liveness();
     let (bucket, key) = (body.bucket, body.key);
     let begun = blocking(&meta, move |store| {
         let object = store.get_object(&bucket, &key)?;
         let nodes = store.list_nodes()?;
         let now = now_ms();
-        let plan = match plan(&object, &layout, &nodes, now, down_after_ms) {
+        let plan = match plan(&object, &layout, &nodes, &live) {
             Ok(plan) => plan,
             Err(api) => return Ok(Err(api)),
         };
@@ -384,8 +384,8 @@ pub(crate) async fn begin(State(meta): State<Shared>, body: Bytes) -> Result<Jso
     })
     .await?
     .map_err(|error| meta.unless_heartbeats_failed(error))?;
-    let (object, plan, record, replaced, nodes, now) = begun;
-    let mut reply = plan_reply(&object, &record, &plan, &nodes, (now, down_after_ms))?;
+    let (object, plan, record, replaced, nodes, _) = begun;
+    let mut reply = plan_reply(&object, &record, &plan, &nodes, &meta.liveness())?;
     let by_id: Nodes = nodes.iter().map(|n| (n.node_id, n)).collect();
     if let Some(old) = &replaced {
         let kept = |block: usize, to: DiskLocation| {
@@ -422,7 +422,6 @@ pub(crate) async fn commit(
 ) -> Result<Json<CommitTransitionReply<Value>>, ApiError> {
     let body: TransitionRef = parse_body(&body, REF_SHAPE)?;
     let TransitionRef { bucket, key, id, generation } = body;
-    let down_after_ms = meta.down_after_ms;
     meta.changes.note(&bucket, &key);
     let (pending, new, old, nodes) = blocking(&meta, move |store| {
         let pending = store.get_transition(&bucket, &key)?.filter(|t| t.id == id);
@@ -477,7 +476,7 @@ pub(crate) async fn commit(
         delete = delete.len(),
         "transition committed"
     );
-    let units = units_json(&new, &nodes, Some((now_ms(), down_after_ms)))?;
+    let units = units_json(&new, &nodes, Some(&meta.liveness()))?;
     Ok(Json(CommitTransitionReply { transition, object: object_json(&new, units), delete }))
 }
 
@@ -534,7 +533,6 @@ pub(crate) async fn get(
     State(meta): State<Shared>,
     Path((bucket, key)): Path<(String, String)>,
 ) -> Result<Json<Plan>, ApiError> {
-    let down_after_ms = meta.down_after_ms;
     let found = blocking(&meta, move |store| {
         let Some(record) = store.get_transition(&bucket, &key)? else {
             let mut error = ApiError::new(
@@ -551,7 +549,7 @@ pub(crate) async fn get(
     .await??;
     let (record, object, nodes) = found;
     let plan = plan_now(&object, &record);
-    Ok(Json(plan_reply(&object, &record, &plan, &nodes, (now_ms(), down_after_ms))?))
+    Ok(Json(plan_reply(&object, &record, &plan, &nodes, &meta.liveness())?))
 }
 
 #[derive(serde::Deserialize)]
