@@ -27,12 +27,13 @@ mod scrub;
 use std::{fmt, future::Future, net::SocketAddr, path::PathBuf, sync::Arc};
 
 use tokio::{sync::watch, task::JoinHandle};
-use weft_store::{Disk, Fs, RealFs, StoreError, Thresholds};
+use weft_store::{Disk, Fs, RealFs, StoreError};
 
 pub use heartbeat::{DiskReport, DiskState, Heartbeat};
 pub use scrub::{
     inventory_interval_ms, ScrubConfig, DEFAULT_SCRUB_INTERVAL_MS, DEFAULT_SCRUB_MAX_BYTES_PER_S,
 };
+pub use weft_store::Thresholds;
 
 /// Default interval between two heartbeats to meta.
 pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 1000;
