@@ -32,6 +32,9 @@
 //!   `store_unavailable` with the store's error (never `too_few_nodes`), and the repair
 //!   detector (and `under_protected_units`) judge silence only from `down_after_ms` after
 //!   that failure, as after a start.
+//! - A node's disk reported `"state":"full"` is read-only, not failed: no new object's unit
+//!   and no repair destination goes there, its units are not queued for repair and stay
+//!   readable. `/v1/status` counts the nearfull and full disks of up nodes.
 //! - The repair detector is a task of the service: it starts at [`bind`] and has stopped,
 //!   with every store call it made, before [`RunningMeta::stop`] returns, so the store is
 //!   closed and another meta may open the directory.
@@ -751,10 +754,23 @@ async fn status(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
     })
     .await?;
     let down = nodes.iter().filter(|n| live.is_down(n)).count();
+    // Capacity of the disks of up nodes that are not failed (a down node's report is stale).
+    let count = |state: weft_wire::DiskState| {
+        nodes
+            .iter()
+            .filter(|n| !live.is_down(n))
+            .flat_map(|n| &n.disks)
+            .filter(|d| d.failed.is_none() && d.state == state)
+            .count()
+    };
+    let (nearfull_disks, full_disks) =
+        (count(weft_wire::DiskState::Nearfull), count(weft_wire::DiskState::Full));
     let nodes: Vec<Value> = nodes.iter().map(|n| node_json(n, &live)).collect();
     Ok(Json(json!({
         "nodes_up": nodes.len() - down,
         "nodes_down": down,
+        "nearfull_disks": nearfull_disks,
+        "full_disks": full_disks,
         "failure_domain": meta.failure_domain.to_string(),
         "nodes": nodes,
         "buckets": buckets,

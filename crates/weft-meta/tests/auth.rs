@@ -783,6 +783,7 @@ async fn an_older_store_is_migrated_once_enrolling_its_nodes_and_sealing_its_sec
                 units: 0,
                 bytes: 0,
                 failed: None,
+                ..Default::default()
             }],
             rack: None,
         };

@@ -968,3 +968,115 @@ async fn an_unrecoverable_unit_is_unfound_until_marked_lost() {
     assert_eq!(cluster.status().await["lost_objects"], 0);
     cluster.stop().await;
 }
+
+#[tokio::test]
+async fn a_full_disk_takes_no_new_unit_nor_rebuilt_one_and_is_not_repaired() {
+    // rs(2,1) over 4 nodes (the fake nodes send the old heartbeat shape: no capacity, ok).
+    let cluster = Cluster::start(4).await;
+    // "hen" is one group and stripe: 3 units on 3 of the nodes; the fourth turns full.
+    let hen = cluster.put("hen", 2 * MIB).await;
+    let full_node = (1..=4).find(|&n| units_on(&hen, n).is_empty()).unwrap();
+    let mut kept = None;
+    for i in 0..20 {
+        let object = cluster.put(&format!("cat-{i}"), 3 * MIB).await;
+        if !units_on(&object, full_node).is_empty() {
+            kept = Some(object);
+            break;
+        }
+    }
+    let kept = kept.expect("one of 20 objects over 4 nodes has a unit on each node");
+    let kept_key = kept["key"].as_str().unwrap().to_string();
+    let on_full_node = units_on(&kept, full_node);
+    let set_states = |states: [&str; 2]| {
+        let mut beats = cluster.beats.lock().unwrap();
+        let beat = beats.get_mut(&(full_node as u32)).unwrap();
+        for (disk, state) in states.into_iter().enumerate() {
+            beat["disks"][disk]["state"] = json!(state);
+            beat["disks"][disk]["free_bytes"] = json!(if state == "full" { 0 } else { 1 << 30 });
+            beat["disks"][disk]["total_bytes"] = json!(100u64 << 30);
+        }
+    };
+    let c = &cluster;
+    let counts = |nearfull: u64, full: u64| async move {
+        until(&format!("{nearfull} nearfull and {full} full disks in the status"), || async move {
+            let status = c.status().await;
+            (status["nearfull_disks"] == nearfull && status["full_disks"] == full).then_some(status)
+        })
+        .await
+    };
+
+    // One disk nearfull (still written), the other full (read-only).
+    set_states(["nearfull", "full"]);
+    let status = counts(1, 1).await;
+    let node = status["nodes"].as_array().unwrap().iter().find(|n| n["id"] == full_node).unwrap();
+    assert_eq!(node["disks"][1]["state"], "full", "{node}");
+    assert!(node["disks"][1]["failed"].is_null(), "full is not failed: {node}");
+    let mut on_node = Vec::new();
+    for i in 0..12 {
+        let object = cluster.put(&format!("nearfull-{i}"), 3 * MIB).await;
+        for unit in object["units"].as_array().unwrap() {
+            if unit["node_id"] == full_node {
+                on_node.push(unit["disk"].as_u64().unwrap());
+            }
+        }
+    }
+    assert!(!on_node.is_empty(), "12 objects of 3 units over 4 nodes: some land on the node");
+    assert!(
+        on_node.iter().all(|&disk| disk == 0),
+        "only the nearfull disk is written: {on_node:?}"
+    );
+
+    // Both full: the node takes no new unit, and nothing on it is queued for repair.
+    set_states(["full", "full"]);
+    counts(0, 2).await;
+    for i in 0..12 {
+        let object = cluster.put(&format!("full-{i}"), 3 * MIB).await;
+        assert!(units_on(&object, full_node).is_empty(), "a unit placed on a full disk: {object}");
+    }
+    // Let the detector run several full scans (every 300 ms) before looking.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(cluster.repairs().await["queued"], 0, "a full disk is not a failed one");
+    assert_eq!(cluster.status().await["under_protected_units"], 0);
+    assert_eq!(units_on(&cluster.object(&kept_key).await, full_node), on_full_node, "kept");
+
+    // A node holding a unit of "hen" goes down: its units are queued, and the full node is
+    // never a destination. For "hen" (and the objects placed while the node was full) it is
+    // the only node holding no peer: no destination.
+    let down_node = hen["units"][0]["node_id"].as_u64().unwrap();
+    assert_ne!(down_node, full_node);
+    cluster.silence(down_node as u32);
+    until("the down node's units to be queued", || async move {
+        (c.repairs().await["queued"].as_u64().unwrap() > 0).then_some(())
+    })
+    .await;
+    for task in cluster.repairs().await["tasks"].as_array().unwrap() {
+        assert_eq!(task["reason"], format!("node {down_node} down"), "only the down node's");
+    }
+    let mut refused = None;
+    for _ in 0..200 {
+        let (status, body) = cluster.post("/v1/repairs/take", json!({"lease_ms": 30_000})).await;
+        match status {
+            200 if body["task"].is_null() => break,
+            200 => assert_ne!(body["destination"]["node_id"], full_node, "{body}"),
+            503 => {
+                refused = Some(body);
+                break;
+            }
+            _ => panic!("take gave {status}: {body}"),
+        }
+    }
+    let body = refused.expect("hen's lost unit has no destination but the full node");
+    assert_eq!(body["error"], "no_destination");
+    assert_eq!(body["full_disks"], 2, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("2 disks are full"), "{body}");
+
+    // A new object now fits only if the full disks are counted: the error says space.
+    let (status, body) =
+        cluster.post("/v1/buckets/photos/objects/late/begin", json!({"size": MIB})).await;
+    assert_eq!(status, 507, "{body}");
+    assert_eq!(body["error"], "disks_full", "{body}");
+    assert_eq!(body["full_disks"], json!([format!("{full_node}/0"), format!("{full_node}/1")]));
+    assert!(body["message"].as_str().unwrap().contains("full"), "{body}");
+    assert_eq!((body["usable_domains"].clone(), body["needed"].clone()), (json!(2), json!(3)));
+    cluster.stop().await;
+}

@@ -78,7 +78,8 @@ async fn heartbeats_make_nodes_up_then_silence_makes_them_down() {
     assert_eq!(list[0]["pid"], 4242);
     assert_eq!(list[0]["endpoint"], "http://127.0.0.1:9001");
     assert!(list[0]["last_heartbeat_ms"].as_u64().unwrap() > 0);
-    assert_eq!(list[0]["disks"], heartbeat(1)["disks"]);
+    // A heartbeat of the old shape (no capacity) is listed as is, with state "ok" added.
+    assert_eq!(list[0]["disks"], with_state_ok(heartbeat(1)["disks"].clone()));
     assert_eq!(list[0]["rack"], 1, "a node that names no rack is its own rack");
     assert_eq!(nodes["failure_domain"], "node", "meta's default level");
 
@@ -112,13 +113,22 @@ async fn heartbeats_make_nodes_up_then_silence_makes_them_down() {
         (node["pid"].clone(), node["endpoint"].clone()),
         (json!(4242), json!("http://127.0.0.1:9002"))
     );
-    assert_eq!(node["disks"], heartbeat(2)["disks"]);
+    assert_eq!(node["disks"], with_state_ok(heartbeat(2)["disks"].clone()));
+    assert_eq!((body["nearfull_disks"].clone(), body["full_disks"].clone()), (json!(0), json!(0)));
 
     // A heartbeat brings it back.
     post_heartbeat(&client, &base, &secret, 2, &heartbeat(2)).await;
     let (_, nodes) = get(&client, &signer, format!("{base}/v1/nodes")).await;
     assert_eq!(nodes["nodes"][1]["state"], "up");
     meta.stop().await.unwrap();
+}
+
+/// Disk reports of the old shape as meta lists them: with `"state":"ok"` added.
+fn with_state_ok(mut disks: Value) -> Value {
+    for disk in disks.as_array_mut().unwrap() {
+        disk["state"] = json!("ok");
+    }
+    disks
 }
 
 #[tokio::test]

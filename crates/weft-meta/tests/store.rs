@@ -49,6 +49,7 @@ fn heartbeat(node_id: u32) -> Heartbeat {
             units: 3,
             bytes: 4096,
             failed: None,
+            ..Default::default()
         }],
         rack: None,
     }
@@ -473,6 +474,15 @@ fn heartbeat_json_has_the_wire_shape() {
     let json = r#"{"node_id":7,"endpoint":"http://10.0.0.7:9000","pid":42,"disks":[{"index":0,"dir":"/d0","units":5,"bytes":100,"failed":null},{"index":1,"dir":"/d1","units":0,"bytes":0,"failed":"EIO on fsync"}]}"#;
     let heartbeat: Heartbeat = serde_json::from_str(json).unwrap();
     assert_eq!(heartbeat.disks[1].failed.as_deref(), Some("EIO on fsync"));
+    // The old shape (no capacity) parses; written again, each disk gains its state, "ok".
+    let written = json
+        .replace(r#""failed":null}"#, r#""failed":null,"state":"ok"}"#)
+        .replace(r#""failed":"EIO on fsync"}"#, r#""failed":"EIO on fsync","state":"ok"}"#);
+    assert_eq!(serde_json::to_string(&heartbeat).unwrap(), written);
+    // The current shape round-trips exactly.
+    let json = r#"{"node_id":7,"endpoint":"http://10.0.0.7:9000","pid":42,"disks":[{"index":0,"dir":"/d0","units":5,"bytes":100,"failed":null,"free_bytes":10,"total_bytes":200,"state":"full"}],"rack":2}"#;
+    let heartbeat: Heartbeat = serde_json::from_str(json).unwrap();
+    assert_eq!(heartbeat.disks[0].state, weft_wire::DiskState::Full);
     assert_eq!(serde_json::to_string(&heartbeat).unwrap(), json);
 }
 

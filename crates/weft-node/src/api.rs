@@ -4,7 +4,9 @@
 //! - Every error response has a JSON body `{"error": "<code>", "message": "...", ...}`, and
 //!   each failure class has one status: 400 bad request, 404 missing, 409 exists, 411 no
 //!   Content-Length, 413 too large, 416 unsatisfiable range, **500 corrupt** (and only corrupt:
-//!   the client rebuilds the unit), 503 disk failed or other disk trouble (try another replica).
+//!   the client rebuilds the unit), 503 disk failed or other disk trouble (try another replica),
+//!   **507 disk full** (and only that: the unit was not stored, the disk is healthy and
+//!   read-only; store the unit on another disk).
 //! - A PUT body is streamed into a `UnitWriter` in chunks of at most [`CHUNK_BYTES`]; a GET is
 //!   read back in chunks of at most [`CHUNK_BYTES`]. The first chunk of a GET is read and
 //!   verified before the status line is sent, so a corrupt first chunk is a clean 500. A
@@ -160,6 +162,11 @@ impl From<StoreError> for ApiError {
             StoreError::DiskFailed { cause, .. } => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "disk_failed", message)
                     .with("cause", json!(cause))
+            }
+            StoreError::Full { key, reason, .. } => {
+                ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "disk_full", message)
+                    .with("unit", json!(key.to_string()))
+                    .with("reason", json!(reason))
             }
             _ => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "io", message),
         }

@@ -8,15 +8,19 @@
 //!   it never stops the node. Each request times out after one interval (at least 1 s), so
 //!   heartbeats never pile up.
 //! - Disk usage is gathered on a blocking task.
+//! - Each disk's capacity (statvfs) is checked at every report: this is the "later check"
+//!   that lets a disk that hit ENOSPC turn writable again once space is freed.
 
 use std::{sync::Arc, time::Duration};
 use weft_auth::sign_reqwest::SendSigned;
 
 use tokio::sync::watch;
 
+use weft_store::CapacityState;
+
 use crate::Node;
 
-pub use weft_wire::{DiskReport, Heartbeat};
+pub use weft_wire::{DiskReport, DiskState, Heartbeat};
 
 /// The state of every disk. Blocking: scans the disk directories.
 pub(crate) fn disk_reports(node: &Node) -> Vec<DiskReport> {
@@ -28,12 +32,20 @@ pub(crate) fn disk_reports(node: &Node) -> Vec<DiskReport> {
                 Ok(usage) => (usage.units, usage.file_bytes, None),
                 Err(error) => (0, 0, Some(disk.failure().unwrap_or_else(|| error.to_string()))),
             };
+            let capacity = disk.capacity();
             DiskReport {
                 index: index as u32,
                 dir: disk.dir().display().to_string(),
                 units,
                 bytes,
                 failed,
+                free_bytes: capacity.free_bytes,
+                total_bytes: capacity.total_bytes,
+                state: match capacity.state {
+                    CapacityState::Ok => DiskState::Ok,
+                    CapacityState::Nearfull => DiskState::Nearfull,
+                    CapacityState::Full => DiskState::Full,
+                },
             }
         })
         .collect()

@@ -11,6 +11,10 @@
 //! - Every request is checked by weft-auth's guard before any handler runs: it must be signed
 //!   with this node's key (held by this node and by holders of the cluster secret), once.
 //!   The node signs its own heartbeats with the same key; it holds no other key.
+//! - A full disk (weft-store's `Full`: ENOSPC/EDQUOT seen, or used space at or above
+//!   `NodeConfig::thresholds`' full ratio) is not failed: it keeps serving reads and deletes,
+//!   answers PUTs 507 `disk_full`, and is reported `"state":"full"` in heartbeats and
+//!   `/v1/health` so meta places nothing new on it.
 //! - Heartbeat failures are logged and retried at the next interval; they never stop the node.
 //! - Every unit is scrubbed once per scrub interval and each disk's inventory sent to meta
 //!   (`scrub`); both stop, with the heartbeats, before [`RunningNode::stop`] returns.
@@ -23,12 +27,13 @@ mod scrub;
 use std::{fmt, future::Future, net::SocketAddr, path::PathBuf, sync::Arc};
 
 use tokio::{sync::watch, task::JoinHandle};
-use weft_store::{Disk, StoreError};
+use weft_store::{Disk, Fs, RealFs, StoreError};
 
-pub use heartbeat::{DiskReport, Heartbeat};
+pub use heartbeat::{DiskReport, DiskState, Heartbeat};
 pub use scrub::{
     inventory_interval_ms, ScrubConfig, DEFAULT_SCRUB_INTERVAL_MS, DEFAULT_SCRUB_MAX_BYTES_PER_S,
 };
+pub use weft_store::Thresholds;
 
 /// Default interval between two heartbeats to meta.
 pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 1000;
@@ -54,6 +59,12 @@ pub struct NodeConfig {
     pub key: weft_auth::Key,
     /// The background scrub's schedule and read-rate ceiling.
     pub scrub: ScrubConfig,
+    /// The used ratios at which every disk is reported nearfull and turns full (read-only):
+    /// 0.85 and 0.95 by default (`weft serve node --nearfull-ratio --full-ratio`).
+    pub thresholds: Thresholds,
+    /// The filesystem the disks are opened through: the real one, or a fault-injecting one
+    /// in tests (`weft_store::FaultyFs`).
+    pub fs: Arc<dyn Fs>,
 }
 
 impl NodeConfig {
@@ -73,6 +84,8 @@ impl NodeConfig {
             rack: None,
             key,
             scrub: ScrubConfig::default(),
+            thresholds: Thresholds::default(),
+            fs: Arc::new(RealFs),
         }
     }
 }
@@ -181,12 +194,16 @@ pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
         ));
     }
     let paths = config.disks.clone();
+    let (fs, thresholds) = (config.fs.clone(), config.thresholds);
     let disks = tokio::task::spawn_blocking(move || {
         paths
             .iter()
             .enumerate()
             .map(|(index, path)| {
-                Disk::open(path).map_err(|source| NodeError::Disk { index, source })
+                let disk = Disk::open_with(path, fs.clone())
+                    .map_err(|source| NodeError::Disk { index, source })?;
+                disk.set_thresholds(thresholds);
+                Ok(disk)
             })
             .collect::<Result<Vec<_>, _>>()
     })

@@ -103,11 +103,22 @@ impl Metrics {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
             let _ = writeln!(out, "{name}{{{node}}} {}", value.load(Ordering::Relaxed));
         }
-        let gauges: [Gauge; 3] = [
+        let gauges: [Gauge; 6] = [
             ("weft_node_disk_units", "Units stored on the disk.", |d| d.units),
             ("weft_node_disk_bytes", "Bytes the disk's unit files take.", |d| d.bytes),
             ("weft_node_disk_failed", "1 if the disk refuses work.", |d| {
                 u64::from(d.failed.is_some())
+            }),
+            ("weft_node_disk_free_bytes", "Bytes still writable on the disk's filesystem.", |d| {
+                d.free_bytes.unwrap_or(0)
+            }),
+            ("weft_node_disk_total_bytes", "Size of the disk's filesystem.", |d| {
+                d.total_bytes.unwrap_or(0)
+            }),
+            ("weft_node_disk_full", "0 ok, 1 nearfull, 2 full (read-only).", |d| match d.state {
+                weft_wire::DiskState::Ok => 0,
+                weft_wire::DiskState::Nearfull => 1,
+                weft_wire::DiskState::Full => 2,
             }),
         ];
         for (name, help, value) in gauges {

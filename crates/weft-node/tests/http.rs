@@ -626,7 +626,13 @@ async fn heartbeats_reach_meta_with_the_agreed_shape() {
         assert_eq!(parsed.disks.len(), 2);
         let disk: Vec<&str> =
             beat["disks"][1].as_object().unwrap().keys().map(|k| k.as_str()).collect();
-        assert_eq!(disk, ["index", "dir", "units", "bytes", "failed"]);
+        assert_eq!(
+            disk,
+            ["index", "dir", "units", "bytes", "failed", "free_bytes", "total_bytes", "state"]
+        );
+        assert_eq!(beat["disks"][1]["state"], "ok", "a fresh temporary disk is not full");
+        assert!(parsed.disks[1].total_bytes.unwrap() >= parsed.disks[1].free_bytes.unwrap());
+        assert!(parsed.disks[1].free_bytes.unwrap() > 0);
         assert_eq!(parsed.disks[1].index, 1);
         assert_eq!(parsed.disks[1].dir, node.disks[1].display().to_string());
         assert!(beat["disks"][0]["failed"].is_null());
@@ -774,4 +780,100 @@ async fn units_over_the_size_limit_are_413() {
     assert_eq!(status, 413, "{text}");
     assert!(text.contains("\"too_large\""), "{text}");
     node.node.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn no_space_on_a_put_is_507_disk_full_and_the_disk_stays_readable_and_reported_full() {
+    let secret = ClusterSecret::generate();
+    let (meta_addr, received, meta_server) = fake_meta(&secret).await;
+    let dir = tempfile::tempdir().unwrap();
+    let disks = vec![dir.path().join("disk0"), dir.path().join("disk1")];
+    let faulty = weft_store::FaultyFs::new();
+    let mut config =
+        NodeConfig::new(7, "127.0.0.1:0".parse().unwrap(), disks.clone(), secret.node_key(7));
+    config.meta_url = Some(format!("http://{meta_addr}"));
+    config.heartbeat_interval_ms = 100;
+    config.fs = Arc::new(faulty.clone());
+    let node = bind(config).await.unwrap();
+    let signer = secret.signer_for(Audience::Node(7));
+    let node = TestNode {
+        base: node.endpoint(),
+        node,
+        client: Client::new(),
+        signer,
+        secret,
+        disks,
+        _dir: dir,
+    };
+
+    let stored = UnitKey::data(20, 0, 0);
+    let bytes = pattern(200_000, 3);
+    assert_eq!(node.put(0, stored, &bytes).await.status(), StatusCode::CREATED);
+    // The next unit's data write (the create is call 1) finds the filesystem full.
+    faulty.fail_nth_with(2, libc::ENOSPC);
+    let refused = UnitKey::data(20, 1, 0);
+    let put = node.put(0, refused, &pattern(100_000, 4)).await;
+    assert_eq!(put.status(), StatusCode::INSUFFICIENT_STORAGE);
+    let body = error_body(put).await;
+    assert_eq!(body["error"], "disk_full", "{body}");
+    assert_eq!(body["unit"], refused.to_string());
+    let no_space = std::io::Error::from_raw_os_error(libc::ENOSPC).to_string();
+    assert!(body["reason"].as_str().unwrap().contains(&no_space), "{body}");
+    assert!(body["message"].as_str().unwrap().contains("disk full"), "{body}");
+    assert_eq!(
+        std::fs::read_dir(node.disks[0].join("tmp")).unwrap().count(),
+        0,
+        "the temp file of the refused unit is removed"
+    );
+    // Not failed: what it holds is still served, nothing half-written is visible.
+    let get = node.get(0, stored, None).await;
+    assert_eq!(get.status(), StatusCode::OK);
+    assert_eq!(get.bytes().await.unwrap().as_ref(), bytes.as_slice());
+    assert_eq!(node.get(0, refused, None).await.status(), StatusCode::NOT_FOUND);
+    // Read-only: another PUT is refused at once, on this disk only.
+    let again = node.put(0, UnitKey::data(20, 2, 0), b"more").await;
+    assert_eq!(again.status(), StatusCode::INSUFFICIENT_STORAGE);
+    assert_eq!(error_body(again).await["error"], "disk_full");
+    assert_eq!(node.put(1, UnitKey::data(20, 2, 0), b"more").await.status(), StatusCode::CREATED);
+    let health = node.json("/v1/health").await;
+    assert!(health["disks"][0]["failed"].is_null(), "{health}");
+    assert_eq!(health["disks"][0]["state"], "full", "{health}");
+    assert_eq!(health["disks"][0]["units"], 1, "{health}");
+    assert!(health["disks"][0]["free_bytes"].as_u64().is_some(), "{health}");
+    assert_eq!(health["disks"][1]["state"], "ok", "{health}");
+    // Heartbeats tell meta: full, not failed.
+    received.lock().unwrap().clear();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let beat = loop {
+        if let Some(beat) = received.lock().unwrap().first().cloned() {
+            break beat;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no heartbeat within 5 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let parsed: Heartbeat = serde_json::from_value(beat).unwrap();
+    assert_eq!(parsed.disks[0].failed, None);
+    assert_eq!(parsed.disks[0].state, weft_node::DiskState::Full);
+    assert_eq!(parsed.disks[1].state, weft_node::DiskState::Ok);
+    let text =
+        node.client.get(format!("{}/metrics", node.base)).send_signed(&node.signer).await.unwrap();
+    let text = text.text().await.unwrap();
+    let dir0 = node.disks[0].display();
+    assert!(
+        text.lines()
+            .any(|l| l == format!("weft_node_disk_full{{node=\"7\",disk=\"0\",dir=\"{dir0}\"}} 2")),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(
+            |l| l == format!("weft_node_disk_failed{{node=\"7\",disk=\"0\",dir=\"{dir0}\"}} 0")
+        ),
+        "{text}"
+    );
+    // Deletes still work on a full disk.
+    let deleted =
+        node.client.delete(node.url("0", stored)).send_signed(&node.signer).await.unwrap();
+    assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
+    node.node.stop().await.unwrap();
+    meta_server.abort();
 }

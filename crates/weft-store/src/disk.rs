@@ -18,6 +18,15 @@
 //!   could report success for data that never reached the device ("fsyncgate"; redb's sticky
 //!   `PreviousIo`). Reopening is the point where the operator (or the node) decides the disk
 //!   is trustworthy; open then removes leftovers in `tmp/`, and every read still verifies.
+//! - Running out of space is not a failure. ENOSPC or EDQUOT while creating, writing, fsyncing
+//!   or linking a unit's temp file answers `Full`, removes the temp file and leaves the disk
+//!   healthy for reads and deletes (the error concerns that one file, which is discarded: no
+//!   other data's fate is unknown). The disk is then read-only: creates answer `Full` for at
+//!   least [`FULL_HOLD_MS`] and until a capacity check finds the filesystem below its full
+//!   ratio. A disk at or above its full ratio (or with no free inode) is read-only too, so
+//!   the last few percent stay free for what must still write (deletes, the filesystem's own
+//!   metadata). ENOSPC from the final directory fsync, after the unit became visible, still
+//!   fails the disk: that unit's durability is unknown.
 //! - `tmp/` holds only files of writes in progress, so `Disk::open` deletes everything in it:
 //!   those writes cannot complete once their process is gone. Hence: one open `Disk` (and its
 //!   clones) per directory at a time.
@@ -28,7 +37,7 @@ use std::{
         atomic::{AtomicU64, Ordering},
         Arc, Mutex,
     },
-    time::SystemTime,
+    time::{Duration, Instant, SystemTime},
 };
 
 use crate::{
@@ -37,7 +46,7 @@ use crate::{
         decode_fixed, header_bytes, segment_count, ChecksumKind, Header, FIXED_HEADER_BYTES,
         FORMAT_VERSION, MAX_UNIT_BYTES, SEGMENT_BYTES,
     },
-    fs::{Fs, FsFile, RealFs},
+    fs::{Fs, FsFile, RealFs, Space},
     key::UnitKey,
 };
 
@@ -50,6 +59,116 @@ pub const DISK_MARKER_FILE: &str = "weft-disk";
 pub const DISK_MARKER: &str = "weft-store disk layout 1\n";
 /// Number of fan-out directories under `units/` (two hex digits).
 pub const FANOUT_DIRS: u32 = 256;
+
+/// How long a disk that hit ENOSPC or EDQUOT stays read-only at least, whatever statvfs says
+/// (quotas and inode exhaustion do not show in the used ratio): a minute, so a full disk is
+/// not probed by a failing write at every request, yet space freed is used again soon.
+pub const FULL_HOLD_MS: u64 = 60_000;
+
+/// The used ratios at which a disk is reported nearfull and turns full (read-only), as in
+/// Ceph: 85% and 95% by default. The ratio is `df`'s: used / (used + free to unprivileged).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Thresholds {
+    nearfull_ratio: f64,
+    full_ratio: f64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Thresholds {
+        Thresholds { nearfull_ratio: 0.85, full_ratio: 0.95 }
+    }
+}
+
+impl Thresholds {
+    /// Checks `0 ≤ nearfull_ratio ≤ full_ratio ≤ 1`.
+    pub fn new(nearfull_ratio: f64, full_ratio: f64) -> Result<Thresholds, String> {
+        let in_range = |r: f64| r.is_finite() && (0.0..=1.0).contains(&r);
+        if !in_range(nearfull_ratio) || !in_range(full_ratio) {
+            return Err(format!(
+                "the nearfull ratio ({nearfull_ratio}) and the full ratio ({full_ratio}) must \
+                 be fractions between 0 and 1, like 0.85 and 0.95"
+            ));
+        }
+        if nearfull_ratio > full_ratio {
+            return Err(format!(
+                "the nearfull ratio ({nearfull_ratio}) must not exceed the full ratio \
+                 ({full_ratio})"
+            ));
+        }
+        Ok(Thresholds { nearfull_ratio, full_ratio })
+    }
+
+    /// Used ratio at which a disk is reported nearfull.
+    pub fn nearfull_ratio(&self) -> f64 {
+        self.nearfull_ratio
+    }
+
+    /// Used ratio at which a disk turns full (read-only).
+    pub fn full_ratio(&self) -> f64 {
+        self.full_ratio
+    }
+}
+
+/// How full a disk is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, PartialOrd, Ord)]
+pub enum CapacityState {
+    /// Below the nearfull ratio.
+    #[default]
+    Ok,
+    /// At or above the nearfull ratio: still writable, reported.
+    Nearfull,
+    /// At or above the full ratio, no free inode, or ENOSPC/EDQUOT seen recently: read-only.
+    Full,
+}
+
+/// A disk's capacity now ([`Disk::capacity`]).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Capacity {
+    /// Bytes still writable (statvfs `f_bavail`); `None` when statvfs failed.
+    pub free_bytes: Option<u64>,
+    /// Size of the filesystem; `None` when statvfs failed.
+    pub total_bytes: Option<u64>,
+    pub state: CapacityState,
+    /// Why the disk is nearfull or full.
+    pub reason: Option<String>,
+}
+
+/// The disk hit ENOSPC or EDQUOT.
+#[derive(Debug)]
+struct FullMark {
+    since: Instant,
+    reason: String,
+}
+
+/// Whether an IO error means no space (or no quota) is left.
+fn is_no_space(error: &std::io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+        || error.kind() == std::io::ErrorKind::StorageFull
+        || error.kind() == std::io::ErrorKind::QuotaExceeded
+}
+
+/// The state `space` puts a disk in under `thresholds`, with the reason when not ok.
+fn state_of(space: &Space, thresholds: &Thresholds) -> (CapacityState, Option<String>) {
+    let ratio = space.used_ratio();
+    let percent = ratio * 100.0;
+    if space.free_inodes == Some(0) {
+        (CapacityState::Full, Some("no free inode left on the filesystem".into()))
+    } else if ratio >= thresholds.full_ratio {
+        let reason = format!(
+            "filesystem {percent:.1}% used, at or above the full ratio {}",
+            thresholds.full_ratio
+        );
+        (CapacityState::Full, Some(reason))
+    } else if ratio >= thresholds.nearfull_ratio {
+        let reason = format!(
+            "filesystem {percent:.1}% used, at or above the nearfull ratio {}",
+            thresholds.nearfull_ratio
+        );
+        (CapacityState::Nearfull, Some(reason))
+    } else {
+        (CapacityState::Ok, None)
+    }
+}
 
 /// What a disk knows about one stored unit.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -139,6 +258,9 @@ struct DiskInner {
     fs: Arc<dyn Fs>,
     /// Why the disk refuses work, once something failed.
     failed: Mutex<Option<String>>,
+    /// When and why the disk last ran out of space (cleared by a capacity check).
+    full: Mutex<Option<FullMark>>,
+    thresholds: Mutex<Thresholds>,
     /// Distinguishes temp names of this open from any other.
     instance: u64,
     next_nonce: AtomicU64,
@@ -238,6 +360,8 @@ impl Disk {
                 tmp_dir,
                 fs,
                 failed: Mutex::new(None),
+                full: Mutex::new(None),
+                thresholds: Mutex::new(Thresholds::default()),
                 instance,
                 next_nonce: AtomicU64::new(0),
                 removed_temp_files,
@@ -258,6 +382,46 @@ impl Disk {
     /// Why the disk refuses work, if it does.
     pub fn failure(&self) -> Option<String> {
         self.inner.failed.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Sets the ratios at which the disk is nearfull and full (default: 0.85 and 0.95).
+    pub fn set_thresholds(&self, thresholds: Thresholds) {
+        *self.inner.thresholds.lock().unwrap_or_else(|p| p.into_inner()) = thresholds;
+    }
+
+    /// The ratios at which the disk is nearfull and full.
+    pub fn thresholds(&self) -> Thresholds {
+        *self.inner.thresholds.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The disk's free and total space and whether it is nearfull or full (statvfs of its
+    /// filesystem). A disk that hit ENOSPC or EDQUOT stays full for [`FULL_HOLD_MS`], and then
+    /// until a check finds the filesystem below the full ratio: that check clears the mark.
+    /// Works on a failed disk too (it only asks the filesystem). A statvfs error reports no
+    /// sizes and judges by the ENOSPC mark alone.
+    pub fn capacity(&self) -> Capacity {
+        let thresholds = self.thresholds();
+        let (free_bytes, total_bytes, mut state, mut reason) =
+            match self.inner.fs.space(&self.inner.dir) {
+                Ok(space) => {
+                    let (state, reason) = state_of(&space, &thresholds);
+                    (Some(space.free_bytes), Some(space.total_bytes), state, reason)
+                }
+                Err(_) => (None, None, CapacityState::Ok, None),
+            };
+        let mut mark = self.inner.full.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(full) = mark.as_ref() {
+            let held = full.since.elapsed() < Duration::from_millis(FULL_HOLD_MS);
+            if held || state == CapacityState::Full {
+                if state != CapacityState::Full {
+                    reason = Some(full.reason.clone());
+                }
+                state = CapacityState::Full;
+            } else {
+                *mark = None;
+            }
+        }
+        Capacity { free_bytes, total_bytes, state, reason }
     }
 
     /// Path of a unit's file.
@@ -287,6 +451,36 @@ impl Disk {
         StoreError::Io { dir: self.inner.dir.clone(), key, op, path: path.to_path_buf(), source }
     }
 
+    /// A write of `key` found no space: the disk turns full (read-only), not failed.
+    fn no_space(
+        &self,
+        op: &'static str,
+        key: UnitKey,
+        path: &Path,
+        source: std::io::Error,
+    ) -> StoreError {
+        let reason = format!("{op} {}: {source}", path.display());
+        let mut mark = self.inner.full.lock().unwrap_or_else(|p| p.into_inner());
+        *mark = Some(FullMark { since: Instant::now(), reason: reason.clone() });
+        StoreError::Full { dir: self.inner.dir.clone(), key, reason }
+    }
+
+    /// A mutating call on the temp file of `key` failed: `Full` when it found no space (the
+    /// disk stays healthy), else the disk fails.
+    fn write_failed(
+        &self,
+        op: &'static str,
+        key: UnitKey,
+        path: &Path,
+        source: std::io::Error,
+    ) -> StoreError {
+        if is_no_space(&source) {
+            self.no_space(op, key, path, source)
+        } else {
+            self.fail(op, Some(key), path, source)
+        }
+    }
+
     /// A reading call failed: the disk stays usable.
     fn io(
         &self,
@@ -314,11 +508,18 @@ impl Disk {
     /// Starts storing unit `key` of exactly `len_bytes` bytes, to be given with
     /// [`UnitWriter::write_all`] and committed with [`UnitWriter::finish`]. Nothing is visible
     /// until `finish` returns `Ok`; dropping the writer abandons the unit.
+    ///
+    /// A full disk (see [`Disk::capacity`]) answers `Full` and writes nothing.
     pub fn create(&self, key: UnitKey, len_bytes: u64) -> Result<UnitWriter> {
         self.check()?;
         let dir = self.inner.dir.clone();
         if len_bytes > MAX_UNIT_BYTES {
             return Err(StoreError::TooLarge { dir, key, len_bytes, max_bytes: MAX_UNIT_BYTES });
+        }
+        let capacity = self.capacity();
+        if capacity.state == CapacityState::Full {
+            let reason = capacity.reason.unwrap_or_else(|| "disk full".into());
+            return Err(StoreError::Full { dir, key, reason });
         }
         let path = self.unit_path(&key);
         match self.inner.fs.file_len(&path) {
@@ -333,7 +534,7 @@ impl Disk {
             .inner
             .fs
             .create_new(&tmp_path)
-            .map_err(|e| self.fail("create", Some(key), &tmp_path, e))?;
+            .map_err(|e| self.write_failed("create", key, &tmp_path, e))?;
         Ok(UnitWriter {
             disk: self.clone(),
             key,
@@ -345,6 +546,7 @@ impl Disk {
             file: Some(file),
             tmp_path,
             settled: false,
+            full: None,
         })
     }
 
@@ -627,6 +829,8 @@ pub struct UnitWriter {
     tmp_path: PathBuf,
     /// The temp file has been moved into place or removed: nothing for `Drop` to clean.
     settled: bool,
+    /// Why the unit could not be stored: the disk ran out of space (the temp file is gone).
+    full: Option<String>,
 }
 
 impl UnitWriter {
@@ -642,9 +846,14 @@ impl UnitWriter {
         if total > self.len_bytes {
             return Err(self.length_mismatch(total));
         }
-        let file = self.file.as_ref().expect("the file stays open until finish");
-        file.write_all_at(bytes, self.header_bytes + self.written_bytes)
-            .map_err(|e| self.disk.fail("write", Some(self.key), &self.tmp_path, e))?;
+        if let Some(reason) = &self.full {
+            let dir = self.disk.inner.dir.clone();
+            return Err(StoreError::Full { dir, key: self.key, reason: reason.clone() });
+        }
+        let file = self.file.as_ref().expect("the file stays open until finish or full");
+        if let Err(e) = file.write_all_at(bytes, self.header_bytes + self.written_bytes) {
+            return Err(self.abandon(self.disk.write_failed("write", self.key, &self.tmp_path, e)));
+        }
         let segment_bytes = u64::from(SEGMENT_BYTES);
         let mut rest = bytes;
         while !rest.is_empty() {
@@ -661,6 +870,23 @@ impl UnitWriter {
         Ok(())
     }
 
+    /// After `error` from a write to the temp file: if it is `Full`, removes the temp file now
+    /// (a full disk needs the space back; a failed one is left alone, see `Drop`), so later
+    /// calls answer `Full` again. Returns `error`, or the failure to remove.
+    fn abandon(&mut self, error: StoreError) -> StoreError {
+        let StoreError::Full { reason, .. } = &error else {
+            return error;
+        };
+        self.full = Some(reason.clone());
+        self.file = None;
+        self.settled = true;
+        match self.disk.inner.fs.remove_file(&self.tmp_path) {
+            Ok(()) => error,
+            Err(e) if is_not_found(&e) => error,
+            Err(e) => self.disk.fail("remove", Some(self.key), &self.tmp_path, e),
+        }
+    }
+
     fn length_mismatch(&self, written_bytes: u64) -> StoreError {
         StoreError::LengthMismatch {
             dir: self.disk.inner.dir.clone(),
@@ -674,6 +900,10 @@ impl UnitWriter {
     /// is durable and visible when this returns `Ok`.
     pub fn finish(mut self) -> Result<UnitInfo> {
         self.disk.check()?;
+        if let Some(reason) = &self.full {
+            let dir = self.disk.inner.dir.clone();
+            return Err(StoreError::Full { dir, key: self.key, reason: reason.clone() });
+        }
         if self.written_bytes != self.len_bytes {
             return Err(self.length_mismatch(self.written_bytes));
         }
@@ -687,10 +917,14 @@ impl UnitWriter {
             checksums: std::mem::take(&mut self.checksums),
         };
         let file = self.file.take().expect("the file stays open until finish");
-        file.write_all_at(&header.encode(), 0)
-            .map_err(|e| disk.fail("write", Some(key), &tmp, e))?;
-        file.sync_all().map_err(|e| disk.fail("fsync", Some(key), &tmp, e))?;
+        let written = file
+            .write_all_at(&header.encode(), 0)
+            .map_err(|e| disk.write_failed("write", key, &tmp, e))
+            .and_then(|()| file.sync_all().map_err(|e| disk.write_failed("fsync", key, &tmp, e)));
         drop(file);
+        if let Err(error) = written {
+            return Err(self.abandon(error));
+        }
         let path = disk.unit_path(&key);
         match disk.inner.fs.rename_no_replace(&tmp, &path) {
             Ok(()) => self.settled = true,
@@ -702,7 +936,7 @@ impl UnitWriter {
                 self.settled = true;
                 return Err(StoreError::AlreadyExists { dir: disk.inner.dir.clone(), key });
             }
-            Err(e) => return Err(disk.fail("rename", Some(key), &path, e)),
+            Err(e) => return Err(self.abandon(disk.write_failed("rename", key, &path, e))),
         }
         let parent = path.parent().expect("unit files live in a fan-out directory");
         disk.inner

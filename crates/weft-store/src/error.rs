@@ -5,6 +5,9 @@
 //! - `Io` from a mutating call (create, write, fsync, rename, remove) means the disk has just entered
 //!   the failed state; every later call on it returns `DiskFailed` until `Disk::open` again.
 //! - `Io` from a read leaves the disk usable: reading does not dirty the page cache.
+//! - `Full` (no space or quota: ENOSPC, EDQUOT, or the disk at or above its full ratio) is not
+//!   a disk failure: the unit was not stored, its temp file was removed, and the disk keeps
+//!   serving reads and deletes. It is read-only until a later capacity check finds space.
 
 use std::{fmt, io, path::PathBuf};
 
@@ -35,6 +38,10 @@ pub enum StoreError {
     /// An earlier create, write, fsync, rename or remove failed; the disk refuses all work
     /// until reopened.
     DiskFailed { dir: PathBuf, cause: String },
+    /// The unit was not stored because the disk is full (`reason`: the ENOSPC / EDQUOT the
+    /// filesystem returned, or the used ratio at or above the full ratio). Not a failure: the
+    /// disk stays usable for reads and deletes; store the unit on another disk.
+    Full { dir: PathBuf, key: UnitKey, reason: String },
     /// A filesystem call failed. `key` is the unit concerned, if any.
     Io { dir: PathBuf, key: Option<UnitKey>, op: &'static str, path: PathBuf, source: io::Error },
 }
@@ -84,6 +91,12 @@ impl fmt::Display for StoreError {
             StoreError::DiskFailed { dir, cause } => write!(
                 f,
                 "disk {}: refusing work after an earlier IO failure ({cause}); reopen the disk",
+                dir.display()
+            ),
+            StoreError::Full { dir, key, reason } => write!(
+                f,
+                "disk {}: unit {key}: disk full ({reason}); the disk is read-only until space \
+                 is freed: store the unit elsewhere",
                 dir.display()
             ),
             StoreError::Io { dir, key, op, path, source } => {

@@ -1,11 +1,14 @@
 //! The filesystem as a parameter: the few calls a disk makes, behind [`Fs`], so tests (and the
 //! simulator) can inject faults. [`RealFs`] is std::fs; [`FaultyFs`] wraps it and fails the N-th
-//! mutating call.
+//! mutating call (with a generic IO error, or with an errno such as ENOSPC), and can pretend
+//! the filesystem has any free and total space.
 //!
 //! Invariants:
 //! - `rename_no_replace` never replaces an existing file: it fails with `AlreadyExists`.
 //! - Every call that changes the disk (create, write, fsync, rename, remove, mkdir) is one of
 //!   the [`FsOp`]s that [`FaultyFs`] counts; reads and listings are never failed by it.
+//! - [`Fs::space`] is statvfs(3) of the filesystem holding a path: what `df` shows, with the
+//!   blocks reserved for root counted neither as free nor as used.
 
 use std::{
     ffi::OsString,
@@ -49,6 +52,62 @@ pub trait Fs: Send + Sync + fmt::Debug {
     /// The length of a file in bytes and when its contents were last modified (`NotFound`
     /// if there is none).
     fn file_meta(&self, path: &Path) -> io::Result<(u64, SystemTime)>;
+    /// Free and total space of the filesystem holding `path`.
+    fn space(&self, path: &Path) -> io::Result<Space>;
+}
+
+/// The space of a filesystem, as `df` shows it (statvfs(3)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Space {
+    /// Bytes an unprivileged writer may still use (`f_bavail · f_frsize`).
+    pub free_bytes: u64,
+    /// Size of the filesystem (`f_blocks · f_frsize`).
+    pub total_bytes: u64,
+    /// Bytes in use (`(f_blocks − f_bfree) · f_frsize`).
+    pub used_bytes: u64,
+    /// Inodes an unprivileged writer may still create; `None` when the filesystem does not
+    /// count inodes (reports 0 of 0).
+    pub free_inodes: Option<u64>,
+}
+
+impl Space {
+    /// The used fraction as `df` computes it: used / (used + free), so the blocks reserved for
+    /// root count neither way; 0 for an empty filesystem.
+    pub fn used_ratio(&self) -> f64 {
+        let usable = self.used_bytes.saturating_add(self.free_bytes);
+        if usable == 0 {
+            0.0
+        } else {
+            self.used_bytes as f64 / usable as f64
+        }
+    }
+}
+
+/// statvfs(3) of the filesystem holding `path`.
+// The field types differ between platforms (u64 on Linux x86-64, u32 elsewhere).
+#[allow(clippy::unnecessary_cast)]
+pub fn statvfs(path: &Path) -> io::Result<Space> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path has a NUL byte"))?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `c_path` is a NUL-terminated string and `stat` points to a statvfs that the
+    // call fills in (it is only read after the call reports success).
+    let rc = unsafe { libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so it filled the struct.
+    let stat = unsafe { stat.assume_init() };
+    let fragment = (stat.f_frsize as u64).max(1);
+    let blocks = stat.f_blocks as u64;
+    let free_inodes = ((stat.f_files as u64) > 0).then_some(stat.f_favail as u64);
+    Ok(Space {
+        free_bytes: (stat.f_bavail as u64).saturating_mul(fragment),
+        total_bytes: blocks.saturating_mul(fragment),
+        used_bytes: blocks.saturating_sub(stat.f_bfree as u64).saturating_mul(fragment),
+        free_inodes,
+    })
 }
 
 /// The real filesystem (Unix).
@@ -107,6 +166,9 @@ impl Fs for RealFs {
         let metadata = fs::metadata(path)?;
         Ok((metadata.len(), metadata.modified()?))
     }
+    fn space(&self, path: &Path) -> io::Result<Space> {
+        statvfs(path)
+    }
 }
 
 /// A mutating filesystem call, as counted by [`FaultyFs`].
@@ -125,6 +187,10 @@ pub enum FsOp {
 struct FaultState {
     /// Mutating calls left before the one that fails; `None`: never fail.
     countdown: Option<u64>,
+    /// The errno the armed fault fails with; `None`: a generic "injected fault" error.
+    errno: Option<i32>,
+    /// What `space` answers instead of the real statvfs.
+    space: Option<Space>,
     log: Vec<(FsOp, PathBuf)>,
     injected: Option<(FsOp, PathBuf)>,
 }
@@ -148,7 +214,23 @@ impl FaultyFs {
     /// The `n`-th mutating call from now (1-based) fails; later calls succeed again.
     pub fn fail_nth(&self, n: u64) {
         assert!(n >= 1, "calls are counted from 1");
-        self.lock().countdown = Some(n);
+        let mut state = self.lock();
+        state.countdown = Some(n);
+        state.errno = None;
+    }
+
+    /// The `n`-th mutating call from now (1-based) fails with OS error `errno` (e.g.
+    /// `libc::ENOSPC`); later calls succeed again.
+    pub fn fail_nth_with(&self, n: u64, errno: i32) {
+        assert!(n >= 1, "calls are counted from 1");
+        let mut state = self.lock();
+        state.countdown = Some(n);
+        state.errno = Some(errno);
+    }
+
+    /// From now on `space` answers `space` (`None`: the real filesystem's again).
+    pub fn set_space(&self, space: Option<Space>) {
+        self.lock().space = space;
     }
 
     /// Disarms any pending fault.
@@ -188,7 +270,10 @@ fn step(state: &Mutex<FaultState>, op: FsOp, path: &Path) -> io::Result<()> {
         Some(1) => {
             state.countdown = None;
             state.injected = Some((op, path.to_path_buf()));
-            Err(io::Error::other(format!("injected fault: {op:?} {}", path.display())))
+            match state.errno.take() {
+                Some(errno) => Err(io::Error::from_raw_os_error(errno)),
+                None => Err(io::Error::other(format!("injected fault: {op:?} {}", path.display()))),
+            }
         }
         Some(n) => {
             state.countdown = Some(n - 1);
@@ -258,5 +343,11 @@ impl Fs for FaultyFs {
     }
     fn file_meta(&self, path: &Path) -> io::Result<(u64, SystemTime)> {
         self.inner.file_meta(path)
+    }
+    fn space(&self, path: &Path) -> io::Result<Space> {
+        match self.lock().space {
+            Some(space) => Ok(space),
+            None => self.inner.space(path),
+        }
     }
 }

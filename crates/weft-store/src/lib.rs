@@ -10,6 +10,9 @@
 //!   range reads touch only the segments they need, so repair reads stay small.
 //! - Sticky failure: after a failed create, write, fsync, rename or remove a disk refuses all work
 //!   until reopened.
+//! - Full is not failed: ENOSPC/EDQUOT on a unit write answers `StoreError::Full`, removes the
+//!   temp file and leaves the disk serving reads and deletes; a disk out of space or at or
+//!   above its full ratio ([`Thresholds`], default 95% used) refuses new units (read-only).
 //! - The filesystem is a parameter ([`Fs`]); [`FaultyFs`] injects faults in tests.
 //!
 //! Synchronous std IO: callers in async code use blocking tasks.
@@ -22,11 +25,12 @@ pub mod inventory;
 mod key;
 
 pub use disk::{
-    Disk, ListedUnit, Result, ScrubProgress, ScrubReport, UnitCheck, UnitInfo, UnitWriter, Usage,
-    DISK_MARKER, DISK_MARKER_FILE, FANOUT_DIRS,
+    Capacity, CapacityState, Disk, ListedUnit, Result, ScrubProgress, ScrubReport, Thresholds,
+    UnitCheck, UnitInfo, UnitWriter, Usage, DISK_MARKER, DISK_MARKER_FILE, FANOUT_DIRS,
+    FULL_HOLD_MS,
 };
 pub use error::StoreError;
 pub use format::{ChecksumKind, FORMAT_VERSION, MAX_UNIT_BYTES, SEGMENT_BYTES};
-pub use fs::{FaultyFs, Fs, FsFile, FsOp, RealFs};
+pub use fs::{FaultyFs, Fs, FsFile, FsOp, RealFs, Space};
 pub use inventory::Inventory;
 pub use key::{UnitIndex, UnitKey};

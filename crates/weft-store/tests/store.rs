@@ -7,7 +7,10 @@ use std::{
 };
 
 use rand::{rngs::StdRng, Rng, RngCore, SeedableRng};
-use weft_store::{format::header_bytes, Disk, FaultyFs, FsOp, StoreError, UnitKey, SEGMENT_BYTES};
+use weft_store::{
+    format::header_bytes, CapacityState, Disk, FaultyFs, FsOp, Space, StoreError, Thresholds,
+    UnitKey, SEGMENT_BYTES,
+};
 
 const SEG: u64 = SEGMENT_BYTES as u64;
 
@@ -563,4 +566,152 @@ fn model_based_random_operations_with_faults() {
     }
     assert!(reopens >= 10, "only {reopens} faults hit an operation");
     eprintln!("{reopens} injected faults, each followed by a reopen");
+}
+
+/// A filesystem that is exactly `used_percent` full, with 1.6 GiB usable.
+fn space(used_percent: u64) -> Space {
+    let usable = 100u64 << 24;
+    let used_bytes = usable * used_percent / 100;
+    Space {
+        free_bytes: usable - used_bytes,
+        total_bytes: usable + usable / 20,
+        used_bytes,
+        free_inodes: Some(1000),
+    }
+}
+
+#[test]
+fn no_space_at_any_step_of_a_put_is_full_not_failed_and_leaves_the_disk_readable() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = UnitKey::data(1, 0, 0);
+    let old_data = random_bytes(3 * SEG as usize + 5, 1);
+    Disk::open(dir.path()).unwrap().put(old, &old_data).unwrap();
+    let new = UnitKey::data(2, 0, 0);
+    let data = random_bytes(2 * SEG as usize + 9, 2);
+    let mut full_ops = Vec::new();
+    // Steps of a put: create, data write, header write, fsync, link; the final directory
+    // fsync comes after the unit is visible and stays a failure (checked by the test above).
+    for (n, errno) in (1..=5).zip([libc::ENOSPC, libc::EDQUOT].into_iter().cycle()) {
+        let faulty = FaultyFs::new();
+        let disk = Disk::open_with(dir.path(), Arc::new(faulty.clone())).unwrap();
+        faulty.clear_log();
+        faulty.fail_nth_with(n, errno);
+        let result = disk.put(new, &data);
+        let (op, _) = faulty.injected().expect("the armed call was made");
+        full_ops.push(op);
+        match &result {
+            Err(StoreError::Full { dir: at, key, reason }) => {
+                assert_eq!((at.as_path(), *key), (dir.path(), new), "step {n} ({op:?})");
+                let expected = std::io::Error::from_raw_os_error(errno).to_string();
+                assert!(reason.contains(&expected), "step {n} ({op:?}): {reason}");
+                assert!(result.as_ref().unwrap_err().to_string().contains("disk full"));
+            }
+            other => panic!("step {n} ({op:?}): put gave {other:?}"),
+        }
+        assert_eq!(disk.failure(), None, "step {n} ({op:?}): no space is not a failure");
+        assert!(tmp_files(dir.path()).is_empty(), "step {n} ({op:?}): the temp file is removed");
+        assert!(matches!(disk.stat(new), Err(StoreError::NotFound { .. })), "step {n}");
+        // Read-only, not failed: reads, listings and scrubs work; new units are refused
+        // without touching the disk.
+        assert_eq!(disk.read(old, 0, old_data.len()).unwrap(), old_data, "step {n}");
+        assert_eq!(disk.list().unwrap(), [old]);
+        assert_eq!(disk.scrub(|_| {}).unwrap().checked, 1);
+        let capacity = disk.capacity();
+        assert_eq!(capacity.state, CapacityState::Full, "step {n}: {capacity:?}");
+        assert!(capacity.free_bytes.is_some() && capacity.total_bytes.is_some());
+        faulty.clear_log();
+        match disk.put(UnitKey::data(3, 0, 0), b"more") {
+            Err(StoreError::Full { .. }) => {}
+            other => panic!("step {n}: a put on a full disk gave {other:?}"),
+        }
+        assert!(faulty.log().is_empty(), "a full disk refuses a put before any write");
+        assert!(matches!(disk.delete(UnitKey::data(4, 0, 0)), Err(StoreError::NotFound { .. })));
+        drop(disk);
+    }
+    assert_eq!(full_ops, [FsOp::Create, FsOp::Write, FsOp::Write, FsOp::Sync, FsOp::Rename]);
+
+    // A fresh open trusts the filesystem again; deletes work on a full disk.
+    let faulty = FaultyFs::new();
+    let disk = Disk::open_with(dir.path(), Arc::new(faulty.clone())).unwrap();
+    disk.put(new, &data).unwrap();
+    faulty.fail_nth_with(1, libc::ENOSPC);
+    assert!(matches!(disk.put(UnitKey::data(5, 0, 0), b"y"), Err(StoreError::Full { .. })));
+    disk.delete(new).unwrap();
+    assert_eq!(disk.list().unwrap(), [old]);
+    assert_eq!(disk.failure(), None);
+
+    // A streamed write that runs out of space midway answers Full from then on.
+    let disk = Disk::open_with(dir.path(), Arc::new(faulty.clone())).unwrap();
+    let mut writer = disk.create(new, 2 * SEG).unwrap();
+    writer.write_all(&random_bytes(SEG as usize, 3)).unwrap();
+    faulty.fail_nth_with(1, libc::ENOSPC);
+    assert!(matches!(
+        writer.write_all(&random_bytes(SEG as usize, 4)),
+        Err(StoreError::Full { .. })
+    ));
+    assert!(tmp_files(dir.path()).is_empty(), "the temp file went at once");
+    assert!(matches!(writer.write_all(&[1]), Err(StoreError::Full { .. })));
+    assert!(matches!(writer.finish(), Err(StoreError::Full { .. })));
+    assert_eq!(disk.failure(), None);
+    assert_eq!(disk.read(old, 0, old_data.len()).unwrap(), old_data);
+}
+
+#[test]
+fn capacity_follows_the_nearfull_and_full_ratios() {
+    let dir = tempfile::tempdir().unwrap();
+    let faulty = FaultyFs::new();
+    let disk = Disk::open_with(dir.path(), Arc::new(faulty.clone())).unwrap();
+    assert_eq!(disk.thresholds(), Thresholds::new(0.85, 0.95).unwrap(), "Ceph's defaults");
+    let state = |percent| {
+        faulty.set_space(Some(space(percent)));
+        let capacity = disk.capacity();
+        assert_eq!(capacity.free_bytes, Some(space(percent).free_bytes));
+        assert_eq!(capacity.total_bytes, Some(space(percent).total_bytes));
+        capacity
+    };
+    assert_eq!(state(50).state, CapacityState::Ok);
+    assert_eq!(state(84).state, CapacityState::Ok);
+    let nearfull = state(85);
+    assert_eq!(nearfull.state, CapacityState::Nearfull);
+    assert!(nearfull.reason.unwrap().contains("nearfull ratio 0.85"));
+    // Nearfull is still writable.
+    disk.put(UnitKey::data(1, 0, 0), b"a").unwrap();
+    let full = state(96);
+    assert_eq!(full.state, CapacityState::Full);
+    assert!(full.reason.as_deref().unwrap().contains("96.0% used"), "{full:?}");
+    match disk.put(UnitKey::data(2, 0, 0), b"b") {
+        Err(StoreError::Full { reason, .. }) => assert!(reason.contains("full ratio 0.95")),
+        other => panic!("a put at 96% gave {other:?}"),
+    }
+    assert_eq!(disk.read(UnitKey::data(1, 0, 0), 0, 1).unwrap(), b"a");
+    // Space freed: writable again (no ENOSPC was seen, so nothing holds it full).
+    assert_eq!(state(60).state, CapacityState::Ok);
+    disk.put(UnitKey::data(2, 0, 0), b"b").unwrap();
+    // No free inode is full whatever the bytes say.
+    faulty.set_space(Some(Space { free_inodes: Some(0), ..space(10) }));
+    assert_eq!(disk.capacity().state, CapacityState::Full);
+    // A hit ENOSPC holds the disk full even where statvfs sees room (quotas, inodes).
+    faulty.set_space(Some(space(10)));
+    faulty.fail_nth_with(1, libc::ENOSPC);
+    assert!(matches!(disk.put(UnitKey::data(3, 0, 0), b"c"), Err(StoreError::Full { .. })));
+    let held = disk.capacity();
+    assert_eq!(held.state, CapacityState::Full);
+    assert!(held
+        .reason
+        .unwrap()
+        .contains(&std::io::Error::from_raw_os_error(libc::ENOSPC).to_string()));
+
+    // Thresholds are configurable, and checked.
+    disk.set_thresholds(Thresholds::new(0.0, 0.0001).unwrap());
+    let fresh = tempfile::tempdir().unwrap();
+    let real = Disk::open(fresh.path()).unwrap();
+    real.set_thresholds(Thresholds::new(0.0, 0.0001).unwrap());
+    let capacity = real.capacity();
+    assert_eq!(capacity.state, CapacityState::Full, "any real filesystem uses something");
+    assert!(capacity.total_bytes.unwrap() > 0);
+    assert!(matches!(real.put(UnitKey::data(1, 0, 0), b"z"), Err(StoreError::Full { .. })));
+    for (nearfull, full) in [(0.9, 0.8), (-0.1, 0.5), (0.5, 1.5), (f64::NAN, 0.9)] {
+        let error = Thresholds::new(nearfull, full).unwrap_err();
+        assert!(error.contains("ratio"), "{error}");
+    }
 }

@@ -31,8 +31,11 @@ pub struct Heartbeat {
 }
 
 /// The state of one disk of a node, in heartbeats and in the node's `GET /v1/health`:
-/// `{"index":u32,"dir":"…","units":u64,"bytes":u64,"failed":null|"cause"}`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// `{"index":u32,"dir":"…","units":u64,"bytes":u64,"failed":null|"cause"}` then, from nodes
+/// that know capacity, `"free_bytes":u64,"total_bytes":u64` (absent when unknown) and
+/// `"state":"ok"|"nearfull"|"full"`. The added fields come last and default when absent
+/// (`state` to `ok`), so the old shape parses here and the new one in an old reader.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DiskReport {
     /// Index of the disk in the node's disk list.
     pub index: u32,
@@ -44,6 +47,43 @@ pub struct DiskReport {
     pub bytes: u64,
     /// Why the disk refuses work, or `null` when it is healthy.
     pub failed: Option<String>,
+    /// Bytes still writable on the disk's filesystem (statvfs); None: unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub free_bytes: Option<u64>,
+    /// Size of the disk's filesystem; None: unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_bytes: Option<u64>,
+    /// How full the disk is. A `full` disk is read-only: meta places nothing new on it, but it
+    /// is not failed (its units are read and used as repair sources).
+    #[serde(default)]
+    pub state: DiskState,
+}
+
+/// How full a disk is ([`DiskReport::state`]): JSON `"ok"`, `"nearfull"` or `"full"`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum DiskState {
+    /// Below the node's nearfull ratio.
+    #[default]
+    Ok,
+    /// At or above the nearfull ratio (default 85% used): still written, reported.
+    Nearfull,
+    /// At or above the full ratio (default 95% used), out of inodes, or a write hit
+    /// ENOSPC/EDQUOT: read-only.
+    Full,
+}
+
+impl DiskState {
+    /// The JSON name: `ok`, `nearfull` or `full`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DiskState::Ok => "ok",
+            DiskState::Nearfull => "nearfull",
+            DiskState::Full => "full",
+        }
+    }
 }
 
 #[cfg(test)]
@@ -62,23 +102,65 @@ mod tests {
                 units: 5,
                 bytes: 9,
                 failed: None,
+                free_bytes: Some(100),
+                total_bytes: Some(1000),
+                state: DiskState::Nearfull,
             }],
             rack: None,
         };
         let json = serde_json::to_string(&heartbeat).unwrap();
         assert_eq!(
             json,
-            r#"{"node_id":3,"endpoint":"http://127.0.0.1:7801","pid":42,"disks":[{"index":0,"dir":"/d0","units":5,"bytes":9,"failed":null}]}"#
+            r#"{"node_id":3,"endpoint":"http://127.0.0.1:7801","pid":42,"disks":[{"index":0,"dir":"/d0","units":5,"bytes":9,"failed":null,"free_bytes":100,"total_bytes":1000,"state":"nearfull"}]}"#
         );
         assert_eq!(serde_json::from_str::<Heartbeat>(&json).unwrap(), heartbeat);
 
         // With a rack, the field comes last; without, the old shape parses with no rack.
         let racked = Heartbeat { rack: Some(2), ..heartbeat.clone() };
         let json = serde_json::to_string(&racked).unwrap();
-        assert!(json.ends_with(r#""failed":null}],"rack":2}"#), "{json}");
+        assert!(json.ends_with(r#""state":"nearfull"}],"rack":2}"#), "{json}");
         assert_eq!(serde_json::from_str::<Heartbeat>(&json).unwrap(), racked);
         let old = r#"{"node_id":3,"endpoint":"e","pid":1,"disks":[]}"#;
         assert_eq!(serde_json::from_str::<Heartbeat>(old).unwrap().rack, None);
+    }
+
+    #[test]
+    fn disk_reports_without_capacity_parse_and_old_readers_parse_new_ones() {
+        // A node from before capacity reporting: no sizes, state ok.
+        let old = r#"{"index":1,"dir":"/d1","units":2,"bytes":3,"failed":"EIO"}"#;
+        let report: DiskReport = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            (report.free_bytes, report.total_bytes, report.state),
+            (None, None, DiskState::Ok)
+        );
+        assert_eq!(report.failed.as_deref(), Some("EIO"));
+        for (name, state) in
+            [("ok", DiskState::Ok), ("nearfull", DiskState::Nearfull), ("full", DiskState::Full)]
+        {
+            assert_eq!(state.name(), name);
+            assert_eq!(serde_json::to_value(state).unwrap(), name);
+        }
+        // A reader of the old shape (these five fields, unknown ones ignored) parses the new.
+        #[derive(Deserialize)]
+        #[allow(dead_code)]
+        struct OldDiskReport {
+            index: u32,
+            dir: String,
+            units: u64,
+            bytes: u64,
+            failed: Option<String>,
+        }
+        let new = DiskReport { state: DiskState::Full, free_bytes: Some(0), ..report };
+        let parsed: OldDiskReport =
+            serde_json::from_str(&serde_json::to_string(&new).unwrap()).unwrap();
+        assert_eq!((parsed.index, parsed.units), (1, 2));
+        assert!(
+            serde_json::from_str::<DiskReport>(
+                r#"{"index":0,"dir":"d","units":0,"bytes":0,"failed":null,"state":"bursting"}"#
+            )
+            .is_err(),
+            "an unknown state is refused, not taken for ok"
+        );
     }
 }
 

@@ -480,6 +480,13 @@ fn print_status(status: &Value) {
     );
     println!("under-protected units: {}", count("under_protected_units"));
     println!("repair queue: {} tasks", count("repair_queue"));
+    if status.get("full_disks").is_some() {
+        println!(
+            "disks nearfull: {}, full (read-only, take no new units): {}",
+            count("nearfull_disks"),
+            count("full_disks"),
+        );
+    }
     if status.get("missing_units").is_some() {
         let inventoried = status["inventories"].as_array().map_or(0, Vec::len);
         println!(
@@ -521,6 +528,8 @@ fn print_status(status: &Value) {
         "missing_units",
         "bad_units_reported",
         "inventories",
+        "nearfull_disks",
+        "full_disks",
         "services",
         "services_file",
     ];
@@ -566,8 +575,20 @@ fn print_status(status: &Value) {
                 Some(cause) => format!("  FAILED: {cause}"),
                 None => String::new(),
             };
+            // Capacity, from nodes that report it: "12.0 GiB free of 50.0 GiB, nearfull".
+            let free = match (disk["free_bytes"].as_u64(), disk["total_bytes"].as_u64()) {
+                (Some(free), Some(total)) => {
+                    format!(", {} free of {}", format_size(free), format_size(total))
+                }
+                _ => String::new(),
+            };
+            let state = match disk["state"].as_str() {
+                Some("full") => ", FULL (read-only)".to_owned(),
+                Some("ok") | None => String::new(),
+                Some(other) => format!(", {other}"),
+            };
             println!(
-                "{:>6}  disk {} {}  {} units, {} used{failed}",
+                "{:>6}  disk {} {}  {} units, {} used{free}{state}{failed}",
                 "",
                 disk["index"],
                 disk["dir"].as_str().unwrap_or("?"),

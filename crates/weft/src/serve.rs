@@ -207,6 +207,15 @@ pub struct NodeArgs {
     /// Ceiling of the scrub's read rate, in MiB/s, so it never crowds out client IO.
     #[arg(long, default_value_t = weft_node::DEFAULT_SCRUB_MAX_BYTES_PER_S >> 20)]
     pub scrub_max_mib_per_s: u64,
+    /// Used fraction of a disk's filesystem at which the disk is reported nearfull (still
+    /// written; `weft status` shows it).
+    #[arg(long, default_value_t = 0.85)]
+    pub nearfull_ratio: f64,
+    /// Used fraction at which a disk turns full: read-only (PUTs answer 507, meta places
+    /// nothing new there), not failed: its units stay readable and are not rebuilt. A unit
+    /// write that finds no space (ENOSPC, EDQUOT) makes the disk full too.
+    #[arg(long, default_value_t = 0.95)]
+    pub full_ratio: f64,
     /// This node's key file, written by `weft node add ID` (which enrols the node in meta);
     /// the node id comes from it when --id is not given.
     #[arg(long, value_name = "FILE", conflicts_with = "secret_file")]
@@ -347,6 +356,8 @@ async fn serve_node(args: NodeArgs) -> Result<(), CliError> {
     config.meta_url = Some(meta);
     config.heartbeat_interval_ms = args.heartbeat_ms;
     config.rack = args.rack;
+    config.thresholds = weft_node::Thresholds::new(args.nearfull_ratio, args.full_ratio)
+        .map_err(|e| cli_error!("--nearfull-ratio / --full-ratio: {e}"))?;
     if args.scrub_interval == 0 || args.scrub_max_mib_per_s == 0 {
         return Err(cli_error!("--scrub-interval and --scrub-max-mib-per-s must be positive"));
     }

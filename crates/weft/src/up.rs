@@ -188,6 +188,14 @@ pub struct UpArgs {
     /// [default: the node's, 7d]. Bad and missing units are repaired by the executor.
     #[arg(long, value_parser = weft_client::gc::parse_duration_ms)]
     pub scrub_interval: Option<u64>,
+    /// Used fraction of a disk's filesystem at which every node reports it nearfull
+    /// [default: the node's, 0.85].
+    #[arg(long)]
+    pub nearfull_ratio: Option<f64>,
+    /// Used fraction at which every node's disk turns full, i.e. read-only: no new units,
+    /// not rebuilt elsewhere [default: the node's, 0.95].
+    #[arg(long)]
+    pub full_ratio: Option<f64>,
     /// Address of the S3 gateway [default: 127.0.0.1:9000, or port 0 (a free port) when
     /// --meta-listen has port 0].
     #[arg(long)]
@@ -271,6 +279,8 @@ struct Plan {
     down_after_ms: Option<u64>,
     heartbeat_ms: Option<u64>,
     scrub_interval_ms: Option<u64>,
+    nearfull_ratio: Option<f64>,
+    full_ratio: Option<f64>,
     s3_listen: SocketAddr,
 }
 
@@ -369,6 +379,12 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
     if args.scrub_interval == Some(0) {
         return Err(cli_error!("--scrub-interval must be positive"));
     }
+    let defaults = weft_node::Thresholds::default();
+    weft_node::Thresholds::new(
+        args.nearfull_ratio.unwrap_or(defaults.nearfull_ratio()),
+        args.full_ratio.unwrap_or(defaults.full_ratio()),
+    )
+    .map_err(|e| cli_error!("--nearfull-ratio / --full-ratio: {e}"))?;
     Ok(Plan {
         dir,
         nodes,
@@ -379,6 +395,8 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
         down_after_ms: args.down_after_ms,
         heartbeat_ms: args.heartbeat_ms,
         scrub_interval_ms: args.scrub_interval,
+        nearfull_ratio: args.nearfull_ratio,
+        full_ratio: args.full_ratio,
         s3_listen: args.s3_listen.unwrap_or_else(|| {
             let port = if args.meta_listen.port() == 0 { 0 } else { DEFAULT_S3_PORT };
             SocketAddr::new(args.meta_listen.ip(), port)
@@ -1151,6 +1169,12 @@ fn start(
         }
         if let Some(ms) = plan.scrub_interval_ms {
             node_args.extend(["--scrub-interval".to_owned(), format!("{ms}ms")]);
+        }
+        if let Some(ratio) = plan.nearfull_ratio {
+            node_args.extend(["--nearfull-ratio".to_owned(), ratio.to_string()]);
+        }
+        if let Some(ratio) = plan.full_ratio {
+            node_args.extend(["--full-ratio".to_owned(), ratio.to_string()]);
         }
         cluster.spawn(Role::Node(id), &node_args, disks)?;
     }

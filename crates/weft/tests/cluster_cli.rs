@@ -1051,3 +1051,139 @@ fn unfound_units_show_in_status_and_stat_and_mark_lost_gives_the_object_up() {
     let again = cluster.weft_fails(&["repair", "mark-lost", "b", "o", "--yes"]);
     assert!(again.contains("no_such_object"), "{again}");
 }
+
+/// A process this test spawned, killed (and reaped) when dropped, also on a failed assertion.
+struct Spawned(std::process::Child);
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The unit files under a disk directory, by path.
+fn files_under(disk: &Path) -> BTreeSet<PathBuf> {
+    let mut files = BTreeSet::new();
+    for fanout in std::fs::read_dir(disk.join("units")).unwrap() {
+        for file in std::fs::read_dir(fanout.unwrap().path()).unwrap() {
+            files.insert(file.unwrap().path());
+        }
+    }
+    files
+}
+
+/// A node started by hand beside `weft up`'s (enrolled with `weft node add 5`) is restarted
+/// with `--full-ratio 0.0001`, so its disk is full: puts go on, elsewhere; its units are
+/// still read from it; nothing on it is queued or rebuilt; `weft status` says it is full.
+#[test]
+fn a_full_node_disk_is_read_only_its_units_stay_and_nothing_is_rebuilt() {
+    let cluster = Cluster::start(4, &["--heartbeat-ms", "300"]);
+    cluster.weft_json(&[
+        "bucket",
+        "create",
+        "f",
+        "--json",
+        "--code",
+        "rs",
+        "--k",
+        "2",
+        "--r",
+        "1",
+        "--stripe-width",
+        "2",
+        "--cell",
+        "4KiB",
+        "--block",
+        "16KiB",
+    ]);
+    let own = tempfile::tempdir().unwrap();
+    let key_file = own.path().join("node-5.key");
+    let disk = own.path().join("d0");
+    let added = cluster.weft(&["node", "add", "5", "--key-file", key_file.to_str().unwrap()]);
+    assert!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
+    let meta = cluster.meta_url();
+    let serve = |extra: &[&str]| {
+        let mut args = vec![
+            "serve",
+            "node",
+            "--meta",
+            &meta,
+            "--key-file",
+            key_file.to_str().unwrap(),
+            "--disk",
+            disk.to_str().unwrap(),
+            "--heartbeat-ms",
+            "300",
+        ];
+        args.extend(extra);
+        Spawned(cluster.spawn_weft(&args))
+    };
+    let disk_state = |status: &Value| {
+        let nodes = status["nodes"].as_array().cloned().unwrap_or_default();
+        let node = nodes.into_iter().find(|n| n["id"] == 5)?;
+        (node["state"] == "up").then(|| node["disks"][0]["state"].as_str().unwrap().to_owned())
+    };
+    let mut node = serve(&[]);
+    cluster.wait_for_status("node 5 up, its disk ok", |s| disk_state(s).as_deref() == Some("ok"));
+
+    // Objects of 4 blocks (2 groups, 6 units) over 5 nodes: some units land on node 5.
+    let mut objects = Objects::new();
+    for i in 0..6 {
+        objects.put(&cluster, &format!("f/before-{i}"), bytes(100 + i, 4 * BLOCK), &[]);
+    }
+    let on_node_5 = |path: &str| -> BTreeSet<String> {
+        units_of(&cluster.stat(path))
+            .into_iter()
+            .filter(|(_, unit)| node_of(unit) == 5)
+            .map(|(name, _)| name)
+            .collect()
+    };
+    let kept: BTreeMap<String, BTreeSet<String>> =
+        objects.stored.keys().map(|path| (path.clone(), on_node_5(path))).collect();
+    assert!(kept.values().any(|units| !units.is_empty()), "no unit on node 5: {kept:?}");
+    let files = files_under(&disk);
+    assert!(!files.is_empty());
+
+    // Restart node 5 with a full ratio any real filesystem exceeds: its disk is full. The
+    // restart is far shorter than meta's down timeout (5 s), so the node is never down.
+    assert!(common::cluster::signal(node.0.id(), libc::SIGTERM));
+    assert!(node.0.wait().unwrap().success());
+    node = serve(&["--nearfull-ratio", "0", "--full-ratio", "0.0001"]);
+    let status = cluster.wait_for_status("node 5's disk full", |s| {
+        disk_state(s).as_deref() == Some("full") && s["full_disks"] == 1
+    });
+    assert_eq!(status["nearfull_disks"], 0, "{status}");
+    let entry = status["nodes"].as_array().unwrap().iter().find(|n| n["id"] == 5).unwrap();
+    assert!(entry["disks"][0]["failed"].is_null(), "full is not failed: {entry}");
+    assert!(entry["disks"][0]["total_bytes"].as_u64().unwrap() > 0, "{entry}");
+    let text = String::from_utf8(cluster.weft(&["status"]).stdout).unwrap();
+    assert!(text.contains("full (read-only, take no new units): 1"), "{text}");
+    assert!(text.contains("FULL (read-only)"), "{text}");
+
+    // Puts still succeed, on the other nodes only.
+    for i in 0..6 {
+        let path = format!("f/after-{i}");
+        objects.put(&cluster, &path, bytes(200 + i, 4 * BLOCK), &[]);
+        assert!(on_node_5(&path).is_empty(), "{path} placed a unit on the full node");
+    }
+    // Every object reads back whole, the old ones from node 5 too: no unit was degraded.
+    for (path, got) in objects.check_all(&cluster) {
+        assert_eq!(got["degraded_units"], serde_json::json!([]), "{path}: {got}");
+    }
+    // Nothing on node 5 is queued or rebuilt, across more than one full rescan (every 10 s).
+    let completed = counter(&status, "repairs_completed");
+    let until = Instant::now() + Duration::from_secs(12);
+    while Instant::now() < until {
+        let status = cluster.status();
+        assert_eq!(counter(&status, "repair_queue"), 0, "{status}");
+        assert_eq!(counter(&status, "under_protected_units"), 0, "{status}");
+        assert_eq!(counter(&status, "repairs_completed"), completed, "{status}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    for (path, units) in &kept {
+        assert_eq!(&on_node_5(path), units, "{path}: units moved off the full node");
+    }
+    assert_eq!(files_under(&disk), files, "the full disk's unit files are untouched");
+    drop(node);
+}

@@ -286,3 +286,31 @@ fn a_paused_meta_does_not_judge_nodes_down_when_it_resumes() {
     };
     wait_for(&meta, &secret, "node 3 down, nodes 1 and 2 up", third_down);
 }
+
+#[test]
+fn bad_nearfull_and_full_ratios_are_refused_naming_the_flags() {
+    let tmp = tempfile::tempdir().unwrap();
+    let key_file = tmp.path().join("node-1.key");
+    weft_auth::ClusterSecret::generate().node_key(1).write_node_file(&key_file).unwrap();
+    let disk = tmp.path().join("d0");
+    for (nearfull, full, says) in [
+        ("0.9", "0.8", "must not exceed the full ratio"),
+        ("0.85", "1.5", "between 0 and 1"),
+        ("-0.1", "0.95", "between 0 and 1"),
+        ("NaN", "0.95", "between 0 and 1"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(["serve", "node", "--meta", "http://127.0.0.1:1", "--key-file"])
+            .arg(&key_file)
+            .arg("--disk")
+            .arg(&disk)
+            .arg(format!("--nearfull-ratio={nearfull}"))
+            .arg(format!("--full-ratio={full}"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{nearfull}/{full} accepted");
+        assert!(stderr.contains("--full-ratio") && stderr.contains(says), "{stderr}");
+    }
+}

@@ -3,7 +3,9 @@
 //!
 //! Invariants:
 //! - Placement uses only nodes that are up at the time of `begin`, and only their disks that
-//!   are not failed; a node is in the rack its heartbeats name, else in a rack of its own
+//!   are neither failed nor full (a full disk is read-only: it keeps its units, which stay
+//!   readable and repair sources, but takes no new one); a placement that fails for want of
+//!   disks with space answers `507 disks_full`, not `too_few_nodes`; a node is in the rack its heartbeats name, else in a rack of its own
 //!   (`NodeRecord::rack_id`), and the failure domain is meta's configured level.
 //! - The object id of a write is its generation widened to u128 (generations are unique
 //!   store-wide and never reused), so unit keys of two writes never collide. Unit keys are
@@ -30,6 +32,7 @@ use weft_store::UnitKey;
 use super::liveness::Liveness;
 use super::{blocking, node_state, now_ms, ApiError, Shared};
 use crate::{unit_name, MetaError, NodeRecord, ObjectRecord, Policy};
+use weft_wire::DiskState;
 
 /// Suffix of the path that begins a write.
 const BEGIN: &str = "/begin";
@@ -146,17 +149,76 @@ pub(crate) fn domains_name(level: FailureDomain) -> String {
     format!("failure domains ({level}s)")
 }
 
-/// The disks placement may use: every disk not failed of every node that is up; and how many
-/// nodes are up.
+/// The disks placement may use: every disk neither failed nor full of every node that is up;
+/// and how many nodes are up.
 pub(crate) fn topology_of(nodes: &[NodeRecord], live: &Liveness) -> (Vec<DiskLocation>, usize) {
     let up: Vec<&NodeRecord> = nodes.iter().filter(|n| !live.is_down(n)).collect();
     let disks = up
         .iter()
         .flat_map(|n| {
-            n.disks.iter().filter(|d| d.failed.is_none()).map(|d| n.disk_location(d.index))
+            n.disks
+                .iter()
+                .filter(|d| d.failed.is_none() && d.state != DiskState::Full)
+                .map(|d| n.disk_location(d.index))
         })
         .collect();
     (disks, up.len())
+}
+
+/// The full (read-only) disks of the nodes that are up, failed ones left out.
+pub(crate) fn full_disks_of(nodes: &[NodeRecord], live: &Liveness) -> Vec<DiskLocation> {
+    nodes
+        .iter()
+        .filter(|n| !live.is_down(n))
+        .flat_map(|n| {
+            n.disks
+                .iter()
+                .filter(|d| d.failed.is_none() && d.state == DiskState::Full)
+                .map(|d| n.disk_location(d.index))
+        })
+        .collect()
+}
+
+/// The error of a placement that found `available` failure domains with usable disks where
+/// it needs `needed`: `507 disks_full` when the `full` disks of up nodes would have made up
+/// the difference (so the cause is space, not nodes), else `503 too_few_nodes` (with
+/// `full_disks` counted).
+pub(crate) fn too_few_or_full(
+    level: FailureDomain,
+    nodes_up: usize,
+    usable: &[DiskLocation],
+    full: &[DiskLocation],
+    available: usize,
+    needed: usize,
+) -> ApiError {
+    let usable_nodes = usable.iter().map(|d| d.node).collect::<BTreeSet<u32>>().len();
+    let with_full: BTreeSet<_> = usable.iter().chain(full).map(|d| d.domain(level)).collect();
+    if full.is_empty() || with_full.len() < needed {
+        let mut error = too_few_nodes(level, nodes_up, usable_nodes, available, needed);
+        error.body["full_disks"] = json!(full.len());
+        return error;
+    }
+    let domains = domains_name(level);
+    let names: Vec<String> = full.iter().map(|d| format!("{}/{}", d.node, d.disk)).collect();
+    let mut error = ApiError::new(
+        StatusCode::INSUFFICIENT_STORAGE,
+        "disks_full",
+        format!(
+            "{} disks of up nodes are full (read-only: at or above their node's full ratio, \
+             or out of space): {}; the disks with space span {available} {domains} but the \
+             policy needs {needed}. Free space or add disks, or use a smaller code or stripe \
+             width",
+            full.len(),
+            names.join(", ")
+        ),
+    );
+    error.body["full_disks"] = json!(names);
+    error.body["nodes_up"] = json!(nodes_up);
+    error.body["usable_nodes"] = json!(usable_nodes);
+    error.body["failure_domain"] = json!(level.to_string());
+    error.body["usable_domains"] = json!(available);
+    error.body["needed"] = json!(needed);
+    error
 }
 
 /// `503 too_few_nodes`: the up nodes' usable disks span `usable_domains` failure domains
@@ -252,10 +314,12 @@ async fn begin(
         let now = now_ms();
         let (mut disks, nodes_up) = topology_of(&nodes, &live);
         disks.retain(|d| !body.avoid_nodes.contains(&d.node));
+        let mut full = full_disks_of(&nodes, &live);
+        full.retain(|d| !body.avoid_nodes.contains(&d.node));
         let needed = layout.n().max(layout.stripe_width);
         let usable = disks.iter().map(|d| d.node).collect::<BTreeSet<_>>().len();
-        let placement = match Topology::new(disks) {
-            Err(_) if usable == 0 => Err(too_few_nodes(level, nodes_up, 0, 0, needed)),
+        let placement = match Topology::new(disks.clone()) {
+            Err(_) if usable == 0 => Err(too_few_or_full(level, nodes_up, &[], &full, 0, needed)),
             Err(e) => {
                 Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))
             }
@@ -263,7 +327,7 @@ async fn begin(
                 place(&layout, body.size, &topology, seed_of(&bucket, &key, now), level).map_err(
                     |e| match e {
                         LayoutError::TooFewDomains { available, needed, .. } => {
-                            too_few_nodes(level, nodes_up, usable, available, needed)
+                            too_few_or_full(level, nodes_up, &disks, &full, available, needed)
                         }
                         other => ApiError::new(
                             StatusCode::BAD_REQUEST,

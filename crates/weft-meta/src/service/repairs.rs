@@ -17,12 +17,14 @@
 //! - Before a task is handed out it is re-checked: a task whose object was deleted or
 //!   replaced, or an `unavailable` task whose disk is positively available again (its node
 //!   heartbeats and reports the disk healthy), is dropped, not handed out.
-//! - A destination is a healthy disk of a node that is up now (heard within
+//! - A full disk (state `full` in its node's heartbeat) is not a failure: its units are not
+//!   queued, they stay sources for reads and repairs, and it is never a destination.
+//! - A destination is a healthy, not full disk of a node that is up now (heard within
 //!   `down_after_ms`), chosen by `Placement::replacement_for` at the object's own
 //!   failure-domain level (stored in its placement, not meta's current level), over the
 //!   nodes' current racks (or, for a damaged unit whose node is healthy and when no other
-//!   disk qualifies, its own disk), so relocating there keeps the placement rules; the store
-//!   checks them again at completion. It is never a disk a pending transition of the object
+//!   disk qualifies, its own disk unless full), so relocating there keeps the placement
+//!   rules; the store checks them again at completion. It is never a disk a pending transition of the object
 //!   copies the same data block to (the transition's abort would delete that copy).
 //! - Units are named with the object's parity generation (see `objects::unit_key`); a
 //!   committed transition drops the object's queued parity repairs in its transaction, so a
@@ -61,7 +63,7 @@ use weft_wire::repair::{
 };
 
 use super::liveness::Liveness;
-use super::objects::{domains_name, object_json, topology_of, units_json};
+use super::objects::{domains_name, full_disks_of, object_json, topology_of, units_json};
 use super::{blocking, now_ms, ApiError, Shared};
 use crate::{
     parse_unit_name, unit_name, Enqueued, MetaError, MetaStore, NodeRecord, ObjectName, RepairKind,
@@ -519,9 +521,13 @@ fn take_due(
             _ => Vec::new(),
         };
         // A damaged unit on a healthy node is rebuilt in place when no other disk keeps
-        // the rules (the executor replaces the bad copy).
+        // the rules (the executor replaces the bad copy) — not on a full disk, which would
+        // refuse the rebuilt copy after the bad one is deleted.
         // Never onto a disk holding a queued (replaced) copy of this unit: that copy is
         // about to be deleted (see `deletions`). Rare: a unit repaired back where it was.
+        let full_here = full_disks_of(&nodes, live)
+            .iter()
+            .any(|d| (d.node, d.disk) == (current.node, current.disk));
         let mut copies = copies;
         let unit_key = super::objects::record_unit_key(&object, task.unit)
             .map(|k| k.to_string())
@@ -537,7 +543,11 @@ fn take_due(
             }
         }
         let chosen = match chosen {
-            Err(_) if task.kind == RepairKind::Damaged && available_now(&nodes, current, live) => {
+            Err(_)
+                if task.kind == RepairKind::Damaged
+                    && !full_here
+                    && available_now(&nodes, current, live) =>
+            {
                 Ok(current)
             }
             other => other,
@@ -612,6 +622,7 @@ fn destination(
     let (disks, nodes_up) = topology_of(nodes, live);
     let usable_nodes = disks.iter().map(|d| d.node).collect::<BTreeSet<u32>>().len();
     let usable: BTreeSet<DomainId> = disks.iter().map(|d| d.domain(level)).collect();
+    let full = full_disks_of(nodes, live).len();
     let mut unavailable: Vec<DomainId> = avoid.to_vec();
     for node in nodes {
         if live.is_down(node) {
@@ -642,15 +653,22 @@ fn destination(
                 "no disk can take {} of object {:?} in bucket {:?}: {nodes_up} nodes are up \
                  ({usable_nodes} with a usable disk, in {} {domains}), {held} of those \
                  {domains} hold another unit of its group or stripe; it needs a healthy disk \
-                 of an up node in a {level} holding none, so at least {} usable {domains} \
-                 ({why}); start more nodes. The task was returned to the queue",
+                 with space of an up node in a {level} holding none, so at least {} usable \
+                 {domains} ({why}){}; start more nodes or free space. The task was returned \
+                 to the queue",
                 unit_name(unit),
                 object.key,
                 object.bucket,
                 usable.len(),
                 peer_domains.len() + 1,
+                if full > 0 {
+                    format!("; {full} disks are full (read-only) and take no rebuilt unit")
+                } else {
+                    String::new()
+                },
             ),
         );
+        error.body["full_disks"] = json!(full);
         error.body["nodes_up"] = json!(nodes_up);
         error.body["usable_nodes"] = json!(usable_nodes);
         error.body["failure_domain"] = json!(level.to_string());

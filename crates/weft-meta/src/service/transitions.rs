@@ -43,8 +43,8 @@ use weft_wire::transition::{
 
 use super::liveness::Liveness;
 use super::objects::{
-    domains_name, object_id, object_json, record_unit_key, too_few_nodes, topology_of, unit_key,
-    units_json,
+    domains_name, full_disks_of, object_id, object_json, record_unit_key, too_few_or_full,
+    topology_of, unit_key, units_json,
 };
 use super::MAX_LEASE_MS;
 use super::{blocking, now_ms, ApiError, Shared};
@@ -308,17 +308,20 @@ fn plan(
     }
     let level: FailureDomain = object.placement.failure_domain();
     let (disks, nodes_up) = topology_of(nodes, live);
+    let full = full_disks_of(nodes, live);
     let usable_nodes = disks.iter().map(|d| d.node).collect::<BTreeSet<u32>>().len();
     let usable_domains = disks.iter().map(|d| d.domain(level)).collect::<BTreeSet<_>>().len();
     let needed = layout.n().max(layout.stripe_width);
-    let topology = match Topology::new(disks) {
+    let topology = match Topology::new(disks.clone()) {
         Ok(topology) => topology,
-        Err(_) if usable_nodes == 0 => return Err(too_few_nodes(level, nodes_up, 0, 0, needed)),
+        Err(_) if usable_nodes == 0 => {
+            return Err(too_few_or_full(level, nodes_up, &[], &full, 0, needed))
+        }
         Err(e) => return Err(internal(e.to_string())),
     };
     plan_regroup(&object.placement, layout, &topology).map_err(|e| match e {
         LayoutError::TooFewDomains { available, needed, .. } => {
-            too_few_nodes(level, nodes_up, usable_nodes, available, needed)
+            too_few_or_full(level, nodes_up, &disks, &full, available, needed)
         }
         LayoutError::NoReplacement { unit, reason } => {
             no_destination(object, layout, unit, &reason, nodes_up, usable_nodes, usable_domains)
