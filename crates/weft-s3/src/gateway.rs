@@ -9,7 +9,8 @@
 //!   HEAD); all against the attributes S3 shows (whole seconds).
 //! - `x-weft-policy` (e.g. `rs(10,4),stripe=2`) overrides the bucket's default policy for
 //!   the object written by the request (on CreateBucket: sets the bucket's default policy);
-//!   a bad one is refused before anything is written.
+//!   a bad one is refused before anything is written; so is any, good or bad, from a key not
+//!   allowed to choose policies (`AccessDenied`, see `keys`).
 
 use std::{
     collections::BTreeMap,
@@ -25,6 +26,7 @@ use weft_layout::StripedLayout;
 use crate::{
     attributes::{self, Attributes},
     body::{content_md5, put_stream},
+    keys::MetaAuth,
     listing,
     multipart::{self, PartRecord, UploadRecord, PARTS_BUCKET, UPLOADS},
 };
@@ -38,11 +40,28 @@ const MAX_KEYS: usize = 1000;
 #[derive(Debug, Clone)]
 pub struct Gateway {
     client: Client,
+    /// The key lookup that authenticated each request (shared cache): who may set policies.
+    keys: MetaAuth,
 }
 
 impl Gateway {
-    pub fn new(client: Client) -> Gateway {
-        Gateway { client }
+    pub fn new(client: Client, keys: MetaAuth) -> Gateway {
+        Gateway { client, keys }
+    }
+
+    /// Refuses a request carrying `x-weft-policy` unless its key may choose policies.
+    async fn check_policy_permission(
+        &self,
+        credentials: Option<&s3s::auth::Credentials>,
+        headers: &http::HeaderMap,
+    ) -> S3Result<()> {
+        if header_text(headers, POLICY_HEADER).is_none() {
+            return Ok(());
+        }
+        match credentials {
+            Some(credentials) => self.keys.check_may_set_policy(&credentials.access_key).await,
+            None => Err(s3_error!(AccessDenied, "{POLICY_HEADER} needs a signed request")),
+        }
     }
 }
 
@@ -236,12 +255,15 @@ impl Gateway {
 
     /// The policy of an object written with these headers: None when no `x-weft-policy`
     /// (meta applies the bucket's default), else the bucket's default overridden.
+    /// A key not allowed to choose policies is refused (`AccessDenied`).
     async fn policy_for(
         &self,
-        bucket: &str,
+        credentials: Option<&s3s::auth::Credentials>,
         headers: &http::HeaderMap,
+        bucket: &str,
     ) -> S3Result<Option<StripedLayout>> {
         let Some(header) = header_text(headers, POLICY_HEADER) else { return Ok(None) };
+        self.check_policy_permission(credentials, headers).await?;
         let record = self.client.meta.get_bucket(bucket).await.map_err(s3_error_of)?;
         apply_policy_header(&record["default_policy"], header).map(Some).map_err(|reason| {
             s3_error!(InvalidArgument, "bad {POLICY_HEADER} {header:?}: {reason}")
@@ -337,6 +359,7 @@ impl S3 for Gateway {
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
         // `x-weft-policy` on CreateBucket sets the bucket's default policy.
+        self.check_policy_permission(req.credentials.as_ref(), &req.headers).await?;
         let policy = match header_text(&req.headers, POLICY_HEADER) {
             Some(header) => Some(policy_fields(header).map_err(|reason| {
                 s3_error!(InvalidArgument, "bad {POLICY_HEADER} {header:?}: {reason}")
@@ -386,7 +409,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
-        let policy = self.policy_for(&req.input.bucket, &req.headers).await?;
+        let policy =
+            self.policy_for(req.credentials.as_ref(), &req.headers, &req.input.bucket).await?;
         let (input, headers) = (req.input, req.headers);
         check_key(&input.key)?;
         // Refused before the body is read: the client hears NoSuchBucket at once instead
@@ -532,7 +556,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
-        let policy = self.policy_for(&req.input.bucket, &req.headers).await?;
+        let policy =
+            self.policy_for(req.credentials.as_ref(), &req.headers, &req.input.bucket).await?;
         let input = req.input;
         check_key(&input.key)?;
         let (source_bucket, source_key) = match &input.copy_source {
@@ -632,12 +657,14 @@ impl S3 for Gateway {
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let meta = &self.client.meta;
-        let policy = match self.policy_for(&req.input.bucket, &req.headers).await? {
-            Some(layout) => serde_json::to_value(layout).expect("layouts serialize"),
-            None => meta.get_bucket(&req.input.bucket).await.map_err(s3_error_of)?
-                ["default_policy"]
-                .take(),
-        };
+        let policy =
+            match self.policy_for(req.credentials.as_ref(), &req.headers, &req.input.bucket).await?
+            {
+                Some(layout) => serde_json::to_value(layout).expect("layouts serialize"),
+                None => meta.get_bucket(&req.input.bucket).await.map_err(s3_error_of)?
+                    ["default_policy"]
+                    .take(),
+            };
         let input = req.input;
         check_key(&input.key)?;
         match meta.create_bucket(PARTS_BUCKET, None).await {

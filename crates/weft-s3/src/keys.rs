@@ -9,10 +9,14 @@
 //!   key stops working within that time).
 //! - An unknown key id is `InvalidAccessKeyId` (403); meta unreachable is `ServiceUnavailable`
 //!   (503), never a silent accept.
+//! - A key may choose a policy (`x-weft-policy`) only if its record says so
+//!   (`may_set_policy`, set by `weft key create --allow-policy`; records written before the
+//!   field existed read as not allowed). The permission is read from the same cached record
+//!   that authenticated the request, so it is never older than [`KEY_CACHE_TTL`].
 
 use std::{
     collections::HashMap,
-    sync::Mutex,
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -43,6 +47,10 @@ pub struct KeyRecord {
     /// ([`KeyRecord::new`], [`KeyRecord::secret`]).
     pub sealed_secret: String,
     pub created_ms: u64,
+    /// Whether requests signed with this key may choose a policy (`x-weft-policy` on
+    /// CreateBucket, PutObject, CopyObject, CreateMultipartUpload).
+    #[serde(default)]
+    pub may_set_policy: bool,
 }
 
 impl KeyRecord {
@@ -53,11 +61,13 @@ impl KeyRecord {
         name: &str,
         secret: &str,
         created_ms: u64,
+        may_set_policy: bool,
     ) -> KeyRecord {
         KeyRecord {
             name: name.to_owned(),
             sealed_secret: seal.seal(access_key, secret.as_bytes()),
             created_ms,
+            may_set_policy,
         }
     }
 
@@ -83,26 +93,33 @@ pub fn new_key() -> (String, String) {
     (access, secret)
 }
 
-/// s3s's key lookup, answered from meta.
-#[derive(Debug)]
+/// s3s's key lookup, answered from meta. Clones share one cache: the gateway keeps a clone
+/// to ask [`MetaAuth::may_set_policy`] of the key that signed a request.
+#[derive(Debug, Clone)]
 pub struct MetaAuth {
     meta: MetaClient,
     seal: SealKey,
-    cache: Mutex<HashMap<String, (String, Instant)>>,
+    cache: Arc<Mutex<HashMap<String, CachedKey>>>,
+}
+
+/// A key record looked up in meta, opened.
+#[derive(Debug, Clone)]
+struct CachedKey {
+    secret: String,
+    may_set_policy: bool,
+    at: Instant,
 }
 
 impl MetaAuth {
     pub fn new(meta: MetaClient, seal: SealKey) -> MetaAuth {
-        MetaAuth { meta, seal, cache: Mutex::new(HashMap::new()) }
+        MetaAuth { meta, seal, cache: Arc::new(Mutex::new(HashMap::new())) }
     }
-}
 
-#[async_trait::async_trait]
-impl S3Auth for MetaAuth {
-    async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
-        if let Some((secret, at)) = self.cache.lock().expect("key cache").get(access_key) {
-            if at.elapsed() < KEY_CACHE_TTL {
-                return Ok(SecretKey::from(secret.as_str()));
+    /// The key's record: from the cache while younger than [`KEY_CACHE_TTL`], else from meta.
+    async fn lookup(&self, access_key: &str) -> S3Result<CachedKey> {
+        if let Some(key) = self.cache.lock().expect("key cache").get(access_key) {
+            if key.at.elapsed() < KEY_CACHE_TTL {
+                return Ok(key.clone());
             }
         }
         let found = self.meta.get_record(ACCESS_KEYS, access_key).await.map_err(|error| {
@@ -119,9 +136,30 @@ impl S3Auth for MetaAuth {
         let secret = record.secret(&self.seal, access_key).map_err(|e| {
             s3_error!(InternalError, "the access key's sealed secret does not open: {e}")
         })?;
+        let key = CachedKey { secret, may_set_policy: record.may_set_policy, at: Instant::now() };
         let mut cache = self.cache.lock().expect("key cache");
-        cache.retain(|_, (_, at)| at.elapsed() < KEY_CACHE_TTL);
-        cache.insert(access_key.to_string(), (secret.clone(), Instant::now()));
-        Ok(SecretKey::from(secret))
+        cache.retain(|_, cached| cached.at.elapsed() < KEY_CACHE_TTL);
+        cache.insert(access_key.to_string(), key.clone());
+        Ok(key)
+    }
+
+    /// Whether `access_key` may choose policies; `AccessDenied` naming the fix when not.
+    pub async fn check_may_set_policy(&self, access_key: &str) -> S3Result<()> {
+        if self.lookup(access_key).await?.may_set_policy {
+            return Ok(());
+        }
+        Err(s3_error!(
+            AccessDenied,
+            "access key {access_key} may not choose a policy (x-weft-policy); an admin grants \
+             it with `weft key create NAME --allow-policy`, or omit the header to use the \
+             bucket's default policy"
+        ))
+    }
+}
+
+#[async_trait::async_trait]
+impl S3Auth for MetaAuth {
+    async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
+        Ok(SecretKey::from(self.lookup(access_key).await?.secret))
     }
 }

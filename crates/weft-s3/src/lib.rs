@@ -121,8 +121,10 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
         .local_addr()
         .map_err(|source| GatewayError::Bind { listen: config.listen, source })?;
     let service = {
-        let mut builder = s3s::service::S3ServiceBuilder::new(Gateway::new(client.clone()));
-        builder.set_auth(keys::MetaAuth::new(client.meta.clone(), config.secret.seal_key()));
+        let keys = keys::MetaAuth::new(client.meta.clone(), config.secret.seal_key());
+        let mut builder =
+            s3s::service::S3ServiceBuilder::new(Gateway::new(client.clone(), keys.clone()));
+        builder.set_auth(keys);
         builder.build()
     };
     let (stop, mut stopped) = watch::channel(false);

@@ -24,7 +24,8 @@ pub enum KeyCommand {
     ///
     /// Examples:
     ///   weft key create alice
-    ///   weft key create ci --json      # {"access_key":"WK…","secret_key":"…","name":"ci"}
+    ///   weft key create ci --json      # {"access_key":"WK…","secret_key":"…","name":"ci",…}
+    ///   weft key create ops --allow-policy   # may send x-weft-policy
     ///   AWS_ACCESS_KEY_ID=WK… AWS_SECRET_ACCESS_KEY=… \
     ///     aws --endpoint-url http://127.0.0.1:9000 s3 ls
     #[command(verbatim_doc_comment)]
@@ -39,7 +40,13 @@ pub enum KeyCommand {
 pub struct KeyCreateArgs {
     /// A name for people: who or what uses the key.
     pub name: String,
-    /// Print {"access_key","secret_key","name"} as one JSON object.
+    /// Let requests signed with this key choose a policy (the `x-weft-policy` header on
+    /// CreateBucket, PutObject, CopyObject and CreateMultipartUpload). Without it such
+    /// requests are refused with AccessDenied: a policy decides how many unit files an
+    /// object makes and how much a failure costs, so it is an operator's choice.
+    #[arg(long)]
+    pub allow_policy: bool,
+    /// Print {"access_key","secret_key","name","may_set_policy"} as one JSON object.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -48,7 +55,7 @@ pub struct KeyCreateArgs {
 
 #[derive(Debug, Args)]
 pub struct KeyLsArgs {
-    /// One JSON object: {"keys":[{"access_key","name","created_ms"}...]}.
+    /// One JSON object: {"keys":[{"access_key","name","created_ms","may_set_policy"}...]}.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -67,14 +74,18 @@ pub fn run(command: KeyCommand) -> Result<(), CliError> {
     match command {
         KeyCommand::Create(args) => {
             let meta = args.meta.client()?;
-            let (access_key, secret_key) = create_key(&meta, &args.name)?;
+            let (access_key, secret_key) = create_key(&meta, &args.name, args.allow_policy)?;
             if args.json {
                 print_json(&json!({
                     "access_key": access_key, "secret_key": secret_key, "name": args.name,
+                    "may_set_policy": args.allow_policy,
                 }));
             } else {
                 println!("access key  {access_key}");
                 println!("secret key  {secret_key}");
+                if args.allow_policy {
+                    println!("may choose policies (x-weft-policy)");
+                }
                 println!("(the secret is shown only now; `weft key rm {access_key}` revokes it)");
             }
             Ok(())
@@ -90,6 +101,7 @@ pub fn run(command: KeyCommand) -> Result<(), CliError> {
                     json!({
                         "access_key": r["name"], "name": r["value"]["name"],
                         "created_ms": r["value"]["created_ms"],
+                        "may_set_policy": r["value"]["may_set_policy"].as_bool().unwrap_or(false),
                     })
                 })
                 .collect();
@@ -99,8 +111,10 @@ pub fn run(command: KeyCommand) -> Result<(), CliError> {
                 println!("no access keys (create one with `weft key create NAME`)");
             } else {
                 for key in keys {
+                    let policy =
+                        if key["may_set_policy"] == true { "  (may set policy)" } else { "" };
                     println!(
-                        "{}  {}",
+                        "{}  {}{policy}",
                         key["access_key"].as_str().unwrap_or("?"),
                         key["name"].as_str().unwrap_or("")
                     );
@@ -118,13 +132,24 @@ pub fn run(command: KeyCommand) -> Result<(), CliError> {
     }
 }
 
-/// Creates a key named `name` in meta; returns (access key id, secret).
-pub fn create_key(meta: &MetaClient, name: &str) -> Result<(String, String), CliError> {
+/// Creates a key named `name` in meta, allowed to choose policies if `may_set_policy`;
+/// returns (access key id, secret).
+pub fn create_key(
+    meta: &MetaClient,
+    name: &str,
+    may_set_policy: bool,
+) -> Result<(String, String), CliError> {
     let (access_key, secret_key) = weft_s3::new_key();
     let created_ms =
         SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-    let record =
-        weft_s3::KeyRecord::new(meta.seal_key(), &access_key, name, &secret_key, created_ms);
+    let record = weft_s3::KeyRecord::new(
+        meta.seal_key(),
+        &access_key,
+        name,
+        &secret_key,
+        created_ms,
+        may_set_policy,
+    );
     let value = serde_json::to_value(&record).expect("key records serialize");
     // A random 18-character id is never taken in practice; create-only all the same.
     meta.put_query(&["records", weft_s3::ACCESS_KEYS, &access_key], "if_absent=true", &value)

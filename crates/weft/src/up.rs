@@ -1258,7 +1258,8 @@ fn write_s3_file(dir: &Path, meta: &MetaClient, endpoint: &str) -> Result<(), Cl
             s3["access_key"].as_str().unwrap_or_default().to_owned(),
             s3["secret_key"].as_str().unwrap_or_default().to_owned(),
         ),
-        None => crate::key_cli::create_key(meta, "weft up default key")?,
+        // The operator's own key: it may choose policies.
+        None => crate::key_cli::create_key(meta, "weft up default key", true)?,
     };
     let s3 = json!({
         "endpoint": endpoint,

@@ -390,32 +390,97 @@ async fn multipart_uploads_keys_and_failed_requests_that_create_nothing() {
         (Some("rs(2,1)"), Some(1)),
         "{stat}"
     );
-    tester
+    // Issue 15 item 3: a key may choose a policy only when created with --allow-policy;
+    // otherwise every request carrying x-weft-policy is AccessDenied and writes nothing.
+    let with_policy = |header: &'static str| {
+        move |request: &mut aws_sdk_s3::config::http::HttpRequest| {
+            request.headers_mut().insert("x-weft-policy", header);
+        }
+    };
+    let refused = tester
         .put_object()
         .bucket(bucket)
         .key("by-header")
         .body(ByteStream::from_static(b"hello"))
         .customize()
-        .mutate_request(|request| {
-            request.headers_mut().insert("x-weft-policy", "rs(1,2),stripe=1");
-        })
+        .mutate_request(with_policy("rs(1,2),stripe=1"))
+        .send()
+        .await;
+    let (code, status) = error_of(refused);
+    assert_eq!((code.as_str(), status), ("AccessDenied", 403));
+    let missing = tester.head_object().bucket(bucket).key("by-header").send().await;
+    assert_eq!(error_of(missing).1, 404, "a refused put writes nothing");
+    let refused = tester
+        .create_multipart_upload()
+        .bucket(bucket)
+        .key("by-header")
+        .customize()
+        .mutate_request(with_policy("rs(1,2)"))
+        .send()
+        .await;
+    assert_eq!(error_of(refused), ("AccessDenied".into(), 403));
+    let refused = tester
+        .copy_object()
+        .bucket(bucket)
+        .key("by-header")
+        .copy_source(format!("{bucket}/by-tester"))
+        .customize()
+        .mutate_request(with_policy("rs(1,2)"))
+        .send()
+        .await;
+    assert_eq!(error_of(refused), ("AccessDenied".into(), 403));
+    let refused = tester
+        .create_bucket()
+        .bucket("tester-bucket")
+        .customize()
+        .mutate_request(with_policy("rs(1,2)"))
+        .send()
+        .await;
+    assert_eq!(error_of(refused), ("AccessDenied".into(), 403));
+    assert_eq!(error_of(s3.head_bucket().bucket("tester-bucket").send().await).1, 404);
+    let listed = cluster.weft_json(&["key", "ls", "--json"]);
+    let tester_listed =
+        listed["keys"].as_array().unwrap().iter().find(|k| k["access_key"] == access);
+    assert_eq!(tester_listed.unwrap()["may_set_policy"], false, "{listed}");
+
+    let ops_json = cluster.weft_json(&["key", "create", "ops", "--allow-policy", "--json"]);
+    assert_eq!(ops_json["may_set_policy"], true, "{ops_json}");
+    let ops = client(
+        &conf,
+        ops_json["access_key"].as_str().unwrap(),
+        ops_json["secret_key"].as_str().unwrap(),
+    );
+    ops.put_object()
+        .bucket(bucket)
+        .key("by-header")
+        .body(ByteStream::from_static(b"hello"))
+        .customize()
+        .mutate_request(with_policy("rs(1,2),stripe=1"))
         .send()
         .await
         .unwrap();
     let stat = cluster.stat(&format!("{bucket}/by-header"));
     assert_eq!(stat["layout"]["code"].as_str(), Some("rs(1,2)"), "{stat}");
-    let refused = tester
+    let refused = ops
         .put_object()
         .bucket(bucket)
         .key("bad-policy")
         .body(ByteStream::from_static(b"x"))
         .customize()
-        .mutate_request(|request| {
-            request.headers_mut().insert("x-weft-policy", "rs(2,1),width=3");
-        })
+        .mutate_request(with_policy("rs(2,1),width=3"))
         .send()
         .await;
     assert_eq!(error_of(refused), ("InvalidArgument".into(), 400));
+    let tiny = ops
+        .put_object()
+        .bucket(bucket)
+        .key("tiny-cells")
+        .body(ByteStream::from_static(b"x"))
+        .customize()
+        .mutate_request(with_policy("rs(2,1),cell=1,block=1"))
+        .send()
+        .await;
+    assert_eq!(error_of(tiny).1, 400, "cells under 4 KiB are refused even to allowed keys");
     let wrong = client(&conf, access, "0000000000000000000000000000000000000000");
     let refused = wrong
         .put_object()
