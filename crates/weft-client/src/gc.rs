@@ -439,6 +439,7 @@ async fn delete_unit(
         unit_key: unit.to_string(),
         len: 0,
         state: None,
+        digest: None,
     };
     client.nodes.delete(&info).await.map_err(|failure| failed(failure.cause))
 }

@@ -23,6 +23,7 @@
 
 use std::fmt;
 
+pub mod digest;
 pub mod gc;
 pub mod meta;
 pub mod meter;

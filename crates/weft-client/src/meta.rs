@@ -6,7 +6,7 @@
 //! carrying meta's own error code and message, or [`ClientError::MetaUnreachable`]; object
 //! keys are percent-encoded into the path, so any key meta accepts round-trips.
 
-use std::time::Duration;
+use std::{collections::BTreeMap, time::Duration};
 
 use serde_json::{json, Value};
 use weft_layout::{StripedLayout, UnitId};
@@ -145,15 +145,20 @@ impl MetaClient {
         ObjectInfo::from_json(self.post_json(&path, body).await?)
     }
 
-    /// Commits the write of `generation`; returns the object and the one it replaced.
+    /// Commits the write of `generation` with the digest of every unit written (or none);
+    /// returns the object and the one it replaced.
     pub async fn commit(
         &self,
         bucket: &str,
         key: &str,
         generation: u64,
+        digests: &BTreeMap<UnitId, weft_wire::UnitDigest>,
     ) -> Result<(ObjectInfo, Option<ObjectInfo>)> {
         let path = format!("{}/commit", Self::object_path(bucket, key)?);
-        let mut value = self.post_json(&path, json!({ "generation": generation })).await?;
+        let named: BTreeMap<String, String> =
+            digests.iter().map(|(unit, digest)| (unit.short_name(), digest.to_string())).collect();
+        let body = json!({ "generation": generation, "digests": named });
+        let mut value = self.post_json(&path, body).await?;
         let replaced = match value["replaced"].take() {
             Value::Null => None,
             old => Some(ObjectInfo::from_json(old)?),
@@ -191,12 +196,16 @@ impl MetaClient {
         self.get_json(&path).await
     }
 
-    /// Tells meta a unit was found missing or corrupt, so it is queued for repair.
+    /// Tells meta a unit was found missing or corrupt, so it is queued for repair (a reason
+    /// naming an end-to-end checksum mismatch is flagged so meta counts it).
     pub async fn report_unit(&self, object: &ObjectInfo, unit: UnitId, reason: &str) -> Result<()> {
-        let body = json!({
+        let mut body = json!({
             "bucket": object.bucket, "key": object.key, "generation": object.generation,
             "unit": unit.short_name(), "reason": reason,
         });
+        if reason.contains(crate::digest::MISMATCH) {
+            body["digest_mismatch"] = json!(true);
+        }
         self.post_json("/v1/repairs", body).await.map(|_| ())
     }
 

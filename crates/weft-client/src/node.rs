@@ -6,6 +6,10 @@
 //!   answer is a failure, never silently padded or cut.
 //! - Failures are classified ([`FailureKind`]) so that callers can tell "rebuild this unit"
 //!   (missing, corrupt) from "this node is unreachable" and from "already exists".
+//! - A GET of a whole unit is checked against the writer's digest from meta when the object
+//!   has one ([`crate::digest::check_unit`]): bytes a node returns under a unit's key are
+//!   trusted only as far as its checksums go for partial ranges, never for whole units.
+//! - A streamed PUT returns the digest of exactly the bytes it sent.
 
 use std::{fmt, time::Duration};
 
@@ -135,18 +139,25 @@ impl NodeClient {
         })
     }
 
-    /// Stores `unit` from the chunks arriving on `chunks` (exactly `len` bytes in all). The
-    /// node answers only once the unit is durable. Dropping the sender early aborts the PUT
-    /// (the node discards the partial unit).
+    /// Stores `unit` from the chunks arriving on `chunks` (exactly `len` bytes in all) and
+    /// returns the digest of the bytes sent. The node answers only once the unit is durable.
+    /// Dropping the sender early aborts the PUT (the node discards the partial unit).
     pub async fn put_stream(
         &self,
         unit: &UnitInfo,
         len: u64,
         chunks: mpsc::Receiver<Bytes>,
-    ) -> Result<(), NodeFailure> {
+    ) -> Result<weft_wire::UnitDigest, NodeFailure> {
         let url = Self::url(unit)?;
-        let stream = futures_util::stream::unfold(chunks, |mut rx| async move {
-            rx.recv().await.map(|chunk| (Ok::<Bytes, std::io::Error>(chunk), rx))
+        let digester = std::sync::Arc::new(std::sync::Mutex::new(crate::digest::Digester::new()));
+        let fed = std::sync::Arc::clone(&digester);
+        let stream = futures_util::stream::unfold(chunks, move |mut rx| {
+            let fed = std::sync::Arc::clone(&fed);
+            async move {
+                let chunk = rx.recv().await?;
+                fed.lock().expect("digester").update(&chunk);
+                Some((Ok::<Bytes, std::io::Error>(chunk), rx))
+            }
         });
         let request = self
             .http
@@ -155,7 +166,7 @@ impl NodeClient {
             .body(reqwest::Body::wrap_stream(stream));
         let response = self.send(unit.node_id, request).await?;
         if response.status().is_success() {
-            Ok(())
+            Ok(digester.lock().expect("digester").finish())
         } else {
             Err(failure_of(response).await)
         }
@@ -213,6 +224,9 @@ impl NodeClient {
                 FailureKind::Other,
                 format!("asked for {len} bytes at {offset}, got {}", out.len()),
             ));
+        }
+        if offset == 0 && len == unit.len {
+            crate::digest::check_unit(unit, &out)?;
         }
         Ok(Bytes::from(out))
     }

@@ -26,6 +26,9 @@ pub struct UnitInfo {
     pub len: u64,
     /// "up" / "down" when meta said (GET), None otherwise (begin, commit).
     pub state: Option<String>,
+    /// The writer's digest of the unit's bytes, when the object has digests (end-to-end
+    /// checksums: [`crate::digest`]).
+    pub digest: Option<weft_wire::UnitDigest>,
 }
 
 impl UnitInfo {
@@ -71,6 +74,8 @@ struct RawUnit {
     len: u64,
     #[serde(default)]
     state: Option<String>,
+    #[serde(default)]
+    digest: Option<weft_wire::UnitDigest>,
 }
 
 impl RawUnit {
@@ -85,13 +90,14 @@ impl RawUnit {
             unit_key: self.unit_key,
             len: self.len,
             state: self.state,
+            digest: self.digest,
         })
     }
 }
 
 impl UnitInfo {
     /// Parses one entry of a unit list as meta sends it (`{"unit","node_id","endpoint",
-    /// "disk","unit_key","len"}`, optional `"state"`).
+    /// "disk","unit_key","len"}`, optional `"state"` and `"digest"`).
     pub fn from_json(value: &serde_json::Value) -> Result<UnitInfo> {
         let bad = |reason: String| ClientError::Invalid(format!("meta sent a bad unit: {reason}"));
         let raw: RawUnit = serde_json::from_value(value.clone()).map_err(|e| bad(e.to_string()))?;

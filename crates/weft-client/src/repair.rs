@@ -190,6 +190,7 @@ pub async fn drain_deletions(client: &Client) -> Result<u64> {
             unit_key: deletion.unit_key.clone(),
             len: 0,
             state: None,
+            digest: None,
         };
         match client.nodes.delete(&copy).await {
             Ok(()) => done.push(deletion.id.clone()),
@@ -271,6 +272,15 @@ pub async fn repair_unit(
     let unit_len = object.unit_len(group);
     let rebuilt = rebuilder.rebuild(task.unit, 0, unit_len).await?;
     let stored: Bytes = rebuilt.slice(..old.len as usize);
+    // The rebuilt unit must be the unit its writer wrote: a helper that returned other bytes
+    // in a range no digest covers would otherwise be baked into the new copy.
+    crate::digest::check_unit(&old, &stored).map_err(|failure| {
+        ClientError::Invalid(format!(
+            "the rebuilt {} does not match its digest in meta (a helper returned bad bytes): {}",
+            task.unit.short_name(),
+            failure.cause
+        ))
+    })?;
     let destination = UnitInfo {
         node_id: task.destination_node,
         endpoint: Some(task.destination_endpoint.clone()),

@@ -47,12 +47,16 @@
 //! - Every byte is accounted: bytes fetched from nodes, data, parity and relocated bytes
 //!   written; `network_bytes` is their sum (the executor is a client of every node).
 
-use std::time::{Duration, Instant};
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
 
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{json, Value};
 use weft_layout::{StripedLayout, TransitionIo, TransitionMode, UnitId};
+use weft_wire::UnitDigest;
 
 use crate::{read::UnitRebuilder, Client, ClientError, ObjectInfo, PutOptions, Result, UnitInfo};
 
@@ -386,8 +390,9 @@ impl Client {
         }
         // Renewed until this attempt ends (the guard stops the task on every way out).
         let (renewer, mut lost) = Renewer::start(self, &current, id, lease_ms);
+        let mut digests = BTreeMap::new();
         let written = tokio::select! {
-            written = self.write_regroup(&current, &to, &create, &moves, io) => written,
+            written = self.write_regroup(&current, &to, &create, &moves, io, &mut digests) => written,
             error = lost.recv() => Err(error.unwrap_or_else(|| {
                 ClientError::Invalid("the transition's lease renewer stopped".into())
             })),
@@ -401,7 +406,7 @@ impl Client {
         report.io = *io;
         let (error, commit_sent) = match written {
             Err(error) => (error, false),
-            Ok(()) => match self.commit_transition(&current, id).await {
+            Ok(()) => match self.commit_transition(&current, id, &digests).await {
                 Ok(()) => return Ok(report),
                 Err(error) => (error, true),
             },
@@ -492,9 +497,10 @@ impl Client {
         create: &[UnitInfo],
         moves: &[PlannedMove],
         io: &mut TransitionIo,
+        digests: &mut BTreeMap<UnitId, UnitDigest>,
     ) -> Result<()> {
         let mut rebuilder = UnitRebuilder::new(self, object.clone(), true)?;
-        let written = self.write_groups(&mut rebuilder, to, create, moves, io).await;
+        let written = self.write_groups(&mut rebuilder, to, create, moves, io, digests).await;
         // Counted even when it failed: the bytes were read.
         io.bytes_read += rebuilder.bytes_fetched;
         rebuilder.finish_reports().await;
@@ -508,6 +514,7 @@ impl Client {
         create: &[UnitInfo],
         moves: &[PlannedMove],
         io: &mut TransitionIo,
+        digests: &mut BTreeMap<UnitId, UnitDigest>,
     ) -> Result<()> {
         let size = rebuilder.object.size;
         let engine = weft_engine::shared();
@@ -527,24 +534,26 @@ impl Client {
                 }
             }
             if let Some((done, future)) = encoding.take() {
-                self.write_parity(done, future, create, io).await?;
+                self.write_parity(done, future, create, io, digests).await?;
             }
             let data: Vec<Bytes> = data.into_iter().map(Bytes::from).collect();
             encoding = Some((group, engine.iencode(weft_engine::EncodeTask::new(to.code, data))));
         }
         if let Some((done, future)) = encoding {
-            self.write_parity(done, future, create, io).await?;
+            self.write_parity(done, future, create, io, digests).await?;
         }
         Ok(())
     }
 
-    /// Waits for a group's new parity and writes it where meta's plan put it.
+    /// Waits for a group's new parity and writes it where meta's plan put it, noting each
+    /// unit's digest for the commit.
     async fn write_parity(
         &self,
         group: usize,
         encoding: weft_engine::EcFuture,
         create: &[UnitInfo],
         io: &mut TransitionIo,
+        digests: &mut BTreeMap<UnitId, UnitDigest>,
     ) -> Result<()> {
         let parity = encoding
             .await
@@ -556,6 +565,7 @@ impl Client {
                 ClientError::Invalid(format!("meta's plan has no place for {}", unit.short_name()))
             })?;
             io.parity_bytes_written += bytes.len() as u64;
+            digests.insert(unit, crate::digest::unit_digest(&bytes));
             self.put_unit(target, Bytes::from(bytes)).await?;
         }
         Ok(())
@@ -574,8 +584,16 @@ impl Client {
         }
     }
 
-    async fn commit_transition(&self, object: &ObjectInfo, id: u64) -> Result<()> {
-        let body = json!({"bucket": object.bucket, "key": object.key, "id": id});
+    /// Commits with the digest of every new parity unit.
+    async fn commit_transition(
+        &self,
+        object: &ObjectInfo,
+        id: u64,
+        digests: &BTreeMap<UnitId, UnitDigest>,
+    ) -> Result<()> {
+        let named: BTreeMap<String, String> =
+            digests.iter().map(|(unit, digest)| (unit.short_name(), digest.to_string())).collect();
+        let body = json!({"bucket": object.bucket, "key": object.key, "id": id, "digests": named});
         let done = self.meta.post_json("/v1/transitions/commit", body).await?;
         let garbage = units(&done["delete"])?;
         self.delete_units(&garbage).await;

@@ -13,6 +13,8 @@
 //! `blocking` adds each cell inline; `noop` adds nothing (zero parity, benchmarks only).
 //!
 //! Invariants:
+//! - The commit carries the digest of every unit as sent (end-to-end checksums; see
+//!   [`crate::digest`]): every unit of the object is opened and sent, so none lacks one.
 //! - The object is committed only after every unit's PUT succeeded; on any failure nothing is
 //!   committed and the units written are deleted (best effort; leftovers of a crashed client
 //!   are garbage that meta's records never name). `put_file` then begins again, asking meta
@@ -176,7 +178,8 @@ struct Writer<R> {
     meter: Arc<BufferMeter>,
     cell_permits: Arc<Semaphore>,
     streams: HashMap<UnitId, Stream>,
-    puts: Vec<(UnitId, JoinHandle<Result<(), NodeFailure>>)>,
+    /// Each opened PUT, answering the digest of what it sent.
+    puts: Vec<(UnitId, JoinHandle<Result<weft_wire::UnitDigest, NodeFailure>>)>,
     progress: Option<Arc<AtomicU64>>,
     parity_bytes: u64,
     coder: Coder,
@@ -706,11 +709,15 @@ impl Client {
             Err(Stop::StreamClosed(unit)) => (None, Some(unit), OutcomeKind::Closed),
         };
         let mut written = Vec::new();
+        let mut digests = BTreeMap::new();
         let mut failed_nodes = Vec::new();
         for (unit, task) in puts {
             let info = object.unit(unit).expect("opened units exist").clone();
             match task.await {
-                Ok(Ok(())) => written.push(info),
+                Ok(Ok(digest)) => {
+                    written.push(info);
+                    digests.insert(unit, digest);
+                }
                 Ok(Err(failure)) => {
                     // Once the coding thread stopped, every other stream was cut short too:
                     // only the stream that closed first names a node at fault. When all data
@@ -750,7 +757,8 @@ impl Client {
             return Err((error, failed_nodes));
         }
         let units = written.len();
-        let (committed, replaced) = match self.meta.commit(bucket, key, object.generation).await {
+        let commit = self.meta.commit(bucket, key, object.generation, &digests);
+        let (committed, replaced) = match commit.await {
             Ok(done) => done,
             Err(error) => {
                 self.delete_units(&written).await;

@@ -151,7 +151,8 @@ async fn an_abandoned_write_is_expired_and_its_units_swept() {
     assert_eq!((report.unreferenced, report.deleted), (1, 1), "{report:?}");
     assert_eq!(all_files(&cluster, 4), committed);
     // The dead client's commit is refused now.
-    let refused = cluster.client.meta.commit("b", "abandoned", begun.generation).await;
+    let refused =
+        cluster.client.meta.commit("b", "abandoned", begun.generation, &Default::default()).await;
     assert!(refused.is_err(), "{refused:?}");
     assert!(read(&cluster, "kept").await == pattern(3 * BLOCK as usize, 1));
 }

@@ -313,3 +313,57 @@ async fn an_unrecoverable_group_is_unfound_not_retried_in_a_loop_and_can_be_mark
     let status = cluster.wait_for(Duration::from_secs(5), |s| s["unfound_units"] == 0).await;
     assert_eq!(status["lost_objects"], 1, "{status}");
 }
+
+/// Issue 15 item 2: a unit replaced under its key by someone who can talk to its node (the
+/// node recomputes its own checksums, so it serves the forgery as sound) is caught by the
+/// writer's digest in meta: the read returns the true bytes, reports the unit, meta counts
+/// it, and repair puts the true bytes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_unit_is_caught_by_its_writers_digest_rebuilt_and_counted() {
+    let cluster = TestCluster::start(9).await;
+    cluster.create_bucket("b", policy("rs(4,2)", 2, CELL, BLOCK)).await;
+    let data = pattern((6 * BLOCK) as usize, 9);
+    cluster
+        .client
+        .put_reader("b", "o0", data.len() as u64, Cursor::new(data.clone()), &PutOptions::default())
+        .await
+        .unwrap();
+    let object = cluster.client.meta.get_object("b", "o0").await.unwrap();
+    assert!(object.units.len() > 6, "{} units", object.units.len());
+    for info in object.units.values() {
+        let digest = info.digest.unwrap_or_else(|| panic!("{:?} has no digest", info.unit));
+        let stored = cluster.client.nodes.get_range(info, 0, info.len).await.unwrap();
+        assert_eq!(weft_client::digest::unit_digest(&stored), digest, "{:?}", info.unit);
+    }
+    let victim = object.unit(weft_layout::UnitId::Data(1)).unwrap().clone();
+    let forged: Vec<u8> = pattern(victim.len as usize, 77);
+    cluster.client.nodes.delete(&victim).await.unwrap();
+    cluster.client.nodes.put(&victim, forged.clone().into()).await.unwrap();
+    // The node serves the forgery as sound; only the digest tells.
+    let refused = cluster.client.nodes.get_range(&victim, 0, victim.len).await.unwrap_err();
+    assert_eq!(refused.kind, weft_client::node::FailureKind::Corrupt, "{refused}");
+    assert!(refused.cause.contains(weft_client::digest::MISMATCH), "{refused}");
+    let unchecked = weft_client::UnitInfo { digest: None, ..victim.clone() };
+    let served = cluster.client.nodes.get_range(&unchecked, 0, victim.len).await.unwrap();
+    assert_eq!(served.as_ref(), forged.as_slice(), "the node itself finds nothing wrong");
+
+    let mut out = Vec::new();
+    let stats = cluster.client.get("b", "o0", None, &mut out, None).await.unwrap();
+    assert!(out == data, "the read returns the writer's bytes, not the forgery");
+    assert_eq!(stats.degraded_units.len(), 1, "{:?}", stats.degraded_units);
+    assert!(stats.degraded_units[0].1.contains("checksum mismatch"), "{:?}", stats.degraded_units);
+    cluster
+        .wait_for(Duration::from_secs(10), |s| {
+            s["digest_mismatches"] == 1 && s["repair_queue"].as_u64() > Some(0)
+        })
+        .await;
+    run_repairs(&cluster, "rs(4,2)").await;
+    let repaired = cluster.client.meta.get_object("b", "o0").await.unwrap();
+    let unit = repaired.unit(weft_layout::UnitId::Data(1)).unwrap();
+    assert_eq!(unit.digest, victim.digest, "repair keeps the writer's digest");
+    cluster.client.nodes.get_range(unit, 0, unit.len).await.expect("the true bytes are back");
+    let mut out = Vec::new();
+    let stats = cluster.client.get("b", "o0", None, &mut out, None).await.unwrap();
+    assert!(out == data);
+    assert!(stats.degraded_units.is_empty(), "{:?}", stats.degraded_units);
+}

@@ -27,6 +27,8 @@ pub enum MetaError {
     InvalidName { what: &'static str, name: String, reason: &'static str },
     /// A policy or placement given to the store is not valid.
     InvalidRecord { bucket: String, key: String, reason: String },
+    /// Unit digests given at a commit do not name exactly the units they must.
+    InvalidDigests { bucket: String, key: String, reason: String },
     /// The object has no such unit (a data block past its end, a parity of a missing group).
     NoSuchUnit { bucket: String, key: String, unit: UnitId },
     /// Moving the unit to that disk would break a placement rule (two units of one group or
@@ -151,6 +153,9 @@ impl fmt::Display for MetaError {
             }
             MetaError::InvalidRecord { bucket, key, reason } => {
                 write!(f, "invalid record for object {key:?} in bucket {bucket:?}: {reason}")
+            }
+            MetaError::InvalidDigests { bucket, key, reason } => {
+                write!(f, "bad unit digests for object {key:?} in bucket {bucket:?}: {reason}")
             }
             MetaError::NoSuchUnit { bucket, key, unit } => {
                 write!(f, "object {key:?} in bucket {bucket:?} has no {unit}")

@@ -21,10 +21,10 @@ pub mod store;
 pub use error::{MetaError, TransitionConflict};
 pub use mem::MemStore;
 pub use records::{
-    metadata_bytes, parse_unit_name, unit_name, BucketRecord, DiskReport, Enqueued, Heartbeat,
-    NewTransition, NodeRecord, ObjectName, ObjectRecord, ObjectState, Policy, RepairKind,
-    RepairLease, RepairOutcome, RepairRequest, RepairTask, TransitionRecord,
+    metadata_bytes, parse_unit_name, unit_name, BucketRecord, Digests, DiskReport, Enqueued,
+    Heartbeat, NewTransition, NodeRecord, ObjectName, ObjectRecord, ObjectState, Policy,
+    RepairKind, RepairLease, RepairOutcome, RepairRequest, RepairTask, TransitionRecord,
     DEFAULT_TRANSITION_LEASE_MS, FORMAT_VERSION, MAX_BUCKET_NAME_BYTES, MAX_KEY_BYTES,
 };
 pub use redb_store::{RedbStore, StoreFaults, SCHEMA_VERSION};
-pub use store::{MetaStore, ObjectPage, MAX_LIST_LIMIT};
+pub use store::{check_digests, MetaStore, ObjectPage, MAX_LIST_LIMIT};

@@ -15,11 +15,13 @@ use crate::records::{
     ObjectRecord, ObjectState, Policy, RepairLease, RepairOutcome, RepairRequest, RepairTask,
     TransitionRecord,
 };
+use crate::store::check_digests;
 use crate::store::{
     check_namespace, check_new_object, check_new_transition, enqueue_step, holds, is_free,
     lease_deadline, lease_lost, list_start, pending_one, relocated, transitioned, EnqueueStep,
     ObjectPage, RecordPage, MAX_LIST_LIMIT,
 };
+use crate::Digests;
 use crate::{MetaError, MetaStore};
 
 type ObjectKey = (String, String);
@@ -274,6 +276,7 @@ impl MetaStore for MemStore {
             created_ms: now_ms,
             generation: state.next_generation,
             parity_generation: 0,
+            digests: Digests::new(),
         };
         state.writes.insert(key_of(bucket, key), record.clone());
         Ok(record)
@@ -284,6 +287,7 @@ impl MetaStore for MemStore {
         bucket: &str,
         key: &str,
         generation: u64,
+        digests: &Digests,
     ) -> Result<(ObjectRecord, Option<ObjectRecord>), MetaError> {
         let mut state = self.lock();
         let name = key_of(bucket, key);
@@ -297,8 +301,10 @@ impl MetaStore for MemStore {
                 })
             }
         }
+        check_digests(&state.writes[&name], digests, |_| true)?;
         let mut record = state.writes.remove(&name).expect("checked above");
         record.state = ObjectState::Committed;
+        record.digests = digests.clone();
         state.transitions.remove(&name);
         let replaced = state.objects.insert(name, record.clone());
         Ok((record, replaced))
@@ -574,11 +580,18 @@ impl MetaStore for MemStore {
         bucket: &str,
         key: &str,
         id: u64,
+        parity_digests: &Digests,
     ) -> Result<(ObjectRecord, ObjectRecord), MetaError> {
         let mut state = self.lock();
         let name = key_of(bucket, key);
-        let new =
-            transitioned(state.objects.get(&name), state.transitions.get(&name), bucket, key, id)?;
+        let new = transitioned(
+            state.objects.get(&name),
+            state.transitions.get(&name),
+            bucket,
+            key,
+            id,
+            parity_digests,
+        )?;
         state.transitions.remove(&name);
         state.drop_parity_repairs(&ObjectName { bucket: bucket.into(), key: key.into() });
         let old = state.objects.insert(name, new.clone()).expect("checked by transitioned");

@@ -65,7 +65,14 @@ pub struct ObjectRecord {
     /// The unit generation of the parity units: 0 as written, the id of the last committed
     /// transition after one (data units always have generation 0).
     pub parity_generation: u64,
+    /// The writer's digest of every unit (end-to-end checksums), or empty: objects written
+    /// before digests existed, or by a client that sent none. Never partial
+    /// ([`crate::store::check_digests`]).
+    pub digests: Digests,
 }
+
+/// Unit digests by unit.
+pub type Digests = std::collections::BTreeMap<UnitId, weft_wire::UnitDigest>;
 
 impl ObjectRecord {
     /// The object's policy.
@@ -383,6 +390,10 @@ pub(crate) struct StoredObject {
     /// Absent in objects stored before transitions existed, and whenever it is 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     parity_generation: u64,
+    /// The unit digests, hex, concatenated in the order of `data` then `parity`; absent when
+    /// the object has none (so objects stored before digests existed read unchanged).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    digests: String,
 }
 
 fn is_zero(value: &u64) -> bool {
@@ -421,6 +432,16 @@ impl StoredObject {
             created_ms: record.created_ms,
             generation: record.generation,
             parity_generation: record.parity_generation,
+            digests: match record.digests.is_empty() {
+                true => String::new(),
+                false => placement
+                    .units()
+                    .iter()
+                    .map(|(unit, _)| {
+                        record.digests.get(unit).map_or(String::new(), |d| d.to_string())
+                    })
+                    .collect(),
+            },
         }
     }
 
@@ -451,6 +472,22 @@ impl StoredObject {
         });
         let placement: Placement =
             serde_json::from_value(value).map_err(|e| corrupt(e.to_string()))?;
+        let mut digests = Digests::new();
+        if !self.digests.is_empty() {
+            let units = placement.units();
+            let width = 2 * weft_wire::digest::UNIT_DIGEST_BYTES;
+            if self.digests.len() != units.len() * width || !self.digests.is_ascii() {
+                return Err(corrupt(format!(
+                    "{} hex digits of digests for {} units",
+                    self.digests.len(),
+                    units.len()
+                )));
+            }
+            for ((unit, _), at) in units.iter().zip((0..).step_by(width)) {
+                let digest = self.digests[at..at + width].parse().map_err(corrupt)?;
+                digests.insert(*unit, digest);
+            }
+        }
         Ok(ObjectRecord {
             bucket: bucket.to_string(),
             key: key.to_string(),
@@ -459,6 +496,7 @@ impl StoredObject {
             created_ms: self.created_ms,
             generation: self.generation,
             parity_generation: self.parity_generation,
+            digests,
         })
     }
 }

@@ -41,11 +41,11 @@ use crate::records::{
     RepairRequest, RepairTask, StoredObject, TransitionRecord, FORMAT_VERSION,
 };
 use crate::store::{
-    check_namespace, check_new_object, check_new_transition, enqueue_step, holds, is_free,
-    lease_deadline, lease_lost, list_start, pending_one, relocated, transitioned, EnqueueStep,
-    ObjectPage, RecordPage, MAX_LIST_LIMIT,
+    check_digests, check_namespace, check_new_object, check_new_transition, enqueue_step, holds,
+    is_free, lease_deadline, lease_lost, list_start, pending_one, relocated, transitioned,
+    EnqueueStep, ObjectPage, RecordPage, MAX_LIST_LIMIT,
 };
-use crate::{MetaError, MetaStore};
+use crate::{Digests, MetaError, MetaStore};
 
 pub(crate) const BUCKETS: TableDefinition<&str, &[u8]> = TableDefinition::new("buckets");
 pub(crate) const OBJECTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("objects");
@@ -704,6 +704,7 @@ impl MetaStore for RedbStore {
                 created_ms: now_ms,
                 generation,
                 parity_generation: 0,
+                digests: Digests::new(),
             };
             let mut writes = txn.open_table(WRITES).map_err(store)?;
             let bytes = encode(&StoredObject::from_record(&record));
@@ -718,6 +719,7 @@ impl MetaStore for RedbStore {
         bucket: &str,
         key: &str,
         generation: u64,
+        digests: &Digests,
     ) -> Result<(ObjectRecord, Option<ObjectRecord>), MetaError> {
         let no_write =
             || MetaError::NoSuchWrite { bucket: bucket.into(), key: key.into(), generation };
@@ -733,8 +735,10 @@ impl MetaStore for RedbStore {
             if write.generation != generation {
                 return Err(no_write());
             }
+            check_digests(&write, digests, |_| true)?;
             writes.remove((bucket, key)).map_err(store)?;
-            record = ObjectRecord { state: ObjectState::Committed, ..write };
+            record =
+                ObjectRecord { state: ObjectState::Committed, digests: digests.clone(), ..write };
             let mut objects = txn.open_table(OBJECTS).map_err(store)?;
             let bytes = encode(&StoredObject::from_record(&record));
             replaced = match objects.insert((bucket, key), bytes.as_slice()).map_err(store)? {
@@ -1175,6 +1179,7 @@ impl MetaStore for RedbStore {
         bucket: &str,
         key: &str,
         id: u64,
+        parity_digests: &Digests,
     ) -> Result<(ObjectRecord, ObjectRecord), MetaError> {
         let db = self.db()?;
         let txn = db.begin_write().map_err(store)?;
@@ -1184,7 +1189,14 @@ impl MetaStore for RedbStore {
             let mut transitions = txn.open_table(TRANSITIONS).map_err(store)?;
             let committed = read_object(&objects, bucket, key)?;
             let pending = read_transition(&transitions, bucket, key)?;
-            new = transitioned(committed.as_ref(), pending.as_ref(), bucket, key, id)?;
+            new = transitioned(
+                committed.as_ref(),
+                pending.as_ref(),
+                bucket,
+                key,
+                id,
+                parity_digests,
+            )?;
             old = committed.expect("checked by transitioned");
             let bytes = encode(&StoredObject::from_record(&new));
             objects.insert((bucket, key), bytes.as_slice()).map_err(store)?;

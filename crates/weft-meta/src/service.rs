@@ -177,6 +177,9 @@ struct Meta {
     repair: RepairConfig,
     /// Repairs completed by relocation since this meta started.
     repairs_completed: AtomicU64,
+    /// Units a reader found not matching their writer's digest (reports with
+    /// `digest_mismatch`), since this meta started.
+    digest_mismatches: AtomicU64,
     /// Nodes allowed to heartbeat (mirrors the store's [`ENROLLED_NODES`] records).
     enrolled: RwLock<HashSet<u32>>,
     /// Held across each enrolment change, so the set and the store change together.
@@ -328,6 +331,7 @@ pub async fn bind_with_faults(
         clock: Arc::new(liveness::RunningClock::new()),
         repair,
         repairs_completed: AtomicU64::new(0),
+        digest_mismatches: AtomicU64::new(0),
         enrolled: RwLock::new(enrolled),
         enrolling: tokio::sync::Mutex::new(()),
         changes: inventory::Changes::new(now_ms()),
@@ -610,6 +614,7 @@ impl From<MetaError> for ApiError {
             MetaError::BucketNotEmpty { .. } => (StatusCode::CONFLICT, "bucket_not_empty"),
             MetaError::InvalidName { .. } => (StatusCode::BAD_REQUEST, "invalid_name"),
             MetaError::InvalidRecord { .. } => (StatusCode::BAD_REQUEST, "invalid_policy"),
+            MetaError::InvalidDigests { .. } => (StatusCode::BAD_REQUEST, "invalid_digests"),
             MetaError::NoSuchUnit { .. } => (StatusCode::BAD_REQUEST, "invalid_unit"),
             MetaError::LeaseLost { .. } => (StatusCode::CONFLICT, "lease_lost"),
             MetaError::PlacementRefused { .. } => (StatusCode::CONFLICT, "placement_refused"),
@@ -777,6 +782,7 @@ async fn status(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
         "under_protected_units": under_protected,
         "repair_queue": repair_queue,
         "repairs_completed": meta.repairs_completed.load(Ordering::Relaxed),
+        "digest_mismatches": meta.digest_mismatches.load(Ordering::Relaxed),
         "missing_units": meta.scrub.missing_units(),
         "bad_units_reported": meta.scrub.bad_units_reported.load(Ordering::Relaxed),
         "inventories": meta.scrub.inventories_json(),

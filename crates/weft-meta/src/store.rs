@@ -37,6 +37,8 @@
 //!   opaque JSON under (namespace, name), in a fixed set of namespaces; meta checks nothing
 //!   in them but keeps them atomically like every other record.
 
+use std::collections::BTreeSet;
+
 use weft_layout::{DiskLocation, LayoutError, Placement, UnitId};
 
 use crate::error::TransitionConflict;
@@ -45,7 +47,7 @@ use crate::records::{
     ObjectName, ObjectRecord, Policy, RepairKind, RepairLease, RepairOutcome, RepairRequest,
     RepairTask, TransitionRecord,
 };
-use crate::MetaError;
+use crate::{Digests, MetaError};
 
 /// Most objects one listing returns.
 pub const MAX_LIST_LIMIT: usize = 1000;
@@ -159,13 +161,15 @@ pub trait MetaStore: Send + Sync {
         placement: Placement,
         now_ms: u64,
     ) -> Result<ObjectRecord, MetaError>;
-    /// Commits the write of `generation` once all its units are durable. Returns the new
+    /// Commits the write of `generation` once all its units are durable, with the writer's
+    /// unit digests (none, or one for every unit: [`check_digests`]). Returns the new
     /// record and the committed record it replaced, if any (its units are now garbage).
     fn commit_object(
         &self,
         bucket: &str,
         key: &str,
         generation: u64,
+        digests: &Digests,
     ) -> Result<(ObjectRecord, Option<ObjectRecord>), MetaError>;
     /// The committed object under `key`.
     fn get_object(&self, bucket: &str, key: &str) -> Result<ObjectRecord, MetaError>;
@@ -293,12 +297,14 @@ pub trait MetaStore: Send + Sync {
     /// (changing nothing) when the object is gone or replaced, the transition is not the
     /// pending one, a relocated block is no longer on its planned origin, or the new
     /// placement breaks a rule. The transition stays pending after a relocation or placement
-    /// conflict (abort it).
+    /// conflict (abort it). Data units keep their digests; the new parity units get
+    /// `parity_digests` (none, or one for each of them), and lose the old ones.
     fn commit_transition(
         &self,
         bucket: &str,
         key: &str,
         id: u64,
+        parity_digests: &Digests,
     ) -> Result<(ObjectRecord, ObjectRecord), MetaError>;
     /// Removes the pending transition `id` of (bucket, key) and returns it;
     /// [`MetaError::NoSuchTransition`] when it is not the pending one.
@@ -441,6 +447,7 @@ pub(crate) fn transitioned(
     bucket: &str,
     key: &str,
     id: u64,
+    parity_digests: &Digests,
 ) -> Result<ObjectRecord, MetaError> {
     let conflict = |conflict: TransitionConflict| MetaError::TransitionConflict {
         bucket: bucket.into(),
@@ -494,7 +501,58 @@ pub(crate) fn transitioned(
         parity,
     )
     .map_err(|e| conflict(TransitionConflict::Placement { reason: e.to_string() }))?;
-    Ok(ObjectRecord { placement, parity_generation: id, ..object.clone() })
+    // Data bytes are unchanged by a regroup (relocated blocks are copies): their digests
+    // stay. Parity is new: the executor's digests, all or none. Digests are kept only when
+    // every unit has one.
+    let mut digests: Digests = object
+        .digests
+        .iter()
+        .filter(|(unit, _)| matches!(unit, UnitId::Data(_)))
+        .map(|(unit, digest)| (*unit, *digest))
+        .collect();
+    digests.extend(parity_digests.iter().map(|(unit, digest)| (*unit, *digest)));
+    let new = ObjectRecord {
+        placement,
+        parity_generation: id,
+        digests: Digests::new(),
+        ..object.clone()
+    };
+    check_digests(&new, parity_digests, |unit| matches!(unit, UnitId::Parity { .. }))?;
+    let complete = check_digests(&new, &digests, |_| true).is_ok();
+    Ok(ObjectRecord { digests: if complete { digests } else { Digests::new() }, ..new })
+}
+
+/// Refuses `digests` unless empty or naming exactly the units of `record` that `wanted`
+/// selects: a record's digests are never partial, so a reader can tell "unverified object"
+/// from "unit without a digest".
+pub fn check_digests(
+    record: &ObjectRecord,
+    digests: &Digests,
+    wanted: impl Fn(&UnitId) -> bool,
+) -> Result<(), MetaError> {
+    if digests.is_empty() {
+        return Ok(());
+    }
+    let units: BTreeSet<UnitId> =
+        record.placement.units().into_iter().map(|(unit, _)| unit).filter(|u| wanted(u)).collect();
+    let invalid = |reason: String| MetaError::InvalidDigests {
+        bucket: record.bucket.clone(),
+        key: record.key.clone(),
+        reason,
+    };
+    if let Some(unit) = digests.keys().find(|unit| !units.contains(unit)) {
+        return Err(invalid(format!(
+            "a digest for {}, which is not a unit here",
+            unit.short_name()
+        )));
+    }
+    if let Some(unit) = units.iter().find(|unit| !digests.contains_key(unit)) {
+        return Err(invalid(format!(
+            "no digest for {}: give one for every unit or none",
+            unit.short_name()
+        )));
+    }
+    Ok(())
 }
 
 /// What an enqueue does to the queue, decided from the committed object and the task already

@@ -405,7 +405,10 @@ fn list_writes_and_abort_write_agree_between_redb_and_the_model() {
                 } else {
                     stores
                         .iter()
-                        .map(|s| s.commit_object(bucket, key, generation).map(|c| c.0.generation))
+                        .map(|s| {
+                            s.commit_object(bucket, key, generation, &Default::default())
+                                .map(|c| c.0.generation)
+                        })
                         .collect()
                 };
                 assert_eq!(got[0], got[1], "{context}");
@@ -445,7 +448,7 @@ fn list_writes_and_abort_write_agree_between_redb_and_the_model() {
         Err(MetaError::NoSuchWrite { .. })
     ));
     assert!(matches!(
-        real.commit_object("a", "last", write.generation),
+        real.commit_object("a", "last", write.generation, &Default::default()),
         Err(MetaError::NoSuchWrite { .. })
     ));
 }

@@ -57,7 +57,7 @@ fn heartbeat(node_id: u32) -> Heartbeat {
 
 fn put(store: &dyn MetaStore, bucket: &str, key: &str, now_ms: u64) -> ObjectRecord {
     let record = store.begin_object(bucket, key, placement(3 * MIB, now_ms), now_ms).unwrap();
-    store.commit_object(bucket, key, record.generation).unwrap().0
+    store.commit_object(bucket, key, record.generation, &Default::default()).unwrap().0
 }
 
 /// A `Damaged` repair request of `unit` of `object`, as a client reports one.
@@ -130,8 +130,8 @@ fn model_based_random_operations() {
                 };
                 let (bucket, key) = (buckets[b], keys[k]);
                 assert_eq!(
-                    store.commit_object(bucket, key, generation),
-                    model.commit_object(bucket, key, generation),
+                    store.commit_object(bucket, key, generation, &Default::default()),
+                    model.commit_object(bucket, key, generation, &Default::default()),
                     "{context}"
                 );
             }
@@ -286,8 +286,12 @@ fn model_based_random_operations() {
                     n => transitions[rng.gen_range(0..n)],
                 };
                 let (bucket, key) = (buckets[b], keys[k]);
-                let got = store.commit_transition(bucket, key, id);
-                assert_eq!(got, model.commit_transition(bucket, key, id), "{context}");
+                let got = store.commit_transition(bucket, key, id, &Default::default());
+                assert_eq!(
+                    got,
+                    model.commit_transition(bucket, key, id, &Default::default()),
+                    "{context}"
+                );
                 transitioned += usize::from(got.is_ok());
             }
             19 => {
@@ -367,7 +371,7 @@ fn reopen_keeps_everything() {
     assert_eq!(store.enqueue_repair(&request, 10), Ok(Enqueued::AlreadyQueued));
     // The write in progress survived too: it can still be committed after the restart.
     let (committed, replaced) =
-        store.commit_object("photos", "dog.jpg", pending.generation).unwrap();
+        store.commit_object("photos", "dog.jpg", pending.generation, &Default::default()).unwrap();
     assert_eq!(committed.placement, pending.placement);
     assert_eq!(replaced, None);
     // Generations keep increasing across restarts.
@@ -382,7 +386,7 @@ fn bucket_delete_refused_when_not_empty() {
         let write = store.begin_object("b", "k", placement(MIB, 0), 1).unwrap();
         let not_empty = Err(MetaError::BucketNotEmpty { bucket: "b".into() });
         assert_eq!(store.delete_bucket("b"), not_empty, "a write in progress keeps it");
-        store.commit_object("b", "k", write.generation).unwrap();
+        store.commit_object("b", "k", write.generation, &Default::default()).unwrap();
         assert_eq!(store.delete_bucket("b"), not_empty, "a committed object keeps it");
         assert!(store.delete_bucket("b").unwrap_err().to_string().contains("\"b\""));
         store.delete_object("b", "k").unwrap();

@@ -43,7 +43,7 @@ fn put(store: &dyn MetaStore, key: &str, nodes: u32, seed: u64) -> ObjectRecord 
     let placement =
         place(&layout("rs(6,3)"), SIZE, &topology(nodes), seed, FailureDomain::Node).unwrap();
     let write = store.begin_object("b", key, placement, 1).unwrap();
-    store.commit_object("b", key, write.generation).unwrap().0
+    store.commit_object("b", key, write.generation, &Default::default()).unwrap().0
 }
 
 fn plan(object: &ObjectRecord, code: &str, nodes: u32) -> RegroupPlan {
@@ -111,7 +111,7 @@ fn commit_applies_the_relocations_and_the_new_parity_atomically() {
         assert_eq!(store.get_transition("b", "k").unwrap(), Some(record.clone()));
         assert_eq!(store.get_object("b", "k").unwrap(), object, "nothing changes at begin");
 
-        let (new, old) = store.commit_transition("b", "k", record.id).unwrap();
+        let (new, old) = store.commit_transition("b", "k", record.id, &Default::default()).unwrap();
         assert_eq!(old, object);
         assert_eq!(new.placement, plan.new, "no repair meanwhile: exactly the plan");
         assert_eq!((new.parity_generation, new.generation), (record.id, object.generation));
@@ -121,7 +121,7 @@ fn commit_applies_the_relocations_and_the_new_parity_atomically() {
             store.list_repairs(None, 10).unwrap().into_iter().map(|(_, t)| t.unit).collect();
         assert_eq!(queued, vec![UnitId::Data(1)]);
         assert_eq!(
-            conflict(store.commit_transition("b", "k", record.id)),
+            conflict(store.commit_transition("b", "k", record.id, &Default::default())),
             TransitionConflict::AlreadyCommitted
         );
     }
@@ -147,7 +147,7 @@ fn commit_keeps_repairs_done_meanwhile_and_refuses_a_moved_relocation() {
         else {
             panic!("not relocated")
         };
-        let refused = conflict(store.commit_transition("b", "k", record.id));
+        let refused = conflict(store.commit_transition("b", "k", record.id, &Default::default()));
         assert_eq!(
             refused,
             TransitionConflict::Relocation {
@@ -190,7 +190,7 @@ fn commit_keeps_repairs_done_meanwhile_and_refuses_a_moved_relocation() {
         let lease = store.take_repair(30, 100).unwrap().unwrap();
         assert_eq!(lease.task.unit, UnitId::Data(stays));
         assert!(matches!(store.relocate_repaired(&lease, target), Ok(RepairOutcome::Relocated(_))));
-        let (new, _) = store.commit_transition("b", "k2", record.id).unwrap();
+        let (new, _) = store.commit_transition("b", "k2", record.id, &Default::default()).unwrap();
         assert_eq!(new.placement.disk_of(UnitId::Data(stays)), Some(target), "the repair is kept");
         let mut expected = data_disks(&plan.new);
         expected[stays] = target;
@@ -211,7 +211,7 @@ fn a_begin_replaces_the_pending_one_and_is_checked_against_the_object() {
         assert!(second.id > first.id, "ids only grow");
         assert_eq!(replaced, Some(first.clone()));
         assert_eq!(
-            conflict(store.commit_transition("b", "k", first.id)),
+            conflict(store.commit_transition("b", "k", first.id, &Default::default())),
             TransitionConflict::Superseded { current: second.id }
         );
         assert_eq!(
@@ -263,7 +263,7 @@ fn overwriting_or_deleting_the_object_drops_its_transition() {
         let newer = put(store.as_ref(), "k", 24, 2);
         assert_eq!(store.get_transition("b", "k").unwrap(), None);
         assert_eq!(
-            conflict(store.commit_transition("b", "k", record.id)),
+            conflict(store.commit_transition("b", "k", record.id, &Default::default())),
             TransitionConflict::NotPending
         );
         assert_eq!(store.get_object("b", "k").unwrap(), newer);
@@ -273,7 +273,7 @@ fn overwriting_or_deleting_the_object_drops_its_transition() {
         store.delete_object("b", "k").unwrap();
         assert_eq!(store.transition_count().unwrap(), 0);
         assert_eq!(
-            conflict(store.commit_transition("b", "k", record.id)),
+            conflict(store.commit_transition("b", "k", record.id, &Default::default())),
             TransitionConflict::ObjectGone
         );
         assert_eq!(store.delete_bucket("b"), Ok(()), "no transition keeps a bucket");
@@ -310,7 +310,7 @@ fn a_pending_transition_survives_a_reopen() {
     let store = RedbStore::open(&path).unwrap();
     assert_eq!(store.get_transition("b", "k").unwrap(), Some(record.clone()));
     assert_eq!(store.list_transitions(None, 10).unwrap(), vec![record.clone()]);
-    let (new, _) = store.commit_transition("b", "k", record.id).unwrap();
+    let (new, _) = store.commit_transition("b", "k", record.id, &Default::default()).unwrap();
     drop(store);
     let store = RedbStore::open(&path).unwrap();
     assert_eq!(store.get_object("b", "k").unwrap(), new, "parity generation and all");
@@ -390,7 +390,7 @@ fn a_renewal_moves_the_lease_and_only_an_expired_lease_expires() {
             ),
             "{refused:?}"
         );
-        let commit = store.commit_transition("b", "k", record.id);
+        let commit = store.commit_transition("b", "k", record.id, &Default::default());
         assert_eq!(conflict(commit), TransitionConflict::NotPending);
         assert_eq!(store.get_object("b", "k").unwrap(), object);
     }
@@ -413,7 +413,7 @@ fn a_renewal_of_a_replaced_or_committed_transition_says_why() {
             reason(store.renew_transition("b", "k", first.id, 99)),
             TransitionConflict::Superseded { current: second.id }
         );
-        store.commit_transition("b", "k", second.id).unwrap();
+        store.commit_transition("b", "k", second.id, &Default::default()).unwrap();
         assert_eq!(
             reason(store.renew_transition("b", "k", second.id, 99)),
             TransitionConflict::AlreadyCommitted

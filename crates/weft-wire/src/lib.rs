@@ -1,14 +1,19 @@
 //! Messages weft's daemons exchange, defined once so that both ends of a wire agree by
 //! construction: node → meta heartbeats and scrub reports ([`scrub`]), the repair executor ↔
 //! meta messages ([`repair`])
-//! and the transition executor ↔ meta messages ([`transition`]).
+//! and the transition executor ↔ meta messages ([`transition`]), and the end-to-end unit
+//! digests every writer records and every reader checks ([`digest`]).
 //!
-//! Invariants: these types are plain data with serde derives and no behaviour; their JSON field
+//! Invariants: these types are plain data with serde derives and no behaviour (beyond the hex
+//! form of a [`digest::UnitDigest`]); their JSON field
 //! names and order are the documented contract (docs/node-api.md, docs/meta-api.md), so a
 //! rename here is a wire-format change.
 
 use serde::{Deserialize, Serialize};
 
+pub use digest::UnitDigest;
+
+pub mod digest;
 pub mod repair;
 pub mod scrub;
 pub mod transition;

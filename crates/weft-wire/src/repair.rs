@@ -37,6 +37,10 @@ pub struct RepairReport {
     /// `d<x>` or `p<group>.<index>`.
     pub unit: String,
     pub reason: String,
+    /// The unit's bytes did not match the digest its writer recorded in meta (end-to-end
+    /// checksums); absent means false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub digest_mismatch: bool,
 }
 
 /// Reply to [`RepairReport`]: `{"queued":bool,"stale":bool}`. `queued` is true when the call

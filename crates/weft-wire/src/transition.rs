@@ -28,7 +28,9 @@ pub struct BeginTransition<L> {
 
 /// `POST /v1/transitions/commit` and `POST /v1/transitions/abort`: the transition `id` of
 /// (bucket, key). `generation`, when given, is the object generation the begin reply named:
-/// a commit then says precisely that the object was replaced when it was.
+/// a commit then says precisely that the object was replaced when it was. `digests` (commit
+/// only, last, absent when empty): the executor's digest of every new parity unit by unit
+/// name (`p<group>.<index>`), all or none.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TransitionRef {
@@ -37,6 +39,8 @@ pub struct TransitionRef {
     pub id: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<u64>,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub digests: std::collections::BTreeMap<String, crate::UnitDigest>,
 }
 
 /// One pending transition: `{"id","bucket","key","generation","mode","created_ms"}`.
@@ -162,7 +166,13 @@ mod tests {
         let plain: BeginTransition<serde_json::Value> =
             serde_json::from_str(r#"{"bucket":"b","key":"k","layout":{}}"#).unwrap();
         assert_eq!(plain.mode, None);
-        let commit = TransitionRef { bucket: "b".into(), key: "k".into(), id: 9, generation: None };
+        let commit = TransitionRef {
+            bucket: "b".into(),
+            key: "k".into(),
+            id: 9,
+            generation: None,
+            digests: Default::default(),
+        };
         assert_eq!(serde_json::to_string(&commit).unwrap(), r#"{"bucket":"b","key":"k","id":9}"#);
         assert!(
             serde_json::from_str::<TransitionRef>(r#"{"bucket":"b","key":"k","idd":9}"#).is_err()

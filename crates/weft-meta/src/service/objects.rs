@@ -83,21 +83,27 @@ pub(crate) fn record_unit_key(record: &ObjectRecord, unit: UnitId) -> Result<Uni
 }
 
 /// `{"unit","node_id","endpoint","disk","unit_key","len"}` of one unit on `disk`.
+/// One unit as meta's replies show it; `"digest"` (last) only when the object has digests.
 pub(crate) fn unit_json(
     nodes: &BTreeMap<u32, &NodeRecord>,
     unit: UnitId,
     disk: DiskLocation,
     key: UnitKey,
     len: u64,
+    digest: Option<&weft_wire::UnitDigest>,
 ) -> Value {
-    json!({
+    let mut value = json!({
         "unit": unit_name(unit),
         "node_id": disk.node,
         "endpoint": nodes.get(&disk.node).map(|n| n.endpoint.clone()),
         "disk": disk.disk,
         "unit_key": key.to_string(),
         "len": len,
-    })
+    });
+    if let Some(digest) = digest {
+        value["digest"] = json!(digest);
+    }
+    value
 }
 
 /// The unit list of an object; with `states`, each unit also says whether its node is up.
@@ -115,7 +121,8 @@ pub(crate) fn units_json(
         .into_iter()
         .map(|(unit, disk)| {
             let key = record_unit_key(record, unit)?;
-            let mut value = unit_json(&by_id, unit, disk, key, layout.stored_len(size, unit));
+            let len = layout.stored_len(size, unit);
+            let mut value = unit_json(&by_id, unit, disk, key, len, record.digests.get(&unit));
             if let Some(live) = states {
                 let node = by_id.get(&disk.node);
                 value["state"] = json!(node.map_or("unknown", |n| node_state(n, live)));
@@ -269,6 +276,24 @@ struct BeginBody {
 #[serde(deny_unknown_fields)]
 struct CommitBody {
     generation: u64,
+    /// The writer's digest of every unit by unit name (`d<x>`, `p<g>.<i>`), or none.
+    #[serde(default)]
+    digests: BTreeMap<String, weft_wire::UnitDigest>,
+}
+
+/// Digests named by unit name, by unit; a name that is no unit name is 400.
+pub(crate) fn digests_by_unit(
+    named: BTreeMap<String, weft_wire::UnitDigest>,
+) -> Result<crate::Digests, ApiError> {
+    named
+        .into_iter()
+        .map(|(name, digest)| match UnitId::parse_short_name(&name) {
+            Some(unit) => Ok((unit, digest)),
+            None => Err(ApiError::bad_request(format!(
+                "digests are named by unit (d<x> or p<group>.<index>), not {name:?}"
+            ))),
+        })
+        .collect()
 }
 
 /// `POST /v1/buckets/{bucket}/objects/{key}/begin` and `.../commit`.
@@ -359,11 +384,14 @@ async fn commit(
     body: &[u8],
 ) -> Result<Json<Value>, ApiError> {
     let body: CommitBody = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!("the body must be {{\"generation\": u64}}: {e}"))
+        ApiError::bad_request(format!(
+            "the body must be {{\"generation\": u64, \"digests\": optional {{unit: hex}}}}: {e}"
+        ))
     })?;
+    let digests = digests_by_unit(body.digests)?;
     meta.changes.note(&bucket, &key);
     let ((record, replaced), nodes) = blocking(&meta, move |store| {
-        Ok((store.commit_object(&bucket, &key, body.generation)?, store.list_nodes()?))
+        Ok((store.commit_object(&bucket, &key, body.generation, &digests)?, store.list_nodes()?))
     })
     .await?;
     tracing::info!(bucket = %record.bucket, key = %record.key, generation = record.generation, "write committed");

@@ -398,7 +398,7 @@ pub(crate) async fn report(
 ) -> Result<Json<RepairReportReply>, ApiError> {
     let report: RepairReport = parse_body(
         &body,
-        "{\"bucket\": s, \"key\": s, \"generation\": u64, \"unit\": \"d3\"|\"p1.0\", \"reason\": s}",
+        "{\"bucket\": s, \"key\": s, \"generation\": u64, \"unit\": \"d3\"|\"p1.0\", \"reason\": s, \"digest_mismatch\": optional bool}",
     )?;
     let unit = parse_unit_name(&report.unit).ok_or_else(|| {
         invalid_unit(format!(
@@ -406,6 +406,7 @@ pub(crate) async fn report(
             report.unit
         ))
     })?;
+    let mismatch = report.digest_mismatch;
     let reply = blocking(&meta, move |store| {
         let object = match store.get_object(&report.bucket, &report.key) {
             Ok(object) => object,
@@ -442,6 +443,9 @@ pub(crate) async fn report(
         }))
     })
     .await??;
+    if mismatch && !reply.stale {
+        meta.digest_mismatches.fetch_add(1, Ordering::Relaxed);
+    }
     Ok(Json(reply))
 }
 

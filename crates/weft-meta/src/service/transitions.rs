@@ -416,7 +416,7 @@ pub(crate) async fn begin(State(meta): State<Shared>, body: Bytes) -> Result<Jso
     Ok(Json(reply))
 }
 
-const REF_SHAPE: &str = "{\"bucket\": s, \"key\": s, \"id\": u64, \"generation\": optional u64}";
+const REF_SHAPE: &str = "{\"bucket\": s, \"key\": s, \"id\": u64, \"generation\": optional u64, \"digests\": optional {unit: hex}}";
 
 /// `POST /v1/transitions/commit`: swaps the object to its new layout and parity.
 pub(crate) async fn commit(
@@ -424,11 +424,12 @@ pub(crate) async fn commit(
     body: Bytes,
 ) -> Result<Json<CommitTransitionReply<Value>>, ApiError> {
     let body: TransitionRef = parse_body(&body, REF_SHAPE)?;
-    let TransitionRef { bucket, key, id, generation } = body;
+    let TransitionRef { bucket, key, id, generation, digests } = body;
+    let digests = super::objects::digests_by_unit(digests)?;
     meta.changes.note(&bucket, &key);
     let (pending, new, old, nodes) = blocking(&meta, move |store| {
         let pending = store.get_transition(&bucket, &key)?.filter(|t| t.id == id);
-        match store.commit_transition(&bucket, &key, id) {
+        match store.commit_transition(&bucket, &key, id, &digests) {
             Ok((new, old)) => Ok((pending, new, old, store.list_nodes()?)),
             Err(MetaError::TransitionConflict {
                 conflict: TransitionConflict::NotPending | TransitionConflict::ObjectGone,
