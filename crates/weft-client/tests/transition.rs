@@ -122,6 +122,18 @@ async fn regroup_there_and_back_and_across_code_families() {
         assert_eq!(report.mode, TransitionMode::Regroup);
         assert_eq!(report.io.data_bytes_written, 0, "{code}");
         assert_eq!(read(&cluster, "o").await, data, "after {code}");
+        // End-to-end checksums survive: data units keep their writer's digests, the new
+        // parity gets the executor's, and every unit's bytes match (a whole-unit read checks).
+        let info = cluster.client.meta.get_object("b", "o").await.unwrap();
+        for unit in info.units.values() {
+            assert!(unit.digest.is_some(), "after {code}: {:?} has no digest", unit.unit);
+            cluster
+                .client
+                .nodes
+                .get_range(unit, 0, unit.len)
+                .await
+                .unwrap_or_else(|e| panic!("after {code}: {:?}: {e}", unit.unit));
+        }
     }
 }
 

@@ -439,3 +439,60 @@ async fn failure_domain_rack_places_a_group_on_distinct_racks() {
         cluster.meta.stop().await.unwrap();
     }
 }
+
+/// Issue 15 item 2: a commit carries one digest per unit or none; meta keeps them in its
+/// database and shows each unit's digest; a partial set, an unknown unit name or
+/// a digest that is not 32 hex digits is refused and leaves the write pending.
+#[tokio::test]
+async fn a_commit_records_one_digest_per_unit_or_none_and_refuses_partial_sets() {
+    let cluster = Cluster::new(10).await;
+    let path = "/v1/buckets/photos/objects/signed";
+    let (status, begun) = cluster.post(&format!("{path}/begin"), json!({"size": 20 * MIB})).await;
+    assert_eq!(status, 200, "{begun}");
+    let generation = begun["generation"].as_u64().unwrap();
+    let names: Vec<String> = begun["units"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["unit"].as_str().unwrap().to_string())
+        .collect();
+    assert!(begun["units"].as_array().unwrap().iter().all(|u| u.get("digest").is_none()));
+    let digest_of = |i: usize| format!("{i:032x}");
+    let all: serde_json::Map<String, Value> =
+        names.iter().enumerate().map(|(i, n)| (n.clone(), json!(digest_of(i)))).collect();
+    let commit = format!("{path}/commit");
+    let mut partial = all.clone();
+    partial.remove(&names[1]);
+    let mut stranger = all.clone();
+    stranger.insert("d99".into(), json!(digest_of(99)));
+    let mut misnamed = all.clone();
+    misnamed.insert("x1".into(), json!(digest_of(1)));
+    let mut short = all.clone();
+    short.insert(names[0].clone(), json!("abc"));
+    for (bad, code) in [
+        (partial, "invalid_digests"),
+        (stranger, "invalid_digests"),
+        (misnamed, "bad_request"),
+        (short, "bad_request"),
+    ] {
+        let body = json!({"generation": generation, "digests": bad});
+        let (status, answer) = cluster.post(&commit, body).await;
+        assert_eq!((status, answer["error"].as_str()), (400, Some(code)), "{answer}");
+    }
+    let (status, answer) = cluster.get(path).await;
+    assert_eq!(status, 404, "still not committed: {answer}");
+    let (status, committed) =
+        cluster.post(&commit, json!({"generation": generation, "digests": all})).await;
+    assert_eq!(status, 200, "{committed}");
+    let (status, read) = cluster.get(path).await;
+    assert_eq!(status, 200, "{read}");
+    for (i, name) in names.iter().enumerate() {
+        let unit = read["units"].as_array().unwrap().iter().find(|u| u["unit"] == *name).unwrap();
+        assert_eq!(unit["digest"], digest_of(i), "{unit}");
+    }
+    // Without digests (an older writer) the object simply has none.
+    cluster.put("plain", MIB).await;
+    let (_, plain) = cluster.get("/v1/buckets/photos/objects/plain").await;
+    assert!(plain["units"].as_array().unwrap().iter().all(|u| u.get("digest").is_none()));
+    cluster.meta.stop().await.unwrap();
+}

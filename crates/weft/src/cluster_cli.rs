@@ -496,6 +496,13 @@ fn print_status(status: &Value) {
             count("bad_units_reported"),
         );
     }
+    if status.get("digest_mismatches").is_some() {
+        println!(
+            "units that failed their end-to-end checksum on read: {} (rebuilt and queued for \
+             repair)",
+            count("digest_mismatches"),
+        );
+    }
     if status.get("unfound_units").is_some() {
         println!(
             "unfound units: {} in {} objects (too few units readable to rebuild; `weft stat` \
