@@ -37,6 +37,13 @@ impl Digester {
     }
 }
 
+/// Digests by unit name (`d<x>`, `p<g>.<i>`), as meta's commits take them.
+pub fn by_name(
+    digests: &std::collections::BTreeMap<weft_layout::UnitId, UnitDigest>,
+) -> std::collections::BTreeMap<String, UnitDigest> {
+    digests.iter().map(|(unit, digest)| (unit.short_name(), *digest)).collect()
+}
+
 /// The digest of a whole unit's bytes.
 pub fn unit_digest(bytes: &[u8]) -> UnitDigest {
     let mut digester = Digester::new();

@@ -155,8 +155,7 @@ impl MetaClient {
         digests: &BTreeMap<UnitId, weft_wire::UnitDigest>,
     ) -> Result<(ObjectInfo, Option<ObjectInfo>)> {
         let path = format!("{}/commit", Self::object_path(bucket, key)?);
-        let named: BTreeMap<String, String> =
-            digests.iter().map(|(unit, digest)| (unit.short_name(), digest.to_string())).collect();
+        let named = crate::digest::by_name(digests);
         let body = json!({ "generation": generation, "digests": named });
         let mut value = self.post_json(&path, body).await?;
         let replaced = match value["replaced"].take() {

@@ -591,8 +591,7 @@ impl Client {
         id: u64,
         digests: &BTreeMap<UnitId, UnitDigest>,
     ) -> Result<()> {
-        let named: BTreeMap<String, String> =
-            digests.iter().map(|(unit, digest)| (unit.short_name(), digest.to_string())).collect();
+        let named = crate::digest::by_name(digests);
         let body = json!({"bucket": object.bucket, "key": object.key, "id": id, "digests": named});
         let done = self.meta.post_json("/v1/transitions/commit", body).await?;
         let garbage = units(&done["delete"])?;

@@ -124,6 +124,29 @@ async fn list_all(
     }
 }
 
+/// PutObject of `body` under `key` with `x-weft-policy: policy`.
+async fn put_with_policy(
+    s3: &Client,
+    bucket: &str,
+    key: &str,
+    body: &'static [u8],
+    policy: &'static str,
+) -> Result<
+    aws_sdk_s3::operation::put_object::PutObjectOutput,
+    aws_sdk_s3::error::SdkError<aws_sdk_s3::operation::put_object::PutObjectError>,
+> {
+    s3.put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(ByteStream::from_static(body))
+        .customize()
+        .mutate_request(move |request| {
+            request.headers_mut().insert("x-weft-policy", policy);
+        })
+        .send()
+        .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_round_trip_with_ranges_listings_copies_and_exact_errors() {
     let cluster = Cluster::start(4, &[]);
@@ -397,15 +420,7 @@ async fn multipart_uploads_keys_and_failed_requests_that_create_nothing() {
             request.headers_mut().insert("x-weft-policy", header);
         }
     };
-    let refused = tester
-        .put_object()
-        .bucket(bucket)
-        .key("by-header")
-        .body(ByteStream::from_static(b"hello"))
-        .customize()
-        .mutate_request(with_policy("rs(1,2),stripe=1"))
-        .send()
-        .await;
+    let refused = put_with_policy(&tester, bucket, "by-header", b"hello", "rs(1,2),stripe=1").await;
     let (code, status) = error_of(refused);
     assert_eq!((code.as_str(), status), ("AccessDenied", 403));
     let missing = tester.head_object().bucket(bucket).key("by-header").send().await;
@@ -450,36 +465,12 @@ async fn multipart_uploads_keys_and_failed_requests_that_create_nothing() {
         ops_json["access_key"].as_str().unwrap(),
         ops_json["secret_key"].as_str().unwrap(),
     );
-    ops.put_object()
-        .bucket(bucket)
-        .key("by-header")
-        .body(ByteStream::from_static(b"hello"))
-        .customize()
-        .mutate_request(with_policy("rs(1,2),stripe=1"))
-        .send()
-        .await
-        .unwrap();
+    put_with_policy(&ops, bucket, "by-header", b"hello", "rs(1,2),stripe=1").await.unwrap();
     let stat = cluster.stat(&format!("{bucket}/by-header"));
     assert_eq!(stat["layout"]["code"].as_str(), Some("rs(1,2)"), "{stat}");
-    let refused = ops
-        .put_object()
-        .bucket(bucket)
-        .key("bad-policy")
-        .body(ByteStream::from_static(b"x"))
-        .customize()
-        .mutate_request(with_policy("rs(2,1),width=3"))
-        .send()
-        .await;
+    let refused = put_with_policy(&ops, bucket, "bad-policy", b"x", "rs(2,1),width=3").await;
     assert_eq!(error_of(refused), ("InvalidArgument".into(), 400));
-    let tiny = ops
-        .put_object()
-        .bucket(bucket)
-        .key("tiny-cells")
-        .body(ByteStream::from_static(b"x"))
-        .customize()
-        .mutate_request(with_policy("rs(2,1),cell=1,block=1"))
-        .send()
-        .await;
+    let tiny = put_with_policy(&ops, bucket, "tiny-cells", b"x", "rs(2,1),cell=1,block=1").await;
     assert_eq!(error_of(tiny).1, 400, "cells under 4 KiB are refused even to allowed keys");
     let wrong = client(&conf, access, "0000000000000000000000000000000000000000");
     let refused = wrong
