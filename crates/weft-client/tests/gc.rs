@@ -187,6 +187,7 @@ async fn leftovers_of_a_node_down_during_a_delete_go_once_it_is_back() {
     );
     config.meta_url = Some(cluster.meta_url.clone());
     config.heartbeat_interval_ms = 200;
+    config.thresholds = common::host_fill_ignored();
     let node = weft_node::bind(config).await.unwrap();
     let endpoint = node.endpoint();
     cluster.nodes[victim as usize - 1] = Some(node);

@@ -14,6 +14,12 @@ use weft_auth::{sign_reqwest::SendSigned, Audience, ClusterSecret, Signer};
 use weft_node::{bind, Heartbeat, NodeConfig, RunningNode};
 use weft_store::UnitKey;
 
+/// Disk thresholds under which only a filesystem with no byte left is full: how full the
+/// host's filesystem is is no business of these tests.
+fn host_fill_ignored() -> weft_node::Thresholds {
+    weft_node::Thresholds::new(1.0, 1.0).expect("ratios of 1 are valid")
+}
+
 struct TestNode {
     node: RunningNode,
     base: String,
@@ -50,6 +56,7 @@ async fn start_keyed(
     config.meta_url = meta_url;
     config.heartbeat_interval_ms = heartbeat_interval_ms;
     config.rack = rack;
+    config.thresholds = host_fill_ignored();
     let node = bind(config).await.unwrap();
     assert_ne!(node.local_addr().port(), 0);
     let base = node.endpoint();
@@ -794,6 +801,7 @@ async fn no_space_on_a_put_is_507_disk_full_and_the_disk_stays_readable_and_repo
     config.meta_url = Some(format!("http://{meta_addr}"));
     config.heartbeat_interval_ms = 100;
     config.fs = Arc::new(faulty.clone());
+    config.thresholds = host_fill_ignored();
     let node = bind(config).await.unwrap();
     let signer = secret.signer_for(Audience::Node(7));
     let node = TestNode {

@@ -1124,7 +1124,7 @@ fn a_full_node_disk_is_read_only_its_units_stay_and_nothing_is_rebuilt() {
         let node = nodes.into_iter().find(|n| n["id"] == 5)?;
         (node["state"] == "up").then(|| node["disks"][0]["state"].as_str().unwrap().to_owned())
     };
-    let mut node = serve(&[]);
+    let mut node = serve(&common::cluster::HOST_FILL_IGNORED);
     cluster.wait_for_status("node 5 up, its disk ok", |s| disk_state(s).as_deref() == Some("ok"));
 
     // Objects of 4 blocks (2 groups, 6 units) over 5 nodes: some units land on node 5.

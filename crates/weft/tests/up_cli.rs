@@ -108,6 +108,7 @@ fn status_shows_every_node_and_buckets_round_trip() {
     let dir = cluster.dir();
     let second = Command::new(weft_bin())
         .args(["up", "--dir", dir.to_str().unwrap(), "--meta-listen", "127.0.0.1:0"])
+        .args(common::cluster::HOST_FILL_IGNORED)
         .output()
         .unwrap();
     assert!(!second.status.success());

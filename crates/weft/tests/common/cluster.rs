@@ -28,6 +28,9 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long [`Cluster::wait_for_status`] polls.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
+/// Disk ratios under which only a filesystem with no byte left is full: test clusters run on
+/// whatever share of the host's filesystem is free, which is no business of theirs.
+pub const HOST_FILL_IGNORED: [&str; 4] = ["--nearfull-ratio", "1", "--full-ratio", "1"];
 
 /// The `weft` binary under test.
 pub fn weft_bin() -> &'static str {
@@ -123,6 +126,11 @@ impl Cluster {
             &nodes,
             "--json",
         ];
+        // How full the host's filesystem is is not under test: a disk only counts as full
+        // when nothing is left (the full-disk test sets its own ratios).
+        if !self.extra_args.iter().any(|a| a.starts_with("--full-ratio")) {
+            args.extend(HOST_FILL_IGNORED);
+        }
         args.extend(self.extra_args.iter().map(String::as_str));
         let started = Instant::now();
         let mut up = Command::new(weft_bin())
