@@ -167,7 +167,20 @@ impl MetaClient {
 
     /// The committed object under (bucket, key), units with their node's state.
     pub async fn get_object(&self, bucket: &str, key: &str) -> Result<ObjectInfo> {
-        ObjectInfo::from_json(self.get_json(&Self::object_path(bucket, key)?).await?)
+        let path = Self::object_path(bucket, key)?;
+        let mut object = ObjectInfo::from_json(self.get_json(&path).await?)?;
+        self.fetch_digests(&path, &mut object).await?;
+        Ok(object)
+    }
+
+    /// Fetches, page by page, the digests of the units a reply on a large object did not
+    /// list ([`ObjectInfo::add_digests`]). `path` is the object's path.
+    pub async fn fetch_digests(&self, path: &str, object: &mut ObjectInfo) -> Result<()> {
+        while let Some(from) = object.next_digest_page() {
+            let page = self.get_json(&format!("{path}?units_from={from}")).await?;
+            object.add_digests(&page)?;
+        }
+        Ok(())
     }
 
     /// Deletes the committed object from meta; returns its record (its units are garbage).
@@ -215,6 +228,8 @@ impl MetaClient {
             return Ok(None);
         }
         let bad = |what: &str| ClientError::Invalid(format!("meta sent a bad repair task: {what}"));
+        let mut object = ObjectInfo::from_json(value["object"].take())?;
+        self.fetch_digests(&Self::object_path(&object.bucket, &object.key)?, &mut object).await?;
         let task = &value["task"];
         let unit =
             task["unit"].as_str().and_then(UnitId::parse_short_name).ok_or_else(|| bad("unit"))?;
@@ -231,7 +246,7 @@ impl MetaClient {
                 .as_str()
                 .ok_or_else(|| bad("endpoint"))?
                 .to_string(),
-            object: ObjectInfo::from_json(value["object"].take())?,
+            object,
         }))
     }
 

@@ -3,12 +3,15 @@
 //!
 //! Invariants: an [`ObjectInfo`] lists every stored unit of its layout exactly once (checked
 //! at parse time), so looking a unit up can only fail for virtual units (data blocks past the
-//! object's end), which are zeros by definition.
+//! object's end), which are zeros by definition. Meta lists at most a page of units; the
+//! units of a larger object are named from the placement pattern meta sends with the page
+//! (their digests come by pages: [`ObjectInfo::add_digests`]).
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
-use weft_layout::{StripedLayout, UnitId};
+use weft_layout::{Placement, StripedLayout, UnitId};
+use weft_wire::key::UnitKey;
 
 use crate::{ClientError, Result};
 
@@ -60,6 +63,8 @@ pub struct ObjectInfo {
     pub layout: StripedLayout,
     pub size: u64,
     pub units: BTreeMap<UnitId, UnitInfo>,
+    /// Meta has digests of units not listed in its reply (see [`ObjectInfo::add_digests`]).
+    digests_pending: bool,
     /// The JSON meta sent, for `--json` output.
     pub raw: serde_json::Value,
 }
@@ -110,11 +115,43 @@ struct RawObject {
     bucket: String,
     key: String,
     generation: u64,
+    #[serde(default)]
+    parity_generation: u64,
     object_id: String,
     state: String,
     layout: StripedLayout,
     size: u64,
     units: Vec<RawUnit>,
+    /// Present when `units` leaves units out (a large object): its placement pattern, the
+    /// nodes it uses and whether its units have digests.
+    #[serde(default)]
+    placement: Option<Placement>,
+    #[serde(default)]
+    nodes: BTreeMap<u32, RawNode>,
+    #[serde(default)]
+    digests: bool,
+}
+
+#[derive(Deserialize)]
+struct RawNode {
+    endpoint: Option<String>,
+    #[serde(default)]
+    state: Option<String>,
+}
+
+/// The key of `unit` of the object of id `object` whose parities have unit generation
+/// `parity_generation` (meta's rule, docs/meta-api.md "Unit keys").
+fn unit_key(object: u128, unit: UnitId, parity_generation: u64) -> Result<UnitKey, String> {
+    let too_big = |what: &str| format!("{what} of unit {} out of range", unit.short_name());
+    Ok(match unit {
+        UnitId::Data(x) => UnitKey::data(object, x.try_into().map_err(|_| too_big("block"))?, 0),
+        UnitId::Parity { group, index } => UnitKey::parity(
+            object,
+            group.try_into().map_err(|_| too_big("group"))?,
+            index.try_into().map_err(|_| too_big("index"))?,
+            parity_generation,
+        ),
+    })
 }
 
 impl ObjectInfo {
@@ -136,6 +173,34 @@ impl ObjectInfo {
         let layout = raw.layout;
         let expected: usize =
             (0..layout.groups(raw.size)).map(|g| layout.group_units(raw.size, g).len()).sum();
+        // A large object: the units not listed are named from its placement.
+        let mut digests_pending = false;
+        if let Some(placement) = raw.placement.filter(|_| units.len() < expected) {
+            if (*placement.layout(), placement.object_size()) != (layout, raw.size) {
+                return Err(bad("its placement is of another layout or size".into()));
+            }
+            let object = u128::from_str_radix(&raw.object_id, 16)
+                .map_err(|e| bad(format!("object id {:?}: {e}", raw.object_id)))?;
+            for (unit, disk) in placement.units() {
+                if units.contains_key(&unit) {
+                    continue;
+                }
+                let node = raw.nodes.get(&disk.node);
+                let key = unit_key(object, unit, raw.parity_generation).map_err(bad)?;
+                let info = UnitInfo {
+                    unit,
+                    node_id: disk.node,
+                    endpoint: node.and_then(|n| n.endpoint.clone()),
+                    disk: disk.disk,
+                    unit_key: key.to_string(),
+                    len: layout.stored_len(raw.size, unit),
+                    state: node.and_then(|n| n.state.clone()),
+                    digest: None,
+                };
+                units.insert(unit, info);
+            }
+            digests_pending = raw.digests;
+        }
         if expected != units.len() {
             return Err(bad(format!("{} units listed, the layout has {expected}", units.len())));
         }
@@ -154,8 +219,59 @@ impl ObjectInfo {
             layout,
             size: raw.size,
             units,
+            digests_pending,
             raw: value,
         })
+    }
+
+    /// Whether meta has digests of units this object's reply did not list (a large object):
+    /// [`ObjectInfo::add_digests`] takes them from pages of `GET ...?units_from=N`.
+    pub fn digests_pending(&self) -> bool {
+        self.digests_pending
+    }
+
+    /// Index of the first unit whose digest is still to fetch (units in meta's order: data
+    /// blocks, then parities by group), or None when none is.
+    pub fn next_digest_page(&self) -> Option<usize> {
+        if !self.digests_pending {
+            return None;
+        }
+        let blocks = self.layout.data_blocks(self.size);
+        let r = self.layout.r();
+        self.units
+            .values()
+            .filter(|u| u.digest.is_none())
+            .map(|u| match u.unit {
+                UnitId::Data(x) => x,
+                UnitId::Parity { group, index } => blocks + group * r + index,
+            })
+            .min()
+    }
+
+    /// Takes the digests of one page of meta's unit list (`GET ...?units_from=N`); refuses a
+    /// page of another object or one that adds nothing.
+    pub fn add_digests(&mut self, page: &serde_json::Value) -> Result<()> {
+        let bad = |reason: String| ClientError::Invalid(format!("meta sent a bad page: {reason}"));
+        if page["generation"] != self.generation {
+            return Err(bad("of another generation".into()));
+        }
+        let units = page["units"].as_array().ok_or_else(|| bad("no units".into()))?;
+        let mut added = 0;
+        for value in units {
+            let listed = UnitInfo::from_json(value)?;
+            let known = self.units.get_mut(&listed.unit);
+            let known = known.ok_or_else(|| bad(format!("unit {}", listed.unit.short_name())))?;
+            if known.unit_key != listed.unit_key || listed.digest.is_none() {
+                return Err(bad(format!("unit {} differs", listed.unit.short_name())));
+            }
+            added += usize::from(known.digest.is_none());
+            known.digest = listed.digest;
+        }
+        if added == 0 {
+            return Err(bad("no new digest".into()));
+        }
+        self.digests_pending = self.units.values().any(|u| u.digest.is_none());
+        Ok(())
     }
 
     /// The stored unit `unit`, or None for a virtual data unit (all zeros, never stored).

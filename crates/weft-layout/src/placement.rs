@@ -33,8 +33,8 @@ use crate::LayoutError;
 /// Most disks a topology may list (bounds every scan over it).
 pub const MAX_TOPOLOGY_DISKS: usize = 1 << 16;
 
-/// Most data blocks one placement holds: an object needing more must use larger blocks
-/// (placements are kept in metadata, one entry per unit).
+/// Most data blocks one object may have: an object needing more must use larger blocks (each
+/// block is a unit file, a repair task and a line in an inventory).
 pub const MAX_OBJECT_BLOCKS: usize = 1 << 20;
 
 /// Where a disk sits. Node ids are unique in the cluster; disk ids are unique within a node.
@@ -248,8 +248,42 @@ pub fn min_domains_for_disjoint_groups(layout: &StripedLayout) -> usize {
     (2 * n).max((n + layout.stripe_width).saturating_sub(layout.k()))
 }
 
+/// Units a pattern holds at least: an object with more units repeats a pattern of about this
+/// many (more on topologies of many disks) instead of having one entry per unit.
+pub const PATTERN_UNITS: usize = 4096;
+
+/// Groups in one period of an object's pattern: the fewest whole groups holding at least
+/// max([`PATTERN_UNITS`], 4 · disks) units whose data blocks fill whole stripes (a multiple of
+/// lcm(W, k) blocks), or every group of the object when it has no more. `disks` is the size of
+/// the topology the object is placed on: a longer pattern gives every disk a share of it.
+pub fn pattern_period(layout: &StripedLayout, object_size: u64, disks: usize) -> usize {
+    let groups = layout.groups(object_size);
+    let k = layout.k();
+    let align = lcm(layout.stripe_width, k) / k;
+    let target = PATTERN_UNITS.max(disks.saturating_mul(4)).div_ceil(layout.n());
+    target.next_multiple_of(align).min(groups)
+}
+
+fn lcm(a: usize, b: usize) -> usize {
+    let gcd = |mut a: usize, mut b: usize| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    a / gcd(a, b) * b
+}
+
 /// Places every unit of an object: each stored data block and the r parity blocks of each
 /// group, keeping rules (a)–(d) of the module header. Deterministic in its arguments.
+///
+/// An object of more groups than [`pattern_period`] gets a *tiled* placement: the first
+/// period's groups are placed as above and every later group repeats the disks of the group a
+/// whole number of periods before it. A period ends on a stripe and a group boundary, so each
+/// repeated stripe and group keeps (a) and (b); rule (c) holds inside a period as above, and
+/// across a period boundary when the topology has n more domains than (c) needs (the last
+/// group of the period then avoids the first group's domains too). The placement
+/// then costs memory for one period, whatever the object's size.
 pub fn place(
     layout: &StripedLayout,
     object_size: u64,
@@ -257,17 +291,7 @@ pub fn place(
     seed: u64,
     level: FailureDomain,
 ) -> Result<Placement, LayoutError> {
-    layout.validate()?;
-    if object_size > MAX_OBJECT_BYTES {
-        return Err(LayoutError::ObjectTooLarge {
-            object_bytes: object_size,
-            max: MAX_OBJECT_BYTES,
-        });
-    }
-    let blocks = layout.data_blocks(object_size);
-    if blocks > MAX_OBJECT_BLOCKS {
-        return Err(LayoutError::TooManyBlocks { blocks, max: MAX_OBJECT_BLOCKS });
-    }
+    check_size(layout, object_size)?;
     let domains = Domains::new(topology, level, seed);
     let needed = layout.n().max(layout.stripe_width);
     if domains.len() < needed {
@@ -279,15 +303,18 @@ pub fn place(
             stripe_width: layout.stripe_width,
         });
     }
-    let (r, width) = (layout.r(), layout.stripe_width);
+    let (r, k, width) = (layout.r(), layout.k(), layout.stripe_width);
     let groups = layout.groups(object_size);
+    let period = pattern_period(layout, object_size, topology.disks().len());
+    let tiled = period < groups;
+    let blocks = if tiled { period * k } else { layout.data_blocks(object_size) };
     let mut data_domain: Vec<usize> = Vec::with_capacity(blocks);
-    let mut parity_domain: Vec<usize> = Vec::with_capacity(groups * r);
+    let mut parity_domain: Vec<usize> = Vec::with_capacity(period * r);
     let mut picker = Picker::new(domains.len());
     let mut cursor = 0;
     let mut uses = vec![0u64; domains.len()];
     let mut data = Vec::with_capacity(blocks);
-    let mut parity = Vec::with_capacity(groups * r);
+    let mut parity = Vec::with_capacity(period * r);
     let mut choose = |picker: &mut Picker, cursor: &mut usize| -> (usize, DiskLocation) {
         let domain = picker.pick(*cursor).expect("max(n, W) domains always leave one free");
         *cursor = (domain + 1) % domains.len();
@@ -296,21 +323,29 @@ pub fn place(
         uses[domain] += 1;
         (domain, disks[(turn % disks.len() as u64) as usize])
     };
-    for group in 0..groups {
+    let room_to_wrap = domains.len() >= min_domains_for_disjoint_groups(layout) + layout.n();
+    for group in 0..period {
         let members = layout.group_blocks(object_size, group);
         let previous = group.checked_sub(1).map(|g| layout.group_blocks(object_size, g));
-        let mark_previous =
+        // The last group of a repeated period precedes the first group's repetition: it
+        // avoids that group's domains too when there are enough to avoid both neighbours.
+        let wraps = tiled && group + 1 == period && group > 0 && room_to_wrap;
+        let mark_neighbours =
             |picker: &mut Picker, data_domain: &[usize], parity_domain: &[usize]| {
                 if let Some(range) = previous.clone() {
                     let prior = group - 1;
                     range.for_each(|x| picker.avoid(data_domain[x]));
                     parity_domain[prior * r..group * r].iter().for_each(|&d| picker.avoid(d));
                 }
+                if wraps {
+                    data_domain[..k].iter().for_each(|&d| picker.avoid(d));
+                    parity_domain[..r].iter().for_each(|&d| picker.avoid(d));
+                }
             };
         for block in members.clone() {
             let first = (layout.stripe_of(block) * width).min(members.start);
             data_domain[first..block].iter().for_each(|&d| picker.forbid(d));
-            mark_previous(&mut picker, &data_domain, &parity_domain);
+            mark_neighbours(&mut picker, &data_domain, &parity_domain);
             let (domain, disk) = choose(&mut picker, &mut cursor);
             data_domain.push(domain);
             data.push(disk);
@@ -318,32 +353,139 @@ pub fn place(
         for index in 0..r {
             members.clone().for_each(|x| picker.forbid(data_domain[x]));
             parity_domain[group * r..group * r + index].iter().for_each(|&d| picker.forbid(d));
-            mark_previous(&mut picker, &data_domain, &parity_domain);
+            mark_neighbours(&mut picker, &data_domain, &parity_domain);
             let (domain, disk) = choose(&mut picker, &mut cursor);
             parity_domain.push(domain);
             parity.push(disk);
         }
     }
-    let placement = Placement { layout: *layout, object_size, level, seed, data, parity };
-    // Cheap next to the placement itself, and a broken rule would lose data later.
+    let placement = Placement::assemble(
+        *layout,
+        object_size,
+        level,
+        seed,
+        tiled.then_some(period),
+        data,
+        parity,
+        BTreeMap::new(),
+    );
+    // Cheap next to the placement itself (one period), and a broken rule would lose data later.
     assert_eq!(placement.verify(), Ok(()), "placement broke rule (a) or (b): a bug");
     Ok(placement)
 }
 
+fn check_size(layout: &StripedLayout, object_size: u64) -> Result<(), LayoutError> {
+    layout.validate()?;
+    if object_size > MAX_OBJECT_BYTES {
+        return Err(LayoutError::ObjectTooLarge {
+            object_bytes: object_size,
+            max: MAX_OBJECT_BYTES,
+        });
+    }
+    let blocks = layout.data_blocks(object_size);
+    if blocks > MAX_OBJECT_BLOCKS {
+        return Err(LayoutError::TooManyBlocks { blocks, max: MAX_OBJECT_BLOCKS });
+    }
+    Ok(())
+}
+
 /// The disk of every unit of one object, with what it was computed from.
+///
+/// Stored as a *pattern* and the units that left it. An untiled placement's pattern lists
+/// every unit (data block x at `data[x]`, parity i of group g at `parity[g·r + i]`) and moving
+/// a unit rewrites its entry. A tiled one ([`place`]) lists one period of P groups: data block x
+/// is on `data[x mod P·k]` and parity (g, i) on `parity[(g mod P)·r + i]` unless `moved` says
+/// otherwise (a unit rebuilt elsewhere, a block a regroup moved). Invariants: the pattern alone
+/// keeps rules (a) and (b); so do the stripes and groups holding a moved unit; a tiled period
+/// holds whole stripes and groups and fewer groups than the object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "PlacementForm", try_from = "PlacementForm")]
 pub struct Placement {
     layout: StripedLayout,
     object_size: u64,
     level: FailureDomain,
     seed: u64,
-    /// Disk of data block x at index x.
+    /// Groups per period of a tiled placement; None when the pattern lists every unit.
+    period: Option<usize>,
     data: Vec<DiskLocation>,
-    /// Disk of parity i of group g at index g·r + i.
     parity: Vec<DiskLocation>,
+    /// Units of a tiled placement not on their pattern's disk (always empty when untiled).
+    moved: BTreeMap<UnitId, DiskLocation>,
+    /// Data blocks and groups of the object (derived, kept for speed).
+    blocks: usize,
+    groups: usize,
+}
+
+/// The serde form of a [`Placement`]: untiled ones read as they always did (no `period`, no
+/// `moved`), so stored placements of earlier versions stay readable.
+#[derive(Serialize, Deserialize)]
+struct PlacementForm {
+    layout: StripedLayout,
+    object_size: u64,
+    level: FailureDomain,
+    seed: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    period: Option<usize>,
+    data: Vec<DiskLocation>,
+    parity: Vec<DiskLocation>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    moved: Vec<(UnitId, DiskLocation)>,
+}
+
+impl From<Placement> for PlacementForm {
+    fn from(p: Placement) -> PlacementForm {
+        PlacementForm {
+            layout: p.layout,
+            object_size: p.object_size,
+            level: p.level,
+            seed: p.seed,
+            period: p.period,
+            data: p.data,
+            parity: p.parity,
+            moved: p.moved.into_iter().collect(),
+        }
+    }
+}
+
+impl TryFrom<PlacementForm> for Placement {
+    type Error = LayoutError;
+
+    fn try_from(form: PlacementForm) -> Result<Placement, LayoutError> {
+        let moved_count = form.moved.len();
+        let moved: BTreeMap<UnitId, DiskLocation> = form.moved.into_iter().collect();
+        if moved.len() != moved_count {
+            return Err(LayoutError::RuleBroken { reason: "a unit is moved twice".into() });
+        }
+        Placement::from_pattern(
+            form.layout,
+            form.object_size,
+            form.level,
+            form.seed,
+            form.period,
+            form.data,
+            form.parity,
+            moved,
+        )
+    }
 }
 
 impl Placement {
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        layout: StripedLayout,
+        object_size: u64,
+        level: FailureDomain,
+        seed: u64,
+        period: Option<usize>,
+        data: Vec<DiskLocation>,
+        parity: Vec<DiskLocation>,
+        moved: BTreeMap<UnitId, DiskLocation>,
+    ) -> Placement {
+        let blocks = layout.data_blocks(object_size);
+        let groups = layout.groups(object_size);
+        Placement { layout, object_size, level, seed, period, data, parity, moved, blocks, groups }
+    }
+
     /// A placement from its parts — the disk of each data block (`data[x]`) and of each parity
     /// (`parity[g·r + i]`) — as metadata keeps or assembles it (e.g. committing a regroup over
     /// the blocks' current disks). Refused unless the layout is valid, the object size allowed,
@@ -357,30 +499,59 @@ impl Placement {
         data: Vec<DiskLocation>,
         parity: Vec<DiskLocation>,
     ) -> Result<Placement, LayoutError> {
-        layout.validate()?;
-        if object_size > MAX_OBJECT_BYTES {
-            return Err(LayoutError::ObjectTooLarge {
-                object_bytes: object_size,
-                max: MAX_OBJECT_BYTES,
-            });
+        Placement::from_pattern(layout, object_size, level, seed, None, data, parity, [].into())
+    }
+
+    /// A placement from its stored form ([`Placement::pattern`]): `period` None means `data`
+    /// and `parity` list every unit (as [`Placement::from_parts`]); `Some(P)` means they list P
+    /// groups that repeat, with `moved` the units elsewhere. Refused unless the counts fit, the
+    /// period is whole stripes and groups and shorter than the object, every moved unit exists,
+    /// and rules (a) and (b) hold.
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_pattern(
+        layout: StripedLayout,
+        object_size: u64,
+        level: FailureDomain,
+        seed: u64,
+        period: Option<usize>,
+        data: Vec<DiskLocation>,
+        parity: Vec<DiskLocation>,
+        moved: BTreeMap<UnitId, DiskLocation>,
+    ) -> Result<Placement, LayoutError> {
+        check_size(&layout, object_size)?;
+        let broken = |reason: String| Err(LayoutError::RuleBroken { reason });
+        let (blocks, groups) = (layout.data_blocks(object_size), layout.groups(object_size));
+        let (k, r) = (layout.k(), layout.r());
+        let (want_data, want_parity) = match period {
+            None => (blocks, groups * r),
+            Some(p) => {
+                if p == 0 || p >= groups || (p * k) % layout.stripe_width != 0 {
+                    return broken(format!(
+                        "a period of {p} groups for an object of {groups} groups of {k} blocks \
+                         in stripes of {}: a period is whole stripes, and shorter than the object",
+                        layout.stripe_width
+                    ));
+                }
+                (p * k, p * r)
+            }
+        };
+        if data.len() != want_data || parity.len() != want_parity {
+            return broken(format!(
+                "{} data and {} parity disks given; an object of {object_size} bytes under {} \
+                 needs {want_data} and {want_parity}",
+                data.len(),
+                parity.len(),
+                layout.code
+            ));
         }
-        let blocks = layout.data_blocks(object_size);
-        if blocks > MAX_OBJECT_BLOCKS {
-            return Err(LayoutError::TooManyBlocks { blocks, max: MAX_OBJECT_BLOCKS });
+        if period.is_none() && !moved.is_empty() {
+            return broken("an untiled placement lists every unit: none is moved".into());
         }
-        let parities = layout.groups(object_size) * layout.r();
-        if data.len() != blocks || parity.len() != parities {
-            return Err(LayoutError::RuleBroken {
-                reason: format!(
-                    "{} data and {} parity disks given; an object of {object_size} bytes under \
-                     {} needs {blocks} and {parities}",
-                    data.len(),
-                    parity.len(),
-                    layout.code
-                ),
-            });
+        let placement =
+            Placement::assemble(layout, object_size, level, seed, period, data, parity, moved);
+        if let Some(unit) = placement.moved.keys().find(|u| placement.pattern_slot(**u).is_none()) {
+            return Err(LayoutError::UnknownUnit { unit: *unit });
         }
-        let placement = Placement { layout, object_size, level, seed, data, parity };
         placement.verify()?;
         Ok(placement)
     }
@@ -401,37 +572,58 @@ impl Placement {
         self.seed
     }
 
-    fn slot(&self, unit: UnitId) -> Option<(bool, usize)> {
+    /// The stored form: (groups per period or None, pattern data disks, pattern parity disks,
+    /// moved units) — see the type's header. Its size depends on the topology, not the object,
+    /// plus one entry per moved unit.
+    pub fn pattern(
+        &self,
+    ) -> (Option<usize>, &[DiskLocation], &[DiskLocation], &BTreeMap<UnitId, DiskLocation>) {
+        (self.period, &self.data, &self.parity, &self.moved)
+    }
+
+    /// How many units the object stores: its data blocks and r parities per group.
+    pub fn unit_count(&self) -> usize {
+        self.blocks + self.groups * self.layout.r()
+    }
+
+    /// Where `unit` sits in the pattern: (is data, index), or None if the object has no such
+    /// unit.
+    fn pattern_slot(&self, unit: UnitId) -> Option<(bool, usize)> {
         match unit {
-            UnitId::Data(x) if x < self.data.len() => Some((true, x)),
-            UnitId::Parity { group, index } if index < self.layout.r() => {
-                let at = group.checked_mul(self.layout.r())?.checked_add(index)?;
-                (at < self.parity.len()).then_some((false, at))
+            UnitId::Data(x) if x < self.blocks => Some((true, x % self.data.len())),
+            UnitId::Parity { group, index } if index < self.layout.r() && group < self.groups => {
+                let period = self.period.unwrap_or(self.groups);
+                Some((false, (group % period) * self.layout.r() + index))
             }
             _ => None,
         }
     }
 
-    /// The disk holding `unit`, or None if the object has no such unit.
-    pub fn disk_of(&self, unit: UnitId) -> Option<DiskLocation> {
-        self.slot(unit).map(|(is_data, at)| if is_data { self.data[at] } else { self.parity[at] })
+    /// The pattern's disk of `unit`, ignoring `moved`.
+    fn pattern_disk(&self, unit: UnitId) -> Option<DiskLocation> {
+        self.pattern_slot(unit)
+            .map(|(is_data, at)| if is_data { self.data[at] } else { self.parity[at] })
     }
 
-    /// Every stored unit and its disk: data blocks in order, then parities by group.
-    pub fn units(&self) -> Vec<(UnitId, DiskLocation)> {
+    /// The disk holding `unit`, or None if the object has no such unit.
+    pub fn disk_of(&self, unit: UnitId) -> Option<DiskLocation> {
+        let pattern = self.pattern_disk(unit)?;
+        Some(self.moved.get(&unit).copied().unwrap_or(pattern))
+    }
+
+    /// Every stored unit and its disk: data blocks in order, then parities by group. Computed
+    /// as it goes: a tiled placement never holds the whole list.
+    pub fn units(&self) -> impl Iterator<Item = (UnitId, DiskLocation)> + '_ {
         let r = self.layout.r();
-        let data = self.data.iter().enumerate().map(|(x, d)| (UnitId::Data(x), *d));
-        let parity = self
-            .parity
-            .iter()
-            .enumerate()
-            .map(|(at, d)| (UnitId::Parity { group: at / r, index: at % r }, *d));
-        data.chain(parity).collect()
+        let data = (0..self.blocks).map(UnitId::Data);
+        let parity =
+            (0..self.groups * r).map(move |at| UnitId::Parity { group: at / r, index: at % r });
+        data.chain(parity).map(|unit| (unit, self.disk_of(unit).expect("a stored unit")))
     }
 
     /// The units stored inside `domain` (of any level): what a failure of it loses.
     pub fn units_on(&self, domain: &DomainId) -> Vec<UnitId> {
-        self.units().into_iter().filter(|(_, d)| d.is_in(domain)).map(|(u, _)| u).collect()
+        self.units().filter(|(_, d)| d.is_in(domain)).map(|(u, _)| u).collect()
     }
 
     /// The units that must be on a different failure domain from `unit`: the other blocks of
@@ -453,28 +645,68 @@ impl Placement {
     }
 
     /// Checks rules (a) and (b); names the first pair of units that share a failure domain.
+    /// A tiled placement is checked on its pattern (one period: every other period repeats
+    /// it, and the object's last, partial stripe and group are subsets of its stripes and
+    /// groups) and on each stripe and group holding a moved unit.
     pub fn verify(&self) -> Result<(), LayoutError> {
         let size = self.object_size;
-        let sets = (0..self.layout.stripes(size))
-            .map(|s| ("stripe", s, self.layout.stripe_blocks(size, s).map(UnitId::Data).collect()))
-            .chain(
-                (0..self.layout.groups(size))
-                    .map(|g| ("group", g, self.layout.group_units(size, g))),
-            );
-        for (what, index, units) in sets {
-            let units: Vec<UnitId> = units;
-            let mut seen: BTreeMap<DomainId, UnitId> = BTreeMap::new();
-            for unit in units {
-                let disk = self.disk_of(unit).ok_or(LayoutError::UnknownUnit { unit })?;
-                if let Some(other) = seen.insert(disk.domain(self.level), unit) {
-                    return Err(LayoutError::RuleBroken {
-                        reason: format!(
-                            "{other} and {unit} of {what} {index} share {} {:?}",
-                            self.level,
-                            disk.domain(self.level)
-                        ),
-                    });
-                }
+        let (stripes, groups) = match self.period {
+            None => (self.layout.stripes(size), self.groups),
+            Some(p) => (p * self.layout.k() / self.layout.stripe_width, p),
+        };
+        let pattern = |unit: UnitId| self.pattern_disk(unit);
+        for stripe in 0..stripes {
+            self.check_stripe(stripe, &pattern)?;
+        }
+        for group in 0..groups {
+            self.check_group(group, &pattern)?;
+        }
+        let actual = |unit: UnitId| self.disk_of(unit);
+        for unit in self.moved.keys() {
+            if let UnitId::Data(x) = unit {
+                self.check_stripe(self.layout.stripe_of(*x), &actual)?;
+            }
+            self.check_group(self.layout.unit_position(*unit).0, &actual)?;
+        }
+        Ok(())
+    }
+
+    fn check_stripe(
+        &self,
+        stripe: usize,
+        disk: &dyn Fn(UnitId) -> Option<DiskLocation>,
+    ) -> Result<(), LayoutError> {
+        let units = self.layout.stripe_blocks(self.object_size, stripe).map(UnitId::Data);
+        self.check_set("stripe", stripe, units, disk)
+    }
+
+    fn check_group(
+        &self,
+        group: usize,
+        disk: &dyn Fn(UnitId) -> Option<DiskLocation>,
+    ) -> Result<(), LayoutError> {
+        let units = self.layout.group_units(self.object_size, group);
+        self.check_set("group", group, units.into_iter(), disk)
+    }
+
+    fn check_set(
+        &self,
+        what: &str,
+        index: usize,
+        units: impl Iterator<Item = UnitId>,
+        disk_of: &dyn Fn(UnitId) -> Option<DiskLocation>,
+    ) -> Result<(), LayoutError> {
+        let mut seen: BTreeMap<DomainId, UnitId> = BTreeMap::new();
+        for unit in units {
+            let disk = disk_of(unit).ok_or(LayoutError::UnknownUnit { unit })?;
+            if let Some(other) = seen.insert(disk.domain(self.level), unit) {
+                return Err(LayoutError::RuleBroken {
+                    reason: format!(
+                        "{other} and {unit} of {what} {index} share {} {:?}",
+                        self.level,
+                        disk.domain(self.level)
+                    ),
+                });
             }
         }
         Ok(())
@@ -488,6 +720,10 @@ impl Placement {
     /// groups' domains when possible (rule (c)). Deterministic in its arguments. Disks of
     /// the current placement that the topology no longer lists keep their blocks (a regroup
     /// reads them degraded); they are never chosen for anything new.
+    ///
+    /// A tiled placement is regrouped on one period of lcm(P·k, k') blocks, repeated; the
+    /// stripes and groups holding a moved block are then checked and mended one by one, so
+    /// the result stays as small as the input.
     pub fn regrouped(
         &self,
         new: &StripedLayout,
@@ -524,73 +760,68 @@ impl Placement {
                 stripe_width: new.stripe_width,
             });
         }
-        let index_of: BTreeMap<DomainId, usize> =
-            domains.ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
-        let level = self.level;
-        let forbid_domain = |picker: &mut Picker, disk: &DiskLocation| {
-            if let Some(&i) = index_of.get(&disk.domain(level)) {
-                picker.forbid(i);
+        let regroup = Regroup::new(self, new, &domains);
+        // One period of the new grouping: whole old periods and whole new groups.
+        let period = self.period.map(|_| lcm(self.data.len(), new.k()) / new.k());
+        let (data, parity, relocated) = match period {
+            Some(p) if p < new.groups(size) => {
+                let data = (0..p * new.k()).map(|x| self.data[x % self.data.len()]).collect();
+                regroup.pattern(data, p)?
+            }
+            _ => {
+                let data = (0..self.blocks).map(|x| self.disk_of(UnitId::Data(x)).unwrap());
+                regroup.pattern(data.collect(), new.groups(size))?
             }
         };
-        let avoid_domain = |picker: &mut Picker, disk: &DiskLocation| {
-            if let Some(&i) = index_of.get(&disk.domain(level)) {
-                picker.avoid(i);
-            }
-        };
-        let disk_in = |domain: usize, salt: u64| {
-            let disks = &domains.disks[domain];
-            disks[(mix(self.seed ^ mix(salt)) % disks.len() as u64) as usize]
-        };
-        let mut data = self.data.clone();
+        let tiled = period.filter(|&p| p < new.groups(size));
+        let mut placement = Placement::assemble(
+            *new,
+            size,
+            self.level,
+            self.seed,
+            tiled,
+            data,
+            parity,
+            BTreeMap::new(),
+        );
         let mut relocations = Vec::new();
-        let mut picker = Picker::new(domains.len());
-        let (r, groups) = (new.r(), new.groups(size));
-        let mut parity: Vec<DiskLocation> = Vec::with_capacity(groups * r);
-        let mut cursor = (mix(self.seed ^ 0x7265_6772) % domains.len() as u64) as usize;
-        for group in 0..groups {
-            let members = new.group_blocks(size, group);
-            let mut used: BTreeSet<DomainId> = BTreeSet::new();
-            for x in members.clone() {
-                if used.insert(data[x].domain(level)) {
-                    continue;
+        match tiled {
+            None => relocations.extend(relocated.into_iter().map(|(block, from, to)| Relocation {
+                block,
+                from,
+                to,
+            })),
+            Some(p) => {
+                // Every repetition of a relocated pattern block moves, unless it had moved
+                // already (it is mended below with the other moved blocks).
+                let stride = p * new.k();
+                for (slot, from, to) in relocated {
+                    for block in (slot..self.blocks).step_by(stride) {
+                        if !self.moved.contains_key(&UnitId::Data(block)) {
+                            relocations.push(Relocation { block, from, to });
+                        }
+                    }
                 }
-                // Two blocks of the new group share a domain: move this one.
-                members.clone().for_each(|y| forbid_domain(&mut picker, &data[y]));
-                new.stripe_blocks(size, new.stripe_of(x))
-                    .for_each(|y| forbid_domain(&mut picker, &data[y]));
-                for neighbour in [group.checked_sub(1), Some(group + 1)].into_iter().flatten() {
-                    new.group_blocks(size, neighbour)
-                        .for_each(|y| avoid_domain(&mut picker, &data[y]));
+                relocations.sort_by_key(|r| r.block);
+                // Moved data blocks stay where they are; their new stripes and groups are
+                // checked, and mended where two units now share a domain.
+                let mut groups = BTreeSet::new();
+                for (unit, disk) in &self.moved {
+                    if let UnitId::Data(x) = *unit {
+                        if placement.pattern_disk(*unit) != Some(*disk) {
+                            placement.moved.insert(*unit, *disk);
+                        }
+                        groups.insert(new.group_of(x));
+                        for y in new.stripe_blocks(size, new.stripe_of(x)) {
+                            groups.insert(new.group_of(y));
+                        }
+                    }
                 }
-                let domain = picker.pick(cursor).ok_or_else(|| LayoutError::NoReplacement {
-                    unit: UnitId::Data(x),
-                    reason: format!(
-                        "every {level} holds a unit of its new group {group} or a block of its stripe"
-                    ),
-                })?;
-                cursor = (domain + 1) % domains.len();
-                let to = disk_in(domain, x as u64);
-                relocations.push(Relocation { block: x, from: data[x], to });
-                data[x] = to;
-                used.insert(to.domain(level));
-            }
-            for index in 0..r {
-                members.clone().for_each(|y| forbid_domain(&mut picker, &data[y]));
-                parity[group * r..].iter().for_each(|d| forbid_domain(&mut picker, d));
-                if let Some(prior) = group.checked_sub(1) {
-                    new.group_blocks(size, prior).for_each(|y| avoid_domain(&mut picker, &data[y]));
-                    parity[prior * r..group * r].iter().for_each(|d| avoid_domain(&mut picker, d));
+                for group in groups {
+                    regroup.mend(&mut placement, group, &mut relocations)?;
                 }
-                let domain = picker.pick(cursor).ok_or_else(|| LayoutError::NoReplacement {
-                    unit: UnitId::Parity { group, index },
-                    reason: format!("every {level} holds a unit of group {group}"),
-                })?;
-                cursor = (domain + 1) % domains.len();
-                parity.push(disk_in(domain, ((group * r + index) as u64) << 32 | 0xFFFF));
             }
         }
-        let placement =
-            Placement { layout: *new, object_size: size, level, seed: self.seed, data, parity };
         placement.verify()?;
         Ok((placement, relocations))
     }
@@ -652,8 +883,9 @@ impl Placement {
     }
 
     /// Moves `unit` to `disk`, refusing (and changing nothing) if that breaks rule (a) or (b).
+    /// A tiled placement records the move (or forgets it when `disk` is the pattern's).
     pub fn relocate(&mut self, unit: UnitId, disk: DiskLocation) -> Result<(), LayoutError> {
-        let (is_data, at) = self.slot(unit).ok_or(LayoutError::UnknownUnit { unit })?;
+        let (is_data, at) = self.pattern_slot(unit).ok_or(LayoutError::UnknownUnit { unit })?;
         let domain = disk.domain(self.level);
         for peer in self.peers(unit) {
             if self.disk_of(peer).expect("peers are stored units").domain(self.level) == domain {
@@ -662,11 +894,192 @@ impl Placement {
                 });
             }
         }
-        if is_data {
-            self.data[at] = disk;
-        } else {
-            self.parity[at] = disk;
+        match (self.period, is_data) {
+            (None, true) => self.data[at] = disk,
+            (None, false) => self.parity[at] = disk,
+            (Some(_), _) if self.pattern_disk(unit) == Some(disk) => {
+                self.moved.remove(&unit);
+            }
+            (Some(_), _) => {
+                self.moved.insert(unit, disk);
+            }
         }
+        Ok(())
+    }
+}
+
+/// The working state of one regroup ([`Placement::regrouped`]).
+struct Regroup<'a> {
+    new: &'a StripedLayout,
+    domains: &'a Domains,
+    index_of: BTreeMap<DomainId, usize>,
+    level: FailureDomain,
+    seed: u64,
+    size: u64,
+}
+
+impl<'a> Regroup<'a> {
+    fn new(old: &Placement, new: &'a StripedLayout, domains: &'a Domains) -> Regroup<'a> {
+        Regroup {
+            new,
+            domains,
+            index_of: domains.ids.iter().enumerate().map(|(i, id)| (*id, i)).collect(),
+            level: old.level,
+            seed: old.seed,
+            size: old.object_size,
+        }
+    }
+
+    fn forbid(&self, picker: &mut Picker, disk: &DiskLocation) {
+        if let Some(&i) = self.index_of.get(&disk.domain(self.level)) {
+            picker.forbid(i);
+        }
+    }
+
+    fn avoid(&self, picker: &mut Picker, disk: &DiskLocation) {
+        if let Some(&i) = self.index_of.get(&disk.domain(self.level)) {
+            picker.avoid(i);
+        }
+    }
+
+    fn disk_in(&self, domain: usize, salt: u64) -> DiskLocation {
+        let disks = &self.domains.disks[domain];
+        disks[(mix(self.seed ^ mix(salt)) % disks.len() as u64) as usize]
+    }
+
+    /// Regroups the first `groups` groups over the data disks `data` (one per data block of
+    /// those groups): the new pattern's data and parity disks and the blocks it relocated, as
+    /// (block, from, to).
+    #[allow(clippy::type_complexity)]
+    fn pattern(
+        &self,
+        mut data: Vec<DiskLocation>,
+        groups: usize,
+    ) -> Result<
+        (Vec<DiskLocation>, Vec<DiskLocation>, Vec<(usize, DiskLocation, DiskLocation)>),
+        LayoutError,
+    > {
+        let (new, size, level) = (self.new, self.size, self.level);
+        let mut relocations = Vec::new();
+        let mut picker = Picker::new(self.domains.len());
+        let r = new.r();
+        let mut parity: Vec<DiskLocation> = Vec::with_capacity(groups * r);
+        let mut cursor = (mix(self.seed ^ 0x7265_6772) % self.domains.len() as u64) as usize;
+        let last = groups.saturating_sub(1);
+        for group in 0..groups {
+            let members = new.group_blocks(size, group);
+            let mut used: BTreeSet<DomainId> = BTreeSet::new();
+            for x in members.clone() {
+                if used.insert(data[x].domain(level)) {
+                    continue;
+                }
+                // Two blocks of the new group share a domain: move this one.
+                members.clone().for_each(|y| self.forbid(&mut picker, &data[y]));
+                new.stripe_blocks(size, new.stripe_of(x))
+                    .for_each(|y| self.forbid(&mut picker, &data[y]));
+                for neighbour in [group.checked_sub(1), Some(group + 1)].into_iter().flatten() {
+                    if neighbour <= last {
+                        new.group_blocks(size, neighbour)
+                            .for_each(|y| self.avoid(&mut picker, &data[y]));
+                    }
+                }
+                let domain = picker.pick(cursor).ok_or_else(|| LayoutError::NoReplacement {
+                    unit: UnitId::Data(x),
+                    reason: format!(
+                        "every {level} holds a unit of its new group {group} or a block of its stripe"
+                    ),
+                })?;
+                cursor = (domain + 1) % self.domains.len();
+                let to = self.disk_in(domain, x as u64);
+                relocations.push((x, data[x], to));
+                data[x] = to;
+                used.insert(to.domain(level));
+            }
+            for index in 0..r {
+                members.clone().for_each(|y| self.forbid(&mut picker, &data[y]));
+                parity[group * r..].iter().for_each(|d| self.forbid(&mut picker, d));
+                if let Some(prior) = group.checked_sub(1) {
+                    new.group_blocks(size, prior).for_each(|y| self.avoid(&mut picker, &data[y]));
+                    parity[prior * r..group * r].iter().for_each(|d| self.avoid(&mut picker, d));
+                }
+                let domain = picker.pick(cursor).ok_or_else(|| LayoutError::NoReplacement {
+                    unit: UnitId::Parity { group, index },
+                    reason: format!("every {level} holds a unit of group {group}"),
+                })?;
+                cursor = (domain + 1) % self.domains.len();
+                parity.push(self.disk_in(domain, ((group * r + index) as u64) << 32 | 0xFFFF));
+            }
+        }
+        Ok((data, parity, relocations))
+    }
+
+    /// Mends group `group` of a tiled regroup around its moved blocks: a data block sharing a
+    /// domain with an earlier block of its group or another block of its stripe moves (a
+    /// relocation), then a parity sharing a domain with another unit of the group moves.
+    fn mend(
+        &self,
+        placement: &mut Placement,
+        group: usize,
+        relocations: &mut Vec<Relocation>,
+    ) -> Result<(), LayoutError> {
+        let (new, size, level) = (self.new, self.size, self.level);
+        let disk = |p: &Placement, unit| p.disk_of(unit).expect("a stored unit");
+        let members = new.group_blocks(size, group);
+        let mut used: BTreeSet<DomainId> = BTreeSet::new();
+        let mut picker = Picker::new(self.domains.len());
+        for x in members.clone() {
+            let here = disk(placement, UnitId::Data(x)).domain(level);
+            let stripe = new.stripe_blocks(size, new.stripe_of(x));
+            let clash = used.contains(&here)
+                || stripe
+                    .clone()
+                    .any(|y| y != x && disk(placement, UnitId::Data(y)).domain(level) == here);
+            if !clash {
+                used.insert(here);
+                continue;
+            }
+            members
+                .clone()
+                .for_each(|y| self.forbid(&mut picker, &disk(placement, UnitId::Data(y))));
+            stripe.for_each(|y| self.forbid(&mut picker, &disk(placement, UnitId::Data(y))));
+            let start = (mix(self.seed ^ mix(x as u64)) % self.domains.len() as u64) as usize;
+            let domain = picker.pick(start).ok_or_else(|| LayoutError::NoReplacement {
+                unit: UnitId::Data(x),
+                reason: format!(
+                    "every {level} holds a unit of its new group {group} or a block of its stripe"
+                ),
+            })?;
+            let from = disk(placement, UnitId::Data(x));
+            let to = self.disk_in(domain, x as u64);
+            placement.moved.insert(UnitId::Data(x), to);
+            match relocations.iter_mut().find(|r| r.block == x) {
+                Some(relocation) => relocation.to = to,
+                None => relocations.push(Relocation { block: x, from, to }),
+            }
+            used.insert(to.domain(level));
+        }
+        for index in 0..new.r() {
+            let unit = UnitId::Parity { group, index };
+            let here = disk(placement, unit).domain(level);
+            if used.insert(here) {
+                continue;
+            }
+            members
+                .clone()
+                .for_each(|y| self.forbid(&mut picker, &disk(placement, UnitId::Data(y))));
+            (0..new.r())
+                .map(|i| disk(placement, UnitId::Parity { group, index: i }))
+                .for_each(|d| self.forbid(&mut picker, &d));
+            let salt = unit_key(unit);
+            let start = (mix(self.seed ^ mix(salt)) % self.domains.len() as u64) as usize;
+            let domain = picker.pick(start).ok_or_else(|| LayoutError::NoReplacement {
+                unit,
+                reason: format!("every {level} holds a unit of group {group}"),
+            })?;
+            placement.moved.insert(unit, self.disk_in(domain, salt));
+            used.insert(self.domains.ids[domain]);
+        }
+        relocations.sort_by_key(|r| r.block);
         Ok(())
     }
 }

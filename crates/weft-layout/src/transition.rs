@@ -110,7 +110,6 @@ pub fn plan_regroup(
     let parity_units = |p: &Placement| -> Vec<PlannedUnit> {
         let (layout, size) = (*p.layout(), p.object_size());
         p.units()
-            .into_iter()
             .filter(|(u, _)| matches!(u, UnitId::Parity { .. }))
             .map(|(unit, disk)| PlannedUnit { unit, disk, len: layout.stored_len(size, unit) })
             .collect()

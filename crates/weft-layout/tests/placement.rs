@@ -83,7 +83,7 @@ fn distinct(domains: &[DomainId]) -> bool {
 fn check_rules(placement: &Placement, topology: &Topology, context: &str) {
     let layout = *placement.layout();
     let size = placement.object_size();
-    let units = placement.units();
+    let units: Vec<(UnitId, DiskLocation)> = placement.units().collect();
     let expected = layout.data_blocks(size) + layout.groups(size) * layout.r();
     assert_eq!(units.len(), expected, "{context}: every unit placed once");
     for (unit, disk) in &units {
@@ -220,7 +220,7 @@ fn replacements_keep_the_rules() {
         let topology = topology(&mut rng, level, domains);
         let size = rng.gen_range(1..=200u64);
         let mut placement = place(&layout, size, &topology, rng.gen(), level).unwrap();
-        let units = placement.units();
+        let units: Vec<_> = placement.units().collect();
         for _ in 0..5 {
             let (unit, old) = units[rng.gen_range(0..units.len())];
             let old = placement.disk_of(unit).unwrap_or(old);
@@ -297,7 +297,8 @@ fn units_on_partitions_the_units_and_load_is_spread() {
     };
     let topology = topology(&mut rng, FailureDomain::Node, 20);
     let placement = place(&layout, 6000, &topology, 11, FailureDomain::Node).unwrap();
-    let total = placement.units().len();
+    let total = placement.unit_count();
+    assert_eq!(placement.units().count(), total);
     let mut per_node = BTreeMap::new();
     for domain in topology.domains(FailureDomain::Node) {
         let units = placement.units_on(&domain);
@@ -346,4 +347,217 @@ fn bad_topologies_are_refused() {
     assert!(twice.contains("listed twice"), "{twice}");
     let racks = Topology::new(vec![disk(0, 1, 0), disk(1, 1, 1)]).unwrap_err().to_string();
     assert!(racks.contains("racks 0 and 1"), "{racks}");
+}
+
+/// A layout of 1-byte blocks, so an object of N bytes has about N data blocks.
+fn tiny_blocks(rng: &mut StdRng) -> StripedLayout {
+    let layout = StripedLayout {
+        code: CodeSpec::Rs { k: rng.gen_range(1..=8), r: rng.gen_range(1..=3) },
+        stripe_width: rng.gen_range(1..=6),
+        cell_bytes: 1,
+        block_bytes: 1,
+    };
+    layout.validate().unwrap();
+    layout
+}
+
+/// Data blocks placed by `placement` on a different disk than by `before`.
+fn moved_blocks(
+    before: &Placement,
+    after: &Placement,
+) -> BTreeMap<usize, (DiskLocation, DiskLocation)> {
+    let blocks = before.layout().data_blocks(before.object_size());
+    (0..blocks)
+        .filter_map(|x| {
+            let (from, to) = (before.disk_of(UnitId::Data(x))?, after.disk_of(UnitId::Data(x))?);
+            (from != to).then_some((x, (from, to)))
+        })
+        .collect()
+}
+
+#[test]
+fn large_objects_repeat_one_period_and_keep_every_rule() {
+    let mut rng = StdRng::seed_from_u64(0x711e);
+    let mut tiled = 0;
+    for case in 0..60 {
+        let layout = tiny_blocks(&mut rng);
+        let level = LEVELS[case % 3];
+        let needed = min_domains_for_disjoint_groups(&layout).max(layout.stripe_width);
+        let domains = rng.gen_range(needed..needed + 12);
+        let topology = topology(&mut rng, level, domains);
+        let size = rng.gen_range(5_000..40_000u64);
+        let context = format!("case {case}: {layout:?}, {size} B on {} {level}s", needed);
+        let placement = place(&layout, size, &topology, rng.gen(), level).unwrap();
+        check_rules(&placement, &topology, &context);
+        let (period, data, parity, moved) = placement.pattern();
+        assert!(moved.is_empty());
+        let Some(period) = period else { continue };
+        tiled += 1;
+        assert_eq!(period, weft_layout::pattern_period(&layout, size, topology.disks().len()));
+        assert_eq!((data.len(), parity.len()), (period * layout.k(), period * layout.r()));
+        assert_eq!(data.len() % layout.stripe_width, 0, "{context}: a period is whole stripes");
+        assert!(period * layout.n() >= weft_layout::PATTERN_UNITS, "{context}");
+        assert!(period < layout.groups(size), "{context}");
+        // Every group repeats the disks of the group one period before it.
+        for (unit, disk) in placement.units() {
+            let (group, position) = layout.unit_position(unit);
+            if group >= period && layout.group_blocks(size, group).len() == layout.k() {
+                let twin = layout.unit(group - period, position);
+                assert_eq!(placement.disk_of(twin), Some(disk), "{context}: {unit}");
+            }
+        }
+        // (c) holds inside a period (the topology has the domains it needs), and across
+        // period boundaries with n domains more.
+        for g in 1..layout.groups(size) {
+            if g % period == 0 && domains < needed + layout.n() {
+                continue; // across a period boundary (c) needs n more domains
+            }
+            let before: BTreeSet<DomainId> =
+                domain_sets(&placement, &layout.group_units(size, g - 1)).into_iter().collect();
+            let now = domain_sets(&placement, &layout.group_units(size, g));
+            assert!(now.iter().all(|d| !before.contains(d)), "{context}: (c) at group {g}");
+        }
+        let json = serde_json::to_string(&placement).unwrap();
+        assert_eq!(serde_json::from_str::<Placement>(&json).unwrap(), placement, "{context}");
+    }
+    assert!(tiled > 40, "only {tiled} tiled placements");
+}
+
+#[test]
+fn a_five_tib_object_costs_one_period_of_memory_and_of_json() {
+    let layout = StripedLayout {
+        code: CodeSpec::Rs { k: 6, r: 3 },
+        stripe_width: 4,
+        cell_bytes: 1 << 20,
+        block_bytes: 8 << 20,
+    };
+    let topology = topology_with(40);
+    let size = weft_layout::MAX_OBJECT_BYTES;
+    let placement = place(&layout, size, &topology, 7, FailureDomain::Node).unwrap();
+    let units = layout.data_blocks(size) + layout.groups(size) * 3;
+    assert_eq!(placement.unit_count(), units);
+    assert!(units > 900_000, "{units}");
+    let json = serde_json::to_vec(&placement).unwrap();
+    assert!(json.len() < 256 << 10, "a placement of {units} units is {} B of JSON", json.len());
+    // The last units exist and sit where the period says.
+    let last = UnitId::Data(layout.data_blocks(size) - 1);
+    let period = placement.pattern().0.unwrap();
+    let twin = UnitId::Data(layout.data_blocks(size) - 1 - period * layout.k());
+    assert_eq!(placement.disk_of(last), placement.disk_of(twin));
+    assert_eq!(placement.disk_of(UnitId::Data(layout.data_blocks(size))), None);
+    let groups = layout.groups(size);
+    assert!(placement.disk_of(UnitId::Parity { group: groups - 1, index: 2 }).is_some());
+    assert_eq!(placement.disk_of(UnitId::Parity { group: groups, index: 0 }), None);
+}
+
+#[test]
+fn a_tiled_placement_records_each_rebuilt_unit_and_forgets_it_when_back() {
+    let mut rng = StdRng::seed_from_u64(21);
+    let layout = StripedLayout {
+        code: CodeSpec::Rs { k: 4, r: 2 },
+        stripe_width: 3,
+        cell_bytes: 1,
+        block_bytes: 1,
+    };
+    let topology = topology(&mut rng, FailureDomain::Node, 14);
+    let mut placement = place(&layout, 30_000, &topology, 3, FailureDomain::Node).unwrap();
+    let original = placement.clone();
+    let period = placement.pattern().0.expect("tiled");
+    // A node fails: each of its units is rebuilt elsewhere, one move recorded per unit.
+    let failed = topology.domains(FailureDomain::Node)[5];
+    let lost = placement.units_on(&failed);
+    assert!(lost.len() > 1000);
+    for unit in &lost {
+        let disk = placement.replacement_for(&topology, *unit, &[failed]).unwrap();
+        placement.relocate(*unit, disk).unwrap();
+    }
+    check_rules(&placement, &topology, "after the rebuild");
+    assert!(placement.units_on(&failed).is_empty());
+    assert_eq!(placement.pattern().3.len(), lost.len());
+    assert_eq!(placement.pattern().0, Some(period));
+    let json = serde_json::to_string(&placement).unwrap();
+    assert_eq!(serde_json::from_str::<Placement>(&json).unwrap(), placement);
+    // Units moved back to the disk their period gives them are no longer recorded.
+    for unit in &lost {
+        placement.relocate(*unit, original.disk_of(*unit).unwrap()).unwrap();
+    }
+    assert_eq!(placement, original);
+    // A move that breaks a rule is refused: nothing recorded.
+    let unit = UnitId::Data(period * layout.k() + 1);
+    let peer = placement.disk_of(UnitId::Data(period * layout.k())).unwrap();
+    assert!(placement.relocate(unit, peer).is_err());
+    assert_eq!(placement, original);
+}
+
+#[test]
+fn regrouping_a_tiled_placement_mends_around_moved_blocks() {
+    let mut rng = StdRng::seed_from_u64(34);
+    let mut relocating = 0;
+    for case in 0..24 {
+        let layout = StripedLayout {
+            code: CodeSpec::Rs { k: rng.gen_range(2..=4), r: rng.gen_range(1..=2) },
+            stripe_width: rng.gen_range(2..=4),
+            cell_bytes: 1,
+            block_bytes: 1,
+        };
+        let new = StripedLayout {
+            code: CodeSpec::Rs { k: rng.gen_range(2..=6), r: rng.gen_range(1..=3) },
+            ..layout
+        };
+        let level = FailureDomain::Node;
+        let domains = new.n().max(layout.n()).max(layout.stripe_width) + rng.gen_range(0..4);
+        let topology = topology(&mut rng, level, domains);
+        let size = rng.gen_range(20_000..30_000u64);
+        let mut placement = place(&layout, size, &topology, case, level).unwrap();
+        assert!(placement.pattern().0.is_some());
+        // Some blocks were rebuilt elsewhere first.
+        let failed = topology.domains(level)[rng.gen_range(0..domains)];
+        for unit in placement.units_on(&failed).into_iter().step_by(3) {
+            if let Ok(disk) = placement.replacement_for(&topology, unit, &[failed]) {
+                placement.relocate(unit, disk).unwrap();
+            }
+        }
+        let context = format!("case {case}: {layout:?} to {new:?}, {domains} nodes");
+        let (after, relocations) = placement.regrouped(&new, &topology).unwrap();
+        check_rules(&after, &topology, &context);
+        // The relocations are exactly the data blocks that changed disk, from where to where.
+        let listed: BTreeMap<usize, (DiskLocation, DiskLocation)> =
+            relocations.iter().map(|r| (r.block, (r.from, r.to))).collect();
+        assert_eq!(listed.len(), relocations.len(), "{context}: a block relocated twice");
+        assert_eq!(listed, moved_blocks(&placement, &after), "{context}");
+        relocating += usize::from(!relocations.is_empty());
+        let json = serde_json::to_vec(&after).unwrap();
+        assert!(json.len() < 1 << 20, "{context}: {} B", json.len());
+        assert_eq!(serde_json::from_slice::<Placement>(&json).unwrap(), after, "{context}");
+    }
+    assert!(relocating > 4, "only {relocating} regroups relocated anything");
+}
+
+#[test]
+fn a_stored_pattern_that_breaks_its_invariants_is_refused() {
+    let layout = StripedLayout {
+        code: CodeSpec::Rs { k: 4, r: 2 },
+        stripe_width: 2,
+        cell_bytes: 1,
+        block_bytes: 1,
+    };
+    let topology = topology_with(10);
+    let placement = place(&layout, 20_000, &topology, 1, FailureDomain::Node).unwrap();
+    let value = serde_json::to_value(&placement).unwrap();
+    let refused = |edit: &dyn Fn(&mut serde_json::Value)| {
+        let mut bad = value.clone();
+        edit(&mut bad);
+        serde_json::from_value::<Placement>(bad).unwrap_err().to_string()
+    };
+    let period = value["period"].as_u64().unwrap();
+    assert!(refused(&|v| v["period"] = (period + 1).into()).contains("disks given"));
+    assert!(refused(&|v| v["period"] = 100_000.into()).contains("shorter than the object"));
+    assert!(refused(&|v| {
+        v["data"].as_array_mut().unwrap().pop();
+    })
+    .contains("disks given"));
+    let peer = value["data"][1].clone();
+    assert!(refused(&|v| v["data"][0] = peer.clone()).contains("share"));
+    let far = serde_json::json!([[{"Data": 10_000_000}, value["data"][0]]]);
+    assert!(refused(&|v| v["moved"] = far.clone()).contains("not in this placement"));
 }

@@ -371,7 +371,10 @@ pub(crate) fn decode<T: DeserializeOwned>(
     Ok(envelope.r)
 }
 
-/// The stored form of an [`ObjectRecord`]; bucket and key are the table key.
+/// The stored form of an [`ObjectRecord`]; bucket and key are the table key. Its placement is
+/// the placement's pattern ([`Placement::pattern`]): one entry per unit for objects of up to a
+/// few thousand units, one period plus each moved unit for larger ones, so the record does not
+/// grow with the object (its digests do: 16 bytes per unit).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct StoredObject {
     layout: StripedLayout,
@@ -380,17 +383,23 @@ pub(crate) struct StoredObject {
     seed: u64,
     /// The distinct disks the object uses, in first-use order.
     disks: Vec<DiskLocation>,
-    /// Index into `disks` of data block x, at x.
+    /// Groups per period of a tiled placement; absent when `data` and `parity` list every unit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    period: Option<usize>,
+    /// Index into `disks` of the pattern's data block x, at x.
     data: Vec<u32>,
-    /// Index into `disks` of parity i of group g, at g·r + i.
+    /// Index into `disks` of the pattern's parity i of group g, at g·r + i.
     parity: Vec<u32>,
+    /// Units of a tiled placement off their pattern's disk: (unit, index into `disks`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    moved: Vec<(UnitId, u32)>,
     state: ObjectState,
     created_ms: u64,
     generation: u64,
     /// Absent in objects stored before transitions existed, and whenever it is 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     parity_generation: u64,
-    /// The unit digests, hex, concatenated in the order of `data` then `parity`; absent when
+    /// The unit digests, hex, concatenated in the order of [`Placement::units`]; absent when
     /// the object has none (so objects stored before digests existed read unchanged).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     digests: String,
@@ -403,31 +412,28 @@ fn is_zero(value: &u64) -> bool {
 impl StoredObject {
     pub(crate) fn from_record(record: &ObjectRecord) -> StoredObject {
         let placement = &record.placement;
+        let (period, data, parity, moved) = placement.pattern();
         let mut disks: Vec<DiskLocation> = Vec::new();
-        let mut data = Vec::new();
-        let mut parity = Vec::new();
-        for (unit, disk) in placement.units() {
-            let at = match disks.iter().position(|d| *d == disk) {
-                Some(at) => at,
-                None => {
-                    disks.push(disk);
-                    disks.len() - 1
-                }
-            };
-            let at = u32::try_from(at).expect("an object uses fewer than 2^32 disks");
-            match unit {
-                UnitId::Data(_) => data.push(at),
-                UnitId::Parity { .. } => parity.push(at),
-            }
-        }
+        let mut index: std::collections::BTreeMap<DiskLocation, u32> = Default::default();
+        let mut at = |disk: &DiskLocation| -> u32 {
+            *index.entry(*disk).or_insert_with(|| {
+                disks.push(*disk);
+                u32::try_from(disks.len() - 1).expect("an object uses fewer than 2^32 disks")
+            })
+        };
+        let data = data.iter().map(&mut at).collect();
+        let parity = parity.iter().map(&mut at).collect();
+        let moved = moved.iter().map(|(unit, disk)| (*unit, at(disk))).collect();
         StoredObject {
             layout: *placement.layout(),
             size: placement.object_size(),
             level: placement.failure_domain(),
             seed: placement.seed(),
             disks,
+            period,
             data,
             parity,
+            moved,
             state: record.state,
             created_ms: record.created_ms,
             generation: record.generation,
@@ -436,9 +442,8 @@ impl StoredObject {
                 true => String::new(),
                 false => placement
                     .units()
-                    .iter()
                     .map(|(unit, _)| {
-                        record.digests.get(unit).map_or(String::new(), |d| d.to_string())
+                        record.digests.get(&unit).map_or(String::new(), |d| d.to_string())
                     })
                     .collect(),
             },
@@ -451,41 +456,45 @@ impl StoredObject {
             key: format!("{bucket}/{key}"),
             reason,
         };
-        let lookup = |indices: &[u32]| -> Result<Vec<DiskLocation>, MetaError> {
-            indices
-                .iter()
-                .map(|&i| {
-                    self.disks.get(i as usize).copied().ok_or_else(|| {
-                        corrupt(format!("disk index {i} out of {} disks", self.disks.len()))
-                    })
-                })
-                .collect()
+        let disk = |i: u32| {
+            self.disks
+                .get(i as usize)
+                .copied()
+                .ok_or_else(|| corrupt(format!("disk index {i} out of {} disks", self.disks.len())))
         };
-        // Placement's fields are private; its serde form is the documented way to rebuild it.
-        let value = serde_json::json!({
-            "layout": self.layout,
-            "object_size": self.size,
-            "level": self.level,
-            "seed": self.seed,
-            "data": lookup(&self.data)?,
-            "parity": lookup(&self.parity)?,
-        });
-        let placement: Placement =
-            serde_json::from_value(value).map_err(|e| corrupt(e.to_string()))?;
+        let lookup = |indices: &[u32]| -> Result<Vec<DiskLocation>, MetaError> {
+            indices.iter().map(|&i| disk(i)).collect()
+        };
+        let mut moved = std::collections::BTreeMap::new();
+        for (unit, i) in &self.moved {
+            if moved.insert(*unit, disk(*i)?).is_some() {
+                return Err(corrupt(format!("{unit} is moved twice")));
+            }
+        }
+        let placement = Placement::from_pattern(
+            self.layout,
+            self.size,
+            self.level,
+            self.seed,
+            self.period,
+            lookup(&self.data)?,
+            lookup(&self.parity)?,
+            moved,
+        )
+        .map_err(|e| corrupt(e.to_string()))?;
         let mut digests = Digests::new();
         if !self.digests.is_empty() {
-            let units = placement.units();
+            let units = placement.unit_count();
             let width = 2 * weft_wire::digest::UNIT_DIGEST_BYTES;
-            if self.digests.len() != units.len() * width || !self.digests.is_ascii() {
+            if self.digests.len() != units * width || !self.digests.is_ascii() {
                 return Err(corrupt(format!(
-                    "{} hex digits of digests for {} units",
+                    "{} hex digits of digests for {units} units",
                     self.digests.len(),
-                    units.len()
                 )));
             }
-            for ((unit, _), at) in units.iter().zip((0..).step_by(width)) {
+            for ((unit, _), at) in placement.units().zip((0..).step_by(width)) {
                 let digest = self.digests[at..at + width].parse().map_err(corrupt)?;
-                digests.insert(*unit, digest);
+                digests.insert(unit, digest);
             }
         }
         Ok(ObjectRecord {

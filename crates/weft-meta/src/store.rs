@@ -466,7 +466,6 @@ pub(crate) fn transitioned(
     let current = &object.placement;
     let mut data: Vec<DiskLocation> = current
         .units()
-        .into_iter()
         .filter(|(unit, _)| matches!(unit, UnitId::Data(_)))
         .map(|(_, disk)| disk)
         .collect();
@@ -488,7 +487,6 @@ pub(crate) fn transitioned(
     let parity: Vec<DiskLocation> = transition
         .new_placement
         .units()
-        .into_iter()
         .filter(|(unit, _)| matches!(unit, UnitId::Parity { .. }))
         .map(|(_, disk)| disk)
         .collect();
@@ -534,7 +532,7 @@ pub fn check_digests(
         return Ok(());
     }
     let units: BTreeSet<UnitId> =
-        record.placement.units().into_iter().map(|(unit, _)| unit).filter(|u| wanted(u)).collect();
+        record.placement.units().map(|(unit, _)| unit).filter(|u| wanted(u)).collect();
     let invalid = |reason: String| MetaError::InvalidDigests {
         bucket: record.bucket.clone(),
         key: record.key.clone(),

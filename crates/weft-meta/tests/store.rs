@@ -708,8 +708,8 @@ fn metadata_bytes_of_a_1_gib_rs_6_3_object() {
     let store = MemStore::new();
     store.create_bucket("bench", big, 0).unwrap();
     let record = store.begin_object("bench", "one-gib-object", p.clone(), 0).unwrap();
-    let units = p.units().len();
-    let disks: std::collections::BTreeSet<_> = p.units().into_iter().map(|(_, d)| d).collect();
+    let units = p.unit_count();
+    let disks: std::collections::BTreeSet<_> = p.units().map(|(_, d)| d).collect();
     let bytes = metadata_bytes(&record);
     println!(
         "metadata bytes per object: {bytes} for 1 GiB rs(6,3), 8 MiB blocks: {units} units \

@@ -71,12 +71,7 @@ fn conflict(result: Result<(ObjectRecord, ObjectRecord), MetaError>) -> Transiti
 }
 
 fn data_disks(placement: &Placement) -> Vec<DiskLocation> {
-    placement
-        .units()
-        .into_iter()
-        .filter(|(u, _)| matches!(u, UnitId::Data(_)))
-        .map(|(_, d)| d)
-        .collect()
+    placement.units().filter(|(u, _)| matches!(u, UnitId::Data(_))).map(|(_, d)| d).collect()
 }
 
 fn repair(object: &ObjectRecord, unit: UnitId) -> RepairRequest {
@@ -333,7 +328,7 @@ fn from_parts_checks_counts_and_rules() {
     let object = place(&layout("rs(6,3)"), SIZE, &topology(24), 1, FailureDomain::Node).unwrap();
     let parts = |p: &Placement| {
         let (data, parity): (Vec<_>, Vec<_>) =
-            p.units().into_iter().partition(|(u, _)| matches!(u, UnitId::Data(_)));
+            p.units().partition(|(u, _)| matches!(u, UnitId::Data(_)));
         let disks = |v: Vec<(UnitId, DiskLocation)>| v.into_iter().map(|(_, d)| d).collect();
         (disks(data), disks(parity))
     };

@@ -39,6 +39,7 @@ use std::{
     },
     time::{Duration, Instant, SystemTime},
 };
+use weft_wire::key::UnitKey;
 
 use crate::{
     error::StoreError,
@@ -47,7 +48,6 @@ use crate::{
         FORMAT_VERSION, MAX_UNIT_BYTES, SEGMENT_BYTES,
     },
     fs::{Fs, FsFile, RealFs, Space},
-    key::UnitKey,
 };
 
 /// Result of this crate's operations.

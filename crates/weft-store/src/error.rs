@@ -11,7 +11,7 @@
 
 use std::{fmt, io, path::PathBuf};
 
-use crate::key::UnitKey;
+use weft_wire::key::UnitKey;
 
 /// Why a store operation failed.
 #[derive(Debug)]

@@ -8,7 +8,7 @@
 //! - Encoding then decoding a header gives it back; decoding accepts only what encoding makes
 //!   (reserved bytes zero, segment size 64 KiB, crc32c), so format changes need a new version.
 
-use crate::key::{UnitIndex, UnitKey};
+use weft_wire::key::{UnitIndex, UnitKey};
 
 /// The first eight bytes of every unit file.
 pub const MAGIC: [u8; 8] = *b"WEFTUNIT";

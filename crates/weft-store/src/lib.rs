@@ -22,7 +22,6 @@ mod error;
 pub mod format;
 pub mod fs;
 pub mod inventory;
-mod key;
 
 pub use disk::{
     Capacity, CapacityState, Disk, ListedUnit, Result, ScrubProgress, ScrubReport, Thresholds,
@@ -33,4 +32,4 @@ pub use error::StoreError;
 pub use format::{ChecksumKind, FORMAT_VERSION, MAX_UNIT_BYTES, SEGMENT_BYTES};
 pub use fs::{FaultyFs, Fs, FsFile, FsOp, RealFs, Space};
 pub use inventory::Inventory;
-pub use key::{UnitIndex, UnitKey};
+pub use weft_wire::key::{UnitIndex, UnitKey};

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 pub use digest::UnitDigest;
 
 pub mod digest;
+pub mod key;
 pub mod repair;
 pub mod scrub;
 pub mod transition;

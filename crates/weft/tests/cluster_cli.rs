@@ -1187,3 +1187,96 @@ fn a_full_node_disk_is_read_only_its_units_stay_and_nothing_is_rebuilt() {
     assert_eq!(files_under(&disk), files, "the full disk's unit files are untouched");
     drop(node);
 }
+
+/// Peak resident memory of process `pid` (VmHWM), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM is reported");
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib << 10
+}
+
+/// `begin` of a 5 TiB object (983,040 units) leaves meta's memory, its record and its reply
+/// small: the placement is one period of groups repeated, the reply lists one page of units
+/// with the pattern, and a client names every other unit from it exactly as meta would.
+#[test]
+fn a_five_tib_object_costs_meta_one_period_not_a_million_units() {
+    let cluster = Cluster::start(4, &[]);
+    cluster.weft_json(&[
+        "bucket",
+        "create",
+        "huge",
+        "--json",
+        "--code",
+        "rs",
+        "--k",
+        "2",
+        "--r",
+        "1",
+        "--stripe-width",
+        "2",
+        "--cell",
+        "1MiB",
+        "--block",
+        "8MiB",
+    ]);
+    let pid = cluster.meta_pid();
+    let before = peak_rss(pid);
+    let size: u64 = 5 << 40;
+    let (status, body) = cluster.meta_call(
+        reqwest::Method::POST,
+        "/v1/buckets/huge/objects/big/begin",
+        &json!({ "size": size }),
+    );
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let grown = peak_rss(pid).saturating_sub(before);
+    assert!(grown < 64 << 20, "meta's peak memory grew by {grown} B for one begin");
+    assert!(body.len() < 2 << 20, "a begin reply of {} B", body.len());
+    let begun: Value = serde_json::from_slice(&body).unwrap();
+    eprintln!(
+        "begin of 5 TiB: reply {} B, record {} B, meta's peak memory +{grown} B",
+        body.len(),
+        begun["metadata_bytes"]
+    );
+    let units = (size >> 23) as usize * 3 / 2;
+    assert_eq!(begun["units_total"], units);
+    assert_eq!(begun["units"].as_array().unwrap().len(), 4096);
+    assert_eq!(begun["units_next"], 4096);
+    assert!(begun["metadata_bytes"].as_u64().unwrap() < 128 << 10, "{}", begun["metadata_bytes"]);
+    assert!(begun["placement"]["period"].as_u64().is_some(), "a tiled placement");
+
+    // The client names all 983,040 units from the pattern.
+    let object = weft_client::ObjectInfo::from_json(begun.clone()).unwrap();
+    assert_eq!(object.units.len(), units);
+    // Committed (no unit was written, and meta never reads units), a page deep in the list
+    // is exactly what the client computed.
+    let generation = begun["generation"].as_u64().unwrap();
+    let (status, body) = cluster.meta_call(
+        reqwest::Method::POST,
+        "/v1/buckets/huge/objects/big/commit",
+        &json!({ "generation": generation, "digests": {} }),
+    );
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let (status, page) = cluster.meta_get("/v1/buckets/huge/objects/big?units_from=700000");
+    assert_eq!(status, 200, "{page}");
+    let listed = page["units"].as_array().unwrap();
+    assert_eq!(listed.len(), 4096);
+    assert_eq!(page["units_from"], 700_000);
+    assert_eq!(page["units_next"], 704_096);
+    for value in listed {
+        let unit = weft_client::UnitInfo::from_json(value).unwrap();
+        let mine = &object.units[&unit.unit];
+        assert_eq!(
+            (mine.node_id, mine.disk, &mine.unit_key, mine.len),
+            (unit.node_id, unit.disk, &unit.unit_key, unit.len)
+        );
+    }
+    let (_, last) =
+        cluster.meta_get(&format!("/v1/buckets/huge/objects/big?units_from={}", units - 10));
+    assert_eq!(last["units"].as_array().unwrap().len(), 10);
+    assert_eq!(last["units_next"], Value::Null);
+    // Forgotten through meta (a client delete would visit a million absent units).
+    let (status, _) =
+        cluster.meta_call(reqwest::Method::DELETE, "/v1/buckets/huge/objects/big", &Value::Null);
+    assert_eq!(status, 200);
+}

@@ -252,7 +252,7 @@ pub(crate) async fn expire_writes(
                 "key": w.key,
                 "generation": w.generation,
                 "created_ms": w.created_ms,
-                "units": w.placement.units().len(),
+                "units": w.placement.unit_count(),
             })
         })
         .collect();

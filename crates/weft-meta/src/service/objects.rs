@@ -106,34 +106,87 @@ pub(crate) fn unit_json(
     value
 }
 
-/// The unit list of an object; with `states`, each unit also says whether its node is up.
+/// Most units one object reply lists: an object with more is answered with its first units,
+/// its placement pattern and its nodes (clients compute the rest), and pages of units on
+/// request (`GET ...?units_from=N&units_limit=M`). Keeps every reply's size bounded whatever
+/// the object's size.
+pub const MAX_LISTED_UNITS: usize = 4096;
+
+/// A page of an object's unit list ([`units_json`]).
+pub(crate) struct UnitsPage {
+    /// Index (in [`weft_layout::Placement::units`] order) of the first unit listed.
+    from: usize,
+    list: Vec<Value>,
+    /// Node id → endpoint and state, of every node the placement uses; kept only when the
+    /// list leaves units out.
+    nodes: BTreeMap<u32, Value>,
+}
+
+/// The first page of an object's unit list; with `states`, each unit also says whether its
+/// node is up.
 pub(crate) fn units_json(
     record: &ObjectRecord,
     nodes: &[NodeRecord],
     states: Option<&Liveness>,
-) -> Result<Vec<Value>, ApiError> {
+) -> Result<UnitsPage, ApiError> {
+    units_page_json(record, nodes, states, 0, MAX_LISTED_UNITS)
+}
+
+/// Units `from..from + limit` (at most [`MAX_LISTED_UNITS`]) of an object's unit list.
+pub(crate) fn units_page_json(
+    record: &ObjectRecord,
+    nodes: &[NodeRecord],
+    states: Option<&Liveness>,
+    from: usize,
+    limit: usize,
+) -> Result<UnitsPage, ApiError> {
     let by_id: BTreeMap<u32, &NodeRecord> = nodes.iter().map(|n| (n.node_id, n)).collect();
     let layout = record.layout();
     let size = record.size();
-    record
+    let state = |node: u32| {
+        let live = states?;
+        Some(by_id.get(&node).map_or("unknown", |n| node_state(n, live)))
+    };
+    let list = record
         .placement
         .units()
-        .into_iter()
+        .skip(from)
+        .take(limit.min(MAX_LISTED_UNITS))
         .map(|(unit, disk)| {
             let key = record_unit_key(record, unit)?;
             let len = layout.stored_len(size, unit);
             let mut value = unit_json(&by_id, unit, disk, key, len, record.digests.get(&unit));
-            if let Some(live) = states {
-                let node = by_id.get(&disk.node);
-                value["state"] = json!(node.map_or("unknown", |n| node_state(n, live)));
+            if let Some(state) = state(disk.node) {
+                value["state"] = json!(state);
             }
             Ok(value)
         })
-        .collect()
+        .collect::<Result<Vec<Value>, ApiError>>()?;
+    let mut used = BTreeMap::new();
+    if from > 0 || list.len() < record.placement.unit_count() {
+        let (_, data, parity, moved) = record.placement.pattern();
+        for disk in data.iter().chain(parity).chain(moved.values()) {
+            used.entry(disk.node).or_insert_with(|| {
+                let endpoint = by_id.get(&disk.node).map(|n| n.endpoint.clone());
+                let mut node = json!({ "endpoint": endpoint });
+                if let Some(state) = state(disk.node) {
+                    node["state"] = json!(state);
+                }
+                node
+            });
+        }
+    }
+    Ok(UnitsPage { from, list, nodes: used })
 }
 
-pub(crate) fn object_json(record: &ObjectRecord, units: Vec<Value>) -> Value {
-    json!({
+/// An object as meta's replies show it. When `units` leaves units out, the reply also has
+/// `units_from`, `units_next` (null after the last page), `placement` (the pattern: see
+/// [`weft_layout::Placement`]), `nodes` (id → endpoint, state) and `digests` (whether units
+/// have digests, fetched by pages), so a client can name every unit without a list of them.
+pub(crate) fn object_json(record: &ObjectRecord, units: UnitsPage) -> Value {
+    let total = record.placement.unit_count();
+    let listed = units.list.len();
+    let mut value = json!({
         "bucket": record.bucket,
         "key": record.key,
         "generation": record.generation,
@@ -147,8 +200,18 @@ pub(crate) fn object_json(record: &ObjectRecord, units: Vec<Value>) -> Value {
         "layout": record.layout(),
         "size": record.size(),
         "metadata_bytes": crate::metadata_bytes(record),
-        "units": units,
-    })
+        "units_total": total,
+        "units": units.list,
+    });
+    if units.from > 0 || listed < total {
+        let next = units.from + listed;
+        value["units_from"] = json!(units.from);
+        value["units_next"] = json!((next < total).then_some(next));
+        value["placement"] = json!(record.placement);
+        value["nodes"] = json!(units.nodes);
+        value["digests"] = json!(!record.digests.is_empty());
+    }
+    value
 }
 
 /// How messages name the failure domains of `level`: "failure domains (racks)".
@@ -403,10 +466,19 @@ async fn commit(
     Ok(Json(value))
 }
 
-/// `GET /v1/buckets/{bucket}/objects/{key}`.
+/// Which units a `GET` of an object lists: `units_from` (default 0) and `units_limit`
+/// (default and most [`MAX_LISTED_UNITS`]).
+#[derive(Deserialize, Default)]
+pub(crate) struct UnitsQuery {
+    units_from: Option<usize>,
+    units_limit: Option<usize>,
+}
+
+/// `GET /v1/buckets/{bucket}/objects/{key}[?units_from=N&units_limit=M]`.
 pub(crate) async fn get_object(
     State(meta): State<Shared>,
     Path((bucket, key)): Path<(String, String)>,
+    Query(page): Query<UnitsQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let found = blocking(&meta, move |store| {
         let record = match store.get_object(&bucket, &key) {
@@ -424,7 +496,9 @@ pub(crate) async fn get_object(
     })
     .await??;
     let (record, nodes, unfound) = found;
-    let units = units_json(&record, &nodes, Some(&meta.liveness()))?;
+    let (from, limit) =
+        (page.units_from.unwrap_or(0), page.units_limit.unwrap_or(MAX_LISTED_UNITS));
+    let units = units_page_json(&record, &nodes, Some(&meta.liveness()), from, limit)?;
     let mut value = object_json(&record, units);
     // Only when there are some, so that a healthy object's body is the same everywhere.
     if !unfound.is_empty() {

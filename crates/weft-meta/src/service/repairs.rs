@@ -209,7 +209,7 @@ fn scan(store: &dyn MetaStore, failures: &Failures, now: u64) -> Result<usize, M
         let requests: Vec<RepairRequest> = objects
             .iter()
             .flat_map(|object| {
-                object.placement.units().into_iter().filter_map(|(unit, disk)| {
+                object.placement.units().filter_map(|(unit, disk)| {
                     failures.reason(disk).map(|reason| RepairRequest {
                         object: ObjectName {
                             bucket: object.bucket.clone(),

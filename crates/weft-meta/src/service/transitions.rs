@@ -124,7 +124,6 @@ fn parity_units(placement: &Placement) -> Vec<PlannedUnit> {
     let (layout, size) = (*placement.layout(), placement.object_size());
     placement
         .units()
-        .into_iter()
         .filter(|(unit, _)| matches!(unit, UnitId::Parity { .. }))
         .map(|(unit, disk)| PlannedUnit { unit, disk, len: layout.stored_len(size, unit) })
         .collect()

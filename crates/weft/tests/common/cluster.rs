@@ -443,6 +443,29 @@ impl Cluster {
         (status, value)
     }
 
+    /// `method` of `path` of meta's HTTP API with a JSON `body` (signed as a client): the
+    /// status code and the raw answer.
+    pub fn meta_call(&self, method: reqwest::Method, path: &str, body: &Value) -> (u16, Vec<u8>) {
+        let url = format!("{}{path}", self.meta_url());
+        let signer = self.secret().signer_for(weft_auth::Audience::Meta);
+        let response = reqwest::blocking::Client::new()
+            .request(method, &url)
+            .timeout(Duration::from_secs(60))
+            .json(body)
+            .send_signed(&signer)
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        let status = response.status().as_u16();
+        (status, response.bytes().unwrap_or_else(|e| panic!("{path}: {e}")).to_vec())
+    }
+
+    /// The pid of the meta process `weft up` runs.
+    pub fn meta_pid(&self) -> u32 {
+        let file = self.cluster_file();
+        let services = file["services"].as_array().cloned().unwrap_or_default();
+        let meta = services.into_iter().find(|s| s["role"] == "meta").expect("meta is listed");
+        meta["pid"].as_u64().expect("meta's pid") as u32
+    }
+
     /// Spawns `weft ARGS` against this cluster without waiting (stdout and stderr piped), for
     /// drills that kill it midway.
     pub fn spawn_weft(&self, args: &[&str]) -> Child {

@@ -36,7 +36,7 @@ const DATA_NAME_BYTES: usize = 32 + 1 + 9 + 1 + 16 + UNIT_SUFFIX.len();
 /// Length of a file name made by [`UnitKey::file_name`] for a parity unit.
 const PARITY_NAME_BYTES: usize = 32 + 1 + 13 + 1 + 16 + UNIT_SUFFIX.len();
 /// Every unit file name ends with this.
-pub(crate) const UNIT_SUFFIX: &str = ".unit";
+pub const UNIT_SUFFIX: &str = ".unit";
 
 impl UnitKey {
     /// The key of data block `block` of `object`, generation `generation`.
