@@ -38,11 +38,15 @@ impl Digester {
 }
 
 /// Digests by unit name (`d<x>`, `p<g>.<i>`), as meta's commits take them.
-pub fn by_name(
-    digests: &std::collections::BTreeMap<weft_layout::UnitId, UnitDigest>,
+pub fn by_name<'a>(
+    digests: impl IntoIterator<Item = (&'a weft_layout::UnitId, &'a UnitDigest)>,
 ) -> std::collections::BTreeMap<String, UnitDigest> {
-    digests.iter().map(|(unit, digest)| (unit.short_name(), *digest)).collect()
+    digests.into_iter().map(|(unit, digest)| (unit.short_name(), *digest)).collect()
 }
+
+/// Most digests one request to meta names (meta's `MAX_DIGESTS_PER_REQUEST`): more go by
+/// pages ahead of the commit.
+pub const DIGESTS_PER_REQUEST: usize = 16_384;
 
 /// The digest of a whole unit's bytes.
 pub fn unit_digest(bytes: &[u8]) -> UnitDigest {

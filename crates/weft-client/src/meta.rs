@@ -146,7 +146,8 @@ impl MetaClient {
     }
 
     /// Commits the write of `generation` with the digest of every unit written (or none);
-    /// returns the object and the one it replaced.
+    /// returns the object and the one it replaced. More digests than one request holds are
+    /// sent ahead in pages (`POST .../objects/{key}/digests`).
     pub async fn commit(
         &self,
         bucket: &str,
@@ -154,8 +155,10 @@ impl MetaClient {
         generation: u64,
         digests: &BTreeMap<UnitId, weft_wire::UnitDigest>,
     ) -> Result<(ObjectInfo, Option<ObjectInfo>)> {
-        let path = format!("{}/commit", Self::object_path(bucket, key)?);
-        let named = crate::digest::by_name(digests);
+        let object = Self::object_path(bucket, key)?;
+        let base = json!({ "generation": generation });
+        let named = self.digests_ahead(&format!("{object}/digests"), &base, digests).await?;
+        let path = format!("{object}/commit");
         let body = json!({ "generation": generation, "digests": named });
         let mut value = self.post_json(&path, body).await?;
         let replaced = match value["replaced"].take() {
@@ -163,6 +166,26 @@ impl MetaClient {
             old => Some(ObjectInfo::from_json(old)?),
         };
         Ok((ObjectInfo::from_json(value)?, replaced))
+    }
+
+    /// Sends `digests` past one request's worth ahead to `path` in pages (each body `base`
+    /// plus `"digests"`), and returns the last page, by unit name, for the commit to carry.
+    pub async fn digests_ahead(
+        &self,
+        path: &str,
+        base: &Value,
+        digests: &BTreeMap<UnitId, weft_wire::UnitDigest>,
+    ) -> Result<BTreeMap<String, weft_wire::UnitDigest>> {
+        let all: Vec<(&UnitId, &weft_wire::UnitDigest)> = digests.iter().collect();
+        let mut pages: Vec<&[(&UnitId, &weft_wire::UnitDigest)]> =
+            all.chunks(crate::digest::DIGESTS_PER_REQUEST).collect();
+        let last = pages.pop().unwrap_or_default();
+        for page in pages {
+            let mut body = base.clone();
+            body["digests"] = json!(crate::digest::by_name(page.iter().copied()));
+            self.post_json(path, body).await?;
+        }
+        Ok(crate::digest::by_name(last.iter().copied()))
     }
 
     /// The committed object under (bucket, key), units with their node's state.

@@ -591,7 +591,8 @@ impl Client {
         id: u64,
         digests: &BTreeMap<UnitId, UnitDigest>,
     ) -> Result<()> {
-        let named = crate::digest::by_name(digests);
+        let base = json!({"bucket": object.bucket, "key": object.key, "id": id});
+        let named = self.meta.digests_ahead("/v1/transitions/digests", &base, digests).await?;
         let body = json!({"bucket": object.bucket, "key": object.key, "id": id, "digests": named});
         let done = self.meta.post_json("/v1/transitions/commit", body).await?;
         let garbage = units(&done["delete"])?;

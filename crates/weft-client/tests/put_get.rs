@@ -253,3 +253,45 @@ async fn pipelined_and_blocking_coders_write_the_same_parity_and_noop_writes_zer
         }
     }
 }
+
+/// Issue 15 item 3: an object of 16,500 units (more than one request's worth of digests and
+/// more than one reply's worth of units) is written with its digests sent in pages, placed by
+/// a repeated pattern, named by the client from it, and read back with every unit checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_of_sixteen_thousand_units_commits_its_digests_in_pages() {
+    let cluster = TestCluster::start(4).await;
+    cluster.create_bucket("big", policy("rs(2,1)", 2, CELL, CELL)).await;
+    let blocks = 11_000u64;
+    let data = pattern((blocks * CELL) as usize, 41);
+    let stats = put(&cluster, "big", "o", &data).await;
+    assert_eq!(stats.units, 16_500);
+    let raw = &stats.object.raw;
+    assert_eq!(raw["units_total"], 16_500);
+    assert!(
+        raw["placement"]["period"].as_u64().is_some(),
+        "a tiled placement: {}",
+        raw["placement"]
+    );
+
+    // Meta kept the digest of every unit, pages and commit alike.
+    let object = cluster.client.meta.get_object("big", "o").await.unwrap();
+    assert!(!object.digests_pending());
+    assert_eq!(object.units.len(), 16_500);
+    assert!(object.units.values().all(|u| u.digest.is_some()), "a unit without its digest");
+    let (name, unit) = object.units.iter().next_back().unwrap();
+    let bytes = cluster.client.nodes.get_range(unit, 0, unit.len).await.unwrap();
+    assert_eq!(Some(weft_client::digest::unit_digest(&bytes)), unit.digest, "{name:?}");
+    // The object's tail, read through units the client named from the pattern.
+    let tail = data.len() as u64 - 64 * CELL;
+    assert_eq!(get(&cluster, "big", "o", Some((tail, 64 * CELL))).await, data[tail as usize..]);
+    // A page naming a unit the write does not have, or for no write in progress, is refused.
+    let late = cluster.client.meta.begin("big", "p", 4 * CELL, None, &[]).await.unwrap();
+    let path = "/v1/buckets/big/objects/p/digests";
+    let hex = "00".repeat(16);
+    let stranger = serde_json::json!({"generation": late.generation, "digests": {"d9": hex}});
+    let refused = cluster.client.meta.post_json(path, stranger).await.unwrap_err().to_string();
+    assert!(refused.contains("invalid_unit") && refused.contains("no data block 9"), "{refused}");
+    let old = serde_json::json!({"generation": late.generation + 1, "digests": {"d0": hex}});
+    let refused = cluster.client.meta.post_json(path, old).await.unwrap_err().to_string();
+    assert!(refused.contains("no_such_write"), "{refused}");
+}

@@ -15,6 +15,13 @@
 //! smaller ones. Its result depends only on (layout, object size, topology, seed, level): the
 //! order of disks in the topology does not matter, and nothing random or clock-driven is used.
 //!
+//! Size: a placement never grows with its object. An object of more groups than
+//! [`pattern_period`] (≥ [`PATTERN_UNITS`] units, whole stripes and groups) is *tiled*: one
+//! period is placed and repeated, and a unit that later leaves its pattern disk (repair,
+//! regroup) is recorded on its own in `moved`. Every method works on that form: looking a unit
+//! up is O(log moved), [`Placement::units`] computes as it iterates, [`Placement::verify`]
+//! checks one period plus the sets holding moved units.
+//!
 //! Why the greedy below never gets stuck: units are placed in order (group by group, data
 //! blocks by index, then parities). When data block x is placed, the already-placed units it
 //! must differ from are exactly the blocks `[min(stripe start, group start), x)` — fewer than

@@ -375,6 +375,10 @@ impl MetaStore for MemStore {
         Ok(page_after(&self.lock().writes, after, limit))
     }
 
+    fn get_write(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, MetaError> {
+        Ok(self.lock().writes.get(&key_of(bucket, key)).cloned())
+    }
+
     fn abort_write(
         &self,
         bucket: &str,

@@ -751,6 +751,14 @@ impl MetaStore for RedbStore {
         Ok((record, replaced))
     }
 
+    fn get_write(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, MetaError> {
+        let db = self.db()?;
+        let txn = db.begin_read().map_err(store)?;
+        let writes = txn.open_table(WRITES).map_err(store)?;
+        let found = writes.get((bucket, key)).map_err(store)?;
+        found.map(|bytes| decode_object(bucket, key, bytes.value())).transpose()
+    }
+
     fn get_object(&self, bucket: &str, key: &str) -> Result<ObjectRecord, MetaError> {
         let db = self.db()?;
         let txn = db.begin_read().map_err(store)?;

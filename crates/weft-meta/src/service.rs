@@ -71,6 +71,7 @@ use crate::{
 pub use weft_layout::FailureDomain;
 
 mod deletions;
+mod digest_pages;
 mod gateway;
 mod gc;
 mod inventory;
@@ -402,6 +403,7 @@ fn router(meta: Shared, guard: Guard) -> Router {
         .route("/v1/repairs/{task_id}/fail", post(repairs::fail))
         .route("/v1/transitions", get(transitions::list).post(transitions::begin))
         .route("/v1/transitions/commit", post(transitions::commit))
+        .route("/v1/transitions/digests", post(transitions::digests))
         .route("/v1/transitions/abort", post(transitions::abort))
         .route("/v1/transitions/renew", post(transitions::renew))
         .route("/v1/transitions/expire", post(transitions::expire))

@@ -58,7 +58,13 @@ pub const GATEWAY_NAMESPACES: &[&str] = &["access_keys", "uploads", "object_attr
 
 /// Record namespaces meta keeps for itself (node enrolment), in the same table as the
 /// gateway's but never reachable through the records routes.
-pub const INTERNAL_NAMESPACES: &[&str] = &[ENROLLED_NODES, LOST_OBJECTS, DELETIONS];
+pub const INTERNAL_NAMESPACES: &[&str] = &[ENROLLED_NODES, LOST_OBJECTS, DELETIONS, WRITE_DIGESTS];
+
+/// The namespace of unit digests sent ahead of a commit (`POST .../objects/{key}/digests`):
+/// name `<generation, 20 digits>/<index of the page's first unit, 10 digits>`, value `{unit
+/// name: hex digest}`. The commit of that generation takes them and deletes them; an expired
+/// write's are deleted with it.
+pub const WRITE_DIGESTS: &str = "write_digests";
 
 /// The namespace of objects marked lost (`POST /v1/repairs/lost`): name `bucket/key`, value
 /// a `weft_wire::repair::LostObject`.
@@ -184,6 +190,8 @@ pub trait MetaStore: Send + Sync {
     ) -> Result<ObjectPage, MetaError>;
     /// Deletes the committed object; returns its record (the caller deletes its units).
     fn delete_object(&self, bucket: &str, key: &str) -> Result<ObjectRecord, MetaError>;
+    /// The write in progress under (bucket, key), if any.
+    fn get_write(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, MetaError>;
     /// Writes in progress (every bucket) whose (bucket, key) sorts after `after`, in that
     /// order, at most `min(limit, MAX_LIST_LIMIT)` of them; one transaction.
     fn list_writes(
@@ -490,15 +498,23 @@ pub(crate) fn transitioned(
         .filter(|(unit, _)| matches!(unit, UnitId::Parity { .. }))
         .map(|(_, disk)| disk)
         .collect();
-    let placement = Placement::from_parts(
-        *transition.new_layout(),
-        current.object_size(),
-        current.failure_domain(),
-        current.seed(),
-        data,
-        parity,
-    )
-    .map_err(|e| conflict(TransitionConflict::Placement { reason: e.to_string() }))?;
+    // The planned placement when every data block is where it planned (its compact pattern
+    // kept); else one listing each unit where it is now.
+    let planned = &transition.new_placement;
+    let as_planned =
+        data.iter().enumerate().all(|(x, disk)| planned.disk_of(UnitId::Data(x)) == Some(*disk));
+    let placement = match as_planned {
+        true => planned.clone(),
+        false => Placement::from_parts(
+            *transition.new_layout(),
+            current.object_size(),
+            current.failure_domain(),
+            current.seed(),
+            data,
+            parity,
+        )
+        .map_err(|e| conflict(TransitionConflict::Placement { reason: e.to_string() }))?,
+    };
     // Data bytes are unchanged by a regroup (relocated blocks are copies): their digests
     // stay. Parity is new: the executor's digests, all or none. Digests are kept only when
     // every unit has one.

@@ -5,7 +5,7 @@
 //! Nodes are fake: one heartbeat each at start, and a down timeout long enough that they stay
 //! up for the whole test (meta only moves metadata; no unit is ever written).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Value};
 use weft_auth::{sign_reqwest::SendSigned, Audience, ClusterSecret, Signer};
@@ -607,4 +607,101 @@ async fn expiry_aborts_only_expired_transitions_and_returns_their_units() {
     let (status, bad) = cluster.post("/v1/transitions/expire", json!({"nope": 1})).await;
     assert_eq!(status, 400, "{bad}");
     cluster.stop().await;
+}
+
+/// Digests sent by pages ahead of a commit (writes and transitions): the commit takes them
+/// with its own, a page of a unit the owner lacks or of nothing in progress is refused, and
+/// an aborted transition's pages are forgotten.
+#[tokio::test]
+async fn digests_sent_ahead_in_pages_are_taken_by_the_commit() {
+    let cluster = Cluster::start().await;
+    let hex = |n: usize| format!("{n:032x}");
+    let path = "/v1/buckets/photos/objects/paged";
+    let (status, begun) = cluster.post(&format!("{path}/begin"), json!({"size": SIZE})).await;
+    assert_eq!(status, 200, "{begun}");
+    let generation = begun["generation"].clone();
+    let names: Vec<String> = begun["units"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["unit"].as_str().unwrap().to_owned())
+        .collect();
+    let digest_of = |names: &[String]| -> Value {
+        names.iter().enumerate().map(|(i, n)| (n.clone(), json!(hex(i + names.len())))).collect()
+    };
+    // Units 0..20 by two pages, the rest with the commit.
+    for page in [&names[..10], &names[10..20]] {
+        let body = json!({"generation": generation, "digests": digest_of(page)});
+        let (status, sent) = cluster.post(&format!("{path}/digests"), body).await;
+        assert_eq!((status, &sent["digests"]), (200, &json!(10)), "{sent}");
+    }
+    let stranger = json!({"generation": generation, "digests": {"d999": hex(1)}});
+    let (status, refused) = cluster.post(&format!("{path}/digests"), stranger).await;
+    assert_eq!(status, 400, "{refused}");
+    let none = json!({"generation": generation, "digests": {}});
+    assert_eq!(cluster.post(&format!("{path}/digests"), none).await.0, 400);
+    let body = json!({"generation": generation, "digests": digest_of(&names[20..])});
+    let (status, committed) = cluster.post(&format!("{path}/commit"), body).await;
+    assert_eq!(status, 200, "{committed}");
+    let stored: BTreeMap<String, Value> = committed["units"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| (u["unit"].as_str().unwrap().to_owned(), u["digest"].clone()))
+        .collect();
+    let mut sent = digest_of(&names[..10]).as_object().unwrap().clone();
+    sent.extend(digest_of(&names[10..20]).as_object().unwrap().clone());
+    sent.extend(digest_of(&names[20..]).as_object().unwrap().clone());
+    assert_eq!(stored.len(), names.len());
+    for (name, digest) in &stored {
+        assert_eq!(Some(digest), sent.get(name), "{name}");
+    }
+    // The write is committed: a late page finds no write in progress.
+    let late = json!({"generation": generation, "digests": {"d0": hex(1)}});
+    let (status, refused) = cluster.post(&format!("{path}/digests"), late).await;
+    assert_eq!((status, &refused["error"]), (409, &json!("no_such_write")), "{refused}");
+
+    // A transition's new parity digests, a page ahead and the rest with the commit.
+    let (status, plan) = cluster.begin("paged", "rs(12,3)").await;
+    assert_eq!(status, 200, "{plan}");
+    let id = plan["transition"]["id"].clone();
+    let create: Vec<String> = names_in(&plan["create"]);
+    let reference =
+        |digests: Value| json!({"bucket": "photos", "key": "paged", "id": id, "digests": digests});
+    let data = reference(json!({"d0": hex(1)}));
+    let (status, refused) = cluster.post("/v1/transitions/digests", data).await;
+    assert_eq!(status, 400, "data units keep their digests: {refused}");
+    let (status, sent) =
+        cluster.post("/v1/transitions/digests", reference(digest_of(&create[..5]))).await;
+    assert_eq!(status, 200, "{sent}");
+    let rest = reference(digest_of(&create[5..]));
+    let (status, done) = cluster.post("/v1/transitions/commit", rest).await;
+    assert_eq!(status, 200, "{done}");
+    let now = cluster.object("paged").await;
+    for unit in parities(&now) {
+        let name = unit["unit"].as_str().unwrap();
+        let i = create.iter().position(|c| c == name).unwrap();
+        let want =
+            if i < 5 { &digest_of(&create[..5])[name] } else { &digest_of(&create[5..])[name] };
+        assert_eq!(&unit["digest"], want, "{name}");
+    }
+    // An aborted transition's pages are forgotten: the next one's commit without digests
+    // keeps none (all or none), rather than finding stale ones.
+    let (_, plan) = cluster.begin("paged", "rs(6,3)").await;
+    let id = plan["transition"]["id"].clone();
+    let create = names_in(&plan["create"]);
+    let page =
+        json!({"bucket": "photos", "key": "paged", "id": id, "digests": digest_of(&create[..3])});
+    assert_eq!(cluster.post("/v1/transitions/digests", page).await.0, 200);
+    assert_eq!(cluster.abort("paged", &id).await.0, 200);
+    let (status, pages) = cluster.get("/v1/transitions/photos/paged").await;
+    assert_eq!(status, 404, "{pages}");
+    let page =
+        json!({"bucket": "photos", "key": "paged", "id": id, "digests": digest_of(&create[..3])});
+    let (status, refused) = cluster.post("/v1/transitions/digests", page).await;
+    assert_eq!((status, &refused["error"]), (409, &json!("transition_conflict")), "{refused}");
+}
+
+fn names_in(units: &Value) -> Vec<String> {
+    units.as_array().unwrap().iter().map(|u| u["unit"].as_str().unwrap().to_owned()).collect()
 }

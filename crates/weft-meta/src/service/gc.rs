@@ -222,7 +222,13 @@ pub(crate) async fn expire_writes(
                     continue;
                 }
                 match store.abort_write(&write.bucket, &write.key, write.generation) {
-                    Ok(removed) => expired.push(removed),
+                    Ok(removed) => {
+                        super::digest_pages::delete(
+                            store,
+                            &super::digest_pages::of_write(removed.generation),
+                        )?;
+                        expired.push(removed)
+                    }
                     // Committed, or begun again, since the listing: not abandoned.
                     Err(MetaError::NoSuchWrite { .. }) => {}
                     Err(other) => return Err(other),

@@ -29,6 +29,7 @@ use serde_json::{json, Value};
 use weft_layout::{place, DiskLocation, FailureDomain, LayoutError, Topology, UnitId};
 use weft_store::UnitKey;
 
+use super::digest_pages;
 use super::liveness::Liveness;
 use super::{blocking, node_state, now_ms, ApiError, Shared};
 use crate::{unit_name, MetaError, NodeRecord, ObjectRecord, Policy};
@@ -38,6 +39,8 @@ use weft_wire::DiskState;
 const BEGIN: &str = "/begin";
 /// Suffix of the path that commits a write.
 const COMMIT: &str = "/commit";
+/// Suffix of the path that sends a page of a write's digests ahead of its commit.
+const DIGESTS: &str = "/digests";
 
 /// The object id of the write of `generation` (see the module invariants).
 pub(crate) fn object_id(generation: u64) -> u128 {
@@ -369,11 +372,13 @@ pub(crate) async fn post_object(
         begin(meta, bucket, key.to_string(), &body).await
     } else if let Some(key) = rest.strip_suffix(COMMIT).filter(|k| !k.is_empty()) {
         commit(meta, bucket, key.to_string(), &body).await
+    } else if let Some(key) = rest.strip_suffix(DIGESTS).filter(|k| !k.is_empty()) {
+        digests_page(meta, bucket, key.to_string(), &body).await
     } else {
         let mut error = ApiError::new(
             StatusCode::NOT_FOUND,
             "no_route",
-            "POST to an object path must end in /begin or /commit",
+            "POST to an object path must end in /begin, /digests or /commit",
         );
         error.body["path"] = json!(format!("/v1/buckets/{bucket}/objects/{rest}"));
         Err(error)
@@ -451,10 +456,16 @@ async fn commit(
             "the body must be {{\"generation\": u64, \"digests\": optional {{unit: hex}}}}: {e}"
         ))
     })?;
-    let digests = digests_by_unit(body.digests)?;
+    let mut digests = digests_by_unit(body.digests)?;
     meta.changes.note(&bucket, &key);
     let ((record, replaced), nodes) = blocking(&meta, move |store| {
-        Ok((store.commit_object(&bucket, &key, body.generation, &digests)?, store.list_nodes()?))
+        let owner = digest_pages::of_write(body.generation);
+        let invalid =
+            |reason| MetaError::InvalidDigests { bucket: bucket.clone(), key: key.clone(), reason };
+        digest_pages::take(store, &owner, &mut digests, invalid)?;
+        let committed = store.commit_object(&bucket, &key, body.generation, &digests)?;
+        digest_pages::delete(store, &owner)?;
+        Ok((committed, store.list_nodes()?))
     })
     .await?;
     tracing::info!(bucket = %record.bucket, key = %record.key, generation = record.generation, "write committed");
@@ -464,6 +475,41 @@ async fn commit(
         None => Value::Null,
     };
     Ok(Json(value))
+}
+
+/// `POST .../objects/{key}/digests`: body `{"generation", "digests": {unit: hex}}`, 1 to
+/// [`digest_pages::MAX_DIGESTS_PER_REQUEST`] digests of units of that write in progress, kept until its
+/// commit (which takes them with its own) or its expiry. Sending a page again replaces it.
+async fn digests_page(
+    meta: Shared,
+    bucket: String,
+    key: String,
+    body: &[u8],
+) -> Result<Json<Value>, ApiError> {
+    let body: CommitBody = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "the body must be {{\"generation\": u64, \"digests\": {{unit: hex}}}}: {e}"
+        ))
+    })?;
+    let count = body.digests.len();
+    digest_pages::check_count(count)?;
+    let named = json!(body.digests);
+    let digests = digests_by_unit(body.digests)?;
+    let generation = body.generation;
+    blocking(&meta, move |store| {
+        let write = store.get_write(&bucket, &key)?.filter(|w| w.generation == generation);
+        let write = write.ok_or_else(|| MetaError::NoSuchWrite {
+            bucket: bucket.clone(),
+            key: key.clone(),
+            generation,
+        })?;
+        let owner = digest_pages::of_write(generation);
+        let missing =
+            |unit| MetaError::NoSuchUnit { bucket: bucket.clone(), key: key.clone(), unit };
+        digest_pages::put(store, &owner, &write.placement, &digests, &named, missing)
+    })
+    .await?;
+    Ok(Json(json!({ "generation": generation, "digests": count })))
 }
 
 /// Which units a `GET` of an object lists: `units_from` (default 0) and `units_limit`

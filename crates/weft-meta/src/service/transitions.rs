@@ -41,6 +41,7 @@ use weft_wire::transition::{
     UnitRelocation,
 };
 
+use super::digest_pages;
 use super::liveness::Liveness;
 use super::objects::{
     domains_name, full_disks_of, object_id, object_json, record_unit_key, too_few_or_full,
@@ -417,6 +418,42 @@ pub(crate) async fn begin(State(meta): State<Shared>, body: Bytes) -> Result<Jso
 
 const REF_SHAPE: &str = "{\"bucket\": s, \"key\": s, \"id\": u64, \"generation\": optional u64, \"digests\": optional {unit: hex}}";
 
+/// `POST /v1/transitions/digests`: a page of digests of the new parity units of pending
+/// transition `id` (body as a commit's, 1 to `MAX_DIGESTS_PER_REQUEST` digests), taken by its
+/// commit (see `digest_pages`).
+pub(crate) async fn digests(
+    State(meta): State<Shared>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let TransitionRef { bucket, key, id, digests, .. } = parse_body(&body, REF_SHAPE)?;
+    let count = digests.len();
+    digest_pages::check_count(count)?;
+    let named = json!(digests);
+    let digests = super::objects::digests_by_unit(digests)?;
+    blocking(&meta, move |store| {
+        let pending = store.get_transition(&bucket, &key)?.filter(|t| t.id == id);
+        let Some(transition) = pending else {
+            return Err(MetaError::TransitionConflict {
+                bucket,
+                key,
+                id,
+                conflict: TransitionConflict::NotPending,
+            });
+        };
+        if let Some(data) = digests.keys().find(|u| matches!(u, UnitId::Data(_))) {
+            let reason =
+                format!("{} is a data unit: a transition writes parity only", unit_name(*data));
+            return Err(MetaError::InvalidDigests { bucket, key, reason });
+        }
+        let missing =
+            |unit| MetaError::NoSuchUnit { bucket: bucket.clone(), key: key.clone(), unit };
+        let owner = digest_pages::of_transition(id);
+        digest_pages::put(store, &owner, &transition.new_placement, &digests, &named, missing)
+    })
+    .await?;
+    Ok(Json(json!({ "id": id, "digests": count })))
+}
+
 /// `POST /v1/transitions/commit`: swaps the object to its new layout and parity.
 pub(crate) async fn commit(
     State(meta): State<Shared>,
@@ -424,12 +461,24 @@ pub(crate) async fn commit(
 ) -> Result<Json<CommitTransitionReply<Value>>, ApiError> {
     let body: TransitionRef = parse_body(&body, REF_SHAPE)?;
     let TransitionRef { bucket, key, id, generation, digests } = body;
-    let digests = super::objects::digests_by_unit(digests)?;
+    let mut digests = super::objects::digests_by_unit(digests)?;
     meta.changes.note(&bucket, &key);
     let (pending, new, old, nodes) = blocking(&meta, move |store| {
         let pending = store.get_transition(&bucket, &key)?.filter(|t| t.id == id);
+        let owner = digest_pages::of_transition(id);
+        if pending.is_some() {
+            let invalid = |reason| MetaError::InvalidDigests {
+                bucket: bucket.clone(),
+                key: key.clone(),
+                reason,
+            };
+            digest_pages::take(store, &owner, &mut digests, invalid)?;
+        }
         match store.commit_transition(&bucket, &key, id, &digests) {
-            Ok((new, old)) => Ok((pending, new, old, store.list_nodes()?)),
+            Ok((new, old)) => {
+                digest_pages::delete(store, &owner)?;
+                Ok((pending, new, old, store.list_nodes()?))
+            }
             Err(MetaError::TransitionConflict {
                 conflict: TransitionConflict::NotPending | TransitionConflict::ObjectGone,
                 ..
@@ -504,6 +553,7 @@ pub(crate) async fn abort(
     let body: TransitionRef = parse_body(&body, REF_SHAPE)?;
     let (record, current, nodes) = blocking(&meta, move |store| {
         let record = store.abort_transition(&body.bucket, &body.key, body.id)?;
+        digest_pages::delete(store, &digest_pages::of_transition(body.id))?;
         let current = match store.get_object(&body.bucket, &body.key) {
             Ok(object) => Some(object),
             Err(MetaError::NoSuchKey { .. } | MetaError::NoSuchBucket { .. }) => None,
@@ -630,6 +680,9 @@ pub(crate) async fn expire(
                         now,
                     )?
                 };
+                if let Some(record) = removed.as_ref().filter(|_| !dry_run) {
+                    digest_pages::delete(store, &digest_pages::of_transition(record.id))?;
+                }
                 if let Some(record) = removed {
                     let current = match store.get_object(&record.bucket, &record.key) {
                         Ok(object) => Some(object),
