@@ -374,3 +374,46 @@ async fn a_forged_unit_is_caught_by_its_writers_digest_rebuilt_and_counted() {
     assert!(out == data);
     assert!(stats.degraded_units.is_empty(), "{:?}", stats.degraded_units);
 }
+
+/// Issue 15 item 3: an object of 1,200 units has a tiled placement; a node's units are rebuilt
+/// elsewhere, each recorded as moved in the compact record; with them rebuilt, another node
+/// may fail and the object still reads whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn units_of_a_tiled_placement_are_rebuilt_and_recorded_as_moved() {
+    let mut cluster = TestCluster::start(12).await;
+    cluster.create_bucket("b", policy("rs(2,1)", 2, CELL, CELL)).await;
+    let data = pattern((800 * CELL) as usize, 77);
+    let reader = Cursor::new(data.clone());
+    let options = PutOptions::default();
+    cluster.client.put_reader("b", "o0", data.len() as u64, reader, &options).await.unwrap();
+    // One unit listed: the reply carries the placement pattern.
+    let meta = cluster.client.meta.clone();
+    let pattern_of = || async {
+        let page = "/v1/buckets/b/objects/o0?units_limit=1";
+        meta.get_json(page).await.unwrap()["placement"].clone()
+    };
+    let placement = pattern_of().await;
+    assert!(placement["period"].as_u64().is_some(), "tiled: {placement}");
+    assert!(placement["moved"].is_null(), "{placement}");
+    let before = cluster.client.meta.get_object("b", "o0").await.unwrap();
+    assert_eq!(before.units.len(), 1200);
+    let lost = before.units.values().filter(|u| u.node_id == 1).count();
+    assert!(lost > 50, "{lost} units on node 1");
+
+    cluster.stop_node(1).await;
+    cluster
+        .wait_for(Duration::from_secs(15), |s| {
+            s["nodes_down"] == 1 && s["repair_queue"].as_u64() > Some(0)
+        })
+        .await;
+    run_repairs(&cluster, "rs(2,1) tiled").await;
+    let after = cluster.client.meta.get_object("b", "o0").await.unwrap();
+    assert!(after.units.values().all(|u| u.node_id != 1), "a unit is still on node 1");
+    let placement = pattern_of().await;
+    let moved = placement["moved"].as_array().map_or(0, Vec::len);
+    assert_eq!(moved, lost, "one recorded move per rebuilt unit: {placement}");
+    assert!(after.units.values().all(|u| u.digest.is_some()));
+
+    cluster.stop_node(2).await;
+    read_all(&cluster, "b", std::slice::from_ref(&data), "node 1 rebuilt, node 2 down").await;
+}

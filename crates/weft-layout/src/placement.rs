@@ -257,7 +257,7 @@ pub fn min_domains_for_disjoint_groups(layout: &StripedLayout) -> usize {
 
 /// Units a pattern holds at least: an object with more units repeats a pattern of about this
 /// many (more on topologies of many disks) instead of having one entry per unit.
-pub const PATTERN_UNITS: usize = 4096;
+pub const PATTERN_UNITS: usize = 1024;
 
 /// Groups in one period of an object's pattern: the fewest whole groups holding at least
 /// max([`PATTERN_UNITS`], 4 · disks) units whose data blocks fill whole stripes (a multiple of

@@ -505,7 +505,10 @@ fn regrouping_a_tiled_placement_mends_around_moved_blocks() {
             ..layout
         };
         let level = FailureDomain::Node;
-        let domains = new.n().max(layout.n()).max(layout.stripe_width) + rng.gen_range(0..4);
+        // Enough domains that a moved block always finds one outside its new group (k' − 1
+        // others) and its stripe (W − 1 others); fewer may be refused, as untiled ones are.
+        let least = new.n().max(layout.n()).max(new.k() + layout.stripe_width);
+        let domains = least + rng.gen_range(0..4);
         let topology = topology(&mut rng, level, domains);
         let size = rng.gen_range(20_000..30_000u64);
         let mut placement = place(&layout, size, &topology, case, level).unwrap();
