@@ -139,8 +139,23 @@ enum Command {
     Key(key_cli::KeyCommand),
 }
 
+/// Commands that print and end die quietly when their reader goes away (`weft status | head`),
+/// as Unix tools do: Rust starts with SIGPIPE ignored, which makes the closed pipe a panic in
+/// `println!`. Long-running commands (serve, up, demo) keep ignoring it: a closed socket or
+/// child pipe is an error they handle, never their death.
+fn die_quietly_on_a_closed_pipe(command: &Command) {
+    if matches!(command, Command::Serve(_) | Command::Up(_) | Command::Demo(_)) {
+        return;
+    }
+    // SAFETY: signal(2) with the default disposition, before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    die_quietly_on_a_closed_pipe(&cli.command);
     if let Err(error) = weft_gf::SimdPath::from_env() {
         eprintln!("weft: {error}");
         return ExitCode::from(2);

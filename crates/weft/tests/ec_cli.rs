@@ -904,3 +904,22 @@ fn unit_of_the_wrong_length_counts_as_damaged() {
     ok(&["ec", "repair", path_str(&scene.dir), "--unit", "2"]);
     ok(&["ec", "verify", path_str(&scene.dir)]);
 }
+
+/// Issue 16 item 4: a command whose reader went away (`weft ec repair-cost … | head` after
+/// head exits) ends quietly, killed by SIGPIPE as Unix tools are, instead of panicking with
+/// "failed printing to stdout: Broken pipe".
+#[test]
+fn a_closed_stdout_ends_a_command_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let output = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["ec", "repair-cost", "--code", "clay", "--k", "8", "--r", "4", "--d", "11"])
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.is_empty(), "{stderr}");
+    assert_eq!(output.status.signal(), Some(libc::SIGPIPE), "{:?}", output.status);
+}
