@@ -4,7 +4,8 @@
 //! - Meta is found like every cluster command finds it (`--meta`, `$WEFT_META`, default).
 //! - `put` prints success only after meta committed the object (every unit durable).
 //! - `get -o FILE` writes FILE atomically (temporary file, fsync, rename): a failed get never
-//!   leaves a partial FILE. Without `-o` the bytes go to stdout, so `--json` then needs `-o`.
+//!   leaves a partial FILE. A FILE that is a device, FIFO or socket (`-o /dev/null`) is written
+//!   through, never replaced. Without `-o` the bytes go to stdout, so `--json` then needs `-o`.
 //! - `--json` prints exactly one JSON object on stdout; messages and progress go to stderr.
 //! - `stat` shows the units meta reports unfound (`unfound_units`) on a line of their own,
 //!   with what can be done about them.
@@ -288,6 +289,20 @@ pub fn get(args: GetArgs) -> Result<(), CliError> {
     let total = range.map_or(object.size, |(_, len)| len);
     let (bar, counter) = progress(total, args.json || args.output.is_none(), "get");
     let stats = match &args.output {
+        Some(path) if is_special(path) => {
+            // A device, FIFO or socket (`-o /dev/null`, `-o >(…)`): written through, never
+            // renamed over; it has no contents to keep safe from a failed get.
+            let mut target = std::fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(|e| cli_error!("cannot write {}: {e}", path.display()))?;
+            with_progress(&runtime, &bar, &counter, {
+                let counter = Arc::clone(&counter);
+                let client = client.clone();
+                let file = &mut target;
+                async move { client.get_object_range(object, range, file, Some(&counter)).await }
+            })?
+        }
         Some(path) => {
             let dir = path
                 .parent()
@@ -327,6 +342,12 @@ pub fn get(args: GetArgs) -> Result<(), CliError> {
         );
     }
     Ok(())
+}
+
+/// Whether `path` exists and is neither a regular file nor a directory (following links): a
+/// character or block device, a FIFO or a socket.
+fn is_special(path: &std::path::Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir())
 }
 
 /// A temporary file next to the target, removed on drop unless renamed.

@@ -1280,3 +1280,47 @@ fn a_five_tib_object_costs_meta_one_period_not_a_million_units() {
         cluster.meta_call(reqwest::Method::DELETE, "/v1/buckets/huge/objects/big", &Value::Null);
     assert_eq!(status, 200);
 }
+
+/// Issue 16 item 1: `weft get -o` onto something that is not a regular file (here a FIFO; the
+/// report was `-o /dev/null` run as root) writes through it and leaves it what it was, instead
+/// of renaming a regular file over it.
+#[test]
+fn get_onto_a_fifo_writes_through_it_and_leaves_it_a_fifo() {
+    use std::os::unix::fs::FileTypeExt;
+    let cluster = Cluster::start(4, &[]);
+    cluster.weft_json(&[
+        "bucket",
+        "create",
+        "g",
+        "--json",
+        "--code",
+        "rs",
+        "--k",
+        "2",
+        "--r",
+        "1",
+        "--stripe-width",
+        "2",
+        "--cell",
+        "4KiB",
+        "--block",
+        "16KiB",
+    ]);
+    let mut objects = Objects::new();
+    let data = bytes(9, 3 * BLOCK + 5);
+    objects.put(&cluster, "g/o", data.clone(), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("pipe");
+    let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path; mkfifo(3) only creates the node.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(&fifo).unwrap())
+    };
+    let got = cluster.weft_json(&["get", "g/o", "-o", fifo.to_str().unwrap(), "--json"]);
+    assert_eq!(got["bytes"], data.len() as u64, "{got}");
+    let file_type = std::fs::metadata(&fifo).unwrap().file_type();
+    assert!(file_type.is_fifo(), "the FIFO was replaced: {file_type:?}");
+    assert_eq!(reader.join().unwrap(), data, "the reader got the object through the FIFO");
+}
