@@ -63,8 +63,9 @@ pub struct ObjectInfo {
     pub layout: StripedLayout,
     pub size: u64,
     pub units: BTreeMap<UnitId, UnitInfo>,
-    /// Meta has digests of units not listed in its reply (see [`ObjectInfo::add_digests`]).
-    digests_pending: bool,
+    /// Where the next page of digests meta has but did not list starts (see
+    /// [`ObjectInfo::add_digests`]); None when every digest is in.
+    digests_next: Option<usize>,
     /// The JSON meta sent, for `--json` output.
     pub raw: serde_json::Value,
 }
@@ -130,6 +131,8 @@ struct RawObject {
     nodes: BTreeMap<u32, RawNode>,
     #[serde(default)]
     digests: bool,
+    #[serde(default)]
+    units_next: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -174,7 +177,7 @@ impl ObjectInfo {
         let expected: usize =
             (0..layout.groups(raw.size)).map(|g| layout.group_units(raw.size, g).len()).sum();
         // A large object: the units not listed are named from its placement.
-        let mut digests_pending = false;
+        let mut digests_next = None;
         if let Some(placement) = raw.placement.filter(|_| units.len() < expected) {
             if (*placement.layout(), placement.object_size()) != (layout, raw.size) {
                 return Err(bad("its placement is of another layout or size".into()));
@@ -199,7 +202,7 @@ impl ObjectInfo {
                 };
                 units.insert(unit, info);
             }
-            digests_pending = raw.digests;
+            digests_next = raw.units_next.filter(|_| raw.digests);
         }
         if expected != units.len() {
             return Err(bad(format!("{} units listed, the layout has {expected}", units.len())));
@@ -219,7 +222,7 @@ impl ObjectInfo {
             layout,
             size: raw.size,
             units,
-            digests_pending,
+            digests_next,
             raw: value,
         })
     }
@@ -227,36 +230,34 @@ impl ObjectInfo {
     /// Whether meta has digests of units this object's reply did not list (a large object):
     /// [`ObjectInfo::add_digests`] takes them from pages of `GET ...?units_from=N`.
     pub fn digests_pending(&self) -> bool {
-        self.digests_pending
+        self.digests_next.is_some()
     }
 
-    /// Index of the first unit whose digest is still to fetch (units in meta's order: data
-    /// blocks, then parities by group), or None when none is.
+    /// Index (in meta's order: data blocks, then parities by group) of the first unit whose
+    /// digest is still to fetch, or None when none is.
     pub fn next_digest_page(&self) -> Option<usize> {
-        if !self.digests_pending {
-            return None;
-        }
-        let blocks = self.layout.data_blocks(self.size);
-        let r = self.layout.r();
-        self.units
-            .values()
-            .filter(|u| u.digest.is_none())
-            .map(|u| match u.unit {
-                UnitId::Data(x) => x,
-                UnitId::Parity { group, index } => blocks + group * r + index,
-            })
-            .min()
+        self.digests_next
     }
 
-    /// Takes the digests of one page of meta's unit list (`GET ...?units_from=N`); refuses a
-    /// page of another object or one that adds nothing.
+    /// Takes the digests of the page of meta's unit list that starts at
+    /// [`ObjectInfo::next_digest_page`] (`GET ...?units_from=N`); refuses a page of another
+    /// object, another start, or one that adds nothing.
     pub fn add_digests(&mut self, page: &serde_json::Value) -> Result<()> {
         let bad = |reason: String| ClientError::Invalid(format!("meta sent a bad page: {reason}"));
         if page["generation"] != self.generation {
             return Err(bad("of another generation".into()));
         }
+        let from = page["units_from"].as_u64().and_then(|f| usize::try_from(f).ok());
+        if from.is_none() || from != self.digests_next {
+            return Err(bad(format!(
+                "starts at {}, not {:?}",
+                page["units_from"], self.digests_next
+            )));
+        }
         let units = page["units"].as_array().ok_or_else(|| bad("no units".into()))?;
-        let mut added = 0;
+        if units.is_empty() {
+            return Err(bad("no new digest".into()));
+        }
         for value in units {
             let listed = UnitInfo::from_json(value)?;
             let known = self.units.get_mut(&listed.unit);
@@ -264,13 +265,9 @@ impl ObjectInfo {
             if known.unit_key != listed.unit_key || listed.digest.is_none() {
                 return Err(bad(format!("unit {} differs", listed.unit.short_name())));
             }
-            added += usize::from(known.digest.is_none());
             known.digest = listed.digest;
         }
-        if added == 0 {
-            return Err(bad("no new digest".into()));
-        }
-        self.digests_pending = self.units.values().any(|u| u.digest.is_none());
+        self.digests_next = page["units_next"].as_u64().and_then(|n| usize::try_from(n).ok());
         Ok(())
     }
 
