@@ -41,7 +41,7 @@ pub use node::NodeClient;
 pub use object::{ObjectInfo, UnitInfo};
 pub use read::{GetStats, ReadMode};
 pub use transition::TransitionReport;
-pub use write::{Coder, PutOptions, PutStats};
+pub use write::{Coder, PutOptions, PutStats, IN_MEMORY_PUT_BYTES};
 
 /// Default meta URL when neither `--meta` nor `WEFT_META` says otherwise.
 pub const DEFAULT_META_URL: &str = "http://127.0.0.1:7700";

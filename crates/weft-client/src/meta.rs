@@ -168,6 +168,13 @@ impl MetaClient {
         Ok((ObjectInfo::from_json(value)?, replaced))
     }
 
+    /// Gives up the write of `generation` (its writer failed after deleting what it wrote):
+    /// meta removes it at once instead of at expiry.
+    pub async fn abort(&self, bucket: &str, key: &str, generation: u64) -> Result<()> {
+        let path = format!("{}/abort", Self::object_path(bucket, key)?);
+        self.post_json(&path, json!({ "generation": generation })).await.map(drop)
+    }
+
     /// Sends `digests` past one request's worth ahead to `path` in pages (each body `base`
     /// plus `"digests"`), and returns the last page, by unit name, for the commit to carry.
     pub async fn digests_ahead(

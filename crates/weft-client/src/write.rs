@@ -42,7 +42,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap, VecDeque},
-    io::Read,
+    io::{Read, Seek, Write},
     path::Path,
     sync::{
         atomic::{AtomicU64, Ordering},
@@ -132,6 +132,8 @@ pub struct PutStats {
     pub elapsed: Duration,
     /// Units of the object this put replaced that could not be deleted (garbage).
     pub leftover_units: usize,
+    /// Bytes of an input of unknown length spooled to a temporary file first (0: none).
+    pub spooled_bytes: u64,
 }
 
 /// Most nodes a put of a file avoids (after failing on them) before it gives up.
@@ -266,13 +268,46 @@ impl<R: Read> Writer<R> {
             .map_err(|_| Stop::Failed(ClientError::Invalid("write cancelled".into())))
     }
 
+    /// After the object's last byte: the input must end there. An input longer than the size
+    /// the write began with (a file that grew while it was read) fails the write rather than
+    /// storing fewer bytes than were given.
+    fn check_input_ended(&mut self) -> Result<(), Stop> {
+        let mut probe = [0u8; 1];
+        loop {
+            match self.reader.read(&mut probe) {
+                Ok(0) => return Ok(()),
+                Ok(_) => {
+                    return Err(Stop::Failed(ClientError::Invalid(format!(
+                        "the input is longer than the {} bytes the write began with (did it grow while it was read?); nothing was stored",
+                        self.object.size
+                    ))))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(source) => {
+                    return Err(Stop::Failed(ClientError::Io {
+                        what: "reading the object".into(),
+                        source,
+                    }))
+                }
+            }
+        }
+    }
+
     /// Reads the next `len` object bytes into a metered cell holding one in-flight permit.
     fn read_cell(&mut self, len: usize) -> Result<MeteredCell, Stop> {
         let permit = self.permit()?;
         // read_exact fills every byte or fails.
         let mut buf = MeteredBuf::for_overwrite(&self.meter, len);
         self.reader.read_exact(buf.as_mut_slice()).map_err(|source| {
-            Stop::Failed(ClientError::Io { what: "reading the object".into(), source })
+            let what = if source.kind() == std::io::ErrorKind::UnexpectedEof {
+                format!(
+                    "the input ended before the {} bytes the write began with (did it shrink while it was read?); nothing was stored",
+                    self.object.size
+                )
+            } else {
+                "reading the object".into()
+            };
+            Stop::Failed(ClientError::Io { what, source })
         })?;
         if let Some(progress) = &self.progress {
             progress.fetch_add(len as u64, Ordering::Relaxed);
@@ -578,6 +613,51 @@ fn stripe_cells(
     })
 }
 
+/// Input of unknown length held in memory up to this many bytes; longer input is spooled.
+pub const IN_MEMORY_PUT_BYTES: usize = 16 << 20;
+
+/// An input of unknown length, taken whole.
+enum Taken {
+    InMemory(Bytes),
+    /// An unnamed temporary file and how many bytes it holds.
+    Spooled(std::fs::File, u64),
+}
+
+/// Reads `reader` to its end: into memory if it ends within [`IN_MEMORY_PUT_BYTES`], else
+/// into an unnamed temporary file (blocking).
+fn take_input<R: Read>(mut reader: R) -> Result<Taken> {
+    let reading = |source| ClientError::Io { what: "reading the input".into(), source };
+    let mut head = Vec::new();
+    (&mut reader).take(IN_MEMORY_PUT_BYTES as u64 + 1).read_to_end(&mut head).map_err(reading)?;
+    if head.len() <= IN_MEMORY_PUT_BYTES {
+        return Ok(Taken::InMemory(Bytes::from(head)));
+    }
+    let spooling = |source| ClientError::Io {
+        what: format!(
+            "spooling the input to {} (an input of unknown length is taken whole before it is \
+             placed; point TMPDIR at a disk with room)",
+            std::env::temp_dir().display()
+        ),
+        source,
+    };
+    let mut file = tempfile::tempfile().map_err(spooling)?;
+    file.write_all(&head).map_err(spooling)?;
+    let mut spooled = head.len() as u64;
+    drop(head);
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(reading(e)),
+        };
+        file.write_all(&buf[..n]).map_err(spooling)?;
+        spooled += n as u64;
+    }
+    Ok(Taken::Spooled(file, spooled))
+}
+
 /// How the coding thread ended.
 enum OutcomeKind {
     /// Every byte was handed to the PUT streams.
@@ -607,7 +687,10 @@ impl MeteredCell {
 }
 
 impl Client {
-    /// Stores the file at `path` as (bucket, key).
+    /// Stores the file at `path` as (bucket, key). A regular file is read in place (its
+    /// size from its metadata, checked again against what is read); a pipe, FIFO, device or
+    /// socket has no size up front and goes through [`Client::put_unsized`]. A directory is
+    /// refused before anything is begun.
     pub async fn put_file(
         &self,
         bucket: &str,
@@ -616,16 +699,89 @@ impl Client {
         options: &PutOptions,
     ) -> Result<PutStats> {
         let io = |what: String| move |source| ClientError::Io { what, source };
+        let file =
+            std::fs::File::open(path).map_err(io(format!("cannot open {}", path.display())))?;
+        let metadata = file.metadata().map_err(io(format!("cannot stat {}", path.display())))?;
+        if metadata.is_dir() {
+            return Err(ClientError::Invalid(format!(
+                "{} is a directory; a put stores one file (put each file of it under its own key)",
+                path.display()
+            )));
+        }
+        if !metadata.is_file() {
+            return self.put_unsized(bucket, key, file, options).await;
+        }
+        let shown = path.display().to_string();
+        self.put_retrying(bucket, key, options, move || {
+            let mut attempt = file.try_clone().map_err(io(format!("cannot reopen {shown}")))?;
+            attempt.rewind().map_err(io(format!("cannot rewind {shown}")))?;
+            let size = attempt.metadata().map_err(io(format!("cannot stat {shown}")))?.len();
+            Ok((size, attempt))
+        })
+        .await
+    }
+
+    /// Stores everything `reader` yields until its end, of a length not known up front (a
+    /// pipe, stdin, a request body without a length), as (bucket, key). Placement needs the
+    /// size, so the input is first taken whole: up to [`IN_MEMORY_PUT_BYTES`] in memory,
+    /// beyond that spooled to an unnamed temporary file in `$TMPDIR` (gone when the put
+    /// ends, even if it crashes). Either copy can be re-read, so a write failed on a node is
+    /// retried like [`Client::put_file`]'s. The stats name the bytes spooled.
+    pub async fn put_unsized<R: Read + Send + 'static>(
+        &self,
+        bucket: &str,
+        key: &str,
+        reader: R,
+        options: &PutOptions,
+    ) -> Result<PutStats> {
+        let taken = tokio::task::spawn_blocking(move || take_input(reader))
+            .await
+            .map_err(|e| ClientError::Invalid(format!("reading the input failed: {e}")))??;
+        match taken {
+            Taken::InMemory(bytes) => {
+                self.put_retrying(bucket, key, options, move || {
+                    Ok((bytes.len() as u64, std::io::Cursor::new(bytes.clone())))
+                })
+                .await
+            }
+            Taken::Spooled(file, spooled) => {
+                let io = |what: &str| {
+                    let what = what.to_string();
+                    move |source| ClientError::Io { what, source }
+                };
+                let mut stats = self
+                    .put_retrying(bucket, key, options, move || {
+                        let mut attempt = file.try_clone().map_err(io("reopening the spool"))?;
+                        attempt.rewind().map_err(io("rewinding the spool"))?;
+                        Ok((spooled, attempt))
+                    })
+                    .await?;
+                stats.spooled_bytes = spooled;
+                Ok(stats)
+            }
+        }
+    }
+
+    /// Writes, beginning again avoiding the nodes a failed attempt blames (at most
+    /// [`MAX_AVOIDED_NODES`]); `open` gives each attempt the size and a reader at the start.
+    async fn put_retrying<R, F>(
+        &self,
+        bucket: &str,
+        key: &str,
+        options: &PutOptions,
+        mut open: F,
+    ) -> Result<PutStats>
+    where
+        R: Read + Send + 'static,
+        F: FnMut() -> Result<(u64, R)>,
+    {
         let mut avoid: Vec<u32> = Vec::new();
         loop {
-            let file =
-                std::fs::File::open(path).map_err(io(format!("cannot open {}", path.display())))?;
-            let size =
-                file.metadata().map_err(io(format!("cannot stat {}", path.display())))?.len();
+            let (size, reader) = open()?;
             if let Some(progress) = &options.progress {
                 progress.store(0, Ordering::Relaxed);
             }
-            match self.put_attempt(bucket, key, size, file, options, &avoid).await {
+            match self.put_attempt(bucket, key, size, reader, options, &avoid).await {
                 Ok(stats) => return Ok(stats),
                 Err((error, failed)) => {
                     let fresh: Vec<u32> =
@@ -640,7 +796,8 @@ impl Client {
         }
     }
 
-    /// Stores exactly `size` bytes read from `reader` as (bucket, key). A reader cannot be
+    /// Stores exactly `size` bytes read from `reader` as (bucket, key): a reader that ends
+    /// sooner or yields more fails the write (nothing is committed). A reader cannot be
     /// rewound, so unlike [`Client::put_file`] a failed write is not retried.
     pub async fn put_reader<R: Read + Send + 'static>(
         &self,
@@ -670,7 +827,13 @@ impl Client {
             .begin(bucket, key, size, options.policy.as_ref(), avoid)
             .await
             .map_err(|e| (e, Vec::new()))?;
-        let code = object.layout.code.build().map_err(|e| (e.into(), Vec::new()))?;
+        let code = match object.layout.code.build() {
+            Ok(code) => code,
+            Err(error) => {
+                self.abandon(bucket, key, object.generation, &[]).await;
+                return Err((error.into(), Vec::new()));
+            }
+        };
         let meter = BufferMeter::new();
         let mut writer = Writer {
             handle: Handle::current(),
@@ -693,7 +856,8 @@ impl Client {
         };
         let (writer, outcome) = tokio::task::spawn_blocking(move || {
             let outcome =
-                if code.byte_local() { writer.run_byte_local() } else { writer.run_whole_blocks() };
+                if code.byte_local() { writer.run_byte_local() } else { writer.run_whole_blocks() }
+                    .and_then(|()| writer.check_input_ended());
             writer.streams.clear();
             (writer, outcome)
         })
@@ -751,7 +915,7 @@ impl Client {
             )));
         }
         if let Some(error) = first_error {
-            self.delete_units(&written).await;
+            self.abandon(bucket, key, object.generation, &written).await;
             failed_nodes.sort_unstable();
             failed_nodes.dedup();
             return Err((error, failed_nodes));
@@ -761,7 +925,9 @@ impl Client {
         let (committed, replaced) = match commit.await {
             Ok(done) => done,
             Err(error) => {
-                self.delete_units(&written).await;
+                // The commit may have landed with only its answer lost: abandon() deletes
+                // nothing unless meta confirms the write is still pending.
+                self.abandon(bucket, key, object.generation, &written).await;
                 return Err((error, Vec::new()));
             }
         };
@@ -780,8 +946,25 @@ impl Client {
             units,
             elapsed: started.elapsed(),
             leftover_units,
+            spooled_bytes: 0,
             object: committed,
         })
+    }
+
+    /// Gives up a write that failed after its begin: meta aborts it first, and only once meta
+    /// confirmed (nothing references the units any more) are the units written deleted.
+    /// When the abort fails (meta unreachable, or the write is no longer pending: a commit
+    /// whose answer was lost may have landed), nothing is deleted: the write expires and the
+    /// sweeper collects whatever no record names.
+    async fn abandon(&self, bucket: &str, key: &str, generation: u64, written: &[UnitInfo]) {
+        match self.meta.abort(bucket, key, generation).await {
+            Ok(()) => {
+                self.delete_units(written).await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, bucket, key, generation, "could not abort the write; its units are left to expiry and the sweeper");
+            }
+        }
     }
 
     /// Deletes units (best effort, concurrently); returns how many could not be deleted.

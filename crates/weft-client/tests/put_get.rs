@@ -295,3 +295,89 @@ async fn an_object_of_sixteen_thousand_units_commits_its_digests_in_pages() {
     let refused = cluster.client.meta.post_json(path, old).await.unwrap_err().to_string();
     assert!(refused.contains("no_such_write"), "{refused}");
 }
+
+/// How many writes in progress meta holds (a dry-run expiry of writes older than 0 ms counts
+/// every one: those begun this millisecond as in progress).
+async fn writes_in_progress(cluster: &TestCluster) -> u64 {
+    let listed = cluster
+        .client
+        .meta
+        .post_json("/v1/writes/expire", serde_json::json!({"older_than_ms": 0, "dry_run": true}))
+        .await
+        .unwrap();
+    let expired = listed["expired"].as_array().unwrap_or_else(|| panic!("no list: {listed}"));
+    expired.len() as u64 + listed["in_progress"].as_u64().unwrap()
+}
+
+/// A reader that yields `data` and then fails or keeps going, as a changing file would.
+struct Yields {
+    data: Cursor<Vec<u8>>,
+    extra: usize,
+}
+
+impl std::io::Read for Yields {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self.data.read(buf)? {
+            0 if self.extra > 0 && !buf.is_empty() => {
+                let n = buf.len().min(self.extra);
+                self.extra -= n;
+                buf[..n].fill(7);
+                Ok(n)
+            }
+            n => Ok(n),
+        }
+    }
+}
+
+/// Issue 16 items 2 and 3: an input longer or shorter than the size a write began with
+/// fails the write — nothing is committed, the write is aborted in meta at once (not left to
+/// the 6 h expiry) and its units are deleted — and an input of unknown length is stored
+/// whole, in memory or spooled, never as fewer bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changing_input_fails_the_write_and_leaves_nothing_behind() {
+    use std::io::Read as _;
+    let cluster = TestCluster::start(4).await;
+    cluster.create_bucket("bb", policy("rs(2,1)", 2, CELL, BLOCK)).await;
+    let data = pattern((5 * BLOCK + 3) as usize, 11);
+    let grew = Yields { data: Cursor::new(data.clone()), extra: 1 };
+    let error = cluster
+        .client
+        .put_reader("bb", "grew", data.len() as u64, grew, &PutOptions::default())
+        .await
+        .expect_err("an input longer than its size must fail the write");
+    assert!(error.to_string().contains("longer than"), "{error}");
+    let shrank = Cursor::new(data[..data.len() - 1].to_vec());
+    let error = cluster
+        .client
+        .put_reader("bb", "shrank", data.len() as u64, shrank, &PutOptions::default())
+        .await
+        .expect_err("an input shorter than its size must fail the write");
+    assert!(error.to_string().contains("ended before"), "{error}");
+    assert_eq!(writes_in_progress(&cluster).await, 0, "a failed write is still in progress");
+    for key in ["grew", "shrank"] {
+        assert!(cluster.client.meta.get_object("bb", key).await.is_err(), "{key} was committed");
+    }
+    let left: usize = (1..=4).map(|id| cluster.unit_files(id).len()).sum();
+    assert_eq!(left, 0, "units of the failed writes were left on disk");
+
+    // Unknown length: small in memory, large spooled; every byte stored.
+    let small = cluster
+        .client
+        .put_unsized("bb", "small", Cursor::new(data.clone()), &PutOptions::default())
+        .await
+        .unwrap();
+    assert_eq!((small.data_bytes, small.spooled_bytes), (data.len() as u64, 0));
+    assert_eq!(get(&cluster, "bb", "small", None).await, data);
+    let large = pattern(weft_client::IN_MEMORY_PUT_BYTES + 3 * CELL as usize + 1, 12);
+    let coarse = PutOptions {
+        policy: Some(serde_json::from_value(policy("rs(2,1)", 2, 256 << 10, 1 << 20)).unwrap()),
+        ..PutOptions::default()
+    };
+    let stats = cluster
+        .client
+        .put_unsized("bb", "large", Cursor::new(large.clone()).take(u64::MAX), &coarse)
+        .await
+        .unwrap();
+    assert_eq!((stats.data_bytes, stats.spooled_bytes), (large.len() as u64, large.len() as u64));
+    assert!(get(&cluster, "bb", "large", None).await == large, "the spooled object differs");
+}

@@ -123,7 +123,9 @@ fn with_progress<T>(
 
 #[derive(Debug, Args)]
 pub struct PutArgs {
-    /// The file to store.
+    /// The file to store; `-` reads standard input to its end. Pipes, FIFOs and `<(…)`
+    /// work too: input without a size up front is taken whole first (in memory up to 16 MiB,
+    /// beyond that in an unnamed file in $TMPDIR), then placed.
     pub file: PathBuf,
     /// Where: BUCKET/KEY.
     pub path: String,
@@ -166,21 +168,43 @@ async fn put_policy(
 
 pub fn put(args: PutArgs) -> Result<(), CliError> {
     let (bucket, key) = split_path(&args.path)?;
-    let size = std::fs::metadata(&args.file)
-        .map_err(|e| cli_error!("cannot read {}: {e}", args.file.display()))?
-        .len();
+    let stdin = args.file.as_os_str() == "-";
+    // Checked before anything is begun: a missing file or a directory never starts a write.
+    let size = if stdin {
+        None
+    } else {
+        let metadata = std::fs::metadata(&args.file)
+            .map_err(|e| cli_error!("cannot read {}: {e}", args.file.display()))?;
+        if metadata.is_dir() {
+            return Err(cli_error!(
+                "{} is a directory; weft put stores one file (put each file under its own key)",
+                args.file.display()
+            ));
+        }
+        metadata.is_file().then_some(metadata.len())
+    };
     let runtime = runtime()?;
     let client = client(&args.meta)?;
     let policy = runtime.block_on(put_policy(&client, &bucket, &args.policy))?;
-    let (bar, counter) = progress(size, args.json, "put");
+    // Without a size up front there is nothing to measure progress against.
+    let (bar, counter) = progress(size.unwrap_or(0), args.json || size.is_none(), "put");
     let options =
         PutOptions { policy, progress: Some(Arc::clone(&counter)), ..PutOptions::default() };
-    let stats = with_progress(
-        &runtime,
-        &bar,
-        &counter,
-        client.put_file(&bucket, &key, &args.file, &options),
-    )?;
+    let stats = if stdin {
+        with_progress(
+            &runtime,
+            &bar,
+            &counter,
+            client.put_unsized(&bucket, &key, std::io::stdin(), &options),
+        )?
+    } else {
+        with_progress(
+            &runtime,
+            &bar,
+            &counter,
+            client.put_file(&bucket, &key, &args.file, &options),
+        )?
+    };
     let seconds = stats.elapsed.as_secs_f64().max(1e-9);
     let layout = stats.object.layout;
     let value = json!({
@@ -195,6 +219,7 @@ pub fn put(args: PutArgs) -> Result<(), CliError> {
         "elapsed_ms": stats.elapsed.as_millis() as u64,
         "bytes_per_sec": (stats.data_bytes as f64 / seconds) as u64,
         "leftover_units": stats.leftover_units,
+        "spooled_bytes": stats.spooled_bytes,
     });
     if args.json {
         crate::cluster_cli::print_json(&value);
@@ -214,6 +239,13 @@ pub fn put(args: PutArgs) -> Result<(), CliError> {
         );
         println!("  peak client buffer   {} (bound {}; Okapi r·B + k·C = {}; naive group buffering (k+r)·B = {})",
             fmt(stats.peak_buffer_bytes), fmt(stats.buffer_bound_bytes), fmt(stats.okapi_buffer_bytes), fmt(stats.naive_buffer_bytes));
+        if stats.spooled_bytes > 0 {
+            println!(
+                "  spooled              {} (input of unknown length, taken whole in {} first)",
+                fmt(stats.spooled_bytes),
+                std::env::temp_dir().display()
+            );
+        }
         println!(
             "  time                 {:.3} s ({}/s)",
             seconds,

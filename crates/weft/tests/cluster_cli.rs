@@ -1324,3 +1324,106 @@ fn get_onto_a_fifo_writes_through_it_and_leaves_it_a_fifo() {
     assert!(file_type.is_fifo(), "the FIFO was replaced: {file_type:?}");
     assert_eq!(reader.join().unwrap(), data, "the reader got the object through the FIFO");
 }
+
+/// Runs `weft ARGS` on this cluster with `input` on its stdin; returns its output.
+fn weft_with_stdin(cluster: &Cluster, args: &[&str], input: &[u8]) -> std::process::Output {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new(common::cluster::weft_bin())
+        .args(args)
+        .env("WEFT_META", cluster.meta_url())
+        .env("WEFT_SECRET_FILE", cluster.secret_file())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("weft runs");
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    let feeder = std::thread::spawn(move || stdin.write_all(&input));
+    let output = child.wait_with_output().unwrap();
+    feeder.join().unwrap().expect("weft read all of its stdin");
+    output
+}
+
+/// Issue 16 items 2 and 3: `weft put -` (stdin), a FIFO and `/dev/stdin` on a pipe store
+/// every byte they are given (they stored 0 bytes and exited 0: the size came from the
+/// file's metadata); `weft put DIR` is refused before a write begins, so no write is left
+/// in progress and no unit on disk.
+#[test]
+fn puts_from_pipes_store_every_byte_and_a_directory_begins_nothing() {
+    let cluster = Cluster::start(4, &[]);
+    cluster.weft_json(&[
+        "bucket",
+        "create",
+        "p",
+        "--json",
+        "--code",
+        "rs",
+        "--k",
+        "2",
+        "--r",
+        "1",
+        "--stripe-width",
+        "2",
+        "--cell",
+        "4KiB",
+        "--block",
+        "16KiB",
+    ]);
+    let data = bytes(21, 3 * BLOCK + 5);
+    for (source, key) in [("-", "p/stdin"), ("/dev/stdin", "p/devstdin")] {
+        let output = weft_with_stdin(&cluster, &["put", source, key, "--json"], &data);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let put: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(put["size"], data.len() as u64, "{source}: {put}");
+        assert_eq!(put["spooled_bytes"], 0, "{source}: {put}");
+        assert_same(&cluster.get(key), &data, source);
+    }
+    // Past the in-memory share: spooled, every byte stored (coarser blocks keep units few).
+    let large = bytes(22, 16 * 1024 * 1024 + 3 * CELL + 1);
+    let output = weft_with_stdin(
+        &cluster,
+        &["put", "-", "p/large", "--json", "--cell", "256KiB", "--block", "1MiB"],
+        &large,
+    );
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let put: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        (put["size"].as_u64(), put["spooled_bytes"].as_u64()),
+        (Some(large.len() as u64), Some(large.len() as u64))
+    );
+    assert_same(&cluster.get("p/large"), &large, "spooled stdin");
+
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("pipe");
+    let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path; mkfifo(3) only creates the node.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+    let writer = {
+        let (fifo, data) = (fifo.clone(), data.clone());
+        std::thread::spawn(move || std::fs::write(&fifo, &data).unwrap())
+    };
+    let put = cluster.weft_json(&["put", fifo.to_str().unwrap(), "p/fifo", "--json"]);
+    writer.join().unwrap();
+    assert_eq!(put["size"], data.len() as u64, "{put}");
+    assert_same(&cluster.get("p/fifo"), &data, "FIFO");
+
+    let units_before = unit_files(&cluster).len();
+    let stderr = cluster.weft_fails(&["put", dir.path().to_str().unwrap(), "p/dir"]);
+    assert!(stderr.contains("is a directory"), "{stderr}");
+    let (status, expiry) = cluster.meta_call(
+        reqwest::Method::POST,
+        "/v1/writes/expire",
+        &json!({"older_than_ms": 0, "dry_run": true}),
+    );
+    assert_eq!(status, 200);
+    let expiry: Value = serde_json::from_slice(&expiry).unwrap();
+    assert_eq!(
+        (expiry["expired"].as_array().map(Vec::len), expiry["in_progress"].as_u64()),
+        (Some(0), Some(0)),
+        "{expiry}"
+    );
+    assert_eq!(unit_files(&cluster).len(), units_before, "the refused put wrote units");
+    let (status, _) = cluster.meta_get("/v1/buckets/p/objects/dir");
+    assert_eq!(status, 404);
+}

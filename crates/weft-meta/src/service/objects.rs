@@ -41,6 +41,8 @@ const BEGIN: &str = "/begin";
 const COMMIT: &str = "/commit";
 /// Suffix of the path that sends a page of a write's digests ahead of its commit.
 const DIGESTS: &str = "/digests";
+/// Suffix of the path that abandons a write in progress (its writer failed).
+const ABORT: &str = "/abort";
 
 /// The object id of the write of `generation` (see the module invariants).
 pub(crate) fn object_id(generation: u64) -> u128 {
@@ -340,6 +342,12 @@ struct BeginBody {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct AbortBody {
+    generation: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct CommitBody {
     generation: u64,
     /// The writer's digest of every unit by unit name (`d<x>`, `p<g>.<i>`), or none.
@@ -374,11 +382,13 @@ pub(crate) async fn post_object(
         commit(meta, bucket, key.to_string(), &body).await
     } else if let Some(key) = rest.strip_suffix(DIGESTS).filter(|k| !k.is_empty()) {
         digests_page(meta, bucket, key.to_string(), &body).await
+    } else if let Some(key) = rest.strip_suffix(ABORT).filter(|k| !k.is_empty()) {
+        abort(meta, bucket, key.to_string(), &body).await
     } else {
         let mut error = ApiError::new(
             StatusCode::NOT_FOUND,
             "no_route",
-            "POST to an object path must end in /begin, /digests or /commit",
+            "POST to an object path must end in /begin, /digests, /commit or /abort",
         );
         error.body["path"] = json!(format!("/v1/buckets/{bucket}/objects/{rest}"));
         Err(error)
@@ -475,6 +485,30 @@ async fn commit(
         None => Value::Null,
     };
     Ok(Json(value))
+}
+
+/// `POST .../objects/{key}/abort`: body `{"generation"}`. The writer gives up its write in
+/// progress (after deleting the units it wrote): the write and its digest pages are removed
+/// at once instead of at expiry. Answers the removed write (its units, so a caller that could
+/// not delete them knows what the sweeper will collect); `409 no_such_write` when that
+/// generation is not in progress (committed, superseded, expired).
+async fn abort(
+    meta: Shared,
+    bucket: String,
+    key: String,
+    body: &[u8],
+) -> Result<Json<Value>, ApiError> {
+    let body: AbortBody = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!("the body must be {{\"generation\": u64}}: {e}"))
+    })?;
+    let (removed, nodes) = blocking(&meta, move |store| {
+        let removed = store.abort_write(&bucket, &key, body.generation)?;
+        digest_pages::delete(store, &digest_pages::of_write(removed.generation))?;
+        Ok((removed, store.list_nodes()?))
+    })
+    .await?;
+    tracing::info!(bucket = %removed.bucket, key = %removed.key, generation = removed.generation, "write aborted by its writer");
+    Ok(Json(object_json(&removed, units_json(&removed, &nodes, None)?)))
 }
 
 /// `POST .../objects/{key}/digests`: body `{"generation", "digests": {unit: hex}}`, 1 to
