@@ -39,7 +39,7 @@ pub use meta::MetaClient;
 pub use meter::BufferMeter;
 pub use node::NodeClient;
 pub use object::{ObjectInfo, UnitInfo};
-pub use read::{GetStats, ReadMode};
+pub use read::{read_buffer_bound, GetStats, ReadMode};
 pub use transition::TransitionReport;
 pub use write::{Coder, PutOptions, PutStats, IN_MEMORY_PUT_BYTES};
 

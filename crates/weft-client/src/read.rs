@@ -56,8 +56,34 @@ const WINDOW_BYTES: u64 = 16 << 20;
 /// Longest wait for reports of bad units when a read ends.
 const REPORT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Most bytes the fetched-range cache keeps.
+/// Most bytes the fetched-range cache keeps, whatever the layout.
 const CACHE_BYTES: usize = 256 << 20;
+
+/// Bytes of one read window of `layout`: [`WINDOW_BYTES`] rounded down to whole stripe rows
+/// (at least one row).
+fn window_bytes(layout: &weft_layout::StripedLayout) -> u64 {
+    let row = layout.stripe_width as u64 * layout.cell_bytes;
+    (WINDOW_BYTES / row).max(1) * row
+}
+
+/// Bytes the fetched-range cache of a read of `layout` keeps: the current window's ranges
+/// (a byte-local rebuild reads the same range of the group's other units, fetched with the
+/// window), plus, for codes that rebuild whole units, one group's units (n·B) so the next
+/// window finds them. Older ranges are never read again by a sequential read; keeping them
+/// made a get's memory grow with the object (up to 256 MiB).
+fn cache_limit(layout: &weft_layout::StripedLayout, byte_local: bool) -> usize {
+    let whole_units = if byte_local { 0 } else { layout.n() as u64 * layout.block_bytes };
+    (window_bytes(layout) + whole_units).min(CACHE_BYTES as u64) as usize
+}
+
+/// The bound on object bytes a get of `layout` holds at once (pipelined, the default): the
+/// window being fetched, [`WINDOWS_AHEAD`] queued, the window being written out with its
+/// assembled copy, and the range cache. Reported by `weft get --stats` beside the measured
+/// peak.
+pub fn read_buffer_bound(layout: &weft_layout::StripedLayout) -> u64 {
+    let byte_local = layout.code.build().map(|c| c.byte_local()).unwrap_or(false);
+    (WINDOWS_AHEAD as u64 + 3) * window_bytes(layout) + cache_limit(layout, byte_local) as u64
+}
 
 /// Windows a pipelined read produces ahead of the one being written out.
 const WINDOWS_AHEAD: usize = 1;
@@ -127,10 +153,12 @@ struct PendingWindow {
 }
 
 /// Ranges fetched from units, kept for the next sequential window.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct RangeCache {
     entries: VecDeque<(UnitId, u64, Bytes)>,
     bytes: usize,
+    /// Most bytes kept ([`cache_limit`]); the oldest ranges go first.
+    limit: usize,
 }
 
 impl RangeCache {
@@ -145,7 +173,7 @@ impl RangeCache {
     fn put(&mut self, unit: UnitId, offset: u64, bytes: Bytes) {
         self.bytes += bytes.len();
         self.entries.push_back((unit, offset, bytes));
-        while self.bytes > CACHE_BYTES {
+        while self.bytes > self.limit {
             match self.entries.pop_front() {
                 Some((_, _, old)) => self.bytes -= old.len(),
                 None => break,
@@ -177,6 +205,7 @@ impl UnitRebuilder {
     /// for repair in meta. Units meta reports down count as failed from the start.
     pub fn new(client: &Client, object: ObjectInfo, report: bool) -> Result<UnitRebuilder> {
         let code = object.layout.code.build()?;
+        let limit = cache_limit(&object.layout, code.byte_local());
         let failed = object
             .units
             .values()
@@ -191,7 +220,7 @@ impl UnitRebuilder {
             object,
             code,
             failed,
-            cache: RangeCache::default(),
+            cache: RangeCache { entries: VecDeque::new(), bytes: 0, limit },
             report,
             reports: Vec::new(),
             bytes_fetched: 0,
@@ -455,8 +484,7 @@ impl Client {
             )));
         }
         let layout = object.layout;
-        let row = layout.stripe_width as u64 * layout.cell_bytes;
-        let window = (WINDOW_BYTES / row).max(1) * row;
+        let window = window_bytes(&layout);
         // Windows are aligned to whole stripe rows (the first may start mid-row).
         let windows: Vec<(u64, u64)> = {
             let (mut at, mut all) = (start, Vec::new());

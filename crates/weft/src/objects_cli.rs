@@ -280,6 +280,18 @@ pub struct GetArgs {
     /// Print what the get did as one JSON object (needs -o).
     #[arg(long)]
     pub json: bool,
+    /// Print bytes fetched, the peak memory of this process (with the bound on what the read
+    /// path buffers) and time, on stderr (stdout may carry the object).
+    #[arg(long)]
+    pub stats: bool,
+}
+
+/// Peak resident memory of this process (VmHWM), when the system reports it.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// Parses an HTTP-style byte range against an object size into (start, len).
@@ -303,8 +315,13 @@ fn parse_range(text: &str, size: u64) -> Result<(u64, u64), CliError> {
         }
         (true, true) => return Err(bad()),
     };
-    if start >= size || start > end {
-        return Err(cli_error!("--range {text:?} is outside the object ({size} bytes)"));
+    if start >= size {
+        return Err(cli_error!(
+            "--range {text:?} starts past the end of the object ({size} bytes)"
+        ));
+    }
+    if start > end {
+        return Err(cli_error!("--range {text:?} ends before it starts (a-b needs a ≤ b)"));
     }
     Ok((start, end - start + 1))
 }
@@ -318,6 +335,7 @@ pub fn get(args: GetArgs) -> Result<(), CliError> {
     let client = client(&args.meta)?;
     let object = runtime.block_on(client.meta.get_object(&bucket, &key))?;
     let range = args.range.as_deref().map(|r| parse_range(r, object.size)).transpose()?;
+    let buffer_bound = weft_client::read_buffer_bound(&object.layout);
     let total = range.map_or(object.size, |(_, len)| len);
     let (bar, counter) = progress(total, args.json || args.output.is_none(), "get");
     let stats = match &args.output {
@@ -362,12 +380,35 @@ pub fn get(args: GetArgs) -> Result<(), CliError> {
     };
     let degraded: Vec<Value> =
         stats.degraded_units.iter().map(|(u, why)| json!({"unit": u, "cause": why})).collect();
+    let peak_rss = peak_rss_bytes();
     if args.json {
         crate::cluster_cli::print_json(&json!({
             "bucket": bucket, "key": key, "bytes": stats.bytes, "bytes_fetched": stats.bytes_fetched,
             "degraded_units": degraded, "elapsed_ms": stats.elapsed.as_millis() as u64,
+            "peak_rss_bytes": peak_rss, "buffer_bound_bytes": buffer_bound,
         }));
-    } else if !stats.degraded_units.is_empty() && std::io::stderr().is_terminal() {
+        return Ok(());
+    }
+    if args.stats {
+        let seconds = stats.elapsed.as_secs_f64().max(1e-9);
+        eprintln!(
+            "get {bucket}/{key}: {}, {} fetched from nodes",
+            fmt(stats.bytes),
+            fmt(stats.bytes_fetched)
+        );
+        if let Some(peak) = peak_rss {
+            eprintln!(
+                "  peak memory          {} resident (the read path buffers at most {}: 4 windows and the range cache)",
+                fmt(peak),
+                fmt(buffer_bound)
+            );
+        }
+        eprintln!(
+            "  time                 {seconds:.3} s ({}/s)",
+            fmt((stats.bytes as f64 / seconds) as u64)
+        );
+    }
+    if !stats.degraded_units.is_empty() && std::io::stderr().is_terminal() {
         eprintln!(
             "note: degraded read; rebuilt around {} unavailable units",
             stats.degraded_units.len()
@@ -607,6 +648,11 @@ mod tests {
         for bad in ["", "-", "5", "a-b", "1000-", "10-5", "-0"] {
             assert!(parse_range(bad, 1000).is_err(), "{bad:?}");
         }
+        // Issue 16 item 10: an inverted range says so (it was called "outside the object").
+        let inverted = parse_range("5-2", 1000).unwrap_err().to_string();
+        assert!(inverted.contains("ends before it starts"), "{inverted}");
+        let past = parse_range("1000-", 1000).unwrap_err().to_string();
+        assert!(past.contains("past the end"), "{past}");
         assert!(split_path("bucket").is_err());
         assert!(split_path("/key").is_err());
         assert_eq!(split_path("b/a/b").unwrap(), ("b".into(), "a/b".into()));

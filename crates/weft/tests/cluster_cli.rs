@@ -1427,3 +1427,76 @@ fn puts_from_pipes_store_every_byte_and_a_directory_begins_nothing() {
     let (status, _) = cluster.meta_get("/v1/buckets/p/objects/dir");
     assert_eq!(status, 404);
 }
+
+/// Issue 16 item 5: a get's memory does not grow with the object. A 2 GiB get (through a
+/// FIFO, every MiB checked in place) peaks under the read path's stated buffer bound
+/// (`buffer_bound_bytes`: four windows and the range cache) plus 64 MiB for the process
+/// itself; before the bound it reached ≈ 430 MB, the range cache keeping 256 MiB of
+/// windows nobody would read again.
+#[test]
+fn a_two_gib_get_stays_under_its_stated_memory_bound() {
+    use std::io::{Read as _, Write as _};
+    const MIB: usize = 1 << 20;
+    const CHUNKS: usize = 2048;
+    let chunk = |i: usize, base: &[u8]| {
+        let mut chunk = base.to_vec();
+        chunk[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        chunk
+    };
+    let cluster = Cluster::start(4, &[]);
+    cluster.weft_json(&[
+        "bucket",
+        "create",
+        "m",
+        "--json",
+        "--code",
+        "rs",
+        "--k",
+        "2",
+        "--r",
+        "1",
+        "--stripe-width",
+        "2",
+        "--cell",
+        "1MiB",
+        "--block",
+        "8MiB",
+    ]);
+    let base = bytes(31, MIB);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("two-gib");
+    {
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&file).unwrap());
+        for i in 0..CHUNKS {
+            out.write_all(&chunk(i, &base)).unwrap();
+        }
+        out.flush().unwrap();
+    }
+    let put = cluster.weft_json(&["put", file.to_str().unwrap(), "m/big", "--json"]);
+    assert_eq!(put["size"], (CHUNKS * MIB) as u64, "{put}");
+    std::fs::remove_file(&file).unwrap();
+
+    let fifo = dir.path().join("pipe");
+    let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path; mkfifo(3) only creates the node.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+    let reader = {
+        let (fifo, base) = (fifo.clone(), base.clone());
+        std::thread::spawn(move || {
+            let mut input = std::fs::File::open(&fifo).unwrap();
+            let mut got = vec![0u8; MIB];
+            for i in 0..CHUNKS {
+                input.read_exact(&mut got).unwrap_or_else(|e| panic!("MiB {i}: {e}"));
+                assert!(got == chunk(i, &base), "MiB {i} of the object differs");
+            }
+            assert_eq!(input.read(&mut got).unwrap(), 0, "bytes past the object's end");
+        })
+    };
+    let got = cluster.weft_json(&["get", "m/big", "-o", fifo.to_str().unwrap(), "--json"]);
+    reader.join().expect("every MiB came back in place");
+    assert_eq!(got["bytes"], (CHUNKS * MIB) as u64, "{got}");
+    let (peak, bound) =
+        (got["peak_rss_bytes"].as_u64().unwrap(), got["buffer_bound_bytes"].as_u64().unwrap());
+    assert!(bound <= 96 * MIB as u64, "the stated bound grew: {got}");
+    assert!(peak < bound + 64 * MIB as u64, "a 2 GiB get peaked at {peak} bytes resident: {got}");
+}
