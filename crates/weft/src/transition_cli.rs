@@ -55,7 +55,8 @@ pub struct TransitionArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// With --bucket: pause so that at most this many object bytes are transitioned per
-    /// second (0: no limit), e.g. 100MiB.
+    /// second (0: no limit), e.g. 100MiB. Objects already at the target are skipped and
+    /// count against no rate.
     #[arg(long, default_value = "0", value_parser = crate::parse_size)]
     pub rate: usize,
     #[command(flatten)]
@@ -226,7 +227,9 @@ async fn all(client: &Client, args: &TransitionArgs, bucket: &str) -> Result<(),
     let (mut done, mut measured, mut predicted_regroup, mut predicted_restripe) =
         (Vec::new(), TransitionIo::default(), TransitionIo::default(), TransitionIo::default());
     let mut failures = Vec::new();
-    let mut transitioned_bytes = 0u64;
+    // Work done: bytes of the objects a transition was run on (failed ones included, they
+    // cost IO too); objects already at the target cost nothing and count against no rate.
+    let (mut work_bytes, mut already, mut already_bytes) = (0u64, 0usize, 0u64);
     for (key, size) in &objects {
         let result = async {
             let object = client.meta.get_object(bucket, key).await?;
@@ -262,14 +265,19 @@ async fn all(client: &Client, args: &TransitionArgs, bucket: &str) -> Result<(),
                 }
                 done.push(report_json(&report));
             }
-            Ok(None) => {}
+            Ok(None) => {
+                already += 1;
+                already_bytes += size;
+                bar.inc(1);
+                continue;
+            }
             Err(error) => failures.push(json!({"key": key, "error": error.to_string()})),
         }
-        transitioned_bytes += size;
+        work_bytes += size;
         bar.inc(1);
-        bar.set_message(fmt(transitioned_bytes));
+        bar.set_message(fmt(work_bytes));
         if args.rate > 0 {
-            let due = Duration::from_secs_f64(transitioned_bytes as f64 / args.rate as f64);
+            let due = Duration::from_secs_f64(work_bytes as f64 / args.rate as f64);
             if let Some(wait) = due.checked_sub(started.elapsed()) {
                 tokio::time::sleep(wait).await;
             }
@@ -278,7 +286,8 @@ async fn all(client: &Client, args: &TransitionArgs, bucket: &str) -> Result<(),
     bar.finish_and_clear();
     let summary = json!({
         "bucket": bucket, "objects": objects.len(), "transitioned": done.len(),
-        "failed": failures.len(), "bytes": total_bytes, "dry_run": args.dry_run,
+        "failed": failures.len(), "already": already, "bytes": work_bytes,
+        "already_bytes": already_bytes, "bucket_bytes": total_bytes, "dry_run": args.dry_run,
         "io": measured, "total_io_bytes": measured.total_bytes(),
         "predicted": {"regroup": predicted_regroup, "restripe": predicted_restripe},
         "elapsed_ms": started.elapsed().as_millis() as u64,
@@ -288,12 +297,14 @@ async fn all(client: &Client, args: &TransitionArgs, bucket: &str) -> Result<(),
         crate::cluster_cli::print_json(&summary);
     } else {
         println!(
-            "{} of {} objects ({}) transitioned in {:.1} s{}",
+            "{} of {} objects ({} of {}) transitioned in {:.1} s{}; {} already there",
             summary["transitioned"],
             objects.len(),
+            fmt(work_bytes),
             fmt(total_bytes),
             started.elapsed().as_secs_f64(),
-            if args.dry_run { " (dry run)" } else { "" }
+            if args.dry_run { " (dry run)" } else { "" },
+            already
         );
         println!(
             "  measured  read {}, data written {}, parity written {}, relocated {}; total IO {}",

@@ -101,6 +101,34 @@ fn transition_one_object_then_a_whole_bucket() {
     assert_eq!(all["io"]["data_bytes_written"], 0, "{all}");
     let total: u64 = stored.iter().map(|(_, d)| d.len() as u64).sum();
     assert_eq!(all["io"]["bytes_read"], total, "every object read once: {all}");
+    assert_eq!(all["bytes"], total, "the work done: {all}");
+    // Issue 16 item 6: objects already at the target are no work: they count against no
+    // rate (at 1 KiB/s this would otherwise sleep for hours) and not in "bytes".
+    let again = cluster.weft_json(&[
+        "transition",
+        "--bucket",
+        "b",
+        "--code",
+        "hh-xor+",
+        "--k",
+        "6",
+        "--r",
+        "3",
+        "--rate",
+        "1KiB",
+        "--json",
+    ]);
+    assert_eq!(
+        (again["transitioned"].as_u64(), again["already"].as_u64()),
+        (Some(0), Some(24)),
+        "{again}"
+    );
+    assert_eq!(
+        (again["bytes"].as_u64(), again["already_bytes"].as_u64()),
+        (Some(0), Some(total)),
+        "{again}"
+    );
+    assert_eq!(again["bucket_bytes"], total, "{again}");
     for (key, data) in &stored {
         assert_eq!(cluster.weft_json(&["stat", key, "--json"])["layout"]["code"], "hh-xor+(6,3)");
         assert_eq!(&cluster.get(key), data, "{key}");
