@@ -794,8 +794,9 @@ async fn status(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
     })))
 }
 
-/// The policy of a new bucket when none is given: rs(6,3), stripe width 2, 1 MiB cells,
-/// 8 MiB blocks.
+/// weft's default policy: rs(6,3), stripe width 2, 1 MiB cells, 8 MiB blocks. A new bucket
+/// gets it when its creator names no code, on a cluster of at least 9 failure domains; see
+/// [`default_policy_for`] for smaller clusters.
 pub fn default_policy_json() -> Value {
     json!({
         "code": "rs(6,3)",
@@ -805,9 +806,80 @@ pub fn default_policy_json() -> Value {
     })
 }
 
-/// Reads a bucket policy body: empty means the default; fields not given take the default's.
-fn parse_policy(body: &[u8]) -> Result<Policy, ApiError> {
-    parse_policy_over(body, default_policy_json())
+/// The default codes, widest first: a bucket created without a code gets the first one its
+/// cluster can hold (n failure domains), so a new cluster's buckets can be written at once.
+pub const DEFAULT_CODES: [(&str, usize); 3] = [("rs(6,3)", 9), ("rs(4,2)", 6), ("rs(2,1)", 3)];
+
+/// The default policy of a new bucket on a cluster of `domains` failure domains: rs(6,3), or
+/// on fewer than 9 domains the widest of rs(4,2), rs(2,1) that fits (rs(2,1) below 3, where
+/// nothing fits and the creation is refused naming the numbers). `domains` 0 (no node known
+/// yet) gives rs(6,3).
+pub fn default_policy_for(domains: usize) -> Value {
+    let mut policy = default_policy_json();
+    if domains > 0 {
+        let code = DEFAULT_CODES
+            .iter()
+            .find(|(_, needed)| *needed <= domains)
+            .unwrap_or(&DEFAULT_CODES[DEFAULT_CODES.len() - 1]);
+        policy["code"] = json!(code.0);
+    }
+    policy
+}
+
+/// Failure domains of `level` spanned by every disk meta knows that has not failed — up or
+/// down, full or not: what the cluster could hold a policy on once its nodes are back.
+fn cluster_domains(nodes: &[NodeRecord], level: FailureDomain) -> usize {
+    nodes
+        .iter()
+        .flat_map(|n| {
+            n.disks.iter().filter(|d| d.failed.is_none()).map(|d| n.disk_location(d.index))
+        })
+        .map(|d| d.domain(level))
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+}
+
+/// `409 policy_too_wide` unless a cluster of `domains` failure domains can hold `policy`
+/// (its n units, and its stripe width, on distinct domains). Nothing is checked while meta
+/// knows no node (a cluster being set up).
+fn check_fits(
+    policy: &Policy,
+    nodes: usize,
+    domains: usize,
+    level: FailureDomain,
+) -> Result<(), ApiError> {
+    let needed = policy.n().max(policy.stripe_width);
+    if nodes == 0 || domains >= needed {
+        return Ok(());
+    }
+    let names = objects::domains_name(level);
+    let mut error = ApiError::new(
+        StatusCode::CONFLICT,
+        "policy_too_wide",
+        format!(
+            "{} with stripe width {} needs {needed} distinct {names}, but the cluster has \
+             {domains} ({nodes} nodes known): every write would fail. Use a smaller code \
+             (e.g. {}) or stripe width, or add nodes first",
+            policy.code,
+            policy.stripe_width,
+            DEFAULT_CODES.iter().find(|(_, n)| *n <= domains).map_or("rep(2)", |c| c.0),
+        ),
+    );
+    error.body["needed"] = json!(needed);
+    error.body["domains"] = json!(domains);
+    error.body["nodes"] = json!(nodes);
+    error.body["failure_domain"] = json!(level.to_string());
+    Err(error)
+}
+
+/// The known nodes' count and failure domains at meta's level.
+async fn cluster_size(meta: &Shared) -> Result<(usize, usize), ApiError> {
+    let level = meta.failure_domain;
+    blocking(meta, move |store| {
+        let nodes = store.list_nodes()?;
+        Ok((nodes.len(), cluster_domains(&nodes, level)))
+    })
+    .await
 }
 
 /// A policy object's fields laid over `policy` (JSON of a `Policy`), checked.
@@ -865,7 +937,9 @@ async fn create_bucket(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let policy = parse_policy(&body)?;
+    let (nodes, domains) = cluster_size(&meta).await?;
+    let policy = parse_policy_over(&body, default_policy_for(domains))?;
+    check_fits(&policy, nodes, domains, meta.failure_domain)?;
     let now = now_ms();
     let record = blocking(&meta, move |store| store.create_bucket(&name, policy, now)).await?;
     tracing::info!(bucket = %record.name, "bucket created");
@@ -882,6 +956,8 @@ async fn set_bucket_policy(
     let wanted = name.clone();
     let current = blocking(&meta, move |store| store.get_bucket(&wanted)).await?;
     let policy = parse_policy_over(&body, json!(current.default_policy))?;
+    let (nodes, domains) = cluster_size(&meta).await?;
+    check_fits(&policy, nodes, domains, meta.failure_domain)?;
     let record = blocking(&meta, move |store| store.set_bucket_policy(&name, policy)).await?;
     tracing::info!(bucket = %record.name, "bucket policy changed");
     Ok(Json(json!(record)))

@@ -59,6 +59,11 @@ impl Cluster {
         let base = meta.endpoint();
         let client = reqwest::Client::new();
         let signer = secret.signer_for(Audience::Meta);
+        // Created before any node is known: the default rs(6,3), unchecked (the tests below
+        // ask it of clusters too small for it, to see begin's refusal).
+        let response =
+            client.put(format!("{base}/v1/buckets/photos")).send_signed(&signer).await.unwrap();
+        assert_eq!(response.status(), 201);
         for id in 1..=nodes {
             let url = format!("{base}/v1/nodes/{id}");
             let response = client.put(url).send_signed(&signer).await.unwrap();
@@ -71,9 +76,6 @@ impl Cluster {
                 .unwrap();
             assert_eq!(response.status(), 200);
         }
-        let response =
-            client.put(format!("{base}/v1/buckets/photos")).send_signed(&signer).await.unwrap();
-        assert_eq!(response.status(), 201);
         Cluster { meta, base, client, signer, _dir: dir }
     }
 
@@ -267,6 +269,40 @@ async fn listing_pages_by_prefix_and_start_after() {
     assert_eq!(all["objects"].as_array().unwrap().len(), 5);
     let (status, body) = cluster.get("/v1/buckets/nope/objects").await;
     assert_eq!((status, body["error"].as_str()), (404, Some("no_such_bucket")));
+    cluster.meta.stop().await.unwrap();
+}
+
+/// Issue 16 item 7: a bucket policy the cluster cannot hold is refused when it is set, not
+/// at every later put; a bucket created without a code gets the widest default that fits.
+#[tokio::test]
+async fn bucket_policies_are_checked_against_the_cluster_when_set() {
+    let cluster = Cluster::new(4).await;
+    let (status, body) = cluster.call(reqwest::Method::PUT, "/v1/buckets/small", None).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(
+        body["default_policy"]["code"], "rs(2,1)",
+        "the default follows the cluster: {body}"
+    );
+    let wide = json!({"code": "rs(20,4)"});
+    let (status, body) =
+        cluster.call(reqwest::Method::PUT, "/v1/buckets/wide", Some(wide.clone())).await;
+    assert_eq!((status, body["error"].as_str()), (409, Some("policy_too_wide")), "{body}");
+    assert_eq!((body["needed"].as_u64(), body["domains"].as_u64()), (Some(24), Some(4)), "{body}");
+    let message = body["message"].as_str().unwrap();
+    assert!(message.contains("rs(20,4)") && message.contains("needs 24"), "{message}");
+    assert!(message.contains("rs(2,1)"), "names a code that fits: {message}");
+    let (status, _) = cluster.get("/v1/buckets/wide").await;
+    assert_eq!(status, 404, "a refused bucket was created");
+    let (status, body) =
+        cluster.call(reqwest::Method::PUT, "/v1/buckets/small/policy", Some(wide)).await;
+    assert_eq!((status, body["error"].as_str()), (409, Some("policy_too_wide")), "{body}");
+    let (_, small) = cluster.get("/v1/buckets/small").await;
+    assert_eq!(small["default_policy"]["code"], "rs(2,1)", "a refused policy was set: {small}");
+    // A stripe wider than the cluster is refused as well.
+    let striped = json!({"code": "rs(2,1)", "stripe_width": 6});
+    let (status, body) =
+        cluster.call(reqwest::Method::PUT, "/v1/buckets/striped", Some(striped)).await;
+    assert_eq!((status, body["needed"].as_u64()), (409, Some(6)), "{body}");
     cluster.meta.stop().await.unwrap();
 }
 

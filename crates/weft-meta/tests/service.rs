@@ -231,8 +231,10 @@ async fn state_persists_and_a_second_meta_on_the_same_dir_is_refused() {
     let meta = start(dir.path(), 1000, &secret).await;
     let client = reqwest::Client::new();
     let base = meta.endpoint();
+    // Before the node is known (one node could hold no default policy).
+    let created = client.put(format!("{base}/v1/buckets/kept")).send_signed(&signer).await;
+    assert_eq!(created.unwrap().status(), 201);
     post_heartbeat(&client, &base, &secret, 7, &heartbeat(7)).await;
-    client.put(format!("{base}/v1/buckets/kept")).send_signed(&signer).await.unwrap();
 
     let error = bind(MetaConfig::new("127.0.0.1:0".parse().unwrap(), dir.path(), secret.clone()))
         .await

@@ -47,7 +47,8 @@ pub struct ClusterBenchArgs {
     /// Size of each object (put).
     #[arg(long, default_value = "64MiB", value_parser = parse_size)]
     pub object_size: usize,
-    /// Bucket to use (created when missing, with the policy flags as its default policy).
+    /// Bucket to use (created when missing, with the policy flags as its default policy; on
+    /// an existing bucket the flags are each object's own policy).
     #[arg(long, default_value = "bench")]
     pub bucket: String,
     #[command(flatten)]
@@ -159,6 +160,10 @@ pub fn run(args: ClusterBenchArgs) -> Result<(), CliError> {
     runtime.block_on(async {
         match args.op {
             ClusterOp::Put => put(&client, &args).await,
+            ClusterOp::Get if !args.policy.overrides()?.is_empty() => Err(cli_error!(
+                "policy flags (--code, --k, --r, --stripe-width, --cell, --block) apply to \
+                 `bench cluster put`; a get reads the objects as they were written"
+            )),
             ClusterOp::Get => get(&client, &args).await,
         }
     })
@@ -166,14 +171,19 @@ pub fn run(args: ClusterBenchArgs) -> Result<(), CliError> {
 
 async fn put(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
     let bucket_path = format!("/v1/buckets/{}", args.bucket);
-    if client.meta.get_json(&bucket_path).await.is_err() {
+    // A new bucket takes the flags as its default; on an existing one they are each object's
+    // own policy (never ignored).
+    let policy = if client.meta.get_json(&bucket_path).await.is_err() {
         let policy = serde_json::Value::Object(args.policy.overrides()?);
         client
             .meta
             .put_json(&bucket_path, policy)
             .await
             .map_err(|e| cli_error!("cannot create bucket {}: {e}", args.bucket))?;
-    }
+        None
+    } else {
+        crate::objects_cli::put_policy(client, &args.bucket, &args.policy).await?
+    };
     let coders =
         parse_list(&args.coder, Coder::parse, "--coder", "coder", "pipelined, blocking or noop")?;
     let objects = args.size.div_ceil(args.object_size);
@@ -193,7 +203,7 @@ async fn put(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
                 format!("bench-coders/{}/obj-{index:06}", coder.name())
             };
             let reader = Cursor::new(Shared(Arc::clone(&data)));
-            let options = PutOptions { coder, ..PutOptions::default() };
+            let options = PutOptions { coder, policy, ..PutOptions::default() };
             // Timed: the put only, not generating the content or deleting.
             let started = Instant::now();
             let stats = client.put_reader(&args.bucket, &key, len as u64, reader, &options).await?;

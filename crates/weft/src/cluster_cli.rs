@@ -857,11 +857,13 @@ fn check_node_process(id: u32, pid: u32, state: &str) -> Result<(), CliError> {
 pub enum BucketCommand {
     /// Create a bucket; its policy is the default for every object written to it.
     ///
-    /// With none of --code/--k/--r/--d/--l/--g, the bucket gets meta's default code,
-    /// rs(6,3); give any of them and the family's defaults fill the rest (rs: k 10, r 4).
-    /// --stripe-width, --cell and --block not given take meta's defaults (2, 1MiB, 8MiB).
-    /// The block must be a multiple of the cell. Objects need k + r up nodes (distinct
-    /// failure domains) to be written.
+    /// weft's default policy is rs(6,3), stripe width 2, 1MiB cells, 8MiB blocks. With none
+    /// of --code/--k/--r/--d/--l/--g, the bucket gets rs(6,3), or on a cluster of fewer than
+    /// 9 failure domains the widest of rs(4,2) and rs(2,1) it can hold. Give any of them and
+    /// the default fills the rest (k 6, r 3: `--r 2` is rs(6,2)). --stripe-width, --cell and
+    /// --block not given take the defaults. The block must be a multiple of the cell. A policy
+    /// needs k + r (and the stripe width) distinct failure domains; meta refuses one the
+    /// cluster cannot hold (`policy_too_wide`), so writes never fail for it later.
     ///
     /// Examples:
     ///   weft bucket create photos

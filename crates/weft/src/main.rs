@@ -245,10 +245,10 @@ pub struct CodeArgs {
     /// or a full name such as rs(10,4), clay(8,4,11) or lrc(10,2,2).
     #[arg(long, default_value = "rs")]
     pub code: String,
-    /// Data units k [default: 10; rep has k = 1].
+    /// Data units k [default: 6, as in weft's default policy rs(6,3); rep has k = 1].
     #[arg(long)]
     pub k: Option<usize>,
-    /// Parity units r: any r units may be lost [default: 4; rep: 2 extra copies; lrc: l + g].
+    /// Parity units r: any r units may be lost [default: 3; rep: 2 extra copies; lrc: l + g].
     #[arg(long)]
     pub r: Option<usize>,
     /// Clay: helpers a repair reads from, k + 1 ≤ d ≤ k + r − 1 [default: k + r − 1].
@@ -261,6 +261,11 @@ pub struct CodeArgs {
     #[arg(long)]
     pub g: Option<usize>,
 }
+
+/// k and r of weft's one default policy, rs(6,3) (meta's `default_policy_json`): a flag
+/// left out means the same thing in every command.
+pub const DEFAULT_K: usize = 6;
+pub const DEFAULT_R: usize = 3;
 
 impl CodeArgs {
     /// The validated spec, with each family's defaults filled in for flags not given.
@@ -288,13 +293,13 @@ impl CodeArgs {
         match family.as_str() {
             "rep" => parts.r = parts.r.or(Some(2)),
             "lrc" => {
-                parts.k = parts.k.or(Some(10));
+                parts.k = parts.k.or(Some(DEFAULT_K));
                 parts.l = parts.l.or(Some(2));
                 parts.g = parts.g.or(Some(2));
             }
             _ => {
-                parts.k = parts.k.or(Some(10));
-                parts.r = parts.r.or(Some(4));
+                parts.k = parts.k.or(Some(DEFAULT_K));
+                parts.r = parts.r.or(Some(DEFAULT_R));
             }
         }
         Ok(CodeSpec::from_parts(&parts)?)

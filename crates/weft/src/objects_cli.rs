@@ -142,7 +142,7 @@ pub struct PutArgs {
 }
 
 /// The layout for a put: the bucket's default policy with the flags given on top.
-async fn put_policy(
+pub(crate) async fn put_policy(
     client: &Client,
     bucket: &str,
     policy: &PolicyArgs,

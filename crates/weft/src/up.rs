@@ -1329,9 +1329,12 @@ fn print_ready(plan: &Plan, cluster: &Supervisor, ready_ms: u128, cluster_file: 
     if plan.domains() < 9 {
         let level = plan.failure_domain.name();
         println!(
-            "note: meta's default bucket policy rs(6,3) needs 9 distinct {level}s; with {} \
-             give buckets a smaller code, e.g. weft bucket create b --k 2 --r 1",
-            plan.domains()
+            "note: weft's default policy rs(6,3) needs 9 distinct {level}s; with {}, new \
+             buckets default to {}",
+            plan.domains(),
+            weft_meta::service::default_policy_for(plan.domains() as usize)["code"]
+                .as_str()
+                .unwrap_or("rs(2,1)")
         );
     }
     // Clients find the secret at ./weft-data/cluster.secret by default; name it otherwise.

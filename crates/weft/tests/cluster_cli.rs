@@ -448,12 +448,20 @@ fn objects_round_trip_at_every_boundary_and_survive_a_restart() {
     fails_with(
         &cluster,
         &["get", big, "--range", &format!("{n}-")],
-        &["--range", "outside the object"],
+        &["--range", "past the end of the object"],
     );
-    fails_with(&cluster, &["get", big, "--range", &format!("{}-{}", n + 10, n + 20)], &["outside"]);
-    fails_with(&cluster, &["get", big, "--range", "10-5"], &["--range"]);
+    fails_with(
+        &cluster,
+        &["get", big, "--range", &format!("{}-{}", n + 10, n + 20)],
+        &["past the end"],
+    );
+    fails_with(&cluster, &["get", big, "--range", "10-5"], &["ends before it starts"]);
     fails_with(&cluster, &["get", big, "--range", "lots"], &["--range"]);
-    fails_with(&cluster, &["get", "t/sizes/empty", "--range", "0-0"], &["outside the object"]);
+    fails_with(
+        &cluster,
+        &["get", "t/sizes/empty", "--range", "0-0"],
+        &["past the end of the object"],
+    );
     fails_with(&cluster, &["get", "t"], &["BUCKET/KEY"]);
     fails_with(&cluster, &["get", "t/"], &["BUCKET/KEY"]);
     fails_with(&cluster, &["put", small.to_str().unwrap(), "t"], &["BUCKET/KEY"]);
@@ -837,6 +845,16 @@ fn bench_cluster_compares_coders_and_read_modes_on_verified_bytes() {
         listed["objects"].as_array().unwrap().iter().map(|o| o["key"].as_str().unwrap()).collect();
     assert_eq!(kept.len(), 5, "{listed}");
     assert!(kept.iter().all(|k| k.starts_with("bench/obj-")), "{kept:?}");
+    // Issue 16 item 7: policy flags on an existing bucket are each object's policy, never
+    // silently ignored (the bucket's default is rs(6,3)); a get refuses them.
+    cluster.weft_json(&["bucket", "create", "bc", "--json"]);
+    let mut again = vec!["bench", "cluster", "put", "--size", "64KiB", "--object-size", "64KiB"];
+    again.extend(["--bucket", "bc", "--coder", "pipelined", "--json", "--k", "4", "--r", "2"]);
+    again.extend(["--stripe-width", "2", "--cell", "4KiB", "--block", "16KiB"]);
+    let rows = json_lines(&cluster, &again);
+    assert_eq!(rows[0]["layout"]["code"], "rs(4,2)", "{}", rows[0]);
+    let stderr = cluster.weft_fails(&["bench", "cluster", "get", "--bucket", "bc", "--k", "4"]);
+    assert!(stderr.contains("apply to `bench cluster put`"), "{stderr}");
     // Degraded: three nodes gone; both read modes return every byte (checked by the bench).
     for id in [2, 5, 8] {
         kill(&cluster, id);

@@ -49,10 +49,11 @@ fn status_shows_every_node_and_buckets_round_trip() {
     assert!(human.contains("4 nodes up, 0 down"), "{human}");
     assert!(human.contains(&cluster.node_endpoint(2)), "{human}");
 
-    // Create with meta's default policy, and with a policy from flags.
+    // Create with meta's default policy (the widest default 4 nodes hold: rs(6,3) needs 9,
+    // rs(4,2) 6), and with a policy from flags.
     let created = cluster.weft_json(&["bucket", "create", "photos", "--json"]);
     assert_eq!(created["name"], "photos");
-    assert_eq!(created["default_policy"]["code"], "rs(6,3)");
+    assert_eq!(created["default_policy"]["code"], "rs(2,1)");
     let small = [
         "bucket",
         "create",
