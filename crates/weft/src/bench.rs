@@ -127,9 +127,12 @@ pub struct EcBenchArgs {
     /// Target seconds per trial.
     #[arg(long, default_value_t = 0.25)]
     seconds: f64,
-    /// One JSON object per line instead of a table.
+    /// Print the rows as one JSON array instead of a table.
     #[arg(long)]
     json: bool,
+    /// Print each row as one JSON object per line, as it is measured.
+    #[arg(long, conflicts_with = "json")]
+    json_lines: bool,
 }
 
 /// One result line.
@@ -547,7 +550,9 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
         None
     };
     let simd = weft_gf::SimdPath::active().name();
-    if !args.json {
+    let machine = args.json || args.json_lines;
+    let mut json_rows = crate::rows::JsonRows::new(args.json_lines);
+    if !machine {
         let mut peers = Vec::new();
         if let Some(isal) = &isal {
             peers.push(format!("ISA-L ({}, {})", isal.path(), args.isal_variant.variant().name()));
@@ -576,7 +581,7 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
         );
     }
     let implementations = 1 + usize::from(isal.is_some()) + usize::from(rs_baseline.is_some());
-    let progress = progress_bar(args.ops.len() * args.trials * implementations, args.json);
+    let progress = progress_bar(args.ops.len() * args.trials * implementations, machine);
     for &op in &args.ops {
         let bytes_per_op = match op {
             Op::Repair => args.shard,
@@ -656,8 +661,8 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
                 ratio_vs_rs: rs_median.filter(|_| main).map(|i| medians[c] / i),
                 code_name: contender.code_name.clone(),
             };
-            if args.json {
-                println!("{}", serde_json::to_string(&row)?);
+            if machine {
+                json_rows.push(&row);
             } else {
                 let ratio = |x: Option<f64>| x.map(|x| format!("{x:.2}×")).unwrap_or_default();
                 progress.suspend(|| {
@@ -676,5 +681,8 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
         }
     }
     progress.finish_and_clear();
+    if machine {
+        json_rows.finish();
+    }
     Ok(())
 }

@@ -62,9 +62,12 @@ pub struct ClusterBenchArgs {
     /// Read modes to compare (get, comma separated): pipelined, blocking.
     #[arg(long, value_delimiter = ',', default_value = "pipelined,blocking")]
     pub read_mode: Vec<String>,
-    /// Print one JSON object per coder or read mode.
+    /// Print the rows (one per coder or read mode) as one JSON array.
     #[arg(long)]
     pub json: bool,
+    /// Print one JSON object per coder or read mode, one per line.
+    #[arg(long, conflicts_with = "json")]
+    pub json_lines: bool,
 }
 
 /// What one coder or read mode did over the run.
@@ -187,7 +190,11 @@ async fn put(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
     let coders =
         parse_list(&args.coder, Coder::parse, "--coder", "coder", "pipelined, blocking or noop")?;
     let objects = args.size.div_ceil(args.object_size);
-    let bar = crate::ec::progress_bar(args.size * coders.len(), args.json, "bench put");
+    let bar = crate::ec::progress_bar(
+        args.size * coders.len(),
+        args.json || args.json_lines,
+        "bench put",
+    );
     let mut tallies: Vec<Tally> = coders.iter().map(|_| Tally::default()).collect();
     let mut layout = None;
     let mut scratch = Vec::new();
@@ -229,11 +236,13 @@ async fn put(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
     bar.finish_and_clear();
     let reference = coders.iter().position(|&c| c == Coder::Noop);
     let rate = |t: &Tally| t.bytes as f64 / t.seconds.max(1e-9);
+    let mut rows = crate::rows::JsonRows::new(args.json_lines);
     for (coder, tally) in coders.iter().zip(&tallies) {
         let ratio = reference.map(|r| rate(tally) / rate(&tallies[r]));
         let paired = reference.map(|r| tally.median_ratio_to(&tallies[r]));
         report(
             args,
+            &mut rows,
             "put",
             objects,
             tally.bytes,
@@ -245,6 +254,9 @@ async fn put(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
                 "buffer_bound_bytes": tally.bound, "layout": layout,
             }),
         )?;
+    }
+    if args.json || args.json_lines {
+        rows.finish();
     }
     Ok(())
 }
@@ -306,11 +318,13 @@ async fn get(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
     }
     let reference = modes.iter().position(|&m| m == ReadMode::Blocking);
     let rate = |t: &Tally| t.bytes as f64 / t.seconds.max(1e-9);
+    let mut rows = crate::rows::JsonRows::new(args.json_lines);
     for (mode, tally) in modes.iter().zip(&tallies) {
         let ratio = reference.map(|r| rate(tally) / rate(&tallies[r]));
         let paired = reference.map(|r| tally.median_ratio_to(&tallies[r]));
         report(
             args,
+            &mut rows,
             "get",
             keys.len(),
             tally.bytes,
@@ -323,11 +337,15 @@ async fn get(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
             }),
         )?;
     }
+    if args.json || args.json_lines {
+        rows.finish();
+    }
     Ok(())
 }
 
 fn report(
     args: &ClusterBenchArgs,
+    rows: &mut crate::rows::JsonRows,
     op: &str,
     objects: usize,
     bytes: u64,
@@ -342,8 +360,8 @@ fn report(
     if let (Some(out), Some(extra)) = (value.as_object_mut(), extra.as_object()) {
         out.extend(extra.clone());
     }
-    if args.json {
-        crate::cluster_cli::print_json(&value);
+    if args.json || args.json_lines {
+        rows.push(&value);
     } else {
         println!(
             "bench cluster {op}: {objects} objects, {} in {seconds:.2} s = {}/s",
@@ -351,10 +369,36 @@ fn report(
             crate::cluster_cli::format_size(rate as u64)
         );
         for (key, v) in extra.as_object().into_iter().flatten() {
-            println!("  {key}: {v}");
+            println!("  {key:<32} {}", human_value(key, v));
         }
     }
     Ok(())
+}
+
+/// A row's value for people: sizes for `*_bytes`, ratios to two places, strings bare, a
+/// layout as `rs(6,3), stripe width 2, 1 MiB cells, 8 MiB blocks`.
+fn human_value(key: &str, value: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Null => "-".into(),
+        Value::Number(n) if key.ends_with("_bytes") => {
+            n.as_u64().map_or_else(|| n.to_string(), crate::cluster_cli::format_size)
+        }
+        Value::Number(n) if n.is_f64() => format!("{:.2}", n.as_f64().unwrap_or(0.0)),
+        Value::Array(items) if items.is_empty() => "none".into(),
+        Value::Array(items) => {
+            items.iter().map(|i| human_value(key, i)).collect::<Vec<_>>().join(", ")
+        }
+        Value::Object(fields) if fields.contains_key("code") => format!(
+            "{}, stripe width {}, {} cells, {} blocks",
+            human_value("code", &fields["code"]),
+            fields.get("stripe_width").map_or("?".into(), |w| w.to_string()),
+            human_value("cell_bytes", fields.get("cell_bytes").unwrap_or(&Value::Null)),
+            human_value("block_bytes", fields.get("block_bytes").unwrap_or(&Value::Null)),
+        ),
+        other => other.to_string(),
+    }
 }
 
 /// The values of a comma-separated option (`flag`, naming `what`s), each parsed; an unknown

@@ -115,9 +115,12 @@ pub struct EngineBenchArgs {
     /// fewer, threads float.
     #[arg(long, value_enum, default_value = "floating")]
     placement: Placement,
-    /// One JSON object per line instead of a table.
+    /// Print the rows as one JSON array instead of a table.
     #[arg(long)]
     json: bool,
+    /// Print the rows as one JSON object per line.
+    #[arg(long, conflicts_with = "json")]
+    json_lines: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -586,10 +589,12 @@ fn row(
 }
 
 fn print(rows: &[Row], args: &EngineBenchArgs, sum: f64) {
-    if args.json {
+    if args.json || args.json_lines {
+        let mut json_rows = crate::rows::JsonRows::new(args.json_lines);
         for row in rows {
-            println!("{}", serde_json::to_string(row).expect("rows serialise"));
+            json_rows.push(row);
         }
+        json_rows.finish();
         return;
     }
     if let Some(first) = rows.first() {

@@ -266,8 +266,14 @@ impl MetaRefusal {
             }
             _ => "",
         };
-        let code = if self.code.is_empty() { String::new() } else { format!(" [{}]", self.code) };
-        cli_error!("meta refused (HTTP {}{code}): {}{hint}", self.status, self.message)
+        let shown = if self.code.is_empty() { String::new() } else { format!(" [{}]", self.code) };
+        let error =
+            cli_error!("meta refused (HTTP {}{shown}): {}{hint}", self.status, self.message);
+        if self.code.is_empty() {
+            error
+        } else {
+            error.with_code(&self.code)
+        }
     }
 }
 

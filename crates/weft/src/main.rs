@@ -3,7 +3,11 @@
 //! Invariants:
 //! - Every failure reaches the user as one clear line on stderr and a non-zero exit code;
 //!   nothing a command was given (input files, existing units) is modified on failure.
-//! - `--json` output is one JSON object per line on stdout, nothing else on stdout.
+//! - `--json` prints one JSON document on stdout (an object; an array for row sets), nothing
+//!   else on stdout; `--json-lines` (where offered) one JSON object per line. With either, an
+//!   error is `{"error":{"code":…,"message":…}}` on stderr.
+//! - Exit codes: 0 success; 1 the command failed (the message says why); 2 the command line
+//!   is wrong (unknown flag, bad value, bad environment). Printed by `weft --help`.
 
 use std::process::ExitCode;
 
@@ -20,13 +24,22 @@ mod key_cli;
 mod objects_cli;
 mod repair_cli;
 mod repair_cost;
+mod rows;
 mod serve;
 mod transition_cli;
 mod up;
 
 /// weft — a distributed, erasure-coded storage system.
 #[derive(Debug, Parser)]
-#[command(name = "weft", version, about, long_about = None)]
+#[command(
+    name = "weft",
+    version,
+    about,
+    long_about = None,
+    after_help = "Exit codes: 0 success; 1 the command failed (the message says why); 2 the \
+                  command line is wrong.\nWith --json, output is one JSON document on stdout \
+                  and an error is {\"error\":{\"code\":…,\"message\":…}} on stderr."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -153,12 +166,43 @@ fn die_quietly_on_a_closed_pipe(command: &Command) {
     }
 }
 
+/// Exit code of a command that failed (the message says why).
+const EXIT_FAILED: u8 = 1;
+/// Exit code of a command line that is wrong (unknown flag, bad value, bad environment).
+const EXIT_USAGE: u8 = 2;
+
+/// Whether the command line asks for JSON (`--json` or `--json-lines`): errors then go to
+/// stderr as one JSON document too.
+fn wants_json() -> bool {
+    std::env::args().skip(1).any(|a| a == "--json" || a == "--json-lines")
+}
+
+/// Reports `error` on stderr — `weft: message`, or with `--json`
+/// `{"error":{"code":…,"message":…}}` — and returns `exit`.
+fn fail(error: &CliError, exit: u8) -> ExitCode {
+    if wants_json() {
+        let value = serde_json::json!({"error": {"code": error.code(), "message": error.0}});
+        eprintln!("{value}");
+    } else {
+        eprintln!("weft: {error}");
+    }
+    ExitCode::from(exit)
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) if !error.use_stderr() || !wants_json() => error.exit(), // help, version
+        Err(error) => {
+            let text = error.to_string();
+            let first = text.lines().next().unwrap_or("bad command line");
+            let message = first.strip_prefix("error: ").unwrap_or(first).to_string();
+            return fail(&CliError(message, "usage".into()), EXIT_USAGE);
+        }
+    };
     die_quietly_on_a_closed_pipe(&cli.command);
     if let Err(error) = weft_gf::SimdPath::from_env() {
-        eprintln!("weft: {error}");
-        return ExitCode::from(2);
+        return fail(&CliError(error.to_string(), "usage".into()), EXIT_USAGE);
     }
     let result = match cli.command {
         Command::Init(args) => init(args),
@@ -182,10 +226,8 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("weft: {error}");
-            ExitCode::FAILURE
-        }
+        Err(error) if error.code() == "usage" => fail(&error, EXIT_USAGE),
+        Err(error) => fail(&error, EXIT_FAILED),
     }
 }
 
@@ -216,9 +258,23 @@ fn init(args: InitArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// A user-facing error: one line that says what went wrong and, where it can, what to do.
+/// A user-facing error: one line that says what went wrong and, where it can, what to do
+/// (`.0`), and a stable code scripts can branch on (`code`, printed with `--json`).
 #[derive(Debug)]
-pub struct CliError(pub String);
+pub struct CliError(pub String, pub String);
+
+impl CliError {
+    /// The same message under another code.
+    pub fn with_code(self, code: &str) -> CliError {
+        CliError(self.0, code.to_string())
+    }
+
+    /// The code: meta's own for its refusals (`no_such_bucket`, `policy_too_wide`, …), else
+    /// one of [`ERROR_CODES`].
+    pub fn code(&self) -> &str {
+        &self.1
+    }
+}
 
 impl std::fmt::Display for CliError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -226,16 +282,40 @@ impl std::fmt::Display for CliError {
     }
 }
 
-impl<E: std::error::Error> From<E> for CliError {
+impl<E: std::error::Error + 'static> From<E> for CliError {
     fn from(error: E) -> Self {
-        CliError(error.to_string())
+        let code = match (&error as &dyn std::any::Any).downcast_ref::<weft_client::ClientError>() {
+            Some(client) => client_error_code(client),
+            None => "failed".to_string(),
+        };
+        CliError(error.to_string(), code)
     }
 }
 
-/// Shorthand for a `CliError` with a formatted message.
+/// The codes of errors that are not meta's: `usage` (the command line is wrong, exit 2),
+/// `meta_unreachable`, `node_failed`, `unrecoverable` (too many units of a group lost), `io`
+/// (a local file), `invalid` (the request makes no sense), `failed` (anything else).
+pub const ERROR_CODES: [&str; 7] =
+    ["usage", "meta_unreachable", "node_failed", "unrecoverable", "io", "invalid", "failed"];
+
+fn client_error_code(error: &weft_client::ClientError) -> String {
+    use weft_client::ClientError as E;
+    match error {
+        E::Meta { code, .. } if !code.is_empty() => code.clone(),
+        E::MetaUnreachable { .. } => "meta_unreachable".into(),
+        E::Node { .. } => "node_failed".into(),
+        E::Unrecoverable { .. } => "unrecoverable".into(),
+        E::Io { .. } => "io".into(),
+        E::Invalid(_) => "invalid".into(),
+        _ => "failed".into(),
+    }
+}
+
+/// Shorthand for a `CliError` with a formatted message (code `failed`; `.with_code` for
+/// another).
 #[macro_export]
 macro_rules! cli_error {
-    ($($arg:tt)*) => { $crate::CliError(format!($($arg)*)) };
+    ($($arg:tt)*) => { $crate::CliError(format!($($arg)*), "failed".to_string()) };
 }
 
 /// The code a command works with, as flags: a family with its parameters, or a full name.

@@ -22,9 +22,12 @@ pub struct RepairCostArgs {
     /// fallback plans.
     #[arg(long, value_delimiter = ',')]
     unavailable: Vec<usize>,
-    /// One JSON object per unit, then one summary object.
+    /// Print {"units": [one object per unit], "summary": {…}} as one JSON document.
     #[arg(long)]
     json: bool,
+    /// Print one JSON object per unit, then the summary object, one per line.
+    #[arg(long, conflicts_with = "json")]
+    json_lines: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -145,11 +148,16 @@ pub fn run(args: &RepairCostArgs) -> Result<(), CliError> {
         all_units_fraction_of_rs: all_average / rs_read_units,
         unrepairable_units: unrepairable,
     };
-    if args.json {
+    if args.json_lines {
         for row in &rows {
-            println!("{}", serde_json::to_string(row)?);
+            crate::cluster_cli::print_json(&serde_json::to_value(row)?);
         }
-        println!("{}", serde_json::to_string(&summary)?);
+        crate::cluster_cli::print_json(&serde_json::to_value(&summary)?);
+        return Ok(());
+    }
+    if args.json {
+        let document = serde_json::json!({"units": rows, "summary": summary});
+        crate::cluster_cli::print_json(&document);
         return Ok(());
     }
     println!(

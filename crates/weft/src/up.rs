@@ -202,8 +202,8 @@ pub struct UpArgs {
     pub s3_listen: Option<SocketAddr>,
     /// Print one JSON object when ready (as in DIR/cluster.json), then one JSON line per
     /// event ({"event": "exited" | "restarted" | "stopping" | "stopped", ...}); notes go to
-    /// stderr.
-    #[arg(long)]
+    /// stderr. A stream, so JSON Lines: `--json-lines` is the same flag.
+    #[arg(long, alias = "json-lines")]
     pub json: bool,
 }
 

@@ -9,13 +9,63 @@ fn weft() -> Command {
     Command::new(env!("CARGO_BIN_EXE_weft"))
 }
 
+/// The rows of a `--json` run: stdout is one JSON document, an array of row objects.
 fn rows(output: &std::process::Output) -> Vec<Value> {
+    assert!(output.status.success(), "stderr: {}", String::from_utf8_lossy(&output.stderr));
+    let stdout = String::from_utf8(output.stdout.clone()).unwrap();
+    let document: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {stdout}"));
+    let rows = document.as_array().unwrap_or_else(|| panic!("not an array: {document}")).clone();
+    assert!(rows.iter().all(Value::is_object), "{document}");
+    rows
+}
+
+/// The rows of a `--json-lines` run: one JSON object per stdout line.
+fn lines(output: &std::process::Output) -> Vec<Value> {
     assert!(output.status.success(), "stderr: {}", String::from_utf8_lossy(&output.stderr));
     String::from_utf8(output.stdout.clone())
         .unwrap()
         .lines()
         .map(|line| serde_json::from_str(line).expect("every stdout line is JSON"))
         .collect()
+}
+
+/// Issue 16 item 9: `--json` is one document (an array for row sets), `--json-lines` one
+/// object per line with the same rows; an error with either is one JSON object on stderr
+/// with the same exit code as without.
+#[test]
+fn json_is_one_document_json_lines_are_rows_and_errors_are_json() {
+    let args = ["bench", "ec", "--code", "rs", "--k", "4", "--r", "2", "--shard", "4KiB"];
+    let quick = ["--trials", "1", "--seconds", "0.001", "--ops", "encode,decode"];
+    let document = rows(&weft().args(args).args(quick).arg("--json").output().unwrap());
+    let streamed = lines(&weft().args(args).args(quick).arg("--json-lines").output().unwrap());
+    assert_eq!(document.len(), 2, "{document:?}");
+    let ops = |rows: &[Value]| rows.iter().map(|r| r["op"].clone()).collect::<Vec<_>>();
+    assert_eq!(ops(&document), ops(&streamed));
+
+    // Errors: the same exit code, JSON only when asked for.
+    let bad = ["bench", "ec", "--code", "rs", "--k", "0", "--r", "2", "--shard", "4KiB"];
+    let plain = weft().args(bad).output().unwrap();
+    let json = weft().args(bad).arg("--json").output().unwrap();
+    assert_eq!(plain.status.code(), Some(1), "{plain:?}");
+    assert_eq!(json.status.code(), plain.status.code());
+    assert!(String::from_utf8_lossy(&plain.stderr).starts_with("weft: "), "{plain:?}");
+    assert!(json.stdout.is_empty(), "{json:?}");
+    let error: Value =
+        serde_json::from_slice(&json.stderr).expect("the error is one JSON document");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains('k'), "{error}");
+    assert!(error["error"]["code"].is_string(), "{error}");
+    // A wrong command line: exit 2 either way, code "usage".
+    let usage = weft().args(["bench", "ec", "--no-such-flag", "--json"]).output().unwrap();
+    assert_eq!(usage.status.code(), Some(2), "{usage:?}");
+    let error: Value = serde_json::from_slice(&usage.stderr).expect("one JSON document");
+    assert_eq!(error["error"]["code"], "usage", "{error}");
+    assert!(error["error"]["message"].as_str().unwrap().contains("--no-such-flag"), "{error}");
+    assert_eq!(
+        weft().args(["bench", "ec", "--no-such-flag"]).output().unwrap().status.code(),
+        Some(2)
+    );
 }
 
 #[test]

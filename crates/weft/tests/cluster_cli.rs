@@ -809,15 +809,14 @@ fn keys_with_dot_segments_are_their_own_keys() {
     assert_eq!(names, ["b", "victim"], "`weft rm b/../../victim` removed a bucket");
 }
 
-/// Every line of `weft ARGS` (which must succeed) parsed as one JSON object.
-fn json_lines(cluster: &Cluster, args: &[&str]) -> Vec<Value> {
+/// The rows `weft ARGS --json` (which must succeed) prints as one JSON array.
+fn json_rows(cluster: &Cluster, args: &[&str]) -> Vec<Value> {
     let output = cluster.weft(args);
     assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8(output.stdout)
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}")))
-        .collect()
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let document: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("not one document ({e}): {stdout}"));
+    document.as_array().unwrap_or_else(|| panic!("not an array: {stdout}")).clone()
 }
 
 #[test]
@@ -826,7 +825,7 @@ fn bench_cluster_compares_coders_and_read_modes_on_verified_bytes() {
     let mut put = vec!["bench", "cluster", "put", "--size", "300KiB", "--object-size", "64KiB"];
     put.extend(["--bucket", "bb", "--json"]);
     put.extend(SMALL);
-    let rows = json_lines(&cluster, &put);
+    let rows = json_rows(&cluster, &put);
     let coders: Vec<&str> = rows.iter().map(|r| r["coder"].as_str().unwrap()).collect();
     assert_eq!(coders, ["pipelined", "blocking", "noop"]);
     for row in &rows {
@@ -851,7 +850,7 @@ fn bench_cluster_compares_coders_and_read_modes_on_verified_bytes() {
     let mut again = vec!["bench", "cluster", "put", "--size", "64KiB", "--object-size", "64KiB"];
     again.extend(["--bucket", "bc", "--coder", "pipelined", "--json", "--k", "4", "--r", "2"]);
     again.extend(["--stripe-width", "2", "--cell", "4KiB", "--block", "16KiB"]);
-    let rows = json_lines(&cluster, &again);
+    let rows = json_rows(&cluster, &again);
     assert_eq!(rows[0]["layout"]["code"], "rs(4,2)", "{}", rows[0]);
     let stderr = cluster.weft_fails(&["bench", "cluster", "get", "--bucket", "bc", "--k", "4"]);
     assert!(stderr.contains("apply to `bench cluster put`"), "{stderr}");
@@ -859,7 +858,7 @@ fn bench_cluster_compares_coders_and_read_modes_on_verified_bytes() {
     for id in [2, 5, 8] {
         kill(&cluster, id);
     }
-    let rows = json_lines(&cluster, &["bench", "cluster", "get", "--bucket", "bb", "--json"]);
+    let rows = json_rows(&cluster, &["bench", "cluster", "get", "--bucket", "bb", "--json"]);
     let modes: Vec<&str> = rows.iter().map(|r| r["read_mode"].as_str().unwrap()).collect();
     assert_eq!(modes, ["pipelined", "blocking"]);
     for row in &rows {

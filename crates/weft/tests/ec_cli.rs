@@ -923,3 +923,30 @@ fn a_closed_stdout_ends_a_command_quietly() {
     assert!(stderr.is_empty(), "{stderr}");
     assert_eq!(output.status.signal(), Some(libc::SIGPIPE), "{:?}", output.status);
 }
+
+/// Issue 16 item 9: `repair-cost --json` is one document, `{"units": [...], "summary": {...}}`;
+/// `--json-lines` prints the same units one per line, then the summary.
+#[test]
+fn repair_cost_json_is_one_document_and_json_lines_the_same_rows() {
+    let args = ["ec", "repair-cost", "--code", "hh-xor+", "--k", "4", "--r", "2"];
+    let one = weft(&[&args[..], &["--json"]].concat());
+    assert!(one.status.success(), "{one:?}");
+    let document: serde_json::Value = serde_json::from_slice(&one.stdout).expect("one document");
+    let units = document["units"].as_array().expect("units");
+    assert_eq!(units.len(), 6, "{document}");
+    // Hitchhiker-XOR+ repairs a data unit from 3 of the 4 units rs(4,2) reads.
+    assert_eq!(
+        (units[0]["kind"].as_str(), units[0]["read_units"].as_f64()),
+        (Some("data"), Some(3.0))
+    );
+    assert_eq!(document["summary"]["data_units_fraction_of_rs"], 0.75, "{document}");
+    let lines = weft(&[&args[..], &["--json-lines"]].concat());
+    let lines: Vec<serde_json::Value> = String::from_utf8(lines.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(&lines[..6], &units[..], "the same unit rows");
+    assert_eq!(lines[6], document["summary"]);
+    assert_eq!(lines.len(), 7);
+}

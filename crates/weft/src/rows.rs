@@ -1,0 +1,40 @@
+//! Row sets on stdout for scripts: `--json` prints one JSON document (the rows as an array,
+//! or the command's object holding them) once the set is complete; `--json-lines` prints each
+//! row as it is made, one object per line (for long runs watched as they go).
+//!
+//! Invariants:
+//! - With `--json` nothing reaches stdout before [`JsonRows::finish`], which prints exactly one
+//!   document; with `--json-lines` every [`JsonRows::push`] prints one line at once.
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// Collects or streams the rows of one command.
+pub struct JsonRows {
+    lines: bool,
+    rows: Vec<Value>,
+}
+
+impl JsonRows {
+    /// `lines`: print each row at once (`--json-lines`), else collect them (`--json`).
+    pub fn new(lines: bool) -> JsonRows {
+        JsonRows { lines, rows: Vec::new() }
+    }
+
+    /// One row: printed now with `--json-lines`, kept for [`JsonRows::finish`] with `--json`.
+    pub fn push(&mut self, row: &impl Serialize) {
+        let value = serde_json::to_value(row).expect("rows serialize");
+        if self.lines {
+            crate::cluster_cli::print_json(&value);
+        } else {
+            self.rows.push(value);
+        }
+    }
+
+    /// With `--json`, prints the rows as one array (nothing more with `--json-lines`).
+    pub fn finish(self) {
+        if !self.lines {
+            crate::cluster_cli::print_json(&Value::Array(self.rows));
+        }
+    }
+}
