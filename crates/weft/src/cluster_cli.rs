@@ -258,7 +258,6 @@ impl MetaRefusal {
         let hint = match self.code.as_str() {
             "bucket_exists" => "; pick another name (see `weft bucket ls`)",
             "no_such_bucket" => "; see `weft bucket ls` for the buckets there are",
-            "bucket_not_empty" => "; delete its objects first",
             "invalid_policy" => "; see `weft bucket create --help` for the policy flags",
             "unauthenticated" => {
                 "; is --secret-file (or WEFT_SECRET_FILE) this cluster's secret, the \

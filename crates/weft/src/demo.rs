@@ -18,8 +18,8 @@ use crate::{cli_error, parse_size, CliError};
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Where to put the sample file and units (default: a new folder under the system's
-    /// temporary directory, kept so you can look at it).
+    /// Where to put the sample file and units, kept afterwards so you can look at them
+    /// (default: a new folder under the system's temporary directory, removed at the end).
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Size of the sample file.
@@ -65,9 +65,12 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
         return Err(cli_error!("the demo needs k ≥ 1 and r ≥ 1"));
     }
     let n = args.k + args.r;
-    let dir = match args.dir {
-        Some(dir) => dir,
-        None => std::env::temp_dir().join(format!("weft-demo-{}", std::process::id())),
+    let (dir, removed_at_end) = match args.dir {
+        Some(dir) => (dir, None),
+        None => {
+            let dir = std::env::temp_dir().join(format!("weft-demo-{}", std::process::id()));
+            (dir.clone(), Some(RemovedOnDrop(dir)))
+        }
     };
     std::fs::create_dir_all(&dir)?;
     let sample = dir.join("sample.bin");
@@ -168,6 +171,18 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
 
     step("Done");
     println!("Speed, side by side with ISA-L: weft bench ec --code rs --k 10 --r 4 --shard 1MiB --compare isal");
-    println!("Files kept in {}", dir.display());
+    match &removed_at_end {
+        Some(_) => println!("Removed {} (--dir DIR keeps the files)", dir.display()),
+        None => println!("Files kept in {}", dir.display()),
+    }
     Ok(())
+}
+
+/// A directory the demo made for itself: removed when the demo ends, failed or not.
+struct RemovedOnDrop(PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }

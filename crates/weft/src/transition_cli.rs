@@ -117,6 +117,26 @@ fn fmt(bytes: u64) -> String {
     crate::cluster_cli::format_size(bytes)
 }
 
+/// What a transition changes: `from rs(6,3) to rs(4,2)`, or when the code stays, the fields
+/// that change (`rs(4,2): stripe width 2 → 4`) — never "from rs(4,2) to rs(4,2)".
+fn describe_change(from: &weft_layout::StripedLayout, to: &weft_layout::StripedLayout) -> String {
+    let mut changes = Vec::new();
+    if from.stripe_width != to.stripe_width {
+        changes.push(format!("stripe width {} → {}", from.stripe_width, to.stripe_width));
+    }
+    if from.cell_bytes != to.cell_bytes {
+        changes.push(format!("cell {} → {}", fmt(from.cell_bytes), fmt(to.cell_bytes)));
+    }
+    if from.block_bytes != to.block_bytes {
+        changes.push(format!("block {} → {}", fmt(from.block_bytes), fmt(to.block_bytes)));
+    }
+    match (from.code == to.code, changes.is_empty()) {
+        (false, true) => format!("from {} to {}", from.code, to.code),
+        (false, false) => format!("from {} to {}, {}", from.code, to.code, changes.join(", ")),
+        (true, _) => format!("{}: {}", to.code, changes.join(", ")),
+    }
+}
+
 fn print_report(report: &TransitionReport) {
     let io = &report.io;
     if report.unchanged {
@@ -125,12 +145,11 @@ fn print_report(report: &TransitionReport) {
     }
     let verb = if report.dry_run { "would transition" } else { "transitioned" };
     println!(
-        "{verb} {}/{} ({}) from {} to {} by {}",
+        "{verb} {}/{} ({}) {} by {}",
         report.bucket,
         report.key,
         fmt(report.size),
-        report.from.code,
-        report.to.code,
+        describe_change(&report.from, &report.to),
         report.mode
     );
     if !report.dry_run {
@@ -340,4 +359,27 @@ fn add(sum: &mut TransitionIo, io: &TransitionIo) {
     sum.parity_bytes_written += io.parity_bytes_written;
     sum.relocated_bytes += io.relocated_bytes;
     sum.network_bytes += io.network_bytes;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(code: &str, width: usize) -> weft_layout::StripedLayout {
+        serde_json::from_value(json!({"code": code, "stripe_width": width,
+            "cell_bytes": 1 << 20, "block_bytes": 8 << 20}))
+        .unwrap()
+    }
+
+    /// Issue 16 item 10: a restripe names what changed (it said "from rs(4,2) to rs(4,2)").
+    #[test]
+    fn a_change_names_what_changes() {
+        let (narrow, wide) = (layout("rs(4,2)", 2), layout("rs(4,2)", 4));
+        assert_eq!(describe_change(&narrow, &wide), "rs(4,2): stripe width 2 → 4");
+        assert_eq!(describe_change(&narrow, &layout("rs(6,3)", 2)), "from rs(4,2) to rs(6,3)");
+        assert_eq!(
+            describe_change(&narrow, &layout("rs(6,3)", 4)),
+            "from rs(4,2) to rs(6,3), stripe width 2 → 4"
+        );
+    }
 }
