@@ -14,7 +14,10 @@
 //!   process with that id, so a stale pid in meta (a node long dead, its pid reused) never
 //!   hits an unrelated process.
 
-use std::time::{Duration, Instant};
+use std::{
+    io::{IsTerminal, Write},
+    time::{Duration, Instant},
+};
 
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
@@ -383,6 +386,13 @@ pub struct StatusArgs {
     /// from /v1/nodes, plus "meta" (the URL asked) and "down_after_ms".
     #[arg(long)]
     pub json: bool,
+    /// Show the status again every --interval until Ctrl-C, with what changed since the last
+    /// one (units repaired, queue growth); the screen is redrawn on a terminal.
+    #[arg(long, conflicts_with = "json")]
+    pub watch: bool,
+    /// How often --watch refreshes, e.g. 2s, 500ms.
+    #[arg(long, default_value = "2s", value_parser = weft_client::gc::parse_duration_ms, requires = "watch")]
+    pub interval: u64,
 }
 
 /// The services of the `weft up` running this cluster, as it records them in its
@@ -424,6 +434,39 @@ fn describe_services(services: &Value) -> Vec<String> {
 const SERVICES_HEADER: &str = "SERVICE           STATE            PID  RESTARTS  LAST EXIT";
 
 pub fn status(args: StatusArgs) -> Result<(), CliError> {
+    if !args.watch {
+        let status = fetch_status(&args)?;
+        if args.json {
+            print_json(&status);
+        } else {
+            print_status(&status, None);
+        }
+        return Ok(());
+    }
+    let terminal = std::io::stdout().is_terminal();
+    let mut previous: Option<(Value, Instant)> = None;
+    loop {
+        let fetched = fetch_status(&args);
+        if terminal {
+            print!("\x1b[H\x1b[2J"); // home and clear: redraw in place
+        }
+        match fetched {
+            Ok(status) => {
+                let since = previous.as_ref().map(|(old, at)| (old, at.elapsed()));
+                print_status(&status, since);
+                previous = Some((status, Instant::now()));
+            }
+            // Meta restarting (weft up brings it back): say so and keep watching.
+            Err(error) => println!("weft: {error}"),
+        }
+        println!("\n(every {} ms; Ctrl-C to stop)", args.interval);
+        std::io::stdout().flush().ok();
+        std::thread::sleep(Duration::from_millis(args.interval));
+    }
+}
+
+/// Meta's status joined with its node list and weft up's services (the `--json` document).
+fn fetch_status(args: &StatusArgs) -> Result<Value, CliError> {
     let client = args.meta.client()?;
     let services = services_of(&args.meta, client.base());
     let asked = client.get(&["status"]).and_then(|status| Ok((status, client.get(&["nodes"])?)));
@@ -465,50 +508,59 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
             object.insert("services_file".into(), json!(file));
         }
     }
-    if args.json {
-        print_json(&status);
-        return Ok(());
-    }
-    print_status(&status);
-    Ok(())
+    Ok(status)
 }
 
-fn print_status(status: &Value) {
-    let count = |name: &str| status[name].as_u64().map_or("?".to_owned(), |n| n.to_string());
+/// The human status: a few lines of counts, then one row per node (and per disk that is not
+/// ok). With `since` (the previous status and how long ago, under --watch), what changed.
+fn print_status(status: &Value, since: Option<(&Value, Duration)>) {
+    let number = |name: &str| status[name].as_u64();
+    let count = |name: &str| number(name).map_or("?".to_owned(), |n| n.to_string());
     let nodes = status["nodes"].as_array().cloned().unwrap_or_default();
+    let level = status["failure_domain"].as_str().unwrap_or("?");
     println!(
-        "meta {}: {} nodes up, {} down, {} buckets",
+        "meta {}: {} nodes up, {} down · {} buckets · failure domain: {level} (a new object's \
+         groups are on distinct {level}s)",
         status["meta"].as_str().unwrap_or("?"),
         count("nodes_up"),
         count("nodes_down"),
         count("buckets"),
     );
-    println!("under-protected units: {}", count("under_protected_units"));
-    println!("repair queue: {} tasks", count("repair_queue"));
-    if status.get("full_disks").is_some() {
-        println!(
-            "disks nearfull: {}, full (read-only, take no new units): {}",
-            count("nearfull_disks"),
-            count("full_disks"),
-        );
+    let changed = |name: &str| -> String {
+        match (since, number(name)) {
+            (Some((old, ago)), Some(now)) => {
+                let before = old[name].as_u64().unwrap_or(now);
+                let delta = now as i64 - before as i64;
+                if delta == 0 {
+                    String::new()
+                } else {
+                    format!(" ({delta:+} in {:.0} s)", ago.as_secs_f64())
+                }
+            }
+            _ => String::new(),
+        }
+    };
+    println!(
+        "repair:  {} under-protected units{}, queue {}{}, {} repaired{}",
+        count("under_protected_units"),
+        changed("under_protected_units"),
+        count("repair_queue"),
+        changed("repair_queue"),
+        count("repairs_completed"),
+        changed("repairs_completed"),
+    );
+    if status.get("transitions_pending").is_some() {
+        println!("transitions: {} running", count("transitions_pending"));
     }
-    if status.get("missing_units").is_some() {
-        let inventoried = status["inventories"].as_array().map_or(0, Vec::len);
-        println!(
-            "missing units: {} (latest inventories of {inventoried} disks); bad units reported \
-             by scrubs: {}",
-            count("missing_units"),
-            count("bad_units_reported"),
-        );
-    }
-    if status.get("digest_mismatches").is_some() {
-        println!(
-            "units that failed their end-to-end checksum on read: {} (rebuilt and queued for \
-             repair)",
-            count("digest_mismatches"),
-        );
-    }
-    if status.get("unfound_units").is_some() {
+    let inventoried = status["inventories"].as_array().map_or(0, Vec::len);
+    println!(
+        "health:  {} missing units (latest inventories of {inventoried} disks), {} bad units \
+         reported by scrubs, {} end-to-end checksum failures",
+        count("missing_units"),
+        count("bad_units_reported"),
+        count("digest_mismatches"),
+    );
+    if number("unfound_units").unwrap_or(0) > 0 || number("lost_objects").unwrap_or(0) > 0 {
         println!(
             "unfound units: {} in {} objects (too few units readable to rebuild; `weft stat` \
              names them, `weft repair mark-lost` gives an object up); lost objects: {}",
@@ -517,11 +569,15 @@ fn print_status(status: &Value) {
             count("lost_objects"),
         );
     }
+    if number("nearfull_disks").unwrap_or(0) > 0 || number("full_disks").unwrap_or(0) > 0 {
+        println!(
+            "disks nearfull: {}, full (read-only, take no new units): {}",
+            count("nearfull_disks"),
+            count("full_disks"),
+        );
+    }
     if let Some(ms) = status["down_after_ms"].as_u64() {
         println!("a node is down after {ms} ms without a heartbeat");
-    }
-    if let Some(level) = status["failure_domain"].as_str() {
-        println!("failure domain: {level} (a new object's groups are on distinct {level}s)");
     }
     // Fields meta added that this version does not know: shown as they are.
     let known = [
@@ -532,6 +588,9 @@ fn print_status(status: &Value) {
         "buckets",
         "under_protected_units",
         "repair_queue",
+        "repairs_completed",
+        "transitions_pending",
+        "digest_mismatches",
         "unfound_units",
         "unfound_objects",
         "lost_objects",
@@ -551,11 +610,17 @@ fn print_status(status: &Value) {
         }
     }
     if let Some(file) = status["services_file"].as_str() {
-        println!();
-        println!("services of weft up (from {file}):");
-        println!("{SERVICES_HEADER}");
-        for line in describe_services(&status["services"]) {
-            println!("{line}");
+        let services = status["services"].as_array().cloned().unwrap_or_default();
+        let calm = services.iter().all(|s| s["state"] == "running" && s["restarts"] == 0);
+        if calm {
+            println!("services: {} running under weft up ({file})", services.len());
+        } else {
+            println!();
+            println!("services of weft up (from {file}):");
+            println!("{SERVICES_HEADER}");
+            for line in describe_services(&status["services"]) {
+                println!("{line}");
+            }
         }
     }
     if nodes.is_empty() {
@@ -564,48 +629,41 @@ fn print_status(status: &Value) {
     }
     println!();
     println!(
-        "{:>6}  {:<5}  {:>5}  {:>8}  {:<28}  {:>5}  {:>7}  {:>10}",
-        "NODE", "STATE", "RACK", "PID", "ENDPOINT", "DISKS", "UNITS", "USED"
+        "{:>5}  {:<5}  {:>4}  {:>5}  {:>7}  {:>10}  {:>10}  {:<28}  {:>8}",
+        "NODE", "STATE", "RACK", "DISKS", "UNITS", "USED", "FREE", "ENDPOINT", "PID"
     );
     for node in &nodes {
         let disks = node["disks"].as_array().cloned().unwrap_or_default();
-        let units: u64 = disks.iter().filter_map(|d| d["units"].as_u64()).sum();
-        let bytes: u64 = disks.iter().filter_map(|d| d["bytes"].as_u64()).sum();
+        let sum = |field: &str| disks.iter().filter_map(|d| d[field].as_u64()).sum::<u64>();
+        let free = disks.iter().any(|d| d["free_bytes"].is_u64());
         println!(
-            "{:>6}  {:<5}  {:>5}  {:>8}  {:<28}  {:>5}  {:>7}  {:>10}",
+            "{:>5}  {:<5}  {:>4}  {:>5}  {:>7}  {:>10}  {:>10}  {:<28}  {:>8}",
             node["id"].to_string(),
             node["state"].as_str().unwrap_or("?"),
             node["rack"].as_u64().map_or("-".to_owned(), |rack| rack.to_string()),
-            node["pid"].to_string(),
-            node["endpoint"].as_str().unwrap_or("?"),
             disks.len(),
-            units,
-            format_size(bytes),
+            sum("units"),
+            format_size(sum("bytes")),
+            if free { format_size(sum("free_bytes")) } else { "-".into() },
+            node["endpoint"].as_str().unwrap_or("?"),
+            node["pid"].to_string(),
         );
+        // Disks that need a look: failed, nearfull or full.
         for disk in &disks {
-            let failed = match disk["failed"].as_str() {
-                Some(cause) => format!("  FAILED: {cause}"),
-                None => String::new(),
-            };
-            // Capacity, from nodes that report it: "12.0 GiB free of 50.0 GiB, nearfull".
-            let free = match (disk["free_bytes"].as_u64(), disk["total_bytes"].as_u64()) {
-                (Some(free), Some(total)) => {
-                    format!(", {} free of {}", format_size(free), format_size(total))
-                }
-                _ => String::new(),
-            };
-            let state = match disk["state"].as_str() {
-                Some("full") => ", FULL (read-only)".to_owned(),
-                Some("ok") | None => String::new(),
-                Some(other) => format!(", {other}"),
+            let trouble = match (disk["failed"].as_str(), disk["state"].as_str()) {
+                (Some(cause), _) => format!("FAILED: {cause}"),
+                (None, Some("full")) => "FULL (read-only)".to_owned(),
+                (None, Some("ok")) | (None, None) => continue,
+                (None, Some(other)) => other.to_owned(),
             };
             println!(
-                "{:>6}  disk {} {}  {} units, {} used{free}{state}{failed}",
+                "{:>5}  disk {} {}: {trouble}; {} units, {} used, {} free",
                 "",
                 disk["index"],
                 disk["dir"].as_str().unwrap_or("?"),
                 disk["units"],
                 format_size(disk["bytes"].as_u64().unwrap_or(0)),
+                disk["free_bytes"].as_u64().map_or("?".into(), format_size),
             );
         }
     }

@@ -49,8 +49,22 @@ pub struct KeyCreateArgs {
     /// Print {"access_key","secret_key","name","may_set_policy"} as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Print shell `export` lines for S3 clients (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    /// AWS_DEFAULT_REGION and, when `weft up`'s s3.json lies beside the secret file,
+    /// AWS_ENDPOINT_URL): `eval "$(weft key create me --env)"`.
+    #[arg(long, conflicts_with = "json")]
+    pub env: bool,
     #[command(flatten)]
     pub meta: MetaUrlArgs,
+}
+
+/// What `weft up` wrote to DIR/s3.json (endpoint, region), DIR being the secret file's
+/// directory.
+fn s3_conf_beside_secret(meta: &MetaUrlArgs) -> Option<Value> {
+    let default = std::path::Path::new(crate::cluster_cli::DEFAULT_SECRET_FILE);
+    let (secret, _) = crate::cluster_cli::secret_path(meta.secret_file.as_deref(), default);
+    let file = secret.parent()?.join(crate::up::S3_FILE);
+    serde_json::from_str(&std::fs::read_to_string(file).ok()?).ok()
 }
 
 #[derive(Debug, Args)]
@@ -80,6 +94,16 @@ pub fn run(command: KeyCommand) -> Result<(), CliError> {
                     "access_key": access_key, "secret_key": secret_key, "name": args.name,
                     "may_set_policy": args.allow_policy,
                 }));
+            } else if args.env {
+                // Keys are [A-Za-z0-9+/] only: no quoting needed, but quote anyway.
+                let conf = s3_conf_beside_secret(&args.meta).unwrap_or(Value::Null);
+                let region = conf["region"].as_str().unwrap_or(weft_s3::DEFAULT_REGION);
+                println!("export AWS_ACCESS_KEY_ID='{access_key}'");
+                println!("export AWS_SECRET_ACCESS_KEY='{secret_key}'");
+                println!("export AWS_DEFAULT_REGION='{region}'");
+                if let Some(endpoint) = conf["endpoint"].as_str() {
+                    println!("export AWS_ENDPOINT_URL='{endpoint}'");
+                }
             } else {
                 println!("access key  {access_key}");
                 println!("secret key  {secret_key}");

@@ -396,6 +396,15 @@ pub fn get(args: GetArgs) -> Result<(), CliError> {
             fmt(stats.bytes),
             fmt(stats.bytes_fetched)
         );
+        if !stats.degraded_units.is_empty() {
+            let names: Vec<String> =
+                stats.degraded_units.iter().map(|(u, why)| format!("{u} ({why})")).collect();
+            eprintln!(
+                "  degraded read        rebuilt {} unavailable units on the fly: {}",
+                names.len(),
+                names.join(", ")
+            );
+        }
         if let Some(peak) = peak_rss {
             eprintln!(
                 "  peak memory          {} resident (the read path buffers at most {}: 4 windows and the range cache)",
@@ -408,7 +417,7 @@ pub fn get(args: GetArgs) -> Result<(), CliError> {
             fmt((stats.bytes as f64 / seconds) as u64)
         );
     }
-    if !stats.degraded_units.is_empty() && std::io::stderr().is_terminal() {
+    if !args.stats && !stats.degraded_units.is_empty() && std::io::stderr().is_terminal() {
         eprintln!(
             "note: degraded read; rebuilt around {} unavailable units",
             stats.degraded_units.len()
@@ -519,6 +528,10 @@ pub struct StatArgs {
     /// Print meta's object record plus the group view as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Print only the ids of the nodes holding the object's units, one per line, the node of
+    /// the first data unit first (for drills: `weft node kill $(weft stat B/K --nodes | head -1)`).
+    #[arg(long, conflicts_with = "json")]
+    pub nodes: bool,
 }
 
 /// Per group: its units, how many are unavailable, and how many more it can lose.
@@ -554,6 +567,15 @@ pub fn stat(args: StatArgs) -> Result<(), CliError> {
     let runtime = runtime()?;
     let client = client(&args.meta)?;
     let object = runtime.block_on(client.meta.get_object(&bucket, &key))?;
+    if args.nodes {
+        let mut seen = std::collections::BTreeSet::new();
+        for unit in object.units.values() {
+            if seen.insert(unit.node_id) {
+                println!("{}", unit.node_id);
+            }
+        }
+        return Ok(());
+    }
     let groups = groups_view(&object);
     if args.json {
         let mut value = object.raw.clone();
