@@ -750,16 +750,18 @@ async fn nodes(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
 async fn status(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
     let live = meta.liveness();
     let judged = live.clone();
-    let (nodes, repair_queue, buckets, under_protected, unfound) = blocking(&meta, move |store| {
-        let nodes = store.list_nodes()?;
-        let failures = repairs::Failures::judge(&nodes, &judged);
-        let under_protected = repairs::under_protected_units(store, &failures)?;
-        let (units, objects) = lost::unfound_counts(store)?;
-        let unfound = (units, objects, lost::lost_count(store)?);
-        let (queue, buckets) = (store.repair_queue_len()?, store.list_buckets()?.len());
-        Ok((nodes, queue, buckets, under_protected, unfound))
-    })
-    .await?;
+    let (nodes, repair_queue, buckets, under_protected, unfound, transitions) =
+        blocking(&meta, move |store| {
+            let nodes = store.list_nodes()?;
+            let failures = repairs::Failures::judge(&nodes, &judged);
+            let under_protected = repairs::under_protected_units(store, &failures)?;
+            let (units, objects) = lost::unfound_counts(store)?;
+            let unfound = (units, objects, lost::lost_count(store)?);
+            let (queue, buckets) = (store.repair_queue_len()?, store.list_buckets()?.len());
+            let transitions = store.transition_count()?;
+            Ok((nodes, queue, buckets, under_protected, unfound, transitions))
+        })
+        .await?;
     let down = nodes.iter().filter(|n| live.is_down(n)).count();
     // Capacity of the disks of up nodes that are not failed (a down node's report is stale).
     let count = |state: weft_wire::DiskState| {
@@ -784,6 +786,7 @@ async fn status(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
         "under_protected_units": under_protected,
         "repair_queue": repair_queue,
         "repairs_completed": meta.repairs_completed.load(Ordering::Relaxed),
+        "transitions_pending": transitions,
         "digest_mismatches": meta.digest_mismatches.load(Ordering::Relaxed),
         "missing_units": meta.scrub.missing_units(),
         "bad_units_reported": meta.scrub.bad_units_reported.load(Ordering::Relaxed),
