@@ -660,6 +660,35 @@ pub fn stat(args: StatArgs) -> Result<(), CliError> {
 mod tests {
     use super::*;
 
+    fn policy_flags(args: &[&str]) -> Map<String, Value> {
+        #[derive(clap::Parser)]
+        struct Flags {
+            #[command(flatten)]
+            policy: PolicyArgs,
+        }
+        let flags = <Flags as clap::Parser>::try_parse_from(
+            std::iter::once("weft").chain(args.iter().copied()),
+        )
+        .unwrap();
+        flags.policy.overrides().unwrap()
+    }
+
+    /// Issue 16 item 8: one default policy. A flag left out takes rs(6,3)'s value (`--r 2`
+    /// gave rs(10,2)); no code flag (or `--code rs` alone) leaves the code to the bucket.
+    #[test]
+    fn flags_left_out_take_the_one_default() {
+        assert_eq!(policy_flags(&["--r", "2"])["code"], "rs(6,2)");
+        assert_eq!(policy_flags(&["--k", "4"])["code"], "rs(4,3)");
+        assert_eq!(policy_flags(&["--code", "hh-xor+"])["code"], "hh-xor+(6,3)");
+        assert!(policy_flags(&["--code", "rs"]).get("code").is_none());
+        assert!(policy_flags(&[]).is_empty());
+        assert_eq!(policy_flags(&["--stripe-width", "4"]), {
+            let mut only = Map::new();
+            only.insert("stripe_width".into(), json!(4));
+            only
+        });
+    }
+
     #[test]
     fn ranges_parse_like_http() {
         assert_eq!(parse_range("0-99", 1000).unwrap(), (0, 100));
