@@ -24,14 +24,14 @@ async fn put(cluster: &TestCluster, key: &str, data: &[u8]) {
     let reader = Cursor::new(data.to_vec());
     cluster
         .client
-        .put_reader("b", key, data.len() as u64, reader, &PutOptions::default())
+        .put_reader("bkt", key, data.len() as u64, reader, &PutOptions::default())
         .await
         .unwrap_or_else(|e| panic!("put {key}: {e}"));
 }
 
 async fn read(cluster: &TestCluster, key: &str) -> Vec<u8> {
     let mut out = Vec::new();
-    cluster.client.get("b", key, None, &mut out, None).await.unwrap();
+    cluster.client.get("bkt", key, None, &mut out, None).await.unwrap();
     out
 }
 
@@ -66,7 +66,7 @@ async fn put_orphan(cluster: &TestCluster, id: u32, key: &str, bytes: &[u8]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_orphan_goes_after_the_grace_and_committed_objects_never_lose_a_unit() {
     let cluster = TestCluster::start(6).await;
-    cluster.create_bucket("b", policy("rs(3,2)", 3, CELL, BLOCK)).await;
+    cluster.create_bucket("bkt", policy("rs(3,2)", 3, CELL, BLOCK)).await;
     let objects: Vec<(String, Vec<u8>)> = [0, 1, CELL + 5, 7 * BLOCK + 3, 20 * BLOCK]
         .iter()
         .enumerate()
@@ -121,13 +121,13 @@ async fn an_orphan_goes_after_the_grace_and_committed_objects_never_lose_a_unit(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abandoned_write_is_expired_and_its_units_swept() {
     let cluster = TestCluster::start(4).await;
-    cluster.create_bucket("b", policy("rs(2,1)", 2, CELL, BLOCK)).await;
+    cluster.create_bucket("bkt", policy("rs(2,1)", 2, CELL, BLOCK)).await;
     put(&cluster, "kept", &pattern(3 * BLOCK as usize, 1)).await;
     let committed = all_files(&cluster, 4);
 
     // A client begins a write, stores one unit of it and dies.
     let size = 2 * BLOCK;
-    let begun = cluster.client.meta.begin("b", "abandoned", size, None, &[]).await.unwrap();
+    let begun = cluster.client.meta.begin("bkt", "abandoned", size, None, &[]).await.unwrap();
     let unit = begun.units.values().next().unwrap().clone();
     cluster.client.nodes.put(&unit, Bytes::from(vec![1u8; unit.len as usize])).await.unwrap();
     assert_eq!(all_files(&cluster, 4).len(), committed.len() + 1);
@@ -152,7 +152,7 @@ async fn an_abandoned_write_is_expired_and_its_units_swept() {
     assert_eq!(all_files(&cluster, 4), committed);
     // The dead client's commit is refused now.
     let refused =
-        cluster.client.meta.commit("b", "abandoned", begun.generation, &Default::default()).await;
+        cluster.client.meta.commit("bkt", "abandoned", begun.generation, &Default::default()).await;
     assert!(refused.is_err(), "{refused:?}");
     assert!(read(&cluster, "kept").await == pattern(3 * BLOCK as usize, 1));
 }
@@ -160,17 +160,17 @@ async fn an_abandoned_write_is_expired_and_its_units_swept() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leftovers_of_a_node_down_during_a_delete_go_once_it_is_back() {
     let mut cluster = TestCluster::start(5).await;
-    cluster.create_bucket("b", policy("rs(2,2)", 2, CELL, BLOCK)).await;
+    cluster.create_bucket("bkt", policy("rs(2,2)", 2, CELL, BLOCK)).await;
     put(&cluster, "gone", &pattern(8 * BLOCK as usize, 2)).await;
     put(&cluster, "stays", &pattern(5 * BLOCK as usize + 9, 3)).await;
-    let stays = cluster.client.meta.get_object("b", "stays").await.unwrap();
-    let gone = cluster.client.meta.get_object("b", "gone").await.unwrap();
+    let stays = cluster.client.meta.get_object("bkt", "stays").await.unwrap();
+    let gone = cluster.client.meta.get_object("bkt", "gone").await.unwrap();
     let victim = gone.units.values().next().unwrap().node_id;
     let leftovers = gone.units.values().filter(|u| u.node_id == victim).count();
     assert!(leftovers > 0);
 
     cluster.stop_node(victim).await;
-    let (_, left) = cluster.client.delete_object("b", "gone").await.unwrap();
+    let (_, left) = cluster.client.delete_object("bkt", "gone").await.unwrap();
     assert_eq!(left, leftovers, "the stopped node's units could not be deleted");
     // While it is down the sweep leaves it alone.
     let report =

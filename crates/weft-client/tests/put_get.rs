@@ -56,7 +56,7 @@ async fn every_size_round_trips_for_every_code_family() {
         ("lrc(6,2,2)", 3),
     ];
     for (i, (code, width)) in codes.into_iter().enumerate() {
-        let bucket = format!("b{i}");
+        let bucket = format!("bkt{i}");
         cluster.create_bucket(&bucket, policy(code, width, CELL, BLOCK)).await;
         let spec = weft_codes::CodeSpec::parse(code).unwrap();
         let k = spec.build().unwrap().data_units() as u64;
@@ -115,13 +115,13 @@ async fn partial_parities_keep_the_client_under_r_blocks_plus_k_cells() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_survive_r_nodes_down_and_a_corrupt_unit() {
     let mut cluster = TestCluster::start(10).await;
-    cluster.create_bucket("b", policy("rs(6,3)", 2, CELL, BLOCK)).await;
+    cluster.create_bucket("bkt", policy("rs(6,3)", 2, CELL, BLOCK)).await;
     let mut objects = Vec::new();
     for (i, size) in
         [1u64, CELL + 1, 6 * BLOCK, 13 * BLOCK + 77, 40 * BLOCK + 5].into_iter().enumerate()
     {
         let data = pattern(size as usize, 100 + i as u64);
-        put(&cluster, "b", &format!("o{i}"), &data).await;
+        put(&cluster, "bkt", &format!("o{i}"), &data).await;
         objects.push(data);
     }
     // Corrupt one byte of a unit file in the data region (past the header) on node 1.
@@ -136,7 +136,11 @@ async fn reads_survive_r_nodes_down_and_a_corrupt_unit() {
     bytes[at] ^= 0x40;
     std::fs::write(&victim, &bytes).unwrap();
     for (i, data) in objects.iter().enumerate() {
-        assert_eq!(&get(&cluster, "b", &format!("o{i}"), None).await, data, "corrupt, object {i}");
+        assert_eq!(
+            &get(&cluster, "bkt", &format!("o{i}"), None).await,
+            data,
+            "corrupt, object {i}"
+        );
     }
     // Put it back: with three nodes down next, a fourth bad unit would be beyond rs(6,3).
     std::fs::write(&victim, &original).unwrap();
@@ -147,7 +151,7 @@ async fn reads_survive_r_nodes_down_and_a_corrupt_unit() {
     for (i, data) in objects.iter().enumerate() {
         let key = format!("o{i}");
         let mut out = Vec::new();
-        let stats = cluster.client.get("b", &key, None, &mut out, None).await.unwrap();
+        let stats = cluster.client.get("bkt", &key, None, &mut out, None).await.unwrap();
         assert_eq!(&out, data, "3 down, object {i}");
         if data.len() as u64 > 6 * BLOCK {
             assert!(!stats.degraded_units.is_empty(), "object {i} should have read degraded");
@@ -156,13 +160,13 @@ async fn reads_survive_r_nodes_down_and_a_corrupt_unit() {
         if len > 10 {
             let (a, n) = (len / 4, len / 2);
             assert_eq!(
-                get(&cluster, "b", &key, Some((a, n))).await,
+                get(&cluster, "bkt", &key, Some((a, n))).await,
                 data[a as usize..(a + n) as usize]
             );
         }
         // The blocking read (inline decodes, no overlap) returns the same bytes, fetching
         // the same ranges.
-        let object = cluster.client.meta.get_object("b", &key).await.unwrap();
+        let object = cluster.client.meta.get_object("bkt", &key).await.unwrap();
         let mut blocking = Vec::new();
         let blocking_stats = cluster
             .client
@@ -180,7 +184,7 @@ async fn a_put_right_after_a_node_dies_retries_around_it() {
     // Meta still reports the node up for DOWN_AFTER_MS, so placement may use it; put_file
     // must retry on other nodes rather than fail.
     let mut cluster = TestCluster::start(10).await;
-    cluster.create_bucket("b", policy("rs(6,3)", 2, CELL, BLOCK)).await;
+    cluster.create_bucket("bkt", policy("rs(6,3)", 2, CELL, BLOCK)).await;
     cluster.stop_node(4).await;
     let dir = tempfile::tempdir().unwrap();
     for i in 0..4u64 {
@@ -190,11 +194,11 @@ async fn a_put_right_after_a_node_dies_retries_around_it() {
         let key = format!("k{i}");
         let stats = cluster
             .client
-            .put_file("b", &key, &path, &PutOptions::default())
+            .put_file("bkt", &key, &path, &PutOptions::default())
             .await
             .unwrap_or_else(|e| panic!("put {key} with node 4 just dead: {e}"));
         assert!(stats.object.units.values().all(|u| u.node_id != 4), "placed on the dead node");
-        assert_eq!(get(&cluster, "b", &key, None).await, data);
+        assert_eq!(get(&cluster, "bkt", &key, None).await, data);
     }
 }
 
@@ -216,7 +220,7 @@ async fn pipelined_and_blocking_coders_write_the_same_parity_and_noop_writes_zer
     let codes =
         [("rs(6,3)", 2), ("rs(4,2)", 6), ("lrc(6,2,2)", 3), ("rs(3,2)", 3), ("hh-xor+(4,2)", 2)];
     for (i, (code, width)) in codes.into_iter().enumerate() {
-        let bucket = format!("c{i}");
+        let bucket = format!("coder{i}");
         cluster.create_bucket(&bucket, policy(code, width, CELL, BLOCK)).await;
         let k = weft_codes::CodeSpec::parse(code).unwrap().build().unwrap().data_units() as u64;
         for size in sizes(k, width as u64) {
@@ -337,25 +341,25 @@ impl std::io::Read for Yields {
 async fn a_changing_input_fails_the_write_and_leaves_nothing_behind() {
     use std::io::Read as _;
     let cluster = TestCluster::start(4).await;
-    cluster.create_bucket("bb", policy("rs(2,1)", 2, CELL, BLOCK)).await;
+    cluster.create_bucket("sizes", policy("rs(2,1)", 2, CELL, BLOCK)).await;
     let data = pattern((5 * BLOCK + 3) as usize, 11);
     let grew = Yields { data: Cursor::new(data.clone()), extra: 1 };
     let error = cluster
         .client
-        .put_reader("bb", "grew", data.len() as u64, grew, &PutOptions::default())
+        .put_reader("sizes", "grew", data.len() as u64, grew, &PutOptions::default())
         .await
         .expect_err("an input longer than its size must fail the write");
     assert!(error.to_string().contains("longer than"), "{error}");
     let shrank = Cursor::new(data[..data.len() - 1].to_vec());
     let error = cluster
         .client
-        .put_reader("bb", "shrank", data.len() as u64, shrank, &PutOptions::default())
+        .put_reader("sizes", "shrank", data.len() as u64, shrank, &PutOptions::default())
         .await
         .expect_err("an input shorter than its size must fail the write");
     assert!(error.to_string().contains("ended before"), "{error}");
     assert_eq!(writes_in_progress(&cluster).await, 0, "a failed write is still in progress");
     for key in ["grew", "shrank"] {
-        assert!(cluster.client.meta.get_object("bb", key).await.is_err(), "{key} was committed");
+        assert!(cluster.client.meta.get_object("sizes", key).await.is_err(), "{key} was committed");
     }
     let left: usize = (1..=4).map(|id| cluster.unit_files(id).len()).sum();
     assert_eq!(left, 0, "units of the failed writes were left on disk");
@@ -363,11 +367,11 @@ async fn a_changing_input_fails_the_write_and_leaves_nothing_behind() {
     // Unknown length: small in memory, large spooled; every byte stored.
     let small = cluster
         .client
-        .put_unsized("bb", "small", Cursor::new(data.clone()), &PutOptions::default())
+        .put_unsized("sizes", "small", Cursor::new(data.clone()), &PutOptions::default())
         .await
         .unwrap();
     assert_eq!((small.data_bytes, small.spooled_bytes), (data.len() as u64, 0));
-    assert_eq!(get(&cluster, "bb", "small", None).await, data);
+    assert_eq!(get(&cluster, "sizes", "small", None).await, data);
     let large = pattern(weft_client::IN_MEMORY_PUT_BYTES + 3 * CELL as usize + 1, 12);
     let coarse = PutOptions {
         policy: Some(serde_json::from_value(policy("rs(2,1)", 2, 256 << 10, 1 << 20)).unwrap()),
@@ -375,9 +379,9 @@ async fn a_changing_input_fails_the_write_and_leaves_nothing_behind() {
     };
     let stats = cluster
         .client
-        .put_unsized("bb", "large", Cursor::new(large.clone()).take(u64::MAX), &coarse)
+        .put_unsized("sizes", "large", Cursor::new(large.clone()).take(u64::MAX), &coarse)
         .await
         .unwrap();
     assert_eq!((stats.data_bytes, stats.spooled_bytes), (large.len() as u64, large.len() as u64));
-    assert!(get(&cluster, "bb", "large", None).await == large, "the spooled object differs");
+    assert!(get(&cluster, "sizes", "large", None).await == large, "the spooled object differs");
 }

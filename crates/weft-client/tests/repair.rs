@@ -44,14 +44,14 @@ async fn run_repairs(cluster: &TestCluster, code: &str) -> serde_json::Value {
 
 async fn kill_repair_kill(code: &str, width: usize, nodes: usize, lose: u32) {
     let mut cluster = TestCluster::start(nodes).await;
-    cluster.create_bucket("b", policy(code, width, CELL, BLOCK)).await;
+    cluster.create_bucket("bkt", policy(code, width, CELL, BLOCK)).await;
     let mut objects = Vec::new();
     for (i, size) in [CELL - 1, 5 * BLOCK + 3, 17 * BLOCK + CELL].into_iter().enumerate() {
         let data = pattern(size as usize, i as u64 + 11);
         let reader = Cursor::new(data.clone());
         cluster
             .client
-            .put_reader("b", &format!("o{i}"), size, reader, &PutOptions::default())
+            .put_reader("bkt", &format!("o{i}"), size, reader, &PutOptions::default())
             .await
             .unwrap();
         objects.push(data);
@@ -59,7 +59,7 @@ async fn kill_repair_kill(code: &str, width: usize, nodes: usize, lose: u32) {
     for id in 1..=lose {
         cluster.stop_node(id).await;
     }
-    read_all(&cluster, "b", &objects, "first failures").await;
+    read_all(&cluster, "bkt", &objects, "first failures").await;
     // Meta notices (down timeout + a scan) and queues every unit of the stopped nodes. All of
     // them judged down first: their heartbeats stop one after another, and a repair run that
     // starts while only the first is down can finish (nothing under-protected, nothing
@@ -76,7 +76,7 @@ async fn kill_repair_kill(code: &str, width: usize, nodes: usize, lose: u32) {
     for id in lose + 1..=2 * lose {
         cluster.stop_node(id).await;
     }
-    read_all(&cluster, "b", &objects, "second failures").await;
+    read_all(&cluster, "bkt", &objects, "second failures").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,11 +93,17 @@ async fn clay_and_hitchhiker_repair_with_their_plans() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_unit_found_by_a_read_is_rebuilt() {
     let cluster = TestCluster::start(9).await;
-    cluster.create_bucket("b", policy("rs(4,2)", 2, CELL, BLOCK)).await;
+    cluster.create_bucket("bkt", policy("rs(4,2)", 2, CELL, BLOCK)).await;
     let data = pattern((6 * BLOCK) as usize, 5);
     cluster
         .client
-        .put_reader("b", "o0", data.len() as u64, Cursor::new(data.clone()), &PutOptions::default())
+        .put_reader(
+            "bkt",
+            "o0",
+            data.len() as u64,
+            Cursor::new(data.clone()),
+            &PutOptions::default(),
+        )
         .await
         .unwrap();
     // A data unit: plain reads touch only those.
@@ -109,14 +115,14 @@ async fn a_corrupt_unit_found_by_a_read_is_rebuilt() {
     let at = bytes.len() - 1;
     bytes[at] ^= 1;
     std::fs::write(&victim, &bytes).unwrap();
-    read_all(&cluster, "b", std::slice::from_ref(&data), "corrupt").await;
+    read_all(&cluster, "bkt", std::slice::from_ref(&data), "corrupt").await;
     // The read reported it: a task is queued without any node being down.
     cluster.wait_for(Duration::from_secs(10), |s| s["repair_queue"].as_u64() > Some(0)).await;
     run_repairs(&cluster, "rs(4,2)").await;
     // The corrupt file is gone (deleted after the relocation), the object reads clean.
     assert!(!victim.exists(), "the corrupt copy should be deleted");
     let mut out = Vec::new();
-    let stats = cluster.client.get("b", "o0", None, &mut out, None).await.unwrap();
+    let stats = cluster.client.get("bkt", "o0", None, &mut out, None).await.unwrap();
     assert_eq!(out, data);
     assert!(stats.degraded_units.is_empty(), "{:?}", stats.degraded_units);
 }
@@ -126,11 +132,11 @@ async fn corruption_deep_in_a_long_range_is_classified_and_queued() {
     // Blocks of 2 MiB: the node has started streaming before it meets the bad segment, so
     // the body breaks off; the client must still learn that the unit is corrupt.
     let cluster = TestCluster::start(7).await;
-    cluster.create_bucket("b", policy("rs(4,2)", 2, 256 << 10, 2 << 20)).await;
+    cluster.create_bucket("bkt", policy("rs(4,2)", 2, 256 << 10, 2 << 20)).await;
     let data = pattern(8 << 20, 9);
     let options = PutOptions::default();
     let reader = Cursor::new(data.clone());
-    cluster.client.put_reader("b", "big", data.len() as u64, reader, &options).await.unwrap();
+    cluster.client.put_reader("bkt", "big", data.len() as u64, reader, &options).await.unwrap();
     let victim = (1..=7)
         .flat_map(|id| cluster.unit_files(id))
         .find(|p| p.file_name().unwrap().to_string_lossy().contains("-d"))
@@ -140,7 +146,7 @@ async fn corruption_deep_in_a_long_range_is_classified_and_queued() {
     bytes[at] ^= 0x10;
     std::fs::write(&victim, &bytes).unwrap();
     let mut out = Vec::new();
-    let stats = cluster.client.get("b", "big", None, &mut out, None).await.unwrap();
+    let stats = cluster.client.get("bkt", "big", None, &mut out, None).await.unwrap();
     assert!(out == data, "wrong bytes");
     assert_eq!(stats.degraded_units.len(), 1, "{:?}", stats.degraded_units);
     assert!(stats.degraded_units[0].1.contains("corrupt"), "{:?}", stats.degraded_units);
@@ -151,12 +157,12 @@ async fn corruption_deep_in_a_long_range_is_classified_and_queued() {
 async fn a_corrupt_unit_is_rebuilt_in_place_when_no_other_node_fits() {
     // rs(4,2) on exactly 6 nodes: every other node holds a unit of the group.
     let cluster = TestCluster::start(6).await;
-    cluster.create_bucket("b", policy("rs(4,2)", 2, CELL, BLOCK)).await;
+    cluster.create_bucket("bkt", policy("rs(4,2)", 2, CELL, BLOCK)).await;
     let data = pattern((4 * BLOCK) as usize, 21);
     let reader = Cursor::new(data.clone());
     cluster
         .client
-        .put_reader("b", "o0", data.len() as u64, reader, &PutOptions::default())
+        .put_reader("bkt", "o0", data.len() as u64, reader, &PutOptions::default())
         .await
         .unwrap();
     let victim = (1..=6)
@@ -168,13 +174,13 @@ async fn a_corrupt_unit_is_rebuilt_in_place_when_no_other_node_fits() {
     let at = bytes.len() - 3;
     bytes[at] ^= 0x80;
     std::fs::write(&victim, &bytes).unwrap();
-    read_all(&cluster, "b", std::slice::from_ref(&data), "corrupt").await;
+    read_all(&cluster, "bkt", std::slice::from_ref(&data), "corrupt").await;
     cluster.wait_for(Duration::from_secs(10), |s| s["repair_queue"].as_u64() > Some(0)).await;
     run_repairs(&cluster, "rs(4,2)").await;
     // Same file name, same place, good bytes again.
     assert_eq!(std::fs::read(&victim).unwrap(), original, "the unit was not rewritten in place");
     let mut out = Vec::new();
-    let stats = cluster.client.get("b", "o0", None, &mut out, None).await.unwrap();
+    let stats = cluster.client.get("bkt", "o0", None, &mut out, None).await.unwrap();
     assert_eq!(out, data);
     assert!(stats.degraded_units.is_empty(), "{:?}", stats.degraded_units);
 }
@@ -189,11 +195,11 @@ fn nodes_with_units(cluster: &TestCluster, nodes: u32) -> Vec<u32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_copy_is_deleted_when_its_node_returns() {
     let mut cluster = TestCluster::start(4).await;
-    cluster.create_bucket("b", policy("rs(2,1)", 2, CELL, BLOCK)).await;
+    cluster.create_bucket("bkt", policy("rs(2,1)", 2, CELL, BLOCK)).await;
     let data = pattern((2 * BLOCK) as usize, 3);
     let reader = Cursor::new(data.clone());
     let options = PutOptions::default();
-    cluster.client.put_reader("b", "o0", data.len() as u64, reader, &options).await.unwrap();
+    cluster.client.put_reader("bkt", "o0", data.len() as u64, reader, &options).await.unwrap();
     let victim = nodes_with_units(&cluster, 4)[0];
     let old_copies = cluster.unit_files(victim);
     assert_eq!(old_copies.len(), 1, "one unit of the object on node {victim}");
@@ -240,7 +246,7 @@ async fn a_replaced_copy_is_deleted_when_its_node_returns() {
     let stats = executor.await.unwrap();
     assert_eq!(stats.copies_deleted.load(std::sync::atomic::Ordering::Relaxed), 1);
     let mut out = Vec::new();
-    cluster.client.get("b", "o0", None, &mut out, None).await.unwrap();
+    cluster.client.get("bkt", "o0", None, &mut out, None).await.unwrap();
     assert!(out == data, "the object reads back");
 
     // With its node up at repair time, the replaced copy goes at once: no drain runs now.
@@ -254,7 +260,7 @@ async fn a_replaced_copy_is_deleted_when_its_node_returns() {
     bytes[at] ^= 1;
     std::fs::write(&victim, &bytes).unwrap();
     let mut out = Vec::new();
-    cluster.client.get("b", "o0", None, &mut out, None).await.unwrap();
+    cluster.client.get("bkt", "o0", None, &mut out, None).await.unwrap();
     assert!(out == data, "the object reads around the corrupt unit");
     cluster.wait_for(Duration::from_secs(10), |s| s["repair_queue"].as_u64() > Some(0)).await;
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -285,11 +291,11 @@ async fn a_replaced_copy_is_deleted_when_its_node_returns() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unrecoverable_group_is_unfound_not_retried_in_a_loop_and_can_be_marked_lost() {
     let mut cluster = TestCluster::start(5).await;
-    cluster.create_bucket("b", policy("rs(2,1)", 2, CELL, BLOCK)).await;
+    cluster.create_bucket("bkt", policy("rs(2,1)", 2, CELL, BLOCK)).await;
     let data = pattern((2 * BLOCK) as usize, 4);
     let reader = Cursor::new(data.clone());
     let options = PutOptions::default();
-    cluster.client.put_reader("b", "o0", data.len() as u64, reader, &options).await.unwrap();
+    cluster.client.put_reader("bkt", "o0", data.len() as u64, reader, &options).await.unwrap();
     let holders = nodes_with_units(&cluster, 5);
     assert_eq!(holders.len(), 3, "rs(2,1): three units on three nodes");
     cluster.stop_node(holders[0]).await;
@@ -310,12 +316,12 @@ async fn an_unrecoverable_group_is_unfound_not_retried_in_a_loop_and_can_be_mark
     let stats = executor.await.unwrap();
     let failed = stats.failed.load(std::sync::atomic::Ordering::Relaxed);
     assert!((2..=4).contains(&failed), "each unfound unit tried once or twice, not {failed} times");
-    let object = cluster.client.meta.get_json("/v1/buckets/b/objects/o0").await.unwrap();
+    let object = cluster.client.meta.get_json("/v1/buckets/bkt/objects/o0").await.unwrap();
     assert_eq!(object["unfound_units"].as_array().unwrap().len(), 2, "{object}");
 
-    let lost = cluster.client.meta.mark_lost("b", "o0").await.unwrap();
+    let lost = cluster.client.meta.mark_lost("bkt", "o0").await.unwrap();
     assert_eq!(lost["lost"], true, "{lost}");
-    let error = cluster.client.get("b", "o0", None, &mut Vec::new(), None).await.unwrap_err();
+    let error = cluster.client.get("bkt", "o0", None, &mut Vec::new(), None).await.unwrap_err();
     assert!(error.to_string().contains("lost"), "a read says the object is lost: {error}");
     let status = cluster.wait_for(Duration::from_secs(5), |s| s["unfound_units"] == 0).await;
     assert_eq!(status["lost_objects"], 1, "{status}");
@@ -328,14 +334,20 @@ async fn an_unrecoverable_group_is_unfound_not_retried_in_a_loop_and_can_be_mark
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_unit_is_caught_by_its_writers_digest_rebuilt_and_counted() {
     let cluster = TestCluster::start(9).await;
-    cluster.create_bucket("b", policy("rs(4,2)", 2, CELL, BLOCK)).await;
+    cluster.create_bucket("bkt", policy("rs(4,2)", 2, CELL, BLOCK)).await;
     let data = pattern((6 * BLOCK) as usize, 9);
     cluster
         .client
-        .put_reader("b", "o0", data.len() as u64, Cursor::new(data.clone()), &PutOptions::default())
+        .put_reader(
+            "bkt",
+            "o0",
+            data.len() as u64,
+            Cursor::new(data.clone()),
+            &PutOptions::default(),
+        )
         .await
         .unwrap();
-    let object = cluster.client.meta.get_object("b", "o0").await.unwrap();
+    let object = cluster.client.meta.get_object("bkt", "o0").await.unwrap();
     assert!(object.units.len() > 6, "{} units", object.units.len());
     for info in object.units.values() {
         let digest = info.digest.unwrap_or_else(|| panic!("{:?} has no digest", info.unit));
@@ -355,7 +367,7 @@ async fn a_forged_unit_is_caught_by_its_writers_digest_rebuilt_and_counted() {
     assert_eq!(served.as_ref(), forged.as_slice(), "the node itself finds nothing wrong");
 
     let mut out = Vec::new();
-    let stats = cluster.client.get("b", "o0", None, &mut out, None).await.unwrap();
+    let stats = cluster.client.get("bkt", "o0", None, &mut out, None).await.unwrap();
     assert!(out == data, "the read returns the writer's bytes, not the forgery");
     assert_eq!(stats.degraded_units.len(), 1, "{:?}", stats.degraded_units);
     assert!(stats.degraded_units[0].1.contains("checksum mismatch"), "{:?}", stats.degraded_units);
@@ -365,12 +377,12 @@ async fn a_forged_unit_is_caught_by_its_writers_digest_rebuilt_and_counted() {
         })
         .await;
     run_repairs(&cluster, "rs(4,2)").await;
-    let repaired = cluster.client.meta.get_object("b", "o0").await.unwrap();
+    let repaired = cluster.client.meta.get_object("bkt", "o0").await.unwrap();
     let unit = repaired.unit(weft_layout::UnitId::Data(1)).unwrap();
     assert_eq!(unit.digest, victim.digest, "repair keeps the writer's digest");
     cluster.client.nodes.get_range(unit, 0, unit.len).await.expect("the true bytes are back");
     let mut out = Vec::new();
-    let stats = cluster.client.get("b", "o0", None, &mut out, None).await.unwrap();
+    let stats = cluster.client.get("bkt", "o0", None, &mut out, None).await.unwrap();
     assert!(out == data);
     assert!(stats.degraded_units.is_empty(), "{:?}", stats.degraded_units);
 }
@@ -381,21 +393,21 @@ async fn a_forged_unit_is_caught_by_its_writers_digest_rebuilt_and_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn units_of_a_tiled_placement_are_rebuilt_and_recorded_as_moved() {
     let mut cluster = TestCluster::start(12).await;
-    cluster.create_bucket("b", policy("rs(2,1)", 2, CELL, CELL)).await;
+    cluster.create_bucket("bkt", policy("rs(2,1)", 2, CELL, CELL)).await;
     let data = pattern((800 * CELL) as usize, 77);
     let reader = Cursor::new(data.clone());
     let options = PutOptions::default();
-    cluster.client.put_reader("b", "o0", data.len() as u64, reader, &options).await.unwrap();
+    cluster.client.put_reader("bkt", "o0", data.len() as u64, reader, &options).await.unwrap();
     // One unit listed: the reply carries the placement pattern.
     let meta = cluster.client.meta.clone();
     let pattern_of = || async {
-        let page = "/v1/buckets/b/objects/o0?units_limit=1";
+        let page = "/v1/buckets/bkt/objects/o0?units_limit=1";
         meta.get_json(page).await.unwrap()["placement"].clone()
     };
     let placement = pattern_of().await;
     assert!(placement["period"].as_u64().is_some(), "tiled: {placement}");
     assert!(placement["moved"].is_null(), "{placement}");
-    let before = cluster.client.meta.get_object("b", "o0").await.unwrap();
+    let before = cluster.client.meta.get_object("bkt", "o0").await.unwrap();
     assert_eq!(before.units.len(), 1200);
     let lost = before.units.values().filter(|u| u.node_id == 1).count();
     assert!(lost > 50, "{lost} units on node 1");
@@ -407,7 +419,7 @@ async fn units_of_a_tiled_placement_are_rebuilt_and_recorded_as_moved() {
         })
         .await;
     run_repairs(&cluster, "rs(2,1) tiled").await;
-    let after = cluster.client.meta.get_object("b", "o0").await.unwrap();
+    let after = cluster.client.meta.get_object("bkt", "o0").await.unwrap();
     assert!(after.units.values().all(|u| u.node_id != 1), "a unit is still on node 1");
     let placement = pattern_of().await;
     let moved = placement["moved"].as_array().map_or(0, Vec::len);
@@ -415,5 +427,5 @@ async fn units_of_a_tiled_placement_are_rebuilt_and_recorded_as_moved() {
     assert!(after.units.values().all(|u| u.digest.is_some()));
 
     cluster.stop_node(2).await;
-    read_all(&cluster, "b", std::slice::from_ref(&data), "node 1 rebuilt, node 2 down").await;
+    read_all(&cluster, "bkt", std::slice::from_ref(&data), "node 1 rebuilt, node 2 down").await;
 }

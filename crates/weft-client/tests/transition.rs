@@ -28,14 +28,14 @@ async fn put(cluster: &TestCluster, key: &str, data: &[u8]) {
     let reader = Cursor::new(data.to_vec());
     cluster
         .client
-        .put_reader("b", key, data.len() as u64, reader, &PutOptions::default())
+        .put_reader("bkt", key, data.len() as u64, reader, &PutOptions::default())
         .await
         .unwrap();
 }
 
 async fn read(cluster: &TestCluster, key: &str) -> Vec<u8> {
     let mut out = Vec::new();
-    cluster.client.get("b", key, None, &mut out, None).await.unwrap();
+    cluster.client.get("bkt", key, None, &mut out, None).await.unwrap();
     out
 }
 
@@ -46,7 +46,7 @@ fn unit_files(cluster: &TestCluster, nodes: u32) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regroup_writes_parity_only_and_saves_the_predicted_io() {
     let mut cluster = TestCluster::start(24).await;
-    cluster.create_bucket("b", policy("rs(6,3)", 6, CELL, BLOCK)).await;
+    cluster.create_bucket("bkt", policy("rs(6,3)", 6, CELL, BLOCK)).await;
     let data = pattern((64 * BLOCK + 5 * CELL + 7) as usize, 1);
     put(&cluster, "obj", &data).await;
     put(&cluster, "copy", &data).await;
@@ -55,7 +55,7 @@ async fn regroup_writes_parity_only_and_saves_the_predicted_io() {
     let files = unit_files(&cluster, 24);
     let dry = cluster
         .client
-        .transition("b", "obj", layout("rs(12,3)", 6), Some(TransitionMode::Regroup), true)
+        .transition("bkt", "obj", layout("rs(12,3)", 6), Some(TransitionMode::Regroup), true)
         .await
         .unwrap();
     assert_eq!(unit_files(&cluster, 24), files, "a dry run wrote units");
@@ -63,12 +63,12 @@ async fn regroup_writes_parity_only_and_saves_the_predicted_io() {
 
     let regroup = cluster
         .client
-        .transition("b", "obj", layout("rs(12,3)", 6), Some(TransitionMode::Regroup), false)
+        .transition("bkt", "obj", layout("rs(12,3)", 6), Some(TransitionMode::Regroup), false)
         .await
         .unwrap();
     let restripe = cluster
         .client
-        .transition("b", "copy", layout("rs(12,3)", 6), Some(TransitionMode::Restripe), false)
+        .transition("bkt", "copy", layout("rs(12,3)", 6), Some(TransitionMode::Restripe), false)
         .await
         .unwrap();
     let (r, s) = (regroup.io, restripe.io);
@@ -88,13 +88,13 @@ async fn regroup_writes_parity_only_and_saves_the_predicted_io() {
     assert_eq!(predicted.relocated_bytes, r.relocated_bytes);
 
     for key in ["obj", "copy"] {
-        let info = cluster.client.meta.get_object("b", key).await.unwrap();
+        let info = cluster.client.meta.get_object("bkt", key).await.unwrap();
         assert_eq!(info.layout, layout("rs(12,3)", 6), "{key}");
         assert_eq!(read(&cluster, key).await, data, "{key}");
     }
     // Old parity is gone: only the new object's units are on disk.
-    let obj = cluster.client.meta.get_object("b", "obj").await.unwrap();
-    let copy = cluster.client.meta.get_object("b", "copy").await.unwrap();
+    let obj = cluster.client.meta.get_object("bkt", "obj").await.unwrap();
+    let copy = cluster.client.meta.get_object("bkt", "copy").await.unwrap();
     assert_eq!(unit_files(&cluster, 24), obj.units.len() + copy.units.len());
 
     // Degraded reads under the new groups: three nodes holding units of "obj" down.
@@ -110,13 +110,13 @@ async fn regroup_writes_parity_only_and_saves_the_predicted_io() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regroup_there_and_back_and_across_code_families() {
     let cluster = TestCluster::start(20).await;
-    cluster.create_bucket("b", policy("rs(6,3)", 3, CELL, BLOCK)).await;
+    cluster.create_bucket("bkt", policy("rs(6,3)", 3, CELL, BLOCK)).await;
     let data = pattern((37 * BLOCK + 11) as usize, 2);
     put(&cluster, "o", &data).await;
     for code in ["rs(12,3)", "rs(6,3)", "hh-xor+(6,3)", "clay(6,3,8)", "lrc(6,2,2)", "rs(4,2)"] {
         let report = cluster
             .client
-            .transition("b", "o", layout(code, 3), None, false)
+            .transition("bkt", "o", layout(code, 3), None, false)
             .await
             .unwrap_or_else(|e| panic!("to {code}: {e}"));
         assert_eq!(report.mode, TransitionMode::Regroup);
@@ -124,7 +124,7 @@ async fn regroup_there_and_back_and_across_code_families() {
         assert_eq!(read(&cluster, "o").await, data, "after {code}");
         // End-to-end checksums survive: data units keep their writer's digests, the new
         // parity gets the executor's, and every unit's bytes match (a whole-unit read checks).
-        let info = cluster.client.meta.get_object("b", "o").await.unwrap();
+        let info = cluster.client.meta.get_object("bkt", "o").await.unwrap();
         for unit in info.units.values() {
             assert!(unit.digest.is_some(), "after {code}: {:?} has no digest", unit.unit);
             cluster
@@ -140,14 +140,15 @@ async fn regroup_there_and_back_and_across_code_families() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replication_becomes_erasure_coding_and_back() {
     let cluster = TestCluster::start(10).await;
-    cluster.create_bucket("b", policy("rep(3)", 2, CELL, BLOCK)).await;
+    cluster.create_bucket("bkt", policy("rep(3)", 2, CELL, BLOCK)).await;
     let data = pattern((9 * BLOCK + 100) as usize, 3);
     put(&cluster, "r", &data).await;
     let to_ec =
-        cluster.client.transition("b", "r", layout("rs(4,2)", 2), None, false).await.unwrap();
+        cluster.client.transition("bkt", "r", layout("rs(4,2)", 2), None, false).await.unwrap();
     assert_eq!(to_ec.io.data_bytes_written, 0);
     assert_eq!(read(&cluster, "r").await, data);
-    let back = cluster.client.transition("b", "r", layout("rep(3)", 2), None, false).await.unwrap();
+    let back =
+        cluster.client.transition("bkt", "r", layout("rep(3)", 2), None, false).await.unwrap();
     assert_eq!(back.io.data_bytes_written, 0);
     assert_eq!(read(&cluster, "r").await, data);
 }
@@ -155,20 +156,20 @@ async fn replication_becomes_erasure_coding_and_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pending_transition_leaves_the_object_alone_and_a_new_one_replaces_it() {
     let cluster = TestCluster::start(20).await;
-    cluster.create_bucket("b", policy("rs(6,3)", 2, CELL, BLOCK)).await;
+    cluster.create_bucket("bkt", policy("rs(6,3)", 2, CELL, BLOCK)).await;
     let data = pattern((20 * BLOCK) as usize, 4);
     put(&cluster, "p", &data).await;
     // A transition planned and never finished (as if its executor died).
     let body =
-        json!({"bucket": "b", "key": "p", "layout": layout("rs(12,3)", 2), "mode": "regroup"});
+        json!({"bucket": "bkt", "key": "p", "layout": layout("rs(12,3)", 2), "mode": "regroup"});
     let plan = cluster.client.meta.post_json("/v1/transitions", body).await.unwrap();
     assert!(plan["transition"]["id"].is_u64(), "{plan}");
     assert_eq!(read(&cluster, "p").await, data);
-    let before = cluster.client.meta.get_object("b", "p").await.unwrap();
+    let before = cluster.client.meta.get_object("bkt", "p").await.unwrap();
     assert_eq!(before.layout, layout("rs(6,3)", 2));
     // A new transition replaces the pending one and completes.
     let done =
-        cluster.client.transition("b", "p", layout("rs(12,3)", 2), None, false).await.unwrap();
+        cluster.client.transition("bkt", "p", layout("rs(12,3)", 2), None, false).await.unwrap();
     assert_eq!(done.io.data_bytes_written, 0);
     assert_eq!(read(&cluster, "p").await, data);
     let pending = cluster.client.meta.get_json("/v1/transitions").await.unwrap();
@@ -178,15 +179,15 @@ async fn a_pending_transition_leaves_the_object_alone_and_a_new_one_replaces_it(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_that_began_before_a_commit_finishes_after_it_degraded() {
     let mut cluster = TestCluster::start(20).await;
-    cluster.create_bucket("b", policy("rs(4,2)", 2, CELL, BLOCK)).await;
+    cluster.create_bucket("bkt", policy("rs(4,2)", 2, CELL, BLOCK)).await;
     let data = pattern((24 * BLOCK) as usize, 5);
     put(&cluster, "s", &data).await;
     // The reader fetched meta's record before the transition…
-    let stale = cluster.client.meta.get_object("b", "s").await.unwrap();
-    cluster.client.transition("b", "s", layout("rs(8,2)", 2), None, false).await.unwrap();
+    let stale = cluster.client.meta.get_object("bkt", "s").await.unwrap();
+    cluster.client.transition("bkt", "s", layout("rs(8,2)", 2), None, false).await.unwrap();
     // …and reads after it, with two data blocks' nodes down: the old parity it would
     // decode from is deleted, so it must go on under the new record.
-    let fresh = cluster.client.meta.get_object("b", "s").await.unwrap();
+    let fresh = cluster.client.meta.get_object("bkt", "s").await.unwrap();
     let mut down: Vec<u32> =
         (0..2).map(|x| fresh.units[&weft_layout::UnitId::Data(x)].node_id).collect();
     down.dedup();
@@ -201,14 +202,14 @@ async fn a_read_that_began_before_a_commit_finishes_after_it_degraded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_executor_that_loses_its_transition_gives_up_and_leaves_the_object_whole() {
     let cluster = TestCluster::start(20).await;
-    cluster.create_bucket("b", policy("rs(6,3)", 2, CELL, BLOCK)).await;
+    cluster.create_bucket("bkt", policy("rs(6,3)", 2, CELL, BLOCK)).await;
     let data = pattern((2048 * BLOCK + 5) as usize, 9);
     put(&cluster, "big", &data).await;
-    let before = cluster.client.meta.get_object("b", "big").await.unwrap();
+    let before = cluster.client.meta.get_object("bkt", "big").await.unwrap();
     // A short lease, renewed every 50 ms while it works.
     let client = cluster.client.clone();
     let running = tokio::spawn(async move {
-        client.transition_leased("b", "big", layout("rs(12,3)", 2), None, false, 150).await
+        client.transition_leased("bkt", "big", layout("rs(12,3)", 2), None, false, 150).await
     });
     let first = loop {
         let list = cluster.client.meta.get_json("/v1/transitions").await.unwrap();
@@ -221,7 +222,7 @@ async fn an_executor_that_loses_its_transition_gives_up_and_leaves_the_object_wh
     // Someone else begins a transition of the object: the executor's next renewal (or its
     // commit) is refused, and it gives up.
     let body =
-        json!({"bucket": "b", "key": "big", "layout": layout("rs(10,4)", 2), "mode": "regroup"});
+        json!({"bucket": "bkt", "key": "big", "layout": layout("rs(10,4)", 2), "mode": "regroup"});
     let second = cluster.client.meta.post_json("/v1/transitions", body).await.unwrap();
     assert_eq!(second["replaced"]["transition"]["id"], first["id"], "{second}");
     let error = running.await.unwrap().expect_err("a transition that lost its lease fails");
@@ -229,13 +230,13 @@ async fn an_executor_that_loses_its_transition_gives_up_and_leaves_the_object_wh
     assert!(message.contains("replaced it"), "{message}");
     eprintln!("the executor gave up: {message}");
     // The object is as it was, readable; the newer transition is the pending one.
-    let now = cluster.client.meta.get_object("b", "big").await.unwrap();
+    let now = cluster.client.meta.get_object("bkt", "big").await.unwrap();
     assert_eq!((now.layout, now.generation), (before.layout, before.generation));
     assert_eq!(read(&cluster, "big").await, data);
     let pending = cluster.client.meta.get_json("/v1/transitions").await.unwrap();
     assert_eq!(pending["transitions"][0]["id"], second["transition"]["id"], "{pending}");
     // It expires once its lease passes, and a new run completes.
-    let body = json!({"bucket": "b", "key": "big", "id": second["transition"]["id"],
+    let body = json!({"bucket": "bkt", "key": "big", "id": second["transition"]["id"],
                       "lease_ms": 1});
     cluster.client.meta.post_json("/v1/transitions/renew", body).await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
@@ -248,7 +249,7 @@ async fn an_executor_that_loses_its_transition_gives_up_and_leaves_the_object_wh
     assert_eq!(report.expired_transitions.len(), 1, "{report:?}");
     assert_eq!(report.expired_transitions[0].id, second["transition"]["id"].as_u64().unwrap());
     let done =
-        cluster.client.transition("b", "big", layout("rs(12,3)", 2), None, false).await.unwrap();
+        cluster.client.transition("bkt", "big", layout("rs(12,3)", 2), None, false).await.unwrap();
     assert_eq!(done.io.data_bytes_written, 0);
     assert_eq!(read(&cluster, "big").await, data);
 }

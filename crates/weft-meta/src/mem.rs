@@ -11,9 +11,9 @@ use std::sync::Mutex;
 use weft_layout::{DiskLocation, Placement, UnitId};
 
 use crate::records::{
-    check_bucket_name, BucketRecord, Enqueued, Heartbeat, NewTransition, NodeRecord, ObjectName,
-    ObjectRecord, ObjectState, Policy, RepairLease, RepairOutcome, RepairRequest, RepairTask,
-    TransitionRecord,
+    check_new_bucket_name, BucketRecord, Enqueued, Heartbeat, NewTransition, NodeRecord,
+    ObjectName, ObjectRecord, ObjectState, Policy, RepairLease, RepairOutcome, RepairRequest,
+    RepairTask, TransitionRecord,
 };
 use crate::store::check_digests;
 use crate::store::{
@@ -214,7 +214,7 @@ impl MetaStore for MemStore {
         default_policy: Policy,
         now_ms: u64,
     ) -> Result<BucketRecord, MetaError> {
-        check_bucket_name(name)?;
+        check_new_bucket_name(name)?;
         default_policy.validate().map_err(|e| MetaError::InvalidRecord {
             bucket: name.into(),
             key: String::new(),

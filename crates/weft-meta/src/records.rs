@@ -27,6 +27,12 @@ pub const FORMAT_VERSION: u64 = 1;
 
 /// Longest bucket name, in bytes (S3's limit).
 pub const MAX_BUCKET_NAME_BYTES: usize = 63;
+/// Shortest name a new bucket may have, in bytes (S3's limit; buckets created earlier may be
+/// shorter).
+pub const MIN_NEW_BUCKET_NAME_BYTES: usize = 3;
+/// How the names of weft's own internal buckets begin (the S3 gateway's `.weft-s3-parts`): with a
+/// '.', which no S3 bucket name may, so S3 clients cannot reach them.
+pub const INTERNAL_BUCKET_PREFIX: &str = ".weft-";
 
 pub use weft_wire::MAX_KEY_BYTES;
 
@@ -515,6 +521,9 @@ pub fn metadata_bytes(object: &ObjectRecord) -> usize {
     encode(&StoredObject::from_record(object)).len() + object.bucket.len() + object.key.len()
 }
 
+/// The lenient check every bucket name passes through on its way in (object writes, lookups):
+/// 1 to 63 bytes of lowercase letters, digits, '-' and '.'. Buckets created before the stricter
+/// [`check_new_bucket_name`] keep working under it.
 pub(crate) fn check_bucket_name(name: &str) -> Result<(), MetaError> {
     let refuse = |reason| Err(MetaError::InvalidName { what: "bucket", name: name.into(), reason });
     if name.is_empty() {
@@ -528,6 +537,55 @@ pub(crate) fn check_bucket_name(name: &str) -> Result<(), MetaError> {
         return refuse("only lowercase letters, digits, '-' and '.' are allowed");
     }
     Ok(())
+}
+
+/// The check a bucket name must pass to be created: S3's bucket naming rules.
+///
+/// - 3 to 63 bytes long;
+/// - only lowercase letters, digits, '-' and '.';
+/// - begins and ends with a letter or a digit;
+/// - no two adjacent periods;
+/// - not formatted like an IPv4 address (`192.168.5.4`).
+///
+/// One exception: weft's own internal buckets, named [`INTERNAL_BUCKET_PREFIX`] (`.weft-`) and
+/// more, such as the S3 gateway's `.weft-s3-parts`. The leading '.' keeps them out of reach of
+/// S3 clients (no S3 name may begin with one); after it the name follows the rules above.
+///
+/// Only bucket creation applies it; everywhere else [`check_bucket_name`] is enough, so buckets
+/// created under the older, looser rule (1 byte and up) keep working.
+pub(crate) fn check_new_bucket_name(name: &str) -> Result<(), MetaError> {
+    let refuse = |reason| Err(MetaError::InvalidName { what: "bucket", name: name.into(), reason });
+    if name.len() < MIN_NEW_BUCKET_NAME_BYTES || name.len() > MAX_BUCKET_NAME_BYTES {
+        return refuse("a bucket name must be 3 to 63 characters long");
+    }
+    if !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+    {
+        return refuse("only lowercase letters, digits, '-' and '.' are allowed");
+    }
+    let s3_name = match name.strip_prefix('.') {
+        Some(rest) if name.starts_with(INTERNAL_BUCKET_PREFIX) => rest,
+        _ => name,
+    };
+    let letter_or_digit = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    let bytes = s3_name.as_bytes();
+    if !letter_or_digit(bytes[0]) || !letter_or_digit(bytes[bytes.len() - 1]) {
+        return refuse("a bucket name must begin and end with a letter or a digit");
+    }
+    if s3_name.contains("..") {
+        return refuse("a bucket name must not contain two adjacent periods");
+    }
+    if looks_like_ipv4(s3_name) {
+        return refuse("a bucket name must not be formatted as an IP address");
+    }
+    Ok(())
+}
+
+/// Four dot-separated runs of 1 to 3 digits: `192.168.5.4`, and also shapes such as `999.1.1.1`
+/// that are no real address but still read as one.
+fn looks_like_ipv4(name: &str) -> bool {
+    let parts: Vec<&str> = name.split('.').collect();
+    parts.len() == 4
+        && parts.iter().all(|p| (1..=3).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 pub(crate) fn check_key(key: &str) -> Result<(), MetaError> {
@@ -552,6 +610,48 @@ pub fn parse_unit_name(name: &str) -> Option<UnitId> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn new_bucket_names_follow_s3_rules() {
+        let longest = "a".repeat(63);
+        for name in ["abc", "a-b.c1", longest.as_str(), "1bucket", "my.bucket-2", "1.2.3"] {
+            assert_eq!(check_new_bucket_name(name), Ok(()), "{name:?}");
+            assert_eq!(check_bucket_name(name), Ok(()), "{name:?}");
+        }
+        let too_long = "a".repeat(64);
+        let refused = [
+            ("", "3 to 63 characters"),
+            ("a", "3 to 63 characters"),
+            ("ab", "3 to 63 characters"),
+            (too_long.as_str(), "3 to 63 characters"),
+            ("-ab", "begin and end with a letter or a digit"),
+            ("ab-", "begin and end with a letter or a digit"),
+            (".ab", "begin and end with a letter or a digit"),
+            ("a..b", "two adjacent periods"),
+            ("192.168.5.4", "IP address"),
+            ("999.1.1.1", "IP address"),
+            ("Abc", "only lowercase letters, digits, '-' and '.'"),
+            ("a_b", "only lowercase letters, digits, '-' and '.'"),
+        ];
+        for (name, why) in refused {
+            match check_new_bucket_name(name) {
+                Err(MetaError::InvalidName { what: "bucket", name: got, reason }) => {
+                    assert_eq!(got, name);
+                    assert!(reason.contains(why), "{name:?}: {reason:?} should say {why:?}");
+                }
+                other => panic!("{name:?} should be refused, got {other:?}"),
+            }
+        }
+        // weft's internal buckets: ".weft-" and an otherwise valid name; no other leading '.'.
+        assert_eq!(check_new_bucket_name(".weft-s3-parts"), Ok(()));
+        for name in [".weft-", ".weft-a..b", ".weft-x-", ".web-parts", "..weft-x"] {
+            assert!(check_new_bucket_name(name).is_err(), "{name:?}");
+        }
+        // Names a new bucket may not take but an existing one keeps working under.
+        for name in ["a", "ab", "-ab", "ab-", "a..b", "192.168.5.4"] {
+            assert_eq!(check_bucket_name(name), Ok(()), "{name:?}");
+        }
+    }
 
     #[test]
     fn node_records_stored_before_racks_still_decode() {

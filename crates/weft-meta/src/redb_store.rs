@@ -36,9 +36,9 @@ use redb::{
 use weft_layout::{DiskLocation, Placement};
 
 use crate::records::{
-    check_bucket_name, decode, encode, unit_name, BucketRecord, Enqueued, Heartbeat, NewTransition,
-    NodeRecord, ObjectName, ObjectRecord, ObjectState, Policy, RepairLease, RepairOutcome,
-    RepairRequest, RepairTask, StoredObject, TransitionRecord, FORMAT_VERSION,
+    check_new_bucket_name, decode, encode, unit_name, BucketRecord, Enqueued, Heartbeat,
+    NewTransition, NodeRecord, ObjectName, ObjectRecord, ObjectState, Policy, RepairLease,
+    RepairOutcome, RepairRequest, RepairTask, StoredObject, TransitionRecord, FORMAT_VERSION,
 };
 use crate::store::{
     check_digests, check_namespace, check_new_object, check_new_transition, enqueue_step, holds,
@@ -619,7 +619,7 @@ impl MetaStore for RedbStore {
         default_policy: Policy,
         now_ms: u64,
     ) -> Result<BucketRecord, MetaError> {
-        check_bucket_name(name)?;
+        check_new_bucket_name(name)?;
         default_policy.validate().map_err(|e| MetaError::InvalidRecord {
             bucket: name.into(),
             key: String::new(),
@@ -1450,21 +1450,50 @@ mod tests {
             block_bytes: 1 << 20,
         };
         for store in stores {
-            store.create_bucket("b", policy(2), 1).unwrap();
-            assert_eq!(store.set_bucket_policy("b", policy(1)).unwrap().default_policy, policy(1));
-            assert_eq!(store.get_bucket("b").unwrap().default_policy, policy(1));
+            store.create_bucket("bkt", policy(2), 1).unwrap();
+            assert_eq!(
+                store.set_bucket_policy("bkt", policy(1)).unwrap().default_policy,
+                policy(1)
+            );
+            assert_eq!(store.get_bucket("bkt").unwrap().default_policy, policy(1));
             let mut bad = policy(1);
             bad.block_bytes = 3 << 19; // not a multiple of the cell
             assert!(matches!(
-                store.set_bucket_policy("b", bad),
+                store.set_bucket_policy("bkt", bad),
                 Err(MetaError::InvalidRecord { .. })
             ));
             assert!(matches!(
                 store.set_bucket_policy("nope", policy(1)),
                 Err(MetaError::NoSuchBucket { .. })
             ));
-            assert_eq!(store.get_bucket("b").unwrap().default_policy, policy(1));
+            assert_eq!(store.get_bucket("bkt").unwrap().default_policy, policy(1));
         }
+    }
+
+    #[test]
+    fn a_bucket_named_under_the_old_rule_keeps_working() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbStore::open(dir.path().join("meta.redb")).unwrap();
+        let policy = |width: usize| weft_layout::StripedLayout {
+            code: "rs(2,1)".parse().unwrap(),
+            stripe_width: width,
+            cell_bytes: 1 << 20,
+            block_bytes: 1 << 20,
+        };
+        // "b" is too short for a new bucket, but an older build created it.
+        let refused = store.create_bucket("b", policy(2), 1).unwrap_err();
+        assert!(matches!(refused, MetaError::InvalidName { what: "bucket", .. }), "{refused}");
+        assert!(refused.to_string().contains("3 to 63 characters"), "{refused}");
+        let old = BucketRecord { name: "b".into(), default_policy: policy(2), created_ms: 1 };
+        let txn = store.db().unwrap().begin_write().unwrap();
+        txn.open_table(BUCKETS).unwrap().insert("b", encode(&old).as_slice()).unwrap();
+        txn.commit().unwrap();
+        assert_eq!(store.get_bucket("b"), Ok(old.clone()));
+        assert_eq!(store.list_buckets(), Ok(vec![old]));
+        assert_eq!(store.set_bucket_policy("b", policy(1)).unwrap().default_policy, policy(1));
+        assert!(store.list_objects("b", "", None, 10).unwrap().objects.is_empty());
+        assert_eq!(store.delete_bucket("b"), Ok(()));
+        assert!(matches!(store.get_bucket("b"), Err(MetaError::NoSuchBucket { .. })));
     }
 
     #[test]

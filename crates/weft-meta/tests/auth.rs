@@ -350,7 +350,7 @@ struct Populated {
     transitions: [u64; 3],
 }
 
-/// Meta with nodes 1..=5 enrolled and heartbeating, bucket "b" (rs(2,1), 4 KiB blocks) holding
+/// Meta with nodes 1..=5 enrolled and heartbeating, bucket "bkt" (rs(2,1), 4 KiB blocks) holding
 /// objects "o", "o2" and "o3" (16 KiB) each with a pending regroup to rs(4,1) and a write in
 /// progress "w"; two damaged-unit repairs of "o3" leased; an empty bucket "empty"; the uploads
 /// record "u0".
@@ -361,13 +361,13 @@ async fn populated() -> Populated {
         let (status, body) = cluster.heartbeat(id).await;
         assert_eq!(status, 200, "{body}");
     }
-    for (bucket, body) in [("b", Some(layout("rs(2,1)"))), ("empty", None)] {
+    for (bucket, body) in [("bkt", Some(layout("rs(2,1)"))), ("empty", None)] {
         let (status, body) =
             cluster.call(Method::PUT, &format!("/v1/buckets/{bucket}"), body).await;
         assert_eq!(status, 201, "{body}");
     }
     let begin = |key: &'static str, size: u64| {
-        let path = format!("/v1/buckets/b/objects/{key}/begin");
+        let path = format!("/v1/buckets/bkt/objects/{key}/begin");
         let cluster = &cluster;
         async move {
             let (status, begun) =
@@ -381,11 +381,11 @@ async fn populated() -> Populated {
     for (key, transition) in ["o", "o2", "o3"].into_iter().zip(&mut transitions) {
         generation = begin(key, 16 * KIB).await;
         let commit = json!({"generation": generation});
-        let path = format!("/v1/buckets/b/objects/{key}/commit");
+        let path = format!("/v1/buckets/bkt/objects/{key}/commit");
         let (status, body) = cluster.call(Method::POST, &path, Some(commit)).await;
         assert_eq!(status, 200, "{body}");
         let regroup =
-            json!({"bucket": "b", "key": key, "layout": layout("rs(4,1)"), "mode": "regroup"});
+            json!({"bucket": "bkt", "key": key, "layout": layout("rs(4,1)"), "mode": "regroup"});
         let (status, plan) = cluster.call(Method::POST, "/v1/transitions", Some(regroup)).await;
         assert_eq!(status, 200, "{plan}");
         *transition = plan["transition"]["id"].as_u64().unwrap();
@@ -394,7 +394,7 @@ async fn populated() -> Populated {
     let write = begin("w", KIB).await;
     let mut leases = [(0, 0, 0, 0); 2];
     for (unit, lease) in ["d0", "d1"].into_iter().zip(&mut leases) {
-        let report = json!({"bucket": "b", "key": "o3", "generation": generation, "unit": unit,
+        let report = json!({"bucket": "bkt", "key": "o3", "generation": generation, "unit": unit,
                             "reason": "bad checksum"});
         let (status, body) = cluster.call(Method::POST, "/v1/repairs", Some(report)).await;
         assert_eq!((status, &body["queued"]), (200, &json!(true)), "{body}");
@@ -425,7 +425,7 @@ fn every_route(made: &Populated) -> Vec<Route> {
     let mut beat = Route::new(Method::POST, "/v1/heartbeat", Some(heartbeat(1)));
     beat.as_node = Some(1);
     let regroup =
-        json!({"bucket": "b", "key": "o3", "layout": layout("rs(3,1)"), "mode": "regroup"});
+        json!({"bucket": "bkt", "key": "o3", "layout": layout("rs(3,1)"), "mode": "regroup"});
     let mut bad_units = Route::new(
         Method::POST,
         "/v1/nodes/1/bad-units",
@@ -448,23 +448,23 @@ fn every_route(made: &Populated) -> Vec<Route> {
         Route::new(Method::DELETE, "/v1/nodes/2", None),
         Route::new(Method::GET, "/v1/status", None),
         Route::new(Method::GET, "/v1/buckets", None),
-        Route::new(Method::PUT, "/v1/buckets/x", Some(layout("rs(2,1)"))),
-        Route::new(Method::GET, "/v1/buckets/b", None),
+        Route::new(Method::PUT, "/v1/buckets/xyz", Some(layout("rs(2,1)"))),
+        Route::new(Method::GET, "/v1/buckets/bkt", None),
         Route::new(Method::DELETE, "/v1/buckets/empty", None),
-        Route::new(Method::PUT, "/v1/buckets/b/policy", Some(json!({"code": "rs(3,1)"}))),
-        Route::new(Method::GET, "/v1/buckets/b/objects?prefix=o", None),
-        Route::new(Method::GET, "/v1/buckets/b/objects/o3", None),
-        Route::new(Method::POST, "/v1/buckets/b/objects/new/begin", Some(json!({"size": KIB}))),
+        Route::new(Method::PUT, "/v1/buckets/bkt/policy", Some(json!({"code": "rs(3,1)"}))),
+        Route::new(Method::GET, "/v1/buckets/bkt/objects?prefix=o", None),
+        Route::new(Method::GET, "/v1/buckets/bkt/objects/o3", None),
+        Route::new(Method::POST, "/v1/buckets/bkt/objects/new/begin", Some(json!({"size": KIB}))),
         Route::new(
             Method::POST,
-            "/v1/buckets/b/objects/w/commit",
+            "/v1/buckets/bkt/objects/w/commit",
             Some(json!({"generation": write})),
         ),
         Route::new(Method::GET, "/v1/repairs", None),
         Route::new(
             Method::POST,
             "/v1/repairs",
-            Some(json!({"bucket": "b", "key": "o3", "generation": generation, "unit": "d2",
+            Some(json!({"bucket": "bkt", "key": "o3", "generation": generation, "unit": "d2",
                         "reason": "bad checksum"})),
         ),
         Route::new(Method::POST, "/v1/repairs/take", Some(json!({"lease_ms": 60_000}))),
@@ -479,22 +479,22 @@ fn every_route(made: &Populated) -> Vec<Route> {
             Some(json!({"deadline_ms": fail_by, "error": "no source"})),
         ),
         Route::new(Method::GET, "/v1/transitions", None),
-        Route::new(Method::GET, "/v1/transitions/b/o", None),
+        Route::new(Method::GET, "/v1/transitions/bkt/o", None),
         // A lease of 1 ms: the expiry below then aborts this transition.
         Route::new(
             Method::POST,
             "/v1/transitions/renew",
-            Some(json!({"bucket": "b", "key": "o", "id": renewed, "lease_ms": 1})),
+            Some(json!({"bucket": "bkt", "key": "o", "id": renewed, "lease_ms": 1})),
         ),
         Route::new(
             Method::POST,
             "/v1/transitions/commit",
-            Some(json!({"bucket": "b", "key": "o2", "id": committed})),
+            Some(json!({"bucket": "bkt", "key": "o2", "id": committed})),
         ),
         Route::new(
             Method::POST,
             "/v1/transitions/abort",
-            Some(json!({"bucket": "b", "key": "o3", "id": aborted})),
+            Some(json!({"bucket": "bkt", "key": "o3", "id": aborted})),
         ),
         Route::new(Method::POST, "/v1/transitions", Some(regroup)),
         Route::new(Method::POST, "/v1/transitions/expire", Some(json!({}))),
@@ -504,9 +504,9 @@ fn every_route(made: &Populated) -> Vec<Route> {
         Route::new(Method::DELETE, "/v1/records/uploads/u0", None),
         Route::new(Method::GET, "/v1/references?node_id=1", None),
         Route::new(Method::POST, "/v1/writes/expire", Some(json!({"older_than_ms": 0}))),
-        Route::new(Method::DELETE, "/v1/buckets/b/objects/o", None),
+        Route::new(Method::DELETE, "/v1/buckets/bkt/objects/o", None),
         Route::new(Method::GET, "/v1/no/such/route", None),
-        Route::new(Method::PATCH, "/v1/buckets/b", None),
+        Route::new(Method::PATCH, "/v1/buckets/bkt", None),
     ]
 }
 
@@ -536,7 +536,7 @@ async fn every_route_refuses_unsigned_foreign_altered_stale_and_misdirected_requ
     assert_eq!((status, &body["error"]), (403, &json!("not_enrolled")), "{body}");
     let (status, body) = cluster.heartbeat(2).await;
     assert_eq!(status, 200, "{body}");
-    let (status, body) = cluster.call(Method::GET, "/v1/buckets/x", None).await;
+    let (status, body) = cluster.call(Method::GET, "/v1/buckets/xyz", None).await;
     assert_eq!((status, &body["error"]), (404, &json!("no_such_bucket")), "{body}");
     // Nor a transition's lease: the refused renewal to 1 ms left nothing to expire.
     let dry_run = Some(json!({"dry_run": true}));
@@ -660,7 +660,7 @@ async fn a_node_key_opens_its_own_heartbeat_only_and_only_while_enrolled() {
     assert_eq!(cluster.snapshot().await, before, "a forbidden request changed something");
     let (status, body) = cluster.heartbeat(7).await;
     assert_eq!((status, &body["error"]), (403, &json!("not_enrolled")), "{body}");
-    let (status, body) = cluster.call(Method::GET, "/v1/buckets/x", None).await;
+    let (status, body) = cluster.call(Method::GET, "/v1/buckets/xyz", None).await;
     assert_eq!((status, &body["error"]), (404, &json!("no_such_bucket")), "{body}");
 
     // Removed: refused again, also after a restart.
@@ -859,7 +859,7 @@ async fn send_inventory(
 async fn scrub_reports_queue_repairs_of_the_reporting_nodes_own_units_only() {
     let made = populated().await;
     let cluster = made.cluster;
-    let object = cluster.get("/v1/buckets/b/objects/o").await;
+    let object = cluster.get("/v1/buckets/bkt/objects/o").await;
     let units = object["units"].as_array().unwrap().clone();
     let unit = units[0].clone();
     let (owner, disk) = (unit["node_id"].as_u64().unwrap(), unit["disk"].as_u64().unwrap());
@@ -929,7 +929,7 @@ async fn scrub_reports_queue_repairs_of_the_reporting_nodes_own_units_only() {
     // (object key, unit name) of each unit on that disk, as repair tasks name them.
     let mut named: Vec<(String, String)> = Vec::new();
     for key in ["o", "o2", "o3"] {
-        let object = cluster.get(&format!("/v1/buckets/b/objects/{key}")).await;
+        let object = cluster.get(&format!("/v1/buckets/bkt/objects/{key}")).await;
         for unit in object["units"].as_array().unwrap() {
             if unit["node_id"] == owner && unit["disk"] == disk {
                 on_disk.push(unit["unit_key"].as_str().unwrap().to_owned());

@@ -35,7 +35,7 @@ fn layout(code: &str, width: usize) -> Value {
 }
 
 impl Cluster {
-    /// Meta with `nodes` fake nodes of 2 disks and bucket "b" of rs(2,1), width 2, 4 KiB blocks.
+    /// Meta with `nodes` fake nodes of 2 disks and bucket "bkt" of rs(2,1), width 2, 4 KiB blocks.
     async fn start(nodes: u32) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let secret = ClusterSecret::generate();
@@ -50,7 +50,7 @@ impl Cluster {
             cluster.heartbeat(id).await;
         }
         let (status, body) =
-            cluster.call(reqwest::Method::PUT, "/v1/buckets/b", layout("rs(2,1)", 2)).await;
+            cluster.call(reqwest::Method::PUT, "/v1/buckets/bkt", layout("rs(2,1)", 2)).await;
         assert_eq!(status, 201, "{body}");
         cluster
     }
@@ -102,14 +102,14 @@ impl Cluster {
     }
 
     async fn begin(&self, key: &str, size: u64) -> Value {
-        let path = format!("/v1/buckets/b/objects/{key}/begin");
+        let path = format!("/v1/buckets/bkt/objects/{key}/begin");
         let (status, begun) = self.post(&path, json!({"size": size})).await;
         assert_eq!(status, 200, "{begun}");
         begun
     }
 
     async fn commit(&self, key: &str, generation: &Value) -> (u16, Value) {
-        let path = format!("/v1/buckets/b/objects/{key}/commit");
+        let path = format!("/v1/buckets/bkt/objects/{key}/commit");
         self.post(&path, json!({"generation": generation})).await
     }
 
@@ -184,7 +184,7 @@ async fn references_name_objects_writes_and_pending_transitions_per_disk() {
     }
     let key = "o0";
     let body =
-        json!({"bucket": "b", "key": key, "layout": layout("rs(4,1)", 2), "mode": "regroup"});
+        json!({"bucket": "bkt", "key": key, "layout": layout("rs(4,1)", 2), "mode": "regroup"});
     let (status, plan) = cluster.post("/v1/transitions", body).await;
     assert_eq!(status, 200, "{plan}");
     assert!(!plan["relocations"].as_array().unwrap().is_empty(), "{plan}");
@@ -222,8 +222,9 @@ async fn references_name_objects_writes_and_pending_transitions_per_disk() {
 
     // Committing the transition: the object's new units replace the old parity.
     let id = plan["transition"]["id"].clone();
-    let (status, done) =
-        cluster.post("/v1/transitions/commit", json!({"bucket": "b", "key": key, "id": id})).await;
+    let (status, done) = cluster
+        .post("/v1/transitions/commit", json!({"bucket": "bkt", "key": key, "id": id}))
+        .await;
     assert_eq!(status, 200, "{done}");
     let answer = cluster.references("").await;
     let refs = nonempty(&refs_of(&answer));
@@ -238,7 +239,7 @@ async fn references_name_objects_writes_and_pending_transitions_per_disk() {
 
     // Deleting an object and committing the write.
     let (status, deleted) =
-        cluster.call(reqwest::Method::DELETE, "/v1/buckets/b/objects/o0", Value::Null).await;
+        cluster.call(reqwest::Method::DELETE, "/v1/buckets/bkt/objects/o0", Value::Null).await;
     assert_eq!(status, 200, "{deleted}");
     assert_eq!(cluster.commit("writing", &begun["generation"]).await.0, 200);
     let answer = cluster.references("").await;
@@ -288,7 +289,7 @@ async fn expiry_removes_only_writes_begun_long_enough_ago() {
             &expired[0]["units"]
         ),
         (
-            &json!("b"),
+            &json!("bkt"),
             &json!("abandoned"),
             &old["generation"],
             &json!(old["units"].as_array().unwrap().len())
@@ -299,7 +300,7 @@ async fn expiry_removes_only_writes_begun_long_enough_ago() {
     let (status, refused) = cluster.commit("abandoned", &old["generation"]).await;
     assert_eq!((status, &refused["error"]), (409, &json!("no_such_write")), "{refused}");
     assert_eq!(cluster.commit("young", &young["generation"]).await.0, 200);
-    let (status, object) = cluster.get("/v1/buckets/b/objects/kept").await;
+    let (status, object) = cluster.get("/v1/buckets/bkt/objects/kept").await;
     assert_eq!((status, &object["generation"]), (200, &committed["generation"]));
     let refs = refs_of(&cluster.references("").await);
     for unit in old["units"].as_array().unwrap() {
@@ -308,16 +309,21 @@ async fn expiry_removes_only_writes_begun_long_enough_ago() {
     }
 
     // An abandoned write no longer keeps its bucket from being deleted.
-    let created = cluster.call(reqwest::Method::PUT, "/v1/buckets/e", layout("rs(2,1)", 2)).await;
+    let created =
+        cluster.call(reqwest::Method::PUT, "/v1/buckets/emptied", layout("rs(2,1)", 2)).await;
     assert_eq!(created.0, 201);
-    let path = "/v1/buckets/e/objects/x/begin";
+    let path = "/v1/buckets/emptied/objects/x/begin";
     assert_eq!(cluster.post(path, json!({"size": 10})).await.0, 200);
-    let (status, body) = cluster.call(reqwest::Method::DELETE, "/v1/buckets/e", Value::Null).await;
+    let (status, body) =
+        cluster.call(reqwest::Method::DELETE, "/v1/buckets/emptied", Value::Null).await;
     assert_eq!((status, &body["error"]), (409, &json!("bucket_not_empty")));
     tokio::time::sleep(Duration::from_millis(5)).await;
     let (status, body) = cluster.post("/v1/writes/expire", json!({"older_than_ms": 0})).await;
     assert_eq!((status, body["expired"].as_array().unwrap().len()), (200, 1), "{body}");
-    assert_eq!(cluster.call(reqwest::Method::DELETE, "/v1/buckets/e", Value::Null).await.0, 204);
+    assert_eq!(
+        cluster.call(reqwest::Method::DELETE, "/v1/buckets/emptied", Value::Null).await.0,
+        204
+    );
 
     // Bad bodies.
     for bad in [json!({}), json!({"older_than_ms": -1}), json!({"older_than_ms": 1, "x": 2})] {
@@ -331,7 +337,7 @@ async fn expiry_removes_only_writes_begun_long_enough_ago() {
 async fn a_repair_cannot_complete_after_its_lease_expired() {
     let cluster = Cluster::start(4).await;
     let object = cluster.put("x", 8 * KIB).await;
-    let report = json!({"bucket": "b", "key": "x", "generation": object["generation"],
+    let report = json!({"bucket": "bkt", "key": "x", "generation": object["generation"],
                         "unit": "d0", "reason": "checksum mismatch"});
     assert_eq!(cluster.post("/v1/repairs", report).await.0, 200);
     let (status, taken) = cluster.post("/v1/repairs/take", json!({"lease_ms": 1})).await;
@@ -344,7 +350,7 @@ async fn a_repair_cannot_complete_after_its_lease_expired() {
     let (status, lost) = cluster.post(&path, done).await;
     assert_eq!((status, &lost["error"]), (409, &json!("lease_lost")), "{lost}");
     assert!(lost["message"].as_str().unwrap().contains("expired"), "{lost}");
-    let (_, now) = cluster.get("/v1/buckets/b/objects/x").await;
+    let (_, now) = cluster.get("/v1/buckets/bkt/objects/x").await;
     let bare = |units: &Value| -> Vec<Value> {
         let mut units = units.as_array().unwrap().clone();
         units.iter_mut().for_each(|u| drop(u.as_object_mut().unwrap().remove("state")));
@@ -372,7 +378,7 @@ fn list_writes_and_abort_write_agree_between_redb_and_the_model() {
     let disks = (0..4).map(|node| DiskLocation { rack: node, node, disk: 0 }).collect();
     let topology = Topology::new(disks).unwrap();
     for store in stores {
-        for bucket in ["a", "b"] {
+        for bucket in ["aaa", "bbb"] {
             store.create_bucket(bucket, policy, 1).unwrap();
         }
     }
@@ -380,7 +386,7 @@ fn list_writes_and_abort_write_agree_between_redb_and_the_model() {
     let keys = ["k1", "k2", "k3", "x/y"];
     let mut generations: Vec<(&str, &str, u64)> = Vec::new();
     for step in 0..600u64 {
-        let bucket = ["a", "b"][rng.gen_range(0..2)];
+        let bucket = ["aaa", "bbb"][rng.gen_range(0..2)];
         let key = keys[rng.gen_range(0..keys.len())];
         let context = format!("step {step}");
         match rng.gen_range(0..6) {
@@ -436,19 +442,19 @@ fn list_writes_and_abort_write_agree_between_redb_and_the_model() {
     // An aborted write is gone for good: a second abort and a commit are refused.
     let write = real
         .begin_object(
-            "a",
+            "aaa",
             "last",
             place(&policy, 10, &topology, 1, FailureDomain::Node).unwrap(),
             1,
         )
         .unwrap();
-    assert_eq!(real.abort_write("a", "last", write.generation).unwrap(), write);
+    assert_eq!(real.abort_write("aaa", "last", write.generation).unwrap(), write);
     assert!(matches!(
-        real.abort_write("a", "last", write.generation),
+        real.abort_write("aaa", "last", write.generation),
         Err(MetaError::NoSuchWrite { .. })
     ));
     assert!(matches!(
-        real.commit_object("a", "last", write.generation, &Default::default()),
+        real.commit_object("aaa", "last", write.generation, &Default::default()),
         Err(MetaError::NoSuchWrite { .. })
     ));
 }

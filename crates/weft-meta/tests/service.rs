@@ -194,6 +194,15 @@ async fn buckets_are_created_listed_and_deleted() {
         client.put(format!("{base}/v1/buckets/Bad_Name")).send_signed(&signer).await.unwrap();
     assert_eq!(response.status(), 400);
     assert_eq!(response.json::<Value>().await.unwrap()["error"], "invalid_name");
+    // S3's rules for a new name: 3 to 63 characters, a letter or digit at each end.
+    for (name, why) in [("ab", "3 to 63 characters"), ("-abc", "begin and end")] {
+        let response =
+            client.put(format!("{base}/v1/buckets/{name}")).send_signed(&signer).await.unwrap();
+        assert_eq!(response.status(), 400, "{name}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"], "invalid_name", "{body}");
+        assert!(body["message"].as_str().unwrap().contains(why), "{body}");
+    }
     for policy in [r#"{"code":"rs(0,3)"}"#, r#"{"colour":"red"}"#, "[1]", "not json"] {
         let response = client
             .put(format!("{base}/v1/buckets/other"))
@@ -291,14 +300,18 @@ async fn policies_with_cells_or_blocks_under_4_kib_are_refused_everywhere() {
     // The smallest allowed policy is accepted; an object's own policy is held to the floor.
     let floor = json!({"code": "rs(2,1)", "stripe_width": 2, "cell_bytes": 4096,
                        "block_bytes": 4096});
-    let response =
-        client.put(format!("{base}/v1/buckets/b")).json(&floor).send_signed(&signer).await.unwrap();
+    let response = client
+        .put(format!("{base}/v1/buckets/bkt"))
+        .json(&floor)
+        .send_signed(&signer)
+        .await
+        .unwrap();
     assert_eq!(response.status(), 201);
     let own = json!({"size": 16384, "policy": {"code": "rs(2,1)", "stripe_width": 2,
                                                 "cell_bytes": 1, "block_bytes": 1}});
-    let (status, body) = post("/v1/buckets/b/objects/k/begin".into(), own).await;
+    let (status, body) = post("/v1/buckets/bkt/objects/k/begin".into(), own).await;
     assert_eq!((status, &body["error"]), (400, &json!("invalid_policy")), "{body}");
-    let target = json!({"bucket": "b", "key": "k", "layout": {"code": "rs(3,1)",
+    let target = json!({"bucket": "bkt", "key": "k", "layout": {"code": "rs(3,1)",
                         "stripe_width": 2, "cell_bytes": 1, "block_bytes": 1}});
     let (status, body) = post("/v1/transitions".into(), target).await;
     assert_eq!((status, &body["error"]), (400, &json!("invalid_policy")), "{body}");

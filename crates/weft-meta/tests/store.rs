@@ -89,7 +89,7 @@ fn model_based_random_operations() {
     let model = MemStore::new();
     let mut real = Some(RedbStore::open(&path).unwrap());
     let mut rng = StdRng::seed_from_u64(seed);
-    let buckets = ["a", "b", "c"];
+    let buckets = ["aaa", "bbb", "ccc"];
     let keys = ["x/1", "x/2", "x/3", "y/1", "y/2", "z"];
     let mut now_ms = 0u64;
     let mut generations: Vec<(usize, usize, u64)> = Vec::new();
@@ -382,16 +382,16 @@ fn reopen_keeps_everything() {
 #[test]
 fn bucket_delete_refused_when_not_empty() {
     for store in [&MemStore::new() as &dyn MetaStore, &redb_in_temp().1] {
-        store.create_bucket("b", layout("rs(2,1)", MIB), 0).unwrap();
-        let write = store.begin_object("b", "k", placement(MIB, 0), 1).unwrap();
-        let not_empty = Err(MetaError::BucketNotEmpty { bucket: "b".into() });
-        assert_eq!(store.delete_bucket("b"), not_empty, "a write in progress keeps it");
-        store.commit_object("b", "k", write.generation, &Default::default()).unwrap();
-        assert_eq!(store.delete_bucket("b"), not_empty, "a committed object keeps it");
-        assert!(store.delete_bucket("b").unwrap_err().to_string().contains("\"b\""));
-        store.delete_object("b", "k").unwrap();
-        assert_eq!(store.delete_bucket("b"), Ok(()));
-        assert_eq!(store.get_bucket("b"), Err(MetaError::NoSuchBucket { bucket: "b".into() }));
+        store.create_bucket("bkt", layout("rs(2,1)", MIB), 0).unwrap();
+        let write = store.begin_object("bkt", "k", placement(MIB, 0), 1).unwrap();
+        let not_empty = Err(MetaError::BucketNotEmpty { bucket: "bkt".into() });
+        assert_eq!(store.delete_bucket("bkt"), not_empty, "a write in progress keeps it");
+        store.commit_object("bkt", "k", write.generation, &Default::default()).unwrap();
+        assert_eq!(store.delete_bucket("bkt"), not_empty, "a committed object keeps it");
+        assert!(store.delete_bucket("bkt").unwrap_err().to_string().contains("\"bkt\""));
+        store.delete_object("bkt", "k").unwrap();
+        assert_eq!(store.delete_bucket("bkt"), Ok(()));
+        assert_eq!(store.get_bucket("bkt"), Err(MetaError::NoSuchBucket { bucket: "bkt".into() }));
     }
 }
 
@@ -405,23 +405,23 @@ fn redb_in_temp() -> (tempfile::TempDir, RedbStore) {
 fn listing_pagination_is_exact() {
     let (_dir, redb) = redb_in_temp();
     for store in [&MemStore::new() as &dyn MetaStore, &redb] {
-        store.create_bucket("b", layout("rs(2,1)", MIB), 0).unwrap();
-        store.create_bucket("a", layout("rs(2,1)", MIB), 0).unwrap();
-        store.create_bucket("c", layout("rs(2,1)", MIB), 0).unwrap();
+        store.create_bucket("bkt", layout("rs(2,1)", MIB), 0).unwrap();
+        store.create_bucket("aaa", layout("rs(2,1)", MIB), 0).unwrap();
+        store.create_bucket("ccc", layout("rs(2,1)", MIB), 0).unwrap();
         for i in 0..100 {
-            put(store, "b", &format!("logs/{i:03}"), i);
-            put(store, "b", &format!("other/{i:03}"), i);
+            put(store, "bkt", &format!("logs/{i:03}"), i);
+            put(store, "bkt", &format!("other/{i:03}"), i);
         }
-        put(store, "a", "logs/zzz", 0);
-        put(store, "c", "logs/000", 0);
+        put(store, "aaa", "logs/zzz", 0);
+        put(store, "ccc", "logs/000", 0);
         // An uncommitted write is not listed.
-        store.begin_object("b", "logs/050x", placement(MIB, 0), 0).unwrap();
+        store.begin_object("bkt", "logs/050x", placement(MIB, 0), 0).unwrap();
         let start = "logs/009";
         let mut seen = Vec::new();
         let mut after = Some(start.to_string());
         let mut pages = 0;
         while let Some(from) = after.take() {
-            let page = store.list_objects("b", "logs/", Some(&from), 7).unwrap();
+            let page = store.list_objects("bkt", "logs/", Some(&from), 7).unwrap();
             assert!(page.objects.len() <= 7);
             seen.extend(page.objects.iter().map(|o| o.key.clone()));
             after = page.next_start_after;
@@ -431,11 +431,11 @@ fn listing_pagination_is_exact() {
         let expected: Vec<String> = (10..100).map(|i| format!("logs/{i:03}")).collect();
         assert_eq!(seen, expected);
         assert_eq!(pages, 13, "90 keys in pages of 7: 12 full pages and one of 6");
-        let first = store.list_objects("b", "logs/", None, 7).unwrap();
+        let first = store.list_objects("bkt", "logs/", None, 7).unwrap();
         assert_eq!(first.objects[0].key, "logs/000");
         assert_eq!(first.next_start_after.as_deref(), Some("logs/006"));
         // start_after before the prefix starts at the prefix.
-        let early = store.list_objects("b", "other/", Some("a"), 3).unwrap();
+        let early = store.list_objects("bkt", "other/", Some("a"), 3).unwrap();
         assert_eq!(early.objects[0].key, "other/000");
     }
 }
@@ -490,7 +490,7 @@ fn heartbeat_json_has_the_wire_shape() {
     assert_eq!(serde_json::to_string(&heartbeat).unwrap(), json);
 }
 
-/// A MemStore and a fresh RedbStore, with bucket "b" and object "k" (3 MiB, rs(2,1):
+/// A MemStore and a fresh RedbStore, with bucket "bkt" and object "k" (3 MiB, rs(2,1):
 /// d0 d1 d2 p0.0 p1.0) committed in each.
 type StoresWithObject = Vec<(Box<dyn MetaStore>, ObjectRecord)>;
 
@@ -500,8 +500,8 @@ fn both_with_object() -> (tempfile::TempDir, StoresWithObject) {
     let stores = stores
         .into_iter()
         .map(|store| {
-            store.create_bucket("b", layout("rs(2,1)", MIB), 0).unwrap();
-            let object = put(store.as_ref(), "b", "k", 1);
+            store.create_bucket("bkt", layout("rs(2,1)", MIB), 0).unwrap();
+            let object = put(store.as_ref(), "bkt", "k", 1);
             (store, object)
         })
         .collect();
@@ -581,7 +581,7 @@ fn enqueue_checks_the_committed_object() {
     for (store, object) in &stores {
         let d0 = UnitId::Data(0);
         let missing = RepairRequest {
-            object: ObjectName { bucket: "b".into(), key: "nope".into() },
+            object: ObjectName { bucket: "bkt".into(), key: "nope".into() },
             ..damaged(object, d0, "corrupt")
         };
         assert_eq!(store.enqueue_repair(&missing, 1), Ok(Enqueued::Stale));
@@ -620,7 +620,7 @@ fn enqueue_checks_the_committed_object() {
         assert_eq!((task.kind, task.reason.as_str()), (RepairKind::Damaged, "checksum mismatch"));
 
         // The object is replaced: the old generation's task gives way to the new one's.
-        let newer = put(store.as_ref(), "b", "k", 5);
+        let newer = put(store.as_ref(), "bkt", "k", 5);
         assert_eq!(
             store.enqueue_repair(&damaged(object, d0, "late report"), 6),
             Ok(Enqueued::Stale)
@@ -658,14 +658,14 @@ fn relocate_repaired_moves_the_unit_atomically_or_reports_stale() {
         let d1_disk = object.placement.disk_of(UnitId::Data(1)).unwrap();
         let refused = store.relocate_repaired(&lease, d1_disk).unwrap_err();
         assert!(matches!(refused, MetaError::PlacementRefused { .. }), "{refused}");
-        assert_eq!(&store.get_object("b", "k").unwrap(), object);
+        assert_eq!(&store.get_object("bkt", "k").unwrap(), object);
         assert_eq!(store.repair_queue_len().unwrap(), 1, "the task is still leased");
 
         // A lease taken over by another executor cannot complete.
         let retaken = store.take_repair(110, 100).unwrap().unwrap();
         let lost = store.relocate_repaired(&lease, target).unwrap_err();
         assert!(matches!(lost, MetaError::LeaseLost { .. }), "{lost}");
-        assert_eq!(&store.get_object("b", "k").unwrap(), object);
+        assert_eq!(&store.get_object("bkt", "k").unwrap(), object);
 
         // Relocated: the object names the new disk, the rules hold, the task is gone.
         let RepairOutcome::Relocated(moved) = store.relocate_repaired(&retaken, target).unwrap()
@@ -674,7 +674,7 @@ fn relocate_repaired_moves_the_unit_atomically_or_reports_stale() {
         };
         assert_eq!(moved.placement.disk_of(d0), Some(target));
         assert_eq!(moved.placement.verify(), Ok(()));
-        assert_eq!(store.get_object("b", "k").unwrap(), moved);
+        assert_eq!(store.get_object("bkt", "k").unwrap(), moved);
         assert_eq!(moved.generation, object.generation, "a relocation is not a new write");
         assert_eq!(store.repair_queue_len().unwrap(), 0);
         // The detector's view from before the move is now stale.
@@ -686,15 +686,15 @@ fn relocate_repaired_moves_the_unit_atomically_or_reports_stale() {
         // Replaced after the task was queued: stale, the task goes, the object is untouched.
         store.enqueue_repair(&damaged(&moved, UnitId::Data(1), "corrupt"), 3).unwrap();
         let lease = store.take_repair(300, 100).unwrap().unwrap();
-        let newer = put(store.as_ref(), "b", "k", 4);
+        let newer = put(store.as_ref(), "bkt", "k", 4);
         assert_eq!(store.relocate_repaired(&lease, target), Ok(RepairOutcome::Stale));
-        assert_eq!(store.get_object("b", "k").unwrap(), newer);
+        assert_eq!(store.get_object("bkt", "k").unwrap(), newer);
         assert_eq!(store.repair_queue_len().unwrap(), 0);
 
         // Deleted after the task was queued: stale too.
         store.enqueue_repair(&damaged(&newer, UnitId::Data(1), "corrupt"), 5).unwrap();
         let lease = store.take_repair(500, 100).unwrap().unwrap();
-        store.delete_object("b", "k").unwrap();
+        store.delete_object("bkt", "k").unwrap();
         assert_eq!(store.relocate_repaired(&lease, target), Ok(RepairOutcome::Stale));
         assert_eq!(store.repair_queue_len().unwrap(), 0);
     }

@@ -37,13 +37,13 @@ fn stores() -> (tempfile::TempDir, Vec<Box<dyn MetaStore>>) {
     (dir, vec![Box::new(MemStore::new()), Box::new(redb)])
 }
 
-/// Puts `key` in bucket "b" (created if needed) as rs(6,3) placed on `nodes` nodes.
+/// Puts `key` in bucket "bkt" (created if needed) as rs(6,3) placed on `nodes` nodes.
 fn put(store: &dyn MetaStore, key: &str, nodes: u32, seed: u64) -> ObjectRecord {
-    let _ = store.create_bucket("b", layout("rs(6,3)"), 0);
+    let _ = store.create_bucket("bkt", layout("rs(6,3)"), 0);
     let placement =
         place(&layout("rs(6,3)"), SIZE, &topology(nodes), seed, FailureDomain::Node).unwrap();
-    let write = store.begin_object("b", key, placement, 1).unwrap();
-    store.commit_object("b", key, write.generation, &Default::default()).unwrap().0
+    let write = store.begin_object("bkt", key, placement, 1).unwrap();
+    store.commit_object("bkt", key, write.generation, &Default::default()).unwrap().0
 }
 
 fn plan(object: &ObjectRecord, code: &str, nodes: u32) -> RegroupPlan {
@@ -103,20 +103,21 @@ fn commit_applies_the_relocations_and_the_new_parity_atomically() {
         assert_eq!(replaced, None);
         assert_eq!((record.created_ms, record.object_generation), (5, object.generation));
         assert_eq!(record.relocations, plan.relocations);
-        assert_eq!(store.get_transition("b", "k").unwrap(), Some(record.clone()));
-        assert_eq!(store.get_object("b", "k").unwrap(), object, "nothing changes at begin");
+        assert_eq!(store.get_transition("bkt", "k").unwrap(), Some(record.clone()));
+        assert_eq!(store.get_object("bkt", "k").unwrap(), object, "nothing changes at begin");
 
-        let (new, old) = store.commit_transition("b", "k", record.id, &Default::default()).unwrap();
+        let (new, old) =
+            store.commit_transition("bkt", "k", record.id, &Default::default()).unwrap();
         assert_eq!(old, object);
         assert_eq!(new.placement, plan.new, "no repair meanwhile: exactly the plan");
         assert_eq!((new.parity_generation, new.generation), (record.id, object.generation));
-        assert_eq!(store.get_object("b", "k").unwrap(), new);
-        assert_eq!(store.get_transition("b", "k").unwrap(), None);
+        assert_eq!(store.get_object("bkt", "k").unwrap(), new);
+        assert_eq!(store.get_transition("bkt", "k").unwrap(), None);
         let queued: Vec<UnitId> =
             store.list_repairs(None, 10).unwrap().into_iter().map(|(_, t)| t.unit).collect();
         assert_eq!(queued, vec![UnitId::Data(1)]);
         assert_eq!(
-            conflict(store.commit_transition("b", "k", record.id, &Default::default())),
+            conflict(store.commit_transition("bkt", "k", record.id, &Default::default())),
             TransitionConflict::AlreadyCommitted
         );
     }
@@ -142,7 +143,7 @@ fn commit_keeps_repairs_done_meanwhile_and_refuses_a_moved_relocation() {
         else {
             panic!("not relocated")
         };
-        let refused = conflict(store.commit_transition("b", "k", record.id, &Default::default()));
+        let refused = conflict(store.commit_transition("bkt", "k", record.id, &Default::default()));
         assert_eq!(
             refused,
             TransitionConflict::Relocation {
@@ -151,13 +152,13 @@ fn commit_keeps_repairs_done_meanwhile_and_refuses_a_moved_relocation() {
                 current: target
             }
         );
-        assert_eq!(store.get_object("b", "k").unwrap(), repaired, "nothing changed");
-        assert_eq!(store.get_transition("b", "k").unwrap(), Some(record.clone()));
-        assert_eq!(store.abort_transition("b", "k", record.id).unwrap(), record);
+        assert_eq!(store.get_object("bkt", "k").unwrap(), repaired, "nothing changed");
+        assert_eq!(store.get_transition("bkt", "k").unwrap(), Some(record.clone()));
+        assert_eq!(store.abort_transition("bkt", "k", record.id).unwrap(), record);
         assert_eq!(
-            store.abort_transition("b", "k", record.id),
+            store.abort_transition("bkt", "k", record.id),
             Err(MetaError::NoSuchTransition {
-                bucket: "b".into(),
+                bucket: "bkt".into(),
                 key: "k".into(),
                 id: record.id,
                 pending: None
@@ -185,7 +186,8 @@ fn commit_keeps_repairs_done_meanwhile_and_refuses_a_moved_relocation() {
         let lease = store.take_repair(30, 100).unwrap().unwrap();
         assert_eq!(lease.task.unit, UnitId::Data(stays));
         assert!(matches!(store.relocate_repaired(&lease, target), Ok(RepairOutcome::Relocated(_))));
-        let (new, _) = store.commit_transition("b", "k2", record.id, &Default::default()).unwrap();
+        let (new, _) =
+            store.commit_transition("bkt", "k2", record.id, &Default::default()).unwrap();
         assert_eq!(new.placement.disk_of(UnitId::Data(stays)), Some(target), "the repair is kept");
         let mut expected = data_disks(&plan.new);
         expected[stays] = target;
@@ -206,13 +208,13 @@ fn a_begin_replaces_the_pending_one_and_is_checked_against_the_object() {
         assert!(second.id > first.id, "ids only grow");
         assert_eq!(replaced, Some(first.clone()));
         assert_eq!(
-            conflict(store.commit_transition("b", "k", first.id, &Default::default())),
+            conflict(store.commit_transition("bkt", "k", first.id, &Default::default())),
             TransitionConflict::Superseded { current: second.id }
         );
         assert_eq!(
-            store.abort_transition("b", "k", first.id),
+            store.abort_transition("bkt", "k", first.id),
             Err(MetaError::NoSuchTransition {
-                bucket: "b".into(),
+                bucket: "bkt".into(),
                 key: "k".into(),
                 id: first.id,
                 pending: Some(second.id)
@@ -243,7 +245,7 @@ fn a_begin_replaces_the_pending_one_and_is_checked_against_the_object() {
         assert!(matches!(store.begin_transition(elsewhere, 7), Err(MetaError::NoSuchKey { .. })));
         let nowhere = NewTransition { bucket: "nope".into(), ..transition(&object, &wide) };
         assert!(matches!(store.begin_transition(nowhere, 7), Err(MetaError::NoSuchBucket { .. })));
-        assert_eq!(store.get_transition("b", "k").unwrap(), Some(second.clone()));
+        assert_eq!(store.get_transition("bkt", "k").unwrap(), Some(second.clone()));
     }
 }
 
@@ -256,22 +258,22 @@ fn overwriting_or_deleting_the_object_drops_its_transition() {
             store.begin_transition(transition(&object, &plan(&object, "rs(12,3)", 24)), 5).unwrap();
         // An overwrite that began before the transition and commits after it.
         let newer = put(store.as_ref(), "k", 24, 2);
-        assert_eq!(store.get_transition("b", "k").unwrap(), None);
+        assert_eq!(store.get_transition("bkt", "k").unwrap(), None);
         assert_eq!(
-            conflict(store.commit_transition("b", "k", record.id, &Default::default())),
+            conflict(store.commit_transition("bkt", "k", record.id, &Default::default())),
             TransitionConflict::NotPending
         );
-        assert_eq!(store.get_object("b", "k").unwrap(), newer);
+        assert_eq!(store.get_object("bkt", "k").unwrap(), newer);
 
         let (record, _) =
             store.begin_transition(transition(&newer, &plan(&newer, "rs(12,3)", 24)), 6).unwrap();
-        store.delete_object("b", "k").unwrap();
+        store.delete_object("bkt", "k").unwrap();
         assert_eq!(store.transition_count().unwrap(), 0);
         assert_eq!(
-            conflict(store.commit_transition("b", "k", record.id, &Default::default())),
+            conflict(store.commit_transition("bkt", "k", record.id, &Default::default())),
             TransitionConflict::ObjectGone
         );
-        assert_eq!(store.delete_bucket("b"), Ok(()), "no transition keeps a bucket");
+        assert_eq!(store.delete_bucket("bkt"), Ok(()), "no transition keeps a bucket");
     }
 }
 
@@ -287,7 +289,7 @@ fn listing_pages_in_key_order() {
             page.into_iter().map(|t| t.key).collect()
         };
         assert_eq!(keys(store.list_transitions(None, 3).unwrap()), ["a", "b", "c"]);
-        let after = ObjectName { bucket: "b".into(), key: "c".into() };
+        let after = ObjectName { bucket: "bkt".into(), key: "c".into() };
         assert_eq!(keys(store.list_transitions(Some(&after), 3).unwrap()), ["d"]);
         assert_eq!(store.transition_count().unwrap(), 4);
     }
@@ -303,12 +305,12 @@ fn a_pending_transition_survives_a_reopen() {
     let (record, _) = store.begin_transition(transition(&object, &plan), 5).unwrap();
     drop(store);
     let store = RedbStore::open(&path).unwrap();
-    assert_eq!(store.get_transition("b", "k").unwrap(), Some(record.clone()));
+    assert_eq!(store.get_transition("bkt", "k").unwrap(), Some(record.clone()));
     assert_eq!(store.list_transitions(None, 10).unwrap(), vec![record.clone()]);
-    let (new, _) = store.commit_transition("b", "k", record.id, &Default::default()).unwrap();
+    let (new, _) = store.commit_transition("bkt", "k", record.id, &Default::default()).unwrap();
     drop(store);
     let store = RedbStore::open(&path).unwrap();
-    assert_eq!(store.get_object("b", "k").unwrap(), new, "parity generation and all");
+    assert_eq!(store.get_object("bkt", "k").unwrap(), new, "parity generation and all");
     assert_eq!(new.parity_generation, record.id);
     // Ids keep growing across reopens.
     let (next, _) = store
@@ -368,16 +370,16 @@ fn a_renewal_moves_the_lease_and_only_an_expired_lease_expires() {
         let (record, _) = store.begin_transition(new, 1000).unwrap();
         assert_eq!(record.lease_deadline_ms, 1100);
         // Not expired before its deadline; expiring the wrong id does nothing.
-        assert_eq!(store.expire_transition("b", "k", record.id, 1099), Ok(None));
-        assert_eq!(store.expire_transition("b", "k", record.id + 1, 5000), Ok(None));
-        let renewed = store.renew_transition("b", "k", record.id, 2000).unwrap();
+        assert_eq!(store.expire_transition("bkt", "k", record.id, 1099), Ok(None));
+        assert_eq!(store.expire_transition("bkt", "k", record.id + 1, 5000), Ok(None));
+        let renewed = store.renew_transition("bkt", "k", record.id, 2000).unwrap();
         assert_eq!(renewed.lease_deadline_ms, 2000);
-        assert_eq!(store.get_transition("b", "k").unwrap(), Some(renewed.clone()));
-        assert_eq!(store.expire_transition("b", "k", record.id, 1999), Ok(None), "renewed");
-        assert_eq!(store.expire_transition("b", "k", record.id, 2000), Ok(Some(renewed)));
-        assert_eq!(store.get_transition("b", "k").unwrap(), None);
+        assert_eq!(store.get_transition("bkt", "k").unwrap(), Some(renewed.clone()));
+        assert_eq!(store.expire_transition("bkt", "k", record.id, 1999), Ok(None), "renewed");
+        assert_eq!(store.expire_transition("bkt", "k", record.id, 2000), Ok(Some(renewed)));
+        assert_eq!(store.get_transition("bkt", "k").unwrap(), None);
         // Gone: a renewal and a commit are refused as not pending; the object is untouched.
-        let refused = store.renew_transition("b", "k", record.id, 9000);
+        let refused = store.renew_transition("bkt", "k", record.id, 9000);
         assert!(
             matches!(
                 refused,
@@ -385,9 +387,9 @@ fn a_renewal_moves_the_lease_and_only_an_expired_lease_expires() {
             ),
             "{refused:?}"
         );
-        let commit = store.commit_transition("b", "k", record.id, &Default::default());
+        let commit = store.commit_transition("bkt", "k", record.id, &Default::default());
         assert_eq!(conflict(commit), TransitionConflict::NotPending);
-        assert_eq!(store.get_object("b", "k").unwrap(), object);
+        assert_eq!(store.get_object("bkt", "k").unwrap(), object);
     }
 }
 
@@ -405,15 +407,15 @@ fn a_renewal_of_a_replaced_or_committed_transition_says_why() {
             other => panic!("expected a conflict, got {other:?}"),
         };
         assert_eq!(
-            reason(store.renew_transition("b", "k", first.id, 99)),
+            reason(store.renew_transition("bkt", "k", first.id, 99)),
             TransitionConflict::Superseded { current: second.id }
         );
-        store.commit_transition("b", "k", second.id, &Default::default()).unwrap();
+        store.commit_transition("bkt", "k", second.id, &Default::default()).unwrap();
         assert_eq!(
-            reason(store.renew_transition("b", "k", second.id, 99)),
+            reason(store.renew_transition("bkt", "k", second.id, 99)),
             TransitionConflict::AlreadyCommitted
         );
-        assert_eq!(store.expire_transition("b", "k", second.id, u64::MAX), Ok(None));
+        assert_eq!(store.expire_transition("bkt", "k", second.id, u64::MAX), Ok(None));
     }
 }
 
@@ -426,10 +428,10 @@ fn a_lease_survives_a_reopen_and_old_records_get_the_default_lease() {
     let new =
         NewTransition { lease_ms: 250, ..transition(&object, &plan(&object, "rs(12,3)", 24)) };
     let (record, _) = store.begin_transition(new, 5).unwrap();
-    let renewed = store.renew_transition("b", "k", record.id, 7777).unwrap();
+    let renewed = store.renew_transition("bkt", "k", record.id, 7777).unwrap();
     drop(store);
     let store = RedbStore::open(&path).unwrap();
-    assert_eq!(store.get_transition("b", "k").unwrap(), Some(renewed.clone()));
+    assert_eq!(store.get_transition("bkt", "k").unwrap(), Some(renewed.clone()));
     assert_eq!(renewed.lease_deadline_ms, 7777);
 
     // A record stored before leases existed reads with created_ms + the default lease.

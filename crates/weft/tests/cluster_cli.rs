@@ -283,13 +283,13 @@ fn boundary_sizes() -> Vec<(&'static str, usize)> {
 #[test]
 fn objects_round_trip_at_every_boundary_and_survive_a_restart() {
     let mut cluster = Cluster::start(12, &[]);
-    let mut create = vec!["bucket", "create", "t", "--json"];
+    let mut create = vec!["bucket", "create", "trip", "--json"];
     create.extend(SMALL);
     cluster.weft_json(&create);
     let mut objects = Objects::new();
 
     for (seed, (name, size)) in boundary_sizes().into_iter().enumerate() {
-        let path = format!("t/sizes/{name}");
+        let path = format!("trip/sizes/{name}");
         let put = objects.put(&cluster, &path, bytes(seed as u64, size), &[]);
         assert_eq!(put["layout"]["code"], "rs(6,3)", "{put}");
         assert_eq!(put["layout"]["cell_bytes"], CELL, "{put}");
@@ -304,27 +304,27 @@ fn objects_round_trip_at_every_boundary_and_survive_a_restart() {
         assert_eq!(put["units"], blocks + 3 * groups, "{put}");
         assert_groups_on_distinct_nodes(&stat);
     }
-    for (path, data) in [("t/other/a", 5000), ("t/other/b", 1), ("t/sizesx", 10)] {
+    for (path, data) in [("trip/other/a", 5000), ("trip/other/b", 1), ("trip/sizesx", 10)] {
         objects.put(&cluster, path, bytes(data as u64 + 100, data), &[]);
     }
     // A policy given at put overrides the bucket's (rs(2,1) here).
     let put = objects.put(
         &cluster,
-        "t/other/narrow",
+        "trip/other/narrow",
         bytes(77, 3 * BLOCK + 5),
         &["--k", "2", "--r", "1", "--stripe-width", "2", "--cell", "4KiB", "--block", "16KiB"],
     );
     assert_eq!(put["layout"]["code"], "rs(2,1)", "{put}");
-    assert_groups_on_distinct_nodes(&cluster.stat("t/other/narrow"));
+    assert_groups_on_distinct_nodes(&cluster.stat("trip/other/narrow"));
 
     // A put over an existing key replaces it: a new generation, the old unit files deleted.
-    let old = cluster.stat("t/sizesx");
+    let old = cluster.stat("trip/sizesx");
     let old_files: Vec<PathBuf> = units_of(&old)
         .values()
         .map(|u| unit_file(&cluster, u).unwrap_or_else(|| panic!("no file for {u}")))
         .collect();
     assert_eq!(old_files.len(), 4, "{old}");
-    let put = objects.put(&cluster, "t/sizesx", bytes(555, 2 * BLOCK + 3), &[]);
+    let put = objects.put(&cluster, "trip/sizesx", bytes(555, 2 * BLOCK + 3), &[]);
     assert!(put["generation"].as_u64() > old["generation"].as_u64(), "{put}\n{old}");
     assert_eq!(put["leftover_units"], 0, "{put}");
     for file in &old_files {
@@ -336,7 +336,7 @@ fn objects_round_trip_at_every_boundary_and_survive_a_restart() {
     }
 
     // Ranges: a-b (clamped at the end), a-, -n, in both spellings of a leading dash.
-    let big = "t/sizes/groups-odd";
+    let big = "trip/sizes/groups-odd";
     let data = objects.data(big).to_vec();
     let n = data.len();
     let ranges: Vec<(String, std::ops::Range<usize>)> = vec![
@@ -361,8 +361,8 @@ fn objects_round_trip_at_every_boundary_and_survive_a_restart() {
         cluster.weft_json(&["get", big, "--range", "-4097", "-o", out.to_str().unwrap(), "--json"]);
     assert_eq!(got["bytes"], 4097, "{got}");
     assert_same(&std::fs::read(&out).unwrap(), &data[n - 4097..], "--range -4097 -o");
-    let one = get_stdout(&cluster, &["t/sizes/one-byte", "--range", "0-"]);
-    assert_same(&one, objects.data("t/sizes/one-byte"), "one byte, 0-");
+    let one = get_stdout(&cluster, &["trip/sizes/one-byte", "--range", "0-"]);
+    assert_same(&one, objects.data("trip/sizes/one-byte"), "one byte, 0-");
 
     // ls: a prefix lists exactly its keys, in order; no prefix lists everything.
     let keys = |listing: &Value| -> Vec<String> {
@@ -376,28 +376,28 @@ fn objects_round_trip_at_every_boundary_and_survive_a_restart() {
     let sizes: Vec<String> = objects
         .stored
         .keys()
-        .filter_map(|p| p.strip_prefix("t/"))
+        .filter_map(|p| p.strip_prefix("trip/"))
         .filter(|k| k.starts_with("sizes/"))
         .map(str::to_owned)
         .collect();
     assert_eq!(sizes.len(), boundary_sizes().len());
-    assert_eq!(keys(&cluster.weft_json(&["ls", "t/sizes/", "--json"])), sizes);
+    assert_eq!(keys(&cluster.weft_json(&["ls", "trip/sizes/", "--json"])), sizes);
     assert_eq!(
-        keys(&cluster.weft_json(&["ls", "t/other/", "--json"])),
+        keys(&cluster.weft_json(&["ls", "trip/other/", "--json"])),
         ["other/a", "other/b", "other/narrow"]
     );
     let mut with_x = sizes.clone();
     with_x.push("sizesx".into());
-    assert_eq!(keys(&cluster.weft_json(&["ls", "t/sizes", "--json"])), with_x);
-    assert_eq!(keys(&cluster.weft_json(&["ls", "t/nothing", "--json"])), Vec::<String>::new());
-    let all: Vec<String> = objects.stored.keys().map(|p| p["t/".len()..].to_owned()).collect();
-    let listing = cluster.weft_json(&["ls", "t", "--json"]);
+    assert_eq!(keys(&cluster.weft_json(&["ls", "trip/sizes", "--json"])), with_x);
+    assert_eq!(keys(&cluster.weft_json(&["ls", "trip/nothing", "--json"])), Vec::<String>::new());
+    let all: Vec<String> = objects.stored.keys().map(|p| p["trip/".len()..].to_owned()).collect();
+    let listing = cluster.weft_json(&["ls", "trip", "--json"]);
     assert_eq!(keys(&listing), all);
     for object in listing["objects"].as_array().unwrap() {
-        let path = format!("t/{}", object["key"].as_str().unwrap());
+        let path = format!("trip/{}", object["key"].as_str().unwrap());
         assert_eq!(object["size"], objects.data(&path).len(), "{object}");
     }
-    let text = cluster.weft(&["ls", "t/other/"]);
+    let text = cluster.weft(&["ls", "trip/other/"]);
     assert!(text.status.success());
     let text = String::from_utf8(text.stdout).unwrap();
     let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split_whitespace().collect()).collect();
@@ -407,7 +407,7 @@ fn objects_round_trip_at_every_boundary_and_survive_a_restart() {
     );
 
     // rm: the object is gone from meta and its unit files from the disks.
-    let victim = "t/sizes/group-plus-1";
+    let victim = "trip/sizes/group-plus-1";
     let before = cluster.stat(victim);
     let files: Vec<PathBuf> = units_of(&before)
         .values()
@@ -431,16 +431,16 @@ fn objects_round_trip_at_every_boundary_and_survive_a_restart() {
     fails_with(&cluster, &["get", victim], &["no_such_key", "group-plus-1"]);
     fails_with(&cluster, &["stat", victim], &["no_such_key"]);
     fails_with(&cluster, &["rm", victim], &["no_such_key"]);
-    assert!(!keys(&cluster.weft_json(&["ls", "t/sizes/", "--json"]))
+    assert!(!keys(&cluster.weft_json(&["ls", "trip/sizes/", "--json"]))
         .contains(&"sizes/group-plus-1".to_owned()));
 
     // Refusals: one line each, non-zero exit, nothing written.
-    fails_with(&cluster, &["get", "t/missing"], &["no_such_key", "missing"]);
+    fails_with(&cluster, &["get", "trip/missing"], &["no_such_key", "missing"]);
     fails_with(&cluster, &["get", "nobucket/k"], &["no_such_bucket", "nobucket"]);
     let missing = objects.file("does-not-exist");
     fails_with(
         &cluster,
-        &["put", missing.to_str().unwrap(), "t/x"],
+        &["put", missing.to_str().unwrap(), "trip/x"],
         &["cannot read", "does-not-exist"],
     );
     let small = objects.file("in-0");
@@ -459,30 +459,30 @@ fn objects_round_trip_at_every_boundary_and_survive_a_restart() {
     fails_with(&cluster, &["get", big, "--range", "lots"], &["--range"]);
     fails_with(
         &cluster,
-        &["get", "t/sizes/empty", "--range", "0-0"],
+        &["get", "trip/sizes/empty", "--range", "0-0"],
         &["past the end of the object"],
     );
-    fails_with(&cluster, &["get", "t"], &["BUCKET/KEY"]);
-    fails_with(&cluster, &["get", "t/"], &["BUCKET/KEY"]);
-    fails_with(&cluster, &["put", small.to_str().unwrap(), "t"], &["BUCKET/KEY"]);
-    fails_with(&cluster, &["rm", "t"], &["BUCKET/KEY"]);
-    fails_with(&cluster, &["stat", "t"], &["BUCKET/KEY"]);
+    fails_with(&cluster, &["get", "trip"], &["BUCKET/KEY"]);
+    fails_with(&cluster, &["get", "trip/"], &["BUCKET/KEY"]);
+    fails_with(&cluster, &["put", small.to_str().unwrap(), "trip"], &["BUCKET/KEY"]);
+    fails_with(&cluster, &["rm", "trip"], &["BUCKET/KEY"]);
+    fails_with(&cluster, &["stat", "trip"], &["BUCKET/KEY"]);
     fails_with(&cluster, &["get", big, "--json"], &["-o"]);
     let never = objects.file("never");
-    fails_with(&cluster, &["get", "t/missing", "-o", never.to_str().unwrap()], &["no_such_key"]);
+    fails_with(&cluster, &["get", "trip/missing", "-o", never.to_str().unwrap()], &["no_such_key"]);
     assert!(!never.exists(), "a failed get left {}", never.display());
     assert_eq!(
-        keys(&cluster.weft_json(&["ls", "t", "--json"])),
-        objects.stored.keys().map(|p| p["t/".len()..].to_owned()).collect::<Vec<_>>(),
+        keys(&cluster.weft_json(&["ls", "trip", "--json"])),
+        objects.stored.keys().map(|p| p["trip/".len()..].to_owned()).collect::<Vec<_>>(),
         "a refused put stored something"
     );
 
     // Restart: same directory, new processes; every object and the listing come back.
-    let listing = cluster.weft_json(&["ls", "t", "--json"]);
+    let listing = cluster.weft_json(&["ls", "trip", "--json"]);
     let status = cluster.stop();
     assert!(status.success(), "weft up exited with {status}");
     cluster.restart();
-    assert_eq!(cluster.weft_json(&["ls", "t", "--json"]), listing);
+    assert_eq!(cluster.weft_json(&["ls", "trip", "--json"]), listing);
     for (path, got) in objects.check_all(&cluster) {
         assert_eq!(got["degraded_units"], serde_json::json!([]), "{path} after restart: {got}");
     }
@@ -493,7 +493,7 @@ fn objects_round_trip_at_every_boundary_and_survive_a_restart() {
 #[test]
 fn three_then_six_dead_nodes_lose_no_byte_and_repair_restores_protection() {
     let cluster = Cluster::start(12, &FAST_DOWN);
-    let mut create = vec!["bucket", "create", "d", "--json"];
+    let mut create = vec!["bucket", "create", "dead", "--json"];
     create.extend(SMALL);
     cluster.weft_json(&create);
     let mut objects = Objects::new();
@@ -511,13 +511,13 @@ fn three_then_six_dead_nodes_lose_no_byte_and_repair_restores_protection() {
         3 * group + BLOCK / 2,
     ];
     for (i, size) in sizes.into_iter().enumerate() {
-        objects.put(&cluster, &format!("d/obj-{i:02}"), bytes(1000 + i as u64, size), &[]);
+        objects.put(&cluster, &format!("dead/obj-{i:02}"), bytes(1000 + i as u64, size), &[]);
     }
     let stats: BTreeMap<String, Value> =
         objects.stored.keys().map(|p| (p.clone(), cluster.stat(p))).collect();
 
     // Kill the nodes of the first three data blocks of the largest object.
-    let largest = &stats["d/obj-08"];
+    let largest = &stats["dead/obj-08"];
     let largest_units = units_of(largest);
     let first: BTreeSet<u32> =
         ["d0", "d1", "d2"].iter().map(|u| node_of(&largest_units[*u])).collect();
@@ -544,16 +544,16 @@ fn three_then_six_dead_nodes_lose_no_byte_and_repair_restores_protection() {
 
     // Right after the kill (well within the 1.5 s before meta may judge the nodes down, so
     // nothing is repaired yet) the largest object reads back around its three lost blocks.
-    let (got, said) = objects.get_json(&cluster, "d/obj-08");
-    assert_same(&got, objects.data("d/obj-08"), "d/obj-08 with three nodes dead");
+    let (got, said) = objects.get_json(&cluster, "dead/obj-08");
+    assert_same(&got, objects.data("dead/obj-08"), "dead/obj-08 with three nodes dead");
     let listed = listed_in(&said);
     for unit in ["d0", "d1", "d2"] {
         assert!(listed.contains(unit), "{unit} not degraded: {said}");
     }
     let from = BLOCK - 7;
     let range = format!("{from}-{}", 5 * BLOCK + 9);
-    let got = get_stdout(&cluster, &["d/obj-08", "--range", &range]);
-    assert_same(&got, &objects.data("d/obj-08")[from..=5 * BLOCK + 9], "degraded range");
+    let got = get_stdout(&cluster, &["dead/obj-08", "--range", &range]);
+    assert_same(&got, &objects.data("dead/obj-08")[from..=5 * BLOCK + 9], "degraded range");
 
     // Every object reads back; each get names only units on dead nodes, and every data unit
     // on a dead node unless repair has already moved it.
@@ -610,7 +610,7 @@ fn three_then_six_dead_nodes_lose_no_byte_and_repair_restores_protection() {
     // Three more nodes die (each holding units): six of twelve gone, every byte still there.
     let stats: BTreeMap<String, Value> =
         objects.stored.keys().map(|p| (p.clone(), cluster.stat(p))).collect();
-    let largest = &stats["d/obj-08"];
+    let largest = &stats["dead/obj-08"];
     let units = units_of(largest);
     let second: BTreeSet<u32> = ["d0", "d3", "p0.0"].iter().map(|u| node_of(&units[*u])).collect();
     assert_eq!(second.len(), 3, "{largest}");
@@ -630,7 +630,7 @@ fn three_then_six_dead_nodes_lose_no_byte_and_repair_restores_protection() {
     let status = cluster.wait_for_status("six nodes down", |s| nodes_in(s, "down") == all_dead);
     assert_eq!(counter(&status, "nodes_up"), 6, "{status}");
     // Meta now reports the units down, and reads still succeed.
-    for group in cluster.stat("d/obj-08")["groups"].as_array().unwrap() {
+    for group in cluster.stat("dead/obj-08")["groups"].as_array().unwrap() {
         assert!(
             group["unavailable"].as_u64().unwrap() <= 3 && group["decodable"] == true,
             "{group}"
@@ -644,13 +644,13 @@ fn three_then_six_dead_nodes_lose_no_byte_and_repair_restores_protection() {
 #[test]
 fn a_corrupt_unit_is_read_around_and_rebuilt() {
     let cluster = Cluster::start(12, &FAST_DOWN);
-    let mut create = vec!["bucket", "create", "c", "--json"];
+    let mut create = vec!["bucket", "create", "flipped", "--json"];
     create.extend(SMALL);
     cluster.weft_json(&create);
     let mut objects = Objects::new();
-    let path = "c/victim";
+    let path = "flipped/victim";
     objects.put(&cluster, path, bytes(42, 2 * K * BLOCK + 3 * CELL + 5), &[]);
-    objects.put(&cluster, "c/bystander", bytes(43, K * BLOCK + 1), &[]);
+    objects.put(&cluster, "flipped/bystander", bytes(43, K * BLOCK + 1), &[]);
     let before = cluster.stat(path);
     let unit = units_of(&before)["d7"].clone();
     let file = unit_file(&cluster, &unit).unwrap_or_else(|| panic!("no file for {unit}"));
@@ -780,7 +780,7 @@ fn a_wide_put_stays_within_okapis_buffer_bound() {
 fn keys_with_dot_segments_are_their_own_keys() {
     let cluster = Cluster::start(3, &[]);
     let policy = ["--k", "2", "--r", "1", "--cell", "4KiB", "--block", "16KiB"];
-    let mut create = vec!["bucket", "create", "b", "--json"];
+    let mut create = vec!["bucket", "create", "bkt", "--json"];
     create.extend(policy);
     cluster.weft_json(&create);
     cluster.weft_json(&["bucket", "create", "victim", "--json"]);
@@ -788,17 +788,17 @@ fn keys_with_dot_segments_are_their_own_keys() {
     let file = objects.file("in");
     std::fs::write(&file, bytes(1, 3000)).unwrap();
 
-    let put = cluster.weft(&["put", file.to_str().unwrap(), "b/x/../y", "--json"]);
+    let put = cluster.weft(&["put", file.to_str().unwrap(), "bkt/x/../y", "--json"]);
     if put.status.success() {
-        objects.stored.insert("b/x/../y".into(), bytes(1, 3000));
-        let listed = cluster.weft_json(&["ls", "b", "--json"]);
+        objects.stored.insert("bkt/x/../y".into(), bytes(1, 3000));
+        let listed = cluster.weft_json(&["ls", "bkt", "--json"]);
         assert_eq!(listed["objects"][0]["key"], "x/../y", "{listed}");
         objects.check_all(&cluster);
     } else {
         let stderr = String::from_utf8_lossy(&put.stderr);
         assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     }
-    let _ = cluster.weft(&["rm", "b/../../victim"]);
+    let _ = cluster.weft(&["rm", "bkt/../../victim"]);
     let buckets = cluster.weft_json(&["bucket", "ls", "--json"]);
     let names: Vec<&str> = buckets["buckets"]
         .as_array()
@@ -806,7 +806,7 @@ fn keys_with_dot_segments_are_their_own_keys() {
         .iter()
         .map(|b| b["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["b", "victim"], "`weft rm b/../../victim` removed a bucket");
+    assert_eq!(names, ["bkt", "victim"], "`weft rm bkt/../../victim` removed a bucket");
 }
 
 /// The rows `weft ARGS --json` (which must succeed) prints as one JSON array.
@@ -823,7 +823,7 @@ fn json_rows(cluster: &Cluster, args: &[&str]) -> Vec<Value> {
 fn bench_cluster_compares_coders_and_read_modes_on_verified_bytes() {
     let cluster = Cluster::start(9, &FAST_DOWN);
     let mut put = vec!["bench", "cluster", "put", "--size", "300KiB", "--object-size", "64KiB"];
-    put.extend(["--bucket", "bb", "--json"]);
+    put.extend(["--bucket", "bench-b", "--json"]);
     put.extend(SMALL);
     let rows = json_rows(&cluster, &put);
     let coders: Vec<&str> = rows.iter().map(|r| r["coder"].as_str().unwrap()).collect();
@@ -839,26 +839,27 @@ fn bench_cluster_compares_coders_and_read_modes_on_verified_bytes() {
     assert_eq!(rows[2]["ratio_to_noop"], 1.0);
     assert_eq!(rows[2]["median_object_ratio_to_noop"], 1.0);
     // Only the first coder's objects stay: noop objects have no real parity.
-    let listed = cluster.weft_json(&["ls", "bb/", "--json"]);
+    let listed = cluster.weft_json(&["ls", "bench-b/", "--json"]);
     let kept: Vec<&str> =
         listed["objects"].as_array().unwrap().iter().map(|o| o["key"].as_str().unwrap()).collect();
     assert_eq!(kept.len(), 5, "{listed}");
     assert!(kept.iter().all(|k| k.starts_with("bench/obj-")), "{kept:?}");
     // Issue 16 item 7: policy flags on an existing bucket are each object's policy, never
     // silently ignored (the bucket's default is rs(6,3)); a get refuses them.
-    cluster.weft_json(&["bucket", "create", "bc", "--json"]);
+    cluster.weft_json(&["bucket", "create", "bench-c", "--json"]);
     let mut again = vec!["bench", "cluster", "put", "--size", "64KiB", "--object-size", "64KiB"];
-    again.extend(["--bucket", "bc", "--coder", "pipelined", "--json", "--k", "4", "--r", "2"]);
+    again.extend(["--bucket", "bench-c", "--coder", "pipelined", "--json", "--k", "4", "--r", "2"]);
     again.extend(["--stripe-width", "2", "--cell", "4KiB", "--block", "16KiB"]);
     let rows = json_rows(&cluster, &again);
     assert_eq!(rows[0]["layout"]["code"], "rs(4,2)", "{}", rows[0]);
-    let stderr = cluster.weft_fails(&["bench", "cluster", "get", "--bucket", "bc", "--k", "4"]);
+    let stderr =
+        cluster.weft_fails(&["bench", "cluster", "get", "--bucket", "bench-c", "--k", "4"]);
     assert!(stderr.contains("apply to `bench cluster put`"), "{stderr}");
     // Degraded: three nodes gone; both read modes return every byte (checked by the bench).
     for id in [2, 5, 8] {
         kill(&cluster, id);
     }
-    let rows = json_rows(&cluster, &["bench", "cluster", "get", "--bucket", "bb", "--json"]);
+    let rows = json_rows(&cluster, &["bench", "cluster", "get", "--bucket", "bench-b", "--json"]);
     let modes: Vec<&str> = rows.iter().map(|r| r["read_mode"].as_str().unwrap()).collect();
     assert_eq!(modes, ["pipelined", "blocking"]);
     for row in &rows {
@@ -870,7 +871,7 @@ fn bench_cluster_compares_coders_and_read_modes_on_verified_bytes() {
     assert_eq!(rows[0]["degraded_units"], rows[1]["degraded_units"]);
     assert_eq!(rows[1]["median_object_ratio_to_blocking"], 1.0);
     assert!(rows[0]["median_object_ratio_to_blocking"].as_f64().unwrap() > 0.0);
-    let bad = cluster.weft(&["bench", "cluster", "put", "--coder", "fast", "--bucket", "bb"]);
+    let bad = cluster.weft(&["bench", "cluster", "put", "--coder", "fast", "--bucket", "bench-b"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("not a coder"));
 }
@@ -1024,14 +1025,14 @@ fn unfound_units_show_in_status_and_stat_and_mark_lost_gives_the_object_up() {
     let cluster = Cluster::start(5, &FAST_DOWN);
     let policy =
         ["--k", "2", "--r", "1", "--stripe-width", "2", "--cell", "4KiB", "--block", "16KiB"];
-    let mut create = vec!["bucket", "create", "b", "--json"];
+    let mut create = vec!["bucket", "create", "bkt", "--json"];
     create.extend(policy);
     cluster.weft_json(&create);
     let objects = Objects::new();
     let file = objects.file("in");
     std::fs::write(&file, bytes(7, 32 * 1024)).unwrap();
-    cluster.weft_json(&["put", file.to_str().unwrap(), "b/o", "--json"]);
-    let stat = cluster.weft_json(&["stat", "b/o", "--json"]);
+    cluster.weft_json(&["put", file.to_str().unwrap(), "bkt/o", "--json"]);
+    let stat = cluster.weft_json(&["stat", "bkt/o", "--json"]);
     let mut holders: Vec<u32> = stat["units"]
         .as_array()
         .unwrap()
@@ -1049,23 +1050,23 @@ fn unfound_units_show_in_status_and_stat_and_mark_lost_gives_the_object_up() {
     assert_eq!(status["unfound_objects"], 1, "{status}");
     let text = String::from_utf8(cluster.weft(&["status"]).stdout).unwrap();
     assert!(text.contains("unfound units: 2 in 1 objects"), "{text}");
-    let stat = String::from_utf8(cluster.weft(&["stat", "b/o"]).stdout).unwrap();
+    let stat = String::from_utf8(cluster.weft(&["stat", "bkt/o"]).stdout).unwrap();
     assert!(stat.contains("UNFOUND"), "{stat}");
 
-    let refused = cluster.weft_fails(&["repair", "mark-lost", "b", "o"]);
+    let refused = cluster.weft_fails(&["repair", "mark-lost", "bkt", "o"]);
     assert!(refused.contains("--yes"), "{refused}");
-    let lost = cluster.weft_json(&["repair", "mark-lost", "b", "o", "--yes", "--json"]);
+    let lost = cluster.weft_json(&["repair", "mark-lost", "bkt", "o", "--yes", "--json"]);
     assert_eq!(lost["lost"], true, "{lost}");
     assert_eq!(lost["unfound_units"].as_array().unwrap().len(), 2, "{lost}");
     assert_eq!((lost["units_deleted"].clone(), lost["units_left"].clone()), (json!(1), json!(2)));
-    let read = cluster.weft_fails(&["get", "b/o", "-o", objects.file("out").to_str().unwrap()]);
+    let read = cluster.weft_fails(&["get", "bkt/o", "-o", objects.file("out").to_str().unwrap()]);
     assert!(read.contains("lost"), "a read of a lost object says so: {read}");
     let status = cluster.status();
     assert_eq!(
         (status["unfound_units"].clone(), status["lost_objects"].clone()),
         (json!(0), json!(1))
     );
-    let again = cluster.weft_fails(&["repair", "mark-lost", "b", "o", "--yes"]);
+    let again = cluster.weft_fails(&["repair", "mark-lost", "bkt", "o", "--yes"]);
     assert!(again.contains("no_such_object"), "{again}");
 }
 
@@ -1099,7 +1100,7 @@ fn a_full_node_disk_is_read_only_its_units_stay_and_nothing_is_rebuilt() {
     cluster.weft_json(&[
         "bucket",
         "create",
-        "f",
+        "fill",
         "--json",
         "--code",
         "rs",
@@ -1147,7 +1148,7 @@ fn a_full_node_disk_is_read_only_its_units_stay_and_nothing_is_rebuilt() {
     // Objects of 4 blocks (2 groups, 6 units) over 5 nodes: some units land on node 5.
     let mut objects = Objects::new();
     for i in 0..6 {
-        objects.put(&cluster, &format!("f/before-{i}"), bytes(100 + i, 4 * BLOCK), &[]);
+        objects.put(&cluster, &format!("fill/before-{i}"), bytes(100 + i, 4 * BLOCK), &[]);
     }
     let on_node_5 = |path: &str| -> BTreeSet<String> {
         units_of(&cluster.stat(path))
@@ -1180,7 +1181,7 @@ fn a_full_node_disk_is_read_only_its_units_stay_and_nothing_is_rebuilt() {
 
     // Puts still succeed, on the other nodes only.
     for i in 0..6 {
-        let path = format!("f/after-{i}");
+        let path = format!("fill/after-{i}");
         objects.put(&cluster, &path, bytes(200 + i, 4 * BLOCK), &[]);
         assert!(on_node_5(&path).is_empty(), "{path} placed a unit on the full node");
     }
@@ -1308,7 +1309,7 @@ fn get_onto_a_fifo_writes_through_it_and_leaves_it_a_fifo() {
     cluster.weft_json(&[
         "bucket",
         "create",
-        "g",
+        "gets",
         "--json",
         "--code",
         "rs",
@@ -1325,7 +1326,7 @@ fn get_onto_a_fifo_writes_through_it_and_leaves_it_a_fifo() {
     ]);
     let mut objects = Objects::new();
     let data = bytes(9, 3 * BLOCK + 5);
-    objects.put(&cluster, "g/o", data.clone(), &[]);
+    objects.put(&cluster, "gets/o", data.clone(), &[]);
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("pipe");
     let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
@@ -1335,7 +1336,7 @@ fn get_onto_a_fifo_writes_through_it_and_leaves_it_a_fifo() {
         let fifo = fifo.clone();
         std::thread::spawn(move || std::fs::read(&fifo).unwrap())
     };
-    let got = cluster.weft_json(&["get", "g/o", "-o", fifo.to_str().unwrap(), "--json"]);
+    let got = cluster.weft_json(&["get", "gets/o", "-o", fifo.to_str().unwrap(), "--json"]);
     assert_eq!(got["bytes"], data.len() as u64, "{got}");
     let file_type = std::fs::metadata(&fifo).unwrap().file_type();
     assert!(file_type.is_fifo(), "the FIFO was replaced: {file_type:?}");
@@ -1372,7 +1373,7 @@ fn puts_from_pipes_store_every_byte_and_a_directory_begins_nothing() {
     cluster.weft_json(&[
         "bucket",
         "create",
-        "p",
+        "pipes",
         "--json",
         "--code",
         "rs",
@@ -1388,7 +1389,7 @@ fn puts_from_pipes_store_every_byte_and_a_directory_begins_nothing() {
         "16KiB",
     ]);
     let data = bytes(21, 3 * BLOCK + 5);
-    for (source, key) in [("-", "p/stdin"), ("/dev/stdin", "p/devstdin")] {
+    for (source, key) in [("-", "pipes/stdin"), ("/dev/stdin", "pipes/devstdin")] {
         let output = weft_with_stdin(&cluster, &["put", source, key, "--json"], &data);
         assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
         let put: Value = serde_json::from_slice(&output.stdout).unwrap();
@@ -1400,7 +1401,7 @@ fn puts_from_pipes_store_every_byte_and_a_directory_begins_nothing() {
     let large = bytes(22, 16 * 1024 * 1024 + 3 * CELL + 1);
     let output = weft_with_stdin(
         &cluster,
-        &["put", "-", "p/large", "--json", "--cell", "256KiB", "--block", "1MiB"],
+        &["put", "-", "pipes/large", "--json", "--cell", "256KiB", "--block", "1MiB"],
         &large,
     );
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
@@ -1409,7 +1410,7 @@ fn puts_from_pipes_store_every_byte_and_a_directory_begins_nothing() {
         (put["size"].as_u64(), put["spooled_bytes"].as_u64()),
         (Some(large.len() as u64), Some(large.len() as u64))
     );
-    assert_same(&cluster.get("p/large"), &large, "spooled stdin");
+    assert_same(&cluster.get("pipes/large"), &large, "spooled stdin");
 
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("pipe");
@@ -1420,13 +1421,13 @@ fn puts_from_pipes_store_every_byte_and_a_directory_begins_nothing() {
         let (fifo, data) = (fifo.clone(), data.clone());
         std::thread::spawn(move || std::fs::write(&fifo, &data).unwrap())
     };
-    let put = cluster.weft_json(&["put", fifo.to_str().unwrap(), "p/fifo", "--json"]);
+    let put = cluster.weft_json(&["put", fifo.to_str().unwrap(), "pipes/fifo", "--json"]);
     writer.join().unwrap();
     assert_eq!(put["size"], data.len() as u64, "{put}");
-    assert_same(&cluster.get("p/fifo"), &data, "FIFO");
+    assert_same(&cluster.get("pipes/fifo"), &data, "FIFO");
 
     let units_before = unit_files(&cluster).len();
-    let stderr = cluster.weft_fails(&["put", dir.path().to_str().unwrap(), "p/dir"]);
+    let stderr = cluster.weft_fails(&["put", dir.path().to_str().unwrap(), "pipes/dir"]);
     assert!(stderr.contains("is a directory"), "{stderr}");
     let (status, expiry) = cluster.meta_call(
         reqwest::Method::POST,
@@ -1441,7 +1442,7 @@ fn puts_from_pipes_store_every_byte_and_a_directory_begins_nothing() {
         "{expiry}"
     );
     assert_eq!(unit_files(&cluster).len(), units_before, "the refused put wrote units");
-    let (status, _) = cluster.meta_get("/v1/buckets/p/objects/dir");
+    let (status, _) = cluster.meta_get("/v1/buckets/pipes/objects/dir");
     assert_eq!(status, 404);
 }
 
@@ -1464,7 +1465,7 @@ fn a_two_gib_get_stays_under_its_stated_memory_bound() {
     cluster.weft_json(&[
         "bucket",
         "create",
-        "m",
+        "mem",
         "--json",
         "--code",
         "rs",
@@ -1489,7 +1490,7 @@ fn a_two_gib_get_stays_under_its_stated_memory_bound() {
         }
         out.flush().unwrap();
     }
-    let put = cluster.weft_json(&["put", file.to_str().unwrap(), "m/big", "--json"]);
+    let put = cluster.weft_json(&["put", file.to_str().unwrap(), "mem/big", "--json"]);
     assert_eq!(put["size"], (CHUNKS * MIB) as u64, "{put}");
     std::fs::remove_file(&file).unwrap();
 
@@ -1509,7 +1510,7 @@ fn a_two_gib_get_stays_under_its_stated_memory_bound() {
             assert_eq!(input.read(&mut got).unwrap(), 0, "bytes past the object's end");
         })
     };
-    let got = cluster.weft_json(&["get", "m/big", "-o", fifo.to_str().unwrap(), "--json"]);
+    let got = cluster.weft_json(&["get", "mem/big", "-o", fifo.to_str().unwrap(), "--json"]);
     reader.join().expect("every MiB came back in place");
     assert_eq!(got["bytes"], (CHUNKS * MIB) as u64, "{got}");
     let (peak, bound) =

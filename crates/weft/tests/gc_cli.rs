@@ -76,7 +76,7 @@ fn leftovers_of_a_node_down_during_rm_are_swept_once_it_is_back() {
     // A long down timeout: no repair runs while the node is stopped, so what leaks is
     // exactly what `weft rm` could not delete.
     let mut cluster = Cluster::start(4, &["--down-after-ms", "30000"]);
-    let mut create = vec!["bucket", "create", "b", "--json"];
+    let mut create = vec!["bucket", "create", "bkt", "--json"];
     create.extend(POLICY);
     cluster.weft_json(&create);
     let dir = tempfile::tempdir().unwrap();
@@ -84,9 +84,9 @@ fn leftovers_of_a_node_down_during_rm_are_swept_once_it_is_back() {
     for (name, data) in [("keep", &keep), ("gone", &gone)] {
         let file = dir.path().join(name);
         std::fs::write(&file, data).unwrap();
-        cluster.weft_json(&["put", file.to_str().unwrap(), &format!("b/{name}"), "--json"]);
+        cluster.weft_json(&["put", file.to_str().unwrap(), &format!("bkt/{name}"), "--json"]);
     }
-    let kept = cluster.weft_json(&["stat", "b/keep", "--json"]);
+    let kept = cluster.weft_json(&["stat", "bkt/keep", "--json"]);
 
     // Nothing leaked yet: every file is referenced, with or without a grace.
     let clean = cluster.weft_json(&["gc", "--grace", "0", "--json"]);
@@ -95,13 +95,13 @@ fn leftovers_of_a_node_down_during_rm_are_swept_once_it_is_back() {
     assert_eq!(clean["nodes_scanned"], 4, "{clean}");
 
     // A node stops; `weft rm` deletes meta's record and what it can reach.
-    let stat = cluster.weft_json(&["stat", "b/gone", "--json"]);
+    let stat = cluster.weft_json(&["stat", "bkt/gone", "--json"]);
     let victim = stat["units"][0]["node_id"].as_u64().unwrap();
     let on_victim =
         stat["units"].as_array().unwrap().iter().filter(|u| u["node_id"] == victim).count();
     let stopped = cluster.weft(&["node", "stop", &victim.to_string()]);
     assert!(stopped.status.success(), "{}", String::from_utf8_lossy(&stopped.stderr));
-    let removed = cluster.weft_json(&["rm", "b/gone", "--json"]);
+    let removed = cluster.weft_json(&["rm", "bkt/gone", "--json"]);
     assert_eq!(removed["units_left"].as_u64(), Some(on_victim as u64), "{removed}");
 
     // Back: restart the cluster on the same directory.
@@ -125,9 +125,9 @@ fn leftovers_of_a_node_down_during_rm_are_swept_once_it_is_back() {
     let swept = cluster.weft_json(&["gc", "--grace", "0", "--json"]);
     assert_eq!(swept["deleted"].as_u64(), Some(leaked as u64), "{swept}");
     assert_eq!(swept["errors"], serde_json::json!([]), "{swept}");
-    let now = cluster.weft_json(&["stat", "b/keep", "--json"]);
+    let now = cluster.weft_json(&["stat", "bkt/keep", "--json"]);
     assert_eq!(file_keys(&unit_files(&cluster)), unit_keys(&now), "only keep's units remain");
-    assert_eq!(cluster.get("b/keep"), keep);
+    assert_eq!(cluster.get("bkt/keep"), keep);
 
     // The summary line of a sweep with nothing to do.
     let out = cluster.weft(&["gc", "--grace", "0s"]);
@@ -173,7 +173,7 @@ fn leftovers_of_a_node_down_during_rm_are_swept_once_it_is_back() {
     let _ = repair.kill();
     let _ = repair.wait();
     assert_eq!(file_keys(&unit_files(&cluster)), unit_keys(&now));
-    assert_eq!(cluster.get("b/keep"), keep);
+    assert_eq!(cluster.get("bkt/keep"), keep);
 }
 
 #[test]

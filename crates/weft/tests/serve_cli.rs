@@ -251,7 +251,19 @@ fn a_paused_meta_does_not_judge_nodes_down_when_it_resumes() {
     }
     let all_up = |s: &[(u64, String)]| s.len() == 3 && s.iter().all(|(_, state)| state == "up");
     wait_for(&meta, &secret, "three nodes up", all_up);
-    weft(&["bucket", "create", "b", "--code", "rs", "--k", "2", "--r", "1", "--stripe-width", "2"]);
+    weft(&[
+        "bucket",
+        "create",
+        "bkt",
+        "--code",
+        "rs",
+        "--k",
+        "2",
+        "--r",
+        "1",
+        "--stripe-width",
+        "2",
+    ]);
 
     // The host sleeps: nodes first (no heartbeat is left in flight), then meta.
     for &node in &nodes {
@@ -273,9 +285,9 @@ fn a_paused_meta_does_not_judge_nodes_down_when_it_resumes() {
     let file = tmp.path().join("object.bin");
     let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     std::fs::write(&file, &data).unwrap();
-    weft(&["put", file.to_str().unwrap(), "b/after-pause"]);
+    weft(&["put", file.to_str().unwrap(), "bkt/after-pause"]);
     let back = tmp.path().join("back.bin");
-    weft(&["get", "b/after-pause", "-o", back.to_str().unwrap()]);
+    weft(&["get", "bkt/after-pause", "-o", back.to_str().unwrap()]);
     assert!(std::fs::read(&back).unwrap() == data, "the object read back differs");
 
     // A node that really stops is still judged down after --down-after-ms.

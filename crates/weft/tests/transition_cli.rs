@@ -24,7 +24,7 @@ const POLICY: [&str; 12] = [
 #[test]
 fn transition_one_object_then_a_whole_bucket() {
     let cluster = Cluster::start(20, &[]);
-    let mut create = vec!["bucket", "create", "b", "--json"];
+    let mut create = vec!["bucket", "create", "bkt", "--json"];
     create.extend(POLICY);
     cluster.weft_json(&create);
     let dir = tempfile::tempdir().unwrap();
@@ -33,7 +33,7 @@ fn transition_one_object_then_a_whole_bucket() {
         let data = bytes(i, (i as usize * 37_000) % 400_000 + 1);
         let file = dir.path().join(format!("f{i}"));
         std::fs::write(&file, &data).unwrap();
-        let key = format!("b/o{i:02}");
+        let key = format!("bkt/o{i:02}");
         cluster.weft_json(&["put", file.to_str().unwrap(), &key, "--json"]);
         stored.push((key, data));
     }
@@ -86,7 +86,7 @@ fn transition_one_object_then_a_whole_bucket() {
     let all = cluster.weft_json(&[
         "transition",
         "--bucket",
-        "b",
+        "bkt",
         "--code",
         "hh-xor+",
         "--k",
@@ -107,7 +107,7 @@ fn transition_one_object_then_a_whole_bucket() {
     let again = cluster.weft_json(&[
         "transition",
         "--bucket",
-        "b",
+        "bkt",
         "--code",
         "hh-xor+",
         "--k",

@@ -118,17 +118,17 @@ fn assert_same(got: &[u8], want: &[u8], what: &str) {
     }
 }
 
-/// A bucket `b` with [`POLICY`] and one object `b/o` of [`SIZE`] bytes; returns its bytes.
+/// A bucket `bkt` with [`POLICY`] and one object `bkt/o` of [`SIZE`] bytes; returns its bytes.
 fn put_object(cluster: &Cluster, seed: u64) -> Vec<u8> {
-    let mut create = vec!["bucket", "create", "b", "--json"];
+    let mut create = vec!["bucket", "create", "bkt", "--json"];
     create.extend(POLICY);
     cluster.weft_json(&create);
     let data = bytes(seed, SIZE);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("o");
     std::fs::write(&file, &data).unwrap();
-    cluster.weft_json(&["put", file.to_str().unwrap(), "b/o", "--json"]);
-    for unit in cluster.stat("b/o")["units"].as_array().unwrap() {
+    cluster.weft_json(&["put", file.to_str().unwrap(), "bkt/o", "--json"]);
+    for unit in cluster.stat("bkt/o")["units"].as_array().unwrap() {
         let file = file_of(cluster, unit);
         assert!(file.exists(), "{} is not where the store format says", file.display());
     }
@@ -384,11 +384,11 @@ fn executor_killed_at_several_moments() {
         (Moment::Deleting, RS6),
     ];
     for (moment, to) in steps {
-        let before = cluster.stat("b/o");
+        let before = cluster.stat("bkt/o");
         let killed_at = Instant::now();
-        let (finished, output) = run_killed(&cluster, "b/o", to, moment);
+        let (finished, output) = run_killed(&cluster, "bkt/o", to, moment);
         let after = killed_at.elapsed();
-        let committed = check_whole(&cluster, "b/o", &data, &from.name(), &to.name());
+        let committed = check_whole(&cluster, "bkt/o", &data, &from.name(), &to.name());
         let left = pending(&cluster)["pending"].as_u64().unwrap();
         eprintln!(
             "{} -> {} killed at {moment:?} ({after:?}): finished {finished}, committed \
@@ -397,16 +397,16 @@ fn executor_killed_at_several_moments() {
             to.name(),
             String::from_utf8_lossy(&output.stderr).trim()
         );
-        check_decodable(&cluster, "b/o", &data, LOST, rng.next(), &[]);
+        check_decodable(&cluster, "bkt/o", &data, LOST, rng.next(), &[]);
         cluster.restart();
-        assert_same(&cluster.get("b/o"), &data, "get after the restart");
+        assert_same(&cluster.get("bkt/o"), &data, "get after the restart");
 
-        let (report, took) = transition(&cluster, "b/o", to);
+        let (report, took) = transition(&cluster, "bkt/o", to);
         eprintln!("  run again: {took:?}, unchanged {}", report["unchanged"]);
         assert_eq!(report["unchanged"], committed, "{report}");
-        let now = cluster.stat("b/o");
+        let now = cluster.stat("bkt/o");
         assert_eq!(code_of(&now), to.name(), "{report}");
-        assert_same(&cluster.get("b/o"), &data, &format!("get under {}", to.name()));
+        assert_same(&cluster.get("bkt/o"), &data, &format!("get under {}", to.name()));
         assert_eq!(pending(&cluster)["pending"], 0);
         // Nothing left behind, except the old units when the kill came after the commit.
         if committed {
@@ -429,15 +429,15 @@ fn node_with_new_parity_killed_mid_transition() {
     let mut rng = Rng::new("node_with_new_parity_killed_mid_transition");
     let cluster = Cluster::start(NODES, &FAST_DOWN);
     let data = put_object(&cluster, rng.next());
-    let before = cluster.stat("b/o");
+    let before = cluster.stat("bkt/o");
 
-    let args = RS12.args("b/o");
+    let args = RS12.args("bkt/o");
     let child = cluster.spawn_weft(&args.iter().map(String::as_str).collect::<Vec<_>>());
     // The plan as meta recorded it: the node of a parity unit of the last new group (so
     // the kill comes before the executor writes there).
     let deadline = Instant::now() + Duration::from_secs(20);
     let plan = loop {
-        let (status, plan) = cluster.meta_get("/v1/transitions/b/o");
+        let (status, plan) = cluster.meta_get("/v1/transitions/bkt/o");
         if status == 200 {
             break plan;
         }
@@ -466,7 +466,7 @@ fn node_with_new_parity_killed_mid_transition() {
         );
         assert!(report["attempts"].as_u64() >= Some(2), "{report}");
     }
-    let committed = check_whole(&cluster, "b/o", &data, "rs(6,3)", "rs(12,3)");
+    let committed = check_whole(&cluster, "bkt/o", &data, "rs(6,3)", "rs(12,3)");
     if !committed {
         // Failed cleanly: aborted in meta, its units gone from every live node.
         assert_eq!(pending(&cluster)["pending"], 0, "a failed transition stays pending");
@@ -483,22 +483,22 @@ fn node_with_new_parity_killed_mid_transition() {
     cluster.wait_for_status("the killed node down", |s| {
         Cluster::states(s).contains(&(u64::from(victim), "down".to_owned()))
     });
-    let (report, took) = transition(&cluster, "b/o", RS12);
+    let (report, took) = transition(&cluster, "bkt/o", RS12);
     eprintln!("  run again with node {victim} down: {took:?}, unchanged {}", report["unchanged"]);
-    assert_eq!(code_of(&cluster.stat("b/o")), "rs(12,3)");
-    assert_same(&cluster.get("b/o"), &data, "get after the run with a node down");
+    assert_eq!(code_of(&cluster.stat("bkt/o")), "rs(12,3)");
+    assert_same(&cluster.get("bkt/o"), &data, "get after the run with a node down");
     assert_eq!(pending(&cluster)["pending"], 0);
 
     // Repair moves what the dead node held; then r_new more nodes may go.
     cluster.wait_for_status_within("repairs done", Duration::from_secs(60), |s| {
         s["under_protected_units"] == 0 && s["repair_queue"] == 0
     });
-    let now = cluster.stat("b/o");
+    let now = cluster.stat("bkt/o");
     assert!(
         !unit_places(&now).iter().any(|(node, _)| *node == victim),
         "units still on the dead node after repair"
     );
-    check_decodable(&cluster, "b/o", &data, LOST, rng.next(), &[victim]);
+    check_decodable(&cluster, "bkt/o", &data, LOST, rng.next(), &[victim]);
     eprintln!("node_with_new_parity_killed_mid_transition: {:?}", started.elapsed());
 }
 
@@ -524,11 +524,11 @@ fn meta_and_cluster_crash_mid_transition() {
     let mut from = RS6;
     let mut leaked = BTreeSet::new();
     for (crash, to) in [(Crash::Meta, RS12), (Crash::Cluster, HH6), (Crash::Up, RS12)] {
-        let before = cluster.stat("b/o");
+        let before = cluster.stat("bkt/o");
         let moment = Moment::Parity(rng.between(0.0, 1.0));
-        let args = to.args("b/o");
+        let args = to.args("bkt/o");
         let mut child = cluster.spawn_weft(&args.iter().map(String::as_str).collect::<Vec<_>>());
-        let reached = wait_for(&cluster, "b/o", &mut child, moment);
+        let reached = wait_for(&cluster, "bkt/o", &mut child, moment);
         match crash {
             Crash::Meta => {
                 // weft up restarts meta; the transition's executor may still fail meanwhile.
@@ -543,7 +543,7 @@ fn meta_and_cluster_crash_mid_transition() {
         // The executor fails (or finished first); it must not touch the next run's ports.
         let output = wait_output(child, "weft transition whose cluster crashed");
         cluster.restart();
-        let committed = check_whole(&cluster, "b/o", &data, &from.name(), &to.name());
+        let committed = check_whole(&cluster, "bkt/o", &data, &from.name(), &to.name());
         let left = pending(&cluster);
         eprintln!(
             "{crash:?} crash at {moment:?} (reached {reached}) of {} -> {}: transition {}, \
@@ -554,15 +554,15 @@ fn meta_and_cluster_crash_mid_transition() {
             left["pending"],
             String::from_utf8_lossy(&output.stderr).trim()
         );
-        check_decodable(&cluster, "b/o", &data, LOST, rng.next(), &[]);
+        check_decodable(&cluster, "bkt/o", &data, LOST, rng.next(), &[]);
         cluster.restart();
 
-        let (report, took) = transition(&cluster, "b/o", to);
+        let (report, took) = transition(&cluster, "bkt/o", to);
         eprintln!("  run again: {took:?}, unchanged {}", report["unchanged"]);
         assert_eq!(report["unchanged"], committed, "{report}");
-        let now = cluster.stat("b/o");
+        let now = cluster.stat("bkt/o");
         assert_eq!(code_of(&now), to.name(), "{report}");
-        assert_same(&cluster.get("b/o"), &data, &format!("get under {}", to.name()));
+        assert_same(&cluster.get("bkt/o"), &data, &format!("get under {}", to.name()));
         assert_eq!(pending(&cluster)["pending"], 0);
         // Here deletes may fail for good (their nodes stopping), leaving garbage for the unit
         // sweeper: only ever parity of another generation than the object's, or the old
@@ -595,16 +595,16 @@ fn two_executors_race_with_relocations() {
     let mut rng = Rng::new("two_executors_race_with_relocations");
     let cluster = Cluster::start(12, &[]);
     let data = put_object(&cluster, rng.next());
-    let mut dry = RS10.args("b/o");
+    let mut dry = RS10.args("bkt/o");
     dry.push("--dry-run".to_owned());
     let dry = cluster.weft_json(&dry.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(dry["relocated_blocks"].as_u64() > Some(0), "no relocations planned: {dry}");
 
-    let args = RS10.args("b/o");
+    let args = RS10.args("bkt/o");
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut first = cluster.spawn_weft(&args);
     assert!(
-        wait_for(&cluster, "b/o", &mut first, Moment::Parity(rng.between(0.1, 0.3))),
+        wait_for(&cluster, "bkt/o", &mut first, Moment::Parity(rng.between(0.1, 0.3))),
         "the first run ended before the second could start"
     );
     let second = cluster.spawn_weft(&args);
@@ -620,11 +620,11 @@ fn two_executors_race_with_relocations() {
         String::from_utf8_lossy(&second.stderr).trim()
     );
     assert!(second.status.success(), "the newer run fails");
-    let now = cluster.stat("b/o");
+    let now = cluster.stat("bkt/o");
     assert_eq!(code_of(&now), "rs(10,2)");
-    assert_same(&cluster.get("b/o"), &data, "get after the race");
+    assert_same(&cluster.get("bkt/o"), &data, "get after the race");
     assert_eq!(pending(&cluster)["pending"], 0);
     check_files(&cluster, &now, None);
-    check_decodable(&cluster, "b/o", &data, 2, rng.next(), &[]);
+    check_decodable(&cluster, "bkt/o", &data, 2, rng.next(), &[]);
     eprintln!("two_executors_race_with_relocations: {:?}", started.elapsed());
 }

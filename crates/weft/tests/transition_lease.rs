@@ -38,14 +38,14 @@ const POLICY: [&str; 12] = [
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 fn put_object(cluster: &Cluster, seed: u64) -> Vec<u8> {
-    let mut create = vec!["bucket", "create", "b", "--json"];
+    let mut create = vec!["bucket", "create", "bkt", "--json"];
     create.extend(POLICY);
     cluster.weft_json(&create);
     let data = bytes(seed, SIZE);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("o");
     std::fs::write(&file, &data).unwrap();
-    cluster.weft_json(&["put", file.to_str().unwrap(), "b/o", "--json"]);
+    cluster.weft_json(&["put", file.to_str().unwrap(), "bkt/o", "--json"]);
     data
 }
 
@@ -89,7 +89,7 @@ fn check_exact_files(cluster: &Cluster, stat: &Value) {
 fn transition_args(lease_ms: &str) -> Vec<&str> {
     vec![
         "transition",
-        "b/o",
+        "bkt/o",
         "--code",
         "rs",
         "--k",
@@ -112,7 +112,7 @@ fn start_and_kill(cluster: &Cluster, lease_ms: &str) -> Value {
         assert!(child.try_wait().unwrap().is_none(), "the transition ended before its kill");
         assert!(Instant::now() < deadline, "the transition never got halfway");
         if plan.is_none() {
-            let (status, value) = cluster.meta_get("/v1/transitions/b/o");
+            let (status, value) = cluster.meta_get("/v1/transitions/bkt/o");
             if status == 200 {
                 plan = Some(value);
             }
@@ -133,13 +133,13 @@ fn start_and_kill(cluster: &Cluster, lease_ms: &str) -> Value {
 /// under its old layout with exactly its own units, byte-identical; then a re-run completes.
 fn check_rolled_back_then_rerun(cluster: &Cluster, plan: &Value, before: &Value, data: &[u8]) {
     assert_eq!(pending(cluster), 0);
-    let (status, gone) = cluster.meta_get("/v1/transitions/b/o");
+    let (status, gone) = cluster.meta_get("/v1/transitions/bkt/o");
     assert_eq!(status, 404, "{gone}");
     for unit in plan["create"].as_array().unwrap() {
         let file = file_of(cluster, unit);
         assert!(!file.exists(), "{} of the expired transition is left", file.display());
     }
-    let now = cluster.stat("b/o");
+    let now = cluster.stat("bkt/o");
     assert_eq!(now["layout"], before["layout"], "the old layout");
     let places = |stat: &Value| -> Vec<(Value, Value, Value, Value)> {
         let units = stat["units"].as_array().unwrap();
@@ -152,22 +152,22 @@ fn check_rolled_back_then_rerun(cluster: &Cluster, plan: &Value, before: &Value,
     };
     assert_eq!(places(&now), places(before), "the old units, where they were");
     check_exact_files(cluster, &now);
-    assert!(cluster.get("b/o") == data, "the object reads byte-identical under its old layout");
+    assert!(cluster.get("bkt/o") == data, "the object reads byte-identical under its old layout");
 
     let report = cluster.weft_json(&transition_args("60000"));
     assert_eq!(report["mode"], "regroup", "{report}");
-    let after = cluster.stat("b/o");
+    let after = cluster.stat("bkt/o");
     assert_eq!(after["layout"]["code"], "rs(12,3)");
     assert_eq!(pending(cluster), 0);
     check_exact_files(cluster, &after);
-    assert!(cluster.get("b/o") == data, "the object reads byte-identical under rs(12,3)");
+    assert!(cluster.get("bkt/o") == data, "the object reads byte-identical under rs(12,3)");
 }
 
 #[test]
 fn a_live_transition_renews_its_lease_and_a_dead_ones_is_rolled_back_by_gc() {
     let cluster = Cluster::start(NODES, &[]);
     let data = put_object(&cluster, 7);
-    let before = cluster.stat("b/o");
+    let before = cluster.stat("bkt/o");
 
     // A live executor with a 600 ms lease, swept with no grace all along: never expired.
     let mut child = cluster.spawn_weft(&transition_args("600"));
@@ -181,12 +181,12 @@ fn a_live_transition_renews_its_lease_and_a_dead_ones_is_rolled_back_by_gc() {
     let output = child.wait_with_output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     eprintln!("{sweeps} sweeps during the live transition");
-    assert_eq!(cluster.stat("b/o")["layout"]["code"], "rs(12,3)");
+    assert_eq!(cluster.stat("bkt/o")["layout"]["code"], "rs(12,3)");
     // And back, to start the drill from rs(6,3).
-    let mut back = vec!["transition", "b/o", "--json"];
+    let mut back = vec!["transition", "bkt/o", "--json"];
     back.extend(POLICY);
     cluster.weft_json(&back);
-    let before_drill = cluster.stat("b/o");
+    let before_drill = cluster.stat("bkt/o");
     assert_eq!(before_drill["layout"], before["layout"]);
 
     // A dead executor: its transition stays pending until the lease passes...
@@ -212,7 +212,7 @@ fn a_live_transition_renews_its_lease_and_a_dead_ones_is_rolled_back_by_gc() {
 fn a_weft_up_restart_rolls_back_a_dead_executors_transition_at_once() {
     let mut cluster = Cluster::start(NODES, &[]);
     let data = put_object(&cluster, 11);
-    let before = cluster.stat("b/o");
+    let before = cluster.stat("bkt/o");
     let plan = start_and_kill(&cluster, "1000");
     assert_eq!(pending(&cluster), 1);
     std::thread::sleep(Duration::from_millis(1200));

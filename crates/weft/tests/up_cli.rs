@@ -95,6 +95,12 @@ fn status_shows_every_node_and_buckets_round_trip() {
     );
     let bad_name = cluster.weft_fails(&["bucket", "create", "Bad_Name"]);
     assert!(bad_name.contains("invalid_name"), "{bad_name}");
+    // S3's naming rule: a new bucket's name is 3 to 63 characters.
+    let short_name = cluster.weft_fails(&["bucket", "create", "x"]);
+    assert!(
+        short_name.contains("invalid_name") && short_name.contains("3 to 63 characters"),
+        "{short_name}"
+    );
     assert_eq!(names(&cluster.weft_json(&["bucket", "ls", "--json"])), ["photos", "small"]);
     let listed = String::from_utf8(cluster.weft(&["bucket", "ls"]).stdout).unwrap();
     assert!(listed.contains("photos") && listed.contains("rs(2,1)"), "{listed}");
@@ -286,10 +292,10 @@ fn failure_domain_disk_keeps_a_group_on_distinct_disks_of_three_nodes() {
     let files = tempfile::tempdir().unwrap();
 
     // rs(4,2) needs 6 domains: 3 nodes are too few, their 9 disks are not.
-    let bucket = ["bucket", "create", "b", "--k", "4", "--r", "2", "--cell", "4KiB"];
+    let bucket = ["bucket", "create", "bkt", "--k", "4", "--r", "2", "--cell", "4KiB"];
     cluster.weft_json(&[&bucket[..], &["--block", "16KiB", "--json"]].concat());
     let data = pattern(13 * 16384 + 5000, 7);
-    let stat = put_get_stat(&cluster, files.path(), "b/photo.jpg", &data);
+    let stat = put_get_stat(&cluster, files.path(), "bkt/photo.jpg", &data);
     let groups =
         groups_by(&stat, |u| (u["node_id"].as_u64().unwrap(), u["disk"].as_u64().unwrap()));
     assert_eq!(groups.len(), 4, "14 blocks in groups of 4: {stat}");
@@ -331,10 +337,10 @@ fn failure_domain_rack_keeps_a_group_in_distinct_racks() {
     assert!(human.contains("failure domain: rack") && human.contains("RACK"), "{human}");
 
     let files = tempfile::tempdir().unwrap();
-    let bucket = ["bucket", "create", "r", "--k", "2", "--r", "1", "--cell", "4KiB"];
+    let bucket = ["bucket", "create", "racks", "--k", "2", "--r", "1", "--cell", "4KiB"];
     cluster.weft_json(&[&bucket[..], &["--block", "16KiB", "--json"]].concat());
     let data = pattern(10 * 16384, 3);
-    let stat = put_get_stat(&cluster, files.path(), "r/cat.jpg", &data);
+    let stat = put_get_stat(&cluster, files.path(), "racks/cat.jpg", &data);
     let groups = groups_by(&stat, |u| rack_of[&u["node_id"].as_u64().unwrap()]);
     assert_eq!(groups.len(), 5, "{stat}");
     for group in groups {
