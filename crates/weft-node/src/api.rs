@@ -250,7 +250,7 @@ async fn put_unit(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
-    let (_, disk) = disk_of(&node, &disk)?;
+    let (index, disk) = disk_of(&node, &disk)?;
     let key = key_of(&unit)?;
     // HTTP/1.1: a request with neither Content-Length nor Transfer-Encoding has no body, so
     // clients may omit `Content-Length: 0`. A chunked body has no length to create with.
@@ -288,10 +288,16 @@ async fn put_unit(
                 .with("error", json!("short_body"))
             })?;
             received += bytes.len() as u64;
+            if let Some(link) = &node.link_in {
+                link.transfer(bytes.len() as u64).await;
+            }
             pending.extend_from_slice(&bytes);
         }
         if pending.len() as u64 >= CHUNK_BYTES || (done && !pending.is_empty()) {
             let chunk = std::mem::take(&mut pending);
+            // The chunk holds the last bytes received: it starts where the unit has them.
+            let at = received - chunk.len() as u64;
+            let _turn = modeled_io(&node, index, key, at, chunk.len() as u64).await;
             let (back, result) = tokio::task::spawn_blocking(move || {
                 let result = writer.write_all(&chunk);
                 (writer, result.map(|()| chunk))
@@ -390,12 +396,27 @@ fn parse_range(value: &HeaderValue, len: u64, key: UnitKey) -> ApiResult<ByteRan
     Ok(range)
 }
 
+/// The disk's turn for an IO of `len` bytes of `key` at `offset` under its hardware model
+/// (waited for: queue, positioning, transfer); `None` at once without a model.
+async fn modeled_io(
+    node: &Node,
+    disk: usize,
+    key: UnitKey,
+    offset: u64,
+    len: u64,
+) -> Option<crate::model::DiskTurn<'_>> {
+    match &node.models[disk] {
+        Some(model) => Some(model.io(key, offset, len).await),
+        None => None,
+    }
+}
+
 async fn get_unit(
     State(node): State<Shared>,
     Path((disk, unit)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    let (_, disk) = disk_of(&node, &disk)?;
+    let (index, disk) = disk_of(&node, &disk)?;
     let key = key_of(&unit)?;
     let stat_disk = disk.clone();
     let info = blocking(move || stat_disk.stat(key)).await?;
@@ -407,10 +428,15 @@ async fn get_unit(
     // The first chunk is read before answering, so its corruption is a clean 500.
     let first_end = range.end.min(range.start + CHUNK_BYTES);
     let first_disk = disk.clone();
-    let first =
+    let first = {
+        let _turn = modeled_io(&node, index, key, range.start, first_end - range.start).await;
         blocking(move || first_disk.read(key, range.start, (first_end - range.start) as usize))
-            .await?;
+            .await?
+    };
     node.metrics.bytes_out(first.len() as u64);
+    if let Some(link) = &node.link_out {
+        link.transfer(first.len() as u64).await;
+    }
     let metrics_node = node.clone();
     let rest = futures_util::stream::unfold(first_end, move |offset| {
         let (disk, node) = (disk.clone(), metrics_node.clone());
@@ -419,15 +445,19 @@ async fn get_unit(
                 return None;
             }
             let end = range.end.min(offset + CHUNK_BYTES);
-            let read = tokio::task::spawn_blocking(move || {
-                disk.read(key, offset, (end - offset) as usize)
-            })
-            .await
-            .map_err(std::io::Error::other)
-            .and_then(|result| result.map_err(std::io::Error::other));
+            let read = {
+                let _turn = modeled_io(&node, index, key, offset, end - offset).await;
+                tokio::task::spawn_blocking(move || disk.read(key, offset, (end - offset) as usize))
+                    .await
+                    .map_err(std::io::Error::other)
+                    .and_then(|result| result.map_err(std::io::Error::other))
+            };
             match read {
                 Ok(bytes) => {
                     node.metrics.bytes_out(bytes.len() as u64);
+                    if let Some(link) = &node.link_out {
+                        link.transfer(bytes.len() as u64).await;
+                    }
                     Some((Ok(bytes), end))
                 }
                 Err(error) => {

@@ -46,6 +46,7 @@ pub(crate) fn disk_reports(node: &Node) -> Vec<DiskReport> {
                     CapacityState::Nearfull => DiskState::Nearfull,
                     CapacityState::Full => DiskState::Full,
                 },
+                model: node.models[index].as_ref().map(|model| model.stats()),
             }
         })
         .collect()

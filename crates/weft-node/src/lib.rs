@@ -18,10 +18,14 @@
 //! - Heartbeat failures are logged and retried at the next interval; they never stop the node.
 //! - Every unit is scrubbed once per scrub interval and each disk's inventory sent to meta
 //!   (`scrub`); both stop, with the heartbeats, before [`RunningNode::stop`] returns.
+//! - Under a hardware model ([`model`], `NodeConfig::disk_models` / `net_bytes_per_sec`) every
+//!   unit read and write chunk of the data API waits for its modeled disk and link time; the
+//!   scrub, listings and stats are not modeled. Without one nothing waits.
 
 mod api;
 mod heartbeat;
 mod metrics;
+pub mod model;
 mod scrub;
 
 use std::{fmt, future::Future, net::SocketAddr, path::PathBuf, sync::Arc};
@@ -65,6 +69,11 @@ pub struct NodeConfig {
     /// The filesystem the disks are opened through: the real one, or a fault-injecting one
     /// in tests (`weft_store::FaultyFs`).
     pub fs: Arc<dyn Fs>,
+    /// The hardware model of each disk ([`model`]): empty or `None` for a disk means none;
+    /// one entry applies to every disk.
+    pub disk_models: Vec<Option<model::DiskModel>>,
+    /// The rate of this node's link in each direction, bytes per second; `None`: no model.
+    pub net_bytes_per_sec: Option<u64>,
 }
 
 impl NodeConfig {
@@ -86,6 +95,8 @@ impl NodeConfig {
             scrub: ScrubConfig::default(),
             thresholds: Thresholds::default(),
             fs: Arc::new(RealFs),
+            disk_models: Vec::new(),
+            net_bytes_per_sec: None,
         }
     }
 }
@@ -132,6 +143,11 @@ pub(crate) struct Node {
     pub(crate) rack: Option<u32>,
     pub(crate) disks: Vec<Disk>,
     pub(crate) metrics: metrics::Metrics,
+    /// Each disk's hardware model, if it has one (same indexes as `disks`).
+    pub(crate) models: Vec<Option<model::ModeledDisk>>,
+    /// The node's link in and out, when modeled.
+    pub(crate) link_in: Option<model::Link>,
+    pub(crate) link_out: Option<model::Link>,
 }
 
 /// A node that is serving. Stop it with [`RunningNode::stop`].
@@ -193,6 +209,28 @@ pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
             "the scrub interval and its read-rate ceiling must be positive".into(),
         ));
     }
+    if config.disk_models.len() > 1 && config.disk_models.len() != config.disks.len() {
+        return Err(NodeError::Config(format!(
+            "{} disk models for {} disks: give one model, or one per disk",
+            config.disk_models.len(),
+            config.disks.len()
+        )));
+    }
+    if config.net_bytes_per_sec == Some(0) {
+        return Err(NodeError::Config("the link rate must be positive".into()));
+    }
+    let models = (0..config.disks.len())
+        .map(|index| {
+            let model = match config.disk_models.len() {
+                0 => None,
+                1 => config.disk_models[0],
+                _ => config.disk_models[index],
+            };
+            // Seeded by node and disk: every disk draws its own reproducible positions.
+            let seed = (u64::from(config.node_id) << 16) ^ index as u64;
+            model.map(|m| model::ModeledDisk::new(m, seed))
+        })
+        .collect();
     let paths = config.disks.clone();
     let (fs, thresholds) = (config.fs.clone(), config.thresholds);
     let disks = tokio::task::spawn_blocking(move || {
@@ -219,6 +257,9 @@ pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
         rack: config.rack,
         disks,
         metrics: metrics::Metrics::default(),
+        models,
+        link_in: config.net_bytes_per_sec.map(model::Link::new),
+        link_out: config.net_bytes_per_sec.map(model::Link::new),
     });
     let (stop, stopped) = watch::channel(false);
     let heartbeat = config.meta_url.clone().map(|meta_url| {

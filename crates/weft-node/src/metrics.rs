@@ -121,8 +121,34 @@ impl Metrics {
                 weft_wire::DiskState::Full => 2,
             }),
         ];
-        for (name, help, value) in gauges {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        let modeled: [Gauge; 5] = [
+            ("weft_node_disk_model_ios_total", "IOs the disk's hardware model served.", |d| {
+                d.model.as_ref().map_or(0, |m| m.ios)
+            }),
+            (
+                "weft_node_disk_model_seeks_total",
+                "Modeled IOs that paid a positioning time.",
+                |d| d.model.as_ref().map_or(0, |m| m.seeks),
+            ),
+            ("weft_node_disk_model_bytes_total", "Bytes the modeled disk transferred.", |d| {
+                d.model.as_ref().map_or(0, |m| m.bytes)
+            }),
+            ("weft_node_disk_model_busy_microseconds_total", "Modeled busy time.", |d| {
+                d.model.as_ref().map_or(0, |m| m.busy_us)
+            }),
+            (
+                "weft_node_disk_model_queue_wait_microseconds_total",
+                "Time IOs waited for the modeled disk.",
+                |d| d.model.as_ref().map_or(0, |m| m.queue_wait_us),
+            ),
+        ];
+        let has_models = disks.iter().any(|d| d.model.is_some());
+        let series = gauges
+            .into_iter()
+            .map(|g| (g, "gauge"))
+            .chain(modeled.into_iter().filter(|_| has_models).map(|c| (c, "counter")));
+        for ((name, help, value), kind) in series {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
             for disk in disks {
                 let _ = writeln!(
                     out,

@@ -885,3 +885,76 @@ async fn no_space_on_a_put_is_507_disk_full_and_the_disk_stays_readable_and_repo
     node.node.stop().await.unwrap();
     meta_server.abort();
 }
+
+/// Issue 17: under a disk model, a unit read in order pays one positioning and the same
+/// bytes read out of order pay one per chunk; the counters say so in `/v1/health` (and so in
+/// heartbeats) and `/metrics`. A disk without a model reports none. Bytes are unchanged.
+#[tokio::test]
+async fn a_modeled_disk_counts_seeks_for_out_of_order_reads_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = ClusterSecret::generate();
+    let disks = vec![dir.path().join("disk0"), dir.path().join("disk1")];
+    let mut config =
+        NodeConfig::new(7, "127.0.0.1:0".parse().unwrap(), disks.clone(), secret.node_key(7));
+    config.thresholds = host_fill_ignored();
+    let fast_hdd = weft_node::model::parse_disk_model("hdd:position=2ms:rate=1GB").unwrap();
+    config.disk_models = vec![None, fast_hdd];
+    config.net_bytes_per_sec = Some(weft_node::model::parse_rate("10Gbit").unwrap());
+    let node = TestNode {
+        node: bind(config).await.unwrap(),
+        base: String::new(),
+        client: Client::new(),
+        signer: secret.signer_for(Audience::Node(7)),
+        secret: secret.clone(),
+        disks,
+        _dir: dir,
+    };
+    let node = TestNode { base: node.node.endpoint(), ..node };
+    const MIB: usize = 1 << 20;
+    let key = UnitKey::data(9, 0, 0);
+    let data = pattern(4 * MIB, 5);
+    assert_eq!(node.put(1, key, &data).await.status(), StatusCode::CREATED);
+    node.put(0, key, &data).await;
+    let model = |health: &Value| health["disks"][1]["model"].clone();
+    let after_put = model(&node.json("/v1/health").await);
+    assert_eq!(after_put["model"], "hdd 2ms 1000MB/s", "{after_put}");
+    assert_eq!(
+        (after_put["seeks"].as_u64(), after_put["bytes"].as_u64()),
+        (Some(1), Some(4 * MIB as u64))
+    );
+    let health = node.json("/v1/health").await;
+    assert!(health["disks"][0].get("model").is_none(), "disk 0 has no model: {health}");
+
+    let whole = node.get(1, key, None).await.bytes().await.unwrap();
+    assert!(whole == data, "a modeled read changed bytes");
+    let sequential = model(&node.json("/v1/health").await);
+    let delta = |now: &Value, before: &Value, field: &str| {
+        now[field].as_u64().unwrap() - before[field].as_u64().unwrap()
+    };
+    assert_eq!(delta(&sequential, &after_put, "ios"), 4, "{sequential}");
+    assert_eq!(delta(&sequential, &after_put, "seeks"), 1, "one positioning: {sequential}");
+    for chunk in [3, 2, 1, 0] {
+        let range = format!("bytes={}-{}", chunk * MIB, (chunk + 1) * MIB - 1);
+        let got = node.get(1, key, Some(&range)).await.bytes().await.unwrap();
+        assert!(got == data[chunk * MIB..(chunk + 1) * MIB], "chunk {chunk}");
+    }
+    let random = model(&node.json("/v1/health").await);
+    assert_eq!(delta(&random, &sequential, "ios"), 4, "{random}");
+    assert_eq!(delta(&random, &sequential, "seeks"), 4, "a positioning each: {random}");
+    // Busy time: each read pass transfers 4 MiB (4.2 ms at 1 GB/s); out of order adds four
+    // positionings of 0.5–3.5 ms, in order one.
+    let busy = |a: &Value, b: &Value| delta(a, b, "busy_us");
+    let transfer = 4 * MIB as u64 * 1_000_000 / 1_000_000_000;
+    assert!(busy(&sequential, &after_put) <= transfer + 3_500 + 10, "{sequential}");
+    assert!(busy(&random, &sequential) >= transfer + 4 * 500 - 10, "{random}");
+
+    let text =
+        node.client.get(format!("{}/metrics", node.base)).send_signed(&node.signer).await.unwrap();
+    let text = text.text().await.unwrap();
+    let seeks = format!(
+        "weft_node_disk_model_seeks_total{{node=\"7\",disk=\"1\",dir=\"{}\"}} 6",
+        node.disks[1].display()
+    );
+    assert!(text.lines().any(|l| l == seeks), "missing {seeks:?} in\n{text}");
+    node.node.stop().await.unwrap();
+}

@@ -63,6 +63,29 @@ pub struct DiskReport {
     /// is not failed (its units are read and used as repair sources).
     #[serde(default)]
     pub state: DiskState,
+    /// The disk's hardware model and its counters, from nodes run with one (`weft serve node
+    /// --disk-model hdd|ssd`); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<DiskModelStats>,
+}
+
+/// What a disk's hardware model did since the node started ([`DiskReport::model`]): JSON
+/// `{"model":"hdd 8ms 150MB/s","ios","seeks","bytes","busy_us","queue_wait_us"}`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskModelStats {
+    /// The model and its parameters, e.g. `hdd 8ms 150MB/s`.
+    pub model: String,
+    /// IOs served (a unit read or write is one IO per chunk of at most 1 MiB).
+    pub ios: u64,
+    /// IOs that did not continue where the previous IO on the disk ended: each paid a
+    /// positioning time.
+    pub seeks: u64,
+    /// Bytes transferred.
+    pub bytes: u64,
+    /// Modeled time the disk was busy (positioning plus transfer), in microseconds.
+    pub busy_us: u64,
+    /// Time IOs waited in the disk's queue before it served them, summed, in microseconds.
+    pub queue_wait_us: u64,
 }
 
 /// How full a disk is ([`DiskReport::state`]): JSON `"ok"`, `"nearfull"` or `"full"`.
@@ -111,6 +134,7 @@ mod tests {
                 free_bytes: Some(100),
                 total_bytes: Some(1000),
                 state: DiskState::Nearfull,
+                model: None,
             }],
             rack: None,
         };

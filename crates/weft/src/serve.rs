@@ -216,6 +216,16 @@ pub struct NodeArgs {
     /// write that finds no space (ENOSPC, EDQUOT) makes the disk full too.
     #[arg(long, default_value_t = 0.95)]
     pub full_ratio: f64,
+    /// Hardware model of the disks, for experiments: none (real speed), hdd (8 ms
+    /// positioning, 150 MB/s), ssd (0.1 ms, 500 MB/s), tuned as hdd:position=6ms:rate=200MB;
+    /// one for every disk, or a comma list with one per disk. IO is delayed as that disk
+    /// would take; data still lands on the real files (docs/hardware-model.md).
+    #[arg(long, default_value = "none")]
+    pub disk_model: String,
+    /// Rate of this node's link in each direction, for experiments: none, or e.g. 1Gbit,
+    /// 10Gbit, 125MB.
+    #[arg(long, default_value = "none")]
+    pub net_model: String,
     /// This node's key file, written by `weft node add ID` (which enrols the node in meta);
     /// the node id comes from it when --id is not given.
     #[arg(long, value_name = "FILE", conflicts_with = "secret_file")]
@@ -358,6 +368,8 @@ async fn serve_node(args: NodeArgs) -> Result<(), CliError> {
     config.rack = args.rack;
     config.thresholds = weft_node::Thresholds::new(args.nearfull_ratio, args.full_ratio)
         .map_err(|e| cli_error!("--nearfull-ratio / --full-ratio: {e}"))?;
+    (config.disk_models, config.net_bytes_per_sec) =
+        hardware_model(&args.disk_model, &args.net_model)?;
     if args.scrub_interval == 0 || args.scrub_max_mib_per_s == 0 {
         return Err(cli_error!("--scrub-interval and --scrub-max-mib-per-s must be positive"));
     }
@@ -487,4 +499,27 @@ fn derived_id(disk: &Path) -> Result<u32, CliError> {
         hash = (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193);
     }
     Ok(hash)
+}
+
+/// `--disk-model` (one, or one per disk) and `--net-model` as the node's config takes them.
+pub fn hardware_model(
+    disks: &str,
+    net: &str,
+) -> Result<(Vec<Option<weft_node::model::DiskModel>>, Option<u64>), CliError> {
+    let models = disks
+        .split(',')
+        .map(|one| {
+            weft_node::model::parse_disk_model(one).map_err(|e| cli_error!("--disk-model: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .collect::<Vec<_>>();
+    let models = if models.iter().all(Option::is_none) { Vec::new() } else { models };
+    let net = match net.trim() {
+        "none" | "" => None,
+        rate => {
+            Some(weft_node::model::parse_rate(rate).map_err(|e| cli_error!("--net-model: {e}"))?)
+        }
+    };
+    Ok((models, net))
 }

@@ -196,6 +196,14 @@ pub struct UpArgs {
     /// not rebuilt elsewhere [default: the node's, 0.95].
     #[arg(long)]
     pub full_ratio: Option<f64>,
+    /// Hardware model of every node's disks (none, hdd, ssd, hdd:position=6ms:rate=200MB; a
+    /// comma list gives one per disk), as `weft serve node --disk-model`.
+    #[arg(long)]
+    pub disk_model: Option<String>,
+    /// Rate of every node's link in each direction (e.g. 1Gbit), as `weft serve node
+    /// --net-model`.
+    #[arg(long)]
+    pub net_model: Option<String>,
     /// Address of the S3 gateway [default: 127.0.0.1:9000, or port 0 (a free port) when
     /// --meta-listen has port 0].
     #[arg(long)]
@@ -281,6 +289,8 @@ struct Plan {
     scrub_interval_ms: Option<u64>,
     nearfull_ratio: Option<f64>,
     full_ratio: Option<f64>,
+    disk_model: Option<String>,
+    net_model: Option<String>,
     s3_listen: SocketAddr,
 }
 
@@ -379,6 +389,19 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
     if args.scrub_interval == Some(0) {
         return Err(cli_error!("--scrub-interval must be positive"));
     }
+    // Checked here, not by each node as it starts: a typo stops `weft up` at once.
+    let (models, _) = crate::serve::hardware_model(
+        args.disk_model.as_deref().unwrap_or("none"),
+        args.net_model.as_deref().unwrap_or("none"),
+    )?;
+    if models.len() > 1 && Some(models.len() as u32) != args.disks_per_node {
+        return Err(cli_error!(
+            "--disk-model lists {} models: give one for every disk, or one per disk with \
+             --disks-per-node {}",
+            models.len(),
+            models.len()
+        ));
+    }
     let defaults = weft_node::Thresholds::default();
     weft_node::Thresholds::new(
         args.nearfull_ratio.unwrap_or(defaults.nearfull_ratio()),
@@ -397,6 +420,8 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
         scrub_interval_ms: args.scrub_interval,
         nearfull_ratio: args.nearfull_ratio,
         full_ratio: args.full_ratio,
+        disk_model: args.disk_model.clone(),
+        net_model: args.net_model.clone(),
         s3_listen: args.s3_listen.unwrap_or_else(|| {
             let port = if args.meta_listen.port() == 0 { 0 } else { DEFAULT_S3_PORT };
             SocketAddr::new(args.meta_listen.ip(), port)
@@ -1175,6 +1200,12 @@ fn start(
         }
         if let Some(ratio) = plan.full_ratio {
             node_args.extend(["--full-ratio".to_owned(), ratio.to_string()]);
+        }
+        if let Some(model) = &plan.disk_model {
+            node_args.extend(["--disk-model".to_owned(), model.clone()]);
+        }
+        if let Some(rate) = &plan.net_model {
+            node_args.extend(["--net-model".to_owned(), rate.clone()]);
         }
         cluster.spawn(Role::Node(id), &node_args, disks)?;
     }

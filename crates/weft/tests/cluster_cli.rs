@@ -996,7 +996,10 @@ fn a_disk_emptied_while_its_node_was_down_is_found_counted_and_reprotected() {
     assert!(counter(&counted, "missing_units") >= on_victim.len() as u64, "{counted}");
     let text = cluster.weft(&["status"]);
     let said = String::from_utf8_lossy(&text.stdout);
-    assert!(said.contains("missing units: "), "{said}");
+    assert!(
+        said.contains("health:") && said.contains(" missing units (latest inventories"),
+        "{said}"
+    );
     poll_status(&cluster, "node 3's units rebuilt", Duration::from_secs(60), |s| {
         counter(s, "repair_queue") == 0 && counter(s, "under_protected_units") == 0
     });

@@ -25,7 +25,7 @@ fn sh_blocks(text: &str) -> Vec<String> {
     let mut current: Option<String> = None;
     for line in text.lines() {
         match (&mut current, line.trim_start()) {
-            (None, fence) if fence == "```sh" => current = Some(String::new()),
+            (None, "```sh") => current = Some(String::new()),
             (Some(_), "```") => blocks.push(current.take().expect("inside a block")),
             (Some(block), _) => {
                 block.push_str(line);
