@@ -130,6 +130,21 @@ impl NodeClient {
         request.send_signed(&signer).await.map_err(transport)
     }
 
+    /// A node's `GET /v1/health`: its disks with their usage, state and, under a hardware
+    /// model, the model's counters (docs/node-api.md).
+    pub async fn health(
+        &self,
+        node_id: u32,
+        endpoint: &str,
+    ) -> Result<serde_json::Value, NodeFailure> {
+        let url = format!("{}/v1/health", endpoint.trim_end_matches('/'));
+        let response = self.send(node_id, self.http.get(url)).await?;
+        if !response.status().is_success() {
+            return Err(failure_of(response).await);
+        }
+        response.json().await.map_err(transport)
+    }
+
     fn url(unit: &UnitInfo) -> Result<String, NodeFailure> {
         unit.url().ok_or_else(|| {
             NodeFailure::new(

@@ -79,6 +79,8 @@ pub fn s3_error_of(error: ClientError) -> S3Error {
             "bucket_exists" => s3_error!(BucketAlreadyOwnedByYou, "{message}"),
             "invalid_name" => s3_error!(InvalidArgument, "{message}"),
             "invalid_policy" => s3_error!(InvalidArgument, "{message}"),
+            // The policy needs more failure domains than the cluster has: the request's.
+            "policy_too_wide" => s3_error!(InvalidArgument, "{message}"),
             _ if *status == 503 => s3_error!(ServiceUnavailable, "{error}"),
             _ => s3_error!(InternalError, "{error}"),
         },
@@ -367,7 +369,13 @@ impl S3 for Gateway {
             None => None,
         };
         let bucket = req.input.bucket;
-        self.client.meta.create_bucket(&bucket, policy).await.map_err(s3_error_of)?;
+        self.client.meta.create_bucket(&bucket, policy).await.map_err(|error| match &error {
+            // S3's own code for a name that breaks the bucket naming rules.
+            ClientError::Meta { code, message, .. } if code == "invalid_name" => {
+                s3_error!(InvalidBucketName, "{message}")
+            }
+            _ => s3_error_of(error),
+        })?;
         Ok(S3Response::new(CreateBucketOutput { location: Some(format!("/{bucket}")) }))
     }
 

@@ -53,6 +53,19 @@ pub enum BenchCommand {
     /// and checks every byte. Kill nodes between the two to measure degraded reads.
     #[command(verbatim_doc_comment)]
     Cluster(crate::bench_cluster::ClusterBenchArgs),
+    /// Okapi's read experiments: throughput, seeks/s and latency of concurrent ranged reads
+    /// for a code at several stripe widths, beside coupled layouts (stripe width = k).
+    ///
+    /// Examples:
+    ///   weft up --nodes 19 --disk-model hdd            # in another terminal: the paper's HDDs
+    ///   weft bench reads --code rs --k 6 --r 3 --stripe-widths 1,2,3,6 --coupled 3,6,12 \
+    ///     --read-sizes 2MiB,12MiB,48MiB --clients 8 --duration 30s
+    ///
+    /// Objects are written once per layout under reads/ in --bucket and reused. Seeks/s come
+    /// from the nodes' disk-model counters (null on a cluster without --disk-model); read
+    /// amplification is bytes fetched ÷ bytes returned (kill a node for degraded reads).
+    #[command(verbatim_doc_comment)]
+    Reads(crate::bench_reads::ReadsBenchArgs),
     /// The coding engine: each rail alone, their sum, and the aggregate of all of them.
     ///
     /// Examples:
@@ -161,6 +174,7 @@ pub fn run(command: BenchCommand) -> Result<(), CliError> {
     match command {
         BenchCommand::Ec(args) => bench_ec(args),
         BenchCommand::Cluster(args) => crate::bench_cluster::run(args),
+        BenchCommand::Reads(args) => crate::bench_reads::run(args),
         BenchCommand::Engine(args) => crate::bench_engine::run(args),
     }
 }

@@ -16,6 +16,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod bench_cluster;
 mod bench_engine;
+mod bench_reads;
 mod cluster_cli;
 mod demo;
 mod ec;

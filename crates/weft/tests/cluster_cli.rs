@@ -35,6 +35,22 @@ const SMALL: [&str; 12] = [
     "--block",
     "16KiB",
 ];
+/// rs(2,1), stripe width 2, 4 KiB cells, 16 KiB blocks: small objects span many units on 3+
+/// nodes.
+const RS_2_1: [&str; 12] = [
+    "--code",
+    "rs",
+    "--k",
+    "2",
+    "--r",
+    "1",
+    "--stripe-width",
+    "2",
+    "--cell",
+    "4KiB",
+    "--block",
+    "16KiB",
+];
 /// Meta declares a silent node down after 1.5 s (heartbeats every 300 ms).
 const FAST_DOWN: [&str; 4] = ["--down-after-ms", "1500", "--heartbeat-ms", "300"];
 
@@ -1100,24 +1116,7 @@ fn files_under(disk: &Path) -> BTreeSet<PathBuf> {
 #[test]
 fn a_full_node_disk_is_read_only_its_units_stay_and_nothing_is_rebuilt() {
     let cluster = Cluster::start(4, &["--heartbeat-ms", "300"]);
-    cluster.weft_json(&[
-        "bucket",
-        "create",
-        "fill",
-        "--json",
-        "--code",
-        "rs",
-        "--k",
-        "2",
-        "--r",
-        "1",
-        "--stripe-width",
-        "2",
-        "--cell",
-        "4KiB",
-        "--block",
-        "16KiB",
-    ]);
+    cluster.create_bucket("fill", &RS_2_1);
     let own = tempfile::tempdir().unwrap();
     let key_file = own.path().join("node-5.key");
     let disk = own.path().join("d0");
@@ -1309,32 +1308,13 @@ fn a_five_tib_object_costs_meta_one_period_not_a_million_units() {
 fn get_onto_a_fifo_writes_through_it_and_leaves_it_a_fifo() {
     use std::os::unix::fs::FileTypeExt;
     let cluster = Cluster::start(4, &[]);
-    cluster.weft_json(&[
-        "bucket",
-        "create",
-        "gets",
-        "--json",
-        "--code",
-        "rs",
-        "--k",
-        "2",
-        "--r",
-        "1",
-        "--stripe-width",
-        "2",
-        "--cell",
-        "4KiB",
-        "--block",
-        "16KiB",
-    ]);
+    cluster.create_bucket("gets", &RS_2_1);
     let mut objects = Objects::new();
     let data = bytes(9, 3 * BLOCK + 5);
     objects.put(&cluster, "gets/o", data.clone(), &[]);
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("pipe");
-    let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a NUL-terminated path; mkfifo(3) only creates the node.
-    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+    common::mkfifo(&fifo);
     let reader = {
         let fifo = fifo.clone();
         std::thread::spawn(move || std::fs::read(&fifo).unwrap())
@@ -1373,24 +1353,7 @@ fn weft_with_stdin(cluster: &Cluster, args: &[&str], input: &[u8]) -> std::proce
 #[test]
 fn puts_from_pipes_store_every_byte_and_a_directory_begins_nothing() {
     let cluster = Cluster::start(4, &[]);
-    cluster.weft_json(&[
-        "bucket",
-        "create",
-        "pipes",
-        "--json",
-        "--code",
-        "rs",
-        "--k",
-        "2",
-        "--r",
-        "1",
-        "--stripe-width",
-        "2",
-        "--cell",
-        "4KiB",
-        "--block",
-        "16KiB",
-    ]);
+    cluster.create_bucket("pipes", &RS_2_1);
     let data = bytes(21, 3 * BLOCK + 5);
     for (source, key) in [("-", "pipes/stdin"), ("/dev/stdin", "pipes/devstdin")] {
         let output = weft_with_stdin(&cluster, &["put", source, key, "--json"], &data);
@@ -1417,9 +1380,7 @@ fn puts_from_pipes_store_every_byte_and_a_directory_begins_nothing() {
 
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("pipe");
-    let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a NUL-terminated path; mkfifo(3) only creates the node.
-    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+    common::mkfifo(&fifo);
     let writer = {
         let (fifo, data) = (fifo.clone(), data.clone());
         std::thread::spawn(move || std::fs::write(&fifo, &data).unwrap())
@@ -1498,9 +1459,7 @@ fn a_two_gib_get_stays_under_its_stated_memory_bound() {
     std::fs::remove_file(&file).unwrap();
 
     let fifo = dir.path().join("pipe");
-    let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a NUL-terminated path; mkfifo(3) only creates the node.
-    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+    common::mkfifo(&fifo);
     let reader = {
         let (fifo, base) = (fifo.clone(), base.clone());
         std::thread::spawn(move || {

@@ -167,6 +167,20 @@ async fn objects_round_trip_with_ranges_listings_copies_and_exact_errors() {
     assert_eq!(names, [bucket]);
     s3.head_bucket().bucket(bucket).send().await.expect("head bucket");
     assert_eq!(error_of(s3.head_bucket().bucket("nope-bucket").send().await).1, 404);
+    // S3's naming rule (3–63 characters) and its error code; a policy the 4 nodes cannot
+    // hold is the request's fault, and nothing is created either way.
+    let short = error_of(s3.create_bucket().bucket("ab").send().await);
+    assert_eq!(short, ("InvalidBucketName".to_owned(), 400));
+    let wide = s3
+        .create_bucket()
+        .bucket("too-wide")
+        .customize()
+        .mutate_request(|request| {
+            request.headers_mut().insert("x-weft-policy", "rs(6,3)");
+        })
+        .send()
+        .await;
+    assert_eq!(error_of(wide), ("InvalidArgument".to_owned(), 400));
 
     // Objects of 0 B, 1 B and several blocks, under two prefixes.
     let sizes = [0usize, 1, 300_000, 700_001, 65_536];

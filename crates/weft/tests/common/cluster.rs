@@ -364,6 +364,13 @@ impl Cluster {
             .expect("weft runs")
     }
 
+    /// `weft bucket create NAME --json POLICY…` (asserted to succeed): the bucket record.
+    pub fn create_bucket(&self, name: &str, policy: &[&str]) -> Value {
+        let mut args = vec!["bucket", "create", name, "--json"];
+        args.extend_from_slice(policy);
+        self.weft_json(&args)
+    }
+
     /// Runs `weft ARGS`, asserts it succeeded and returns its stdout parsed as one JSON
     /// object.
     pub fn weft_json(&self, args: &[&str]) -> Value {

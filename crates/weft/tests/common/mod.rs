@@ -18,3 +18,12 @@ pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
     out.truncate(len);
     out
 }
+
+/// Makes a FIFO at `path` (mkfifo(3)).
+#[allow(dead_code)]
+pub fn mkfifo(path: &std::path::Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("no NUL in the path");
+    // SAFETY: a NUL-terminated path; mkfifo(3) only creates the node.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0, "mkfifo {}", path.display());
+}
