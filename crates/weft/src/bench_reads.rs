@@ -343,7 +343,7 @@ pub fn run(args: ReadsBenchArgs) -> Result<(), CliError> {
     if args.read_sizes.iter().any(|&s| s == 0 || s > args.object_size) {
         return Err(cli_error!("every read size must be between 1 byte and --object-size"));
     }
-    if args.clients.iter().any(|&c| c == 0) {
+    if args.clients.contains(&0) {
         return Err(cli_error!("--clients must be positive"));
     }
     let configs = configs(&args)?;
