@@ -295,9 +295,6 @@ async fn put_unit(
         }
         if pending.len() as u64 >= CHUNK_BYTES || (done && !pending.is_empty()) {
             let chunk = std::mem::take(&mut pending);
-            // The chunk holds the last bytes received: it starts where the unit has them.
-            let at = received - chunk.len() as u64;
-            let _turn = modeled_io(&node, index, key, at, chunk.len() as u64).await;
             let (back, result) = tokio::task::spawn_blocking(move || {
                 let result = writer.write_all(&chunk);
                 (writer, result.map(|()| chunk))
@@ -320,6 +317,8 @@ async fn put_unit(
         )
         .with("error", json!("short_body")));
     }
+    // Under a disk model the unit's write is one IO, charged before it is made durable.
+    drop(modeled_io(&node, index, key, 0, received).await);
     let info =
         blocking(move || writer.finish()).await.map_err(|error| after_mutation(&disk, error))?;
     let mut response = (StatusCode::CREATED, Json(info_json(&info))).into_response();
@@ -428,11 +427,12 @@ async fn get_unit(
     // The first chunk is read before answering, so its corruption is a clean 500.
     let first_end = range.end.min(range.start + CHUNK_BYTES);
     let first_disk = disk.clone();
-    let first = {
-        let _turn = modeled_io(&node, index, key, range.start, first_end - range.start).await;
+    // Under a disk model the whole range is one IO (a disk's queue and readahead keep one
+    // stream's sequential reads together), waited out before the first byte.
+    drop(modeled_io(&node, index, key, range.start, range.end - range.start).await);
+    let first =
         blocking(move || first_disk.read(key, range.start, (first_end - range.start) as usize))
-            .await?
-    };
+            .await?;
     node.metrics.bytes_out(first.len() as u64);
     if let Some(link) = &node.link_out {
         link.transfer(first.len() as u64).await;
@@ -445,13 +445,12 @@ async fn get_unit(
                 return None;
             }
             let end = range.end.min(offset + CHUNK_BYTES);
-            let read = {
-                let _turn = modeled_io(&node, index, key, offset, end - offset).await;
-                tokio::task::spawn_blocking(move || disk.read(key, offset, (end - offset) as usize))
-                    .await
-                    .map_err(std::io::Error::other)
-                    .and_then(|result| result.map_err(std::io::Error::other))
-            };
+            let read = tokio::task::spawn_blocking(move || {
+                disk.read(key, offset, (end - offset) as usize)
+            })
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|result| result.map_err(std::io::Error::other));
             match read {
                 Ok(bytes) => {
                     node.metrics.bytes_out(bytes.len() as u64);

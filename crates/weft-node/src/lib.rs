@@ -19,8 +19,9 @@
 //! - Every unit is scrubbed once per scrub interval and each disk's inventory sent to meta
 //!   (`scrub`); both stop, with the heartbeats, before [`RunningNode::stop`] returns.
 //! - Under a hardware model ([`model`], `NodeConfig::disk_models` / `net_bytes_per_sec`) every
-//!   unit read and write chunk of the data API waits for its modeled disk and link time; the
-//!   scrub, listings and stats are not modeled. Without one nothing waits.
+//!   unit GET (its range) and PUT (its unit) of the data API waits for its modeled disk time,
+//!   and its bytes for the modeled link; the scrub, listings and stats are not modeled.
+//!   Without one nothing waits.
 
 mod api;
 mod heartbeat;

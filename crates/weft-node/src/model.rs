@@ -7,10 +7,12 @@
 //! Disk ([`ModeledDisk`]): one IO at a time, from a FIFO queue (tokio's fair mutex). An IO
 //! that does not start where the previous IO on the disk ended (same unit, next byte) first
 //! pays a positioning time drawn uniformly from [¼, 1¾] × the model's mean (seek plus
-//! rotation), then transfers at the model's rate. A unit read or write is one IO per chunk of
-//! at most 1 MiB (the node's chunk), so a sequential reader pays one positioning and readers
-//! interleaving on a disk pay one per chunk — as a disk head would. Defaults: HDD 8 ms and
-//! 150 MB/s, SSD 0.1 ms and 500 MB/s (MB = 10^6 bytes).
+//! rotation), then transfers at the model's rate. A unit read (a GET's whole range) or write
+//! (a PUT's whole unit) is one IO: a disk's queue and readahead keep one stream's sequential
+//! reads together, so a 6 MB range costs one positioning and 6 MB of transfer, and reading a
+//! unit's ranges in order costs one positioning in all. The modeled time is waited out
+//! before the real IO, which then runs unmodeled. Defaults: HDD 8 ms and 150 MB/s, SSD 0.1 ms
+//! and 500 MB/s (MB = 10^6 bytes).
 //!
 //! Link ([`Link`]): a node's link in each direction is a queue of transfers at a fixed rate
 //! (a token bucket with no burst): a transfer of n bytes starts when the previous one ended,

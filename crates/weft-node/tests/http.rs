@@ -886,8 +886,8 @@ async fn no_space_on_a_put_is_507_disk_full_and_the_disk_stays_readable_and_repo
     meta_server.abort();
 }
 
-/// Issue 17: under a disk model, a unit read in order pays one positioning and the same
-/// bytes read out of order pay one per chunk; the counters say so in `/v1/health` (and so in
+/// Issue 17: under a disk model a GET's whole range is one IO: a unit read whole, or range by
+/// range in order, pays one positioning, and the same ranges out of order one each; the counters say so in `/v1/health` (and so in
 /// heartbeats) and `/metrics`. A disk without a model reports none. Bytes are unchanged.
 #[tokio::test]
 async fn a_modeled_disk_counts_seeks_for_out_of_order_reads_only() {
@@ -918,10 +918,9 @@ async fn a_modeled_disk_counts_seeks_for_out_of_order_reads_only() {
     let model = |health: &Value| health["disks"][1]["model"].clone();
     let after_put = model(&node.json("/v1/health").await);
     assert_eq!(after_put["model"], "hdd 2ms 1000MB/s", "{after_put}");
-    assert_eq!(
-        (after_put["seeks"].as_u64(), after_put["bytes"].as_u64()),
-        (Some(1), Some(4 * MIB as u64))
-    );
+    let written = (after_put["ios"].as_u64(), after_put["seeks"].as_u64());
+    assert_eq!(written, (Some(1), Some(1)), "a unit's write is one IO: {after_put}");
+    assert_eq!(after_put["bytes"], 4 * MIB as u64, "{after_put}");
     let health = node.json("/v1/health").await;
     assert!(health["disks"][0].get("model").is_none(), "disk 0 has no model: {health}");
 
@@ -931,18 +930,32 @@ async fn a_modeled_disk_counts_seeks_for_out_of_order_reads_only() {
     let delta = |now: &Value, before: &Value, field: &str| {
         now[field].as_u64().unwrap() - before[field].as_u64().unwrap()
     };
-    assert_eq!(delta(&sequential, &after_put, "ios"), 4, "{sequential}");
+    assert_eq!(delta(&sequential, &after_put, "ios"), 1, "a GET's range is one IO: {sequential}");
     assert_eq!(delta(&sequential, &after_put, "seeks"), 1, "one positioning: {sequential}");
-    for chunk in [3, 2, 1, 0] {
-        let range = format!("bytes={}-{}", chunk * MIB, (chunk + 1) * MIB - 1);
-        let got = node.get(1, key, Some(&range)).await.bytes().await.unwrap();
-        assert!(got == data[chunk * MIB..(chunk + 1) * MIB], "chunk {chunk}");
-    }
+    let read = |order: [usize; 4]| {
+        let node = &node;
+        let data = &data;
+        async move {
+            for chunk in order {
+                let range = format!("bytes={}-{}", chunk * MIB, (chunk + 1) * MIB - 1);
+                let got = node.get(1, key, Some(&range)).await.bytes().await.unwrap();
+                assert!(got == data[chunk * MIB..(chunk + 1) * MIB], "chunk {chunk}");
+            }
+        }
+    };
+    read([3, 2, 1, 0]).await;
     let random = model(&node.json("/v1/health").await);
     assert_eq!(delta(&random, &sequential, "ios"), 4, "{random}");
     assert_eq!(delta(&random, &sequential, "seeks"), 4, "a positioning each: {random}");
+    read([0, 1, 2, 3]).await;
+    let in_order = model(&node.json("/v1/health").await);
+    assert_eq!(
+        delta(&in_order, &random, "seeks"),
+        1,
+        "ranges in order: one positioning: {in_order}"
+    );
     // Busy time: each read pass transfers 4 MiB (4.2 ms at 1 GB/s); out of order adds four
-    // positionings of 0.5–3.5 ms, in order one.
+    // positionings of 0.5–3.5 ms, the whole unit one.
     let busy = |a: &Value, b: &Value| delta(a, b, "busy_us");
     let transfer = 4 * MIB as u64 * 1_000_000 / 1_000_000_000;
     assert!(busy(&sequential, &after_put) <= transfer + 3_500 + 10, "{sequential}");
@@ -951,8 +964,9 @@ async fn a_modeled_disk_counts_seeks_for_out_of_order_reads_only() {
     let text =
         node.client.get(format!("{}/metrics", node.base)).send_signed(&node.signer).await.unwrap();
     let text = text.text().await.unwrap();
+    // Write 1, whole read 1, out of order 4, in order 1.
     let seeks = format!(
-        "weft_node_disk_model_seeks_total{{node=\"7\",disk=\"1\",dir=\"{}\"}} 6",
+        "weft_node_disk_model_seeks_total{{node=\"7\",disk=\"1\",dir=\"{}\"}} 7",
         node.disks[1].display()
     );
     assert!(text.lines().any(|l| l == seeks), "missing {seeks:?} in\n{text}");
