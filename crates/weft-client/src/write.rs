@@ -722,9 +722,8 @@ impl Client {
     }
 
     /// Stores everything `reader` yields until its end, of a length not known up front (a
-    /// pipe, stdin, a request body without a length), as (bucket, key). Placement needs the
-    /// size, so the input is first taken whole: up to [`IN_MEMORY_PUT_BYTES`] in memory,
-    /// beyond that spooled to an unnamed temporary file in `$TMPDIR` (gone when the put
+    /// pipe, stdin), as (bucket, key). Placement needs the size, so the input is first taken
+    /// whole: up to [`IN_MEMORY_PUT_BYTES`] in memory, beyond that spooled to an unnamed temporary file in `$TMPDIR` (gone when the put
     /// ends, even if it crashes). Either copy can be re-read, so a write failed on a node is
     /// retried like [`Client::put_file`]'s. The stats name the bytes spooled.
     pub async fn put_unsized<R: Read + Send + 'static>(

@@ -70,6 +70,13 @@ pub struct ClusterBenchArgs {
     pub json_lines: bool,
 }
 
+impl ClusterBenchArgs {
+    /// Whether rows go out as JSON (`--json` or `--json-lines`) rather than a table.
+    fn machine(&self) -> bool {
+        self.json || self.json_lines
+    }
+}
+
 /// What one coder or read mode did over the run.
 #[derive(Default)]
 struct Tally {
@@ -190,11 +197,7 @@ async fn put(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
     let coders =
         parse_list(&args.coder, Coder::parse, "--coder", "coder", "pipelined, blocking or noop")?;
     let objects = args.size.div_ceil(args.object_size);
-    let bar = crate::ec::progress_bar(
-        args.size * coders.len(),
-        args.json || args.json_lines,
-        "bench put",
-    );
+    let bar = crate::ec::progress_bar(args.size * coders.len(), args.machine(), "bench put");
     let mut tallies: Vec<Tally> = coders.iter().map(|_| Tally::default()).collect();
     let mut layout = None;
     let mut scratch = Vec::new();
@@ -255,7 +258,7 @@ async fn put(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
             }),
         )?;
     }
-    if args.json || args.json_lines {
+    if args.machine() {
         rows.finish();
     }
     Ok(())
@@ -337,7 +340,7 @@ async fn get(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
             }),
         )?;
     }
-    if args.json || args.json_lines {
+    if args.machine() {
         rows.finish();
     }
     Ok(())
@@ -360,7 +363,7 @@ fn report(
     if let (Some(out), Some(extra)) = (value.as_object_mut(), extra.as_object()) {
         out.extend(extra.clone());
     }
-    if args.json || args.json_lines {
+    if args.machine() {
         rows.push(&value);
     } else {
         println!(

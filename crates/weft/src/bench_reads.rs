@@ -83,12 +83,21 @@ pub struct ReadsBenchArgs {
 /// The byte at `offset` of benchmark object `object`: 8-byte words of splitmix64 of (object,
 /// word index), so any range can be generated on its own.
 fn fill(object: u64, offset: u64, out: &mut [u8]) {
-    for (i, byte) in out.iter_mut().enumerate() {
-        let at = offset + i as u64;
-        let mut z = ((object << 48) ^ (at / 8)).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let word = |index: u64| {
+        let mut z = ((object << 48) ^ index).wrapping_add(0x9e37_79b9_7f4a_7c15);
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d4_049b_b133_111b);
-        *byte = ((z ^ (z >> 31)) >> (8 * (at % 8))) as u8;
+        (z ^ (z >> 31)).to_le_bytes()
+    };
+    // One hash per word: the leading partial word, whole words, the trailing partial word.
+    let mut done = 0;
+    while done < out.len() {
+        let at = offset + done as u64;
+        let (index, skip) = (at / 8, (at % 8) as usize);
+        let bytes = word(index);
+        let n = (8 - skip).min(out.len() - done);
+        out[done..done + n].copy_from_slice(&bytes[skip..skip + n]);
+        done += n;
     }
 }
 

@@ -400,16 +400,23 @@ pub struct StatusArgs {
 /// file in use (weft up keeps both in DIR), and only while that weft up runs and serves the
 /// meta asked (so a stale file or another cluster's is never shown).
 fn services_of(args: &MetaUrlArgs, meta_url: &str) -> Option<(std::path::PathBuf, Value)> {
-    let default = std::path::Path::new(DEFAULT_SECRET_FILE);
-    let (secret, _) = secret_path(args.secret_file.as_deref(), default);
-    let file = secret.parent()?.join(crate::up::CLUSTER_FILE);
-    let value: Value = serde_json::from_str(&std::fs::read_to_string(&file).ok()?).ok()?;
+    let (file, value) = file_beside_secret(args, crate::up::CLUSTER_FILE)?;
     let up_pid = u32::try_from(value["up_pid"].as_u64()?).ok()?;
     let same_meta = value["meta"].as_str()?.trim_end_matches('/') == meta_url;
     if value["running"] != true || !is_running(up_pid) || !same_meta {
         return None;
     }
     value["services"].is_array().then(|| (file, value["services"].clone()))
+}
+
+/// The JSON file `name` that `weft up` keeps in its DIR, found beside the secret file in use
+/// (weft up keeps both there), with its path.
+pub fn file_beside_secret(args: &MetaUrlArgs, name: &str) -> Option<(std::path::PathBuf, Value)> {
+    let default = std::path::Path::new(DEFAULT_SECRET_FILE);
+    let (secret, _) = secret_path(args.secret_file.as_deref(), default);
+    let file = secret.parent()?.join(name);
+    let value = serde_json::from_str(&std::fs::read_to_string(&file).ok()?).ok()?;
+    Some((file, value))
 }
 
 /// One line per service: `meta running pid 123, 2 restarts, last exit: killed by ...`.

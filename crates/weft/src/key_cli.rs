@@ -58,15 +58,6 @@ pub struct KeyCreateArgs {
     pub meta: MetaUrlArgs,
 }
 
-/// What `weft up` wrote to DIR/s3.json (endpoint, region), DIR being the secret file's
-/// directory.
-fn s3_conf_beside_secret(meta: &MetaUrlArgs) -> Option<Value> {
-    let default = std::path::Path::new(crate::cluster_cli::DEFAULT_SECRET_FILE);
-    let (secret, _) = crate::cluster_cli::secret_path(meta.secret_file.as_deref(), default);
-    let file = secret.parent()?.join(crate::up::S3_FILE);
-    serde_json::from_str(&std::fs::read_to_string(file).ok()?).ok()
-}
-
 #[derive(Debug, Args)]
 pub struct KeyLsArgs {
     /// One JSON object: {"keys":[{"access_key","name","created_ms","may_set_policy"}...]}.
@@ -96,7 +87,9 @@ pub fn run(command: KeyCommand) -> Result<(), CliError> {
                 }));
             } else if args.env {
                 // Keys are [A-Za-z0-9+/] only: no quoting needed, but quote anyway.
-                let conf = s3_conf_beside_secret(&args.meta).unwrap_or(Value::Null);
+                // What `weft up` wrote to DIR/s3.json (endpoint, region), if it is there.
+                let conf = crate::cluster_cli::file_beside_secret(&args.meta, crate::up::S3_FILE)
+                    .map_or(Value::Null, |(_, conf)| conf);
                 let region = conf["region"].as_str().unwrap_or(weft_s3::DEFAULT_REGION);
                 println!("export AWS_ACCESS_KEY_ID='{access_key}'");
                 println!("export AWS_SECRET_ACCESS_KEY='{secret_key}'");

@@ -271,7 +271,7 @@ impl CliError {
     }
 
     /// The code: meta's own for its refusals (`no_such_bucket`, `policy_too_wide`, …), else
-    /// one of [`ERROR_CODES`].
+    /// one of weft's (see `client_error_code`; docs/cluster.md, "Output for scripts").
     pub fn code(&self) -> &str {
         &self.1
     }
@@ -293,12 +293,10 @@ impl<E: std::error::Error + 'static> From<E> for CliError {
     }
 }
 
-/// The codes of errors that are not meta's: `usage` (the command line is wrong, exit 2),
-/// `meta_unreachable`, `node_failed`, `unrecoverable` (too many units of a group lost), `io`
-/// (a local file), `invalid` (the request makes no sense), `failed` (anything else).
-pub const ERROR_CODES: [&str; 7] =
-    ["usage", "meta_unreachable", "node_failed", "unrecoverable", "io", "invalid", "failed"];
-
+/// The code of a client error: meta's own code for its refusals, else `meta_unreachable`,
+/// `node_failed`, `unrecoverable` (too many units of a group lost), `io` (a local file),
+/// `invalid` (the request makes no sense) or `failed`. (`usage`, exit 2, is the command
+/// line's.)
 fn client_error_code(error: &weft_client::ClientError) -> String {
     use weft_client::ClientError as E;
     match error {

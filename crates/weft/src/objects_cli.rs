@@ -169,18 +169,13 @@ pub(crate) async fn put_policy(
 pub fn put(args: PutArgs) -> Result<(), CliError> {
     let (bucket, key) = split_path(&args.path)?;
     let stdin = args.file.as_os_str() == "-";
-    // Checked before anything is begun: a missing file or a directory never starts a write.
+    // A missing file never starts a write; a directory is refused by put_file before its
+    // begin; only a regular file has a size to show progress against.
     let size = if stdin {
         None
     } else {
         let metadata = std::fs::metadata(&args.file)
             .map_err(|e| cli_error!("cannot read {}: {e}", args.file.display()))?;
-        if metadata.is_dir() {
-            return Err(cli_error!(
-                "{} is a directory; weft put stores one file (put each file under its own key)",
-                args.file.display()
-            ));
-        }
         metadata.is_file().then_some(metadata.len())
     };
     let runtime = runtime()?;

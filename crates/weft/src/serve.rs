@@ -511,9 +511,7 @@ pub fn hardware_model(
         .map(|one| {
             weft_node::model::parse_disk_model(one).map_err(|e| cli_error!("--disk-model: {e}"))
         })
-        .collect::<Result<Vec<_>, _>>()?
-        .into_iter()
-        .collect::<Vec<_>>();
+        .collect::<Result<Vec<_>, _>>()?;
     let models = if models.iter().all(Option::is_none) { Vec::new() } else { models };
     let net = match net.trim() {
         "none" | "" => None,

@@ -394,12 +394,11 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
         args.disk_model.as_deref().unwrap_or("none"),
         args.net_model.as_deref().unwrap_or("none"),
     )?;
-    if models.len() > 1 && Some(models.len() as u32) != args.disks_per_node {
+    if models.len() > 1 && models.len() as u32 != disks_per_node {
         return Err(cli_error!(
-            "--disk-model lists {} models: give one for every disk, or one per disk with \
-             --disks-per-node {}",
+            "--disk-model lists {} models for {disks_per_node} disks per node: give one for \
+             every disk, or one per disk",
             models.len(),
-            models.len()
         ));
     }
     let defaults = weft_node::Thresholds::default();
