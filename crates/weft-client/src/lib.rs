@@ -6,7 +6,8 @@
 //!   every unit is durable on its node.
 //! - [`Client::get`] (read.rs): fetches only the cells a range needs; a unit that is down,
 //!   missing or corrupt is rebuilt for just the bytes asked, from the units the code's repair
-//!   plan names, and what was fetched is kept for the next sequential window (Okapi §4.4).
+//!   plan names, and what was fetched is kept for the next sequential window and, in the
+//!   client's degraded-read cache (degraded.rs), for the next reads (Okapi §4.4).
 //! - [`Client::transition`] (transition.rs): changes an object's code by regrouping (new
 //!   parity over the data blocks in place, Okapi §4.5) or restriping (rewrite).
 //! - [`repair::run_executor`]: takes repair tasks from meta's queue, rebuilds each unit with
@@ -23,6 +24,7 @@
 
 use std::fmt;
 
+pub mod degraded;
 pub mod digest;
 pub mod gc;
 pub mod meta;
@@ -35,6 +37,7 @@ pub mod s3_support;
 pub mod transition;
 pub mod write;
 
+pub use degraded::{DegradedCache, DEFAULT_DEGRADED_CACHE_BYTES};
 pub use meta::MetaClient;
 pub use meter::BufferMeter;
 pub use node::NodeClient;
@@ -109,16 +112,29 @@ impl From<weft_codes::CodeError> for ClientError {
 pub type Result<T, E = ClientError> = std::result::Result<T, E>;
 
 /// The cluster as one client sees it: meta plus a shared HTTP connection pool for nodes.
+/// Clones share the pool and the degraded-read cache.
 #[derive(Clone, Debug)]
 pub struct Client {
     pub meta: MetaClient,
     pub nodes: NodeClient,
+    /// What degraded reads fetched and decoded, kept for the next reads (degraded.rs).
+    pub degraded: std::sync::Arc<DegradedCache>,
 }
 
 impl Client {
     /// A client of the cluster whose meta is at `meta_url` (`http://host:port`), signing
     /// every request with keys derived from the cluster `secret`.
     pub fn new(meta_url: &str, secret: &weft_auth::ClusterSecret) -> Result<Client> {
-        Ok(Client { meta: MetaClient::new(meta_url, secret)?, nodes: NodeClient::new(secret)? })
+        Ok(Client {
+            meta: MetaClient::new(meta_url, secret)?,
+            nodes: NodeClient::new(secret)?,
+            degraded: std::sync::Arc::new(DegradedCache::new(DEFAULT_DEGRADED_CACHE_BYTES)),
+        })
+    }
+
+    /// This client (same connections) with a degraded-read cache of its own, keeping at most
+    /// `limit` bytes (0: no cache).
+    pub fn with_degraded_cache(&self, limit: usize) -> Client {
+        Client { degraded: std::sync::Arc::new(DegradedCache::new(limit)), ..self.clone() }
     }
 }

@@ -20,8 +20,12 @@
 //! - Every byte returned was either read from its own data block (verified by the node's
 //!   checksums) or decoded from units that were; a decode that cannot be done is an error
 //!   naming the unavailable units, never zeros.
-//! - A unit that failed once is not asked again during the same read; units found missing
-//!   or corrupt are reported to meta's repair queue (once each).
+//! - A unit that failed once is not asked again during the same read, nor (for
+//!   `degraded::FAILED_MEMORY`) by the client's next reads — unless the group cannot be
+//!   decoded without it, then it is asked again; units found missing or corrupt are reported
+//!   to meta's repair queue (once per read that finds them).
+//! - Gets use the client's degraded-read cache (degraded.rs): a range a rebuild fetched or
+//!   decoded is served from memory to the client's next reads; healthy reads add nothing.
 //! - When a window cannot be read, meta's record is read again: if the object is the same
 //!   generation but its units moved (repair, transition), the read continues under the new
 //!   record (same generation, same bytes); a replaced object is an error, never a mix.
@@ -119,6 +123,8 @@ pub struct GetStats {
     pub bytes: u64,
     /// Bytes fetched from nodes (data read plus what degraded reads needed).
     pub bytes_fetched: u64,
+    /// Bytes served from the client's degraded-read cache instead of a node.
+    pub cache_hit_bytes: u64,
     /// Units that could not be read and were rebuilt, with the reason.
     pub degraded_units: Vec<(String, String)>,
     pub elapsed: Duration,
@@ -127,21 +133,46 @@ pub struct GetStats {
 /// Bytes of a block range: at hand, or being decoded on the coding engine.
 enum Source {
     Ready(Bytes),
-    Decoding(EcFuture<DecodeOutput>),
+    Decoding(EcFuture<DecodeOutput>, Option<Keep>),
+}
+
+/// Where decoded bytes go once the engine is done: the client's degraded-read cache, as
+/// `stored` bytes of unit `key` from `offset`.
+struct Keep {
+    cache: Arc<crate::DegradedCache>,
+    key: String,
+    offset: u64,
+    stored: usize,
 }
 
 impl Source {
     async fn bytes(self) -> Result<Bytes> {
         match self {
             Source::Ready(bytes) => Ok(bytes),
-            Source::Decoding(decoding) => match decoding.await {
-                Ok(mut output) => Ok(Bytes::from(output.units.pop().expect("one wanted unit"))),
+            Source::Decoding(decoding, keep) => match decoding.await {
+                Ok(mut output) => {
+                    let bytes = Bytes::from(output.units.pop().expect("one wanted unit"));
+                    if let Some(Keep { cache, key, offset, stored }) = keep {
+                        cache.put(&key, offset, bytes.slice(..stored.min(bytes.len())));
+                    }
+                    Ok(bytes)
+                }
                 Err(error) => {
                     Err(ClientError::Invalid(format!("the coding engine failed: {error}")))
                 }
             },
         }
     }
+}
+
+/// `bytes` followed by zeros up to `len` (a range that runs past a unit's stored end).
+fn zero_padded(bytes: Bytes, len: u64) -> Bytes {
+    if bytes.len() as u64 == len {
+        return bytes;
+    }
+    let mut padded = vec![0; len as usize];
+    padded[..bytes.len()].copy_from_slice(&bytes);
+    Bytes::from(padded)
 }
 
 /// A window whose block ranges are fetched, some perhaps still decoding.
@@ -198,6 +229,17 @@ pub struct UnitRebuilder {
     pub bytes_fetched: u64,
     /// Decodes MDS repair plans (k units read) on this engine instead of inline.
     engine: Option<Arc<Engine>>,
+    /// Uses the client's degraded-read cache (gets; not repair or transition, whose
+    /// rebuilds nobody reads again).
+    shared: bool,
+    /// Bytes served from the client's degraded-read cache.
+    pub cache_hit_bytes: u64,
+    /// Units counted failed only because the client remembered them so: asked again rather
+    /// than let a group be undecodable.
+    remembered: std::collections::HashSet<UnitId>,
+    /// Units the client found missing or corrupt lately: still asked, but their groups'
+    /// reads are kept for the rebuild likely to follow.
+    suspects: std::collections::HashSet<UnitId>,
 }
 
 impl UnitRebuilder {
@@ -225,6 +267,10 @@ impl UnitRebuilder {
             reports: Vec::new(),
             bytes_fetched: 0,
             engine: None,
+            shared: false,
+            cache_hit_bytes: 0,
+            remembered: Default::default(),
+            suspects: Default::default(),
         })
     }
 
@@ -232,6 +278,39 @@ impl UnitRebuilder {
     pub fn with_engine(mut self, engine: Arc<Engine>) -> UnitRebuilder {
         self.engine = Some(engine);
         self
+    }
+
+    /// Uses the client's degraded-read cache from now on: cached ranges are served from it,
+    /// what rebuilds fetch or decode (and the reads of degraded groups) is kept, units on
+    /// nodes it found unreachable lately count failed when wanted, and units it found missing
+    /// or corrupt lately mark their groups degraded.
+    pub fn caching(mut self) -> UnitRebuilder {
+        self.shared = true;
+        for info in self.object.units.values() {
+            if self.client.degraded.unit_failed(info.node_id, &info.unit_key) {
+                self.suspects.insert(info.unit);
+            }
+        }
+        self
+    }
+
+    /// Why `unit` cannot be read now without asking: it failed during this read, or (with
+    /// the cache) its node was unreachable lately — then it counts failed from now on.
+    fn known_failed(&mut self, unit: UnitId, node: u32) -> bool {
+        if self.failed.contains_key(&unit) {
+            return true;
+        }
+        if !self.shared {
+            return false;
+        }
+        match self.client.degraded.node_failed(node) {
+            Some(failure) => {
+                self.failed.insert(unit, failure);
+                self.remembered.insert(unit);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Units that failed so far, with why.
@@ -245,6 +324,9 @@ impl UnitRebuilder {
             return;
         }
         tracing::warn!(unit = %unit.short_name(), cause = %failure.cause, "unit unavailable");
+        if let (true, Some(info)) = (self.shared, self.object.unit(unit)) {
+            self.client.degraded.mark_failed(info.node_id, &info.unit_key, &failure);
+        }
         if self.report && matches!(failure.kind, FailureKind::Missing | FailureKind::Corrupt) {
             let meta = self.client.meta.clone();
             let object = self.object.clone();
@@ -258,47 +340,47 @@ impl UnitRebuilder {
         self.failed.insert(unit, failure);
     }
 
-    /// Bytes `[offset, offset + len)` of `unit` as stored, zero-padded past its stored end
-    /// (and all zeros for a virtual unit). Uses the cache; fetched ranges are cached.
-    async fn fetch(&mut self, unit: UnitId, offset: u64, len: u64) -> Result<Bytes, NodeFailure> {
-        let Some(info) = self.object.unit(unit).cloned() else {
-            return Ok(Bytes::from(vec![0; len as usize]));
-        };
-        if let Some(failure) = self.failed.get(&unit) {
-            return Err(failure.clone());
+    /// Bytes `[offset, offset + stored)` of a unit from the read's own cache or the client's
+    /// degraded-read cache.
+    fn cached(&mut self, info: &crate::UnitInfo, offset: u64, stored: u64) -> Option<Bytes> {
+        if let Some(hit) = self.cache.get(info.unit, offset, stored) {
+            return Some(hit);
         }
-        let stored = len.min(info.len.saturating_sub(offset));
-        let bytes = match self.cache.get(unit, offset, stored) {
-            Some(hit) => hit,
-            None => {
-                let bytes = self.client.nodes.get_range(&info, offset, stored).await?;
-                self.bytes_fetched += stored;
-                self.cache.put(unit, offset, bytes.clone());
-                bytes
-            }
-        };
-        if stored == len {
-            return Ok(bytes);
+        if !self.shared {
+            return None;
         }
-        let mut padded = vec![0; len as usize];
-        padded[..bytes.len()].copy_from_slice(&bytes);
-        Ok(Bytes::from(padded))
+        let hit = self.client.degraded.get(&info.unit_key, offset, stored)?;
+        self.cache_hit_bytes += stored;
+        Some(hit)
     }
 
-    /// Fetches several ranges concurrently; failures are marked and returned by unit.
-    async fn fetch_all(&mut self, wanted: &[(UnitId, u64, u64)]) -> Vec<Result<Bytes, UnitId>> {
-        // Serve from cache / virtual units first, then fetch the rest concurrently.
+    /// Fetches several ranges (`(unit, offset, len)`, zero-padded past a unit's stored end,
+    /// all zeros for a virtual unit) concurrently, from the caches when they hold them;
+    /// failures are marked and returned by unit. With `keep` (ranges a rebuild reads), or
+    /// when the unit's group is degraded, what is fetched also goes to the client's
+    /// degraded-read cache.
+    async fn fetch_all(
+        &mut self,
+        wanted: &[(UnitId, u64, u64)],
+        keep: bool,
+    ) -> Vec<Result<Bytes, UnitId>> {
         let mut out: Vec<Option<Result<Bytes, UnitId>>> = vec![None; wanted.len()];
         let mut remote = Vec::new();
         for (i, &(unit, offset, len)) in wanted.iter().enumerate() {
-            let info = self.object.unit(unit).cloned();
-            let stored = info.as_ref().map_or(0, |u| len.min(u.len.saturating_sub(offset)));
-            let cached = stored == 0 || self.cache.get(unit, offset, stored).is_some();
-            match info {
-                Some(info) if !cached && !self.failed.contains_key(&unit) => {
-                    remote.push((i, info, offset, stored, len));
-                }
-                _ => out[i] = Some(self.fetch(unit, offset, len).await.map_err(|_| unit)),
+            let Some(info) = self.object.unit(unit).cloned() else {
+                out[i] = Some(Ok(Bytes::from(vec![0; len as usize])));
+                continue;
+            };
+            if self.known_failed(unit, info.node_id) {
+                out[i] = Some(Err(unit));
+                continue;
+            }
+            let stored = len.min(info.len.saturating_sub(offset));
+            let hit =
+                if stored == 0 { Some(Bytes::new()) } else { self.cached(&info, offset, stored) };
+            match hit {
+                Some(bytes) => out[i] = Some(Ok(zero_padded(bytes, len))),
+                None => remote.push((i, info, offset, stored, len)),
             }
         }
         let nodes = self.client.nodes.clone();
@@ -313,13 +395,10 @@ impl UnitRebuilder {
                 Ok(bytes) => {
                     self.bytes_fetched += stored;
                     self.cache.put(info.unit, offset, bytes.clone());
-                    if stored == len {
-                        Ok(bytes)
-                    } else {
-                        let mut padded = vec![0; len as usize];
-                        padded[..bytes.len()].copy_from_slice(&bytes);
-                        Ok(Bytes::from(padded))
+                    if self.shared && (keep || self.group_degraded(info.unit)) {
+                        self.client.degraded.put(&info.unit_key, offset, bytes.clone());
                     }
+                    Ok(zero_padded(bytes, len))
                 }
                 Err(failure) => {
                     self.mark_failed(info.unit, failure);
@@ -346,8 +425,9 @@ impl UnitRebuilder {
         let byte_local = self.code.byte_local();
         // Byte-local codes rebuild just the range; the others the whole unit.
         let (base, span) = if byte_local { (offset, len) } else { (0, unit_len) };
-        if !byte_local {
-            if let Some(hit) = self.cache.get(unit, offset, len) {
+        // Rebuilt before: by this read (whole units), or by an earlier one of this client.
+        if let Some(info) = self.object.unit(unit).cloned() {
+            if let Some(hit) = self.cached(&info, offset, len) {
                 return Ok(Source::Ready(hit));
             }
         }
@@ -355,35 +435,79 @@ impl UnitRebuilder {
             let unavailable: Vec<usize> = (0..layout.n())
                 .filter(|&p| p != target && self.failed.contains_key(&layout.unit(group, p)))
                 .collect();
-            let plan = self.code.repair_plan(target, &unavailable, span as usize).map_err(|e| {
-                ClientError::Unrecoverable {
-                    group,
-                    unavailable: self.unavailable_names(group),
-                    cause: e.to_string(),
+            let plan = match self.code.repair_plan(target, &unavailable, span as usize) {
+                Ok(plan) => plan,
+                Err(error) => {
+                    // Units only remembered failed by earlier reads may be back: ask them.
+                    let retry: Vec<UnitId> = unavailable
+                        .iter()
+                        .map(|&p| layout.unit(group, p))
+                        .filter(|u| self.remembered.remove(u))
+                        .collect();
+                    if !retry.is_empty() {
+                        retry.iter().for_each(|u| drop(self.failed.remove(u)));
+                        continue;
+                    }
+                    return Err(ClientError::Unrecoverable {
+                        group,
+                        unavailable: self.unavailable_names(group),
+                        cause: error.to_string(),
+                    });
                 }
-            })?;
+            };
             let wanted: Vec<(UnitId, u64, u64)> = plan
                 .reads
                 .iter()
                 .map(|r| (layout.unit(group, r.unit), base + r.offset as u64, r.len as u64))
                 .collect();
-            let fetched = self.fetch_all(&wanted).await;
+            let fetched = self.fetch_all(&wanted, true).await;
             if fetched.iter().any(|f| f.is_err()) {
                 continue; // the failed units are marked; plan again without them
             }
             let reads: Vec<Bytes> = fetched.into_iter().map(|f| f.expect("checked")).collect();
             if let Some(decoding) = self.engine_decode(&plan, &reads, span) {
-                return Ok(Source::Decoding(decoding));
+                let keep = self.object.unit(unit).filter(|_| self.shared).map(|info| Keep {
+                    cache: Arc::clone(&self.client.degraded),
+                    key: info.unit_key.clone(),
+                    offset: base,
+                    stored: span.min(info.len.saturating_sub(base)) as usize,
+                });
+                return Ok(Source::Decoding(decoding, keep));
             }
             let views: Vec<&[u8]> = reads.iter().map(|b| b.as_ref()).collect();
             let mut out = vec![0u8; span as usize];
             self.code.repair(&plan, &views, &mut out)?;
             let out = Bytes::from(out);
+            self.keep_rebuilt(unit, base, &out);
             if byte_local {
                 return Ok(Source::Ready(out));
             }
             self.cache.put(unit, 0, out.clone());
             return Ok(Source::Ready(out.slice(offset as usize..(offset + len) as usize)));
+        }
+    }
+
+    /// True when a unit of `unit`'s group is known unavailable (its ranges are worth keeping:
+    /// a rebuild of the same rows will read them).
+    fn group_degraded(&self, unit: UnitId) -> bool {
+        let layout = self.object.layout;
+        let (group, _) = layout.unit_position(unit);
+        (0..layout.n()).any(|p| {
+            let unit = layout.unit(group, p);
+            let node_down = || {
+                let node = self.object.unit(unit).map(|info| info.node_id);
+                node.is_some_and(|node| self.client.degraded.node_failed(node).is_some())
+            };
+            self.failed.contains_key(&unit) || self.suspects.contains(&unit) || node_down()
+        })
+    }
+
+    /// Keeps rebuilt bytes of `unit` (from `offset`) in the client's degraded-read cache.
+    fn keep_rebuilt(&self, unit: UnitId, offset: u64, bytes: &Bytes) {
+        if let (true, Some(info)) = (self.shared, self.object.unit(unit)) {
+            // The stored length: bytes past a short unit's end are padding, never read.
+            let stored = (bytes.len() as u64).min(info.len.saturating_sub(offset)) as usize;
+            self.client.degraded.put(&info.unit_key, offset, bytes.slice(..stored));
         }
     }
 
@@ -423,7 +547,7 @@ impl UnitRebuilder {
         let Some(len) = self.object.unit(unit).map(|u| u.len) else {
             return Ok(Bytes::new()); // a virtual block: nothing stored
         };
-        match self.fetch_all(&[(unit, 0, len)]).await.pop() {
+        match self.fetch_all(&[(unit, 0, len)], false).await.pop() {
             Some(Ok(bytes)) => Ok(bytes),
             _ => self.rebuild(unit, 0, len).await,
         }
@@ -495,7 +619,7 @@ impl Client {
             }
             all
         };
-        let mut rebuilder = UnitRebuilder::new(self, object, true)?;
+        let mut rebuilder = UnitRebuilder::new(self, object, true)?.caching();
         let mut stats = GetStats::default();
         let mut write_out = |bytes: &[u8]| -> Result<()> {
             out.write_all(bytes).map_err(|source| ClientError::Io {
@@ -553,6 +677,7 @@ impl Client {
         rebuilder.finish_reports().await;
         outcome?;
         stats.bytes_fetched = rebuilder.bytes_fetched;
+        stats.cache_hit_bytes = rebuilder.cache_hit_bytes;
         stats.degraded_units =
             rebuilder.failures().map(|(u, f)| (u.short_name(), f.cause.clone())).collect();
         stats.degraded_units.sort();
@@ -586,13 +711,19 @@ impl Client {
             _ => return Err(error),
         };
         tracing::info!(key = %fresh.key, "object record changed during the read; continuing under the new one");
-        let (fetched, reports, engine) = (
+        let (fetched, hits, reports, engine) = (
             rebuilder.bytes_fetched,
+            rebuilder.cache_hit_bytes,
             std::mem::take(&mut rebuilder.reports),
             rebuilder.engine.take(),
         );
-        *rebuilder = UnitRebuilder::new(self, fresh, true)?;
+        let mut fresh = UnitRebuilder::new(self, fresh, true)?;
+        if rebuilder.shared {
+            fresh = fresh.caching();
+        }
+        *rebuilder = fresh;
         rebuilder.bytes_fetched = fetched;
+        rebuilder.cache_hit_bytes = hits;
         rebuilder.reports = reports;
         rebuilder.engine = engine;
         fetch_window(rebuilder, at, end - at).await
@@ -610,7 +741,7 @@ async fn fetch_window(
     let reads = layout.block_reads(offset, len);
     let wanted: Vec<(UnitId, u64, u64)> =
         reads.iter().map(|r| (UnitId::Data(r.block), r.block_offset, r.len)).collect();
-    let fetched = rebuilder.fetch_all(&wanted).await;
+    let fetched = rebuilder.fetch_all(&wanted, false).await;
     let mut blocks: HashMap<usize, (u64, Source)> = HashMap::new();
     for (read, result) in reads.iter().zip(fetched) {
         let source = match result {

@@ -148,10 +148,12 @@ async fn reads_survive_r_nodes_down_and_a_corrupt_unit() {
     for id in [2, 5, 9] {
         cluster.stop_node(id).await;
     }
+    // Without a degraded-read cache, so the two modes below fetch from nodes alike.
+    let uncached = cluster.client.with_degraded_cache(0);
     for (i, data) in objects.iter().enumerate() {
         let key = format!("o{i}");
         let mut out = Vec::new();
-        let stats = cluster.client.get("bkt", &key, None, &mut out, None).await.unwrap();
+        let stats = uncached.get("bkt", &key, None, &mut out, None).await.unwrap();
         assert_eq!(&out, data, "3 down, object {i}");
         if data.len() as u64 > 6 * BLOCK {
             assert!(!stats.degraded_units.is_empty(), "object {i} should have read degraded");
@@ -168,14 +170,94 @@ async fn reads_survive_r_nodes_down_and_a_corrupt_unit() {
         // the same ranges.
         let object = cluster.client.meta.get_object("bkt", &key).await.unwrap();
         let mut blocking = Vec::new();
-        let blocking_stats = cluster
-            .client
+        let blocking_stats = uncached
             .get_object_range_with(object, None, &mut blocking, None, ReadMode::Blocking)
             .await
             .unwrap();
         assert_eq!(&blocking, data, "3 down, blocking read of object {i}");
         assert_eq!(blocking_stats.bytes_fetched, stats.bytes_fetched, "object {i}");
         assert_eq!(blocking_stats.degraded_units, stats.degraded_units, "object {i}");
+    }
+}
+
+/// Reads (bucket, key) in `step`-byte ranges from start to end with `client`: the bytes, and
+/// the bytes fetched from nodes and served from the degraded-read cache.
+async fn read_sequentially(
+    client: &weft_client::Client,
+    key: &str,
+    size: u64,
+    step: u64,
+) -> (Vec<u8>, u64, u64) {
+    let (mut out, mut fetched, mut hits) = (Vec::new(), 0, 0);
+    let mut at = 0;
+    while at < size {
+        let len = step.min(size - at);
+        let stats = client.get("bkt", key, Some((at, len)), &mut out, None).await.unwrap();
+        fetched += stats.bytes_fetched;
+        hits += stats.cache_hit_bytes;
+        at += len;
+    }
+    (out, fetched, hits)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_degraded_read_cache_lets_a_sequential_reader_fetch_each_byte_once() {
+    let mut cluster = TestCluster::start(10).await;
+    for (code, bucket) in [("rs(6,3)", "bkt"), ("hh-xor+(4,2)", "hhx")] {
+        cluster.create_bucket(bucket, policy(code, 2, CELL, BLOCK)).await;
+    }
+    // Two groups of rs(6,3) (12 blocks), one of hh-xor+(4,2) (4 blocks).
+    let size = 12 * BLOCK;
+    let data = pattern(size as usize, 7);
+    put(&cluster, "bkt", "seq", &data).await;
+    put(&cluster, "hhx", "seq", &data[..4 * BLOCK as usize]).await;
+    let object = cluster.client.meta.get_object("bkt", "seq").await.unwrap();
+    let victim = object.units[&weft_layout::UnitId::Data(0)].node_id;
+    cluster.stop_node(victim).await;
+    // Without the cache every cell read of block 0 fetches the same range of five other data
+    // blocks (and a parity), which their own reads then fetch again.
+    let uncached = cluster.client.with_degraded_cache(0);
+    let (bytes, fetched_without, hits) = read_sequentially(&uncached, "seq", size, CELL).await;
+    assert_eq!(bytes, data);
+    assert_eq!(hits, 0);
+    assert!(fetched_without >= size + 5 * BLOCK, "fetched {fetched_without} of {size}");
+    // With it, the data ranges a rebuild fetched serve the reads that follow: no byte is
+    // fetched twice, so at most the object's size (the parity range stands in for block 0).
+    let cached = cluster.client.with_degraded_cache(1 << 20);
+    let (bytes, fetched_with, hits) = read_sequentially(&cached, "seq", size, CELL).await;
+    assert_eq!(bytes, data);
+    assert!(fetched_with <= size, "fetched {fetched_with} of {size}");
+    assert!(hits >= 5 * BLOCK, "served {hits} from the cache");
+    assert!(cached.degraded.counters().bytes <= 1 << 20);
+    // A second pass is served from memory except the ranges no rebuild touched.
+    let (bytes, again, _) = read_sequentially(&cached, "seq", size, CELL).await;
+    assert_eq!(bytes, data);
+    assert!(again < fetched_with, "the second pass fetched {again}");
+
+    // Hitchhiker rebuilds whole units: without the cache every cell read of a lost block
+    // decodes it anew; with it, once.
+    let hh = cluster.client.meta.get_object("hhx", "seq").await.unwrap();
+    let lost = hh.units.values().find(|u| u.node_id == victim).map(|u| u.unit);
+    if let Some(weft_layout::UnitId::Data(_)) = lost {
+        let hh_size = 4 * BLOCK;
+        let read = |client: weft_client::Client| async move {
+            let (mut out, mut fetched, mut at) = (Vec::new(), 0, 0);
+            while at < hh_size {
+                let stats =
+                    client.get("hhx", "seq", Some((at, CELL)), &mut out, None).await.unwrap();
+                fetched += stats.bytes_fetched;
+                at += CELL;
+            }
+            (out, fetched)
+        };
+        let (without, fetched_without) = read(cluster.client.with_degraded_cache(0)).await;
+        let (with, fetched_with) = read(cluster.client.with_degraded_cache(1 << 20)).await;
+        assert_eq!(without, data[..hh_size as usize]);
+        assert_eq!(with, data[..hh_size as usize]);
+        assert!(
+            fetched_without >= 2 * fetched_with,
+            "hitchhiker: {fetched_without} without the cache, {fetched_with} with"
+        );
     }
 }
 
