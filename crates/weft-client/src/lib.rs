@@ -34,6 +34,7 @@ pub mod object;
 pub mod read;
 pub mod repair;
 pub mod s3_support;
+pub mod trace;
 pub mod transition;
 pub mod write;
 
@@ -119,6 +120,8 @@ pub struct Client {
     pub nodes: NodeClient,
     /// What degraded reads fetched and decoded, kept for the next reads (degraded.rs).
     pub degraded: std::sync::Arc<DegradedCache>,
+    /// Where every get is recorded, when set (trace.rs).
+    pub trace: Option<std::sync::Arc<trace::ReadTrace>>,
 }
 
 impl Client {
@@ -129,6 +132,7 @@ impl Client {
             meta: MetaClient::new(meta_url, secret)?,
             nodes: NodeClient::new(secret)?,
             degraded: std::sync::Arc::new(DegradedCache::new(DEFAULT_DEGRADED_CACHE_BYTES)),
+            trace: None,
         })
     }
 
@@ -136,5 +140,11 @@ impl Client {
     /// `limit` bytes (0: no cache).
     pub fn with_degraded_cache(&self, limit: usize) -> Client {
         Client { degraded: std::sync::Arc::new(DegradedCache::new(limit)), ..self.clone() }
+    }
+
+    /// This client, recording every get it serves to the read trace at `path` (appended).
+    pub fn with_read_trace(&self, path: &std::path::Path) -> Result<Client> {
+        let trace = std::sync::Arc::new(trace::ReadTrace::open(path)?);
+        Ok(Client { trace: Some(trace), ..self.clone() })
     }
 }

@@ -607,6 +607,9 @@ impl Client {
                 "range {start}+{len} is past the end of the object ({size} bytes)"
             )));
         }
+        if let Some(trace) = &self.trace {
+            trace.record(&object.bucket, &object.key, start, len, size);
+        }
         let layout = object.layout;
         let window = window_bytes(&layout);
         // Windows are aligned to whole stripe rows (the first may start mid-row).

@@ -49,6 +49,28 @@ pub struct GatewayConfig {
     /// The cluster secret: the gateway signs its requests to meta and nodes with keys
     /// derived from it, and opens the sealed secrets of access keys with it.
     pub secret: weft_auth::ClusterSecret,
+    /// Bytes of the degraded-read cache shared by every request (0: none).
+    pub degraded_cache_bytes: usize,
+    /// Appends every GET's range to this read trace (JSON lines), when set.
+    pub trace_reads: Option<std::path::PathBuf>,
+}
+
+impl GatewayConfig {
+    /// A gateway on `listen` over meta at `meta_url`, with the default degraded-read cache
+    /// and no read trace.
+    pub fn new(
+        meta_url: String,
+        listen: SocketAddr,
+        secret: weft_auth::ClusterSecret,
+    ) -> GatewayConfig {
+        GatewayConfig {
+            meta_url,
+            listen,
+            secret,
+            degraded_cache_bytes: weft_client::DEFAULT_DEGRADED_CACHE_BYTES,
+            trace_reads: None,
+        }
+    }
 }
 
 /// Why the gateway could not start.
@@ -112,8 +134,12 @@ fn empty_expecting_continue(request: &http::Request<hyper::body::Incoming>) -> b
 
 /// Binds the listen address and serves S3 over meta at `config.meta_url` in the background.
 pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError> {
-    let client =
-        weft_client::Client::new(&config.meta_url, &config.secret).map_err(GatewayError::Client)?;
+    let mut client = weft_client::Client::new(&config.meta_url, &config.secret)
+        .map_err(GatewayError::Client)?
+        .with_degraded_cache(config.degraded_cache_bytes);
+    if let Some(path) = &config.trace_reads {
+        client = client.with_read_trace(path).map_err(GatewayError::Client)?;
+    }
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|source| GatewayError::Bind { listen: config.listen, source })?;

@@ -70,6 +70,35 @@ pub struct ReadsBenchArgs {
     /// Seed of the clients' random offsets (runs with the same seed read the same ranges).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// How each client reads: `random` (a read size at a random cell-aligned offset of a
+    /// random object) or `sequential` (every object once, start to end in read-size steps,
+    /// client i starting at object i; a client stops early when it has read them all).
+    #[arg(long, default_value = "random", value_parser = ["random", "sequential"])]
+    pub pattern: String,
+    /// Replay a read trace (JSON lines with offset, length, timestamp — as `weft get` or
+    /// `weft serve s3 --trace-reads` record) instead of --read-sizes: the clients take its
+    /// reads in order, each mapped onto a test object (by bucket/key) and its offset wrapped
+    /// into the object.
+    #[arg(long, value_name = "FILE", conflicts_with = "pattern")]
+    pub trace: Option<std::path::PathBuf>,
+    /// Degraded mode: one disk (chosen by --seed among those holding the objects' units)
+    /// counts as failed — the readers never read it and rebuild what it holds from the other
+    /// units of each group, as after a disk failure before repair (the node keeps running,
+    /// so no repair starts during the measurement).
+    #[arg(long)]
+    pub degraded: bool,
+    /// With --degraded: how many disks count as failed (each holding data of the objects;
+    /// at most what the code tolerates is readable).
+    #[arg(long, default_value_t = 1)]
+    pub failed_disks: usize,
+    /// Degraded-read cache of each client (comma-separated sizes measure each, e.g.
+    /// `0,256MiB`; 0 turns it off).
+    #[arg(long, value_delimiter = ',', default_value = "256MiB", value_parser = parse_size)]
+    pub degraded_cache: Vec<usize>,
+    /// Also draw the rows as a chart (SVG): throughput and p99 latency against the read size
+    /// (or the load level when one read size is given), one line per layout.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub meta: MetaUrlArgs,
     /// Print the rows as one JSON array.
@@ -152,7 +181,7 @@ impl Write for Sampled {
 }
 
 /// splitmix64 state for the clients' choices.
-struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
     fn below(&mut self, n: u64) -> u64 {
@@ -165,9 +194,9 @@ impl Rng {
 }
 
 /// One configuration: a layout and whether it is a coupled baseline.
-struct Config {
-    layout: StripedLayout,
-    coupled: bool,
+pub(crate) struct Config {
+    pub layout: StripedLayout,
+    pub coupled: bool,
 }
 
 impl Config {
@@ -211,18 +240,26 @@ async fn disk_counters(client: &Client) -> Result<DiskCounters, CliError> {
     Ok(sum)
 }
 
+/// The layout of `code` at stripe width `width` with the given cell and block.
+pub(crate) fn layout_of(
+    code: weft_codes::CodeSpec,
+    width: usize,
+    cell: usize,
+    block: usize,
+) -> Result<StripedLayout, CliError> {
+    let layout: StripedLayout = serde_json::from_value(json!({
+        "code": code.to_string(), "stripe_width": width,
+        "cell_bytes": cell, "block_bytes": block,
+    }))
+    .map_err(|e| cli_error!("bad layout: {e}"))?;
+    layout.validate().map_err(|e| cli_error!("{code} with stripe width {width}: {e}"))?;
+    Ok(layout)
+}
+
 /// The layouts to measure.
-fn configs(args: &ReadsBenchArgs) -> Result<Vec<Config>, CliError> {
+pub(crate) fn configs(args: &ReadsBenchArgs) -> Result<Vec<Config>, CliError> {
     let spec = args.code.spec()?;
-    let layout = |code: weft_codes::CodeSpec, width: usize| -> Result<StripedLayout, CliError> {
-        let layout: StripedLayout = serde_json::from_value(json!({
-            "code": code.to_string(), "stripe_width": width,
-            "cell_bytes": args.cell, "block_bytes": args.block,
-        }))
-        .map_err(|e| cli_error!("bad layout: {e}"))?;
-        layout.validate().map_err(|e| cli_error!("{code} with stripe width {width}: {e}"))?;
-        Ok(layout)
-    };
+    let layout = |code, width| layout_of(code, width, args.cell, args.block);
     let mut all = Vec::new();
     for &width in &args.stripe_widths {
         all.push(Config { layout: layout(spec, width)?, coupled: false });
@@ -239,90 +276,170 @@ fn configs(args: &ReadsBenchArgs) -> Result<Vec<Config>, CliError> {
 }
 
 /// Writes the configuration's objects unless they are there with this layout and size.
-async fn prepare(
+pub(crate) async fn prepare(
     client: &Client,
     args: &ReadsBenchArgs,
     config: &Config,
 ) -> Result<Vec<ObjectInfo>, CliError> {
+    prepare_objects(client, &args.bucket, args.objects, args.object_size, config).await
+}
+
+/// Writes `count` objects of `object_size` laid out as `config` under `reads/` in `bucket`
+/// unless they are there with this layout and size.
+pub(crate) async fn prepare_objects(
+    client: &Client,
+    bucket: &str,
+    count: usize,
+    object_size: usize,
+    config: &Config,
+) -> Result<Vec<ObjectInfo>, CliError> {
+    if client.meta.get_bucket(bucket).await.is_err() {
+        client.meta.create_bucket(bucket, None).await?;
+    }
     let mut objects = Vec::new();
-    for index in 0..args.objects {
+    for index in 0..count {
         let key = format!("{}/obj-{index:04}", config.prefix());
-        match client.meta.get_object(&args.bucket, &key).await {
-            Ok(object)
-                if object.layout == config.layout && object.size == args.object_size as u64 =>
-            {
+        match client.meta.get_object(bucket, &key).await {
+            Ok(object) if object.layout == config.layout && object.size == object_size as u64 => {
                 objects.push(object);
                 continue;
             }
             _ => {}
         }
-        let content = Content { object: index as u64, at: 0, len: args.object_size as u64 };
+        let content = Content { object: index as u64, at: 0, len: object_size as u64 };
         let options = PutOptions { policy: Some(config.layout), ..PutOptions::default() };
-        let stats = client
-            .put_reader(&args.bucket, &key, args.object_size as u64, content, &options)
-            .await?;
+        let stats = client.put_reader(bucket, &key, object_size as u64, content, &options).await?;
         objects.push(stats.object);
     }
     Ok(objects)
 }
 
-/// What the clients of one run measured.
-#[derive(Default)]
-struct Measured {
-    latencies: Vec<Duration>,
-    bytes: u64,
-    fetched: u64,
+/// What the clients read.
+#[derive(Clone)]
+pub(crate) enum Workload {
+    /// `size` bytes at a random cell-aligned offset of a random object.
+    Random(u64),
+    /// Every object once, start to end in `size`-byte steps.
+    Sequential(u64),
+    /// A trace's reads in order, shared by the clients, mapped onto the objects.
+    Trace(Arc<Vec<weft_client::trace::TracedRead>>),
 }
 
-/// `clients` readers for `duration`, each reading `size` bytes at random cell-aligned offsets.
-async fn measure(
+/// What the clients of one run measured.
+#[derive(Default)]
+pub(crate) struct Measured {
+    pub latencies: Vec<Duration>,
+    pub bytes: u64,
+    pub fetched: u64,
+    pub cache_hits: u64,
+}
+
+/// The trace read `read` mapped onto one of `objects`: the object its bucket/key hashes to,
+/// its length (at most the object's size) and its offset, wrapped into the object.
+fn traced_range(
+    read: &weft_client::trace::TracedRead,
+    objects: &[ObjectInfo],
+) -> (usize, u64, u64) {
+    let name = format!("{}/{}", read.bucket, read.key);
+    let hash = name
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
+    let which = (hash % objects.len() as u64) as usize;
+    let size = objects[which].size;
+    let len = read.length.min(size);
+    let offset =
+        if read.offset + len <= size { read.offset } else { read.offset % (size - len + 1) };
+    (which, offset, len)
+}
+
+/// Reads `[offset, offset + len)` of `object` with `client`, checking three 4 KiB windows
+/// of it (first, last, one at random) against the content function.
+async fn checked_read(
+    client: &Client,
+    object: &ObjectInfo,
+    offset: u64,
+    len: u64,
+    rng: &mut Rng,
+) -> Result<weft_client::GetStats, CliError> {
+    let middle = offset + rng.below(len.saturating_sub(4096).max(1));
+    let windows = vec![
+        (offset, offset + len.min(4096)),
+        (middle, (middle + 4096).min(offset + len)),
+        ((offset + len).saturating_sub(4096).max(offset), offset + len),
+    ];
+    let index = object.key.rsplit("obj-").next().and_then(|n| n.parse().ok());
+    let Some(index) = index else {
+        return Err(cli_error!("unexpected key {}", object.key));
+    };
+    let mut sink = Sampled { object: index, at: offset, windows, wrong: None, written: 0 };
+    let stats =
+        client.get_object_range(object.clone(), Some((offset, len)), &mut sink, None).await?;
+    if let Some(at) = sink.wrong {
+        return Err(cli_error!("{}: wrong bytes at offset {at}", object.key));
+    }
+    if sink.written != len {
+        return Err(cli_error!("{}: {} of {len} bytes", object.key, sink.written));
+    }
+    Ok(stats)
+}
+
+/// `clients` readers for `duration`, each with a client of its own (own degraded-read cache
+/// of `cache` bytes), reading as `workload` says.
+pub(crate) async fn measure(
     client: &Client,
     objects: &[ObjectInfo],
-    size: u64,
+    workload: &Workload,
     clients: usize,
     duration: Duration,
     seed: u64,
+    cache: usize,
 ) -> Result<Measured, CliError> {
     let objects = Arc::new(objects.to_vec());
     let deadline = Instant::now() + duration;
+    let next_traced = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for reader in 0..clients {
-        let (client, objects) = (client.clone(), Arc::clone(&objects));
+        let (client, objects) = (client.with_degraded_cache(cache), Arc::clone(&objects));
+        let (workload, next_traced) = (workload.clone(), Arc::clone(&next_traced));
         tasks.push(tokio::spawn(async move {
             let mut rng = Rng(seed ^ (reader as u64 + 1) << 32);
             let mut measured = Measured::default();
+            // Sequential: objects read so far, the one being read and the next offset.
+            let (mut done, mut cursor) = (0, (reader % objects.len(), 0u64));
             while Instant::now() < deadline {
-                let which = rng.below(objects.len() as u64) as usize;
-                let object = &objects[which];
-                let cell = object.layout.cell_bytes;
-                let len = size.min(object.size);
-                let cells = (object.size - len) / cell + 1;
-                let offset = rng.below(cells) * cell;
-                let middle = offset + rng.below(len.saturating_sub(4096).max(1));
-                let windows = vec![
-                    (offset, offset + len.min(4096)),
-                    (middle, (middle + 4096).min(offset + len)),
-                    ((offset + len).saturating_sub(4096).max(offset), offset + len),
-                ];
-                let index = object.key.rsplit("obj-").next().and_then(|n| n.parse().ok());
-                let Some(index) = index else {
-                    return Err(cli_error!("unexpected key {}", object.key));
+                let (which, offset, len) = match &workload {
+                    Workload::Random(size) => {
+                        let which = rng.below(objects.len() as u64) as usize;
+                        let object = &objects[which];
+                        let cell = object.layout.cell_bytes;
+                        let len = (*size).min(object.size);
+                        let cells = (object.size - len) / cell + 1;
+                        (which, rng.below(cells) * cell, len)
+                    }
+                    Workload::Sequential(size) => {
+                        if cursor.1 >= objects[cursor.0].size {
+                            done += 1;
+                            cursor = ((cursor.0 + 1) % objects.len(), 0);
+                        }
+                        if done == objects.len() {
+                            break;
+                        }
+                        let (which, at) = cursor;
+                        let len = (*size).min(objects[which].size - at);
+                        cursor.1 += len;
+                        (which, at, len)
+                    }
+                    Workload::Trace(reads) => {
+                        let at = next_traced.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        traced_range(&reads[at % reads.len()], &objects)
+                    }
                 };
-                let mut sink =
-                    Sampled { object: index, at: offset, windows, wrong: None, written: 0 };
                 let started = Instant::now();
-                let stats = client
-                    .get_object_range(object.clone(), Some((offset, len)), &mut sink, None)
-                    .await?;
+                let stats = checked_read(&client, &objects[which], offset, len, &mut rng).await?;
                 measured.latencies.push(started.elapsed());
-                if let Some(at) = sink.wrong {
-                    return Err(cli_error!("{}: wrong bytes at offset {at}", object.key));
-                }
-                if sink.written != len {
-                    return Err(cli_error!("{}: {} of {len} bytes", object.key, sink.written));
-                }
                 measured.bytes += len;
                 measured.fetched += stats.bytes_fetched;
+                measured.cache_hits += stats.cache_hit_bytes;
             }
             Ok::<_, CliError>(measured)
         }));
@@ -333,16 +450,108 @@ async fn measure(
         all.latencies.extend(one.latencies);
         all.bytes += one.bytes;
         all.fetched += one.fetched;
+        all.cache_hits += one.cache_hits;
     }
     Ok(all)
 }
 
-fn percentile_ms(sorted: &[Duration], fraction: f64) -> f64 {
+/// Marks the units of `objects` on (node, disk) down, as meta would after the disk failed:
+/// reads rebuild them without asking the disk.
+pub(crate) fn fail_disk(objects: &mut [ObjectInfo], (node, disk): (u32, u32)) {
+    for object in objects {
+        for unit in object.units.values_mut() {
+            if unit.node_id == node && unit.disk == disk {
+                unit.state = Some("down".into());
+            }
+        }
+    }
+}
+
+/// The disks `--degraded` fails: `count` of the (node, disk) pairs holding data blocks of
+/// `objects` (a disk with only parity would degrade nothing), chosen by `seed`.
+pub(crate) fn disks_to_fail(objects: &[ObjectInfo], seed: u64, count: usize) -> Vec<(u32, u32)> {
+    let mut disks: Vec<(u32, u32)> = objects
+        .iter()
+        .flat_map(|o| o.units.values())
+        .filter(|u| matches!(u.unit, weft_layout::UnitId::Data(_)))
+        .map(|u| (u.node_id, u.disk))
+        .collect();
+    disks.sort();
+    disks.dedup();
+    let mut rng = Rng(seed);
+    let mut chosen = Vec::new();
+    while chosen.len() < count && !disks.is_empty() {
+        chosen.push(disks.remove(rng.below(disks.len() as u64) as usize));
+    }
+    chosen
+}
+
+pub(crate) fn percentile_ms(sorted: &[Duration], fraction: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
     let at = ((sorted.len() as f64 * fraction).ceil() as usize).clamp(1, sorted.len()) - 1;
     sorted[at].as_secs_f64() * 1000.0
+}
+
+/// One measured row: `clients` readers of `objects` (laid out as `config`) for `duration`,
+/// with the cluster's disk-model counters read before and after.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn measure_row(
+    client: &Client,
+    config: &Config,
+    objects: &[ObjectInfo],
+    workload: &Workload,
+    clients: usize,
+    duration: Duration,
+    seed: u64,
+    cache: usize,
+) -> Result<Value, CliError> {
+    let before = disk_counters(client).await?;
+    let started = Instant::now();
+    let mut measured = measure(client, objects, workload, clients, duration, seed, cache).await?;
+    let seconds = started.elapsed().as_secs_f64();
+    let after = disk_counters(client).await?;
+    measured.latencies.sort();
+    let modeled = after.modeled_disks > 0;
+    let seeks_per_sec = modeled.then(|| after.seeks.saturating_sub(before.seeks) as f64 / seconds);
+    let (pattern, read_bytes) = match workload {
+        Workload::Random(size) => ("random", *size),
+        Workload::Sequential(size) => ("sequential", *size),
+        Workload::Trace(reads) => ("trace", median_read(reads)),
+    };
+    Ok(json!({
+        "code": config.layout.code.to_string(),
+        "stripe_width": config.layout.stripe_width,
+        "coupled": config.coupled,
+        "cell_bytes": config.layout.cell_bytes,
+        "block_bytes": config.layout.block_bytes,
+        "pattern": pattern,
+        "read_bytes": read_bytes,
+        "clients": clients,
+        "degraded_cache_bytes": cache,
+        "reads": measured.latencies.len(),
+        "seconds": seconds,
+        "bytes_per_sec": measured.bytes as f64 / seconds,
+        "seeks_per_sec": seeks_per_sec,
+        "disk_busy_fraction": modeled.then(|| {
+            after.busy_us.saturating_sub(before.busy_us) as f64
+                / (seconds * 1e6 * after.modeled_disks as f64)
+        }),
+        "p50_ms": percentile_ms(&measured.latencies, 0.50),
+        "p95_ms": percentile_ms(&measured.latencies, 0.95),
+        "p99_ms": percentile_ms(&measured.latencies, 0.99),
+        "read_amplification": measured.fetched as f64 / measured.bytes.max(1) as f64,
+        "fetched_bytes": measured.fetched,
+        "cache_hit_bytes": measured.cache_hits,
+    }))
+}
+
+/// The median length of a trace's reads.
+pub(crate) fn median_read(reads: &[weft_client::trace::TracedRead]) -> u64 {
+    let mut lengths: Vec<u64> = reads.iter().map(|r| r.length).collect();
+    lengths.sort_unstable();
+    lengths.get(lengths.len().saturating_sub(1) / 2).copied().unwrap_or(0)
 }
 
 pub fn run(args: ReadsBenchArgs) -> Result<(), CliError> {
@@ -355,6 +564,19 @@ pub fn run(args: ReadsBenchArgs) -> Result<(), CliError> {
     if args.clients.contains(&0) {
         return Err(cli_error!("--clients must be positive"));
     }
+    if args.degraded && args.failed_disks == 0 {
+        return Err(cli_error!("--failed-disks must be positive"));
+    }
+    let workloads: Vec<Workload> = match &args.trace {
+        Some(path) => vec![Workload::Trace(Arc::new(weft_client::trace::load(path)?))],
+        None if args.pattern == "sequential" => {
+            args.read_sizes.iter().map(|&s| Workload::Sequential(s as u64)).collect()
+        }
+        None => args.read_sizes.iter().map(|&s| Workload::Random(s as u64)).collect(),
+    };
+    // The cache only matters when something is rebuilt.
+    let caches =
+        if args.degraded { args.degraded_cache.clone() } else { vec![args.degraded_cache[0]] };
     let configs = configs(&args)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -362,59 +584,77 @@ pub fn run(args: ReadsBenchArgs) -> Result<(), CliError> {
         .map_err(|e| cli_error!("cannot start the async runtime: {e}"))?;
     let client = args.meta.cluster()?;
     let machine = args.json || args.json_lines;
+    let mut all_rows = Vec::new();
     runtime.block_on(async {
-        if client.meta.get_bucket(&args.bucket).await.is_err() {
-            client.meta.create_bucket(&args.bucket, None).await?;
+        let mut prepared = Vec::new();
+        for config in &configs {
+            prepared.push(prepare(&client, &args, config).await?);
+        }
+        // Per configuration, the disks that count as failed (holding its data).
+        let mut failed = Vec::new();
+        for objects in &mut prepared {
+            let disks = if args.degraded {
+                disks_to_fail(objects, args.seed, args.failed_disks)
+            } else {
+                Vec::new()
+            };
+            if disks.len() < args.failed_disks && args.degraded {
+                return Err(cli_error!(
+                    "--failed-disks {}: only {} disks hold data of the objects",
+                    args.failed_disks,
+                    disks.len()
+                ));
+            }
+            disks.iter().for_each(|&disk| fail_disk(objects, disk));
+            failed.push(disks);
         }
         let mut rows = crate::rows::JsonRows::new(args.json_lines);
         if !machine {
             println!(
                 "{:<14} {:>6} {:>8} {:>10} {:>7} {:>10} {:>10} {:>8} {:>8} {:>8} {:>6}",
-                "code", "width", "coupled", "read", "clients", "reads", "MB/s", "seeks/s",
-                "p50 ms", "p99 ms", "ampl"
+                "code",
+                "width",
+                "coupled",
+                "read",
+                "clients",
+                "reads",
+                "MB/s",
+                "seeks/s",
+                "p50 ms",
+                "p99 ms",
+                "ampl"
             );
         }
-        for config in &configs {
-            let objects = prepare(&client, &args, config).await?;
-            for &size in &args.read_sizes {
-                for &clients in &args.clients {
-                    let before = disk_counters(&client).await?;
-                    let started = Instant::now();
-                    let duration = Duration::from_millis(args.duration);
-                    let mut measured =
-                        measure(&client, &objects, size as u64, clients, duration, args.seed)
-                            .await?;
-                    let seconds = started.elapsed().as_secs_f64();
-                    let after = disk_counters(&client).await?;
-                    measured.latencies.sort();
-                    let modeled = after.modeled_disks > 0;
-                    let seeks_per_sec =
-                        modeled.then(|| after.seeks.saturating_sub(before.seeks) as f64 / seconds);
-                    let row = json!({
-                        "code": config.layout.code.to_string(),
-                        "stripe_width": config.layout.stripe_width,
-                        "coupled": config.coupled,
-                        "cell_bytes": config.layout.cell_bytes,
-                        "block_bytes": config.layout.block_bytes,
-                        "read_bytes": size,
-                        "clients": clients,
-                        "reads": measured.latencies.len(),
-                        "seconds": seconds,
-                        "bytes_per_sec": measured.bytes as f64 / seconds,
-                        "seeks_per_sec": seeks_per_sec,
-                        "disk_busy_fraction": modeled.then(|| {
-                            after.busy_us.saturating_sub(before.busy_us) as f64
-                                / (seconds * 1e6 * after.modeled_disks as f64)
-                        }),
-                        "p50_ms": percentile_ms(&measured.latencies, 0.50),
-                        "p95_ms": percentile_ms(&measured.latencies, 0.95),
-                        "p99_ms": percentile_ms(&measured.latencies, 0.99),
-                        "read_amplification": measured.fetched as f64 / measured.bytes.max(1) as f64,
-                    });
-                    if machine {
-                        rows.push(&row);
-                    } else {
-                        print_row(&row);
+        let duration = Duration::from_millis(args.duration);
+        for ((config, objects), failed) in configs.iter().zip(&prepared).zip(&failed) {
+            if !machine && !failed.is_empty() {
+                let disks: Vec<String> =
+                    failed.iter().map(|(node, disk)| format!("node {node} disk {disk}")).collect();
+                println!(
+                    "{} w={}: failed (degraded reads): {}",
+                    config.layout.code,
+                    config.layout.stripe_width,
+                    disks.join(", ")
+                );
+            }
+            for workload in &workloads {
+                for &cache in &caches {
+                    for &clients in &args.clients {
+                        let mut row = measure_row(
+                            &client, config, objects, workload, clients, duration, args.seed, cache,
+                        )
+                        .await?;
+                        row["degraded"] = json!(args.degraded);
+                        row["failed_disks"] = failed
+                            .iter()
+                            .map(|(node, disk)| json!({"node": node, "disk": disk}))
+                            .collect();
+                        if machine {
+                            rows.push(&row);
+                        } else {
+                            print_row(&row, caches.len() > 1);
+                        }
+                        all_rows.push(row);
                     }
                 }
             }
@@ -423,13 +663,62 @@ pub fn run(args: ReadsBenchArgs) -> Result<(), CliError> {
             rows.finish();
         }
         Ok::<_, CliError>(())
-    })
+    })?;
+    if let Some(path) = &args.plot {
+        reads_chart(&all_rows, args.read_sizes.len() > 1 || args.clients.len() == 1).write(path)?;
+    }
+    Ok(())
 }
 
-fn print_row(row: &Value) {
+/// The chart of `--plot`: throughput and p99 against the read size (`by_size`) or the load
+/// level, one line per layout (and cache size when several were measured).
+pub(crate) fn reads_chart(rows: &[Value], by_size: bool) -> crate::plot::Chart {
+    let name = |row: &Value| {
+        let mut name = format!("{} w={}", row["code"].as_str().unwrap_or("?"), row["stripe_width"]);
+        if row["coupled"] == true {
+            name.push_str(" coupled");
+        }
+        if row["degraded"] == true {
+            let cache = row["degraded_cache_bytes"].as_u64().unwrap_or(0);
+            name.push_str(&format!(" cache {}", crate::cluster_cli::format_size(cache)));
+        }
+        name
+    };
+    let x = |row: &Value| {
+        if by_size {
+            row["read_bytes"].as_f64().unwrap_or(f64::NAN) / (1u64 << 20) as f64
+        } else {
+            row["clients"].as_f64().unwrap_or(f64::NAN)
+        }
+    };
+    let points = |field: &str, scale: f64| -> Vec<(String, f64, f64)> {
+        rows.iter()
+            .map(|row| (name(row), x(row), row[field].as_f64().unwrap_or(f64::NAN) * scale))
+            .collect()
+    };
+    let degraded = rows.first().is_some_and(|r| r["degraded"] == true);
+    crate::plot::Chart {
+        title: format!(
+            "weft bench reads{}",
+            if degraded { " (degraded: one disk failed)" } else { "" }
+        ),
+        x_label: if by_size { "read size (MiB)".into() } else { "concurrent clients".into() },
+        x_log: true,
+        panels: vec![
+            crate::plot::Panel::from_points("throughput (MB/s)", points("bytes_per_sec", 1e-6)),
+            crate::plot::Panel::from_points("p99 latency (ms)", points("p99_ms", 1.0)),
+        ],
+    }
+}
+
+fn print_row(row: &Value, with_cache: bool) {
     let number = |name: &str| row[name].as_f64().unwrap_or(f64::NAN);
+    let cache = with_cache.then(|| {
+        let bytes = row["degraded_cache_bytes"].as_u64().unwrap_or(0);
+        format!(" (cache {})", crate::cluster_cli::format_size(bytes))
+    });
     println!(
-        "{:<14} {:>6} {:>8} {:>10} {:>7} {:>10} {:>10.1} {:>8} {:>8.1} {:>8.1} {:>6.2}",
+        "{:<14} {:>6} {:>8} {:>10} {:>7} {:>10} {:>10.1} {:>8} {:>8.1} {:>8.1} {:>6.2}{}",
         row["code"].as_str().unwrap_or("?"),
         row["stripe_width"],
         if row["coupled"] == true { "yes" } else { "no" },
@@ -441,6 +730,7 @@ fn print_row(row: &Value) {
         number("p50_ms"),
         number("p99_ms"),
         number("read_amplification"),
+        cache.unwrap_or_default(),
     );
 }
 

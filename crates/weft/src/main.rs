@@ -13,6 +13,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod advise;
 mod bench;
 mod bench_cluster;
 mod bench_engine;
@@ -23,6 +24,7 @@ mod ec;
 mod gc_cli;
 mod key_cli;
 mod objects_cli;
+mod plot;
 mod repair_cli;
 mod repair_cost;
 mod rows;
@@ -151,6 +153,9 @@ enum Command {
     /// `weft key rm ID`.
     #[command(subcommand)]
     Key(key_cli::KeyCommand),
+    /// Advice from measurements: `weft advise stripe-width --trace FILE` (Okapi §4.6).
+    #[command(subcommand)]
+    Advise(advise::AdviseCommand),
 }
 
 /// Commands that print and end die quietly when their reader goes away (`weft status | head`),
@@ -217,6 +222,7 @@ fn main() -> ExitCode {
         Command::Bucket(command) => cluster_cli::bucket(command),
         Command::Put(args) => objects_cli::put(args),
         Command::Get(args) => objects_cli::get(args),
+        Command::Advise(command) => advise::run(command),
         Command::Ls(args) => objects_cli::ls(args),
         Command::Rm(args) => objects_cli::rm(args),
         Command::Stat(args) => objects_cli::stat(args),

@@ -279,6 +279,10 @@ pub struct GetArgs {
     /// path buffers) and time, on stderr (stdout may carry the object).
     #[arg(long)]
     pub stats: bool,
+    /// Append this read to a read trace (JSON lines: timestamp, bucket, key, offset, length,
+    /// object_size), the input of `weft advise stripe-width --trace`.
+    #[arg(long, value_name = "FILE")]
+    pub trace_reads: Option<PathBuf>,
 }
 
 /// Peak resident memory of this process (VmHWM), when the system reports it.
@@ -327,7 +331,10 @@ pub fn get(args: GetArgs) -> Result<(), CliError> {
         return Err(cli_error!("--json prints on stdout, so the object needs -o FILE"));
     }
     let runtime = runtime()?;
-    let client = client(&args.meta)?;
+    let mut client = client(&args.meta)?;
+    if let Some(path) = &args.trace_reads {
+        client = client.with_read_trace(path)?;
+    }
     let object = runtime.block_on(client.meta.get_object(&bucket, &key))?;
     let range = args.range.as_deref().map(|r| parse_range(r, object.size)).transpose()?;
     let buffer_bound = weft_client::read_buffer_bound(&object.layout);

@@ -126,6 +126,15 @@ pub struct S3Args {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:9000")]
     pub listen: SocketAddr,
+    /// Memory for the degraded-read cache shared by all requests (Okapi §4.4): what
+    /// rebuilding an unavailable unit fetched and decoded, served to the next reads of the
+    /// same rows; 0 turns it off.
+    #[arg(long, default_value = "256MiB", value_parser = crate::parse_size)]
+    pub degraded_cache: usize,
+    /// Append every GET's range to this file as JSON lines ({timestamp, bucket, key, offset,
+    /// length, object_size}): the input of `weft advise stripe-width --trace`.
+    #[arg(long, value_name = "FILE")]
+    pub trace_reads: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -389,8 +398,9 @@ async fn serve_s3(args: S3Args) -> Result<(), CliError> {
     if !(meta.starts_with("http://") || meta.starts_with("https://")) {
         return Err(cli_error!("--meta must be a URL like http://127.0.0.1:7700, not {meta:?}"));
     }
-    let config =
-        weft_s3::GatewayConfig { meta_url: meta, listen: args.listen, secret: args.secret.read()? };
+    let mut config = weft_s3::GatewayConfig::new(meta, args.listen, args.secret.read()?);
+    config.degraded_cache_bytes = args.degraded_cache;
+    config.trace_reads = args.trace_reads;
     let gateway = weft_s3::bind(config).await.map_err(|e| cli_error!("{e}"))?;
     ready(format!("s3 gateway listening on {}", gateway.endpoint()));
     shutdown_signal().await;

@@ -77,3 +77,149 @@ fn bench_reads_measures_every_configuration_and_reuses_its_objects() {
     assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
     assert_eq!(cluster.stat(key)["generation"], generation, "the second run rewrote its objects");
 }
+
+/// Items 2–5: degraded sequential reads with and without the degraded-read cache (the cache
+/// cuts the amplification), a chart of the rows, a trace recorded by `weft get` and replayed
+/// by `weft advise stripe-width`, which recommends ⌈median ÷ block⌉.
+#[test]
+fn degraded_reads_the_cache_the_plot_and_the_advisor() {
+    let cluster = Cluster::start(6, &["--disk-model", "ssd:position=0.05ms:rate=2GB"]);
+    let dir = tempfile::tempdir().unwrap();
+    let plot = dir.path().join("reads.svg");
+    let plot_arg = plot.to_str().unwrap();
+    let common = [
+        "--code",
+        "rs",
+        "--k",
+        "4",
+        "--r",
+        "2",
+        "--cell",
+        "64KiB",
+        "--block",
+        "256KiB",
+        "--objects",
+        "2",
+        "--object-size",
+        "2MiB",
+    ];
+    let mut args = vec!["bench", "reads"];
+    args.extend(common);
+    args.extend([
+        "--stripe-widths",
+        "2",
+        "--read-sizes",
+        "64KiB",
+        "--pattern",
+        "sequential",
+        "--clients",
+        "1",
+        "--duration",
+        "1500ms",
+        "--degraded",
+        "--degraded-cache",
+        "0,16MiB",
+        "--json",
+        "--plot",
+        plot_arg,
+    ]);
+    let output = cluster.weft(&args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let rows: Value = serde_json::from_slice(&output.stdout).expect("one JSON document");
+    let rows = rows.as_array().expect("rows");
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let (without, with) = (&rows[0], &rows[1]);
+    assert_eq!(
+        (without["degraded_cache_bytes"].as_u64(), with["degraded_cache_bytes"].as_u64()),
+        (Some(0), Some(16 << 20))
+    );
+    for row in rows {
+        assert_eq!(row["degraded"], true, "{row}");
+        assert!(row["failed_disks"][0]["node"].is_u64(), "{row}");
+        assert_eq!(row["pattern"], "sequential", "{row}");
+    }
+    let amplification = |row: &Value| row["read_amplification"].as_f64().unwrap();
+    assert!(
+        amplification(without) > 1.0,
+        "a degraded read fetches more than it returns: {without}"
+    );
+    assert_eq!(without["cache_hit_bytes"], 0, "{without}");
+    assert!(with["cache_hit_bytes"].as_u64().unwrap() > 0, "{with}");
+    assert!(
+        amplification(with) * 1.2 < amplification(without),
+        "the cache should cut the amplification: {} with, {} without",
+        amplification(with),
+        amplification(without)
+    );
+    let svg = std::fs::read_to_string(&plot).expect("the chart");
+    assert!(
+        svg.contains("<svg") && svg.contains("throughput (MB/s)") && svg.contains("cache 16"),
+        "{svg}"
+    );
+
+    // A trace recorded by weft get: reads of 512 KiB (two 256 KiB blocks).
+    let trace = dir.path().join("reads.jsonl");
+    let trace_arg = trace.to_str().unwrap();
+    let key = "bench-reads/reads/rs-4-2/w2/obj-0000";
+    for start in [0u64, 3 << 16, 7 << 16] {
+        let range = format!("{start}-{}", start + (512 << 10) - 1);
+        let output = cluster.weft(&[
+            "get",
+            key,
+            "--range",
+            &range,
+            "--trace-reads",
+            trace_arg,
+            "-o",
+            "/dev/null",
+        ]);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    }
+    let lines: Vec<Value> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(
+        (lines[1]["offset"].as_u64(), lines[1]["length"].as_u64()),
+        (Some(3 << 16), Some(512 << 10))
+    );
+    assert_eq!(lines[0]["key"], "reads/rs-4-2/w2/obj-0000");
+
+    let mut args = vec!["advise", "stripe-width", "--trace", trace_arg];
+    args.extend(common);
+    args.extend(["--clients", "2", "--duration", "300ms", "--json"]);
+    let output = cluster.weft(&args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let advice: Value = serde_json::from_slice(&output.stdout).expect("one JSON document");
+    assert_eq!(advice["median_read_bytes"], 512 << 10);
+    assert_eq!(advice["recommended_stripe_width"], 2, "{advice}");
+    let widths: Vec<u64> = advice["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["stripe_width"].as_u64().unwrap())
+        .collect();
+    assert_eq!(widths, [1, 2, 3, 4], "the recommendation, its neighbours and k");
+    for row in advice["rows"].as_array().unwrap() {
+        assert_eq!(row["pattern"], "trace", "{row}");
+        assert!(row["reads"].as_u64().unwrap() > 0, "{row}");
+        assert_eq!(row["read_amplification"], 1.0, "{row}");
+    }
+    let best = advice["best_measured_stripe_width"].as_u64().unwrap();
+    assert_eq!(advice["agrees"], best == 2);
+
+    // Without a replay no cluster is needed; a bad trace line is named.
+    std::fs::write(&trace, "{\"offset\": 0, \"length\": 12582912, \"timestamp\": 1}\nnope\n")
+        .unwrap();
+    let output = cluster.weft(&["advise", "stripe-width", "--trace", trace_arg, "--no-replay"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("line 2"));
+    std::fs::write(&trace, "{\"offset\": 0, \"length\": 12582912, \"timestamp\": 1}\n").unwrap();
+    let output =
+        cluster.weft(&["advise", "stripe-width", "--trace", trace_arg, "--no-replay", "--json"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let advice: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(advice["recommended_stripe_width"], 2, "12 MiB reads, 8 MiB blocks: {advice}");
+}

@@ -1,0 +1,214 @@
+//! `--plot FILE.svg`: the series a bench prints, as a line chart (plotters, SVG backend).
+//!
+//! A [`Chart`] is one or more panels stacked vertically that share the x axis (e.g. Okapi's
+//! Fig. 13: throughput on top, p99 latency below); each panel has named series of (x, y)
+//! points. Axes are labelled with their units by the caller.
+//!
+//! Invariants: the file is written whole or not at all (rendered to memory, then written
+//! to a temporary file that is renamed over `path`); points that are not finite are dropped;
+//! an empty chart is an error, not an empty picture.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use crate::{cli_error, CliError};
+
+/// One panel: a y axis and its series.
+pub struct Panel {
+    pub y_label: String,
+    /// (name, points) in drawing order.
+    pub series: Vec<(String, Vec<(f64, f64)>)>,
+}
+
+/// Panels sharing an x axis.
+pub struct Chart {
+    pub title: String,
+    pub x_label: String,
+    /// A log2 x axis (read sizes, load levels doubling).
+    pub x_log: bool,
+    pub panels: Vec<Panel>,
+}
+
+/// Distinct colours for up to eight series, then repeating.
+const COLOURS: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+];
+
+impl Panel {
+    /// A panel with series grouped by name from (name, x, y) triples, in first-seen order.
+    pub fn from_points(
+        y_label: &str,
+        points: impl IntoIterator<Item = (String, f64, f64)>,
+    ) -> Panel {
+        let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+        for (name, x, y) in points {
+            match series.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, list)) => list.push((x, y)),
+                None => series.push((name, vec![(x, y)])),
+            }
+        }
+        for (_, list) in &mut series {
+            list.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        Panel { y_label: y_label.to_string(), series }
+    }
+}
+
+impl Chart {
+    /// Renders the chart as SVG text.
+    pub fn render(&self) -> Result<String, CliError> {
+        let finite =
+            |&(x, y): &(f64, f64)| x.is_finite() && y.is_finite() && (!self.x_log || x > 0.0);
+        let all: Vec<(f64, f64)> = self
+            .panels
+            .iter()
+            .flat_map(|p| p.series.iter().flat_map(|(_, s)| s.iter().copied()))
+            .filter(finite)
+            .collect();
+        if all.is_empty() {
+            return Err(cli_error!("--plot: nothing to draw"));
+        }
+        let (mut x_min, mut x_max) =
+            all.iter().fold((f64::MAX, f64::MIN), |(lo, hi), p| (lo.min(p.0), hi.max(p.0)));
+        if self.x_log {
+            (x_min, x_max) = (x_min.log2(), x_max.log2());
+        }
+        let pad = ((x_max - x_min) * 0.05).max(0.5);
+        let (x_lo, x_hi) = (x_min - pad, x_max + pad);
+        let height = 60 + 320 * self.panels.len() as u32;
+        let mut svg = String::new();
+        {
+            let root = SVGBackend::with_string(&mut svg, (860, height)).into_drawing_area();
+            let fail = |e: &dyn std::fmt::Display| cli_error!("--plot: drawing failed: {e}");
+            root.fill(&WHITE).map_err(|e| fail(&e))?;
+            let root = root.titled(&self.title, ("sans-serif", 20)).map_err(|e| fail(&e))?;
+            let areas = root.split_evenly((self.panels.len(), 1));
+            for (panel, area) in self.panels.iter().zip(areas) {
+                let y_max = panel
+                    .series
+                    .iter()
+                    .flat_map(|(_, s)| s.iter().filter(|p| finite(p)).map(|p| p.1))
+                    .fold(0.0f64, f64::max);
+                let y_hi = if y_max > 0.0 { y_max * 1.1 } else { 1.0 };
+                let mut chart = ChartBuilder::on(&area)
+                    .margin(12)
+                    .x_label_area_size(40)
+                    .y_label_area_size(70)
+                    .build_cartesian_2d(x_lo..x_hi, 0.0..y_hi)
+                    .map_err(|e| fail(&e))?;
+                let x_log = self.x_log;
+                let x_format = move |x: &f64| {
+                    let value = if x_log { x.exp2() } else { *x };
+                    if (value - value.round()).abs() < 1e-9 {
+                        format!("{}", value.round())
+                    } else {
+                        format!("{value:.2}")
+                    }
+                };
+                chart
+                    .configure_mesh()
+                    .x_desc(if self.x_log {
+                        format!("{} (log scale)", self.x_label)
+                    } else {
+                        self.x_label.clone()
+                    })
+                    .y_desc(&panel.y_label)
+                    .x_label_formatter(&x_format)
+                    .draw()
+                    .map_err(|e| fail(&e))?;
+                for (i, (name, points)) in panel.series.iter().enumerate() {
+                    let colour = COLOURS[i % COLOURS.len()];
+                    let points: Vec<(f64, f64)> = points
+                        .iter()
+                        .filter(|p| finite(p))
+                        .map(|&(x, y)| (if x_log { x.log2() } else { x }, y))
+                        .collect();
+                    chart
+                        .draw_series(LineSeries::new(points.clone(), colour.stroke_width(2)))
+                        .map_err(|e| fail(&e))?
+                        .label(name.as_str())
+                        .legend(move |(x, y)| {
+                            PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2))
+                        });
+                    chart
+                        .draw_series(points.iter().map(|&p| Circle::new(p, 3, colour.filled())))
+                        .map_err(|e| fail(&e))?;
+                }
+                chart
+                    .configure_series_labels()
+                    .position(SeriesLabelPosition::UpperLeft)
+                    .border_style(BLACK)
+                    .background_style(WHITE.mix(0.85))
+                    .draw()
+                    .map_err(|e| fail(&e))?;
+            }
+            root.present().map_err(|e| fail(&e))?;
+        }
+        Ok(svg)
+    }
+
+    /// Renders and writes the chart to `path` (whole or not at all).
+    pub fn write(&self, path: &Path) -> Result<(), CliError> {
+        let svg = self.render()?;
+        let partial = path.with_extension("svg.partial");
+        std::fs::write(&partial, svg)
+            .and_then(|()| std::fs::rename(&partial, path))
+            .map_err(|e| cli_error!("--plot: cannot write {}: {e}", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chart_names_its_axes_and_series_and_draws_every_point() {
+        let throughput = Panel::from_points(
+            "throughput (MB/s)",
+            [
+                ("w=2", 12.0, 300.0),
+                ("w=6", 12.0, 200.0),
+                ("w=2", 2.0, 100.0),
+                ("w=6", 2.0, f64::NAN),
+            ]
+            .map(|(n, x, y)| (n.to_string(), x, y)),
+        );
+        assert_eq!(throughput.series[0].1, vec![(2.0, 100.0), (12.0, 300.0)], "sorted by x");
+        let chart = Chart {
+            title: "reads".into(),
+            x_label: "read size (MiB)".into(),
+            x_log: true,
+            panels: vec![throughput],
+        };
+        let svg = chart.render().unwrap();
+        assert!(svg.starts_with("<svg"), "{}", &svg[..40]);
+        for text in ["reads", "read size (MiB) (log scale)", "throughput (MB/s)", "w=2", "w=6"] {
+            assert!(svg.contains(text), "{text} missing");
+        }
+        // Three finite points, one circle each.
+        assert_eq!(svg.matches("<circle").count(), 3);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.svg");
+        chart.write(&path).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), svg);
+    }
+
+    #[test]
+    fn an_empty_chart_is_an_error() {
+        let chart = Chart {
+            title: "t".into(),
+            x_label: "x".into(),
+            x_log: false,
+            panels: vec![Panel::from_points("y", [("a".to_string(), f64::NAN, 1.0)])],
+        };
+        assert!(chart.render().unwrap_err().to_string().contains("nothing to draw"));
+    }
+}
