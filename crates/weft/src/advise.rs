@@ -230,6 +230,7 @@ fn stripe_width(args: StripeWidthArgs) -> Result<(), CliError> {
             title: format!("stripe width for {} (median read {})", spec, format_size(median)),
             x_label: "stripe width (blocks)".into(),
             x_log: false,
+            x_names: Vec::new(),
             panels: vec![
                 crate::plot::Panel::from_points("throughput (MB/s)", points("bytes_per_sec", 1e-6)),
                 crate::plot::Panel::from_points("p99 latency (ms)", points("p99_ms", 1.0)),

@@ -59,11 +59,16 @@ pub enum BenchCommand {
     /// Examples:
     ///   weft up --nodes 19 --disk-model hdd            # in another terminal: the paper's HDDs
     ///   weft bench reads --code rs --k 6 --r 3 --stripe-widths 1,2,3,6 --coupled 3,6,12 \
-    ///     --read-sizes 2MiB,12MiB,48MiB --clients 8 --duration 30s
+    ///     --read-sizes 2MiB,12MiB,48MiB --clients 8 --duration 30s --plot fig5.svg
+    ///   weft bench reads --stripe-widths 2 --coupled 6 --read-sizes 1MiB,24MiB,96MiB \
+    ///     --clients 1 --degraded                       # degraded reads, one disk failed
+    ///   weft bench reads --stripe-widths 2 --read-sizes 1MiB --pattern sequential \
+    ///     --degraded --degraded-cache 0,256MiB         # what the degraded-read cache saves
+    ///   weft bench reads --trace reads.jsonl           # replay a recorded read trace
     ///
     /// Objects are written once per layout under reads/ in --bucket and reused. Seeks/s come
     /// from the nodes' disk-model counters (null on a cluster without --disk-model); read
-    /// amplification is bytes fetched ÷ bytes returned (kill a node for degraded reads).
+    /// amplification is bytes fetched ÷ bytes returned (above 1 only in degraded reads).
     #[command(verbatim_doc_comment)]
     Reads(crate::bench_reads::ReadsBenchArgs),
     /// The coding engine: each rail alone, their sum, and the aggregate of all of them.
@@ -146,6 +151,9 @@ pub struct EcBenchArgs {
     /// Print each row as one JSON object per line, as it is measured.
     #[arg(long, conflicts_with = "json")]
     json_lines: bool,
+    /// Also draw the rates as a bar chart (SVG): one group per op, one bar per implementation.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<std::path::PathBuf>,
 }
 
 /// One result line.
@@ -565,7 +573,11 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
     };
     let simd = weft_gf::SimdPath::active().name();
     let machine = args.json || args.json_lines;
-    let mut json_rows = crate::rows::JsonRows::new(args.json_lines);
+    let mut json_rows = if machine {
+        crate::rows::JsonRows::new(args.json_lines)
+    } else {
+        crate::rows::JsonRows::silent()
+    };
     if !machine {
         let mut peers = Vec::new();
         if let Some(isal) = &isal {
@@ -675,9 +687,8 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
                 ratio_vs_rs: rs_median.filter(|_| main).map(|i| medians[c] / i),
                 code_name: contender.code_name.clone(),
             };
-            if machine {
-                json_rows.push(&row);
-            } else {
+            json_rows.push(&row);
+            if !machine {
                 let ratio = |x: Option<f64>| x.map(|x| format!("{x:.2}×")).unwrap_or_default();
                 progress.suspend(|| {
                     println!(
@@ -695,8 +706,24 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
         }
     }
     progress.finish_and_clear();
-    if machine {
-        json_rows.finish();
+    json_rows.finish();
+    if let Some(path) = &args.plot {
+        let text =
+            |row: &serde_json::Value, field: &str| row[field].as_str().unwrap_or("?").to_string();
+        crate::plot::Chart::bars(
+            &format!(
+                "weft bench ec: {spec}, shard {}, {} thread(s)",
+                crate::cluster_cli::format_size(args.shard as u64),
+                args.threads
+            ),
+            "operation",
+            "rate (GB/s of data)",
+            json_rows.rows(),
+            |row| text(row, "op"),
+            |row| format!("{} {}", text(row, "impl"), text(row, "code_name")),
+            |row| row["bytes_per_sec"].as_f64().unwrap_or(f64::NAN) / 1e9,
+        )
+        .write(path)?;
     }
     Ok(())
 }

@@ -68,12 +68,47 @@ pub struct ClusterBenchArgs {
     /// Print one JSON object per coder or read mode, one per line.
     #[arg(long, conflicts_with = "json")]
     pub json_lines: bool,
+    /// Also draw the throughput of each coder or read mode as a bar chart (SVG).
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<std::path::PathBuf>,
 }
 
 impl ClusterBenchArgs {
     /// Whether rows go out as JSON (`--json` or `--json-lines`) rather than a table.
     fn machine(&self) -> bool {
         self.json || self.json_lines
+    }
+
+    /// Where the rows go: printed as JSON, or kept silently for `--plot`.
+    fn rows(&self) -> crate::rows::JsonRows {
+        if self.machine() {
+            crate::rows::JsonRows::new(self.json_lines)
+        } else {
+            crate::rows::JsonRows::silent()
+        }
+    }
+
+    /// With `--plot`: the rows' throughput per coder (put) or read mode (get).
+    fn plot(&self, rows: &crate::rows::JsonRows) -> Result<(), CliError> {
+        let Some(path) = &self.plot else { return Ok(()) };
+        let name = |row: &serde_json::Value| {
+            let name = row.get("coder").or(row.get("read_mode"));
+            name.and_then(|n| n.as_str()).unwrap_or("?").to_string()
+        };
+        crate::plot::Chart::bars(
+            &format!(
+                "weft bench cluster: {} to bucket {}",
+                rows.rows().first().map_or("?", |r| r["op"].as_str().unwrap_or("?")),
+                self.bucket
+            ),
+            "coder (put) or read mode (get)",
+            "throughput (MB/s)",
+            rows.rows(),
+            name,
+            |row| row["op"].as_str().unwrap_or("?").to_string(),
+            |row| row["bytes_per_sec"].as_f64().unwrap_or(f64::NAN) / 1e6,
+        )
+        .write(path)
     }
 }
 
@@ -239,7 +274,7 @@ async fn put(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
     bar.finish_and_clear();
     let reference = coders.iter().position(|&c| c == Coder::Noop);
     let rate = |t: &Tally| t.bytes as f64 / t.seconds.max(1e-9);
-    let mut rows = crate::rows::JsonRows::new(args.json_lines);
+    let mut rows = args.rows();
     for (coder, tally) in coders.iter().zip(&tallies) {
         let ratio = reference.map(|r| rate(tally) / rate(&tallies[r]));
         let paired = reference.map(|r| tally.median_ratio_to(&tallies[r]));
@@ -258,9 +293,8 @@ async fn put(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
             }),
         )?;
     }
-    if args.machine() {
-        rows.finish();
-    }
+    rows.finish();
+    args.plot(&rows)?;
     Ok(())
 }
 
@@ -321,7 +355,7 @@ async fn get(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
     }
     let reference = modes.iter().position(|&m| m == ReadMode::Blocking);
     let rate = |t: &Tally| t.bytes as f64 / t.seconds.max(1e-9);
-    let mut rows = crate::rows::JsonRows::new(args.json_lines);
+    let mut rows = args.rows();
     for (mode, tally) in modes.iter().zip(&tallies) {
         let ratio = reference.map(|r| rate(tally) / rate(&tallies[r]));
         let paired = reference.map(|r| tally.median_ratio_to(&tallies[r]));
@@ -340,9 +374,8 @@ async fn get(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
             }),
         )?;
     }
-    if args.machine() {
-        rows.finish();
-    }
+    rows.finish();
+    args.plot(&rows)?;
     Ok(())
 }
 
@@ -363,9 +396,8 @@ fn report(
     if let (Some(out), Some(extra)) = (value.as_object_mut(), extra.as_object()) {
         out.extend(extra.clone());
     }
-    if args.machine() {
-        rows.push(&value);
-    } else {
+    rows.push(&value);
+    if !args.machine() {
         println!(
             "bench cluster {op}: {objects} objects, {} in {seconds:.2} s = {}/s",
             crate::cluster_cli::format_size(bytes),

@@ -121,6 +121,9 @@ pub struct EngineBenchArgs {
     /// Print the rows as one JSON object per line.
     #[arg(long, conflicts_with = "json")]
     json_lines: bool,
+    /// Also draw the rates as a bar chart (SVG): one bar per rail, sum and scheduler.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Serialize)]
@@ -337,6 +340,9 @@ pub fn run(args: EngineBenchArgs) -> Result<(), CliError> {
         rows.push(measured);
     }
     print(&rows, &args, sum);
+    if let Some(path) = &args.plot {
+        plot(&rows, path)?;
+    }
     Ok(())
 }
 
@@ -586,6 +592,34 @@ fn row(
         ahead_of_fcfs_rounds: None,
         submitter_core: None,
     }
+}
+
+/// `--plot`: the rows' rates as bars, one per (op, rail, scheduler).
+fn plot(rows: &[Row], path: &std::path::Path) -> Result<(), CliError> {
+    let values: Vec<serde_json::Value> =
+        rows.iter().map(|row| serde_json::to_value(row).expect("rows serialize")).collect();
+    let text =
+        |row: &serde_json::Value, field: &str| row[field].as_str().unwrap_or("?").to_string();
+    let title = rows.first().map_or(String::new(), |r| {
+        format!(
+            "weft bench engine: {}, shard {}",
+            r.code,
+            crate::cluster_cli::format_size(r.shard_bytes as u64)
+        )
+    });
+    crate::plot::Chart::bars(
+        &title,
+        "rail / scheduler",
+        "rate (GB/s of data)",
+        &values,
+        |row| match text(row, "scheduler").as_str() {
+            "none" => text(row, "rail"),
+            scheduler => format!("{} {scheduler}", text(row, "rail")),
+        },
+        |row| text(row, "op"),
+        |row| row["bytes_per_sec"].as_f64().unwrap_or(f64::NAN) / 1e9,
+    )
+    .write(path)
 }
 
 fn print(rows: &[Row], args: &EngineBenchArgs, sum: f64) {

@@ -704,6 +704,7 @@ pub(crate) fn reads_chart(rows: &[Value], by_size: bool) -> crate::plot::Chart {
         ),
         x_label: if by_size { "read size (MiB)".into() } else { "concurrent clients".into() },
         x_log: true,
+        x_names: Vec::new(),
         panels: vec![
             crate::plot::Panel::from_points("throughput (MB/s)", points("bytes_per_sec", 1e-6)),
             crate::plot::Panel::from_points("p99 latency (ms)", points("p99_ms", 1.0)),

@@ -2,7 +2,9 @@
 //!
 //! A [`Chart`] is one or more panels stacked vertically that share the x axis (e.g. Okapi's
 //! Fig. 13: throughput on top, p99 latency below); each panel has named series of (x, y)
-//! points. Axes are labelled with their units by the caller.
+//! points, drawn as lines over a numeric x axis or as grouped bars over named categories
+//! (`weft bench ec`: one group per op, one bar per implementation). Axes are labelled with
+//! their units by the caller.
 //!
 //! Invariants: the file is written whole or not at all (rendered to memory, then written
 //! to a temporary file that is renamed over `path`); points that are not finite are dropped;
@@ -27,6 +29,9 @@ pub struct Chart {
     pub x_label: String,
     /// A log2 x axis (read sizes, load levels doubling).
     pub x_log: bool,
+    /// Categories of a bar chart: when not empty, x values are indices into it and each
+    /// series is drawn as bars side by side within a category.
+    pub x_names: Vec<String>,
     pub panels: Vec<Panel>,
 }
 
@@ -63,6 +68,39 @@ impl Panel {
 }
 
 impl Chart {
+    /// A bar chart of `rows`: one category per distinct `category(row)` (first-seen order),
+    /// one bar per distinct `series(row)` within it, of height `value(row)`.
+    pub fn bars(
+        title: &str,
+        x_label: &str,
+        y_label: &str,
+        rows: &[serde_json::Value],
+        category: impl Fn(&serde_json::Value) -> String,
+        series: impl Fn(&serde_json::Value) -> String,
+        value: impl Fn(&serde_json::Value) -> f64,
+    ) -> Chart {
+        let mut names: Vec<String> = Vec::new();
+        let mut points = Vec::new();
+        for row in rows {
+            let name = category(row);
+            let at = match names.iter().position(|n| *n == name) {
+                Some(at) => at,
+                None => {
+                    names.push(name);
+                    names.len() - 1
+                }
+            };
+            points.push((series(row), at as f64, value(row)));
+        }
+        Chart {
+            title: title.to_string(),
+            x_label: x_label.to_string(),
+            x_log: false,
+            x_names: names,
+            panels: vec![Panel::from_points(y_label, points)],
+        }
+    }
+
     /// Renders the chart as SVG text.
     pub fn render(&self) -> Result<String, CliError> {
         let finite =
@@ -81,8 +119,13 @@ impl Chart {
         if self.x_log {
             (x_min, x_max) = (x_min.log2(), x_max.log2());
         }
-        let pad = ((x_max - x_min) * 0.05).max(0.5);
-        let (x_lo, x_hi) = (x_min - pad, x_max + pad);
+        let bars = !self.x_names.is_empty();
+        let (x_lo, x_hi) = if bars {
+            (-0.6, self.x_names.len() as f64 - 0.4)
+        } else {
+            let pad = ((x_max - x_min) * 0.05).max(0.5);
+            (x_min - pad, x_max + pad)
+        };
         let height = 60 + 320 * self.panels.len() as u32;
         let mut svg = String::new();
         {
@@ -105,7 +148,15 @@ impl Chart {
                     .build_cartesian_2d(x_lo..x_hi, 0.0..y_hi)
                     .map_err(|e| fail(&e))?;
                 let x_log = self.x_log;
+                let names = &self.x_names;
                 let x_format = move |x: &f64| {
+                    if !names.is_empty() {
+                        let i = x.round();
+                        return match names.get(i as usize) {
+                            Some(name) if (x - i).abs() < 0.05 && i >= 0.0 => name.clone(),
+                            _ => String::new(),
+                        };
+                    }
                     let value = if x_log { x.exp2() } else { *x };
                     if (value - value.round()).abs() < 1e-9 {
                         format!("{}", value.round())
@@ -113,19 +164,39 @@ impl Chart {
                         format!("{value:.2}")
                     }
                 };
-                chart
-                    .configure_mesh()
-                    .x_desc(if self.x_log {
-                        format!("{} (log scale)", self.x_label)
-                    } else {
-                        self.x_label.clone()
-                    })
-                    .y_desc(&panel.y_label)
-                    .x_label_formatter(&x_format)
-                    .draw()
-                    .map_err(|e| fail(&e))?;
+                let mut mesh = chart.configure_mesh();
+                if bars {
+                    mesh.disable_x_mesh().x_labels(self.x_names.len() * 20 + 1);
+                }
+                mesh.x_desc(if self.x_log {
+                    format!("{} (log scale)", self.x_label)
+                } else {
+                    self.x_label.clone()
+                })
+                .y_desc(&panel.y_label)
+                .x_label_formatter(&x_format)
+                .draw()
+                .map_err(|e| fail(&e))?;
+                let count = panel.series.len().max(1) as f64;
                 for (i, (name, points)) in panel.series.iter().enumerate() {
                     let colour = COLOURS[i % COLOURS.len()];
+                    if bars {
+                        let width = 0.8 / count;
+                        let left = |x: f64| x - 0.4 + i as f64 * width;
+                        chart
+                            .draw_series(points.iter().filter(|p| finite(p)).map(|&(x, y)| {
+                                Rectangle::new(
+                                    [(left(x), 0.0), (left(x) + width, y)],
+                                    colour.filled(),
+                                )
+                            }))
+                            .map_err(|e| fail(&e))?
+                            .label(name.as_str())
+                            .legend(move |(x, y)| {
+                                Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled())
+                            });
+                        continue;
+                    }
                     let points: Vec<(f64, f64)> = points
                         .iter()
                         .filter(|p| finite(p))
@@ -186,6 +257,7 @@ mod tests {
             title: "reads".into(),
             x_label: "read size (MiB)".into(),
             x_log: true,
+            x_names: Vec::new(),
             panels: vec![throughput],
         };
         let svg = chart.render().unwrap();
@@ -202,11 +274,34 @@ mod tests {
     }
 
     #[test]
+    fn a_bar_chart_draws_one_bar_per_point_and_names_its_categories() {
+        let panel = Panel::from_points(
+            "rate (GB/s)",
+            [("weft", 0.0, 9.5), ("isal", 0.0, 7.0), ("weft", 1.0, 8.0), ("isal", 1.0, 6.5)]
+                .map(|(n, x, y)| (n.to_string(), x, y)),
+        );
+        let chart = Chart {
+            title: "weft bench ec".into(),
+            x_label: "operation".into(),
+            x_log: false,
+            x_names: vec!["encode".into(), "decode".into()],
+            panels: vec![panel],
+        };
+        let svg = chart.render().unwrap();
+        for text in ["encode", "decode", "weft", "isal", "rate (GB/s)"] {
+            assert!(svg.contains(text), "{text} missing");
+        }
+        // Four bars, two legend swatches, the background and the legend box.
+        assert!(svg.matches("<rect").count() >= 6, "{svg}");
+    }
+
+    #[test]
     fn an_empty_chart_is_an_error() {
         let chart = Chart {
             title: "t".into(),
             x_label: "x".into(),
             x_log: false,
+            x_names: Vec::new(),
             panels: vec![Panel::from_points("y", [("a".to_string(), f64::NAN, 1.0)])],
         };
         assert!(chart.render().unwrap_err().to_string().contains("nothing to draw"));

@@ -89,6 +89,40 @@ fn bench_ec_json_rows() {
     }
 }
 
+/// Item 5 of issue 17: the benches that print a series draw it with --plot, beside the
+/// table (or the JSON), with labelled axes and one bar per row.
+#[test]
+fn bench_ec_and_engine_draw_their_rows_with_plot() {
+    let dir = tempfile::tempdir().unwrap();
+    let ec = dir.path().join("ec.svg");
+    let output = weft()
+        .args(["bench", "ec", "--code", "rs", "--k", "4", "--r", "2", "--shard", "4KiB"])
+        .args(["--trials", "1", "--seconds", "0.001", "--plot", ec.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("encode"), "the table is printed too");
+    let svg = std::fs::read_to_string(&ec).unwrap();
+    for text in ["encode", "rebuild", "decode", "rate (GB/s of data)", "operation", "weft rs(4,2)"]
+    {
+        assert!(svg.contains(text), "{text} missing from the chart");
+    }
+    let engine = dir.path().join("engine.svg");
+    let output = weft()
+        .args(["bench", "engine", "--rails", "simd,scalar", "--scheduler", "fcfs"])
+        .args(["--code", "rs", "--k", "4", "--r", "2", "--shard", "4KiB", "--size", "64KiB"])
+        .args(["--chunk", "1KiB", "--json", "--plot", engine.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let rows = rows(&output);
+    let svg = std::fs::read_to_string(&engine).unwrap();
+    for row in &rows {
+        let rail = row["rail"].as_str().unwrap();
+        assert!(svg.contains(rail), "{rail} missing from the chart");
+    }
+    assert!(svg.contains("rail / scheduler"));
+}
+
 #[test]
 fn bench_ec_against_isal_when_installed() {
     if weft_isal::Isal::load().is_err() && std::env::var("WEFT_REQUIRE_ISAL").as_deref() != Ok("1")
