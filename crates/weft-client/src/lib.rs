@@ -142,6 +142,12 @@ impl Client {
         Client { degraded: std::sync::Arc::new(DegradedCache::new(limit)), ..self.clone() }
     }
 
+    /// This client behind a modeled link of its own at `bytes_per_sec` each way (the
+    /// hardware model's client link; benchmarks give each emulated client one).
+    pub fn with_link(&self, bytes_per_sec: u64) -> Client {
+        Client { nodes: self.nodes.with_link(bytes_per_sec), ..self.clone() }
+    }
+
     /// This client, recording every get it serves to the read trace at `path` (appended).
     pub fn with_read_trace(&self, path: &std::path::Path) -> Result<Client> {
         let trace = std::sync::Arc::new(trace::ReadTrace::open(path)?);

@@ -77,6 +77,15 @@ const RESUME_PIECE: u64 = 1 << 20;
 pub struct NodeClient {
     http: reqwest::Client,
     secret: ClusterSecret,
+    /// The client's modeled link (down: unit bytes received, up: sent), when it has one.
+    link: Option<std::sync::Arc<ClientLink>>,
+}
+
+/// A client's link in each direction (the hardware model's `--client-link`).
+#[derive(Debug)]
+pub struct ClientLink {
+    pub down: weft_wire::link::Link,
+    pub up: weft_wire::link::Link,
 }
 
 /// A failure below HTTP: the node is unreachable when the connection could not be made or
@@ -117,7 +126,22 @@ impl NodeClient {
             .map_err(|e| {
                 crate::ClientError::Invalid(format!("cannot build an HTTP client: {e}"))
             })?;
-        Ok(NodeClient { http, secret: secret.clone() })
+        Ok(NodeClient { http, secret: secret.clone(), link: None })
+    }
+
+    /// This pool (same connections) behind a link of its own at `bytes_per_sec` in each
+    /// direction: unit bytes received and sent queue on it as on a NIC of that rate.
+    pub fn with_link(&self, bytes_per_sec: u64) -> NodeClient {
+        let link = ClientLink {
+            down: weft_wire::link::Link::new(bytes_per_sec),
+            up: weft_wire::link::Link::new(bytes_per_sec),
+        };
+        NodeClient { link: Some(std::sync::Arc::new(link)), ..self.clone() }
+    }
+
+    /// The client's link, when it has one.
+    pub fn link(&self) -> Option<&ClientLink> {
+        self.link.as_deref()
     }
 
     /// Signs `request` for node `node_id` and sends it.
@@ -166,11 +190,15 @@ impl NodeClient {
         let url = Self::url(unit)?;
         let digester = std::sync::Arc::new(std::sync::Mutex::new(crate::digest::Digester::new()));
         let fed = std::sync::Arc::clone(&digester);
+        let link = self.link.clone();
         let stream = futures_util::stream::unfold(chunks, move |mut rx| {
-            let fed = std::sync::Arc::clone(&fed);
+            let (fed, link) = (std::sync::Arc::clone(&fed), link.clone());
             async move {
                 let chunk = rx.recv().await?;
                 fed.lock().expect("digester").update(&chunk);
+                if let Some(link) = link {
+                    link.up.transfer(chunk.len() as u64).await;
+                }
                 Some((Ok::<Bytes, std::io::Error>(chunk), rx))
             }
         });
@@ -190,6 +218,9 @@ impl NodeClient {
     /// Stores `unit` with the given bytes.
     pub async fn put(&self, unit: &UnitInfo, bytes: Bytes) -> Result<(), NodeFailure> {
         let url = Self::url(unit)?;
+        if let Some(link) = &self.link {
+            link.up.transfer(bytes.len() as u64).await;
+        }
         let response = self.send(unit.node_id, self.http.put(&url).body(bytes)).await?;
         if response.status().is_success() {
             Ok(())
@@ -265,7 +296,12 @@ impl NodeClient {
         let mut body = response.bytes_stream();
         while let Some(chunk) = body.next().await {
             match chunk {
-                Ok(chunk) => out.extend_from_slice(&chunk),
+                Ok(chunk) => {
+                    if let Some(link) = &self.link {
+                        link.down.transfer(chunk.len() as u64).await;
+                    }
+                    out.extend_from_slice(&chunk)
+                }
                 Err(e) => return Ok(Some(format!("after {} bytes: {e}", out.len() - start))),
             }
         }

@@ -7,7 +7,8 @@
 //! - [`Client::object_stream`] holds at most [`STREAM_PIECES_IN_FLIGHT`] pieces of at most
 //!   [`STREAM_PIECE_BYTES`] (rounded to whole stripe rows) besides the one being read: a
 //!   slow reader of a huge object slows the reads down instead of filling memory. Every
-//!   piece is read by [`Client::get_object_range`], so degraded reads work as in `weft get`.
+//!   piece is read by [`Client::get_object_range`], so degraded reads work as in `weft get`;
+//!   a read trace gets one line per stream (the range asked for), not one per piece.
 
 use bytes::Bytes;
 use futures_util::Stream;
@@ -125,7 +126,11 @@ impl Client {
     /// stream.
     pub fn object_stream(&self, object: ObjectInfo, start: u64, len: u64) -> ObjectStream {
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes>>(STREAM_PIECES_IN_FLIGHT);
-        let client = self.clone();
+        // The trace records the range asked for, once, not each piece read for it.
+        if let Some(trace) = &self.trace {
+            trace.record(&object.bucket, &object.key, start, len, object.size);
+        }
+        let client = Client { trace: None, ..self.clone() };
         let row = object.layout.stripe_width as u64 * object.layout.cell_bytes;
         let piece = (STREAM_PIECE_BYTES / row).max(1) * row;
         tokio::spawn(async move {

@@ -14,9 +14,9 @@
 //! before the real IO, which then runs unmodeled. Defaults: HDD 8 ms and 150 MB/s, SSD 0.1 ms
 //! and 500 MB/s (MB = 10^6 bytes).
 //!
-//! Link ([`Link`]): a node's link in each direction is a queue of transfers at a fixed rate
-//! (a token bucket with no burst): a transfer of n bytes starts when the previous one ended,
-//! or now, and lasts n / rate.
+//! Link ([`Link`], shared with the client's link model in weft-wire): a node's link in each
+//! direction is a queue of transfers at a fixed rate (a token bucket with no burst): a
+//! transfer of n bytes starts when the previous one ended, or now, and lasts n / rate.
 //!
 //! Invariants:
 //! - The model only delays: it never changes a byte, an error or an order of operations of the
@@ -34,6 +34,7 @@ use std::{
 
 use tokio::{sync::Mutex, time::Instant};
 use weft_store::UnitKey;
+pub use weft_wire::link::Link;
 use weft_wire::DiskModelStats;
 
 /// A disk model's parameters.
@@ -252,47 +253,6 @@ impl ModeledDisk {
     }
 }
 
-/// One direction of a link at a fixed rate: transfers queue one after another.
-#[derive(Debug)]
-pub struct Link {
-    bytes_per_sec: u64,
-    /// When the link is free again.
-    free_at: std::sync::Mutex<Instant>,
-    bytes: AtomicU64,
-}
-
-impl Link {
-    pub fn new(bytes_per_sec: u64) -> Link {
-        Link {
-            bytes_per_sec: bytes_per_sec.max(1),
-            free_at: std::sync::Mutex::new(Instant::now()),
-            bytes: AtomicU64::new(0),
-        }
-    }
-
-    pub fn bytes_per_sec(&self) -> u64 {
-        self.bytes_per_sec
-    }
-
-    /// Waits until `bytes` have crossed the link after what was queued before them.
-    pub async fn transfer(&self, bytes: u64) {
-        let lasts = Duration::from_secs_f64(bytes as f64 / self.bytes_per_sec as f64);
-        let done = {
-            let mut free_at = self.free_at.lock().unwrap_or_else(|e| e.into_inner());
-            let start = (*free_at).max(Instant::now());
-            *free_at = start + lasts;
-            *free_at
-        };
-        self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        tokio::time::sleep_until(done).await;
-    }
-
-    /// Bytes that crossed the link.
-    pub fn bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,28 +314,6 @@ mod tests {
         assert_eq!((stats.ios, stats.seeks), (4, 4));
         assert!(started.elapsed() >= DiskModel::SSD.transfer(20 * MIB), "{:?}", started.elapsed());
         assert!(stats.queue_wait_us > 0, "{stats:?}");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_link_carries_transfers_one_after_another_at_its_rate() {
-        let link = std::sync::Arc::new(Link::new(parse_rate("1Gbit").unwrap()));
-        let started = Instant::now();
-        let sends: Vec<_> = (0..4)
-            .map(|_| {
-                let link = link.clone();
-                tokio::spawn(async move { link.transfer(25_000_000).await })
-            })
-            .collect();
-        for send in sends {
-            send.await.unwrap();
-        }
-        // 100 MB at 125 MB/s: 0.8 s.
-        let elapsed = started.elapsed();
-        assert!(
-            elapsed.abs_diff(Duration::from_millis(800)) < Duration::from_millis(2),
-            "{elapsed:?}"
-        );
-        assert_eq!(link.bytes(), 100_000_000);
     }
 
     #[test]

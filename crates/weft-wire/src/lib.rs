@@ -5,7 +5,8 @@
 //! digests every writer records and every reader checks ([`digest`]).
 //!
 //! Invariants: these types are plain data with serde derives and no behaviour (beyond the hex
-//! form of a [`digest::UnitDigest`]); their JSON field
+//! form of a [`digest::UnitDigest`], and the rate-limited `link::Link` of the hardware model,
+//! shared by nodes and clients behind the `link` feature); their JSON field
 //! names and order are the documented contract (docs/node-api.md, docs/meta-api.md), so a
 //! rename here is a wire-format change.
 
@@ -15,6 +16,8 @@ pub use digest::UnitDigest;
 
 pub mod digest;
 pub mod key;
+#[cfg(feature = "link")]
+pub mod link;
 pub mod repair;
 pub mod scrub;
 pub mod transition;

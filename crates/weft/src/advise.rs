@@ -10,7 +10,9 @@
 //!
 //! Invariants: the recommendation is a pure function of the trace, the block size and k
 //! (clamped to 1..=k); the replay never changes it, it only says whether the measurement
-//! agrees (the width with the highest throughput is the recommended one).
+//! agrees: the recommended width's throughput is the best measured, or within
+//! `--agree-within` (5%) of it — widths that close tie on a machine this noisy — and the best
+//! and the margin are always reported.
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
@@ -72,6 +74,10 @@ pub struct StripeWidthArgs {
     /// Bucket to keep the test objects in (created when missing; shared with bench reads).
     #[arg(long, default_value = "bench-reads")]
     pub bucket: String,
+    /// The replay agrees when the recommended width's throughput is within this fraction of
+    /// the best measured (widths within a few percent tie on a noisy machine).
+    #[arg(long, default_value_t = 0.05)]
+    pub agree_within: f64,
     /// Seed of the replay's choices.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -183,7 +189,7 @@ fn stripe_width(args: StripeWidthArgs) -> Result<(), CliError> {
                 args.clients,
                 duration,
                 args.seed,
-                0,
+                bench_reads::Reader { cache: 0, link: None },
             )
             .await?;
             row["recommended"] = json!(width == recommended);
@@ -207,16 +213,20 @@ fn stripe_width(args: StripeWidthArgs) -> Result<(), CliError> {
         }
         Ok::<_, CliError>(rows)
     })?;
-    let best = rows
-        .iter()
-        .max_by(|a, b| {
-            let t = |r: &Value| r["bytes_per_sec"].as_f64().unwrap_or(0.0);
-            t(a).total_cmp(&t(b))
-        })
-        .and_then(|r| r["stripe_width"].as_u64())
-        .unwrap_or(0) as usize;
+    if !(0.0..1.0).contains(&args.agree_within) {
+        return Err(cli_error!("--agree-within must be a fraction in [0, 1)"));
+    }
+    let rate = |r: &Value| r["bytes_per_sec"].as_f64().unwrap_or(0.0);
+    let best_row = rows.iter().max_by(|a, b| rate(a).total_cmp(&rate(b)));
+    let best = best_row.and_then(|r| r["stripe_width"].as_u64()).unwrap_or(0) as usize;
+    let best_rate = best_row.map_or(0.0, rate);
+    let recommended_rate = rows.iter().find(|r| r["recommended"] == true).map_or(0.0, rate);
+    // How far the recommendation is below the best (0 when it is the best).
+    let shortfall = if best_rate > 0.0 { 1.0 - recommended_rate / best_rate } else { 0.0 };
+    let agrees = shortfall <= args.agree_within;
     advice["best_measured_stripe_width"] = json!(best);
-    advice["agrees"] = json!(best == recommended);
+    advice["recommended_vs_best"] = json!(recommended_rate / best_rate.max(f64::MIN_POSITIVE));
+    advice["agrees"] = json!(agrees);
     if let Some(path) = &args.plot {
         let points = |field: &str, scale: f64| -> Vec<(String, f64, f64)> {
             rows.iter()
@@ -243,10 +253,19 @@ fn stripe_width(args: StripeWidthArgs) -> Result<(), CliError> {
         println!("{}", serde_json::to_string_pretty(&advice).expect("json"));
     } else if best == recommended {
         println!("the replay agrees: width {best} has the highest throughput");
+    } else if agrees {
+        println!(
+            "the replay agrees: width {recommended} is within {:.1}% of the best (width {best}; \
+             --agree-within {}%)",
+            shortfall * 100.0,
+            args.agree_within * 100.0
+        );
     } else {
         println!(
-            "the replay disagrees: width {best} has the highest throughput (the recommendation \
-             optimises for the median read; weigh throughput against tail latency)"
+            "the replay disagrees: width {best} has the highest throughput, {:.1}% above width \
+             {recommended} (the recommendation optimises for the median read; weigh \
+             throughput against tail latency)",
+            shortfall * 100.0 / (1.0 - shortfall).max(f64::MIN_POSITIVE)
         );
     }
     Ok(())

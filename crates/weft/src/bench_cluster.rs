@@ -325,6 +325,9 @@ async fn get(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
         "pipelined or blocking",
     )?;
     let mut tallies: Vec<Tally> = modes.iter().map(|_| Tally::default()).collect();
+    // One client per mode, without a degraded-read cache: the mode reading an object second
+    // must not be served what the first one rebuilt.
+    let clients: Vec<Client> = modes.iter().map(|_| client.with_degraded_cache(0)).collect();
     for (position, key) in keys.iter().enumerate() {
         let index: usize = key
             .strip_prefix("bench/obj-")
@@ -336,7 +339,7 @@ async fn get(client: &Client, args: &ClusterBenchArgs) -> Result<(), CliError> {
             let which = (position + turn) % modes.len();
             let mut check = Check { expected: &expected, at: 0, mismatch: None };
             let started = Instant::now();
-            let stats = client
+            let stats = clients[which]
                 .get_object_range_with(object.clone(), None, &mut check, None, modes[which])
                 .await?;
             let tally = &mut tallies[which];

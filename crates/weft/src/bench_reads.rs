@@ -95,6 +95,10 @@ pub struct ReadsBenchArgs {
     /// `0,256MiB`; 0 turns it off).
     #[arg(long, value_delimiter = ',', default_value = "256MiB", value_parser = parse_size)]
     pub degraded_cache: Vec<usize>,
+    /// Each client's link (hardware model), e.g. 1Gbit or 125MB: what a client receives
+    /// queues on it as on a NIC of that rate. None: unlimited.
+    #[arg(long, value_name = "RATE", value_parser = parse_link_rate)]
+    pub client_link: Option<u64>,
     /// Also draw the rows as a chart (SVG): throughput and p99 latency against the read size
     /// (or the load level when one read size is given), one line per layout.
     #[arg(long, value_name = "FILE.svg")]
@@ -107,6 +111,11 @@ pub struct ReadsBenchArgs {
     /// Print each row as one JSON object per line, as it is measured.
     #[arg(long, conflicts_with = "json")]
     pub json_lines: bool,
+}
+
+/// A `--client-link` rate: `1Gbit`, `10Gbit`, `125MB`, … in bytes per second.
+fn parse_link_rate(text: &str) -> Result<u64, String> {
+    weft_node::model::parse_rate(text)
 }
 
 /// The byte at `offset` of benchmark object `object`: 8-byte words of splitmix64 of (object,
@@ -325,6 +334,26 @@ pub(crate) enum Workload {
     Trace(Arc<Vec<weft_client::trace::TracedRead>>),
 }
 
+/// What each emulated client has of its own.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Reader {
+    /// Bytes of its degraded-read cache (0: none).
+    pub cache: usize,
+    /// Its link's rate in bytes per second (None: unlimited).
+    pub link: Option<u64>,
+}
+
+impl Reader {
+    /// A client of its own, sharing `client`'s connections.
+    fn client(self, client: &Client) -> Client {
+        let own = client.with_degraded_cache(self.cache);
+        match self.link {
+            Some(rate) => own.with_link(rate),
+            None => own,
+        }
+    }
+}
+
 /// What the clients of one run measured.
 #[derive(Default)]
 pub(crate) struct Measured {
@@ -383,8 +412,8 @@ async fn checked_read(
     Ok(stats)
 }
 
-/// `clients` readers for `duration`, each with a client of its own (own degraded-read cache
-/// of `cache` bytes), reading as `workload` says.
+/// `clients` readers for `duration`, each with a client of its own (`reader`: its own
+/// degraded-read cache and link), reading as `workload` says.
 pub(crate) async fn measure(
     client: &Client,
     objects: &[ObjectInfo],
@@ -392,14 +421,14 @@ pub(crate) async fn measure(
     clients: usize,
     duration: Duration,
     seed: u64,
-    cache: usize,
+    own: Reader,
 ) -> Result<Measured, CliError> {
     let objects = Arc::new(objects.to_vec());
     let deadline = Instant::now() + duration;
     let next_traced = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for reader in 0..clients {
-        let (client, objects) = (client.with_degraded_cache(cache), Arc::clone(&objects));
+        let (client, objects) = (own.client(client), Arc::clone(&objects));
         let (workload, next_traced) = (workload.clone(), Arc::clone(&next_traced));
         tasks.push(tokio::spawn(async move {
             let mut rng = Rng(seed ^ (reader as u64 + 1) << 32);
@@ -505,11 +534,11 @@ pub(crate) async fn measure_row(
     clients: usize,
     duration: Duration,
     seed: u64,
-    cache: usize,
+    reader: Reader,
 ) -> Result<Value, CliError> {
     let before = disk_counters(client).await?;
     let started = Instant::now();
-    let mut measured = measure(client, objects, workload, clients, duration, seed, cache).await?;
+    let mut measured = measure(client, objects, workload, clients, duration, seed, reader).await?;
     let seconds = started.elapsed().as_secs_f64();
     let after = disk_counters(client).await?;
     measured.latencies.sort();
@@ -529,7 +558,8 @@ pub(crate) async fn measure_row(
         "pattern": pattern,
         "read_bytes": read_bytes,
         "clients": clients,
-        "degraded_cache_bytes": cache,
+        "degraded_cache_bytes": reader.cache,
+        "client_link_bytes_per_sec": reader.link,
         "reads": measured.latencies.len(),
         "seconds": seconds,
         "bytes_per_sec": measured.bytes as f64 / seconds,
@@ -641,7 +671,14 @@ pub fn run(args: ReadsBenchArgs) -> Result<(), CliError> {
                 for &cache in &caches {
                     for &clients in &args.clients {
                         let mut row = measure_row(
-                            &client, config, objects, workload, clients, duration, args.seed, cache,
+                            &client,
+                            config,
+                            objects,
+                            workload,
+                            clients,
+                            duration,
+                            args.seed,
+                            Reader { cache, link: args.client_link },
                         )
                         .await?;
                         row["degraded"] = json!(args.degraded);

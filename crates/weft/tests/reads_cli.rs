@@ -207,8 +207,41 @@ fn degraded_reads_the_cache_the_plot_and_the_advisor() {
         assert!(row["reads"].as_u64().unwrap() > 0, "{row}");
         assert_eq!(row["read_amplification"], 1.0, "{row}");
     }
+    let rate = |w: u64| {
+        let rows = advice["rows"].as_array().unwrap();
+        let row = rows.iter().find(|r| r["stripe_width"] == w).unwrap();
+        row["bytes_per_sec"].as_f64().unwrap()
+    };
     let best = advice["best_measured_stripe_width"].as_u64().unwrap();
-    assert_eq!(advice["agrees"], best == 2);
+    assert!(widths.iter().all(|&w| rate(w) <= rate(best)), "{advice}");
+    let ratio = advice["recommended_vs_best"].as_f64().unwrap();
+    assert!((ratio - rate(2) / rate(best)).abs() < 1e-9, "{advice}");
+    assert_eq!(advice["agrees"], ratio >= 0.95, "{advice}");
+
+    // Each client behind a modeled 8 MB/s link: two clients never get more than 16 MB/s.
+    let mut args = vec!["bench", "reads"];
+    args.extend(common);
+    args.extend([
+        "--stripe-widths",
+        "2",
+        "--read-sizes",
+        "256KiB",
+        "--clients",
+        "2",
+        "--duration",
+        "1s",
+        "--client-link",
+        "8MB",
+        "--json",
+    ]);
+    let output = cluster.weft(&args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let rows: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let row = &rows[0];
+    assert_eq!(row["client_link_bytes_per_sec"], 8_000_000, "{row}");
+    assert!(row["reads"].as_u64().unwrap() > 0, "{row}");
+    let rate = row["bytes_per_sec"].as_f64().unwrap();
+    assert!(rate <= 1.1 * 16e6, "two 8 MB/s links carried {rate} B/s: {row}");
 
     // Without a replay no cluster is needed; a bad trace line is named.
     std::fs::write(&trace, "{\"offset\": 0, \"length\": 12582912, \"timestamp\": 1}\nnope\n")

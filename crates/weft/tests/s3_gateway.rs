@@ -516,3 +516,57 @@ async fn multipart_uploads_keys_and_failed_requests_that_create_nothing() {
     let (listed, _, _) = list_all(&s3, bucket, None, None, 1000).await;
     assert_eq!(listed, ["big/object", "by-header", "by-tester"], "failed requests created nothing");
 }
+
+/// Issue 17: a gateway started with `--trace-reads` appends every GET's range as one JSON
+/// line (the advisor's input), and its degraded-read cache flag is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_records_its_reads_in_a_trace() {
+    use std::io::BufRead;
+    let cluster = Cluster::start(4, &[]);
+    let conf = s3_conf(&cluster);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("reads.jsonl");
+    let secret = cluster.dir().join("cluster.secret");
+    let mut gateway = std::process::Command::new(common::cluster::weft_bin())
+        .args(["serve", "s3", "--meta", &cluster.meta_url(), "--listen", "127.0.0.1:0"])
+        .args(["--secret-file", secret.to_str().unwrap()])
+        .args(["--trace-reads", trace.to_str().unwrap(), "--degraded-cache", "1MiB"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(gateway.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let endpoint = line.trim().rsplit(' ').next().unwrap().to_owned();
+    assert!(endpoint.starts_with("http://"), "{line}");
+    let mut traced_conf = conf.clone();
+    traced_conf["endpoint"] = Value::String(endpoint);
+    let s3 = default_client(&traced_conf);
+    s3.create_bucket().bucket("traced").send().await.expect("create bucket");
+    let data = bytes(5, 300_000);
+    s3.put_object()
+        .bucket("traced")
+        .key("a/b")
+        .body(ByteStream::from(data.clone()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get_bytes(&s3, "traced", "a/b", Some("bytes=1000-1999")).await, data[1000..2000]);
+    assert_eq!(get_bytes(&s3, "traced", "a/b", None).await, data);
+    let _ = gateway.kill();
+    let _ = gateway.wait();
+    let lines: Vec<Value> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let reads: Vec<(u64, u64)> = lines
+        .iter()
+        .map(|l| (l["offset"].as_u64().unwrap(), l["length"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(reads, [(1000, 1000), (0, 300_000)], "{lines:?}");
+    for line in &lines {
+        assert_eq!((line["bucket"].as_str(), line["key"].as_str()), (Some("traced"), Some("a/b")));
+        assert_eq!(line["object_size"], 300_000);
+        assert!(line["timestamp"].as_f64().unwrap() > 1.7e9, "{line}");
+    }
+}
