@@ -65,15 +65,8 @@ pub struct StripeWidthArgs {
     /// How long each width is measured, e.g. 20s.
     #[arg(long, default_value = "20s", value_parser = weft_client::gc::parse_duration_ms)]
     pub duration: u64,
-    /// Test objects per width.
-    #[arg(long, default_value_t = 4)]
-    pub objects: usize,
-    /// Size of each test object.
-    #[arg(long, default_value = "384MiB", value_parser = parse_size)]
-    pub object_size: usize,
-    /// Bucket to keep the test objects in (created when missing; shared with bench reads).
-    #[arg(long, default_value = "bench-reads")]
-    pub bucket: String,
+    #[command(flatten)]
+    pub test: bench_reads::TestObjects,
     /// The replay agrees when the recommended width's throughput is within this fraction of
     /// the best measured (widths within a few percent tie on a noisy machine).
     #[arg(long, default_value_t = 0.05)]
@@ -143,7 +136,11 @@ fn stripe_width(args: StripeWidthArgs) -> Result<(), CliError> {
         }
         return Ok(());
     }
-    if args.objects == 0 || args.object_size == 0 || args.duration == 0 || args.clients == 0 {
+    if args.test.objects == 0
+        || args.test.object_size == 0
+        || args.duration == 0
+        || args.clients == 0
+    {
         return Err(cli_error!(
             "--objects, --object-size, --duration and --clients must be positive"
         ));
@@ -174,9 +171,9 @@ fn stripe_width(args: StripeWidthArgs) -> Result<(), CliError> {
             let config = Config { layout, coupled: false };
             let objects = bench_reads::prepare_objects(
                 &client,
-                &args.bucket,
-                args.objects,
-                args.object_size,
+                &args.test.bucket,
+                args.test.objects,
+                args.test.object_size,
                 &config,
             )
             .await?;

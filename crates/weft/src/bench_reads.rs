@@ -32,6 +32,21 @@ use weft_layout::StripedLayout;
 
 use crate::{cli_error, cluster_cli::MetaUrlArgs, parse_size, CliError, CodeArgs};
 
+/// The objects the reads are measured on (written once per layout, reused by later runs).
+#[derive(Debug, Args)]
+pub struct TestObjects {
+    /// Test objects per layout.
+    #[arg(long, default_value_t = 4)]
+    pub objects: usize,
+    /// Size of each test object.
+    #[arg(long, default_value = "384MiB", value_parser = parse_size)]
+    pub object_size: usize,
+    /// Bucket to keep the test objects in (created when missing; shared by `weft bench
+    /// reads` and `weft advise stripe-width`).
+    #[arg(long, default_value = "bench-reads")]
+    pub bucket: String,
+}
+
 #[derive(Debug, Args)]
 pub struct ReadsBenchArgs {
     #[command(flatten)]
@@ -58,15 +73,8 @@ pub struct ReadsBenchArgs {
     /// How long each configuration, read size and load level is measured, e.g. 30s.
     #[arg(long, default_value = "30s", value_parser = weft_client::gc::parse_duration_ms)]
     pub duration: u64,
-    /// Objects per configuration.
-    #[arg(long, default_value_t = 4)]
-    pub objects: usize,
-    /// Size of each object.
-    #[arg(long, default_value = "384MiB", value_parser = parse_size)]
-    pub object_size: usize,
-    /// Bucket to keep the objects in (created when missing).
-    #[arg(long, default_value = "bench-reads")]
-    pub bucket: String,
+    #[command(flatten)]
+    pub test: TestObjects,
     /// Seed of the clients' random offsets (runs with the same seed read the same ranges).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -290,7 +298,8 @@ pub(crate) async fn prepare(
     args: &ReadsBenchArgs,
     config: &Config,
 ) -> Result<Vec<ObjectInfo>, CliError> {
-    prepare_objects(client, &args.bucket, args.objects, args.object_size, config).await
+    prepare_objects(client, &args.test.bucket, args.test.objects, args.test.object_size, config)
+        .await
 }
 
 /// Writes `count` objects of `object_size` laid out as `config` under `reads/` in `bucket`
@@ -585,10 +594,10 @@ pub(crate) fn median_read(reads: &[weft_client::trace::TracedRead]) -> u64 {
 }
 
 pub fn run(args: ReadsBenchArgs) -> Result<(), CliError> {
-    if args.objects == 0 || args.object_size == 0 || args.duration == 0 {
+    if args.test.objects == 0 || args.test.object_size == 0 || args.duration == 0 {
         return Err(cli_error!("--objects, --object-size and --duration must be positive"));
     }
-    if args.read_sizes.iter().any(|&s| s == 0 || s > args.object_size) {
+    if args.read_sizes.iter().any(|&s| s == 0 || s > args.test.object_size) {
         return Err(cli_error!("every read size must be between 1 byte and --object-size"));
     }
     if args.clients.contains(&0) {
