@@ -237,9 +237,6 @@ pub struct UnitRebuilder {
     /// Units counted failed only because the client remembered them so: asked again rather
     /// than let a group be undecodable.
     remembered: std::collections::HashSet<UnitId>,
-    /// Units the client found missing or corrupt lately: still asked, but their groups'
-    /// reads are kept for the rebuild likely to follow.
-    suspects: std::collections::HashSet<UnitId>,
 }
 
 impl UnitRebuilder {
@@ -270,7 +267,6 @@ impl UnitRebuilder {
             shared: false,
             cache_hit_bytes: 0,
             remembered: Default::default(),
-            suspects: Default::default(),
         })
     }
 
@@ -286,11 +282,6 @@ impl UnitRebuilder {
     /// or corrupt lately mark their groups degraded.
     pub fn caching(mut self) -> UnitRebuilder {
         self.shared = true;
-        for info in self.object.units.values() {
-            if self.client.degraded.unit_failed(info.node_id, &info.unit_key) {
-                self.suspects.insert(info.unit);
-            }
-        }
         self
     }
 
@@ -487,18 +478,21 @@ impl UnitRebuilder {
         }
     }
 
-    /// True when a unit of `unit`'s group is known unavailable (its ranges are worth keeping:
-    /// a rebuild of the same rows will read them).
+    /// True when a unit of `unit`'s group is known unavailable — failed in this read, or on
+    /// a node / found missing or corrupt lately by this client — so its ranges are worth
+    /// keeping: a rebuild of the same rows will read them. Asked only for ranges fetched
+    /// from a node, so a get costs no scan of the object's units.
     fn group_degraded(&self, unit: UnitId) -> bool {
         let layout = self.object.layout;
         let (group, _) = layout.unit_position(unit);
+        let cache = &self.client.degraded;
         (0..layout.n()).any(|p| {
             let unit = layout.unit(group, p);
-            let node_down = || {
-                let node = self.object.unit(unit).map(|info| info.node_id);
-                node.is_some_and(|node| self.client.degraded.node_failed(node).is_some())
-            };
-            self.failed.contains_key(&unit) || self.suspects.contains(&unit) || node_down()
+            self.failed.contains_key(&unit)
+                || self.object.unit(unit).is_some_and(|info| {
+                    cache.node_failed(info.node_id).is_some()
+                        || cache.unit_failed(info.node_id, &info.unit_key)
+                })
         })
     }
 

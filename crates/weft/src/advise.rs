@@ -111,6 +111,8 @@ fn stripe_width(args: StripeWidthArgs) -> Result<(), CliError> {
     let k = spec.build()?.data_units();
     let median = bench_reads::median_read(&reads);
     let recommended = recommended_width(median, args.block as u64, k);
+    // The cell and block must make a valid layout, replayed or not.
+    bench_reads::layout_of(spec, recommended, args.cell, args.block)?;
     let mut advice = json!({
         "trace": args.trace.display().to_string(),
         "reads": reads.len(),

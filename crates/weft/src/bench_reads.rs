@@ -292,16 +292,6 @@ pub(crate) fn configs(args: &ReadsBenchArgs) -> Result<Vec<Config>, CliError> {
     Ok(all)
 }
 
-/// Writes the configuration's objects unless they are there with this layout and size.
-pub(crate) async fn prepare(
-    client: &Client,
-    args: &ReadsBenchArgs,
-    config: &Config,
-) -> Result<Vec<ObjectInfo>, CliError> {
-    prepare_objects(client, &args.test.bucket, args.test.objects, args.test.object_size, config)
-        .await
-}
-
 /// Writes `count` objects of `object_size` laid out as `config` under `reads/` in `bucket`
 /// unless they are there with this layout and size.
 pub(crate) async fn prepare_objects(
@@ -627,7 +617,16 @@ pub fn run(args: ReadsBenchArgs) -> Result<(), CliError> {
     runtime.block_on(async {
         let mut prepared = Vec::new();
         for config in &configs {
-            prepared.push(prepare(&client, &args, config).await?);
+            prepared.push(
+                prepare_objects(
+                    &client,
+                    &args.test.bucket,
+                    args.test.objects,
+                    args.test.object_size,
+                    config,
+                )
+                .await?,
+            );
         }
         // Per configuration, the disks that count as failed (holding its data).
         let mut failed = Vec::new();

@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{bytes, cluster::Cluster};
+use common::{bytes, cluster::Cluster, RS_2_1};
 use serde_json::{json, Value};
 
 const CELL: usize = 4096;
@@ -28,22 +28,6 @@ const SMALL: [&str; 12] = [
     "6",
     "--r",
     "3",
-    "--stripe-width",
-    "2",
-    "--cell",
-    "4KiB",
-    "--block",
-    "16KiB",
-];
-/// rs(2,1), stripe width 2, 4 KiB cells, 16 KiB blocks: small objects span many units on 3+
-/// nodes.
-const RS_2_1: [&str; 12] = [
-    "--code",
-    "rs",
-    "--k",
-    "2",
-    "--r",
-    "1",
     "--stripe-width",
     "2",
     "--cell",

@@ -12,24 +12,8 @@ use std::{
 };
 use weft_auth::sign_reqwest::SendSignedBlocking;
 
-use common::{bytes, cluster::Cluster};
+use common::{bytes, cluster::Cluster, RS_2_1 as POLICY};
 use serde_json::Value;
-
-/// rs(2,1), stripe width 2, 4 KiB cells, 16 KiB blocks.
-const POLICY: [&str; 12] = [
-    "--code",
-    "rs",
-    "--k",
-    "2",
-    "--r",
-    "1",
-    "--stripe-width",
-    "2",
-    "--cell",
-    "4KiB",
-    "--block",
-    "16KiB",
-];
 
 /// Every unit file on every disk of the cluster.
 fn unit_files(cluster: &Cluster) -> Vec<PathBuf> {

@@ -2,6 +2,24 @@
 
 pub mod cluster;
 
+/// Policy flags for rs(2,1), stripe width 2, 4 KiB cells, 16 KiB blocks: small objects span
+/// many units on 3+ nodes.
+#[allow(dead_code)]
+pub const RS_2_1: [&str; 12] = [
+    "--code",
+    "rs",
+    "--k",
+    "2",
+    "--r",
+    "1",
+    "--stripe-width",
+    "2",
+    "--cell",
+    "4KiB",
+    "--block",
+    "16KiB",
+];
+
 /// `len` pseudo-random bytes (splitmix64 of `seed` and `len`): every object of a test differs
 /// from every other, and the same call gives the same bytes.
 #[allow(dead_code)]
