@@ -91,15 +91,25 @@ pub struct ClientLink {
 /// A failure below HTTP: the node is unreachable when the connection could not be made or
 /// timed out; a request that broke off midway (possibly because this side gave up on it) is
 /// [`FailureKind::Other`].
+///
+/// An unreachable node's cause names the node's address, not the request's URL: it is the
+/// same for every unit on that node, so a failure remembered from one unit's read (the
+/// degraded-read cache) reads true for the others.
 fn transport(error: reqwest::Error) -> NodeFailure {
-    let (kind, what) = if error.is_connect() {
-        (FailureKind::Unreachable, "cannot connect")
-    } else if error.is_timeout() {
-        (FailureKind::Unreachable, "timed out")
-    } else {
-        (FailureKind::Other, "request failed")
+    let unreachable = |what: &str, error: reqwest::Error| {
+        let node = error
+            .url()
+            .and_then(|u| Some(format!(" {}:{}", u.host_str()?, u.port_or_known_default()?)))
+            .unwrap_or_default();
+        NodeFailure::new(FailureKind::Unreachable, format!("{what}{node}: {}", error.without_url()))
     };
-    NodeFailure::new(kind, format!("{what}: {error}"))
+    if error.is_connect() {
+        unreachable("cannot connect to", error)
+    } else if error.is_timeout() {
+        unreachable("timed out at", error)
+    } else {
+        NodeFailure::new(FailureKind::Other, format!("request failed: {error}"))
+    }
 }
 
 /// Turns a non-success answer into a failure carrying the node's error body.
