@@ -23,8 +23,9 @@ pub mod transition;
 
 pub use error::LayoutError;
 pub use placement::{
-    min_domains_for_disjoint_groups, pattern_period, place, DiskLocation, DomainId, FailureDomain,
-    Placement, Relocation, Topology, MAX_OBJECT_BLOCKS, MAX_TOPOLOGY_DISKS, PATTERN_UNITS,
+    min_domains_for_disjoint_groups, pattern_period, place, seed_for_turn, DiskLocation, DomainId,
+    FailureDomain, Placement, Relocation, Topology, MAX_OBJECT_BLOCKS, MAX_TOPOLOGY_DISKS,
+    PATTERN_UNITS,
 };
 pub use striped::{
     max_client_buffer_bytes, naive_group_buffer_bytes, BlockRead, Extent, StripedLayout, UnitId,

@@ -9,7 +9,9 @@
 //!   (best effort, never at the cost of (a) or (b)) below that; a later regroup can then merge or
 //!   split groups without moving blocks;
 //! - (d) load is spread: domains are taken in a rotating order whose start depends on the seed,
-//!   interleaved across racks (and nodes) so neighbouring units land in different racks.
+//!   interleaved across racks (and nodes) so neighbouring units land in different racks. A
+//!   writer that wants successive objects to start on successive domains (round-robin, even
+//!   over a few objects) picks their seeds with [`seed_for_turn`].
 //!
 //! [`place`] keeps (a) and (b) for every topology with at least max(n, W) domains and refuses
 //! smaller ones. Its result depends only on (layout, object size, topology, seed, level): the
@@ -198,6 +200,28 @@ impl Domains {
     fn len(&self) -> usize {
         self.ids.len()
     }
+}
+
+/// A seed, derived from `base`, whose placements on `topology` at `level` start at position
+/// `turn` (mod the number of domains) of the rotating order of rule (d).
+///
+/// A writer that gives successive objects successive turns (meta does) spreads their first
+/// units round-robin over the domains, so n objects of one shape put n / domains (± 1) first
+/// units on each domain, where seeds drawn at random leave some domains with twice the
+/// average on a few hundred objects. The seed still decides everything else (which disk of a
+/// domain), and stays the placement's only input besides layout, size, topology and level.
+pub fn seed_for_turn(topology: &Topology, level: FailureDomain, base: u64, turn: u64) -> u64 {
+    let domains = topology.disks().iter().map(|d| d.domain(level)).collect::<BTreeSet<_>>().len();
+    if domains == 0 {
+        return base;
+    }
+    let want = turn % domains as u64;
+    // mix spreads evenly, so about `domains` candidates are tried; the bound only guards the
+    // (never seen) case of a long unlucky run, which then keeps the base seed.
+    (0..64 * domains as u64)
+        .map(|j| base.wrapping_add(j))
+        .find(|&seed| mix(seed) % domains as u64 == want)
+        .unwrap_or(base)
 }
 
 /// Which domains a unit must avoid (hard) and should avoid (soft), as marks over domain

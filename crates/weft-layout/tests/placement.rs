@@ -8,8 +8,8 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use weft_codes::CodeSpec;
 use weft_layout::{
-    min_domains_for_disjoint_groups, place, DiskLocation, DomainId, FailureDomain, LayoutError,
-    Placement, StripedLayout, Topology, UnitId,
+    min_domains_for_disjoint_groups, place, seed_for_turn, DiskLocation, DomainId, FailureDomain,
+    LayoutError, Placement, StripedLayout, Topology, UnitId,
 };
 
 const LEVELS: [FailureDomain; 3] = [FailureDomain::Disk, FailureDomain::Node, FailureDomain::Rack];
@@ -327,6 +327,45 @@ fn units_on_partitions_the_units_and_load_is_spread() {
         })
         .collect();
     assert_eq!(starts.len(), 20);
+}
+
+#[test]
+fn successive_turns_spread_small_objects_evenly_where_random_seeds_do_not() {
+    let mut rng = StdRng::seed_from_u64(9);
+    // Objects of two data blocks under rs(6,3) striped 2 wide (Okapi's 12 MB reads): each
+    // puts its two data blocks on two neighbouring domains of the rotation.
+    let layout = StripedLayout {
+        code: CodeSpec::Rs { k: 6, r: 3 },
+        stripe_width: 2,
+        cell_bytes: 1,
+        block_bytes: 8,
+    };
+    for (level, domains) in [(FailureDomain::Node, 19), (FailureDomain::Rack, 11)] {
+        let topology = topology(&mut rng, level, domains);
+        let objects = 10 * domains as u64;
+        let data_per_domain = |seed_of: &dyn Fn(u64) -> u64| {
+            let mut count: BTreeMap<DomainId, usize> = BTreeMap::new();
+            for object in 0..objects {
+                let placement = place(&layout, 16, &topology, seed_of(object), level).unwrap();
+                for block in 0..2 {
+                    let disk = placement.disk_of(UnitId::Data(block)).unwrap();
+                    *count.entry(disk.domain(level)).or_default() += 1;
+                }
+                check_rules(&placement, &topology, "turned seed");
+            }
+            let (low, high) = (count.values().min().copied(), count.values().max().copied());
+            (count.len(), low.unwrap_or(0), high.unwrap_or(0))
+        };
+        // Turns 0, 1, 2, … from any base seed: every domain holds exactly 20 data blocks.
+        let base = rng.gen::<u64>();
+        let turned = data_per_domain(&|object| {
+            seed_for_turn(&topology, level, base.wrapping_mul(object + 1), object + 7)
+        });
+        assert_eq!(turned, (domains, 20, 20), "{level}");
+        // Seeds drawn at random spread as balls into bins: some domain holds far more.
+        let random = data_per_domain(&|object| base ^ object.wrapping_mul(0x9E37_79B9));
+        assert!(random.2 - random.1 > 4, "{level}: random seeds gave {random:?}");
+    }
 }
 
 #[test]

@@ -191,6 +191,9 @@ struct Meta {
     scrub: inventory::ScrubState,
     /// The last heartbeat the store could not record: (when, the store's error).
     heartbeat_failure: std::sync::Mutex<Option<(u64, String)>>,
+    /// The next new object's turn in the round-robin of placements' first domains
+    /// ([`weft_layout::seed_for_turn`]); starts at a clock-drawn value.
+    placement_turn: AtomicU64,
 }
 
 impl Meta {
@@ -338,6 +341,7 @@ pub async fn bind_with_faults(
         changes: inventory::Changes::new(now_ms()),
         scrub: inventory::ScrubState::default(),
         heartbeat_failure: std::sync::Mutex::new(None),
+        placement_turn: AtomicU64::new(now_ms()),
     });
     let guard = Guard {
         verifier: Arc::new(Verifier::for_meta(&config.secret)),

@@ -152,7 +152,7 @@ fn stripe_width(args: StripeWidthArgs) -> Result<(), CliError> {
         .build()
         .map_err(|e| cli_error!("cannot start the async runtime: {e}"))?;
     let client = args.meta.cluster()?;
-    let workload = Workload::Trace(Arc::new(reads));
+    let workload = Workload::Trace(Arc::new(bench_reads::Replay::new(reads)?));
     let widths = widths_to_replay(recommended, k);
     if !args.json {
         say(&advice);
@@ -171,14 +171,9 @@ fn stripe_width(args: StripeWidthArgs) -> Result<(), CliError> {
         for &width in &widths {
             let layout = bench_reads::layout_of(spec, width, args.cell, args.block)?;
             let config = Config { layout, coupled: false };
-            let objects = bench_reads::prepare_objects(
-                &client,
-                &args.test.bucket,
-                args.test.objects,
-                args.test.object_size,
-                &config,
-            )
-            .await?;
+            let sizes = bench_reads::test_sizes(&args.test, &workload);
+            let objects =
+                bench_reads::prepare_objects(&client, &args.test.bucket, &sizes, &config).await?;
             let duration = Duration::from_millis(args.duration);
             let mut row = bench_reads::measure_row(
                 &client,

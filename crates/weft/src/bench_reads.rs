@@ -7,7 +7,8 @@
 //! once (kept under `reads/` in the bucket and reused by later runs with the same layout).
 //! Then for each read size and each `--clients` level, that many concurrent clients read for
 //! `--duration`, each read `read size` bytes at a random cell-aligned offset of a random
-//! object. A row reports throughput, latency percentiles, seeks per second (from every node's
+//! object (or, with `--trace`, the trace's reads, on test objects of the traced objects' sizes
+//! when it records them). A row reports throughput, latency percentiles, seeks per second (from every node's
 //! disk-model counters, before and after; null without a model) and read amplification
 //! (bytes fetched from nodes ÷ bytes returned: above 1 only in degraded reads).
 //!
@@ -85,8 +86,10 @@ pub struct ReadsBenchArgs {
     pub pattern: String,
     /// Replay a read trace (JSON lines with offset, length, timestamp — as `weft get` or
     /// `weft serve s3 --trace-reads` record) instead of --read-sizes: the clients take its
-    /// reads in order, each mapped onto a test object (by bucket/key) and its offset wrapped
-    /// into the object.
+    /// reads in order. When the trace records object sizes (weft's traces do), each traced
+    /// object gets a test object of its size (--objects and --object-size are not used) and
+    /// each read its own object and offset; otherwise reads go to the --objects test objects
+    /// by a hash of bucket/key, offsets wrapped into the object.
     #[arg(long, value_name = "FILE", conflicts_with = "pattern")]
     pub trace: Option<std::path::PathBuf>,
     /// Degraded mode: one disk (chosen by --seed among those holding the objects' units)
@@ -292,34 +295,112 @@ pub(crate) fn configs(args: &ReadsBenchArgs) -> Result<Vec<Config>, CliError> {
     Ok(all)
 }
 
-/// Writes `count` objects of `object_size` laid out as `config` under `reads/` in `bucket`
-/// unless they are there with this layout and size.
+/// Writes object i of size `sizes[i]` laid out as `config` under `reads/` in `bucket` unless
+/// it is there with this layout and size.
 pub(crate) async fn prepare_objects(
     client: &Client,
     bucket: &str,
-    count: usize,
-    object_size: usize,
+    sizes: &[u64],
     config: &Config,
 ) -> Result<Vec<ObjectInfo>, CliError> {
     if client.meta.get_bucket(bucket).await.is_err() {
         client.meta.create_bucket(bucket, None).await?;
     }
     let mut objects = Vec::new();
-    for index in 0..count {
+    for (index, &size) in sizes.iter().enumerate() {
         let key = format!("{}/obj-{index:04}", config.prefix());
         match client.meta.get_object(bucket, &key).await {
-            Ok(object) if object.layout == config.layout && object.size == object_size as u64 => {
+            Ok(object) if object.layout == config.layout && object.size == size => {
                 objects.push(object);
                 continue;
             }
             _ => {}
         }
-        let content = Content { object: index as u64, at: 0, len: object_size as u64 };
+        let content = Content { object: index as u64, at: 0, len: size };
         let options = PutOptions { policy: Some(config.layout), ..PutOptions::default() };
-        let stats = client.put_reader(bucket, &key, object_size as u64, content, &options).await?;
+        let stats = client.put_reader(bucket, &key, size, content, &options).await?;
         objects.push(stats.object);
     }
     Ok(objects)
+}
+
+/// Most objects a trace replay writes (one per traced object).
+pub const MAX_TRACED_OBJECTS: usize = 10_000;
+
+/// A read trace made ready for replay.
+///
+/// When every read records its object's size (`weft get` and `weft serve s3` record it), the
+/// test objects are the traced objects themselves: one per distinct bucket/key, of its size
+/// (the largest recorded), and each read goes to its own object at its own offset — the
+/// paper's "create f files … replay the IO logs", file sizes and whole-object reads included.
+/// Otherwise reads go to the `--objects` test objects by a hash of bucket/key, offsets wrapped
+/// into the object.
+pub(crate) struct Replay {
+    pub reads: Vec<weft_client::trace::TracedRead>,
+    /// Per read, the test object it goes to (when the trace records sizes).
+    pub object_of: Option<Vec<usize>>,
+    /// The test objects' sizes (when the trace records sizes).
+    pub sizes: Option<Vec<u64>>,
+}
+
+impl Replay {
+    pub fn new(reads: Vec<weft_client::trace::TracedRead>) -> Result<Replay, CliError> {
+        if reads.is_empty() {
+            return Err(cli_error!("the trace holds no reads"));
+        }
+        if reads.iter().any(|r| r.object_size.is_none()) {
+            return Ok(Replay { reads, object_of: None, sizes: None });
+        }
+        let mut index: std::collections::BTreeMap<(&str, &str), usize> = Default::default();
+        for read in &reads {
+            let next = index.len();
+            index.entry((read.bucket.as_str(), read.key.as_str())).or_insert(next);
+        }
+        if index.len() > MAX_TRACED_OBJECTS {
+            return Err(cli_error!(
+                "the trace reads {} objects; a replay writes at most {MAX_TRACED_OBJECTS} \
+                 (keep a sample of the trace's objects)",
+                index.len()
+            ));
+        }
+        let mut sizes = vec![0u64; index.len()];
+        let object_of: Vec<usize> = reads
+            .iter()
+            .map(|read| {
+                let which = index[&(read.bucket.as_str(), read.key.as_str())];
+                let size = read.object_size.unwrap_or(0).max(read.offset + read.length);
+                sizes[which] = sizes[which].max(size).max(1);
+                which
+            })
+            .collect();
+        Ok(Replay { reads, object_of: Some(object_of), sizes: Some(sizes) })
+    }
+
+    /// Read `at` (wrapping around the trace) as (object, offset, length) on `objects`.
+    fn range(&self, at: usize, objects: &[ObjectInfo]) -> (usize, u64, u64) {
+        let at = at % self.reads.len();
+        let read = &self.reads[at];
+        match &self.object_of {
+            Some(object_of) => {
+                let which = object_of[at];
+                let size = objects[which].size;
+                let len = read.length.min(size);
+                (which, read.offset.min(size - len), len)
+            }
+            None => traced_range(read, objects),
+        }
+    }
+}
+
+/// The test objects' sizes: the traced objects' when a trace records them, else `--objects`
+/// of `--object-size`.
+pub(crate) fn test_sizes(test: &TestObjects, workload: &Workload) -> Vec<u64> {
+    match workload {
+        Workload::Trace(replay) if replay.sizes.is_some() => {
+            replay.sizes.clone().unwrap_or_default()
+        }
+        _ => vec![test.object_size as u64; test.objects],
+    }
 }
 
 /// What the clients read.
@@ -330,7 +411,7 @@ pub(crate) enum Workload {
     /// Every object once, start to end in `size`-byte steps.
     Sequential(u64),
     /// A trace's reads in order, shared by the clients, mapped onto the objects.
-    Trace(Arc<Vec<weft_client::trace::TracedRead>>),
+    Trace(Arc<Replay>),
 }
 
 /// What each emulated client has of its own.
@@ -457,9 +538,9 @@ pub(crate) async fn measure(
                         cursor.1 += len;
                         (which, at, len)
                     }
-                    Workload::Trace(reads) => {
+                    Workload::Trace(replay) => {
                         let at = next_traced.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        traced_range(&reads[at % reads.len()], &objects)
+                        replay.range(at, &objects)
                     }
                 };
                 let started = Instant::now();
@@ -546,7 +627,7 @@ pub(crate) async fn measure_row(
     let (pattern, read_bytes) = match workload {
         Workload::Random(size) => ("random", *size),
         Workload::Sequential(size) => ("sequential", *size),
-        Workload::Trace(reads) => ("trace", median_read(reads)),
+        Workload::Trace(replay) => ("trace", median_read(&replay.reads)),
     };
     Ok(json!({
         "code": config.layout.code.to_string(),
@@ -559,6 +640,7 @@ pub(crate) async fn measure_row(
         "clients": clients,
         "degraded_cache_bytes": reader.cache,
         "client_link_bytes_per_sec": reader.link,
+        "objects": objects.len(),
         "reads": measured.latencies.len(),
         "seconds": seconds,
         "bytes_per_sec": measured.bytes as f64 / seconds,
@@ -587,7 +669,8 @@ pub fn run(args: ReadsBenchArgs) -> Result<(), CliError> {
     if args.test.objects == 0 || args.test.object_size == 0 || args.duration == 0 {
         return Err(cli_error!("--objects, --object-size and --duration must be positive"));
     }
-    if args.read_sizes.iter().any(|&s| s == 0 || s > args.test.object_size) {
+    if args.trace.is_none() && args.read_sizes.iter().any(|&s| s == 0 || s > args.test.object_size)
+    {
         return Err(cli_error!("every read size must be between 1 byte and --object-size"));
     }
     if args.clients.contains(&0) {
@@ -597,7 +680,9 @@ pub fn run(args: ReadsBenchArgs) -> Result<(), CliError> {
         return Err(cli_error!("--failed-disks must be positive"));
     }
     let workloads: Vec<Workload> = match &args.trace {
-        Some(path) => vec![Workload::Trace(Arc::new(weft_client::trace::load(path)?))],
+        Some(path) => {
+            vec![Workload::Trace(Arc::new(Replay::new(weft_client::trace::load(path)?)?))]
+        }
         None if args.pattern == "sequential" => {
             args.read_sizes.iter().map(|&s| Workload::Sequential(s as u64)).collect()
         }
@@ -615,18 +700,10 @@ pub fn run(args: ReadsBenchArgs) -> Result<(), CliError> {
     let machine = args.json || args.json_lines;
     let mut all_rows = Vec::new();
     runtime.block_on(async {
+        let sizes = test_sizes(&args.test, &workloads[0]);
         let mut prepared = Vec::new();
         for config in &configs {
-            prepared.push(
-                prepare_objects(
-                    &client,
-                    &args.test.bucket,
-                    args.test.objects,
-                    args.test.object_size,
-                    config,
-                )
-                .await?,
-            );
+            prepared.push(prepare_objects(&client, &args.test.bucket, &sizes, config).await?);
         }
         // Per configuration, the disks that count as failed (holding its data).
         let mut failed = Vec::new();
@@ -783,6 +860,42 @@ fn print_row(row: &Value, with_cache: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weft_client::trace::TracedRead;
+
+    fn traced(key: &str, offset: u64, length: u64, size: Option<u64>) -> TracedRead {
+        TracedRead {
+            timestamp: 1.0,
+            bucket: "app".into(),
+            key: key.into(),
+            offset,
+            length,
+            object_size: size,
+        }
+    }
+
+    #[test]
+    fn a_trace_with_sizes_replays_on_its_own_objects_and_one_without_on_the_test_objects() {
+        let reads = vec![
+            traced("b", 0, 12_000_000, Some(12_000_000)),
+            traced("a", 4096, 100, Some(8_000_000)),
+            traced("b", 0, 12_000_000, Some(12_000_000)),
+            // The same key read past its earlier recorded size (it was rewritten larger).
+            traced("a", 9_000_000, 1000, Some(9_001_000)),
+        ];
+        let replay = Replay::new(reads.clone()).unwrap();
+        assert_eq!(replay.object_of, Some(vec![0, 1, 0, 1]));
+        assert_eq!(replay.sizes, Some(vec![12_000_000, 9_001_000]));
+        let test = TestObjects { objects: 3, object_size: 100, bucket: "x".into() };
+        let workload = Workload::Trace(Arc::new(replay));
+        assert_eq!(test_sizes(&test, &workload), [12_000_000, 9_001_000]);
+        // One read without a size: the whole trace maps onto --objects of --object-size.
+        let mut partial = reads;
+        partial[2].object_size = None;
+        let replay = Replay::new(partial).unwrap();
+        assert!(replay.object_of.is_none() && replay.sizes.is_none());
+        assert_eq!(test_sizes(&test, &Workload::Trace(Arc::new(replay))), [100, 100, 100]);
+        assert!(Replay::new(Vec::new()).is_err(), "an empty trace is refused");
+    }
 
     #[test]
     fn content_is_the_same_however_it_is_cut() {

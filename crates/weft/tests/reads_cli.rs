@@ -204,6 +204,8 @@ fn degraded_reads_the_cache_the_plot_and_the_advisor() {
     assert_eq!(widths, [1, 2, 3, 4], "the recommendation, its neighbours and k");
     for row in advice["rows"].as_array().unwrap() {
         assert_eq!(row["pattern"], "trace", "{row}");
+        // The trace records its one object's size: the replay reads that object only.
+        assert_eq!(row["objects"], 1, "{row}");
         assert!(row["reads"].as_u64().unwrap() > 0, "{row}");
         assert_eq!(row["read_amplification"], 1.0, "{row}");
     }

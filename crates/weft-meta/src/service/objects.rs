@@ -5,8 +5,12 @@
 //! - Placement uses only nodes that are up at the time of `begin`, and only their disks that
 //!   are neither failed nor full (a full disk is read-only: it keeps its units, which stay
 //!   readable and repair sources, but takes no new one); a placement that fails for want of
-//!   disks with space answers `507 disks_full`, not `too_few_nodes`; a node is in the rack its heartbeats name, else in a rack of its own
-//!   (`NodeRecord::rack_id`), and the failure domain is meta's configured level.
+//!   disks with space answers `507 disks_full`, not `too_few_nodes`; a node is in the rack
+//!   its heartbeats name, else in a rack of its own (`NodeRecord::rack_id`), and the failure
+//!   domain is meta's configured level.
+//! - Successive writes take successive turns of the placement round-robin
+//!   (`weft_layout::seed_for_turn`): their first units start on successive domains, so even a
+//!   few hundred objects of one shape load every disk alike.
 //! - The object id of a write is its generation widened to u128 (generations are unique
 //!   store-wide and never reused), so unit keys of two writes never collide. Unit keys are
 //!   `UnitKey::data(object_id, block, 0)` and `UnitKey::parity(object_id, group, index,
@@ -17,6 +21,7 @@
 //! - Whether a node is up is `Liveness::is_down`, the one judgement (see `liveness`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
 
 use axum::{
     body::Bytes,
@@ -26,7 +31,9 @@ use axum::{
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
-use weft_layout::{place, DiskLocation, FailureDomain, LayoutError, Topology, UnitId};
+use weft_layout::{
+    place, seed_for_turn, DiskLocation, FailureDomain, LayoutError, Topology, UnitId,
+};
 use weft_store::UnitKey;
 
 use super::digest_pages;
@@ -410,6 +417,7 @@ async fn begin(
         super::check_policy(policy)?;
     }
     let (live, level) = (meta.liveness(), meta.failure_domain);
+    let turn = meta.placement_turn.fetch_add(1, Ordering::Relaxed);
     let (record, nodes) = blocking(&meta, move |store| {
         let default = store.get_bucket(&bucket)?.default_policy;
         let nodes = store.list_nodes()?;
@@ -427,18 +435,15 @@ async fn begin(
                 Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))
             }
             Ok(topology) => {
-                place(&layout, body.size, &topology, seed_of(&bucket, &key, now), level).map_err(
-                    |e| match e {
-                        LayoutError::TooFewDomains { available, needed, .. } => {
-                            too_few_or_full(level, nodes_up, &disks, &full, available, needed)
-                        }
-                        other => ApiError::new(
-                            StatusCode::BAD_REQUEST,
-                            "invalid_object",
-                            other.to_string(),
-                        ),
-                    },
-                )
+                let seed = seed_for_turn(&topology, level, seed_of(&bucket, &key, now), turn);
+                place(&layout, body.size, &topology, seed, level).map_err(|e| match e {
+                    LayoutError::TooFewDomains { available, needed, .. } => {
+                        too_few_or_full(level, nodes_up, &disks, &full, available, needed)
+                    }
+                    other => {
+                        ApiError::new(StatusCode::BAD_REQUEST, "invalid_object", other.to_string())
+                    }
+                })
             }
         };
         let placement = match placement {
