@@ -140,7 +140,10 @@ impl Chart {
                     .iter()
                     .flat_map(|(_, s)| s.iter().filter(|p| finite(p)).map(|p| p.1))
                     .fold(0.0f64, f64::max);
-                let y_hi = if y_max > 0.0 { y_max * 1.1 } else { 1.0 };
+                // Headroom above the data for the legend box (a row per series), so it
+                // hides no point.
+                let headroom = (1.1 + 0.07 * panel.series.len() as f64).min(1.6);
+                let y_hi = if y_max > 0.0 { y_max * headroom } else { 1.0 };
                 let mut chart = ChartBuilder::on(&area)
                     .margin(12)
                     .x_label_area_size(40)
@@ -157,6 +160,11 @@ impl Chart {
                             _ => String::new(),
                         };
                     }
+                    // A log axis is labelled at powers of two only (its mesh lines fall
+                    // between them too).
+                    if x_log && (x - x.round()).abs() > 1e-6 {
+                        return String::new();
+                    }
                     let value = if x_log { x.exp2() } else { *x };
                     if (value - value.round()).abs() < 1e-9 {
                         format!("{}", value.round())
@@ -167,6 +175,9 @@ impl Chart {
                 let mut mesh = chart.configure_mesh();
                 if bars {
                     mesh.disable_x_mesh().x_labels(self.x_names.len() * 20 + 1);
+                } else if x_log {
+                    // Ticks every quarter of a doubling: every power of two is one.
+                    mesh.x_labels(((x_hi - x_lo) * 4.0).ceil() as usize + 1);
                 }
                 mesh.x_desc(if self.x_log {
                     format!("{} (log scale)", self.x_label)
@@ -267,6 +278,14 @@ mod tests {
         }
         // Three finite points, one circle each.
         assert_eq!(svg.matches("<circle").count(), 3);
+        // The log axis is labelled at powers of two (2, 4, 8), nothing in between.
+        let texts: Vec<&str> = svg
+            .split("</text>")
+            .filter_map(|piece| piece.rsplit_once('>').map(|(_, text)| text.trim()))
+            .filter(|text| text.starts_with(|c: char| c.is_ascii_digit()))
+            .collect();
+        let x_labels: Vec<&str> = texts.iter().copied().filter(|t| !t.contains('.')).collect();
+        assert_eq!(x_labels, ["2", "4", "8", "16"], "{texts:?}");
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.svg");
         chart.write(&path).unwrap();
