@@ -10,6 +10,8 @@
 //! - [`placement`]: which disk holds each unit, deterministically from (layout, object size,
 //!   topology, seed, failure-domain level), keeping the blocks of a stripe and the units of a
 //!   group on distinct failure domains.
+//! - [`superchunk`]: RAIDP's map of mirrored superchunks (1-mirroring, 1-sharing) and its
+//!   recoveries: receivers by minimum-cost matching or naive choice, Lstor rebuild sources.
 //!
 //! Invariants kept by the whole crate:
 //! - Every answer is a function of its arguments alone (same inputs, same output, any process).
@@ -19,6 +21,7 @@
 pub mod error;
 pub mod placement;
 pub mod striped;
+pub mod superchunk;
 pub mod transition;
 
 pub use error::LayoutError;
