@@ -849,19 +849,30 @@ async fn no_space_on_a_put_is_507_disk_full_and_the_disk_stays_readable_and_repo
     assert_eq!(health["disks"][0]["units"], 1, "{health}");
     assert!(health["disks"][0]["free_bytes"].as_u64().is_some(), "{health}");
     assert_eq!(health["disks"][1]["state"], "ok", "{health}");
-    // Heartbeats tell meta: full, not failed.
+    // Heartbeats tell meta: full, not failed. (One composed before the refusal may still be
+    // on its way: the next ones must say full, and none may say failed.)
     received.lock().unwrap().clear();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    let beat = loop {
-        if let Some(beat) = received.lock().unwrap().first().cloned() {
-            break beat;
+    let parsed = loop {
+        let beats: Vec<Heartbeat> = received
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|beat| serde_json::from_value(beat.clone()).unwrap())
+            .collect();
+        for beat in &beats {
+            assert_eq!(beat.disks[0].failed, None, "a full disk is not failed");
+            assert_eq!(beat.disks[1].state, weft_node::DiskState::Ok);
         }
-        assert!(tokio::time::Instant::now() < deadline, "no heartbeat within 5 s");
+        if let Some(full) =
+            beats.into_iter().find(|b| b.disks[0].state == weft_node::DiskState::Full)
+        {
+            break full;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no heartbeat saying full within 5 s");
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    let parsed: Heartbeat = serde_json::from_value(beat).unwrap();
     assert_eq!(parsed.disks[0].failed, None);
-    assert_eq!(parsed.disks[0].state, weft_node::DiskState::Full);
     assert_eq!(parsed.disks[1].state, weft_node::DiskState::Ok);
     let text =
         node.client.get(format!("{}/metrics", node.base)).send_signed(&node.signer).await.unwrap();
