@@ -15,6 +15,8 @@
 //!   above its full ratio ([`Thresholds`], default 95% used) refuses new units (read-only).
 //! - The filesystem is a parameter ([`Fs`]); [`FaultyFs`] injects faults in tests.
 //!
+//! [`lstor`]: the Lstor of a RAIDP disk (parity of its slots and a write journal).
+//!
 //! Synchronous std IO: callers in async code use blocking tasks.
 
 mod disk;
@@ -22,6 +24,7 @@ mod error;
 pub mod format;
 pub mod fs;
 pub mod inventory;
+pub mod lstor;
 
 pub use disk::{
     Capacity, CapacityState, Disk, ListedUnit, Result, ScrubProgress, ScrubReport, Thresholds,

@@ -1,0 +1,750 @@
+//! The Lstor of a RAIDP disk (paper §3.2, §3.4): beside each disk, a small store that fails
+//! independently of it, holding one superchunk-sized parity of every slot of the disk (two with
+//! `--lstors 2`) and an append-only journal of the writes in flight.
+//!
+//! Parity: parity 0 is the XOR of the disk's slots, byte by byte at the same offset within
+//! the slot; parity 1 (stacked) is Σ g^slot · slot over GF(2^8) (g = 2), so two lost slots of
+//! one disk are solved from both ([`solve_two`]). Unwritten bytes are zeros on the disk and in
+//! the parity alike, so a fresh append folds new data in without reading the disk.
+//!
+//! The write protocol, per write of `new` over `old` at (slot, offset) of the disk:
+//! 1. [`Lstor::begin`] takes the Lstor's update lock, computes the new parity bytes from the
+//!    current ones, appends a journal record (slot, offset, new data, new parity) and syncs it;
+//! 2. the caller writes `new` to the disk and syncs it;
+//! 3. [`Pending::commit`] writes the new parity bytes and releases the lock;
+//! 4. once the partner replica acknowledges its own write, [`Lstor::clear`] marks the record
+//!    done.
+//!
+//! Invariants:
+//! - A journal record holds the *results* (new data, new parity), never a delta, so replaying
+//!   it after a crash at any step is idempotent: [`Lstor::pending`] lists the records not
+//!   cleared, in order; the caller rewrites their data and [`Lstor::replay`] their parity.
+//! - Parity updates are serialized by one lock per Lstor: a record's parity was computed from
+//!   the parity every earlier record left, so replaying records in order ends where the
+//!   writes did.
+//! - A record is valid only whole (crc32c over it): a torn record at the journal's tail (a
+//!   crash while appending, before step 2 could start) is ignored; a bad record before the
+//!   tail means the journal is corrupt, and opening refuses (`LstorError::Corrupt`).
+//! - An Lstor belongs to one disk: its header names the disk's identity, and opening it for
+//!   another disk refuses (`LstorError::WrongDisk`). A missing Lstor is `LstorError::Missing`.
+//!
+//! The Lstor is a device (NVRAM, an NVMe namespace, or a file under /dev/shm in `weft up`):
+//! its files are opened read-write with std IO, not through the disk's [`crate::Fs`].
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+/// Most parities one Lstor stack keeps (`--lstors`).
+pub const MAX_PARITIES: usize = 2;
+
+/// Most slots a disk may have when it keeps the second (Reed-Solomon) parity: the slots'
+/// coefficients g^slot must differ.
+pub const MAX_RS_SLOTS: u32 = 255;
+
+/// Largest single write one journal record holds.
+pub const MAX_RECORD_BYTES: usize = 64 << 20;
+
+const HEADER_FILE: &str = "lstor.header";
+const JOURNAL_FILE: &str = "journal";
+const HEADER_MAGIC: &[u8; 8] = b"WEFTLST1";
+const RECORD_MAGIC: u32 = 0x5754_4a52; // "WTJR"
+const KIND_WRITE: u8 = 1;
+const KIND_CLEAR: u8 = 2;
+
+fn parity_file(index: usize) -> String {
+    format!("parity-{index}")
+}
+
+/// Why an Lstor could not be used.
+#[derive(Debug)]
+pub enum LstorError {
+    /// No Lstor at the path (never created, or lost).
+    Missing { dir: PathBuf },
+    /// The Lstor's files do not read as an Lstor.
+    Corrupt { dir: PathBuf, reason: String },
+    /// The Lstor belongs to another disk.
+    WrongDisk { dir: PathBuf, expected: String, found: String },
+    /// A write the Lstor cannot take (outside the superchunk, too large, bad slot).
+    BadWrite { reason: String },
+    /// The device failed.
+    Io { dir: PathBuf, source: io::Error },
+}
+
+impl std::fmt::Display for LstorError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LstorError::Missing { dir } => write!(f, "no Lstor at {}", dir.display()),
+            LstorError::Corrupt { dir, reason } => {
+                write!(f, "the Lstor at {} is corrupt: {reason}", dir.display())
+            }
+            LstorError::WrongDisk { dir, expected, found } => {
+                write!(f, "the Lstor at {} belongs to disk {found}, not {expected}", dir.display())
+            }
+            LstorError::BadWrite { reason } => write!(f, "Lstor write refused: {reason}"),
+            LstorError::Io { dir, source } => write!(f, "Lstor {}: {source}", dir.display()),
+        }
+    }
+}
+
+impl std::error::Error for LstorError {}
+
+/// One journaled write: its data and the parity bytes it leaves, at (slot, offset).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalRecord {
+    pub seq: u64,
+    pub slot: u32,
+    pub offset: u64,
+    pub data: Vec<u8>,
+    /// One per parity, each `data.len()` bytes.
+    pub parity: Vec<Vec<u8>>,
+}
+
+impl JournalRecord {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(40 + self.data.len() * (1 + self.parity.len()));
+        out.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
+        out.push(KIND_WRITE);
+        out.extend_from_slice(&self.seq.to_le_bytes());
+        out.extend_from_slice(&self.slot.to_le_bytes());
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.extend_from_slice(&(self.data.len() as u32).to_le_bytes());
+        out.push(self.parity.len() as u8);
+        out.extend_from_slice(&self.data);
+        self.parity.iter().for_each(|p| out.extend_from_slice(p));
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+}
+
+fn encode_clear(seq: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(17);
+    out.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
+    out.push(KIND_CLEAR);
+    out.extend_from_slice(&seq.to_le_bytes());
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// What the journal holds: the write records not cleared, in order, and where valid bytes end.
+struct Scanned {
+    pending: Vec<JournalRecord>,
+    valid_len: u64,
+    next_seq: u64,
+}
+
+/// One journal entry parsed at the start of `rest`: its length, and the write record or the
+/// cleared sequence number. None when no whole, valid entry starts there.
+fn parse(rest: &[u8]) -> Option<(usize, Result<JournalRecord, u64>)> {
+    let u32_at = |i: usize| u32::from_le_bytes(rest[i..i + 4].try_into().unwrap());
+    let u64_at = |i: usize| u64::from_le_bytes(rest[i..i + 8].try_into().unwrap());
+    if rest.len() < 17 || u32_at(0) != RECORD_MAGIC {
+        return None;
+    }
+    match rest[4] {
+        KIND_CLEAR => (crc32c::crc32c(&rest[..13]) == u32_at(13)).then(|| (17, Err(u64_at(5)))),
+        KIND_WRITE if rest.len() >= 30 => {
+            let len = u32_at(25) as usize;
+            let parities = rest[29] as usize;
+            if len > MAX_RECORD_BYTES || parities == 0 || parities > MAX_PARITIES {
+                return None;
+            }
+            let body = 30 + len * (1 + parities);
+            if rest.len() < body + 4 || crc32c::crc32c(&rest[..body]) != u32_at(body) {
+                return None;
+            }
+            let parity = (0..parities)
+                .map(|p| rest[30 + len * (1 + p)..30 + len * (2 + p)].to_vec())
+                .collect();
+            let record = JournalRecord {
+                seq: u64_at(5),
+                slot: u32_at(13),
+                offset: u64_at(17),
+                data: rest[30..30 + len].to_vec(),
+                parity,
+            };
+            Some((body + 4, Ok(record)))
+        }
+        _ => None,
+    }
+}
+
+/// Reads a journal: records and clears until the end or a torn tail.
+fn scan(bytes: &[u8]) -> Result<Scanned, String> {
+    let mut at = 0usize;
+    let mut open: std::collections::BTreeMap<u64, JournalRecord> = Default::default();
+    let mut next_seq = 0;
+    while at < bytes.len() {
+        match parse(&bytes[at..]) {
+            Some((length, entry)) => {
+                match entry {
+                    Ok(record) => {
+                        next_seq = next_seq.max(record.seq + 1);
+                        open.insert(record.seq, record);
+                    }
+                    Err(cleared) => {
+                        open.remove(&cleared);
+                    }
+                }
+                at += length;
+            }
+            None => {
+                // A torn tail (a crash while appending) has nothing valid after it; a valid
+                // entry further on means this one was damaged.
+                if (at + 1..bytes.len()).any(|i| parse(&bytes[i..]).is_some()) {
+                    return Err(format!("journal record at byte {at} is damaged"));
+                }
+                break;
+            }
+        }
+    }
+    Ok(Scanned { pending: open.into_values().collect(), valid_len: at as u64, next_seq })
+}
+
+/// The Lstor of one disk.
+#[derive(Debug)]
+pub struct Lstor {
+    dir: PathBuf,
+    superchunk_bytes: u64,
+    parity: Vec<File>,
+    /// The journal and the next record's sequence number; held across a write's steps 1–3.
+    journal: Mutex<(File, u64)>,
+}
+
+/// A write between its journal record and its parity update (steps 1–3): holds the Lstor's
+/// update lock. Dropping it without [`Pending::commit`] leaves the record pending, as a crash
+/// would.
+pub struct Pending<'a> {
+    lstor: &'a Lstor,
+    record: JournalRecord,
+    _lock: MutexGuard<'a, (File, u64)>,
+}
+
+impl std::fmt::Debug for Pending<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending")
+            .field("seq", &self.record.seq)
+            .field("slot", &self.record.slot)
+            .field("offset", &self.record.offset)
+            .field("len", &self.record.data.len())
+            .finish()
+    }
+}
+
+impl Pending<'_> {
+    pub fn record(&self) -> &JournalRecord {
+        &self.record
+    }
+
+    /// Step 3: writes the record's parity bytes; returns its sequence number for
+    /// [`Lstor::clear`].
+    pub fn commit(self) -> Result<u64, LstorError> {
+        self.lstor.write_parity(&self.record)?;
+        Ok(self.record.seq)
+    }
+}
+
+impl Lstor {
+    fn io(&self, source: io::Error) -> LstorError {
+        LstorError::Io { dir: self.dir.clone(), source }
+    }
+
+    /// Creates the Lstor of disk `disk_id` in `dir`: zero parity (`parities` of them, each
+    /// `superchunk_bytes`) and an empty journal. Refuses when one is there already.
+    pub fn create(
+        dir: &Path,
+        disk_id: &str,
+        superchunk_bytes: u64,
+        parities: usize,
+    ) -> Result<Lstor, LstorError> {
+        let io = |source| LstorError::Io { dir: dir.to_path_buf(), source };
+        if parities == 0 || parities > MAX_PARITIES {
+            return Err(LstorError::BadWrite {
+                reason: format!("{parities} parities; an Lstor stack keeps 1 to {MAX_PARITIES}"),
+            });
+        }
+        if superchunk_bytes == 0 || disk_id.is_empty() || disk_id.len() > 255 {
+            return Err(LstorError::BadWrite {
+                reason: "the superchunk size must be positive and the disk named".into(),
+            });
+        }
+        std::fs::create_dir_all(dir).map_err(io)?;
+        if dir.join(HEADER_FILE).exists() {
+            return Err(LstorError::Corrupt {
+                dir: dir.to_path_buf(),
+                reason: "an Lstor is already there; open it instead".into(),
+            });
+        }
+        for index in 0..parities {
+            let file = File::create(dir.join(parity_file(index))).map_err(io)?;
+            file.set_len(superchunk_bytes).map_err(io)?;
+            file.sync_all().map_err(io)?;
+        }
+        File::create(dir.join(JOURNAL_FILE)).and_then(|f| f.sync_all()).map_err(io)?;
+        // The header last: an Lstor is complete once it is there.
+        let mut header = Vec::new();
+        header.extend_from_slice(HEADER_MAGIC);
+        header.extend_from_slice(&superchunk_bytes.to_le_bytes());
+        header.push(parities as u8);
+        header.push(disk_id.len() as u8);
+        header.extend_from_slice(disk_id.as_bytes());
+        let crc = crc32c::crc32c(&header);
+        header.extend_from_slice(&crc.to_le_bytes());
+        let temp = dir.join(format!("{HEADER_FILE}.tmp"));
+        let mut file = File::create(&temp).map_err(io)?;
+        file.write_all(&header).and_then(|_| file.sync_all()).map_err(io)?;
+        std::fs::rename(&temp, dir.join(HEADER_FILE)).map_err(io)?;
+        File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+        Lstor::open(dir, disk_id)
+    }
+
+    /// Opens the Lstor in `dir`, which must belong to disk `disk_id`. Checks its header and
+    /// journal (a torn tail is dropped); pending records stay for [`Lstor::pending`].
+    pub fn open(dir: &Path, disk_id: &str) -> Result<Lstor, LstorError> {
+        let io = |source| LstorError::Io { dir: dir.to_path_buf(), source };
+        let corrupt = |reason: String| LstorError::Corrupt { dir: dir.to_path_buf(), reason };
+        let mut header = Vec::new();
+        match File::open(dir.join(HEADER_FILE)) {
+            Ok(mut file) => file.read_to_end(&mut header).map_err(io)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(LstorError::Missing { dir: dir.to_path_buf() })
+            }
+            Err(e) => return Err(io(e)),
+        };
+        if header.len() < 22 || &header[..8] != HEADER_MAGIC {
+            return Err(corrupt("the header is not an Lstor header".into()));
+        }
+        let body = header.len() - 4;
+        if crc32c::crc32c(&header[..body]) != u32::from_le_bytes(header[body..].try_into().unwrap())
+        {
+            return Err(corrupt("the header's checksum does not match".into()));
+        }
+        let superchunk_bytes = u64::from_le_bytes(header[8..16].try_into().unwrap());
+        let parities = header[16] as usize;
+        let id_len = header[17] as usize;
+        if 18 + id_len != body || parities == 0 || parities > MAX_PARITIES {
+            return Err(corrupt("the header's fields do not add up".into()));
+        }
+        let found = String::from_utf8_lossy(&header[18..18 + id_len]).into_owned();
+        if found != disk_id {
+            return Err(LstorError::WrongDisk {
+                dir: dir.to_path_buf(),
+                expected: disk_id.to_string(),
+                found,
+            });
+        }
+        let mut parity = Vec::new();
+        for index in 0..parities {
+            let path = dir.join(parity_file(index));
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .map_err(|e| corrupt(format!("parity {index} cannot be opened: {e}")))?;
+            let len = file.metadata().map_err(io)?.len();
+            if len != superchunk_bytes {
+                return Err(corrupt(format!(
+                    "parity {index} holds {len} bytes, not one superchunk ({superchunk_bytes})"
+                )));
+            }
+            parity.push(file);
+        }
+        let journal_path = dir.join(JOURNAL_FILE);
+        let mut journal = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&journal_path)
+            .map_err(|e| corrupt(format!("the journal cannot be opened: {e}")))?;
+        let mut bytes = Vec::new();
+        journal.read_to_end(&mut bytes).map_err(io)?;
+        let scanned = scan(&bytes).map_err(corrupt)?;
+        if scanned.valid_len < bytes.len() as u64 {
+            journal.set_len(scanned.valid_len).and_then(|_| journal.sync_all()).map_err(io)?;
+        }
+        Ok(Lstor {
+            dir: dir.to_path_buf(),
+            superchunk_bytes,
+            parity,
+            journal: Mutex::new((journal, scanned.next_seq)),
+        })
+    }
+
+    pub fn superchunk_bytes(&self) -> u64 {
+        self.superchunk_bytes
+    }
+
+    pub fn parities(&self) -> usize {
+        self.parity.len()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn lock(&self) -> MutexGuard<'_, (File, u64)> {
+        self.journal.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// `len` bytes of parity `index` from `offset`.
+    pub fn parity(&self, index: usize, offset: u64, len: usize) -> Result<Vec<u8>, LstorError> {
+        self.check_range(offset, len)?;
+        let file = self.parity.get(index).ok_or_else(|| LstorError::BadWrite {
+            reason: format!("no parity {index} (the stack keeps {})", self.parity.len()),
+        })?;
+        let mut out = vec![0u8; len];
+        file.read_exact_at(&mut out, offset).map_err(|e| self.io(e))?;
+        Ok(out)
+    }
+
+    fn check_range(&self, offset: u64, len: usize) -> Result<(), LstorError> {
+        if len > MAX_RECORD_BYTES || offset.saturating_add(len as u64) > self.superchunk_bytes {
+            return Err(LstorError::BadWrite {
+                reason: format!(
+                    "{len} bytes at offset {offset} do not fit a superchunk of {} bytes \
+                     (or exceed {MAX_RECORD_BYTES} in one write)",
+                    self.superchunk_bytes
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Step 1 of a write of `new` over `old` (zeros for a fresh append: pass None) at
+    /// (`slot`, `offset`): computes the new parity, journals it durably, and returns the
+    /// pending write holding the update lock.
+    pub fn begin(
+        &self,
+        slot: u32,
+        offset: u64,
+        old: Option<&[u8]>,
+        new: &[u8],
+    ) -> Result<Pending<'_>, LstorError> {
+        self.check_range(offset, new.len())?;
+        if old.is_some_and(|old| old.len() != new.len()) {
+            return Err(LstorError::BadWrite {
+                reason: "old and new data differ in length".into(),
+            });
+        }
+        if self.parity.len() > 1 && slot >= MAX_RS_SLOTS {
+            return Err(LstorError::BadWrite {
+                reason: format!(
+                    "slot {slot}: with two parities a disk has at most {MAX_RS_SLOTS} slots"
+                ),
+            });
+        }
+        let mut guard = self.lock();
+        let mut delta = new.to_vec();
+        if let Some(old) = old {
+            weft_gf::xor_region(old, &mut delta);
+        }
+        let mut parity = Vec::with_capacity(self.parity.len());
+        for index in 0..self.parity.len() {
+            let mut bytes = vec![0u8; new.len()];
+            self.parity[index].read_exact_at(&mut bytes, offset).map_err(|e| self.io(e))?;
+            weft_gf::mul_add_region(coefficient(index, slot), &delta, &mut bytes);
+            parity.push(bytes);
+        }
+        let record = JournalRecord { seq: guard.1, slot, offset, data: new.to_vec(), parity };
+        let encoded = record.encode();
+        let (journal, next) = &mut *guard;
+        let end = journal.metadata().map_err(|e| self.io(e))?.len();
+        journal
+            .write_all_at(&encoded, end)
+            .and_then(|_| journal.sync_data())
+            .map_err(|e| self.io(e))?;
+        *next += 1;
+        Ok(Pending { lstor: self, record, _lock: guard })
+    }
+
+    fn write_parity(&self, record: &JournalRecord) -> Result<(), LstorError> {
+        for (file, bytes) in self.parity.iter().zip(&record.parity) {
+            file.write_all_at(bytes, record.offset).map_err(|e| self.io(e))?;
+        }
+        for file in &self.parity {
+            file.sync_data().map_err(|e| self.io(e))?;
+        }
+        Ok(())
+    }
+
+    /// Step 4: the partner acknowledged; record `seq` is done.
+    pub fn clear(&self, seq: u64) -> Result<(), LstorError> {
+        let guard = self.lock();
+        let journal = &guard.0;
+        let end = journal.metadata().map_err(|e| self.io(e))?.len();
+        journal.write_all_at(&encode_clear(seq), end).map_err(|e| self.io(e))
+    }
+
+    /// The journaled writes not cleared, in order (after a crash: the writes whose data and
+    /// parity the caller must make true again, and whose partner must be asked).
+    pub fn pending(&self) -> Result<Vec<JournalRecord>, LstorError> {
+        let guard = self.lock();
+        let mut bytes = Vec::new();
+        let mut file = &guard.0;
+        io::Seek::rewind(&mut file).map_err(|e| self.io(e))?;
+        file.read_to_end(&mut bytes).map_err(|e| self.io(e))?;
+        let scanned =
+            scan(&bytes).map_err(|reason| LstorError::Corrupt { dir: self.dir.clone(), reason })?;
+        Ok(scanned.pending)
+    }
+
+    /// Makes the parity what `record` says (idempotent: replay pending records in order).
+    pub fn replay(&self, record: &JournalRecord) -> Result<(), LstorError> {
+        self.check_range(record.offset, record.data.len())?;
+        if record.parity.len() != self.parity.len() {
+            return Err(LstorError::Corrupt {
+                dir: self.dir.clone(),
+                reason: format!(
+                    "record {} carries {} parities, the stack keeps {}",
+                    record.seq,
+                    record.parity.len(),
+                    self.parity.len()
+                ),
+            });
+        }
+        let _guard = self.lock();
+        self.write_parity(record)
+    }
+
+    /// Empties the journal when no record is pending (call after a replay, or when idle).
+    /// Returns whether it did.
+    pub fn compact(&self) -> Result<bool, LstorError> {
+        if !self.pending()?.is_empty() {
+            return Ok(false);
+        }
+        let guard = self.lock();
+        guard.0.set_len(0).and_then(|_| guard.0.sync_all()).map_err(|e| self.io(e))?;
+        Ok(true)
+    }
+
+    /// Folds a whole slot's bytes (`offset` within it) into running parities `acc` (one per
+    /// parity of this stack): what a scrub compares with [`Lstor::parity`].
+    pub fn fold(&self, slot: u32, data: &[u8], acc: &mut [Vec<u8>]) {
+        for (index, parity) in acc.iter_mut().enumerate().take(self.parity.len()) {
+            weft_gf::mul_add_region(coefficient(index, slot), data, parity);
+        }
+    }
+}
+
+/// Coefficient of `slot` in parity `index`: 1 for the XOR parity, g^slot for the second.
+pub fn coefficient(index: usize, slot: u32) -> u8 {
+    match index {
+        0 => 1,
+        _ => weft_gf::exp(slot as usize % 255),
+    }
+}
+
+/// Two lost slots `i` and `j` of one disk from its two parities with every other slot folded
+/// out: `p` = parity 0 ⊕ the other slots, `q` = parity 1 ⊕ Σ g^s · the other slots. Returns
+/// (slot i's bytes, slot j's bytes).
+pub fn solve_two(p: &[u8], q: &[u8], i: u32, j: u32) -> (Vec<u8>, Vec<u8>) {
+    assert!(i != j && i < MAX_RS_SLOTS && j < MAX_RS_SLOTS && p.len() == q.len());
+    // q = g^i·x ⊕ g^j·y and p = x ⊕ y, so x = (q ⊕ g^j·p) / (g^i ⊕ g^j), y = p ⊕ x.
+    let (gi, gj) = (coefficient(1, i), coefficient(1, j));
+    let scale = weft_gf::inv(gi ^ gj);
+    let mut x = q.to_vec();
+    weft_gf::mul_add_region(gj, p, &mut x);
+    let mut scaled = vec![0u8; x.len()];
+    weft_gf::mul_region(scale, &x, &mut scaled);
+    let mut y = p.to_vec();
+    weft_gf::xor_region(&scaled, &mut y);
+    (scaled, y)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An in-memory disk of `slots` slots beside an Lstor, written through the protocol.
+    struct Bench {
+        lstor: Lstor,
+        slots: Vec<Vec<u8>>,
+        _dir: tempfile::TempDir,
+        dir: PathBuf,
+    }
+
+    fn bench(slots: usize, bytes: u64, parities: usize) -> Bench {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lstor");
+        let lstor = Lstor::create(&path, "node-1/disk-0", bytes, parities).unwrap();
+        Bench { lstor, slots: vec![vec![0; bytes as usize]; slots], _dir: dir, dir: path }
+    }
+
+    fn pattern(len: usize, seed: u64) -> Vec<u8> {
+        let mut state = seed;
+        (0..len)
+            .map(|_| {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (state >> 56) as u8
+            })
+            .collect()
+    }
+
+    impl Bench {
+        fn write(&mut self, slot: u32, offset: u64, new: &[u8], fresh: bool) {
+            let range = offset as usize..offset as usize + new.len();
+            let old = self.slots[slot as usize][range.clone()].to_vec();
+            let pending =
+                self.lstor.begin(slot, offset, (!fresh).then_some(&old[..]), new).unwrap();
+            self.slots[slot as usize][range].copy_from_slice(new);
+            let seq = pending.commit().unwrap();
+            self.lstor.clear(seq).unwrap();
+        }
+
+        fn expected(&self) -> Vec<Vec<u8>> {
+            let mut acc =
+                vec![vec![0u8; self.lstor.superchunk_bytes() as usize]; self.lstor.parities()];
+            for (slot, data) in self.slots.iter().enumerate() {
+                self.lstor.fold(slot as u32, data, &mut acc);
+            }
+            acc
+        }
+
+        fn check(&self) {
+            let len = self.lstor.superchunk_bytes() as usize;
+            for (index, expected) in self.expected().iter().enumerate() {
+                assert_eq!(&self.lstor.parity(index, 0, len).unwrap(), expected, "parity {index}");
+            }
+        }
+    }
+
+    #[test]
+    fn parity_follows_appends_and_updates_and_solves_lost_slots() {
+        let mut b = bench(6, 4096, 2);
+        // Fresh appends fold in without old data; updates read-modify-write.
+        for slot in 0..6u32 {
+            b.write(slot, 0, &pattern(1024, slot as u64), true);
+        }
+        b.check();
+        b.write(2, 512, &pattern(1000, 99), false);
+        b.write(4, 3000, &pattern(1096, 7), true);
+        b.check();
+        // One lost slot: parity 0 ⊕ the others.
+        let mut p = b.lstor.parity(0, 0, 4096).unwrap();
+        for (_, data) in b.slots.iter().enumerate().filter(|(s, _)| *s != 3) {
+            weft_gf::xor_region(data, &mut p);
+        }
+        assert_eq!(p, b.slots[3]);
+        // Two lost slots of one disk (stacked Lstors): both parities.
+        let (i, j) = (1u32, 4u32);
+        let mut p = b.lstor.parity(0, 0, 4096).unwrap();
+        let mut q = b.lstor.parity(1, 0, 4096).unwrap();
+        for (slot, data) in b.slots.iter().enumerate() {
+            if slot as u32 != i && slot as u32 != j {
+                weft_gf::xor_region(data, &mut p);
+                weft_gf::mul_add_region(coefficient(1, slot as u32), data, &mut q);
+            }
+        }
+        let (x, y) = solve_two(&p, &q, i, j);
+        assert_eq!((x, y), (b.slots[1].clone(), b.slots[4].clone()));
+    }
+
+    #[test]
+    fn a_crash_at_every_step_replays_to_the_same_parity() {
+        for crash_after in ["journal", "disk", "parity"] {
+            let mut b = bench(3, 2048, 1);
+            b.write(0, 0, &pattern(2048, 1), true);
+            b.write(1, 100, &pattern(500, 2), true);
+            let new = pattern(700, 3);
+            let old = b.slots[0][200..900].to_vec();
+            let pending = b.lstor.begin(0, 200, Some(&old), &new).unwrap();
+            let record = pending.record().clone();
+            match crash_after {
+                "journal" => drop(pending),
+                "disk" => {
+                    b.slots[0][200..900].copy_from_slice(&new);
+                    drop(pending);
+                }
+                _ => {
+                    b.slots[0][200..900].copy_from_slice(&new);
+                    pending.commit().unwrap();
+                }
+            }
+            // Restart: the record is pending; the caller rewrites its data, the Lstor its
+            // parity (twice even: idempotent).
+            drop(b.lstor);
+            b.lstor = Lstor::open(&b.dir, "node-1/disk-0").unwrap();
+            let pending = b.lstor.pending().unwrap();
+            assert_eq!(pending, vec![record], "after a crash past the {crash_after}");
+            for record in &pending {
+                let at = record.offset as usize;
+                b.slots[record.slot as usize][at..at + record.data.len()]
+                    .copy_from_slice(&record.data);
+                b.lstor.replay(record).unwrap();
+                b.lstor.replay(record).unwrap();
+                b.lstor.clear(record.seq).unwrap();
+            }
+            b.check();
+            assert!(b.lstor.compact().unwrap());
+            assert!(b.lstor.pending().unwrap().is_empty());
+            // Writes go on after the replay.
+            b.write(2, 0, &pattern(100, 4), true);
+            b.check();
+        }
+    }
+
+    #[test]
+    fn a_torn_tail_is_dropped_and_damage_before_it_is_refused() {
+        let mut b = bench(2, 1024, 1);
+        b.write(0, 0, &pattern(64, 1), true);
+        let journal = b.dir.join(JOURNAL_FILE);
+        // A record torn by a crash while appending: dropped at open.
+        let good = std::fs::read(&journal).unwrap();
+        let torn = JournalRecord {
+            seq: 9,
+            slot: 1,
+            offset: 0,
+            data: vec![1; 32],
+            parity: vec![vec![1; 32]],
+        };
+        let mut bytes = good.clone();
+        bytes.extend_from_slice(&torn.encode()[..40]);
+        std::fs::write(&journal, &bytes).unwrap();
+        drop(b.lstor);
+        b.lstor = Lstor::open(&b.dir, "node-1/disk-0").unwrap();
+        assert!(b.lstor.pending().unwrap().is_empty());
+        assert_eq!(std::fs::read(&journal).unwrap(), good, "the torn tail is cut off");
+        // A damaged record followed by valid ones: corrupt, refused with the byte named.
+        let mut bytes = good.clone();
+        bytes[10] ^= 0xff;
+        std::fs::write(&journal, &bytes).unwrap();
+        drop(b.lstor);
+        let error = Lstor::open(&b.dir, "node-1/disk-0").unwrap_err();
+        assert!(matches!(error, LstorError::Corrupt { .. }), "{error}");
+        assert!(error.to_string().contains("byte 0"), "{error}");
+    }
+
+    #[test]
+    fn a_missing_foreign_or_damaged_lstor_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l");
+        assert!(matches!(Lstor::open(&path, "d"), Err(LstorError::Missing { .. })));
+        Lstor::create(&path, "node-1/disk-0", 4096, 1).unwrap();
+        assert!(Lstor::create(&path, "node-1/disk-0", 4096, 1).is_err(), "no second create");
+        let error = Lstor::open(&path, "node-2/disk-0").unwrap_err();
+        assert!(error.to_string().contains("belongs to disk node-1/disk-0"), "{error}");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path.join("parity-0"))
+            .unwrap()
+            .set_len(100)
+            .unwrap();
+        let error = Lstor::open(&path, "node-1/disk-0").unwrap_err();
+        assert!(error.to_string().contains("not one superchunk"), "{error}");
+        let mut header = std::fs::read(path.join(HEADER_FILE)).unwrap();
+        header[9] ^= 1;
+        std::fs::write(path.join(HEADER_FILE), header).unwrap();
+        let error = Lstor::open(&path, "node-1/disk-0").unwrap_err();
+        assert!(error.to_string().contains("checksum"), "{error}");
+        // Bad writes are refused before anything is journaled.
+        let other = dir.path().join("m");
+        let lstor = Lstor::create(&other, "x", 1024, 2).unwrap();
+        assert!(lstor.begin(0, 1000, None, &[0; 100]).is_err(), "past the superchunk");
+        assert!(lstor.begin(300, 0, None, &[0; 10]).is_err(), "slot past the RS limit");
+        assert!(lstor.begin(0, 0, Some(&[0; 3]), &[0; 10]).is_err(), "old and new differ");
+        assert!(lstor.pending().unwrap().is_empty());
+    }
+}
