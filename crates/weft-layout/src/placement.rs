@@ -1123,7 +1123,7 @@ fn unit_key(unit: UnitId) -> u64 {
 }
 
 /// SplitMix64's finaliser: spreads a seed over all 64 bits (deterministic, not random).
-fn mix(value: u64) -> u64 {
+pub(crate) fn mix(value: u64) -> u64 {
     let mut z = value.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);

@@ -735,7 +735,7 @@ impl SuperchunkMap {
                 plan.unplaced.push(id);
                 continue;
             }
-            state = splitmix(state);
+            state = crate::placement::mix(state);
             let receiver = candidates[(state % candidates.len() as u64) as usize];
             let sender = self.sender(id);
             let transfer = self.transfer_to(id, receiver);
@@ -954,13 +954,6 @@ impl SuperchunkMap {
         }
         Ok(())
     }
-}
-
-fn splitmix(value: u64) -> u64 {
-    let mut z = value.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// Minimum-cost assignment of `rows` to distinct `columns` (Hungarian method with
