@@ -15,7 +15,8 @@
 //!   above its full ratio ([`Thresholds`], default 95% used) refuses new units (read-only).
 //! - The filesystem is a parameter ([`Fs`]); [`FaultyFs`] injects faults in tests.
 //!
-//! [`lstor`]: the Lstor of a RAIDP disk (parity of its slots and a write journal).
+//! [`lstor`]: the Lstor of a RAIDP disk (parity of its slots and a write journal);
+//! [`raidp`]: a RAIDP disk's superchunk slots, written through its Lstor.
 //!
 //! Synchronous std IO: callers in async code use blocking tasks.
 
@@ -25,6 +26,7 @@ pub mod format;
 pub mod fs;
 pub mod inventory;
 pub mod lstor;
+pub mod raidp;
 
 pub use disk::{
     Capacity, CapacityState, Disk, ListedUnit, Result, ScrubProgress, ScrubReport, Thresholds,

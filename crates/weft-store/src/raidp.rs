@@ -1,0 +1,400 @@
+//! A RAIDP disk: its superchunk slots as files, beside its [`Lstor`].
+//!
+//! Each slot the disk holds is one file `superchunks/slot-NNNNNN` that grows as data is
+//! appended (bytes past its length read as zeros, the state of a never-written slot), with a
+//! sidecar `slot-NNNNNN.crc` of one crc32c per 64 KiB segment. Every write goes through the
+//! Lstor's protocol ([`RaidpDisk::write`]): journal (new data, new parity) → slot file →
+//! parity; the caller clears the record once the partner replica acknowledged.
+//!
+//! Invariants:
+//! - Verified reads: every byte [`RaidpDisk::read`] returns was covered by a segment checksum
+//!   checked in that call; a mismatch is `RaidpError::Corrupt` naming slot and segment (the
+//!   caller reads the partner instead and rewrites the range).
+//! - The parity is the fold of the slot files: a write whose range lies wholly past the slot's
+//!   length is *fresh* (old bytes are zeros) and reads nothing from the disk; any other write
+//!   reads the old bytes it replaces (read-modify-write). [`RaidpDisk::verify`] recomputes
+//!   the fold from every slot and compares it with the Lstor (the tier's scrub).
+//! - Crash safety: data and checksums of a write can be torn by a crash only while its
+//!   journal record is pending; [`RaidpDisk::open`] rewrites the data (and checksums) of
+//!   every pending record and replays its parity, then hands the records to the caller to
+//!   resolve with the partner. A missing or corrupt Lstor makes `open` fail: no RAIDP write
+//!   may be taken on a disk whose parity cannot be kept.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::lstor::{JournalRecord, Lstor, LstorError};
+use crate::SEGMENT_BYTES;
+
+const SEGMENT: u64 = SEGMENT_BYTES as u64;
+
+/// Why a RAIDP disk refused.
+#[derive(Debug)]
+pub enum RaidpError {
+    /// The Lstor is missing, corrupt, foreign or failing: RAIDP writes are refused.
+    Lstor(LstorError),
+    /// A segment of a slot does not match its checksum.
+    Corrupt { slot: u32, segment: u64 },
+    /// A range outside the superchunk.
+    OutOfRange { slot: u32, offset: u64, len: usize, superchunk_bytes: u64 },
+    /// A filesystem call on the disk failed.
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+impl std::fmt::Display for RaidpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RaidpError::Lstor(e) => write!(f, "{e}; this disk takes no RAIDP write"),
+            RaidpError::Corrupt { slot, segment } => write!(
+                f,
+                "slot {slot} segment {segment} does not match its checksum (read the partner \
+                 replica)"
+            ),
+            RaidpError::OutOfRange { slot, offset, len, superchunk_bytes } => write!(
+                f,
+                "{len} bytes at offset {offset} of slot {slot} fall outside a superchunk of \
+                 {superchunk_bytes} bytes"
+            ),
+            RaidpError::Io { path, source } => write!(f, "{}: {source}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for RaidpError {}
+
+impl From<LstorError> for RaidpError {
+    fn from(e: LstorError) -> RaidpError {
+        RaidpError::Lstor(e)
+    }
+}
+
+/// What [`RaidpDisk::verify`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Slots folded.
+    pub slots: usize,
+    /// Per parity: whether the Lstor equals the fold of the slots.
+    pub parity_matches: Vec<bool>,
+    /// Slots with a segment that failed its checksum (their bytes were folded as read).
+    pub corrupt_slots: Vec<u32>,
+}
+
+impl VerifyReport {
+    pub fn clean(&self) -> bool {
+        self.parity_matches.iter().all(|&m| m) && self.corrupt_slots.is_empty()
+    }
+}
+
+/// A disk's superchunk slots and its Lstor.
+#[derive(Debug)]
+pub struct RaidpDisk {
+    dir: PathBuf,
+    lstor: Lstor,
+}
+
+impl RaidpDisk {
+    /// Opens the slots under `disk_dir` and the Lstor in `lstor_dir` (of disk `disk_id`),
+    /// creating an empty Lstor of `superchunk_bytes` × `parities` when `create` is set and
+    /// the disk holds no slot yet. Pending journal records are made true on disk and in the
+    /// parity and returned (the caller resolves them with the partner, then clears them).
+    pub fn open(
+        disk_dir: &Path,
+        lstor_dir: &Path,
+        disk_id: &str,
+        create: Option<(u64, usize)>,
+    ) -> Result<(RaidpDisk, Vec<JournalRecord>), RaidpError> {
+        let dir = disk_dir.join("superchunks");
+        std::fs::create_dir_all(&dir)
+            .map_err(|source| RaidpError::Io { path: dir.clone(), source })?;
+        let lstor = match (Lstor::open(lstor_dir, disk_id), create) {
+            (Ok(lstor), _) => lstor,
+            (Err(LstorError::Missing { .. }), Some((bytes, parities))) => {
+                let empty = std::fs::read_dir(&dir)
+                    .map_err(|source| RaidpError::Io { path: dir.clone(), source })?
+                    .next()
+                    .is_none();
+                if !empty {
+                    // Slots without their parity: creating a zero Lstor would be a lie.
+                    return Err(RaidpError::Lstor(LstorError::Missing { dir: lstor_dir.into() }));
+                }
+                Lstor::create(lstor_dir, disk_id, bytes, parities)?
+            }
+            (Err(e), _) => return Err(e.into()),
+        };
+        let disk = RaidpDisk { dir, lstor };
+        let pending = disk.lstor.pending()?;
+        for record in &pending {
+            disk.write_slot(record.slot, record.offset, &record.data)?;
+            disk.lstor.replay(record)?;
+        }
+        Ok((disk, pending))
+    }
+
+    pub fn lstor(&self) -> &Lstor {
+        &self.lstor
+    }
+
+    fn slot_path(&self, slot: u32) -> PathBuf {
+        self.dir.join(format!("slot-{slot:06}"))
+    }
+
+    fn crc_path(&self, slot: u32) -> PathBuf {
+        self.dir.join(format!("slot-{slot:06}.crc"))
+    }
+
+    fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RaidpError + '_ {
+        move |source| RaidpError::Io { path: path.to_path_buf(), source }
+    }
+
+    fn check(&self, slot: u32, offset: u64, len: usize) -> Result<(), RaidpError> {
+        let superchunk_bytes = self.lstor.superchunk_bytes();
+        if offset.saturating_add(len as u64) > superchunk_bytes {
+            return Err(RaidpError::OutOfRange { slot, offset, len, superchunk_bytes });
+        }
+        Ok(())
+    }
+
+    /// Bytes of `slot` written so far (its file's length; 0 for a slot never written).
+    pub fn slot_len(&self, slot: u32) -> Result<u64, RaidpError> {
+        let path = self.slot_path(slot);
+        match std::fs::metadata(&path) {
+            Ok(meta) => Ok(meta.len()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(RaidpError::Io { path, source: e }),
+        }
+    }
+
+    /// The slots this disk has written, in order.
+    pub fn slots(&self) -> Result<Vec<u32>, RaidpError> {
+        let mut slots = Vec::new();
+        for entry in std::fs::read_dir(&self.dir).map_err(Self::io(&self.dir))? {
+            let name = entry.map_err(Self::io(&self.dir))?.file_name();
+            let name = name.to_string_lossy();
+            if let Some(slot) = name.strip_prefix("slot-").filter(|n| !n.contains('.')) {
+                if let Ok(slot) = slot.parse() {
+                    slots.push(slot);
+                }
+            }
+        }
+        slots.sort_unstable();
+        Ok(slots)
+    }
+
+    /// Writes `data` at `offset` of `slot` through the Lstor protocol (steps 1–3) and returns
+    /// the journal record's sequence number, to [`Lstor::clear`] once the partner has it.
+    pub fn write(&self, slot: u32, offset: u64, data: &[u8]) -> Result<u64, RaidpError> {
+        self.check(slot, offset, data.len())?;
+        let written = self.slot_len(slot)?;
+        // Old bytes: those before the slot's end are read (and checked); past it, zeros.
+        let old = if offset >= written {
+            None
+        } else {
+            let stored = (written - offset).min(data.len() as u64) as usize;
+            let mut old = self.read(slot, offset, stored)?;
+            old.resize(data.len(), 0);
+            Some(old)
+        };
+        let pending = self.lstor.begin(slot, offset, old.as_deref(), data)?;
+        self.write_slot(slot, offset, data)?;
+        Ok(pending.commit()?)
+    }
+
+    /// Writes bytes and their segment checksums to the slot's files, durably.
+    fn write_slot(&self, slot: u32, offset: u64, data: &[u8]) -> Result<(), RaidpError> {
+        let (path, crc_path) = (self.slot_path(slot), self.crc_path(slot));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(Self::io(&path))?;
+        let crcs = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&crc_path)
+            .map_err(Self::io(&crc_path))?;
+        let before = file.metadata().map_err(Self::io(&path))?.len();
+        file.write_all_at(data, offset).map_err(Self::io(&path))?;
+        // The segments the write touched — and those it extended the file over, zeros now —
+        // whole (up to the file's end), checksummed again.
+        let len = file.metadata().map_err(Self::io(&path))?.len();
+        let first = offset.min(before) / SEGMENT;
+        let last = (offset + data.len() as u64).div_ceil(SEGMENT).max(first + 1);
+        for segment in first..last {
+            let start = segment * SEGMENT;
+            let bytes = (len.saturating_sub(start)).min(SEGMENT) as usize;
+            let mut buffer = vec![0u8; bytes];
+            file.read_exact_at(&mut buffer, start).map_err(Self::io(&path))?;
+            let crc = crc32c::crc32c(&buffer);
+            crcs.write_all_at(&crc.to_le_bytes(), segment * 4).map_err(Self::io(&crc_path))?;
+        }
+        file.sync_data().map_err(Self::io(&path))?;
+        crcs.sync_data().map_err(Self::io(&crc_path))?;
+        if before == 0 {
+            // A new slot's files: their names must be durable too.
+            File::open(&self.dir).and_then(|d| d.sync_all()).map_err(Self::io(&self.dir))?;
+        }
+        Ok(())
+    }
+
+    /// `len` bytes of `slot` from `offset`, checked against the segment checksums (zeros past
+    /// what was written).
+    pub fn read(&self, slot: u32, offset: u64, len: usize) -> Result<Vec<u8>, RaidpError> {
+        self.check(slot, offset, len)?;
+        let mut out = vec![0u8; len];
+        let written = self.slot_len(slot)?;
+        if offset >= written || len == 0 {
+            return Ok(out);
+        }
+        let (path, crc_path) = (self.slot_path(slot), self.crc_path(slot));
+        let file = File::open(&path).map_err(Self::io(&path))?;
+        let crcs = File::open(&crc_path).map_err(Self::io(&crc_path))?;
+        let end = (offset + len as u64).min(written);
+        for segment in offset / SEGMENT..end.div_ceil(SEGMENT) {
+            let start = segment * SEGMENT;
+            let mut buffer = vec![0u8; (written - start).min(SEGMENT) as usize];
+            file.read_exact_at(&mut buffer, start).map_err(Self::io(&path))?;
+            let mut stored = [0u8; 4];
+            crcs.read_exact_at(&mut stored, segment * 4)
+                .map_err(|_| RaidpError::Corrupt { slot, segment })?;
+            if crc32c::crc32c(&buffer) != u32::from_le_bytes(stored) {
+                return Err(RaidpError::Corrupt { slot, segment });
+            }
+            // Copy the part of this segment inside the asked range.
+            let from = offset.max(start);
+            let to = end.min(start + buffer.len() as u64);
+            out[(from - offset) as usize..(to - offset) as usize]
+                .copy_from_slice(&buffer[(from - start) as usize..(to - start) as usize]);
+        }
+        Ok(out)
+    }
+
+    /// Folds every slot into fresh parities and compares them with the Lstor's.
+    pub fn verify(&self) -> Result<VerifyReport, RaidpError> {
+        let bytes = self.lstor.superchunk_bytes() as usize;
+        let mut acc = vec![vec![0u8; bytes]; self.lstor.parities()];
+        let mut corrupt_slots = Vec::new();
+        let slots = self.slots()?;
+        for &slot in &slots {
+            let data = match self.read(slot, 0, bytes) {
+                Ok(data) => data,
+                Err(RaidpError::Corrupt { .. }) => {
+                    corrupt_slots.push(slot);
+                    let mut raw = std::fs::read(self.slot_path(slot))
+                        .map_err(Self::io(&self.slot_path(slot)))?;
+                    raw.resize(bytes, 0);
+                    raw
+                }
+                Err(e) => return Err(e),
+            };
+            self.lstor.fold(slot, &data, &mut acc);
+        }
+        let mut parity_matches = Vec::new();
+        for (index, expected) in acc.iter().enumerate() {
+            parity_matches.push(self.lstor.parity(index, 0, bytes)? == *expected);
+        }
+        Ok(VerifyReport { slots: slots.len(), parity_matches, corrupt_slots })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pattern(len: usize, seed: u64) -> Vec<u8> {
+        let mut state = seed | 1;
+        (0..len)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect()
+    }
+
+    const BYTES: u64 = 300_000; // not a whole number of segments
+
+    fn open(dir: &Path) -> (RaidpDisk, Vec<JournalRecord>) {
+        RaidpDisk::open(&dir.join("disk"), &dir.join("lstor"), "node-3/disk-1", Some((BYTES, 2)))
+            .unwrap()
+    }
+
+    #[test]
+    fn appends_and_updates_read_back_verified_and_keep_the_parity_true() {
+        let dir = tempfile::tempdir().unwrap();
+        let (disk, pending) = open(dir.path());
+        assert!(pending.is_empty());
+        let mut model = vec![vec![0u8; BYTES as usize]; 4];
+        let mut put = |slot: u32, offset: u64, data: Vec<u8>| {
+            let seq = disk.write(slot, offset, &data).unwrap();
+            disk.lstor().clear(seq).unwrap();
+            model[slot as usize][offset as usize..offset as usize + data.len()]
+                .copy_from_slice(&data);
+        };
+        put(0, 0, pattern(100_000, 1));
+        put(0, 100_000, pattern(90_000, 2)); // an append
+        put(3, 0, pattern(200_000, 3));
+        put(0, 50_000, pattern(120_000, 4)); // an update across the end of what was written
+        put(1, 250_000, pattern(50_000, 5)); // a sparse append: zeros before it
+        put(3, 65_530, pattern(20, 6)); // across a segment boundary
+        for slot in 0..4u32 {
+            assert_eq!(disk.read(slot, 0, BYTES as usize).unwrap(), model[slot as usize]);
+        }
+        assert_eq!(disk.read(0, 65_000, 1000).unwrap(), model[0][65_000..66_000]);
+        assert_eq!(disk.slots().unwrap(), [0, 1, 3]);
+        let report = disk.verify().unwrap();
+        assert!(report.clean(), "{report:?}");
+        assert_eq!(report.slots, 3);
+        // A flipped byte on the disk: the read names the segment, verify the slot.
+        let path = dir.path().join("disk/superchunks/slot-000003");
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[70_000] ^= 1;
+        std::fs::write(&path, bytes).unwrap();
+        match disk.read(3, 69_000, 2000) {
+            Err(RaidpError::Corrupt { slot: 3, segment: 1 }) => {}
+            other => panic!("{other:?}"),
+        }
+        let report = disk.verify().unwrap();
+        assert_eq!(report.corrupt_slots, [3]);
+        assert!(!report.clean());
+        assert!(disk.write(0, BYTES - 10, &[0; 11]).is_err(), "past the superchunk");
+    }
+
+    #[test]
+    fn a_crash_mid_write_is_made_true_at_open_and_a_lost_lstor_refuses() {
+        let dir = tempfile::tempdir().unwrap();
+        let (disk, _) = open(dir.path());
+        let first = disk.write(2, 0, &pattern(150_000, 7)).unwrap();
+        disk.lstor().clear(first).unwrap();
+        // Journal written, then the crash: neither disk nor parity saw the write.
+        let new = pattern(80_000, 8);
+        let old = disk.read(2, 40_000, 80_000).unwrap();
+        let pending = disk.lstor().begin(2, 40_000, Some(&old), &new).unwrap();
+        drop(pending);
+        drop(disk);
+        let (disk, pending) = open(dir.path());
+        assert_eq!(pending.len(), 1, "the record is handed back to resolve with the partner");
+        assert_eq!(disk.read(2, 40_000, 80_000).unwrap(), new, "the data is rewritten");
+        assert!(disk.verify().unwrap().clean(), "and the parity replayed");
+        disk.lstor().clear(pending[0].seq).unwrap();
+        drop(disk);
+        // The Lstor is gone (its device died): the disk refuses RAIDP work, slots or not.
+        std::fs::remove_dir_all(dir.path().join("lstor")).unwrap();
+        let error = RaidpDisk::open(
+            &dir.path().join("disk"),
+            &dir.path().join("lstor"),
+            "node-3/disk-1",
+            Some((BYTES, 2)),
+        )
+        .unwrap_err();
+        assert!(
+            error.to_string().contains("no Lstor") && error.to_string().contains("no RAIDP write"),
+            "{error}"
+        );
+    }
+}
