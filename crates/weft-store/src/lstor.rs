@@ -481,11 +481,14 @@ impl Lstor {
     /// The journaled writes not cleared, in order (after a crash: the writes whose data and
     /// parity the caller must make true again, and whose partner must be asked).
     pub fn pending(&self) -> Result<Vec<JournalRecord>, LstorError> {
-        let guard = self.lock();
+        self.pending_in(&self.lock().0)
+    }
+
+    /// The pending records of `journal` (the caller holds the lock).
+    fn pending_in(&self, mut journal: &File) -> Result<Vec<JournalRecord>, LstorError> {
         let mut bytes = Vec::new();
-        let mut file = &guard.0;
-        io::Seek::rewind(&mut file).map_err(|e| self.io(e))?;
-        file.read_to_end(&mut bytes).map_err(|e| self.io(e))?;
+        io::Seek::rewind(&mut journal).map_err(|e| self.io(e))?;
+        journal.read_to_end(&mut bytes).map_err(|e| self.io(e))?;
         let scanned =
             scan(&bytes).map_err(|reason| LstorError::Corrupt { dir: self.dir.clone(), reason })?;
         Ok(scanned.pending)
@@ -512,16 +515,18 @@ impl Lstor {
     /// Empties the journal when no record is pending (call after a replay, or when idle).
     /// Returns whether it did.
     pub fn compact(&self) -> Result<bool, LstorError> {
-        if !self.pending()?.is_empty() {
+        // One lock for the check and the truncation: a write begun between them would lose
+        // its record.
+        let guard = self.lock();
+        if !self.pending_in(&guard.0)?.is_empty() {
             return Ok(false);
         }
-        let guard = self.lock();
         guard.0.set_len(0).and_then(|_| guard.0.sync_all()).map_err(|e| self.io(e))?;
         Ok(true)
     }
 
-    /// Folds a whole slot's bytes (`offset` within it) into running parities `acc` (one per
-    /// parity of this stack): what a scrub compares with [`Lstor::parity`].
+    /// Folds a whole slot's bytes into running parities `acc` (one per parity of this stack):
+    /// what a scrub compares with [`Lstor::parity`].
     pub fn fold(&self, slot: u32, data: &[u8], acc: &mut [Vec<u8>]) {
         for (index, parity) in acc.iter_mut().enumerate().take(self.parity.len()) {
             weft_gf::mul_add_region(coefficient(index, slot), data, parity);
@@ -555,7 +560,7 @@ pub fn solve_two(p: &[u8], q: &[u8], i: u32, j: u32) -> (Vec<u8>, Vec<u8>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// An in-memory disk of `slots` slots beside an Lstor, written through the protocol.
@@ -573,7 +578,8 @@ mod tests {
         Bench { lstor, slots: vec![vec![0; bytes as usize]; slots], _dir: dir, dir: path }
     }
 
-    fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    /// `len` pseudo-random bytes from `seed` (the crate's RAIDP tests share it).
+    pub(crate) fn pattern(len: usize, seed: u64) -> Vec<u8> {
         let mut state = seed;
         (0..len)
             .map(|_| {

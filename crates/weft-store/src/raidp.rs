@@ -14,6 +14,8 @@
 //!   length is *fresh* (old bytes are zeros) and reads nothing from the disk; any other write
 //!   reads the old bytes it replaces (read-modify-write). [`RaidpDisk::verify`] recomputes
 //!   the fold from every slot and compares it with the Lstor (the tier's scrub).
+//! - Writes to one disk are serialized from reading the old bytes to the parity update, so
+//!   every parity is computed from the bytes its write replaced.
 //! - Crash safety: data and checksums of a write can be torn by a crash only while its
 //!   journal record is pending; [`RaidpDisk::open`] rewrites the data (and checksums) of
 //!   every pending record and replays its parity, then hands the records to the caller to
@@ -91,6 +93,9 @@ impl VerifyReport {
 pub struct RaidpDisk {
     dir: PathBuf,
     lstor: Lstor,
+    /// Held across a whole write, from reading the old bytes to the parity update: the old
+    /// bytes a parity is computed from must be the ones the write replaces.
+    writes: std::sync::Mutex<()>,
 }
 
 impl RaidpDisk {
@@ -122,7 +127,7 @@ impl RaidpDisk {
             }
             (Err(e), _) => return Err(e.into()),
         };
-        let disk = RaidpDisk { dir, lstor };
+        let disk = RaidpDisk { dir, lstor, writes: std::sync::Mutex::new(()) };
         let pending = disk.lstor.pending()?;
         for record in &pending {
             disk.write_slot(record.slot, record.offset, &record.data)?;
@@ -185,6 +190,7 @@ impl RaidpDisk {
     /// the journal record's sequence number, to [`Lstor::clear`] once the partner has it.
     pub fn write(&self, slot: u32, offset: u64, data: &[u8]) -> Result<u64, RaidpError> {
         self.check(slot, offset, data.len())?;
+        let _write = self.writes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let written = self.slot_len(slot)?;
         // Old bytes: those before the slot's end are read (and checked); past it, zeros.
         let old = if offset >= written {
@@ -304,18 +310,7 @@ impl RaidpDisk {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pattern(len: usize, seed: u64) -> Vec<u8> {
-        let mut state = seed | 1;
-        (0..len)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                state as u8
-            })
-            .collect()
-    }
+    use crate::lstor::tests::pattern;
 
     const BYTES: u64 = 300_000; // not a whole number of segments
 

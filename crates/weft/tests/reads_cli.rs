@@ -40,9 +40,7 @@ fn bench_reads_measures_every_configuration_and_reuses_its_objects() {
         "2MiB",
         "--json",
     ];
-    let output = cluster.weft(&args);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let rows: Value = serde_json::from_slice(&output.stdout).expect("one JSON document");
+    let rows = cluster.weft_json(&args);
     let rows = rows.as_array().expect("an array of rows");
     // (rs(2,1) at widths 1 and 2, rs(4,1) coupled at 4) × 2 read sizes × 2 load levels.
     assert_eq!(rows.len(), 12, "{rows:?}");
@@ -123,9 +121,7 @@ fn degraded_reads_the_cache_the_plot_and_the_advisor() {
         "--plot",
         plot_arg,
     ]);
-    let output = cluster.weft(&args);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let rows: Value = serde_json::from_slice(&output.stdout).expect("one JSON document");
+    let rows = cluster.weft_json(&args);
     let rows = rows.as_array().expect("rows");
     assert_eq!(rows.len(), 2, "{rows:?}");
     let (without, with) = (&rows[0], &rows[1]);
@@ -190,9 +186,7 @@ fn degraded_reads_the_cache_the_plot_and_the_advisor() {
     let mut args = vec!["advise", "stripe-width", "--trace", trace_arg];
     args.extend(common);
     args.extend(["--clients", "2", "--duration", "300ms", "--json"]);
-    let output = cluster.weft(&args);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let advice: Value = serde_json::from_slice(&output.stdout).expect("one JSON document");
+    let advice = cluster.weft_json(&args);
     assert_eq!(advice["median_read_bytes"], 512 << 10);
     assert_eq!(advice["recommended_stripe_width"], 2, "{advice}");
     let widths: Vec<u64> = advice["rows"]
@@ -236,9 +230,7 @@ fn degraded_reads_the_cache_the_plot_and_the_advisor() {
         "8MB",
         "--json",
     ]);
-    let output = cluster.weft(&args);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let rows: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let rows = cluster.weft_json(&args);
     let row = &rows[0];
     assert_eq!(row["client_link_bytes_per_sec"], 8_000_000, "{row}");
     assert!(row["reads"].as_u64().unwrap() > 0, "{row}");
@@ -252,9 +244,13 @@ fn degraded_reads_the_cache_the_plot_and_the_advisor() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("line 2"));
     std::fs::write(&trace, "{\"offset\": 0, \"length\": 12582912, \"timestamp\": 1}\n").unwrap();
-    let output =
-        cluster.weft(&["advise", "stripe-width", "--trace", trace_arg, "--no-replay", "--json"]);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let advice: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let advice = cluster.weft_json(&[
+        "advise",
+        "stripe-width",
+        "--trace",
+        trace_arg,
+        "--no-replay",
+        "--json",
+    ]);
     assert_eq!(advice["recommended_stripe_width"], 2, "12 MiB reads, 8 MiB blocks: {advice}");
 }
