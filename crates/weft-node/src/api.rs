@@ -31,7 +31,7 @@ use futures_util::StreamExt;
 use serde_json::{json, Value};
 use weft_store::{Disk, StoreError, UnitInfo, UnitKey, SEGMENT_BYTES};
 
-use crate::{heartbeat::disk_reports, Node};
+use crate::{heartbeat::disk_reports, raidp, Node};
 
 /// Bytes moved per blocking store call: 16 segments, so reads are segment aligned.
 pub(crate) const CHUNK_BYTES: u64 = 16 * SEGMENT_BYTES as u64;
@@ -55,6 +55,12 @@ pub(crate) fn router(node: Shared, guard: weft_auth::axum_layer::Guard) -> Route
         )
         .route("/v1/disks/{disk}/units", get(list_units))
         .route("/v1/disks/{disk}/scrub", post(scrub))
+        .route("/v1/disks/{disk}/raidp", get(raidp::state))
+        .route("/v1/disks/{disk}/raidp/slots/{slot}", get(raidp::read).put(raidp::write))
+        .route("/v1/disks/{disk}/raidp/parity/{index}", get(raidp::parity))
+        .route("/v1/disks/{disk}/raidp/clear", post(raidp::clear))
+        .route("/v1/disks/{disk}/raidp/pending", get(raidp::pending))
+        .route("/v1/disks/{disk}/raidp/verify", post(raidp::verify))
         .route("/v1/health", get(health))
         .route("/metrics", get(metrics))
         .fallback(no_route)
@@ -88,7 +94,7 @@ pub(crate) struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, error: &str, message: impl Into<String>) -> ApiError {
+    pub(crate) fn new(status: StatusCode, error: &str, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
             body: json!({ "error": error, "message": message.into() }),
@@ -97,18 +103,18 @@ impl ApiError {
     }
 
     /// 400: `what` names the part of the request that was wrong.
-    fn bad_request(what: &str, message: impl Into<String>) -> ApiError {
+    pub(crate) fn bad_request(what: &str, message: impl Into<String>) -> ApiError {
         let mut error = ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message);
         error.body["what"] = json!(what);
         error
     }
 
-    fn with(mut self, field: &str, value: Value) -> ApiError {
+    pub(crate) fn with(mut self, field: &str, value: Value) -> ApiError {
         self.body[field] = value;
         self
     }
 
-    fn internal(message: impl Into<String>) -> ApiError {
+    pub(crate) fn internal(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "internal", message)
     }
 }
@@ -173,7 +179,7 @@ impl From<StoreError> for ApiError {
     }
 }
 
-type ApiResult<T> = Result<T, ApiError>;
+pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
 /// A mutating call that failed with `Io` has just put the disk in its failed state: say so, as
 /// every later call will.
@@ -199,7 +205,7 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
-fn disk_of(node: &Node, disk: &str) -> ApiResult<(usize, Disk)> {
+pub(crate) fn disk_of(node: &Node, disk: &str) -> ApiResult<(usize, Disk)> {
     let index: usize = disk.parse().map_err(|_| {
         ApiError::bad_request("disk", format!("disk index {disk:?} is not a non-negative integer"))
     })?;

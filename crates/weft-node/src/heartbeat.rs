@@ -47,6 +47,7 @@ pub(crate) fn disk_reports(node: &Node) -> Vec<DiskReport> {
                     CapacityState::Full => DiskState::Full,
                 },
                 model: node.models[index].as_ref().map(|model| model.stats()),
+                raidp: node.raidp[index].as_ref().map(|side| side.report()),
             }
         })
         .collect()

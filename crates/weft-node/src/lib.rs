@@ -27,6 +27,7 @@ mod api;
 mod heartbeat;
 mod metrics;
 pub mod model;
+mod raidp;
 mod scrub;
 
 use std::{fmt, future::Future, net::SocketAddr, path::PathBuf, sync::Arc};
@@ -35,6 +36,7 @@ use tokio::{sync::watch, task::JoinHandle};
 use weft_store::{Disk, Fs, RealFs, StoreError};
 
 pub use heartbeat::{DiskReport, DiskState, Heartbeat};
+pub use raidp::{CRC_HEADER as RAIDP_CRC_HEADER, MAX_SLOT_IO_BYTES};
 pub use scrub::{
     inventory_interval_ms, ScrubConfig, DEFAULT_SCRUB_INTERVAL_MS, DEFAULT_SCRUB_MAX_BYTES_PER_S,
 };
@@ -75,6 +77,9 @@ pub struct NodeConfig {
     pub disk_models: Vec<Option<model::DiskModel>>,
     /// The rate of this node's link in each direction, bytes per second; `None`: no model.
     pub net_bytes_per_sec: Option<u64>,
+    /// Per disk (same indexes as `disks`), the directory of its Lstor, which gives the disk a
+    /// RAIDP side (`--lstor PATH`); empty or `None` for a disk: no RAIDP on it.
+    pub lstors: Vec<Option<PathBuf>>,
 }
 
 impl NodeConfig {
@@ -98,6 +103,7 @@ impl NodeConfig {
             fs: Arc::new(RealFs),
             disk_models: Vec::new(),
             net_bytes_per_sec: None,
+            lstors: Vec::new(),
         }
     }
 }
@@ -149,6 +155,8 @@ pub(crate) struct Node {
     /// The node's link in and out, when modeled.
     pub(crate) link_in: Option<model::Link>,
     pub(crate) link_out: Option<model::Link>,
+    /// Each disk's RAIDP side, when it was given an Lstor (same indexes as `disks`).
+    pub(crate) raidp: Vec<Option<raidp::RaidpSide>>,
 }
 
 /// A node that is serving. Stop it with [`RunningNode::stop`].
@@ -217,6 +225,13 @@ pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
             config.disks.len()
         )));
     }
+    if config.lstors.len() > config.disks.len() {
+        return Err(NodeError::Config(format!(
+            "{} Lstors for {} disks: give at most one per disk, in disk order",
+            config.lstors.len(),
+            config.disks.len()
+        )));
+    }
     if config.net_bytes_per_sec == Some(0) {
         return Err(NodeError::Config("the link rate must be positive".into()));
     }
@@ -248,6 +263,17 @@ pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
     })
     .await
     .map_err(|join| NodeError::Config(format!("opening disks panicked: {join}")))??;
+    let (node_id, paths, lstors) = (config.node_id, config.disks.clone(), config.lstors.clone());
+    let raidp = tokio::task::spawn_blocking(move || {
+        (0..paths.len())
+            .map(|index| {
+                let lstor = lstors.get(index).cloned().flatten()?;
+                Some(raidp::RaidpSide::open(node_id, index, &paths[index], &lstor))
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .map_err(|join| NodeError::Config(format!("opening Lstors panicked: {join}")))?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|source| NodeError::Bind { addr: config.listen, source })?;
@@ -261,6 +287,7 @@ pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
         models,
         link_in: config.net_bytes_per_sec.map(model::Link::new),
         link_out: config.net_bytes_per_sec.map(model::Link::new),
+        raidp,
     });
     let (stop, stopped) = watch::channel(false);
     let heartbeat = config.meta_url.clone().map(|meta_url| {

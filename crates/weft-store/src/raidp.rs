@@ -31,6 +31,14 @@ use crate::SEGMENT_BYTES;
 
 const SEGMENT: u64 = SEGMENT_BYTES as u64;
 
+fn slot_file(dir: &Path, slot: u32) -> PathBuf {
+    dir.join(format!("slot-{slot:06}"))
+}
+
+fn crc_file(dir: &Path, slot: u32) -> PathBuf {
+    dir.join(format!("slot-{slot:06}.crc"))
+}
+
 /// Why a RAIDP disk refused.
 #[derive(Debug)]
 pub enum RaidpError {
@@ -136,16 +144,27 @@ impl RaidpDisk {
         Ok((disk, pending))
     }
 
+    /// Whether `disk_dir` holds any RAIDP slot (a disk whose Lstor is missing while this is
+    /// true lost its parity: it must not be given a fresh, zero one).
+    pub fn has_slots(disk_dir: &Path) -> Result<bool, RaidpError> {
+        let dir = disk_dir.join("superchunks");
+        match std::fs::read_dir(&dir) {
+            Ok(mut entries) => Ok(entries.next().is_some()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(source) => Err(RaidpError::Io { path: dir, source }),
+        }
+    }
+
     pub fn lstor(&self) -> &Lstor {
         &self.lstor
     }
 
     fn slot_path(&self, slot: u32) -> PathBuf {
-        self.dir.join(format!("slot-{slot:06}"))
+        slot_file(&self.dir, slot)
     }
 
     fn crc_path(&self, slot: u32) -> PathBuf {
-        self.dir.join(format!("slot-{slot:06}.crc"))
+        crc_file(&self.dir, slot)
     }
 
     fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RaidpError + '_ {
@@ -251,12 +270,31 @@ impl RaidpDisk {
     /// what was written).
     pub fn read(&self, slot: u32, offset: u64, len: usize) -> Result<Vec<u8>, RaidpError> {
         self.check(slot, offset, len)?;
+        Self::read_in(&self.dir, slot, offset, len)
+    }
+
+    /// [`RaidpDisk::read`] on a disk whose Lstor is refused: its slots stay readable (their
+    /// checksums still guard them), only writes need the parity.
+    pub fn read_without_lstor(
+        disk_dir: &Path,
+        slot: u32,
+        offset: u64,
+        len: usize,
+    ) -> Result<Vec<u8>, RaidpError> {
+        Self::read_in(&disk_dir.join("superchunks"), slot, offset, len)
+    }
+
+    fn read_in(dir: &Path, slot: u32, offset: u64, len: usize) -> Result<Vec<u8>, RaidpError> {
         let mut out = vec![0u8; len];
-        let written = self.slot_len(slot)?;
+        let (path, crc_path) = (slot_file(dir, slot), crc_file(dir, slot));
+        let written = match std::fs::metadata(&path) {
+            Ok(meta) => meta.len(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(RaidpError::Io { path, source: e }),
+        };
         if offset >= written || len == 0 {
             return Ok(out);
         }
-        let (path, crc_path) = (self.slot_path(slot), self.crc_path(slot));
         let file = File::open(&path).map_err(Self::io(&path))?;
         let crcs = File::open(&crc_path).map_err(Self::io(&crc_path))?;
         let end = (offset + len as u64).min(written);

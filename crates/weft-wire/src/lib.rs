@@ -70,6 +70,36 @@ pub struct DiskReport {
     /// --disk-model hdd|ssd`); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<DiskModelStats>,
+    /// The disk's RAIDP side, from nodes run with an Lstor for it (`weft serve node --lstor`);
+    /// absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raidp: Option<RaidpReport>,
+}
+
+/// The RAIDP side of a disk ([`DiskReport::raidp`]): JSON `{"state":"ready"|"unformatted"|
+/// "refused", "reason", "superchunk_bytes", "parities", "pending"}`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RaidpReport {
+    /// `ready` (Lstor open: takes RAIDP writes), `unformatted` (no Lstor and no slot yet: the
+    /// first RAIDP write creates the Lstor) or `refused` (Lstor missing, corrupt or foreign
+    /// while slots exist: no RAIDP write is taken; `reason` says why).
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superchunk_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parities: Option<u32>,
+    /// Journal records not cleared yet.
+    #[serde(default)]
+    pub pending: u64,
+}
+
+impl RaidpReport {
+    /// Whether the disk can take RAIDP writes (now, or after its Lstor is created).
+    pub fn usable(&self) -> bool {
+        self.state == "ready" || self.state == "unformatted"
+    }
 }
 
 /// What a disk's hardware model did since the node started ([`DiskReport::model`]): JSON

@@ -195,6 +195,11 @@ pub struct NodeArgs {
     /// A disk directory (created if missing); repeat for more disks. Disk i is the i-th given.
     #[arg(long = "disk", value_name = "DIR", required = true)]
     pub disks: Vec<PathBuf>,
+    /// The Lstor of a disk, for RAIDP buckets: a directory on a device that fails apart
+    /// from the disk and is faster than it (NVMe, PMEM; `weft up` uses /dev/shm). Repeat in
+    /// disk order: the i-th --lstor is disk i's. A disk without one takes no RAIDP data.
+    #[arg(long = "lstor", value_name = "DIR")]
+    pub lstors: Vec<PathBuf>,
     /// Address to listen on (port 0, the default, picks a free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
@@ -371,7 +376,20 @@ async fn serve_node(args: NodeArgs) -> Result<(), CliError> {
             key.principal()
         ));
     }
+    if args.lstors.len() > args.disks.len() {
+        return Err(cli_error!(
+            "{} --lstor for {} --disk: give at most one Lstor per disk, in disk order",
+            args.lstors.len(),
+            args.disks.len()
+        ));
+    }
+    for dir in &args.lstors {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| cli_error!("cannot create Lstor directory {}: {e}", dir.display()))?;
+    }
+    let lstors = args.lstors.iter().cloned().map(Some).collect();
     let mut config = weft_node::NodeConfig::new(node_id, args.listen, args.disks, key);
+    config.lstors = lstors;
     config.meta_url = Some(meta);
     config.heartbeat_interval_ms = args.heartbeat_ms;
     config.rack = args.rack;

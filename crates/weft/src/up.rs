@@ -208,6 +208,12 @@ pub struct UpArgs {
     /// --meta-listen has port 0].
     #[arg(long)]
     pub s3_listen: Option<SocketAddr>,
+    /// Where every disk's Lstor (RAIDP's per-disk parity device) lives [default: a
+    /// directory of this cluster's under /dev/shm, memory-backed like the paper's NVRAM,
+    /// else DIR/lstors with a warning]. A deployment points `weft serve node --lstor` at an
+    /// NVMe or PMEM device instead.
+    #[arg(long, value_name = "DIR")]
+    pub lstor_dir: Option<PathBuf>,
     /// Print one JSON object when ready (as in DIR/cluster.json), then one JSON line per
     /// event ({"event": "exited" | "restarted" | "stopping" | "stopped", ...}); notes go to
     /// stderr. A stream, so JSON Lines: `--json-lines` is the same flag.
@@ -292,6 +298,8 @@ struct Plan {
     disk_model: Option<String>,
     net_model: Option<String>,
     s3_listen: SocketAddr,
+    /// The directory holding every disk's Lstor.
+    lstor_dir: PathBuf,
 }
 
 impl Plan {
@@ -321,6 +329,13 @@ impl Plan {
     fn disks(&self, id: u32) -> Vec<PathBuf> {
         (0..self.disks_per_node)
             .map(|j| self.dir.join(format!("node-{id}")).join(format!("disk-{j}")))
+            .collect()
+    }
+
+    /// The Lstor directory of each disk of node `id`.
+    fn lstors(&self, id: u32) -> Vec<PathBuf> {
+        (0..self.disks_per_node)
+            .map(|j| self.lstor_dir.join(format!("node-{id}-disk-{j}")))
             .collect()
     }
 }
@@ -407,7 +422,9 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
         args.full_ratio.unwrap_or(defaults.full_ratio()),
     )
     .map_err(|e| cli_error!("--nearfull-ratio / --full-ratio: {e}"))?;
+    let lstor_dir = lstor_dir(args, &dir, out)?;
     Ok(Plan {
+        lstor_dir,
         dir,
         nodes,
         disks_per_node,
@@ -426,6 +443,48 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
             SocketAddr::new(args.meta_listen.ip(), port)
         }),
     })
+}
+
+/// The file in DIR naming where this cluster's Lstors live, so a restart finds them.
+const LSTOR_DIR_FILE: &str = "lstor-dir";
+
+/// Where the Lstors live: `--lstor-dir`, else where DIR/lstor-dir says (an earlier run
+/// chose it), else a new directory of this cluster's own under /dev/shm (a name no other
+/// cluster has: a stale Lstor must never meet a fresh disk), else DIR/lstors with a warning.
+fn lstor_dir(args: &UpArgs, dir: &Path, out: Out) -> Result<PathBuf, CliError> {
+    let record = dir.join(LSTOR_DIR_FILE);
+    let chosen = match (&args.lstor_dir, std::fs::read_to_string(&record)) {
+        (Some(given), _) => given.clone(),
+        (None, Ok(text)) if !text.trim().is_empty() => PathBuf::from(text.trim()),
+        (None, _) => {
+            let shm = Path::new("/dev/shm");
+            let writable = std::fs::metadata(shm).is_ok_and(|m| m.is_dir() && !m.permissions().readonly());
+            if writable {
+                use std::hash::{BuildHasher, Hasher};
+                let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+                hasher.write(dir.as_os_str().as_encoded_bytes());
+                hasher.write_u128(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos()),
+                );
+                shm.join(format!("weft-lstors-{:016x}", hasher.finish()))
+            } else {
+                out.warn(&format!(
+                    "no /dev/shm here: the Lstors go to {}, on the disks' own device (RAIDP                      then survives fewer failures than it should; give --lstor-dir)",
+                    dir.join("lstors").display()
+                ));
+                dir.join("lstors")
+            }
+        }
+    };
+    std::fs::create_dir_all(&chosen)
+        .map_err(|e| cli_error!("cannot create the Lstor directory {}: {e}", chosen.display()))?;
+    let chosen = std::fs::canonicalize(&chosen)
+        .map_err(|e| cli_error!("cannot resolve {}: {e}", chosen.display()))?;
+    std::fs::write(&record, format!("{}\n", chosen.display()))
+        .map_err(|e| cli_error!("cannot write {}: {e}", record.display()))?;
+    Ok(chosen)
 }
 
 /// Says when a setting does less than it may seem to.
@@ -1184,6 +1243,9 @@ fn start(
         ];
         for disk in &disks {
             node_args.extend(["--disk".to_owned(), text(disk)]);
+        }
+        for lstor in plan.lstors(id) {
+            node_args.extend(["--lstor".to_owned(), text(&lstor)]);
         }
         if let Some(rack) = plan.rack(id) {
             node_args.extend(["--rack".to_owned(), rack.to_string()]);
