@@ -168,6 +168,7 @@ mod tests {
                 total_bytes: Some(1000),
                 state: DiskState::Nearfull,
                 model: None,
+                raidp: None,
             }],
             rack: None,
         };
