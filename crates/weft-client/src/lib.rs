@@ -31,6 +31,7 @@ pub mod meta;
 pub mod meter;
 pub mod node;
 pub mod object;
+pub mod raidp;
 pub mod read;
 pub mod repair;
 pub mod s3_support;

@@ -51,7 +51,7 @@ impl fmt::Display for NodeFailure {
 }
 
 impl NodeFailure {
-    fn new(kind: FailureKind, cause: impl Into<String>) -> NodeFailure {
+    pub(crate) fn new(kind: FailureKind, cause: impl Into<String>) -> NodeFailure {
         NodeFailure { kind, cause: cause.into() }
     }
 
@@ -95,7 +95,7 @@ pub struct ClientLink {
 /// An unreachable node's cause names the node's address, not the request's URL: it is the
 /// same for every unit on that node, so a failure remembered from one unit's read (the
 /// degraded-read cache) reads true for the others.
-fn transport(error: reqwest::Error) -> NodeFailure {
+pub(crate) fn transport(error: reqwest::Error) -> NodeFailure {
     let unreachable = |what: &str, error: reqwest::Error| {
         let node = error
             .url()
@@ -113,7 +113,7 @@ fn transport(error: reqwest::Error) -> NodeFailure {
 }
 
 /// Turns a non-success answer into a failure carrying the node's error body.
-async fn failure_of(response: reqwest::Response) -> NodeFailure {
+pub(crate) async fn failure_of(response: reqwest::Response) -> NodeFailure {
     let status = response.status();
     let body = response.text().await.unwrap_or_default();
     let kind = match status {
@@ -149,13 +149,18 @@ impl NodeClient {
         NodeClient { link: Some(std::sync::Arc::new(link)), ..self.clone() }
     }
 
+    /// The connection pool (requests are sent through [`NodeClient::send`], which signs them).
+    pub(crate) fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
     /// The client's link, when it has one.
     pub fn link(&self) -> Option<&ClientLink> {
         self.link.as_deref()
     }
 
     /// Signs `request` for node `node_id` and sends it.
-    async fn send(
+    pub(crate) async fn send(
         &self,
         node_id: u32,
         request: reqwest::RequestBuilder,

@@ -68,6 +68,50 @@ pub struct ObjectInfo {
     digests_next: Option<usize>,
     /// The JSON meta sent, for `--json` output.
     pub raw: serde_json::Value,
+    /// A RAIDP object's extents (it has no units then); None for a striped object.
+    pub raidp: Option<RaidpInfo>,
+}
+
+/// Where a RAIDP object's bytes are (meta's `raidp` field): runs of superchunks, each on two
+/// replicas at the same slot index and offset.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct RaidpInfo {
+    /// 0 when meta's reply did not name the map (commit, delete): only the extents' own
+    /// fields are known then.
+    #[serde(default)]
+    pub superchunk_bytes: u64,
+    #[serde(default)]
+    pub lstors: usize,
+    pub extents: Vec<RaidpExtentInfo>,
+}
+
+/// One run of a RAIDP object's bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct RaidpExtentInfo {
+    pub superchunk: u64,
+    #[serde(default)]
+    pub slot: u32,
+    pub offset: u64,
+    pub bytes: u64,
+    #[serde(default)]
+    pub replicas: Vec<ReplicaInfo>,
+}
+
+/// A replica of a superchunk: its node and disk, and how it stands.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ReplicaInfo {
+    pub node: u32,
+    pub disk: u32,
+    pub endpoint: Option<String>,
+    /// `up`, `down` (its node), `failed` (the disk) or `refused` (its Lstor).
+    pub state: String,
+}
+
+impl ReplicaInfo {
+    /// Whether the replica is worth asking (meta did not call it down, failed or refused).
+    pub fn is_up(&self) -> bool {
+        self.state == "up" && self.endpoint.is_some()
+    }
 }
 
 #[derive(Deserialize)]
@@ -133,6 +177,8 @@ struct RawObject {
     digests: bool,
     #[serde(default)]
     units_next: Option<usize>,
+    #[serde(default)]
+    raidp: Option<RaidpInfo>,
 }
 
 #[derive(Deserialize)]
@@ -174,8 +220,30 @@ impl ObjectInfo {
             }
         }
         let layout = raw.layout;
+        // A RAIDP object has no units: its bytes are in superchunks.
+        let unit_bytes = if raw.raidp.is_some() { 0 } else { raw.size };
         let expected: usize =
-            (0..layout.groups(raw.size)).map(|g| layout.group_units(raw.size, g).len()).sum();
+            (0..layout.groups(unit_bytes)).map(|g| layout.group_units(unit_bytes, g).len()).sum();
+        if let Some(raidp) = &raw.raidp {
+            let listed: u64 = raidp.extents.iter().map(|e| e.bytes).sum();
+            if listed != raw.size {
+                return Err(bad(format!(
+                    "its extents hold {listed} bytes, its size is {}",
+                    raw.size
+                )));
+            }
+            // Superchunk size 0: the reply did not name the map (commit, delete).
+            let past = |e: &&RaidpExtentInfo| {
+                raidp.superchunk_bytes > 0
+                    && e.offset.saturating_add(e.bytes) > raidp.superchunk_bytes
+            };
+            if let Some(e) = raidp.extents.iter().find(past) {
+                return Err(bad(format!(
+                    "{} bytes at {} of superchunk {} run past its {} bytes",
+                    e.bytes, e.offset, e.superchunk, raidp.superchunk_bytes
+                )));
+            }
+        }
         // A large object: the units not listed are named from its placement.
         let mut digests_next = None;
         if let Some(placement) = raw.placement.filter(|_| units.len() < expected) {
@@ -224,6 +292,7 @@ impl ObjectInfo {
             units,
             digests_next,
             raw: value,
+            raidp: raw.raidp,
         })
     }
 

@@ -604,6 +604,9 @@ impl Client {
         if let Some(trace) = &self.trace {
             trace.record(&object.bucket, &object.key, start, len, size);
         }
+        if object.raidp.is_some() {
+            return self.get_raidp(&object, start, len, out, progress).await;
+        }
         let layout = object.layout;
         let window = window_bytes(&layout);
         // Windows are aligned to whole stripe rows (the first may start mid-row).

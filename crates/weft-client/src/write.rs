@@ -826,6 +826,9 @@ impl Client {
             .begin(bucket, key, size, options.policy.as_ref(), avoid)
             .await
             .map_err(|e| (e, Vec::new()))?;
+        if object.raidp.is_some() {
+            return self.put_raidp(object, size, reader, options, started).await;
+        }
         let code = match object.layout.code.build() {
             Ok(code) => code,
             Err(error) => {

@@ -442,8 +442,19 @@ impl SuperchunkMap {
     /// on both that the fewest disks use: slot indices fill evenly, so a recovery, which needs
     /// a receiver with the superchunk's own slot index free, finds one on many disks.
     pub fn allocate(&mut self) -> Result<SuperchunkId, SuperchunkError> {
+        self.allocate_among(&|_| true)
+    }
+
+    /// [`SuperchunkMap::allocate`] on the disks `usable` accepts only (those reachable now:
+    /// a superchunk is written as soon as it is allocated).
+    pub fn allocate_among(
+        &mut self,
+        usable: &dyn Fn(&DiskLocation) -> bool,
+    ) -> Result<SuperchunkId, SuperchunkError> {
         let slot_use = self.slot_use();
-        let mut order: Vec<usize> = (0..self.disks.len()).filter(|&i| self.up(i)).collect();
+        let mut order: Vec<usize> = (0..self.disks.len())
+            .filter(|&i| self.up(i) && usable(&self.disks[i].location))
+            .collect();
         order.sort_by_key(|&i| (self.load(i), i));
         let mut best: Option<(usize, usize, usize, u32)> = None;
         for (position, &a) in order.iter().enumerate() {

@@ -12,8 +12,8 @@ use weft_layout::{DiskLocation, Placement, UnitId};
 
 use crate::records::{
     check_new_bucket_name, BucketRecord, Enqueued, Heartbeat, NewTransition, NodeRecord,
-    ObjectName, ObjectRecord, ObjectState, Policy, RepairLease, RepairOutcome, RepairRequest,
-    RepairTask, TransitionRecord,
+    ObjectName, ObjectRecord, ObjectState, Policy, RaidpExtent, RaidpPolicy, RepairLease,
+    RepairOutcome, RepairRequest, RepairTask, TransitionRecord,
 };
 use crate::store::check_digests;
 use crate::store::{
@@ -208,10 +208,11 @@ impl MetaStore for MemStore {
             .collect())
     }
 
-    fn create_bucket(
+    fn create_bucket_with(
         &self,
         name: &str,
         default_policy: Policy,
+        raidp: Option<RaidpPolicy>,
         now_ms: u64,
     ) -> Result<BucketRecord, MetaError> {
         check_new_bucket_name(name)?;
@@ -224,7 +225,7 @@ impl MetaStore for MemStore {
         if state.buckets.contains_key(name) {
             return Err(MetaError::BucketExists { bucket: name.into() });
         }
-        let record = BucketRecord { name: name.into(), default_policy, created_ms: now_ms };
+        let record = BucketRecord { name: name.into(), default_policy, created_ms: now_ms, raidp };
         state.buckets.insert(name.into(), record.clone());
         Ok(record)
     }
@@ -262,6 +263,17 @@ impl MetaStore for MemStore {
         placement: Placement,
         now_ms: u64,
     ) -> Result<ObjectRecord, MetaError> {
+        self.begin_raidp_object(bucket, key, placement, None, now_ms)
+    }
+
+    fn begin_raidp_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        placement: Placement,
+        raidp: Option<Vec<RaidpExtent>>,
+        now_ms: u64,
+    ) -> Result<ObjectRecord, MetaError> {
         check_new_object(bucket, key, &placement)?;
         let mut state = self.lock();
         if !state.buckets.contains_key(bucket) {
@@ -277,6 +289,7 @@ impl MetaStore for MemStore {
             generation: state.next_generation,
             parity_generation: 0,
             digests: Digests::new(),
+            raidp,
         };
         state.writes.insert(key_of(bucket, key), record.clone());
         Ok(record)

@@ -44,8 +44,31 @@ pub type Policy = StripedLayout;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BucketRecord {
     pub name: String,
+    /// The striped policy of new objects; for a RAIDP bucket, two copies (rep(2)), which is
+    /// what RAIDP keeps, as a transition out of the tier would start from.
     pub default_policy: Policy,
     pub created_ms: u64,
+    /// Set for a RAIDP bucket (`--code raidp`): new objects go to superchunks, not units.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raidp: Option<RaidpPolicy>,
+}
+
+/// The RAIDP tier's geometry, one for the whole cluster (its superchunk map): the size of a
+/// superchunk and how many parities each disk's Lstor keeps (1: XOR, survives any two disk
+/// failures; 2: XOR and a Reed-Solomon parity, any three).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RaidpPolicy {
+    pub superchunk_bytes: u64,
+    pub lstors: u32,
+}
+
+/// A run of a RAIDP object's bytes: `bytes` bytes at `offset` of superchunk `superchunk`
+/// (the same offset on both its replicas).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RaidpExtent {
+    pub superchunk: u64,
+    pub offset: u64,
+    pub bytes: u64,
 }
 
 /// Whether an object's units are all durable yet.
@@ -75,6 +98,10 @@ pub struct ObjectRecord {
     /// before digests existed, or by a client that sent none. Never partial
     /// ([`crate::store::check_digests`]).
     pub digests: Digests,
+    /// A RAIDP object's bytes, in object order, in superchunks; `None` for a striped one. A
+    /// RAIDP object has no units: its placement is an empty one (size 0) of its bucket's
+    /// default policy, so nothing that walks units (repair, gc, scrub) meets it.
+    pub raidp: Option<Vec<RaidpExtent>>,
 }
 
 /// Unit digests by unit.
@@ -88,7 +115,10 @@ impl ObjectRecord {
 
     /// The object's size in bytes.
     pub fn size(&self) -> u64 {
-        self.placement.object_size()
+        match &self.raidp {
+            Some(extents) => extents.iter().map(|e| e.bytes).sum(),
+            None => self.placement.object_size(),
+        }
     }
 }
 
@@ -409,6 +439,9 @@ pub(crate) struct StoredObject {
     /// the object has none (so objects stored before digests existed read unchanged).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     digests: String,
+    /// A RAIDP object's extents; absent for striped objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    raidp: Option<Vec<RaidpExtent>>,
 }
 
 fn is_zero(value: &u64) -> bool {
@@ -453,6 +486,7 @@ impl StoredObject {
                     })
                     .collect(),
             },
+            raidp: record.raidp.clone(),
         }
     }
 
@@ -512,6 +546,7 @@ impl StoredObject {
             generation: self.generation,
             parity_generation: self.parity_generation,
             digests,
+            raidp: self.raidp,
         })
     }
 }

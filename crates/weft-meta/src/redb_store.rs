@@ -37,8 +37,9 @@ use weft_layout::{DiskLocation, Placement};
 
 use crate::records::{
     check_new_bucket_name, decode, encode, unit_name, BucketRecord, Enqueued, Heartbeat,
-    NewTransition, NodeRecord, ObjectName, ObjectRecord, ObjectState, Policy, RepairLease,
-    RepairOutcome, RepairRequest, RepairTask, StoredObject, TransitionRecord, FORMAT_VERSION,
+    NewTransition, NodeRecord, ObjectName, ObjectRecord, ObjectState, Policy, RaidpExtent,
+    RaidpPolicy, RepairLease, RepairOutcome, RepairRequest, RepairTask, StoredObject,
+    TransitionRecord, FORMAT_VERSION,
 };
 use crate::store::{
     check_digests, check_namespace, check_new_object, check_new_transition, enqueue_step, holds,
@@ -613,10 +614,11 @@ impl MetaStore for RedbStore {
         Ok(out)
     }
 
-    fn create_bucket(
+    fn create_bucket_with(
         &self,
         name: &str,
         default_policy: Policy,
+        raidp: Option<RaidpPolicy>,
         now_ms: u64,
     ) -> Result<BucketRecord, MetaError> {
         check_new_bucket_name(name)?;
@@ -625,7 +627,7 @@ impl MetaStore for RedbStore {
             key: String::new(),
             reason: e.to_string(),
         })?;
-        let record = BucketRecord { name: name.into(), default_policy, created_ms: now_ms };
+        let record = BucketRecord { name: name.into(), default_policy, created_ms: now_ms, raidp };
         let db = self.db()?;
         let txn = db.begin_write().map_err(store)?;
         {
@@ -685,6 +687,17 @@ impl MetaStore for RedbStore {
         placement: Placement,
         now_ms: u64,
     ) -> Result<ObjectRecord, MetaError> {
+        self.begin_raidp_object(bucket, key, placement, None, now_ms)
+    }
+
+    fn begin_raidp_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        placement: Placement,
+        raidp: Option<Vec<RaidpExtent>>,
+        now_ms: u64,
+    ) -> Result<ObjectRecord, MetaError> {
         check_new_object(bucket, key, &placement)?;
         let db = self.db()?;
         let txn = db.begin_write().map_err(store)?;
@@ -705,6 +718,7 @@ impl MetaStore for RedbStore {
                 generation,
                 parity_generation: 0,
                 digests: Digests::new(),
+                raidp,
             };
             let mut writes = txn.open_table(WRITES).map_err(store)?;
             let bytes = encode(&StoredObject::from_record(&record));
@@ -1484,7 +1498,12 @@ mod tests {
         let refused = store.create_bucket("b", policy(2), 1).unwrap_err();
         assert!(matches!(refused, MetaError::InvalidName { what: "bucket", .. }), "{refused}");
         assert!(refused.to_string().contains("3 to 63 characters"), "{refused}");
-        let old = BucketRecord { name: "b".into(), default_policy: policy(2), created_ms: 1 };
+        let old = BucketRecord {
+            name: "b".into(),
+            default_policy: policy(2),
+            created_ms: 1,
+            raidp: None,
+        };
         let txn = store.db().unwrap().begin_write().unwrap();
         txn.open_table(BUCKETS).unwrap().insert("b", encode(&old).as_slice()).unwrap();
         txn.commit().unwrap();

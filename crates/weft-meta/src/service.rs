@@ -78,6 +78,7 @@ mod inventory;
 mod liveness;
 mod lost;
 mod objects;
+mod raidp;
 mod repairs;
 mod transitions;
 
@@ -194,6 +195,9 @@ struct Meta {
     /// The next new object's turn in the round-robin of placements' first domains
     /// ([`weft_layout::seed_for_turn`]); starts at a clock-drawn value.
     placement_turn: AtomicU64,
+    /// Held across every change of the RAIDP state (`raidp`): allocations read, change and
+    /// store it whole.
+    raidp: tokio::sync::Mutex<()>,
 }
 
 impl Meta {
@@ -342,6 +346,7 @@ pub async fn bind_with_faults(
         scrub: inventory::ScrubState::default(),
         heartbeat_failure: std::sync::Mutex::new(None),
         placement_turn: AtomicU64::new(now_ms()),
+        raidp: tokio::sync::Mutex::new(()),
     });
     let guard = Guard {
         verifier: Arc::new(Verifier::for_meta(&config.secret)),
@@ -417,6 +422,7 @@ fn router(meta: Shared, guard: Guard) -> Router {
             "/v1/records/{namespace}/{*name}",
             put(gateway::put).get(gateway::get).delete(gateway::delete),
         )
+        .route("/v1/raidp", get(raidp::map))
         .route("/v1/deletions", get(deletions::list))
         .route("/v1/deletions/done", post(deletions::done))
         .route("/v1/references", get(gc::references))
@@ -945,11 +951,70 @@ async fn create_bucket(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let (nodes, domains) = cluster_size(&meta).await?;
+    if let Some(asked) = raidp_request(&body)? {
+        return create_raidp_bucket(meta, name, asked).await;
+    }
     let policy = parse_policy_over(&body, default_policy_for(domains))?;
     check_fits(&policy, nodes, domains, meta.failure_domain)?;
     let now = now_ms();
     let record = blocking(&meta, move |store| store.create_bucket(&name, policy, now)).await?;
     tracing::info!(bucket = %record.name, "bucket created");
+    Ok((StatusCode::CREATED, Json(json!(record))).into_response())
+}
+
+/// The superchunk size and Lstor count a bucket body asks for when its code is `raidp`
+/// (`{"code":"raidp","superchunk_bytes":N,"lstors":1|2}`, both optional), else None.
+fn raidp_request(body: &[u8]) -> Result<Option<(Option<u64>, Option<u32>)>, ApiError> {
+    let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(body) else {
+        return Ok(None);
+    };
+    if fields.get("code").and_then(Value::as_str) != Some("raidp") {
+        return Ok(None);
+    }
+    let mut asked = (None, None);
+    for (name, value) in &fields {
+        let number = || {
+            value.as_u64().ok_or_else(|| {
+                ApiError::bad_request(format!("{name} must be a non-negative integer"))
+            })
+        };
+        match name.as_str() {
+            "code" => {}
+            "superchunk_bytes" => asked.0 = Some(number()?),
+            "lstors" => asked.1 = Some(u32::try_from(number()?).unwrap_or(u32::MAX)),
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown field {other:?} of a RAIDP policy: use code, superchunk_bytes, lstors"
+                )))
+            }
+        }
+    }
+    Ok(Some(asked))
+}
+
+/// Creates a RAIDP bucket: its geometry is the cluster's map's (made now if there is none).
+async fn create_raidp_bucket(
+    meta: Shared,
+    name: String,
+    asked: (Option<u64>, Option<u32>),
+) -> Result<Response, ApiError> {
+    if let (Some(superchunk_bytes), Some(lstors)) = asked {
+        raidp::check_policy(&crate::RaidpPolicy { superchunk_bytes, lstors })?;
+    }
+    let (live, level) = (meta.liveness(), meta.failure_domain);
+    let two_copies =
+        parse_policy_over(br#"{"code":"rep(2)","stripe_width":1}"#, default_policy_json())?;
+    let _raidp = meta.raidp.lock().await;
+    let record = blocking(&meta, move |store| {
+        let nodes = store.list_nodes()?;
+        let policy = match raidp::policy_for_bucket(store, asked, &nodes, &live, level)? {
+            Ok(policy) => policy,
+            Err(api) => return Ok(Err(api)),
+        };
+        Ok(Ok(store.create_bucket_with(&name, two_copies, Some(policy), now_ms())?))
+    })
+    .await??;
+    tracing::info!(bucket = %record.name, "RAIDP bucket created");
     Ok((StatusCode::CREATED, Json(json!(record))).into_response())
 }
 

@@ -44,8 +44,8 @@ use weft_layout::{DiskLocation, LayoutError, Placement, UnitId};
 use crate::error::TransitionConflict;
 use crate::records::{
     check_bucket_name, check_key, BucketRecord, Enqueued, Heartbeat, NewTransition, NodeRecord,
-    ObjectName, ObjectRecord, Policy, RepairKind, RepairLease, RepairOutcome, RepairRequest,
-    RepairTask, TransitionRecord,
+    ObjectName, ObjectRecord, Policy, RaidpExtent, RaidpPolicy, RepairKind, RepairLease,
+    RepairOutcome, RepairRequest, RepairTask, TransitionRecord,
 };
 use crate::{Digests, MetaError};
 
@@ -58,7 +58,14 @@ pub const GATEWAY_NAMESPACES: &[&str] = &["access_keys", "uploads", "object_attr
 
 /// Record namespaces meta keeps for itself (node enrolment), in the same table as the
 /// gateway's but never reachable through the records routes.
-pub const INTERNAL_NAMESPACES: &[&str] = &[ENROLLED_NODES, LOST_OBJECTS, DELETIONS, WRITE_DIGESTS];
+pub const INTERNAL_NAMESPACES: &[&str] =
+    &[ENROLLED_NODES, LOST_OBJECTS, DELETIONS, WRITE_DIGESTS, RAIDP];
+
+/// Meta's RAIDP state (one record, [`RAIDP_STATE`]): the superchunk map and how far each
+/// superchunk is filled.
+pub const RAIDP: &str = "raidp";
+/// The name of the RAIDP state's record.
+pub const RAIDP_STATE: &str = "state";
 
 /// The namespace of unit digests sent ahead of a commit (`POST .../objects/{key}/digests`):
 /// name `<generation, 20 digits>/<index of the page's first unit, 10 digits>`, value `{unit
@@ -147,6 +154,16 @@ pub trait MetaStore: Send + Sync {
         name: &str,
         default_policy: Policy,
         now_ms: u64,
+    ) -> Result<BucketRecord, MetaError> {
+        self.create_bucket_with(name, default_policy, None, now_ms)
+    }
+    /// Creates an empty bucket, a RAIDP one when `raidp` is set.
+    fn create_bucket_with(
+        &self,
+        name: &str,
+        default_policy: Policy,
+        raidp: Option<RaidpPolicy>,
+        now_ms: u64,
     ) -> Result<BucketRecord, MetaError>;
     fn get_bucket(&self, name: &str) -> Result<BucketRecord, MetaError>;
     /// Replaces a bucket's default policy (objects already stored keep theirs; `weft
@@ -165,6 +182,16 @@ pub trait MetaStore: Send + Sync {
         bucket: &str,
         key: &str,
         placement: Placement,
+        now_ms: u64,
+    ) -> Result<ObjectRecord, MetaError>;
+    /// [`MetaStore::begin_object`] of a RAIDP object: `placement` is its empty one (size 0),
+    /// `raidp` its extents in superchunks (allocated by the caller).
+    fn begin_raidp_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        placement: Placement,
+        raidp: Option<Vec<RaidpExtent>>,
         now_ms: u64,
     ) -> Result<ObjectRecord, MetaError>;
     /// Commits the write of `generation` once all its units are durable, with the writer's

@@ -37,10 +37,7 @@ use weft_wire::RaidpReport;
 use crate::api::{ApiError, ApiResult};
 use crate::Node;
 
-/// Largest slot write body and slot or parity read range, in bytes.
-pub const MAX_SLOT_IO_BYTES: u64 = 8 << 20;
-/// Header of a slot write: the crc32c of its body, decimal.
-pub const CRC_HEADER: &str = "x-weft-crc32c";
+pub use weft_wire::{RAIDP_CRC_HEADER as CRC_HEADER, RAIDP_MAX_IO_BYTES as MAX_SLOT_IO_BYTES};
 /// Most sequence numbers one clear may name.
 pub const MAX_CLEAR_SEQS: usize = 4096;
 
@@ -118,7 +115,8 @@ impl RaidpSide {
         let mut state = self.lock();
         match (&*state, format) {
             (SideState::Ready(disk), Some((bytes, parities)))
-                if disk.lstor().superchunk_bytes() != bytes || disk.lstor().parities() != parities =>
+                if disk.lstor().superchunk_bytes() != bytes
+                    || disk.lstor().parities() != parities =>
             {
                 Err(ApiError::new(
                     StatusCode::CONFLICT,
@@ -161,7 +159,9 @@ impl RaidpSide {
     /// What heartbeats and `/v1/health` say of this side.
     pub(crate) fn report(&self) -> RaidpReport {
         match &*self.lock() {
-            SideState::Unformatted => RaidpReport { state: "unformatted".into(), ..Default::default() },
+            SideState::Unformatted => {
+                RaidpReport { state: "unformatted".into(), ..Default::default() }
+            }
             SideState::Refused(reason) => RaidpReport {
                 state: "refused".into(),
                 reason: Some(reason.clone()),
@@ -282,10 +282,8 @@ pub(crate) async fn write(
             )
         })?;
     bounded("a slot write", declared)?;
-    let crc: u32 = headers
-        .get(CRC_HEADER)
-        .and_then(|v| v.to_str().ok()?.parse().ok())
-        .ok_or_else(|| {
+    let crc: u32 =
+        headers.get(CRC_HEADER).and_then(|v| v.to_str().ok()?.parse().ok()).ok_or_else(|| {
             ApiError::bad_request(CRC_HEADER, format!("a slot write needs {CRC_HEADER}"))
         })?;
     let data = axum::body::to_bytes(body, MAX_SLOT_IO_BYTES as usize).await.map_err(|e| {
@@ -356,20 +354,14 @@ pub(crate) async fn parity(
             format!("this Lstor keeps {} parities", disk.lstor().parities()),
         ));
     }
-    let bytes = blocking(move || {
-        Ok(disk.lstor().parity(index, query.offset, query.len as usize)?)
-    })
-    .await?;
+    let bytes =
+        blocking(move || Ok(disk.lstor().parity(index, query.offset, query.len as usize)?)).await?;
     node.metrics.bytes_out(bytes.len() as u64);
     Ok(octets(bytes))
 }
 
 fn octets(bytes: Vec<u8>) -> Response {
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/octet-stream")],
-        Bytes::from(bytes),
-    )
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/octet-stream")], Bytes::from(bytes))
         .into_response()
 }
 

@@ -131,12 +131,16 @@ async fn slot_writes_keep_the_lstor_the_xor_of_the_slots() {
     }
     // An update in place (read-modify-write) keeps the parity true.
     node.write(0, 1000, &pattern(5000, 9)).await;
-    let verify: Value = node.post("/v1/disks/0/raidp/verify", json!({})).await.json().await.unwrap();
+    let verify: Value =
+        node.post("/v1/disks/0/raidp/verify", json!({})).await.json().await.unwrap();
     assert_eq!(verify["clean"], true, "{verify}");
     let pending: Value = node.get("/v1/disks/0/raidp/pending").await.json().await.unwrap();
     assert_eq!(pending["pending"].as_array().unwrap().len(), 3);
     assert_eq!(pending["pending"][0]["seq"], s1);
-    assert_eq!(pending["pending"][1], json!({"seq": s2, "slot": 4, "offset": 100_000, "bytes": 200_000}));
+    assert_eq!(
+        pending["pending"][1],
+        json!({"seq": s2, "slot": 4, "offset": 100_000, "bytes": 200_000})
+    );
     let seqs: Vec<u64> =
         pending["pending"].as_array().unwrap().iter().map(|r| r["seq"].as_u64().unwrap()).collect();
     let cleared: Value =
@@ -147,22 +151,27 @@ async fn slot_writes_keep_the_lstor_the_xor_of_the_slots() {
     // Bad input changes nothing.
     let data = pattern(4096, 3);
     let (status, code) =
-        error_code(node.write_as(0, 1, 0, &data, crc32c::crc32c(&data) ^ 1, SUPERCHUNK).await).await;
+        error_code(node.write_as(0, 1, 0, &data, crc32c::crc32c(&data) ^ 1, SUPERCHUNK).await)
+            .await;
     assert_eq!((status, code.as_str()), (StatusCode::BAD_REQUEST, "bad_checksum"));
     let (status, code) =
-        error_code(node.write_as(0, 1, 0, &data, crc32c::crc32c(&data), SUPERCHUNK * 2).await).await;
+        error_code(node.write_as(0, 1, 0, &data, crc32c::crc32c(&data), SUPERCHUNK * 2).await)
+            .await;
     assert_eq!((status, code.as_str()), (StatusCode::CONFLICT, "raidp_mismatch"));
     let (status, _) = error_code(
         node.write_as(0, 1, SUPERCHUNK - 10, &data, crc32c::crc32c(&data), SUPERCHUNK).await,
     )
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    let (status, code) = error_code(node.write_as(1, 0, 0, &data, crc32c::crc32c(&data), SUPERCHUNK).await).await;
+    let (status, code) =
+        error_code(node.write_as(1, 0, 0, &data, crc32c::crc32c(&data), SUPERCHUNK).await).await;
     assert_eq!((status, code.as_str()), (StatusCode::NOT_FOUND, "no_lstor"));
-    let (status, code) = error_code(node.get("/v1/disks/0/raidp/slots/0?offset=0&len=9000000").await).await;
+    let (status, code) =
+        error_code(node.get("/v1/disks/0/raidp/slots/0?offset=0&len=9000000").await).await;
     assert_eq!((status, code.as_str()), (StatusCode::PAYLOAD_TOO_LARGE, "too_large"));
     assert!(node.state().await["slots"].as_array().unwrap().iter().all(|s| s["slot"] != 1));
-    let verify: Value = node.post("/v1/disks/0/raidp/verify", json!({})).await.json().await.unwrap();
+    let verify: Value =
+        node.post("/v1/disks/0/raidp/verify", json!({})).await.json().await.unwrap();
     assert_eq!(verify["clean"], true, "{verify}");
 
     // A corrupt slot byte is found by verify and refused by reads.
@@ -170,10 +179,12 @@ async fn slot_writes_keep_the_lstor_the_xor_of_the_slots() {
     let mut bytes = std::fs::read(&slot_file).unwrap();
     bytes[150_000] ^= 0x40;
     std::fs::write(&slot_file, bytes).unwrap();
-    let verify: Value = node.post("/v1/disks/0/raidp/verify", json!({})).await.json().await.unwrap();
+    let verify: Value =
+        node.post("/v1/disks/0/raidp/verify", json!({})).await.json().await.unwrap();
     assert_eq!(verify["clean"], false);
     assert_eq!(verify["corrupt_slots"], json!([4]));
-    let (status, code) = error_code(node.get("/v1/disks/0/raidp/slots/4?offset=131072&len=100").await).await;
+    let (status, code) =
+        error_code(node.get("/v1/disks/0/raidp/slots/4?offset=131072&len=100").await).await;
     assert_eq!((status, code.as_str()), (StatusCode::INTERNAL_SERVER_ERROR, "corrupt"));
 }
 
@@ -193,7 +204,8 @@ async fn a_disk_whose_lstor_is_gone_refuses_raidp_writes_and_still_reads() {
     assert_eq!((status, code.as_str()), (StatusCode::SERVICE_UNAVAILABLE, "lstor_refused"));
     // No fresh Lstor was made up for it.
     assert!(!lstor.join("lstor.header").exists());
-    let verify: Value = node.post("/v1/disks/0/raidp/verify", json!({})).await.json().await.unwrap();
+    let verify: Value =
+        node.post("/v1/disks/0/raidp/verify", json!({})).await.json().await.unwrap();
     assert_eq!(verify["clean"], false);
     // Heartbeats and health say so too.
     let health: Value = node.get("/v1/health").await.json().await.unwrap();

@@ -76,6 +76,12 @@ pub struct DiskReport {
     pub raidp: Option<RaidpReport>,
 }
 
+/// The header of a RAIDP slot write that carries the crc32c of its body, decimal: the body
+/// is streamed unsigned, the header is in the signed head.
+pub const RAIDP_CRC_HEADER: &str = "x-weft-crc32c";
+/// Largest RAIDP slot write body, and slot or parity read range, one request carries.
+pub const RAIDP_MAX_IO_BYTES: u64 = 8 << 20;
+
 /// The RAIDP side of a disk ([`DiskReport::raidp`]): JSON `{"state":"ready"|"unformatted"|
 /// "refused", "reason", "superchunk_bytes", "parities", "pending"}`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

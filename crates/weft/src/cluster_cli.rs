@@ -985,8 +985,18 @@ pub struct BucketCreateArgs {
     pub name: String,
     /// The bucket's default policy; flags not given take meta's defaults (rs(6,3), stripe
     /// width 2, 1 MiB cells, 8 MiB blocks).
+    /// `--code raidp` makes a RAIDP bucket: two replicas of every byte plus a parity device
+    /// (Lstor) per disk, so any two disk failures lose nothing (docs/raidp.md).
     #[command(flatten)]
     pub policy: crate::objects_cli::PolicyArgs,
+    /// RAIDP only: the superchunk size, e.g. 1GiB (the default) or 64MiB. One for the
+    /// whole cluster: the first RAIDP bucket fixes it.
+    #[arg(long, value_parser = crate::parse_size)]
+    pub superchunk: Option<usize>,
+    /// RAIDP only: parities each disk's Lstor keeps: 1 (XOR; any two disk failures) or 2
+    /// (XOR and Reed-Solomon; any three).
+    #[arg(long)]
+    pub lstors: Option<u32>,
     #[command(flatten)]
     pub meta: MetaUrlArgs,
     /// Print meta's bucket record as one JSON object.
@@ -1043,6 +1053,20 @@ fn bucket_policy(args: BucketPolicyArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// How a bucket stores new objects: its RAIDP geometry, or its default striped policy.
+fn describe_bucket(record: &Value) -> String {
+    let raidp = &record["raidp"];
+    if raidp.is_object() {
+        return format!(
+            "raidp: two replicas, superchunks of {}, {} Lstor parit{} per disk",
+            raidp["superchunk_bytes"].as_u64().map_or("?".to_owned(), format_size),
+            raidp["lstors"],
+            if raidp["lstors"] == 1 { "y" } else { "ies" }
+        );
+    }
+    describe_policy(&record["default_policy"])
+}
+
 /// `rs(6,3), stripe width 2, 1 MiB cells, 8 MiB blocks`.
 fn describe_policy(policy: &Value) -> String {
     let size = |name: &str| policy[name].as_u64().map_or("?".to_owned(), format_size);
@@ -1055,8 +1079,43 @@ fn describe_policy(policy: &Value) -> String {
     )
 }
 
+/// The body creating a RAIDP bucket (`--code raidp`), or None for a striped one.
+fn raidp_body(args: &BucketCreateArgs) -> Result<Option<Value>, CliError> {
+    let raidp = args.policy.code.code.trim().eq_ignore_ascii_case("raidp");
+    if !raidp {
+        if args.superchunk.is_some() || args.lstors.is_some() {
+            return Err(cli_error!(
+                "--superchunk and --lstors are for RAIDP buckets (--code raidp)"
+            ));
+        }
+        return Ok(None);
+    }
+    let code = &args.policy.code;
+    let striped = [code.k, code.r, code.d, code.l, code.g].iter().any(Option::is_some)
+        || args.policy.stripe_width.is_some()
+        || args.policy.cell.is_some()
+        || args.policy.block.is_some();
+    if striped {
+        return Err(cli_error!(
+            "--code raidp keeps two replicas of superchunks: it takes --superchunk and \
+             --lstors, not --k/--r/--d/--l/--g, --stripe-width, --cell or --block"
+        ));
+    }
+    let mut body = json!({ "code": "raidp" });
+    if let Some(bytes) = args.superchunk {
+        body["superchunk_bytes"] = json!(bytes);
+    }
+    if let Some(lstors) = args.lstors {
+        body["lstors"] = json!(lstors);
+    }
+    Ok(Some(body))
+}
+
 fn bucket_create(args: BucketCreateArgs) -> Result<(), CliError> {
-    let body = Value::Object(args.policy.overrides()?);
+    let body = match raidp_body(&args)? {
+        Some(body) => body,
+        None => Value::Object(args.policy.overrides()?),
+    };
     let client = args.meta.client()?;
     let record = client.put(&["buckets", &args.name], Some(&body))?;
     if args.json {
@@ -1065,7 +1124,7 @@ fn bucket_create(args: BucketCreateArgs) -> Result<(), CliError> {
         println!(
             "bucket {} created: {}",
             record["name"].as_str().unwrap_or(&args.name),
-            describe_policy(&record["default_policy"])
+            describe_bucket(&record)
         );
     }
     Ok(())
@@ -1084,11 +1143,7 @@ fn bucket_ls(args: BucketLsArgs) -> Result<(), CliError> {
         return Ok(());
     }
     for bucket in &buckets {
-        println!(
-            "{:<24}  {}",
-            bucket["name"].as_str().unwrap_or("?"),
-            describe_policy(&bucket["default_policy"])
-        );
+        println!("{:<24}  {}", bucket["name"].as_str().unwrap_or("?"), describe_bucket(bucket));
     }
     Ok(())
 }

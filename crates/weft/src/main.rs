@@ -327,7 +327,8 @@ macro_rules! cli_error {
 #[derive(Debug, Clone, clap::Args)]
 pub struct CodeArgs {
     /// Code: a family (rs, rep, hh-xor, hh-xor+, hh-nonxor, clay, lrc) with the flags below,
-    /// or a full name such as rs(10,4), clay(8,4,11) or lrc(10,2,2).
+    /// or a full name such as rs(10,4), clay(8,4,11) or lrc(10,2,2); `weft bucket create`
+    /// also takes raidp (two replicas + per-disk parity).
     #[arg(long, default_value = "rs")]
     pub code: String,
     /// Data units k [default: 6, as in weft's default policy rs(6,3); rep has k = 1].

@@ -458,7 +458,8 @@ fn lstor_dir(args: &UpArgs, dir: &Path, out: Out) -> Result<PathBuf, CliError> {
         (None, Ok(text)) if !text.trim().is_empty() => PathBuf::from(text.trim()),
         (None, _) => {
             let shm = Path::new("/dev/shm");
-            let writable = std::fs::metadata(shm).is_ok_and(|m| m.is_dir() && !m.permissions().readonly());
+            let writable =
+                std::fs::metadata(shm).is_ok_and(|m| m.is_dir() && !m.permissions().readonly());
             if writable {
                 use std::hash::{BuildHasher, Hasher};
                 let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();

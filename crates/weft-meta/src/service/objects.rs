@@ -215,6 +215,10 @@ pub(crate) fn object_json(record: &ObjectRecord, units: UnitsPage) -> Value {
         "units_total": total,
         "units": units.list,
     });
+    if let Some(extents) = &record.raidp {
+        // The record's own facts; replies that know the map add slots and replicas.
+        value["raidp"] = json!({ "extents": extents });
+    }
     if units.from > 0 || listed < total {
         let next = units.from + listed;
         value["units_from"] = json!(units.from);
@@ -416,6 +420,13 @@ async fn begin(
     if let Some(policy) = &body.policy {
         super::check_policy(policy)?;
     }
+    if body.policy.is_none() {
+        let wanted = bucket.clone();
+        let found = blocking(&meta, move |store| store.get_bucket(&wanted)).await?;
+        if found.raidp.is_some() {
+            return begin_raidp(meta, bucket, key, found.default_policy, body).await;
+        }
+    }
     let (live, level) = (meta.liveness(), meta.failure_domain);
     let turn = meta.placement_turn.fetch_add(1, Ordering::Relaxed);
     let (record, nodes) = blocking(&meta, move |store| {
@@ -458,6 +469,66 @@ async fn begin(
     tracing::info!(bucket = %record.bucket, key = %record.key, generation = record.generation, "write begun");
     let units = units_json(&record, &nodes, None)?;
     Ok(Json(object_json(&record, units)))
+}
+
+/// Begins a write to a RAIDP bucket: its bytes get extents at the ends of superchunks
+/// (`super::raidp::allocate`); the record's placement is an empty one of the bucket's default
+/// (two-copy) policy.
+async fn begin_raidp(
+    meta: Shared,
+    bucket: String,
+    key: String,
+    layout: Policy,
+    body: BeginBody,
+) -> Result<Json<Value>, ApiError> {
+    let live = meta.liveness();
+    let level = meta.failure_domain;
+    let _raidp = meta.raidp.lock().await;
+    let (record, state, nodes) = blocking(&meta, move |store| {
+        let nodes = store.list_nodes()?;
+        let (extents, state) =
+            match super::raidp::allocate(store, body.size, &nodes, &live, &body.avoid_nodes)? {
+                Ok(allocated) => allocated,
+                Err(api) => return Ok(Err(api)),
+            };
+        let placement =
+            match weft_layout::Placement::from_parts(layout, 0, level, 0, vec![], vec![]) {
+                Ok(placement) => placement,
+                Err(e) => {
+                    return Ok(Err(ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "internal",
+                        e.to_string(),
+                    )))
+                }
+            };
+        let record = store.begin_raidp_object(&bucket, &key, placement, Some(extents), now_ms())?;
+        Ok(Ok((record, state, nodes)))
+    })
+    .await??;
+    tracing::info!(bucket = %record.bucket, key = %record.key, generation = record.generation, "RAIDP write begun");
+    let units = units_json(&record, &nodes, None)?;
+    let mut value = object_json(&record, units);
+    let extents = record.raidp.as_deref().unwrap_or_default();
+    value["raidp"] =
+        super::raidp::object_raidp_json(extents, &state, &nodes, Some(&meta.liveness()));
+    Ok(Json(value))
+}
+
+/// Adds the `raidp` field to the JSON of a RAIDP object (no-op for striped ones).
+fn with_raidp(
+    store: &dyn crate::MetaStore,
+    record: &ObjectRecord,
+    nodes: &[NodeRecord],
+    live: Option<&Liveness>,
+    value: &mut Value,
+) -> Result<(), MetaError> {
+    if let Some(extents) = &record.raidp {
+        if let Some(state) = super::raidp::load(store)? {
+            value["raidp"] = super::raidp::object_raidp_json(extents, &state, nodes, live);
+        }
+    }
+    Ok(())
 }
 
 async fn commit(
@@ -565,6 +636,7 @@ pub(crate) async fn get_object(
     Path((bucket, key)): Path<(String, String)>,
     Query(page): Query<UnitsQuery>,
 ) -> Result<Json<Value>, ApiError> {
+    let live = meta.liveness();
     let found = blocking(&meta, move |store| {
         let record = match store.get_object(&bucket, &key) {
             Ok(record) => record,
@@ -577,14 +649,20 @@ pub(crate) async fn get_object(
             Err(other) => return Err(other),
         };
         let unfound = super::lost::unfound_units(store, &record)?;
-        Ok(Ok((record, store.list_nodes()?, unfound)))
+        let nodes = store.list_nodes()?;
+        let mut raidp = Value::Null;
+        with_raidp(store, &record, &nodes, Some(&live), &mut raidp)?;
+        Ok(Ok((record, nodes, unfound, raidp)))
     })
     .await??;
-    let (record, nodes, unfound) = found;
+    let (record, nodes, unfound, raidp) = found;
     let (from, limit) =
         (page.units_from.unwrap_or(0), page.units_limit.unwrap_or(MAX_LISTED_UNITS));
     let units = units_page_json(&record, &nodes, Some(&meta.liveness()), from, limit)?;
     let mut value = object_json(&record, units);
+    if !raidp.is_null() {
+        value["raidp"] = raidp["raidp"].clone();
+    }
     // Only when there are some, so that a healthy object's body is the same everywhere.
     if !unfound.is_empty() {
         value["unfound_units"] = json!(unfound);

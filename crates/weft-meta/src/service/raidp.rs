@@ -1,0 +1,444 @@
+//! RAIDP in meta (docs/raidp.md, docs/meta-api.md "RAIDP"): the cluster's one superchunk map,
+//! the RAIDP bucket policy, and where RAIDP objects' bytes go.
+//!
+//! Invariants:
+//! - One RAIDP state per cluster (the internal record `raidp/state`): the geometry (superchunk
+//!   size, Lstors per disk), the superchunk map (`weft_layout::superchunk`, both rules
+//!   checked on every load) and each superchunk's fill (bytes appended so far). It is made
+//!   by the first RAIDP bucket; a bucket asking for another geometry is refused (409
+//!   `raidp_geometry`).
+//! - Every change of the state is made under `Meta::raidp`'s lock, read-modify-write, so
+//!   two writes never get the same bytes of a superchunk.
+//! - Appends only (log-structured): an object's bytes go to the end of open superchunks
+//!   whose both replicas are usable now, then to new superchunks on usable disks; a
+//!   superchunk's bytes once handed out are never handed out again, so a write that crashed
+//!   after allocation leaves a gap, never a clash. Writes to a superchunk with a replica on
+//!   a down, failed or refused disk are diverted to others.
+//! - A disk is usable for RAIDP when its node is up, it is neither failed nor full, and its
+//!   node reports an Lstor that is `ready` or `unformatted` with no other geometry. Disks
+//!   that become usable later join the map (growth) at their next allocation.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use axum::{extract::State, http::StatusCode, Json};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use weft_layout::superchunk::{SuperchunkId, SuperchunkMap, MAX_SLOTS_PER_DISK};
+use weft_layout::{DiskLocation, FailureDomain};
+use weft_wire::DiskState;
+
+use super::liveness::Liveness;
+use super::{blocking, ApiError, Shared};
+use crate::store::{RAIDP, RAIDP_STATE};
+use crate::{MetaError, MetaStore, NodeRecord, RaidpExtent, RaidpPolicy};
+
+/// Smallest superchunk: 64 KiB (one checksum segment).
+pub const MIN_SUPERCHUNK_BYTES: u64 = 64 << 10;
+/// Largest superchunk: 64 GiB.
+pub const MAX_SUPERCHUNK_BYTES: u64 = 64 << 30;
+/// Slots a disk offers when its node does not say how large it is.
+const DEFAULT_SLOTS: u32 = 64;
+/// Most slots per disk with two parities (their coefficients 2^slot must be distinct in
+/// GF(2^8)).
+const MAX_SLOTS_TWO_PARITIES: u32 = 255;
+
+/// The cluster's RAIDP state, as stored.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct RaidpState {
+    pub(crate) policy: RaidpPolicy,
+    pub(crate) map: SuperchunkMap,
+    /// Per superchunk, the bytes appended so far: the next append's offset.
+    #[serde(default)]
+    pub(crate) fill: BTreeMap<SuperchunkId, u64>,
+}
+
+/// Checks a RAIDP policy's numbers.
+pub(crate) fn check_policy(policy: &RaidpPolicy) -> Result<(), ApiError> {
+    let invalid =
+        |message: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_policy", message);
+    if !(MIN_SUPERCHUNK_BYTES..=MAX_SUPERCHUNK_BYTES).contains(&policy.superchunk_bytes)
+        || policy.superchunk_bytes % 4096 != 0
+    {
+        return Err(invalid(format!(
+            "a superchunk of {} bytes: give a multiple of 4 KiB from {MIN_SUPERCHUNK_BYTES} \
+             to {MAX_SUPERCHUNK_BYTES} bytes",
+            policy.superchunk_bytes
+        )));
+    }
+    if !(1..=2).contains(&policy.lstors) {
+        return Err(invalid(format!(
+            "--lstors {}: each disk keeps 1 parity (XOR: any two disk failures) or 2 (XOR and \
+             Reed-Solomon: any three)",
+            policy.lstors
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn load(store: &dyn MetaStore) -> Result<Option<RaidpState>, MetaError> {
+    match store.get_record(RAIDP, RAIDP_STATE)? {
+        None => Ok(None),
+        Some(value) => serde_json::from_value(value).map(Some).map_err(|e| MetaError::Corrupt {
+            table: "records",
+            key: format!("{RAIDP}/{RAIDP_STATE}"),
+            reason: e.to_string(),
+        }),
+    }
+}
+
+fn save(store: &dyn MetaStore, state: &RaidpState) -> Result<(), MetaError> {
+    let value = serde_json::to_value(state).expect("RAIDP state serializes");
+    store.put_record(RAIDP, RAIDP_STATE, &value, false)
+}
+
+/// Why a disk is not usable for RAIDP now, or None when it is.
+fn unusable(
+    node: &NodeRecord,
+    disk: &crate::DiskReport,
+    live: &Liveness,
+    policy: &RaidpPolicy,
+) -> Option<String> {
+    if live.is_down(node) {
+        return Some("node down".into());
+    }
+    if let Some(failed) = &disk.failed {
+        return Some(format!("disk failed: {failed}"));
+    }
+    if disk.state == DiskState::Full {
+        return Some("disk full".into());
+    }
+    let Some(report) = &disk.raidp else {
+        return Some("no Lstor (weft serve node --lstor)".into());
+    };
+    if !report.usable() {
+        return Some(format!(
+            "Lstor {}: {}",
+            report.state,
+            report.reason.as_deref().unwrap_or("no reason given")
+        ));
+    }
+    let other = report.superchunk_bytes.is_some_and(|b| b != policy.superchunk_bytes)
+        || report.parities.is_some_and(|p| p != policy.lstors);
+    if other {
+        return Some(format!(
+            "its Lstor keeps {:?} parities of {:?}-byte superchunks, not the cluster's",
+            report.parities, report.superchunk_bytes
+        ));
+    }
+    None
+}
+
+/// The usable disks of up nodes, with their slot counts.
+fn usable_disks(
+    nodes: &[NodeRecord],
+    live: &Liveness,
+    policy: &RaidpPolicy,
+) -> Vec<(DiskLocation, u32)> {
+    let most = match policy.lstors {
+        1 => MAX_SLOTS_PER_DISK,
+        _ => MAX_SLOTS_TWO_PARITIES,
+    };
+    nodes
+        .iter()
+        .flat_map(|node| {
+            node.disks.iter().filter(|d| unusable(node, d, live, policy).is_none()).map(|d| {
+                let slots = d
+                    .total_bytes
+                    .map_or(DEFAULT_SLOTS as u64, |total| total / policy.superchunk_bytes)
+                    .min(u64::from(most)) as u32;
+                (node.disk_location(d.index), slots)
+            })
+        })
+        .filter(|(_, slots)| *slots > 0)
+        .collect()
+}
+
+fn geometry_conflict(have: &RaidpPolicy, asked: &RaidpPolicy) -> ApiError {
+    let mut error = ApiError::new(
+        StatusCode::CONFLICT,
+        "raidp_geometry",
+        format!(
+            "this cluster's RAIDP map has superchunks of {} bytes and {} Lstor parities per \
+             disk; a bucket asking for {} bytes and {} cannot share it (leave --superchunk \
+             and --lstors out to use the cluster's)",
+            have.superchunk_bytes, have.lstors, asked.superchunk_bytes, asked.lstors
+        ),
+    );
+    error.body["superchunk_bytes"] = json!(have.superchunk_bytes);
+    error.body["lstors"] = json!(have.lstors);
+    error
+}
+
+/// The policy a new RAIDP bucket gets: the cluster's when it has a map (refused if `asked`
+/// names another geometry), else `asked` (with defaults) and a new map over the usable
+/// disks. Called under `Meta::raidp`'s lock.
+pub(crate) fn policy_for_bucket(
+    store: &dyn MetaStore,
+    asked: (Option<u64>, Option<u32>),
+    nodes: &[NodeRecord],
+    live: &Liveness,
+    level: FailureDomain,
+) -> Result<Result<RaidpPolicy, ApiError>, MetaError> {
+    if let Some(state) = load(store)? {
+        let have = state.policy;
+        let wanted = RaidpPolicy {
+            superchunk_bytes: asked.0.unwrap_or(have.superchunk_bytes),
+            lstors: asked.1.unwrap_or(have.lstors),
+        };
+        return Ok(if wanted == have { Ok(have) } else { Err(geometry_conflict(&have, &wanted)) });
+    }
+    let policy = RaidpPolicy {
+        superchunk_bytes: asked.0.unwrap_or(DEFAULT_SUPERCHUNK_BYTES),
+        lstors: asked.1.unwrap_or(1),
+    };
+    if let Err(e) = check_policy(&policy) {
+        return Ok(Err(e));
+    }
+    let disks = usable_disks(nodes, live, &policy);
+    let domains: BTreeSet<_> = disks.iter().map(|(d, _)| d.domain(level)).collect();
+    if domains.len() < 2 {
+        let reasons: Vec<String> = nodes
+            .iter()
+            .flat_map(|n| {
+                n.disks.iter().filter_map(move |d| {
+                    unusable(n, d, live, &policy)
+                        .map(|why| format!("node {} disk {}: {why}", n.node_id, d.index))
+                })
+            })
+            .take(8)
+            .collect();
+        let mut error = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too_few_nodes",
+            format!(
+                "RAIDP keeps two replicas in distinct failure domains ({level}s), but the \
+                 usable disks span {}; {}",
+                domains.len(),
+                if reasons.is_empty() { "start more nodes".into() } else { reasons.join("; ") }
+            ),
+        );
+        error.body["usable_domains"] = json!(domains.len());
+        error.body["needed"] = json!(2);
+        return Ok(Err(error));
+    }
+    let map = match SuperchunkMap::new(&disks, policy.superchunk_bytes, level) {
+        Ok(map) => map,
+        Err(e) => {
+            return Ok(Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "raidp_map",
+                e.to_string(),
+            )))
+        }
+    };
+    save(store, &RaidpState { policy, map, fill: BTreeMap::new() })?;
+    Ok(Ok(policy))
+}
+
+/// Default superchunk size of a new map: 1 GiB (the paper's).
+pub const DEFAULT_SUPERCHUNK_BYTES: u64 = 1 << 30;
+
+/// Allocates `size` bytes for a new RAIDP object: the ends of open superchunks whose replicas
+/// are all usable (and not in `avoid`), then new superchunks. Disks usable now but not in the
+/// map join it first. Called under `Meta::raidp`'s lock.
+pub(crate) fn allocate(
+    store: &dyn MetaStore,
+    size: u64,
+    nodes: &[NodeRecord],
+    live: &Liveness,
+    avoid: &[u32],
+) -> Result<Result<(Vec<RaidpExtent>, RaidpState), ApiError>, MetaError> {
+    let Some(mut state) = load(store)? else {
+        return Ok(Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "no_raidp_map",
+            "no RAIDP map yet: create a RAIDP bucket first (weft bucket create NAME --code raidp)",
+        )));
+    };
+    let usable: Vec<(DiskLocation, u32)> = usable_disks(nodes, live, &state.policy)
+        .into_iter()
+        .filter(|(d, _)| !avoid.contains(&d.node))
+        .collect();
+    for &(disk, slots) in &usable {
+        if !state.map.disks().iter().any(|d| d.location == disk) {
+            if let Err(e) = state.map.add_disk(disk, slots) {
+                tracing::warn!(node = disk.node, disk = disk.disk, error = %e, "RAIDP: disk not added to the map");
+            }
+        }
+    }
+    let ok: BTreeSet<DiskLocation> = usable.iter().map(|(d, _)| *d).collect();
+    let bytes = state.policy.superchunk_bytes;
+    let mut extents = Vec::new();
+    let mut left = size;
+    let open: Vec<SuperchunkId> = state
+        .map
+        .superchunks()
+        .filter(|s| s.replicas.len() == 2 && s.replicas.iter().all(|r| ok.contains(r)))
+        .map(|s| s.id)
+        .filter(|id| state.fill.get(id).copied().unwrap_or(0) < bytes)
+        .collect();
+    let mut open = open.into_iter();
+    while left > 0 {
+        let id = match open.next() {
+            Some(id) => id,
+            None => match state.map.allocate_among(&|d| ok.contains(d)) {
+                Ok(id) => id,
+                Err(e) => {
+                    let mut error = ApiError::new(
+                        StatusCode::INSUFFICIENT_STORAGE,
+                        "raidp_full",
+                        format!(
+                            "no room for {size} bytes in the RAIDP tier: {e}; add disks (with \
+                             --lstor) or delete objects"
+                        ),
+                    );
+                    error.body["usable_disks"] = json!(ok.len());
+                    return Ok(Err(error));
+                }
+            },
+        };
+        let fill = state.fill.entry(id).or_insert(0);
+        let take = left.min(bytes - *fill);
+        extents.push(RaidpExtent { superchunk: id, offset: *fill, bytes: take });
+        *fill += take;
+        left -= take;
+    }
+    save(store, &state)?;
+    Ok(Ok((extents, state)))
+}
+
+/// How a replica stands: `up`, `down` (its node), `failed` (the disk, in the map) or
+/// `refused` (its Lstor).
+fn replica_state(
+    disk: &DiskLocation,
+    state: &RaidpState,
+    by_id: &BTreeMap<u32, &NodeRecord>,
+    live: Option<&Liveness>,
+) -> &'static str {
+    if state.map.disks().iter().any(|d| d.location == *disk && d.failed) {
+        return "failed";
+    }
+    let Some(node) = by_id.get(&disk.node) else { return "unknown" };
+    if live.is_some_and(|live| live.is_down(node)) {
+        return "down";
+    }
+    match node.disks.iter().find(|d| d.index == disk.disk) {
+        Some(d) if d.failed.is_some() => "failed",
+        Some(d) if d.raidp.as_ref().is_some_and(|r| r.state == "refused") => "refused",
+        _ => "up",
+    }
+}
+
+/// The `raidp` field of an object's JSON: geometry and each extent with its superchunk's slot
+/// and replicas (node, disk, endpoint, state).
+pub(crate) fn object_raidp_json(
+    extents: &[RaidpExtent],
+    state: &RaidpState,
+    nodes: &[NodeRecord],
+    live: Option<&Liveness>,
+) -> Value {
+    let by_id: BTreeMap<u32, &NodeRecord> = nodes.iter().map(|n| (n.node_id, n)).collect();
+    let list: Vec<Value> = extents
+        .iter()
+        .map(|extent| {
+            let superchunk = state.map.superchunk(extent.superchunk);
+            let replicas: Vec<Value> = superchunk
+                .map(|s| {
+                    s.replicas
+                        .iter()
+                        .map(|disk| {
+                            json!({
+                                "node": disk.node,
+                                "disk": disk.disk,
+                                "endpoint": by_id.get(&disk.node).map(|n| n.endpoint.clone()),
+                                "state": replica_state(disk, state, &by_id, live),
+                            })
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            json!({
+                "superchunk": extent.superchunk,
+                "slot": superchunk.map(|s| s.slot),
+                "offset": extent.offset,
+                "bytes": extent.bytes,
+                "replicas": replicas,
+            })
+        })
+        .collect();
+    json!({
+        "superchunk_bytes": state.policy.superchunk_bytes,
+        "lstors": state.policy.lstors,
+        "extents": list,
+    })
+}
+
+/// `GET /v1/raidp`: the map — geometry, disks (slots, superchunks held, failed, Lstor state),
+/// superchunks (slot, replicas, fill, at risk, lost) and the pairs of disks sharing one.
+pub(crate) async fn map(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
+    let live = meta.liveness();
+    let (state, nodes) = blocking(&meta, |store| Ok((load(store)?, store.list_nodes()?))).await?;
+    let Some(state) = state else {
+        return Ok(Json(json!({ "exists": false, "disks": [], "superchunks": [] })));
+    };
+    let by_id: BTreeMap<u32, &NodeRecord> = nodes.iter().map(|n| (n.node_id, n)).collect();
+    let at_risk: BTreeSet<SuperchunkId> = state.map.at_risk().into_iter().collect();
+    let lost: BTreeSet<SuperchunkId> = state.map.lost().into_iter().collect();
+    let disks: Vec<Value> = state
+        .map
+        .disks()
+        .iter()
+        .map(|d| {
+            let report = by_id
+                .get(&d.location.node)
+                .and_then(|n| n.disks.iter().find(|r| r.index == d.location.disk))
+                .and_then(|r| r.raidp.clone());
+            json!({
+                "node": d.location.node,
+                "disk": d.location.disk,
+                "rack": d.location.rack,
+                "slots": d.slots,
+                "failed": d.failed,
+                "state": replica_state(&d.location, &state, &by_id, Some(&live)),
+                "endpoint": by_id.get(&d.location.node).map(|n| n.endpoint.clone()),
+                "superchunks": state.map.superchunks_on(&d.location).iter().map(|(slot, id)| json!({"slot": slot, "superchunk": id})).collect::<Vec<_>>(),
+                "lstor": report,
+            })
+        })
+        .collect();
+    let superchunks: Vec<Value> = state
+        .map
+        .superchunks()
+        .map(|s| {
+            json!({
+                "id": s.id,
+                "slot": s.slot,
+                "replicas": s.replicas.iter().map(|r| json!({"node": r.node, "disk": r.disk})).collect::<Vec<_>>(),
+                "filled_bytes": state.fill.get(&s.id).copied().unwrap_or(0),
+                "at_risk": at_risk.contains(&s.id),
+                "lost": lost.contains(&s.id),
+            })
+        })
+        .collect();
+    // 1-sharing: each superchunk held on two disks is the one thing those two share.
+    let shared: Vec<Value> = state
+        .map
+        .superchunks()
+        .filter(|s| s.replicas.len() == 2)
+        .map(|s| {
+            let [a, b] = [s.replicas[0], s.replicas[1]];
+            json!({ "disks": [[a.node, a.disk], [b.node, b.disk]], "superchunk": s.id })
+        })
+        .collect();
+    Ok(Json(json!({
+        "exists": true,
+        "superchunk_bytes": state.policy.superchunk_bytes,
+        "lstors": state.policy.lstors,
+        "failure_domain": state.map.level().to_string(),
+        "disks": disks,
+        "superchunks": superchunks,
+        "shared": shared,
+        "at_risk": at_risk,
+        "lost": lost,
+    })))
+}
