@@ -117,9 +117,9 @@ impl NodeClient {
         Ok(())
     }
 
-    /// A RAIDP call answering JSON on disk `disk` of node `node` (`GET` when `body` is None):
-    /// `raidp` (state), `raidp/pending`, `raidp/verify`.
-    pub async fn raidp_json(
+    /// A call answering JSON on disk `disk` of node `node` (`POST` with `body`, else `GET`):
+    /// `raidp` (state), `raidp/pending`, `raidp/verify`, the drills `fail` and `replace`.
+    pub async fn disk_json(
         &self,
         node: u32,
         endpoint: &str,
@@ -401,5 +401,562 @@ impl Client {
             extent.slot,
             errors.join("; ")
         )))
+    }
+}
+
+/// A disk as meta's RAIDP plans name it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+pub struct PlanDisk {
+    pub node: u32,
+    pub disk: u32,
+    #[serde(default)]
+    pub endpoint: Option<String>,
+}
+
+impl PlanDisk {
+    fn replica(&self) -> ReplicaInfo {
+        ReplicaInfo {
+            node: self.node,
+            disk: self.disk,
+            endpoint: self.endpoint.clone(),
+            state: "up".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+struct PlannedTransfer {
+    superchunk: u64,
+    slot: u32,
+    bytes: u64,
+    from: PlanDisk,
+    to: PlanDisk,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+struct RebuildSource {
+    slot: u32,
+    superchunk: u64,
+    disk: PlanDisk,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+struct RebuildVia {
+    via: PlanDisk,
+    sources: Vec<RebuildSource>,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+struct LostSuperchunk {
+    superchunk: u64,
+    slot: u32,
+    bytes: u64,
+    via: Vec<RebuildVia>,
+    onto: Option<Vec<PlanDisk>>,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+struct Plan {
+    #[serde(default)]
+    superchunk_bytes: u64,
+    #[serde(default)]
+    lstors: usize,
+    rounds: Vec<Vec<PlannedTransfer>>,
+    unplaced: Vec<u64>,
+    lost: Vec<LostSuperchunk>,
+}
+
+/// What [`Client::raidp_recover`] did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct RecoveryReport {
+    /// `matching` or `naive`.
+    pub receivers: String,
+    /// Lost superchunks rebuilt from an Lstor and their mirrors.
+    pub rebuilt: Vec<u64>,
+    /// Seconds the rebuilds took.
+    pub rebuild_seconds: f64,
+    /// Rounds of transfers run (each round's transfers in parallel).
+    pub rounds: usize,
+    /// Superchunks re-mirrored.
+    pub transfers: usize,
+    /// Bytes copied by transfers and written by rebuilds (each counted once).
+    pub bytes: u64,
+    /// Seconds the transfers took.
+    pub transfer_seconds: f64,
+    /// At-risk superchunks no disk could take now (they wait for a replaced disk).
+    pub unplaced: Vec<u64>,
+    /// Lost superchunks that could not be rebuilt, with why.
+    pub unrebuilt: Vec<(u64, String)>,
+}
+
+impl Client {
+    /// One recovery pass of the RAIDP tier: every lost superchunk rebuilt (through a failed
+    /// disk's Lstor XOR its other superchunks' mirrors; with two Lstors able to, windows are
+    /// split between them and run in parallel) onto the pair meta chose, then every at-risk
+    /// superchunk re-mirrored from its survivor, round by round, to the receivers `receivers`
+    /// (`matching` or `naive`) picks. Each finished piece of work is recorded in meta's map.
+    pub async fn raidp_recover(&self, receivers: &str, seed: u64) -> Result<RecoveryReport> {
+        let path = format!("/v1/raidp/plan?receivers={receivers}&seed={seed}");
+        let fetch = || async {
+            let value = self.meta.get_json(&path).await?;
+            serde_json::from_value::<Plan>(value)
+                .map_err(|e| ClientError::Invalid(format!("meta sent a bad RAIDP plan: {e}")))
+        };
+        let mut plan = fetch().await?;
+        let mut report = RecoveryReport { receivers: receivers.into(), ..Default::default() };
+        let started = Instant::now();
+        for lost in &plan.lost {
+            match self.rebuild_lost(&plan, lost).await {
+                Ok(bytes) => {
+                    report.rebuilt.push(lost.superchunk);
+                    report.bytes += bytes;
+                }
+                Err(e) => report.unrebuilt.push((lost.superchunk, e.to_string())),
+            }
+        }
+        report.rebuild_seconds = started.elapsed().as_secs_f64();
+        if !plan.lost.is_empty() {
+            // The rebuilt superchunks' new pairs share them now: plan the transfers again.
+            plan = fetch().await?;
+        }
+        let started = Instant::now();
+        for round in &plan.rounds {
+            let copies = round.iter().map(|t| self.transfer(&plan, t));
+            let mut first_error = None;
+            for (done, t) in futures_util::future::join_all(copies).await.into_iter().zip(round) {
+                match done {
+                    Ok(()) => {
+                        report.transfers += 1;
+                        report.bytes += t.bytes;
+                    }
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+            report.rounds += 1;
+            if let Some(error) = first_error {
+                return Err(error);
+            }
+        }
+        report.transfer_seconds = started.elapsed().as_secs_f64();
+        report.unplaced = plan.unplaced.clone();
+        Ok(report)
+    }
+
+    /// Copies an at-risk superchunk's filled bytes from its survivor to its receiver, then
+    /// records the transfer in meta.
+    async fn transfer(&self, plan: &Plan, t: &PlannedTransfer) -> Result<()> {
+        let (from, to) = (t.from.replica(), t.to.replica());
+        let mut at = 0;
+        while at < t.bytes {
+            let len = (t.bytes - at).min(PIECE_BYTES);
+            let extent = RaidpExtentInfo {
+                superchunk: t.superchunk,
+                slot: t.slot,
+                offset: at,
+                bytes: len,
+                replicas: vec![from.clone(), to.clone()],
+            };
+            let bytes = self
+                .nodes
+                .raidp_read(&from, t.slot, at, len)
+                .await
+                .map_err(|f| replica_error(&extent, &from, f))?;
+            self.write_and_clear(&extent, &[&to], at, bytes, plan.superchunk_bytes, plan.lstors)
+                .await?;
+            at += len;
+        }
+        let body = json!({
+            "superchunk": t.superchunk,
+            "from": { "node": t.from.node, "disk": t.from.disk },
+            "to": { "node": t.to.node, "disk": t.to.disk },
+        });
+        self.meta.post_json("/v1/raidp/recovered", body).await?;
+        Ok(())
+    }
+
+    /// Writes one piece to `replicas` through their Lstors and clears their records.
+    async fn write_and_clear(
+        &self,
+        extent: &RaidpExtentInfo,
+        replicas: &[&ReplicaInfo],
+        offset: u64,
+        bytes: Bytes,
+        superchunk_bytes: u64,
+        lstors: usize,
+    ) -> Result<()> {
+        let writes = replicas.iter().map(|replica| {
+            let bytes = bytes.clone();
+            async move {
+                let seq = self
+                    .nodes
+                    .raidp_write(replica, extent.slot, offset, superchunk_bytes, lstors, bytes)
+                    .await
+                    .map_err(|f| replica_error(extent, replica, f))?;
+                Ok::<_, ClientError>((*replica, seq))
+            }
+        });
+        let written = futures_util::future::try_join_all(writes).await?;
+        for (replica, seq) in written {
+            if let Err(f) = self.nodes.raidp_clear(replica, &[seq]).await {
+                tracing::warn!(error = %f, "could not clear a RAIDP journal record");
+            }
+        }
+        Ok(())
+    }
+
+    /// Rebuilds a lost superchunk onto the pair meta chose; returns the bytes written (once).
+    async fn rebuild_lost(&self, plan: &Plan, lost: &LostSuperchunk) -> Result<u64> {
+        let onto = match &lost.onto {
+            Some(pair) if pair.len() == 2 => [pair[0].replica(), pair[1].replica()],
+            _ => {
+                return Err(ClientError::Invalid(format!(
+                    "no pair of disks can take superchunk {} at slot {} now (replace a disk)",
+                    lost.superchunk, lost.slot
+                )))
+            }
+        };
+        if lost.via.is_empty() {
+            return Err(ClientError::Invalid(format!(
+                "superchunk {} is lost and no failed disk's Lstor can rebuild it (a third \
+                 failure took a mirror it needs)",
+                lost.superchunk
+            )));
+        }
+        let windows: Vec<u64> = (0..lost.bytes.div_ceil(PIECE_BYTES)).collect();
+        // Windows alternate between the Lstors able to rebuild, a window per Lstor at a time.
+        let vias = lost.via.len() as u64;
+        let onto = &onto;
+        for batch in windows.chunks(lost.via.len()) {
+            let pieces = batch.iter().map(|&w| {
+                let via = &lost.via[(w % vias) as usize];
+                let at = w * PIECE_BYTES;
+                let len = (lost.bytes - at).min(PIECE_BYTES);
+                async move {
+                    let bytes = self.rebuild_window(lost, via, at, len).await?;
+                    let extent = RaidpExtentInfo {
+                        superchunk: lost.superchunk,
+                        slot: lost.slot,
+                        offset: at,
+                        bytes: len,
+                        replicas: onto.to_vec(),
+                    };
+                    self.write_and_clear(
+                        &extent,
+                        &[&onto[0], &onto[1]],
+                        at,
+                        bytes,
+                        plan.superchunk_bytes,
+                        plan.lstors,
+                    )
+                    .await
+                }
+            });
+            futures_util::future::try_join_all(pieces).await?;
+        }
+        let body = json!({
+            "superchunk": lost.superchunk,
+            "replicas": [
+                { "node": onto[0].node, "disk": onto[0].disk },
+                { "node": onto[1].node, "disk": onto[1].disk },
+            ],
+        });
+        self.meta.post_json("/v1/raidp/recovered", body).await?;
+        Ok(lost.bytes)
+    }
+
+    /// Bytes `[at, at + len)` of a lost superchunk: the failed disk's XOR parity there, XOR
+    /// the same bytes of every other superchunk it held (read from their mirrors).
+    async fn rebuild_window(
+        &self,
+        lost: &LostSuperchunk,
+        via: &RebuildVia,
+        at: u64,
+        len: u64,
+    ) -> Result<Bytes> {
+        let parity = via.via.replica();
+        let url_base = base(&parity).map_err(|f| ClientError::Invalid(f.cause))?;
+        let url =
+            format!("{url_base}/v1/disks/{}/raidp/parity/0?offset={at}&len={len}", parity.disk);
+        let response =
+            self.nodes.send(parity.node, self.nodes.http().get(url)).await.map_err(|f| {
+                ClientError::Invalid(format!(
+                    "the Lstor of node {} disk {}: {f}",
+                    parity.node, parity.disk
+                ))
+            })?;
+        if !response.status().is_success() {
+            let failure = failure_of(response).await;
+            return Err(ClientError::Invalid(format!(
+                "the Lstor of node {} disk {}: {failure}",
+                parity.node, parity.disk
+            )));
+        }
+        let mut acc =
+            response.bytes().await.map_err(|e| ClientError::Invalid(e.to_string()))?.to_vec();
+        if acc.len() as u64 != len {
+            return Err(ClientError::Invalid(format!(
+                "the Lstor of node {} disk {} sent {} of {len} bytes",
+                parity.node,
+                parity.disk,
+                acc.len()
+            )));
+        }
+        let reads = via.sources.iter().map(|source| async move {
+            let replica = source.disk.replica();
+            self.nodes.raidp_read(&replica, source.slot, at, len).await.map_err(|f| {
+                ClientError::Invalid(format!(
+                    "superchunk {}'s mirror on node {} disk {} (rebuilding superchunk {}): {f}",
+                    source.superchunk, replica.node, replica.disk, lost.superchunk
+                ))
+            })
+        });
+        for bytes in futures_util::future::try_join_all(reads).await? {
+            for (a, b) in acc.iter_mut().zip(bytes.iter()) {
+                *a ^= b;
+            }
+        }
+        Ok(Bytes::from(acc))
+    }
+}
+
+/// The crc32c of `len` zero bytes: a slot never written, as its partner's crc must read.
+fn zeros_crc(len: u64) -> u32 {
+    let zeros = vec![0u8; 1 << 20];
+    let mut crc = 0;
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(zeros.len() as u64) as usize;
+        crc = crc32c::crc32c_append(crc, &zeros[..n]);
+        left -= n as u64;
+    }
+    crc
+}
+
+/// A map disk as `GET /v1/raidp` lists it.
+#[derive(Debug, Clone, serde::Deserialize)]
+struct MapDisk {
+    node: u32,
+    disk: u32,
+    failed: bool,
+    state: String,
+    endpoint: Option<String>,
+    superchunks: Vec<MapHeld>,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+struct MapHeld {
+    slot: u32,
+    superchunk: u64,
+}
+
+impl MapDisk {
+    fn replica(&self) -> ReplicaInfo {
+        ReplicaInfo {
+            node: self.node,
+            disk: self.disk,
+            endpoint: self.endpoint.clone(),
+            state: self.state.clone(),
+        }
+    }
+}
+
+impl Client {
+    /// Settles journal records left pending by crashes: a record pending on a disk in two
+    /// listings `settle` apart (a write in flight clears its records within moments) has its
+    /// bytes — already true on that disk — copied to the superchunk's partner replica through
+    /// its Lstor, then both records are cleared. A record whose partner is gone (the
+    /// superchunk is at risk) is cleared: recovery copies this disk's bytes. Returns how many
+    /// records were settled. Assumes no new write of the same bytes is in flight (true for
+    /// records a crash left behind).
+    pub async fn raidp_resolve(&self, settle: std::time::Duration) -> Result<usize> {
+        let map = self.meta.get_json("/v1/raidp").await?;
+        let disks: Vec<MapDisk> = serde_json::from_value(map["disks"].clone())
+            .map_err(|e| ClientError::Invalid(format!("meta sent a bad RAIDP map: {e}")))?;
+        let superchunk_bytes = map["superchunk_bytes"].as_u64().unwrap_or(0);
+        let lstors = map["lstors"].as_u64().unwrap_or(1) as usize;
+        let live: Vec<&MapDisk> = disks.iter().filter(|d| !d.failed && d.state == "up").collect();
+        let pending = |disk: &MapDisk| {
+            let disk = disk.clone();
+            async move {
+                let endpoint = disk.endpoint.clone().unwrap_or_default();
+                let listed = self
+                    .nodes
+                    .disk_json(disk.node, &endpoint, disk.disk, "raidp/pending", None)
+                    .await;
+                let records: Vec<(u64, u32, u64, u64)> = match listed {
+                    Ok(value) => value["pending"]
+                        .as_array()
+                        .map(|records| {
+                            records
+                                .iter()
+                                .filter_map(|r| {
+                                    Some((
+                                        r["seq"].as_u64()?,
+                                        r["slot"].as_u64()? as u32,
+                                        r["offset"].as_u64()?,
+                                        r["bytes"].as_u64()?,
+                                    ))
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    // An Lstor that is refused or unformatted has nothing pending.
+                    Err(_) => Vec::new(),
+                };
+                records
+            }
+        };
+        let first = futures_util::future::join_all(live.iter().map(|d| pending(d))).await;
+        if first.iter().all(Vec::is_empty) {
+            return Ok(0);
+        }
+        tokio::time::sleep(settle).await;
+        let second = futures_util::future::join_all(live.iter().map(|d| pending(d))).await;
+        let mut settled = 0;
+        for ((disk, before), now) in live.iter().zip(first).zip(second) {
+            let replica = disk.replica();
+            for record in now.iter().filter(|r| before.contains(r)) {
+                let (seq, slot, offset, len) = *record;
+                let superchunk =
+                    disk.superchunks.iter().find(|h| h.slot == slot).map(|h| h.superchunk);
+                let partner = superchunk.and_then(|id| {
+                    disks.iter().find(|d| {
+                        !(d.node == disk.node && d.disk == disk.disk)
+                            && !d.failed
+                            && d.superchunks.iter().any(|h| h.superchunk == id && h.slot == slot)
+                    })
+                });
+                if let Some(partner) = partner.filter(|p| p.state == "up") {
+                    let extent = RaidpExtentInfo {
+                        superchunk: superchunk.unwrap_or_default(),
+                        slot,
+                        offset,
+                        bytes: len,
+                        replicas: vec![replica.clone(), partner.replica()],
+                    };
+                    let bytes = self
+                        .nodes
+                        .raidp_read(&replica, slot, offset, len)
+                        .await
+                        .map_err(|f| replica_error(&extent, &replica, f))?;
+                    let partner = partner.replica();
+                    self.write_and_clear(
+                        &extent,
+                        &[&partner],
+                        offset,
+                        bytes,
+                        superchunk_bytes,
+                        lstors,
+                    )
+                    .await?;
+                }
+                self.nodes.raidp_clear(&replica, &[seq]).await.map_err(|f| {
+                    ClientError::Invalid(format!(
+                        "clearing record {seq} on node {} disk {}: {f}",
+                        disk.node, disk.disk
+                    ))
+                })?;
+                settled += 1;
+            }
+        }
+        Ok(settled)
+    }
+
+    /// The RAIDP tier's scrub: every up map disk folds its slots and compares them with its
+    /// Lstor, and the two replicas of every superchunk must hold the same bytes (their
+    /// slots' crc32c over the whole superchunk). `{"clean": true}` only when every Lstor
+    /// matches, no slot is corrupt, every mirror pair agrees, every disk answered and no
+    /// superchunk is lost.
+    pub async fn raidp_verify(&self) -> Result<Value> {
+        let map = self.meta.get_json("/v1/raidp").await?;
+        if map["exists"] != true {
+            return Ok(json!({ "clean": true, "exists": false, "disks": [], "superchunks": 0 }));
+        }
+        let disks: Vec<MapDisk> = serde_json::from_value(map["disks"].clone())
+            .map_err(|e| ClientError::Invalid(format!("meta sent a bad RAIDP map: {e}")))?;
+        let superchunk_bytes = map["superchunk_bytes"].as_u64().unwrap_or(0);
+        let checks = disks.iter().filter(|d| !d.failed).map(|disk| async move {
+            let endpoint = disk.endpoint.clone().unwrap_or_default();
+            let answer = self
+                .nodes
+                .disk_json(disk.node, &endpoint, disk.disk, "raidp/verify", Some(json!({})))
+                .await;
+            (disk, answer)
+        });
+        let mut crcs: std::collections::BTreeMap<(u32, u32, u32), u32> = Default::default();
+        let mut reports = Vec::new();
+        let mut unreachable = Vec::new();
+        let mut clean = true;
+        for (disk, answer) in futures_util::future::join_all(checks).await {
+            match answer {
+                Ok(report) => {
+                    // An Lstor never formatted holds nothing: clean when the disk holds nothing.
+                    let disk_clean = report["clean"] == true;
+                    clean &= disk_clean;
+                    for entry in report["slot_crcs"].as_array().into_iter().flatten() {
+                        if let (Some(slot), Some(crc)) =
+                            (entry["slot"].as_u64(), entry["crc32c"].as_u64())
+                        {
+                            crcs.insert((disk.node, disk.disk, slot as u32), crc as u32);
+                        }
+                    }
+                    reports.push(json!({
+                        "node": disk.node,
+                        "disk": disk.disk,
+                        "clean": disk_clean,
+                        "state": report["state"],
+                        "slots": report["slots"],
+                        "parity_matches": report["parity_matches"],
+                        "corrupt_slots": report["corrupt_slots"],
+                        "reason": report["reason"],
+                    }));
+                }
+                Err(failure) => {
+                    clean = false;
+                    unreachable.push(format!("node {} disk {}: {failure}", disk.node, disk.disk));
+                    reports.push(json!({
+                        "node": disk.node,
+                        "disk": disk.disk,
+                        "clean": false,
+                        "error": failure.cause,
+                    }));
+                }
+            }
+        }
+        let zeros = zeros_crc(superchunk_bytes);
+        let mut mismatches = Vec::new();
+        let mut checked = 0;
+        for superchunk in map["superchunks"].as_array().into_iter().flatten() {
+            let replicas = superchunk["replicas"].as_array().cloned().unwrap_or_default();
+            let (Some(id), Some(slot)) = (superchunk["id"].as_u64(), superchunk["slot"].as_u64())
+            else {
+                continue;
+            };
+            if replicas.len() != 2 {
+                continue;
+            }
+            let crc_of = |r: &Value| {
+                let key = (r["node"].as_u64()? as u32, r["disk"].as_u64()? as u32, slot as u32);
+                Some(crcs.get(&key).copied().unwrap_or(zeros))
+            };
+            checked += 1;
+            if crc_of(&replicas[0]) != crc_of(&replicas[1]) {
+                mismatches.push(id);
+            }
+        }
+        let lost = map["lost"].as_array().cloned().unwrap_or_default();
+        clean &= mismatches.is_empty() && lost.is_empty();
+        Ok(json!({
+            "clean": clean,
+            "exists": true,
+            "disks": reports,
+            "superchunks": checked,
+            "mirror_mismatches": mismatches,
+            "at_risk": map["at_risk"],
+            "lost": lost,
+            "unreachable": unreachable,
+        }))
     }
 }

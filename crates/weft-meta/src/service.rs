@@ -423,6 +423,8 @@ fn router(meta: Shared, guard: Guard) -> Router {
             put(gateway::put).get(gateway::get).delete(gateway::delete),
         )
         .route("/v1/raidp", get(raidp::map))
+        .route("/v1/raidp/plan", get(raidp::plan))
+        .route("/v1/raidp/recovered", post(raidp::recovered))
         .route("/v1/deletions", get(deletions::list))
         .route("/v1/deletions/done", post(deletions::done))
         .route("/v1/references", get(gc::references))

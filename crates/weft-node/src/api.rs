@@ -55,6 +55,8 @@ pub(crate) fn router(node: Shared, guard: weft_auth::axum_layer::Guard) -> Route
         )
         .route("/v1/disks/{disk}/units", get(list_units))
         .route("/v1/disks/{disk}/scrub", post(scrub))
+        .route("/v1/disks/{disk}/fail", post(drill_fail))
+        .route("/v1/disks/{disk}/replace", post(drill_replace))
         .route("/v1/disks/{disk}/raidp", get(raidp::state))
         .route("/v1/disks/{disk}/raidp/slots/{slot}", get(raidp::read).put(raidp::write))
         .route("/v1/disks/{disk}/raidp/parity/{index}", get(raidp::parity))
@@ -107,6 +109,11 @@ impl ApiError {
         let mut error = ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message);
         error.body["what"] = json!(what);
         error
+    }
+
+    /// Whether this is the error of that code.
+    pub(crate) fn is(&self, code: &str) -> bool {
+        self.body["error"] == code
     }
 
     pub(crate) fn with(mut self, field: &str, value: Value) -> ApiError {
@@ -575,6 +582,38 @@ async fn scrub(State(node): State<Shared>, Path(disk): Path<String>) -> ApiResul
 async fn no_route(uri: axum::http::Uri) -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "no_route", format!("no route {}", uri.path()))
         .with("path", json!(uri.path()))
+}
+
+/// `POST /v1/disks/{disk}/fail` (`weft disk fail`, a drill): the disk dies — its units and
+/// RAIDP slots are removed and it reports failed (across restarts) until replaced; its Lstor
+/// stays readable.
+async fn drill_fail(
+    State(node): State<Shared>,
+    Path(disk): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let (index, store) = disk_of(&node, &disk)?;
+    let cause = "failed by a drill (weft disk fail); `weft disk replace` brings an empty disk back";
+    blocking(move || store.drill_fail(cause)).await?;
+    if let Some(side) = node.raidp[index].as_ref() {
+        side.fail(cause);
+    }
+    tracing::warn!(disk = index, "disk failed by a drill: its units and slots are gone");
+    Ok(Json(json!({ "disk": index, "failed": cause })))
+}
+
+/// `POST /v1/disks/{disk}/replace` (`weft disk replace`): an empty disk takes the failed
+/// one's place; its old Lstor is dropped (a fresh one comes with the first RAIDP write).
+async fn drill_replace(
+    State(node): State<Shared>,
+    Path(disk): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let (index, store) = disk_of(&node, &disk)?;
+    blocking(move || store.drill_replace()).await?;
+    if let Some(side) = node.raidp[index].as_ref() {
+        side.replace().map_err(|e| ApiError::internal(format!("dropping the old Lstor: {e}")))?;
+    }
+    tracing::warn!(disk = index, "disk replaced by an empty one");
+    Ok(Json(json!({ "disk": index, "replaced": true })))
 }
 
 async fn health(State(node): State<Shared>) -> ApiResult<Json<Value>> {

@@ -264,11 +264,13 @@ pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
     .await
     .map_err(|join| NodeError::Config(format!("opening disks panicked: {join}")))??;
     let (node_id, paths, lstors) = (config.node_id, config.disks.clone(), config.lstors.clone());
+    let failures: Vec<Option<String>> = disks.iter().map(Disk::failure).collect();
     let raidp = tokio::task::spawn_blocking(move || {
         (0..paths.len())
             .map(|index| {
                 let lstor = lstors.get(index).cloned().flatten()?;
-                Some(raidp::RaidpSide::open(node_id, index, &paths[index], &lstor))
+                let failed = failures[index].clone();
+                Some(raidp::RaidpSide::open(node_id, index, &paths[index], &lstor, failed))
             })
             .collect::<Vec<_>>()
     })

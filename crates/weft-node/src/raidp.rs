@@ -30,7 +30,7 @@ use axum::{
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
-use weft_store::lstor::LstorError;
+use weft_store::lstor::{Lstor, LstorError};
 use weft_store::raidp::{RaidpDisk, RaidpError};
 use weft_wire::RaidpReport;
 
@@ -47,6 +47,12 @@ enum SideState {
     Unformatted,
     Ready(Arc<RaidpDisk>),
     Refused(String),
+    /// The disk failed (a drill, `weft disk fail`): no slot is read or written; its Lstor,
+    /// when it has one, stays readable for a dual-failure rebuild.
+    Failed {
+        cause: String,
+        lstor: Option<Arc<Lstor>>,
+    },
 }
 
 /// One disk's RAIDP side.
@@ -68,8 +74,24 @@ impl RaidpSide {
     /// Opens disk `index`'s RAIDP side: its Lstor if it has one (pending journal records are
     /// made true on disk and in the parity; they stay pending until cleared), else
     /// unformatted when the disk holds no slot, else refused.
-    pub(crate) fn open(node_id: u32, index: usize, disk_dir: &FsPath, lstor_dir: &FsPath) -> Self {
+    pub(crate) fn open(
+        node_id: u32,
+        index: usize,
+        disk_dir: &FsPath,
+        lstor_dir: &FsPath,
+        failed: Option<String>,
+    ) -> Self {
         let disk_id = disk_id(node_id, index);
+        if let Some(cause) = failed {
+            // No replay: the disk's slots are gone; only the parity is kept.
+            let lstor = Lstor::open(lstor_dir, &disk_id).ok().map(Arc::new);
+            return RaidpSide {
+                disk_dir: disk_dir.into(),
+                lstor_dir: lstor_dir.into(),
+                disk_id,
+                state: Mutex::new(SideState::Failed { cause, lstor }),
+            };
+        }
         let state = match RaidpDisk::open(disk_dir, lstor_dir, &disk_id, None) {
             Ok((disk, pending)) => {
                 if !pending.is_empty() {
@@ -135,6 +157,11 @@ impl RaidpSide {
                 "lstor_refused",
                 format!("this disk takes no RAIDP write: {reason}"),
             )),
+            (SideState::Failed { cause, .. }, _) => Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "disk_failed",
+                format!("the disk failed: {cause}"),
+            )),
             (SideState::Unformatted, None) => Err(ApiError::new(
                 StatusCode::NOT_FOUND,
                 "raidp_unformatted",
@@ -156,9 +183,54 @@ impl RaidpSide {
         }
     }
 
+    /// The disk failed: its slots are gone (the caller wiped them), its Lstor is kept.
+    pub(crate) fn fail(&self, cause: &str) {
+        let mut state = self.lock();
+        let lstor = match &*state {
+            SideState::Ready(disk) => Some(disk.shared_lstor()),
+            SideState::Failed { lstor, .. } => lstor.clone(),
+            SideState::Unformatted | SideState::Refused(_) => None,
+        };
+        *state = SideState::Failed { cause: cause.to_owned(), lstor };
+    }
+
+    /// An empty disk replaced the failed one: the old Lstor (the parity of slots that are
+    /// gone) is removed, and the first RAIDP write creates a fresh one.
+    pub(crate) fn replace(&self) -> std::io::Result<()> {
+        let mut state = self.lock();
+        match std::fs::remove_dir_all(&self.lstor_dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        std::fs::create_dir_all(&self.lstor_dir)?;
+        *state = SideState::Unformatted;
+        Ok(())
+    }
+
+    /// The Lstor for parity reads: the open disk's, or a failed disk's kept one.
+    fn parity_source(&self) -> ApiResult<Arc<Lstor>> {
+        match &*self.lock() {
+            SideState::Ready(disk) => Ok(disk.shared_lstor()),
+            SideState::Failed { lstor: Some(lstor), .. } => Ok(lstor.clone()),
+            _ => Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no_parity",
+                "this disk has no readable Lstor",
+            )),
+        }
+    }
+
     /// What heartbeats and `/v1/health` say of this side.
     pub(crate) fn report(&self) -> RaidpReport {
         match &*self.lock() {
+            SideState::Failed { cause, lstor } => RaidpReport {
+                state: "failed".into(),
+                reason: Some(cause.clone()),
+                superchunk_bytes: lstor.as_ref().map(|l| l.superchunk_bytes()),
+                parities: lstor.as_ref().map(|l| l.parities() as u32),
+                pending: 0,
+            },
             SideState::Unformatted => {
                 RaidpReport { state: "unformatted".into(), ..Default::default() }
             }
@@ -329,6 +401,7 @@ pub(crate) async fn read(
     let (offset, len) = (query.offset, query.len as usize);
     let bytes = match side.ready(None) {
         Ok(disk) => blocking(move || disk.read(slot, offset, len)).await?,
+        Err(failed) if failed.is("disk_failed") => return Err(failed),
         Err(_) => {
             // Refused (or never written): the slots stay readable without the Lstor.
             let dir = side.disk_dir.clone();
@@ -347,15 +420,15 @@ pub(crate) async fn parity(
     Query(query): Query<RangeQuery>,
 ) -> ApiResult<Response> {
     bounded("a parity read", query.len)?;
-    let disk = side_of(&node, &disk)?.ready(None)?;
-    if index >= disk.lstor().parities() {
+    let lstor = side_of(&node, &disk)?.parity_source()?;
+    if index >= lstor.parities() {
         return Err(ApiError::bad_request(
             "parity",
-            format!("this Lstor keeps {} parities", disk.lstor().parities()),
+            format!("this Lstor keeps {} parities", lstor.parities()),
         ));
     }
     let bytes =
-        blocking(move || Ok(disk.lstor().parity(index, query.offset, query.len as usize)?)).await?;
+        blocking(move || Ok(lstor.parity(index, query.offset, query.len as usize)?)).await?;
     node.metrics.bytes_out(bytes.len() as u64);
     Ok(octets(bytes))
 }
@@ -438,5 +511,6 @@ pub(crate) async fn verify(
         "slots": report.slots,
         "parity_matches": report.parity_matches,
         "corrupt_slots": report.corrupt_slots,
+        "slot_crcs": report.slot_crcs.iter().map(|(slot, crc)| json!({"slot": slot, "crc32c": crc})).collect::<Vec<_>>(),
     })))
 }

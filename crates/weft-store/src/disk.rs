@@ -55,6 +55,9 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// Name of the layout marker file at the top of a disk directory.
 pub const DISK_MARKER_FILE: &str = "weft-disk";
+/// A file whose presence (its text the cause) keeps a disk failed across restarts: a drill's
+/// failure (`weft disk fail`, [`Disk::drill_fail`]) until [`Disk::drill_replace`].
+pub const DRILL_FAILED_FILE: &str = "drill-failed";
 /// Contents of the layout marker for the layout this build writes and reads.
 pub const DISK_MARKER: &str = "weft-store disk layout 1\n";
 /// Number of fan-out directories under `units/` (two hex digits).
@@ -353,13 +356,14 @@ impl Disk {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0)
             ^ (u64::from(std::process::id()) << 32);
+        let drilled = std::fs::read_to_string(dir.join(DRILL_FAILED_FILE)).ok();
         Ok(Disk {
             inner: Arc::new(DiskInner {
                 dir,
                 units_dir,
                 tmp_dir,
                 fs,
-                failed: Mutex::new(None),
+                failed: Mutex::new(drilled),
                 full: Mutex::new(None),
                 thresholds: Mutex::new(Thresholds::default()),
                 instance,
@@ -382,6 +386,76 @@ impl Disk {
     /// Why the disk refuses work, if it does.
     pub fn failure(&self) -> Option<String> {
         self.inner.failed.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// A drill: the disk dies. Everything on it (units, RAIDP slots, temp files) is removed,
+    /// it turns failed with `cause`, and stays failed across restarts until
+    /// [`Disk::drill_replace`].
+    pub fn drill_fail(&self, cause: &str) -> Result<()> {
+        let dir = self.inner.dir.clone();
+        let io = |op: &'static str, path: &Path, source| StoreError::Io {
+            dir: dir.clone(),
+            key: None,
+            op,
+            path: path.to_path_buf(),
+            source,
+        };
+        let marker = dir.join(DRILL_FAILED_FILE);
+        std::fs::write(&marker, cause).map_err(|e| io("write", &marker, e))?;
+        *self.inner.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(cause.to_owned());
+        self.wipe()
+    }
+
+    /// A drill: an empty disk takes the failed one's place (same directory). Its content is
+    /// removed again, the failure cleared.
+    pub fn drill_replace(&self) -> Result<()> {
+        self.wipe()?;
+        let dir = self.inner.dir.clone();
+        let io = |op: &'static str, path: &Path, source| StoreError::Io {
+            dir: dir.clone(),
+            key: None,
+            op,
+            path: path.to_path_buf(),
+            source,
+        };
+        let fs = &self.inner.fs;
+        fs.create_dir_all(&self.inner.tmp_dir)
+            .map_err(|e| io("create directory", &self.inner.tmp_dir, e))?;
+        for fanout in 0..FANOUT_DIRS {
+            let path = self.inner.units_dir.join(format!("{fanout:02x}"));
+            fs.create_dir_all(&path).map_err(|e| io("create directory", &path, e))?;
+        }
+        let marker = dir.join(DRILL_FAILED_FILE);
+        match std::fs::remove_file(&marker) {
+            Ok(()) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(io("remove", &marker, e)),
+        }
+        fs.sync_dir(&dir).map_err(|e| io("fsync directory", &dir, e))?;
+        *self.inner.failed.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.inner.full.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        Ok(())
+    }
+
+    /// Removes the disk's units, temp files and RAIDP slots (its marker stays).
+    fn wipe(&self) -> Result<()> {
+        let dir = &self.inner.dir;
+        for sub in [&self.inner.units_dir, &self.inner.tmp_dir, &dir.join("superchunks")] {
+            match std::fs::remove_dir_all(sub) {
+                Ok(()) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(source) => {
+                    return Err(StoreError::Io {
+                        dir: dir.clone(),
+                        key: None,
+                        op: "remove",
+                        path: sub.to_path_buf(),
+                        source,
+                    })
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Sets the ratios at which the disk is nearfull and full (default: 0.85 and 0.95).

@@ -31,6 +31,9 @@ use crate::SEGMENT_BYTES;
 
 const SEGMENT: u64 = SEGMENT_BYTES as u64;
 
+/// Bytes of every slot a verify folds at a time.
+pub const VERIFY_WINDOW: u64 = 4 << 20;
+
 fn slot_file(dir: &Path, slot: u32) -> PathBuf {
     dir.join(format!("slot-{slot:06}"))
 }
@@ -88,6 +91,8 @@ pub struct VerifyReport {
     pub parity_matches: Vec<bool>,
     /// Slots with a segment that failed its checksum (their bytes were folded as read).
     pub corrupt_slots: Vec<u32>,
+    /// Per slot, the crc32c of its whole superchunk (zeros past its end).
+    pub slot_crcs: Vec<(u32, u32)>,
 }
 
 impl VerifyReport {
@@ -100,7 +105,7 @@ impl VerifyReport {
 #[derive(Debug)]
 pub struct RaidpDisk {
     dir: PathBuf,
-    lstor: Lstor,
+    lstor: std::sync::Arc<Lstor>,
     /// Held across a whole write, from reading the old bytes to the parity update: the old
     /// bytes a parity is computed from must be the ones the write replaces.
     writes: std::sync::Mutex<()>,
@@ -135,7 +140,7 @@ impl RaidpDisk {
             }
             (Err(e), _) => return Err(e.into()),
         };
-        let disk = RaidpDisk { dir, lstor, writes: std::sync::Mutex::new(()) };
+        let disk = RaidpDisk { dir, lstor: lstor.into(), writes: std::sync::Mutex::new(()) };
         let pending = disk.lstor.pending()?;
         for record in &pending {
             disk.write_slot(record.slot, record.offset, &record.data)?;
@@ -157,6 +162,11 @@ impl RaidpDisk {
 
     pub fn lstor(&self) -> &Lstor {
         &self.lstor
+    }
+
+    /// The Lstor, to keep once the disk is gone (its parity outlives the disk).
+    pub fn shared_lstor(&self) -> std::sync::Arc<Lstor> {
+        self.lstor.clone()
     }
 
     fn slot_path(&self, slot: u32) -> PathBuf {
@@ -317,31 +327,60 @@ impl RaidpDisk {
         Ok(out)
     }
 
-    /// Folds every slot into fresh parities and compares them with the Lstor's.
+    /// Folds every slot into fresh parities and compares them with the Lstor's, a window of
+    /// [`VERIFY_WINDOW`] bytes at a time (memory stays bounded whatever the superchunk size);
+    /// also returns each slot's crc32c over the whole superchunk (zeros past its end), which
+    /// must equal its partner replica's.
     pub fn verify(&self) -> Result<VerifyReport, RaidpError> {
-        let bytes = self.lstor.superchunk_bytes() as usize;
-        let mut acc = vec![vec![0u8; bytes]; self.lstor.parities()];
-        let mut corrupt_slots = Vec::new();
+        let bytes = self.lstor.superchunk_bytes();
         let slots = self.slots()?;
-        for &slot in &slots {
-            let data = match self.read(slot, 0, bytes) {
-                Ok(data) => data,
-                Err(RaidpError::Corrupt { .. }) => {
-                    corrupt_slots.push(slot);
-                    let mut raw = std::fs::read(self.slot_path(slot))
-                        .map_err(Self::io(&self.slot_path(slot)))?;
-                    raw.resize(bytes, 0);
-                    raw
+        let mut corrupt_slots = Vec::new();
+        let mut crcs = vec![0u32; slots.len()];
+        let mut parity_matches = vec![true; self.lstor.parities()];
+        let mut at = 0u64;
+        while at < bytes {
+            let len = VERIFY_WINDOW.min(bytes - at) as usize;
+            let mut acc = vec![vec![0u8; len]; self.lstor.parities()];
+            for (i, &slot) in slots.iter().enumerate() {
+                let data = match self.read(slot, at, len) {
+                    Ok(data) => data,
+                    Err(RaidpError::Corrupt { .. }) => {
+                        if !corrupt_slots.contains(&slot) {
+                            corrupt_slots.push(slot);
+                        }
+                        self.read_raw(slot, at, len)?
+                    }
+                    Err(e) => return Err(e),
+                };
+                crcs[i] = crc32c::crc32c_append(crcs[i], &data);
+                self.lstor.fold(slot, &data, &mut acc);
+            }
+            for (index, expected) in acc.iter().enumerate() {
+                if self.lstor.parity(index, at, len)? != *expected {
+                    parity_matches[index] = false;
                 }
-                Err(e) => return Err(e),
-            };
-            self.lstor.fold(slot, &data, &mut acc);
+            }
+            at += len as u64;
         }
-        let mut parity_matches = Vec::new();
-        for (index, expected) in acc.iter().enumerate() {
-            parity_matches.push(self.lstor.parity(index, 0, bytes)? == *expected);
+        let slot_crcs = slots.iter().copied().zip(crcs).collect();
+        Ok(VerifyReport { slots: slots.len(), parity_matches, corrupt_slots, slot_crcs })
+    }
+
+    /// Bytes of a slot as they are on disk, unchecked (zeros past its end): what a verify
+    /// folds when a segment is corrupt.
+    fn read_raw(&self, slot: u32, offset: u64, len: usize) -> Result<Vec<u8>, RaidpError> {
+        let path = self.slot_path(slot);
+        let file = File::open(&path).map_err(Self::io(&path))?;
+        let mut out = vec![0u8; len];
+        let mut done = 0;
+        while done < len {
+            match file.read_at(&mut out[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) => return Err(RaidpError::Io { path, source: e }),
+            }
         }
-        Ok(VerifyReport { slots: slots.len(), parity_matches, corrupt_slots })
+        Ok(out)
     }
 }
 

@@ -25,6 +25,7 @@ mod gc_cli;
 mod key_cli;
 mod objects_cli;
 mod plot;
+mod raidp_cli;
 mod repair_cli;
 mod repair_cost;
 mod rows;
@@ -156,6 +157,13 @@ enum Command {
     /// Advice from measurements: `weft advise stripe-width --trace FILE` (Okapi §4.6).
     #[command(subcommand)]
     Advise(advise::AdviseCommand),
+    /// The RAIDP tier (two replicas + per-disk Lstor parity): `weft raidp map|verify|recover`.
+    #[command(subcommand)]
+    Raidp(raidp_cli::RaidpCommand),
+    /// Disk drills on a running cluster: `weft disk fail NODE DISK`, `weft disk replace NODE
+    /// DISK`.
+    #[command(subcommand)]
+    Disk(raidp_cli::DiskCommand),
 }
 
 /// Commands that print and end die quietly when their reader goes away (`weft status | head`),
@@ -229,6 +237,8 @@ fn main() -> ExitCode {
         Command::Transition(args) => transition_cli::run(args),
         Command::Gc(args) => gc_cli::run(args),
         Command::Repair(command) => repair_cli::run(command),
+        Command::Raidp(command) => raidp_cli::run(command),
+        Command::Disk(command) => raidp_cli::disk(command),
         Command::Key(command) => key_cli::run(command),
     };
     match result {

@@ -255,6 +255,9 @@ pub(crate) fn allocate(
             "no RAIDP map yet: create a RAIDP bucket first (weft bucket create NAME --code raidp)",
         )));
     };
+    if sync(&mut state, nodes, live) {
+        save(store, &state)?;
+    }
     let usable: Vec<(DiskLocation, u32)> = usable_disks(nodes, live, &state.policy)
         .into_iter()
         .filter(|(d, _)| !avoid.contains(&d.node))
@@ -377,7 +380,13 @@ pub(crate) fn object_raidp_json(
 /// superchunks (slot, replicas, fill, at risk, lost) and the pairs of disks sharing one.
 pub(crate) async fn map(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
     let live = meta.liveness();
-    let (state, nodes) = blocking(&meta, |store| Ok((load(store)?, store.list_nodes()?))).await?;
+    let synced = live.clone();
+    let _raidp = meta.raidp.lock().await;
+    let (state, nodes) = blocking(&meta, move |store| {
+        let nodes = store.list_nodes()?;
+        Ok((load_synced(store, &nodes, &synced)?, nodes))
+    })
+    .await?;
     let Some(state) = state else {
         return Ok(Json(json!({ "exists": false, "disks": [], "superchunks": [] })));
     };
@@ -441,4 +450,264 @@ pub(crate) async fn map(State(meta): State<Shared>) -> Result<Json<Value>, ApiEr
         "at_risk": at_risk,
         "lost": lost,
     })))
+}
+
+/// Brings the map up to what the nodes report: a map disk its node reports failed fails in
+/// the map (its superchunks at risk or lost); a failed map disk its node reports healthy
+/// again (replaced: `weft disk replace`) comes back empty. Returns whether anything changed.
+/// A silent node changes nothing: down is not failed.
+pub(crate) fn sync(state: &mut RaidpState, nodes: &[NodeRecord], live: &Liveness) -> bool {
+    let mut changed = false;
+    let disks: Vec<(DiskLocation, bool, u32)> =
+        state.map.disks().iter().map(|d| (d.location, d.failed, d.slots)).collect();
+    for (location, failed, slots) in disks {
+        let Some(node) = nodes.iter().find(|n| n.node_id == location.node) else { continue };
+        if live.is_down(node) {
+            continue;
+        }
+        let Some(report) = node.disks.iter().find(|d| d.index == location.disk) else { continue };
+        if report.failed.is_some() && !failed {
+            match state.map.fail_disk(&location) {
+                Ok(effect) => tracing::warn!(
+                    node = location.node,
+                    disk = location.disk,
+                    at_risk = effect.at_risk.len(),
+                    lost = effect.lost.len(),
+                    "RAIDP: disk failed"
+                ),
+                Err(e) => tracing::error!(error = %e, "RAIDP: could not fail a disk in the map"),
+            }
+            changed = true;
+        } else if report.failed.is_none() && failed {
+            let usable = unusable(node, report, live, &state.policy).is_none();
+            if usable {
+                match state.map.add_disk(location, slots) {
+                    Ok(()) => tracing::info!(
+                        node = location.node,
+                        disk = location.disk,
+                        "RAIDP: a replaced disk is back in the map, empty"
+                    ),
+                    Err(e) => tracing::error!(error = %e, "RAIDP: could not add a replaced disk"),
+                }
+                changed = true;
+            }
+        }
+    }
+    changed
+}
+
+/// Loads the state and brings it up to the nodes' reports (saved when that changed it).
+/// Called under `Meta::raidp`'s lock.
+pub(crate) fn load_synced(
+    store: &dyn MetaStore,
+    nodes: &[NodeRecord],
+    live: &Liveness,
+) -> Result<Option<RaidpState>, MetaError> {
+    let Some(mut state) = load(store)? else { return Ok(None) };
+    if sync(&mut state, nodes, live) {
+        save(store, &state)?;
+    }
+    Ok(Some(state))
+}
+
+fn disk_json(disk: &DiskLocation, by_id: &BTreeMap<u32, &NodeRecord>) -> Value {
+    json!({
+        "rack": disk.rack,
+        "node": disk.node,
+        "disk": disk.disk,
+        "endpoint": by_id.get(&disk.node).map(|n| n.endpoint.clone()),
+    })
+}
+
+#[derive(Deserialize)]
+pub(crate) struct PlanQuery {
+    /// `matching` (the default) or `naive`.
+    #[serde(default)]
+    receivers: Option<String>,
+    #[serde(default)]
+    seed: Option<u64>,
+}
+
+/// `GET /v1/raidp/plan?receivers=matching|naive&seed=`: what a recovery does now — the
+/// lost superchunks with how to rebuild each (through which failed disk's Lstor, from which
+/// mirrors, onto which pair) and the rounds of transfers re-mirroring the at-risk ones.
+pub(crate) async fn plan(
+    State(meta): State<Shared>,
+    axum::extract::Query(query): axum::extract::Query<PlanQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let receivers = match query.receivers.as_deref().unwrap_or("matching") {
+        "matching" => weft_layout::superchunk::Receivers::Matching,
+        "naive" => weft_layout::superchunk::Receivers::Naive { seed: query.seed.unwrap_or(1) },
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "receivers {other:?}: matching (paper §3.3) or naive"
+            )))
+        }
+    };
+    let live = meta.liveness();
+    let _raidp = meta.raidp.lock().await;
+    let (state, nodes) = blocking(&meta, move |store| {
+        let nodes = store.list_nodes()?;
+        Ok((load_synced(store, &nodes, &live)?, nodes))
+    })
+    .await?;
+    let Some(state) = state else {
+        return Ok(Json(json!({ "rounds": [], "unplaced": [], "lost": [], "exists": false })));
+    };
+    let by_id: BTreeMap<u32, &NodeRecord> = nodes.iter().map(|n| (n.node_id, n)).collect();
+    let fill = |id: SuperchunkId| state.fill.get(&id).copied().unwrap_or(0);
+    let recovery = state.map.plan_recovery(receivers);
+    let rounds: Vec<Vec<Value>> = recovery
+        .rounds
+        .iter()
+        .map(|round| {
+            round
+                .iter()
+                .map(|t| {
+                    json!({
+                        "superchunk": t.superchunk,
+                        "slot": t.slot,
+                        "bytes": fill(t.superchunk),
+                        "from": disk_json(&t.from, &by_id),
+                        "to": disk_json(&t.to, &by_id),
+                    })
+                })
+                .collect()
+        })
+        .collect();
+    let failed: Vec<DiskLocation> =
+        state.map.disks().iter().filter(|d| d.failed).map(|d| d.location).collect();
+    let lost: Vec<Value> = state
+        .map
+        .lost()
+        .into_iter()
+        .map(|id| {
+            let slot = state.map.superchunk(id).map(|s| s.slot);
+            let vias: Vec<Value> = failed
+                .iter()
+                .filter_map(|via| {
+                    let sources = state.map.rebuild_sources(id, via)?;
+                    Some(json!({
+                        "via": disk_json(via, &by_id),
+                        "sources": sources.iter().map(|(slot, other, disk)| json!({
+                            "slot": slot,
+                            "superchunk": other,
+                            "disk": disk_json(disk, &by_id),
+                        })).collect::<Vec<_>>(),
+                    }))
+                })
+                .collect();
+            let onto = state
+                .map
+                .place_lost(id)
+                .ok()
+                .map(|(a, b)| vec![disk_json(&a, &by_id), disk_json(&b, &by_id)]);
+            json!({ "superchunk": id, "slot": slot, "bytes": fill(id), "via": vias, "onto": onto })
+        })
+        .collect();
+    Ok(Json(json!({
+        "exists": true,
+        "superchunk_bytes": state.policy.superchunk_bytes,
+        "lstors": state.policy.lstors,
+        "rounds": rounds,
+        "unplaced": recovery.unplaced,
+        "lost": lost,
+    })))
+}
+
+#[derive(Deserialize)]
+struct DiskRef {
+    node: u32,
+    disk: u32,
+}
+
+impl DiskRef {
+    fn locate(&self, state: &RaidpState) -> Result<DiskLocation, ApiError> {
+        state
+            .map
+            .disks()
+            .iter()
+            .map(|d| d.location)
+            .find(|d| d.node == self.node && d.disk == self.disk)
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "node {} disk {} is not in the RAIDP map",
+                    self.node, self.disk
+                ))
+            })
+    }
+}
+
+#[derive(Deserialize)]
+pub(crate) struct DoneBody {
+    superchunk: SuperchunkId,
+    /// A transfer: the survivor it was copied from and the disk that holds it now.
+    #[serde(default)]
+    from: Option<DiskRef>,
+    #[serde(default)]
+    to: Option<DiskRef>,
+    /// A rebuilt lost superchunk: the two disks that hold it now.
+    #[serde(default)]
+    replicas: Vec<DiskRef>,
+}
+
+/// `POST /v1/raidp/recovered` `{"superchunk", "from", "to"}` (a transfer done) or
+/// `{"superchunk", "replicas":[a, b]}` (a lost superchunk rebuilt onto two disks): the map
+/// records it, refusing (409 `raidp_rule`) what would break 1-mirroring or 1-sharing.
+pub(crate) async fn recovered(
+    State(meta): State<Shared>,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let body: DoneBody = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "expected {{\"superchunk\", \"from\", \"to\"}} or {{\"superchunk\", \"replicas\"}}: {e}"
+        ))
+    })?;
+    let _raidp = meta.raidp.lock().await;
+    blocking(&meta, move |store| {
+        let Some(mut state) = load(store)? else {
+            return Ok(Err(ApiError::new(StatusCode::CONFLICT, "no_raidp_map", "no RAIDP map")));
+        };
+        let rule = |e: weft_layout::superchunk::SuperchunkError| {
+            ApiError::new(StatusCode::CONFLICT, "raidp_rule", e.to_string())
+        };
+        let slot = match state.map.superchunk(body.superchunk) {
+            Some(s) => s.slot,
+            None => {
+                return Ok(Err(ApiError::bad_request(format!("no superchunk {}", body.superchunk))))
+            }
+        };
+        let outcome = match (&body.from, &body.to, body.replicas.as_slice()) {
+            (Some(from), Some(to), []) => {
+                let (from, to) = match (from.locate(&state), to.locate(&state)) {
+                    (Ok(f), Ok(t)) => (f, t),
+                    (Err(e), _) | (_, Err(e)) => return Ok(Err(e)),
+                };
+                let transfer = weft_layout::superchunk::Transfer {
+                    superchunk: body.superchunk,
+                    slot,
+                    from,
+                    to,
+                };
+                state.map.apply(&transfer).map_err(rule)
+            }
+            (None, None, [a, b]) => {
+                let (a, b) = match (a.locate(&state), b.locate(&state)) {
+                    (Ok(a), Ok(b)) => (a, b),
+                    (Err(e), _) | (_, Err(e)) => return Ok(Err(e)),
+                };
+                state.map.restore_lost(body.superchunk, (a, b)).map_err(rule)
+            }
+            _ => Err(ApiError::bad_request(
+                "give from and to (a transfer) or two replicas (a rebuilt superchunk)",
+            )),
+        };
+        if let Err(e) = outcome {
+            return Ok(Err(e));
+        }
+        save(store, &state)?;
+        Ok(Ok(json!({ "superchunk": body.superchunk, "recorded": true })))
+    })
+    .await?
+    .map(Json)
 }
