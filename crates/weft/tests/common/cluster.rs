@@ -131,6 +131,11 @@ impl Cluster {
         if !self.extra_args.iter().any(|a| a.starts_with("--full-ratio")) {
             args.extend(HOST_FILL_IGNORED);
         }
+        // Lstors beside the cluster, not in /dev/shm: a test's memory goes with its temp dir.
+        let lstors = dir.join("lstors");
+        if !self.extra_args.iter().any(|a| a.starts_with("--lstor-dir")) {
+            args.extend(["--lstor-dir", lstors.to_str().expect("a UTF-8 temporary path")]);
+        }
         args.extend(self.extra_args.iter().map(String::as_str));
         let started = Instant::now();
         let mut up = Command::new(weft_bin())

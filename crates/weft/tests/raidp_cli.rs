@@ -1,0 +1,179 @@
+//! The RAIDP tier end to end on `weft up`: a RAIDP bucket, objects spanning superchunks, disk
+//! drills (`weft disk fail|replace`), `weft raidp recover|verify|map`, and every pair of an
+//! 8-disk cluster failed in turn.
+
+mod common;
+
+use common::cluster::Cluster;
+use serde_json::Value;
+
+/// Deterministic bytes that differ by object and position.
+fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+fn put(cluster: &Cluster, path: &str, bytes: &[u8]) {
+    let file = cluster.dir().join("input");
+    std::fs::write(&file, bytes).unwrap();
+    let out = cluster.weft(&["put", file.to_str().unwrap(), path]);
+    assert!(out.status.success(), "put {path}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn map(cluster: &Cluster) -> Value {
+    cluster.weft_json(&["raidp", "map", "--json"])
+}
+
+fn verify(cluster: &Cluster) -> Value {
+    let out = cluster.weft(&["raidp", "verify", "--json", "--settle", "200ms"]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("verify printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr))
+    });
+    assert_eq!(out.status.success(), report["clean"] == true, "exit status follows clean");
+    report
+}
+
+/// Waits until meta's map shows `want` (heartbeats carry disk failures and replacements).
+fn wait_for_map(cluster: &Cluster, what: &str, want: impl Fn(&Value) -> bool) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let map = map(cluster);
+        if want(&map) {
+            return map;
+        }
+        assert!(std::time::Instant::now() < deadline, "waited for {what}; map: {map}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+fn failed_disks(map: &Value) -> usize {
+    map["disks"].as_array().unwrap().iter().filter(|d| d["failed"] == true).count()
+}
+
+fn disk_state(map: &Value, node: u32) -> String {
+    let disk = map["disks"].as_array().unwrap().iter().find(|d| d["node"] == node).unwrap();
+    disk["lstor"]["state"].as_str().unwrap_or("none").to_owned()
+}
+
+#[test]
+fn every_pair_of_eight_disks_fails_and_every_byte_comes_back() {
+    let cluster = Cluster::start(8, &["--heartbeat-ms", "200"]);
+    let bucket = cluster.create_bucket("warm", &["--code", "raidp", "--superchunk", "256KiB"]);
+    assert_eq!(bucket["raidp"]["superchunk_bytes"], 262_144, "{bucket}");
+    // A second RAIDP bucket shares the map; another geometry is refused.
+    let refused = cluster.weft_fails(&[
+        "bucket",
+        "create",
+        "other",
+        "--code",
+        "raidp",
+        "--superchunk",
+        "1MiB",
+    ]);
+    assert!(refused.contains("raidp_geometry"), "{refused}");
+    let objects: Vec<(String, Vec<u8>)> = (0..6u32)
+        .map(|i| (format!("warm/o{i}"), pattern(100_000 + 97_531 * i as usize, i)))
+        .collect();
+    for (path, bytes) in &objects {
+        put(&cluster, path, bytes);
+    }
+    // Objects span superchunks; every superchunk has two replicas on distinct nodes.
+    let stat = cluster.stat("warm/o5");
+    assert!(stat["raidp"]["extents"].as_array().unwrap().len() >= 2, "{stat}");
+    let before = map(&cluster);
+    let superchunks = before["superchunks"].as_array().unwrap().len();
+    assert!(superchunks >= 8, "{before}");
+    for s in before["superchunks"].as_array().unwrap() {
+        let replicas = s["replicas"].as_array().unwrap();
+        assert_eq!(replicas.len(), 2);
+        assert_ne!(replicas[0]["node"], replicas[1]["node"]);
+    }
+    assert_eq!(verify(&cluster)["clean"], true);
+
+    let mut rebuilt_total = 0;
+    for a in 1..=8u32 {
+        for b in a + 1..=8u32 {
+            for node in [a, b] {
+                let out = cluster.weft(&["disk", "fail", &node.to_string(), "0"]);
+                assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            }
+            let failed = wait_for_map(&cluster, "two failed disks", |m| failed_disks(m) == 2);
+            // Any two failures lose at most the one superchunk the two disks shared.
+            assert!(failed["lost"].as_array().unwrap().len() <= 1, "pair {a},{b}: {failed}");
+            let report = cluster.weft_json(&["raidp", "recover", "--json"]);
+            assert_eq!(report["unrebuilt"], serde_json::json!([]), "pair {a},{b}: {report}");
+            rebuilt_total += report["rebuilt"].as_array().unwrap().len();
+            let after = map(&cluster);
+            assert_eq!(after["at_risk"], serde_json::json!([]), "pair {a},{b}: {after}");
+            for (path, bytes) in &objects {
+                assert!(cluster.get(path) == *bytes, "pair {a},{b}: {path} differs");
+            }
+            let report = verify(&cluster);
+            assert_eq!(report["clean"], true, "pair {a},{b}: {report}");
+            for node in [a, b] {
+                let out = cluster.weft(&["disk", "replace", &node.to_string(), "0"]);
+                assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            }
+            wait_for_map(&cluster, "the disks back", |m| {
+                failed_disks(m) == 0 && disk_state(m, a) != "failed" && disk_state(m, b) != "failed"
+            });
+        }
+    }
+    // Some pair shared a superchunk: the dual-failure path ran.
+    assert!(rebuilt_total > 0);
+    assert_eq!(verify(&cluster)["clean"], true);
+    // New writes still land and read back after all that.
+    put(&cluster, "warm/late", &pattern(300_000, 99));
+    assert_eq!(cluster.get("warm/late"), pattern(300_000, 99));
+}
+
+#[test]
+fn drills_bad_input_and_refusals_are_clear() {
+    let cluster = Cluster::start(3, &["--heartbeat-ms", "200"]);
+    // No map yet: verify is clean and says so; recover does nothing.
+    assert_eq!(verify(&cluster)["exists"], false);
+    let bad = cluster.weft_fails(&["bucket", "create", "wrm", "--code", "raidp", "--lstors", "3"]);
+    assert!(bad.contains("--lstors 3"), "{bad}");
+    let bad = cluster.weft_fails(&["bucket", "create", "wrm", "--code", "raidp", "--k", "4"]);
+    assert!(bad.contains("--superchunk"), "{bad}");
+    let bad = cluster.weft_fails(&["bucket", "create", "wrm", "--superchunk", "1MiB"]);
+    assert!(bad.contains("RAIDP buckets"), "{bad}");
+    cluster.create_bucket("wrm", &["--code", "raidp", "--superchunk", "128KiB"]);
+    let data = pattern(200_000, 7);
+    put(&cluster, "wrm/a", &data);
+    // 3 nodes hold at most 3 superchunks (each pair shares one): the tier fills clearly.
+    let full = {
+        let file = cluster.dir().join("big");
+        std::fs::write(&file, pattern(600_000, 8)).unwrap();
+        let out = cluster.weft(&["put", file.to_str().unwrap(), "wrm/big"]);
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(full.contains("raidp_full"), "{full}");
+    assert_eq!(cluster.get("wrm/a"), data);
+    // A disk that does not exist, a node that does not exist.
+    let bad = cluster.weft_fails(&["disk", "fail", "1", "5"]);
+    assert!(bad.contains("no disk 5"), "{bad}");
+    let bad = cluster.weft_fails(&["disk", "fail", "42", "0"]);
+    assert!(bad.contains("no node 42"), "{bad}");
+    // One failed disk: reads go to the survivor, never decoded.
+    let holder =
+        cluster.stat("wrm/a")["raidp"]["extents"][0]["replicas"][0]["node"].as_u64().unwrap();
+    cluster.weft_json(&["disk", "fail", &holder.to_string(), "0", "--json"]);
+    wait_for_map(&cluster, "a failed disk", |m| failed_disks(m) == 1);
+    assert_eq!(cluster.get("wrm/a"), data);
+    // The superchunk is at risk: its one replica left is the survivor.
+    let stat = cluster.stat("wrm/a");
+    let replicas = stat["raidp"]["extents"][0]["replicas"].as_array().unwrap();
+    assert_eq!(replicas.len(), 1, "{stat}");
+    assert_ne!(replicas[0]["node"], holder, "{stat}");
+    let at_risk = map(&cluster)["at_risk"].clone();
+    assert!(at_risk.as_array().unwrap().contains(&stat["raidp"]["extents"][0]["superchunk"]));
+}
