@@ -456,7 +456,25 @@ struct LostSuperchunk {
 }
 
 #[derive(Debug, Clone, serde::Deserialize)]
+struct LostInPair {
+    slot: u32,
+    superchunk: u64,
+    bytes: u64,
+}
+
+/// Two lost superchunks of one failed disk with P+Q Lstors, rebuilt together.
+#[derive(Debug, Clone, serde::Deserialize)]
+struct LostPair {
+    via: PlanDisk,
+    lost: Vec<LostInPair>,
+    sources: Vec<RebuildSource>,
+    onto: Vec<Vec<PlanDisk>>,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
 struct Plan {
+    #[serde(default)]
+    pairs: Vec<LostPair>,
     #[serde(default)]
     superchunk_bytes: u64,
     #[serde(default)]
@@ -505,20 +523,47 @@ impl Client {
         let mut plan = fetch().await?;
         let mut report = RecoveryReport { receivers: receivers.into(), ..Default::default() };
         let started = Instant::now();
-        for lost in &plan.lost {
-            match self.rebuild_lost(&plan, lost).await {
-                Ok(bytes) => {
-                    report.rebuilt.push(lost.superchunk);
-                    report.bytes += bytes;
+        // One rebuild at a time, planned again after each: a rebuilt superchunk's new pair
+        // shares it now, and it may be the mirror another rebuild needs.
+        let mut failed: Vec<(u64, String)> = Vec::new();
+        loop {
+            let tried = |id: &u64| failed.iter().any(|(f, _)| f == id);
+            if let Some(lost) =
+                plan.lost.iter().find(|l| !l.via.is_empty() && !tried(&l.superchunk))
+            {
+                match self.rebuild_lost(&plan, lost).await {
+                    Ok(bytes) => {
+                        report.rebuilt.push(lost.superchunk);
+                        report.bytes += bytes;
+                    }
+                    Err(e) => failed.push((lost.superchunk, e.to_string())),
                 }
-                Err(e) => report.unrebuilt.push((lost.superchunk, e.to_string())),
+            } else if let Some(pair) =
+                plan.pairs.iter().find(|p| p.lost.iter().all(|l| !tried(&l.superchunk)))
+            {
+                match self.rebuild_pair(&plan, pair).await {
+                    Ok(bytes) => {
+                        report.rebuilt.extend(pair.lost.iter().map(|l| l.superchunk));
+                        report.bytes += bytes;
+                    }
+                    Err(e) => {
+                        failed.extend(pair.lost.iter().map(|l| (l.superchunk, e.to_string())))
+                    }
+                }
+            } else {
+                break;
             }
-        }
-        report.rebuild_seconds = started.elapsed().as_secs_f64();
-        if !plan.lost.is_empty() {
-            // The rebuilt superchunks' new pairs share them now: plan the transfers again.
             plan = fetch().await?;
         }
+        for lost in &plan.lost {
+            let why =
+                failed.iter().find(|(id, _)| *id == lost.superchunk).map(|(_, why)| why.clone());
+            let why = why.unwrap_or_else(|| {
+                "no failed disk's Lstor can rebuild it (its other superchunks are lost too)".into()
+            });
+            report.unrebuilt.push((lost.superchunk, why));
+        }
+        report.rebuild_seconds = started.elapsed().as_secs_f64();
         let started = Instant::now();
         for round in &plan.rounds {
             let copies = round.iter().map(|t| self.transfer(&plan, t));
@@ -666,6 +711,111 @@ impl Client {
         Ok(lost.bytes)
     }
 
+    /// Parity `index` of a failed disk's Lstor, bytes `[at, at + len)`.
+    async fn read_parity(
+        &self,
+        via: &PlanDisk,
+        index: usize,
+        at: u64,
+        len: u64,
+    ) -> Result<Vec<u8>> {
+        let parity = via.replica();
+        let url_base = base(&parity).map_err(|f| ClientError::Invalid(f.cause))?;
+        let url = format!(
+            "{url_base}/v1/disks/{}/raidp/parity/{index}?offset={at}&len={len}",
+            parity.disk
+        );
+        let named = |cause: String| {
+            ClientError::Invalid(format!(
+                "the Lstor of node {} disk {}: {cause}",
+                parity.node, parity.disk
+            ))
+        };
+        let response = self
+            .nodes
+            .send(parity.node, self.nodes.http().get(url))
+            .await
+            .map_err(|f| named(f.cause))?;
+        if !response.status().is_success() {
+            return Err(named(failure_of(response).await.cause));
+        }
+        let bytes = response.bytes().await.map_err(|e| named(e.to_string()))?;
+        if bytes.len() as u64 != len {
+            return Err(named(format!("sent {} of {len} bytes", bytes.len())));
+        }
+        Ok(bytes.to_vec())
+    }
+
+    /// Rebuilds two lost superchunks of one failed disk at once from its P+Q Lstor: P and Q
+    /// with every other superchunk it held folded out leave the two, which `solve_two`
+    /// separates. Returns the bytes written (once).
+    async fn rebuild_pair(&self, plan: &Plan, pair: &LostPair) -> Result<u64> {
+        if pair.lost.len() != 2 || pair.onto.len() != 2 || pair.onto.iter().any(|o| o.len() != 2) {
+            return Err(ClientError::Invalid("meta sent a malformed pair rebuild".into()));
+        }
+        let len_of = pair.lost.iter().map(|l| l.bytes).max().unwrap_or(0);
+        let onto: Vec<[ReplicaInfo; 2]> =
+            pair.onto.iter().map(|o| [o[0].replica(), o[1].replica()]).collect();
+        let mut at = 0;
+        while at < len_of {
+            let len = (len_of - at).min(PIECE_BYTES);
+            let mut p = self.read_parity(&pair.via, 0, at, len).await?;
+            let mut q = self.read_parity(&pair.via, 1, at, len).await?;
+            let reads = pair.sources.iter().map(|source| async move {
+                let replica = source.disk.replica();
+                let read = self.nodes.raidp_read(&replica, source.slot, at, len).await;
+                let bytes = read.map_err(|f| {
+                    ClientError::Invalid(format!(
+                        "superchunk {}'s mirror on node {} disk {}: {f}",
+                        source.superchunk, replica.node, replica.disk
+                    ))
+                })?;
+                Ok::<_, ClientError>((source.slot, bytes))
+            });
+            for (slot, bytes) in futures_util::future::try_join_all(reads).await? {
+                weft_gf::mul_add_region(weft_gf::pq::coefficient(0, slot), &bytes, &mut p);
+                weft_gf::mul_add_region(weft_gf::pq::coefficient(1, slot), &bytes, &mut q);
+            }
+            let (x, y) = weft_gf::pq::solve_two(&p, &q, pair.lost[0].slot, pair.lost[1].slot);
+            for ((lost, bytes), onto) in pair.lost.iter().zip([x, y]).zip(&onto) {
+                if at >= lost.bytes {
+                    continue;
+                }
+                let keep = (lost.bytes - at).min(len) as usize;
+                let extent = RaidpExtentInfo {
+                    superchunk: lost.superchunk,
+                    slot: lost.slot,
+                    offset: at,
+                    bytes: keep as u64,
+                    replicas: onto.to_vec(),
+                };
+                let piece = Bytes::from(bytes).slice(..keep);
+                let (superchunk_bytes, lstors) = (plan.superchunk_bytes, plan.lstors);
+                self.write_and_clear(
+                    &extent,
+                    &[&onto[0], &onto[1]],
+                    at,
+                    piece,
+                    superchunk_bytes,
+                    lstors,
+                )
+                .await?;
+            }
+            at += len;
+        }
+        for (lost, onto) in pair.lost.iter().zip(&onto) {
+            let body = json!({
+                "superchunk": lost.superchunk,
+                "replicas": [
+                    { "node": onto[0].node, "disk": onto[0].disk },
+                    { "node": onto[1].node, "disk": onto[1].disk },
+                ],
+            });
+            self.meta.post_json("/v1/raidp/recovered", body).await?;
+        }
+        Ok(pair.lost.iter().map(|l| l.bytes).sum())
+    }
+
     /// Bytes `[at, at + len)` of a lost superchunk: the failed disk's XOR parity there, XOR
     /// the same bytes of every other superchunk it held (read from their mirrors).
     async fn rebuild_window(
@@ -675,34 +825,7 @@ impl Client {
         at: u64,
         len: u64,
     ) -> Result<Bytes> {
-        let parity = via.via.replica();
-        let url_base = base(&parity).map_err(|f| ClientError::Invalid(f.cause))?;
-        let url =
-            format!("{url_base}/v1/disks/{}/raidp/parity/0?offset={at}&len={len}", parity.disk);
-        let response =
-            self.nodes.send(parity.node, self.nodes.http().get(url)).await.map_err(|f| {
-                ClientError::Invalid(format!(
-                    "the Lstor of node {} disk {}: {f}",
-                    parity.node, parity.disk
-                ))
-            })?;
-        if !response.status().is_success() {
-            let failure = failure_of(response).await;
-            return Err(ClientError::Invalid(format!(
-                "the Lstor of node {} disk {}: {failure}",
-                parity.node, parity.disk
-            )));
-        }
-        let mut acc =
-            response.bytes().await.map_err(|e| ClientError::Invalid(e.to_string()))?.to_vec();
-        if acc.len() as u64 != len {
-            return Err(ClientError::Invalid(format!(
-                "the Lstor of node {} disk {} sent {} of {len} bytes",
-                parity.node,
-                parity.disk,
-                acc.len()
-            )));
-        }
+        let mut acc = self.read_parity(&via.via, 0, at, len).await?;
         let reads = via.sources.iter().map(|source| async move {
             let replica = source.disk.replica();
             self.nodes.raidp_read(&replica, source.slot, at, len).await.map_err(|f| {

@@ -13,6 +13,7 @@
 pub mod field;
 pub mod kernels;
 pub mod matrix;
+pub mod pq;
 
 pub use field::{add, div, exp, inv, log, mul, pow, POLYNOMIAL};
 pub use kernels::{

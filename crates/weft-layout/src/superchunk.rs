@@ -897,6 +897,36 @@ impl SuperchunkMap {
             .collect()
     }
 
+    /// For failed disk `via`: the lost superchunks it held (slot, id) and, for every other
+    /// superchunk it held, an up disk holding it now (slot, id, disk). With one XOR parity a
+    /// rebuild through `via` needs exactly one lost; with a second (P+Q) parity, up to two.
+    /// None when `via` is not a failed disk or one of its other superchunks has no up replica.
+    #[allow(clippy::type_complexity)]
+    pub fn rebuild_plan(
+        &self,
+        via: &DiskLocation,
+    ) -> Option<(Vec<(u32, SuperchunkId)>, Vec<(u32, SuperchunkId, DiskLocation)>)> {
+        let disk = &self.disks[self.index_of(via)?];
+        if !disk.failed {
+            return None;
+        }
+        let mut lost = Vec::new();
+        let mut sources = Vec::new();
+        for &(slot, id) in &disk.held_when_failed {
+            let superchunk = self.superchunks.get(&id)?;
+            if superchunk.replicas.is_empty() {
+                lost.push((slot, id));
+                continue;
+            }
+            let source = superchunk
+                .replicas
+                .iter()
+                .find(|d| *d != via && self.index_of(d).is_some_and(|i| self.up(i)))?;
+            sources.push((slot, id, *source));
+        }
+        Some((lost, sources))
+    }
+
     /// Checks every rule of the module header from the superchunks alone (independently of
     /// the derived index).
     pub fn verify(&self) -> Result<(), SuperchunkError> {

@@ -534,30 +534,9 @@ impl Lstor {
     }
 }
 
-/// Coefficient of `slot` in parity `index`: 1 for the XOR parity, g^slot for the second.
-pub fn coefficient(index: usize, slot: u32) -> u8 {
-    match index {
-        0 => 1,
-        _ => weft_gf::exp(slot as usize % 255),
-    }
-}
-
-/// Two lost slots `i` and `j` of one disk from its two parities with every other slot folded
-/// out: `p` = parity 0 ⊕ the other slots, `q` = parity 1 ⊕ Σ g^s · the other slots. Returns
-/// (slot i's bytes, slot j's bytes).
-pub fn solve_two(p: &[u8], q: &[u8], i: u32, j: u32) -> (Vec<u8>, Vec<u8>) {
-    assert!(i != j && i < MAX_RS_SLOTS && j < MAX_RS_SLOTS && p.len() == q.len());
-    // q = g^i·x ⊕ g^j·y and p = x ⊕ y, so x = (q ⊕ g^j·p) / (g^i ⊕ g^j), y = p ⊕ x.
-    let (gi, gj) = (coefficient(1, i), coefficient(1, j));
-    let scale = weft_gf::inv(gi ^ gj);
-    let mut x = q.to_vec();
-    weft_gf::mul_add_region(gj, p, &mut x);
-    let mut scaled = vec![0u8; x.len()];
-    weft_gf::mul_region(scale, &x, &mut scaled);
-    let mut y = p.to_vec();
-    weft_gf::xor_region(&scaled, &mut y);
-    (scaled, y)
-}
+/// Coefficient of `slot` in parity `index`: 1 for the XOR parity, g^slot for the second
+/// (`weft_gf::pq`).
+pub use weft_gf::pq::{coefficient, solve_two};
 
 #[cfg(test)]
 pub(crate) mod tests {

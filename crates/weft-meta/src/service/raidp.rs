@@ -605,10 +605,44 @@ pub(crate) async fn plan(
             json!({ "superchunk": id, "slot": slot, "bytes": fill(id), "via": vias, "onto": onto })
         })
         .collect();
+    // With P+Q Lstors, a failed disk that held two lost superchunks rebuilds both at once.
+    let mut pairs = Vec::new();
+    if state.policy.lstors >= 2 {
+        for via in &failed {
+            let Some((lost, sources)) = state.map.rebuild_plan(via) else { continue };
+            if lost.len() != 2 {
+                continue;
+            }
+            let mut trial = state.map.clone();
+            let mut onto = Vec::new();
+            for &(_, id) in &lost {
+                match trial.place_lost(id) {
+                    Ok(pair) if trial.restore_lost(id, pair).is_ok() => {
+                        onto.push(vec![disk_json(&pair.0, &by_id), disk_json(&pair.1, &by_id)])
+                    }
+                    _ => break,
+                }
+            }
+            if onto.len() != 2 {
+                continue;
+            }
+            pairs.push(json!({
+                "via": disk_json(via, &by_id),
+                "lost": lost.iter().map(|(slot, id)| json!({"slot": slot, "superchunk": id, "bytes": fill(*id)})).collect::<Vec<_>>(),
+                "sources": sources.iter().map(|(slot, other, disk)| json!({
+                    "slot": slot,
+                    "superchunk": other,
+                    "disk": disk_json(disk, &by_id),
+                })).collect::<Vec<_>>(),
+                "onto": onto,
+            }));
+        }
+    }
     Ok(Json(json!({
         "exists": true,
         "superchunk_bytes": state.policy.superchunk_bytes,
         "lstors": state.policy.lstors,
+        "pairs": pairs,
         "rounds": rounds,
         "unplaced": recovery.unplaced,
         "lost": lost,
