@@ -36,7 +36,7 @@ use tokio::{sync::watch, task::JoinHandle};
 use weft_store::{Disk, Fs, RealFs, StoreError};
 
 pub use heartbeat::{DiskReport, DiskState, Heartbeat};
-pub use raidp::{CRC_HEADER as RAIDP_CRC_HEADER, MAX_SLOT_IO_BYTES};
+pub use raidp::{CrashDrill, CRASH_STEPS, CRC_HEADER as RAIDP_CRC_HEADER, MAX_SLOT_IO_BYTES};
 pub use scrub::{
     inventory_interval_ms, ScrubConfig, DEFAULT_SCRUB_INTERVAL_MS, DEFAULT_SCRUB_MAX_BYTES_PER_S,
 };
@@ -77,6 +77,9 @@ pub struct NodeConfig {
     pub disk_models: Vec<Option<model::DiskModel>>,
     /// The rate of this node's link in each direction, bytes per second; `None`: no model.
     pub net_bytes_per_sec: Option<u64>,
+    /// A crash drill: stop the process (as kill -9 would) at an armed step of the RAIDP write
+    /// protocol (`weft serve node` reads it from `WEFT_CRASH_DRILL=DIR`).
+    pub crash_drill: Option<raidp::CrashDrill>,
     /// Per disk (same indexes as `disks`), the directory of its Lstor, which gives the disk a
     /// RAIDP side (`--lstor PATH`); empty or `None` for a disk: no RAIDP on it.
     pub lstors: Vec<Option<PathBuf>>,
@@ -104,6 +107,7 @@ impl NodeConfig {
             disk_models: Vec::new(),
             net_bytes_per_sec: None,
             lstors: Vec::new(),
+            crash_drill: None,
         }
     }
 }
@@ -157,6 +161,7 @@ pub(crate) struct Node {
     pub(crate) link_out: Option<model::Link>,
     /// Each disk's RAIDP side, when it was given an Lstor (same indexes as `disks`).
     pub(crate) raidp: Vec<Option<raidp::RaidpSide>>,
+    pub(crate) crash_drill: Option<raidp::CrashDrill>,
 }
 
 /// A node that is serving. Stop it with [`RunningNode::stop`].
@@ -290,6 +295,7 @@ pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
         link_in: config.net_bytes_per_sec.map(model::Link::new),
         link_out: config.net_bytes_per_sec.map(model::Link::new),
         raidp,
+        crash_drill: config.crash_drill.clone(),
     });
     let (stop, stopped) = watch::channel(false);
     let heartbeat = config.meta_url.clone().map(|meta_url| {

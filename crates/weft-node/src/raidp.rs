@@ -31,7 +31,7 @@ use axum::{
 use serde::Deserialize;
 use serde_json::{json, Value};
 use weft_store::lstor::{Lstor, LstorError};
-use weft_store::raidp::{RaidpDisk, RaidpError};
+use weft_store::raidp::{RaidpDisk, RaidpError, WriteStep};
 use weft_wire::RaidpReport;
 
 use crate::api::{ApiError, ApiResult};
@@ -40,6 +40,38 @@ use crate::Node;
 pub use weft_wire::{RAIDP_CRC_HEADER as CRC_HEADER, RAIDP_MAX_IO_BYTES as MAX_SLOT_IO_BYTES};
 /// Most sequence numbers one clear may name.
 pub const MAX_CLEAR_SEQS: usize = 4096;
+
+/// A crash drill (`WEFT_CRASH_DRILL=DIR`): a file named after a step in `dir` arms it — the
+/// first RAIDP write (of any node sharing the directory) to reach that step removes the file
+/// and stops its process on the spot, as kill -9 would: no response, no cleanup. Steps:
+/// `journal` (record durable), `disk` (slot written), `parity` (parity updated, not yet
+/// acknowledged), `ack` (acknowledged; the clear arriving). One shot per file: the restarted
+/// node finds none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrashDrill {
+    pub dir: PathBuf,
+}
+
+/// The steps a crash drill can stop at.
+pub const CRASH_STEPS: [&str; 4] = ["journal", "disk", "parity", "ack"];
+
+impl CrashDrill {
+    fn at(&self, step: &str) {
+        // Only the caller that removes the file stops: one crash per arming.
+        if std::fs::remove_file(self.dir.join(step)).is_ok() {
+            eprintln!("crash drill: stopping at the RAIDP write step {step:?}");
+            std::process::abort();
+        }
+    }
+}
+
+fn step_name(step: WriteStep) -> &'static str {
+    match step {
+        WriteStep::Journaled => "journal",
+        WriteStep::DiskWritten => "disk",
+        WriteStep::ParityUpdated => "parity",
+    }
+}
 
 /// What a disk's RAIDP side is now.
 #[derive(Debug)]
@@ -379,7 +411,15 @@ pub(crate) async fn write(
     node.metrics.bytes_in(data.len() as u64);
     let disk = side.ready(Some((query.superchunk_bytes, query.parities)))?;
     let offset = query.offset;
-    let seq = blocking(move || disk.write(slot, offset, &data)).await?;
+    let drill = node.crash_drill.clone();
+    let seq = blocking(move || {
+        disk.write_observed(slot, offset, &data, &|step| {
+            if let Some(drill) = &drill {
+                drill.at(step_name(step));
+            }
+        })
+    })
+    .await?;
     Ok((StatusCode::OK, Json(json!({ "seq": seq }))).into_response())
 }
 
@@ -459,6 +499,9 @@ pub(crate) async fn clear(
         ));
     }
     let disk = side_of(&node, &disk)?.ready(None)?;
+    if let Some(drill) = &node.crash_drill {
+        drill.at("ack");
+    }
     let compacted = blocking(move || {
         for seq in body.seqs {
             disk.lstor().clear(seq)?;

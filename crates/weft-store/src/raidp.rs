@@ -82,6 +82,17 @@ impl From<LstorError> for RaidpError {
     }
 }
 
+/// A step of the write protocol, done ([`RaidpDisk::write_observed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteStep {
+    /// The journal record (new data, new parity) is durable.
+    Journaled,
+    /// The slot's bytes and checksums are durable.
+    DiskWritten,
+    /// The parity is updated (the write is acknowledged next).
+    ParityUpdated,
+}
+
 /// What [`RaidpDisk::verify`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifyReport {
@@ -218,6 +229,18 @@ impl RaidpDisk {
     /// Writes `data` at `offset` of `slot` through the Lstor protocol (steps 1–3) and returns
     /// the journal record's sequence number, to [`Lstor::clear`] once the partner has it.
     pub fn write(&self, slot: u32, offset: u64, data: &[u8]) -> Result<u64, RaidpError> {
+        self.write_observed(slot, offset, data, &|_| {})
+    }
+
+    /// [`RaidpDisk::write`], calling `at` after each step of the protocol (crash drills stop
+    /// the process there).
+    pub fn write_observed(
+        &self,
+        slot: u32,
+        offset: u64,
+        data: &[u8],
+        at: &dyn Fn(WriteStep),
+    ) -> Result<u64, RaidpError> {
         self.check(slot, offset, data.len())?;
         let _write = self.writes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let written = self.slot_len(slot)?;
@@ -231,8 +254,12 @@ impl RaidpDisk {
             Some(old)
         };
         let pending = self.lstor.begin(slot, offset, old.as_deref(), data)?;
+        at(WriteStep::Journaled);
         self.write_slot(slot, offset, data)?;
-        Ok(pending.commit()?)
+        at(WriteStep::DiskWritten);
+        let seq = pending.commit()?;
+        at(WriteStep::ParityUpdated);
+        Ok(seq)
     }
 
     /// Writes bytes and their segment checksums to the slot's files, durably.

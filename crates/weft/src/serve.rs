@@ -390,6 +390,10 @@ async fn serve_node(args: NodeArgs) -> Result<(), CliError> {
     let lstors = args.lstors.iter().cloned().map(Some).collect();
     let mut config = weft_node::NodeConfig::new(node_id, args.listen, args.disks, key);
     config.lstors = lstors;
+    // A drill for tests and the curious: arm a step by creating DIR/<step> (see CrashDrill).
+    if let Some(dir) = std::env::var_os("WEFT_CRASH_DRILL") {
+        config.crash_drill = Some(weft_node::CrashDrill { dir: dir.into() });
+    }
     config.meta_url = Some(meta);
     config.heartbeat_interval_ms = args.heartbeat_ms;
     config.rack = args.rack;
