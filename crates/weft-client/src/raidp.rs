@@ -1083,3 +1083,109 @@ impl Client {
         }))
     }
 }
+
+/// What [`Client::raidp_update`] did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct UpdateStats {
+    /// Bytes of the object replaced.
+    pub bytes: u64,
+    /// Bytes sent to nodes (two replicas each).
+    pub bytes_sent: u64,
+    /// Writes (pieces) made, each to both replicas.
+    pub pieces: usize,
+    pub elapsed_seconds: f64,
+}
+
+impl Client {
+    /// Replaces bytes `[offset, offset + len)` of RAIDP object (bucket, key) in place with
+    /// `len` bytes of `reader`: each piece goes to both replicas of its superchunk, whose
+    /// nodes read the old bytes to update their parity (read-modify-write). Refused for a
+    /// striped object (immutable: put it again), past the object's end, and while a
+    /// superchunk it touches has one replica (at risk: the Lstor rebuild of a second failure
+    /// needs its bytes as they were; retry once `weft raidp recover` re-mirrored it).
+    pub async fn raidp_update<R: Read + Send + 'static>(
+        &self,
+        bucket: &str,
+        key: &str,
+        offset: u64,
+        len: u64,
+        reader: R,
+    ) -> Result<UpdateStats> {
+        let started = Instant::now();
+        let object = self.meta.get_object(bucket, key).await?;
+        let Some(raidp) = &object.raidp else {
+            return Err(ClientError::Invalid(format!(
+                "{bucket}/{key} is erasure-coded ({}): its units are immutable; in-place \
+                 updates are for RAIDP objects (put the object again instead)",
+                object.layout.code
+            )));
+        };
+        if offset.checked_add(len).is_none_or(|end| end > object.size) {
+            return Err(ClientError::Invalid(format!(
+                "{len} bytes at offset {offset} run past the end of {bucket}/{key} ({} bytes); \
+                 an update replaces bytes, it does not grow the object",
+                object.size
+            )));
+        }
+        // The pieces: (extent, offset in its superchunk, length), in object order.
+        let mut pieces = Vec::new();
+        let mut extent_start = 0u64;
+        for extent in &raidp.extents {
+            let from = offset.max(extent_start);
+            let to = (offset + len).min(extent_start + extent.bytes);
+            let mut at = from;
+            while at < to {
+                let piece = (to - at).min(PIECE_BYTES);
+                pieces.push((extent, extent.offset + (at - extent_start), piece));
+                at += piece;
+            }
+            extent_start += extent.bytes;
+        }
+        if let Some((extent, ..)) = pieces.iter().find(|(e, ..)| e.replicas.len() < 2) {
+            return Err(ClientError::Invalid(format!(
+                "superchunk {} has one replica left (a disk failed): updates to it wait until \
+                 it is re-mirrored (`weft raidp recover`)",
+                extent.superchunk
+            )));
+        }
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(1);
+        let lengths: Vec<u64> = pieces.iter().map(|p| p.2).collect();
+        let feeder = tokio::task::spawn_blocking(move || {
+            let mut reader = reader;
+            for len in lengths {
+                let mut buffer = vec![0u8; len as usize];
+                let read = reader.read_exact(&mut buffer).map(|()| Bytes::from(buffer));
+                let failed = read.is_err();
+                if tx.blocking_send(read).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        let mut stats = UpdateStats::default();
+        for (extent, at, piece) in &pieces {
+            let bytes = match rx.recv().await {
+                Some(Ok(bytes)) => bytes,
+                Some(Err(source)) => {
+                    return Err(ClientError::Io { what: "reading the update".into(), source })
+                }
+                None => return Err(ClientError::Invalid("the update's reader stopped".into())),
+            };
+            let replicas: Vec<&ReplicaInfo> = extent.replicas.iter().collect();
+            self.write_and_clear(
+                extent,
+                &replicas,
+                *at,
+                bytes,
+                raidp.superchunk_bytes,
+                raidp.lstors,
+            )
+            .await?;
+            stats.bytes += piece;
+            stats.bytes_sent += piece * replicas.len() as u64;
+            stats.pieces += 1;
+        }
+        let _ = feeder.await;
+        stats.elapsed_seconds = started.elapsed().as_secs_f64();
+        Ok(stats)
+    }
+}

@@ -112,6 +112,17 @@ enum Command {
     ///   weft get media/video.mp4 --range 0-1023 | xxd | head
     #[command(verbatim_doc_comment)]
     Get(objects_cli::GetArgs),
+    /// Replace a byte range of a RAIDP object in place: `weft write BUCKET/KEY --offset N FILE`.
+    ///
+    /// The bytes go to both replicas of each superchunk they touch; each replica's node
+    /// updates its Lstor parity from the old bytes (read-modify-write). Erasure-coded objects
+    /// are immutable: put them again instead. A failed update may have reached one replica:
+    /// run it again (`weft raidp verify` settles the two meanwhile).
+    ///
+    /// Examples:
+    ///   weft write warm/db.img --offset 4096 page.bin
+    #[command(verbatim_doc_comment)]
+    Write(objects_cli::WriteArgs),
     /// List the objects of a bucket: `weft ls BUCKET[/PREFIX]`.
     Ls(objects_cli::LsArgs),
     /// Delete an object and its units: `weft rm BUCKET/KEY`.
@@ -229,6 +240,7 @@ fn main() -> ExitCode {
         Command::Node(command) => cluster_cli::node(command),
         Command::Bucket(command) => cluster_cli::bucket(command),
         Command::Put(args) => objects_cli::put(args),
+        Command::Write(args) => objects_cli::write(args),
         Command::Get(args) => objects_cli::get(args),
         Command::Advise(command) => advise::run(command),
         Command::Ls(args) => objects_cli::ls(args),

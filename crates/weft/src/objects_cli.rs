@@ -493,6 +493,48 @@ pub fn ls(args: LsArgs) -> Result<(), CliError> {
 }
 
 #[derive(Debug, Args)]
+pub struct WriteArgs {
+    /// What: BUCKET/KEY, a RAIDP object.
+    pub path: String,
+    /// The file whose bytes replace the object's from --offset on.
+    pub file: PathBuf,
+    /// Where in the object the new bytes go.
+    #[arg(long)]
+    pub offset: u64,
+    #[command(flatten)]
+    pub meta: MetaUrlArgs,
+    /// Print {"path", "offset", "bytes", "bytes_sent", "pieces", "elapsed_seconds"} as one
+    /// JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn write(args: WriteArgs) -> Result<(), CliError> {
+    let (bucket, key) = split_path(&args.path)?;
+    let file = std::fs::File::open(&args.file)
+        .map_err(|e| cli_error!("cannot open {}: {e}", args.file.display()))?;
+    let len =
+        file.metadata().map_err(|e| cli_error!("cannot stat {}: {e}", args.file.display()))?.len();
+    let runtime = runtime()?;
+    let client = client(&args.meta)?;
+    let stats = runtime.block_on(client.raidp_update(&bucket, &key, args.offset, len, file))?;
+    if args.json {
+        let mut value = serde_json::to_value(&stats).expect("stats serialize");
+        value["path"] = json!(args.path);
+        value["offset"] = json!(args.offset);
+        crate::cluster_cli::print_json(&value);
+    } else {
+        println!(
+            "wrote {} at offset {} of {bucket}/{key} in place ({} pieces, both replicas)",
+            fmt(stats.bytes),
+            args.offset,
+            stats.pieces
+        );
+    }
+    Ok(())
+}
+
+#[derive(Debug, Args)]
 pub struct RmArgs {
     /// What: BUCKET/KEY.
     pub path: String,

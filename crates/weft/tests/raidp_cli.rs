@@ -158,6 +158,34 @@ fn drills_bad_input_and_refusals_are_clear() {
     };
     assert!(full.contains("raidp_full"), "{full}");
     assert_eq!(cluster.get("wrm/a"), data);
+    // In-place updates: a range across the superchunk boundary, read-modify-write on both
+    // replicas; the Lstors stay true.
+    let mut data = data;
+    let patch = pattern(50_000, 9);
+    let patch_file = cluster.dir().join("patch");
+    std::fs::write(&patch_file, &patch).unwrap();
+    let at = 131_072 - 20_000;
+    let wrote = cluster.weft_json(&[
+        "write",
+        "wrm/a",
+        "--offset",
+        &at.to_string(),
+        patch_file.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(wrote["bytes"], 50_000, "{wrote}");
+    assert_eq!(wrote["pieces"], 2, "{wrote}");
+    data[at..at + patch.len()].copy_from_slice(&patch);
+    assert_eq!(cluster.get("wrm/a"), data);
+    assert_eq!(verify(&cluster)["clean"], true);
+    let past =
+        cluster.weft_fails(&["write", "wrm/a", "--offset", "190000", patch_file.to_str().unwrap()]);
+    assert!(past.contains("past the end"), "{past}");
+    cluster.create_bucket("coded", &["--code", "rs", "--k", "2", "--r", "1"]);
+    put(&cluster, "coded/x", &pattern(10_000, 3));
+    let immutable =
+        cluster.weft_fails(&["write", "coded/x", "--offset", "0", patch_file.to_str().unwrap()]);
+    assert!(immutable.contains("immutable"), "{immutable}");
     // A disk that does not exist, a node that does not exist.
     let bad = cluster.weft_fails(&["disk", "fail", "1", "5"]);
     assert!(bad.contains("no disk 5"), "{bad}");
@@ -176,6 +204,11 @@ fn drills_bad_input_and_refusals_are_clear() {
     assert_ne!(replicas[0]["node"], holder, "{stat}");
     let at_risk = map(&cluster)["at_risk"].clone();
     assert!(at_risk.as_array().unwrap().contains(&stat["raidp"]["extents"][0]["superchunk"]));
+    // Updates to an at-risk superchunk wait for its re-mirroring.
+    let waits =
+        cluster.weft_fails(&["write", "wrm/a", "--offset", "0", patch_file.to_str().unwrap()]);
+    assert!(waits.contains("one replica left"), "{waits}");
+    assert_eq!(cluster.get("wrm/a"), data);
 }
 
 #[test]
