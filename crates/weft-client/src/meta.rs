@@ -140,8 +140,25 @@ impl MetaClient {
         policy: Option<&StripedLayout>,
         avoid_nodes: &[u32],
     ) -> Result<ObjectInfo> {
+        self.begin_with(bucket, key, size, policy, avoid_nodes, false).await
+    }
+
+    /// [`MetaClient::begin`], in the RAIDP tier when `raidp` is set (whatever the bucket's
+    /// policy).
+    pub async fn begin_with(
+        &self,
+        bucket: &str,
+        key: &str,
+        size: u64,
+        policy: Option<&StripedLayout>,
+        avoid_nodes: &[u32],
+        raidp: bool,
+    ) -> Result<ObjectInfo> {
         let path = format!("{}/begin", Self::object_path(bucket, key)?);
-        let body = json!({ "size": size, "policy": policy, "avoid_nodes": avoid_nodes });
+        let mut body = json!({ "size": size, "policy": policy, "avoid_nodes": avoid_nodes });
+        if raidp {
+            body["raidp"] = json!(true);
+        }
         ObjectInfo::from_json(self.post_json(&path, body).await?)
     }
 

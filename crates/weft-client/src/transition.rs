@@ -80,6 +80,10 @@ pub struct TransitionReport {
     pub unchanged: bool,
     /// Regroups begun (more than 1 after a rollback meta or a failed node asked for).
     pub attempts: usize,
+    /// The object was in the RAIDP tier (`from` is then its nominal two-copy layout).
+    pub from_raidp: bool,
+    /// The object goes to the RAIDP tier (`to` is then its nominal two-copy layout).
+    pub to_raidp: bool,
 }
 
 /// The lease an executor takes on its transition unless told otherwise (meta's default too).
@@ -226,6 +230,17 @@ impl Client {
             return Err(ClientError::Invalid("a transition lease must be positive".into()));
         }
         let object = self.meta.get_object(bucket, key).await?;
+        if object.raidp.is_some() {
+            // No parity units to regroup: a RAIDP object leaves its tier by a rewrite.
+            if mode == Some(TransitionMode::Regroup) {
+                return Err(ClientError::Invalid(format!(
+                    "{bucket}/{key} is a RAIDP object: it has no parity units to regroup; it \
+                     moves to {} by a rewrite (--mode restripe, or auto)",
+                    to.code
+                )));
+            }
+            return self.restripe(object, Target::Striped(to), dry_run).await;
+        }
         let mode = mode.unwrap_or_else(|| TransitionMode::auto(&object.layout, &to));
         if object.layout == to {
             return Ok(TransitionReport {
@@ -242,12 +257,46 @@ impl Client {
                 elapsed_ms: 0,
                 unchanged: true,
                 attempts: 0,
+                from_raidp: false,
+                to_raidp: false,
             });
         }
         match mode {
             TransitionMode::Regroup => self.regroup(object, to, dry_run, lease_ms).await,
-            TransitionMode::Restripe => self.restripe(object, to, dry_run).await,
+            TransitionMode::Restripe => self.restripe(object, Target::Striped(to), dry_run).await,
         }
+    }
+
+    /// Moves (bucket, key) into the RAIDP tier (two replicas + per-disk Lstor parity) by
+    /// rewriting it there; meta needs a RAIDP map (a RAIDP bucket made one). An object
+    /// already in the tier is left as it is.
+    pub async fn transition_to_raidp(
+        &self,
+        bucket: &str,
+        key: &str,
+        dry_run: bool,
+    ) -> Result<TransitionReport> {
+        let object = self.meta.get_object(bucket, key).await?;
+        if object.raidp.is_some() {
+            return Ok(TransitionReport {
+                bucket: object.bucket,
+                key: object.key,
+                mode: TransitionMode::Restripe,
+                from: object.layout,
+                to: object.layout,
+                size: object.size,
+                dry_run,
+                io: TransitionIo::default(),
+                predicted: json!({}),
+                relocated_blocks: 0,
+                elapsed_ms: 0,
+                unchanged: true,
+                attempts: 0,
+                from_raidp: true,
+                to_raidp: true,
+            });
+        }
+        self.restripe(object, Target::Raidp, dry_run).await
     }
 
     /// Regroups, beginning again after a rollback worth it (see the module's invariants).
@@ -383,6 +432,8 @@ impl Client {
             elapsed_ms: 0,
             unchanged: false,
             attempts: 1,
+            from_raidp: false,
+            to_raidp: false,
         };
         if dry_run {
             self.abort_transition(&current, id).await.map_err(Failed::Final)?;
@@ -612,13 +663,26 @@ impl Client {
     async fn restripe(
         &self,
         object: ObjectInfo,
-        to: StripedLayout,
+        target: Target,
         dry_run: bool,
     ) -> Result<TransitionReport> {
         let started = Instant::now();
         let size = object.size;
+        let from_raidp = object.raidp.is_some();
+        // A RAIDP target is named by its two-copy layout.
+        let to = match target {
+            Target::Striped(to) => to,
+            Target::Raidp => StripedLayout {
+                code: weft_codes::CodeSpec::Rep { n: 2 },
+                stripe_width: 1,
+                ..object.layout
+            },
+        };
         // Both predictions when a regroup could do it too (meta plans it; nothing written).
-        let predicted = if TransitionMode::auto(&object.layout, &to) == TransitionMode::Regroup {
+        let regroupable = !from_raidp
+            && target != Target::Raidp
+            && TransitionMode::auto(&object.layout, &to) == TransitionMode::Regroup;
+        let predicted = if regroupable {
             Box::pin(self.regroup(object.clone(), to, true, DEFAULT_TRANSITION_LEASE_MS))
                 .await?
                 .predicted
@@ -639,6 +703,8 @@ impl Client {
             elapsed_ms: 0,
             unchanged: false,
             attempts: 1,
+            from_raidp,
+            to_raidp: target == Target::Raidp,
         };
         if dry_run {
             return Ok(report);
@@ -648,7 +714,10 @@ impl Client {
         let mut temp = tempfile_for_restripe()?;
         let stats = self.get_object_range(object.clone(), None, temp.file(), None).await?;
         let path = temp.path.clone();
-        let options = PutOptions { policy: Some(to), ..PutOptions::default() };
+        let options = match target {
+            Target::Striped(to) => PutOptions { policy: Some(to), ..PutOptions::default() },
+            Target::Raidp => PutOptions { raidp: true, ..PutOptions::default() },
+        };
         let put = self.put_file(&object.bucket, &object.key, &path, &options).await?;
         report.io = TransitionIo {
             bytes_read: stats.bytes_fetched,
@@ -661,6 +730,13 @@ impl Client {
         drop(temp);
         Ok(report)
     }
+}
+
+/// Where a rewrite puts an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Striped(StripedLayout),
+    Raidp,
 }
 
 /// A temporary file removed on drop.

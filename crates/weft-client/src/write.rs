@@ -106,6 +106,9 @@ pub struct PutOptions {
     pub progress: Option<Arc<AtomicU64>>,
     /// How parity is computed.
     pub coder: Coder,
+    /// Store the object in the RAIDP tier (two replicas + Lstor parity) whatever its
+    /// bucket's policy; meta needs a RAIDP map (a RAIDP bucket made one).
+    pub raidp: bool,
 }
 
 /// What a put did.
@@ -823,7 +826,7 @@ impl Client {
         let started = Instant::now();
         let object = self
             .meta
-            .begin(bucket, key, size, options.policy.as_ref(), avoid)
+            .begin_with(bucket, key, size, options.policy.as_ref(), avoid, options.raidp)
             .await
             .map_err(|e| (e, Vec::new()))?;
         if object.raidp.is_some() {

@@ -72,6 +72,11 @@ pub struct TransitionArgs {
     pub lease_ms: u64,
 }
 
+/// Whether the target is the RAIDP tier (`--code raidp`).
+fn to_raidp(args: &TransitionArgs) -> bool {
+    args.policy.code.code.trim().eq_ignore_ascii_case("raidp")
+}
+
 /// The object's layout with the given flags on top.
 fn target_layout(object: &ObjectInfo, policy: &PolicyArgs) -> Result<StripedLayout, CliError> {
     let overrides = policy.overrides()?;
@@ -99,11 +104,21 @@ fn mode_of(arg: ModeArg) -> Option<TransitionMode> {
 }
 
 /// The report as the JSON shape: mode, measured bytes, predictions, and context.
+/// A side of a transition as reports show it: its layout, or "raidp" for the RAIDP tier.
+fn side(layout: &weft_layout::StripedLayout, raidp: bool) -> Value {
+    if raidp {
+        json!("raidp")
+    } else {
+        json!(layout)
+    }
+}
+
 fn report_json(report: &TransitionReport) -> Value {
     let io = &report.io;
     json!({
         "bucket": report.bucket, "key": report.key, "mode": report.mode,
-        "from": report.from, "to": report.to, "size": report.size, "dry_run": report.dry_run,
+        "from": side(&report.from, report.from_raidp), "to": side(&report.to, report.to_raidp),
+        "size": report.size, "dry_run": report.dry_run,
         "bytes_read": io.bytes_read, "data_bytes_written": io.data_bytes_written,
         "parity_bytes_written": io.parity_bytes_written, "relocated_bytes": io.relocated_bytes,
         "network_bytes": io.network_bytes, "total_io_bytes": io.total_bytes(),
@@ -139,18 +154,34 @@ fn describe_change(from: &weft_layout::StripedLayout, to: &weft_layout::StripedL
 
 fn print_report(report: &TransitionReport) {
     let io = &report.io;
+    let tier = |layout: &weft_layout::StripedLayout, raidp: bool| match raidp {
+        true => "raidp".to_owned(),
+        false => layout.code.to_string(),
+    };
     if report.unchanged {
-        println!("{}/{} is already {}: nothing to do", report.bucket, report.key, report.to.code);
+        let now = tier(&report.to, report.to_raidp);
+        println!("{}/{} is already {now}: nothing to do", report.bucket, report.key);
         return;
     }
     let verb = if report.dry_run { "would transition" } else { "transitioned" };
+    let change = match report.from_raidp || report.to_raidp {
+        true => format!(
+            "from {} to {}",
+            tier(&report.from, report.from_raidp),
+            tier(&report.to, report.to_raidp)
+        ),
+        false => describe_change(&report.from, &report.to),
+    };
     println!(
-        "{verb} {}/{} ({}) {} by {}",
+        "{verb} {}/{} ({}) {change} by {}",
         report.bucket,
         report.key,
         fmt(report.size),
-        describe_change(&report.from, &report.to),
-        report.mode
+        if report.from_raidp || report.to_raidp {
+            "rewrite".to_owned()
+        } else {
+            report.mode.to_string()
+        }
     );
     if !report.dry_run {
         println!(
@@ -199,11 +230,15 @@ async fn one(client: &Client, args: &TransitionArgs, path: &str) -> Result<(), C
         .split_once('/')
         .filter(|(b, k)| !b.is_empty() && !k.is_empty())
         .ok_or_else(|| cli_error!("{path:?} is not BUCKET/KEY"))?;
-    let object = client.meta.get_object(bucket, key).await?;
-    let to = target_layout(&object, &args.policy)?;
-    let report = client
-        .transition_leased(bucket, key, to, mode_of(args.mode), args.dry_run, args.lease_ms)
-        .await?;
+    let report = if to_raidp(args) {
+        client.transition_to_raidp(bucket, key, args.dry_run).await?
+    } else {
+        let object = client.meta.get_object(bucket, key).await?;
+        let to = target_layout(&object, &args.policy)?;
+        client
+            .transition_leased(bucket, key, to, mode_of(args.mode), args.dry_run, args.lease_ms)
+            .await?
+    };
     if args.json {
         crate::cluster_cli::print_json(&report_json(&report));
     } else {
@@ -251,6 +286,10 @@ async fn all(client: &Client, args: &TransitionArgs, bucket: &str) -> Result<(),
     let (mut work_bytes, mut already, mut already_bytes) = (0u64, 0usize, 0u64);
     for (key, size) in &objects {
         let result = async {
+            if to_raidp(args) {
+                let report = client.transition_to_raidp(bucket, key, args.dry_run).await?;
+                return Ok(Some(report).filter(|r| !r.unchanged));
+            }
             let object = client.meta.get_object(bucket, key).await?;
             let to = target_layout(&object, &args.policy)?;
             if to == object.layout {

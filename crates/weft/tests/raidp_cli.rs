@@ -257,3 +257,53 @@ fn with_two_lstors_every_triple_of_eight_disks_fails_and_every_byte_comes_back()
     // Some triple lost two or three superchunks: the P+Q path ran.
     assert!(rebuilt_together > 0);
 }
+
+#[test]
+fn transitions_move_objects_between_the_raidp_tier_and_erasure_codes() {
+    let cluster = Cluster::start(5, &[]);
+    cluster.create_bucket("warm", &["--code", "raidp", "--superchunk", "256KiB"]);
+    let data = pattern(200_000, 11);
+    put(&cluster, "warm/a", &data);
+    // A regroup has no parity units to work on: refused with why.
+    let refused = cluster.weft_fails(&[
+        "transition",
+        "warm/a",
+        "--code",
+        "rs",
+        "--k",
+        "2",
+        "--r",
+        "1",
+        "--mode",
+        "regroup",
+    ]);
+    assert!(refused.contains("no parity units to regroup"), "{refused}");
+    // Transitions: warm → cold and back, the IO reported like every transition.
+    let cold = cluster.weft_json(&[
+        "transition",
+        "warm/a",
+        "--code",
+        "rs",
+        "--k",
+        "2",
+        "--r",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(cold["from"], "raidp", "{cold}");
+    assert_eq!(cold["to"]["code"], "rs(2,1)", "{cold}");
+    assert_eq!(cold["bytes_read"], 200_000, "{cold}");
+    assert!(cold["parity_bytes_written"].as_u64().unwrap() > 0, "{cold}");
+    let stat = cluster.stat("warm/a");
+    assert!(stat.get("raidp").is_none() && stat["units_total"].as_u64().unwrap() > 0, "{stat}");
+    assert_eq!(cluster.get("warm/a"), data);
+    let warm = cluster.weft_json(&["transition", "warm/a", "--code", "raidp", "--json"]);
+    assert_eq!(warm["from"]["code"], "rs(2,1)", "{warm}");
+    assert_eq!(warm["to"], "raidp", "{warm}");
+    assert_eq!(warm["data_bytes_written"], 200_000, "{warm}");
+    assert!(cluster.stat("warm/a")["raidp"]["extents"].is_array());
+    assert_eq!(cluster.get("warm/a"), data);
+    let again = cluster.weft_json(&["transition", "warm/a", "--code", "raidp", "--json"]);
+    assert_eq!(again["unchanged"], true, "{again}");
+    assert_eq!(verify(&cluster)["clean"], true);
+}

@@ -349,6 +349,10 @@ struct BeginBody {
     /// retrying a write need not wait for meta's down timeout).
     #[serde(default)]
     avoid_nodes: Vec<u32>,
+    /// Store the object in the RAIDP tier whatever the bucket's policy (a transition into
+    /// it); refused with a policy.
+    #[serde(default)]
+    raidp: bool,
 }
 
 #[derive(Deserialize)]
@@ -420,11 +424,20 @@ async fn begin(
     if let Some(policy) = &body.policy {
         super::check_policy(policy)?;
     }
+    if body.raidp && body.policy.is_some() {
+        return Err(ApiError::bad_request("give a policy or \"raidp\": true, not both"));
+    }
     if body.policy.is_none() {
         let wanted = bucket.clone();
         let found = blocking(&meta, move |store| store.get_bucket(&wanted)).await?;
-        if found.raidp.is_some() {
-            return begin_raidp(meta, bucket, key, found.default_policy, body).await;
+        if found.raidp.is_some() || body.raidp {
+            let two_copies = Policy {
+                code: weft_codes::CodeSpec::Rep { n: 2 },
+                stripe_width: 1,
+                ..found.default_policy
+            };
+            let layout = if found.raidp.is_some() { found.default_policy } else { two_copies };
+            return begin_raidp(meta, bucket, key, layout, body).await;
         }
     }
     let (live, level) = (meta.liveness(), meta.failure_domain);

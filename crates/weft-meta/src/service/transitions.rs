@@ -366,6 +366,15 @@ pub(crate) async fn begin(State(meta): State<Shared>, body: Bytes) -> Result<Jso
     let (bucket, key) = (body.bucket, body.key);
     let begun = blocking(&meta, move |store| {
         let object = store.get_object(&bucket, &key)?;
+        if object.raidp.is_some() {
+            return Ok(Err(bad_transition(
+                "raidp_is_a_rewrite",
+                format!(
+                    "{bucket}/{key} is a RAIDP object: it has no parity units to regroup; it \
+                     leaves the tier by a rewrite (begin/commit with \"policy\")"
+                ),
+            )));
+        }
         let nodes = store.list_nodes()?;
         let now = now_ms();
         let plan = match plan(&object, &layout, &nodes, &live) {
