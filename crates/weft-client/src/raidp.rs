@@ -28,6 +28,10 @@ use crate::{Client, ClientError, GetStats, NodeClient, ObjectInfo, PutOptions, P
 
 /// Bytes per slot write and read: a journal record holds one piece (and its parity).
 pub const PIECE_BYTES: u64 = 4 << 20;
+/// Most records one clear names (the node's bound).
+const MAX_CLEAR_SEQS: usize = 4096;
+/// Pieces of one put in flight at once.
+const PIPELINE: usize = 4;
 const _: () = assert!(PIECE_BYTES <= RAIDP_MAX_IO_BYTES);
 
 fn base(replica: &ReplicaInfo) -> std::result::Result<String, NodeFailure> {
@@ -241,7 +245,32 @@ impl Client {
                 Err(e) => Err(format!("reading the input failed at its end: {e}")),
             }
         });
-        for (index, offset, len) in pieces {
+        let mut done: std::collections::BTreeMap<(u32, u32), (&ReplicaInfo, Vec<u64>)> =
+            Default::default();
+        // Up to PIPELINE pieces in flight: pieces of other superchunks go to other disks.
+        let mut in_flight = futures_util::stream::FuturesUnordered::new();
+        let mut pieces = pieces.into_iter();
+        loop {
+            let next = if in_flight.len() < PIPELINE { pieces.next() } else { None };
+            let Some((index, offset, len)) = next else {
+                // Full, or nothing left to send: take a finished piece (none left: done).
+                let Some(finished) = futures_util::StreamExt::next(&mut in_flight).await else {
+                    break;
+                };
+                let (seqs, len): (Vec<(&ReplicaInfo, u64)>, u64) = finished?;
+                for (replica, seq) in seqs {
+                    // Cleared in one batch per replica once every piece is written (each
+                    // clear syncs the disk's slots written since the last: a group commit).
+                    let entry: &mut (&ReplicaInfo, Vec<u64>) = done
+                        .entry((replica.node, replica.disk))
+                        .or_insert_with(|| (replica, Vec::new()));
+                    entry.1.push(seq);
+                }
+                if let Some(progress) = &options.progress {
+                    progress.fetch_add(len, Ordering::Relaxed);
+                }
+                continue;
+            };
             let extent = &raidp.extents[index];
             let bytes = match rx.recv().await {
                 Some(Ok(bytes)) => bytes,
@@ -262,55 +291,27 @@ impl Client {
                 }
             };
             debug_assert_eq!(bytes.len() as u64, len);
-            let writes = extent.replicas.iter().map(|replica| {
-                let bytes = bytes.clone();
-                async move {
-                    self.nodes
-                        .raidp_write(
-                            replica,
-                            extent.slot,
-                            offset,
-                            raidp.superchunk_bytes,
-                            raidp.lstors,
-                            bytes,
-                        )
-                        .await
-                        .map_err(|f| (replica, f))
-                }
-            });
-            let results = futures_util::future::join_all(writes).await;
-            let mut seqs = Vec::new();
-            let mut failed = Vec::new();
-            let mut first_error = None;
-            for (result, replica) in results.into_iter().zip(&extent.replicas) {
-                match result {
-                    Ok(seq) => seqs.push((replica, seq)),
-                    Err((replica, failure)) => {
-                        if matches!(failure.kind, FailureKind::Unreachable | FailureKind::Other) {
-                            failed.push(replica.node);
-                        }
-                        first_error.get_or_insert_with(|| replica_error(extent, replica, failure));
-                    }
-                }
+            in_flight.push(self.write_piece(
+                extent,
+                offset,
+                len,
+                bytes,
+                raidp.superchunk_bytes,
+                raidp.lstors,
+            ));
+        }
+        let clears = done.values().map(|(replica, seqs)| async move {
+            for batch in seqs.chunks(MAX_CLEAR_SEQS) {
+                self.nodes.raidp_clear(replica, batch).await?;
             }
-            if let Some(error) = first_error {
-                return Err((error, failed));
-            }
-            // Both replicas have the piece: their records are done.
-            let clears = seqs.iter().map(|(replica, seq)| async move {
-                self.nodes
-                    .raidp_clear(replica, &[*seq])
-                    .await
-                    .map_err(|f| replica_error(extent, replica, f))
-            });
-            for cleared in futures_util::future::join_all(clears).await {
-                if let Err(error) = cleared {
-                    // The bytes are on both replicas; a record left pending is resolved later.
-                    tracing::warn!(%error, "could not clear a RAIDP journal record");
-                }
-            }
-            if let Some(progress) = &options.progress {
-                progress.fetch_add(len, Ordering::Relaxed);
+            Ok::<(), NodeFailure>(())
+        });
+        for (cleared, (node, disk)) in
+            futures_util::future::join_all(clears).await.into_iter().zip(done.keys())
+        {
+            if let Err(error) = cleared {
+                // The bytes are on both replicas: the records left pending are settled later.
+                tracing::warn!(%error, node, disk, "could not clear RAIDP journal records");
             }
         }
         match feeder.await {
@@ -319,6 +320,47 @@ impl Client {
             Err(join) => {
                 Err((ClientError::Invalid(format!("the input reader failed: {join}")), Vec::new()))
             }
+        }
+    }
+
+    /// One piece to both replicas of its superchunk: their journal records, or the error
+    /// naming the first replica that failed and the nodes at fault.
+    #[allow(clippy::type_complexity)]
+    async fn write_piece<'a>(
+        &self,
+        extent: &'a RaidpExtentInfo,
+        offset: u64,
+        len: u64,
+        bytes: Bytes,
+        superchunk_bytes: u64,
+        lstors: usize,
+    ) -> std::result::Result<(Vec<(&'a ReplicaInfo, u64)>, u64), (ClientError, Vec<u32>)> {
+        let writes = extent.replicas.iter().map(|replica| {
+            let bytes = bytes.clone();
+            async move {
+                self.nodes
+                    .raidp_write(replica, extent.slot, offset, superchunk_bytes, lstors, bytes)
+                    .await
+            }
+        });
+        let results = futures_util::future::join_all(writes).await;
+        let mut seqs = Vec::new();
+        let mut failed = Vec::new();
+        let mut first_error = None;
+        for (result, replica) in results.into_iter().zip(&extent.replicas) {
+            match result {
+                Ok(seq) => seqs.push((replica, seq)),
+                Err(failure) => {
+                    if matches!(failure.kind, FailureKind::Unreachable | FailureKind::Other) {
+                        failed.push(replica.node);
+                    }
+                    first_error.get_or_insert_with(|| replica_error(extent, replica, failure));
+                }
+            }
+        }
+        match first_error {
+            Some(error) => Err((error, failed)),
+            None => Ok((seqs, len)),
         }
     }
 

@@ -94,6 +94,11 @@ pub(crate) struct RaidpSide {
     lstor_dir: PathBuf,
     disk_id: String,
     state: Mutex<SideState>,
+    /// Bytes written to slots since the node started.
+    slot_bytes_written: std::sync::atomic::AtomicU64,
+    /// Bytes written to the Lstor since the node started: each write's journal record
+    /// (data and new parities) and its parity update.
+    lstor_bytes_written: std::sync::atomic::AtomicU64,
 }
 
 /// The Lstor's identity for disk `index` of node `node_id` (kept in its header: an Lstor
@@ -122,6 +127,8 @@ impl RaidpSide {
                 lstor_dir: lstor_dir.into(),
                 disk_id,
                 state: Mutex::new(SideState::Failed { cause, lstor }),
+                slot_bytes_written: Default::default(),
+                lstor_bytes_written: Default::default(),
             };
         }
         let state = match RaidpDisk::open(disk_dir, lstor_dir, &disk_id, None) {
@@ -156,6 +163,8 @@ impl RaidpSide {
             lstor_dir: lstor_dir.into(),
             disk_id,
             state: Mutex::new(state),
+            slot_bytes_written: Default::default(),
+            lstor_bytes_written: Default::default(),
         }
     }
 
@@ -276,7 +285,7 @@ impl RaidpSide {
                 reason: None,
                 superchunk_bytes: Some(disk.lstor().superchunk_bytes()),
                 parities: Some(disk.lstor().parities() as u32),
-                pending: disk.lstor().pending().map_or(0, |p| p.len() as u64),
+                pending: disk.lstor().pending_count() as u64,
             },
         }
     }
@@ -352,6 +361,9 @@ pub(crate) async fn state(
         Err(_) => Vec::new(),
     };
     let mut out = serde_json::to_value(report).expect("a report serializes");
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    out["slot_bytes_written"] = json!(count(&side.slot_bytes_written));
+    out["lstor_bytes_written"] = json!(count(&side.lstor_bytes_written));
     out["slots"] = json!(slots);
     out["lstor"] = json!(side.lstor_dir.display().to_string());
     Ok(Json(out))
@@ -411,6 +423,8 @@ pub(crate) async fn write(
     node.metrics.bytes_in(data.len() as u64);
     let disk = side.ready(Some((query.superchunk_bytes, query.parities)))?;
     let offset = query.offset;
+    let len = data.len() as u64;
+    let parities = disk.lstor().parities() as u64;
     let drill = node.crash_drill.clone();
     let seq = blocking(move || {
         disk.write_observed(slot, offset, &data, &|step| {
@@ -420,6 +434,9 @@ pub(crate) async fn write(
         })
     })
     .await?;
+    use std::sync::atomic::Ordering::Relaxed;
+    side.slot_bytes_written.fetch_add(len, Relaxed);
+    side.lstor_bytes_written.fetch_add(len * (1 + 2 * parities), Relaxed);
     Ok((StatusCode::OK, Json(json!({ "seq": seq }))).into_response())
 }
 
@@ -502,13 +519,7 @@ pub(crate) async fn clear(
     if let Some(drill) = &node.crash_drill {
         drill.at("ack");
     }
-    let compacted = blocking(move || {
-        for seq in body.seqs {
-            disk.lstor().clear(seq)?;
-        }
-        Ok(disk.lstor().compact()?)
-    })
-    .await?;
+    let compacted = blocking(move || disk.clear(&body.seqs)).await?;
     Ok(Json(json!({ "cleared": true, "journal_emptied": compacted })))
 }
 

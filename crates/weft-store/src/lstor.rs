@@ -213,6 +213,9 @@ pub struct Lstor {
     parity: Vec<File>,
     /// The journal and the next record's sequence number; held across a write's steps 1–3.
     journal: Mutex<(File, u64)>,
+    /// The sequence numbers of the records pending now (what a scan of the journal would
+    /// find), kept so that counting them and emptying the journal read nothing.
+    open_seqs: Mutex<std::collections::BTreeSet<u64>>,
 }
 
 /// A write between its journal record and its parity update (steps 1–3): holds the Lstor's
@@ -240,10 +243,10 @@ impl Pending<'_> {
         &self.record
     }
 
-    /// Step 3: writes the record's parity bytes; returns its sequence number for
-    /// [`Lstor::clear`].
+    /// Step 3: writes the record's parity bytes (durable by the journal record until
+    /// [`Lstor::sync_parity`]); returns its sequence number for [`Lstor::clear`].
     pub fn commit(self) -> Result<u64, LstorError> {
-        self.lstor.write_parity(&self.record)?;
+        self.lstor.write_parity_unsynced(&self.record)?;
         Ok(self.record.seq)
     }
 }
@@ -370,6 +373,7 @@ impl Lstor {
             superchunk_bytes,
             parity,
             journal: Mutex::new((journal, scanned.next_seq)),
+            open_seqs: Mutex::new(scanned.pending.iter().map(|r| r.seq).collect()),
         })
     }
 
@@ -456,14 +460,26 @@ impl Lstor {
             .write_all_at(&encoded, end)
             .and_then(|_| journal.sync_data())
             .map_err(|e| self.io(e))?;
+        self.open_seqs().insert(*next);
         *next += 1;
         Ok(Pending { lstor: self, record, _lock: guard })
     }
 
     fn write_parity(&self, record: &JournalRecord) -> Result<(), LstorError> {
+        self.write_parity_unsynced(record)?;
+        self.sync_parity()
+    }
+
+    fn write_parity_unsynced(&self, record: &JournalRecord) -> Result<(), LstorError> {
         for (file, bytes) in self.parity.iter().zip(&record.parity) {
             file.write_all_at(bytes, record.offset).map_err(|e| self.io(e))?;
         }
+        Ok(())
+    }
+
+    /// Makes every parity write so far durable: before a record is cleared, its parity must
+    /// be (the record is what made it durable until then).
+    pub fn sync_parity(&self) -> Result<(), LstorError> {
         for file in &self.parity {
             file.sync_data().map_err(|e| self.io(e))?;
         }
@@ -475,7 +491,18 @@ impl Lstor {
         let guard = self.lock();
         let journal = &guard.0;
         let end = journal.metadata().map_err(|e| self.io(e))?.len();
-        journal.write_all_at(&encode_clear(seq), end).map_err(|e| self.io(e))
+        journal.write_all_at(&encode_clear(seq), end).map_err(|e| self.io(e))?;
+        self.open_seqs().remove(&seq);
+        Ok(())
+    }
+
+    fn open_seqs(&self) -> MutexGuard<'_, std::collections::BTreeSet<u64>> {
+        self.open_seqs.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// How many records are pending (none read from the journal).
+    pub fn pending_count(&self) -> usize {
+        self.open_seqs().len()
     }
 
     /// The journaled writes not cleared, in order (after a crash: the writes whose data and
@@ -518,7 +545,7 @@ impl Lstor {
         // One lock for the check and the truncation: a write begun between them would lose
         // its record.
         let guard = self.lock();
-        if !self.pending_in(&guard.0)?.is_empty() {
+        if !self.open_seqs().is_empty() {
             return Ok(false);
         }
         guard.0.set_len(0).and_then(|_| guard.0.sync_all()).map_err(|e| self.io(e))?;

@@ -120,6 +120,9 @@ pub struct RaidpDisk {
     /// Held across a whole write, from reading the old bytes to the parity update: the old
     /// bytes a parity is computed from must be the ones the write replaces.
     writes: std::sync::Mutex<()>,
+    /// Slots written since their files were last synced: a write is durable by its journal
+    /// record until [`RaidpDisk::clear`] syncs them (group commit).
+    dirty: std::sync::Mutex<std::collections::BTreeSet<u32>>,
 }
 
 impl RaidpDisk {
@@ -151,13 +154,49 @@ impl RaidpDisk {
             }
             (Err(e), _) => return Err(e.into()),
         };
-        let disk = RaidpDisk { dir, lstor: lstor.into(), writes: std::sync::Mutex::new(()) };
+        let disk = RaidpDisk {
+            dir,
+            lstor: lstor.into(),
+            writes: std::sync::Mutex::new(()),
+            dirty: Default::default(),
+        };
         let pending = disk.lstor.pending()?;
         for record in &pending {
-            disk.write_slot(record.slot, record.offset, &record.data)?;
+            disk.write_slot(record.slot, record.offset, &record.data, true)?;
             disk.lstor.replay(record)?;
         }
         Ok((disk, pending))
+    }
+
+    /// Step 4 for records `seqs` (their partners have the bytes): every slot written since
+    /// the last clear, and the parity, are synced first — a record is dropped only once what
+    /// it made durable is durable on its own. Then the records are cleared, and the journal
+    /// emptied when nothing is left pending. Returns whether it was.
+    pub fn clear(&self, seqs: &[u64]) -> Result<bool, RaidpError> {
+        let dirty: Vec<u32> =
+            std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|p| p.into_inner()))
+                .into_iter()
+                .collect();
+        let resync = |slots: &[u32]| {
+            self.dirty.lock().unwrap_or_else(|p| p.into_inner()).extend(slots.iter().copied());
+        };
+        for &slot in &dirty {
+            for path in [self.slot_path(slot), self.crc_path(slot)] {
+                let synced = File::open(&path).and_then(|f| f.sync_data());
+                if let Err(source) = synced {
+                    resync(&dirty);
+                    return Err(RaidpError::Io { path, source });
+                }
+            }
+        }
+        if let Err(e) = self.lstor.sync_parity() {
+            resync(&dirty);
+            return Err(e.into());
+        }
+        for &seq in seqs {
+            self.lstor.clear(seq)?;
+        }
+        Ok(self.lstor.compact()?)
     }
 
     /// Whether `disk_dir` holds any RAIDP slot (a disk whose Lstor is missing while this is
@@ -255,7 +294,8 @@ impl RaidpDisk {
         };
         let pending = self.lstor.begin(slot, offset, old.as_deref(), data)?;
         at(WriteStep::Journaled);
-        self.write_slot(slot, offset, data)?;
+        self.write_slot(slot, offset, data, false)?;
+        self.dirty.lock().unwrap_or_else(|p| p.into_inner()).insert(slot);
         at(WriteStep::DiskWritten);
         let seq = pending.commit()?;
         at(WriteStep::ParityUpdated);
@@ -263,7 +303,16 @@ impl RaidpDisk {
     }
 
     /// Writes bytes and their segment checksums to the slot's files, durably.
-    fn write_slot(&self, slot: u32, offset: u64, data: &[u8]) -> Result<(), RaidpError> {
+    /// Writes bytes and their segment checksums to the slot's files; durably when `sync`,
+    /// else left to [`RaidpDisk::clear`] (the journal record holds them meanwhile). A new
+    /// slot's name is made durable at once.
+    fn write_slot(
+        &self,
+        slot: u32,
+        offset: u64,
+        data: &[u8],
+        sync: bool,
+    ) -> Result<(), RaidpError> {
         let (path, crc_path) = (self.slot_path(slot), self.crc_path(slot));
         let file = OpenOptions::new()
             .read(true)
@@ -289,13 +338,22 @@ impl RaidpDisk {
         for segment in first..last {
             let start = segment * SEGMENT;
             let bytes = (len.saturating_sub(start)).min(SEGMENT) as usize;
-            let mut buffer = vec![0u8; bytes];
-            file.read_exact_at(&mut buffer, start).map_err(Self::io(&path))?;
-            let crc = crc32c::crc32c(&buffer);
+            let end = offset + data.len() as u64;
+            let crc = if start >= offset && start + bytes as u64 <= end {
+                // Wholly the new bytes: no need to read them back.
+                let from = (start - offset) as usize;
+                crc32c::crc32c(&data[from..from + bytes])
+            } else {
+                let mut buffer = vec![0u8; bytes];
+                file.read_exact_at(&mut buffer, start).map_err(Self::io(&path))?;
+                crc32c::crc32c(&buffer)
+            };
             crcs.write_all_at(&crc.to_le_bytes(), segment * 4).map_err(Self::io(&crc_path))?;
         }
-        file.sync_data().map_err(Self::io(&path))?;
-        crcs.sync_data().map_err(Self::io(&crc_path))?;
+        if sync {
+            file.sync_data().map_err(Self::io(&path))?;
+            crcs.sync_data().map_err(Self::io(&crc_path))?;
+        }
         if before == 0 {
             // A new slot's files: their names must be durable too.
             File::open(&self.dir).and_then(|d| d.sync_all()).map_err(Self::io(&self.dir))?;

@@ -53,6 +53,19 @@ pub enum BenchCommand {
     /// and checks every byte. Kill nodes between the two to measure degraded reads.
     #[command(verbatim_doc_comment)]
     Cluster(crate::bench_cluster::ClusterBenchArgs),
+    /// The RAIDP tier beside rep(3) and rep(2) on a running cluster (`weft up`): put, get and
+    /// in-place update MB/s, network, disk and stored bytes per user byte, recovery time
+    /// with matching and naive receivers, and a dual-failure rebuild.
+    ///
+    /// Examples:
+    ///   weft bench raidp --json
+    ///   weft bench raidp --size 512MiB --object-size 16MiB --clients 8 --no-recovery
+    ///
+    /// It makes the buckets bench-raidp, bench-rep3 and bench-rep2 when missing (the RAIDP
+    /// map, when the cluster has none, with --superchunk). The recovery runs fail disks of
+    /// the cluster (`weft disk fail`) and replace them afterwards.
+    #[command(verbatim_doc_comment)]
+    Raidp(crate::bench_raidp::RaidpBenchArgs),
     /// Okapi's read experiments: throughput, seeks/s and latency of concurrent ranged reads
     /// for a code at several stripe widths, beside coupled layouts (stripe width = k).
     ///
@@ -182,6 +195,7 @@ pub fn run(command: BenchCommand) -> Result<(), CliError> {
     match command {
         BenchCommand::Ec(args) => bench_ec(args),
         BenchCommand::Cluster(args) => crate::bench_cluster::run(args),
+        BenchCommand::Raidp(args) => crate::bench_raidp::run(args),
         BenchCommand::Reads(args) => crate::bench_reads::run(args),
         BenchCommand::Engine(args) => crate::bench_engine::run(args),
     }
