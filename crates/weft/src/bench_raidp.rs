@@ -181,9 +181,8 @@ async fn bench(client: &Client, args: &RaidpBenchArgs) -> Result<(), CliError> {
                 written_after.1.saturating_sub(written_before.1),
             )
         } else {
-            let bucket = bucket_of(policy);
-            let grew = stored_after.unit_bytes_of(bucket) - stored_before.unit_bytes_of(bucket);
-            (grew, t.sent_bytes, 0)
+            // The bench objects' units (overwritten in place of any earlier run's).
+            (stored_after.unit_bytes_of(bucket_of(policy)), t.sent_bytes, 0)
         };
         rows.push(json!({
             "policy": policy,
@@ -374,6 +373,9 @@ async fn stored_bytes(client: &Client) -> Result<Stored, CliError> {
             let page = client.meta.list_objects(bucket, "", after.as_deref(), 1000).await?;
             for o in page["objects"].as_array().into_iter().flatten() {
                 let key = o["key"].as_str().unwrap_or_default();
+                if !key.starts_with("bench-raidp/obj-") {
+                    continue;
+                }
                 let object = client.meta.get_object(bucket, key).await?;
                 total += object.units.values().map(|u| u.len).sum::<u64>();
             }

@@ -220,11 +220,20 @@ pub fn put(args: PutArgs) -> Result<(), CliError> {
         crate::cluster_cli::print_json(&value);
         return Ok(());
     }
-    println!(
-        "put {bucket}/{key}: {} as {} (stripe width {}, cell {}, block {}), {} units, generation {}",
-        fmt(stats.data_bytes), layout.code, layout.stripe_width, fmt(layout.cell_bytes),
-        fmt(layout.block_bytes), stats.units, stats.object.generation
-    );
+    if let Some(raidp) = &stats.object.raidp {
+        println!(
+            "put {bucket}/{key}: {} as raidp (two replicas, {} superchunk extents), generation {}",
+            fmt(stats.data_bytes),
+            raidp.extents.len(),
+            stats.object.generation
+        );
+    } else {
+        println!(
+            "put {bucket}/{key}: {} as {} (stripe width {}, cell {}, block {}), {} units, generation {}",
+            fmt(stats.data_bytes), layout.code, layout.stripe_width, fmt(layout.cell_bytes),
+            fmt(layout.block_bytes), stats.units, stats.object.generation
+        );
+    }
     if args.stats {
         println!(
             "  bytes sent           {} ({} data + {} parity)",
@@ -613,10 +622,52 @@ pub fn stat(args: StatArgs) -> Result<(), CliError> {
     let object = runtime.block_on(client.meta.get_object(&bucket, &key))?;
     if args.nodes {
         let mut seen = std::collections::BTreeSet::new();
+        // A RAIDP object: the nodes holding its superchunks' replicas, first extent first.
+        let replicas = object.raidp.iter().flat_map(|r| &r.extents).flat_map(|e| &e.replicas);
+        for replica in replicas {
+            if seen.insert(replica.node) {
+                println!("{}", replica.node);
+            }
+        }
         for unit in object.units.values() {
             if seen.insert(unit.node_id) {
                 println!("{}", unit.node_id);
             }
+        }
+        return Ok(());
+    }
+    if let Some(raidp) = &object.raidp {
+        if args.json {
+            crate::cluster_cli::print_json(&object.raw);
+            return Ok(());
+        }
+        println!("{bucket}/{key}");
+        println!(
+            "  size        {} ({} bytes), generation {}",
+            fmt(object.size),
+            object.size,
+            object.generation
+        );
+        println!(
+            "  policy      raidp: two replicas of superchunks of {}, {} Lstor parit{} per disk",
+            fmt(raidp.superchunk_bytes),
+            raidp.lstors,
+            if raidp.lstors == 1 { "y" } else { "ies" }
+        );
+        for extent in &raidp.extents {
+            let replicas: Vec<String> = extent
+                .replicas
+                .iter()
+                .map(|r| format!("node {} disk {} ({})", r.node, r.disk, r.state))
+                .collect();
+            println!(
+                "  superchunk {:<4} slot {:<4} {:>10} at {:<10} on {}",
+                extent.superchunk,
+                extent.slot,
+                fmt(extent.bytes),
+                extent.offset,
+                if replicas.is_empty() { "no replica: lost".into() } else { replicas.join(", ") }
+            );
         }
         return Ok(());
     }
