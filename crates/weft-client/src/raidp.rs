@@ -988,7 +988,7 @@ impl Client {
                     disk.superchunks.iter().find(|h| h.slot == slot).map(|h| h.superchunk);
                 let partner = superchunk.and_then(|id| {
                     disks.iter().find(|d| {
-                        !(d.node == disk.node && d.disk == disk.disk)
+                        (d.node, d.disk) != (disk.node, disk.disk)
                             && !d.failed
                             && d.superchunks.iter().any(|h| h.superchunk == id && h.slot == slot)
                     })

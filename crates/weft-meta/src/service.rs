@@ -966,7 +966,7 @@ async fn create_bucket(
 
 /// The superchunk size and Lstor count a bucket body asks for when its code is `raidp`
 /// (`{"code":"raidp","superchunk_bytes":N,"lstors":1|2}`, both optional), else None.
-fn raidp_request(body: &[u8]) -> Result<Option<(Option<u64>, Option<u32>)>, ApiError> {
+fn raidp_request(body: &[u8]) -> Result<Option<raidp::RaidpAsk>, ApiError> {
     let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(body) else {
         return Ok(None);
     };
@@ -998,7 +998,7 @@ fn raidp_request(body: &[u8]) -> Result<Option<(Option<u64>, Option<u32>)>, ApiE
 async fn create_raidp_bucket(
     meta: Shared,
     name: String,
-    asked: (Option<u64>, Option<u32>),
+    asked: raidp::RaidpAsk,
 ) -> Result<Response, ApiError> {
     if let (Some(superchunk_bytes), Some(lstors)) = asked {
         raidp::check_policy(&crate::RaidpPolicy { superchunk_bytes, lstors })?;

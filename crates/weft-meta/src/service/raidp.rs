@@ -42,6 +42,9 @@ const DEFAULT_SLOTS: u32 = 64;
 /// GF(2^8)).
 const MAX_SLOTS_TWO_PARITIES: u32 = 255;
 
+/// The superchunk size and Lstor count a RAIDP bucket asks for (each optional).
+pub(crate) type RaidpAsk = (Option<u64>, Option<u32>);
+
 /// The cluster's RAIDP state, as stored.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct RaidpState {
@@ -57,7 +60,7 @@ pub(crate) fn check_policy(policy: &RaidpPolicy) -> Result<(), ApiError> {
     let invalid =
         |message: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_policy", message);
     if !(MIN_SUPERCHUNK_BYTES..=MAX_SUPERCHUNK_BYTES).contains(&policy.superchunk_bytes)
-        || policy.superchunk_bytes % 4096 != 0
+        || !policy.superchunk_bytes.is_multiple_of(4096)
     {
         return Err(invalid(format!(
             "a superchunk of {} bytes: give a multiple of 4 KiB from {MIN_SUPERCHUNK_BYTES} \
@@ -174,7 +177,7 @@ fn geometry_conflict(have: &RaidpPolicy, asked: &RaidpPolicy) -> ApiError {
 /// disks. Called under `Meta::raidp`'s lock.
 pub(crate) fn policy_for_bucket(
     store: &dyn MetaStore,
-    asked: (Option<u64>, Option<u32>),
+    asked: RaidpAsk,
     nodes: &[NodeRecord],
     live: &Liveness,
     level: FailureDomain,
