@@ -393,13 +393,7 @@ impl Disk {
     /// [`Disk::drill_replace`].
     pub fn drill_fail(&self, cause: &str) -> Result<()> {
         let dir = self.inner.dir.clone();
-        let io = |op: &'static str, path: &Path, source| StoreError::Io {
-            dir: dir.clone(),
-            key: None,
-            op,
-            path: path.to_path_buf(),
-            source,
-        };
+        let io = |op, path: &Path, source| self.drill_io(op, path, source);
         let marker = dir.join(DRILL_FAILED_FILE);
         std::fs::write(&marker, cause).map_err(|e| io("write", &marker, e))?;
         *self.inner.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(cause.to_owned());
@@ -411,13 +405,7 @@ impl Disk {
     pub fn drill_replace(&self) -> Result<()> {
         self.wipe()?;
         let dir = self.inner.dir.clone();
-        let io = |op: &'static str, path: &Path, source| StoreError::Io {
-            dir: dir.clone(),
-            key: None,
-            op,
-            path: path.to_path_buf(),
-            source,
-        };
+        let io = |op, path: &Path, source| self.drill_io(op, path, source);
         let fs = &self.inner.fs;
         fs.create_dir_all(&self.inner.tmp_dir)
             .map_err(|e| io("create directory", &self.inner.tmp_dir, e))?;
@@ -437,6 +425,17 @@ impl Disk {
         Ok(())
     }
 
+    /// The error of a drill's filesystem call.
+    fn drill_io(&self, op: &'static str, path: &Path, source: std::io::Error) -> StoreError {
+        StoreError::Io {
+            dir: self.inner.dir.clone(),
+            key: None,
+            op,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
     /// Removes the disk's units, temp files and RAIDP slots (its marker stays).
     fn wipe(&self) -> Result<()> {
         let dir = &self.inner.dir;
@@ -444,15 +443,7 @@ impl Disk {
             match std::fs::remove_dir_all(sub) {
                 Ok(()) => {}
                 Err(e) if is_not_found(&e) => {}
-                Err(source) => {
-                    return Err(StoreError::Io {
-                        dir: dir.clone(),
-                        key: None,
-                        op: "remove",
-                        path: sub.to_path_buf(),
-                        source,
-                    })
-                }
+                Err(source) => return Err(self.drill_io("remove", sub, source)),
             }
         }
         Ok(())

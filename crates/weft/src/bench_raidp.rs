@@ -119,14 +119,11 @@ async fn bench(client: &Client, args: &RaidpBenchArgs) -> Result<(), CliError> {
     let written_before = raidp_written(client).await?;
     let mut totals: Vec<Totals> = vec![Totals::default(); POLICIES.len()];
     // Puts, in rounds of one object per client per policy, the order rotating.
-    let rounds = objects.div_ceil(args.clients);
-    for round in 0..rounds {
-        let first = round * args.clients;
-        let batch: Vec<usize> = (first..(first + args.clients).min(objects)).collect();
-        for turn in 0..POLICIES.len() {
-            let p = (round + turn) % POLICIES.len();
+    let batches = batches(objects, args.clients);
+    for (round, batch) in batches.iter().enumerate() {
+        for p in turns(round) {
             let started = Instant::now();
-            let sent = put_batch(client, POLICIES[p], &batch, args.object_size).await?;
+            let sent = put_batch(client, POLICIES[p], batch, args.object_size).await?;
             totals[p].put_seconds += started.elapsed().as_secs_f64();
             totals[p].sent_bytes += sent;
             totals[p].user_bytes += (batch.len() * args.object_size) as u64;
@@ -135,14 +132,10 @@ async fn bench(client: &Client, args: &RaidpBenchArgs) -> Result<(), CliError> {
     let stored_after = stored_bytes(client).await?;
     let written_after = raidp_written(client).await?;
     // Gets, verified.
-    for round in 0..rounds {
-        let first = round * args.clients;
-        let batch: Vec<usize> = (first..(first + args.clients).min(objects)).collect();
-        for turn in 0..POLICIES.len() {
-            let p = (round + turn) % POLICIES.len();
+    for (round, batch) in batches.iter().enumerate() {
+        for p in turns(round) {
             let started = Instant::now();
-            totals[p].read_bytes +=
-                get_batch(client, POLICIES[p], &batch, args.object_size).await?;
+            totals[p].read_bytes += get_batch(client, POLICIES[p], batch, args.object_size).await?;
             totals[p].get_seconds += started.elapsed().as_secs_f64();
         }
     }
@@ -152,8 +145,7 @@ async fn bench(client: &Client, args: &RaidpBenchArgs) -> Result<(), CliError> {
     let mut round = 0;
     while done < args.updates {
         let count = per_round.min(args.updates - done);
-        for turn in 0..POLICIES.len() {
-            let p = (round + turn) % POLICIES.len();
+        for p in turns(round) {
             let started = Instant::now();
             update_batch(client, POLICIES[p], done, count, objects, args).await?;
             totals[p].update_seconds += started.elapsed().as_secs_f64();
@@ -241,6 +233,16 @@ async fn bench(client: &Client, args: &RaidpBenchArgs) -> Result<(), CliError> {
         print_table(&report);
     }
     Ok(())
+}
+
+/// Object indices in rounds of one per client.
+fn batches(objects: usize, clients: usize) -> Vec<Vec<usize>> {
+    (0..objects).collect::<Vec<_>>().chunks(clients).map(<[usize]>::to_vec).collect()
+}
+
+/// The policies' order in round `round`: rotating, so no policy always goes first.
+fn turns(round: usize) -> impl Iterator<Item = usize> {
+    (0..POLICIES.len()).map(move |turn| (round + turn) % POLICIES.len())
 }
 
 /// Creates the three buckets when missing (the RAIDP one with --superchunk when the cluster

@@ -7,6 +7,9 @@ mod common;
 use common::cluster::Cluster;
 use serde_json::Value;
 
+/// The policy flags of rs(2,1).
+const RS21: [&str; 6] = ["--code", "rs", "--k", "2", "--r", "1"];
+
 /// Deterministic bytes that differ by object and position.
 fn pattern(len: usize, seed: u32) -> Vec<u8> {
     let mut x = seed.wrapping_mul(2_654_435_761) | 1;
@@ -181,7 +184,7 @@ fn drills_bad_input_and_refusals_are_clear() {
     let past =
         cluster.weft_fails(&["write", "wrm/a", "--offset", "190000", patch_file.to_str().unwrap()]);
     assert!(past.contains("past the end"), "{past}");
-    cluster.create_bucket("coded", &["--code", "rs", "--k", "2", "--r", "1"]);
+    cluster.create_bucket("coded", &RS21);
     put(&cluster, "coded/x", &pattern(10_000, 3));
     let immutable =
         cluster.weft_fails(&["write", "coded/x", "--offset", "0", patch_file.to_str().unwrap()]);
@@ -265,31 +268,11 @@ fn transitions_move_objects_between_the_raidp_tier_and_erasure_codes() {
     let data = pattern(200_000, 11);
     put(&cluster, "warm/a", &data);
     // A regroup has no parity units to work on: refused with why.
-    let refused = cluster.weft_fails(&[
-        "transition",
-        "warm/a",
-        "--code",
-        "rs",
-        "--k",
-        "2",
-        "--r",
-        "1",
-        "--mode",
-        "regroup",
-    ]);
+    let refused = cluster
+        .weft_fails(&[&["transition", "warm/a"][..], &RS21, &["--mode", "regroup"]].concat());
     assert!(refused.contains("no parity units to regroup"), "{refused}");
     // Transitions: warm → cold and back, the IO reported like every transition.
-    let cold = cluster.weft_json(&[
-        "transition",
-        "warm/a",
-        "--code",
-        "rs",
-        "--k",
-        "2",
-        "--r",
-        "1",
-        "--json",
-    ]);
+    let cold = cluster.weft_json(&[&["transition", "warm/a"][..], &RS21, &["--json"]].concat());
     assert_eq!(cold["from"], "raidp", "{cold}");
     assert_eq!(cold["to"]["code"], "rs(2,1)", "{cold}");
     assert_eq!(cold["bytes_read"], 200_000, "{cold}");
@@ -305,5 +288,56 @@ fn transitions_move_objects_between_the_raidp_tier_and_erasure_codes() {
     assert_eq!(cluster.get("warm/a"), data);
     let again = cluster.weft_json(&["transition", "warm/a", "--code", "raidp", "--json"]);
     assert_eq!(again["unchanged"], true, "{again}");
+    assert_eq!(verify(&cluster)["clean"], true);
+}
+
+#[test]
+fn bench_raidp_reports_every_policy_side_by_side() {
+    let cluster = Cluster::start(6, &["--heartbeat-ms", "200"]);
+    let report = cluster.weft_json(&[
+        "bench",
+        "raidp",
+        "--size",
+        "2MiB",
+        "--object-size",
+        "512KiB",
+        "--clients",
+        "2",
+        "--superchunk",
+        "256KiB",
+        "--updates",
+        "4",
+        "--update-size",
+        "64KiB",
+        "--recoveries",
+        "1",
+        "--json",
+    ]);
+    let rows = report["rows"].as_array().unwrap();
+    let policies: Vec<&str> = rows.iter().map(|r| r["policy"].as_str().unwrap()).collect();
+    assert_eq!(policies, ["raidp", "rep(3)", "rep(2)"], "{report}");
+    let field = |i: usize, name: &str| rows[i][name].as_f64().unwrap();
+    // Two copies sent for RAIDP and rep(2), three for rep(3); RAIDP stores its two copies
+    // plus one superchunk of parity per disk that holds one.
+    assert_eq!(field(0, "network_bytes_per_user_byte"), 2.0);
+    assert_eq!(field(1, "network_bytes_per_user_byte"), 3.0);
+    assert_eq!(field(2, "network_bytes_per_user_byte"), 2.0);
+    assert!(field(1, "stored_bytes_per_user_byte") >= 3.0, "{report}");
+    assert!(field(0, "stored_bytes_per_user_byte") >= 2.0, "{report}");
+    assert_eq!(report["checks"]["stored_within_bound"], true, "{report}");
+    for i in 0..3 {
+        for rate in ["put_mb_s", "get_mb_s", "update_mb_s"] {
+            assert!(field(i, rate) > 0.0, "{rate} of row {i}: {report}");
+        }
+    }
+    let runs = report["recovery"].as_array().unwrap();
+    let kinds: Vec<String> = runs
+        .iter()
+        .map(|r| format!("{} {}", r["kind"].as_str().unwrap(), r["receivers"].as_str().unwrap()))
+        .collect();
+    assert!(kinds.contains(&"one disk matching".to_string()), "{kinds:?}");
+    assert!(kinds.contains(&"one disk naive".to_string()), "{kinds:?}");
+    assert!(kinds.contains(&"two disks matching".to_string()), "{kinds:?}");
+    // Everything it wrote reads back and the tier is clean after its drills.
     assert_eq!(verify(&cluster)["clean"], true);
 }
