@@ -479,9 +479,9 @@ fn lstor_dir(args: &UpArgs, dir: &Path, out: Out) -> Result<PathBuf, CliError> {
             }
         }
     };
-    std::fs::create_dir_all(&chosen)
-        .map_err(|e| cli_error!("cannot create the Lstor directory {}: {e}", chosen.display()))?;
-    let chosen = std::fs::canonicalize(&chosen)
+    // Not created here: each node makes its own Lstor directory as it starts, so a `weft up`
+    // that stops before starting nodes leaves nothing behind in /dev/shm.
+    let chosen = std::path::absolute(&chosen)
         .map_err(|e| cli_error!("cannot resolve {}: {e}", chosen.display()))?;
     std::fs::write(&record, format!("{}\n", chosen.display()))
         .map_err(|e| cli_error!("cannot write {}: {e}", record.display()))?;
