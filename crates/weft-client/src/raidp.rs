@@ -44,6 +44,19 @@ fn base(replica: &ReplicaInfo) -> std::result::Result<String, NodeFailure> {
 }
 
 impl NodeClient {
+    /// Sends a signed request to node `node`; a non-success answer is its failure.
+    async fn send_ok(
+        &self,
+        node: u32,
+        request: reqwest::RequestBuilder,
+    ) -> std::result::Result<reqwest::Response, NodeFailure> {
+        let response = self.send(node, request).await?;
+        if !response.status().is_success() {
+            return Err(failure_of(response).await);
+        }
+        Ok(response)
+    }
+
     /// Writes `bytes` at `offset` of `slot` on a replica's disk through its Lstor; returns the
     /// journal record's sequence number.
     #[allow(clippy::too_many_arguments)]
@@ -66,10 +79,7 @@ impl NodeClient {
         }
         let crc = crc32c::crc32c(&bytes);
         let request = self.http().put(url).header(RAIDP_CRC_HEADER, crc.to_string()).body(bytes);
-        let response = self.send(replica.node, request).await?;
-        if !response.status().is_success() {
-            return Err(failure_of(response).await);
-        }
+        let response = self.send_ok(replica.node, request).await?;
         let answer: Value = response.json().await.map_err(transport)?;
         answer["seq"].as_u64().ok_or_else(|| {
             NodeFailure::new(FailureKind::Other, format!("a slot write answered {answer}"))
@@ -89,10 +99,7 @@ impl NodeClient {
             base(replica)?,
             replica.disk
         );
-        let response = self.send(replica.node, self.http().get(url)).await?;
-        if !response.status().is_success() {
-            return Err(failure_of(response).await);
-        }
+        let response = self.send_ok(replica.node, self.http().get(url)).await?;
         let bytes = response.bytes().await.map_err(transport)?;
         if bytes.len() as u64 != len {
             return Err(NodeFailure::new(
@@ -114,10 +121,7 @@ impl NodeClient {
     ) -> std::result::Result<(), NodeFailure> {
         let url = format!("{}/v1/disks/{}/raidp/clear", base(replica)?, replica.disk);
         let request = self.http().post(url).json(&json!({ "seqs": seqs }));
-        let response = self.send(replica.node, request).await?;
-        if !response.status().is_success() {
-            return Err(failure_of(response).await);
-        }
+        self.send_ok(replica.node, request).await?;
         Ok(())
     }
 
@@ -136,10 +140,7 @@ impl NodeClient {
             Some(body) => self.http().post(url).json(&body),
             None => self.http().get(url),
         };
-        let response = self.send(node, request).await?;
-        if !response.status().is_success() {
-            return Err(failure_of(response).await);
-        }
+        let response = self.send_ok(node, request).await?;
         response.json().await.map_err(transport)
     }
 }
