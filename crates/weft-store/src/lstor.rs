@@ -25,6 +25,14 @@
 //! - A record is valid only whole (crc32c over it): a torn record at the journal's tail (a
 //!   crash while appending, before step 2 could start) is ignored; a bad record before the
 //!   tail means the journal is corrupt, and opening refuses (`LstorError::Corrupt`).
+//! - The journal is a head (magic, epoch) and entries of that epoch. Emptying it
+//!   ([`Lstor::compact`], nothing pending) writes a new epoch into the head and starts over
+//!   at its first entry: the file keeps its length and its pages, and what lies past the
+//!   last entry of the current epoch is ignored. Under load that never leaves it empty, a
+//!   journal past [`JOURNAL_REWRITE_BYTES`] is rewritten with its pending records only, so it
+//!   stays bounded.
+//! - A journal record is written straight from the caller's data and the new parity kept in
+//!   reusable scratch buffers: no allocation of the write's size per write.
 //! - An Lstor belongs to one disk: its header names the disk's identity, and opening it for
 //!   another disk refuses (`LstorError::WrongDisk`). A missing Lstor is `LstorError::Missing`.
 //!
@@ -50,9 +58,16 @@ pub const MAX_RECORD_BYTES: usize = 64 << 20;
 const HEADER_FILE: &str = "lstor.header";
 const JOURNAL_FILE: &str = "journal";
 const HEADER_MAGIC: &[u8; 8] = b"WEFTLST1";
+const JOURNAL_MAGIC: u32 = 0x5754_4a48; // "WTJH"
 const RECORD_MAGIC: u32 = 0x5754_4a52; // "WTJR"
 const KIND_WRITE: u8 = 1;
 const KIND_CLEAR: u8 = 2;
+
+/// Bytes of the journal's head: magic, epoch, crc32c. Entries follow.
+const JOURNAL_HEAD_BYTES: u64 = 16;
+
+/// A journal longer than this while records stay pending is rewritten with only those.
+const JOURNAL_REWRITE_BYTES: u64 = 256 << 20;
 
 fn parity_file(index: usize) -> String {
     format!("parity-{index}")
@@ -102,16 +117,46 @@ pub struct JournalRecord {
     pub parity: Vec<Vec<u8>>,
 }
 
+/// Bytes every journal entry starts with: magic, kind, epoch, seq.
+const ENTRY_PREFIX_BYTES: usize = 21;
+
+/// Bytes of a write record's head (the prefix, then slot, offset, length, parities); the
+/// data, each parity and a crc32c of all of it follow.
+const WRITE_HEAD_BYTES: usize = ENTRY_PREFIX_BYTES + 17;
+
+/// Bytes of a clear entry (the prefix and its crc32c).
+const CLEAR_BYTES: usize = ENTRY_PREFIX_BYTES + 4;
+
+fn entry_prefix(out: &mut [u8], kind: u8, epoch: u64, seq: u64) {
+    out[..4].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
+    out[4] = kind;
+    out[5..13].copy_from_slice(&epoch.to_le_bytes());
+    out[13..21].copy_from_slice(&seq.to_le_bytes());
+}
+
+fn write_head(
+    epoch: u64,
+    seq: u64,
+    slot: u32,
+    offset: u64,
+    len: usize,
+    parities: usize,
+) -> [u8; WRITE_HEAD_BYTES] {
+    let mut head = [0u8; WRITE_HEAD_BYTES];
+    entry_prefix(&mut head, KIND_WRITE, epoch, seq);
+    head[21..25].copy_from_slice(&slot.to_le_bytes());
+    head[25..33].copy_from_slice(&offset.to_le_bytes());
+    head[33..37].copy_from_slice(&(len as u32).to_le_bytes());
+    head[37] = parities as u8;
+    head
+}
+
 impl JournalRecord {
-    fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(40 + self.data.len() * (1 + self.parity.len()));
-        out.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
-        out.push(KIND_WRITE);
-        out.extend_from_slice(&self.seq.to_le_bytes());
-        out.extend_from_slice(&self.slot.to_le_bytes());
-        out.extend_from_slice(&self.offset.to_le_bytes());
-        out.extend_from_slice(&(self.data.len() as u32).to_le_bytes());
-        out.push(self.parity.len() as u8);
+    /// The record as a journal entry of `epoch`.
+    fn encode(&self, epoch: u64) -> Vec<u8> {
+        let head =
+            write_head(epoch, self.seq, self.slot, self.offset, self.data.len(), self.parity.len());
+        let mut out = head.to_vec();
         out.extend_from_slice(&self.data);
         self.parity.iter().for_each(|p| out.extend_from_slice(p));
         let crc = crc32c::crc32c(&out);
@@ -120,52 +165,62 @@ impl JournalRecord {
     }
 }
 
-fn encode_clear(seq: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(17);
-    out.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
-    out.push(KIND_CLEAR);
-    out.extend_from_slice(&seq.to_le_bytes());
-    let crc = crc32c::crc32c(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
+fn encode_clear(epoch: u64, seq: u64) -> [u8; CLEAR_BYTES] {
+    let mut out = [0u8; CLEAR_BYTES];
+    entry_prefix(&mut out, KIND_CLEAR, epoch, seq);
+    let crc = crc32c::crc32c(&out[..ENTRY_PREFIX_BYTES]);
+    out[ENTRY_PREFIX_BYTES..].copy_from_slice(&crc.to_le_bytes());
     out
 }
 
-/// What the journal holds: the write records not cleared, in order, and where valid bytes end.
+fn journal_head(epoch: u64) -> [u8; JOURNAL_HEAD_BYTES as usize] {
+    let mut head = [0u8; JOURNAL_HEAD_BYTES as usize];
+    head[..4].copy_from_slice(&JOURNAL_MAGIC.to_le_bytes());
+    head[4..12].copy_from_slice(&epoch.to_le_bytes());
+    let crc = crc32c::crc32c(&head[..12]);
+    head[12..].copy_from_slice(&crc.to_le_bytes());
+    head
+}
+
+/// What the journal holds: its epoch, the write records not cleared, in order, and where
+/// its valid entries end.
 struct Scanned {
+    epoch: u64,
     pending: Vec<JournalRecord>,
     valid_len: u64,
     next_seq: u64,
 }
 
-/// One journal entry parsed at the start of `rest`: its length, and the write record or the
-/// cleared sequence number. None when no whole, valid entry starts there.
-fn parse(rest: &[u8]) -> Option<(usize, Result<JournalRecord, u64>)> {
+/// One journal entry of `epoch` parsed at the start of `rest`: its length, and the write
+/// record or the cleared sequence number. None when no whole, valid entry of that epoch
+/// starts there.
+fn parse(rest: &[u8], epoch: u64) -> Option<(usize, Result<JournalRecord, u64>)> {
     let u32_at = |i: usize| u32::from_le_bytes(rest[i..i + 4].try_into().unwrap());
     let u64_at = |i: usize| u64::from_le_bytes(rest[i..i + 8].try_into().unwrap());
-    if rest.len() < 17 || u32_at(0) != RECORD_MAGIC {
+    if rest.len() < CLEAR_BYTES || u32_at(0) != RECORD_MAGIC || u64_at(5) != epoch {
         return None;
     }
+    let seq = u64_at(13);
     match rest[4] {
-        KIND_CLEAR => (crc32c::crc32c(&rest[..13]) == u32_at(13)).then(|| (17, Err(u64_at(5)))),
-        KIND_WRITE if rest.len() >= 30 => {
-            let len = u32_at(25) as usize;
-            let parities = rest[29] as usize;
+        KIND_CLEAR => (crc32c::crc32c(&rest[..ENTRY_PREFIX_BYTES]) == u32_at(ENTRY_PREFIX_BYTES))
+            .then_some((CLEAR_BYTES, Err(seq))),
+        KIND_WRITE if rest.len() >= WRITE_HEAD_BYTES => {
+            let len = u32_at(33) as usize;
+            let parities = rest[37] as usize;
             if len > MAX_RECORD_BYTES || parities == 0 || parities > MAX_PARITIES {
                 return None;
             }
-            let body = 30 + len * (1 + parities);
+            let body = WRITE_HEAD_BYTES + len * (1 + parities);
             if rest.len() < body + 4 || crc32c::crc32c(&rest[..body]) != u32_at(body) {
                 return None;
             }
-            let parity = (0..parities)
-                .map(|p| rest[30 + len * (1 + p)..30 + len * (2 + p)].to_vec())
-                .collect();
+            let at = |i: usize| WRITE_HEAD_BYTES + len * i;
             let record = JournalRecord {
-                seq: u64_at(5),
-                slot: u32_at(13),
-                offset: u64_at(17),
-                data: rest[30..30 + len].to_vec(),
-                parity,
+                seq,
+                slot: u32_at(21),
+                offset: u64_at(25),
+                data: rest[at(0)..at(1)].to_vec(),
+                parity: (1..=parities).map(|p| rest[at(p)..at(p + 1)].to_vec()).collect(),
             };
             Some((body + 4, Ok(record)))
         }
@@ -173,13 +228,25 @@ fn parse(rest: &[u8]) -> Option<(usize, Result<JournalRecord, u64>)> {
     }
 }
 
-/// Reads a journal: records and clears until the end or a torn tail.
+/// Reads a journal: its head, then records and clears of its epoch until the end, a torn
+/// tail, or the entries a compaction left behind (an older epoch's).
 fn scan(bytes: &[u8]) -> Result<Scanned, String> {
-    let mut at = 0usize;
+    if bytes.is_empty() {
+        return Ok(Scanned { epoch: 0, pending: Vec::new(), valid_len: 0, next_seq: 0 });
+    }
+    let head = JOURNAL_HEAD_BYTES as usize;
+    if bytes.len() < head
+        || u32::from_le_bytes(bytes[..4].try_into().unwrap()) != JOURNAL_MAGIC
+        || crc32c::crc32c(&bytes[..12]) != u32::from_le_bytes(bytes[12..16].try_into().unwrap())
+    {
+        return Err("the journal's head is damaged".into());
+    }
+    let epoch = u64::from_le_bytes(bytes[4..12].try_into().unwrap());
+    let mut at = head;
     let mut open: std::collections::BTreeMap<u64, JournalRecord> = Default::default();
     let mut next_seq = 0;
     while at < bytes.len() {
-        match parse(&bytes[at..]) {
+        match parse(&bytes[at..], epoch) {
             Some((length, entry)) => {
                 match entry {
                     Ok(record) => {
@@ -193,16 +260,32 @@ fn scan(bytes: &[u8]) -> Result<Scanned, String> {
                 at += length;
             }
             None => {
-                // A torn tail (a crash while appending) has nothing valid after it; a valid
-                // entry further on means this one was damaged.
-                if (at + 1..bytes.len()).any(|i| parse(&bytes[i..]).is_some()) {
+                // A torn tail (a crash while appending) has nothing of this epoch after it;
+                // a valid entry of this epoch further on means this one was damaged.
+                if (at + 1..bytes.len()).any(|i| parse(&bytes[i..], epoch).is_some()) {
                     return Err(format!("journal record at byte {at} is damaged"));
                 }
                 break;
             }
         }
     }
-    Ok(Scanned { pending: open.into_values().collect(), valid_len: at as u64, next_seq })
+    Ok(Scanned { epoch, pending: open.into_values().collect(), valid_len: at as u64, next_seq })
+}
+
+/// The journal's state, behind the Lstor's update lock (held across a write's steps 1–3).
+#[derive(Debug)]
+struct Journal {
+    file: File,
+    /// Entries of this epoch are the journal's; older ones past `end` are left-overs of a
+    /// compaction (read as the end).
+    epoch: u64,
+    /// The next record's sequence number.
+    next_seq: u64,
+    /// Where the next entry goes.
+    end: u64,
+    /// One buffer per parity: the new parity bytes of the write in progress. Kept from write
+    /// to write, so a write allocates (and faults in) no fresh memory.
+    scratch: Vec<Vec<u8>>,
 }
 
 /// The Lstor of one disk.
@@ -211,8 +294,7 @@ pub struct Lstor {
     dir: PathBuf,
     superchunk_bytes: u64,
     parity: Vec<File>,
-    /// The journal and the next record's sequence number; held across a write's steps 1–3.
-    journal: Mutex<(File, u64)>,
+    journal: Mutex<Journal>,
     /// The sequence numbers of the records pending now (what a scan of the journal would
     /// find), kept so that counting them and emptying the journal read nothing.
     open_seqs: Mutex<std::collections::BTreeSet<u64>>,
@@ -223,31 +305,36 @@ pub struct Lstor {
 /// would.
 pub struct Pending<'a> {
     lstor: &'a Lstor,
-    record: JournalRecord,
-    _lock: MutexGuard<'a, (File, u64)>,
+    seq: u64,
+    offset: u64,
+    len: usize,
+    /// The new parity bytes wait in the journal's scratch buffers.
+    journal: MutexGuard<'a, Journal>,
 }
 
 impl std::fmt::Debug for Pending<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pending")
-            .field("seq", &self.record.seq)
-            .field("slot", &self.record.slot)
-            .field("offset", &self.record.offset)
-            .field("len", &self.record.data.len())
+            .field("seq", &self.seq)
+            .field("offset", &self.offset)
+            .field("len", &self.len)
             .finish()
     }
 }
 
 impl Pending<'_> {
-    pub fn record(&self) -> &JournalRecord {
-        &self.record
+    /// The journal record's sequence number.
+    pub fn seq(&self) -> u64 {
+        self.seq
     }
 
     /// Step 3: writes the record's parity bytes (durable by the journal record until
     /// [`Lstor::sync_parity`]); returns its sequence number for [`Lstor::clear`].
     pub fn commit(self) -> Result<u64, LstorError> {
-        self.lstor.write_parity_unsynced(&self.record)?;
-        Ok(self.record.seq)
+        for (file, bytes) in self.lstor.parity.iter().zip(&self.journal.scratch) {
+            file.write_all_at(&bytes[..self.len], self.offset).map_err(|e| self.lstor.io(e))?;
+        }
+        Ok(self.seq)
     }
 }
 
@@ -364,15 +451,28 @@ impl Lstor {
             .map_err(|e| corrupt(format!("the journal cannot be opened: {e}")))?;
         let mut bytes = Vec::new();
         journal.read_to_end(&mut bytes).map_err(io)?;
-        let scanned = scan(&bytes).map_err(corrupt)?;
-        if scanned.valid_len < bytes.len() as u64 {
+        let mut scanned = scan(&bytes).map_err(corrupt)?;
+        if bytes.is_empty() {
+            // A new journal: its head first.
+            journal
+                .write_all_at(&journal_head(0), 0)
+                .and_then(|_| journal.sync_data())
+                .map_err(io)?;
+            scanned.valid_len = JOURNAL_HEAD_BYTES;
+        } else if scanned.valid_len < bytes.len() as u64 {
             journal.set_len(scanned.valid_len).and_then(|_| journal.sync_all()).map_err(io)?;
         }
         Ok(Lstor {
             dir: dir.to_path_buf(),
             superchunk_bytes,
             parity,
-            journal: Mutex::new((journal, scanned.next_seq)),
+            journal: Mutex::new(Journal {
+                file: journal,
+                epoch: scanned.epoch,
+                next_seq: scanned.next_seq,
+                end: scanned.valid_len,
+                scratch: Vec::new(),
+            }),
             open_seqs: Mutex::new(scanned.pending.iter().map(|r| r.seq).collect()),
         })
     }
@@ -389,7 +489,7 @@ impl Lstor {
         &self.dir
     }
 
-    fn lock(&self) -> MutexGuard<'_, (File, u64)> {
+    fn lock(&self) -> MutexGuard<'_, Journal> {
         self.journal.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
@@ -441,40 +541,52 @@ impl Lstor {
             });
         }
         let mut guard = self.lock();
-        let mut delta = new.to_vec();
-        if let Some(old) = old {
-            weft_gf::xor_region(old, &mut delta);
+        let journal = &mut *guard;
+        let len = new.len();
+        journal.scratch.resize_with(self.parity.len(), Vec::new);
+        // New parity = old parity + g·old + g·new (over GF(2^8), + is XOR): no delta buffer.
+        for (index, bytes) in journal.scratch.iter_mut().enumerate() {
+            if bytes.len() < len {
+                bytes.resize(len, 0);
+            }
+            let bytes = &mut bytes[..len];
+            self.parity[index].read_exact_at(bytes, offset).map_err(|e| self.io(e))?;
+            let g = coefficient(index, slot);
+            if let Some(old) = old {
+                weft_gf::mul_add_region(g, old, bytes);
+            }
+            weft_gf::mul_add_region(g, new, bytes);
         }
-        let mut parity = Vec::with_capacity(self.parity.len());
-        for index in 0..self.parity.len() {
-            let mut bytes = vec![0u8; new.len()];
-            self.parity[index].read_exact_at(&mut bytes, offset).map_err(|e| self.io(e))?;
-            weft_gf::mul_add_region(coefficient(index, slot), &delta, &mut bytes);
-            parity.push(bytes);
+        // The record goes to the journal piece by piece, straight from the caller's data
+        // and the scratch parity: no encoded copy.
+        let seq = journal.next_seq;
+        let head = write_head(journal.epoch, seq, slot, offset, len, self.parity.len());
+        let mut crc = crc32c::crc32c_append(crc32c::crc32c(&head), new);
+        let mut at = journal.end;
+        let put = |bytes: &[u8], at: &mut u64| -> Result<(), LstorError> {
+            journal.file.write_all_at(bytes, *at).map_err(|e| self.io(e))?;
+            *at += bytes.len() as u64;
+            Ok(())
+        };
+        put(&head, &mut at)?;
+        put(new, &mut at)?;
+        for bytes in &journal.scratch {
+            crc = crc32c::crc32c_append(crc, &bytes[..len]);
+            put(&bytes[..len], &mut at)?;
         }
-        let record = JournalRecord { seq: guard.1, slot, offset, data: new.to_vec(), parity };
-        let encoded = record.encode();
-        let (journal, next) = &mut *guard;
-        let end = journal.metadata().map_err(|e| self.io(e))?.len();
-        journal
-            .write_all_at(&encoded, end)
-            .and_then(|_| journal.sync_data())
-            .map_err(|e| self.io(e))?;
-        self.open_seqs().insert(*next);
-        *next += 1;
-        Ok(Pending { lstor: self, record, _lock: guard })
+        put(&crc.to_le_bytes(), &mut at)?;
+        journal.file.sync_data().map_err(|e| self.io(e))?;
+        journal.end = at;
+        journal.next_seq += 1;
+        self.open_seqs().insert(seq);
+        Ok(Pending { lstor: self, seq, offset, len, journal: guard })
     }
 
     fn write_parity(&self, record: &JournalRecord) -> Result<(), LstorError> {
-        self.write_parity_unsynced(record)?;
-        self.sync_parity()
-    }
-
-    fn write_parity_unsynced(&self, record: &JournalRecord) -> Result<(), LstorError> {
         for (file, bytes) in self.parity.iter().zip(&record.parity) {
             file.write_all_at(bytes, record.offset).map_err(|e| self.io(e))?;
         }
-        Ok(())
+        self.sync_parity()
     }
 
     /// Makes every parity write so far durable: before a record is cleared, its parity must
@@ -488,10 +600,10 @@ impl Lstor {
 
     /// Step 4: the partner acknowledged; record `seq` is done.
     pub fn clear(&self, seq: u64) -> Result<(), LstorError> {
-        let guard = self.lock();
-        let journal = &guard.0;
-        let end = journal.metadata().map_err(|e| self.io(e))?.len();
-        journal.write_all_at(&encode_clear(seq), end).map_err(|e| self.io(e))?;
+        let mut journal = self.lock();
+        let entry = encode_clear(journal.epoch, seq);
+        journal.file.write_all_at(&entry, journal.end).map_err(|e| self.io(e))?;
+        journal.end += entry.len() as u64;
         self.open_seqs().remove(&seq);
         Ok(())
     }
@@ -508,7 +620,7 @@ impl Lstor {
     /// The journaled writes not cleared, in order (after a crash: the writes whose data and
     /// parity the caller must make true again, and whose partner must be asked).
     pub fn pending(&self) -> Result<Vec<JournalRecord>, LstorError> {
-        self.pending_in(&self.lock().0)
+        self.pending_in(&self.lock().file)
     }
 
     /// The pending records of `journal` (the caller holds the lock).
@@ -539,17 +651,57 @@ impl Lstor {
         self.write_parity(record)
     }
 
-    /// Empties the journal when no record is pending (call after a replay, or when idle).
-    /// Returns whether it did.
+    /// Empties the journal when no record is pending (call after a replay, or when idle):
+    /// a new epoch in its head, so the entries after it are left-overs, and the next entry
+    /// goes where the first did (the device's pages are reused, not freed and faulted in
+    /// again). A journal grown past [`JOURNAL_REWRITE_BYTES`] while records stay pending is
+    /// rewritten with those records only. Returns whether the journal was emptied.
     pub fn compact(&self) -> Result<bool, LstorError> {
-        // One lock for the check and the truncation: a write begun between them would lose
-        // its record.
-        let guard = self.lock();
-        if !self.open_seqs().is_empty() {
-            return Ok(false);
+        // One lock for the check and the reset: a write begun between them would lose its
+        // record.
+        let mut journal = self.lock();
+        let journal = &mut *journal;
+        if self.open_seqs().is_empty() {
+            let epoch = journal.epoch + 1;
+            journal
+                .file
+                .write_all_at(&journal_head(epoch), 0)
+                .and_then(|_| journal.file.sync_data())
+                .map_err(|e| self.io(e))?;
+            journal.epoch = epoch;
+            journal.end = JOURNAL_HEAD_BYTES;
+            return Ok(true);
         }
-        guard.0.set_len(0).and_then(|_| guard.0.sync_all()).map_err(|e| self.io(e))?;
-        Ok(true)
+        if journal.end > JOURNAL_REWRITE_BYTES {
+            self.rewrite(journal)?;
+        }
+        Ok(false)
+    }
+
+    /// Replaces the journal by one of a new epoch holding only its pending records.
+    fn rewrite(&self, journal: &mut Journal) -> Result<(), LstorError> {
+        let pending = self.pending_in(&journal.file)?;
+        let epoch = journal.epoch + 1;
+        let mut bytes = journal_head(epoch).to_vec();
+        for record in &pending {
+            bytes.extend_from_slice(&record.encode(epoch));
+        }
+        let (path, temp) = (self.dir.join(JOURNAL_FILE), self.dir.join("journal.new"));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&temp)
+            .and_then(|mut f| f.write_all(&bytes).and_then(|_| f.sync_all()).map(|_| f))
+            .map_err(|e| self.io(e))?;
+        std::fs::rename(&temp, &path)
+            .and_then(|_| File::open(&self.dir)?.sync_all())
+            .map_err(|e| self.io(e))?;
+        journal.file = file;
+        journal.epoch = epoch;
+        journal.end = bytes.len() as u64;
+        Ok(())
     }
 
     /// Folds a whole slot's bytes into running parities `acc` (one per parity of this stack):
@@ -663,7 +815,7 @@ pub(crate) mod tests {
             let new = pattern(700, 3);
             let old = b.slots[0][200..900].to_vec();
             let pending = b.lstor.begin(0, 200, Some(&old), &new).unwrap();
-            let record = pending.record().clone();
+            let seq = pending.seq();
             match crash_after {
                 "journal" => drop(pending),
                 "disk" => {
@@ -680,7 +832,12 @@ pub(crate) mod tests {
             drop(b.lstor);
             b.lstor = Lstor::open(&b.dir, "node-1/disk-0").unwrap();
             let pending = b.lstor.pending().unwrap();
-            assert_eq!(pending, vec![record], "after a crash past the {crash_after}");
+            assert_eq!(pending.len(), 1, "after a crash past the {crash_after}");
+            let record = &pending[0];
+            assert_eq!((record.seq, record.slot, record.offset), (seq, 0, 200));
+            assert_eq!(record.data, new);
+            assert_eq!(record.parity.len(), 1);
+            // (The parity it leaves is checked below: replayed, it must equal the fold.)
             for record in &pending {
                 let at = record.offset as usize;
                 b.slots[record.slot as usize][at..at + record.data.len()]
@@ -713,7 +870,7 @@ pub(crate) mod tests {
             parity: vec![vec![1; 32]],
         };
         let mut bytes = good.clone();
-        bytes.extend_from_slice(&torn.encode()[..40]);
+        bytes.extend_from_slice(&torn.encode(0)[..40]);
         std::fs::write(&journal, &bytes).unwrap();
         drop(b.lstor);
         b.lstor = Lstor::open(&b.dir, "node-1/disk-0").unwrap();
@@ -721,12 +878,55 @@ pub(crate) mod tests {
         assert_eq!(std::fs::read(&journal).unwrap(), good, "the torn tail is cut off");
         // A damaged record followed by valid ones: corrupt, refused with the byte named.
         let mut bytes = good.clone();
-        bytes[10] ^= 0xff;
+        bytes[JOURNAL_HEAD_BYTES as usize + 10] ^= 0xff;
         std::fs::write(&journal, &bytes).unwrap();
         drop(b.lstor);
         let error = Lstor::open(&b.dir, "node-1/disk-0").unwrap_err();
         assert!(matches!(error, LstorError::Corrupt { .. }), "{error}");
-        assert!(error.to_string().contains("byte 0"), "{error}");
+        assert!(error.to_string().contains("byte 16"), "{error}");
+        // A damaged head: refused.
+        let mut bytes = good.clone();
+        bytes[5] ^= 0xff;
+        std::fs::write(&journal, &bytes).unwrap();
+        let error = Lstor::open(&b.dir, "node-1/disk-0").unwrap_err();
+        assert!(error.to_string().contains("head is damaged"), "{error}");
+    }
+
+    #[test]
+    fn compaction_reuses_the_journal_and_a_rewrite_keeps_only_pending_records() {
+        let mut b = bench(3, 4096, 2);
+        for round in 0..3 {
+            b.write(0, 0, &pattern(4096, round), false);
+            b.write(1, 512, &pattern(1000, round + 10), round == 0);
+            assert!(b.lstor.compact().unwrap(), "nothing pending: emptied");
+        }
+        // Emptied in place: the file keeps its length (the left-overs of older epochs), and
+        // a reopen reads none of them.
+        let journal = b.dir.join(JOURNAL_FILE);
+        let len = std::fs::metadata(&journal).unwrap().len();
+        assert!(len > 2 * 4096, "the journal's pages are kept: {len} bytes");
+        drop(b.lstor);
+        b.lstor = Lstor::open(&b.dir, "node-1/disk-0").unwrap();
+        assert!(b.lstor.pending().unwrap().is_empty());
+        b.check();
+        // A record left pending survives a compaction (not emptied) and a rewrite; cleared
+        // ones do not come back.
+        b.write(2, 0, &pattern(2048, 7), true);
+        let pending = b.lstor.begin(2, 2048, None, &pattern(100, 8)).unwrap();
+        let seq = pending.commit().unwrap();
+        assert!(!b.lstor.compact().unwrap());
+        b.lstor.rewrite(&mut b.lstor.lock()).unwrap();
+        let left = b.lstor.pending().unwrap();
+        assert_eq!(left.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![seq]);
+        assert_eq!(left[0].data, pattern(100, 8));
+        assert!(std::fs::metadata(&journal).unwrap().len() < 1000, "only that record is kept");
+        drop(b.lstor);
+        b.lstor = Lstor::open(&b.dir, "node-1/disk-0").unwrap();
+        assert_eq!(b.lstor.pending().unwrap(), left, "the rewritten journal reads back");
+        b.lstor.clear(seq).unwrap();
+        assert!(b.lstor.compact().unwrap());
+        b.slots[2][2048..2148].copy_from_slice(&pattern(100, 8));
+        b.check();
     }
 
     #[test]

@@ -21,6 +21,10 @@
 //!   every pending record and replays its parity, then hands the records to the caller to
 //!   resolve with the partner. A missing or corrupt Lstor makes `open` fail: no RAIDP write
 //!   may be taken on a disk whose parity cannot be kept.
+//! - Group commit: a write leaves its slot files (and a new slot's name) unsynced, only its
+//!   writeback started; [`RaidpDisk::clear`] syncs everything written since the last clear,
+//!   then the parity, before it drops any record. Clears run one at a time, so a record is
+//!   never dropped while another clear is still syncing the bytes it journaled.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -40,6 +44,27 @@ fn slot_file(dir: &Path, slot: u32) -> PathBuf {
 
 fn crc_file(dir: &Path, slot: u32) -> PathBuf {
     dir.join(format!("slot-{slot:06}.crc"))
+}
+
+/// Asks the kernel to start writing `len` bytes at `offset` of `file` back to the disk,
+/// without waiting (a later sync then waits for less). Only a hint: errors are ignored, and
+/// on systems without `sync_file_range` it does nothing.
+fn start_writeback(file: &File, offset: u64, len: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a plain system call on an open descriptor; no memory is passed.
+        unsafe {
+            libc::sync_file_range(
+                file.as_raw_fd(),
+                offset as libc::off64_t,
+                len as libc::off64_t,
+                libc::SYNC_FILE_RANGE_WRITE,
+            );
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, offset, len);
 }
 
 /// Why a RAIDP disk refused.
@@ -120,9 +145,21 @@ pub struct RaidpDisk {
     /// Held across a whole write, from reading the old bytes to the parity update: the old
     /// bytes a parity is computed from must be the ones the write replaces.
     writes: std::sync::Mutex<()>,
-    /// Slots written since their files were last synced: a write is durable by its journal
-    /// record until [`RaidpDisk::clear`] syncs them (group commit).
-    dirty: std::sync::Mutex<std::collections::BTreeSet<u32>>,
+    /// What was written since the last sync: a write is durable by its journal record until
+    /// [`RaidpDisk::clear`] syncs it (group commit).
+    dirty: std::sync::Mutex<Dirty>,
+    /// Held across a whole clear: a clear that found nothing dirty must not drop its records
+    /// while another clear is still syncing the files they were written to.
+    clears: std::sync::Mutex<()>,
+}
+
+/// Files written and not synced yet.
+#[derive(Debug, Default)]
+struct Dirty {
+    /// Slots whose files (data and checksums) were written.
+    slots: std::collections::BTreeSet<u32>,
+    /// Whether a slot's files were created (the directory must be synced for their names).
+    names: bool,
 }
 
 impl RaidpDisk {
@@ -159,6 +196,7 @@ impl RaidpDisk {
             lstor: lstor.into(),
             writes: std::sync::Mutex::new(()),
             dirty: Default::default(),
+            clears: std::sync::Mutex::new(()),
         };
         let pending = disk.lstor.pending()?;
         for record in &pending {
@@ -173,24 +211,31 @@ impl RaidpDisk {
     /// it made durable is durable on its own. Then the records are cleared, and the journal
     /// emptied when nothing is left pending. Returns whether it was.
     pub fn clear(&self, seqs: &[u64]) -> Result<bool, RaidpError> {
-        let dirty: Vec<u32> =
-            std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|p| p.into_inner()))
-                .into_iter()
-                .collect();
-        let resync = |slots: &[u32]| {
-            self.dirty.lock().unwrap_or_else(|p| p.into_inner()).extend(slots.iter().copied());
+        let _clearing = self.clears.lock().unwrap_or_else(|p| p.into_inner());
+        let dirty = std::mem::take(&mut *self.dirty());
+        // On failure the files stay dirty: the next clear syncs them again.
+        let resync = |dirty: Dirty| {
+            let mut now = self.dirty();
+            now.slots.extend(dirty.slots);
+            now.names |= dirty.names;
         };
-        for &slot in &dirty {
-            for path in [self.slot_path(slot), self.crc_path(slot)] {
-                let synced = File::open(&path).and_then(|f| f.sync_data());
-                if let Err(source) = synced {
-                    resync(&dirty);
-                    return Err(RaidpError::Io { path, source });
-                }
+        let mut paths: Vec<PathBuf> = dirty
+            .slots
+            .iter()
+            .flat_map(|&slot| [self.slot_path(slot), self.crc_path(slot)])
+            .collect();
+        if dirty.names {
+            paths.push(self.dir.clone());
+        }
+        for path in paths {
+            let synced = File::open(&path).and_then(|f| f.sync_data());
+            if let Err(source) = synced {
+                resync(dirty);
+                return Err(RaidpError::Io { path, source });
             }
         }
         if let Err(e) = self.lstor.sync_parity() {
-            resync(&dirty);
+            resync(dirty);
             return Err(e.into());
         }
         for &seq in seqs {
@@ -208,6 +253,10 @@ impl RaidpDisk {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
             Err(source) => Err(RaidpError::Io { path: dir, source }),
         }
+    }
+
+    fn dirty(&self) -> std::sync::MutexGuard<'_, Dirty> {
+        self.dirty.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn lstor(&self) -> &Lstor {
@@ -294,25 +343,28 @@ impl RaidpDisk {
         };
         let pending = self.lstor.begin(slot, offset, old.as_deref(), data)?;
         at(WriteStep::Journaled);
-        self.write_slot(slot, offset, data, false)?;
-        self.dirty.lock().unwrap_or_else(|p| p.into_inner()).insert(slot);
+        let created = self.write_slot(slot, offset, data, false)?;
+        let mut dirty = self.dirty();
+        dirty.slots.insert(slot);
+        dirty.names |= created;
+        drop(dirty);
         at(WriteStep::DiskWritten);
         let seq = pending.commit()?;
         at(WriteStep::ParityUpdated);
         Ok(seq)
     }
 
-    /// Writes bytes and their segment checksums to the slot's files, durably.
-    /// Writes bytes and their segment checksums to the slot's files; durably when `sync`,
-    /// else left to [`RaidpDisk::clear`] (the journal record holds them meanwhile). A new
-    /// slot's name is made durable at once.
+    /// Writes bytes and their segment checksums to the slot's files; durably (names too)
+    /// when `sync`, else left to [`RaidpDisk::clear`] (the journal record holds them
+    /// meanwhile), the disk's writeback started at once so that the clear finds little left
+    /// to wait for. Returns whether the slot's file was created.
     fn write_slot(
         &self,
         slot: u32,
         offset: u64,
         data: &[u8],
         sync: bool,
-    ) -> Result<(), RaidpError> {
+    ) -> Result<bool, RaidpError> {
         let (path, crc_path) = (self.slot_path(slot), self.crc_path(slot));
         let file = OpenOptions::new()
             .read(true)
@@ -353,12 +405,14 @@ impl RaidpDisk {
         if sync {
             file.sync_data().map_err(Self::io(&path))?;
             crcs.sync_data().map_err(Self::io(&crc_path))?;
+            if before == 0 {
+                // A new slot's files: their names must be durable too.
+                File::open(&self.dir).and_then(|d| d.sync_all()).map_err(Self::io(&self.dir))?;
+            }
+        } else {
+            start_writeback(&file, offset, data.len());
         }
-        if before == 0 {
-            // A new slot's files: their names must be durable too.
-            File::open(&self.dir).and_then(|d| d.sync_all()).map_err(Self::io(&self.dir))?;
-        }
-        Ok(())
+        Ok(before == 0)
     }
 
     /// `len` bytes of `slot` from `offset`, checked against the segment checksums (zeros past
