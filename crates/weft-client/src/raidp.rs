@@ -113,6 +113,21 @@ impl NodeClient {
         Ok(bytes)
     }
 
+    /// Empties `slot` on a replica's disk (compaction): its bytes are folded out of the
+    /// Lstor's parity and its files removed. Returns the bytes it held.
+    pub async fn raidp_trim(
+        &self,
+        replica: &ReplicaInfo,
+        slot: u32,
+    ) -> std::result::Result<u64, NodeFailure> {
+        let url = format!("{}/v1/disks/{}/raidp/slots/{slot}/trim", base(replica)?, replica.disk);
+        let response = self.send_ok(replica.node, self.http().post(url)).await?;
+        let answer: Value = response.json().await.map_err(transport)?;
+        answer["trimmed_bytes"].as_u64().ok_or_else(|| {
+            NodeFailure::new(FailureKind::Other, format!("a slot trim answered {answer}"))
+        })
+    }
+
     /// Clears journal records `seqs` on a replica's disk (their partner has the bytes).
     pub async fn raidp_clear(
         &self,
@@ -1155,7 +1170,24 @@ impl Client {
         reader: R,
     ) -> Result<UpdateStats> {
         let started = Instant::now();
+        // The lease first (compaction leaves the object's superchunks alone while it lasts),
+        // then the object: the generation the lease was granted for.
+        let lease = self
+            .meta
+            .post_json("/v1/raidp/update", json!({ "bucket": bucket, "key": key }))
+            .await
+            .map_err(|e| match e {
+                ClientError::Meta { status: 409, message, .. } => ClientError::Invalid(message),
+                other => other,
+            })?;
+        let lease_ms = lease["lease_ms"].as_u64().unwrap_or(0);
         let object = self.meta.get_object(bucket, key).await?;
+        if Some(object.generation) != lease["generation"].as_u64() {
+            return Err(ClientError::Invalid(format!(
+                "{bucket}/{key} was replaced while the update began: nothing was written; \
+                 retry"
+            )));
+        }
         let Some(raidp) = &object.raidp else {
             return Err(ClientError::Invalid(format!(
                 "{bucket}/{key} is erasure-coded ({}): its units are immutable; in-place \
@@ -1213,6 +1245,14 @@ impl Client {
                 }
                 None => return Err(ClientError::Invalid("the update's reader stopped".into())),
             };
+            if started.elapsed().as_millis() as u64 >= lease_ms {
+                return Err(ClientError::Invalid(format!(
+                    "the update outlasted its lease ({} s): {} of {len} bytes were replaced; \
+                     run it again",
+                    lease_ms / 1000,
+                    stats.bytes
+                )));
+            }
             let replicas: Vec<&ReplicaInfo> = extent.replicas.iter().collect();
             self.write_and_clear(
                 extent,
@@ -1230,5 +1270,106 @@ impl Client {
         let _ = feeder.await;
         stats.elapsed_seconds = started.elapsed().as_secs_f64();
         Ok(stats)
+    }
+}
+
+/// What [`Client::raidp_compact`] did (or, dry, would do).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct CompactReport {
+    pub dry_run: bool,
+    /// Superchunks emptied (both replicas trimmed): they take appends again.
+    pub reclaimed: Vec<Value>,
+    /// Bytes appended to them (now free in each of their two replicas).
+    pub freed_bytes: u64,
+    /// Bytes the nodes folded out of their Lstors (both replicas).
+    pub trimmed_bytes: u64,
+    /// Superchunks with dead bytes left as they are, and why (live bytes in them: their
+    /// objects must be rewritten or deleted first; an update in flight; a replica down).
+    pub skipped: Vec<Value>,
+    /// Dead and live bytes of the tier before.
+    pub dead_bytes: u64,
+    pub live_bytes: u64,
+    pub elapsed_seconds: f64,
+}
+
+impl Client {
+    /// Reclaims the RAIDP tier's wholly dead superchunks (every object in them deleted or
+    /// overwritten): meta marks them so no append goes there, each replica's node folds
+    /// the slot's bytes out of its Lstor parity (read-modify-write) and removes it, then
+    /// meta opens them for appends again. `dry_run` only reports. A compaction stopped
+    /// midway leaves its superchunks marked; the next one finishes them.
+    pub async fn raidp_compact(&self, dry_run: bool) -> Result<CompactReport> {
+        let started = Instant::now();
+        let usage = self.meta.get_json("/v1/raidp/usage").await?;
+        let mut report = CompactReport {
+            dry_run,
+            dead_bytes: usage["dead_bytes"].as_u64().unwrap_or(0),
+            live_bytes: usage["live_bytes"].as_u64().unwrap_or(0),
+            ..CompactReport::default()
+        };
+        if dry_run {
+            for row in usage["superchunks"].as_array().into_iter().flatten() {
+                let dead = row["dead_bytes"].as_u64().unwrap_or(0);
+                let live = row["live_bytes"].as_u64().unwrap_or(0);
+                if dead == 0 && row["reclaiming"] != true {
+                    continue;
+                }
+                if live == 0 && row["busy"] != true {
+                    report.freed_bytes += row["filled_bytes"].as_u64().unwrap_or(0);
+                    report.reclaimed.push(row.clone());
+                } else {
+                    report.skipped.push(row.clone());
+                }
+            }
+            report.elapsed_seconds = started.elapsed().as_secs_f64();
+            return Ok(report);
+        }
+        let plan = self.meta.post_json("/v1/raidp/reclaim", json!({})).await?;
+        report.skipped = plan["skipped"].as_array().cloned().unwrap_or_default();
+        let mut done = Vec::new();
+        for entry in plan["reclaim"].as_array().into_iter().flatten() {
+            let id = entry["superchunk"].as_u64().unwrap_or(u64::MAX);
+            let slot = entry["slot"].as_u64().unwrap_or(0) as u32;
+            let replicas: Vec<ReplicaInfo> = entry["replicas"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|r| ReplicaInfo {
+                    node: r["node"].as_u64().unwrap_or(0) as u32,
+                    disk: r["disk"].as_u64().unwrap_or(0) as u32,
+                    endpoint: r["endpoint"].as_str().map(str::to_owned),
+                    state: "up".into(),
+                })
+                .collect();
+            let trims = replicas.iter().map(|r| self.nodes.raidp_trim(r, slot));
+            let mut failed = None;
+            for (result, replica) in
+                futures_util::future::join_all(trims).await.into_iter().zip(&replicas)
+            {
+                match result {
+                    Ok(bytes) => report.trimmed_bytes += bytes,
+                    Err(failure) => {
+                        failed.get_or_insert(format!(
+                            "trimming slot {slot} on node {} disk {} failed: {}",
+                            replica.node, replica.disk, failure.cause
+                        ));
+                    }
+                }
+            }
+            match failed {
+                // Left marked: the next compaction tries it again.
+                Some(reason) => report.skipped.push(json!({ "superchunk": id, "reason": reason })),
+                None => {
+                    report.freed_bytes += entry["filled_bytes"].as_u64().unwrap_or(0);
+                    report.reclaimed.push(entry.clone());
+                    done.push(id);
+                }
+            }
+        }
+        if !done.is_empty() {
+            self.meta.post_json("/v1/raidp/reclaimed", json!({ "superchunks": done })).await?;
+        }
+        report.elapsed_seconds = started.elapsed().as_secs_f64();
+        Ok(report)
     }
 }

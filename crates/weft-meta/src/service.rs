@@ -425,6 +425,10 @@ fn router(meta: Shared, guard: Guard) -> Router {
         .route("/v1/raidp", get(raidp::map))
         .route("/v1/raidp/plan", get(raidp::plan))
         .route("/v1/raidp/recovered", post(raidp::recovered))
+        .route("/v1/raidp/usage", get(raidp::usage))
+        .route("/v1/raidp/reclaim", post(raidp::reclaim))
+        .route("/v1/raidp/reclaimed", post(raidp::reclaimed))
+        .route("/v1/raidp/update", post(raidp::update))
         .route("/v1/deletions", get(deletions::list))
         .route("/v1/deletions/done", post(deletions::done))
         .route("/v1/references", get(gc::references))
@@ -596,7 +600,7 @@ async fn remove_node(
 }
 
 /// Milliseconds since the Unix epoch, by the system clock.
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 

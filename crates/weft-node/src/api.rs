@@ -61,6 +61,7 @@ pub(crate) fn router(node: Shared, guard: weft_auth::axum_layer::Guard) -> Route
         .route("/v1/disks/{disk}/raidp/slots/{slot}", get(raidp::read).put(raidp::write))
         .route("/v1/disks/{disk}/raidp/parity/{index}", get(raidp::parity))
         .route("/v1/disks/{disk}/raidp/clear", post(raidp::clear))
+        .route("/v1/disks/{disk}/raidp/slots/{slot}/trim", post(raidp::trim))
         .route("/v1/disks/{disk}/raidp/pending", get(raidp::pending))
         .route("/v1/disks/{disk}/raidp/verify", post(raidp::verify))
         .route("/v1/health", get(health))

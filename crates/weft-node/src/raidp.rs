@@ -523,6 +523,22 @@ pub(crate) async fn clear(
     Ok(Json(json!({ "cleared": true, "journal_emptied": compacted })))
 }
 
+/// `POST /v1/disks/{disk}/raidp/slots/{slot}/trim`: empties the slot (compaction reclaimed
+/// its superchunk), folding its bytes out of the parity first — `{"trimmed_bytes"}`. A slot
+/// with a segment failing its checksum is refused (500 `corrupt`, naming it), nothing changed.
+pub(crate) async fn trim(
+    State(node): State<Arc<Node>>,
+    Path((disk, slot)): Path<(String, u32)>,
+) -> ApiResult<Json<Value>> {
+    let side = side_of(&node, &disk)?;
+    let disk = side.ready(None)?;
+    let parities = disk.lstor().parities() as u64;
+    let trimmed = blocking(move || disk.trim(slot)).await?;
+    use std::sync::atomic::Ordering::Relaxed;
+    side.lstor_bytes_written.fetch_add(trimmed * (1 + 2 * parities), Relaxed);
+    Ok(Json(json!({ "trimmed_bytes": trimmed })))
+}
+
 /// `GET /v1/disks/{disk}/raidp/pending`: the journal records not cleared
 /// (`[{"seq","slot","offset","bytes"}]`); their bytes are on the slot already.
 pub(crate) async fn pending(

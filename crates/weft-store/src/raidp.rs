@@ -35,6 +35,10 @@ use crate::SEGMENT_BYTES;
 
 const SEGMENT: u64 = SEGMENT_BYTES as u64;
 
+/// Bytes of a slot a trim folds out of the parity per journal record (a multiple of the
+/// checksum segment, so the cut files keep whole segments).
+pub const TRIM_WINDOW: u64 = 4 << 20;
+
 /// Bytes of every slot a verify folds at a time.
 pub const VERIFY_WINDOW: u64 = 4 << 20;
 
@@ -228,7 +232,11 @@ impl RaidpDisk {
             paths.push(self.dir.clone());
         }
         for path in paths {
-            let synced = File::open(&path).and_then(|f| f.sync_data());
+            let synced = match File::open(&path) {
+                // Trimmed since (compaction): nothing of it to sync.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                opened => opened.and_then(|f| f.sync_data()),
+            };
             if let Err(source) = synced {
                 resync(dirty);
                 return Err(RaidpError::Io { path, source });
@@ -415,6 +423,57 @@ impl RaidpDisk {
         Ok(before == 0)
     }
 
+    /// Empties `slot` (compaction reclaims its superchunk): its bytes are folded out of the
+    /// parity (read-modify-write: each window of [`TRIM_WINDOW`] bytes, from the end, is
+    /// journaled as a write of zeros, cut off the file, and its parity updated), then its
+    /// files are removed. Returns the bytes it held. Idempotent (a slot never written, or
+    /// removed already, holds 0); a crash midway leaves a shorter slot whose parity
+    /// matches, or a pending record that the next open makes true. A segment failing its
+    /// checksum stops it (`RaidpError::Corrupt`): its bytes cannot be folded out.
+    pub fn trim(&self, slot: u32) -> Result<u64, RaidpError> {
+        self.trim_in_windows(slot, TRIM_WINDOW)
+    }
+
+    /// [`RaidpDisk::trim`] in windows of `window` bytes (a multiple of the segment).
+    fn trim_in_windows(&self, slot: u32, window: u64) -> Result<u64, RaidpError> {
+        debug_assert!(window > 0 && window.is_multiple_of(SEGMENT));
+        let _write = self.writes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _clearing = self.clears.lock().unwrap_or_else(|p| p.into_inner());
+        let written = self.slot_len(slot)?;
+        let (path, crc_path) = (self.slot_path(slot), self.crc_path(slot));
+        let mut end = written;
+        let mut seqs = Vec::new();
+        let mut zeros = Vec::new();
+        while end > 0 {
+            let start = (end - 1) / window * window;
+            let len = (end - start) as usize;
+            let old = self.read(slot, start, len)?;
+            zeros.resize(len, 0);
+            let pending = self.lstor.begin(slot, start, Some(&old), &zeros[..len])?;
+            let file = OpenOptions::new().write(true).open(&path).map_err(Self::io(&path))?;
+            file.set_len(start).map_err(Self::io(&path))?;
+            let crcs =
+                OpenOptions::new().write(true).open(&crc_path).map_err(Self::io(&crc_path))?;
+            crcs.set_len(start / SEGMENT * 4).map_err(Self::io(&crc_path))?;
+            seqs.push(pending.commit()?);
+            end = start;
+        }
+        for path in [&path, &crc_path] {
+            match std::fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => return Err(RaidpError::Io { path: path.clone(), source }),
+            }
+        }
+        File::open(&self.dir).and_then(|d| d.sync_all()).map_err(Self::io(&self.dir))?;
+        self.lstor.sync_parity()?;
+        for seq in seqs {
+            self.lstor.clear(seq)?;
+        }
+        self.lstor.compact()?;
+        Ok(written)
+    }
+
     /// `len` bytes of `slot` from `offset`, checked against the segment checksums (zeros past
     /// what was written).
     pub fn read(&self, slot: u32, offset: u64, len: usize) -> Result<Vec<u8>, RaidpError> {
@@ -574,6 +633,39 @@ mod tests {
         assert_eq!(report.corrupt_slots, [3]);
         assert!(!report.clean());
         assert!(disk.write(0, BYTES - 10, &[0; 11]).is_err(), "past the superchunk");
+    }
+
+    #[test]
+    fn a_trim_folds_the_slot_out_of_the_parity_and_frees_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (disk, _) = open(dir.path());
+        for (slot, seed) in [(0u32, 1u64), (1, 2), (2, 3)] {
+            let seq = disk.write(slot, 0, &pattern(250_000 + slot as usize * 7, seed)).unwrap();
+            disk.clear(&[seq]).unwrap();
+        }
+        // Several windows, the last one short.
+        assert_eq!(disk.trim_in_windows(1, 2 * SEGMENT).unwrap(), 250_007);
+        assert_eq!(disk.slots().unwrap(), [0, 2], "the slot's files are gone");
+        assert_eq!(disk.read(1, 0, 1000).unwrap(), vec![0; 1000], "a trimmed slot reads zeros");
+        let report = disk.verify().unwrap();
+        assert!(report.clean(), "the parity is the fold of what is left: {report:?}");
+        assert_eq!(disk.lstor().pending_count(), 0);
+        assert_eq!(disk.trim(1).unwrap(), 0, "again: nothing to do");
+        // The slot takes appends again, as a fresh one.
+        let seq = disk.write(1, 0, &pattern(10_000, 9)).unwrap();
+        disk.clear(&[seq]).unwrap();
+        assert!(disk.verify().unwrap().clean());
+        // A corrupt segment stops the trim (its bytes cannot be folded out), parity intact.
+        let path = dir.path().join("disk/superchunks/slot-000000");
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[200_000] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(matches!(disk.trim(0), Err(RaidpError::Corrupt { slot: 0, .. })));
+        bytes[200_000] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(disk.verify().unwrap().clean());
+        assert_eq!(disk.trim(0).unwrap(), 250_000);
+        assert!(disk.verify().unwrap().clean());
     }
 
     #[test]

@@ -114,6 +114,9 @@ pub fn run(args: RaidpBenchArgs) -> Result<(), CliError> {
 
 async fn bench(client: &Client, args: &RaidpBenchArgs) -> Result<(), CliError> {
     ensure_buckets(client, args).await?;
+    // The space of an earlier run's objects (overwritten by this run's keys, or deleted) is
+    // reclaimed first, so runs can follow each other on one cluster.
+    client.raidp_compact(false).await?;
     let objects = args.size / args.object_size;
     let stored_before = stored_bytes(client).await?;
     let written_before = raidp_written(client).await?;

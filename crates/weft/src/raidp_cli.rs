@@ -40,6 +40,30 @@ pub enum RaidpCommand {
     ///   weft raidp recover --receivers naive --json
     #[command(verbatim_doc_comment)]
     Recover(RecoverArgs),
+    /// Reclaim the space of deleted and overwritten RAIDP objects: every superchunk whose
+    /// objects are all gone is emptied — each replica's node folds the slot's bytes out of
+    /// its Lstor parity (read-modify-write) and frees it — and takes appends again.
+    ///
+    /// Superchunks still holding a live object are left as they are (listed with their live
+    /// bytes), as are those an in-place update may be writing to or with a replica down.
+    ///
+    /// Examples:
+    ///   weft raidp compact --dry-run
+    ///   weft raidp compact --json | jq .freed_bytes
+    #[command(verbatim_doc_comment)]
+    Compact(CompactArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompactArgs {
+    #[command(flatten)]
+    pub meta: MetaUrlArgs,
+    /// Say what would be reclaimed; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the report as one JSON object ({"reclaimed", "freed_bytes", "skipped", ...}).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -125,7 +149,39 @@ pub fn run(command: RaidpCommand) -> Result<(), CliError> {
         RaidpCommand::Map(args) => map(args),
         RaidpCommand::Verify(args) => verify(args),
         RaidpCommand::Recover(args) => recover(args),
+        RaidpCommand::Compact(args) => compact(args),
     }
+}
+
+fn compact(args: CompactArgs) -> Result<(), CliError> {
+    let client = args.meta.cluster()?;
+    let report = runtime()?.block_on(client.raidp_compact(args.dry_run))?;
+    if args.json {
+        print_json(&serde_json::to_value(&report).expect("a report serializes"));
+        return Ok(());
+    }
+    let verb = if args.dry_run { "would reclaim" } else { "reclaimed" };
+    println!(
+        "{verb} {} superchunks ({} per replica) in {:.2} s; the tier held {} live and {} dead",
+        report.reclaimed.len(),
+        format_size(report.freed_bytes),
+        report.elapsed_seconds,
+        format_size(report.live_bytes),
+        format_size(report.dead_bytes),
+    );
+    for row in &report.skipped {
+        match row["reason"].as_str() {
+            Some(reason) => println!("  superchunk {} left: {reason}", row["superchunk"]),
+            None => println!(
+                "  superchunk {} left: {} live bytes of {}{}",
+                row["superchunk"],
+                row["live_bytes"],
+                row["filled_bytes"],
+                if row["busy"] == true { " (an update is writing)" } else { "" }
+            ),
+        }
+    }
+    Ok(())
 }
 
 fn map(args: MapArgs) -> Result<(), CliError> {

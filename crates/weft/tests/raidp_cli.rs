@@ -341,3 +341,101 @@ fn bench_raidp_reports_every_policy_side_by_side() {
     // Everything it wrote reads back and the tier is clean after its drills.
     assert_eq!(verify(&cluster)["clean"], true);
 }
+
+/// The superchunks holding `path`'s bytes.
+fn superchunks_of(cluster: &Cluster, path: &str) -> Vec<u64> {
+    let stat = cluster.stat(path);
+    let extents = stat["raidp"]["extents"].as_array().unwrap();
+    extents.iter().map(|e| e["superchunk"].as_u64().unwrap()).collect()
+}
+
+#[test]
+fn compaction_reclaims_dead_superchunks_and_keeps_every_lstor_true() {
+    // 8 disks: 28 superchunks at most (each pair of disks shares one).
+    let cluster = Cluster::start(8, &[]);
+    cluster.create_bucket("wrm", &["--code", "raidp", "--superchunk", "256KiB"]);
+    let a = pattern(600_000, 1);
+    let (b, c, d) = (pattern(700_000, 2), pattern(300_000, 3), pattern(262_144, 4));
+    put(&cluster, "wrm/a", &a);
+    put(&cluster, "wrm/b", &b);
+    put(&cluster, "wrm/c", &c);
+    put(&cluster, "wrm/d", &d);
+    let old_a = superchunks_of(&cluster, "wrm/a");
+    let old_b = superchunks_of(&cluster, "wrm/b");
+    let c_chunks = superchunks_of(&cluster, "wrm/c");
+    // In place, then deleted: an update's lease keeps compaction off its superchunks.
+    let patch = cluster.dir().join("patch");
+    std::fs::write(&patch, pattern(10_000, 5)).unwrap();
+    cluster.weft_json(&["write", "wrm/c", "--offset", "100", patch.to_str().unwrap(), "--json"]);
+    let a2 = pattern(500_000, 6);
+    put(&cluster, "wrm/a", &a2); // overwritten: its old extents die
+    let out = cluster.weft(&["rm", "wrm/b"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = cluster.weft(&["rm", "wrm/c"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let before = map(&cluster)["superchunks"].as_array().unwrap().len();
+    // Dry: nothing changes.
+    let dry = cluster.weft_json(&["raidp", "compact", "--dry-run", "--json"]);
+    assert!(dry["dead_bytes"].as_u64().unwrap() >= 600_000 + 700_000, "{dry}");
+    let compacted = cluster.weft_json(&["raidp", "compact", "--json"]);
+    assert_eq!(
+        dry["reclaimed"].as_array().unwrap().len(),
+        compacted["reclaimed"].as_array().unwrap().len(),
+        "{dry} {compacted}"
+    );
+    let reclaimed: Vec<u64> = compacted["reclaimed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["superchunk"].as_u64().unwrap())
+        .collect();
+    // Every superchunk wholly a's or b's (all but the ends they share) is reclaimed; c's
+    // are left while its update's lease lasts, with that reason.
+    let live: Vec<u64> =
+        ["wrm/a", "wrm/d"].iter().flat_map(|p| superchunks_of(&cluster, p)).collect();
+    let wholly_dead: Vec<u64> = old_a
+        .iter()
+        .chain(&old_b)
+        .copied()
+        .filter(|s| !live.contains(s) && !c_chunks.contains(s))
+        .collect();
+    assert!(wholly_dead.len() >= 3, "{old_a:?} {old_b:?} {c_chunks:?} {live:?}");
+    for s in &wholly_dead {
+        assert!(reclaimed.contains(s), "superchunk {s} not reclaimed: {compacted}");
+    }
+    assert!(reclaimed.iter().all(|s| !live.contains(s) && !c_chunks.contains(s)), "{compacted}");
+    let skipped = compacted["skipped"].as_array().unwrap();
+    let busy =
+        skipped.iter().find(|r| r["superchunk"] == c_chunks[0]).expect("c's superchunk skipped");
+    assert!(busy["reason"].as_str().unwrap().contains("update"), "{busy}");
+    // All full but perhaps the tail of b's (nothing appended after it).
+    let freed = compacted["freed_bytes"].as_u64().unwrap();
+    assert!(freed >= 262_144 * (wholly_dead.len() as u64 - 1), "{compacted}");
+    assert_eq!(dry["freed_bytes"], freed, "the dry run said so: {dry}");
+    assert_eq!(
+        compacted["trimmed_bytes"],
+        2 * compacted["freed_bytes"].as_u64().unwrap(),
+        "{compacted}"
+    );
+    // Both Lstors of every reclaimed superchunk had its bytes folded out: verify is clean,
+    // the live objects read back, the map shows the superchunks empty.
+    assert_eq!(verify(&cluster)["clean"], true);
+    assert_eq!(cluster.get("wrm/a"), a2);
+    assert_eq!(cluster.get("wrm/d"), d);
+    let after = map(&cluster);
+    for s in after["superchunks"].as_array().unwrap() {
+        if reclaimed.contains(&s["id"].as_u64().unwrap()) {
+            assert_eq!(s["filled_bytes"], 0, "{s}");
+        }
+    }
+    // New objects go into the reclaimed space: the map does not grow.
+    let e = pattern(2 * 262_144, 7);
+    put(&cluster, "wrm/e", &e);
+    assert_eq!(map(&cluster)["superchunks"].as_array().unwrap().len(), before);
+    assert!(superchunks_of(&cluster, "wrm/e").iter().any(|s| reclaimed.contains(s)));
+    assert_eq!(cluster.get("wrm/e"), e);
+    assert_eq!(verify(&cluster)["clean"], true);
+    // Nothing left to reclaim but c's leased superchunks: a second run frees nothing.
+    let again = cluster.weft_json(&["raidp", "compact", "--json"]);
+    assert_eq!(again["reclaimed"], serde_json::json!([]), "{again}");
+}

@@ -53,7 +53,17 @@ pub(crate) struct RaidpState {
     /// Per superchunk, the bytes appended so far: the next append's offset.
     #[serde(default)]
     pub(crate) fill: BTreeMap<SuperchunkId, u64>,
+    /// Superchunks compaction is emptying: no append goes to them until it is done.
+    #[serde(default)]
+    pub(crate) reclaiming: BTreeSet<SuperchunkId>,
+    /// Per superchunk, until when (ms since the epoch) an in-place update may still be
+    /// writing to it: compaction leaves it alone until then.
+    #[serde(default)]
+    pub(crate) busy_until_ms: BTreeMap<SuperchunkId, u64>,
 }
+
+/// How long an in-place update may write after meta granted it (`POST /v1/raidp/update`).
+pub const UPDATE_LEASE_MS: u64 = 10 * 60 * 1000;
 
 /// Checks a RAIDP policy's numbers.
 pub(crate) fn check_policy(policy: &RaidpPolicy) -> Result<(), ApiError> {
@@ -234,7 +244,14 @@ pub(crate) fn policy_for_bucket(
             )))
         }
     };
-    save(store, &RaidpState { policy, map, fill: BTreeMap::new() })?;
+    let state = RaidpState {
+        policy,
+        map,
+        fill: BTreeMap::new(),
+        reclaiming: BTreeSet::new(),
+        busy_until_ms: BTreeMap::new(),
+    };
+    save(store, &state)?;
     Ok(Ok(policy))
 }
 
@@ -282,6 +299,7 @@ pub(crate) fn allocate(
         .filter(|s| s.replicas.len() == 2 && s.replicas.iter().all(|r| ok.contains(r)))
         .map(|s| s.id)
         .filter(|id| state.fill.get(id).copied().unwrap_or(0) < bytes)
+        .filter(|id| !state.reclaiming.contains(id))
         .collect();
     let mut open = open.into_iter();
     while left > 0 {
@@ -295,7 +313,8 @@ pub(crate) fn allocate(
                         "raidp_full",
                         format!(
                             "no room for {size} bytes in the RAIDP tier: {e}; add disks (with \
-                             --lstor) or delete objects"
+                             --lstor), or delete objects and reclaim their space (weft raidp \
+                             compact)"
                         ),
                     );
                     error.body["usable_disks"] = json!(ok.len());
@@ -744,6 +763,263 @@ pub(crate) async fn recovered(
         }
         save(store, &state)?;
         Ok(Ok(json!({ "superchunk": body.superchunk, "recorded": true })))
+    })
+    .await?
+    .map(Json)
+}
+
+/// Live bytes per superchunk: the extents of every write in progress and of every committed
+/// object (a scan of the write and object tables, a page at a time). Called under
+/// `Meta::raidp`'s lock.
+fn live_bytes(store: &dyn MetaStore) -> Result<BTreeMap<SuperchunkId, u64>, MetaError> {
+    let mut live: BTreeMap<SuperchunkId, u64> = BTreeMap::new();
+    let mut count = |record: &crate::ObjectRecord| {
+        for extent in record.raidp.iter().flatten() {
+            *live.entry(extent.superchunk).or_default() += extent.bytes;
+        }
+    };
+    // Writes first: one that commits meanwhile is counted then (perhaps twice: harmless),
+    // never missed; no write begins meanwhile (allocation waits for the caller's lock).
+    let mut after: Option<crate::ObjectName> = None;
+    loop {
+        let writes = store.list_writes(after.as_ref(), crate::MAX_LIST_LIMIT)?;
+        writes.iter().for_each(&mut count);
+        match writes.last() {
+            Some(last) if writes.len() == crate::MAX_LIST_LIMIT => {
+                after =
+                    Some(crate::ObjectName { bucket: last.bucket.clone(), key: last.key.clone() })
+            }
+            _ => break,
+        }
+    }
+    for bucket in store.list_buckets()? {
+        let mut after: Option<String> = None;
+        loop {
+            let page =
+                store.list_objects(&bucket.name, "", after.as_deref(), crate::MAX_LIST_LIMIT)?;
+            page.objects.iter().for_each(&mut count);
+            match page.next_start_after {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+    }
+    Ok(live)
+}
+
+/// One superchunk's use, as `GET /v1/raidp/usage` and compaction see it.
+fn usage_json(
+    state: &RaidpState,
+    id: SuperchunkId,
+    live: &BTreeMap<SuperchunkId, u64>,
+    now: u64,
+) -> Value {
+    let filled = state.fill.get(&id).copied().unwrap_or(0);
+    let live = live.get(&id).copied().unwrap_or(0);
+    json!({
+        "superchunk": id,
+        "filled_bytes": filled,
+        "live_bytes": live,
+        "dead_bytes": filled.saturating_sub(live),
+        "reclaiming": state.reclaiming.contains(&id),
+        "busy": state.busy_until_ms.get(&id).is_some_and(|&until| until > now),
+    })
+}
+
+/// `GET /v1/raidp/usage`: per superchunk with bytes appended, its live and dead bytes
+/// (dead: deleted or overwritten objects, abandoned writes), and the totals.
+pub(crate) async fn usage(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
+    let _raidp = meta.raidp.lock().await;
+    let (state, live) =
+        blocking(&meta, move |store| Ok((load(store)?, live_bytes(store)?))).await?;
+    let Some(state) = state else {
+        return Ok(Json(json!({ "exists": false, "superchunks": [] })));
+    };
+    let now = super::now_ms();
+    let rows: Vec<Value> = state
+        .fill
+        .keys()
+        .filter(|id| state.fill[*id] > 0)
+        .map(|&id| usage_json(&state, id, &live, now))
+        .collect();
+    let sum = |field: &str| rows.iter().filter_map(|r| r[field].as_u64()).sum::<u64>();
+    Ok(Json(json!({
+        "exists": true,
+        "superchunk_bytes": state.policy.superchunk_bytes,
+        "filled_bytes": sum("filled_bytes"),
+        "live_bytes": sum("live_bytes"),
+        "dead_bytes": sum("dead_bytes"),
+        "superchunks": rows,
+    })))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReclaimBody {
+    /// The superchunks to reclaim; absent: every wholly dead one.
+    #[serde(default)]
+    superchunks: Option<Vec<SuperchunkId>>,
+}
+
+/// `POST /v1/raidp/reclaim` `{"superchunks": [..]}` (optional): marks wholly dead
+/// superchunks (appended to, no live byte, no update in flight, both replicas up) as being
+/// reclaimed — no append goes to them — and answers `{"reclaim": [{"superchunk", "slot",
+/// "filled_bytes", "replicas": [{"node", "disk", "endpoint"}]}], "skipped": [{"superchunk",
+/// "reason"}]}`. The caller trims each replica's slot, then posts `/v1/raidp/reclaimed`. A
+/// superchunk still marked (a compaction that stopped midway) is handed out again.
+pub(crate) async fn reclaim(
+    State(meta): State<Shared>,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let body: ReclaimBody = if body.is_empty() {
+        ReclaimBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| {
+            ApiError::bad_request(format!("expected {{\"superchunks\": [ids]}} or nothing: {e}"))
+        })?
+    };
+    let live_nodes = meta.liveness();
+    let _raidp = meta.raidp.lock().await;
+    blocking(&meta, move |store| {
+        let Some(mut state) = load(store)? else {
+            return Ok(Err(ApiError::new(StatusCode::CONFLICT, "no_raidp_map", "no RAIDP map")));
+        };
+        let nodes = store.list_nodes()?;
+        sync(&mut state, &nodes, &live_nodes);
+        let live = live_bytes(store)?;
+        let by_id: BTreeMap<u32, &NodeRecord> = nodes.iter().map(|n| (n.node_id, n)).collect();
+        let now = super::now_ms();
+        let asked: Vec<SuperchunkId> = match &body.superchunks {
+            Some(ids) => ids.clone(),
+            None => state.fill.keys().copied().collect(),
+        };
+        let (mut reclaim, mut skipped) = (Vec::new(), Vec::new());
+        for id in asked {
+            let Some(superchunk) = state.map.superchunk(id).cloned() else {
+                skipped.push(json!({ "superchunk": id, "reason": "no such superchunk" }));
+                continue;
+            };
+            let filled = state.fill.get(&id).copied().unwrap_or(0);
+            let live_here = live.get(&id).copied().unwrap_or(0);
+            let down = superchunk
+                .replicas
+                .iter()
+                .find(|r| replica_state(r, &state, &by_id, Some(&live_nodes)) != "up");
+            let reason = if filled == 0 && !state.reclaiming.contains(&id) {
+                Some("empty".to_string())
+            } else if live_here > 0 {
+                Some(format!("{live_here} live bytes (of {filled})"))
+            } else if state.busy_until_ms.get(&id).is_some_and(|&until| until > now) {
+                Some("an in-place update may still be writing to it".into())
+            } else if superchunk.replicas.len() < 2 {
+                Some("one replica left: recover it first (weft raidp recover)".into())
+            } else if let Some(r) = down {
+                let why = replica_state(r, &state, &by_id, Some(&live_nodes));
+                Some(format!("its replica on node {} disk {} is {why}", r.node, r.disk))
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                // Asked by name: say why; swept: only those with dead bytes are news.
+                if body.superchunks.is_some() || filled > live_here {
+                    skipped.push(json!({ "superchunk": id, "reason": reason }));
+                }
+                continue;
+            }
+            state.reclaiming.insert(id);
+            reclaim.push(json!({
+                "superchunk": id,
+                "slot": superchunk.slot,
+                "filled_bytes": filled,
+                "replicas": superchunk.replicas.iter().map(|r| disk_json(r, &by_id)).collect::<Vec<_>>(),
+            }));
+        }
+        state.busy_until_ms.retain(|_, until| *until > now);
+        save(store, &state)?;
+        Ok(Ok(json!({ "reclaim": reclaim, "skipped": skipped })))
+    })
+    .await?
+    .map(Json)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReclaimedBody {
+    superchunks: Vec<SuperchunkId>,
+}
+
+/// `POST /v1/raidp/reclaimed` `{"superchunks": [..]}`: both replicas of these superchunks
+/// were trimmed; they take appends again from offset 0. Refused (409 `not_reclaiming`) for
+/// a superchunk `/v1/raidp/reclaim` did not hand out.
+pub(crate) async fn reclaimed(
+    State(meta): State<Shared>,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let body: ReclaimedBody = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("expected {{\"superchunks\": [ids]}}: {e}")))?;
+    let _raidp = meta.raidp.lock().await;
+    blocking(&meta, move |store| {
+        let Some(mut state) = load(store)? else {
+            return Ok(Err(ApiError::new(StatusCode::CONFLICT, "no_raidp_map", "no RAIDP map")));
+        };
+        if let Some(id) = body.superchunks.iter().find(|id| !state.reclaiming.contains(id)) {
+            return Ok(Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "not_reclaiming",
+                format!("superchunk {id} is not being reclaimed (POST /v1/raidp/reclaim first)"),
+            )));
+        }
+        for id in &body.superchunks {
+            state.reclaiming.remove(id);
+            state.fill.remove(id);
+        }
+        save(store, &state)?;
+        Ok(Ok(json!({ "reclaimed": body.superchunks })))
+    })
+    .await?
+    .map(Json)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct UpdateBody {
+    bucket: String,
+    key: String,
+}
+
+/// `POST /v1/raidp/update` `{"bucket", "key"}`: an in-place update of that RAIDP object is
+/// about to write; answers `{"generation", "lease_ms"}` — the generation it may update, and
+/// for how long compaction leaves its superchunks alone.
+pub(crate) async fn update(
+    State(meta): State<Shared>,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let body: UpdateBody = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("expected {{\"bucket\", \"key\"}}: {e}")))?;
+    let _raidp = meta.raidp.lock().await;
+    blocking(&meta, move |store| {
+        let record = store.get_object(&body.bucket, &body.key)?;
+        let Some(extents) = &record.raidp else {
+            return Ok(Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "not_raidp",
+                format!(
+                    "{}/{} is erasure-coded: its units are immutable; in-place updates are for \
+                     RAIDP objects",
+                    body.bucket, body.key
+                ),
+            )));
+        };
+        let Some(mut state) = load(store)? else {
+            return Ok(Err(ApiError::new(StatusCode::CONFLICT, "no_raidp_map", "no RAIDP map")));
+        };
+        let until = super::now_ms() + UPDATE_LEASE_MS;
+        for extent in extents {
+            let busy = state.busy_until_ms.entry(extent.superchunk).or_default();
+            *busy = (*busy).max(until);
+        }
+        save(store, &state)?;
+        Ok(Ok(json!({ "generation": record.generation, "lease_ms": UPDATE_LEASE_MS })))
     })
     .await?
     .map(Json)
