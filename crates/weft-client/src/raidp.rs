@@ -1268,6 +1268,11 @@ impl Client {
             stats.pieces += 1;
         }
         let _ = feeder.await;
+        // Done: compaction may have the superchunks again (a lapsed lease does the same).
+        let done = json!({ "bucket": bucket, "key": key, "done": lease["lease"] });
+        if let Err(e) = self.meta.post_json("/v1/raidp/update", done).await {
+            tracing::warn!(error = %e, bucket, key, "could not end the update's lease; it lapses");
+        }
         stats.elapsed_seconds = started.elapsed().as_secs_f64();
         Ok(stats)
     }

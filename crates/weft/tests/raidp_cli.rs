@@ -363,10 +363,17 @@ fn compaction_reclaims_dead_superchunks_and_keeps_every_lstor_true() {
     let old_a = superchunks_of(&cluster, "wrm/a");
     let old_b = superchunks_of(&cluster, "wrm/b");
     let c_chunks = superchunks_of(&cluster, "wrm/c");
-    // In place, then deleted: an update's lease keeps compaction off its superchunks.
+    // Updated in place (its lease ends with it), then an update in flight (a lease taken
+    // and held), then deleted: the lease keeps compaction off its superchunks.
     let patch = cluster.dir().join("patch");
     std::fs::write(&patch, pattern(10_000, 5)).unwrap();
     cluster.weft_json(&["write", "wrm/c", "--offset", "100", patch.to_str().unwrap(), "--json"]);
+    let lease_call = |body: serde_json::Value| {
+        let (status, answer) = cluster.meta_call(reqwest::Method::POST, "/v1/raidp/update", &body);
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+        serde_json::from_slice::<Value>(&answer).unwrap()
+    };
+    let lease = lease_call(serde_json::json!({"bucket": "wrm", "key": "c"}))["lease"].clone();
     let a2 = pattern(500_000, 6);
     put(&cluster, "wrm/a", &a2); // overwritten: its old extents die
     let out = cluster.weft(&["rm", "wrm/b"]);
@@ -435,7 +442,21 @@ fn compaction_reclaims_dead_superchunks_and_keeps_every_lstor_true() {
     assert!(superchunks_of(&cluster, "wrm/e").iter().any(|s| reclaimed.contains(s)));
     assert_eq!(cluster.get("wrm/e"), e);
     assert_eq!(verify(&cluster)["clean"], true);
-    // Nothing left to reclaim but c's leased superchunks: a second run frees nothing.
+    // The lease ended: c's superchunks (those it shared with no live object) come back.
+    lease_call(serde_json::json!({"bucket": "wrm", "key": "c", "done": lease}));
     let again = cluster.weft_json(&["raidp", "compact", "--json"]);
-    assert_eq!(again["reclaimed"], serde_json::json!([]), "{again}");
+    let reclaimed: Vec<u64> = again["reclaimed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["superchunk"].as_u64().unwrap())
+        .collect();
+    let live: Vec<u64> =
+        ["wrm/a", "wrm/d", "wrm/e"].iter().flat_map(|p| superchunks_of(&cluster, p)).collect();
+    let c_alone: Vec<u64> = c_chunks.iter().copied().filter(|s| !live.contains(s)).collect();
+    assert!(!c_alone.is_empty(), "{c_chunks:?} {live:?}");
+    assert_eq!(reclaimed, c_alone, "{again}");
+    assert_eq!(verify(&cluster)["clean"], true);
+    assert_eq!(cluster.get("wrm/a"), a2);
+    assert_eq!(cluster.get("wrm/e"), e);
 }

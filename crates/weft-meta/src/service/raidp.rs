@@ -56,10 +56,19 @@ pub(crate) struct RaidpState {
     /// Superchunks compaction is emptying: no append goes to them until it is done.
     #[serde(default)]
     pub(crate) reclaiming: BTreeSet<SuperchunkId>,
-    /// Per superchunk, until when (ms since the epoch) an in-place update may still be
-    /// writing to it: compaction leaves it alone until then.
+    /// In-place updates under way: lease id → (superchunks, until when in ms since the
+    /// epoch). Compaction leaves their superchunks alone until the lease ends or lapses.
     #[serde(default)]
-    pub(crate) busy_until_ms: BTreeMap<SuperchunkId, u64>,
+    pub(crate) leases: BTreeMap<u64, (Vec<SuperchunkId>, u64)>,
+    #[serde(default)]
+    pub(crate) next_lease: u64,
+}
+
+impl RaidpState {
+    /// Whether an update lease on `id` lasts at `now`.
+    fn busy(&self, id: SuperchunkId, now: u64) -> bool {
+        self.leases.values().any(|(ids, until)| *until > now && ids.contains(&id))
+    }
 }
 
 /// How long an in-place update may write after meta granted it (`POST /v1/raidp/update`).
@@ -249,7 +258,8 @@ pub(crate) fn policy_for_bucket(
         map,
         fill: BTreeMap::new(),
         reclaiming: BTreeSet::new(),
-        busy_until_ms: BTreeMap::new(),
+        leases: BTreeMap::new(),
+        next_lease: 0,
     };
     save(store, &state)?;
     Ok(Ok(policy))
@@ -822,7 +832,7 @@ fn usage_json(
         "live_bytes": live,
         "dead_bytes": filled.saturating_sub(live),
         "reclaiming": state.reclaiming.contains(&id),
-        "busy": state.busy_until_ms.get(&id).is_some_and(|&until| until > now),
+        "busy": state.busy(id, now),
     })
 }
 
@@ -909,7 +919,7 @@ pub(crate) async fn reclaim(
                 Some("empty".to_string())
             } else if live_here > 0 {
                 Some(format!("{live_here} live bytes (of {filled})"))
-            } else if state.busy_until_ms.get(&id).is_some_and(|&until| until > now) {
+            } else if state.busy(id, now) {
                 Some("an in-place update may still be writing to it".into())
             } else if superchunk.replicas.len() < 2 {
                 Some("one replica left: recover it first (weft raidp recover)".into())
@@ -934,7 +944,7 @@ pub(crate) async fn reclaim(
                 "replicas": superchunk.replicas.iter().map(|r| disk_json(r, &by_id)).collect::<Vec<_>>(),
             }));
         }
-        state.busy_until_ms.retain(|_, until| *until > now);
+        state.leases.retain(|_, (_, until)| *until > now);
         save(store, &state)?;
         Ok(Ok(json!({ "reclaim": reclaim, "skipped": skipped })))
     })
@@ -985,11 +995,15 @@ pub(crate) async fn reclaimed(
 pub(crate) struct UpdateBody {
     bucket: String,
     key: String,
+    /// The lease of an update that is done (ends it).
+    #[serde(default)]
+    done: Option<u64>,
 }
 
 /// `POST /v1/raidp/update` `{"bucket", "key"}`: an in-place update of that RAIDP object is
-/// about to write; answers `{"generation", "lease_ms"}` — the generation it may update, and
-/// for how long compaction leaves its superchunks alone.
+/// about to write; answers `{"generation", "lease", "lease_ms"}` — the generation it may
+/// update, and the lease that keeps compaction off its superchunks until it ends (`{"bucket",
+/// "key", "done": lease}`) or lapses.
 pub(crate) async fn update(
     State(meta): State<Shared>,
     body: axum::body::Bytes,
@@ -998,6 +1012,14 @@ pub(crate) async fn update(
         .map_err(|e| ApiError::bad_request(format!("expected {{\"bucket\", \"key\"}}: {e}")))?;
     let _raidp = meta.raidp.lock().await;
     blocking(&meta, move |store| {
+        if let Some(lease) = body.done {
+            if let Some(mut state) = load(store)? {
+                if state.leases.remove(&lease).is_some() {
+                    save(store, &state)?;
+                }
+            }
+            return Ok(Ok(json!({ "lease": lease, "ended": true })));
+        }
         let record = store.get_object(&body.bucket, &body.key)?;
         let Some(extents) = &record.raidp else {
             return Ok(Err(ApiError::new(
@@ -1013,13 +1035,18 @@ pub(crate) async fn update(
         let Some(mut state) = load(store)? else {
             return Ok(Err(ApiError::new(StatusCode::CONFLICT, "no_raidp_map", "no RAIDP map")));
         };
-        let until = super::now_ms() + UPDATE_LEASE_MS;
-        for extent in extents {
-            let busy = state.busy_until_ms.entry(extent.superchunk).or_default();
-            *busy = (*busy).max(until);
-        }
+        let now = super::now_ms();
+        state.leases.retain(|_, (_, until)| *until > now);
+        let lease = state.next_lease;
+        state.next_lease += 1;
+        let ids: BTreeSet<SuperchunkId> = extents.iter().map(|e| e.superchunk).collect();
+        state.leases.insert(lease, (ids.into_iter().collect(), now + UPDATE_LEASE_MS));
         save(store, &state)?;
-        Ok(Ok(json!({ "generation": record.generation, "lease_ms": UPDATE_LEASE_MS })))
+        Ok(Ok(json!({
+            "generation": record.generation,
+            "lease": lease,
+            "lease_ms": UPDATE_LEASE_MS,
+        })))
     })
     .await?
     .map(Json)
