@@ -96,9 +96,6 @@ pub(crate) struct RaidpSide {
     state: Mutex<SideState>,
     /// Bytes written to slots since the node started.
     slot_bytes_written: std::sync::atomic::AtomicU64,
-    /// Bytes written to the Lstor since the node started: each write's journal record
-    /// (data and new parities) and its parity update.
-    lstor_bytes_written: std::sync::atomic::AtomicU64,
 }
 
 /// The Lstor's identity for disk `index` of node `node_id` (kept in its header: an Lstor
@@ -128,7 +125,6 @@ impl RaidpSide {
                 disk_id,
                 state: Mutex::new(SideState::Failed { cause, lstor }),
                 slot_bytes_written: Default::default(),
-                lstor_bytes_written: Default::default(),
             };
         }
         let state = match RaidpDisk::open(disk_dir, lstor_dir, &disk_id, None) {
@@ -164,7 +160,6 @@ impl RaidpSide {
             disk_id,
             state: Mutex::new(state),
             slot_bytes_written: Default::default(),
-            lstor_bytes_written: Default::default(),
         }
     }
 
@@ -348,8 +343,10 @@ pub(crate) async fn state(
 ) -> ApiResult<Json<Value>> {
     let side = side_of(&node, &disk)?;
     let report = side.report();
+    let mut lstor_written = 0;
     let slots = match side.ready(None) {
         Ok(disk) => {
+            lstor_written = disk.lstor().bytes_written();
             blocking(move || {
                 disk.slots()?
                     .into_iter()
@@ -363,7 +360,7 @@ pub(crate) async fn state(
     let mut out = serde_json::to_value(report).expect("a report serializes");
     let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     out["slot_bytes_written"] = json!(count(&side.slot_bytes_written));
-    out["lstor_bytes_written"] = json!(count(&side.lstor_bytes_written));
+    out["lstor_bytes_written"] = json!(lstor_written);
     out["slots"] = json!(slots);
     out["lstor"] = json!(side.lstor_dir.display().to_string());
     Ok(Json(out))
@@ -424,7 +421,6 @@ pub(crate) async fn write(
     let disk = side.ready(Some((query.superchunk_bytes, query.parities)))?;
     let offset = query.offset;
     let len = data.len() as u64;
-    let parities = disk.lstor().parities() as u64;
     let drill = node.crash_drill.clone();
     let seq = blocking(move || {
         disk.write_observed(slot, offset, &data, &|step| {
@@ -436,7 +432,6 @@ pub(crate) async fn write(
     .await?;
     use std::sync::atomic::Ordering::Relaxed;
     side.slot_bytes_written.fetch_add(len, Relaxed);
-    side.lstor_bytes_written.fetch_add(len * (1 + 2 * parities), Relaxed);
     Ok((StatusCode::OK, Json(json!({ "seq": seq }))).into_response())
 }
 
@@ -530,12 +525,8 @@ pub(crate) async fn trim(
     State(node): State<Arc<Node>>,
     Path((disk, slot)): Path<(String, u32)>,
 ) -> ApiResult<Json<Value>> {
-    let side = side_of(&node, &disk)?;
-    let disk = side.ready(None)?;
-    let parities = disk.lstor().parities() as u64;
+    let disk = side_of(&node, &disk)?.ready(None)?;
     let trimmed = blocking(move || disk.trim(slot)).await?;
-    use std::sync::atomic::Ordering::Relaxed;
-    side.lstor_bytes_written.fetch_add(trimmed * (1 + 2 * parities), Relaxed);
     Ok(Json(json!({ "trimmed_bytes": trimmed })))
 }
 
@@ -549,7 +540,7 @@ pub(crate) async fn pending(
     let records = blocking(move || Ok(disk.lstor().pending()?)).await?;
     let records: Vec<Value> = records
         .iter()
-        .map(|r| json!({ "seq": r.seq, "slot": r.slot, "offset": r.offset, "bytes": r.data.len() }))
+        .map(|r| json!({ "seq": r.seq, "slot": r.slot, "offset": r.offset, "bytes": r.len }))
         .collect();
     Ok(Json(json!({ "pending": records })))
 }

@@ -61,6 +61,7 @@ const HEADER_MAGIC: &[u8; 8] = b"WEFTLST1";
 const JOURNAL_MAGIC: u32 = 0x5754_4a48; // "WTJH"
 const RECORD_MAGIC: u32 = 0x5754_4a52; // "WTJR"
 const KIND_WRITE: u8 = 1;
+const KIND_APPEND: u8 = 3;
 const KIND_CLEAR: u8 = 2;
 
 /// Bytes of the journal's head: magic, epoch, crc32c. Entries follow.
@@ -106,15 +107,38 @@ impl std::fmt::Display for LstorError {
 
 impl std::error::Error for LstorError {}
 
-/// One journaled write: its data and the parity bytes it leaves, at (slot, offset).
+/// One journaled write at (slot, offset) of `len` bytes.
+///
+/// An update (a write over bytes that may be non-zero) keeps its data and the parity it
+/// leaves: replay writes both. A fresh append (over zeros) keeps only the parity *before* it
+/// (`append`, no data): whatever a crash left of the append on the disk, the parity is that
+/// one plus the disk's bytes now ([`JournalRecord::appended_parity`]) — half the journal's
+/// bytes, and the data is on the partner replica.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JournalRecord {
     pub seq: u64,
     pub slot: u32,
     pub offset: u64,
+    pub len: usize,
+    /// A fresh append: `data` is empty and `parity` is the parity before the write.
+    pub append: bool,
+    /// The written bytes (updates only).
     pub data: Vec<u8>,
-    /// One per parity, each `data.len()` bytes.
+    /// One per parity, each `len` bytes: after the write (updates), before it (appends).
     pub parity: Vec<Vec<u8>>,
+}
+
+impl JournalRecord {
+    /// For an append record: the parity that makes `disk` (the range's bytes on the disk
+    /// now, zeros where nothing landed) true — the parity before the write plus `disk`.
+    pub fn appended_parity(&self, disk: &[u8]) -> Vec<Vec<u8>> {
+        debug_assert!(self.append && disk.len() == self.len);
+        let mut out = self.parity.clone();
+        for (index, bytes) in out.iter_mut().enumerate() {
+            weft_gf::mul_add_region(coefficient(index, self.slot), disk, bytes);
+        }
+        out
+    }
 }
 
 /// Bytes every journal entry starts with: magic, kind, epoch, seq.
@@ -134,7 +158,9 @@ fn entry_prefix(out: &mut [u8], kind: u8, epoch: u64, seq: u64) {
     out[13..21].copy_from_slice(&seq.to_le_bytes());
 }
 
+#[allow(clippy::too_many_arguments)]
 fn write_head(
+    append: bool,
     epoch: u64,
     seq: u64,
     slot: u32,
@@ -143,7 +169,8 @@ fn write_head(
     parities: usize,
 ) -> [u8; WRITE_HEAD_BYTES] {
     let mut head = [0u8; WRITE_HEAD_BYTES];
-    entry_prefix(&mut head, KIND_WRITE, epoch, seq);
+    let kind = if append { KIND_APPEND } else { KIND_WRITE };
+    entry_prefix(&mut head, kind, epoch, seq);
     head[21..25].copy_from_slice(&slot.to_le_bytes());
     head[25..33].copy_from_slice(&offset.to_le_bytes());
     head[33..37].copy_from_slice(&(len as u32).to_le_bytes());
@@ -154,8 +181,15 @@ fn write_head(
 impl JournalRecord {
     /// The record as a journal entry of `epoch`.
     fn encode(&self, epoch: u64) -> Vec<u8> {
-        let head =
-            write_head(epoch, self.seq, self.slot, self.offset, self.data.len(), self.parity.len());
+        let head = write_head(
+            self.append,
+            epoch,
+            self.seq,
+            self.slot,
+            self.offset,
+            self.len,
+            self.parity.len(),
+        );
         let mut out = head.to_vec();
         out.extend_from_slice(&self.data);
         self.parity.iter().for_each(|p| out.extend_from_slice(p));
@@ -204,23 +238,28 @@ fn parse(rest: &[u8], epoch: u64) -> Option<(usize, Result<JournalRecord, u64>)>
     match rest[4] {
         KIND_CLEAR => (crc32c::crc32c(&rest[..ENTRY_PREFIX_BYTES]) == u32_at(ENTRY_PREFIX_BYTES))
             .then_some((CLEAR_BYTES, Err(seq))),
-        KIND_WRITE if rest.len() >= WRITE_HEAD_BYTES => {
+        kind @ (KIND_WRITE | KIND_APPEND) if rest.len() >= WRITE_HEAD_BYTES => {
+            let append = kind == KIND_APPEND;
             let len = u32_at(33) as usize;
             let parities = rest[37] as usize;
             if len > MAX_RECORD_BYTES || parities == 0 || parities > MAX_PARITIES {
                 return None;
             }
-            let body = WRITE_HEAD_BYTES + len * (1 + parities);
+            let pieces = parities + usize::from(!append);
+            let body = WRITE_HEAD_BYTES + len * pieces;
             if rest.len() < body + 4 || crc32c::crc32c(&rest[..body]) != u32_at(body) {
                 return None;
             }
             let at = |i: usize| WRITE_HEAD_BYTES + len * i;
+            let first_parity = usize::from(!append);
             let record = JournalRecord {
                 seq,
                 slot: u32_at(21),
                 offset: u64_at(25),
-                data: rest[at(0)..at(1)].to_vec(),
-                parity: (1..=parities).map(|p| rest[at(p)..at(p + 1)].to_vec()).collect(),
+                len,
+                append,
+                data: if append { Vec::new() } else { rest[at(0)..at(1)].to_vec() },
+                parity: (first_parity..pieces).map(|p| rest[at(p)..at(p + 1)].to_vec()).collect(),
             };
             Some((body + 4, Ok(record)))
         }
@@ -298,6 +337,8 @@ pub struct Lstor {
     /// The sequence numbers of the records pending now (what a scan of the journal would
     /// find), kept so that counting them and emptying the journal read nothing.
     open_seqs: Mutex<std::collections::BTreeSet<u64>>,
+    /// Bytes written to the device since it was opened (journal and parity).
+    written: std::sync::atomic::AtomicU64,
 }
 
 /// A write between its journal record and its parity update (steps 1–3): holds the Lstor's
@@ -334,6 +375,7 @@ impl Pending<'_> {
         for (file, bytes) in self.lstor.parity.iter().zip(&self.journal.scratch) {
             file.write_all_at(&bytes[..self.len], self.offset).map_err(|e| self.lstor.io(e))?;
         }
+        self.lstor.count((self.len * self.lstor.parity.len()) as u64);
         Ok(self.seq)
     }
 }
@@ -474,11 +516,21 @@ impl Lstor {
                 scratch: Vec::new(),
             }),
             open_seqs: Mutex::new(scanned.pending.iter().map(|r| r.seq).collect()),
+            written: Default::default(),
         })
     }
 
     pub fn superchunk_bytes(&self) -> u64 {
         self.superchunk_bytes
+    }
+
+    /// Bytes written to the Lstor's device since it was opened: journal records and parity.
+    pub fn bytes_written(&self) -> u64 {
+        self.written.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn count(&self, bytes: u64) {
+        self.written.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn parities(&self) -> usize {
@@ -543,25 +595,28 @@ impl Lstor {
         let mut guard = self.lock();
         let journal = &mut *guard;
         let len = new.len();
+        let append = old.is_none();
         journal.scratch.resize_with(self.parity.len(), Vec::new);
-        // New parity = old parity + g·old + g·new (over GF(2^8), + is XOR): no delta buffer.
+        // The parity now; an update's new parity = old parity + g·old + g·new (over GF(2^8),
+        // + is XOR): no delta buffer.
         for (index, bytes) in journal.scratch.iter_mut().enumerate() {
             if bytes.len() < len {
                 bytes.resize(len, 0);
             }
             let bytes = &mut bytes[..len];
             self.parity[index].read_exact_at(bytes, offset).map_err(|e| self.io(e))?;
-            let g = coefficient(index, slot);
             if let Some(old) = old {
+                let g = coefficient(index, slot);
                 weft_gf::mul_add_region(g, old, bytes);
+                weft_gf::mul_add_region(g, new, bytes);
             }
-            weft_gf::mul_add_region(g, new, bytes);
         }
         // The record goes to the journal piece by piece, straight from the caller's data
-        // and the scratch parity: no encoded copy.
+        // and the scratch parity: no encoded copy. An append's record is its head and the
+        // parity before it; an update's, its head, data and the parity after it.
         let seq = journal.next_seq;
-        let head = write_head(journal.epoch, seq, slot, offset, len, self.parity.len());
-        let mut crc = crc32c::crc32c_append(crc32c::crc32c(&head), new);
+        let head = write_head(append, journal.epoch, seq, slot, offset, len, self.parity.len());
+        let mut crc = crc32c::crc32c(&head);
         let mut at = journal.end;
         let put = |bytes: &[u8], at: &mut u64| -> Result<(), LstorError> {
             journal.file.write_all_at(bytes, *at).map_err(|e| self.io(e))?;
@@ -569,22 +624,33 @@ impl Lstor {
             Ok(())
         };
         put(&head, &mut at)?;
-        put(new, &mut at)?;
+        if !append {
+            crc = crc32c::crc32c_append(crc, new);
+            put(new, &mut at)?;
+        }
         for bytes in &journal.scratch {
             crc = crc32c::crc32c_append(crc, &bytes[..len]);
             put(&bytes[..len], &mut at)?;
         }
         put(&crc.to_le_bytes(), &mut at)?;
         journal.file.sync_data().map_err(|e| self.io(e))?;
+        self.count(at - journal.end);
         journal.end = at;
         journal.next_seq += 1;
+        if append {
+            // Now the parity after it, for step 3.
+            for (index, bytes) in journal.scratch.iter_mut().enumerate() {
+                weft_gf::mul_add_region(coefficient(index, slot), new, &mut bytes[..len]);
+            }
+        }
         self.open_seqs().insert(seq);
         Ok(Pending { lstor: self, seq, offset, len, journal: guard })
     }
 
-    fn write_parity(&self, record: &JournalRecord) -> Result<(), LstorError> {
-        for (file, bytes) in self.parity.iter().zip(&record.parity) {
-            file.write_all_at(bytes, record.offset).map_err(|e| self.io(e))?;
+    fn write_parity(&self, offset: u64, parity: &[Vec<u8>]) -> Result<(), LstorError> {
+        for (file, bytes) in self.parity.iter().zip(parity) {
+            file.write_all_at(bytes, offset).map_err(|e| self.io(e))?;
+            self.count(bytes.len() as u64);
         }
         self.sync_parity()
     }
@@ -634,8 +700,11 @@ impl Lstor {
     }
 
     /// Makes the parity what `record` says (idempotent: replay pending records in order).
-    pub fn replay(&self, record: &JournalRecord) -> Result<(), LstorError> {
-        self.check_range(record.offset, record.data.len())?;
+    ///
+    /// An append record needs `disk`: the range's bytes on the disk now (zeros where nothing
+    /// landed); an update record's data is on the disk again before this.
+    pub fn replay(&self, record: &JournalRecord, disk: Option<&[u8]>) -> Result<(), LstorError> {
+        self.check_range(record.offset, record.len)?;
         if record.parity.len() != self.parity.len() {
             return Err(LstorError::Corrupt {
                 dir: self.dir.clone(),
@@ -647,8 +716,24 @@ impl Lstor {
                 ),
             });
         }
+        let appended;
+        let parity = match (record.append, disk) {
+            (false, _) => &record.parity,
+            (true, Some(disk)) if disk.len() == record.len => {
+                appended = record.appended_parity(disk);
+                &appended
+            }
+            (true, _) => {
+                return Err(LstorError::BadWrite {
+                    reason: format!(
+                        "append record {} replayed without its range's bytes",
+                        record.seq
+                    ),
+                })
+            }
+        };
         let _guard = self.lock();
-        self.write_parity(record)
+        self.write_parity(record.offset, parity)
     }
 
     /// Empties the journal when no record is pending (call after a replay, or when idle):
@@ -842,8 +927,8 @@ pub(crate) mod tests {
                 let at = record.offset as usize;
                 b.slots[record.slot as usize][at..at + record.data.len()]
                     .copy_from_slice(&record.data);
-                b.lstor.replay(record).unwrap();
-                b.lstor.replay(record).unwrap();
+                b.lstor.replay(record, None).unwrap();
+                b.lstor.replay(record, None).unwrap();
                 b.lstor.clear(record.seq).unwrap();
             }
             b.check();
@@ -851,6 +936,41 @@ pub(crate) mod tests {
             assert!(b.lstor.pending().unwrap().is_empty());
             // Writes go on after the replay.
             b.write(2, 0, &pattern(100, 4), true);
+            b.check();
+        }
+    }
+
+    #[test]
+    fn a_crash_during_a_fresh_append_replays_from_the_disk_as_it_is() {
+        // Nothing of the append landed, part of it (torn), all of it; parity written or not.
+        for (landed, commit) in [(0, false), (300, false), (700, false), (700, true)] {
+            let mut b = bench(3, 2048, 2);
+            b.write(0, 0, &pattern(2048, 1), true);
+            b.write(1, 0, &pattern(600, 2), true);
+            let new = pattern(700, 3);
+            let pending = b.lstor.begin(1, 600, None, &new).unwrap();
+            let seq = pending.seq();
+            b.slots[1][600..600 + landed].copy_from_slice(&new[..landed]);
+            if commit {
+                pending.commit().unwrap();
+            } else {
+                drop(pending);
+            }
+            drop(b.lstor);
+            b.lstor = Lstor::open(&b.dir, "node-1/disk-0").unwrap();
+            let pending = b.lstor.pending().unwrap();
+            assert_eq!(pending.len(), 1);
+            let record = &pending[0];
+            assert!(record.append && record.data.is_empty(), "an append keeps no data");
+            assert_eq!((record.seq, record.slot, record.offset, record.len), (seq, 1, 600, 700));
+            assert!(b.lstor.replay(record, None).is_err(), "an append needs the disk's bytes");
+            let disk = b.slots[1][600..1300].to_vec();
+            b.lstor.replay(record, Some(&disk)).unwrap();
+            b.lstor.replay(record, Some(&disk)).unwrap();
+            b.lstor.clear(seq).unwrap();
+            b.check();
+            // The partner's bytes settle it: written as an update, the parity follows.
+            b.write(1, 600, &new, false);
             b.check();
         }
     }
@@ -866,6 +986,8 @@ pub(crate) mod tests {
             seq: 9,
             slot: 1,
             offset: 0,
+            len: 32,
+            append: false,
             data: vec![1; 32],
             parity: vec![vec![1; 32]],
         };
@@ -918,7 +1040,7 @@ pub(crate) mod tests {
         b.lstor.rewrite(&mut b.lstor.lock()).unwrap();
         let left = b.lstor.pending().unwrap();
         assert_eq!(left.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![seq]);
-        assert_eq!(left[0].data, pattern(100, 8));
+        assert!(left[0].append && left[0].len == 100, "{:?}", left[0]);
         assert!(std::fs::metadata(&journal).unwrap().len() < 1000, "only that record is kept");
         drop(b.lstor);
         b.lstor = Lstor::open(&b.dir, "node-1/disk-0").unwrap();

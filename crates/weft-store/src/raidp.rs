@@ -204,8 +204,20 @@ impl RaidpDisk {
         };
         let pending = disk.lstor.pending()?;
         for record in &pending {
+            if record.append {
+                // Whatever of the append reached the disk stays (the partner settles the
+                // rest), checksummed afresh; the parity is made to match it.
+                let now = disk.read_raw(record.slot, record.offset, record.len)?;
+                let landed = disk.slot_len(record.slot)?.saturating_sub(record.offset);
+                let landed = landed.min(record.len as u64) as usize;
+                if landed > 0 {
+                    disk.write_slot(record.slot, record.offset, &now[..landed], true)?;
+                }
+                disk.lstor.replay(record, Some(&now))?;
+                continue;
+            }
             disk.write_slot(record.slot, record.offset, &record.data, true)?;
-            disk.lstor.replay(record)?;
+            disk.lstor.replay(record, None)?;
         }
         Ok((disk, pending))
     }
@@ -566,10 +578,16 @@ impl RaidpDisk {
 
     /// Bytes of a slot as they are on disk, unchecked (zeros past its end): what a verify
     /// folds when a segment is corrupt.
+    /// `len` bytes of `slot` from `offset` as they are on the disk, unchecked (zeros past
+    /// its end, or for a slot never written).
     fn read_raw(&self, slot: u32, offset: u64, len: usize) -> Result<Vec<u8>, RaidpError> {
         let path = self.slot_path(slot);
-        let file = File::open(&path).map_err(Self::io(&path))?;
         let mut out = vec![0u8; len];
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(RaidpError::Io { path, source: e }),
+        };
         let mut done = 0;
         while done < len {
             match file.read_at(&mut out[done..], offset + done as u64) {
