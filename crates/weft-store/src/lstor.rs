@@ -9,16 +9,19 @@
 //!
 //! The write protocol, per write of `new` over `old` at (slot, offset) of the disk:
 //! 1. [`Lstor::begin`] takes the Lstor's update lock, computes the new parity bytes from the
-//!    current ones, appends a journal record (slot, offset, new data, new parity) and syncs it;
+//!    current ones, appends a journal record and syncs it — for an update (slot, offset, new
+//!    data, new parity), for a fresh append (slot, offset, length, parity before it);
 //! 2. the caller writes `new` to the disk and syncs it;
 //! 3. [`Pending::commit`] writes the new parity bytes and releases the lock;
 //! 4. once the partner replica acknowledges its own write, [`Lstor::clear`] marks the record
 //!    done.
 //!
 //! Invariants:
-//! - A journal record holds the *results* (new data, new parity), never a delta, so replaying
-//!   it after a crash at any step is idempotent: [`Lstor::pending`] lists the records not
-//!   cleared, in order; the caller rewrites their data and [`Lstor::replay`] their parity.
+//! - A journal record never holds a delta, so replaying it after a crash at any step is
+//!   idempotent: [`Lstor::pending`] lists the records not cleared, in order; for an update
+//!   the caller rewrites its data and [`Lstor::replay`] its parity; for an append (the bytes
+//!   it replaced were zeros) the caller keeps what landed on the disk and [`Lstor::replay`]
+//!   sets the parity to the one before ⊕ those bytes.
 //! - Parity updates are serialized by one lock per Lstor: a record's parity was computed from
 //!   the parity every earlier record left, so replaying records in order ends where the
 //!   writes did.
