@@ -349,6 +349,12 @@ fn superchunks_of(cluster: &Cluster, path: &str) -> Vec<u64> {
     extents.iter().map(|e| e["superchunk"].as_u64().unwrap()).collect()
 }
 
+/// The superchunks a `weft raidp compact --json` report says it reclaimed.
+fn reclaimed_of(report: &Value) -> Vec<u64> {
+    let reclaimed = report["reclaimed"].as_array().unwrap();
+    reclaimed.iter().map(|r| r["superchunk"].as_u64().unwrap()).collect()
+}
+
 #[test]
 fn compaction_reclaims_dead_superchunks_and_keeps_every_lstor_true() {
     // 8 disks: 28 superchunks at most (each pair of disks shares one).
@@ -390,12 +396,7 @@ fn compaction_reclaims_dead_superchunks_and_keeps_every_lstor_true() {
         compacted["reclaimed"].as_array().unwrap().len(),
         "{dry} {compacted}"
     );
-    let reclaimed: Vec<u64> = compacted["reclaimed"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["superchunk"].as_u64().unwrap())
-        .collect();
+    let reclaimed = reclaimed_of(&compacted);
     // Every superchunk wholly a's or b's (all but the ends they share) is reclaimed; c's
     // are left while its update's lease lasts, with that reason.
     let live: Vec<u64> =
@@ -445,12 +446,7 @@ fn compaction_reclaims_dead_superchunks_and_keeps_every_lstor_true() {
     // The lease ended: c's superchunks (those it shared with no live object) come back.
     lease_call(serde_json::json!({"bucket": "wrm", "key": "c", "done": lease}));
     let again = cluster.weft_json(&["raidp", "compact", "--json"]);
-    let reclaimed: Vec<u64> = again["reclaimed"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["superchunk"].as_u64().unwrap())
-        .collect();
+    let reclaimed = reclaimed_of(&again);
     let live: Vec<u64> =
         ["wrm/a", "wrm/d", "wrm/e"].iter().flat_map(|p| superchunks_of(&cluster, p)).collect();
     let c_alone: Vec<u64> = c_chunks.iter().copied().filter(|s| !live.contains(s)).collect();

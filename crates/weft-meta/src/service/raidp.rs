@@ -108,6 +108,13 @@ pub(crate) fn load(store: &dyn MetaStore) -> Result<Option<RaidpState>, MetaErro
     }
 }
 
+/// The RAIDP state, or the 409 `no_raidp_map` that a call needing one answers.
+fn load_or_refuse(store: &dyn MetaStore) -> Result<Result<RaidpState, ApiError>, MetaError> {
+    Ok(load(store)?.ok_or_else(|| {
+        ApiError::new(StatusCode::CONFLICT, "no_raidp_map", "no RAIDP map (create a RAIDP bucket)")
+    }))
+}
+
 fn save(store: &dyn MetaStore, state: &RaidpState) -> Result<(), MetaError> {
     let value = serde_json::to_value(state).expect("RAIDP state serializes");
     store.put_record(RAIDP, RAIDP_STATE, &value, false)
@@ -731,8 +738,9 @@ pub(crate) async fn recovered(
     })?;
     let _raidp = meta.raidp.lock().await;
     blocking(&meta, move |store| {
-        let Some(mut state) = load(store)? else {
-            return Ok(Err(ApiError::new(StatusCode::CONFLICT, "no_raidp_map", "no RAIDP map")));
+        let mut state = match load_or_refuse(store)? {
+            Ok(state) => state,
+            Err(refused) => return Ok(Err(refused)),
         };
         let rule = |e: weft_layout::superchunk::SuperchunkError| {
             ApiError::new(StatusCode::CONFLICT, "raidp_rule", e.to_string())
@@ -891,8 +899,9 @@ pub(crate) async fn reclaim(
     let live_nodes = meta.liveness();
     let _raidp = meta.raidp.lock().await;
     blocking(&meta, move |store| {
-        let Some(mut state) = load(store)? else {
-            return Ok(Err(ApiError::new(StatusCode::CONFLICT, "no_raidp_map", "no RAIDP map")));
+        let mut state = match load_or_refuse(store)? {
+            Ok(state) => state,
+            Err(refused) => return Ok(Err(refused)),
         };
         let nodes = store.list_nodes()?;
         sync(&mut state, &nodes, &live_nodes);
@@ -969,8 +978,9 @@ pub(crate) async fn reclaimed(
         .map_err(|e| ApiError::bad_request(format!("expected {{\"superchunks\": [ids]}}: {e}")))?;
     let _raidp = meta.raidp.lock().await;
     blocking(&meta, move |store| {
-        let Some(mut state) = load(store)? else {
-            return Ok(Err(ApiError::new(StatusCode::CONFLICT, "no_raidp_map", "no RAIDP map")));
+        let mut state = match load_or_refuse(store)? {
+            Ok(state) => state,
+            Err(refused) => return Ok(Err(refused)),
         };
         if let Some(id) = body.superchunks.iter().find(|id| !state.reclaiming.contains(id)) {
             return Ok(Err(ApiError::new(
@@ -1032,8 +1042,9 @@ pub(crate) async fn update(
                 ),
             )));
         };
-        let Some(mut state) = load(store)? else {
-            return Ok(Err(ApiError::new(StatusCode::CONFLICT, "no_raidp_map", "no RAIDP map")));
+        let mut state = match load_or_refuse(store)? {
+            Ok(state) => state,
+            Err(refused) => return Ok(Err(refused)),
         };
         let now = super::now_ms();
         state.leases.retain(|_, (_, until)| *until > now);
