@@ -1180,6 +1180,28 @@ impl Client {
                 ClientError::Meta { status: 409, message, .. } => ClientError::Invalid(message),
                 other => other,
             })?;
+        let updated = self.update_leased(bucket, key, offset, len, reader, &lease, started).await;
+        // Done, written or not: compaction may have the superchunks again (a lapsed lease
+        // does the same).
+        let done = json!({ "bucket": bucket, "key": key, "done": lease["lease"] });
+        if let Err(e) = self.meta.post_json("/v1/raidp/update", done).await {
+            tracing::warn!(error = %e, bucket, key, "could not end the update's lease; it lapses");
+        }
+        updated
+    }
+
+    /// [`Client::raidp_update`] under `lease` (meta's answer granting it).
+    #[allow(clippy::too_many_arguments)]
+    async fn update_leased<R: Read + Send + 'static>(
+        &self,
+        bucket: &str,
+        key: &str,
+        offset: u64,
+        len: u64,
+        reader: R,
+        lease: &Value,
+        started: Instant,
+    ) -> Result<UpdateStats> {
         let lease_ms = lease["lease_ms"].as_u64().unwrap_or(0);
         let object = self.meta.get_object(bucket, key).await?;
         if Some(object.generation) != lease["generation"].as_u64() {
@@ -1268,11 +1290,6 @@ impl Client {
             stats.pieces += 1;
         }
         let _ = feeder.await;
-        // Done: compaction may have the superchunks again (a lapsed lease does the same).
-        let done = json!({ "bucket": bucket, "key": key, "done": lease["lease"] });
-        if let Err(e) = self.meta.post_json("/v1/raidp/update", done).await {
-            tracing::warn!(error = %e, bucket, key, "could not end the update's lease; it lapses");
-        }
         stats.elapsed_seconds = started.elapsed().as_secs_f64();
         Ok(stats)
     }
@@ -1312,25 +1329,16 @@ impl Client {
             live_bytes: usage["live_bytes"].as_u64().unwrap_or(0),
             ..CompactReport::default()
         };
+        // meta decides what can go (dry: the same plan, nothing marked).
+        let plan = self.meta.post_json("/v1/raidp/reclaim", json!({ "dry_run": dry_run })).await?;
+        report.skipped = plan["skipped"].as_array().cloned().unwrap_or_default();
         if dry_run {
-            for row in usage["superchunks"].as_array().into_iter().flatten() {
-                let dead = row["dead_bytes"].as_u64().unwrap_or(0);
-                let live = row["live_bytes"].as_u64().unwrap_or(0);
-                if dead == 0 && row["reclaiming"] != true {
-                    continue;
-                }
-                if live == 0 && row["busy"] != true {
-                    report.freed_bytes += row["filled_bytes"].as_u64().unwrap_or(0);
-                    report.reclaimed.push(row.clone());
-                } else {
-                    report.skipped.push(row.clone());
-                }
-            }
+            report.reclaimed = plan["reclaim"].as_array().cloned().unwrap_or_default();
+            report.freed_bytes =
+                report.reclaimed.iter().filter_map(|r| r["filled_bytes"].as_u64()).sum();
             report.elapsed_seconds = started.elapsed().as_secs_f64();
             return Ok(report);
         }
-        let plan = self.meta.post_json("/v1/raidp/reclaim", json!({})).await?;
-        report.skipped = plan["skipped"].as_array().cloned().unwrap_or_default();
         let mut done = Vec::new();
         for entry in plan["reclaim"].as_array().into_iter().flatten() {
             let id = entry["superchunk"].as_u64().unwrap_or(u64::MAX);

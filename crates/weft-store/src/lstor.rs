@@ -689,14 +689,14 @@ impl Lstor {
     /// The journaled writes not cleared, in order (after a crash: the writes whose data and
     /// parity the caller must make true again, and whose partner must be asked).
     pub fn pending(&self) -> Result<Vec<JournalRecord>, LstorError> {
-        self.pending_in(&self.lock().file)
+        self.pending_in(&self.lock())
     }
 
-    /// The pending records of `journal` (the caller holds the lock).
-    fn pending_in(&self, mut journal: &File) -> Result<Vec<JournalRecord>, LstorError> {
-        let mut bytes = Vec::new();
-        io::Seek::rewind(&mut journal).map_err(|e| self.io(e))?;
-        journal.read_to_end(&mut bytes).map_err(|e| self.io(e))?;
+    /// The pending records of `journal` (the caller holds the lock): its entries up to its
+    /// end, not the left-overs of older epochs past it.
+    fn pending_in(&self, journal: &Journal) -> Result<Vec<JournalRecord>, LstorError> {
+        let mut bytes = vec![0u8; journal.end as usize];
+        journal.file.read_exact_at(&mut bytes, 0).map_err(|e| self.io(e))?;
         let scanned =
             scan(&bytes).map_err(|reason| LstorError::Corrupt { dir: self.dir.clone(), reason })?;
         Ok(scanned.pending)
@@ -768,7 +768,7 @@ impl Lstor {
 
     /// Replaces the journal by one of a new epoch holding only its pending records.
     fn rewrite(&self, journal: &mut Journal) -> Result<(), LstorError> {
-        let pending = self.pending_in(&journal.file)?;
+        let pending = self.pending_in(journal)?;
         let epoch = journal.epoch + 1;
         let mut bytes = journal_head(epoch).to_vec();
         for record in &pending {

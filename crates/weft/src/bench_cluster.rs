@@ -147,7 +147,7 @@ impl Tally {
 }
 
 /// The content of benchmark object `index`: cheap to generate, different per object.
-fn content(index: usize, len: usize) -> Vec<u8> {
+pub(crate) fn content(index: usize, len: usize) -> Vec<u8> {
     let mut state = (index as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut out = Vec::with_capacity(len + 8);
     while out.len() < len {

@@ -25,6 +25,7 @@ use clap::Args;
 use serde_json::{json, Value};
 use weft_client::{Client, PutOptions};
 
+use crate::bench_cluster::content;
 use crate::cluster_cli::{format_size, print_json, MetaUrlArgs};
 use crate::{cli_error, parse_size, CliError};
 
@@ -70,20 +71,6 @@ fn bucket_of(policy: &str) -> &'static str {
         "rep(3)" => "bench-rep3",
         _ => "bench-rep2",
     }
-}
-
-/// Object `index`'s bytes.
-fn content(index: usize, len: usize) -> Vec<u8> {
-    let mut x = (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(len);
-    out
 }
 
 #[derive(Debug, Default, Clone)]

@@ -534,10 +534,11 @@ pub fn write(args: WriteArgs) -> Result<(), CliError> {
         crate::cluster_cli::print_json(&value);
     } else {
         println!(
-            "wrote {} at offset {} of {bucket}/{key} in place ({} pieces, both replicas)",
+            "wrote {} at offset {} of {bucket}/{key} in place ({} piece{}, both replicas)",
             fmt(stats.bytes),
             args.offset,
-            stats.pieces
+            stats.pieces,
+            if stats.pieces == 1 { "" } else { "s" }
         );
     }
     Ok(())

@@ -374,6 +374,10 @@ fn compaction_reclaims_dead_superchunks_and_keeps_every_lstor_true() {
     let patch = cluster.dir().join("patch");
     std::fs::write(&patch, pattern(10_000, 5)).unwrap();
     cluster.weft_json(&["write", "wrm/c", "--offset", "100", patch.to_str().unwrap(), "--json"]);
+    // A refused update ends its lease too (else it would hold c's superchunks below).
+    let past =
+        cluster.weft_fails(&["write", "wrm/c", "--offset", "299999", patch.to_str().unwrap()]);
+    assert!(past.contains("past the end"), "{past}");
     let lease_call = |body: serde_json::Value| {
         let (status, answer) = cluster.meta_call(reqwest::Method::POST, "/v1/raidp/update", &body);
         assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));

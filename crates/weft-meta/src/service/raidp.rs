@@ -111,7 +111,11 @@ pub(crate) fn load(store: &dyn MetaStore) -> Result<Option<RaidpState>, MetaErro
 /// The RAIDP state, or the 409 `no_raidp_map` that a call needing one answers.
 fn load_or_refuse(store: &dyn MetaStore) -> Result<Result<RaidpState, ApiError>, MetaError> {
     Ok(load(store)?.ok_or_else(|| {
-        ApiError::new(StatusCode::CONFLICT, "no_raidp_map", "no RAIDP map (create a RAIDP bucket)")
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "no_raidp_map",
+            "no RAIDP map yet: create a RAIDP bucket first (weft bucket create NAME --code raidp)",
+        )
     }))
 }
 
@@ -877,6 +881,22 @@ pub(crate) struct ReclaimBody {
     /// The superchunks to reclaim; absent: every wholly dead one.
     #[serde(default)]
     superchunks: Option<Vec<SuperchunkId>>,
+    /// Only say what would be reclaimed: nothing is marked.
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// Most superchunks one reclaim or reclaimed call may name.
+pub const MAX_RECLAIM_IDS: usize = 4096;
+
+fn check_ids(ids: Option<&[SuperchunkId]>) -> Result<(), ApiError> {
+    match ids {
+        Some(ids) if ids.len() > MAX_RECLAIM_IDS => Err(ApiError::bad_request(format!(
+            "{} superchunks named; at most {MAX_RECLAIM_IDS} per call",
+            ids.len()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// `POST /v1/raidp/reclaim` `{"superchunks": [..]}` (optional): marks wholly dead
@@ -884,7 +904,8 @@ pub(crate) struct ReclaimBody {
 /// reclaimed — no append goes to them — and answers `{"reclaim": [{"superchunk", "slot",
 /// "filled_bytes", "replicas": [{"node", "disk", "endpoint"}]}], "skipped": [{"superchunk",
 /// "reason"}]}`. The caller trims each replica's slot, then posts `/v1/raidp/reclaimed`. A
-/// superchunk still marked (a compaction that stopped midway) is handed out again.
+/// superchunk still marked (a compaction that stopped midway) is handed out again. With
+/// `"dry_run": true` the same answer, nothing marked.
 pub(crate) async fn reclaim(
     State(meta): State<Shared>,
     body: axum::body::Bytes,
@@ -893,9 +914,12 @@ pub(crate) async fn reclaim(
         ReclaimBody::default()
     } else {
         serde_json::from_slice(&body).map_err(|e| {
-            ApiError::bad_request(format!("expected {{\"superchunks\": [ids]}} or nothing: {e}"))
+            ApiError::bad_request(format!(
+                "expected {{\"superchunks\": [ids], \"dry_run\": bool}} or nothing: {e}"
+            ))
         })?
     };
+    check_ids(body.superchunks.as_deref())?;
     let live_nodes = meta.liveness();
     let _raidp = meta.raidp.lock().await;
     blocking(&meta, move |store| {
@@ -953,8 +977,10 @@ pub(crate) async fn reclaim(
                 "replicas": superchunk.replicas.iter().map(|r| disk_json(r, &by_id)).collect::<Vec<_>>(),
             }));
         }
-        state.leases.retain(|_, (_, until)| *until > now);
-        save(store, &state)?;
+        if !body.dry_run {
+            state.leases.retain(|_, (_, until)| *until > now);
+            save(store, &state)?;
+        }
         Ok(Ok(json!({ "reclaim": reclaim, "skipped": skipped })))
     })
     .await?
@@ -976,6 +1002,7 @@ pub(crate) async fn reclaimed(
 ) -> Result<Json<Value>, ApiError> {
     let body: ReclaimedBody = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("expected {{\"superchunks\": [ids]}}: {e}")))?;
+    check_ids(Some(&body.superchunks))?;
     let _raidp = meta.raidp.lock().await;
     blocking(&meta, move |store| {
         let mut state = match load_or_refuse(store)? {
