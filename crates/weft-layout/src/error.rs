@@ -42,6 +42,8 @@ pub enum LayoutError {
     RuleBroken { reason: String },
     /// A transition that cannot be done as asked (e.g. a regroup that changes the striping).
     Transition { reason: String },
+    /// Geometric-layout parameters that cannot work (s0, q, the largest chunk, the codes).
+    Geometric { reason: String },
 }
 
 impl fmt::Display for LayoutError {
@@ -86,6 +88,7 @@ impl fmt::Display for LayoutError {
             }
             LayoutError::RuleBroken { reason } => write!(f, "placement breaks a rule: {reason}"),
             LayoutError::Transition { reason } => write!(f, "transition refused: {reason}"),
+            LayoutError::Geometric { reason } => write!(f, "invalid geometric layout: {reason}"),
         }
     }
 }

@@ -10,6 +10,9 @@
 //! - [`placement`]: which disk holds each unit, deterministically from (layout, object size,
 //!   topology, seed, failure-domain level), keeping the blocks of a stripe and the units of a
 //!   group on distinct failure domains.
+//! - [`geometric`]: RCStor's geometric partitioning: objects cut into a front and chunks of
+//!   sizes s0·q^i (Algorithm 1), chunks of one size from different objects coded together in
+//!   bins of a placement group, the placement groups themselves, and the per-object record.
 //! - [`superchunk`]: RAIDP's map of mirrored superchunks (1-mirroring, 1-sharing) and its
 //!   recoveries: receivers by minimum-cost matching or naive choice, Lstor rebuild sources.
 //!
@@ -19,12 +22,14 @@
 //!   methods assert what they rely on rather than return nonsense.
 
 pub mod error;
+pub mod geometric;
 pub mod placement;
 pub mod striped;
 pub mod superchunk;
 pub mod transition;
 
 pub use error::LayoutError;
+pub use geometric::{GeoPlace, GeometricPolicy, Partition};
 pub use placement::{
     min_domains_for_disjoint_groups, pattern_period, place, seed_for_turn, DiskLocation, DomainId,
     FailureDomain, Placement, Relocation, Topology, MAX_OBJECT_BLOCKS, MAX_TOPOLOGY_DISKS,
