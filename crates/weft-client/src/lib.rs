@@ -10,6 +10,9 @@
 //!   client's degraded-read cache (degraded.rs), for the next reads (Okapi §4.4).
 //! - [`Client::transition`] (transition.rs): changes an object's code by regrouping (new
 //!   parity over the data blocks in place, Okapi §4.5) or restriping (rewrite).
+//! - [`Client::pack`] (geometric.rs): moves a geometric bucket's warm objects into its
+//!   Clay-coded bins in batches (RCStor's packer); gets of packed objects stream their chunks
+//!   in order, regenerating the next while the previous is sent.
 //! - [`repair::run_executor`]: takes repair tasks from meta's queue, rebuilds each unit with
 //!   its code's repair plan (so Hitchhiker and Clay read less) onto the destination meta
 //!   chose, and reports back under the task's lease.
@@ -27,6 +30,7 @@ use std::fmt;
 pub mod degraded;
 pub mod digest;
 pub mod gc;
+pub mod geometric;
 pub mod meta;
 pub mod meter;
 pub mod node;
@@ -43,7 +47,8 @@ pub use degraded::{DegradedCache, DEFAULT_DEGRADED_CACHE_BYTES};
 pub use meta::MetaClient;
 pub use meter::BufferMeter;
 pub use node::NodeClient;
-pub use object::{ObjectInfo, UnitInfo};
+pub use geometric::{PackOptions, PackReport};
+pub use object::{GeoInfo, GeoPiece, ObjectInfo, UnitInfo};
 pub use read::{read_buffer_bound, GetStats, ReadMode};
 pub use transition::TransitionReport;
 pub use write::{Coder, PutOptions, PutStats, IN_MEMORY_PUT_BYTES};

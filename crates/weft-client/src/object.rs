@@ -70,6 +70,113 @@ pub struct ObjectInfo {
     pub raw: serde_json::Value,
     /// A RAIDP object's extents (it has no units then); None for a striped object.
     pub raidp: Option<RaidpInfo>,
+    /// A packed object (geometric layout): it has no units of its own; its bytes are data
+    /// blocks of its bucket's bin stripes.
+    pub packed: bool,
+    /// Where a packed object's bytes are, when meta's reply says (GET); None otherwise.
+    pub geometric: Option<GeoInfo>,
+}
+
+/// A piece of a packed object: `bytes` bytes from `offset` of data block `block` of the bin
+/// stripe `stripe` (a key of [`GeoInfo::stripes`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GeoPiece {
+    pub stripe: String,
+    pub block: usize,
+    pub offset: u64,
+    pub bytes: u64,
+    /// The chunk's bin (class), None for the front (small bin).
+    pub bin: Option<usize>,
+}
+
+/// Where a packed object's bytes are (meta's `front_bytes`, `chunks` and `geometric`).
+#[derive(Debug, Clone)]
+pub struct GeoInfo {
+    pub pg: u32,
+    pub member: u32,
+    /// crc32c of the whole object, as the packer read it.
+    pub crc32c: u32,
+    /// The object's pieces in object order: its front (if any), then its chunks.
+    pub pieces: Vec<GeoPiece>,
+    /// The bin stripes the pieces are in, by key: objects of meta's internal bucket.
+    pub stripes: BTreeMap<String, ObjectInfo>,
+}
+
+#[derive(Deserialize)]
+struct RawChunk {
+    bin: usize,
+    bytes: u64,
+    stripe: String,
+    block: usize,
+}
+
+#[derive(Deserialize)]
+struct RawFront {
+    stripe: String,
+    block: usize,
+    offset: u64,
+    bytes: u64,
+}
+
+#[derive(Deserialize)]
+struct RawGeo {
+    pg: u32,
+    member: u32,
+    crc32c: u32,
+    #[serde(default)]
+    front: Option<RawFront>,
+    stripes: BTreeMap<String, serde_json::Value>,
+}
+
+impl GeoInfo {
+    /// Parses the geometric fields of a GET reply; checks the pieces add up to `size` and
+    /// name stripes the reply holds, each piece inside its block.
+    fn from_json(value: &serde_json::Value, size: u64) -> Result<GeoInfo, String> {
+        let raw: RawGeo =
+            serde_json::from_value(value["geometric"].clone()).map_err(|e| e.to_string())?;
+        let chunks: Vec<RawChunk> =
+            serde_json::from_value(value["chunks"].clone()).map_err(|e| e.to_string())?;
+        let mut stripes = BTreeMap::new();
+        for (key, stripe) in raw.stripes {
+            let info = ObjectInfo::from_json(stripe).map_err(|e| format!("stripe {key}: {e}"))?;
+            stripes.insert(key, info);
+        }
+        let mut pieces = Vec::new();
+        if let Some(front) = raw.front {
+            pieces.push(GeoPiece {
+                stripe: front.stripe,
+                block: front.block,
+                offset: front.offset,
+                bytes: front.bytes,
+                bin: None,
+            });
+        }
+        pieces.extend(chunks.into_iter().map(|c| GeoPiece {
+            stripe: c.stripe,
+            block: c.block,
+            offset: 0,
+            bytes: c.bytes,
+            bin: Some(c.bin),
+        }));
+        let total: u64 = pieces.iter().map(|p| p.bytes).sum();
+        if total != size {
+            return Err(format!("its pieces hold {total} bytes, its size is {size}"));
+        }
+        for piece in &pieces {
+            let stripe = stripes
+                .get(&piece.stripe)
+                .ok_or_else(|| format!("stripe {} is not in the reply", piece.stripe))?;
+            let fits = piece.block < stripe.layout.data_blocks(stripe.size)
+                && piece.offset + piece.bytes <= stripe.layout.block_len(stripe.size, piece.block);
+            if !fits {
+                return Err(format!(
+                    "{} bytes at {} of block {} of stripe {} do not fit it",
+                    piece.bytes, piece.offset, piece.block, piece.stripe
+                ));
+            }
+        }
+        Ok(GeoInfo { pg: raw.pg, member: raw.member, crc32c: raw.crc32c, pieces, stripes })
+    }
 }
 
 /// Where a RAIDP object's bytes are (meta's `raidp` field): runs of superchunks, each on two
@@ -179,6 +286,8 @@ struct RawObject {
     units_next: Option<usize>,
     #[serde(default)]
     raidp: Option<RaidpInfo>,
+    #[serde(default)]
+    packed: bool,
 }
 
 #[derive(Deserialize)]
@@ -221,7 +330,7 @@ impl ObjectInfo {
         }
         let layout = raw.layout;
         // A RAIDP object has no units: its bytes are in superchunks.
-        let unit_bytes = if raw.raidp.is_some() { 0 } else { raw.size };
+        let unit_bytes = if raw.raidp.is_some() || raw.packed { 0 } else { raw.size };
         let expected: usize =
             (0..layout.groups(unit_bytes)).map(|g| layout.group_units(unit_bytes, g).len()).sum();
         if let Some(raidp) = &raw.raidp {
@@ -277,7 +386,8 @@ impl ObjectInfo {
         }
         for (id, info) in &units {
             let (group, _) = layout.unit_position(*id);
-            if group >= layout.groups(raw.size) || info.len != layout.stored_len(raw.size, *id) {
+            if group >= layout.groups(unit_bytes) || info.len != layout.stored_len(unit_bytes, *id)
+            {
                 return Err(bad(format!("unit {} does not fit the layout", id.short_name())));
             }
         }
@@ -291,8 +401,13 @@ impl ObjectInfo {
             size: raw.size,
             units,
             digests_next,
+            geometric: match value.get("geometric") {
+                Some(_) if raw.packed => Some(GeoInfo::from_json(&value, raw.size).map_err(bad)?),
+                _ => None,
+            },
             raw: value,
             raidp: raw.raidp,
+            packed: raw.packed,
         })
     }
 

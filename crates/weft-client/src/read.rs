@@ -607,6 +607,9 @@ impl Client {
         if object.raidp.is_some() {
             return self.get_raidp(&object, start, len, out, progress).await;
         }
+        if object.packed {
+            return self.get_geometric(&object, start, len, out, progress).await;
+        }
         let layout = object.layout;
         let window = window_bytes(&layout);
         // Windows are aligned to whole stripe rows (the first may start mid-row).

@@ -331,6 +331,11 @@ impl GeoPlace {
     }
 }
 
+/// The object size a [`GeoPlace::encode`] record starts with, without the policy.
+pub fn encoded_size(bytes: &[u8]) -> Option<u64> {
+    get_varint(bytes, &mut 0).ok()
+}
+
 /// `count` placement groups of `width` disks of `topology`, each on `width` distinct failure
 /// domains at `level`: member lists, members `0..width − parity` for data, the last `parity`
 /// for parity.

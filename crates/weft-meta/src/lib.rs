@@ -25,7 +25,9 @@ pub use records::{
     Heartbeat, NewTransition, NodeRecord, ObjectName, ObjectRecord, ObjectState, Policy,
     RaidpExtent, RaidpPolicy, RepairKind, RepairLease, RepairOutcome, RepairRequest, RepairTask,
     TransitionRecord, DEFAULT_TRANSITION_LEASE_MS, FORMAT_VERSION, INTERNAL_BUCKET_PREFIX,
-    MAX_BUCKET_NAME_BYTES, MAX_KEY_BYTES, MIN_NEW_BUCKET_NAME_BYTES,
+    GEOMETRIC_BUCKET, MAX_BUCKET_NAME_BYTES, MAX_KEY_BYTES, MIN_NEW_BUCKET_NAME_BYTES,
 };
 pub use redb_store::{RedbStore, StoreFaults, SCHEMA_VERSION};
-pub use store::{check_digests, MetaStore, ObjectPage, MAX_LIST_LIMIT};
+pub use store::{
+    check_digests, MetaStore, ObjectPage, PackOutcome, PackedObject, StripeCommit, MAX_LIST_LIMIT,
+};

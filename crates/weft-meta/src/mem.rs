@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Mutex;
 
-use weft_layout::{DiskLocation, Placement, UnitId};
+use weft_layout::{DiskLocation, GeometricPolicy, Placement, UnitId};
 
 use crate::records::{
     check_new_bucket_name, BucketRecord, Enqueued, Heartbeat, NewTransition, NodeRecord,
@@ -18,8 +18,9 @@ use crate::records::{
 use crate::store::check_digests;
 use crate::store::{
     check_namespace, check_new_object, check_new_transition, enqueue_step, holds, is_free,
-    lease_deadline, lease_lost, list_start, pending_one, relocated, transitioned, EnqueueStep,
-    ObjectPage, RecordPage, MAX_LIST_LIMIT,
+    lease_deadline, lease_lost, list_start, pack_refusal, packed_record, pending_one, relocated,
+    transitioned, EnqueueStep, ObjectPage, PackOutcome, PackedObject, RecordPage, StripeCommit,
+    MAX_LIST_LIMIT,
 };
 use crate::Digests;
 use crate::{MetaError, MetaStore};
@@ -213,6 +214,7 @@ impl MetaStore for MemStore {
         name: &str,
         default_policy: Policy,
         raidp: Option<RaidpPolicy>,
+        geometric: Option<GeometricPolicy>,
         now_ms: u64,
     ) -> Result<BucketRecord, MetaError> {
         check_new_bucket_name(name)?;
@@ -225,7 +227,8 @@ impl MetaStore for MemStore {
         if state.buckets.contains_key(name) {
             return Err(MetaError::BucketExists { bucket: name.into() });
         }
-        let record = BucketRecord { name: name.into(), default_policy, created_ms: now_ms, raidp };
+        let record =
+            BucketRecord { name: name.into(), default_policy, created_ms: now_ms, raidp, geometric };
         state.buckets.insert(name.into(), record.clone());
         Ok(record)
     }
@@ -290,6 +293,7 @@ impl MetaStore for MemStore {
             parity_generation: 0,
             digests: Digests::new(),
             raidp,
+            geometric: None,
         };
         state.writes.insert(key_of(bucket, key), record.clone());
         Ok(record)
@@ -321,6 +325,57 @@ impl MetaStore for MemStore {
         state.transitions.remove(&name);
         let replaced = state.objects.insert(name, record.clone());
         Ok((record, replaced))
+    }
+
+    fn commit_pack(
+        &self,
+        stripe_bucket: &str,
+        stripes: &[StripeCommit],
+        bucket: &str,
+        objects: &[PackedObject],
+    ) -> Result<PackOutcome, MetaError> {
+        let mut state = self.lock();
+        for stripe in stripes {
+            let name = key_of(stripe_bucket, &stripe.key);
+            match state.writes.get(&name) {
+                Some(write) if write.generation == stripe.generation => {
+                    check_digests(write, &stripe.digests, |_| true)?
+                }
+                _ => {
+                    return Err(MetaError::NoSuchWrite {
+                        bucket: stripe_bucket.into(),
+                        key: stripe.key.clone(),
+                        generation: stripe.generation,
+                    })
+                }
+            }
+        }
+        let mut outcome = PackOutcome::default();
+        let mut swaps = Vec::new();
+        for object in objects {
+            let name = key_of(bucket, &object.key);
+            let current = state.objects.get(&name);
+            if let Some(why) = pack_refusal(current, object.generation) {
+                outcome.skipped.push((object.key.clone(), why));
+                continue;
+            }
+            let old = current.expect("pack_refusal checked it").clone();
+            swaps.push((name, packed_record(&old, &object.place)?));
+            outcome.packed.push(old);
+        }
+        for stripe in stripes {
+            let name = key_of(stripe_bucket, &stripe.key);
+            let mut record = state.writes.remove(&name).expect("checked above");
+            record.state = ObjectState::Committed;
+            record.digests = stripe.digests.clone();
+            state.transitions.remove(&name);
+            state.objects.insert(name, record);
+        }
+        for (name, record) in swaps {
+            state.transitions.remove(&name);
+            state.objects.insert(name, record);
+        }
+        Ok(outcome)
     }
 
     fn get_object(&self, bucket: &str, key: &str) -> Result<ObjectRecord, MetaError> {

@@ -17,7 +17,8 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use weft_layout::{
-    DiskLocation, FailureDomain, Placement, Relocation, StripedLayout, TransitionMode, UnitId,
+    DiskLocation, FailureDomain, GeometricPolicy, Placement, Relocation, StripedLayout,
+    TransitionMode, UnitId,
 };
 
 use crate::MetaError;
@@ -51,6 +52,11 @@ pub struct BucketRecord {
     /// Set for a RAIDP bucket (`--code raidp`): new objects go to superchunks, not units.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raidp: Option<RaidpPolicy>,
+    /// Set for a geometric bucket (`--layout geometric`): new objects are written under
+    /// `default_policy` (the warm tier, replicated) and the packer moves them into the
+    /// bucket's bins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub geometric: Option<GeometricPolicy>,
 }
 
 /// The RAIDP tier's geometry, one for the whole cluster (its superchunk map): the size of a
@@ -102,7 +108,18 @@ pub struct ObjectRecord {
     /// RAIDP object has no units: its placement is an empty one (size 0) of its bucket's
     /// default policy, so nothing that walks units (repair, gc, scrub) meets it.
     pub raidp: Option<Vec<RaidpExtent>>,
+    /// A packed object's place in its bucket's bins: the compact record of
+    /// `weft_layout::GeoPlace::encode` (decoded with the bucket's geometric policy); `None`
+    /// otherwise. A packed object has no units of its own either (an empty placement, as
+    /// RAIDP's): its bytes are data blocks of the bucket's bin stripes, which are objects of
+    /// [`GEOMETRIC_BUCKET`].
+    pub geometric: Option<Vec<u8>>,
 }
+
+/// The internal bucket of every geometric bucket's bin stripes: one object per stripe, named
+/// `<bucket>/<pg>/<bin>/<seq>`, whose data blocks are chunks (or small-bin regions) of packed
+/// objects. Being objects, stripes are repaired, scrubbed and collected like any other.
+pub const GEOMETRIC_BUCKET: &str = ".weft-geo";
 
 /// Unit digests by unit.
 pub type Digests = std::collections::BTreeMap<UnitId, weft_wire::UnitDigest>;
@@ -115,6 +132,9 @@ impl ObjectRecord {
 
     /// The object's size in bytes.
     pub fn size(&self) -> u64 {
+        if let Some(place) = &self.geometric {
+            return weft_layout::geometric::encoded_size(place).unwrap_or(0);
+        }
         match &self.raidp {
             Some(extents) => extents.iter().map(|e| e.bytes).sum(),
             None => self.placement.object_size(),
@@ -442,6 +462,9 @@ pub(crate) struct StoredObject {
     /// A RAIDP object's extents; absent for striped objects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     raidp: Option<Vec<RaidpExtent>>,
+    /// A packed object's compact geometric record, hex; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    geo: Option<String>,
 }
 
 fn is_zero(value: &u64) -> bool {
@@ -487,6 +510,7 @@ impl StoredObject {
                     .collect(),
             },
             raidp: record.raidp.clone(),
+            geo: record.geometric.as_ref().map(|bytes| hex(bytes)),
         }
     }
 
@@ -547,8 +571,25 @@ impl StoredObject {
             parity_generation: self.parity_generation,
             digests,
             raidp: self.raidp,
+            geometric: match self.geo {
+                None => None,
+                Some(text) => Some(unhex(&text).ok_or_else(|| {
+                    corrupt(format!("the geometric record {text:?} is not hex"))
+                })?),
+            },
         })
     }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) || !text.is_ascii() {
+        return None;
+    }
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok()).collect()
 }
 
 /// Metadata bytes one object costs: its stored value plus its table key (bucket and key).

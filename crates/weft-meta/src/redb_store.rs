@@ -33,7 +33,7 @@ use redb::{
     backends::FileBackend, Database, ReadableTable, ReadableTableMetadata, StorageBackend,
     TableDefinition,
 };
-use weft_layout::{DiskLocation, Placement};
+use weft_layout::{DiskLocation, GeometricPolicy, Placement};
 
 use crate::records::{
     check_new_bucket_name, decode, encode, unit_name, BucketRecord, Enqueued, Heartbeat,
@@ -43,8 +43,9 @@ use crate::records::{
 };
 use crate::store::{
     check_digests, check_namespace, check_new_object, check_new_transition, enqueue_step, holds,
-    is_free, lease_deadline, lease_lost, list_start, pending_one, relocated, transitioned,
-    EnqueueStep, ObjectPage, RecordPage, MAX_LIST_LIMIT,
+    is_free, lease_deadline, lease_lost, list_start, pack_refusal, packed_record, pending_one,
+    relocated, transitioned, EnqueueStep, ObjectPage, PackOutcome, PackedObject, RecordPage,
+    StripeCommit, MAX_LIST_LIMIT,
 };
 use crate::{Digests, MetaError, MetaStore};
 
@@ -619,6 +620,7 @@ impl MetaStore for RedbStore {
         name: &str,
         default_policy: Policy,
         raidp: Option<RaidpPolicy>,
+        geometric: Option<GeometricPolicy>,
         now_ms: u64,
     ) -> Result<BucketRecord, MetaError> {
         check_new_bucket_name(name)?;
@@ -627,7 +629,8 @@ impl MetaStore for RedbStore {
             key: String::new(),
             reason: e.to_string(),
         })?;
-        let record = BucketRecord { name: name.into(), default_policy, created_ms: now_ms, raidp };
+        let record =
+            BucketRecord { name: name.into(), default_policy, created_ms: now_ms, raidp, geometric };
         let db = self.db()?;
         let txn = db.begin_write().map_err(store)?;
         {
@@ -719,6 +722,7 @@ impl MetaStore for RedbStore {
                 parity_generation: 0,
                 digests: Digests::new(),
                 raidp,
+                geometric: None,
             };
             let mut writes = txn.open_table(WRITES).map_err(store)?;
             let bytes = encode(&StoredObject::from_record(&record));
@@ -763,6 +767,67 @@ impl MetaStore for RedbStore {
         }
         txn.commit().map_err(store)?;
         Ok((record, replaced))
+    }
+
+    fn commit_pack(
+        &self,
+        stripe_bucket: &str,
+        stripes: &[StripeCommit],
+        bucket: &str,
+        objects: &[PackedObject],
+    ) -> Result<PackOutcome, MetaError> {
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
+        let mut outcome = PackOutcome::default();
+        {
+            let mut writes = txn.open_table(WRITES).map_err(store)?;
+            let mut objects_table = txn.open_table(OBJECTS).map_err(store)?;
+            let mut transitions = txn.open_table(TRANSITIONS).map_err(store)?;
+            for stripe in stripes {
+                let key = stripe.key.as_str();
+                let no_write = || MetaError::NoSuchWrite {
+                    bucket: stripe_bucket.into(),
+                    key: key.into(),
+                    generation: stripe.generation,
+                };
+                let write = match writes.get((stripe_bucket, key)).map_err(store)? {
+                    Some(bytes) => decode_object(stripe_bucket, key, bytes.value())?,
+                    None => return Err(no_write()),
+                };
+                if write.generation != stripe.generation {
+                    return Err(no_write());
+                }
+                check_digests(&write, &stripe.digests, |_| true)?;
+                writes.remove((stripe_bucket, key)).map_err(store)?;
+                let record = ObjectRecord {
+                    state: ObjectState::Committed,
+                    digests: stripe.digests.clone(),
+                    ..write
+                };
+                let bytes = encode(&StoredObject::from_record(&record));
+                objects_table.insert((stripe_bucket, key), bytes.as_slice()).map_err(store)?;
+                transitions.remove((stripe_bucket, key)).map_err(store)?;
+            }
+            for object in objects {
+                let key = object.key.as_str();
+                let current = match objects_table.get((bucket, key)).map_err(store)? {
+                    Some(bytes) => Some(decode_object(bucket, key, bytes.value())?),
+                    None => None,
+                };
+                if let Some(why) = pack_refusal(current.as_ref(), object.generation) {
+                    outcome.skipped.push((object.key.clone(), why));
+                    continue;
+                }
+                let old = current.expect("pack_refusal checked it");
+                let packed = packed_record(&old, &object.place)?;
+                let bytes = encode(&StoredObject::from_record(&packed));
+                objects_table.insert((bucket, key), bytes.as_slice()).map_err(store)?;
+                transitions.remove((bucket, key)).map_err(store)?;
+                outcome.packed.push(old);
+            }
+        }
+        txn.commit().map_err(store)?;
+        Ok(outcome)
     }
 
     fn get_write(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, MetaError> {
@@ -1503,6 +1568,7 @@ mod tests {
             default_policy: policy(2),
             created_ms: 1,
             raidp: None,
+            geometric: None,
         };
         let txn = store.db().unwrap().begin_write().unwrap();
         txn.open_table(BUCKETS).unwrap().insert("b", encode(&old).as_slice()).unwrap();

@@ -74,6 +74,7 @@ mod deletions;
 mod digest_pages;
 mod gateway;
 mod gc;
+mod geometric;
 mod inventory;
 mod liveness;
 mod lost;
@@ -198,6 +199,9 @@ struct Meta {
     /// Held across every change of the RAIDP state (`raidp`): allocations read, change and
     /// store it whole.
     raidp: tokio::sync::Mutex<()>,
+    /// Held across every change of a geometric bucket's state (placement groups, fill, stripe
+    /// numbers).
+    geometric: tokio::sync::Mutex<()>,
 }
 
 impl Meta {
@@ -347,6 +351,7 @@ pub async fn bind_with_faults(
         heartbeat_failure: std::sync::Mutex::new(None),
         placement_turn: AtomicU64::new(now_ms()),
         raidp: tokio::sync::Mutex::new(()),
+        geometric: tokio::sync::Mutex::new(()),
     });
     let guard = Guard {
         verifier: Arc::new(Verifier::for_meta(&config.secret)),
@@ -429,6 +434,9 @@ fn router(meta: Shared, guard: Guard) -> Router {
         .route("/v1/raidp/reclaim", post(raidp::reclaim))
         .route("/v1/raidp/reclaimed", post(raidp::reclaimed))
         .route("/v1/raidp/update", post(raidp::update))
+        .route("/v1/geometric/{bucket}", get(geometric::groups))
+        .route("/v1/geometric/{bucket}/plan", post(geometric::plan))
+        .route("/v1/geometric/{bucket}/commit", post(geometric::commit))
         .route("/v1/deletions", get(deletions::list))
         .route("/v1/deletions/done", post(deletions::done))
         .route("/v1/references", get(gc::references))
@@ -960,6 +968,10 @@ async fn create_bucket(
     if let Some(asked) = raidp_request(&body)? {
         return create_raidp_bucket(meta, name, asked).await;
     }
+    if let Some(asked) = geometric::request(&body)? {
+        let record = geometric::create_bucket(meta, name, asked, domains).await?;
+        return Ok((StatusCode::CREATED, Json(json!(record))).into_response());
+    }
     let policy = parse_policy_over(&body, default_policy_for(domains))?;
     check_fits(&policy, nodes, domains, meta.failure_domain)?;
     let now = now_ms();
@@ -1017,7 +1029,7 @@ async fn create_raidp_bucket(
             Ok(policy) => policy,
             Err(api) => return Ok(Err(api)),
         };
-        Ok(Ok(store.create_bucket_with(&name, two_copies, Some(policy), now_ms())?))
+        Ok(Ok(store.create_bucket_with(&name, two_copies, Some(policy), None, now_ms())?))
     })
     .await??;
     tracing::info!(bucket = %record.name, "RAIDP bucket created");

@@ -39,7 +39,7 @@
 
 use std::collections::BTreeSet;
 
-use weft_layout::{DiskLocation, LayoutError, Placement, UnitId};
+use weft_layout::{DiskLocation, GeometricPolicy, LayoutError, Placement, UnitId};
 
 use crate::error::TransitionConflict;
 use crate::records::{
@@ -48,6 +48,72 @@ use crate::records::{
     RepairOutcome, RepairRequest, RepairTask, TransitionRecord,
 };
 use crate::{Digests, MetaError};
+
+/// One bin-stripe write a pack commits (see [`MetaStore::commit_pack`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StripeCommit {
+    pub key: String,
+    pub generation: u64,
+    pub digests: Digests,
+}
+
+/// One object a pack moves into its bucket's bins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackedObject {
+    pub key: String,
+    /// The generation the packer read.
+    pub generation: u64,
+    /// Its `weft_layout::GeoPlace` record, encoded.
+    pub place: Vec<u8>,
+}
+
+/// What a pack commit did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PackOutcome {
+    /// The records the packed objects had before (their units are garbage now).
+    pub packed: Vec<ObjectRecord>,
+    /// Objects not packed, with why.
+    pub skipped: Vec<(String, String)>,
+}
+
+/// Why `current` (the committed record of a key, if any) cannot be packed as the object of
+/// `generation` the packer read; None when it can.
+pub(crate) fn pack_refusal(current: Option<&ObjectRecord>, generation: u64) -> Option<String> {
+    match current {
+        None => Some("deleted since it was read".into()),
+        Some(c) if c.generation != generation => {
+            Some(format!("replaced since it was read (generation {} now)", c.generation))
+        }
+        Some(c) if c.geometric.is_some() => Some("already packed".into()),
+        Some(c) if c.raidp.is_some() => Some("a RAIDP object".into()),
+        Some(_) => None,
+    }
+}
+
+/// The record of `old` once packed with `place` (see [`MetaStore::commit_pack`]).
+pub(crate) fn packed_record(old: &ObjectRecord, place: &[u8]) -> Result<ObjectRecord, MetaError> {
+    let placement = Placement::from_parts(
+        *old.layout(),
+        0,
+        old.placement.failure_domain(),
+        0,
+        vec![],
+        vec![],
+    )
+    .map_err(|e| MetaError::InvalidRecord {
+        bucket: old.bucket.clone(),
+        key: old.key.clone(),
+        reason: e.to_string(),
+    })?;
+    Ok(ObjectRecord {
+        placement,
+        parity_generation: 0,
+        digests: Digests::new(),
+        raidp: None,
+        geometric: Some(place.to_vec()),
+        ..old.clone()
+    })
+}
 
 /// Most objects one listing returns.
 pub const MAX_LIST_LIMIT: usize = 1000;
@@ -59,7 +125,11 @@ pub const GATEWAY_NAMESPACES: &[&str] = &["access_keys", "uploads", "object_attr
 /// Record namespaces meta keeps for itself (node enrolment), in the same table as the
 /// gateway's but never reachable through the records routes.
 pub const INTERNAL_NAMESPACES: &[&str] =
-    &[ENROLLED_NODES, LOST_OBJECTS, DELETIONS, WRITE_DIGESTS, RAIDP];
+    &[ENROLLED_NODES, LOST_OBJECTS, DELETIONS, WRITE_DIGESTS, RAIDP, GEOMETRIC];
+
+/// Meta's geometric states: one record per geometric bucket, named by the bucket (its
+/// placement groups, the bytes on each data member, the next stripe number of each bin).
+pub const GEOMETRIC: &str = "geometric";
 
 /// Meta's RAIDP state (one record, [`RAIDP_STATE`]): the superchunk map and how far each
 /// superchunk is filled.
@@ -155,14 +225,16 @@ pub trait MetaStore: Send + Sync {
         default_policy: Policy,
         now_ms: u64,
     ) -> Result<BucketRecord, MetaError> {
-        self.create_bucket_with(name, default_policy, None, now_ms)
+        self.create_bucket_with(name, default_policy, None, None, now_ms)
     }
-    /// Creates an empty bucket, a RAIDP one when `raidp` is set.
+    /// Creates an empty bucket, a RAIDP one when `raidp` is set, a geometric one when
+    /// `geometric` is.
     fn create_bucket_with(
         &self,
         name: &str,
         default_policy: Policy,
         raidp: Option<RaidpPolicy>,
+        geometric: Option<GeometricPolicy>,
         now_ms: u64,
     ) -> Result<BucketRecord, MetaError>;
     fn get_bucket(&self, name: &str) -> Result<BucketRecord, MetaError>;
@@ -204,6 +276,21 @@ pub trait MetaStore: Send + Sync {
         generation: u64,
         digests: &Digests,
     ) -> Result<(ObjectRecord, Option<ObjectRecord>), MetaError>;
+    /// Commits a pack, all of it in one transaction or nothing: the bin-stripe writes of
+    /// `stripes` (objects of `stripe_bucket`, each as [`MetaStore::commit_object`] would),
+    /// then each of `objects` that is still committed in `bucket` with the generation given
+    /// and still has units of its own becomes a packed object: same generation and creation
+    /// time, no units, `place` its geometric record; its pending transition is dropped.
+    /// Objects that changed meanwhile are skipped (their chunks are then dead bytes of the
+    /// stripes). Refused with [`MetaError::NoSuchWrite`], changing nothing, when a stripe's
+    /// write is not in progress with its generation.
+    fn commit_pack(
+        &self,
+        stripe_bucket: &str,
+        stripes: &[StripeCommit],
+        bucket: &str,
+        objects: &[PackedObject],
+    ) -> Result<PackOutcome, MetaError>;
     /// The committed object under `key`.
     fn get_object(&self, bucket: &str, key: &str) -> Result<ObjectRecord, MetaError>;
     /// Committed objects whose key starts with `prefix` and sorts after `start_after`, in key

@@ -997,6 +997,31 @@ pub struct BucketCreateArgs {
     /// (XOR and Reed-Solomon; any three).
     #[arg(long)]
     pub lstors: Option<u32>,
+    /// `geometric` makes a cold bucket (docs/geometric.md): objects are written replicated,
+    /// then packed into bins of chunks of sizes s0·q^i coded together across objects
+    /// (Clay is the point: --code clay --k 10 --r 4). `striped` (the default) is Okapi's.
+    #[arg(long, value_parser = ["striped", "geometric"])]
+    pub layout: Option<String>,
+    /// Geometric only: the smallest chunk s0, a multiple of the code's unit [default: 4MiB].
+    #[arg(long, value_parser = crate::parse_size)]
+    pub s0: Option<usize>,
+    /// Geometric only: each chunk size is q times the previous, q ≥ 2 [default: 2].
+    #[arg(long)]
+    pub q: Option<u64>,
+    /// Geometric only: the code of the small bin, which holds objects' fronts (size mod s0)
+    /// [default: rs with the bins' k and r].
+    #[arg(long)]
+    pub small_code: Option<String>,
+    /// Geometric only: the largest chunk; larger objects get several [default: 256MiB].
+    #[arg(long, value_parser = crate::parse_size)]
+    pub chunk_max: Option<usize>,
+    /// Geometric only: placement groups, each k + r disks on distinct nodes [default: 256].
+    #[arg(long)]
+    pub pgs: Option<u32>,
+    /// Geometric only: the warm tier objects are written to before packing, rep(N)
+    /// [default: rep(3), fewer copies on a smaller cluster].
+    #[arg(long)]
+    pub warm: Option<String>,
     #[command(flatten)]
     pub meta: MetaUrlArgs,
     /// Print meta's bucket record as one JSON object.
@@ -1053,8 +1078,23 @@ fn bucket_policy(args: BucketPolicyArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// How a bucket stores new objects: its RAIDP geometry, or its default striped policy.
+/// How a bucket stores new objects: its RAIDP geometry, its geometric policy, or its
+/// default striped policy.
 fn describe_bucket(record: &Value) -> String {
+    let geometric = &record["geometric"];
+    if geometric.is_object() {
+        return format!(
+            "geometric: bins coded {}, small bin {}, s0 {}, q {}, chunks up to {}, {} placement \
+             groups; written first to {}",
+            geometric["code"].as_str().unwrap_or("?"),
+            geometric["small_code"].as_str().unwrap_or("?"),
+            geometric["s0"].as_u64().map_or("?".to_owned(), format_size),
+            geometric["q"],
+            geometric["chunk_max"].as_u64().map_or("?".to_owned(), format_size),
+            geometric["pgs"],
+            record["default_policy"]["code"].as_str().unwrap_or("?"),
+        );
+    }
     let raidp = &record["raidp"];
     if raidp.is_object() {
         return format!(
@@ -1111,10 +1151,82 @@ fn raidp_body(args: &BucketCreateArgs) -> Result<Option<Value>, CliError> {
     Ok(Some(body))
 }
 
+/// The body creating a geometric bucket (`--layout geometric`), or None for another.
+fn geometric_body(args: &BucketCreateArgs) -> Result<Option<Value>, CliError> {
+    let geometric = args.layout.as_deref() == Some("geometric");
+    let flags = args.s0.is_some()
+        || args.q.is_some()
+        || args.small_code.is_some()
+        || args.chunk_max.is_some()
+        || args.pgs.is_some()
+        || args.warm.is_some();
+    if !geometric {
+        if flags {
+            return Err(cli_error!(
+                "--s0, --q, --small-code, --chunk-max, --pgs and --warm are for geometric \
+                 buckets (--layout geometric)"
+            )
+            .with_code("usage"));
+        }
+        return Ok(None);
+    }
+    let policy = &args.policy;
+    if policy.stripe_width.is_some() || policy.cell.is_some() || policy.block.is_some() {
+        return Err(cli_error!(
+            "--layout geometric cuts objects into chunks of sizes s0·q^i: it takes --s0, --q, \
+             --chunk-max, not --stripe-width, --cell or --block"
+        )
+        .with_code("usage"));
+    }
+    let mut body = json!({ "layout": "geometric" });
+    let code = &policy.code;
+    let code_given = [code.k, code.r, code.d, code.l, code.g].iter().any(Option::is_some)
+        || !code.code.trim().eq_ignore_ascii_case("rs");
+    let spec = code.spec()?;
+    if code_given {
+        body["code"] = json!(spec.to_string());
+    }
+    if let Some(small) = &args.small_code {
+        let family = small.trim().to_ascii_lowercase();
+        let text = if family.contains('(') {
+            family
+        } else if code_given {
+            format!("{family}({},{})", spec.k(), spec.r())
+        } else {
+            return Err(cli_error!(
+                "--small-code {small}: give its parameters (e.g. 'rs(10,4)') or the bins' code \
+                 (--code clay --k 10 --r 4), whose k and r it takes"
+            )
+            .with_code("usage"));
+        };
+        body["small_code"] = json!(text);
+    }
+    if let Some(s0) = args.s0 {
+        body["s0"] = json!(s0);
+    }
+    if let Some(q) = args.q {
+        body["q"] = json!(q);
+    }
+    if let Some(max) = args.chunk_max {
+        body["chunk_max"] = json!(max);
+    }
+    if let Some(pgs) = args.pgs {
+        body["pgs"] = json!(pgs);
+    }
+    if let Some(warm) = &args.warm {
+        body["warm"] = json!(warm);
+    }
+    Ok(Some(body))
+}
+
 fn bucket_create(args: BucketCreateArgs) -> Result<(), CliError> {
-    let body = match raidp_body(&args)? {
-        Some(body) => body,
-        None => Value::Object(args.policy.overrides()?),
+    let body = match (raidp_body(&args)?, geometric_body(&args)?) {
+        (Some(_), Some(_)) => {
+            return Err(cli_error!("--code raidp and --layout geometric are two different tiers")
+                .with_code("usage"))
+        }
+        (Some(body), None) | (None, Some(body)) => body,
+        (None, None) => Value::Object(args.policy.overrides()?),
     };
     let client = args.meta.client()?;
     let record = client.put(&["buckets", &args.name], Some(&body))?;

@@ -23,6 +23,7 @@ mod cluster_cli;
 mod demo;
 mod ec;
 mod gc_cli;
+mod geometric_cli;
 mod key_cli;
 mod objects_cli;
 mod plot;
@@ -172,6 +173,22 @@ enum Command {
     /// The RAIDP tier (two replicas + per-disk Lstor parity): `weft raidp map|verify|recover`.
     #[command(subcommand)]
     Raidp(raidp_cli::RaidpCommand),
+    /// Move a geometric bucket's warm objects into its Clay-coded bins now.
+    ///
+    /// Objects are written to a geometric bucket's warm tier (replicated) and the packer
+    /// exports them in batches: each object is cut into a front and chunks of sizes s0·q^i,
+    /// chunks of one size from objects of one placement group are coded together, and the
+    /// warm copies are deleted once meta has the object in the bins. `weft serve repair`
+    /// (started by `weft up`) packs in the background; this runs it by hand, with progress.
+    ///
+    /// Examples:
+    ///   weft pack --now
+    ///   weft pack --bucket cold --after 1h --json
+    #[command(verbatim_doc_comment)]
+    Pack(geometric_cli::PackArgs),
+    /// Placement groups of geometric buckets: `weft pg ls [--bucket B] [--json]`.
+    #[command(subcommand)]
+    Pg(geometric_cli::PgCommand),
     /// Disk drills on a running cluster: `weft disk fail NODE DISK`, `weft disk replace NODE
     /// DISK`.
     #[command(subcommand)]
@@ -252,6 +269,8 @@ fn main() -> ExitCode {
         Command::Repair(command) => repair_cli::run(command),
         Command::Raidp(command) => raidp_cli::run(command),
         Command::Disk(command) => raidp_cli::disk(command),
+        Command::Pack(args) => geometric_cli::pack(args),
+        Command::Pg(command) => geometric_cli::pg(command),
         Command::Key(command) => key_cli::run(command),
     };
     match result {

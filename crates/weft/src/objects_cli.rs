@@ -88,7 +88,7 @@ fn client(meta: &MetaUrlArgs) -> Result<Client, CliError> {
 }
 
 /// A progress bar on stderr for long transfers (hidden when not a terminal or with --json).
-fn progress(
+pub(crate) fn progress(
     total: u64,
     json: bool,
     message: &'static str,
@@ -98,7 +98,7 @@ fn progress(
 }
 
 /// Runs `work` while a ticker copies `counter` into `bar`.
-fn with_progress<T>(
+pub(crate) fn with_progress<T>(
     runtime: &tokio::runtime::Runtime,
     bar: &indicatif::ProgressBar,
     counter: &Arc<AtomicU64>,
@@ -346,7 +346,11 @@ pub fn get(args: GetArgs) -> Result<(), CliError> {
     }
     let object = runtime.block_on(client.meta.get_object(&bucket, &key))?;
     let range = args.range.as_deref().map(|r| parse_range(r, object.size)).transpose()?;
-    let buffer_bound = weft_client::read_buffer_bound(&object.layout);
+    let packed = object.packed;
+    let buffer_bound = match packed {
+        true => weft_client::Client::geometric_buffer_bound(&object).unwrap_or(0),
+        false => weft_client::read_buffer_bound(&object.layout),
+    };
     let total = range.map_or(object.size, |(_, len)| len);
     let (bar, counter) = progress(total, args.json || args.output.is_none(), "get");
     let stats = match &args.output {
@@ -418,9 +422,14 @@ pub fn get(args: GetArgs) -> Result<(), CliError> {
         }
         if let Some(peak) = peak_rss {
             eprintln!(
-                "  peak memory          {} resident (the read path buffers at most {}: 4 windows and the range cache)",
+                "  peak memory          {} resident (the read path buffers at most {}: {})",
                 fmt(peak),
-                fmt(buffer_bound)
+                fmt(buffer_bound),
+                if packed {
+                    "two chunks, one rebuilt with its helpers' bytes, two windows"
+                } else {
+                    "4 windows and the range cache"
+                }
             );
         }
         eprintln!(
@@ -621,6 +630,18 @@ pub fn stat(args: StatArgs) -> Result<(), CliError> {
     let runtime = runtime()?;
     let client = client(&args.meta)?;
     let object = runtime.block_on(client.meta.get_object(&bucket, &key))?;
+    if object.packed {
+        if args.nodes {
+            for node in crate::geometric_cli::packed_nodes(&object) {
+                println!("{node}");
+            }
+        } else if args.json {
+            crate::cluster_cli::print_json(&object.raw);
+        } else {
+            crate::geometric_cli::print_packed(&object);
+        }
+        return Ok(());
+    }
     if args.nodes {
         let mut seen = std::collections::BTreeSet::new();
         // A RAIDP object: the nodes holding its superchunks' replicas, first extent first.

@@ -219,6 +219,10 @@ pub(crate) fn object_json(record: &ObjectRecord, units: UnitsPage) -> Value {
         // The record's own facts; replies that know the map add slots and replicas.
         value["raidp"] = json!({ "extents": extents });
     }
+    if record.geometric.is_some() {
+        // Packed: no units of its own; a GET adds where its bytes are (see `geometric`).
+        value["packed"] = json!(true);
+    }
     if units.from > 0 || listed < total {
         let next = units.from + listed;
         value["units_from"] = json!(units.from);
@@ -665,6 +669,7 @@ pub(crate) async fn get_object(
         let nodes = store.list_nodes()?;
         let mut raidp = Value::Null;
         with_raidp(store, &record, &nodes, Some(&live), &mut raidp)?;
+        super::geometric::object_fields(store, &record, &nodes, Some(&live), &mut raidp)?;
         Ok(Ok((record, nodes, unfound, raidp)))
     })
     .await??;
@@ -673,8 +678,10 @@ pub(crate) async fn get_object(
         (page.units_from.unwrap_or(0), page.units_limit.unwrap_or(MAX_LISTED_UNITS));
     let units = units_page_json(&record, &nodes, Some(&meta.liveness()), from, limit)?;
     let mut value = object_json(&record, units);
-    if !raidp.is_null() {
-        value["raidp"] = raidp["raidp"].clone();
+    if let Value::Object(extra) = raidp {
+        for (name, field) in extra {
+            value[name] = field;
+        }
     }
     // Only when there are some, so that a healthy object's body is the same everywhere.
     if !unfound.is_empty() {
@@ -741,7 +748,11 @@ pub(crate) async fn list_objects(
         .objects
         .iter()
         .map(|o| {
-            json!({"key": o.key, "size": o.size(), "generation": o.generation, "created_ms": o.created_ms})
+            let mut entry = json!({"key": o.key, "size": o.size(), "generation": o.generation, "created_ms": o.created_ms});
+            if o.geometric.is_some() {
+                entry["packed"] = json!(true);
+            }
+            entry
         })
         .collect();
     Ok(Json(json!({ "objects": objects, "next_start_after": page.next_start_after })))
