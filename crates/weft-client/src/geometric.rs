@@ -56,6 +56,8 @@ pub struct PackOptions {
     pub min_age_ms: u64,
     /// Stop after this many batches (None: until nothing is left).
     pub max_batches: Option<usize>,
+    /// Only these objects (one batch), when given.
+    pub keys: Option<Vec<String>>,
 }
 
 /// An object a pack left warm, and why.
@@ -221,6 +223,9 @@ impl Client {
             if let Some(after) = &start_after {
                 body["start_after"] = json!(after);
             }
+            if let Some(keys) = &options.keys {
+                body["keys"] = json!(keys);
+            }
             let path = format!("/v1/geometric/{}/plan", encode_path(bucket));
             let plan = self.meta.post_json(&path, body).await?;
             for d in plan["deferred"].as_array().into_iter().flatten() {
@@ -243,6 +248,85 @@ impl Client {
         Ok(report)
     }
 
+    /// Moves (bucket, key) of a geometric bucket into the bucket's bins now (a pack of that
+    /// one object), reported like every transition; a packed object is left as it is.
+    /// `dry_run` predicts the IO of full stripes and writes nothing.
+    pub async fn transition_to_geometric(
+        &self,
+        bucket: &str,
+        key: &str,
+        dry_run: bool,
+    ) -> Result<crate::TransitionReport> {
+        let started = Instant::now();
+        let object = self.meta.get_object(bucket, key).await?;
+        let record = self.meta.get_json(&format!("/v1/buckets/{}", encode_path(bucket))).await?;
+        let policy = &record["geometric"];
+        if !policy.is_object() {
+            return Err(ClientError::Invalid(format!(
+                "bucket {bucket:?} is not geometric: objects are packed into the bins of a \
+                 geometric bucket (weft bucket create NAME --layout geometric)"
+            )));
+        }
+        let spec =
+            |name: &str| policy[name].as_str().and_then(|s| weft_codes::CodeSpec::parse(s).ok());
+        let (k, r) = spec("code").map_or((1, 0), |c| (c.k() as u64, c.r() as u64));
+        let size = object.size;
+        let mut report = crate::TransitionReport {
+            bucket: object.bucket.clone(),
+            key: object.key.clone(),
+            mode: weft_layout::TransitionMode::Restripe,
+            from: object.layout,
+            to: object.layout,
+            size,
+            dry_run,
+            io: weft_layout::TransitionIo::default(),
+            predicted: json!({ "pack": {
+                "bytes_read": size,
+                "data_bytes_written": size,
+                "parity_bytes_written": size * r / k.max(1),
+                "relocated_bytes": 0,
+            }}),
+            relocated_blocks: 0,
+            elapsed_ms: 0,
+            unchanged: object.packed,
+            attempts: u64::from(!object.packed) as usize,
+            from_raidp: object.raidp.is_some(),
+            to_raidp: false,
+            from_geometric: object.packed,
+            to_geometric: true,
+        };
+        if object.packed || dry_run {
+            return Ok(report);
+        }
+        let options = PackOptions {
+            keys: Some(vec![key.to_owned()]),
+            max_batches: Some(1),
+            ..Default::default()
+        };
+        let packed = self.pack(bucket, &options, None).await?;
+        if packed.objects == 0 {
+            let why = packed
+                .skipped
+                .iter()
+                .chain(&packed.deferred)
+                .map(|u| u.reason.clone())
+                .next()
+                .unwrap_or_else(|| "meta planned nothing".into());
+            return Err(ClientError::Invalid(format!("{bucket}/{key} was not packed: {why}")));
+        }
+        report.io = weft_layout::TransitionIo {
+            bytes_read: packed.bytes_read,
+            data_bytes_written: packed.data_bytes_written,
+            parity_bytes_written: packed.parity_bytes_written,
+            relocated_bytes: 0,
+            network_bytes: packed.bytes_read
+                + packed.data_bytes_written
+                + packed.parity_bytes_written,
+        };
+        report.elapsed_ms = started.elapsed().as_millis() as u64;
+        Ok(report)
+    }
+
     /// Writes one plan's stripes and commits it; on failure aborts its stripe writes.
     async fn pack_batch(
         &self,
@@ -251,10 +335,8 @@ impl Client {
         report: &mut PackReport,
         progress: Option<&AtomicU64>,
     ) -> Result<()> {
-        let stripe_bucket = plan["stripe_bucket"]
-            .as_str()
-            .ok_or_else(|| bad_plan("no stripe bucket"))?
-            .to_owned();
+        let stripe_bucket =
+            plan["stripe_bucket"].as_str().ok_or_else(|| bad_plan("no stripe bucket"))?.to_owned();
         let stripes = plan["stripes"]
             .as_array()
             .ok_or_else(|| bad_plan("no stripes"))?
@@ -294,18 +376,20 @@ impl Client {
             })
             .collect();
         let path = format!("/v1/geometric/{}/commit", encode_path(bucket));
-        let committed =
-            match self.meta.post_json(&path, json!({ "stripes": stripes_body, "objects": objects })).await
-            {
-                Ok(answer) => answer,
-                Err(error @ ClientError::Meta { .. }) => {
-                    // meta refused: nothing was committed.
-                    self.abandon_stripes(&stripe_bucket, &stripes, &written).await;
-                    return Err(error);
-                }
-                // Unanswered: the commit may have landed; the sweeper settles what is left.
-                Err(error) => return Err(error),
-            };
+        let committed = match self
+            .meta
+            .post_json(&path, json!({ "stripes": stripes_body, "objects": objects }))
+            .await
+        {
+            Ok(answer) => answer,
+            Err(error @ ClientError::Meta { .. }) => {
+                // meta refused: nothing was committed.
+                self.abandon_stripes(&stripe_bucket, &stripes, &written).await;
+                return Err(error);
+            }
+            // Unanswered: the commit may have landed; the sweeper settles what is left.
+            Err(error) => return Err(error),
+        };
         report.stripes += stripes.len() as u64;
         for skipped in committed["skipped"].as_array().into_iter().flatten() {
             report.skipped.push(Unpacked {
@@ -334,7 +418,9 @@ impl Client {
     ) {
         let mut aborted = true;
         for stripe in stripes {
-            if let Err(error) = self.meta.abort(stripe_bucket, &stripe.key, stripe.object.generation).await {
+            if let Err(error) =
+                self.meta.abort(stripe_bucket, &stripe.key, stripe.object.generation).await
+            {
                 tracing::warn!(%error, stripe = %stripe.key, "could not abort a stripe write; the sweeper collects it once expired");
                 aborted = false;
             }
@@ -382,7 +468,10 @@ impl Client {
                             Ok(info) => {
                                 changed.insert(
                                     key.clone(),
-                                    format!("changed since the plan (generation {})", info.generation),
+                                    format!(
+                                        "changed since the plan (generation {})",
+                                        info.generation
+                                    ),
                                 );
                             }
                             Err(ClientError::Meta { status: 404, .. }) => {
@@ -394,8 +483,13 @@ impl Client {
                     let Some(info) = warm.get(key) else { continue };
                     let target = &mut block[*at as usize..(*at + *bytes) as usize];
                     let mut into: &mut [u8] = target;
-                    self.get_object_range(info.clone(), Some((*offset, *bytes)), &mut into, progress)
-                        .await?;
+                    self.get_object_range(
+                        info.clone(),
+                        Some((*offset, *bytes)),
+                        &mut into,
+                        progress,
+                    )
+                    .await?;
                     let target = &block[*at as usize..(*at + *bytes) as usize];
                     crcs.entry(key.clone()).or_default().push((
                         *offset,
@@ -408,9 +502,9 @@ impl Client {
                     parity.iter_mut().map(|p| &mut p[..len]).collect();
                 code.encode_add(x, &block, &mut accumulators)?;
                 let unit = UnitId::Data(x);
-                let info = object
-                    .unit(unit)
-                    .ok_or_else(|| bad_plan(format!("stripe {}: no unit for block {x}", stripe.key)))?;
+                let info = object.unit(unit).ok_or_else(|| {
+                    bad_plan(format!("stripe {}: no unit for block {x}", stripe.key))
+                })?;
                 digests.insert(unit, unit_digest(&block));
                 report.data_bytes_written += len as u64;
                 self.nodes.put(info, Bytes::from(block)).await.map_err(|f| f.for_unit(info))?;
@@ -492,7 +586,8 @@ impl Client {
                 if let Some(failure) = failure {
                     rebuilder.mark_failed(unit, failure);
                 }
-                let gone = rebuild_piece(&mut rebuilder, unit, offset + sent, bytes - sent, &tx).await;
+                let gone =
+                    rebuild_piece(&mut rebuilder, unit, offset + sent, bytes - sent, &tx).await;
                 rebuilder.finish_reports().await;
                 fetched += rebuilder.bytes_fetched;
                 degraded.extend(rebuilder.failures().map(|(u, f)| {
@@ -520,7 +615,8 @@ impl Client {
             }
             for part in bytes.chunks(WINDOW_BYTES as usize) {
                 if let Err(source) = out.write_all(part) {
-                    outcome = Err(ClientError::Io { what: "writing the object out".into(), source });
+                    outcome =
+                        Err(ClientError::Io { what: "writing the object out".into(), source });
                     break;
                 }
                 if let Some(progress) = progress {

@@ -44,10 +44,10 @@ pub mod transition;
 pub mod write;
 
 pub use degraded::{DegradedCache, DEFAULT_DEGRADED_CACHE_BYTES};
+pub use geometric::{PackOptions, PackReport};
 pub use meta::MetaClient;
 pub use meter::BufferMeter;
 pub use node::NodeClient;
-pub use geometric::{PackOptions, PackReport};
 pub use object::{GeoInfo, GeoPiece, ObjectInfo, UnitInfo};
 pub use read::{read_buffer_bound, GetStats, ReadMode};
 pub use transition::TransitionReport;

@@ -39,6 +39,7 @@ use std::{
 use bytes::Bytes;
 use tokio::sync::{watch, Mutex};
 
+use weft_layout::geometric::RECOVERY_WEIGHT_BYTES;
 use weft_layout::UnitId;
 use weft_wire::repair::FailCause;
 
@@ -53,8 +54,12 @@ pub struct ExecutorConfig {
     pub lease_ms: u64,
     /// Pause when the queue has nothing due.
     pub idle_ms: u64,
-    /// Tasks repaired at once.
+    /// Tasks repaired at once, at most.
     pub parallel: usize,
+    /// The global weight cap of tasks in flight, in [`RECOVERY_WEIGHT_BYTES`] (4 MiB) of unit
+    /// each task rebuilds (RCStor's weighted recovery, paper §5.2: a 4 MiB chunk weighs 1, a
+    /// 256 MiB one 64); 0: tasks are not weighed, only counted.
+    pub weight_cap: u64,
     /// Most bytes per second written by all workers together (None: unlimited).
     pub rate_bytes_per_sec: Option<u64>,
     /// How often the replaced copies meta queued are deleted from nodes that are up (0: never).
@@ -67,6 +72,7 @@ impl Default for ExecutorConfig {
             lease_ms: 60_000,
             idle_ms: 500,
             parallel: 2,
+            weight_cap: 0,
             rate_bytes_per_sec: Some(256 << 20),
             deletions_every_ms: 2000,
         }
@@ -131,26 +137,66 @@ pub async fn run_executor(
 ) -> Arc<ExecutorStats> {
     let stats = Arc::new(ExecutorStats::default());
     let limit = Arc::new(RateLimit::new(config.rate_bytes_per_sec));
-    let workers: Vec<_> = (0..config.parallel.max(1))
-        .map(|worker| {
-            let (client, config, stats, limit) =
-                (client.clone(), config.clone(), Arc::clone(&stats), Arc::clone(&limit));
-            let mut stop = stop.clone();
-            tokio::spawn(async move {
-                while !*stop.borrow() {
-                    let idle = Duration::from_millis(config.idle_ms);
-                    match client.meta.take_repair(config.lease_ms).await {
-                        Ok(Some(task)) => run_task(&client, task, &limit, &stats, worker).await,
-                        Ok(None) => sleep_or_stop(&mut stop, idle).await,
-                        Err(error) => {
-                            tracing::warn!(%error, "cannot take a repair task");
-                            sleep_or_stop(&mut stop, idle.max(Duration::from_secs(1))).await;
+    // One taker leases tasks while a slot is free, and each task runs with a slot and its
+    // weight (when weighed) until it ends: the queue is global, the cap is this executor's.
+    let slots = Arc::new(tokio::sync::Semaphore::new(config.parallel.max(1)));
+    let cap = config.weight_cap;
+    let weights = Arc::new(tokio::sync::Semaphore::new(cap.max(1) as usize));
+    let taker = {
+        let (client, config, stats, limit) =
+            (client.clone(), config.clone(), Arc::clone(&stats), Arc::clone(&limit));
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            let mut running = tokio::task::JoinSet::new();
+            let mut worker = 0usize;
+            while !*stop.borrow() {
+                while running.try_join_next().is_some() {}
+                let idle = Duration::from_millis(config.idle_ms);
+                let slot = tokio::select! {
+                    slot = Arc::clone(&slots).acquire_owned() => slot.expect("never closed"),
+                    changed = stop.changed() => {
+                        if changed.is_err() {
+                            break; // nobody can stop it any more: stop now
                         }
+                        continue;
+                    }
+                };
+                match client.meta.take_repair(config.lease_ms).await {
+                    Ok(Some(task)) => {
+                        let weighed = (cap > 0).then(|| task_weight(&task, cap));
+                        let weight = match weighed {
+                            Some(w) => Some(
+                                Arc::clone(&weights)
+                                    .acquire_many_owned(w as u32)
+                                    .await
+                                    .expect("never closed"),
+                            ),
+                            None => None,
+                        };
+                        let (client, stats, limit) =
+                            (client.clone(), Arc::clone(&stats), Arc::clone(&limit));
+                        worker += 1;
+                        running.spawn(async move {
+                            run_task(&client, task, &limit, &stats, worker).await;
+                            drop((slot, weight));
+                        });
+                    }
+                    Ok(None) => {
+                        drop(slot);
+                        sleep_or_stop(&mut stop, idle).await
+                    }
+                    Err(error) => {
+                        drop(slot);
+                        tracing::warn!(%error, "cannot take a repair task");
+                        sleep_or_stop(&mut stop, idle.max(Duration::from_secs(1))).await;
                     }
                 }
-            })
+            }
+            // Tasks in flight finish (or their leases lapse if the process dies).
+            while running.join_next().await.is_some() {}
         })
-        .collect();
+    };
+    let workers = vec![taker];
     let drain = (config.deletions_every_ms > 0).then(|| {
         let (client, stats, mut stop) = (client.clone(), Arc::clone(&stats), stop.clone());
         let every = Duration::from_millis(config.deletions_every_ms);
@@ -205,6 +251,14 @@ pub async fn drain_deletions(client: &Client) -> Result<u64> {
     client.meta.deletions_done(&done).await?;
     tracing::info!(deleted = done.len(), "replaced copies deleted");
     Ok(done.len() as u64)
+}
+
+/// The weight of a task: its unit's length in [`RECOVERY_WEIGHT_BYTES`], at least 1 and at
+/// most the cap (a unit heavier than the cap runs alone).
+pub fn task_weight(task: &RepairTask, cap: u64) -> u64 {
+    let (group, _) = task.object.layout.unit_position(task.unit);
+    let len = task.object.unit_len(group);
+    len.div_ceil(RECOVERY_WEIGHT_BYTES).clamp(1, cap.max(1))
 }
 
 async fn sleep_or_stop(stop: &mut watch::Receiver<bool>, pause: Duration) {

@@ -84,6 +84,12 @@ pub struct TransitionReport {
     pub from_raidp: bool,
     /// The object goes to the RAIDP tier (`to` is then its nominal two-copy layout).
     pub to_raidp: bool,
+    /// The object was packed (geometric layout; `from` is then its bucket's warm layout).
+    #[serde(default)]
+    pub from_geometric: bool,
+    /// The object goes into its bucket's bins (`to` is then its warm layout).
+    #[serde(default)]
+    pub to_geometric: bool,
 }
 
 /// The lease an executor takes on its transition unless told otherwise (meta's default too).
@@ -230,6 +236,17 @@ impl Client {
             return Err(ClientError::Invalid("a transition lease must be positive".into()));
         }
         let object = self.meta.get_object(bucket, key).await?;
+        if object.packed {
+            // A packed object's bytes are chunks of bin stripes: it leaves them by a rewrite.
+            if mode == Some(TransitionMode::Regroup) {
+                return Err(ClientError::Invalid(format!(
+                    "{bucket}/{key} is packed in its bucket's bins: it has no parity units of \
+                     its own to regroup; it moves to {} by a rewrite (--mode restripe, or auto)",
+                    to.code
+                )));
+            }
+            return self.restripe(object, Target::Striped(to), dry_run).await;
+        }
         if object.raidp.is_some() {
             // No parity units to regroup: a RAIDP object leaves its tier by a rewrite.
             if mode == Some(TransitionMode::Regroup) {
@@ -259,6 +276,8 @@ impl Client {
                 attempts: 0,
                 from_raidp: false,
                 to_raidp: false,
+                from_geometric: false,
+                to_geometric: false,
             });
         }
         match mode {
@@ -294,6 +313,8 @@ impl Client {
                 attempts: 0,
                 from_raidp: true,
                 to_raidp: true,
+                from_geometric: false,
+                to_geometric: false,
             });
         }
         self.restripe(object, Target::Raidp, dry_run).await
@@ -434,6 +455,8 @@ impl Client {
             attempts: 1,
             from_raidp: false,
             to_raidp: false,
+            from_geometric: false,
+            to_geometric: false,
         };
         if dry_run {
             self.abort_transition(&current, id).await.map_err(Failed::Final)?;
@@ -680,6 +703,7 @@ impl Client {
         };
         // Both predictions when a regroup could do it too (meta plans it; nothing written).
         let regroupable = !from_raidp
+            && !object.packed
             && target != Target::Raidp
             && TransitionMode::auto(&object.layout, &to) == TransitionMode::Regroup;
         let predicted = if regroupable {
@@ -705,6 +729,8 @@ impl Client {
             attempts: 1,
             from_raidp,
             to_raidp: target == Target::Raidp,
+            from_geometric: object.packed,
+            to_geometric: false,
         };
         if dry_run {
             return Ok(report);

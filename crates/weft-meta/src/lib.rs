@@ -24,8 +24,8 @@ pub use records::{
     metadata_bytes, parse_unit_name, unit_name, BucketRecord, Digests, DiskReport, Enqueued,
     Heartbeat, NewTransition, NodeRecord, ObjectName, ObjectRecord, ObjectState, Policy,
     RaidpExtent, RaidpPolicy, RepairKind, RepairLease, RepairOutcome, RepairRequest, RepairTask,
-    TransitionRecord, DEFAULT_TRANSITION_LEASE_MS, FORMAT_VERSION, INTERNAL_BUCKET_PREFIX,
-    GEOMETRIC_BUCKET, MAX_BUCKET_NAME_BYTES, MAX_KEY_BYTES, MIN_NEW_BUCKET_NAME_BYTES,
+    TransitionRecord, DEFAULT_TRANSITION_LEASE_MS, FORMAT_VERSION, GEOMETRIC_BUCKET,
+    INTERNAL_BUCKET_PREFIX, MAX_BUCKET_NAME_BYTES, MAX_KEY_BYTES, MIN_NEW_BUCKET_NAME_BYTES,
 };
 pub use redb_store::{RedbStore, StoreFaults, SCHEMA_VERSION};
 pub use store::{

@@ -227,8 +227,13 @@ impl MetaStore for MemStore {
         if state.buckets.contains_key(name) {
             return Err(MetaError::BucketExists { bucket: name.into() });
         }
-        let record =
-            BucketRecord { name: name.into(), default_policy, created_ms: now_ms, raidp, geometric };
+        let record = BucketRecord {
+            name: name.into(),
+            default_policy,
+            created_ms: now_ms,
+            raidp,
+            geometric,
+        };
         state.buckets.insert(name.into(), record.clone());
         Ok(record)
     }

@@ -573,9 +573,11 @@ impl StoredObject {
             raidp: self.raidp,
             geometric: match self.geo {
                 None => None,
-                Some(text) => Some(unhex(&text).ok_or_else(|| {
-                    corrupt(format!("the geometric record {text:?} is not hex"))
-                })?),
+                Some(text) => {
+                    Some(unhex(&text).ok_or_else(|| {
+                        corrupt(format!("the geometric record {text:?} is not hex"))
+                    })?)
+                }
             },
         })
     }

@@ -629,8 +629,13 @@ impl MetaStore for RedbStore {
             key: String::new(),
             reason: e.to_string(),
         })?;
-        let record =
-            BucketRecord { name: name.into(), default_policy, created_ms: now_ms, raidp, geometric };
+        let record = BucketRecord {
+            name: name.into(),
+            default_policy,
+            created_ms: now_ms,
+            raidp,
+            geometric,
+        };
         let db = self.db()?;
         let txn = db.begin_write().map_err(store)?;
         {

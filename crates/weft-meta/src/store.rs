@@ -92,19 +92,13 @@ pub(crate) fn pack_refusal(current: Option<&ObjectRecord>, generation: u64) -> O
 
 /// The record of `old` once packed with `place` (see [`MetaStore::commit_pack`]).
 pub(crate) fn packed_record(old: &ObjectRecord, place: &[u8]) -> Result<ObjectRecord, MetaError> {
-    let placement = Placement::from_parts(
-        *old.layout(),
-        0,
-        old.placement.failure_domain(),
-        0,
-        vec![],
-        vec![],
-    )
-    .map_err(|e| MetaError::InvalidRecord {
-        bucket: old.bucket.clone(),
-        key: old.key.clone(),
-        reason: e.to_string(),
-    })?;
+    let placement =
+        Placement::from_parts(*old.layout(), 0, old.placement.failure_domain(), 0, vec![], vec![])
+            .map_err(|e| MetaError::InvalidRecord {
+                bucket: old.bucket.clone(),
+                key: old.key.clone(),
+                reason: e.to_string(),
+            })?;
     Ok(ObjectRecord {
         placement,
         parity_generation: 0,

@@ -71,7 +71,8 @@ fn geometric_buckets(
     match only {
         Some(name) => {
             let bucket = all.iter().find(|b| b["name"] == name).cloned().ok_or_else(|| {
-                cli_error!("no bucket {name:?} (weft bucket ls lists them)").with_code("no_such_bucket")
+                cli_error!("no bucket {name:?} (weft bucket ls lists them)")
+                    .with_code("no_such_bucket")
             })?;
             if !bucket["geometric"].is_object() {
                 return Err(cli_error!(
@@ -106,6 +107,7 @@ pub fn pack(args: PackArgs) -> Result<(), CliError> {
         batch_bytes: args.batch_bytes.map(|b| b as u64),
         min_age_ms: if args.now { 0 } else { args.after },
         max_batches: None,
+        keys: None,
     };
     let mut reports = Vec::new();
     for bucket in &buckets {
@@ -183,7 +185,9 @@ fn pg_ls(args: PgLsArgs) -> Result<(), CliError> {
         return Ok(());
     }
     if answers.is_empty() {
-        println!("no geometric buckets; create one with `weft bucket create NAME --layout geometric`");
+        println!(
+            "no geometric buckets; create one with `weft bucket create NAME --layout geometric`"
+        );
     }
     for answer in &answers {
         let policy = &answer["policy"];
@@ -218,9 +222,10 @@ fn pg_ls(args: PgLsArgs) -> Result<(), CliError> {
                 .collect();
             println!("  pg {:>4}  {}", pg["pg"], members.join(" "));
         }
-        if pgs.iter().any(|pg| {
-            pg["members"].as_array().into_iter().flatten().any(|m| m["state"] != "up")
-        }) {
+        if pgs
+            .iter()
+            .any(|pg| pg["members"].as_array().into_iter().flatten().any(|m| m["state"] != "up"))
+        {
             println!("  (! marks a member that cannot take chunks now: see --json for why)");
         }
     }
@@ -289,7 +294,11 @@ pub fn print_packed(object: &weft_client::ObjectInfo) {
             .and_then(|g| g.stripes.get(stripe))
             .map(|s| {
                 let down = s.units.values().filter(|u| u.is_down()).count();
-                if down == 0 { "healthy".to_owned() } else { format!("{down} units down") }
+                if down == 0 {
+                    "healthy".to_owned()
+                } else {
+                    format!("{down} units down")
+                }
             })
             .unwrap_or_default();
         println!(

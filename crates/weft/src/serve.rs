@@ -147,9 +147,21 @@ pub struct RepairArgs {
     /// Most bytes written per second by this executor (0: unlimited), e.g. 100MiB.
     #[arg(long, default_value = "256MiB", value_parser = crate::parse_size)]
     pub rate: usize,
-    /// Units repaired at once.
-    #[arg(long, default_value_t = 2)]
+    /// Units repaired at once, at most.
+    #[arg(long, default_value_t = 8)]
     pub parallel: usize,
+    /// Weighted recovery (RCStor): each task weighs the size of the unit it rebuilds in
+    /// 4 MiB (a 4 MiB chunk 1, a 256 MiB chunk 64), and tasks run while their weights sum to
+    /// at most this; 0 counts tasks only (--parallel). The paper's cap is 512 per server.
+    #[arg(long, default_value_t = 128)]
+    pub weight_cap: u64,
+    /// Pack geometric buckets' warm objects this often (`weft pack` in the background):
+    /// 30s, 10m, or milliseconds; 0 disables the packer.
+    #[arg(long, default_value = "1m", value_parser = weft_client::gc::parse_duration_ms)]
+    pub pack_interval: u64,
+    /// The background packer takes objects written longer ago than this.
+    #[arg(long, default_value = crate::geometric_cli::DEFAULT_PACK_AFTER, value_parser = weft_client::gc::parse_duration_ms)]
+    pub pack_after: u64,
     /// Lease of each task, in milliseconds: a task not finished by then is taken again.
     #[arg(long, default_value_t = 60_000)]
     pub lease_ms: u64,
@@ -450,6 +462,7 @@ async fn serve_repair(args: RepairArgs) -> Result<(), CliError> {
     let config = weft_client::repair::ExecutorConfig {
         lease_ms: args.lease_ms,
         parallel: args.parallel,
+        weight_cap: args.weight_cap,
         rate_bytes_per_sec: (args.rate > 0).then_some(args.rate as u64),
         ..Default::default()
     };
@@ -461,12 +474,20 @@ async fn serve_repair(args: RepairArgs) -> Result<(), CliError> {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let sweeper = (args.gc_interval > 0)
         .then(|| tokio::spawn(run_sweeps(client.clone(), gc, args.gc_interval, stopped.clone())));
+    let packer = (args.pack_interval > 0).then(|| {
+        let options =
+            weft_client::PackOptions { min_age_ms: args.pack_after, ..Default::default() };
+        tokio::spawn(run_packs(client.clone(), options, args.pack_interval, stopped.clone()))
+    });
     let executor = tokio::spawn(weft_client::repair::run_executor(client, config, stopped));
     ready(format!("repair executor on {meta}"));
     shutdown_signal().await;
     let _ = stop.send(true);
     if let Some(sweeper) = sweeper {
         let _ = sweeper.await;
+    }
+    if let Some(packer) = packer {
+        let _ = packer.await;
     }
     if let Ok(stats) = executor.await {
         use std::sync::atomic::Ordering::Relaxed;
@@ -518,6 +539,54 @@ async fn run_sweeps(
                 "gc sweep"
             ),
             Err(error) => tracing::warn!(%error, "gc sweep failed; no unit was deleted"),
+        }
+    }
+}
+
+/// Packs every geometric bucket's objects older than `options.min_age_ms`, every
+/// `interval_ms` until `stop` turns true, logging one line per bucket that had work. A stop
+/// abandons a pack midway: safe, a killed packer leaves every object readable (the next run
+/// finishes; the sweeper collects what it wrote).
+async fn run_packs(
+    client: weft_client::Client,
+    options: weft_client::PackOptions,
+    interval_ms: u64,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let interval = std::time::Duration::from_millis(interval_ms);
+    loop {
+        if tokio::time::timeout(interval, stop.wait_for(|stop| *stop)).await.is_ok() {
+            return;
+        }
+        let buckets = match client.meta.get_json("/v1/buckets").await {
+            Ok(listed) => listed["buckets"].as_array().cloned().unwrap_or_default(),
+            Err(error) => {
+                tracing::warn!(%error, "packer: cannot list buckets");
+                continue;
+            }
+        };
+        for bucket in buckets.iter().filter(|b| b["geometric"].is_object()) {
+            let name = bucket["name"].as_str().unwrap_or_default();
+            let packed = tokio::select! {
+                packed = client.pack(name, &options, None) => packed,
+                _ = stop.wait_for(|stop| *stop) => return,
+            };
+            match packed {
+                Ok(report) if report.objects > 0 || !report.deferred.is_empty() => tracing::info!(
+                    bucket = name,
+                    objects = report.objects,
+                    bytes = report.bytes,
+                    stripes = report.stripes,
+                    deferred = report.deferred.len(),
+                    skipped = report.skipped.len(),
+                    ms = report.elapsed_ms,
+                    "packed"
+                ),
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(bucket = name, %error, "pack failed; its objects stay warm")
+                }
+            }
         }
     }
 }

@@ -51,6 +51,11 @@ pub struct TransitionArgs {
     /// How: auto, regroup or restripe.
     #[arg(long, value_enum, default_value = "auto")]
     pub mode: ModeArg,
+    /// `geometric` packs the object into its geometric bucket's bins now (what the packer
+    /// does in the background); `striped` with policy flags moves a packed object out of
+    /// the bins by a rewrite (in a geometric bucket the packer takes it back later).
+    #[arg(long, value_parser = ["striped", "geometric"])]
+    pub layout: Option<String>,
     /// Plan and print the predicted IO of both modes; write nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -75,6 +80,38 @@ pub struct TransitionArgs {
 /// Whether the target is the RAIDP tier (`--code raidp`).
 fn to_raidp(args: &TransitionArgs) -> bool {
     args.policy.code.code.trim().eq_ignore_ascii_case("raidp")
+}
+
+/// Whether the target is the bucket's bins (`--layout geometric`).
+fn to_geometric(args: &TransitionArgs) -> bool {
+    args.layout.as_deref() == Some("geometric")
+}
+
+/// The transition of one object to the target the flags name.
+async fn transition_one(
+    client: &Client,
+    args: &TransitionArgs,
+    bucket: &str,
+    key: &str,
+) -> Result<TransitionReport, CliError> {
+    if to_geometric(args) {
+        if !args.policy.overrides()?.is_empty() || to_raidp(args) {
+            return Err(cli_error!(
+                "--layout geometric packs into the bucket's bins, whose policy the bucket fixes: \
+                 give no --code, --k, --r, --stripe-width, --cell or --block"
+            )
+            .with_code("usage"));
+        }
+        return Ok(client.transition_to_geometric(bucket, key, args.dry_run).await?);
+    }
+    if to_raidp(args) {
+        return Ok(client.transition_to_raidp(bucket, key, args.dry_run).await?);
+    }
+    let object = client.meta.get_object(bucket, key).await?;
+    let to = target_layout(&object, &args.policy)?;
+    Ok(client
+        .transition_leased(bucket, key, to, mode_of(args.mode), args.dry_run, args.lease_ms)
+        .await?)
 }
 
 /// The object's layout with the given flags on top.
@@ -104,10 +141,13 @@ fn mode_of(arg: ModeArg) -> Option<TransitionMode> {
 }
 
 /// The report as the issue's JSON shape: mode, measured bytes, predictions, and context.
-/// A side of a transition as reports show it: its layout, or "raidp" for the RAIDP tier.
-fn side(layout: &weft_layout::StripedLayout, raidp: bool) -> Value {
+/// A side of a transition as reports show it: its layout, "raidp" for the RAIDP tier, or
+/// "geometric" for a bucket's bins.
+fn side(layout: &weft_layout::StripedLayout, raidp: bool, geometric: bool) -> Value {
     if raidp {
         json!("raidp")
+    } else if geometric {
+        json!("geometric")
     } else {
         json!(layout)
     }
@@ -117,7 +157,8 @@ fn report_json(report: &TransitionReport) -> Value {
     let io = &report.io;
     json!({
         "bucket": report.bucket, "key": report.key, "mode": report.mode,
-        "from": side(&report.from, report.from_raidp), "to": side(&report.to, report.to_raidp),
+        "from": side(&report.from, report.from_raidp, report.from_geometric),
+        "to": side(&report.to, report.to_raidp, report.to_geometric),
         "size": report.size, "dry_run": report.dry_run,
         "bytes_read": io.bytes_read, "data_bytes_written": io.data_bytes_written,
         "parity_bytes_written": io.parity_bytes_written, "relocated_bytes": io.relocated_bytes,
@@ -154,22 +195,26 @@ fn describe_change(from: &weft_layout::StripedLayout, to: &weft_layout::StripedL
 
 fn print_report(report: &TransitionReport) {
     let io = &report.io;
-    let tier = |layout: &weft_layout::StripedLayout, raidp: bool| match raidp {
-        true => "raidp".to_owned(),
-        false => layout.code.to_string(),
+    let tier = |layout: &weft_layout::StripedLayout, raidp: bool, geometric: bool| match (
+        raidp, geometric,
+    ) {
+        (true, _) => "raidp".to_owned(),
+        (_, true) => "geometric".to_owned(),
+        _ => layout.code.to_string(),
     };
+    let (from, to) = (
+        tier(&report.from, report.from_raidp, report.from_geometric),
+        tier(&report.to, report.to_raidp, report.to_geometric),
+    );
     if report.unchanged {
-        let now = tier(&report.to, report.to_raidp);
-        println!("{}/{} is already {now}: nothing to do", report.bucket, report.key);
+        println!("{}/{} is already {to}: nothing to do", report.bucket, report.key);
         return;
     }
     let verb = if report.dry_run { "would transition" } else { "transitioned" };
-    let change = match report.from_raidp || report.to_raidp {
-        true => format!(
-            "from {} to {}",
-            tier(&report.from, report.from_raidp),
-            tier(&report.to, report.to_raidp)
-        ),
+    let other_tier =
+        report.from_raidp || report.to_raidp || report.from_geometric || report.to_geometric;
+    let change = match other_tier {
+        true => format!("from {from} to {to}"),
         false => describe_change(&report.from, &report.to),
     };
     println!(
@@ -177,7 +222,9 @@ fn print_report(report: &TransitionReport) {
         report.bucket,
         report.key,
         fmt(report.size),
-        if report.from_raidp || report.to_raidp {
+        if report.to_geometric {
+            "pack".to_owned()
+        } else if other_tier {
             "rewrite".to_owned()
         } else {
             report.mode.to_string()
@@ -190,7 +237,7 @@ fn print_report(report: &TransitionReport) {
             fmt(io.relocated_bytes), report.relocated_blocks, fmt(io.network_bytes), fmt(io.total_bytes())
         );
     }
-    for mode in ["regroup", "restripe"] {
+    for mode in ["regroup", "restripe", "pack"] {
         let p = &report.predicted[mode];
         if p.is_object() {
             let total =
@@ -230,15 +277,7 @@ async fn one(client: &Client, args: &TransitionArgs, path: &str) -> Result<(), C
         .split_once('/')
         .filter(|(b, k)| !b.is_empty() && !k.is_empty())
         .ok_or_else(|| cli_error!("{path:?} is not BUCKET/KEY"))?;
-    let report = if to_raidp(args) {
-        client.transition_to_raidp(bucket, key, args.dry_run).await?
-    } else {
-        let object = client.meta.get_object(bucket, key).await?;
-        let to = target_layout(&object, &args.policy)?;
-        client
-            .transition_leased(bucket, key, to, mode_of(args.mode), args.dry_run, args.lease_ms)
-            .await?
-    };
+    let report = transition_one(client, args, bucket, key).await?;
     if args.json {
         crate::cluster_cli::print_json(&report_json(&report));
     } else {
@@ -286,8 +325,8 @@ async fn all(client: &Client, args: &TransitionArgs, bucket: &str) -> Result<(),
     let (mut work_bytes, mut already, mut already_bytes) = (0u64, 0usize, 0u64);
     for (key, size) in &objects {
         let result = async {
-            if to_raidp(args) {
-                let report = client.transition_to_raidp(bucket, key, args.dry_run).await?;
+            if to_raidp(args) || to_geometric(args) {
+                let report = transition_one(client, args, bucket, key).await?;
                 return Ok(Some(report).filter(|r| !r.unchanged));
             }
             let object = client.meta.get_object(bucket, key).await?;

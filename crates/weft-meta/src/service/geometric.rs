@@ -36,8 +36,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use weft_codes::CodeSpec;
 use weft_layout::geometric::{
-    placement_groups, ChunkRef, FrontRef, GeoPlace, GeometricPolicy, DEFAULT_CHUNK_MAX,
-    DEFAULT_PGS,
+    placement_groups, ChunkRef, FrontRef, GeoPlace, GeometricPolicy, DEFAULT_CHUNK_MAX, DEFAULT_PGS,
 };
 use weft_layout::{DiskLocation, FailureDomain, Placement, StripedLayout, Topology};
 
@@ -46,10 +45,8 @@ use super::objects::{object_json, topology_of, units_json};
 use super::{blocking, now_ms, ApiError, Shared};
 use crate::store::{PackedObject, StripeCommit, GEOMETRIC};
 use crate::{
-    BucketRecord, MetaError, MetaStore, NodeRecord, ObjectRecord, GEOMETRIC_BUCKET,
-    MAX_LIST_LIMIT,
+    BucketRecord, MetaError, MetaStore, NodeRecord, ObjectRecord, GEOMETRIC_BUCKET, MAX_LIST_LIMIT,
 };
-
 
 /// Most chunks one object may be cut into; larger objects (for their policy) stay warm.
 pub const MAX_CHUNKS_PER_OBJECT: usize = 1 << 16;
@@ -76,6 +73,10 @@ pub(crate) struct PgState {
     /// The next stripe number of each bin (`s`: the small bin, `c<i>`: chunk class i).
     #[serde(default)]
     pub(crate) next: BTreeMap<String, u64>,
+    /// Members replaced after a failure: (old disk, new disk); repairs of the group's
+    /// stripes rebuild the old disk's units on the new one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) replaced: Vec<(DiskLocation, DiskLocation)>,
 }
 
 /// The name of a bin: `s` for the small bin, `c<i>` for chunk class i.
@@ -208,7 +209,12 @@ fn new_state(
     Ok(GeoState {
         pgs: groups
             .into_iter()
-            .map(|members| PgState { members, fill: vec![0; k], next: BTreeMap::new() })
+            .map(|members| PgState {
+                members,
+                fill: vec![0; k],
+                next: BTreeMap::new(),
+                replaced: Vec::new(),
+            })
             .collect(),
     })
 }
@@ -251,10 +257,8 @@ pub(crate) async fn create_bucket(
         },
     };
     let warm_body = json!({ "code": format!("rep({copies})"), "stripe_width": 1 });
-    let warm = super::parse_policy_over(
-        warm_body.to_string().as_bytes(),
-        super::default_policy_json(),
-    )?;
+    let warm =
+        super::parse_policy_over(warm_body.to_string().as_bytes(), super::default_policy_json())?;
     let live = meta.liveness();
     let _lock = meta.geometric.lock().await;
     let record = blocking(&meta, move |store| {
@@ -312,7 +316,11 @@ fn state_of(
 }
 
 /// Why a disk cannot take new chunks now, or None.
-fn unusable(nodes: &BTreeMap<u32, &NodeRecord>, disk: DiskLocation, live: &Liveness) -> Option<String> {
+fn unusable(
+    nodes: &BTreeMap<u32, &NodeRecord>,
+    disk: DiskLocation,
+    live: &Liveness,
+) -> Option<String> {
     let Some(node) = nodes.get(&disk.node) else {
         return Some(format!("node {} is unknown", disk.node));
     };
@@ -331,6 +339,67 @@ fn unusable(nodes: &BTreeMap<u32, &NodeRecord>, disk: DiskLocation, live: &Liven
 
 fn disk_json(disk: &DiskLocation) -> Value {
     json!({ "node": disk.node, "disk": disk.disk })
+}
+
+/// Where the repair of a unit of bin stripe `stripe` (an object of [`GEOMETRIC_BUCKET`])
+/// now on `current` goes: back to `current` when `in_place` (only damaged, its disk healthy),
+/// else to the disk replacing `current` in its placement group — chosen once per (group,
+/// disk) and kept in the bucket's state, so every stripe of the group moves its unit there
+/// and an object's chunks stay on one disk; the group's member becomes that disk for new
+/// stripes. None when the stripe is not a known group's (the generic choice applies), or no
+/// disk outside the group's failure domains is usable. The caller holds `Meta::geometric`.
+pub(crate) fn repair_destination(
+    store: &dyn MetaStore,
+    stripe: &ObjectRecord,
+    current: DiskLocation,
+    in_place: bool,
+    nodes: &[NodeRecord],
+    live: &Liveness,
+) -> Result<Option<DiskLocation>, MetaError> {
+    if in_place {
+        return Ok(Some(current));
+    }
+    let mut parts = stripe.key.split('/');
+    let (Some(bucket), Some(pg)) =
+        (parts.next(), parts.next().and_then(|p| p.parse::<usize>().ok()))
+    else {
+        return Ok(None);
+    };
+    let Some(mut state) = load(store, bucket)? else { return Ok(None) };
+    let Some(group) = state.pgs.get_mut(pg) else { return Ok(None) };
+    let by_id: BTreeMap<u32, &NodeRecord> = nodes.iter().map(|n| (n.node_id, n)).collect();
+    let level = stripe.placement.failure_domain();
+    if let Some((_, to)) = group.replaced.iter().find(|(from, _)| *from == current) {
+        if unusable(&by_id, *to, live).is_none() {
+            return Ok(Some(*to));
+        }
+    }
+    // The group's domains, the one being replaced left out; and the stripe's own units.
+    let taken: std::collections::BTreeSet<weft_layout::DomainId> = group
+        .members
+        .iter()
+        .chain(stripe.placement.units().map(|(_, d)| d).collect::<Vec<_>>().iter())
+        .filter(|d| **d != current)
+        .map(|d| d.domain(level))
+        .collect();
+    let (disks, _) = topology_of(nodes, live);
+    let chosen = disks
+        .iter()
+        .filter(|d| !taken.contains(&d.domain(level)) && **d != current)
+        .min_by_key(|d| {
+            let used = group.replaced.iter().filter(|(_, to)| to == *d).count();
+            (used, pg_of(&format!("{}/{}", d.node, d.disk), &format!("{bucket}/{pg}"), u32::MAX))
+        })
+        .copied();
+    let Some(to) = chosen else { return Ok(None) };
+    group.replaced.retain(|(from, _)| *from != current);
+    group.replaced.push((current, to));
+    for member in group.members.iter_mut().filter(|m| **m == current) {
+        *member = to;
+    }
+    save(store, bucket, &state)?;
+    tracing::info!(bucket, pg, from = ?current, to = ?to, "placement group member replaced");
+    Ok(Some(to))
 }
 
 /// `GET /v1/geometric/{bucket}`: the policy and the placement groups (members, their state,
@@ -407,6 +476,9 @@ struct PlanBody {
     min_age_ms: u64,
     /// Objects after this key only (the previous plan's `next_start_after`).
     start_after: Option<String>,
+    /// Exactly these objects (a transition of one object), when given; at most
+    /// [`MAX_PLAN_OBJECTS`].
+    keys: Option<Vec<String>>,
 }
 
 /// One piece of a stripe's data block: `len` bytes of object `key` (generation) from
@@ -481,7 +553,21 @@ pub(crate) async fn plan(
         let mut bytes = 0u64;
         let mut after = body.start_after.clone();
         let mut next_start_after = None;
-        'pages: loop {
+        let named = body.keys.is_some();
+        for key in body.keys.iter().flatten().take(MAX_PLAN_OBJECTS) {
+            let object = store.get_object(&bucket, key)?;
+            let chunks = policy.partition(object.size()).chunk_count();
+            if chunks > MAX_CHUNKS_PER_OBJECT {
+                deferred.push(json!({
+                    "key": object.key,
+                    "reason": format!("{chunks} chunks under this policy, more than {MAX_CHUNKS_PER_OBJECT}"),
+                }));
+            } else if object.geometric.is_none() && object.raidp.is_none() {
+                bytes = bytes.saturating_add(object.size());
+                picked.push(object);
+            }
+        }
+        'pages: while !named {
             let page = store.list_objects(&bucket, "", after.as_deref(), MAX_LIST_LIMIT)?;
             for object in page.objects {
                 after = Some(object.key.clone());
@@ -766,7 +852,11 @@ pub(crate) async fn commit(
         } else if place.member as usize >= policy.k() {
             Some(format!("data member {} of {}", place.member, policy.k()))
         } else if place.chunks.len() != partition.chunk_count() {
-            Some(format!("{} chunks where the partition has {}", place.chunks.len(), partition.chunk_count()))
+            Some(format!(
+                "{} chunks where the partition has {}",
+                place.chunks.len(),
+                partition.chunk_count()
+            ))
         } else if place.front.is_some() != (partition.front > 0) {
             Some("a front where the partition has none, or none where it has one".into())
         } else if place.pg != pg_of(&bucket, &object.key, policy.pgs) {

@@ -462,6 +462,9 @@ pub(crate) async fn take(
         )));
     }
     let live = meta.liveness();
+    // Bin stripes' destinations change their bucket's geometric state (a placement group's
+    // replacement disks): under its lock, like a pack's plan.
+    let _geometric = meta.geometric.lock().await;
     let reply = blocking(&meta, move |store| take_due(store, take.lease_ms, &live)).await??;
     Ok(Json(reply))
 }
@@ -536,7 +539,26 @@ fn take_due(
         let unit_key = super::objects::record_unit_key(&object, task.unit)
             .map(|k| k.to_string())
             .unwrap_or_default();
-        let mut chosen = destination(&object, task.unit, &nodes, live, &copies);
+        // A bin stripe's unit stays with its placement group: rebuilt in place when only
+        // damaged, else on the disk that replaces its member for every stripe of the group
+        // (so an object's chunks stay on one disk).
+        let geometric = match object.bucket == crate::GEOMETRIC_BUCKET {
+            true => super::geometric::repair_destination(
+                store,
+                &object,
+                current,
+                task.kind == RepairKind::Damaged
+                    && !full_here
+                    && available_now(&nodes, current, live),
+                &nodes,
+                live,
+            )?,
+            false => None,
+        };
+        let mut chosen = match geometric {
+            Some(disk) => Ok(disk),
+            None => destination(&object, task.unit, &nodes, live, &copies),
+        };
         for _ in 0..MAX_DESTINATION_RETRIES {
             match chosen {
                 Ok(disk) if super::deletions::is_queued(store, disk, &unit_key)? => {
