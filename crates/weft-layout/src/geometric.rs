@@ -46,7 +46,10 @@ pub const RECOVERY_WEIGHT_BYTES: u64 = 4 << 20;
 pub struct GeometricPolicy {
     /// The code of the chunk bins (clay is the point; any code works).
     pub code: CodeSpec,
-    /// The code of the small bin (fronts of any size): byte-local, same k and r.
+    /// The code of the small bin (fronts of any size), same k and r. A byte-local code (rs,
+    /// lrc: the default) rebuilds just the bytes a degraded read wants; another one (clay)
+    /// regenerates whole small-bin units — what a layout of fixed chunks shared by several
+    /// objects costs (s0 = chunk_max, small code clay: the paper's Contiguous layout).
     pub small_code: CodeSpec,
     /// The smallest chunk, s0.
     pub s0: u64,
@@ -80,7 +83,7 @@ impl GeometricPolicy {
         self.code.validate()?;
         self.small_code.validate()?;
         let code = self.code.build()?;
-        let small = self.small_code.build()?;
+        self.small_code.build()?;
         if (self.small_code.k(), self.small_code.r()) != (self.code.k(), self.code.r()) {
             return refuse(format!(
                 "the small bin's code {} must have the bins' k and r ({} has k = {}, r = {})",
@@ -88,13 +91,6 @@ impl GeometricPolicy {
                 self.code,
                 self.code.k(),
                 self.code.r()
-            ));
-        }
-        if !small.byte_local() {
-            return refuse(format!(
-                "the small bin's code {} mixes bytes across a unit; fronts of any size need a \
-                 byte-local code such as rs or lrc",
-                self.small_code
             ));
         }
         let multiple = code.unit_len_multiple() as u64;

@@ -70,10 +70,6 @@ fn parameters_that_cannot_work_are_refused_with_the_reason() {
         (GeometricPolicy { chunk_max: 2 << 30, ..good }, "at most"),
         (GeometricPolicy { pgs: 0, ..good }, "placement groups"),
         (GeometricPolicy { small_code: CodeSpec::parse("rs(6,3)").unwrap(), ..good }, "k and r"),
-        (
-            GeometricPolicy { small_code: CodeSpec::parse("clay(10,4)").unwrap(), ..good },
-            "byte-local",
-        ),
     ];
     for (policy, why) in cases {
         match policy.validate() {

@@ -66,6 +66,20 @@ pub enum BenchCommand {
     /// the cluster (`weft disk fail`) and replace them afterwards.
     #[command(verbatim_doc_comment)]
     Raidp(crate::bench_raidp::RaidpBenchArgs),
+    /// The geometric layout (RCStor) beside fixed 64 MiB chunks and the striped layout, raw
+    /// and under the hardware model: recovery of one failed disk, degraded ÷ healthy read
+    /// times, read amplification of small ranges, metadata per object.
+    ///
+    /// Unlike the other cluster benches it starts its own clusters (`weft up --no-repair` on
+    /// temporary directories, one per configuration and hardware), so recovery is measured
+    /// alone with its own weighted executor.
+    ///
+    /// Examples:
+    ///   weft bench geometric --json
+    ///   weft bench geometric --hardware model --configs geo-clay,striped-rs --objects 12
+    ///   weft bench geometric --workload w2 --objects 400
+    #[command(verbatim_doc_comment)]
+    Geometric(crate::bench_geometric::GeometricBenchArgs),
     /// Okapi's read experiments: throughput, seeks/s and latency of concurrent ranged reads
     /// for a code at several stripe widths, beside coupled layouts (stripe width = k).
     ///
@@ -196,6 +210,7 @@ pub fn run(command: BenchCommand) -> Result<(), CliError> {
         BenchCommand::Ec(args) => bench_ec(args),
         BenchCommand::Cluster(args) => crate::bench_cluster::run(args),
         BenchCommand::Raidp(args) => crate::bench_raidp::run(args),
+        BenchCommand::Geometric(args) => crate::bench_geometric::run(args),
         BenchCommand::Reads(args) => crate::bench_reads::run(args),
         BenchCommand::Engine(args) => crate::bench_engine::run(args),
     }

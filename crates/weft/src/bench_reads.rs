@@ -125,7 +125,7 @@ pub struct ReadsBenchArgs {
 }
 
 /// A `--client-link` rate: `1Gbit`, `10Gbit`, `125MB`, … in bytes per second.
-fn parse_link_rate(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_link_rate(text: &str) -> Result<u64, String> {
     weft_node::model::parse_rate(text)
 }
 

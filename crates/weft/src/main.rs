@@ -17,6 +17,7 @@ mod advise;
 mod bench;
 mod bench_cluster;
 mod bench_engine;
+mod bench_geometric;
 mod bench_raidp;
 mod bench_reads;
 mod cluster_cli;

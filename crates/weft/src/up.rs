@@ -214,6 +214,11 @@ pub struct UpArgs {
     /// NVMe or PMEM device instead.
     #[arg(long, value_name = "DIR")]
     pub lstor_dir: Option<PathBuf>,
+    /// Start no repair executor (`weft serve repair`): lost units are then rebuilt only by an
+    /// executor run by hand, and nothing packs geometric buckets in the background. For
+    /// benchmarks that run their own executor and measure it.
+    #[arg(long)]
+    pub no_repair: bool,
     /// Print one JSON object when ready (as in DIR/cluster.json), then one JSON line per
     /// event ({"event": "exited" | "restarted" | "stopping" | "stopped", ...}); notes go to
     /// stderr. A stream, so JSON Lines: `--json-lines` is the same flag.
@@ -300,6 +305,8 @@ struct Plan {
     s3_listen: SocketAddr,
     /// The directory holding every disk's Lstor.
     lstor_dir: PathBuf,
+    /// Start no repair executor.
+    no_repair: bool,
 }
 
 impl Plan {
@@ -438,6 +445,7 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
         full_ratio: args.full_ratio,
         disk_model: args.disk_model.clone(),
         net_model: args.net_model.clone(),
+        no_repair: args.no_repair,
         s3_listen: args.s3_listen.unwrap_or_else(|| {
             let port = if args.meta_listen.port() == 0 { 0 } else { DEFAULT_S3_PORT };
             SocketAddr::new(args.meta_listen.ip(), port)
@@ -1279,7 +1287,9 @@ fn start(
     cluster.wait_ready(&nodes, prefix, deadline, signals)?;
     cluster.wait_nodes_up(&meta, deadline, signals)?;
 
-    if has_repair_executor(&cluster.exe) {
+    if plan.no_repair {
+        out.note("weft up: no repair executor (--no-repair): lost units are not rebuilt");
+    } else if has_repair_executor(&cluster.exe) {
         let repair_args =
             ["serve", "repair", "--meta", meta_url.as_str(), "--secret-file", &text(&secret_file)]
                 .map(str::to_owned);

@@ -656,6 +656,11 @@ pub(crate) async fn plan(
             });
         }
         // Form the stripes: round j takes the j-th chunk (or region of fronts) of each member.
+        let small_multiple = policy
+            .small_code
+            .build()
+            .map(|c| c.unit_len_multiple() as u64)
+            .map_err(|e| corrupt(&bucket, e))?;
         let mut stripes: Vec<PlannedStripe> = Vec::new();
         for ((pg, class), members) in bins {
             // Per member, its pieces cut into rounds (one chunk per round for chunk bins,
@@ -680,12 +685,20 @@ pub(crate) async fn plan(
                     .iter()
                     .filter_map(|(member, cut)| cut.get(j).map(|r| (*member, r.clone())))
                     .collect();
+                // A region is as long as its longest member's, rounded up to the code's unit
+                // multiple (a chunk already is one).
+                let multiple = match class {
+                    Some(_) => 1,
+                    None => small_multiple,
+                };
                 let block_bytes = blocks
                     .iter()
                     .map(|(_, r)| r.iter().map(|p| p.4 + p.3).max().unwrap_or(0))
                     .max()
                     .unwrap_or(0)
-                    .max(1);
+                    .max(1)
+                    .div_ceil(multiple)
+                    * multiple;
                 let group = &mut state.pgs[pg as usize];
                 let next = group.next.entry(bin_name(class)).or_insert(0);
                 let seq = *next;
