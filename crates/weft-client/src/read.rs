@@ -374,13 +374,42 @@ impl UnitRebuilder {
                 None => remote.push((i, info, offset, stored, len)),
             }
         }
+        // Units concurrently; the ranges of one unit one after another in offset order, as
+        // one stream: its disk reads forward (Clay reads several ranges of each helper).
         let nodes = self.client.nodes.clone();
-        let results =
-            futures_util::future::join_all(remote.iter().map(|(_, info, offset, stored, _)| {
-                let nodes = nodes.clone();
-                async move { nodes.get_range(info, *offset, *stored).await }
-            }))
-            .await;
+        let mut by_unit: Vec<Vec<usize>> = Vec::new();
+        let mut slot_of: HashMap<&str, usize> = HashMap::new();
+        for (at, (_, info, ..)) in remote.iter().enumerate() {
+            let slot = *slot_of.entry(info.unit_key.as_str()).or_insert_with(|| {
+                by_unit.push(Vec::new());
+                by_unit.len() - 1
+            });
+            by_unit[slot].push(at);
+        }
+        for ranges in &mut by_unit {
+            ranges.sort_by_key(|&at| remote[at].2);
+        }
+        let streams = futures_util::future::join_all(by_unit.iter().map(|ranges| {
+            let (nodes, remote) = (nodes.clone(), &remote);
+            async move {
+                let mut got = Vec::with_capacity(ranges.len());
+                for &at in ranges {
+                    let (_, info, offset, stored, _) = &remote[at];
+                    let result = match got.last() {
+                        Some((_, Err(failure))) => Err(Clone::clone(failure)),
+                        _ => nodes.get_range(info, *offset, *stored).await,
+                    };
+                    got.push((at, result));
+                }
+                got
+            }
+        }))
+        .await;
+        let mut results: Vec<Option<Result<Bytes, NodeFailure>>> = vec![None; remote.len()];
+        for (at, result) in streams.into_iter().flatten() {
+            results[at] = Some(result);
+        }
+        let results = results.into_iter().map(|r| r.expect("every range fetched"));
         for ((i, info, offset, stored, len), result) in remote.into_iter().zip(results) {
             out[i] = Some(match result {
                 Ok(bytes) => {

@@ -7,7 +7,10 @@
 //! Disk ([`ModeledDisk`]): one IO at a time, from a FIFO queue (tokio's fair mutex). An IO
 //! that does not start where the previous IO on the disk ended (same unit, next byte) first
 //! pays a positioning time drawn uniformly from [¼, 1¾] × the model's mean (seek plus
-//! rotation), then transfers at the model's rate. A unit read (a GET's whole range) or write
+//! rotation) — unless it starts a little further on in the same unit, where passing over the
+//! gap at the transfer rate is shorter than that draw and is what it pays (a disk reads
+//! through a short gap: Clay's repair reads every 4th sub-chunk) — then transfers at the
+//! model's rate. A unit read (a GET's whole range) or write
 //! (a PUT's whole unit) is one IO: a disk's queue and readahead keep one stream's sequential
 //! reads together, so a 6 MB range costs one positioning and 6 MB of transfer, and reading a
 //! unit's ranges in order costs one positioning in all. The modeled time is waited out
@@ -220,11 +223,20 @@ impl ModeledDisk {
         let queued = Instant::now();
         let mut head = self.head.lock().await;
         let waited = queued.elapsed();
-        let seek = head.at != Some((unit, offset));
-        let position = if seek {
-            self.model.position.mul_f64(0.25 + 1.5 * head.uniform())
-        } else {
-            Duration::ZERO
+        // Continuing the last IO costs nothing; a short skip forward in the same unit costs
+        // the time the gap takes to pass under the head, when that is less than a seek.
+        let (seek, position) = match head.at {
+            Some((at, end)) if at == unit && offset == end => (false, Duration::ZERO),
+            Some((at, end)) if at == unit && offset > end => {
+                let pass = self.model.transfer(offset - end);
+                let draw = self.model.position.mul_f64(0.25 + 1.5 * head.uniform());
+                if pass <= draw {
+                    (false, pass)
+                } else {
+                    (true, draw)
+                }
+            }
+            _ => (true, self.model.position.mul_f64(0.25 + 1.5 * head.uniform())),
         };
         let busy = position + self.model.transfer(len);
         head.at = Some((unit, offset + len));
@@ -288,12 +300,29 @@ mod tests {
             assert!(elapsed + Duration::from_millis(1) >= busy, "{elapsed:?} vs {busy:?}");
             assert!(elapsed <= busy + Duration::from_millis(8), "{elapsed:?} vs {busy:?}");
         }
-        // Another unit, or a gap in the same one, is a seek; continuing either is not.
+        // Another unit, or a long gap forward (3 MiB: 21 ms to pass over, more than the
+        // longest positioning), or any step back, is a seek; continuing either is not.
         let disk = ModeledDisk::new(model, 1);
-        for (u, offset) in [(0, 0), (0, MIB), (1, 0), (1, MIB), (1, 3 * MIB), (1, 4 * MIB)] {
+        let steps = [(0, 0), (0, MIB), (1, 0), (1, MIB), (1, 5 * MIB), (1, 6 * MIB), (1, 0)];
+        for (u, offset) in steps {
             drop(disk.io(unit(u), offset, MIB).await);
         }
-        assert_eq!(disk.stats().seeks, 3);
+        assert_eq!(disk.stats().seeks, 4);
+        // A short gap forward (64 KiB: 0.44 ms, less than the shortest positioning) is passed
+        // over, as a disk reads through it: Clay's repair reads of every 4th sub-chunk.
+        let disk = ModeledDisk::new(model, 2);
+        let started = Instant::now();
+        for i in 0..16u64 {
+            drop(disk.io(unit(0), i * 4 * 64 * 1024, 64 * 1024).await);
+        }
+        let stats = disk.stats();
+        assert_eq!(stats.seeks, 1, "{stats:?}");
+        let passed = model.transfer(15 * 3 * 64 * 1024);
+        let busy = Duration::from_micros(stats.busy_us);
+        let least = model.transfer(16 * 64 * 1024) + passed + model.position.mul_f64(0.25);
+        assert!(busy + Duration::from_micros(20) >= least, "{busy:?} < {least:?}");
+        assert!(busy <= least + model.position.mul_f64(1.5) + Duration::from_micros(20));
+        assert!(started.elapsed() + Duration::from_millis(1) >= busy);
     }
 
     /// Two readers on one disk queue: the second waits for the first's whole IO.
