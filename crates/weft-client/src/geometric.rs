@@ -44,6 +44,11 @@ use crate::{
 
 /// Bytes of one healthy read request of a piece.
 const WINDOW_BYTES: u64 = 8 << 20;
+/// Healthy read requests of a piece in flight at once.
+const WINDOWS_IN_FLIGHT: usize = 2;
+/// Pieces being read ahead of the one being written out.
+const PIECES_AHEAD: usize = 1;
+
 
 /// What one pack run asks meta for.
 #[derive(Clone, Debug, Default)]
@@ -553,85 +558,70 @@ impl Client {
             at += piece.bytes;
         }
         let whole = start == 0 && len == object.size;
-        let (tx, mut rx) = mpsc::channel::<Result<Bytes>>(1);
+        // Each piece is read by a task of its own into a channel of its own; the pieces'
+        // channels queue in object order, at most PIECES_AHEAD behind the one being written
+        // out: the next piece is fetched — or regenerated — while this one is sent.
+        let (pieces_tx, mut pieces_rx) = mpsc::channel::<mpsc::Receiver<Result<Bytes>>>(PIECES_AHEAD);
         let client = self.clone();
         let pieces = geo.pieces.clone();
         let stripes = geo.stripes.clone();
+        let totals = std::sync::Arc::new(std::sync::Mutex::new((0u64, Vec::new())));
+        let counted = std::sync::Arc::clone(&totals);
         let producer = tokio::spawn(async move {
-            let mut fetched = 0u64;
-            let mut degraded = Vec::new();
+            let mut tasks = Vec::new();
             for (i, offset, bytes) in wanted {
-                let piece = &pieces[i];
-                let stripe = &stripes[&piece.stripe];
-                let unit = UnitId::Data(piece.block);
-                let (sent, failure) =
-                    match client.send_healthy(stripe, unit, offset, bytes, &tx).await {
-                        Ok(sent) if sent == bytes => {
-                            fetched += bytes;
-                            continue;
-                        }
-                        Ok(_) => break, // the reader is gone
-                        Err(failed) => failed,
-                    };
-                fetched += sent;
-                // One rebuilder per piece, dropped with it: a stripe holds one chunk of an
-                // object, and its cache must not outlive the piece.
-                let mut rebuilder = match UnitRebuilder::new(&client, stripe.clone(), true) {
-                    Ok(r) => r.caching(),
-                    Err(error) => {
-                        let _ = tx.send(Err(error)).await;
-                        break;
-                    }
-                };
-                if let Some(failure) = failure {
-                    rebuilder.mark_failed(unit, failure);
+                let (tx, rx) = mpsc::channel::<Result<Bytes>>(WINDOWS_IN_FLIGHT);
+                if pieces_tx.send(rx).await.is_err() {
+                    break; // the reader is gone
                 }
-                let gone =
-                    rebuild_piece(&mut rebuilder, unit, offset + sent, bytes - sent, &tx).await;
-                rebuilder.finish_reports().await;
-                fetched += rebuilder.bytes_fetched;
-                degraded.extend(rebuilder.failures().map(|(u, f)| {
-                    (format!("{}:{}", piece.stripe, u.short_name()), f.cause.clone())
+                let (client, piece) = (client.clone(), pieces[i].clone());
+                let stripe = stripes[&piece.stripe].clone();
+                let counted = std::sync::Arc::clone(&counted);
+                tasks.push(tokio::spawn(async move {
+                    let (fetched, degraded) =
+                        client.read_piece(&stripe, &piece, offset, bytes, &tx).await;
+                    let mut totals = counted.lock().expect("totals");
+                    totals.0 += fetched;
+                    totals.1.extend(degraded);
                 }));
-                if gone {
-                    break;
-                }
             }
-            (fetched, degraded)
+            for task in tasks {
+                let _ = task.await;
+            }
         });
         let mut stats = GetStats::default();
         let mut crc = 0u32;
         let mut outcome = Ok(());
-        while let Some(bytes) = rx.recv().await {
-            let bytes = match bytes {
-                Ok(bytes) => bytes,
-                Err(error) => {
-                    outcome = Err(error);
-                    break;
+        'pieces: while let Some(mut piece) = pieces_rx.recv().await {
+            while let Some(bytes) = piece.recv().await {
+                let bytes = match bytes {
+                    Ok(bytes) => bytes,
+                    Err(error) => {
+                        outcome = Err(error);
+                        break 'pieces;
+                    }
+                };
+                if whole {
+                    crc = crc32c::crc32c_append(crc, &bytes);
                 }
-            };
-            if whole {
-                crc = crc32c::crc32c_append(crc, &bytes);
-            }
-            for part in bytes.chunks(WINDOW_BYTES as usize) {
-                if let Err(source) = out.write_all(part) {
-                    outcome =
-                        Err(ClientError::Io { what: "writing the object out".into(), source });
-                    break;
+                for part in bytes.chunks(WINDOW_BYTES as usize) {
+                    if let Err(source) = out.write_all(part) {
+                        outcome =
+                            Err(ClientError::Io { what: "writing the object out".into(), source });
+                        break 'pieces;
+                    }
+                    if let Some(progress) = progress {
+                        progress.fetch_add(part.len() as u64, Ordering::Relaxed);
+                    }
+                    stats.bytes += part.len() as u64;
                 }
-                if let Some(progress) = progress {
-                    progress.fetch_add(part.len() as u64, Ordering::Relaxed);
-                }
-                stats.bytes += part.len() as u64;
-            }
-            if outcome.is_err() {
-                break;
             }
         }
-        drop(rx);
-        let (fetched, degraded) = producer
+        drop(pieces_rx);
+        producer
             .await
             .map_err(|e| ClientError::Invalid(format!("the read's producing task failed: {e}")))?;
+        let (fetched, degraded) = std::mem::take(&mut *totals.lock().expect("totals"));
         outcome?;
         if stats.bytes != len {
             return Err(ClientError::Invalid(format!(
@@ -660,7 +650,7 @@ impl Client {
     /// one queued, one being rebuilt with what its repair plan reads, and two windows.
     pub fn geometric_buffer_bound(object: &ObjectInfo) -> Option<u64> {
         let geo = object.geometric.as_ref()?;
-        let mut bound = 2 * WINDOW_BYTES;
+        let mut bound = (2 + WINDOWS_IN_FLIGHT as u64) * WINDOW_BYTES;
         for piece in &geo.pieces {
             let stripe = geo.stripes.get(&piece.stripe)?;
             let code = stripe.layout.code.build().ok()?;
@@ -670,6 +660,43 @@ impl Client {
             bound = bound.max(2 * piece.bytes + rebuilt + plan + 2 * WINDOW_BYTES);
         }
         Some(bound)
+    }
+
+    /// Reads bytes `[offset, offset + len)` of `piece` down `tx`: from its own disk, or —
+    /// from where that failed — rebuilt from its stripe. Answers the bytes fetched from
+    /// nodes and the units found unavailable (named `<stripe>:<unit>`, with why).
+    async fn read_piece(
+        &self,
+        stripe: &ObjectInfo,
+        piece: &crate::GeoPiece,
+        offset: u64,
+        len: u64,
+        tx: &mpsc::Sender<Result<Bytes>>,
+    ) -> (u64, Vec<(String, String)>) {
+        let unit = UnitId::Data(piece.block);
+        let (sent, failure) = match self.send_healthy(stripe, unit, offset, len, tx).await {
+            Ok(sent) => return (sent, Vec::new()),
+            Err(failed) => failed,
+        };
+        // One rebuilder per piece, dropped with it: a stripe holds one chunk of an object,
+        // and its cache must not outlive the piece.
+        let mut rebuilder = match UnitRebuilder::new(self, stripe.clone(), true) {
+            Ok(r) => r.caching(),
+            Err(error) => {
+                let _ = tx.send(Err(error)).await;
+                return (sent, Vec::new());
+            }
+        };
+        if let Some(failure) = failure {
+            rebuilder.mark_failed(unit, failure);
+        }
+        rebuild_piece(&mut rebuilder, unit, offset + sent, len - sent, tx).await;
+        rebuilder.finish_reports().await;
+        let degraded = rebuilder
+            .failures()
+            .map(|(u, f)| (format!("{}:{}", piece.stripe, u.short_name()), f.cause.clone()))
+            .collect();
+        (sent + rebuilder.bytes_fetched, degraded)
     }
 
     /// Sends bytes `[offset, offset + len)` of `unit` of `stripe` down `tx` in windows, read
@@ -689,10 +716,21 @@ impl Client {
         if info.is_down() {
             return Err((0, None));
         }
+        // WINDOWS_IN_FLIGHT requests at once, in order: the disk reads the next window
+        // while the node sends the previous one (a disk's readahead and a socket's buffer).
+        use futures_util::StreamExt;
+        let windows = (0..len.div_ceil(WINDOW_BYTES)).map(|i| {
+            let at = i * WINDOW_BYTES;
+            (at, WINDOW_BYTES.min(len - at))
+        });
+        let mut fetches = futures_util::stream::iter(windows.map(|(at, window)| {
+            let nodes = self.nodes.clone();
+            async move { (window, nodes.get_range(info, offset + at, window).await) }
+        }))
+        .buffered(WINDOWS_IN_FLIGHT);
         let mut sent = 0;
-        while sent < len {
-            let window = WINDOW_BYTES.min(len - sent);
-            match self.nodes.get_range(info, offset + sent, window).await {
+        while let Some((window, fetched)) = fetches.next().await {
+            match fetched {
                 Ok(bytes) => {
                     if tx.send(Ok(bytes)).await.is_err() {
                         return Ok(sent);

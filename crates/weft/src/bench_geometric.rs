@@ -458,6 +458,16 @@ fn run_config(
         fetched += bytes;
         returned += len;
     }
+    // Ranges as the paper's §6.3: a uniform length (half the object on average) at a uniform
+    // offset, degraded: bytes fetched per byte returned.
+    let (mut wide_fetched, mut wide_returned) = (0u64, 0u64);
+    for &i in affected.iter().take(args.ranges) {
+        let len = rng.gen_range(1..=sizes[i].max(1));
+        let start = rng.gen_range(0..=sizes[i] - len);
+        let (_, bytes) = read(i, Some((start, len)))?;
+        wide_fetched += bytes;
+        wide_returned += len;
+    }
     // Recovery of the victim's units by this bench's own weighted executor.
     let config_exec = weft_client::repair::ExecutorConfig {
         parallel: args.parallel,
@@ -548,6 +558,7 @@ fn run_config(
             "reads": returned / (args.range_size.max(1) as u64),
             "range_bytes": args.range_size,
             "amplification": fetched as f64 / returned.max(1) as f64,
+            "half_object_ranges_amplification": wide_fetched as f64 / wide_returned.max(1) as f64,
         },
         "metadata": {
             "record_bytes_per_object": record_bytes as f64 / sizes.len().max(1) as f64,
