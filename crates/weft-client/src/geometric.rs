@@ -49,7 +49,6 @@ const WINDOWS_IN_FLIGHT: usize = 2;
 /// Pieces being read ahead of the one being written out.
 const PIECES_AHEAD: usize = 1;
 
-
 /// What one pack run asks meta for.
 #[derive(Clone, Debug, Default)]
 pub struct PackOptions {
@@ -99,12 +98,16 @@ pub struct PackReport {
     pub elapsed_ms: u64,
 }
 
+/// A piece of a planned stripe's block: (object key, generation, object offset, len, block
+/// offset).
+type PlanPiece = (String, u64, u64, u64, u64);
+
 /// A stripe of a plan, parsed.
 struct PlannedStripe {
     key: String,
     object: ObjectInfo,
-    /// Per data block, its pieces: (object key, generation, object offset, len, block offset).
-    blocks: Vec<Vec<(String, u64, u64, u64, u64)>>,
+    /// Per data block, its pieces.
+    blocks: Vec<Vec<PlanPiece>>,
 }
 
 fn bad_plan(reason: impl std::fmt::Display) -> ClientError {
@@ -561,7 +564,8 @@ impl Client {
         // Each piece is read by a task of its own into a channel of its own; the pieces'
         // channels queue in object order, at most PIECES_AHEAD behind the one being written
         // out: the next piece is fetched — or regenerated — while this one is sent.
-        let (pieces_tx, mut pieces_rx) = mpsc::channel::<mpsc::Receiver<Result<Bytes>>>(PIECES_AHEAD);
+        let (pieces_tx, mut pieces_rx) =
+            mpsc::channel::<mpsc::Receiver<Result<Bytes>>>(PIECES_AHEAD);
         let client = self.clone();
         let pieces = geo.pieces.clone();
         let stripes = geo.stripes.clone();

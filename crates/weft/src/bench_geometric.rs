@@ -551,6 +551,8 @@ fn run_config(
             "median_ratio": percentile(&mut all, 0.5),
             "p95_ratio": percentile(&mut all, 0.95),
             "median_ratio_64mib_up": if large.is_empty() { Value::Null } else { json!(percentile(&mut large, 0.5)) },
+            "median_mb_per_s": percentile(&mut ratios.iter().map(|r| r.0 as f64 / 1e6 / r.2.max(1e-9)).collect::<Vec<_>>(), 0.5),
+            "per_object": ratios.iter().map(|r| json!({"bytes": r.0, "healthy_s": r.3, "degraded_s": r.2})).collect::<Vec<_>>(),
             "by_size_decile": deciles,
         },
         "healthy_read_seconds_total": healthy.iter().sum::<f64>(),
@@ -606,8 +608,9 @@ pub fn run(args: GeometricBenchArgs) -> Result<(), CliError> {
         let speed = |c: &str| find(c, model).and_then(|r| r["recovery"]["mb_per_s"].as_f64());
         let degraded =
             |c: &str| find(c, model).and_then(|r| r["degraded"]["median_ratio_64mib_up"].as_f64());
-        let median_s =
-            |c: &str| find(c, model).and_then(|r| r["degraded"]["median_ratio"].as_f64());
+        // Degraded reads' median speed (object bytes per second).
+        let median_speed =
+            |c: &str| find(c, model).and_then(|r| r["degraded"]["median_mb_per_s"].as_f64());
         let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b.max(1e-9));
         summary.push(json!({
             "model": model,
@@ -615,7 +618,7 @@ pub fn run(args: GeometricBenchArgs) -> Result<(), CliError> {
             "geo_clay_over_geo_rs_recovery": ratio(speed("geo-clay"), speed("geo-rs")),
             "geo_clay_over_lrc_recovery": ratio(speed("geo-clay"), speed("striped-lrc")),
             "geo_clay_degraded_over_healthy_64mib_up": degraded("geo-clay"),
-            "geo_over_fixed_degraded_median": ratio(median_s("geo-clay"), median_s("fixed64-clay")),
+            "geo_over_fixed_degraded_speed": ratio(median_speed("geo-clay"), median_speed("fixed64-clay")),
         }));
     }
     let mean = sizes.iter().sum::<u64>() as f64 / sizes.len().max(1) as f64;

@@ -247,7 +247,7 @@ fn objects_pack_into_bins_and_read_back_whole_ranged_and_degraded() {
                 .find(|u| u["unit"] == format!("d{}", chunk["block"]))
                 .unwrap()
                 .clone();
-            (unit["node_id"] != node).then(|| (key, bytes, unit))
+            (unit["node_id"] != node).then_some((key, bytes, unit))
         })
         .expect("an object with a chunk off the killed node");
     let name = format!("{}.unit", unit["unit_key"].as_str().unwrap());

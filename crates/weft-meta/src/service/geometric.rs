@@ -492,6 +492,12 @@ struct Piece {
     block_offset: u64,
 }
 
+/// A chunk (or front) waiting for its stripe: (object index, chunk index — `usize::MAX` for
+/// the front —, object offset, bytes).
+type Pending = (usize, usize, u64, u64);
+/// A [`Pending`] piece with its offset in its block.
+type Placed = (usize, usize, u64, u64, u64);
+
 /// A stripe being planned: per data block, its member and its pieces.
 struct PlannedStripe {
     pg: u32,
@@ -567,7 +573,10 @@ pub(crate) async fn plan(
                 picked.push(object);
             }
         }
-        'pages: while !named {
+        'pages: loop {
+            if named {
+                break;
+            }
             let page = store.list_objects(&bucket, "", after.as_deref(), MAX_LIST_LIMIT)?;
             for object in page.objects {
                 after = Some(object.key.clone());
@@ -600,7 +609,7 @@ pub(crate) async fn plan(
         let k = policy.k();
         let mut objects: Vec<PlannedObject> = Vec::new();
         // (pg, class) → member → chunks (object index, chunk index, span)
-        let mut bins: BTreeMap<(u32, Option<usize>), BTreeMap<usize, Vec<(usize, usize, u64, u64)>>> =
+        let mut bins: BTreeMap<(u32, Option<usize>), BTreeMap<usize, Vec<Pending>>> =
             BTreeMap::new();
         for object in &picked {
             let pg = pg_of(&bucket, &object.key, policy.pgs);
@@ -665,9 +674,9 @@ pub(crate) async fn plan(
         for ((pg, class), members) in bins {
             // Per member, its pieces cut into rounds (one chunk per round for chunk bins,
             // regions of up to SMALL_REGION_BYTES for the small bin).
-            let mut rounds: BTreeMap<usize, Vec<Vec<(usize, usize, u64, u64, u64)>>> = BTreeMap::new();
+            let mut rounds: BTreeMap<usize, Vec<Vec<Placed>>> = BTreeMap::new();
             for (member, pieces) in members {
-                let mut cut: Vec<Vec<(usize, usize, u64, u64, u64)>> = Vec::new();
+                let mut cut: Vec<Vec<Placed>> = Vec::new();
                 let mut used = SMALL_REGION_BYTES;
                 for (object, chunk, offset, len) in pieces {
                     if class.is_some() || used + len > SMALL_REGION_BYTES {
@@ -681,7 +690,7 @@ pub(crate) async fn plan(
             }
             let depth = rounds.values().map(Vec::len).max().unwrap_or(0);
             for j in 0..depth {
-                let blocks: Vec<(usize, Vec<(usize, usize, u64, u64, u64)>)> = rounds
+                let blocks: Vec<(usize, Vec<Placed>)> = rounds
                     .iter()
                     .filter_map(|(member, cut)| cut.get(j).map(|r| (*member, r.clone())))
                     .collect();
