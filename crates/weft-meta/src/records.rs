@@ -510,7 +510,7 @@ impl StoredObject {
                     .collect(),
             },
             raidp: record.raidp.clone(),
-            geo: record.geometric.as_ref().map(|bytes| hex(bytes)),
+            geo: record.geometric.as_ref().map(|bytes| weft_auth::hex(bytes)),
         }
     }
 
@@ -574,24 +574,13 @@ impl StoredObject {
             geometric: match self.geo {
                 None => None,
                 Some(text) => {
-                    Some(unhex(&text).ok_or_else(|| {
+                    Some(weft_auth::unhex(&text).ok_or_else(|| {
                         corrupt(format!("the geometric record {text:?} is not hex"))
                     })?)
                 }
             },
         })
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) || !text.is_ascii() {
-        return None;
-    }
-    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok()).collect()
 }
 
 /// Metadata bytes one object costs: its stored value plus its table key (bucket and key).

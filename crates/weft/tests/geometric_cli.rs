@@ -9,24 +9,12 @@ use std::collections::BTreeSet;
 use common::cluster::Cluster;
 use serde_json::Value;
 
-/// Deterministic bytes that differ by object and position.
 fn pattern(len: usize, seed: u32) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(2_654_435_761) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect()
+    common::bytes(u64::from(seed), len)
 }
 
 fn put(cluster: &Cluster, path: &str, bytes: &[u8]) {
-    let file = cluster.dir().join("input");
-    std::fs::write(&file, bytes).unwrap();
-    let out = cluster.weft(&["put", file.to_str().unwrap(), path]);
-    assert!(out.status.success(), "put {path}: {}", String::from_utf8_lossy(&out.stderr));
+    cluster.put_bytes(path, bytes);
 }
 
 const KIB: usize = 1 << 10;
@@ -49,27 +37,9 @@ const SIZES: [usize; 10] = [
 /// Creates `cold`: clay(10,4) bins, s0 256 KiB, q 2, chunks up to 2 MiB, 2 placement groups
 /// (so a few objects fill stripes).
 fn cold_bucket(cluster: &Cluster) -> Value {
-    cluster.create_bucket(
-        "cold",
-        &[
-            "--layout",
-            "geometric",
-            "--code",
-            "clay",
-            "--k",
-            "10",
-            "--r",
-            "4",
-            "--s0",
-            "256KiB",
-            "--q",
-            "2",
-            "--chunk-max",
-            "2MiB",
-            "--pgs",
-            "2",
-        ],
-    )
+    let flags = "--layout geometric --code clay --k 10 --r 4 --s0 256KiB --q 2 --chunk-max 2MiB \
+                 --pgs 2";
+    cluster.create_bucket("cold", &flags.split_whitespace().collect::<Vec<_>>())
 }
 
 fn objects() -> Vec<(String, Vec<u8>)> {
@@ -99,49 +69,15 @@ fn objects_pack_into_bins_and_read_back_whole_ranged_and_degraded() {
     let cluster = Cluster::start(15, &["--down-after-ms", "60000"]);
     // Parameters that cannot work are refused with the reason.
     for (args, why) in [
-        (
-            vec![
-                "--layout",
-                "geometric",
-                "--code",
-                "clay",
-                "--k",
-                "10",
-                "--r",
-                "4",
-                "--s0",
-                "100KiB",
-            ],
-            "multiple of 16384",
-        ),
-        (
-            vec!["--layout", "geometric", "--code", "clay", "--k", "10", "--r", "4", "--q", "1"],
-            "q must be at least 2",
-        ),
-        (
-            vec!["--layout", "geometric", "--code", "rs", "--k", "12", "--r", "4"],
-            "16 disks on distinct",
-        ),
-        (
-            vec![
-                "--layout",
-                "geometric",
-                "--code",
-                "rs",
-                "--k",
-                "4",
-                "--r",
-                "2",
-                "--chunk-max",
-                "1MiB",
-            ],
-            "at least s0",
-        ),
-        (vec!["--layout", "geometric", "--stripe-width", "2"], "not --stripe-width"),
-        (vec!["--s0", "4MiB"], "for geometric buckets"),
+        ("--layout geometric --code clay --k 10 --r 4 --s0 100KiB", "multiple of 16384"),
+        ("--layout geometric --code clay --k 10 --r 4 --q 1", "q must be at least 2"),
+        ("--layout geometric --code rs --k 12 --r 4", "16 disks on distinct"),
+        ("--layout geometric --code rs --k 4 --r 2 --chunk-max 1MiB", "at least s0"),
+        ("--layout geometric --stripe-width 2", "not --stripe-width"),
+        ("--s0 4MiB", "for geometric buckets"),
     ] {
         let mut all = vec!["bucket", "create", "bad"];
-        all.extend(args.iter().copied());
+        all.extend(args.split(' '));
         let message = cluster.weft_fails(&all);
         assert!(message.contains(why), "{args:?}: {message:?} should say {why:?}");
     }

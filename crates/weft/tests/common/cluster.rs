@@ -85,6 +85,16 @@ impl Cluster {
         out.stdout
     }
 
+    /// `weft put` of `bytes` as PATH (through a file in the cluster's directory); panics with
+    /// weft's stderr when it fails.
+    #[allow(dead_code)]
+    pub fn put_bytes(&self, path: &str, bytes: &[u8]) {
+        let file = self.dir().join("put-input");
+        std::fs::write(&file, bytes).expect("the input file");
+        let out = self.weft(&["put", file.to_str().expect("a UTF-8 path"), path]);
+        assert!(out.status.success(), "put {path}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
     /// `weft stat PATH --json`.
     #[allow(dead_code)]
     pub fn stat(&self, path: &str) -> serde_json::Value {
