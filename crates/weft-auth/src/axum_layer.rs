@@ -33,8 +33,9 @@ pub struct Guard {
     pub verifier: Arc<Verifier>,
     pub max_body_bytes: usize,
     /// `(suffix, bytes)`: requests whose path ends with `suffix` may have signed bodies of up
-    /// to `bytes` (e.g. meta's inventory digests); None: `max_body_bytes` for every path.
-    pub large_bodies: Option<(&'static str, usize)>,
+    /// to `bytes` (e.g. meta's inventory digests; the first match counts); none listed:
+    /// `max_body_bytes` for every path.
+    pub large_bodies: &'static [(&'static str, usize)],
 }
 
 /// The error answer for a refused request.
@@ -74,9 +75,10 @@ pub async fn require_signature(
     let body = match check {
         BodyCheck::Unsigned => body,
         BodyCheck::Hash(_) => {
-            let max_bytes = match guard.large_bodies {
-                Some((suffix, bytes)) if parts.uri.path().ends_with(suffix) => bytes,
-                _ => guard.max_body_bytes,
+            let path = parts.uri.path();
+            let max_bytes = match guard.large_bodies.iter().find(|(s, _)| path.ends_with(s)) {
+                Some((_, bytes)) => *bytes,
+                None => guard.max_body_bytes,
             };
             let limited = http_body_util::Limited::new(body, max_bytes);
             let bytes = match limited.collect().await {

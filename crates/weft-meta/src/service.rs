@@ -356,7 +356,12 @@ pub async fn bind_with_faults(
     let guard = Guard {
         verifier: Arc::new(Verifier::for_meta(&config.secret)),
         max_body_bytes: MAX_BODY_BYTES,
-        large_bodies: Some((INVENTORY_SUFFIX, weft_store::inventory::MAX_INVENTORY_BYTES)),
+        large_bodies: &[
+            (INVENTORY_SUFFIX, weft_store::inventory::MAX_INVENTORY_BYTES),
+            // A pack's commit names every stripe's unit digests (only the geometric route
+            // takes one this large: its own body limit below; other commits keep theirs).
+            (COMMIT_SUFFIX, geometric::MAX_COMMIT_BYTES),
+        ],
     };
     let (stop, mut stopped) = watch::channel(false);
     tokio::spawn(liveness::RunningClock::tick(meta.clock.clone(), stopped.clone()));
@@ -436,7 +441,10 @@ fn router(meta: Shared, guard: Guard) -> Router {
         .route("/v1/raidp/update", post(raidp::update))
         .route("/v1/geometric/{bucket}", get(geometric::groups))
         .route("/v1/geometric/{bucket}/plan", post(geometric::plan))
-        .route("/v1/geometric/{bucket}/commit", post(geometric::commit))
+        .route(
+            "/v1/geometric/{bucket}/commit",
+            post(geometric::commit).layer(DefaultBodyLimit::max(geometric::MAX_COMMIT_BYTES)),
+        )
         .route("/v1/deletions", get(deletions::list))
         .route("/v1/deletions/done", post(deletions::done))
         .route("/v1/references", get(gc::references))
@@ -450,6 +458,8 @@ fn router(meta: Shared, guard: Guard) -> Router {
 
 /// Path suffix of the inventory route, whose digests may be larger than other bodies.
 const INVENTORY_SUFFIX: &str = "/inventory";
+/// The suffix of commit routes (the pack's commit may be large: see the guard).
+const COMMIT_SUFFIX: &str = "/commit";
 
 /// Whether a node's key opens `method path`: its heartbeat and its scrub reports (the
 /// handlers then check that the node reports about itself).

@@ -330,7 +330,7 @@ pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
     let guard = weft_auth::axum_layer::Guard {
         verifier: Arc::new(weft_auth::Verifier::for_node(config.key.clone())),
         max_body_bytes: api::MAX_SIGNED_BODY_BYTES,
-        large_bodies: None,
+        large_bodies: &[],
     };
     let app = api::router(node, guard);
     let mut server_stopped = stopped;

@@ -505,7 +505,7 @@ async fn fake_meta(
     let guard = weft_auth::axum_layer::Guard {
         verifier: Arc::new(weft_auth::Verifier::for_meta(secret)),
         max_body_bytes: 1 << 20,
-        large_bodies: None,
+        large_bodies: &[],
     };
     let meta = axum::Router::new()
         .route(

@@ -50,6 +50,12 @@ use crate::{
 
 /// Most chunks one object may be cut into; larger objects (for their policy) stay warm.
 pub const MAX_CHUNKS_PER_OBJECT: usize = 1 << 16;
+/// Most chunks and fronts one plan takes (at least one object's, however many): bounds its
+/// stripes, so its commit, which names every stripe's unit digests, stays under
+/// [`MAX_COMMIT_BYTES`] (about 700 bytes a stripe).
+pub const MAX_PLAN_CHUNKS: usize = 1 << 16;
+/// Largest commit body meta takes.
+pub const MAX_COMMIT_BYTES: usize = 64 << 20;
 /// Most bytes of fronts one small-bin stripe puts on one disk.
 pub const SMALL_REGION_BYTES: u64 = 64 << 20;
 /// Most objects one plan takes.
@@ -560,6 +566,7 @@ pub(crate) async fn plan(
         let mut after = body.start_after.clone();
         let mut next_start_after = None;
         let named = body.keys.is_some();
+        let mut planned_chunks = 0usize;
         for key in body.keys.iter().flatten().take(MAX_PLAN_OBJECTS) {
             let object = store.get_object(&bucket, key)?;
             let chunks = policy.partition(object.size()).chunk_count();
@@ -568,7 +575,13 @@ pub(crate) async fn plan(
                     "key": object.key,
                     "reason": format!("{chunks} chunks under this policy, more than {MAX_CHUNKS_PER_OBJECT}"),
                 }));
+            } else if !picked.is_empty() && planned_chunks + chunks + 1 > MAX_PLAN_CHUNKS {
+                deferred.push(json!({
+                    "key": object.key,
+                    "reason": "this plan is full (its chunks); ask for it in another",
+                }));
             } else if object.geometric.is_none() && object.raidp.is_none() {
+                planned_chunks += chunks + 1;
                 bytes = bytes.saturating_add(object.size());
                 picked.push(object);
             }
@@ -583,10 +596,6 @@ pub(crate) async fn plan(
                 if object.geometric.is_some() || object.raidp.is_some() {
                     continue;
                 }
-                if picked.len() >= max_objects || (!picked.is_empty() && bytes >= max_bytes) {
-                    next_start_after = picked.last().map(|o| o.key.clone());
-                    break 'pages;
-                }
                 if now.saturating_sub(object.created_ms) < body.min_age_ms {
                     continue;
                 }
@@ -598,6 +607,15 @@ pub(crate) async fn plan(
                     }));
                     continue;
                 }
+                let full = picked.len() >= max_objects
+                    || bytes >= max_bytes
+                    || planned_chunks + chunks + 1 > MAX_PLAN_CHUNKS;
+                if full && !picked.is_empty() {
+                    // This object and those after it wait for the next plan.
+                    next_start_after = picked.last().map(|o| o.key.clone());
+                    break 'pages;
+                }
+                planned_chunks += chunks + 1;
                 bytes = bytes.saturating_add(object.size());
                 picked.push(object);
             }
