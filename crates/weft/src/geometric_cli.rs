@@ -119,9 +119,10 @@ pub fn pack(args: PackArgs) -> Result<(), CliError> {
         })?;
         if !args.json {
             println!(
-                "{name}: packed {} objects ({}) in {} stripes, {} batches; read {}, wrote {} \
+                "{name}: packed {} object{} ({}) in {} stripes, {} batches; read {}, wrote {} \
                  of data and {} of parity; {} warm units deleted{} ({} ms)",
                 report.objects,
+                if report.objects == 1 { "" } else { "s" },
                 format_size(report.bytes),
                 report.stripes,
                 report.batches,

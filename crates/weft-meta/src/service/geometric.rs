@@ -384,8 +384,9 @@ pub(crate) fn repair_destination(
     let taken: std::collections::BTreeSet<weft_layout::DomainId> = group
         .members
         .iter()
-        .chain(stripe.placement.units().map(|(_, d)| d).collect::<Vec<_>>().iter())
-        .filter(|d| **d != current)
+        .copied()
+        .chain(stripe.placement.units().map(|(_, d)| d))
+        .filter(|d| *d != current)
         .map(|d| d.domain(level))
         .collect();
     let (disks, _) = topology_of(nodes, live);
