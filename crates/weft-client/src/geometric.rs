@@ -48,6 +48,25 @@ const WINDOW_BYTES: u64 = 8 << 20;
 const WINDOWS_IN_FLIGHT: usize = 2;
 /// Pieces being read ahead of the one being written out.
 const PIECES_AHEAD: usize = 1;
+/// The first window of a read's first piece, doubled up to [`WINDOW_BYTES`]: a read's first
+/// byte waits for one window, so a small one starts the output (and its pipeline) sooner.
+const FIRST_WINDOW_BYTES: u64 = 1 << 20;
+
+/// The windows `(offset, bytes)` a healthy read of `len` bytes asks for, in order: each
+/// [`WINDOW_BYTES`], or — when `ramp` — [`FIRST_WINDOW_BYTES`] doubling up to it.
+fn windows(len: u64, ramp: bool) -> impl Iterator<Item = (u64, u64)> {
+    let mut at = 0u64;
+    let mut next = if ramp { FIRST_WINDOW_BYTES } else { WINDOW_BYTES };
+    std::iter::from_fn(move || {
+        (at < len).then(|| {
+            let window = next.min(len - at);
+            let out = (at, window);
+            at += window;
+            next = (next * 2).min(WINDOW_BYTES);
+            out
+        })
+    })
+}
 
 /// What one pack run asks meta for.
 #[derive(Clone, Debug, Default)]
@@ -573,7 +592,7 @@ impl Client {
         let counted = std::sync::Arc::clone(&totals);
         let producer = tokio::spawn(async move {
             let mut tasks = Vec::new();
-            for (i, offset, bytes) in wanted {
+            for (n, (i, offset, bytes)) in wanted.into_iter().enumerate() {
                 let (tx, rx) = mpsc::channel::<Result<Bytes>>(WINDOWS_IN_FLIGHT);
                 if pieces_tx.send(rx).await.is_err() {
                     break; // the reader is gone
@@ -583,7 +602,7 @@ impl Client {
                 let counted = std::sync::Arc::clone(&counted);
                 tasks.push(tokio::spawn(async move {
                     let (fetched, degraded) =
-                        client.read_piece(&stripe, &piece, offset, bytes, &tx).await;
+                        client.read_piece(&stripe, &piece, offset, bytes, n == 0, &tx).await;
                     let mut totals = counted.lock().expect("totals");
                     totals.0 += fetched;
                     totals.1.extend(degraded);
@@ -668,17 +687,19 @@ impl Client {
 
     /// Reads bytes `[offset, offset + len)` of `piece` down `tx`: from its own disk, or —
     /// from where that failed — rebuilt from its stripe. Answers the bytes fetched from
-    /// nodes and the units found unavailable (named `<stripe>:<unit>`, with why).
+    /// nodes and the units found unavailable (named `<stripe>:<unit>`, with why). The
+    /// read's `first` piece starts with small windows (its first bytes go out sooner).
     async fn read_piece(
         &self,
         stripe: &ObjectInfo,
         piece: &crate::GeoPiece,
         offset: u64,
         len: u64,
+        first: bool,
         tx: &mpsc::Sender<Result<Bytes>>,
     ) -> (u64, Vec<(String, String)>) {
         let unit = UnitId::Data(piece.block);
-        let (sent, failure) = match self.send_healthy(stripe, unit, offset, len, tx).await {
+        let (sent, failure) = match self.send_healthy(stripe, unit, offset, len, first, tx).await {
             Ok(sent) => return (sent, Vec::new()),
             Err(failed) => failed,
         };
@@ -704,14 +725,16 @@ impl Client {
     }
 
     /// Sends bytes `[offset, offset + len)` of `unit` of `stripe` down `tx` in windows, read
-    /// from its own disk. Answers how many bytes went (less than `len` only when the reader
-    /// is gone), or, when the unit cannot be read, how many went before and the failure.
+    /// from its own disk ([`windows`]; ramped up from 1 MiB when `ramp`). Answers how many
+    /// bytes went (less than `len` only when the reader is gone), or, when the unit cannot be
+    /// read, how many went before and the failure.
     async fn send_healthy(
         &self,
         stripe: &ObjectInfo,
         unit: UnitId,
         offset: u64,
         len: u64,
+        ramp: bool,
         tx: &mpsc::Sender<Result<Bytes>>,
     ) -> std::result::Result<u64, (u64, Option<crate::node::NodeFailure>)> {
         let Some(info) = stripe.unit(unit) else {
@@ -723,11 +746,7 @@ impl Client {
         // WINDOWS_IN_FLIGHT requests at once, in order: the disk reads the next window
         // while the node sends the previous one (a disk's readahead and a socket's buffer).
         use futures_util::StreamExt;
-        let windows = (0..len.div_ceil(WINDOW_BYTES)).map(|i| {
-            let at = i * WINDOW_BYTES;
-            (at, WINDOW_BYTES.min(len - at))
-        });
-        let mut fetches = futures_util::stream::iter(windows.map(|(at, window)| {
+        let mut fetches = futures_util::stream::iter(windows(len, ramp).map(|(at, window)| {
             let nodes = self.nodes.clone();
             async move { (window, nodes.get_range(info, offset + at, window).await) }
         }))
@@ -745,5 +764,32 @@ impl Client {
             }
         }
         Ok(sent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Windows cover `[0, len)` in order without gaps; a ramp starts small and doubles.
+    #[test]
+    fn windows_cover_the_range_and_ramp_up() {
+        for len in [0, 1, FIRST_WINDOW_BYTES - 1, 5 << 20, 15 << 20, 40 << 20, (40 << 20) + 3] {
+            for ramp in [false, true] {
+                let all: Vec<(u64, u64)> = windows(len, ramp).collect();
+                let mut at = 0;
+                for &(offset, bytes) in &all {
+                    assert_eq!(offset, at, "len {len} ramp {ramp}: {all:?}");
+                    assert!(bytes > 0 && bytes <= WINDOW_BYTES);
+                    at += bytes;
+                }
+                assert_eq!(at, len, "len {len} ramp {ramp}");
+            }
+        }
+        let mib = |list: &[u64]| list.iter().map(|m| m << 20).collect::<Vec<u64>>();
+        let ramped: Vec<u64> = windows(40 << 20, true).map(|w| w.1).collect();
+        assert_eq!(ramped, mib(&[1, 2, 4, 8, 8, 8, 8, 1]));
+        let flat: Vec<u64> = windows(40 << 20, false).map(|w| w.1).collect();
+        assert_eq!(flat, mib(&[8, 8, 8, 8, 8]));
     }
 }

@@ -299,6 +299,7 @@ impl MetaStore for MemStore {
             digests: Digests::new(),
             raidp,
             geometric: None,
+            owners: Vec::new(),
         };
         state.writes.insert(key_of(bucket, key), record.clone());
         Ok(record)
@@ -373,6 +374,7 @@ impl MetaStore for MemStore {
             let mut record = state.writes.remove(&name).expect("checked above");
             record.state = ObjectState::Committed;
             record.digests = stripe.digests.clone();
+            record.owners = stripe.owners.clone();
             state.transitions.remove(&name);
             state.objects.insert(name, record);
         }

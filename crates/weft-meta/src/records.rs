@@ -114,6 +114,21 @@ pub struct ObjectRecord {
     /// RAIDP's): its bytes are data blocks of the bucket's bin stripes, which are objects of
     /// [`GEOMETRIC_BUCKET`].
     pub geometric: Option<Vec<u8>>,
+    /// A bin stripe's owner tags, one per data block: a hash of the key of the packed object
+    /// whose chunk (or front) the block holds, 0 for an empty place or a block of several
+    /// objects' fronts ([`owner_tag`]). Repair sends each object's lost chunks to one disk by
+    /// it. Empty for every other object, and for stripes packed before tags existed.
+    pub owners: Vec<u32>,
+}
+
+/// The owner tag of `key` in geometric bucket `bucket`: never 0 (no one) nor `u32::MAX`.
+pub fn owner_tag(bucket: &str, key: &str) -> u32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in bucket.bytes().chain([0u8]).chain(key.bytes()) {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    hash.clamp(1, u32::MAX - 1)
 }
 
 /// The internal bucket of every geometric bucket's bin stripes: one object per stripe, named
@@ -465,6 +480,9 @@ pub(crate) struct StoredObject {
     /// A packed object's compact geometric record, hex; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     geo: Option<String>,
+    /// A bin stripe's owner tags; absent otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    own: Vec<u32>,
 }
 
 fn is_zero(value: &u64) -> bool {
@@ -511,6 +529,7 @@ impl StoredObject {
             },
             raidp: record.raidp.clone(),
             geo: record.geometric.as_ref().map(|bytes| weft_auth::hex(bytes)),
+            own: record.owners.clone(),
         }
     }
 
@@ -571,6 +590,7 @@ impl StoredObject {
             parity_generation: self.parity_generation,
             digests,
             raidp: self.raidp,
+            owners: self.own,
             geometric: match self.geo {
                 None => None,
                 Some(text) => {

@@ -728,6 +728,7 @@ impl MetaStore for RedbStore {
                 digests: Digests::new(),
                 raidp,
                 geometric: None,
+                owners: Vec::new(),
             };
             let mut writes = txn.open_table(WRITES).map_err(store)?;
             let bytes = encode(&StoredObject::from_record(&record));
@@ -807,6 +808,7 @@ impl MetaStore for RedbStore {
                 let record = ObjectRecord {
                     state: ObjectState::Committed,
                     digests: stripe.digests.clone(),
+                    owners: stripe.owners.clone(),
                     ..write
                 };
                 let bytes = encode(&StoredObject::from_record(&record));

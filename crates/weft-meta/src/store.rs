@@ -55,6 +55,8 @@ pub struct StripeCommit {
     pub key: String,
     pub generation: u64,
     pub digests: Digests,
+    /// The stripe's owner tags, one per data block ([`crate::records::owner_tag`]).
+    pub owners: Vec<u32>,
 }
 
 /// One object a pack moves into its bucket's bins.

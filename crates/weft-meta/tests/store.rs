@@ -726,3 +726,34 @@ fn metadata_bytes_of_a_1_gib_rs_6_3_object() {
     // And far below the naive form (a full DiskLocation per unit, ~30 bytes each).
     assert!(bytes < 30 * units);
 }
+
+/// A pack's commit keeps each bin stripe's owner tags (repair sends each object's chunks to
+/// one disk by them), through a restart too; other objects have none.
+#[test]
+fn a_packs_stripes_keep_their_owner_tags() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("meta.redb");
+    let redb = RedbStore::open(&path).unwrap();
+    let mem = MemStore::new();
+    let key = "cold/00000/c0/000000000000";
+    for store in [&mem as &dyn MetaStore, &redb] {
+        store.create_bucket("cold", layout("rs(2,1)", MIB), 0).unwrap();
+        store.create_bucket(weft_meta::GEOMETRIC_BUCKET, layout("rs(2,1)", MIB), 0).unwrap();
+        let write = store.begin_object(weft_meta::GEOMETRIC_BUCKET, key, placement(MIB, 1), 1);
+        let write = write.unwrap();
+        assert!(write.owners.is_empty());
+        let stripes = [weft_meta::StripeCommit {
+            key: key.into(),
+            generation: write.generation,
+            digests: Default::default(),
+            owners: vec![7, 0, 9],
+        }];
+        store.commit_pack(weft_meta::GEOMETRIC_BUCKET, &stripes, "cold", &[]).unwrap();
+        let stripe = store.get_object(weft_meta::GEOMETRIC_BUCKET, key).unwrap();
+        assert_eq!(stripe.owners, vec![7, 0, 9]);
+        assert!(put(store, "cold", "plain", 2).owners.is_empty());
+    }
+    drop(redb);
+    let redb = RedbStore::open(&path).unwrap();
+    assert_eq!(redb.get_object(weft_meta::GEOMETRIC_BUCKET, key).unwrap().owners, vec![7, 0, 9]);
+}

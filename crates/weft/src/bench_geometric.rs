@@ -4,9 +4,10 @@
 //!
 //! Per (hardware, configuration): start `weft up --no-repair` on a temporary directory (with
 //! `--disk-model hdd --net-model 1Gbit` under the model) → write the workload's objects
-//! (the same sizes and bytes for every configuration) → pack them (geometric ones) → read
-//! each whole, healthy, through the client link → kill the node holding the most object
-//! bytes → read the objects it held again, degraded → small ranged reads, degraded → recover
+//! (the same sizes and bytes for every configuration) → pack them (geometric ones) → read a
+//! sample of the objects with bytes on the node holding the most object bytes (`--reads`)
+//! whole, healthy, through the client link → kill that node → read the sample again,
+//! degraded → small ranged reads, degraded → recover
 //! the node's units with a weighted executor (the bench's own, so it is measured alone) →
 //! stop the cluster.
 //!
@@ -73,6 +74,10 @@ pub struct GeometricBenchArgs {
     pub weight_cap: u64,
     #[arg(long, default_value_t = 64)]
     pub parallel: usize,
+    /// Objects read whole, healthy then degraded (of those with bytes on the failed node,
+    /// spread evenly over their sizes): the degraded ÷ healthy sample.
+    #[arg(long, default_value_t = 24)]
+    pub reads: usize,
     /// Small ranged reads per configuration, and their size.
     #[arg(long, default_value_t = 40)]
     pub ranges: usize,
@@ -87,6 +92,10 @@ pub struct GeometricBenchArgs {
     /// Print one JSON document.
     #[arg(long)]
     pub json: bool,
+    /// Also draw the rows as an SVG bar chart: recovery throughput and degraded ÷ healthy
+    /// read time per configuration, raw and under the model.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
 }
 
 /// One configuration: a bucket body for meta.
@@ -417,9 +426,20 @@ fn run_config(
         }
         Ok((seconds, stats.bytes_fetched))
     };
-    let healthy: Vec<f64> =
-        (0..sizes.len()).map(|i| read(i, None).map(|r| r.0)).collect::<Result<_, _>>()?;
-    // The victim: the node holding the most object bytes.
+    // The sample read whole: objects with bytes on the victim (the node holding the most
+    // object bytes), at most --reads of them, evenly over their sizes.
+    let mut affected: Vec<usize> =
+        (0..sizes.len()).filter(|&i| on_node[i].contains(&victim)).collect();
+    affected.sort_by_key(|&i| (sizes[i], i));
+    if affected.len() > args.reads {
+        let n = affected.len();
+        affected = (0..args.reads.max(1)).map(|j| affected[j * n / args.reads.max(1)]).collect();
+    }
+    affected.sort_unstable();
+    let mut healthy = vec![0.0; sizes.len()];
+    for &i in &affected {
+        healthy[i] = read(i, None)?.0;
+    }
     cluster.kill_node(victim)?;
     // Wait until meta calls it down.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -438,8 +458,7 @@ fn run_config(
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    // Degraded reads of the objects with bytes on the victim.
-    let affected: Vec<usize> = (0..sizes.len()).filter(|&i| on_node[i].contains(&victim)).collect();
+    // Degraded reads of the sample.
     let mut ratios = Vec::new();
     for &i in &affected {
         let (seconds, _) = read(i, None)?;
@@ -476,20 +495,34 @@ fn run_config(
         idle_ms: 100,
         ..Default::default()
     };
+    // Meta sees the victim's units under-protected before the executor starts (else a quick
+    // recovery could end before the first look and never be seen).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = runtime.block_on(client.meta.get_json("/v1/status"))?;
+        let queue = status["repair_queue"].as_u64().unwrap_or(0);
+        let under = status["under_protected_units"].as_u64().unwrap_or(0);
+        if queue > 0 || under > 0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(cli_error!("{config}: meta never saw node {victim}'s units unprotected"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    let disks_before = runtime.block_on(crate::bench_reads::disk_counters_by_disk(client))?;
     let recovery_started = Instant::now();
     let executor =
         runtime.spawn(weft_client::repair::run_executor(client.clone(), config_exec, stopped));
     let deadline = Instant::now() + Duration::from_secs(3600);
     // Done when nothing is under-protected any more and the queue is empty.
-    let mut seen_work = false;
     loop {
-        std::thread::sleep(Duration::from_millis(200));
+        std::thread::sleep(Duration::from_millis(50));
         let status = runtime.block_on(client.meta.get_json("/v1/status"))?;
         let queue = status["repair_queue"].as_u64().unwrap_or(0);
         let under = status["under_protected_units"].as_u64().unwrap_or(0);
-        seen_work |= queue > 0 || under > 0;
-        if seen_work && queue == 0 && under == 0 {
+        if queue == 0 && under == 0 {
             break;
         }
         if Instant::now() > deadline {
@@ -497,7 +530,26 @@ fn run_config(
         }
     }
     let recovery_s = recovery_started.elapsed().as_secs_f64();
+    let disks_after = runtime.block_on(crate::bench_reads::disk_counters_by_disk(client))?;
     let _ = stop.send(true);
+    // Each modeled disk's share of the recovery: busy fraction and bytes moved (the paper's
+    // Table 3), busiest first — the bottleneck of a disk-bound recovery.
+    let mut disk_use: Vec<(u32, f64, u64, u64)> = disks_after
+        .iter()
+        .map(|(key, after)| {
+            let node = key.0;
+            let before = disks_before.get(key).copied().unwrap_or_default();
+            let busy = after.busy_us.saturating_sub(before.busy_us) as f64 / 1e6;
+            (
+                node,
+                busy / recovery_s.max(1e-9),
+                after.bytes.saturating_sub(before.bytes),
+                after.seeks.saturating_sub(before.seeks),
+            )
+        })
+        .collect();
+    disk_use.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let disk_bytes: u64 = disk_use.iter().map(|d| d.2).sum();
     let stats = runtime.block_on(executor).map_err(|e| cli_error!("executor: {e}"))?;
     let recovered = stats.bytes_written.load(Ordering::Relaxed);
     let repair_read = stats.bytes_read.load(Ordering::Relaxed);
@@ -544,6 +596,10 @@ fn run_config(
             "planned_bytes_read": planned_read,
             "planned_read_per_byte_recovered": planned_read as f64 / planned_lost.max(1) as f64,
             "repaired_units": stats.repaired.load(Ordering::Relaxed),
+            "disk_mb_per_s": model.then(|| disk_bytes as f64 / 1e6 / recovery_s.max(1e-9)),
+            "busiest_disks": disk_use.iter().take(6).map(|d| json!({
+                "node": d.0, "busy_fraction": d.1, "bytes": d.2, "seeks": d.3,
+            })).collect::<Vec<_>>(),
             "failed_attempts": stats.failed.load(Ordering::Relaxed),
         },
         "degraded": {
@@ -556,6 +612,7 @@ fn run_config(
             "by_size_decile": deciles,
         },
         "healthy_read_seconds_total": healthy.iter().sum::<f64>(),
+        "objects_on_victim": on_node.iter().filter(|n| n.contains(&victim)).count(),
         "range_reads": {
             "reads": returned / (args.range_size.max(1) as u64),
             "range_bytes": args.range_size,
@@ -634,12 +691,43 @@ pub fn run(args: GeometricBenchArgs) -> Result<(), CliError> {
         "rows": rows,
         "summary": summary,
     });
+    if let Some(path) = &args.plot {
+        chart(&rows, &args.workload).write(path)?;
+    }
     if args.json {
         print_json(&report);
     } else {
         println!("{}", serde_json::to_string_pretty(&report["summary"]).unwrap_or_default());
     }
     Ok(())
+}
+
+/// The rows as bars: one group per configuration, one bar per hardware (raw, model); recovery
+/// throughput above, degraded ÷ healthy read time (median) below.
+fn chart(rows: &[Value], workload: &str) -> crate::plot::Chart {
+    let mut names: Vec<String> = Vec::new();
+    let (mut recovery, mut degraded) = (Vec::new(), Vec::new());
+    for row in rows {
+        let name = row["config"].as_str().unwrap_or("?").to_string();
+        let at = names.iter().position(|n| *n == name).unwrap_or_else(|| {
+            names.push(name);
+            names.len() - 1
+        }) as f64;
+        let series = if row["model"] == true { "model (HDD, 1 Gbit/s)" } else { "raw" };
+        let value = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+        recovery.push((series.to_string(), at, value(&row["recovery"]["mb_per_s"])));
+        degraded.push((series.to_string(), at, value(&row["degraded"]["median_ratio"])));
+    }
+    crate::plot::Chart {
+        title: format!("weft bench geometric --workload {workload}"),
+        x_label: "configuration".into(),
+        x_log: false,
+        x_names: names,
+        panels: vec![
+            crate::plot::Panel::from_points("recovery of one node (MB/s)", recovery),
+            crate::plot::Panel::from_points("degraded ÷ healthy read time (median)", degraded),
+        ],
+    }
 }
 
 fn print_row(row: &Value) {

@@ -232,17 +232,21 @@ impl Config {
     }
 }
 
-/// Sums of every modeled disk's counters over the cluster's up nodes.
-#[derive(Clone, Copy, Default)]
-struct DiskCounters {
-    seeks: u64,
-    busy_us: u64,
-    modeled_disks: usize,
+/// A modeled disk's counters (or their sum over disks).
+#[derive(Clone, Copy, Default, Debug)]
+pub(crate) struct DiskCounters {
+    pub seeks: u64,
+    pub busy_us: u64,
+    pub bytes: u64,
+    pub modeled_disks: usize,
 }
 
-async fn disk_counters(client: &Client) -> Result<DiskCounters, CliError> {
+/// Every modeled disk's counters on the cluster's up nodes, by (node, disk).
+pub(crate) async fn disk_counters_by_disk(
+    client: &Client,
+) -> Result<std::collections::BTreeMap<(u32, u32), DiskCounters>, CliError> {
     let nodes = client.meta.get_json("/v1/nodes").await?;
-    let mut sum = DiskCounters::default();
+    let mut out = std::collections::BTreeMap::new();
     for node in nodes["nodes"].as_array().into_iter().flatten() {
         let (Some(id), Some(endpoint)) = (node["id"].as_u64(), node["endpoint"].as_str()) else {
             continue;
@@ -251,11 +255,30 @@ async fn disk_counters(client: &Client) -> Result<DiskCounters, CliError> {
         let Ok(health) = client.nodes.health(id as u32, endpoint).await else { continue };
         for disk in health["disks"].as_array().into_iter().flatten() {
             if let Some(model) = disk.get("model") {
-                sum.seeks += model["seeks"].as_u64().unwrap_or(0);
-                sum.busy_us += model["busy_us"].as_u64().unwrap_or(0);
-                sum.modeled_disks += 1;
+                let index = disk["index"].as_u64().unwrap_or(0) as u32;
+                out.insert(
+                    (id as u32, index),
+                    DiskCounters {
+                        seeks: model["seeks"].as_u64().unwrap_or(0),
+                        busy_us: model["busy_us"].as_u64().unwrap_or(0),
+                        bytes: model["bytes"].as_u64().unwrap_or(0),
+                        modeled_disks: 1,
+                    },
+                );
             }
         }
+    }
+    Ok(out)
+}
+
+/// Sums of every modeled disk's counters over the cluster's up nodes.
+async fn disk_counters(client: &Client) -> Result<DiskCounters, CliError> {
+    let mut sum = DiskCounters::default();
+    for disk in disk_counters_by_disk(client).await?.values() {
+        sum.seeks += disk.seeks;
+        sum.busy_us += disk.busy_us;
+        sum.bytes += disk.bytes;
+        sum.modeled_disks += 1;
     }
     Ok(sum)
 }

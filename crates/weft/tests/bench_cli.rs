@@ -303,3 +303,44 @@ fn bench_engine_decodes_and_skips_rails_that_decline_the_code() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("cannot rebuild"));
 }
+
+/// `weft bench geometric` end to end on tiny W2-like objects: each configuration on a
+/// `weft up` of its own; every read is checked by the bench itself; the repair traffic it
+/// measures is the one its codes' repair plans predict; the chart names every configuration.
+#[test]
+fn bench_geometric_runs_small_and_measures_what_the_plans_predict() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("geo.svg");
+    let output = weft()
+        .args(["bench", "geometric", "--workload", "w2", "--objects", "40"])
+        .args(["--configs", "geo-clay,striped-rs", "--hardware", "raw", "--nodes", "15"])
+        .args(["--ranges", "4", "--reads", "6", "--dir", dir.path().to_str().unwrap()])
+        .args(["--json", "--plot", svg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{report}");
+    for row in rows {
+        let recovery = &row["recovery"];
+        assert!(recovery["bytes_recovered"].as_u64().unwrap() > 0, "{row}");
+        assert_eq!(recovery["bytes_read"], recovery["planned_bytes_read"], "{row}");
+        assert_eq!(recovery["bytes_recovered"], recovery["planned_bytes_recovered"], "{row}");
+        assert!(row["degraded"]["objects"].as_u64().unwrap() > 0, "{row}");
+    }
+    let geo = &rows[0];
+    assert_eq!(geo["pack"]["objects"], 40, "{geo}");
+    // Packed: a layout record of a few bytes per object.
+    let layout = geo["metadata"]["layout_bytes_per_object"].as_f64().unwrap();
+    assert!(layout > 0.0 && layout <= 40.0, "{geo}");
+    assert!(report["summary"][0]["clay_over_rs_recovery"].is_number(), "{report}");
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    for text in ["geo-clay", "striped-rs", "recovery of one node (MB/s)"] {
+        assert!(chart.contains(text), "{text} missing from the chart");
+    }
+    // The clusters are gone with their directories.
+    let left: Vec<_> =
+        std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left.len(), 1, "only the chart is left: {left:?}");
+}

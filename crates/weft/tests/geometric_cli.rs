@@ -263,3 +263,60 @@ fn a_packer_killed_at_any_point_leaves_every_object_readable_and_a_rerun_finishe
     let again = cluster.weft_json(&["gc", "--dry-run", "--grace", "0", "--json"]);
     assert_eq!(again["unreferenced"], 0, "{again}");
 }
+
+/// A failed node's packed objects are rebuilt each onto one disk (an object's chunks stay
+/// together), and the objects spread over the disks eligible, so recovery writes do too.
+#[test]
+fn a_failed_nodes_objects_recover_each_onto_one_disk_spread_over_several() {
+    let cluster = Cluster::start(18, &["--down-after-ms", "1500", "--heartbeat-ms", "300"]);
+    // One group of 14 of the 18 nodes: a failed member's objects have 4 disks to go to.
+    let flags = "--layout geometric --code clay --k 10 --r 4 --s0 64KiB --q 2 --chunk-max 256KiB \
+                 --pgs 1";
+    cluster.create_bucket("cold", &flags.split_whitespace().collect::<Vec<_>>());
+    let objects: Vec<(String, Vec<u8>)> = (0..40)
+        .map(|i| (format!("obj-{i:02}"), pattern(200 * KIB + i * 23 * KIB + i, 100 + i as u32)))
+        .collect();
+    for (key, bytes) in &objects {
+        put(&cluster, &format!("cold/{key}"), bytes);
+    }
+    assert_eq!(pack(&cluster, &["--now"])["objects"], objects.len());
+    let chunk_disks = |key: &str| -> BTreeSet<(u64, u64)> {
+        let stat = cluster.stat(&format!("cold/{key}"));
+        stat["chunks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["disk"]["node"].as_u64().unwrap(), c["disk"]["disk"].as_u64().unwrap()))
+            .collect()
+    };
+    // The victim: the node holding the most objects' chunks.
+    let mut holders: std::collections::BTreeMap<u64, Vec<&str>> = Default::default();
+    for (key, _) in &objects {
+        let disks = chunk_disks(key);
+        assert_eq!(disks.len(), 1, "{key} packed onto one disk: {disks:?}");
+        holders.entry(disks.first().unwrap().0).or_default().push(key);
+    }
+    let (&victim, held) = holders.iter().max_by_key(|(_, keys)| keys.len()).unwrap();
+    assert!(held.len() >= 3, "objects per data disk: {holders:?}");
+    cluster.kill_node(victim as u32);
+    // Repair moves every chunk off the victim.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    let moved = loop {
+        let now: Vec<BTreeSet<(u64, u64)>> = held.iter().map(|key| chunk_disks(key)).collect();
+        if now.iter().all(|disks| disks.iter().all(|d| d.0 != victim)) {
+            break now;
+        }
+        assert!(std::time::Instant::now() < deadline, "not repaired off node {victim}: {now:?}");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    for (key, disks) in held.iter().zip(&moved) {
+        assert_eq!(disks.len(), 1, "{key}: its chunks were rebuilt onto {disks:?}");
+    }
+    let destinations: BTreeSet<&(u64, u64)> = moved.iter().flat_map(|d| d.iter()).collect();
+    assert!(
+        destinations.len() >= 2,
+        "{} objects of node {victim} all rebuilt onto {destinations:?}",
+        held.len()
+    );
+    check_all(&cluster, &objects);
+}

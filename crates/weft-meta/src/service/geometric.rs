@@ -43,10 +43,15 @@ use weft_layout::{DiskLocation, FailureDomain, Placement, StripedLayout, Topolog
 use super::liveness::Liveness;
 use super::objects::{object_json, topology_of, units_json};
 use super::{blocking, now_ms, ApiError, Shared};
+use crate::records::owner_tag;
 use crate::store::{PackedObject, StripeCommit, GEOMETRIC};
 use crate::{
     BucketRecord, MetaError, MetaStore, NodeRecord, ObjectRecord, GEOMETRIC_BUCKET, MAX_LIST_LIMIT,
 };
+
+/// The owner tag of a block several objects share (fronts in the small bin) while a commit
+/// gathers tags; stored as 0 (no one). [`owner_tag`] never answers it.
+const SHARED_BLOCK: u32 = u32::MAX;
 
 /// Most chunks one object may be cut into; larger objects (for their policy) stay warm.
 pub const MAX_CHUNKS_PER_OBJECT: usize = 1 << 16;
@@ -348,12 +353,16 @@ fn disk_json(disk: &DiskLocation) -> Value {
 }
 
 /// Where the repair of a unit of bin stripe `stripe` (an object of [`GEOMETRIC_BUCKET`])
-/// now on `current` goes: back to `current` when `in_place` (only damaged, its disk healthy),
-/// else to the disk replacing `current` in its placement group — chosen once per (group,
-/// disk) and kept in the bucket's state, so every stripe of the group moves its unit there
-/// and an object's chunks stay on one disk; the group's member becomes that disk for new
-/// stripes. None when the stripe is not a known group's (the generic choice applies), or no
-/// disk outside the group's failure domains is usable. The caller holds `Meta::geometric`.
+/// now on `current` goes: back to `current` when `in_place` (only damaged, its disk healthy).
+/// Else the group first gets a disk replacing `current` as its member — chosen once per
+/// (group, disk) and kept in the bucket's state; new stripes use it. A data block with an
+/// owner tag (one packed object's) then goes to the usable disk outside the group's and the
+/// stripe's failure domains that ranks first for that tag (rendezvous hashing): every chunk
+/// of one object lands on one disk, and the objects of a failed disk spread over every
+/// eligible disk, so their recovery writes do too. Parity blocks and blocks with no owner
+/// go to the group's replacement. None when the stripe is not a known group's (the generic
+/// choice applies), or no disk outside the group's failure domains is usable. The caller
+/// holds `Meta::geometric`.
 pub(crate) fn repair_destination(
     store: &dyn MetaStore,
     stripe: &ObjectRecord,
@@ -375,11 +384,6 @@ pub(crate) fn repair_destination(
     let Some(group) = state.pgs.get_mut(pg) else { return Ok(None) };
     let by_id: BTreeMap<u32, &NodeRecord> = nodes.iter().map(|n| (n.node_id, n)).collect();
     let level = stripe.placement.failure_domain();
-    if let Some((_, to)) = group.replaced.iter().find(|(from, _)| *from == current) {
-        if unusable(&by_id, *to, live).is_none() {
-            return Ok(Some(*to));
-        }
-    }
     // The group's domains, the one being replaced left out; and the stripe's own units.
     let taken: std::collections::BTreeSet<weft_layout::DomainId> = group
         .members
@@ -390,6 +394,27 @@ pub(crate) fn repair_destination(
         .map(|d| d.domain(level))
         .collect();
     let (disks, _) = topology_of(nodes, live);
+    let owner = stripe
+        .placement
+        .units()
+        .find(|(_, d)| *d == current)
+        .and_then(|(unit, _)| match unit {
+            weft_layout::UnitId::Data(x) => stripe.owners.get(x).copied(),
+            _ => None,
+        })
+        .filter(|tag| *tag != 0);
+    let spread = owner.and_then(|tag| {
+        disks
+            .iter()
+            .filter(|d| !taken.contains(&d.domain(level)) && **d != current)
+            .max_by_key(|d| pg_of(&format!("{}/{}", d.node, d.disk), &tag.to_string(), u32::MAX))
+            .copied()
+    });
+    if let Some((_, to)) = group.replaced.iter().find(|(from, _)| *from == current) {
+        if unusable(&by_id, *to, live).is_none() {
+            return Ok(spread.or(Some(*to)));
+        }
+    }
     let chosen = disks
         .iter()
         .filter(|d| !taken.contains(&d.domain(level)) && **d != current)
@@ -406,7 +431,7 @@ pub(crate) fn repair_destination(
     }
     save(store, bucket, &state)?;
     tracing::info!(bucket, pg, from = ?current, to = ?to, "placement group member replaced");
-    Ok(Some(to))
+    Ok(spread.or(Some(to)))
 }
 
 /// `GET /v1/geometric/{bucket}`: the policy and the placement groups (members, their state,
@@ -879,12 +904,14 @@ pub(crate) async fn commit(
             key: stripe.key,
             generation: stripe.generation,
             digests: super::objects::digests_by_unit(stripe.digests)?,
+            owners: Vec::new(),
         });
     }
     let wanted = bucket.clone();
     let record = blocking(&meta, move |store| store.get_bucket(&wanted)).await?;
     let policy = geometric_policy(&record)?;
     let mut objects = Vec::with_capacity(body.objects.len());
+    let mut owners: BTreeMap<String, Vec<u32>> = BTreeMap::new();
     for object in body.objects {
         let place = &object.place;
         let partition = policy.partition(place.size);
@@ -908,11 +935,35 @@ pub(crate) async fn commit(
         if let Some(problem) = problem {
             return Err(ApiError::bad_request(format!("object {:?}: {problem}", object.key)));
         }
+        // Each block the object's chunks and front sit in is tagged with it (a block of
+        // several objects' fronts with no one).
+        let tag = owner_tag(&bucket, &object.key);
+        let front = place.front.map(|f| (None, f.stripe, f.block));
+        let chunks = partition.chunks();
+        let blocks =
+            place.chunks.iter().zip(&chunks).map(|(c, span)| (Some(span.class), c.stripe, c.block));
+        for (class, seq, block) in front.into_iter().chain(blocks) {
+            let key = stripe_key(&bucket, place.pg, class, seq);
+            let tags = owners.entry(key).or_insert_with(|| vec![0; policy.k()]);
+            if let Some(slot) = tags.get_mut(block as usize) {
+                *slot = if *slot == 0 || *slot == tag { tag } else { SHARED_BLOCK };
+            }
+        }
         objects.push(PackedObject {
             key: object.key,
             generation: object.generation,
             place: object.place.encode(),
         });
+    }
+    for stripe in &mut stripes {
+        if let Some(tags) = owners.remove(&stripe.key) {
+            let mut tags: Vec<u32> =
+                tags.into_iter().map(|t| if t == SHARED_BLOCK { 0 } else { t }).collect();
+            while tags.last() == Some(&0) {
+                tags.pop();
+            }
+            stripe.owners = tags;
+        }
     }
     for object in &objects {
         meta.changes.note(&bucket, &object.key);
