@@ -10,7 +10,7 @@
 //!
 //! Read data flow: meta's reply names the object's pieces (front, then chunks, smallest
 //! first) and their stripes → a producer task reads the pieces in order — a healthy piece in
-//! windows from its one disk, an unavailable one rebuilt whole from its stripe (Clay: β of
+//! windows from its one disk (the first piece's ramped up from 1 MiB), an unavailable one rebuilt whole from its stripe (Clay: β of
 //! each of d helpers) — while the caller writes the previous piece out: chunk i + 1 is being
 //! regenerated while chunk i is sent (paper §4.2, Figure 8).
 //!

@@ -23,6 +23,10 @@
 //!   [`GEOMETRIC_BUCKET`] from there on: repaired, scrubbed, collected like any other.
 //! - Placement groups are made once, when the bucket is made (or first packed), over the disks
 //!   usable then, at meta's failure-domain level.
+//! - A committed stripe carries one owner tag per data block (meta derives them from the
+//!   commit's objects, never from the caller): a repair that moves a data block sends it to
+//!   the disk its owner ranks first, so an object's chunks are rebuilt onto one disk and a
+//!   failed disk's objects onto many ([`repair_destination`]).
 
 use std::collections::BTreeMap;
 
