@@ -4,8 +4,8 @@
 //! Pack data flow: meta plans a batch (`POST /v1/geometric/{bucket}/plan`: which objects, on
 //! which placement group and disk, which chunks form which bin stripes, each stripe begun as
 //! a write) → for each stripe, each data block is assembled from the warm copies of its
-//! objects (healthy or degraded reads, like any get), added into the parity and written;
-//! then the parity → meta commits the stripes and swaps the objects in one transaction
+//! objects (healthy or degraded reads, like any get), added into the parity and written
+//! (while the next block is assembled); then the parity units, all at once → meta commits the stripes and swaps the objects in one transaction
 //! (`.../commit`) → the warm units of the packed objects are deleted.
 //!
 //! Read data flow: meta's reply names the object's pieces (front, then chunks, smallest
@@ -48,6 +48,18 @@ const WINDOW_BYTES: u64 = 8 << 20;
 const WINDOWS_IN_FLIGHT: usize = 2;
 /// Pieces being read ahead of the one being written out.
 const PIECES_AHEAD: usize = 1;
+/// A unit write running in a task of its own ([`Client::spawn_put`]).
+type UnitPut =
+    (crate::UnitInfo, tokio::task::JoinHandle<std::result::Result<(), crate::node::NodeFailure>>);
+
+/// Waits for a unit write; its failure names the unit.
+async fn finish_put((unit, task): UnitPut) -> Result<()> {
+    match task.await {
+        Ok(outcome) => outcome.map_err(|f| f.for_unit(&unit)),
+        Err(join) => Err(ClientError::Invalid(format!("a unit write's task failed: {join}"))),
+    }
+}
+
 /// The first window of a read's first piece, doubled up to [`WINDOW_BYTES`]: a read's first
 /// byte waits for one window, so a small one starts the output (and its pipeline) sooner.
 const FIRST_WINDOW_BYTES: u64 = 1 << 20;
@@ -436,6 +448,13 @@ impl Client {
         Ok(())
     }
 
+    /// Starts writing `bytes` as `unit` in a task of its own.
+    fn spawn_put(&self, unit: &crate::UnitInfo, bytes: Bytes) -> UnitPut {
+        let (nodes, target) = (self.nodes.clone(), unit.clone());
+        let task = tokio::spawn(async move { nodes.put(&target, bytes).await });
+        (unit.clone(), task)
+    }
+
     /// Aborts the stripe writes of a failed pack and deletes what it wrote of them.
     async fn abandon_stripes(
         &self,
@@ -459,6 +478,9 @@ impl Client {
 
     /// Writes every stripe of a plan; answers their unit digests (in stripe order), the crc
     /// pieces of each object read, and the objects that changed since the plan (with why).
+    /// A data block's write runs while the next block is read and encoded (one write in
+    /// flight), a stripe's parity units are written at once; every write has ended, in
+    /// success or not, when this returns, and each unit it began is in `written`.
     #[allow(clippy::type_complexity)]
     async fn write_stripes(
         &self,
@@ -467,6 +489,34 @@ impl Client {
         written: &mut Vec<crate::UnitInfo>,
         report: &mut PackReport,
         progress: Option<&AtomicU64>,
+    ) -> Result<(
+        Vec<BTreeMap<UnitId, weft_wire::UnitDigest>>,
+        HashMap<String, Vec<(u64, u64, u32)>>,
+        HashMap<String, String>,
+    )> {
+        let mut in_flight = None;
+        let outcome = self
+            .write_stripes_into(bucket, stripes, written, report, progress, &mut in_flight)
+            .await;
+        // A write still running (this failed meanwhile) ends before the caller cleans up.
+        let last = match in_flight {
+            Some(put) => finish_put(put).await,
+            None => Ok(()),
+        };
+        let done = outcome?;
+        last?;
+        Ok(done)
+    }
+
+    #[allow(clippy::type_complexity)]
+    async fn write_stripes_into(
+        &self,
+        bucket: &str,
+        stripes: &[PlannedStripe],
+        written: &mut Vec<crate::UnitInfo>,
+        report: &mut PackReport,
+        progress: Option<&AtomicU64>,
+        in_flight: &mut Option<UnitPut>,
     ) -> Result<(
         Vec<BTreeMap<UnitId, weft_wire::UnitDigest>>,
         HashMap<String, Vec<(u64, u64, u32)>>,
@@ -534,9 +584,16 @@ impl Client {
                 })?;
                 digests.insert(unit, unit_digest(&block));
                 report.data_bytes_written += len as u64;
-                self.nodes.put(info, Bytes::from(block)).await.map_err(|f| f.for_unit(info))?;
+                if let Some(previous) = in_flight.take() {
+                    finish_put(previous).await?;
+                }
                 written.push(info.clone());
+                *in_flight = Some(self.spawn_put(info, Bytes::from(block)));
             }
+            if let Some(previous) = in_flight.take() {
+                finish_put(previous).await?;
+            }
+            let mut puts = Vec::new();
             for (index, bytes) in parity.into_iter().enumerate() {
                 let unit = UnitId::Parity { group: 0, index };
                 let info = object
@@ -544,8 +601,18 @@ impl Client {
                     .ok_or_else(|| bad_plan(format!("stripe {}: no parity {index}", stripe.key)))?;
                 digests.insert(unit, unit_digest(&bytes));
                 report.parity_bytes_written += bytes.len() as u64;
-                self.nodes.put(info, Bytes::from(bytes)).await.map_err(|f| f.for_unit(info))?;
                 written.push(info.clone());
+                puts.push(self.spawn_put(info, Bytes::from(bytes)));
+            }
+            // Every parity write ends before the first failure (if any) is answered.
+            let mut failure = None;
+            for put in puts {
+                if let Err(error) = finish_put(put).await {
+                    failure.get_or_insert(error);
+                }
+            }
+            if let Some(error) = failure {
+                return Err(error);
             }
             all_digests.push(digests);
         }
