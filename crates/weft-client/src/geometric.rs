@@ -5,12 +5,14 @@
 //! which placement group and disk, which chunks form which bin stripes, each stripe begun as
 //! a write) → for each stripe, each data block is assembled from the warm copies of its
 //! objects (healthy or degraded reads, like any get), added into the parity and written
-//! (while the next block is assembled); then the parity units, all at once → meta commits the stripes and swaps the objects in one transaction
+//! (while the next block is assembled); then the parity units, all at once → meta commits
+//! the stripes and swaps the objects in one transaction
 //! (`.../commit`) → the warm units of the packed objects are deleted.
 //!
 //! Read data flow: meta's reply names the object's pieces (front, then chunks, smallest
 //! first) and their stripes → a producer task reads the pieces in order — a healthy piece in
-//! windows from its one disk (the first piece's ramped up from 1 MiB), an unavailable one rebuilt whole from its stripe (Clay: β of
+//! windows from its one disk (the first piece's ramped up from 1 MiB), an unavailable one
+//! rebuilt whole from its stripe (Clay: β of
 //! each of d helpers) — while the caller writes the previous piece out: chunk i + 1 is being
 //! regenerated while chunk i is sent (paper §4.2, Figure 8).
 //!
@@ -48,6 +50,15 @@ const WINDOW_BYTES: u64 = 8 << 20;
 const WINDOWS_IN_FLIGHT: usize = 2;
 /// Pieces being read ahead of the one being written out.
 const PIECES_AHEAD: usize = 1;
+/// What writing a plan's stripes answers: each stripe's unit digests (in stripe order), the
+/// crc pieces `(offset, bytes, crc32c)` of each object read, and the objects that changed
+/// since the plan (with why).
+type StripesWritten = (
+    Vec<BTreeMap<UnitId, weft_wire::UnitDigest>>,
+    HashMap<String, Vec<(u64, u64, u32)>>,
+    HashMap<String, String>,
+);
+
 /// A unit write running in a task of its own ([`Client::spawn_put`]).
 type UnitPut =
     (crate::UnitInfo, tokio::task::JoinHandle<std::result::Result<(), crate::node::NodeFailure>>);
@@ -481,7 +492,6 @@ impl Client {
     /// A data block's write runs while the next block is read and encoded (one write in
     /// flight), a stripe's parity units are written at once; every write has ended, in
     /// success or not, when this returns, and each unit it began is in `written`.
-    #[allow(clippy::type_complexity)]
     async fn write_stripes(
         &self,
         bucket: &str,
@@ -489,11 +499,7 @@ impl Client {
         written: &mut Vec<crate::UnitInfo>,
         report: &mut PackReport,
         progress: Option<&AtomicU64>,
-    ) -> Result<(
-        Vec<BTreeMap<UnitId, weft_wire::UnitDigest>>,
-        HashMap<String, Vec<(u64, u64, u32)>>,
-        HashMap<String, String>,
-    )> {
+    ) -> Result<StripesWritten> {
         let mut in_flight = None;
         let outcome = self
             .write_stripes_into(bucket, stripes, written, report, progress, &mut in_flight)
@@ -508,7 +514,6 @@ impl Client {
         Ok(done)
     }
 
-    #[allow(clippy::type_complexity)]
     async fn write_stripes_into(
         &self,
         bucket: &str,
@@ -517,11 +522,7 @@ impl Client {
         report: &mut PackReport,
         progress: Option<&AtomicU64>,
         in_flight: &mut Option<UnitPut>,
-    ) -> Result<(
-        Vec<BTreeMap<UnitId, weft_wire::UnitDigest>>,
-        HashMap<String, Vec<(u64, u64, u32)>>,
-        HashMap<String, String>,
-    )> {
+    ) -> Result<StripesWritten> {
         let mut warm: HashMap<String, ObjectInfo> = HashMap::new();
         let mut changed: HashMap<String, String> = HashMap::new();
         let mut crcs: HashMap<String, Vec<(u64, u64, u32)>> = HashMap::new();
@@ -593,12 +594,17 @@ impl Client {
             if let Some(previous) = in_flight.take() {
                 finish_put(previous).await?;
             }
+            // The parity units' places first: nothing is started unless all are known.
+            let places = (0..parity.len())
+                .map(|index| {
+                    let unit = UnitId::Parity { group: 0, index };
+                    object.unit(unit).map(|info| (unit, info)).ok_or_else(|| {
+                        bad_plan(format!("stripe {}: no parity {index}", stripe.key))
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
             let mut puts = Vec::new();
-            for (index, bytes) in parity.into_iter().enumerate() {
-                let unit = UnitId::Parity { group: 0, index };
-                let info = object
-                    .unit(unit)
-                    .ok_or_else(|| bad_plan(format!("stripe {}: no parity {index}", stripe.key)))?;
+            for ((unit, info), bytes) in places.into_iter().zip(parity) {
                 digests.insert(unit, unit_digest(&bytes));
                 report.parity_bytes_written += bytes.len() as u64;
                 written.push(info.clone());

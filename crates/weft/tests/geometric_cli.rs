@@ -199,10 +199,14 @@ fn objects_pack_into_bins_and_read_back_whole_ranged_and_degraded() {
         out["degraded_units"].to_string().contains("checksum"),
         "the corrupt chunk is named: {out}"
     );
-    // Reported: the repair executor rebuilds it, and the next read is healthy.
-    cluster.wait_for_status("the corrupt chunk repaired", |s| {
-        s["repair_queue"] == 0 && s["repairs_completed"].as_u64().unwrap_or(0) >= 1
-    });
+    // Reported: the repair executor rebuilds it, and the next read is healthy. (Its first
+    // attempt may meet the killed node, which meta calls up for a minute, and retry later:
+    // more than the default wait on a loaded CI machine.)
+    cluster.wait_for_status_within(
+        "the corrupt chunk repaired",
+        std::time::Duration::from_secs(90),
+        |s| s["repair_queue"] == 0 && s["repairs_completed"].as_u64().unwrap_or(0) >= 1,
+    );
     let out =
         cluster.weft_json(&["get", &format!("cold/{key}"), "-o", file.to_str().unwrap(), "--json"]);
     assert!(std::fs::read(&file).unwrap() == *bytes);
