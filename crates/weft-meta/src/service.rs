@@ -35,6 +35,12 @@
 //! - A node's disk reported `"state":"full"` is read-only, not failed: no new object's unit
 //!   and no repair destination goes there, its units are not queued for repair and stay
 //!   readable. `/v1/status` counts the nearfull and full disks of up nodes.
+//! - The geometric layout's bin stripes (objects of [`crate::GEOMETRIC_BUCKET`], `.weft-geo`)
+//!   change only through the pack's plan and commit, repairs and GC: the generic object
+//!   routes refuse to begin, commit, delete or transition one, and the bucket itself cannot
+//!   be created, re-policied or deleted by a client (403 `internal_bucket`), since a stripe
+//!   deleted by hand loses chunks of every object packed in it. Reads, listings and the abort
+//!   of a pending write stay open (a failed pack aborts its own stripe writes).
 //! - The repair detector is a task of the service: it starts at [`bind`] and has stopped,
 //!   with every store call it made, before [`RunningMeta::stop`] returns, so the store is
 //!   closed and another meta may open the directory.
@@ -974,6 +980,7 @@ async fn create_bucket(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    refuse_internal_change(&name, "create the bucket")?;
     let (nodes, domains) = cluster_size(&meta).await?;
     if let Some(asked) = raidp_request(&body)? {
         return create_raidp_bucket(meta, name, asked).await;
@@ -1053,6 +1060,7 @@ async fn set_bucket_policy(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
+    refuse_internal_change(&name, "change the bucket's policy")?;
     let wanted = name.clone();
     let current = blocking(&meta, move |store| store.get_bucket(&wanted)).await?;
     let policy = parse_policy_over(&body, json!(current.default_policy))?;
@@ -1080,10 +1088,31 @@ async fn delete_bucket(
     State(meta): State<Shared>,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
+    refuse_internal_change(&name, "delete the bucket")?;
     let deleted = name.clone();
     blocking(&meta, move |store| store.delete_bucket(&name)).await?;
     tracing::info!(bucket = %deleted, "bucket deleted");
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Refuses a client's `action` on `bucket` when it is the geometric layout's own
+/// [`crate::GEOMETRIC_BUCKET`]: its stripes hold chunks of packed objects, and they change
+/// only through the pack, repairs and GC (403 `internal_bucket`).
+fn refuse_internal_change(bucket: &str, action: &str) -> Result<(), ApiError> {
+    if bucket != crate::GEOMETRIC_BUCKET {
+        return Ok(());
+    }
+    let mut error = ApiError::new(
+        StatusCode::FORBIDDEN,
+        "internal_bucket",
+        format!(
+            "{bucket} holds the geometric layout's bin stripes, which change only through \
+             `weft pack`, repairs and `weft gc`; a client may not {action} there (a stripe \
+             changed by hand would lose chunks of the objects packed in it)"
+        ),
+    );
+    error.body["bucket"] = json!(bucket);
+    Err(error)
 }
 
 async fn no_route(uri: Uri) -> ApiError {

@@ -119,6 +119,26 @@ fn objects_pack_into_bins_and_read_back_whole_ranged_and_degraded() {
     assert_eq!(gc["unreferenced"], 0, "{gc}");
 
     check_all(&cluster, &objects);
+    // The bin stripes are meta's own: a client may read them, not change them by hand (a
+    // stripe deleted would lose chunks of every object packed in it).
+    let stripes = cluster.weft_json(&["ls", ".weft-geo", "--json"]);
+    let stripe = stripes["objects"][0]["key"].as_str().expect("a stripe listed").to_owned();
+    let spare = cluster.dir().join("spare");
+    std::fs::write(&spare, b"not a stripe").unwrap();
+    for args in [
+        vec!["rm".to_owned(), format!(".weft-geo/{stripe}")],
+        vec!["put".to_owned(), spare.display().to_string(), format!(".weft-geo/{stripe}")],
+        vec!["put".to_owned(), spare.display().to_string(), ".weft-geo/new".to_owned()],
+        vec!["transition".into(), format!(".weft-geo/{stripe}"), "--code".into(), "rs".into(), "--k".into(), "10".into(), "--r".into(), "4".into()],
+        vec!["bucket".into(), "rm".into(), ".weft-geo".into()],
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let message = cluster.weft_fails(&args);
+        assert!(message.contains("bin stripes"), "{args:?}: {message}");
+    }
+    let listed = cluster.weft_json(&["ls", ".weft-geo", "--json"]);
+    assert_eq!(listed["objects"], stripes["objects"], "no stripe changed");
+    check_all(&cluster, &objects);
     // stat: the front, then the chunks smallest first, all on one disk; a small record.
     for (key, bytes) in &objects {
         let stat = cluster.stat(&format!("cold/{key}"));

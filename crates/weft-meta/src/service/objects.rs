@@ -396,8 +396,10 @@ pub(crate) async fn post_object(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     if let Some(key) = rest.strip_suffix(BEGIN).filter(|k| !k.is_empty()) {
+        super::refuse_internal_change(&bucket, "write an object")?;
         begin(meta, bucket, key.to_string(), &body).await
     } else if let Some(key) = rest.strip_suffix(COMMIT).filter(|k| !k.is_empty()) {
+        super::refuse_internal_change(&bucket, "commit an object")?;
         commit(meta, bucket, key.to_string(), &body).await
     } else if let Some(key) = rest.strip_suffix(DIGESTS).filter(|k| !k.is_empty()) {
         digests_page(meta, bucket, key.to_string(), &body).await
@@ -695,6 +697,7 @@ pub(crate) async fn delete_object(
     State(meta): State<Shared>,
     Path((bucket, key)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
+    super::refuse_internal_change(&bucket, "delete an object")?;
     let (record, nodes) = blocking(&meta, move |store| {
         // An object of the key marked lost is forgotten with it (read first: a delete is a
         // write transaction, and most keys were never lost).

@@ -359,6 +359,7 @@ pub(crate) async fn begin(State(meta): State<Shared>, body: Bytes) -> Result<Jso
             )))
         }
     }
+    super::refuse_internal_change(&body.bucket, "transition an object")?;
     let layout: Policy = serde_json::from_value(body.layout)
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_policy", e.to_string()))?;
     super::check_policy(&layout)?;
