@@ -125,14 +125,15 @@ fn objects_pack_into_bins_and_read_back_whole_ranged_and_degraded() {
     let stripe = stripes["objects"][0]["key"].as_str().expect("a stripe listed").to_owned();
     let spare = cluster.dir().join("spare");
     std::fs::write(&spare, b"not a stripe").unwrap();
-    for args in [
-        vec!["rm".to_owned(), format!(".weft-geo/{stripe}")],
-        vec!["put".to_owned(), spare.display().to_string(), format!(".weft-geo/{stripe}")],
-        vec!["put".to_owned(), spare.display().to_string(), ".weft-geo/new".to_owned()],
-        vec!["transition".into(), format!(".weft-geo/{stripe}"), "--code".into(), "rs".into(), "--k".into(), "10".into(), "--r".into(), "4".into()],
-        vec!["bucket".into(), "rm".into(), ".weft-geo".into()],
+    let spare = spare.display();
+    for line in [
+        format!("rm .weft-geo/{stripe}"),
+        format!("put {spare} .weft-geo/{stripe}"),
+        format!("put {spare} .weft-geo/new"),
+        format!("transition .weft-geo/{stripe} --code rs --k 10 --r 4"),
+        "bucket rm .weft-geo".to_owned(),
     ] {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let args: Vec<&str> = line.split(' ').collect();
         let message = cluster.weft_fails(&args);
         assert!(message.contains("bin stripes"), "{args:?}: {message}");
     }
