@@ -981,6 +981,29 @@ async fn create_bucket(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     refuse_internal_change(&name, "create the bucket")?;
+    // A geometric bucket of this name deleted with stripes still to drop: finish, or wait
+    // (a bucket that exists is refused below as it always was).
+    let dropping = name.clone();
+    let must_wait = blocking(&meta, move |store| {
+        if store.get_record(crate::store::GEOMETRIC, &dropping)?.is_none() {
+            return Ok(false);
+        }
+        let (_, done) = geometric::drop_stripes(store, &dropping, geometric::MAX_STRIPES_DROPPED)?;
+        Ok(!done && matches!(store.get_bucket(&dropping), Err(MetaError::NoSuchBucket { .. })))
+    })
+    .await?;
+    if must_wait {
+        let mut error = ApiError::new(
+            StatusCode::CONFLICT,
+            "bucket_being_dropped",
+            format!(
+                "a deleted geometric bucket named {name} still has bin stripes being dropped; \
+                 try again in a minute"
+            ),
+        );
+        error.body["bucket"] = json!(name);
+        return Err(error);
+    }
     let (nodes, domains) = cluster_size(&meta).await?;
     if let Some(asked) = raidp_request(&body)? {
         return create_raidp_bucket(meta, name, asked).await;
@@ -1090,7 +1113,15 @@ async fn delete_bucket(
 ) -> Result<StatusCode, ApiError> {
     refuse_internal_change(&name, "delete the bucket")?;
     let deleted = name.clone();
-    blocking(&meta, move |store| store.delete_bucket(&name)).await?;
+    blocking(&meta, move |store| {
+        store.delete_bucket(&name)?;
+        // A geometric bucket's stripes go with it (the rest, if many, on detector ticks).
+        if geometric::load(store, &name)?.is_some() {
+            geometric::drop_stripes(store, &name, geometric::MAX_STRIPES_DROPPED)?;
+        }
+        Ok(())
+    })
+    .await?;
     tracing::info!(bucket = %deleted, "bucket deleted");
     Ok(StatusCode::NO_CONTENT)
 }

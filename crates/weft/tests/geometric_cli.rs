@@ -243,6 +243,44 @@ fn objects_pack_into_bins_and_read_back_whole_ranged_and_degraded() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let missing = cluster.weft_fails(&["get", &format!("cold/{key}")]);
     assert!(missing.contains("no_such_key") || missing.contains("no object"), "{missing}");
+
+    // The bucket emptied and removed: its stripes go with it, and their units leave every
+    // live node (the killed node's stay queued until it returns or is removed).
+    for (key, _) in &objects {
+        let _ = cluster.weft(&["rm", &format!("cold/{key}")]);
+    }
+    let out = cluster.weft(&["bucket", "rm", "cold"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let listed = cluster.weft_json(&["ls", ".weft-geo", "--json"]);
+    assert_eq!(listed["objects"], serde_json::json!([]), "stripes left: {listed}");
+    let units_on_live_nodes = || -> Vec<std::path::PathBuf> {
+        let mut found = Vec::new();
+        for id in cluster.node_ids().into_iter().filter(|&id| id != node) {
+            let mut dirs = vec![cluster.dir().join(format!("node-{id}"))];
+            while let Some(dir) = dirs.pop() {
+                for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                    let path = entry.path();
+                    if path.is_dir() {
+                        dirs.push(path);
+                    } else if path.extension().is_some_and(|e| e == "unit") {
+                        found.push(path);
+                    }
+                }
+            }
+        }
+        found
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !units_on_live_nodes().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "units left on live nodes: {:?}",
+            units_on_live_nodes()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    // The name is free again, for a geometric bucket too.
+    cold_bucket(&cluster);
 }
 
 fn find_file(dir: &std::path::Path, name: &str) -> Option<std::path::PathBuf> {

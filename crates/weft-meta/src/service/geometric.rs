@@ -27,6 +27,13 @@
 //!   commit's objects, never from the caller): a repair that moves a data block sends it to
 //!   the disk its owner ranks first, so an object's chunks are rebuilt onto one disk and a
 //!   failed disk's objects onto many ([`repair_destination`]).
+//! - A deleted geometric bucket's stripes are dropped after it ([`drop_stripes`]): the
+//!   bucket had to be empty, so no live object has a chunk in them. Each stripe's record
+//!   goes first, then its units are queued on the deletions queue (a crash between leaves
+//!   them to the gc sweep); the bucket's state record goes last, so while it outlives its
+//!   bucket there is work left, which the repair detector's ticks finish and which makes a
+//!   bucket of that name wait (409 `bucket_being_dropped`) rather than share stripe keys
+//!   with the old one.
 
 use std::collections::BTreeMap;
 
@@ -52,6 +59,78 @@ use crate::store::{PackedObject, StripeCommit, GEOMETRIC};
 use crate::{
     BucketRecord, MetaError, MetaStore, NodeRecord, ObjectRecord, GEOMETRIC_BUCKET, MAX_LIST_LIMIT,
 };
+
+/// Most stripes one call of [`drop_stripes`] drops (a request's or a detector tick's share).
+pub(crate) const MAX_STRIPES_DROPPED: usize = 4096;
+
+/// Drops up to `max` bin stripes of `bucket`, a geometric bucket already deleted: each
+/// stripe's record, then its units onto the deletions queue (the repair executors delete
+/// them from their nodes). Once none is left, the bucket's state record goes too. Answers
+/// the stripes dropped and whether the bucket is done.
+pub(crate) fn drop_stripes(
+    store: &dyn MetaStore,
+    bucket: &str,
+    max: usize,
+) -> Result<(usize, bool), MetaError> {
+    match store.get_bucket(bucket) {
+        Err(MetaError::NoSuchBucket { .. }) => {}
+        Ok(_) => return Ok((0, false)), // still (or again) a bucket: nothing is dead
+        Err(other) => return Err(other),
+    }
+    let prefix = format!("{bucket}/");
+    let mut dropped = 0;
+    while dropped < max {
+        let limit = (max - dropped).min(MAX_LIST_LIMIT);
+        let page = match store.list_objects(GEOMETRIC_BUCKET, &prefix, None, limit) {
+            Ok(page) => page,
+            Err(MetaError::NoSuchBucket { .. }) => break, // nothing was ever packed
+            Err(other) => return Err(other),
+        };
+        if page.objects.is_empty() {
+            break;
+        }
+        for stripe in page.objects {
+            let record = match store.delete_object(GEOMETRIC_BUCKET, &stripe.key) {
+                Ok(record) => record,
+                Err(MetaError::NoSuchKey { .. }) => continue,
+                Err(other) => return Err(other),
+            };
+            for (unit, disk) in record.placement.units() {
+                super::deletions::queue_replaced_copy(store, &record, unit, disk)?;
+            }
+            dropped += 1;
+        }
+    }
+    if dropped < max {
+        store.delete_record(GEOMETRIC, bucket)?;
+        if dropped > 0 {
+            tracing::info!(%bucket, dropped, "stripes of a deleted geometric bucket dropped");
+        }
+        return Ok((dropped, true));
+    }
+    Ok((dropped, false))
+}
+
+/// Finishes the drops [`drop_stripes`] left (deleted geometric buckets whose state record
+/// is still there), up to [`MAX_STRIPES_DROPPED`] stripes in all; the repair detector calls
+/// it every tick. Answers the stripes dropped.
+pub(crate) fn drop_deleted_buckets_stripes(store: &dyn MetaStore) -> Result<usize, MetaError> {
+    let mut dropped = 0;
+    let mut after: Option<String> = None;
+    loop {
+        let page = store.list_records(GEOMETRIC, "", after.as_deref(), MAX_LIST_LIMIT)?;
+        for (bucket, _) in &page {
+            if dropped >= MAX_STRIPES_DROPPED {
+                return Ok(dropped);
+            }
+            dropped += drop_stripes(store, bucket, MAX_STRIPES_DROPPED - dropped)?.0;
+        }
+        if page.len() < MAX_LIST_LIMIT {
+            return Ok(dropped);
+        }
+        after = page.last().map(|(name, _)| name.clone());
+    }
+}
 
 /// The owner tag of a block several objects share (fronts in the small bin) while a commit
 /// gathers tags; stored as 0 (no one). [`owner_tag`] never answers it.

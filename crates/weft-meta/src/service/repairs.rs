@@ -297,6 +297,10 @@ pub(crate) async fn detect(meta: Shared, mut stopped: watch::Receiver<bool>) {
                 return Ok((previous.expect("not due only after a scan"), None));
             }
             let queued = scan(store, &failures, now)?;
+            // Stripes of deleted geometric buckets left to drop (none, nearly always).
+            if let Err(error) = super::geometric::drop_deleted_buckets_stripes(store) {
+                tracing::warn!(%error, "could not drop stripes of deleted geometric buckets");
+            }
             Ok(((failures, now), Some(queued)))
         })
         .await;
