@@ -1157,3 +1157,66 @@ pub(crate) fn object_fields(
     });
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::DELETIONS;
+    use crate::MemStore;
+
+    const MIB: u64 = 1 << 20;
+
+    fn layout() -> StripedLayout {
+        StripedLayout {
+            code: CodeSpec::parse("rs(2,1)").unwrap(),
+            stripe_width: 2,
+            cell_bytes: MIB,
+            block_bytes: MIB,
+        }
+    }
+
+    /// Commits a stripe object `key` of the internal bucket; answers its unit count.
+    fn stripe(store: &dyn MetaStore, key: &str, seed: u64) -> usize {
+        let disks = (0..6).map(|node| DiskLocation { rack: node, node, disk: 0 }).collect();
+        let topology = Topology::new(disks).unwrap();
+        let placement =
+            weft_layout::place(&layout(), 2 * MIB, &topology, seed, FailureDomain::Node).unwrap();
+        let write = store.begin_object(GEOMETRIC_BUCKET, key, placement, 1).unwrap();
+        store.commit_object(GEOMETRIC_BUCKET, key, write.generation, &Default::default()).unwrap();
+        write.placement.units().count()
+    }
+
+    fn queued(store: &dyn MetaStore) -> usize {
+        store.list_records(DELETIONS, "", None, MAX_LIST_LIMIT).unwrap().len()
+    }
+
+    /// A deleted geometric bucket's stripes go, a bounded number per call, each one's units
+    /// onto the deletions queue; another bucket's stripes (even one whose name begins the
+    /// same) stay; the state record goes with the last; a live bucket's are never touched.
+    #[test]
+    fn a_deleted_buckets_stripes_are_dropped_in_bounded_steps() {
+        let store = MemStore::new();
+        store.create_bucket(GEOMETRIC_BUCKET, layout(), 0).unwrap();
+        store.create_bucket("cold", layout(), 0).unwrap();
+        store.put_record(GEOMETRIC, "cold", &json!({}), false).unwrap();
+        let mut units = 0;
+        for seq in 0..3 {
+            units += stripe(&store, &stripe_key("cold", 0, Some(seq), 0), seq as u64);
+        }
+        stripe(&store, &stripe_key("cold2", 0, None, 0), 9);
+        // The bucket still exists: nothing is dead.
+        assert_eq!(drop_stripes(&store, "cold", 10).unwrap(), (0, false));
+        assert_eq!(drop_deleted_buckets_stripes(&store).unwrap(), 0);
+        store.delete_bucket("cold").unwrap();
+        assert_eq!(drop_stripes(&store, "cold", 2).unwrap(), (2, false));
+        assert!(store.get_record(GEOMETRIC, "cold").unwrap().is_some(), "work left, marked");
+        // The detector's tick finishes it.
+        assert_eq!(drop_deleted_buckets_stripes(&store).unwrap(), 1);
+        assert!(store.get_record(GEOMETRIC, "cold").unwrap().is_none());
+        let left = store.list_objects(GEOMETRIC_BUCKET, "", None, MAX_LIST_LIMIT).unwrap();
+        let keys: Vec<&str> = left.objects.iter().map(|o| o.key.as_str()).collect();
+        assert_eq!(keys, vec![stripe_key("cold2", 0, None, 0)]);
+        assert_eq!(queued(&store), units, "every unit of the dropped stripes queued");
+        assert_eq!(drop_deleted_buckets_stripes(&store).unwrap(), 0);
+    }
+}
