@@ -985,9 +985,6 @@ async fn create_bucket(
     // (a bucket that exists is refused below as it always was).
     let dropping = name.clone();
     let must_wait = blocking(&meta, move |store| {
-        if store.get_record(crate::store::GEOMETRIC, &dropping)?.is_none() {
-            return Ok(false);
-        }
         let (_, done) = geometric::drop_stripes(store, &dropping, geometric::MAX_STRIPES_DROPPED)?;
         Ok(!done && matches!(store.get_bucket(&dropping), Err(MetaError::NoSuchBucket { .. })))
     })
@@ -1116,9 +1113,7 @@ async fn delete_bucket(
     blocking(&meta, move |store| {
         store.delete_bucket(&name)?;
         // A geometric bucket's stripes go with it (the rest, if many, on detector ticks).
-        if geometric::load(store, &name)?.is_some() {
-            geometric::drop_stripes(store, &name, geometric::MAX_STRIPES_DROPPED)?;
-        }
+        geometric::drop_stripes(store, &name, geometric::MAX_STRIPES_DROPPED)?;
         Ok(())
     })
     .await?;

@@ -66,12 +66,16 @@ pub(crate) const MAX_STRIPES_DROPPED: usize = 4096;
 /// Drops up to `max` bin stripes of `bucket`, a geometric bucket already deleted: each
 /// stripe's record, then its units onto the deletions queue (the repair executors delete
 /// them from their nodes). Once none is left, the bucket's state record goes too. Answers
-/// the stripes dropped and whether the bucket is done.
+/// the stripes dropped and whether the bucket is done (true at once for a name that was
+/// never a geometric bucket).
 pub(crate) fn drop_stripes(
     store: &dyn MetaStore,
     bucket: &str,
     max: usize,
 ) -> Result<(usize, bool), MetaError> {
+    if store.get_record(GEOMETRIC, bucket)?.is_none() {
+        return Ok((0, true));
+    }
     match store.get_bucket(bucket) {
         Err(MetaError::NoSuchBucket { .. }) => {}
         Ok(_) => return Ok((0, false)), // still (or again) a bucket: nothing is dead
