@@ -172,11 +172,31 @@ impl MetaClient {
         generation: u64,
         digests: &BTreeMap<UnitId, weft_wire::UnitDigest>,
     ) -> Result<(ObjectInfo, Option<ObjectInfo>)> {
+        self.commit_with(bucket, key, generation, digests, None, None).await
+    }
+
+    /// [`MetaClient::commit`] carrying `attributes` (kept with the object) and refused with
+    /// meta's 412 `precondition_failed`, nothing committed, unless `precondition` holds.
+    pub async fn commit_with(
+        &self,
+        bucket: &str,
+        key: &str,
+        generation: u64,
+        digests: &BTreeMap<UnitId, weft_wire::UnitDigest>,
+        attributes: Option<&Value>,
+        precondition: Option<crate::Precondition>,
+    ) -> Result<(ObjectInfo, Option<ObjectInfo>)> {
         let object = Self::object_path(bucket, key)?;
         let base = json!({ "generation": generation });
         let named = self.digests_ahead(&format!("{object}/digests"), &base, digests).await?;
         let path = format!("{object}/commit");
-        let body = json!({ "generation": generation, "digests": named });
+        let mut body = json!({ "generation": generation, "digests": named });
+        if let Some(attributes) = attributes {
+            body["attributes"] = attributes.clone();
+        }
+        if let Some(precondition) = precondition {
+            body["if"] = precondition.to_json();
+        }
         let mut value = self.post_json(&path, body).await?;
         let replaced = match value["replaced"].take() {
             Value::Null => None,
@@ -232,7 +252,21 @@ impl MetaClient {
 
     /// Deletes the committed object from meta; returns its record (its units are garbage).
     pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<ObjectInfo> {
-        let path = Self::object_path(bucket, key)?;
+        self.delete_object_if(bucket, key, None).await
+    }
+
+    /// [`MetaClient::delete_object`] of generation `generation` only, when given (meta's 412
+    /// `precondition_failed` otherwise, nothing deleted).
+    pub async fn delete_object_if(
+        &self,
+        bucket: &str,
+        key: &str,
+        generation: Option<u64>,
+    ) -> Result<ObjectInfo> {
+        let mut path = Self::object_path(bucket, key)?;
+        if let Some(generation) = generation {
+            path.push_str(&format!("?if_generation={generation}"));
+        }
         ObjectInfo::from_json(self.call(reqwest::Method::DELETE, &path, None).await?)
     }
 

@@ -200,11 +200,32 @@ impl Client {
             }
         }
         let no_digests = std::collections::BTreeMap::new();
-        let (committed, _replaced) = self
-            .meta
-            .commit(&bucket, &key, generation, &no_digests)
-            .await
-            .map_err(|e| (e, Vec::new()))?;
+        let commit = match options.commit_attributes() {
+            Ok(attributes) => {
+                let precondition = options.precondition;
+                let commit = self.meta.commit_with(
+                    &bucket,
+                    &key,
+                    generation,
+                    &no_digests,
+                    attributes.as_ref(),
+                    precondition,
+                );
+                commit.await
+            }
+            Err(error) => Err(error),
+        };
+        let committed = match commit {
+            Ok((committed, _replaced)) => committed,
+            Err(error) => {
+                // Refused (a precondition, bad attributes) or unanswered: meta keeps nothing
+                // unless the commit landed, and then the abort is refused.
+                if let Err(abort) = self.meta.abort(&bucket, &key, generation).await {
+                    tracing::warn!(%abort, bucket, key, generation, "could not abort the RAIDP write; it expires");
+                }
+                return Err((error, Vec::new()));
+            }
+        };
         Ok(PutStats {
             data_bytes: size,
             parity_bytes: size,

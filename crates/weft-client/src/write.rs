@@ -109,6 +109,51 @@ pub struct PutOptions {
     /// Store the object in the RAIDP tier (two replicas + Lstor parity) whatever its
     /// bucket's policy; meta needs a RAIDP map (a RAIDP bucket made one).
     pub raidp: bool,
+    /// Attributes the commit carries (meta keeps them with the object): read when the
+    /// commit is sent, so a caller may fill the slot while the body streams (the S3 gateway
+    /// sets the ETag once it has hashed the last byte). A slot still empty at the commit
+    /// fails the put, committing nothing.
+    pub attributes: Option<AttributesSlot>,
+    /// Commit only if this holds for the object then committed under the key (meta checks
+    /// it in the commit's transaction); otherwise the put fails with meta's 412
+    /// `precondition_failed` and nothing is committed.
+    pub precondition: Option<Precondition>,
+}
+
+impl PutOptions {
+    /// The attributes the commit carries: the slot's value, none without a slot, an error
+    /// when the slot was never filled.
+    pub(crate) fn commit_attributes(&self) -> Result<Option<serde_json::Value>> {
+        match &self.attributes {
+            None => Ok(None),
+            Some(slot) => slot.get().cloned().map(Some).ok_or_else(|| {
+                ClientError::Invalid("the put's attributes were never set".to_string())
+            }),
+        }
+    }
+}
+
+/// Where a put finds the attributes its commit carries ([`PutOptions::attributes`]).
+pub type AttributesSlot = Arc<std::sync::OnceLock<serde_json::Value>>;
+
+/// What a commit (or a delete) requires of the object committed under its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precondition {
+    /// No object is committed under the key (S3's `If-None-Match: *`).
+    Absent,
+    /// The committed object has this generation (S3's `If-Match`, once its ETag was
+    /// resolved to a generation).
+    Generation(u64),
+}
+
+impl Precondition {
+    /// The `"if"` field of meta's commit body.
+    pub fn to_json(self) -> serde_json::Value {
+        match self {
+            Precondition::Absent => serde_json::json!("absent"),
+            Precondition::Generation(generation) => serde_json::json!({ "generation": generation }),
+        }
+    }
 }
 
 /// What a put did.
@@ -926,7 +971,21 @@ impl Client {
             return Err((error, failed_nodes));
         }
         let units = written.len();
-        let commit = self.meta.commit(bucket, key, object.generation, &digests);
+        let attributes = match options.commit_attributes() {
+            Ok(attributes) => attributes,
+            Err(error) => {
+                self.abandon(bucket, key, object.generation, &written).await;
+                return Err((error, Vec::new()));
+            }
+        };
+        let commit = self.meta.commit_with(
+            bucket,
+            key,
+            object.generation,
+            &digests,
+            attributes.as_ref(),
+            options.precondition,
+        );
         let (committed, replaced) = match commit.await {
             Ok(done) => done,
             Err(error) => {
@@ -990,7 +1049,18 @@ impl Client {
     /// Deletes the object from meta, then its units from the nodes. Returns the deleted
     /// object and how many units could not be deleted (their nodes are down: garbage).
     pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<(ObjectInfo, usize)> {
-        let object = self.meta.delete_object(bucket, key).await?;
+        self.delete_object_if(bucket, key, None).await
+    }
+
+    /// [`Client::delete_object`] of generation `generation` only, when given (meta answers
+    /// 412 `precondition_failed` for another, deleting nothing).
+    pub async fn delete_object_if(
+        &self,
+        bucket: &str,
+        key: &str,
+        generation: Option<u64>,
+    ) -> Result<(ObjectInfo, usize)> {
+        let object = self.meta.delete_object_if(bucket, key, generation).await?;
         let units: Vec<UnitInfo> = object.units.values().cloned().collect();
         let left = self.delete_units(&units).await;
         Ok((object, left))

@@ -21,8 +21,14 @@ pub enum MetaError {
     BucketNotEmpty { bucket: String },
     /// No committed object under that key.
     NoSuchKey { bucket: String, key: String },
-    /// No write in progress with that generation (never begun, committed or superseded).
+    /// No write in progress with that generation (never begun, committed, aborted or
+    /// expired).
     NoSuchWrite { bucket: String, key: String, generation: u64 },
+    /// A commit's or delete's precondition on the key's committed object does not hold;
+    /// `current` is that object's generation, if one is committed. Nothing changed.
+    PreconditionFailed { bucket: String, key: String, current: Option<u64> },
+    /// A commit's attributes are not a JSON object, or too large.
+    InvalidAttributes { bucket: String, key: String, reason: String },
     /// A bucket name or object key breaks the naming rules.
     InvalidName { what: &'static str, name: String, reason: &'static str },
     /// A policy or placement given to the store is not valid.
@@ -146,8 +152,22 @@ impl fmt::Display for MetaError {
             MetaError::NoSuchWrite { bucket, key, generation } => write!(
                 f,
                 "no write of generation {generation} in progress for object {key:?} in bucket \
-                 {bucket:?} (already committed, or superseded by a newer write)"
+                 {bucket:?} (already committed, aborted or expired)"
             ),
+            MetaError::InvalidAttributes { bucket, key, reason } => {
+                write!(f, "bad attributes for object {key:?} in bucket {bucket:?}: {reason}")
+            }
+            MetaError::PreconditionFailed { bucket, key, current } => match current {
+                Some(generation) => write!(
+                    f,
+                    "precondition failed: object {key:?} in bucket {bucket:?} is at generation \
+                     {generation}"
+                ),
+                None => write!(
+                    f,
+                    "precondition failed: no object {key:?} is committed in bucket {bucket:?}"
+                ),
+            },
             MetaError::InvalidName { what, name, reason } => {
                 write!(f, "invalid {what} name {name:?}: {reason}")
             }

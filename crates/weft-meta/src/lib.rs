@@ -24,10 +24,12 @@ pub use records::{
     metadata_bytes, parse_unit_name, unit_name, BucketRecord, Digests, DiskReport, Enqueued,
     Heartbeat, NewTransition, NodeRecord, ObjectName, ObjectRecord, ObjectState, Policy,
     RaidpExtent, RaidpPolicy, RepairKind, RepairLease, RepairOutcome, RepairRequest, RepairTask,
-    TransitionRecord, DEFAULT_TRANSITION_LEASE_MS, FORMAT_VERSION, GEOMETRIC_BUCKET,
-    INTERNAL_BUCKET_PREFIX, MAX_BUCKET_NAME_BYTES, MAX_KEY_BYTES, MIN_NEW_BUCKET_NAME_BYTES,
+    TransitionRecord, WriteCursor, DEFAULT_TRANSITION_LEASE_MS, FORMAT_VERSION, GEOMETRIC_BUCKET,
+    INTERNAL_BUCKET_PREFIX, MAX_ATTRIBUTES_BYTES, MAX_BUCKET_NAME_BYTES, MAX_KEY_BYTES,
+    MIN_NEW_BUCKET_NAME_BYTES,
 };
 pub use redb_store::{RedbStore, StoreFaults, SCHEMA_VERSION};
 pub use store::{
-    check_digests, MetaStore, ObjectPage, PackOutcome, PackedObject, StripeCommit, MAX_LIST_LIMIT,
+    check_attributes, check_digests, check_precondition, CommitTerms, MetaStore, ObjectPage,
+    PackOutcome, PackedObject, Precondition, StripeCommit, MAX_LIST_LIMIT,
 };

@@ -16,22 +16,25 @@ use crate::records::{
     RepairOutcome, RepairRequest, RepairTask, TransitionRecord,
 };
 use crate::store::check_digests;
+use crate::store::{check_attributes, check_precondition, CommitTerms, Precondition};
 use crate::store::{
     check_namespace, check_new_object, check_new_transition, enqueue_step, holds, is_free,
     lease_deadline, lease_lost, list_start, pack_refusal, packed_record, pending_one, relocated,
     transitioned, EnqueueStep, ObjectPage, PackOutcome, PackedObject, RecordPage, StripeCommit,
     MAX_LIST_LIMIT,
 };
-use crate::Digests;
+use crate::{Digests, WriteCursor};
 use crate::{MetaError, MetaStore};
 
 type ObjectKey = (String, String);
+/// A write in progress: its (bucket, key) and generation.
+type WriteKey = (String, String, u64);
 
 #[derive(Debug, Default)]
 struct State {
     buckets: BTreeMap<String, BucketRecord>,
     objects: BTreeMap<ObjectKey, ObjectRecord>,
-    writes: BTreeMap<ObjectKey, ObjectRecord>,
+    writes: BTreeMap<WriteKey, ObjectRecord>,
     nodes: BTreeMap<u32, NodeRecord>,
     repairs: BTreeMap<u64, RepairTask>,
     repair_index: BTreeMap<(ObjectName, UnitId), u64>,
@@ -78,6 +81,10 @@ fn page_after<T: Clone>(
 
 fn key_of(bucket: &str, key: &str) -> ObjectKey {
     (bucket.to_string(), key.to_string())
+}
+
+fn write_of(bucket: &str, key: &str, generation: u64) -> WriteKey {
+    (bucket.to_string(), key.to_string(), generation)
 }
 
 impl State {
@@ -255,9 +262,8 @@ impl MetaStore for MemStore {
         if !state.buckets.contains_key(name) {
             return Err(MetaError::NoSuchBucket { bucket: name.into() });
         }
-        let in_bucket =
-            |map: &BTreeMap<ObjectKey, ObjectRecord>| map.keys().any(|(bucket, _)| bucket == name);
-        if in_bucket(&state.objects) || in_bucket(&state.writes) {
+        let has_objects = state.objects.keys().any(|(bucket, _)| bucket == name);
+        if has_objects || state.writes.keys().any(|(bucket, _, _)| bucket == name) {
             return Err(MetaError::BucketNotEmpty { bucket: name.into() });
         }
         state.buckets.remove(name);
@@ -300,34 +306,37 @@ impl MetaStore for MemStore {
             raidp,
             geometric: None,
             owners: Vec::new(),
+            attributes: None,
         };
-        state.writes.insert(key_of(bucket, key), record.clone());
+        state.writes.insert(write_of(bucket, key, record.generation), record.clone());
         Ok(record)
     }
 
-    fn commit_object(
+    fn commit_object_with(
         &self,
         bucket: &str,
         key: &str,
         generation: u64,
         digests: &Digests,
+        terms: &CommitTerms,
     ) -> Result<(ObjectRecord, Option<ObjectRecord>), MetaError> {
+        check_attributes(terms.attributes.as_ref(), bucket, key)?;
         let mut state = self.lock();
         let name = key_of(bucket, key);
-        match state.writes.get(&name) {
-            Some(write) if write.generation == generation => {}
-            _ => {
-                return Err(MetaError::NoSuchWrite {
-                    bucket: bucket.into(),
-                    key: key.into(),
-                    generation,
-                })
-            }
-        }
-        check_digests(&state.writes[&name], digests, |_| true)?;
-        let mut record = state.writes.remove(&name).expect("checked above");
+        let write_name = write_of(bucket, key, generation);
+        let Some(write) = state.writes.get(&write_name) else {
+            return Err(MetaError::NoSuchWrite {
+                bucket: bucket.into(),
+                key: key.into(),
+                generation,
+            });
+        };
+        check_digests(write, digests, |_| true)?;
+        check_precondition(state.objects.get(&name), terms.precondition, bucket, key)?;
+        let mut record = state.writes.remove(&write_name).expect("checked above");
         record.state = ObjectState::Committed;
         record.digests = digests.clone();
+        record.attributes = terms.attributes.clone();
         state.transitions.remove(&name);
         let replaced = state.objects.insert(name, record.clone());
         Ok((record, replaced))
@@ -342,7 +351,7 @@ impl MetaStore for MemStore {
     ) -> Result<PackOutcome, MetaError> {
         let mut state = self.lock();
         for stripe in stripes {
-            let name = key_of(stripe_bucket, &stripe.key);
+            let name = write_of(stripe_bucket, &stripe.key, stripe.generation);
             match state.writes.get(&name) {
                 Some(write) if write.generation == stripe.generation => {
                     check_digests(write, &stripe.digests, |_| true)?
@@ -370,8 +379,9 @@ impl MetaStore for MemStore {
             outcome.packed.push(old);
         }
         for stripe in stripes {
+            let write_name = write_of(stripe_bucket, &stripe.key, stripe.generation);
             let name = key_of(stripe_bucket, &stripe.key);
-            let mut record = state.writes.remove(&name).expect("checked above");
+            let mut record = state.writes.remove(&write_name).expect("checked above");
             record.state = ObjectState::Committed;
             record.digests = stripe.digests.clone();
             record.owners = stripe.owners.clone();
@@ -428,12 +438,20 @@ impl MetaStore for MemStore {
         Ok(ObjectPage { objects, next_start_after })
     }
 
-    fn delete_object(&self, bucket: &str, key: &str) -> Result<ObjectRecord, MetaError> {
+    fn delete_object_if(
+        &self,
+        bucket: &str,
+        key: &str,
+        precondition: Option<Precondition>,
+    ) -> Result<ObjectRecord, MetaError> {
         let mut state = self.lock();
         if !state.buckets.contains_key(bucket) {
             return Err(MetaError::NoSuchBucket { bucket: bucket.into() });
         }
         let name = key_of(bucket, key);
+        if let Some(current) = state.objects.get(&name) {
+            check_precondition(Some(current), precondition, bucket, key)?;
+        }
         let record = state
             .objects
             .remove(&name)
@@ -444,14 +462,27 @@ impl MetaStore for MemStore {
 
     fn list_writes(
         &self,
-        after: Option<&ObjectName>,
+        after: Option<&WriteCursor>,
         limit: usize,
     ) -> Result<Vec<ObjectRecord>, MetaError> {
-        Ok(page_after(&self.lock().writes, after, limit))
+        let lower = match after {
+            Some((name, generation)) => {
+                Bound::Excluded(write_of(&name.bucket, &name.key, *generation))
+            }
+            None => Bound::Unbounded,
+        };
+        let state = self.lock();
+        let page = state.writes.range((lower, Bound::Unbounded)).take(limit.min(MAX_LIST_LIMIT));
+        Ok(page.map(|(_, write)| write.clone()).collect())
     }
 
-    fn get_write(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, MetaError> {
-        Ok(self.lock().writes.get(&key_of(bucket, key)).cloned())
+    fn get_write(
+        &self,
+        bucket: &str,
+        key: &str,
+        generation: u64,
+    ) -> Result<Option<ObjectRecord>, MetaError> {
+        Ok(self.lock().writes.get(&write_of(bucket, key, generation)).cloned())
     }
 
     fn abort_write(
@@ -461,18 +492,9 @@ impl MetaStore for MemStore {
         generation: u64,
     ) -> Result<ObjectRecord, MetaError> {
         let mut state = self.lock();
-        let name = key_of(bucket, key);
-        match state.writes.get(&name) {
-            Some(write) if write.generation == generation => {}
-            _ => {
-                return Err(MetaError::NoSuchWrite {
-                    bucket: bucket.into(),
-                    key: key.into(),
-                    generation,
-                })
-            }
-        }
-        Ok(state.writes.remove(&name).expect("checked above"))
+        state.writes.remove(&write_of(bucket, key, generation)).ok_or_else(|| {
+            MetaError::NoSuchWrite { bucket: bucket.into(), key: key.into(), generation }
+        })
     }
 
     fn record_heartbeat(

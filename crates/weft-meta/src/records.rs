@@ -119,7 +119,15 @@ pub struct ObjectRecord {
     /// objects' fronts ([`owner_tag`]). Repair sends each object's lost chunks to one disk by
     /// it. Empty for every other object, and for stripes packed before tags existed.
     pub owners: Vec<u32>,
+    /// What the writer attached at commit (the S3 gateway: ETag, Content-Type, user
+    /// metadata...): a JSON object meta keeps with the object and never interprets, at most
+    /// [`MAX_ATTRIBUTES_BYTES`] encoded. `None` when the writer sent none.
+    pub attributes: Option<serde_json::Value>,
 }
+
+/// Largest encoded `attributes` of an object (S3 allows 2 KiB of user metadata plus a few
+/// standard headers; this leaves room without letting a record grow without bound).
+pub const MAX_ATTRIBUTES_BYTES: usize = 16 * 1024;
 
 /// The owner tag of `key` in geometric bucket `bucket`: never 0 (no one) nor `u32::MAX`.
 pub fn owner_tag(bucket: &str, key: &str) -> u32 {
@@ -162,6 +170,17 @@ impl ObjectRecord {
 pub struct ObjectName {
     pub bucket: String,
     pub key: String,
+}
+
+/// Where a listing of writes in progress resumes: the (bucket, key) and generation of the
+/// last write seen (a key may have several writes in progress at once).
+pub type WriteCursor = (ObjectName, u64);
+
+impl ObjectRecord {
+    /// The cursor that resumes a listing of writes after this one.
+    pub fn write_cursor(&self) -> WriteCursor {
+        (ObjectName { bucket: self.bucket.clone(), key: self.key.clone() }, self.generation)
+    }
 }
 
 pub use weft_wire::{DiskReport, Heartbeat};
@@ -483,6 +502,9 @@ pub(crate) struct StoredObject {
     /// A bin stripe's owner tags; absent otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     own: Vec<u32>,
+    /// The writer's attributes; absent when it sent none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    attr: Option<serde_json::Value>,
 }
 
 fn is_zero(value: &u64) -> bool {
@@ -530,6 +552,7 @@ impl StoredObject {
             raidp: record.raidp.clone(),
             geo: record.geometric.as_ref().map(|bytes| weft_auth::hex(bytes)),
             own: record.owners.clone(),
+            attr: record.attributes.clone(),
         }
     }
 
@@ -591,6 +614,7 @@ impl StoredObject {
             digests,
             raidp: self.raidp,
             owners: self.own,
+            attributes: self.attr,
             geometric: match self.geo {
                 None => None,
                 Some(text) => {

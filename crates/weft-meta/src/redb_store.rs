@@ -41,17 +41,22 @@ use crate::records::{
     RaidpPolicy, RepairLease, RepairOutcome, RepairRequest, RepairTask, StoredObject,
     TransitionRecord, FORMAT_VERSION,
 };
+use crate::store::{check_attributes, check_precondition, CommitTerms, Precondition};
 use crate::store::{
     check_digests, check_namespace, check_new_object, check_new_transition, enqueue_step, holds,
     is_free, lease_deadline, lease_lost, list_start, pack_refusal, packed_record, pending_one,
     relocated, transitioned, EnqueueStep, ObjectPage, PackOutcome, PackedObject, RecordPage,
     StripeCommit, MAX_LIST_LIMIT,
 };
-use crate::{Digests, MetaError, MetaStore};
+use crate::{Digests, MetaError, MetaStore, WriteCursor};
 
 pub(crate) const BUCKETS: TableDefinition<&str, &[u8]> = TableDefinition::new("buckets");
 pub(crate) const OBJECTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("objects");
-pub(crate) const WRITES: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("writes");
+/// Writes in progress by (bucket, key, generation): a key may have several at once.
+pub(crate) const WRITES: TableDefinition<(&str, &str, u64), &[u8]> =
+    TableDefinition::new("pending_writes");
+/// Schema 3's writes in progress, one per (bucket, key): moved into [`WRITES`] at open.
+const OLD_WRITES: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("writes");
 pub(crate) const NODES: TableDefinition<u32, &[u8]> = TableDefinition::new("nodes");
 pub(crate) const REPAIRS: TableDefinition<u64, &[u8]> = TableDefinition::new("repairs");
 pub(crate) const REPAIR_INDEX: TableDefinition<(&str, &str, &str), u64> =
@@ -64,12 +69,15 @@ pub(crate) const GATEWAY: TableDefinition<(&str, &str), &[u8]> = TableDefinition
 /// Version of the set of tables and their keys: 2 added `transitions` (and objects'
 /// `parity_generation`, which an older build would ignore, hence the new version); 3 added
 /// `gateway` (the S3 gateway's keys, uploads and object attributes, which an older build
-/// would lose track of: an upload's parts would look like garbage to it).
-pub const SCHEMA_VERSION: u64 = 3;
+/// would lose track of: an upload's parts would look like garbage to it); 4 keeps writes in
+/// progress by (bucket, key, generation) in `pending_writes` (several per key), where 3 had
+/// one per key in `writes`.
+pub const SCHEMA_VERSION: u64 = 4;
 
-/// The schema versions upgraded in place at open: they lack only tables (`transitions`
-/// for 1, `gateway` for 1 and 2), which open creates; no value is rewritten.
-const UPGRADED_SCHEMA_VERSIONS: [u64; 2] = [1, 2];
+/// The schema versions upgraded in place at open: they lack tables (`transitions` for 1,
+/// `gateway` for 1 and 2, `pending_writes` for all), which open creates, and their writes in
+/// progress move from `writes` to `pending_writes` unchanged (values are not rewritten).
+const UPGRADED_SCHEMA_VERSIONS: [u64; 3] = [1, 2, 3];
 
 const SCHEMA_VERSION_KEY: &str = "schema_version";
 const NEXT_GENERATION_KEY: &str = "next_generation";
@@ -473,6 +481,7 @@ fn open_database(
                     meta.insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION).map_err(store)?;
                 }
                 Some(old) if UPGRADED_SCHEMA_VERSIONS.contains(&old) => {
+                    move_old_writes(&txn)?;
                     meta.insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION).map_err(store)?;
                 }
                 Some(found) => {
@@ -488,6 +497,34 @@ fn open_database(
         txn.commit().map_err(store)?;
     }
     Ok(db)
+}
+
+/// Moves schema 3's writes in progress (one per key, table `writes`) into `pending_writes`
+/// and deletes the old table; nothing to do for a file that never had it.
+fn move_old_writes(txn: &redb::WriteTransaction) -> Result<(), MetaError> {
+    let mut moved: Vec<(String, String, Vec<u8>)> = Vec::new();
+    {
+        let old = match txn.open_table(OLD_WRITES) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
+            Err(error) => return Err(store(error)),
+        };
+        for entry in old.iter().map_err(store)? {
+            let (name, bytes) = entry.map_err(store)?;
+            let (bucket, key) = name.value();
+            moved.push((bucket.to_string(), key.to_string(), bytes.value().to_vec()));
+        }
+    }
+    let mut writes = txn.open_table(WRITES).map_err(store)?;
+    for (bucket, key, bytes) in &moved {
+        let generation = decode_object(bucket, key, bytes)?.generation;
+        writes
+            .insert((bucket.as_str(), key.as_str(), generation), bytes.as_slice())
+            .map_err(store)?;
+    }
+    drop(writes);
+    txn.delete_table(OLD_WRITES).map_err(store)?;
+    Ok(())
 }
 
 impl RedbStore {
@@ -679,7 +716,12 @@ impl MetaStore for RedbStore {
             }
             let objects = txn.open_table(OBJECTS).map_err(store)?;
             let writes = txn.open_table(WRITES).map_err(store)?;
-            if bucket_has_rows(&objects, name)? || bucket_has_rows(&writes, name)? {
+            let mut pending = writes.range((name, "", 0)..).map_err(store)?;
+            let has_writes = match pending.next() {
+                Some(entry) => entry.map_err(store)?.0.value().0 == name,
+                None => false,
+            };
+            if bucket_has_rows(&objects, name)? || has_writes {
                 return Err(MetaError::BucketNotEmpty { bucket: name.into() });
             }
             buckets.remove(name).map_err(store)?;
@@ -729,22 +771,25 @@ impl MetaStore for RedbStore {
                 raidp,
                 geometric: None,
                 owners: Vec::new(),
+                attributes: None,
             };
             let mut writes = txn.open_table(WRITES).map_err(store)?;
             let bytes = encode(&StoredObject::from_record(&record));
-            writes.insert((bucket, key), bytes.as_slice()).map_err(store)?;
+            writes.insert((bucket, key, generation), bytes.as_slice()).map_err(store)?;
         }
         txn.commit().map_err(store)?;
         Ok(record)
     }
 
-    fn commit_object(
+    fn commit_object_with(
         &self,
         bucket: &str,
         key: &str,
         generation: u64,
         digests: &Digests,
+        terms: &CommitTerms,
     ) -> Result<(ObjectRecord, Option<ObjectRecord>), MetaError> {
+        check_attributes(terms.attributes.as_ref(), bucket, key)?;
         let no_write =
             || MetaError::NoSuchWrite { bucket: bucket.into(), key: key.into(), generation };
         let db = self.db()?;
@@ -752,18 +797,23 @@ impl MetaStore for RedbStore {
         let (record, replaced);
         {
             let mut writes = txn.open_table(WRITES).map_err(store)?;
-            let write = match writes.get((bucket, key)).map_err(store)? {
+            let write = match writes.get((bucket, key, generation)).map_err(store)? {
                 Some(bytes) => decode_object(bucket, key, bytes.value())?,
                 None => return Err(no_write()),
             };
-            if write.generation != generation {
-                return Err(no_write());
-            }
             check_digests(&write, digests, |_| true)?;
-            writes.remove((bucket, key)).map_err(store)?;
-            record =
-                ObjectRecord { state: ObjectState::Committed, digests: digests.clone(), ..write };
             let mut objects = txn.open_table(OBJECTS).map_err(store)?;
+            if terms.precondition.is_some() {
+                let current = read_object(&objects, bucket, key)?;
+                check_precondition(current.as_ref(), terms.precondition, bucket, key)?;
+            }
+            writes.remove((bucket, key, generation)).map_err(store)?;
+            record = ObjectRecord {
+                state: ObjectState::Committed,
+                digests: digests.clone(),
+                attributes: terms.attributes.clone(),
+                ..write
+            };
             let bytes = encode(&StoredObject::from_record(&record));
             replaced = match objects.insert((bucket, key), bytes.as_slice()).map_err(store)? {
                 Some(old) => Some(decode_object(bucket, key, old.value())?),
@@ -796,15 +846,13 @@ impl MetaStore for RedbStore {
                     key: key.into(),
                     generation: stripe.generation,
                 };
-                let write = match writes.get((stripe_bucket, key)).map_err(store)? {
+                let name = (stripe_bucket, key, stripe.generation);
+                let write = match writes.get(name).map_err(store)? {
                     Some(bytes) => decode_object(stripe_bucket, key, bytes.value())?,
                     None => return Err(no_write()),
                 };
-                if write.generation != stripe.generation {
-                    return Err(no_write());
-                }
                 check_digests(&write, &stripe.digests, |_| true)?;
-                writes.remove((stripe_bucket, key)).map_err(store)?;
+                writes.remove(name).map_err(store)?;
                 let record = ObjectRecord {
                     state: ObjectState::Committed,
                     digests: stripe.digests.clone(),
@@ -837,11 +885,16 @@ impl MetaStore for RedbStore {
         Ok(outcome)
     }
 
-    fn get_write(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, MetaError> {
+    fn get_write(
+        &self,
+        bucket: &str,
+        key: &str,
+        generation: u64,
+    ) -> Result<Option<ObjectRecord>, MetaError> {
         let db = self.db()?;
         let txn = db.begin_read().map_err(store)?;
         let writes = txn.open_table(WRITES).map_err(store)?;
-        let found = writes.get((bucket, key)).map_err(store)?;
+        let found = writes.get((bucket, key, generation)).map_err(store)?;
         found.map(|bytes| decode_object(bucket, key, bytes.value())).transpose()
     }
 
@@ -897,7 +950,12 @@ impl MetaStore for RedbStore {
         Ok(ObjectPage { objects: out, next_start_after })
     }
 
-    fn delete_object(&self, bucket: &str, key: &str) -> Result<ObjectRecord, MetaError> {
+    fn delete_object_if(
+        &self,
+        bucket: &str,
+        key: &str,
+        precondition: Option<Precondition>,
+    ) -> Result<ObjectRecord, MetaError> {
         let db = self.db()?;
         let txn = db.begin_write().map_err(store)?;
         let record;
@@ -907,6 +965,11 @@ impl MetaStore for RedbStore {
                 return Err(MetaError::NoSuchBucket { bucket: bucket.into() });
             }
             let mut objects = txn.open_table(OBJECTS).map_err(store)?;
+            if precondition.is_some() {
+                if let Some(current) = read_object(&objects, bucket, key)? {
+                    check_precondition(Some(&current), precondition, bucket, key)?;
+                }
+            }
             record = match objects.remove((bucket, key)).map_err(store)? {
                 Some(bytes) => decode_object(bucket, key, bytes.value())?,
                 None => {
@@ -921,13 +984,28 @@ impl MetaStore for RedbStore {
 
     fn list_writes(
         &self,
-        after: Option<&ObjectName>,
+        after: Option<&WriteCursor>,
         limit: usize,
     ) -> Result<Vec<ObjectRecord>, MetaError> {
         let db = self.db()?;
         let txn = db.begin_read().map_err(store)?;
         let writes = txn.open_table(WRITES).map_err(store)?;
-        page_after(&writes, after, limit, decode_object)
+        let lower = match after {
+            Some((name, generation)) => {
+                Bound::Excluded((name.bucket.as_str(), name.key.as_str(), *generation))
+            }
+            None => Bound::Unbounded,
+        };
+        let mut out = Vec::new();
+        for entry in writes.range::<(&str, &str, u64)>((lower, Bound::Unbounded)).map_err(store)? {
+            if out.len() == limit.min(MAX_LIST_LIMIT) {
+                break;
+            }
+            let (name, bytes) = entry.map_err(store)?;
+            let (bucket, key, _) = name.value();
+            out.push(decode_object(bucket, key, bytes.value())?);
+        }
+        Ok(out)
     }
 
     fn abort_write(
@@ -943,14 +1021,10 @@ impl MetaStore for RedbStore {
         let write;
         {
             let mut writes = txn.open_table(WRITES).map_err(store)?;
-            write = match writes.get((bucket, key)).map_err(store)? {
+            write = match writes.remove((bucket, key, generation)).map_err(store)? {
                 Some(bytes) => decode_object(bucket, key, bytes.value())?,
                 None => return Err(no_write()),
             };
-            if write.generation != generation {
-                return Err(no_write());
-            }
-            writes.remove((bucket, key)).map_err(store)?;
         }
         txn.commit().map_err(store)?;
         Ok(write)
@@ -1406,7 +1480,7 @@ impl MetaStore for RedbStore {
 }
 
 // Keeps the format version visible next to the schema version for readers of this file.
-const _: () = assert!(FORMAT_VERSION == 1 && SCHEMA_VERSION == 3);
+const _: () = assert!(FORMAT_VERSION == 1 && SCHEMA_VERSION == 4);
 
 /// Up to `min(limit, MAX_LIST_LIMIT)` values of a (bucket, key) table in key order, after
 /// `after`, decoded.
@@ -1521,6 +1595,50 @@ mod tests {
         let version = txn.open_table(META).unwrap().get(SCHEMA_VERSION_KEY).unwrap().unwrap();
         assert_eq!(version.value(), SCHEMA_VERSION);
         assert_eq!(store.get_record("uploads", "x"), Ok(None));
+    }
+
+    #[test]
+    fn a_version_3_database_moves_its_writes_in_progress() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.redb");
+        let store = RedbStore::open(&path).unwrap();
+        let policy = weft_layout::StripedLayout {
+            code: "rs(2,1)".parse().unwrap(),
+            stripe_width: 2,
+            cell_bytes: 1 << 20,
+            block_bytes: 1 << 20,
+        };
+        store.create_bucket("old", policy, 1).unwrap();
+        let topology = weft_layout::Topology::new(
+            (0..3).map(|node| DiskLocation { rack: node, node, disk: 0 }).collect(),
+        )
+        .unwrap();
+        let placement =
+            weft_layout::place(&policy, 1 << 20, &topology, 7, weft_layout::FailureDomain::Node)
+                .unwrap();
+        let write = store.begin_object("old", "k", placement, 2).unwrap();
+        // What a version-3 build left: the write in `writes` keyed (bucket, key) only.
+        let txn = store.db().unwrap().begin_write().unwrap();
+        {
+            let mut pending = txn.open_table(WRITES).unwrap();
+            let bytes = pending.remove(("old", "k", write.generation)).unwrap().unwrap();
+            let bytes = bytes.value().to_vec();
+            txn.open_table(OLD_WRITES).unwrap().insert(("old", "k"), bytes.as_slice()).unwrap();
+        }
+        assert!(txn.delete_table(WRITES).unwrap());
+        txn.open_table(META).unwrap().insert(SCHEMA_VERSION_KEY, 3).unwrap();
+        txn.commit().unwrap();
+        drop(store);
+        let store = RedbStore::open(&path).unwrap();
+        assert_eq!(store.get_write("old", "k", write.generation).unwrap(), Some(write.clone()));
+        let txn = store.db().unwrap().begin_read().unwrap();
+        let version = txn.open_table(META).unwrap().get(SCHEMA_VERSION_KEY).unwrap().unwrap();
+        assert_eq!(version.value(), SCHEMA_VERSION);
+        assert!(txn.open_table(OLD_WRITES).is_err(), "the old table is gone");
+        drop(txn);
+        let (committed, _) =
+            store.commit_object("old", "k", write.generation, &Digests::new()).unwrap();
+        assert_eq!(committed.generation, write.generation, "the moved write commits");
     }
 
     #[test]

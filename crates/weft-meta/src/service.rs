@@ -652,6 +652,10 @@ impl From<MetaError> for ApiError {
             MetaError::NoSuchBucket { .. } => (StatusCode::NOT_FOUND, "no_such_bucket"),
             MetaError::NoSuchKey { .. } => (StatusCode::NOT_FOUND, "no_such_key"),
             MetaError::NoSuchWrite { .. } => (StatusCode::CONFLICT, "no_such_write"),
+            MetaError::PreconditionFailed { .. } => {
+                (StatusCode::PRECONDITION_FAILED, "precondition_failed")
+            }
+            MetaError::InvalidAttributes { .. } => (StatusCode::BAD_REQUEST, "invalid_attributes"),
             MetaError::BucketExists { .. } => (StatusCode::CONFLICT, "bucket_exists"),
             MetaError::BucketNotEmpty { .. } => (StatusCode::CONFLICT, "bucket_not_empty"),
             MetaError::InvalidName { .. } => (StatusCode::BAD_REQUEST, "invalid_name"),

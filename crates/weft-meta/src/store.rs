@@ -45,9 +45,10 @@ use crate::error::TransitionConflict;
 use crate::records::{
     check_bucket_name, check_key, BucketRecord, Enqueued, Heartbeat, NewTransition, NodeRecord,
     ObjectName, ObjectRecord, Policy, RaidpExtent, RaidpPolicy, RepairKind, RepairLease,
-    RepairOutcome, RepairRequest, RepairTask, TransitionRecord,
+    RepairOutcome, RepairRequest, RepairTask, TransitionRecord, WriteCursor, MAX_ATTRIBUTES_BYTES,
 };
 use crate::{Digests, MetaError};
+use serde::{Deserialize, Serialize};
 
 /// One bin-stripe write a pack commits (see [`MetaStore::commit_pack`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,6 +114,76 @@ pub(crate) fn packed_record(old: &ObjectRecord, place: &[u8]) -> Result<ObjectRe
 
 /// Most objects one listing returns.
 pub const MAX_LIST_LIMIT: usize = 1000;
+
+/// What a commit or a delete requires of the object committed under its key, checked in
+/// its transaction (S3's `If-None-Match: *` and `If-Match` on writes and deletes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Precondition {
+    /// No object is committed under the key.
+    Absent,
+    /// The committed object has this generation.
+    Generation(u64),
+}
+
+/// What a commit carries besides its digests (see [`MetaStore::commit_object_with`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CommitTerms {
+    /// The writer's attributes, kept with the object ([`ObjectRecord::attributes`]).
+    pub attributes: Option<serde_json::Value>,
+    /// Refuse the commit unless this holds.
+    pub precondition: Option<Precondition>,
+}
+
+/// Refuses `precondition` unless it holds for `current`, the object committed under
+/// (bucket, key) if any.
+pub fn check_precondition(
+    current: Option<&ObjectRecord>,
+    precondition: Option<Precondition>,
+    bucket: &str,
+    key: &str,
+) -> Result<(), MetaError> {
+    let holds = match precondition {
+        None => true,
+        Some(Precondition::Absent) => current.is_none(),
+        Some(Precondition::Generation(generation)) => {
+            current.is_some_and(|c| c.generation == generation)
+        }
+    };
+    match holds {
+        true => Ok(()),
+        false => Err(MetaError::PreconditionFailed {
+            bucket: bucket.into(),
+            key: key.into(),
+            current: current.map(|c| c.generation),
+        }),
+    }
+}
+
+/// Refuses attributes that are not a JSON object or encode to more than
+/// [`MAX_ATTRIBUTES_BYTES`].
+pub fn check_attributes(
+    attributes: Option<&serde_json::Value>,
+    bucket: &str,
+    key: &str,
+) -> Result<(), MetaError> {
+    let Some(value) = attributes else { return Ok(()) };
+    let invalid = |reason: String| MetaError::InvalidAttributes {
+        bucket: bucket.into(),
+        key: key.into(),
+        reason,
+    };
+    if !value.is_object() {
+        return Err(invalid("attributes must be a JSON object".into()));
+    }
+    let bytes = serde_json::to_vec(value).map(|v| v.len()).unwrap_or(usize::MAX);
+    if bytes > MAX_ATTRIBUTES_BYTES {
+        return Err(invalid(format!(
+            "attributes are {bytes} bytes encoded; at most {MAX_ATTRIBUTES_BYTES}"
+        )));
+    }
+    Ok(())
+}
 
 /// Namespaces of gateway records (see [`MetaStore::put_record`]): access keys of the S3
 /// gateway, its multipart uploads (and their parts), and S3 attributes of objects.
@@ -243,8 +314,9 @@ pub trait MetaStore: Send + Sync {
     fn delete_bucket(&self, name: &str) -> Result<(), MetaError>;
 
     /// Begins writing an object: records its placement as a write in progress, invisible to
-    /// reads, with a fresh generation. Replaces an earlier unfinished write of the same key
-    /// (whose units the caller then owns and should delete).
+    /// reads, with a fresh generation. Other writes in progress of the same key stay: each
+    /// commits on its own, the last commit's object is the key's (S3: concurrent PUTs all
+    /// succeed, the last one wins).
     fn begin_object(
         &self,
         bucket: &str,
@@ -271,6 +343,21 @@ pub trait MetaStore: Send + Sync {
         key: &str,
         generation: u64,
         digests: &Digests,
+    ) -> Result<(ObjectRecord, Option<ObjectRecord>), MetaError> {
+        self.commit_object_with(bucket, key, generation, digests, &CommitTerms::default())
+    }
+    /// [`MetaStore::commit_object`] with the writer's attributes and a precondition on the
+    /// object it replaces, checked in the same transaction: when it does not hold the commit
+    /// is refused with [`MetaError::PreconditionFailed`] and nothing changes (the write stays
+    /// in progress, for its writer to abort). Attributes over [`MAX_ATTRIBUTES_BYTES`] or
+    /// not a JSON object are refused with [`MetaError::InvalidAttributes`].
+    fn commit_object_with(
+        &self,
+        bucket: &str,
+        key: &str,
+        generation: u64,
+        digests: &Digests,
+        terms: &CommitTerms,
     ) -> Result<(ObjectRecord, Option<ObjectRecord>), MetaError>;
     /// Commits a pack, all of it in one transaction or nothing: the bin-stripe writes of
     /// `stripes` (objects of `stripe_bucket`, each as [`MetaStore::commit_object`] would),
@@ -299,14 +386,30 @@ pub trait MetaStore: Send + Sync {
         limit: usize,
     ) -> Result<ObjectPage, MetaError>;
     /// Deletes the committed object; returns its record (the caller deletes its units).
-    fn delete_object(&self, bucket: &str, key: &str) -> Result<ObjectRecord, MetaError>;
-    /// The write in progress under (bucket, key), if any.
-    fn get_write(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, MetaError>;
-    /// Writes in progress (every bucket) whose (bucket, key) sorts after `after`, in that
-    /// order, at most `min(limit, MAX_LIST_LIMIT)` of them; one transaction.
+    fn delete_object(&self, bucket: &str, key: &str) -> Result<ObjectRecord, MetaError> {
+        self.delete_object_if(bucket, key, None)
+    }
+    /// [`MetaStore::delete_object`] when `precondition` holds for the committed object
+    /// (checked in the same transaction), else [`MetaError::PreconditionFailed`], nothing
+    /// deleted. [`Precondition::Absent`] can never hold for a delete of an existing object.
+    fn delete_object_if(
+        &self,
+        bucket: &str,
+        key: &str,
+        precondition: Option<Precondition>,
+    ) -> Result<ObjectRecord, MetaError>;
+    /// The write in progress of `generation` under (bucket, key), if any.
+    fn get_write(
+        &self,
+        bucket: &str,
+        key: &str,
+        generation: u64,
+    ) -> Result<Option<ObjectRecord>, MetaError>;
+    /// Writes in progress (every bucket) whose (bucket, key, generation) sorts after
+    /// `after`, in that order, at most `min(limit, MAX_LIST_LIMIT)` of them; one transaction.
     fn list_writes(
         &self,
-        after: Option<&ObjectName>,
+        after: Option<&WriteCursor>,
         limit: usize,
     ) -> Result<Vec<ObjectRecord>, MetaError>;
     /// Removes the write in progress of `generation` under (bucket, key) and returns it (its
@@ -814,7 +917,7 @@ pub(crate) fn check_new_object(
 ) -> Result<(), MetaError> {
     check_bucket_name(bucket)?;
     check_key(key)?;
-    let invalid = |reason: String| MetaError::InvalidRecord {
+    let invalid = |reason: String| MetaError::InvalidAttributes {
         bucket: bucket.into(),
         key: key.into(),
         reason,

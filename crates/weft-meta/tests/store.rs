@@ -2,14 +2,16 @@
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use serde_json::json;
 use weft_codes::CodeSpec;
 use weft_layout::{
     place, plan_regroup, DiskLocation, FailureDomain, Placement, StripedLayout, Topology,
     TransitionMode, UnitId,
 };
 use weft_meta::{
-    metadata_bytes, DiskReport, Enqueued, Heartbeat, MemStore, MetaError, MetaStore, NewTransition,
-    ObjectName, ObjectRecord, RedbStore, RepairKind, RepairOutcome, RepairRequest,
+    metadata_bytes, CommitTerms, DiskReport, Enqueued, Heartbeat, MemStore, MetaError, MetaStore,
+    NewTransition, ObjectName, ObjectRecord, Precondition, RedbStore, RepairKind, RepairOutcome,
+    RepairRequest, MAX_ATTRIBUTES_BYTES,
 };
 
 const MIB: u64 = 1 << 20;
@@ -377,6 +379,76 @@ fn reopen_keeps_everything() {
     // Generations keep increasing across restarts.
     let next = store.begin_object("photos", "eel.jpg", placement(MIB, 2), 10).unwrap();
     assert!(next.generation > pending.generation);
+}
+
+#[test]
+fn concurrent_writes_of_a_key_all_commit_and_preconditions_hold_in_the_transaction() {
+    let (_dir, redb) = redb_in_temp();
+    let mem = MemStore::new();
+    let stores: [&dyn MetaStore; 2] = [&redb, &mem];
+    for store in stores {
+        store.create_bucket("bkt", layout("rs(2,1)", MIB), 1).unwrap();
+        // Two writers of one key: both stay in progress, both commit, the last one wins.
+        let first = store.begin_object("bkt", "k", placement(MIB, 1), 2).unwrap();
+        let second = store.begin_object("bkt", "k", placement(MIB, 2), 3).unwrap();
+        let listed = store.list_writes(None, 10).unwrap();
+        assert_eq!(listed.len(), 2, "both writes are in progress");
+        let cursor = listed[0].write_cursor();
+        assert_eq!(store.list_writes(Some(&cursor), 10).unwrap(), vec![listed[1].clone()]);
+        assert_eq!(store.get_write("bkt", "k", first.generation).unwrap(), Some(first.clone()));
+        let terms = CommitTerms { attributes: Some(json!({"etag": "two"})), precondition: None };
+        let (two, replaced) = store
+            .commit_object_with("bkt", "k", second.generation, &Default::default(), &terms)
+            .unwrap();
+        assert_eq!((two.attributes.clone(), replaced), (terms.attributes.clone(), None));
+        // If-None-Match: * of the first writer: an object is there now, so it is refused,
+        // and its write stays for the writer to abort.
+        let absent = CommitTerms { attributes: None, precondition: Some(Precondition::Absent) };
+        let refused =
+            store.commit_object_with("bkt", "k", first.generation, &Default::default(), &absent);
+        assert!(
+            matches!(refused, Err(MetaError::PreconditionFailed { current: Some(g), .. }) if g == second.generation),
+            "{refused:?}"
+        );
+        assert!(store.get_write("bkt", "k", first.generation).unwrap().is_some());
+        // Pinned to the committed generation, it commits and replaces it.
+        let pinned = CommitTerms {
+            attributes: Some(json!({"etag": "one"})),
+            precondition: Some(Precondition::Generation(second.generation)),
+        };
+        let (one, replaced) = store
+            .commit_object_with("bkt", "k", first.generation, &Default::default(), &pinned)
+            .unwrap();
+        assert_eq!(replaced.map(|r| r.generation), Some(second.generation));
+        assert_eq!(store.get_object("bkt", "k").unwrap(), one);
+        assert_eq!(store.get_object("bkt", "k").unwrap().attributes, Some(json!({"etag": "one"})));
+        // Attributes that are not an object, or too big, are refused.
+        let third = store.begin_object("bkt", "k", placement(MIB, 3), 4).unwrap();
+        for bad in [json!("text"), json!({"x": "y".repeat(MAX_ATTRIBUTES_BYTES)})] {
+            let terms = CommitTerms { attributes: Some(bad), precondition: None };
+            let refused =
+                store.commit_object_with("bkt", "k", third.generation, &Default::default(), &terms);
+            assert!(matches!(refused, Err(MetaError::InvalidAttributes { .. })), "{refused:?}");
+        }
+        store.abort_write("bkt", "k", third.generation).unwrap();
+        // Deletes pinned to a generation: another one is refused, the right one deletes.
+        let refused = store.delete_object_if("bkt", "k", Some(Precondition::Generation(2)));
+        assert!(matches!(refused, Err(MetaError::PreconditionFailed { .. })), "{refused:?}");
+        let deleted =
+            store.delete_object_if("bkt", "k", Some(Precondition::Generation(one.generation)));
+        assert_eq!(deleted.unwrap().generation, one.generation);
+        assert!(matches!(store.get_object("bkt", "k"), Err(MetaError::NoSuchKey { .. })));
+        // The attributes survive in the store's encoding (redb re-reads them from disk).
+        let fourth = store.begin_object("bkt", "k2", placement(MIB, 4), 5).unwrap();
+        let terms = CommitTerms { attributes: Some(json!({"etag": "x", "n": 1})), ..terms };
+        store
+            .commit_object_with("bkt", "k2", fourth.generation, &Default::default(), &terms)
+            .unwrap();
+        let listed = store.list_objects("bkt", "", None, 10).unwrap();
+        assert_eq!(listed.objects[0].attributes, Some(json!({"etag": "x", "n": 1})));
+        store.delete_object("bkt", "k2").unwrap();
+        store.delete_bucket("bkt").unwrap();
+    }
 }
 
 #[test]

@@ -7,6 +7,11 @@
 //! - The last chunk is held back until the whole body has been counted and hashed: a body
 //!   shorter or longer than its Content-Length, or whose MD5 is not its Content-MD5, reaches
 //!   the writer as an error instead of its last bytes, so the object is never committed.
+//! - The attributes the commit carries are complete (their ETag is the body's MD5 unless
+//!   fixed) before the last chunk reaches the writer, so the writer's commit finds them.
+//! - A body that fails or ends early (the client went away) aborts the write at once: the
+//!   writer gets an error instead of the rest, and aborts its write in meta before it
+//!   returns, whether or not anyone still waits for the answer.
 
 use std::io::Read;
 
@@ -17,7 +22,7 @@ use s3s::{s3_error, S3Error, S3Result};
 use tokio::sync::mpsc;
 use weft_client::{Client, PutOptions, PutStats};
 
-use crate::gateway::s3_error_of;
+use crate::{attributes::Attributes, gateway::s3_error_of};
 
 /// Body chunks buffered between the socket and the writer.
 pub const BODY_CHUNKS_IN_FLIGHT: usize = 16;
@@ -53,21 +58,48 @@ pub struct Streamed {
     pub md5: [u8; 16],
 }
 
+/// The S3 attributes a streamed put commits with its object.
+#[derive(Debug, Clone)]
+pub struct CommitAttributes {
+    pub attributes: Attributes,
+    /// The ETag to keep (a copy of a multipart object, a completed upload); else the MD5
+    /// of the body.
+    pub etag: Option<String>,
+}
+
+impl CommitAttributes {
+    /// The commit's JSON once the body hashed to `md5`.
+    fn complete(&self, md5: &[u8; 16]) -> serde_json::Value {
+        let etag = self.etag.clone().unwrap_or_else(|| hex::encode(md5));
+        Attributes { etag, ..self.attributes.clone() }.to_commit()
+    }
+}
+
 /// Writes exactly `size` bytes of `body` as (bucket, key), checking `expected_md5` (the
-/// request's Content-MD5) before the write can commit.
+/// request's Content-MD5) before the write can commit, and committing `attributes` with it.
+#[allow(clippy::too_many_arguments)]
 pub async fn put_stream<S, E>(
     client: &Client,
     bucket: &str,
     key: &str,
     size: u64,
     mut body: S,
-    options: PutOptions,
+    mut options: PutOptions,
     expected_md5: Option<[u8; 16]>,
+    attributes: Option<CommitAttributes>,
 ) -> S3Result<Streamed>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
+    let slot: Option<weft_client::AttributesSlot> =
+        attributes.as_ref().map(|_| std::sync::Arc::new(std::sync::OnceLock::new()));
+    options.attributes = slot.clone();
+    let fill = |md5: &[u8; 16]| {
+        if let (Some(slot), Some(attributes)) = (&slot, &attributes) {
+            let _ = slot.set(attributes.complete(md5));
+        }
+    };
     if size == 0 {
         // An empty object may commit without reading: check the body before writing.
         let mut md5 = Md5::new();
@@ -89,6 +121,7 @@ where
                 "the Content-MD5 you specified did not match what we received"
             ));
         }
+        fill(&digest);
         let stats = client
             .put_reader(bucket, key, 0, std::io::empty(), &options)
             .await
@@ -151,6 +184,7 @@ where
             let _ = tx.send(Err(format!("request refused: {error}"))).await;
         }
         None => {
+            fill(&digest);
             if let Some(last) = held {
                 let _ = tx.send(Ok(last)).await;
             }

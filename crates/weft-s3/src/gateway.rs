@@ -20,12 +20,12 @@ use std::{
 use futures_util::StreamExt;
 use s3s::{dto::*, s3_error, S3Error, S3Request, S3Response, S3Result, S3};
 use serde_json::{json, Value};
-use weft_client::{Client, ClientError, ObjectInfo, PutOptions};
+use weft_client::{Client, ClientError, ObjectInfo, Precondition, PutOptions};
 use weft_layout::StripedLayout;
 
 use crate::{
     attributes::{self, Attributes},
-    body::{content_md5, put_stream},
+    body::{content_md5, put_stream, CommitAttributes},
     keys::MetaAuth,
     listing,
     multipart::{self, PartRecord, UploadRecord, PARTS_BUCKET, UPLOADS},
@@ -33,8 +33,17 @@ use crate::{
 
 /// The request header choosing an object's policy.
 pub const POLICY_HEADER: &str = "x-weft-policy";
-/// Most keys one listing page returns (S3's cap).
+/// Most keys one listing page returns (S3's cap), and most keys one DeleteObjects names.
 const MAX_KEYS: usize = 1000;
+/// Most buckets one ListBuckets page may ask for (S3's cap).
+const MAX_BUCKETS_LISTED: i32 = 10_000;
+
+/// The owner S3 shows for buckets and objects: every key of a weft cluster owns every
+/// bucket, so it is the key that asks (its access key id is its canonical id).
+fn owner_of(credentials: Option<&s3s::auth::Credentials>) -> Owner {
+    let id = credentials.map_or_else(|| "anonymous".to_string(), |c| c.access_key.clone());
+    Owner { display_name: Some(id.clone()), id: Some(id) }
+}
 
 /// The S3 service: a weft client plus nothing else (state lives in meta).
 #[derive(Debug, Clone)]
@@ -81,6 +90,11 @@ pub fn s3_error_of(error: ClientError) -> S3Error {
             "invalid_policy" => s3_error!(InvalidArgument, "{message}"),
             // The policy needs more failure domains than the cluster has: the request's.
             "policy_too_wide" => s3_error!(InvalidArgument, "{message}"),
+            // A conditional write or delete found another object than it was pinned to.
+            "precondition_failed" => s3_error!(
+                PreconditionFailed,
+                "At least one of the pre-conditions you specified did not hold"
+            ),
             _ if *status == 503 => s3_error!(ServiceUnavailable, "{error}"),
             _ => s3_error!(InternalError, "{error}"),
         },
@@ -164,8 +178,100 @@ fn metadata_of(attributes: &Attributes) -> Option<Metadata> {
         .then(|| attributes.metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
 }
 
+/// The Content-Type S3 shows: the stored one, else `binary/octet-stream`.
 fn content_type_of(attributes: &Attributes) -> Option<ContentType> {
-    attributes.content_type.as_deref().and_then(|t| t.parse().ok())
+    attributes.content_type_or_default().parse().ok()
+}
+
+/// The bytes a GET or HEAD answers: `[start, end)`, the Content-Range when not the whole
+/// object, and the part count when asked by `partNumber` (of a multipart object: its parts;
+/// any other object is one part).
+fn wanted_bytes(
+    shown: &Attributes,
+    size: u64,
+    range: Option<&Range>,
+    part_number: Option<i32>,
+) -> S3Result<(u64, u64, Option<String>, Option<i32>)> {
+    let content_range = |start: u64, end: u64| format!("bytes {start}-{}/{size}", end.max(1) - 1);
+    match (range, part_number) {
+        (Some(_), Some(_)) => {
+            Err(s3_error!(InvalidRequest, "Cannot specify both Range header and partNumber"))
+        }
+        (Some(range), None) => {
+            let wanted = range.check(size)?;
+            Ok((wanted.start, wanted.end, Some(content_range(wanted.start, wanted.end)), None))
+        }
+        (None, Some(number)) => {
+            let parts: Vec<u64> =
+                if shown.parts.is_empty() { vec![size] } else { shown.parts.clone() };
+            let index = usize::try_from(number).ok().filter(|n| (1..=parts.len()).contains(n));
+            let Some(index) = index else {
+                let mut error = S3Error::with_message(
+                    s3s::S3ErrorCode::Custom("InvalidPartNumber".into()),
+                    format!("the object has {} parts; part {number} does not exist", parts.len()),
+                );
+                error.set_status_code(http::StatusCode::RANGE_NOT_SATISFIABLE);
+                return Err(error);
+            };
+            let start: u64 = parts[..index - 1].iter().sum();
+            let end = start + parts[index - 1];
+            let count = i32::try_from(parts.len()).ok().filter(|_| !shown.parts.is_empty());
+            let range = (parts.len() > 1).then(|| content_range(start, end));
+            Ok((start, end, range, count))
+        }
+        (None, None) => Ok((0, size, None, None)),
+    }
+}
+
+/// The representation headers a PutObject, CopyObject (REPLACE) or CreateMultipartUpload
+/// sets, as the attributes that keep them.
+#[allow(clippy::too_many_arguments)]
+fn written_attributes(
+    content_type: Option<ContentType>,
+    metadata: Option<Metadata>,
+    cache_control: Option<String>,
+    content_disposition: Option<String>,
+    content_encoding: Option<String>,
+    content_language: Option<String>,
+    expires: Option<Timestamp>,
+) -> Attributes {
+    Attributes {
+        content_type: content_type.map(|t| t.to_string()),
+        metadata: metadata_map(metadata),
+        cache_control,
+        content_disposition,
+        content_encoding,
+        content_language,
+        expires: expires.as_ref().and_then(attributes::http_date),
+        ..Attributes::default()
+    }
+}
+
+/// The attributes a copy keeps of its source: everything but ETag, time and parts.
+fn copied_attributes(source: &Attributes) -> Attributes {
+    Attributes {
+        generation: 0,
+        etag: String::new(),
+        last_modified_ms: 0,
+        parts: Vec::new(),
+        ..source.clone()
+    }
+}
+
+/// The 304 of a GET or HEAD: S3 sends the ETag and Last-Modified with it.
+fn not_modified_with(shown: &Attributes) -> S3Error {
+    let mut error = s3_error!(NotModified);
+    let mut headers = http::HeaderMap::new();
+    if let Ok(value) = http::HeaderValue::from_str(&format!("\"{}\"", shown.etag)) {
+        headers.insert(http::header::ETAG, value);
+    }
+    if let Some(date) = attributes::http_date(&attributes::timestamp(shown.last_modified_ms)) {
+        if let Ok(value) = http::HeaderValue::from_str(&date) {
+            headers.insert(http::header::LAST_MODIFIED, value);
+        }
+    }
+    error.set_headers(headers);
+    error
 }
 
 /// The conditional-request checks of the module invariants.
@@ -175,7 +281,7 @@ fn check_conditions(
     if_none_match: Option<&ETagCondition>,
     if_modified_since: Option<&Timestamp>,
     if_unmodified_since: Option<&Timestamp>,
-    not_modified: fn() -> S3Error,
+    not_modified: fn(&Attributes) -> S3Error,
 ) -> S3Result<()> {
     let matches = |condition: &ETagCondition| match condition {
         ETagCondition::Any => true,
@@ -194,19 +300,15 @@ fn check_conditions(
         }
     }
     match if_none_match {
-        Some(condition) if matches(condition) => return Err(not_modified()),
+        Some(condition) if matches(condition) => return Err(not_modified(shown)),
         Some(_) => {}
         None => {
             if if_modified_since.is_some_and(|since| modified <= *since) {
-                return Err(not_modified());
+                return Err(not_modified(shown));
             }
         }
     }
     Ok(())
-}
-
-fn not_modified() -> S3Error {
-    s3_error!(NotModified)
 }
 
 fn header_text<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> {
@@ -248,11 +350,55 @@ impl Gateway {
     ) -> S3Result<(ObjectInfo, Attributes)> {
         check_key(key)?;
         let object = self.client.meta.get_object(bucket, key).await.map_err(s3_error_of)?;
-        let record = attributes::load(&self.client.meta, bucket, key, object.generation)
-            .await
-            .map_err(s3_error_of)?;
-        let shown = attributes::shown(&object, record);
+        let shown = attributes::of_object(&self.client.meta, &object).await.map_err(s3_error_of)?;
         Ok((object, shown))
+    }
+
+    /// What a write's `If-Match` / `If-None-Match` require, pinned to the object under the
+    /// key now: meta then refuses the commit (412) if another object replaced it meanwhile.
+    /// A condition that fails already is refused before any byte is read: 412, or 404
+    /// NoSuchKey for `If-Match` on a missing key.
+    async fn write_precondition(
+        &self,
+        bucket: &str,
+        key: &str,
+        if_match: Option<&ETagCondition>,
+        if_none_match: Option<&ETagCondition>,
+    ) -> S3Result<Option<Precondition>> {
+        if if_match.is_none() && if_none_match.is_none() {
+            return Ok(None);
+        }
+        let current = match self.object_and_attributes(bucket, key).await {
+            Ok(found) => Some(found),
+            Err(error) if *error.code() == s3s::S3ErrorCode::NoSuchKey => None,
+            Err(error) => return Err(error),
+        };
+        let failed = || {
+            s3_error!(
+                PreconditionFailed,
+                "At least one of the pre-conditions you specified did not hold"
+            )
+        };
+        let matches = |condition: &ETagCondition, shown: &Attributes| match condition {
+            ETagCondition::Any => true,
+            ETagCondition::ETag(etag) => etag.value() == shown.etag,
+        };
+        if let Some(condition) = if_match {
+            match &current {
+                None => return Err(s3_error!(NoSuchKey, "If-Match: no object {key:?}")),
+                Some((_, shown)) if !matches(condition, shown) => return Err(failed()),
+                Some(_) => {}
+            }
+        }
+        if let Some(condition) = if_none_match {
+            if current.as_ref().is_some_and(|(_, shown)| matches(condition, shown)) {
+                return Err(failed());
+            }
+        }
+        Ok(Some(match current {
+            Some((object, _)) => Precondition::Generation(object.generation),
+            None => Precondition::Absent,
+        }))
     }
 
     /// The policy of an object written with these headers: None when no `x-weft-policy`
@@ -272,7 +418,9 @@ impl Gateway {
         })
     }
 
-    /// Streams a body into (bucket, key), then records its attributes.
+    /// Streams a body into (bucket, key), committing `shown` (its ETag the body's MD5
+    /// unless `etag` fixes it) with the bytes, if `precondition` holds then. Returns the
+    /// attributes S3 now shows.
     #[allow(clippy::too_many_arguments)]
     async fn write_object<S, E>(
         &self,
@@ -282,27 +430,33 @@ impl Gateway {
         body: S,
         policy: Option<StripedLayout>,
         expected_md5: Option<[u8; 16]>,
-        mut shown: Attributes,
+        shown: Attributes,
         etag: Option<String>,
+        precondition: Option<Precondition>,
     ) -> S3Result<Attributes>
     where
         S: futures_util::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
         E: std::fmt::Display,
     {
-        let options = PutOptions { policy, ..PutOptions::default() };
+        let options = PutOptions { policy, precondition, ..PutOptions::default() };
+        let commit = CommitAttributes { attributes: shown, etag };
         let written =
-            put_stream(&self.client, bucket, key, size, body, options, expected_md5).await?;
-        shown.generation = written.stats.object.generation;
-        shown.etag = etag.unwrap_or_else(|| hex::encode(written.md5));
-        shown.last_modified_ms =
-            written.stats.object.raw["created_ms"].as_u64().unwrap_or_else(now_ms);
-        attributes::store(&self.client.meta, bucket, key, &shown).await.map_err(s3_error_of)?;
-        Ok(shown)
+            put_stream(&self.client, bucket, key, size, body, options, expected_md5, Some(commit))
+                .await?;
+        let object = &written.stats.object;
+        Attributes::of_json(&object.raw)
+            .ok_or_else(|| s3_error!(InternalError, "meta did not keep the object's attributes"))
     }
 
-    /// Deletes the part objects and records of an upload, then the upload (best effort for
-    /// part objects on down nodes: their units are then garbage for gc).
-    async fn drop_upload(&self, upload: &UploadRecord, parts: &[PartRecord]) -> S3Result<()> {
+    /// Deletes the part objects of an upload (and older gateways' part records), then the
+    /// upload record, or, when `completed` is given, marks it completed instead (best
+    /// effort for part objects on down nodes: their units are then garbage for gc).
+    async fn drop_upload(
+        &self,
+        upload: &UploadRecord,
+        parts: &[PartRecord],
+        completed: Option<multipart::Completed>,
+    ) -> S3Result<()> {
         let meta = &self.client.meta;
         for part in parts {
             let key = multipart::part_key(&upload.upload_id, part.part_number);
@@ -310,21 +464,41 @@ impl Gateway {
                 Ok(_) | Err(ClientError::Meta { status: 404, .. }) => {}
                 Err(error) => return Err(s3_error_of(error)),
             }
-            meta.delete_record(UPLOADS, &multipart::part_name(&upload.upload_id, part.part_number))
-                .await
-                .map_err(s3_error_of)?;
         }
-        meta.delete_record(UPLOADS, &multipart::upload_name(&upload.bucket, &upload.upload_id))
-            .await
-            .map_err(s3_error_of)?;
+        let records =
+            multipart::part_record_names(meta, &upload.upload_id).await.map_err(s3_error_of)?;
+        for name in records {
+            meta.delete_record(UPLOADS, &name).await.map_err(s3_error_of)?;
+        }
+        let name = multipart::upload_name(&upload.bucket, &upload.upload_id);
+        match completed {
+            None => {
+                meta.delete_record(UPLOADS, &name).await.map_err(s3_error_of)?;
+            }
+            Some(completed) => {
+                let done = UploadRecord { completed: Some(completed), ..upload.clone() };
+                let value = serde_json::to_value(&done).expect("uploads serialize");
+                meta.put_record(UPLOADS, &name, &value, false).await.map_err(s3_error_of)?;
+            }
+        }
         Ok(())
     }
 
-    async fn upload_of(&self, bucket: &str, key: &str, upload_id: &str) -> S3Result<UploadRecord> {
+    /// The upload `upload_id` of (bucket, key), completed or not.
+    async fn any_upload(&self, bucket: &str, key: &str, upload_id: &str) -> S3Result<UploadRecord> {
         multipart::load_upload(&self.client.meta, bucket, key, upload_id)
             .await
             .map_err(s3_error_of)?
             .ok_or_else(|| s3_error!(NoSuchUpload, "no upload {upload_id:?} of key {key:?}"))
+    }
+
+    /// The upload `upload_id` of (bucket, key) in progress.
+    async fn upload_of(&self, bucket: &str, key: &str, upload_id: &str) -> S3Result<UploadRecord> {
+        let upload = self.any_upload(bucket, key, upload_id).await?;
+        match upload.completed {
+            None => Ok(upload),
+            Some(_) => Err(s3_error!(NoSuchUpload, "upload {upload_id:?} was completed")),
+        }
     }
 }
 
@@ -332,17 +506,32 @@ impl Gateway {
 impl S3 for Gateway {
     async fn list_buckets(
         &self,
-        _req: S3Request<ListBucketsInput>,
+        req: S3Request<ListBucketsInput>,
     ) -> S3Result<S3Response<ListBucketsOutput>> {
+        let input = req.input;
+        let max = match input.max_buckets {
+            None => usize::MAX,
+            Some(max) if (1..=MAX_BUCKETS_LISTED).contains(&max) => max as usize,
+            Some(max) => {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "max-buckets must be from 1 to {MAX_BUCKETS_LISTED}, not {max}"
+                ))
+            }
+        };
+        let prefix = input.prefix.clone().unwrap_or_default();
         let answer = self.client.meta.list_buckets().await.map_err(s3_error_of)?;
-        let buckets = answer["buckets"]
+        let mut buckets: Vec<Bucket> = answer["buckets"]
             .as_array()
             .map(|all| {
                 all.iter()
                     .filter_map(|b| {
                         let name = b["name"].as_str()?;
                         // Internal buckets (a leading '.') are not S3 buckets.
-                        (!name.starts_with('.')).then(|| Bucket {
+                        let listed = !name.starts_with('.')
+                            && name.starts_with(&prefix)
+                            && input.continuation_token.as_deref().is_none_or(|after| name > after);
+                        listed.then(|| Bucket {
                             name: Some(name.to_string()),
                             creation_date: Some(attributes::timestamp(
                                 b["created_ms"].as_u64().unwrap_or(0),
@@ -353,7 +542,19 @@ impl S3 for Gateway {
                     .collect()
             })
             .unwrap_or_default();
-        Ok(S3Response::new(ListBucketsOutput { buckets: Some(buckets), ..Default::default() }))
+        buckets.sort_by(|a, b| a.name.cmp(&b.name));
+        let continuation_token = (buckets.len() > max)
+            .then(|| {
+                buckets.truncate(max);
+                buckets.last().and_then(|b| b.name.clone())
+            })
+            .flatten();
+        Ok(S3Response::new(ListBucketsOutput {
+            buckets: Some(buckets),
+            continuation_token,
+            owner: Some(owner_of(req.credentials.as_ref())),
+            prefix: input.prefix,
+        }))
     }
 
     async fn create_bucket(
@@ -368,14 +569,25 @@ impl S3 for Gateway {
             })?),
             None => None,
         };
+        // The region the request asks for: none (or an empty one) is us-east-1.
+        let legacy_region = req
+            .input
+            .create_bucket_configuration
+            .as_ref()
+            .and_then(|c| c.location_constraint.as_ref())
+            .is_none_or(|l| l.as_str().is_empty() || l.as_str() == "us-east-1");
         let bucket = req.input.bucket;
-        self.client.meta.create_bucket(&bucket, policy).await.map_err(|error| match &error {
+        match self.client.meta.create_bucket(&bucket, policy).await {
+            Ok(_) => {}
             // S3's own code for a name that breaks the bucket naming rules.
-            ClientError::Meta { code, message, .. } if code == "invalid_name" => {
-                s3_error!(InvalidBucketName, "{message}")
+            Err(ClientError::Meta { code, message, .. }) if code == "invalid_name" => {
+                return Err(s3_error!(InvalidBucketName, "{message}"));
             }
-            _ => s3_error_of(error),
-        })?;
+            // Every key of a weft cluster owns every bucket; in us-east-1 S3 answers a
+            // re-create of one's own bucket with 200 (BucketAlreadyOwnedByYou elsewhere).
+            Err(ClientError::Meta { code, .. }) if code == "bucket_exists" && legacy_region => {}
+            Err(error) => return Err(s3_error_of(error)),
+        }
         Ok(S3Response::new(CreateBucketOutput { location: Some(format!("/{bucket}")) }))
     }
 
@@ -400,16 +612,21 @@ impl S3 for Gateway {
         req: S3Request<DeleteBucketInput>,
     ) -> S3Result<S3Response<DeleteBucketOutput>> {
         let bucket = req.input.bucket;
-        let uploads =
-            multipart::load_uploads(&self.client.meta, &bucket).await.map_err(s3_error_of)?;
-        if !uploads.is_empty() {
-            return Err(s3_error!(
-                BucketNotEmpty,
-                "bucket {bucket:?} has {} multipart uploads in progress: abort them first",
-                uploads.len()
-            ));
+        let meta = &self.client.meta;
+        // As S3: uploads in progress do not keep a bucket with no objects; they go with it.
+        let objects = meta.list_objects(&bucket, "", None, 1).await.map_err(s3_error_of)?;
+        if objects["objects"].as_array().is_some_and(|o| !o.is_empty()) {
+            return Err(s3_error!(BucketNotEmpty, "bucket {bucket:?} holds objects"));
         }
-        self.client.meta.delete_bucket(&bucket).await.map_err(s3_error_of)?;
+        let uploads =
+            multipart::load_uploads(meta, &bucket, now_ms()).await.map_err(s3_error_of)?;
+        for upload in &uploads {
+            let parts =
+                multipart::load_parts(meta, &upload.upload_id).await.map_err(s3_error_of)?;
+            self.drop_upload(upload, &parts, None).await?;
+        }
+        multipart::drop_completed(meta, &bucket).await.map_err(s3_error_of)?;
+        meta.delete_bucket(&bucket).await.map_err(s3_error_of)?;
         Ok(S3Response::new(DeleteBucketOutput::default()))
     }
 
@@ -430,14 +647,36 @@ impl S3 for Gateway {
         let size = u64::try_from(size)
             .map_err(|_| s3_error!(InvalidArgument, "negative Content-Length"))?;
         let expected_md5 = content_md5(input.content_md5.as_deref())?;
+        let precondition = self
+            .write_precondition(
+                &input.bucket,
+                &input.key,
+                input.if_match.as_ref(),
+                input.if_none_match.as_ref(),
+            )
+            .await?;
         let body = request_body(input.body, &headers);
-        let shown = Attributes {
-            content_type: input.content_type.map(|t| t.to_string()),
-            metadata: metadata_map(input.metadata),
-            ..Attributes::default()
-        };
+        let shown = written_attributes(
+            input.content_type,
+            input.metadata,
+            input.cache_control,
+            input.content_disposition,
+            input.content_encoding,
+            input.content_language,
+            input.expires,
+        );
         let shown = self
-            .write_object(&input.bucket, &input.key, size, body, policy, expected_md5, shown, None)
+            .write_object(
+                &input.bucket,
+                &input.key,
+                size,
+                body,
+                policy,
+                expected_md5,
+                shown,
+                None,
+                precondition,
+            )
             .await?;
         Ok(S3Response::new(PutObjectOutput {
             e_tag: Some(ETag::Strong(shown.etag)),
@@ -457,29 +696,50 @@ impl S3 for Gateway {
             input.if_none_match.as_ref(),
             input.if_modified_since.as_ref(),
             input.if_unmodified_since.as_ref(),
-            not_modified,
+            not_modified_with,
         )?;
         let size = object.size;
-        let (start, end, content_range) = match &input.range {
-            None => (0, size, None),
-            Some(range) => {
-                let wanted = range.check(size)?;
-                let text = format!("bytes {}-{}/{size}", wanted.start, wanted.end - 1);
-                (wanted.start, wanted.end, Some(text))
-            }
-        };
+        let (start, end, content_range, parts_count) =
+            wanted_bytes(&shown, size, input.range.as_ref(), input.part_number)?;
         let stream = self.client.object_stream(object, start, end - start);
-        Ok(S3Response::new(GetObjectOutput {
+        let mut output = GetObjectOutput {
             body: Some(StreamingBlob::wrap(stream)),
             content_length: Some((end - start) as i64),
             content_range,
+            parts_count,
             accept_ranges: Some("bytes".into()),
             content_type: content_type_of(&shown),
             metadata: metadata_of(&shown),
             last_modified: Some(attributes::timestamp(shown.last_modified_ms)),
             e_tag: Some(ETag::Strong(shown.etag.clone())),
+            cache_control: shown.cache_control.clone(),
+            content_disposition: shown.content_disposition.clone(),
+            content_encoding: shown.content_encoding.clone(),
+            content_language: shown.content_language.clone(),
+            expires: shown.expires_timestamp(),
             ..Default::default()
-        }))
+        };
+        // `response-*` query parameters override what the response says (signed requests
+        // only, as S3: anonymous requests never reach here).
+        if let Some(value) = input.response_content_type {
+            output.content_type = value.parse().ok();
+        }
+        if input.response_cache_control.is_some() {
+            output.cache_control = input.response_cache_control;
+        }
+        if input.response_content_disposition.is_some() {
+            output.content_disposition = input.response_content_disposition;
+        }
+        if input.response_content_encoding.is_some() {
+            output.content_encoding = input.response_content_encoding;
+        }
+        if input.response_content_language.is_some() {
+            output.content_language = input.response_content_language;
+        }
+        if input.response_expires.is_some() {
+            output.expires = input.response_expires;
+        }
+        Ok(S3Response::new(output))
     }
 
     async fn head_object(
@@ -494,15 +754,24 @@ impl S3 for Gateway {
             input.if_none_match.as_ref(),
             input.if_modified_since.as_ref(),
             input.if_unmodified_since.as_ref(),
-            not_modified,
+            not_modified_with,
         )?;
+        let (start, end, content_range, parts_count) =
+            wanted_bytes(&shown, object.size, input.range.as_ref(), input.part_number)?;
         Ok(S3Response::new(HeadObjectOutput {
-            content_length: Some(object.size as i64),
+            content_length: Some((end - start) as i64),
+            content_range,
+            parts_count,
             accept_ranges: Some("bytes".into()),
             content_type: content_type_of(&shown),
             metadata: metadata_of(&shown),
             last_modified: Some(attributes::timestamp(shown.last_modified_ms)),
             e_tag: Some(ETag::Strong(shown.etag.clone())),
+            cache_control: shown.cache_control.clone(),
+            content_disposition: shown.content_disposition.clone(),
+            content_encoding: shown.content_encoding.clone(),
+            content_language: shown.content_language.clone(),
+            expires: shown.expires_timestamp(),
             ..Default::default()
         }))
     }
@@ -513,7 +782,21 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
         let input = req.input;
         check_key(&input.key)?;
-        match self.client.delete_object(&input.bucket, &input.key).await {
+        // If-Match deletes only the object it names: pinned to its generation, so one
+        // written meanwhile is not deleted (412).
+        let generation = match &input.if_match {
+            None => None,
+            Some(condition) => {
+                match self
+                    .write_precondition(&input.bucket, &input.key, Some(condition), None)
+                    .await?
+                {
+                    Some(Precondition::Generation(generation)) => Some(generation),
+                    _ => None,
+                }
+            }
+        };
+        match self.client.delete_object_if(&input.bucket, &input.key, generation).await {
             // Deleting a missing key succeeds in S3.
             Ok(_) => {}
             Err(ClientError::Meta { code, .. }) if code == "no_such_key" => {}
@@ -527,6 +810,13 @@ impl S3 for Gateway {
         req: S3Request<DeleteObjectsInput>,
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
         let input = req.input;
+        if input.delete.objects.len() > MAX_KEYS {
+            return Err(s3_error!(
+                MalformedXML,
+                "a DeleteObjects request names at most {MAX_KEYS} keys; this one names {}",
+                input.delete.objects.len()
+            ));
+        }
         self.client.meta.get_bucket(&input.bucket).await.map_err(s3_error_of)?;
         let quiet = input.delete.quiet.unwrap_or(false);
         let mut deleted = Vec::new();
@@ -591,27 +881,27 @@ impl S3 for Gateway {
             input.copy_source_if_none_match.as_ref(),
             input.copy_source_if_modified_since.as_ref(),
             input.copy_source_if_unmodified_since.as_ref(),
-            || s3_error!(PreconditionFailed, "the copy source's conditions are not met"),
+            |_| s3_error!(PreconditionFailed, "the copy source's conditions are not met"),
         )?;
         let shown = if replace {
-            Attributes {
-                content_type: input.content_type.map(|t| t.to_string()),
-                metadata: metadata_map(input.metadata),
-                ..Attributes::default()
-            }
+            written_attributes(
+                input.content_type,
+                input.metadata,
+                input.cache_control,
+                input.content_disposition,
+                input.content_encoding,
+                input.content_language,
+                input.expires,
+            )
         } else {
-            Attributes {
-                content_type: source.content_type.clone(),
-                metadata: source.metadata.clone(),
-                ..Attributes::default()
-            }
+            copied_attributes(&source)
         };
         let size = object.size;
         let stream = self.client.object_stream(object, 0, size);
         // A copy has the bytes of its source, so it keeps a multipart source's ETag.
         let etag = source.etag.contains('-').then(|| source.etag.clone());
         let shown = self
-            .write_object(&input.bucket, &input.key, size, stream, policy, None, shown, etag)
+            .write_object(&input.bucket, &input.key, size, stream, policy, None, shown, etag, None)
             .await?;
         Ok(S3Response::new(CopyObjectOutput {
             copy_object_result: Some(CopyObjectResult {
@@ -635,20 +925,36 @@ impl S3 for Gateway {
             max_keys: input.max_keys,
             prefix: input.prefix.clone(),
             start_after: input.marker.clone(),
+            // ListObjects (v1) always names each object's owner.
+            fetch_owner: Some(true),
             ..Default::default()
         };
-        let output = self.list_v2(v2).await?;
+        let output = self.list_v2(v2, req.credentials.as_ref()).await?;
+        // v1 names the next marker only with a delimiter; without one the client goes on
+        // from the last key (S3's rule, which SDKs follow).
+        let has_delimiter = output.delimiter.is_some();
+        let url = output.encoding_type.is_some();
         Ok(S3Response::new(ListObjectsOutput {
             name: output.name,
-            prefix: output.prefix,
+            prefix: Some(output.prefix.unwrap_or_default()),
             delimiter: output.delimiter,
             encoding_type: output.encoding_type,
             max_keys: output.max_keys,
             is_truncated: output.is_truncated,
             contents: output.contents,
             common_prefixes: output.common_prefixes,
-            marker: input.marker,
-            next_marker: output.next_continuation_token,
+            marker: Some(match input.marker {
+                Some(marker) if url => encode_url(&marker),
+                Some(marker) => marker,
+                None => String::new(),
+            }),
+            next_marker: output.next_continuation_token.filter(|_| has_delimiter).map(|next| {
+                if url {
+                    encode_url(&next)
+                } else {
+                    next
+                }
+            }),
             ..Default::default()
         }))
     }
@@ -657,7 +963,7 @@ impl S3 for Gateway {
         &self,
         req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
-        Ok(S3Response::new(self.list_v2(req.input).await?))
+        Ok(S3Response::new(self.list_v2(req.input, req.credentials.as_ref()).await?))
     }
 
     async fn create_multipart_upload(
@@ -679,14 +985,25 @@ impl S3 for Gateway {
             Ok(_) | Err(ClientError::Meta { status: 409, .. }) => {}
             Err(error) => return Err(s3_error_of(error)),
         }
+        let shown = written_attributes(
+            input.content_type,
+            input.metadata,
+            input.cache_control,
+            input.content_disposition,
+            input.content_encoding,
+            input.content_language,
+            input.expires,
+        );
         let upload = UploadRecord {
             bucket: input.bucket.clone(),
             key: input.key.clone(),
             upload_id: multipart::new_upload_id(),
             initiated_ms: now_ms(),
-            content_type: input.content_type.map(|t| t.to_string()),
-            metadata: metadata_map(input.metadata),
+            content_type: None,
+            metadata: BTreeMap::new(),
             policy,
+            shown,
+            completed: None,
         };
         let name = multipart::upload_name(&upload.bucket, &upload.upload_id);
         let value = serde_json::to_value(&upload).expect("uploads serialize");
@@ -718,21 +1035,31 @@ impl S3 for Gateway {
         let policy: StripedLayout = serde_json::from_value(upload.policy.clone())
             .map_err(|e| s3_error!(InternalError, "the upload's policy is bad: {e}"))?;
         let key = multipart::part_key(&upload.upload_id, input.part_number);
-        let options = PutOptions { policy: Some(policy), ..PutOptions::default() };
-        let written =
-            put_stream(&self.client, PARTS_BUCKET, &key, size, body, options, expected_md5).await?;
-        let part = PartRecord {
-            part_number: input.part_number,
-            etag: hex::encode(written.md5),
-            size,
-            generation: written.stats.object.generation,
-            last_modified_ms: now_ms(),
-        };
-        let value = serde_json::to_value(&part).expect("parts serialize");
-        let name = multipart::part_name(&upload.upload_id, input.part_number);
-        self.client.meta.put_record(UPLOADS, &name, &value, false).await.map_err(s3_error_of)?;
+        // The part's ETag commits with it: of two uploads of one part number, the one that
+        // commits last is the part, with its own ETag.
+        let shown = self
+            .write_object(
+                PARTS_BUCKET,
+                &key,
+                size,
+                body,
+                Some(policy),
+                expected_md5,
+                Attributes::default(),
+                None,
+                None,
+            )
+            .await?;
+        // An Abort or Complete that ran meanwhile did not see this part: it would stay
+        // forever, so it goes now and the client hears that the upload is gone.
+        if self.upload_of(&input.bucket, &input.key, &input.upload_id).await.is_err() {
+            if let Err(error) = self.client.delete_object(PARTS_BUCKET, &key).await {
+                tracing::warn!(%error, key, "could not delete a part of an ended upload");
+            }
+            return Err(s3_error!(NoSuchUpload, "upload {:?} ended", input.upload_id));
+        }
         Ok(S3Response::new(UploadPartOutput {
-            e_tag: Some(ETag::Strong(part.etag)),
+            e_tag: Some(ETag::Strong(shown.etag)),
             ..Default::default()
         }))
     }
@@ -742,7 +1069,29 @@ impl S3 for Gateway {
         req: S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
         let input = req.input;
-        let upload = self.upload_of(&input.bucket, &input.key, &input.upload_id).await?;
+        let upload = self.any_upload(&input.bucket, &input.key, &input.upload_id).await?;
+        if let Some(done) = &upload.completed {
+            // A repeated Complete (an SDK retry): the same answer, while the object it
+            // made is still the key's.
+            let current = self.client.meta.get_object(&upload.bucket, &upload.key).await;
+            if current.is_ok_and(|object| object.generation == done.generation) {
+                return Ok(S3Response::new(CompleteMultipartUploadOutput {
+                    bucket: Some(upload.bucket.clone()),
+                    key: Some(upload.key.clone()),
+                    e_tag: Some(ETag::Strong(done.etag.clone())),
+                    ..Default::default()
+                }));
+            }
+            return Err(s3_error!(NoSuchUpload, "upload {:?} was completed", input.upload_id));
+        }
+        let precondition = self
+            .write_precondition(
+                &upload.bucket,
+                &upload.key,
+                input.if_match.as_ref(),
+                input.if_none_match.as_ref(),
+            )
+            .await?;
         let asked = input.multipart_upload.and_then(|m| m.parts).unwrap_or_default();
         if asked.is_empty() {
             return Err(s3_error!(MalformedXML, "a Complete must list at least one part"));
@@ -776,6 +1125,7 @@ impl S3 for Gateway {
         let etag =
             multipart::multipart_etag(&chosen.iter().map(|p| p.etag.as_str()).collect::<Vec<_>>());
         let size: u64 = chosen.iter().map(|p| p.size).sum();
+        let part_sizes: Vec<u64> = chosen.iter().map(|p| p.size).collect();
         // The copy may take a while: s3s answers 200 at once and keeps the connection alive
         // with whitespace until this future ends (an error then is an XML error in the body).
         let gateway = self.clone();
@@ -807,11 +1157,7 @@ impl S3 for Gateway {
                 .boxed();
             let policy: StripedLayout = serde_json::from_value(upload.policy.clone())
                 .map_err(|e| s3_error!(InternalError, "the upload's policy is bad: {e}"))?;
-            let shown = Attributes {
-                content_type: upload.content_type.clone(),
-                metadata: upload.metadata.clone(),
-                ..Attributes::default()
-            };
+            let shown = Attributes { parts: part_sizes, ..upload.object_attributes() };
             let shown = gateway
                 .write_object(
                     &upload.bucket,
@@ -822,9 +1168,15 @@ impl S3 for Gateway {
                     None,
                     shown,
                     Some(etag),
+                    precondition,
                 )
                 .await?;
-            gateway.drop_upload(&upload, &stored).await?;
+            let completed = multipart::Completed {
+                etag: shown.etag.clone(),
+                generation: shown.generation,
+                completed_ms: now_ms(),
+            };
+            gateway.drop_upload(&upload, &stored, Some(completed)).await?;
             Ok(CompleteMultipartUploadOutput {
                 bucket: Some(upload.bucket.clone()),
                 key: Some(upload.key.clone()),
@@ -847,7 +1199,7 @@ impl S3 for Gateway {
         let parts = multipart::load_parts(&self.client.meta, &upload.upload_id)
             .await
             .map_err(s3_error_of)?;
-        self.drop_upload(&upload, &parts).await?;
+        self.drop_upload(&upload, &parts, None).await?;
         Ok(S3Response::new(AbortMultipartUploadOutput::default()))
     }
 
@@ -896,8 +1248,9 @@ impl S3 for Gateway {
         let input = req.input;
         self.client.meta.get_bucket(&input.bucket).await.map_err(s3_error_of)?;
         let prefix = input.prefix.clone().unwrap_or_default();
-        let mut uploads =
-            multipart::load_uploads(&self.client.meta, &input.bucket).await.map_err(s3_error_of)?;
+        let mut uploads = multipart::load_uploads(&self.client.meta, &input.bucket, now_ms())
+            .await
+            .map_err(s3_error_of)?;
         uploads.retain(|u| u.key.starts_with(&prefix));
         if let Some(marker) = &input.key_marker {
             let id_marker = input.upload_id_marker.clone().unwrap_or_default();
@@ -941,7 +1294,11 @@ impl S3 for Gateway {
 
 impl Gateway {
     /// ListObjectsV2 (also behind ListObjects).
-    async fn list_v2(&self, input: ListObjectsV2Input) -> S3Result<ListObjectsV2Output> {
+    async fn list_v2(
+        &self,
+        input: ListObjectsV2Input,
+        credentials: Option<&s3s::auth::Credentials>,
+    ) -> S3Result<ListObjectsV2Output> {
         let meta = &self.client.meta;
         let bucket = input.bucket.clone();
         let prefix = input.prefix.clone().unwrap_or_default();
@@ -954,9 +1311,11 @@ impl Gateway {
         let page = listing::list(meta, &bucket, &prefix, delimiter, start, max_keys)
             .await
             .map_err(s3_error_of)?;
-        // ETags and Last-Modified of the listed keys, from their attribute records.
-        let mut shown: BTreeMap<String, Attributes> = BTreeMap::new();
-        if let Some(last) = page.objects.last() {
+        // Objects committed before attributes lived with them: their older gateway
+        // records, read in one scan over the page's range (only when there are such).
+        let mut recorded: BTreeMap<String, Attributes> = BTreeMap::new();
+        let without = page.objects.iter().filter(|o| o.attributes.is_none());
+        if let Some(last) = without.last() {
             let names = attributes::record_name(&bucket, "");
             // Every listed key is after the page's start, and so is its record.
             let mut after: Option<String> = start.map(|s| attributes::record_name(&bucket, s));
@@ -978,7 +1337,7 @@ impl Gateway {
                         break;
                     }
                     if let Ok(a) = serde_json::from_value::<Attributes>(value) {
-                        shown.insert(key, a);
+                        recorded.insert(key, a);
                     }
                 }
                 match next {
@@ -989,23 +1348,25 @@ impl Gateway {
         }
         let url = input.encoding_type.as_ref().is_some_and(|e| e.as_str() == EncodingType::URL);
         let encode = |text: String| if url { encode_url(&text) } else { text };
+        let owner = input.fetch_owner.unwrap_or(false).then(|| owner_of(credentials));
         let contents: Vec<Object> = page
             .objects
             .into_iter()
             .map(|o| {
-                let attributes = shown.remove(&o.key).filter(|a| a.generation == o.generation);
-                let (etag, modified) = match attributes {
-                    Some(a) => (a.etag, a.last_modified_ms),
-                    None => (format!("weft-{}", o.generation), o.created_ms),
-                };
+                let shown = o
+                    .attributes
+                    .clone()
+                    .or_else(|| recorded.remove(&o.key).filter(|a| a.generation == o.generation))
+                    .unwrap_or_else(|| attributes::defaults(o.generation, o.created_ms));
                 Object {
                     key: Some(encode(o.key)),
                     size: Some(o.size as i64),
-                    e_tag: Some(ETag::Strong(etag)),
-                    last_modified: Some(attributes::timestamp(modified)),
+                    e_tag: Some(ETag::Strong(shown.etag)),
+                    last_modified: Some(attributes::timestamp(o.created_ms)),
                     storage_class: Some(ObjectStorageClass::from_static(
                         ObjectStorageClass::STANDARD,
                     )),
+                    owner: owner.clone(),
                     ..Default::default()
                 }
             })
@@ -1018,8 +1379,9 @@ impl Gateway {
         let key_count = (contents.len() + common_prefixes.len()) as i32;
         Ok(ListObjectsV2Output {
             name: Some(bucket),
-            prefix: input.prefix.map(&encode),
-            delimiter: input.delimiter.map(&encode),
+            prefix: Some(encode(prefix)),
+            // An empty delimiter is no delimiter, and S3 does not echo it.
+            delimiter: input.delimiter.filter(|d| !d.is_empty()).map(&encode),
             encoding_type: input.encoding_type,
             max_keys: Some(max_keys as i32),
             key_count: Some(key_count),

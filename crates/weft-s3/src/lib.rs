@@ -15,6 +15,9 @@
 //!
 //! Invariants kept by the whole crate:
 //! - Meta owns every piece of state; the gateway keeps only a short-lived key cache.
+//! - Every response names its request: `x-amz-request-id` (and `x-amz-id-2`), repeated as
+//!   `<RequestId>` in an error's XML, so a client's report can be found in the log.
+//! - A presigned URL valid for more than 7 days (or a negative time) is refused, as S3 does.
 //! - No request that fails creates an object: bodies that are short, long or fail their
 //!   Content-MD5 never let the write commit (the last bytes are held back until checked).
 //! - Anonymous requests are refused (s3s's default access check once auth is set).
@@ -132,6 +135,52 @@ fn empty_expecting_continue(request: &http::Request<hyper::body::Incoming>) -> b
     empty && expect
 }
 
+/// Longest validity of a presigned URL (S3's: 7 days).
+pub const MAX_PRESIGNED_SECONDS: i64 = 7 * 24 * 3600;
+
+/// A fresh request id: 16 hex digits.
+fn new_request_id() -> String {
+    use rand::Rng;
+    format!("{:016X}", rand::thread_rng().gen::<u64>())
+}
+
+/// The refusal of a presigned URL whose `X-Amz-Expires` S3 would not accept, if it is one.
+fn bad_presigned_expiry(request: &http::Request<hyper::body::Incoming>) -> Option<s3s::S3Error> {
+    let query = request.uri().query()?;
+    let value = query.split('&').find_map(|pair| pair.strip_prefix("X-Amz-Expires="))?;
+    let message = match value.parse::<i64>() {
+        Ok(seconds) if seconds < 0 => "X-Amz-Expires must be non-negative".to_string(),
+        Ok(seconds) if seconds > MAX_PRESIGNED_SECONDS => format!(
+            "X-Amz-Expires must be less than a week (in seconds) that is {MAX_PRESIGNED_SECONDS}"
+        ),
+        Ok(_) => return None,
+        Err(_) => format!("X-Amz-Expires should be a number, not {value:?}"),
+    };
+    Some(s3s::S3Error::with_message(s3s::S3ErrorCode::AccessDenied, message))
+}
+
+/// Adds the request id to a response: its headers, and an error body's `<RequestId>`.
+fn name_request(response: &mut http::Response<s3s::Body>, request_id: &str) {
+    if let Ok(value) = http::HeaderValue::from_str(request_id) {
+        response.headers_mut().insert("x-amz-request-id", value.clone());
+        response.headers_mut().insert("x-amz-id-2", value);
+    }
+    if response.status().as_u16() < 300 {
+        return;
+    }
+    let Some(body) = response.body().bytes() else { return };
+    let Some(at) = body.windows(8).rposition(|w| w == b"</Error>") else { return };
+    let mut named = Vec::with_capacity(body.len() + 2 * request_id.len() + 40);
+    named.extend_from_slice(&body[..at]);
+    named.extend_from_slice(format!("<RequestId>{request_id}</RequestId>").as_bytes());
+    named.extend_from_slice(format!("<HostId>{request_id}</HostId>").as_bytes());
+    named.extend_from_slice(&body[at..]);
+    if response.headers().contains_key(http::header::CONTENT_LENGTH) {
+        response.headers_mut().insert(http::header::CONTENT_LENGTH, named.len().into());
+    }
+    *response.body_mut() = s3s::Body::from(bytes::Bytes::from(named));
+}
+
 /// Binds the listen address and serves S3 over meta at `config.meta_url` in the background.
 pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError> {
     let mut client = weft_client::Client::new(&config.meta_url, &config.secret)
@@ -171,8 +220,17 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
             let handler = hyper::service::service_fn(move |request| {
                 let service = service.clone();
                 async move {
+                    let request_id = new_request_id();
+                    if let Some(refusal) = bad_presigned_expiry(&request) {
+                        let mut response = refusal
+                            .to_http_response()
+                            .map_err(|e| s3s::HttpError::new(Box::new(e)))?;
+                        name_request(&mut response, &request_id);
+                        return Ok::<_, s3s::HttpError>(response);
+                    }
                     let close = empty_expecting_continue(&request);
                     let mut response = service.call(request.map(s3s::Body::from)).await?;
+                    name_request(&mut response, &request_id);
                     if close {
                         response.headers_mut().insert(
                             http::header::CONNECTION,

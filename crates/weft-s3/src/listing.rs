@@ -10,6 +10,8 @@
 
 use weft_client::{MetaClient, Result};
 
+use crate::attributes::Attributes;
+
 /// One listed object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listed {
@@ -17,6 +19,8 @@ pub struct Listed {
     pub size: u64,
     pub generation: u64,
     pub created_ms: u64,
+    /// The attributes committed with it, if any.
+    pub attributes: Option<Attributes>,
 }
 
 /// One page of a listing.
@@ -86,6 +90,7 @@ pub async fn list(
                         size: object["size"].as_u64().unwrap_or(0),
                         generation: object["generation"].as_u64().unwrap_or(0),
                         created_ms: object["created_ms"].as_u64().unwrap_or(0),
+                        attributes: Attributes::of_json(object),
                     });
                     last = Some(key);
                 }

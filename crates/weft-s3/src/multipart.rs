@@ -1,27 +1,35 @@
 //! Multipart uploads: records in meta, parts as weft objects, Complete by copying.
 //!
 //! - An upload is the gateway record `uploads/upload/<bucket>/<upload id>` ([`UploadRecord`]:
-//!   target key, Content-Type, user metadata and the policy resolved at create time).
+//!   target key, the attributes the object will have and the policy resolved at create time).
 //! - Part N is the weft object `<upload id>/<N:05>` in the internal bucket [`PARTS_BUCKET`]
-//!   (written with the upload's policy) plus the record `uploads/part/<upload id>/<N:05>`
-//!   ([`PartRecord`]: ETag, size, the part object's generation).
+//!   (written with the upload's policy), committed with its ETag as its attributes.
+//!   (Gateways before that also wrote a record `uploads/part/<upload id>/<N:05>`; it is read
+//!   for a part object without attributes and deleted with the upload.)
 //! - Complete streams the listed parts, in order, into one ordinary weft object under the
-//!   target key (a copy: the read path knows only single objects), writes its attributes
-//!   (ETag `md5-of-md5s-N`), then deletes the part objects and records and the upload.
+//!   target key (a copy: the read path knows only single objects) committed with its
+//!   attributes (ETag `md5-of-md5s-N`, the part sizes), deletes the part objects, and marks
+//!   the upload completed with that result: a repeated Complete (an SDK retry) answers the
+//!   same, while the object it made is still the key's.
 //!
 //! Invariants:
 //! - Part objects are committed weft objects, so meta references their units and gc never
-//!   deletes them; a re-uploaded part replaces the previous one (weft-client deletes its
-//!   units), so only the last upload of a part number exists.
-//! - Abort and Complete leave no part object, part record or upload record behind (a part
-//!   object that cannot be deleted because its nodes are down is ordinary garbage for gc).
+//!   deletes them; a re-uploaded part replaces the previous one when it commits (meta keeps
+//!   the last commit of a key, with its ETag: they commit together), so the last upload of a
+//!   part number is the part, whatever the order the uploads started in.
+//! - Abort and Complete leave no part object or part record behind (a part object that
+//!   cannot be deleted because its nodes are down is ordinary garbage for gc); Abort removes
+//!   the upload record, Complete keeps it marked completed for [`COMPLETED_KEPT_MS`] (no
+//!   other call sees a completed upload: they answer NoSuchUpload).
 //! - [`PARTS_BUCKET`] starts with a `.`, which no S3 bucket name may: S3 cannot reach it.
 
 use std::collections::BTreeMap;
 
 use rand::Rng;
 use serde::{Deserialize, Serialize};
-use weft_client::{MetaClient, Result};
+use weft_client::{ClientError, MetaClient, Result};
+
+use crate::attributes::Attributes;
 
 /// The internal bucket holding the parts of uploads in progress.
 pub const PARTS_BUCKET: &str = ".weft-s3-parts";
@@ -30,6 +38,11 @@ pub const UPLOADS: &str = "uploads";
 /// S3's limits: part numbers 1..=10000, every part but the last at least 5 MiB.
 pub const MAX_PART_NUMBER: i32 = 10_000;
 pub const MIN_PART_BYTES: u64 = 5 << 20;
+/// How long a completed upload's record answers a repeated Complete (S3 SDKs retry within
+/// minutes); it is dropped after, by the next upload call in its bucket.
+pub const COMPLETED_KEPT_MS: u64 = 24 * 3600 * 1000;
+/// Most expired completed uploads one call drops (the rest go on later calls).
+const MAX_DROPPED_PER_CALL: usize = 100;
 
 /// An upload in progress.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -44,9 +57,39 @@ pub struct UploadRecord {
     pub metadata: BTreeMap<String, String>,
     /// The policy (a `StripedLayout`) of the parts and of the completed object.
     pub policy: serde_json::Value,
+    /// The attributes of the completed object but ETag and parts (the representation
+    /// headers of the create); records of older gateways have only the two fields above.
+    #[serde(default)]
+    pub shown: Attributes,
+    /// Set once completed: what the Complete answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed: Option<Completed>,
 }
 
-/// One uploaded part.
+/// What a Complete made (and answers again when repeated).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Completed {
+    pub etag: String,
+    /// Generation of the object it committed.
+    pub generation: u64,
+    pub completed_ms: u64,
+}
+
+impl UploadRecord {
+    /// The attributes the completed object starts from.
+    pub fn object_attributes(&self) -> Attributes {
+        let mut shown = self.shown.clone();
+        if shown.content_type.is_none() {
+            shown.content_type = self.content_type.clone();
+        }
+        if shown.metadata.is_empty() {
+            shown.metadata = self.metadata.clone();
+        }
+        shown
+    }
+}
+
+/// One uploaded part: its part object as listed (or an older gateway's record of it).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PartRecord {
     pub part_number: i32,
@@ -88,8 +131,8 @@ pub async fn load_upload(
     Ok(found.and_then(|v| serde_json::from_value::<UploadRecord>(v).ok()).filter(|u| u.key == key))
 }
 
-/// Every part record of an upload, by part number.
-pub async fn load_parts(meta: &MetaClient, upload_id: &str) -> Result<Vec<PartRecord>> {
+/// The part records older gateways wrote for an upload.
+async fn load_part_records(meta: &MetaClient, upload_id: &str) -> Result<Vec<PartRecord>> {
     let prefix = format!("part/{upload_id}/");
     let mut parts = Vec::new();
     let mut after: Option<String> = None;
@@ -103,17 +146,110 @@ pub async fn load_parts(meta: &MetaClient, upload_id: &str) -> Result<Vec<PartRe
     }
 }
 
-/// Every upload of a bucket.
-pub async fn load_uploads(meta: &MetaClient, bucket: &str) -> Result<Vec<UploadRecord>> {
+/// Every part of an upload, by part number: its part objects, each with the ETag it was
+/// committed with (or, for a part object without one, an older gateway's record of that
+/// generation; a part object with neither is left out: its upload never finished).
+pub async fn load_parts(meta: &MetaClient, upload_id: &str) -> Result<Vec<PartRecord>> {
+    let prefix = format!("{upload_id}/");
+    let mut parts = Vec::new();
+    let mut legacy: Option<BTreeMap<i32, PartRecord>> = None;
+    let mut after: Option<String> = None;
+    loop {
+        let answer = match meta.list_objects(PARTS_BUCKET, &prefix, after.as_deref(), 1000).await {
+            Ok(answer) => answer,
+            // No upload ever made the parts bucket: no parts.
+            Err(ClientError::Meta { code, .. }) if code == "no_such_bucket" => return Ok(parts),
+            Err(error) => return Err(error),
+        };
+        for object in answer["objects"].as_array().into_iter().flatten() {
+            let key = object["key"].as_str().unwrap_or_default();
+            let Some(number) = key[prefix.len()..].parse::<i32>().ok() else { continue };
+            let generation = object["generation"].as_u64().unwrap_or(0);
+            let part = match Attributes::of_json(object) {
+                Some(shown) => Some(PartRecord {
+                    part_number: number,
+                    etag: shown.etag,
+                    size: object["size"].as_u64().unwrap_or(0),
+                    generation,
+                    last_modified_ms: shown.last_modified_ms,
+                }),
+                None => {
+                    if legacy.is_none() {
+                        let records = load_part_records(meta, upload_id).await?;
+                        legacy = Some(records.into_iter().map(|p| (p.part_number, p)).collect());
+                    }
+                    let records = legacy.as_ref().expect("just loaded");
+                    records.get(&number).filter(|p| p.generation == generation).cloned()
+                }
+            };
+            parts.extend(part);
+        }
+        match answer["next_start_after"].as_str() {
+            Some(next) => after = Some(next.to_string()),
+            None => return Ok(parts),
+        }
+    }
+}
+
+/// Names of the part records older gateways wrote for an upload (to delete with it).
+pub async fn part_record_names(meta: &MetaClient, upload_id: &str) -> Result<Vec<String>> {
+    Ok(load_part_records(meta, upload_id)
+        .await?
+        .iter()
+        .map(|p| part_name(upload_id, p.part_number))
+        .collect())
+}
+
+/// Every upload of a bucket still in progress. Completed uploads kept past
+/// [`COMPLETED_KEPT_MS`] are dropped on the way (a bounded number per call).
+pub async fn load_uploads(
+    meta: &MetaClient,
+    bucket: &str,
+    now_ms: u64,
+) -> Result<Vec<UploadRecord>> {
     let prefix = format!("upload/{bucket}/");
     let mut uploads = Vec::new();
+    let mut expired = Vec::new();
     let mut after: Option<String> = None;
     loop {
         let (page, next) = meta.list_records(UPLOADS, &prefix, after.as_deref(), 999).await?;
-        uploads.extend(page.into_iter().filter_map(|(_, v)| serde_json::from_value(v).ok()));
+        for (_, value) in page {
+            let Ok(upload) = serde_json::from_value::<UploadRecord>(value) else { continue };
+            match &upload.completed {
+                None => uploads.push(upload),
+                Some(done) if done.completed_ms + COMPLETED_KEPT_MS < now_ms => {
+                    expired.push(upload_name(&upload.bucket, &upload.upload_id))
+                }
+                Some(_) => {}
+            }
+        }
         match next {
             Some(next) => after = Some(next),
-            None => return Ok(uploads),
+            None => break,
+        }
+    }
+    for name in expired.iter().take(MAX_DROPPED_PER_CALL) {
+        meta.delete_record(UPLOADS, name).await?;
+    }
+    Ok(uploads)
+}
+
+/// Drops every completed upload record of a bucket (the bucket is being deleted).
+pub async fn drop_completed(meta: &MetaClient, bucket: &str) -> Result<()> {
+    let prefix = format!("upload/{bucket}/");
+    let mut after: Option<String> = None;
+    loop {
+        let (page, next) = meta.list_records(UPLOADS, &prefix, after.as_deref(), 999).await?;
+        for (name, value) in page {
+            let completed = serde_json::from_value::<UploadRecord>(value)
+                .is_ok_and(|upload| upload.completed.is_some());
+            if completed {
+                meta.delete_record(UPLOADS, &name).await?;
+            }
+        }
+        match next {
+            Some(next) => after = Some(next),
+            None => return Ok(()),
         }
     }
 }

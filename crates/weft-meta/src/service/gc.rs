@@ -107,7 +107,7 @@ pub(crate) async fn references(
     let (found, nodes) = blocking(&meta, move |store| {
         let mut found = References::default();
         // Writes, then transitions, then objects: see the module invariants.
-        let mut after: Option<ObjectName> = None;
+        let mut after: Option<crate::WriteCursor> = None;
         loop {
             let page = store.list_writes(after.as_ref(), MAX_LIST_LIMIT)?;
             for write in &page {
@@ -117,9 +117,7 @@ pub(crate) async fn references(
             }
             found.writes += page.len() as u64;
             match page.last() {
-                Some(last) if page.len() == MAX_LIST_LIMIT => {
-                    after = Some(ObjectName { bucket: last.bucket.clone(), key: last.key.clone() })
-                }
+                Some(last) if page.len() == MAX_LIST_LIMIT => after = Some(last.write_cursor()),
                 _ => break,
             }
         }
@@ -209,7 +207,7 @@ pub(crate) async fn expire_writes(
     let (expired, in_progress) = blocking(&meta, move |store| {
         let mut expired = Vec::new();
         let mut in_progress = 0u64;
-        let mut after: Option<ObjectName> = None;
+        let mut after: Option<crate::WriteCursor> = None;
         loop {
             let page = store.list_writes(after.as_ref(), MAX_LIST_LIMIT)?;
             for write in &page {
@@ -235,9 +233,7 @@ pub(crate) async fn expire_writes(
                 }
             }
             match page.last() {
-                Some(last) if page.len() == MAX_LIST_LIMIT => {
-                    after = Some(ObjectName { bucket: last.bucket.clone(), key: last.key.clone() })
-                }
+                Some(last) if page.len() == MAX_LIST_LIMIT => after = Some(last.write_cursor()),
                 _ => break,
             }
         }

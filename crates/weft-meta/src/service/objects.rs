@@ -215,6 +215,9 @@ pub(crate) fn object_json(record: &ObjectRecord, units: UnitsPage) -> Value {
         "units_total": total,
         "units": units.list,
     });
+    if let Some(attributes) = &record.attributes {
+        value["attributes"] = attributes.clone();
+    }
     if let Some(extents) = &record.raidp {
         // The record's own facts; replies that know the map add slots and replicas.
         value["raidp"] = json!({ "extents": extents });
@@ -372,6 +375,13 @@ struct CommitBody {
     /// The writer's digest of every unit by unit name (`d<x>`, `p<g>.<i>`), or none.
     #[serde(default)]
     digests: BTreeMap<String, weft_wire::UnitDigest>,
+    /// Kept with the object, uninterpreted (a JSON object; see `ObjectRecord::attributes`).
+    #[serde(default)]
+    attributes: Option<Value>,
+    /// Commit only if no object is committed under the key (`"absent"`) or the committed
+    /// one has this generation (`{"generation": G}`); else 412 `precondition_failed`.
+    #[serde(default, rename = "if")]
+    precondition: Option<crate::Precondition>,
 }
 
 /// Digests named by unit name, by unit; a name that is no unit name is 400.
@@ -558,17 +568,20 @@ async fn commit(
 ) -> Result<Json<Value>, ApiError> {
     let body: CommitBody = serde_json::from_slice(body).map_err(|e| {
         ApiError::bad_request(format!(
-            "the body must be {{\"generation\": u64, \"digests\": optional {{unit: hex}}}}: {e}"
+            "the body must be {{\"generation\": u64, \"digests\": optional {{unit: hex}}, \
+             \"attributes\": optional object, \"if\": optional \"absent\" or {{\"generation\": u64}}}}: {e}"
         ))
     })?;
     let mut digests = digests_by_unit(body.digests)?;
+    let terms = crate::CommitTerms { attributes: body.attributes, precondition: body.precondition };
     meta.changes.note(&bucket, &key);
     let ((record, replaced), nodes) = blocking(&meta, move |store| {
         let owner = digest_pages::of_write(body.generation);
         let invalid =
             |reason| MetaError::InvalidDigests { bucket: bucket.clone(), key: key.clone(), reason };
         digest_pages::take(store, &owner, &mut digests, invalid)?;
-        let committed = store.commit_object(&bucket, &key, body.generation, &digests)?;
+        let committed =
+            store.commit_object_with(&bucket, &key, body.generation, &digests, &terms)?;
         digest_pages::delete(store, &owner)?;
         Ok((committed, store.list_nodes()?))
     })
@@ -626,7 +639,7 @@ async fn digests_page(
     let digests = digests_by_unit(body.digests)?;
     let generation = body.generation;
     blocking(&meta, move |store| {
-        let write = store.get_write(&bucket, &key)?.filter(|w| w.generation == generation);
+        let write = store.get_write(&bucket, &key, generation)?;
         let write = write.ok_or_else(|| MetaError::NoSuchWrite {
             bucket: bucket.clone(),
             key: key.clone(),
@@ -692,12 +705,22 @@ pub(crate) async fn get_object(
     Ok(Json(value))
 }
 
-/// `DELETE /v1/buckets/{bucket}/objects/{key}`.
+/// What a `DELETE` of an object requires: `if_generation=G` deletes only generation G
+/// (412 `precondition_failed` otherwise; a missing key is 404 as always).
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DeleteQuery {
+    if_generation: Option<u64>,
+}
+
+/// `DELETE /v1/buckets/{bucket}/objects/{key}[?if_generation=G]`.
 pub(crate) async fn delete_object(
     State(meta): State<Shared>,
     Path((bucket, key)): Path<(String, String)>,
+    Query(query): Query<DeleteQuery>,
 ) -> Result<Json<Value>, ApiError> {
     super::refuse_internal_change(&bucket, "delete an object")?;
+    let precondition = query.if_generation.map(crate::Precondition::Generation);
     let (record, nodes) = blocking(&meta, move |store| {
         // An object of the key marked lost is forgotten with it (read first: a delete is a
         // write transaction, and most keys were never lost).
@@ -708,7 +731,7 @@ pub(crate) async fn delete_object(
             }
             Ok(())
         };
-        let record = match store.delete_object(&bucket, &key) {
+        let record = match store.delete_object_if(&bucket, &key, precondition) {
             Ok(record) => record,
             Err(error @ MetaError::NoSuchKey { .. }) => {
                 forget()?;
@@ -754,6 +777,9 @@ pub(crate) async fn list_objects(
             let mut entry = json!({"key": o.key, "size": o.size(), "generation": o.generation, "created_ms": o.created_ms});
             if o.geometric.is_some() {
                 entry["packed"] = json!(true);
+            }
+            if let Some(attributes) = &o.attributes {
+                entry["attributes"] = attributes.clone();
             }
             entry
         })

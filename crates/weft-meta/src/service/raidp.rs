@@ -802,14 +802,13 @@ fn live_bytes(store: &dyn MetaStore) -> Result<BTreeMap<SuperchunkId, u64>, Meta
     };
     // Writes first: one that commits meanwhile is counted then (perhaps twice: harmless),
     // never missed; no write begins meanwhile (allocation waits for the caller's lock).
-    let mut after: Option<crate::ObjectName> = None;
+    let mut after: Option<crate::WriteCursor> = None;
     loop {
         let writes = store.list_writes(after.as_ref(), crate::MAX_LIST_LIMIT)?;
         writes.iter().for_each(&mut count);
         match writes.last() {
             Some(last) if writes.len() == crate::MAX_LIST_LIMIT => {
-                after =
-                    Some(crate::ObjectName { bucket: last.bucket.clone(), key: last.key.clone() })
+                after = Some(last.write_cursor())
             }
             _ => break,
         }
