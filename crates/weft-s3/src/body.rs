@@ -202,9 +202,14 @@ where
     Ok(Streamed { stats, md5: digest })
 }
 
-/// Decodes a Content-MD5 header (base64 of 16 bytes).
-pub fn content_md5(header: Option<&str>) -> S3Result<Option<[u8; 16]>> {
+/// Decodes a Content-MD5 header (base64 of 16 bytes); `headers` tells an empty header
+/// (refused) from none.
+pub fn content_md5(header: Option<&str>, headers: &http::HeaderMap) -> S3Result<Option<[u8; 16]>> {
     use base64::Engine;
+    let empty = headers.get("content-md5").is_some_and(|v| v.as_bytes().trim_ascii().is_empty());
+    if empty {
+        return Err(s3_error!(InvalidDigest, "Content-MD5 is empty"));
+    }
     let Some(text) = header else { return Ok(None) };
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(text.trim())

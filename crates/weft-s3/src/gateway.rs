@@ -646,7 +646,7 @@ impl S3 for Gateway {
             .ok_or_else(|| s3_error!(MissingContentLength, "PutObject needs a Content-Length"))?;
         let size = u64::try_from(size)
             .map_err(|_| s3_error!(InvalidArgument, "negative Content-Length"))?;
-        let expected_md5 = content_md5(input.content_md5.as_deref())?;
+        let expected_md5 = content_md5(input.content_md5.as_deref(), &headers)?;
         let precondition = self
             .write_precondition(
                 &input.bucket,
@@ -856,8 +856,21 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<CopyObjectOutput>> {
         let policy =
             self.policy_for(req.credentials.as_ref(), &req.headers, &req.input.bucket).await?;
+        // If-Match / If-None-Match on the destination (s3s parses only the source's).
+        let condition = |name: &str| {
+            req.headers.get(name).and_then(|v| ETagCondition::parse_http_header(v.as_bytes()).ok())
+        };
+        let (if_match, if_none_match) = (condition("if-match"), condition("if-none-match"));
         let input = req.input;
         check_key(&input.key)?;
+        let precondition = self
+            .write_precondition(
+                &input.bucket,
+                &input.key,
+                if_match.as_ref(),
+                if_none_match.as_ref(),
+            )
+            .await?;
         let (source_bucket, source_key) = match &input.copy_source {
             CopySource::Bucket { bucket, key, .. } => (bucket.to_string(), key.to_string()),
             _ => return Err(s3_error!(NotImplemented, "only bucket/key copy sources")),
@@ -901,7 +914,17 @@ impl S3 for Gateway {
         // A copy has the bytes of its source, so it keeps a multipart source's ETag.
         let etag = source.etag.contains('-').then(|| source.etag.clone());
         let shown = self
-            .write_object(&input.bucket, &input.key, size, stream, policy, None, shown, etag, None)
+            .write_object(
+                &input.bucket,
+                &input.key,
+                size,
+                stream,
+                policy,
+                None,
+                shown,
+                etag,
+                precondition,
+            )
             .await?;
         Ok(S3Response::new(CopyObjectOutput {
             copy_object_result: Some(CopyObjectResult {
@@ -1030,7 +1053,7 @@ impl S3 for Gateway {
             .ok_or_else(|| s3_error!(MissingContentLength, "UploadPart needs a Content-Length"))?;
         let size = u64::try_from(size)
             .map_err(|_| s3_error!(InvalidArgument, "negative Content-Length"))?;
-        let expected_md5 = content_md5(input.content_md5.as_deref())?;
+        let expected_md5 = content_md5(input.content_md5.as_deref(), &headers)?;
         let body = request_body(input.body, &headers);
         let policy: StripedLayout = serde_json::from_value(upload.policy.clone())
             .map_err(|e| s3_error!(InternalError, "the upload's policy is bad: {e}"))?;

@@ -17,7 +17,12 @@
 //! - Meta owns every piece of state; the gateway keeps only a short-lived key cache.
 //! - Every response names its request: `x-amz-request-id` (and `x-amz-id-2`), repeated as
 //!   `<RequestId>` in an error's XML, so a client's report can be found in the log.
-//! - A presigned URL valid for more than 7 days (or a negative time) is refused, as S3 does.
+//! - A presigned URL valid for more than 7 days (or a negative time) is refused, as S3 does;
+//!   a SigV2-signed request must carry a date within [`MAX_CLOCK_SKEW_SECONDS`] (s3s checks
+//!   none for SigV2, so an old request could be replayed forever).
+//! - What weft does not do is refused, never silently skipped: server-side encryption
+//!   headers (an object would be stored in the clear and an SSE-C one readable without its
+//!   key) and object lock (a retention it would not enforce) answer 501 NotImplemented.
 //! - No request that fails creates an object: bodies that are short, long or fail their
 //!   Content-MD5 never let the write commit (the last bytes are held back until checked).
 //! - Anonymous requests are refused (s3s's default access check once auth is set).
@@ -138,6 +143,61 @@ fn empty_expecting_continue(request: &http::Request<hyper::body::Incoming>) -> b
 /// Longest validity of a presigned URL (S3's: 7 days).
 pub const MAX_PRESIGNED_SECONDS: i64 = 7 * 24 * 3600;
 
+/// How far a SigV2 request's date may be from the gateway's clock (S3's 15 minutes).
+pub const MAX_CLOCK_SKEW_SECONDS: u64 = 15 * 60;
+
+/// The refusal of a request asking for what weft does not implement, if it does (see the
+/// crate invariants).
+fn unsupported_feature(request: &http::Request<hyper::body::Incoming>) -> Option<s3s::S3Error> {
+    let headers = request.headers();
+    let named = |prefix: &str| headers.keys().any(|name| name.as_str().starts_with(prefix));
+    let refuse = |what: &str| {
+        Some(s3s::S3Error::with_message(
+            s3s::S3ErrorCode::NotImplemented,
+            format!("weft does not implement {what}; nothing was done"),
+        ))
+    };
+    if named("x-amz-server-side-encryption") {
+        return refuse("server-side encryption (SSE-S3, SSE-KMS, SSE-C)");
+    }
+    let lock_on = headers
+        .get("x-amz-bucket-object-lock-enabled")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
+    if lock_on || named("x-amz-object-lock-") {
+        return refuse("object lock (retention, legal hold)");
+    }
+    None
+}
+
+/// The refusal of a SigV2-signed request whose date is missing or too far from now.
+fn stale_sigv2(request: &http::Request<hyper::body::Incoming>) -> Option<s3s::S3Error> {
+    use s3s::dto::{Timestamp, TimestampFormat};
+    let headers = request.headers();
+    let v2 = headers
+        .get(http::header::AUTHORIZATION)
+        .is_some_and(|value| value.as_bytes().starts_with(b"AWS "));
+    if !v2 {
+        return None;
+    }
+    let date = headers
+        .get("x-amz-date")
+        .or_else(|| headers.get(http::header::DATE))
+        .and_then(|value| value.to_str().ok())
+        .and_then(|text| Timestamp::parse(TimestampFormat::HttpDate, text.trim()).ok());
+    let now = std::time::SystemTime::now();
+    let skew = std::time::Duration::from_secs(MAX_CLOCK_SKEW_SECONDS);
+    let fresh = date.is_some_and(|date| {
+        Timestamp::from(now - skew) <= date && date <= Timestamp::from(now + skew)
+    });
+    (!fresh).then(|| {
+        s3s::S3Error::with_message(
+            s3s::S3ErrorCode::RequestTimeTooSkewed,
+            "The difference between the request time and the server's time is too large \
+             (or the request has no Date)",
+        )
+    })
+}
+
 /// A fresh request id: 16 hex digits.
 fn new_request_id() -> String {
     use rand::Rng;
@@ -221,7 +281,10 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
                 let service = service.clone();
                 async move {
                     let request_id = new_request_id();
-                    if let Some(refusal) = bad_presigned_expiry(&request) {
+                    let refusal = bad_presigned_expiry(&request)
+                        .or_else(|| stale_sigv2(&request))
+                        .or_else(|| unsupported_feature(&request));
+                    if let Some(refusal) = refusal {
                         let mut response = refusal
                             .to_http_response()
                             .map_err(|e| s3s::HttpError::new(Box::new(e)))?;

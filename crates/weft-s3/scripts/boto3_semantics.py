@@ -1,0 +1,450 @@
+#!/usr/bin/env python3
+"""S3 semantics of the weft gateway that applications rely on, one check per behaviour, with
+boto3 (and raw HTTP where boto3 cannot misbehave on purpose), against a running `weft up`.
+
+Usage: boto3_semantics.py CLUSTER_DIR [NAME ...]   (reads CLUSTER_DIR/s3.json; NAMEs pick checks)
+
+Each check states what AWS S3 does and fails (exit 1, naming the check) when the gateway does
+otherwise. Every bucket a check makes is removed again, so the cluster is left as found.
+"""
+import base64
+import hashlib
+import http.client
+import json
+import os
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+cluster_dir = sys.argv[1]
+only = set(sys.argv[2:])
+s3conf = json.load(open(os.path.join(cluster_dir, "s3.json")))
+ENDPOINT = urllib.parse.urlparse(s3conf["endpoint"])
+MiB = 1 << 20
+
+
+def client():
+    return boto3.client(
+        "s3",
+        endpoint_url=s3conf["endpoint"],
+        aws_access_key_id=s3conf["access_key"],
+        aws_secret_access_key=s3conf["secret_key"],
+        region_name=s3conf["region"],
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1},
+                      signature_version="s3v4", max_pool_connections=32),
+    )
+
+
+s3 = client()
+CHECKS = []
+started = time.time()
+
+
+def check(function):
+    CHECKS.append(function)
+    return function
+
+
+def error_of(call, *args, **kwargs):
+    """(code, status, response) of a call that must fail."""
+    try:
+        call(*args, **kwargs)
+    except ClientError as error:
+        meta = error.response["ResponseMetadata"]
+        return error.response["Error"].get("Code"), meta["HTTPStatusCode"], error.response
+    raise AssertionError("the call succeeded; it should have failed")
+
+
+def expect_error(code, status, call, *args, **kwargs):
+    got = error_of(call, *args, **kwargs)
+    assert got[:2] == (code, status), f"expected {code} {status}, got {got[:2]}: {got[2]['Error']}"
+    return got[2]
+
+
+class Bucket:
+    """A fresh bucket for one check, emptied and removed afterwards."""
+
+    count = 0
+
+    def __enter__(self):
+        Bucket.count += 1
+        self.name = f"sem-{os.getpid()}-{Bucket.count}"
+        s3.create_bucket(Bucket=self.name)
+        return self.name
+
+    def __exit__(self, *exc):
+        for upload in s3.list_multipart_uploads(Bucket=self.name).get("Uploads", []):
+            s3.abort_multipart_upload(Bucket=self.name, Key=upload["Key"], UploadId=upload["UploadId"])
+        while True:
+            page = s3.list_objects_v2(Bucket=self.name)
+            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+            if not keys:
+                break
+            s3.delete_objects(Bucket=self.name, Delete={"Objects": keys})
+        s3.delete_bucket(Bucket=self.name)
+
+
+def md5_hex(data):
+    return hashlib.md5(data).hexdigest()
+
+
+@check
+def concurrent_puts_of_one_key_all_succeed_and_the_last_wins():
+    # S3: simultaneous PUTs of a key all succeed; a later GET returns one of them whole,
+    # with that body's own ETag (attributes never mix bodies).
+    with Bucket() as bucket:
+        bodies = [bytes([i]) * (2 * MiB + i) for i in range(8)]
+        outcomes = [None] * len(bodies)
+        clients = [client() for _ in bodies]
+
+        def put(i):
+            try:
+                answer = clients[i].put_object(Bucket=bucket, Key="k", Body=bodies[i])
+                outcomes[i] = answer["ETag"].strip('"')
+            except Exception as error:  # noqa: BLE001 - reported below
+                outcomes[i] = error
+
+        threads = [threading.Thread(target=put, args=(i,)) for i in range(len(bodies))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        failures = [o for o in outcomes if not isinstance(o, str)]
+        assert not failures, f"every concurrent PUT succeeds: {failures}"
+        assert outcomes == [md5_hex(b) for b in bodies], "each PUT answers its own body's ETag"
+        got = s3.get_object(Bucket=bucket, Key="k")
+        data = got["Body"].read()
+        assert data in bodies, "the object is one of the bodies, whole"
+        assert got["ETag"].strip('"') == md5_hex(data), "the ETag is that body's"
+        assert s3.head_object(Bucket=bucket, Key="k")["ContentLength"] == len(data)
+
+
+@check
+def a_put_overtaken_by_another_of_its_key_succeeds_and_the_last_commit_wins():
+    # S3: two PUTs of one key overlap (the first still sending when the second is done):
+    # both succeed, and the object is the one that finished last, with its own ETag.
+    with Bucket() as bucket:
+        slow = b"s" * (4 * MiB)
+        url = s3.generate_presigned_url("put_object", Params={"Bucket": bucket, "Key": "k"},
+                                        ExpiresIn=300)
+        parsed = urllib.parse.urlparse(url)
+        conn = http.client.HTTPConnection(ENDPOINT.hostname, ENDPOINT.port, timeout=60)
+        conn.putrequest("PUT", f"{parsed.path}?{parsed.query}", skip_accept_encoding=True)
+        conn.putheader("Content-Length", str(len(slow)))
+        conn.endheaders()
+        conn.send(slow[: len(slow) // 2])
+        time.sleep(0.5)  # the gateway has begun the slow write by now
+        fast = b"f" * MiB
+        assert s3.put_object(Bucket=bucket, Key="k", Body=fast)["ETag"].strip('"') == md5_hex(fast)
+        assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == fast
+        conn.send(slow[len(slow) // 2:])
+        answer = conn.getresponse()
+        body = answer.read()
+        assert answer.status == 200, (answer.status, body)
+        assert answer.getheader("ETag").strip('"') == md5_hex(slow)
+        got = s3.get_object(Bucket=bucket, Key="k")
+        assert got["Body"].read() == slow and got["ETag"].strip('"') == md5_hex(slow)
+
+
+def raw_put(path_and_query, headers, body_bytes, close_after):
+    """Sends a PUT with `headers` and only `close_after` bytes of its body, then hangs up."""
+    conn = http.client.HTTPConnection(ENDPOINT.hostname, ENDPOINT.port, timeout=30)
+    conn.putrequest("PUT", path_and_query, skip_accept_encoding=True)
+    for name, value in headers.items():
+        conn.putheader(name, value)
+    conn.endheaders()
+    conn.send(body_bytes[:close_after])
+    time.sleep(0.3)
+    conn.sock.close()
+
+
+@check
+def a_put_cut_off_mid_body_leaves_nothing_behind():
+    # S3: an upload whose client goes away stores nothing and does not hold up the bucket
+    # (a write left in progress would make DeleteBucket answer BucketNotEmpty).
+    bucket = f"sem-{os.getpid()}-cut"
+    s3.create_bucket(Bucket=bucket)
+    size = 6 * MiB
+    url = s3.generate_presigned_url("put_object", Params={"Bucket": bucket, "Key": "cut"},
+                                    ExpiresIn=300)
+    parsed = urllib.parse.urlparse(url)
+    raw_put(f"{parsed.path}?{parsed.query}", {"Content-Length": str(size)}, b"x" * size,
+            close_after=MiB + 17)
+    assert "Contents" not in s3.list_objects_v2(Bucket=bucket)
+    # The gateway aborts as soon as it sees the connection end: allow it a moment.
+    deadline = time.time() + 10
+    while True:
+        try:
+            s3.delete_bucket(Bucket=bucket)
+            return
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "BucketNotEmpty" or time.time() > deadline:
+                raise
+
+
+@check
+def standard_headers_are_kept_and_a_missing_content_type_has_the_default():
+    with Bucket() as bucket:
+        expires = "Wed, 21 Oct 2037 07:28:00 GMT"
+        s3.put_object(Bucket=bucket, Key="h", Body=b"hello", CacheControl="no-cache",
+                      ContentDisposition='attachment; filename="h.txt"', ContentEncoding="gzip",
+                      ContentLanguage="de-DE", Expires=expires, ContentType="text/plain")
+        for answer in (s3.head_object(Bucket=bucket, Key="h"), s3.get_object(Bucket=bucket, Key="h")):
+            headers = answer["ResponseMetadata"]["HTTPHeaders"]
+            assert answer["CacheControl"] == "no-cache", answer
+            assert answer["ContentDisposition"] == 'attachment; filename="h.txt"'
+            assert answer["ContentEncoding"] == "gzip"
+            assert answer["ContentLanguage"] == "de-DE"
+            assert headers["expires"] == expires, headers
+            assert answer["ContentType"] == "text/plain"
+        s3.put_object(Bucket=bucket, Key="plain", Body=b"x")
+        assert s3.head_object(Bucket=bucket, Key="plain")["ContentType"] == "binary/octet-stream"
+        # A copy keeps them (COPY), or takes the request's (REPLACE).
+        s3.copy_object(Bucket=bucket, Key="c", CopySource={"Bucket": bucket, "Key": "h"})
+        assert s3.head_object(Bucket=bucket, Key="c")["CacheControl"] == "no-cache"
+        s3.copy_object(Bucket=bucket, Key="r", CopySource={"Bucket": bucket, "Key": "h"},
+                       MetadataDirective="REPLACE", CacheControl="max-age=60")
+        replaced = s3.head_object(Bucket=bucket, Key="r")
+        assert replaced["CacheControl"] == "max-age=60" and "ContentEncoding" not in replaced
+        # response-* parameters override what GET answers.
+        got = s3.get_object(Bucket=bucket, Key="h", ResponseContentType="application/x-test",
+                            ResponseCacheControl="private")
+        assert (got["ContentType"], got["CacheControl"]) == ("application/x-test", "private")
+
+
+def upload_parts(bucket, key, parts, **create):
+    upload = s3.create_multipart_upload(Bucket=bucket, Key=key, **create)["UploadId"]
+    done = []
+    for number, data in enumerate(parts, start=1):
+        etag = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=number,
+                              Body=data)["ETag"]
+        done.append({"PartNumber": number, "ETag": etag})
+    return upload, done
+
+
+@check
+def a_repeated_complete_answers_the_same_and_the_last_part_upload_wins():
+    with Bucket() as bucket:
+        first, second = b"a" * (5 * MiB), b"b" * (5 * MiB)
+        upload, done = upload_parts(bucket, "m", [first, b"tail"])
+        stale = done[0]["ETag"]
+        again = s3.upload_part(Bucket=bucket, Key="m", UploadId=upload, PartNumber=1, Body=second)
+        assert again["ETag"].strip('"') == md5_hex(second)
+        listed = s3.list_parts(Bucket=bucket, Key="m", UploadId=upload)["Parts"]
+        assert [p["ETag"].strip('"') for p in listed] == [md5_hex(second), md5_hex(b"tail")]
+        parts = [{"PartNumber": 1, "ETag": stale}, done[1]]
+        expect_error("InvalidPart", 400, s3.complete_multipart_upload, Bucket=bucket, Key="m",
+                     UploadId=upload, MultipartUpload={"Parts": parts})
+        parts[0]["ETag"] = again["ETag"]
+        completed = s3.complete_multipart_upload(Bucket=bucket, Key="m", UploadId=upload,
+                                                 MultipartUpload={"Parts": parts})
+        repeated = s3.complete_multipart_upload(Bucket=bucket, Key="m", UploadId=upload,
+                                                MultipartUpload={"Parts": parts})
+        assert repeated["ETag"] == completed["ETag"] and completed["ETag"].endswith('-2"')
+        assert s3.get_object(Bucket=bucket, Key="m")["Body"].read() == second + b"tail"
+        # The completed upload is no longer in progress.
+        assert not s3.list_multipart_uploads(Bucket=bucket).get("Uploads")
+        expect_error("NoSuchUpload", 404, s3.list_parts, Bucket=bucket, Key="m", UploadId=upload)
+        # GET and HEAD by part number answer that part.
+        part = s3.get_object(Bucket=bucket, Key="m", PartNumber=2)
+        assert part["Body"].read() == b"tail" and part["PartsCount"] == 2
+        assert s3.head_object(Bucket=bucket, Key="m", PartNumber=1)["ContentLength"] == 5 * MiB
+        expect_error("InvalidPartNumber", 416, s3.get_object, Bucket=bucket, Key="m", PartNumber=3)
+
+
+@check
+def listing_details_match_s3():
+    with Bucket() as bucket:
+        for key in ("a", "b/c", "d"):
+            s3.put_object(Bucket=bucket, Key=key, Body=b"1")
+        v1 = s3.list_objects(Bucket=bucket)
+        assert v1["Marker"] == "", v1
+        assert "Delimiter" not in s3.list_objects(Bucket=bucket, Delimiter="")
+        assert "Delimiter" not in s3.list_objects_v2(Bucket=bucket, Delimiter="")
+        assert all("Owner" in o for o in v1["Contents"]), "v1 always names owners"
+        v2 = s3.list_objects_v2(Bucket=bucket)
+        assert all("Owner" not in o for o in v2["Contents"])
+        owned = s3.list_objects_v2(Bucket=bucket, FetchOwner=True)
+        assert all(o["Owner"]["ID"] for o in owned["Contents"])
+        paged = s3.list_objects(Bucket=bucket, MaxKeys=1, Delimiter="/")
+        assert paged["IsTruncated"] and paged["NextMarker"] == "a", paged
+        with Bucket() as other:
+            names = sorted([bucket, other])
+            first = s3.list_buckets(MaxBuckets=1, Prefix="sem-")
+            assert len(first["Buckets"]) == 1 and first["ContinuationToken"], first
+            rest = s3.list_buckets(MaxBuckets=1000, Prefix="sem-",
+                                   ContinuationToken=first["ContinuationToken"])
+            listed = [b["Name"] for b in first["Buckets"] + rest["Buckets"]]
+            assert [n for n in listed if n in names] == names, listed
+            assert first["Owner"]["ID"]
+
+
+@check
+def not_modified_names_the_etag_and_errors_name_their_request():
+    with Bucket() as bucket:
+        etag = s3.put_object(Bucket=bucket, Key="n", Body=b"x")["ETag"]
+        code, status, response = error_of(s3.get_object, Bucket=bucket, Key="n", IfNoneMatch=etag)
+        assert status == 304 and response["ResponseMetadata"]["HTTPHeaders"].get("etag") == etag
+        assert response["ResponseMetadata"]["HTTPHeaders"].get("last-modified")
+        code, status, response = error_of(s3.get_object, Bucket=bucket, Key="missing")
+        assert (code, status) == ("NoSuchKey", 404)
+        request_id = response["ResponseMetadata"].get("RequestId")
+        assert request_id and response["ResponseMetadata"]["HTTPHeaders"]["x-amz-request-id"] == request_id
+        ok = s3.head_object(Bucket=bucket, Key="n")
+        assert ok["ResponseMetadata"]["HTTPHeaders"]["x-amz-request-id"]
+        # The RequestId is also in the error's XML body.
+        url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "missing"})
+        try:
+            urllib.request.urlopen(url)
+            raise AssertionError("a GET of a missing key succeeded")
+        except urllib.error.HTTPError as error:
+            body = error.read().decode()
+            assert f"<RequestId>{error.headers['x-amz-request-id']}</RequestId>" in body, body
+
+
+@check
+def delete_objects_names_at_most_1000_keys():
+    with Bucket() as bucket:
+        keys = [{"Key": f"k{i}"} for i in range(1001)]
+        expect_error("MalformedXML", 400, s3.delete_objects, Bucket=bucket, Delete={"Objects": keys})
+        s3.put_object(Bucket=bucket, Key="k1", Body=b"x")
+        answer = s3.delete_objects(Bucket=bucket, Delete={"Objects": keys[:1000]})
+        assert len(answer["Deleted"]) == 1000
+
+
+@check
+def presigned_urls_live_at_most_a_week():
+    with Bucket() as bucket:
+        s3.put_object(Bucket=bucket, Key="p", Body=b"presigned")
+        week = 7 * 24 * 3600
+        url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "p"},
+                                        ExpiresIn=week)
+        assert urllib.request.urlopen(url).read() == b"presigned"
+        for seconds in (week + 1, -1):
+            url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "p"},
+                                            ExpiresIn=seconds)
+            try:
+                urllib.request.urlopen(url)
+                raise AssertionError(f"a URL presigned for {seconds} s was honoured")
+            except urllib.error.HTTPError as error:
+                assert error.code == 403, (seconds, error.code)
+                assert "<Code>AccessDenied</Code>" in error.read().decode()
+
+
+@check
+def re_creating_ones_own_bucket_in_us_east_1_succeeds():
+    with Bucket() as bucket:
+        s3.create_bucket(Bucket=bucket)
+        expect_error("BucketAlreadyOwnedByYou", 409, s3.create_bucket, Bucket=bucket,
+                     CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+
+
+@check
+def conditional_writes_hold_and_are_not_ignored():
+    with Bucket() as bucket:
+        s3.put_object(Bucket=bucket, Key="lock", Body=b"first", IfNoneMatch="*")
+        expect_error("PreconditionFailed", 412, s3.put_object, Bucket=bucket, Key="lock",
+                     Body=b"second", IfNoneMatch="*")
+        assert s3.get_object(Bucket=bucket, Key="lock")["Body"].read() == b"first"
+        etag = s3.head_object(Bucket=bucket, Key="lock")["ETag"]
+        expect_error("PreconditionFailed", 412, s3.put_object, Bucket=bucket, Key="lock",
+                     Body=b"x", IfMatch='"0123456789abcdef0123456789abcdef"')
+        expect_error("NoSuchKey", 404, s3.put_object, Bucket=bucket, Key="none", Body=b"x",
+                     IfMatch=etag)
+        new = s3.put_object(Bucket=bucket, Key="lock", Body=b"third", IfMatch=etag)["ETag"]
+        # A lock taken by many at once: exactly one If-None-Match: * wins.
+        clients = [client() for _ in range(6)]
+        wins = []
+
+        def take(i):
+            try:
+                clients[i].put_object(Bucket=bucket, Key="race", Body=bytes([i]) * MiB,
+                                      IfNoneMatch="*")
+                wins.append(i)
+            except ClientError as error:
+                assert error.response["ResponseMetadata"]["HTTPStatusCode"] == 412, error
+
+        threads = [threading.Thread(target=take, args=(i,)) for i in range(len(clients))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(wins) == 1, f"exactly one taker wins the lock, not {wins}"
+        winner = s3.get_object(Bucket=bucket, Key="race")["Body"].read()
+        assert winner == bytes([wins[0]]) * MiB
+        # Complete with If-None-Match: * on an existing key is refused; the upload stays.
+        upload, parts = upload_parts(bucket, "lock", [b"mp"])
+        expect_error("PreconditionFailed", 412, s3.complete_multipart_upload, Bucket=bucket,
+                     Key="lock", UploadId=upload, MultipartUpload={"Parts": parts},
+                     IfNoneMatch="*")
+        s3.complete_multipart_upload(Bucket=bucket, Key="lock", UploadId=upload,
+                                     MultipartUpload={"Parts": parts}, IfMatch=new)
+        assert s3.get_object(Bucket=bucket, Key="lock")["Body"].read() == b"mp"
+        # DELETE If-Match: the wrong ETag deletes nothing, the right one deletes.
+        current = s3.head_object(Bucket=bucket, Key="lock")["ETag"]
+        expect_error("PreconditionFailed", 412, s3.delete_object, Bucket=bucket, Key="lock",
+                     IfMatch=new)
+        s3.delete_object(Bucket=bucket, Key="lock", IfMatch=current)
+        expect_error("NoSuchKey", 404, s3.get_object, Bucket=bucket, Key="lock")
+        # CopyObject's destination conditions.
+        s3.put_object(Bucket=bucket, Key="src", Body=b"s")
+        expect_error("PreconditionFailed", 412, s3.copy_object, Bucket=bucket, Key="src",
+                     CopySource={"Bucket": bucket, "Key": "race"}, IfNoneMatch="*")
+
+
+@check
+def unimplemented_features_are_refused_not_skipped():
+    with Bucket() as bucket:
+        expect_error("NotImplemented", 501, s3.put_object, Bucket=bucket, Key="e", Body=b"x",
+                     ServerSideEncryption="AES256")
+        key = base64.b64encode(b"k" * 32).decode()
+        key_md5 = base64.b64encode(hashlib.md5(b"k" * 32).digest()).decode()
+        expect_error("NotImplemented", 501, s3.put_object, Bucket=bucket, Key="e", Body=b"x",
+                     SSECustomerAlgorithm="AES256", SSECustomerKey=key, SSECustomerKeyMD5=key_md5)
+        assert "Contents" not in s3.list_objects_v2(Bucket=bucket), "nothing was stored"
+    expect_error("NotImplemented", 501, s3.create_bucket, Bucket=f"sem-lock-{os.getpid()}",
+                 ObjectLockEnabledForBucket=True)
+    names = [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    assert f"sem-lock-{os.getpid()}" not in names
+
+
+@check
+def an_empty_content_md5_is_refused():
+    with Bucket() as bucket:
+        def empty_md5(params, **_):
+            params["headers"]["Content-MD5"] = ""
+
+        c = client()
+        c.meta.events.register("before-call.s3.PutObject", empty_md5)
+        expect_error("InvalidDigest", 400, c.put_object, Bucket=bucket, Key="md5", Body=b"x")
+
+
+def main():
+    failed = []
+    for function in CHECKS:
+        if only and function.__name__ not in only:
+            continue
+        began = time.time()
+        try:
+            function()
+            print(f"ok    {function.__name__} ({time.time() - began:.1f}s)", flush=True)
+        except Exception as error:  # noqa: BLE001 - every failure is reported
+            failed.append(function.__name__)
+            print(f"FAIL  {function.__name__}: {type(error).__name__}: {error}", flush=True)
+    ran = len([f for f in CHECKS if not only or f.__name__ in only])
+    print(f"boto3 semantics: {ran - len(failed)} of {ran} checks passed "
+          f"({time.time() - started:.1f}s)")
+    if failed:
+        print("failed: " + ", ".join(failed))
+        sys.exit(1)
+    # The same closing line format as cargo's, so CI's total counts these checks too.
+    print(f"test result: ok. {ran} passed; 0 failed")
+
+
+main()
