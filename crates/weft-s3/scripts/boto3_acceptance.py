@@ -84,6 +84,8 @@ step(f"create bucket {bucket} with policy {POLICY}")
 s3.create_bucket(Bucket=bucket)
 s3.head_bucket(Bucket=bucket)
 assert bucket in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+# A re-create asking for a policy (x-weft-policy, added above) is refused: the existing
+# bucket would not get it. Without one it is S3's us-east-1 200 (boto3_semantics.py).
 expect_error("BucketAlreadyOwnedByYou", 409, s3.create_bucket, Bucket=bucket)
 expect_error("NoSuchBucket", 404, s3.list_objects_v2, Bucket="no-such-bucket")
 expect_error("NoSuchBucket", 404, s3.put_object, Bucket="no-such-bucket", Key="k", Body=b"x" * (3 << 20))

@@ -577,6 +577,7 @@ impl S3 for Gateway {
             .and_then(|c| c.location_constraint.as_ref())
             .is_none_or(|l| l.as_str().is_empty() || l.as_str() == "us-east-1");
         let bucket = req.input.bucket;
+        let asks_policy = policy.is_some();
         match self.client.meta.create_bucket(&bucket, policy).await {
             Ok(_) => {}
             // S3's own code for a name that breaks the bucket naming rules.
@@ -584,8 +585,10 @@ impl S3 for Gateway {
                 return Err(s3_error!(InvalidBucketName, "{message}"));
             }
             // Every key of a weft cluster owns every bucket; in us-east-1 S3 answers a
-            // re-create of one's own bucket with 200 (BucketAlreadyOwnedByYou elsewhere).
-            Err(ClientError::Meta { code, .. }) if code == "bucket_exists" && legacy_region => {}
+            // re-create of one's own bucket with 200 (BucketAlreadyOwnedByYou elsewhere) —
+            // unless it asks for a policy, which the existing bucket would not get.
+            Err(ClientError::Meta { code, .. })
+                if code == "bucket_exists" && legacy_region && !asks_policy => {}
             Err(error) => return Err(s3_error_of(error)),
         }
         Ok(S3Response::new(CreateBucketOutput { location: Some(format!("/{bucket}")) }))
