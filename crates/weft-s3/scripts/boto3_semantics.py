@@ -2,7 +2,8 @@
 """S3 semantics of the weft gateway that applications rely on, one check per behaviour, with
 boto3 (and raw HTTP where boto3 cannot misbehave on purpose), against a running `weft up`.
 
-Usage: boto3_semantics.py CLUSTER_DIR [NAME ...]   (reads CLUSTER_DIR/s3.json; NAMEs pick checks)
+Usage: boto3_semantics.py CLUSTER_DIR [NAME ...]   (reads CLUSTER_DIR/s3.json and cluster.json;
+NAMEs pick checks; WEFT_BIN names the weft binary for the checks that use its CLI)
 
 Each check states what AWS S3 does and fails (exit 1, naming the check) when the gateway does
 otherwise. Every bucket a check makes is removed again, so the cluster is left as found.
@@ -12,6 +13,7 @@ import hashlib
 import http.client
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -25,6 +27,9 @@ from botocore.exceptions import ClientError
 cluster_dir = sys.argv[1]
 only = set(sys.argv[2:])
 s3conf = json.load(open(os.path.join(cluster_dir, "s3.json")))
+cluster = json.load(open(os.path.join(cluster_dir, "cluster.json")))
+os.environ.setdefault("WEFT_SECRET_FILE", os.path.join(cluster_dir, "cluster.secret"))
+WEFT = os.environ.get("WEFT_BIN", "weft")
 ENDPOINT = urllib.parse.urlparse(s3conf["endpoint"])
 MiB = 1 << 20
 
@@ -256,6 +261,41 @@ def a_repeated_complete_answers_the_same_and_the_last_part_upload_wins():
         assert part["Body"].read() == b"tail" and part["PartsCount"] == 2
         assert s3.head_object(Bucket=bucket, Key="m", PartNumber=1)["ContentLength"] == 5 * MiB
         expect_error("InvalidPartNumber", 416, s3.get_object, Bucket=bucket, Key="m", PartNumber=3)
+        # GetObjectAttributes names the ETag, size and parts.
+        described = s3.get_object_attributes(Bucket=bucket, Key="m",
+                                             ObjectAttributes=["ETag", "ObjectSize", "ObjectParts"])
+        # (S3 sends this ETag unquoted; s3s quotes every ETag it writes: compare the value.)
+        assert described["ETag"].strip('"') == completed["ETag"].strip('"'), described
+        assert described["ObjectSize"] == 5 * MiB + 4
+        assert described["ObjectParts"]["TotalPartsCount"] == 2
+        assert [p["Size"] for p in described["ObjectParts"]["Parts"]] == [5 * MiB, 4]
+
+
+@check
+def upload_part_copy_takes_whole_objects_and_ranges():
+    with Bucket() as bucket:
+        source = bytes(range(256)) * (24 * 1024)  # 6 MiB
+        s3.put_object(Bucket=bucket, Key="src", Body=source)
+        upload = s3.create_multipart_upload(Bucket=bucket, Key="dst")["UploadId"]
+        src = {"Bucket": bucket, "Key": "src"}
+        whole = s3.upload_part_copy(Bucket=bucket, Key="dst", UploadId=upload, PartNumber=1,
+                                    CopySource=src)["CopyPartResult"]["ETag"]
+        assert whole.strip('"') == md5_hex(source)
+        ranged = s3.upload_part_copy(Bucket=bucket, Key="dst", UploadId=upload, PartNumber=2,
+                                     CopySource=src, CopySourceRange="bytes=10-1033")
+        assert ranged["CopyPartResult"]["ETag"].strip('"') == md5_hex(source[10:1034])
+        expect_error("InvalidRange", 416, s3.upload_part_copy, Bucket=bucket, Key="dst",
+                     UploadId=upload, PartNumber=3, CopySource=src,
+                     CopySourceRange=f"bytes=0-{len(source)}")
+        expect_error("InvalidArgument", 400, s3.upload_part_copy, Bucket=bucket, Key="dst",
+                     UploadId=upload, PartNumber=3, CopySource=src, CopySourceRange="bytes=0-x")
+        expect_error("PreconditionFailed", 412, s3.upload_part_copy, Bucket=bucket, Key="dst",
+                     UploadId=upload, PartNumber=3, CopySource=src, CopySourceIfMatch='"nope"')
+        parts = [{"PartNumber": 1, "ETag": whole},
+                 {"PartNumber": 2, "ETag": ranged["CopyPartResult"]["ETag"]}]
+        s3.complete_multipart_upload(Bucket=bucket, Key="dst", UploadId=upload,
+                                     MultipartUpload={"Parts": parts})
+        assert s3.get_object(Bucket=bucket, Key="dst")["Body"].read() == source + source[10:1034]
 
 
 @check
@@ -423,6 +463,90 @@ def an_empty_content_md5_is_refused():
         c = client()
         c.meta.events.register("before-call.s3.PutObject", empty_md5)
         expect_error("InvalidDigest", 400, c.put_object, Bucket=bucket, Key="md5", Body=b"x")
+
+
+def post_form(url, fields, data):
+    """A browser form upload (multipart/form-data, the file last): (status, body)."""
+    boundary = "weftformboundary7MA4YWxkTrZu0gW"
+    parts = []
+    for name, value in fields.items():
+        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'
+                     f"{value}\r\n".encode())
+    parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="f"\r\n'
+                 f"Content-Type: application/octet-stream\r\n\r\n".encode() + data + b"\r\n")
+    parts.append(f"--{boundary}--\r\n".encode())
+    request = urllib.request.Request(url, data=b"".join(parts), method="POST", headers={
+        "Content-Type": f"multipart/form-data; boundary={boundary}"})
+    try:
+        with urllib.request.urlopen(request) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+@check
+def browser_form_uploads_store_what_their_signed_policy_allows():
+    with Bucket() as bucket:
+        for version in ("s3v4", "s3"):
+            signer = boto3.client(
+                "s3", endpoint_url=s3conf["endpoint"], aws_access_key_id=s3conf["access_key"],
+                aws_secret_access_key=s3conf["secret_key"], region_name=s3conf["region"],
+                config=Config(s3={"addressing_style": "path"}, signature_version=version))
+            key = f"form-{version}.txt"
+            post = signer.generate_presigned_post(
+                bucket, key, Fields={"Content-Type": "text/plain", "success_action_status": "201"},
+                Conditions=[{"Content-Type": "text/plain"}, {"success_action_status": "201"},
+                            ["content-length-range", 1, 64]], ExpiresIn=300)
+            status, body = post_form(post["url"], post["fields"], b"hello form")
+            assert status == 201 and b"<Key>" in body, (version, status, body)
+            got = s3.get_object(Bucket=bucket, Key=key)
+            assert got["Body"].read() == b"hello form" and got["ContentType"] == "text/plain"
+            # Outside its policy (too long), or with a tampered signature: refused, nothing kept.
+            status, body = post_form(post["url"], {**post["fields"], "key": key + ".big"}, b"x" * 65)
+            assert status in (400, 403), (version, status, body)
+            fields = dict(post["fields"])
+            name = "x-amz-signature" if "x-amz-signature" in fields else "signature"
+            fields[name] = fields[name][:-2] + ("AA" if not fields[name].endswith("AA") else "BB")
+            fields["key"] = key + ".forged"
+            status, body = post_form(post["url"], fields, b"forged")
+            assert status == 403, (version, status, body)
+            listed = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+            assert listed == sorted(k for k in listed if k.startswith("form-")), listed
+            assert key + ".big" not in listed and key + ".forged" not in listed
+
+
+@check
+def uploads_in_progress_do_not_keep_a_bucket_and_bucket_rm_force_empties_one():
+    # S3: DeleteBucket of a bucket without objects succeeds even with multipart uploads in
+    # progress (they go with it); `weft bucket rm --force` also deletes the objects.
+    def parts_of(upload_id):
+        listed = subprocess.run([WEFT, "ls", ".weft-s3-parts/" + upload_id, "--json", "--meta",
+                                 cluster["meta"]], capture_output=True, text=True)
+        assert listed.returncode == 0, listed.stderr
+        return len(json.loads(listed.stdout)["objects"])
+
+    bucket = f"sem-{os.getpid()}-uploads"
+    s3.create_bucket(Bucket=bucket)
+    upload, _ = upload_parts(bucket, "pending", [b"p" * 1024])
+    s3.delete_bucket(Bucket=bucket)
+    assert bucket not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+
+    assert parts_of(upload) == 0, "the upload's parts went with the bucket"
+    s3.create_bucket(Bucket=bucket)
+    before = upload_parts(bucket, "listed", [b"q" * 10])[0]
+    assert parts_of(before) == 1, "a part in progress is listed (so 0 above means gone)"
+    s3.abort_multipart_upload(Bucket=bucket, Key="listed", UploadId=before)
+    for i in range(5):
+        s3.put_object(Bucket=bucket, Key=f"o{i}", Body=b"x" * (100_000 * i))
+    upload, _ = upload_parts(bucket, "pending", [b"p" * 1024])
+    expect_error("BucketNotEmpty", 409, s3.delete_bucket, Bucket=bucket)
+    removed = subprocess.run([WEFT, "bucket", "rm", bucket, "--force", "--json", "--meta",
+                              cluster["meta"]], capture_output=True, text=True)
+    assert removed.returncode == 0, removed.stderr
+    report = json.loads(removed.stdout)
+    assert (report["objects_deleted"], report["uploads_aborted"]) == (5, 1), report
+    assert bucket not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    assert parts_of(upload) == 0
 
 
 def main():

@@ -223,6 +223,31 @@ fn wanted_bytes(
     }
 }
 
+/// `[start, end)` of an UploadPartCopy's `x-amz-copy-source-range: bytes=FIRST-LAST`: both
+/// bounds given, FIRST ≤ LAST < the source's size (400 InvalidArgument for a malformed
+/// range, 416 InvalidRange for one past the source, as S3).
+fn copy_source_range(range: &str, size: u64) -> S3Result<(u64, u64)> {
+    let malformed = || {
+        s3_error!(
+            InvalidArgument,
+            "the x-amz-copy-source-range {range:?} must be bytes=FIRST-LAST (one range)"
+        )
+    };
+    let (first, last) = range
+        .strip_prefix("bytes=")
+        .and_then(|bounds| bounds.split_once('-'))
+        .ok_or_else(malformed)?;
+    let first: u64 = first.trim().parse().map_err(|_| malformed())?;
+    let last: u64 = last.trim().parse().map_err(|_| malformed())?;
+    if first > last || last >= size {
+        return Err(s3_error!(
+            InvalidRange,
+            "the range {first}-{last} is not within the {size} bytes of the source"
+        ));
+    }
+    Ok((first, last + 1))
+}
+
 /// The representation headers a PutObject, CopyObject (REPLACE) or CreateMultipartUpload
 /// sets, as the attributes that keep them.
 #[allow(clippy::too_many_arguments)]
@@ -315,11 +340,18 @@ fn header_text<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> 
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-/// The body of a PutObject or UploadPart. A body of `Content-Length: 0` is never polled:
-/// polling it makes hyper answer `Expect: 100-continue` (which botocore always sends) with a
-/// late `100 Continue` that the client then reads as the answer to its next request.
-fn request_body(body: Option<StreamingBlob>, headers: &http::HeaderMap) -> StreamingBlob {
-    let empty = header_text(headers, "content-length").is_some_and(|l| l.trim() == "0");
+/// The body of a PutObject, PostObject or UploadPart. An empty body of `Content-Length: 0`
+/// is never polled: polling it makes hyper answer `Expect: 100-continue` (which botocore
+/// always sends) with a late `100 Continue` that the client then reads as the answer to its
+/// next request. (A PostObject's file was read from the form already, and its request may
+/// say `Content-Length: 0` by then: its own length, `length`, is not 0.)
+fn request_body(
+    body: Option<StreamingBlob>,
+    length: Option<i64>,
+    headers: &http::HeaderMap,
+) -> StreamingBlob {
+    let empty = length.unwrap_or(0) == 0
+        && header_text(headers, "content-length").is_some_and(|l| l.trim() == "0");
     match body {
         Some(body) if !empty => body,
         _ => StreamingBlob::wrap(
@@ -448,40 +480,14 @@ impl Gateway {
             .ok_or_else(|| s3_error!(InternalError, "meta did not keep the object's attributes"))
     }
 
-    /// Deletes the part objects of an upload (and older gateways' part records), then the
-    /// upload record, or, when `completed` is given, marks it completed instead (best
-    /// effort for part objects on down nodes: their units are then garbage for gc).
+    /// Deletes the part objects of an upload, then its record, or marks it completed (see
+    /// [`multipart::drop_upload`]).
     async fn drop_upload(
         &self,
         upload: &UploadRecord,
-        parts: &[PartRecord],
         completed: Option<multipart::Completed>,
     ) -> S3Result<()> {
-        let meta = &self.client.meta;
-        for part in parts {
-            let key = multipart::part_key(&upload.upload_id, part.part_number);
-            match self.client.delete_object(PARTS_BUCKET, &key).await {
-                Ok(_) | Err(ClientError::Meta { status: 404, .. }) => {}
-                Err(error) => return Err(s3_error_of(error)),
-            }
-        }
-        let records =
-            multipart::part_record_names(meta, &upload.upload_id).await.map_err(s3_error_of)?;
-        for name in records {
-            meta.delete_record(UPLOADS, &name).await.map_err(s3_error_of)?;
-        }
-        let name = multipart::upload_name(&upload.bucket, &upload.upload_id);
-        match completed {
-            None => {
-                meta.delete_record(UPLOADS, &name).await.map_err(s3_error_of)?;
-            }
-            Some(completed) => {
-                let done = UploadRecord { completed: Some(completed), ..upload.clone() };
-                let value = serde_json::to_value(&done).expect("uploads serialize");
-                meta.put_record(UPLOADS, &name, &value, false).await.map_err(s3_error_of)?;
-            }
-        }
-        Ok(())
+        multipart::drop_upload(&self.client, upload, completed).await.map_err(s3_error_of)
     }
 
     /// The upload `upload_id` of (bucket, key), completed or not.
@@ -624,9 +630,7 @@ impl S3 for Gateway {
         let uploads =
             multipart::load_uploads(meta, &bucket, now_ms()).await.map_err(s3_error_of)?;
         for upload in &uploads {
-            let parts =
-                multipart::load_parts(meta, &upload.upload_id).await.map_err(s3_error_of)?;
-            self.drop_upload(upload, &parts, None).await?;
+            self.drop_upload(upload, None).await?;
         }
         multipart::drop_completed(meta, &bucket).await.map_err(s3_error_of)?;
         meta.delete_bucket(&bucket).await.map_err(s3_error_of)?;
@@ -658,7 +662,7 @@ impl S3 for Gateway {
                 input.if_none_match.as_ref(),
             )
             .await?;
-        let body = request_body(input.body, &headers);
+        let body = request_body(input.body, input.content_length, &headers);
         let shown = written_attributes(
             input.content_type,
             input.metadata,
@@ -777,6 +781,61 @@ impl S3 for Gateway {
             expires: shown.expires_timestamp(),
             ..Default::default()
         }))
+    }
+
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        let input = req.input;
+        let (object, shown) = self.object_and_attributes(&input.bucket, &input.key).await?;
+        // The header is one comma-separated list (s3s may hand it over unsplit).
+        let asked = |name: &str| {
+            input
+                .object_attributes
+                .iter()
+                .flat_map(|a| a.as_str().split(','))
+                .any(|a| a.trim() == name)
+        };
+        let mut output = GetObjectAttributesOutput {
+            last_modified: Some(attributes::timestamp(shown.last_modified_ms)),
+            ..Default::default()
+        };
+        if asked(ObjectAttributes::ETAG) {
+            output.e_tag = Some(ETag::Strong(shown.etag.clone()));
+        }
+        if asked(ObjectAttributes::OBJECT_SIZE) {
+            output.object_size = Some(object.size as i64);
+        }
+        if asked(ObjectAttributes::STORAGE_CLASS) {
+            output.storage_class = Some(StorageClass::from_static(StorageClass::STANDARD));
+        }
+        if asked(ObjectAttributes::OBJECT_PARTS) && !shown.parts.is_empty() {
+            let marker = input.part_number_marker.unwrap_or(0).max(0) as usize;
+            let max = input.max_parts.unwrap_or(1000).clamp(0, 1000) as usize;
+            let listed: Vec<ObjectPart> = shown
+                .parts
+                .iter()
+                .enumerate()
+                .skip(marker)
+                .take(max)
+                .map(|(index, size)| ObjectPart {
+                    part_number: Some(index as i32 + 1),
+                    size: Some(*size as i64),
+                    ..Default::default()
+                })
+                .collect();
+            let truncated = marker + listed.len() < shown.parts.len();
+            output.object_parts = Some(GetObjectAttributesParts {
+                total_parts_count: Some(shown.parts.len() as i32),
+                part_number_marker: input.part_number_marker,
+                next_part_number_marker: listed.last().and_then(|p| p.part_number),
+                max_parts: Some(max as i32),
+                is_truncated: Some(truncated),
+                parts: Some(listed),
+            });
+        }
+        Ok(S3Response::new(output))
     }
 
     async fn delete_object(
@@ -1057,7 +1116,7 @@ impl S3 for Gateway {
         let size = u64::try_from(size)
             .map_err(|_| s3_error!(InvalidArgument, "negative Content-Length"))?;
         let expected_md5 = content_md5(input.content_md5.as_deref(), &headers)?;
-        let body = request_body(input.body, &headers);
+        let body = request_body(input.body, input.content_length, &headers);
         let policy: StripedLayout = serde_json::from_value(upload.policy.clone())
             .map_err(|e| s3_error!(InternalError, "the upload's policy is bad: {e}"))?;
         let key = multipart::part_key(&upload.upload_id, input.part_number);
@@ -1086,6 +1145,65 @@ impl S3 for Gateway {
         }
         Ok(S3Response::new(UploadPartOutput {
             e_tag: Some(ETag::Strong(shown.etag)),
+            ..Default::default()
+        }))
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        let input = req.input;
+        if !(1..=multipart::MAX_PART_NUMBER).contains(&input.part_number) {
+            return Err(s3_error!(InvalidArgument, "part numbers go from 1 to 10000"));
+        }
+        let upload = self.upload_of(&input.bucket, &input.key, &input.upload_id).await?;
+        let (source_bucket, source_key) = match &input.copy_source {
+            CopySource::Bucket { bucket, key, .. } => (bucket.to_string(), key.to_string()),
+            _ => return Err(s3_error!(NotImplemented, "only bucket/key copy sources")),
+        };
+        let (object, source) = self.object_and_attributes(&source_bucket, &source_key).await?;
+        check_conditions(
+            &source,
+            input.copy_source_if_match.as_ref(),
+            input.copy_source_if_none_match.as_ref(),
+            input.copy_source_if_modified_since.as_ref(),
+            input.copy_source_if_unmodified_since.as_ref(),
+            |_| s3_error!(PreconditionFailed, "the copy source's conditions are not met"),
+        )?;
+        let (start, end) = match input.copy_source_range.as_deref() {
+            None => (0, object.size),
+            Some(range) => copy_source_range(range, object.size)?,
+        };
+        let policy: StripedLayout = serde_json::from_value(upload.policy.clone())
+            .map_err(|e| s3_error!(InternalError, "the upload's policy is bad: {e}"))?;
+        let key = multipart::part_key(&upload.upload_id, input.part_number);
+        let stream = self.client.object_stream(object, start, end - start);
+        let shown = self
+            .write_object(
+                PARTS_BUCKET,
+                &key,
+                end - start,
+                stream,
+                Some(policy),
+                None,
+                Attributes::default(),
+                None,
+                None,
+            )
+            .await?;
+        if self.upload_of(&input.bucket, &input.key, &input.upload_id).await.is_err() {
+            if let Err(error) = self.client.delete_object(PARTS_BUCKET, &key).await {
+                tracing::warn!(%error, key, "could not delete a part of an ended upload");
+            }
+            return Err(s3_error!(NoSuchUpload, "upload {:?} ended", input.upload_id));
+        }
+        Ok(S3Response::new(UploadPartCopyOutput {
+            copy_part_result: Some(CopyPartResult {
+                e_tag: Some(ETag::Strong(shown.etag)),
+                last_modified: Some(attributes::timestamp(shown.last_modified_ms)),
+                ..Default::default()
+            }),
             ..Default::default()
         }))
     }
@@ -1202,7 +1320,7 @@ impl S3 for Gateway {
                 generation: shown.generation,
                 completed_ms: now_ms(),
             };
-            gateway.drop_upload(&upload, &stored, Some(completed)).await?;
+            gateway.drop_upload(&upload, Some(completed)).await?;
             Ok(CompleteMultipartUploadOutput {
                 bucket: Some(upload.bucket.clone()),
                 key: Some(upload.key.clone()),
@@ -1222,10 +1340,7 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
         let input = req.input;
         let upload = self.upload_of(&input.bucket, &input.key, &input.upload_id).await?;
-        let parts = multipart::load_parts(&self.client.meta, &upload.upload_id)
-            .await
-            .map_err(s3_error_of)?;
-        self.drop_upload(&upload, &parts, None).await?;
+        self.drop_upload(&upload, None).await?;
         Ok(S3Response::new(AbortMultipartUploadOutput::default()))
     }
 
@@ -1340,8 +1455,8 @@ impl Gateway {
         // Objects committed before attributes lived with them: their older gateway
         // records, read in one scan over the page's range (only when there are such).
         let mut recorded: BTreeMap<String, Attributes> = BTreeMap::new();
-        let without = page.objects.iter().filter(|o| o.attributes.is_none());
-        if let Some(last) = without.last() {
+        let without = page.objects.iter().rev().find(|o| o.attributes.is_none());
+        if let Some(last) = without {
             let names = attributes::record_name(&bucket, "");
             // Every listed key is after the page's start, and so is its record.
             let mut after: Option<String> = start.map(|s| attributes::record_name(&bucket, s));
@@ -1425,6 +1540,21 @@ impl Gateway {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn copy_source_ranges_are_exact_and_checked() {
+        assert_eq!(copy_source_range("bytes=0-4", 5).unwrap(), (0, 5));
+        assert_eq!(copy_source_range("bytes=2-2", 5).unwrap(), (2, 3));
+        for bad in
+            ["0-2", "bytes=0", "bytes=hello-world", "bytes=0-bar", "bytes=hello-", "bytes=0-2,3-5"]
+        {
+            let error = copy_source_range(bad, 5).unwrap_err();
+            assert_eq!(error.code().as_str(), "InvalidArgument", "{bad}");
+        }
+        let error = copy_source_range("bytes=0-21", 5).unwrap_err();
+        assert_eq!(error.code().as_str(), "InvalidRange");
+        assert!(copy_source_range("bytes=3-2", 5).is_err());
+    }
 
     #[test]
     fn policy_headers_override_the_bucket_default() {

@@ -140,6 +140,15 @@ fn empty_expecting_continue(request: &http::Request<hyper::body::Incoming>) -> b
     empty && expect
 }
 
+/// Whether a request carries a body (an upload: a PUT or POST with a non-zero length or
+/// chunked).
+fn sends_body(request: &http::Request<hyper::body::Incoming>) -> bool {
+    let upload = matches!(*request.method(), http::Method::PUT | http::Method::POST);
+    let headers = request.headers();
+    let length = headers.get(http::header::CONTENT_LENGTH).map(|l| l.as_bytes() != b"0");
+    upload && length.unwrap_or_else(|| headers.contains_key(http::header::TRANSFER_ENCODING))
+}
+
 /// Longest validity of a presigned URL (S3's: 7 days).
 pub const MAX_PRESIGNED_SECONDS: i64 = 7 * 24 * 3600;
 
@@ -292,9 +301,13 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
                         return Ok::<_, s3s::HttpError>(response);
                     }
                     let close = empty_expecting_continue(&request);
+                    let sends_body = sends_body(&request);
                     let mut response = service.call(request.map(s3s::Body::from)).await?;
                     name_request(&mut response, &request_id);
-                    if close {
+                    // An upload refused before its body was read (a failed condition, a
+                    // missing bucket) leaves the body on the connection: close it rather
+                    // than let the client's next request be read from the middle of it.
+                    if close || (sends_body && response.status().as_u16() >= 300) {
                         response.headers_mut().insert(
                             http::header::CONNECTION,
                             http::HeaderValue::from_static("close"),

@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 
 use rand::Rng;
 use serde::{Deserialize, Serialize};
-use weft_client::{ClientError, MetaClient, Result};
+use weft_client::{Client, ClientError, MetaClient, Result};
 
 use crate::attributes::Attributes;
 
@@ -252,6 +252,44 @@ pub async fn drop_completed(meta: &MetaClient, bucket: &str) -> Result<()> {
             None => return Ok(()),
         }
     }
+}
+
+/// Deletes an upload's part objects (and older gateways' part records), then the upload
+/// record, or, when `completed` is given, marks it completed instead. Part objects on down
+/// nodes leave units that are garbage for gc.
+pub async fn drop_upload(
+    client: &Client,
+    upload: &UploadRecord,
+    completed: Option<Completed>,
+) -> Result<()> {
+    let meta = &client.meta;
+    for part in load_parts(meta, &upload.upload_id).await? {
+        let key = part_key(&upload.upload_id, part.part_number);
+        match client.delete_object(PARTS_BUCKET, &key).await {
+            Ok(_) | Err(ClientError::Meta { status: 404, .. }) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    for name in part_record_names(meta, &upload.upload_id).await? {
+        meta.delete_record(UPLOADS, &name).await?;
+    }
+    let name = upload_name(&upload.bucket, &upload.upload_id);
+    match completed {
+        None => {
+            meta.delete_record(UPLOADS, &name).await?;
+        }
+        Some(completed) => {
+            let done = UploadRecord { completed: Some(completed), ..upload.clone() };
+            let value = serde_json::to_value(&done).expect("uploads serialize");
+            meta.put_record(UPLOADS, &name, &value, false).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Aborts an upload in progress: its parts and record go.
+pub async fn abort(client: &Client, upload: &UploadRecord) -> Result<()> {
+    drop_upload(client, upload, None).await
 }
 
 /// The ETag of an object completed from parts with these hex MD5s: the MD5 of their

@@ -1042,6 +1042,10 @@ pub struct BucketLsArgs {
 pub struct BucketRmArgs {
     /// The bucket to remove.
     pub name: String,
+    /// Delete every object of the bucket first (their units too), and its S3 multipart
+    /// uploads in progress; without it a bucket that holds objects is refused.
+    #[arg(long)]
+    pub force: bool,
     #[command(flatten)]
     pub meta: MetaUrlArgs,
     /// Print {"removed": NAME} as one JSON object.
@@ -1261,14 +1265,85 @@ fn bucket_ls(args: BucketLsArgs) -> Result<(), CliError> {
 }
 
 fn bucket_rm(args: BucketRmArgs) -> Result<(), CliError> {
+    let emptied = match args.force {
+        true => empty_bucket(&args)?,
+        false => Emptied::default(),
+    };
     let client = args.meta.client()?;
     client.delete(&["buckets", &args.name])?;
     if args.json {
-        print_json(&json!({ "removed": args.name }));
+        print_json(&json!({
+            "removed": args.name, "objects_deleted": emptied.objects,
+            "uploads_aborted": emptied.uploads, "units_left": emptied.units_left,
+        }));
     } else {
+        if args.force {
+            println!(
+                "deleted {} objects and aborted {} multipart uploads",
+                emptied.objects, emptied.uploads
+            );
+        }
         println!("bucket {} removed", args.name);
+        if emptied.units_left > 0 {
+            eprintln!(
+                "note: {} units could not be deleted now (their nodes are down): gc collects them",
+                emptied.units_left
+            );
+        }
     }
     Ok(())
+}
+
+/// What `weft bucket rm --force` deleted first.
+#[derive(Debug, Default)]
+struct Emptied {
+    objects: u64,
+    uploads: u64,
+    units_left: usize,
+}
+
+/// Deletes every object of the bucket (page by page, units too) and its S3 multipart uploads
+/// in progress (their part objects and records), so the bucket can go.
+fn empty_bucket(args: &BucketRmArgs) -> Result<Emptied, CliError> {
+    let runtime = crate::objects_cli::runtime()?;
+    let client = crate::objects_cli::client(&args.meta)?;
+    let bucket = args.name.as_str();
+    runtime.block_on(async {
+        let mut emptied = Emptied::default();
+        loop {
+            let page = client.meta.list_objects(bucket, "", None, 1000).await?;
+            let keys: Vec<String> = page["objects"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|o| o["key"].as_str().map(str::to_string))
+                .collect();
+            if keys.is_empty() {
+                break;
+            }
+            for key in keys {
+                match client.delete_object(bucket, &key).await {
+                    Ok((_, left)) => {
+                        emptied.objects += 1;
+                        emptied.units_left += left;
+                    }
+                    // Deleted meanwhile by someone else.
+                    Err(weft_client::ClientError::Meta { status: 404, .. }) => {}
+                    Err(error) => return Err(CliError::from(error)),
+                }
+            }
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let uploads = weft_s3::multipart::load_uploads(&client.meta, bucket, now).await?;
+        for upload in &uploads {
+            weft_s3::multipart::abort(&client, upload).await?;
+            emptied.uploads += 1;
+        }
+        weft_s3::multipart::drop_completed(&client.meta, bucket).await?;
+        Ok(emptied)
+    })
 }
 
 #[cfg(test)]

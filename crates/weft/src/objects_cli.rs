@@ -76,14 +76,14 @@ fn split_path(path: &str) -> Result<(String, String), CliError> {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| cli_error!("cannot start the async runtime: {e}"))
 }
 
-fn client(meta: &MetaUrlArgs) -> Result<Client, CliError> {
+pub(crate) fn client(meta: &MetaUrlArgs) -> Result<Client, CliError> {
     meta.cluster()
 }
 
