@@ -490,6 +490,31 @@ impl Gateway {
         multipart::drop_upload(&self.client, upload, completed).await.map_err(s3_error_of)
     }
 
+    /// Deletes (bucket, key); with `if_match`, only the object it names: pinned to its
+    /// generation, so one written meanwhile is not deleted (412). A missing key is deleted
+    /// already (S3), unless If-Match required one (404 NoSuchKey).
+    async fn delete_one(
+        &self,
+        bucket: &str,
+        key: &str,
+        if_match: Option<&ETagCondition>,
+    ) -> S3Result<()> {
+        let generation = match if_match {
+            None => None,
+            Some(condition) => {
+                match self.write_precondition(bucket, key, Some(condition), None).await? {
+                    Some(Precondition::Generation(generation)) => Some(generation),
+                    _ => None,
+                }
+            }
+        };
+        match self.client.delete_object_if(bucket, key, generation).await {
+            Ok(_) => Ok(()),
+            Err(ClientError::Meta { code, .. }) if code == "no_such_key" => Ok(()),
+            Err(error) => Err(s3_error_of(error)),
+        }
+    }
+
     /// The upload `upload_id` of (bucket, key), completed or not.
     async fn any_upload(&self, bucket: &str, key: &str, upload_id: &str) -> S3Result<UploadRecord> {
         multipart::load_upload(&self.client.meta, bucket, key, upload_id)
@@ -844,26 +869,7 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
         let input = req.input;
         check_key(&input.key)?;
-        // If-Match deletes only the object it names: pinned to its generation, so one
-        // written meanwhile is not deleted (412).
-        let generation = match &input.if_match {
-            None => None,
-            Some(condition) => {
-                match self
-                    .write_precondition(&input.bucket, &input.key, Some(condition), None)
-                    .await?
-                {
-                    Some(Precondition::Generation(generation)) => Some(generation),
-                    _ => None,
-                }
-            }
-        };
-        match self.client.delete_object_if(&input.bucket, &input.key, generation).await {
-            // Deleting a missing key succeeds in S3.
-            Ok(_) => {}
-            Err(ClientError::Meta { code, .. }) if code == "no_such_key" => {}
-            Err(error) => return Err(s3_error_of(error)),
-        }
+        self.delete_one(&input.bucket, &input.key, input.if_match.as_ref()).await?;
         Ok(S3Response::new(DeleteObjectOutput::default()))
     }
 
@@ -884,13 +890,10 @@ impl S3 for Gateway {
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
         for object in input.delete.objects {
+            let if_match = object.e_tag.clone().map(ETagCondition::ETag);
             let outcome = match check_key(&object.key) {
                 Err(error) => Err(error),
-                Ok(()) => match self.client.delete_object(&input.bucket, &object.key).await {
-                    Ok(_) => Ok(()),
-                    Err(ClientError::Meta { code, .. }) if code == "no_such_key" => Ok(()),
-                    Err(error) => Err(s3_error_of(error)),
-                },
+                Ok(()) => self.delete_one(&input.bucket, &object.key, if_match.as_ref()).await,
             };
             match outcome {
                 Ok(()) if quiet => {}
@@ -1021,7 +1024,8 @@ impl S3 for Gateway {
         let url = output.encoding_type.is_some();
         Ok(S3Response::new(ListObjectsOutput {
             name: output.name,
-            prefix: Some(output.prefix.unwrap_or_default()),
+            // v1 echoes the prefix as sent, even with encoding-type=url.
+            prefix: Some(input.prefix.clone().unwrap_or_default()),
             delimiter: output.delimiter,
             encoding_type: output.encoding_type,
             max_keys: output.max_keys,

@@ -193,16 +193,22 @@ fn stale_sigv2(request: &http::Request<hyper::body::Incoming>) -> Option<s3s::S3
         .or_else(|| headers.get(http::header::DATE))
         .and_then(|value| value.to_str().ok())
         .and_then(|text| Timestamp::parse(TimestampFormat::HttpDate, text.trim()).ok());
+    let epoch = Timestamp::from(std::time::UNIX_EPOCH);
+    let Some(date) = date.filter(|date| *date >= epoch) else {
+        // No date, one that does not parse, or one before 1970: S3 refuses these as
+        // unauthenticated before it looks at the clock.
+        return Some(s3s::S3Error::with_message(
+            s3s::S3ErrorCode::AccessDenied,
+            "AWS authentication requires a valid Date or x-amz-date header",
+        ));
+    };
     let now = std::time::SystemTime::now();
     let skew = std::time::Duration::from_secs(MAX_CLOCK_SKEW_SECONDS);
-    let fresh = date.is_some_and(|date| {
-        Timestamp::from(now - skew) <= date && date <= Timestamp::from(now + skew)
-    });
+    let fresh = Timestamp::from(now - skew) <= date && date <= Timestamp::from(now + skew);
     (!fresh).then(|| {
         s3s::S3Error::with_message(
             s3s::S3ErrorCode::RequestTimeTooSkewed,
-            "The difference between the request time and the server's time is too large \
-             (or the request has no Date)",
+            "The difference between the request time and the server's time is too large",
         )
     })
 }
