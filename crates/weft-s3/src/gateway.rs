@@ -490,6 +490,47 @@ impl Gateway {
         multipart::drop_upload(&self.client, upload, completed).await.map_err(s3_error_of)
     }
 
+    /// Writes part `number` of `upload` (with the upload's policy), its ETag committed with
+    /// it: of two uploads of one part number, the one that commits last is the part. An
+    /// Abort or Complete that ran meanwhile did not see it: it would stay forever, so it
+    /// goes at once and the client hears that the upload is gone.
+    async fn write_part<S, E>(
+        &self,
+        upload: &UploadRecord,
+        number: i32,
+        size: u64,
+        body: S,
+        expected_md5: Option<[u8; 16]>,
+    ) -> S3Result<Attributes>
+    where
+        S: futures_util::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        let policy: StripedLayout = serde_json::from_value(upload.policy.clone())
+            .map_err(|e| s3_error!(InternalError, "the upload's policy is bad: {e}"))?;
+        let key = multipart::part_key(&upload.upload_id, number);
+        let shown = self
+            .write_object(
+                PARTS_BUCKET,
+                &key,
+                size,
+                body,
+                Some(policy),
+                expected_md5,
+                Attributes::default(),
+                None,
+                None,
+            )
+            .await?;
+        if self.upload_of(&upload.bucket, &upload.key, &upload.upload_id).await.is_err() {
+            if let Err(error) = self.client.delete_object(PARTS_BUCKET, &key).await {
+                tracing::warn!(%error, key, "could not delete a part of an ended upload");
+            }
+            return Err(s3_error!(NoSuchUpload, "upload {:?} ended", upload.upload_id));
+        }
+        Ok(shown)
+    }
+
     /// Deletes (bucket, key); with `if_match`, only the object it names: pinned to its
     /// generation, so one written meanwhile is not deleted (412). A missing key is deleted
     /// already (S3), unless If-Match required one (404 NoSuchKey).
@@ -1121,32 +1162,7 @@ impl S3 for Gateway {
             .map_err(|_| s3_error!(InvalidArgument, "negative Content-Length"))?;
         let expected_md5 = content_md5(input.content_md5.as_deref(), &headers)?;
         let body = request_body(input.body, input.content_length, &headers);
-        let policy: StripedLayout = serde_json::from_value(upload.policy.clone())
-            .map_err(|e| s3_error!(InternalError, "the upload's policy is bad: {e}"))?;
-        let key = multipart::part_key(&upload.upload_id, input.part_number);
-        // The part's ETag commits with it: of two uploads of one part number, the one that
-        // commits last is the part, with its own ETag.
-        let shown = self
-            .write_object(
-                PARTS_BUCKET,
-                &key,
-                size,
-                body,
-                Some(policy),
-                expected_md5,
-                Attributes::default(),
-                None,
-                None,
-            )
-            .await?;
-        // An Abort or Complete that ran meanwhile did not see this part: it would stay
-        // forever, so it goes now and the client hears that the upload is gone.
-        if self.upload_of(&input.bucket, &input.key, &input.upload_id).await.is_err() {
-            if let Err(error) = self.client.delete_object(PARTS_BUCKET, &key).await {
-                tracing::warn!(%error, key, "could not delete a part of an ended upload");
-            }
-            return Err(s3_error!(NoSuchUpload, "upload {:?} ended", input.upload_id));
-        }
+        let shown = self.write_part(&upload, input.part_number, size, body, expected_md5).await?;
         Ok(S3Response::new(UploadPartOutput {
             e_tag: Some(ETag::Strong(shown.etag)),
             ..Default::default()
@@ -1179,29 +1195,8 @@ impl S3 for Gateway {
             None => (0, object.size),
             Some(range) => copy_source_range(range, object.size)?,
         };
-        let policy: StripedLayout = serde_json::from_value(upload.policy.clone())
-            .map_err(|e| s3_error!(InternalError, "the upload's policy is bad: {e}"))?;
-        let key = multipart::part_key(&upload.upload_id, input.part_number);
         let stream = self.client.object_stream(object, start, end - start);
-        let shown = self
-            .write_object(
-                PARTS_BUCKET,
-                &key,
-                end - start,
-                stream,
-                Some(policy),
-                None,
-                Attributes::default(),
-                None,
-                None,
-            )
-            .await?;
-        if self.upload_of(&input.bucket, &input.key, &input.upload_id).await.is_err() {
-            if let Err(error) = self.client.delete_object(PARTS_BUCKET, &key).await {
-                tracing::warn!(%error, key, "could not delete a part of an ended upload");
-            }
-            return Err(s3_error!(NoSuchUpload, "upload {:?} ended", input.upload_id));
-        }
+        let shown = self.write_part(&upload, input.part_number, end - start, stream, None).await?;
         Ok(S3Response::new(UploadPartCopyOutput {
             copy_part_result: Some(CopyPartResult {
                 e_tag: Some(ETag::Strong(shown.etag)),
