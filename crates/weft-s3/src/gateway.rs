@@ -340,6 +340,21 @@ fn header_text<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> 
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// The length of an upload's body: its Content-Length, which `operation` needs.
+fn body_size(content_length: Option<i64>, operation: &str) -> S3Result<u64> {
+    let size = content_length
+        .ok_or_else(|| s3_error!(MissingContentLength, "{operation} needs a Content-Length"))?;
+    u64::try_from(size).map_err(|_| s3_error!(InvalidArgument, "negative Content-Length"))
+}
+
+/// Refuses a part number outside S3's 1..=10000.
+fn check_part_number(number: i32) -> S3Result<()> {
+    match (1..=multipart::MAX_PART_NUMBER).contains(&number) {
+        true => Ok(()),
+        false => Err(s3_error!(InvalidArgument, "part numbers go from 1 to 10000")),
+    }
+}
+
 /// The body of a PutObject, PostObject or UploadPart. An empty body of `Content-Length: 0`
 /// is never polled: polling it makes hyper answer `Expect: 100-continue` (which botocore
 /// always sends) with a late `100 Continue` that the client then reads as the answer to its
@@ -714,11 +729,7 @@ impl S3 for Gateway {
         // Refused before the body is read: the client hears NoSuchBucket at once instead
         // of a connection cut while it sends.
         self.client.meta.get_bucket(&input.bucket).await.map_err(s3_error_of)?;
-        let size = input
-            .content_length
-            .ok_or_else(|| s3_error!(MissingContentLength, "PutObject needs a Content-Length"))?;
-        let size = u64::try_from(size)
-            .map_err(|_| s3_error!(InvalidArgument, "negative Content-Length"))?;
+        let size = body_size(input.content_length, "PutObject")?;
         let expected_md5 = content_md5(input.content_md5.as_deref(), &headers)?;
         let precondition = self
             .write_precondition(
@@ -1151,15 +1162,9 @@ impl S3 for Gateway {
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
         let (input, headers) = (req.input, req.headers);
-        if !(1..=multipart::MAX_PART_NUMBER).contains(&input.part_number) {
-            return Err(s3_error!(InvalidArgument, "part numbers go from 1 to 10000"));
-        }
+        check_part_number(input.part_number)?;
         let upload = self.upload_of(&input.bucket, &input.key, &input.upload_id).await?;
-        let size = input
-            .content_length
-            .ok_or_else(|| s3_error!(MissingContentLength, "UploadPart needs a Content-Length"))?;
-        let size = u64::try_from(size)
-            .map_err(|_| s3_error!(InvalidArgument, "negative Content-Length"))?;
+        let size = body_size(input.content_length, "UploadPart")?;
         let expected_md5 = content_md5(input.content_md5.as_deref(), &headers)?;
         let body = request_body(input.body, input.content_length, &headers);
         let shown = self.write_part(&upload, input.part_number, size, body, expected_md5).await?;
@@ -1174,9 +1179,7 @@ impl S3 for Gateway {
         req: S3Request<UploadPartCopyInput>,
     ) -> S3Result<S3Response<UploadPartCopyOutput>> {
         let input = req.input;
-        if !(1..=multipart::MAX_PART_NUMBER).contains(&input.part_number) {
-            return Err(s3_error!(InvalidArgument, "part numbers go from 1 to 10000"));
-        }
+        check_part_number(input.part_number)?;
         let upload = self.upload_of(&input.bucket, &input.key, &input.upload_id).await?;
         let (source_bucket, source_key) = match &input.copy_source {
             CopySource::Bucket { bucket, key, .. } => (bucket.to_string(), key.to_string()),
