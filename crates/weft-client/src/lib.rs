@@ -41,6 +41,7 @@ pub mod repair;
 pub mod s3_support;
 pub mod trace;
 pub mod transition;
+pub mod versions;
 pub mod write;
 
 pub use degraded::{DegradedCache, DEFAULT_DEGRADED_CACHE_BYTES};
@@ -51,6 +52,7 @@ pub use node::NodeClient;
 pub use object::{GeoInfo, GeoPiece, ObjectInfo, UnitInfo};
 pub use read::{read_buffer_bound, GetStats, ReadMode};
 pub use transition::TransitionReport;
+pub use versions::{Deletion, VersionInfo};
 pub use write::{AttributesSlot, Coder, Precondition, PutOptions, PutStats, IN_MEMORY_PUT_BYTES};
 
 /// Default meta URL when neither `--meta` nor `WEFT_META` says otherwise.

@@ -41,6 +41,10 @@ pub struct RepairTask {
     pub destination_endpoint: String,
 }
 
+/// The prefix of weft's internal bucket names (weft-meta's `INTERNAL_BUCKET_PREFIX`, which
+/// no S3 bucket name can start with).
+const INTERNAL_BUCKET_PREFIX: &str = ".weft-";
+
 /// Percent-encodes an object key for a URL path, keeping `/` and RFC 3986 unreserved bytes.
 pub fn encode_path(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -75,8 +79,11 @@ impl MetaClient {
     }
 
     /// The path of an object; refuses keys that URL normalisation would change.
-    fn object_path(bucket: &str, key: &str) -> Result<String> {
-        if let Some(reason) = weft_wire::object_key_problem(key) {
+    pub(crate) fn object_path(bucket: &str, key: &str) -> Result<String> {
+        // weft's internal buckets name objects as they need (the versions bucket's names hold
+        // the S3 key and more, so they may pass 1024 bytes); meta made those names.
+        let internal = bucket.starts_with(INTERNAL_BUCKET_PREFIX);
+        if let Some(reason) = weft_wire::object_key_problem(key).filter(|_| !internal) {
             return Err(ClientError::Invalid(format!("invalid object key {key:?}: {reason}")));
         }
         if bucket.is_empty() || bucket.contains('/') || bucket == "." || bucket == ".." {
@@ -250,8 +257,10 @@ impl MetaClient {
         Ok(())
     }
 
-    /// Deletes the committed object from meta; returns its record (its units are garbage).
-    pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<ObjectInfo> {
+    /// Deletes (bucket, key) in meta as an S3 DELETE naming no version: the object goes
+    /// (its units are garbage), or, in a versioned bucket, is kept as a version and a delete
+    /// marker is made.
+    pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<crate::Deletion> {
         self.delete_object_if(bucket, key, None).await
     }
 
@@ -262,12 +271,12 @@ impl MetaClient {
         bucket: &str,
         key: &str,
         generation: Option<u64>,
-    ) -> Result<ObjectInfo> {
+    ) -> Result<crate::Deletion> {
         let mut path = Self::object_path(bucket, key)?;
         if let Some(generation) = generation {
             path.push_str(&format!("?if_generation={generation}"));
         }
-        ObjectInfo::from_json(self.call(reqwest::Method::DELETE, &path, None).await?)
+        crate::Deletion::from_json(self.call(reqwest::Method::DELETE, &path, None).await?)
     }
 
     /// One page of the committed objects of a bucket whose key starts with `prefix`.
@@ -391,7 +400,7 @@ impl MetaClient {
 }
 
 /// Percent-encodes a query parameter value (everything but unreserved bytes).
-fn encode_query(text: &str) -> String {
+pub(crate) fn encode_query(text: &str) -> String {
     encode_path(text).replace('/', "%2F")
 }
 

@@ -1046,9 +1046,11 @@ impl Client {
         futures_util::future::join_all(deletes).await.into_iter().filter(|failed| *failed).count()
     }
 
-    /// Deletes the object from meta, then its units from the nodes. Returns the deleted
-    /// object and how many units could not be deleted (their nodes are down: garbage).
-    pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<(ObjectInfo, usize)> {
+    /// Deletes (bucket, key) from meta, then the units of what meta removed for good from
+    /// the nodes (in a versioned bucket the object may stay as a version: see
+    /// [`crate::Deletion`]). Returns what meta did and how many units could not be deleted
+    /// (their nodes are down: garbage).
+    pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<(crate::Deletion, usize)> {
         self.delete_object_if(bucket, key, None).await
     }
 
@@ -1059,10 +1061,13 @@ impl Client {
         bucket: &str,
         key: &str,
         generation: Option<u64>,
-    ) -> Result<(ObjectInfo, usize)> {
-        let object = self.meta.delete_object_if(bucket, key, generation).await?;
-        let units: Vec<UnitInfo> = object.units.values().cloned().collect();
+    ) -> Result<(crate::Deletion, usize)> {
+        let deletion = self.meta.delete_object_if(bucket, key, generation).await?;
+        let units: Vec<UnitInfo> = match &deletion.removed {
+            Some(object) => object.units.values().cloned().collect(),
+            None => Vec::new(),
+        };
         let left = self.delete_units(&units).await;
-        Ok((object, left))
+        Ok((deletion, left))
     }
 }

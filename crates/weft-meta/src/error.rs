@@ -21,6 +21,8 @@ pub enum MetaError {
     BucketNotEmpty { bucket: String },
     /// No committed object under that key.
     NoSuchKey { bucket: String, key: String },
+    /// The key has no version of that id (`latest`: no version at all).
+    NoSuchVersion { bucket: String, key: String, version: String },
     /// No write in progress with that generation (never begun, committed, aborted or
     /// expired).
     NoSuchWrite { bucket: String, key: String, generation: u64 },
@@ -148,6 +150,9 @@ impl fmt::Display for MetaError {
             ),
             MetaError::NoSuchKey { bucket, key } => {
                 write!(f, "object {key:?} does not exist in bucket {bucket:?}")
+            }
+            MetaError::NoSuchVersion { bucket, key, version } => {
+                write!(f, "object {key:?} in bucket {bucket:?} has no version {version:?}")
             }
             MetaError::NoSuchWrite { bucket, key, generation } => write!(
                 f,

@@ -17,6 +17,7 @@ pub mod records;
 pub mod redb_store;
 pub mod service;
 pub mod store;
+pub mod versions;
 
 pub use error::{MetaError, TransitionConflict};
 pub use mem::MemStore;
@@ -24,12 +25,13 @@ pub use records::{
     metadata_bytes, parse_unit_name, unit_name, BucketRecord, Digests, DiskReport, Enqueued,
     Heartbeat, NewTransition, NodeRecord, ObjectName, ObjectRecord, ObjectState, Policy,
     RaidpExtent, RaidpPolicy, RepairKind, RepairLease, RepairOutcome, RepairRequest, RepairTask,
-    TransitionRecord, WriteCursor, DEFAULT_TRANSITION_LEASE_MS, FORMAT_VERSION, GEOMETRIC_BUCKET,
-    INTERNAL_BUCKET_PREFIX, MAX_ATTRIBUTES_BYTES, MAX_BUCKET_NAME_BYTES, MAX_KEY_BYTES,
-    MIN_NEW_BUCKET_NAME_BYTES,
+    TransitionRecord, Versioning, WriteCursor, DEFAULT_TRANSITION_LEASE_MS, FORMAT_VERSION,
+    GEOMETRIC_BUCKET, INTERNAL_BUCKET_PREFIX, MAX_ATTRIBUTES_BYTES, MAX_BUCKET_NAME_BYTES,
+    MAX_KEY_BYTES, MIN_NEW_BUCKET_NAME_BYTES,
 };
 pub use redb_store::{RedbStore, StoreFaults, SCHEMA_VERSION};
 pub use store::{
     check_attributes, check_digests, check_precondition, CommitTerms, MetaStore, ObjectPage,
     PackOutcome, PackedObject, Precondition, StripeCommit, MAX_LIST_LIMIT,
 };
+pub use versions::{Deleted, VersionRef, NULL_VERSION, VERSIONS_BUCKET};

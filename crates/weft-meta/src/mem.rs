@@ -23,7 +23,8 @@ use crate::store::{
     transitioned, EnqueueStep, ObjectPage, PackOutcome, PackedObject, RecordPage, StripeCommit,
     MAX_LIST_LIMIT,
 };
-use crate::{Digests, WriteCursor};
+use crate::versions::{self, VersionReads, VersionTables};
+use crate::{Deleted, Digests, VersionRef, Versioning, WriteCursor};
 use crate::{MetaError, MetaStore};
 
 type ObjectKey = (String, String);
@@ -42,6 +43,7 @@ struct State {
     next_generation: u64,
     next_repair_id: u64,
     next_transition_id: u64,
+    version_moves: u64,
     /// Gateway records by (namespace, name).
     records: BTreeMap<(String, String), serde_json::Value>,
 }
@@ -85,6 +87,61 @@ fn key_of(bucket: &str, key: &str) -> ObjectKey {
 
 fn write_of(bucket: &str, key: &str, generation: u64) -> WriteKey {
     (bucket.to_string(), key.to_string(), generation)
+}
+
+impl VersionReads for State {
+    fn bucket(&self, bucket: &str) -> Result<BucketRecord, MetaError> {
+        self.buckets
+            .get(bucket)
+            .cloned()
+            .ok_or_else(|| MetaError::NoSuchBucket { bucket: bucket.into() })
+    }
+
+    fn object(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, MetaError> {
+        Ok(self.objects.get(&key_of(bucket, key)).cloned())
+    }
+
+    fn scan(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<ObjectRecord>, MetaError> {
+        Ok(self
+            .objects
+            .range(key_of(bucket, prefix)..)
+            .take_while(|((b, k), _)| b == bucket && k.starts_with(prefix))
+            .take(limit)
+            .map(|(_, record)| record.clone())
+            .collect())
+    }
+}
+
+impl VersionTables for State {
+    fn insert_object(&mut self, record: &ObjectRecord) -> Result<(), MetaError> {
+        self.objects.insert(key_of(&record.bucket, &record.key), record.clone());
+        Ok(())
+    }
+
+    fn remove_object(
+        &mut self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<ObjectRecord>, MetaError> {
+        let name = key_of(bucket, key);
+        self.transitions.remove(&name);
+        Ok(self.objects.remove(&name))
+    }
+
+    fn next_generation(&mut self) -> Result<u64, MetaError> {
+        self.next_generation += 1;
+        Ok(self.next_generation)
+    }
+
+    fn note_move(&mut self) -> Result<(), MetaError> {
+        self.version_moves += 1;
+        Ok(())
+    }
 }
 
 impl State {
@@ -158,6 +215,28 @@ impl MetaStore for MemStore {
             .ok_or_else(|| MetaError::NoSuchBucket { bucket: name.into() })?;
         bucket.default_policy = policy;
         Ok(bucket.clone())
+    }
+
+    fn version_moves(&self) -> Result<u64, MetaError> {
+        Ok(self.lock().version_moves)
+    }
+
+    fn set_bucket_versioning(
+        &self,
+        name: &str,
+        versioning: Versioning,
+        now_ms: u64,
+    ) -> Result<BucketRecord, MetaError> {
+        let mut state = self.lock();
+        let mut record = state.bucket(name)?;
+        versions::check_versionable(&record)?;
+        record.versioning = Some(versioning);
+        if !state.buckets.contains_key(crate::VERSIONS_BUCKET) {
+            let internal = versions::versions_bucket(&record, now_ms);
+            state.buckets.insert(internal.name.clone(), internal);
+        }
+        state.buckets.insert(name.into(), record.clone());
+        Ok(record)
     }
 
     fn put_record(
@@ -240,6 +319,7 @@ impl MetaStore for MemStore {
             created_ms: now_ms,
             raidp,
             geometric,
+            versioning: None,
         };
         state.buckets.insert(name.into(), record.clone());
         Ok(record)
@@ -262,7 +342,10 @@ impl MetaStore for MemStore {
         if !state.buckets.contains_key(name) {
             return Err(MetaError::NoSuchBucket { bucket: name.into() });
         }
-        let has_objects = state.objects.keys().any(|(bucket, _)| bucket == name);
+        let has_objects = state.objects.keys().any(|(bucket, _)| bucket == name)
+            || !state
+                .scan(crate::VERSIONS_BUCKET, &versions::bucket_versions_prefix(name, ""), 1)?
+                .is_empty();
         if has_objects || state.writes.keys().any(|(bucket, _, _)| bucket == name) {
             return Err(MetaError::BucketNotEmpty { bucket: name.into() });
         }
@@ -307,6 +390,8 @@ impl MetaStore for MemStore {
             geometric: None,
             owners: Vec::new(),
             attributes: None,
+            versioned: false,
+            delete_marker: false,
         };
         state.writes.insert(write_of(bucket, key, record.generation), record.clone());
         Ok(record)
@@ -333,13 +418,15 @@ impl MetaStore for MemStore {
         };
         check_digests(write, digests, |_| true)?;
         check_precondition(state.objects.get(&name), terms.precondition, bucket, key)?;
+        let versioning = state.bucket(bucket)?.versioning;
         let mut record = state.writes.remove(&write_name).expect("checked above");
         record.state = ObjectState::Committed;
         record.digests = digests.clone();
         record.attributes = terms.attributes.clone();
-        state.transitions.remove(&name);
-        let replaced = state.objects.insert(name, record.clone());
-        Ok((record, replaced))
+        let replaced = state.remove_object(bucket, key)?;
+        let garbage = versions::on_commit(&mut *state, versioning, &mut record, replaced)?;
+        state.insert_object(&record)?;
+        Ok((record, garbage))
     }
 
     fn commit_pack(
@@ -458,6 +545,38 @@ impl MetaStore for MemStore {
             .ok_or_else(|| MetaError::NoSuchKey { bucket: bucket.into(), key: key.into() })?;
         state.transitions.remove(&name);
         Ok(record)
+    }
+
+    fn delete_latest(
+        &self,
+        bucket: &str,
+        key: &str,
+        precondition: Option<Precondition>,
+        now_ms: u64,
+    ) -> Result<Deleted, MetaError> {
+        versions::delete_latest(&mut *self.lock(), bucket, key, precondition, now_ms)
+    }
+
+    fn delete_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: VersionRef,
+        precondition: Option<Precondition>,
+    ) -> Result<ObjectRecord, MetaError> {
+        versions::delete_version(&mut *self.lock(), bucket, key, version, precondition)
+    }
+
+    fn get_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: VersionRef,
+    ) -> Result<ObjectRecord, MetaError> {
+        let state = self.lock();
+        state.bucket(bucket)?;
+        versions::find_version(&*state, bucket, key, version)?
+            .ok_or_else(|| versions::no_such_version(bucket, key, version))
     }
 
     fn list_writes(

@@ -57,6 +57,32 @@ pub struct BucketRecord {
     /// bucket's bins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub geometric: Option<GeometricPolicy>,
+    /// S3 versioning: absent until it is first enabled, then enabled or suspended, never
+    /// absent again (S3 has no way back); see [`crate::versions`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versioning: Option<Versioning>,
+}
+
+/// A bucket's S3 versioning state, once it was ever enabled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Versioning {
+    /// Every write gets a version of its own; replaced and deleted objects stay as older
+    /// versions, a delete leaves a delete marker.
+    Enabled,
+    /// Writes and deletes make the key's "null" version (replacing the previous null one);
+    /// versions made while enabled stay.
+    Suspended,
+}
+
+impl Versioning {
+    /// `enabled` / `suspended`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Versioning::Enabled => "enabled",
+            Versioning::Suspended => "suspended",
+        }
+    }
 }
 
 /// The RAIDP tier's geometry, one for the whole cluster (its superchunk map): the size of a
@@ -123,6 +149,11 @@ pub struct ObjectRecord {
     /// metadata...): a JSON object meta keeps with the object and never interprets, at most
     /// [`MAX_ATTRIBUTES_BYTES`] encoded. `None` when the writer sent none.
     pub attributes: Option<serde_json::Value>,
+    /// Written while its bucket's versioning was enabled: its version id is its generation
+    /// (else it is the key's "null" version). See [`crate::versions`].
+    pub versioned: bool,
+    /// A delete marker of a versioned bucket: no units (an empty placement), no bytes.
+    pub delete_marker: bool,
 }
 
 /// Largest encoded `attributes` of an object (S3 allows 2 KiB of user metadata plus a few
@@ -161,6 +192,15 @@ impl ObjectRecord {
         match &self.raidp {
             Some(extents) => extents.iter().map(|e| e.bytes).sum(),
             None => self.placement.object_size(),
+        }
+    }
+
+    /// The object's S3 version id: its generation in decimal when it was written with
+    /// versioning enabled, else `null`.
+    pub fn version_id(&self) -> String {
+        match self.versioned {
+            true => self.generation.to_string(),
+            false => crate::versions::NULL_VERSION.to_string(),
         }
     }
 }
@@ -505,6 +545,12 @@ pub(crate) struct StoredObject {
     /// The writer's attributes; absent when it sent none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     attr: Option<serde_json::Value>,
+    /// Written with versioning enabled; absent when not.
+    #[serde(default, skip_serializing_if = "is_false")]
+    ver: bool,
+    /// A delete marker; absent otherwise.
+    #[serde(default, skip_serializing_if = "is_false")]
+    dm: bool,
 }
 
 fn is_zero(value: &u64) -> bool {
@@ -553,6 +599,8 @@ impl StoredObject {
             geo: record.geometric.as_ref().map(|bytes| weft_auth::hex(bytes)),
             own: record.owners.clone(),
             attr: record.attributes.clone(),
+            ver: record.versioned,
+            dm: record.delete_marker,
         }
     }
 
@@ -615,6 +663,8 @@ impl StoredObject {
             raidp: self.raidp,
             owners: self.own,
             attributes: self.attr,
+            versioned: self.ver,
+            delete_marker: self.dm,
             geometric: match self.geo {
                 None => None,
                 Some(text) => {

@@ -48,7 +48,8 @@ use crate::store::{
     relocated, transitioned, EnqueueStep, ObjectPage, PackOutcome, PackedObject, RecordPage,
     StripeCommit, MAX_LIST_LIMIT,
 };
-use crate::{Digests, MetaError, MetaStore, WriteCursor};
+use crate::versions::{self, VersionReads, VersionTables};
+use crate::{Deleted, Digests, MetaError, MetaStore, VersionRef, Versioning, WriteCursor};
 
 pub(crate) const BUCKETS: TableDefinition<&str, &[u8]> = TableDefinition::new("buckets");
 pub(crate) const OBJECTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("objects");
@@ -71,18 +72,22 @@ pub(crate) const GATEWAY: TableDefinition<(&str, &str), &[u8]> = TableDefinition
 /// `gateway` (the S3 gateway's keys, uploads and object attributes, which an older build
 /// would lose track of: an upload's parts would look like garbage to it); 4 keeps writes in
 /// progress by (bucket, key, generation) in `pending_writes` (several per key), where 3 had
-/// one per key in `writes`.
-pub const SCHEMA_VERSION: u64 = 4;
+/// one per key in `writes`; 5 adds S3 versioning (buckets' `versioning`, objects' `ver` and
+/// `dm`, versions kept in the bucket `.weft-versions`), which an older build would ignore:
+/// its commits and deletes in a versioned bucket would drop the versions they must keep.
+pub const SCHEMA_VERSION: u64 = 5;
 
 /// The schema versions upgraded in place at open: they lack tables (`transitions` for 1,
 /// `gateway` for 1 and 2, `pending_writes` for all), which open creates, and their writes in
-/// progress move from `writes` to `pending_writes` unchanged (values are not rewritten).
-const UPGRADED_SCHEMA_VERSIONS: [u64; 3] = [1, 2, 3];
+/// progress move from `writes` to `pending_writes` unchanged (values are not rewritten); 4
+/// needs nothing (no bucket of it is versioned).
+const UPGRADED_SCHEMA_VERSIONS: [u64; 4] = [1, 2, 3, 4];
 
 const SCHEMA_VERSION_KEY: &str = "schema_version";
 const NEXT_GENERATION_KEY: &str = "next_generation";
 const NEXT_REPAIR_ID_KEY: &str = "next_repair_id";
 const NEXT_TRANSITION_ID_KEY: &str = "next_transition_id";
+const VERSION_MOVES_KEY: &str = "version_moves";
 
 /// A redb error as a [`MetaError`]: IO errors (and redb's refusal after one) make the store
 /// unavailable until it is reopened; anything else is a plain store failure.
@@ -295,6 +300,131 @@ fn read_object(
     match objects.get((bucket, key)).map_err(store)? {
         Some(bytes) => Ok(Some(decode_object(bucket, key, bytes.value())?)),
         None => Ok(None),
+    }
+}
+
+/// The tables the versioning rules ([`crate::versions`]) work on, open in one write
+/// transaction.
+struct Tables<'t> {
+    buckets: redb::Table<'t, &'static str, &'static [u8]>,
+    objects: redb::Table<'t, (&'static str, &'static str), &'static [u8]>,
+    transitions: redb::Table<'t, (&'static str, &'static str), &'static [u8]>,
+    meta: redb::Table<'t, &'static str, u64>,
+}
+
+impl<'t> Tables<'t> {
+    fn open(txn: &'t redb::WriteTransaction) -> Result<Tables<'t>, MetaError> {
+        Ok(Tables {
+            buckets: txn.open_table(BUCKETS).map_err(store)?,
+            objects: txn.open_table(OBJECTS).map_err(store)?,
+            transitions: txn.open_table(TRANSITIONS).map_err(store)?,
+            meta: txn.open_table(META).map_err(store)?,
+        })
+    }
+}
+
+/// The same tables, open for reading only.
+struct ReadTables {
+    buckets: redb::ReadOnlyTable<&'static str, &'static [u8]>,
+    objects: redb::ReadOnlyTable<(&'static str, &'static str), &'static [u8]>,
+}
+
+/// [`VersionReads`] over tables readable like `buckets` and `objects`.
+fn bucket_in(
+    buckets: &impl ReadableTable<&'static str, &'static [u8]>,
+    bucket: &str,
+) -> Result<BucketRecord, MetaError> {
+    RedbStore::read_bucket(buckets, bucket)?
+        .ok_or_else(|| MetaError::NoSuchBucket { bucket: bucket.into() })
+}
+
+fn scan_objects(
+    objects: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
+    bucket: &str,
+    prefix: &str,
+    limit: usize,
+) -> Result<Vec<ObjectRecord>, MetaError> {
+    let mut out = Vec::new();
+    for entry in objects.range((bucket, prefix)..).map_err(store)? {
+        if out.len() >= limit {
+            break;
+        }
+        let (name, bytes) = entry.map_err(store)?;
+        let (b, k) = name.value();
+        if b != bucket || !k.starts_with(prefix) {
+            break;
+        }
+        out.push(decode_object(b, k, bytes.value())?);
+    }
+    Ok(out)
+}
+
+impl VersionReads for ReadTables {
+    fn bucket(&self, bucket: &str) -> Result<BucketRecord, MetaError> {
+        bucket_in(&self.buckets, bucket)
+    }
+
+    fn object(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, MetaError> {
+        read_object(&self.objects, bucket, key)
+    }
+
+    fn scan(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<ObjectRecord>, MetaError> {
+        scan_objects(&self.objects, bucket, prefix, limit)
+    }
+}
+
+impl VersionReads for Tables<'_> {
+    fn bucket(&self, bucket: &str) -> Result<BucketRecord, MetaError> {
+        bucket_in(&self.buckets, bucket)
+    }
+
+    fn object(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, MetaError> {
+        read_object(&self.objects, bucket, key)
+    }
+
+    fn scan(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<ObjectRecord>, MetaError> {
+        scan_objects(&self.objects, bucket, prefix, limit)
+    }
+}
+
+impl VersionTables for Tables<'_> {
+    fn insert_object(&mut self, record: &ObjectRecord) -> Result<(), MetaError> {
+        let bytes = encode(&StoredObject::from_record(record));
+        self.objects
+            .insert((record.bucket.as_str(), record.key.as_str()), bytes.as_slice())
+            .map_err(store)?;
+        Ok(())
+    }
+
+    fn remove_object(
+        &mut self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<ObjectRecord>, MetaError> {
+        self.transitions.remove((bucket, key)).map_err(store)?;
+        let removed = self.objects.remove((bucket, key)).map_err(store)?;
+        match removed {
+            Some(bytes) => Ok(Some(decode_object(bucket, key, bytes.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    fn next_generation(&mut self) -> Result<u64, MetaError> {
+        next_counter(&mut self.meta, NEXT_GENERATION_KEY)
+    }
+
+    fn note_move(&mut self) -> Result<(), MetaError> {
+        next_counter(&mut self.meta, VERSION_MOVES_KEY).map(drop)
     }
 }
 
@@ -568,6 +698,40 @@ impl MetaStore for RedbStore {
         Ok(record)
     }
 
+    fn version_moves(&self) -> Result<u64, MetaError> {
+        let db = self.db()?;
+        let txn = db.begin_read().map_err(store)?;
+        let meta = txn.open_table(META).map_err(store)?;
+        Ok(meta.get(VERSION_MOVES_KEY).map_err(store)?.map_or(0, |v| v.value()))
+    }
+
+    fn set_bucket_versioning(
+        &self,
+        name: &str,
+        versioning: Versioning,
+        now_ms: u64,
+    ) -> Result<BucketRecord, MetaError> {
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
+        let record = {
+            let mut buckets = txn.open_table(BUCKETS).map_err(store)?;
+            let mut record = RedbStore::read_bucket(&buckets, name)?
+                .ok_or_else(|| MetaError::NoSuchBucket { bucket: name.into() })?;
+            versions::check_versionable(&record)?;
+            record.versioning = Some(versioning);
+            buckets.insert(name, encode(&record).as_slice()).map_err(store)?;
+            if buckets.get(crate::VERSIONS_BUCKET).map_err(store)?.is_none() {
+                let internal = versions::versions_bucket(&record, now_ms);
+                buckets
+                    .insert(crate::VERSIONS_BUCKET, encode(&internal).as_slice())
+                    .map_err(store)?;
+            }
+            record
+        };
+        txn.commit().map_err(store)?;
+        Ok(record)
+    }
+
     fn put_record(
         &self,
         namespace: &str,
@@ -672,6 +836,7 @@ impl MetaStore for RedbStore {
             created_ms: now_ms,
             raidp,
             geometric,
+            versioning: None,
         };
         let db = self.db()?;
         let txn = db.begin_write().map_err(store)?;
@@ -721,7 +886,20 @@ impl MetaStore for RedbStore {
                 Some(entry) => entry.map_err(store)?.0.value().0 == name,
                 None => false,
             };
-            if bucket_has_rows(&objects, name)? || has_writes {
+            let versions = versions::bucket_versions_prefix(name, "");
+            let has_versions = match objects
+                .range((crate::VERSIONS_BUCKET, versions.as_str())..)
+                .map_err(store)?
+                .next()
+            {
+                Some(entry) => {
+                    let entry = entry.map_err(store)?;
+                    let (bucket, key) = entry.0.value();
+                    bucket == crate::VERSIONS_BUCKET && key.starts_with(versions.as_str())
+                }
+                None => false,
+            };
+            if bucket_has_rows(&objects, name)? || has_writes || has_versions {
                 return Err(MetaError::BucketNotEmpty { bucket: name.into() });
             }
             buckets.remove(name).map_err(store)?;
@@ -772,6 +950,8 @@ impl MetaStore for RedbStore {
                 geometric: None,
                 owners: Vec::new(),
                 attributes: None,
+                versioned: false,
+                delete_marker: false,
             };
             let mut writes = txn.open_table(WRITES).map_err(store)?;
             let bytes = encode(&StoredObject::from_record(&record));
@@ -802,24 +982,23 @@ impl MetaStore for RedbStore {
                 None => return Err(no_write()),
             };
             check_digests(&write, digests, |_| true)?;
-            let mut objects = txn.open_table(OBJECTS).map_err(store)?;
+            let mut tables = Tables::open(&txn)?;
             if terms.precondition.is_some() {
-                let current = read_object(&objects, bucket, key)?;
+                let current = tables.object(bucket, key)?;
                 check_precondition(current.as_ref(), terms.precondition, bucket, key)?;
             }
+            let versioning = tables.bucket(bucket)?.versioning;
             writes.remove((bucket, key, generation)).map_err(store)?;
-            record = ObjectRecord {
+            let mut committed = ObjectRecord {
                 state: ObjectState::Committed,
                 digests: digests.clone(),
                 attributes: terms.attributes.clone(),
                 ..write
             };
-            let bytes = encode(&StoredObject::from_record(&record));
-            replaced = match objects.insert((bucket, key), bytes.as_slice()).map_err(store)? {
-                Some(old) => Some(decode_object(bucket, key, old.value())?),
-                None => None,
-            };
-            txn.open_table(TRANSITIONS).map_err(store)?.remove((bucket, key)).map_err(store)?;
+            let current = tables.remove_object(bucket, key)?;
+            replaced = versions::on_commit(&mut tables, versioning, &mut committed, current)?;
+            tables.insert_object(&committed)?;
+            record = committed;
         }
         txn.commit().map_err(store)?;
         Ok((record, replaced))
@@ -980,6 +1159,57 @@ impl MetaStore for RedbStore {
         }
         txn.commit().map_err(store)?;
         Ok(record)
+    }
+
+    fn delete_latest(
+        &self,
+        bucket: &str,
+        key: &str,
+        precondition: Option<Precondition>,
+        now_ms: u64,
+    ) -> Result<Deleted, MetaError> {
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
+        let deleted = {
+            let mut tables = Tables::open(&txn)?;
+            versions::delete_latest(&mut tables, bucket, key, precondition, now_ms)?
+        };
+        txn.commit().map_err(store)?;
+        Ok(deleted)
+    }
+
+    fn delete_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: VersionRef,
+        precondition: Option<Precondition>,
+    ) -> Result<ObjectRecord, MetaError> {
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
+        let removed = {
+            let mut tables = Tables::open(&txn)?;
+            versions::delete_version(&mut tables, bucket, key, version, precondition)?
+        };
+        txn.commit().map_err(store)?;
+        Ok(removed)
+    }
+
+    fn get_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: VersionRef,
+    ) -> Result<ObjectRecord, MetaError> {
+        let db = self.db()?;
+        let txn = db.begin_read().map_err(store)?;
+        let tables = ReadTables {
+            buckets: txn.open_table(BUCKETS).map_err(store)?,
+            objects: txn.open_table(OBJECTS).map_err(store)?,
+        };
+        tables.bucket(bucket)?;
+        let found = versions::find_version(&tables, bucket, key, version)?;
+        found.ok_or_else(|| versions::no_such_version(bucket, key, version))
     }
 
     fn list_writes(
@@ -1480,7 +1710,7 @@ impl MetaStore for RedbStore {
 }
 
 // Keeps the format version visible next to the schema version for readers of this file.
-const _: () = assert!(FORMAT_VERSION == 1 && SCHEMA_VERSION == 4);
+const _: () = assert!(FORMAT_VERSION == 1 && SCHEMA_VERSION == 5);
 
 /// Up to `min(limit, MAX_LIST_LIMIT)` values of a (bucket, key) table in key order, after
 /// `after`, decoded.
@@ -1694,6 +1924,7 @@ mod tests {
             created_ms: 1,
             raidp: None,
             geometric: None,
+            versioning: None,
         };
         let txn = store.db().unwrap().begin_write().unwrap();
         txn.open_table(BUCKETS).unwrap().insert("b", encode(&old).as_slice()).unwrap();

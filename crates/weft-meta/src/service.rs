@@ -88,6 +88,7 @@ mod objects;
 mod raidp;
 mod repairs;
 mod transitions;
+mod versions;
 
 pub use deletions::MAX_LISTED_DELETIONS;
 pub use repairs::{
@@ -417,6 +418,12 @@ fn router(meta: Shared, guard: Guard) -> Router {
         .route("/v1/buckets/{name}", put(create_bucket).get(get_bucket).delete(delete_bucket))
         .route("/v1/buckets/{name}/policy", put(set_bucket_policy))
         .route("/v1/buckets/{name}/objects", get(objects::list_objects))
+        .route("/v1/buckets/{name}/versioning", put(versions::set_versioning))
+        .route("/v1/buckets/{name}/versions", get(versions::list_versions))
+        .route(
+            "/v1/buckets/{name}/versions/{*key}",
+            get(versions::get_version).delete(versions::delete_version),
+        )
         .route(
             "/v1/buckets/{name}/objects/{*key}",
             post(objects::post_object).get(objects::get_object).delete(objects::delete_object),
@@ -651,6 +658,7 @@ impl From<MetaError> for ApiError {
         let (status, code) = match &error {
             MetaError::NoSuchBucket { .. } => (StatusCode::NOT_FOUND, "no_such_bucket"),
             MetaError::NoSuchKey { .. } => (StatusCode::NOT_FOUND, "no_such_key"),
+            MetaError::NoSuchVersion { .. } => (StatusCode::NOT_FOUND, "no_such_version"),
             MetaError::NoSuchWrite { .. } => (StatusCode::CONFLICT, "no_such_write"),
             MetaError::PreconditionFailed { .. } => {
                 (StatusCode::PRECONDITION_FAILED, "precondition_failed")
@@ -1129,6 +1137,19 @@ async fn delete_bucket(
 /// [`crate::GEOMETRIC_BUCKET`]: its stripes hold chunks of packed objects, and they change
 /// only through the pack, repairs and GC (403 `internal_bucket`).
 fn refuse_internal_change(bucket: &str, action: &str) -> Result<(), ApiError> {
+    if bucket == crate::VERSIONS_BUCKET {
+        let mut error = ApiError::new(
+            StatusCode::FORBIDDEN,
+            "internal_bucket",
+            format!(
+                "{bucket} holds the noncurrent versions of versioned buckets, which change \
+                 only through their buckets' writes and deletes and the versions routes \
+                 (/v1/buckets/{{bucket}}/versions/...); a client may not {action} there"
+            ),
+        );
+        error.body["bucket"] = json!(bucket);
+        return Err(error);
+    }
     if bucket != crate::GEOMETRIC_BUCKET {
         return Ok(());
     }

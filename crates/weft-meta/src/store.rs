@@ -5,10 +5,14 @@
 //!   operation changes nothing.
 //! - No clocks: time comes in as `now_ms`, so runs are deterministic and simulable.
 //! - A bucket is deleted only when it holds no committed object and no write in progress.
-//! - An object key has at most one committed record and at most one write in progress;
-//!   committing a write replaces the committed record in the same transaction. A write in
-//!   progress ends only by its commit, by a newer begin of its key, or by `abort_write` of
-//!   its own generation (how abandoned writes are expired).
+//! - An object key has at most one committed record (its current object) and any number of
+//!   writes in progress, each under its generation; committing a write replaces the committed
+//!   record in the same transaction, which keeps the replaced one as a noncurrent version
+//!   when the bucket is versioned ([`crate::versions`], whose invariants every store keeps)
+//!   and returns it as garbage otherwise. A write in progress ends only by its commit or by
+//!   `abort_write` of its own generation (how abandoned writes are expired).
+//! - A bucket is deleted only when no version of its keys is left in
+//!   [`crate::VERSIONS_BUCKET`] either.
 //! - Generations and repair task ids come from store-wide counters that never go back.
 //! - The repair queue holds at most one task per (object, unit); tasks are taken in the order
 //!   they were enqueued, skipping those whose back-off (`not_before_ms`, set by the caller
@@ -308,6 +312,19 @@ pub trait MetaStore: Send + Sync {
     /// Replaces a bucket's default policy (objects already stored keep theirs; `weft
     /// transition` changes those). Returns the updated record.
     fn set_bucket_policy(&self, name: &str, policy: Policy) -> Result<BucketRecord, MetaError>;
+    /// Sets a bucket's S3 versioning (see [`crate::versions`]); creates the internal
+    /// [`crate::VERSIONS_BUCKET`] the first time. Refused with [`MetaError::InvalidRecord`]
+    /// for buckets that cannot be versioned (RAIDP, geometric, internal).
+    fn set_bucket_versioning(
+        &self,
+        name: &str,
+        versioning: crate::Versioning,
+        now_ms: u64,
+    ) -> Result<BucketRecord, MetaError>;
+    /// How many times an object moved between its bucket and [`crate::VERSIONS_BUCKET`]
+    /// (store-wide, never goes back): a walk of every object that read the same count before
+    /// and after saw every object with units once at least.
+    fn version_moves(&self) -> Result<u64, MetaError>;
     /// Every bucket, by name.
     fn list_buckets(&self) -> Result<Vec<BucketRecord>, MetaError>;
     /// Deletes a bucket; refused with [`MetaError::BucketNotEmpty`] unless it is empty.
@@ -385,7 +402,39 @@ pub trait MetaStore: Send + Sync {
         start_after: Option<&str>,
         limit: usize,
     ) -> Result<ObjectPage, MetaError>;
-    /// Deletes the committed object; returns its record (the caller deletes its units).
+    /// Deletes (bucket, key) as an S3 DELETE naming no version does, by the bucket's
+    /// versioning ([`crate::versions::delete_latest`]): unversioned, the current object goes;
+    /// versioned, it stays as a version and a delete marker becomes the newest. All in one
+    /// transaction.
+    fn delete_latest(
+        &self,
+        bucket: &str,
+        key: &str,
+        precondition: Option<Precondition>,
+        now_ms: u64,
+    ) -> Result<crate::Deleted, MetaError>;
+    /// Removes one version of (bucket, key) for good, current or not, and returns its record
+    /// as it was stored (its units are garbage); a key left with no current object gets its
+    /// newest version back when that is an object ([`crate::versions::delete_version`]).
+    fn delete_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: crate::VersionRef,
+        precondition: Option<Precondition>,
+    ) -> Result<ObjectRecord, MetaError>;
+    /// The record of one version of (bucket, key), as stored: the current object, or a
+    /// noncurrent version or delete marker in [`crate::VERSIONS_BUCKET`].
+    /// [`MetaError::NoSuchVersion`] when there is none.
+    fn get_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: crate::VersionRef,
+    ) -> Result<ObjectRecord, MetaError>;
+    /// Removes the committed object under (bucket, key) and returns its record (the caller
+    /// deletes its units). Versioning is not applied: this is for weft's internal buckets
+    /// and unversioned ones; S3 deletes go through [`MetaStore::delete_latest`].
     fn delete_object(&self, bucket: &str, key: &str) -> Result<ObjectRecord, MetaError> {
         self.delete_object_if(bucket, key, None)
     }

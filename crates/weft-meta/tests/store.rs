@@ -11,7 +11,7 @@ use weft_layout::{
 use weft_meta::{
     metadata_bytes, CommitTerms, DiskReport, Enqueued, Heartbeat, MemStore, MetaError, MetaStore,
     NewTransition, ObjectName, ObjectRecord, Precondition, RedbStore, RepairKind, RepairOutcome,
-    RepairRequest, MAX_ATTRIBUTES_BYTES,
+    RepairRequest, VersionRef, Versioning, MAX_ATTRIBUTES_BYTES, VERSIONS_BUCKET,
 };
 
 const MIB: u64 = 1 << 20;
@@ -449,6 +449,98 @@ fn concurrent_writes_of_a_key_all_commit_and_preconditions_hold_in_the_transacti
         store.delete_object("bkt", "k2").unwrap();
         store.delete_bucket("bkt").unwrap();
     }
+}
+
+/// Commits a write of (bucket, key); returns it and the garbage its commit returned.
+fn put_versioned(
+    store: &dyn MetaStore,
+    key: &str,
+    now_ms: u64,
+) -> (ObjectRecord, Option<ObjectRecord>) {
+    let write = store.begin_object("ver", key, placement(MIB, now_ms), now_ms).unwrap();
+    store.commit_object("ver", key, write.generation, &Default::default()).unwrap()
+}
+
+#[test]
+fn versioning_keeps_versions_delete_markers_and_one_null_version() {
+    let (_dir, redb) = redb_in_temp();
+    let mem = MemStore::new();
+    let stores: [&dyn MetaStore; 2] = [&redb, &mem];
+    for store in stores {
+        store.create_bucket("ver", layout("rs(2,1)", MIB), 1).unwrap();
+        let moves = store.version_moves().unwrap();
+        // Written before versioning: the null version. Enabling keeps it as a version.
+        let (a, garbage) = put_versioned(store, "k", 2);
+        assert_eq!((a.versioned, garbage), (false, None));
+        let bucket = store.set_bucket_versioning("ver", Versioning::Enabled, 3).unwrap();
+        assert_eq!(bucket.versioning, Some(Versioning::Enabled));
+        let (b, garbage) = put_versioned(store, "k", 4);
+        assert!(b.versioned && garbage.is_none(), "{b:?} {garbage:?}");
+        assert_eq!(b.version_id(), b.generation.to_string());
+        let null = store.get_version("ver", "k", VersionRef::Null).unwrap();
+        assert_eq!((null.bucket.as_str(), null.generation), (VERSIONS_BUCKET, a.generation));
+        assert_eq!(null.placement, a.placement, "the version keeps its units");
+        assert_eq!(store.get_object("ver", "k").unwrap(), b);
+        assert!(store.version_moves().unwrap() > moves);
+        // A delete keeps the object as a version and makes a delete marker the newest.
+        let deleted = store.delete_latest("ver", "k", None, 5).unwrap();
+        assert_eq!(deleted.removed, None);
+        let marker = deleted.marker.unwrap();
+        assert!(marker.delete_marker && marker.versioned && marker.size() == 0);
+        assert!(matches!(store.get_object("ver", "k"), Err(MetaError::NoSuchKey { .. })));
+        assert_eq!(store.get_version("ver", "k", VersionRef::Latest).unwrap(), marker);
+        // Deleting the marker brings the newest object back.
+        let gone = VersionRef::Generation(marker.generation);
+        assert_eq!(store.delete_version("ver", "k", gone, None).unwrap(), marker);
+        assert_eq!(store.get_object("ver", "k").unwrap().generation, b.generation);
+        assert!(matches!(
+            store.delete_version("ver", "k", gone, None),
+            Err(MetaError::NoSuchVersion { .. })
+        ));
+        // Suspended: a write is the null version; the previous null one is garbage now.
+        store.set_bucket_versioning("ver", Versioning::Suspended, 6).unwrap();
+        let (c, garbage) = put_versioned(store, "k", 7);
+        assert!(!c.versioned);
+        assert_eq!(garbage.map(|g| g.generation), Some(a.generation));
+        assert_eq!(
+            store.get_version("ver", "k", VersionRef::Generation(b.generation)).unwrap().generation,
+            b.generation,
+            "the version written while enabled stays"
+        );
+        // A suspended delete removes the null current for good and leaves a null marker.
+        let deleted = store.delete_latest("ver", "k", None, 8).unwrap();
+        assert_eq!(deleted.removed.map(|r| r.generation), Some(c.generation));
+        let marker = deleted.marker.unwrap();
+        assert_eq!(marker.version_id(), "null");
+        // A precondition names the version it deletes.
+        let pinned = Some(Precondition::Generation(a.generation));
+        let refused =
+            store.delete_version("ver", "k", VersionRef::Generation(b.generation), pinned);
+        assert!(matches!(refused, Err(MetaError::PreconditionFailed { .. })), "{refused:?}");
+        store.delete_version("ver", "k", VersionRef::Generation(b.generation), None).unwrap();
+        assert!(matches!(store.get_object("ver", "k"), Err(MetaError::NoSuchKey { .. })));
+        // The marker is the last version: the bucket is not empty until it goes.
+        assert!(matches!(store.delete_bucket("ver"), Err(MetaError::BucketNotEmpty { .. })));
+        store.delete_version("ver", "k", VersionRef::Null, None).unwrap();
+        assert!(store.list_objects(VERSIONS_BUCKET, "", None, 10).unwrap().objects.is_empty());
+        store.delete_bucket("ver").unwrap();
+        // Internal buckets are never versioned.
+        let refused = store.set_bucket_versioning(VERSIONS_BUCKET, Versioning::Enabled, 9);
+        assert!(matches!(refused, Err(MetaError::InvalidRecord { .. })), "{refused:?}");
+    }
+    // What redb stored reads back the same after a reopen.
+    let path = _dir.path().join("meta.redb");
+    drop(redb);
+    let reopened = RedbStore::open(&path).unwrap();
+    reopened.create_bucket("ver", layout("rs(2,1)", MIB), 10).unwrap();
+    reopened.set_bucket_versioning("ver", Versioning::Enabled, 11).unwrap();
+    let (first, _) = put_versioned(&reopened, "k", 12);
+    let (_second, _) = put_versioned(&reopened, "k", 13);
+    drop(reopened);
+    let reopened = RedbStore::open(&path).unwrap();
+    assert_eq!(reopened.get_bucket("ver").unwrap().versioning, Some(Versioning::Enabled));
+    let kept = reopened.get_version("ver", "k", VersionRef::Generation(first.generation)).unwrap();
+    assert!(kept.versioned && !kept.delete_marker && kept.placement == first.placement);
 }
 
 #[test]

@@ -568,16 +568,32 @@ pub fn rm(args: RmArgs) -> Result<(), CliError> {
     let (bucket, key) = split_path(&args.path)?;
     let runtime = runtime()?;
     let client = client(&args.meta)?;
-    let (object, left) = runtime.block_on(client.delete_object(&bucket, &key))?;
-    if args.json {
-        crate::cluster_cli::print_json(&json!({
-            "removed": args.path, "size": object.size, "units": object.units.len(), "units_left": left,
-        }));
-    } else {
-        println!("removed {bucket}/{key} ({}, {} units)", fmt(object.size), object.units.len());
-        if left > 0 {
-            eprintln!("note: {left} units could not be deleted now (their nodes are down)");
+    let (deletion, left) = runtime.block_on(client.delete_object(&bucket, &key))?;
+    let marker = deletion.delete_marker.as_ref().map(|m| m.version_id.clone());
+    match (&deletion.removed, args.json) {
+        (Some(object), true) => {
+            let mut value = json!({
+                "removed": args.path, "size": object.size, "units": object.units.len(), "units_left": left,
+            });
+            if let Some(marker) = &marker {
+                value["delete_marker"] = json!(marker);
+            }
+            crate::cluster_cli::print_json(&value);
         }
+        (None, true) => crate::cluster_cli::print_json(&json!({
+            "removed": null, "kept_as_version": args.path, "delete_marker": marker, "units_left": 0,
+        })),
+        (Some(object), false) => {
+            println!("removed {bucket}/{key} ({}, {} units)", fmt(object.size), object.units.len());
+            if left > 0 {
+                eprintln!("note: {left} units could not be deleted now (their nodes are down)");
+            }
+        }
+        (None, false) => println!(
+            "{bucket}/{key}: delete marker {} made; the bucket is versioned, so the object stays \
+             as an older version",
+            marker.as_deref().unwrap_or("?")
+        ),
     }
     Ok(())
 }

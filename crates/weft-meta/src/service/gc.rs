@@ -16,6 +16,10 @@
 //!   a disk *before* asking for references and spare units younger than the longest time a
 //!   unit may wait for its record (a repair lease; writes and transitions write their units
 //!   only after their record exists).
+//! - Objects move between their bucket and the versions bucket (S3 versioning) in either
+//!   direction, so the objects are walked again until one whole walk saw the store's
+//!   version-move count unchanged (the references are the union of the walks); after
+//!   [`MAX_OBJECT_WALKS`] walks without one the answer is `503 busy`, never a partial list.
 //! - An expiry removes only writes begun more than `older_than_ms` before the request (by
 //!   meta's clock, which stamped their `created_ms`), each by its own generation, so a write
 //!   committed or begun again meanwhile is never removed.
@@ -37,6 +41,10 @@ use super::objects::{object_id, record_unit_key, unit_key};
 use super::repairs::for_each_object;
 use super::{blocking, now_ms, ApiError, Shared};
 use crate::{MetaError, ObjectName, ObjectRecord, TransitionRecord, MAX_LIST_LIMIT};
+
+/// Most walks of every object one `GET /v1/references` makes to see one with no version
+/// move during it.
+const MAX_OBJECT_WALKS: usize = 4;
 
 /// Unit keys by (node, disk).
 type ByDisk = BTreeMap<(u32, u32), BTreeSet<UnitKey>>;
@@ -137,20 +145,42 @@ pub(crate) async fn references(
                 _ => break,
             }
         }
-        let mut refused = None;
-        for_each_object(store, |objects| {
-            for object in objects {
-                if refused.is_none() {
-                    if let Err(api) = found.add_record(only, object) {
-                        refused = Some(api);
+        // An object that moved between its bucket and the versions bucket meanwhile may be
+        // missed by a walk: walk again (the union only grows) until one walk saw no move.
+        let mut stable = false;
+        for _ in 0..MAX_OBJECT_WALKS {
+            let moves = store.version_moves()?;
+            let mut refused = None;
+            let mut seen = 0;
+            for_each_object(store, |objects| {
+                for object in objects {
+                    if refused.is_none() {
+                        if let Err(api) = found.add_record(only, object) {
+                            refused = Some(api);
+                        }
                     }
                 }
+                seen += objects.len() as u64;
+                Ok(())
+            })?;
+            if let Some(api) = refused {
+                return Ok(Err(api));
             }
-            found.objects += objects.len() as u64;
-            Ok(())
-        })?;
-        if let Some(api) = refused {
-            return Ok(Err(api));
+            found.objects = seen;
+            if store.version_moves()? == moves {
+                stable = true;
+                break;
+            }
+        }
+        if !stable {
+            return Ok(Err(ApiError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "busy",
+                format!(
+                    "objects kept moving between their buckets and the versions bucket during \
+                     {MAX_OBJECT_WALKS} walks; ask again later (nothing may be deleted meanwhile)"
+                ),
+            )));
         }
         Ok(Ok((found, store.list_nodes()?)))
     })

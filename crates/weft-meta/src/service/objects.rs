@@ -713,7 +713,11 @@ pub(crate) struct DeleteQuery {
     if_generation: Option<u64>,
 }
 
-/// `DELETE /v1/buckets/{bucket}/objects/{key}[?if_generation=G]`.
+/// `DELETE /v1/buckets/{bucket}/objects/{key}[?if_generation=G]`: an S3 DELETE naming no
+/// version (`MetaStore::delete_latest`). Answers the object removed for good (its units
+/// are the caller's to delete), with `delete_marker` (the marker's version JSON) in a
+/// versioned bucket; when nothing was removed for good (the object stays as a version, or
+/// the key had none) the answer is `{"bucket", "key", "removed": false, "delete_marker"}`.
 pub(crate) async fn delete_object(
     State(meta): State<Shared>,
     Path((bucket, key)): Path<(String, String)>,
@@ -721,7 +725,8 @@ pub(crate) async fn delete_object(
 ) -> Result<Json<Value>, ApiError> {
     super::refuse_internal_change(&bucket, "delete an object")?;
     let precondition = query.if_generation.map(crate::Precondition::Generation);
-    let (record, nodes) = blocking(&meta, move |store| {
+    let changed = (bucket.clone(), key.clone());
+    let (deleted, nodes) = blocking(&meta, move |store| {
         // An object of the key marked lost is forgotten with it (read first: a delete is a
         // write transaction, and most keys were never lost).
         let lost = super::lost::lost_name(&bucket, &key);
@@ -731,24 +736,44 @@ pub(crate) async fn delete_object(
             }
             Ok(())
         };
-        let record = match store.delete_object_if(&bucket, &key, precondition) {
-            Ok(record) => record,
+        let deleted = match store.delete_latest(&bucket, &key, precondition, now_ms()) {
+            Ok(deleted) => deleted,
             Err(error @ MetaError::NoSuchKey { .. }) => {
                 forget()?;
                 return Err(error);
             }
             Err(other) => return Err(other),
         };
-        // The object's S3 attributes go with it (they name its generation, so one left
-        // behind by a crash here would never be mistaken for a later object's).
-        store.delete_record("object_attributes", &format!("{bucket}/{key}"))?;
+        if deleted.removed.is_some() {
+            // The object's S3 attributes go with it (they name its generation, so one left
+            // behind by a crash here would never be mistaken for a later object's).
+            store.delete_record("object_attributes", &format!("{bucket}/{key}"))?;
+        }
         forget()?;
-        Ok((record, store.list_nodes()?))
+        Ok((deleted, store.list_nodes()?))
     })
     .await?;
-    tracing::info!(bucket = %record.bucket, key = %record.key, generation = record.generation, "object deleted");
-    let units = units_json(&record, &nodes, Some(&meta.liveness()))?;
-    Ok(Json(object_json(&record, units)))
+    meta.changes.note(&changed.0, &changed.1);
+    let marker = match &deleted.marker {
+        Some(marker) => {
+            let units = units_json(marker, &nodes, None)?;
+            super::versions::version_json(marker, object_json(marker, units), true)
+        }
+        None => Value::Null,
+    };
+    let mut value = match &deleted.removed {
+        Some(record) => {
+            tracing::info!(bucket = %record.bucket, key = %record.key, generation = record.generation, "object deleted");
+            let units = units_json(record, &nodes, Some(&meta.liveness()))?;
+            object_json(record, units)
+        }
+        None => json!({ "bucket": changed.0, "key": changed.1, "removed": false }),
+    };
+    if !marker.is_null() {
+        tracing::info!(bucket = %changed.0, key = %changed.1, "delete marker made");
+        value["delete_marker"] = marker;
+    }
+    Ok(Json(value))
 }
 
 #[derive(Deserialize)]
