@@ -92,6 +92,13 @@ class Bucket:
             if not keys:
                 break
             s3.delete_objects(Bucket=self.name, Delete={"Objects": keys})
+        while True:  # a versioned bucket's versions and delete markers
+            page = s3.list_object_versions(Bucket=self.name)
+            named = [{"Key": v["Key"], "VersionId": v["VersionId"]}
+                     for v in page.get("Versions", []) + page.get("DeleteMarkers", [])]
+            if not named:
+                break
+            s3.delete_objects(Bucket=self.name, Delete={"Objects": named})
         s3.delete_bucket(Bucket=self.name)
 
 
@@ -578,6 +585,80 @@ def sigv2_requests_with_old_or_bad_dates_are_refused():
             expect_error(code, 403, v2.put_object, Bucket=bucket, Key="old", Body=b"replayed")
             v2.meta.events.unregister("before-sign.s3.PutObject", set_date)
         assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["v2"]
+
+
+@check
+def versioning_keeps_every_version_and_delete_markers_hide_them():
+    # S3: with versioning enabled every PUT makes a version, GET/HEAD/DELETE can name one, a
+    # DELETE naming none leaves a delete marker (GET: 404 with x-amz-delete-marker), deleting
+    # the marker brings the object back; an object from before versioning is version "null".
+    with Bucket() as bucket:
+        s3.put_object(Bucket=bucket, Key="k", Body=b"before")
+        assert "Status" not in s3.get_bucket_versioning(Bucket=bucket)
+        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+        assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
+        one = s3.put_object(Bucket=bucket, Key="k", Body=b"one")["VersionId"]
+        two = s3.put_object(Bucket=bucket, Key="k", Body=b"two")["VersionId"]
+        assert len({one, two, "null"}) == 3, (one, two)
+        got = s3.get_object(Bucket=bucket, Key="k")
+        assert (got["Body"].read(), got["VersionId"]) == (b"two", two)
+        for version, body in ((one, b"one"), ("null", b"before")):
+            assert s3.get_object(Bucket=bucket, Key="k", VersionId=version)["Body"].read() == body
+        assert s3.head_object(Bucket=bucket, Key="k", VersionId=one)["ContentLength"] == 3
+        deleted = s3.delete_object(Bucket=bucket, Key="k")
+        marker = deleted["VersionId"]
+        assert deleted["DeleteMarker"] and marker not in (one, two, "null"), deleted
+        _, _, response = error_of(s3.get_object, Bucket=bucket, Key="k")
+        headers = response["ResponseMetadata"]["HTTPHeaders"]
+        assert response["Error"]["Code"] == "NoSuchKey", response["Error"]
+        assert (headers.get("x-amz-delete-marker"), headers.get("x-amz-version-id")) == ("true", marker)
+        code, status, _ = error_of(s3.get_object, Bucket=bucket, Key="k", VersionId=marker)
+        assert status == 405, (code, status)
+        assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])] == []
+        listed = s3.list_object_versions(Bucket=bucket)
+        assert [(v["VersionId"], v["IsLatest"]) for v in listed["Versions"]] == [
+            (two, False), (one, False), ("null", False)], listed["Versions"]
+        assert [(m["VersionId"], m["IsLatest"]) for m in listed["DeleteMarkers"]] == [(marker, True)]
+        # Paged one entry at a time, the markers resume exactly.
+        seen, key_marker, version_marker = [], None, None
+        while True:
+            kwargs = {"KeyMarker": key_marker, "VersionIdMarker": version_marker} if key_marker else {}
+            page = s3.list_object_versions(Bucket=bucket, MaxKeys=1, **kwargs)
+            seen += [v["VersionId"] for v in page.get("Versions", []) + page.get("DeleteMarkers", [])]
+            if not page["IsTruncated"]:
+                break
+            key_marker, version_marker = page["NextKeyMarker"], page["NextVersionIdMarker"]
+        assert seen == [marker, two, one, "null"], seen
+        # Deleting the marker for good brings the newest version back; so does deleting it.
+        s3.delete_object(Bucket=bucket, Key="k", VersionId=marker)
+        assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"two"
+        s3.delete_object(Bucket=bucket, Key="k", VersionId=two)
+        assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"one"
+        # A copy can name its source's version.
+        s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "k", "VersionId": "null"})
+        assert s3.get_object(Bucket=bucket, Key="copy")["Body"].read() == b"before"
+        # The bucket keeps its versions: it is not empty until they are gone.
+        for key in ("k", "copy"):
+            s3.delete_object(Bucket=bucket, Key=key)
+        expect_error("BucketNotEmpty", 409, s3.delete_bucket, Bucket=bucket)
+
+
+@check
+def suspended_versioning_overwrites_only_the_null_version():
+    # S3: while suspended a PUT writes version "null", replacing the previous null version
+    # and keeping the versions made while enabled; DeleteObjects can name versions.
+    with Bucket() as bucket:
+        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+        kept = s3.put_object(Bucket=bucket, Key="x", Body=b"kept")["VersionId"]
+        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Suspended"})
+        assert s3.put_object(Bucket=bucket, Key="x", Body=b"n1")["VersionId"] == "null"
+        s3.put_object(Bucket=bucket, Key="x", Body=b"null two")
+        listed = s3.list_object_versions(Bucket=bucket)["Versions"]
+        assert [(v["VersionId"], v["Size"]) for v in listed] == [("null", 8), (kept, 4)], listed
+        result = s3.delete_objects(Bucket=bucket, Delete={"Objects": [
+            {"Key": "x", "VersionId": kept}, {"Key": "x", "VersionId": "null"}]})
+        assert sorted(d["VersionId"] for d in result["Deleted"]) == sorted([kept, "null"]), result
+        assert s3.list_object_versions(Bucket=bucket).get("Versions") is None
 
 
 def main():

@@ -67,6 +67,10 @@ pub struct Attributes {
     /// (GetObject and HeadObject by `partNumber`); empty for any other object.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<u64>,
+    /// The object's S3 version id, when its bucket is versioned: filled from the object when
+    /// read, never stored (it is the object's own).
+    #[serde(skip)]
+    pub version_id: Option<String>,
 }
 
 impl Attributes {
@@ -84,6 +88,7 @@ impl Attributes {
             serde_json::from_value(object["attributes"].clone()).ok()?;
         attributes.generation = object["generation"].as_u64().unwrap_or(0);
         attributes.last_modified_ms = object["created_ms"].as_u64().unwrap_or(0);
+        attributes.version_id = object["version_id"].as_str().map(str::to_string);
         Some(attributes)
     }
 
@@ -122,7 +127,9 @@ pub async fn of_object(meta: &MetaClient, object: &ObjectInfo) -> Result<Attribu
     let record = found
         .and_then(|value| serde_json::from_value::<Attributes>(value).ok())
         .filter(|a| a.generation == object.generation);
-    Ok(record.unwrap_or_else(|| defaults(object.generation, created_ms(&object.raw))))
+    let mut shown = record.unwrap_or_else(|| defaults(object.generation, created_ms(&object.raw)));
+    shown.version_id = object.raw["version_id"].as_str().map(str::to_string);
+    Ok(shown)
 }
 
 /// The attributes of an object that has none (see the module invariants).

@@ -29,6 +29,7 @@ use crate::{
     keys::MetaAuth,
     listing,
     multipart::{self, PartRecord, UploadRecord, PARTS_BUCKET, UPLOADS},
+    versioning,
 };
 
 /// The request header choosing an object's policy.
@@ -84,6 +85,8 @@ pub fn s3_error_of(error: ClientError) -> S3Error {
         ClientError::Meta { status, code, message } => match code.as_str() {
             "no_such_bucket" => s3_error!(NoSuchBucket, "{message}"),
             "no_such_key" => s3_error!(NoSuchKey, "{message}"),
+            "no_such_version" => s3_error!(NoSuchVersion, "{message}"),
+            "invalid_version_id" => s3_error!(InvalidArgument, "{message}"),
             "bucket_not_empty" => s3_error!(BucketNotEmpty, "{message}"),
             "bucket_exists" => s3_error!(BucketAlreadyOwnedByYou, "{message}"),
             "invalid_name" => s3_error!(InvalidArgument, "{message}"),
@@ -395,9 +398,44 @@ impl Gateway {
         bucket: &str,
         key: &str,
     ) -> S3Result<(ObjectInfo, Attributes)> {
+        self.object_version(bucket, key, None).await
+    }
+
+    /// Version `version_id` of (bucket, key), or its current object when None, and the
+    /// attributes S3 shows for it. A delete marker in the way answers as S3 does (see
+    /// [`versioning`]): 404 when it is the newest version, 405 when named.
+    async fn object_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> S3Result<(ObjectInfo, Attributes)> {
         check_key(key)?;
-        let object = self.client.meta.get_object(bucket, key).await.map_err(s3_error_of)?;
-        let shown = attributes::of_object(&self.client.meta, &object).await.map_err(s3_error_of)?;
+        let meta = &self.client.meta;
+        let object = match version_id {
+            Some(id) => {
+                let version = meta.get_version(bucket, key, Some(id)).await.map_err(s3_error_of)?;
+                if version.delete_marker {
+                    return Err(versioning::marker_read(key, &version));
+                }
+                version.object
+            }
+            None => match meta.get_object(bucket, key).await {
+                Ok(object) => object,
+                Err(ClientError::Meta { code, .. }) if code == "no_such_key" => {
+                    // The newest version may be a delete marker (S3 says so in headers).
+                    return Err(match meta.get_version(bucket, key, None).await {
+                        Ok(marker) if marker.delete_marker => versioning::deleted_key(key, &marker),
+                        _ => s3_error!(NoSuchKey, "no object {key:?} in bucket {bucket:?}"),
+                    });
+                }
+                Err(error) => return Err(s3_error_of(error)),
+            },
+        };
+        let mut shown = attributes::of_object(meta, &object).await.map_err(s3_error_of)?;
+        if let Some(id) = version_id {
+            shown.version_id = Some(id.to_string());
+        }
         Ok((object, shown))
     }
 
@@ -554,7 +592,7 @@ impl Gateway {
         bucket: &str,
         key: &str,
         if_match: Option<&ETagCondition>,
-    ) -> S3Result<()> {
+    ) -> S3Result<Option<weft_client::VersionInfo>> {
         let generation = match if_match {
             None => None,
             Some(condition) => {
@@ -565,9 +603,39 @@ impl Gateway {
             }
         };
         match self.client.delete_object_if(bucket, key, generation).await {
-            Ok(_) => Ok(()),
-            Err(ClientError::Meta { code, .. }) if code == "no_such_key" => Ok(()),
+            Ok((deletion, _)) => Ok(deletion.delete_marker),
+            Err(ClientError::Meta { code, .. }) if code == "no_such_key" => Ok(None),
             Err(error) => Err(s3_error_of(error)),
+        }
+    }
+
+    /// Deletes version `version_id` of (bucket, key) for good; answers whether it was a
+    /// delete marker. A version that is not there is deleted already (S3).
+    async fn delete_version(&self, bucket: &str, key: &str, version_id: &str) -> S3Result<bool> {
+        match self.client.delete_version(bucket, key, version_id, None).await {
+            Ok((version, _)) => Ok(version.delete_marker),
+            Err(ClientError::Meta { code, .. }) if code == "no_such_version" => Ok(false),
+            Err(error) => Err(s3_error_of(error)),
+        }
+    }
+
+    /// Deletes (bucket, key) or one version of it; answers S3's (version id, delete marker).
+    async fn delete_any(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        if_match: Option<&ETagCondition>,
+    ) -> S3Result<(Option<String>, bool)> {
+        match version_id {
+            Some(id) => {
+                let marker = self.delete_version(bucket, key, id).await?;
+                Ok((Some(id.to_string()), marker))
+            }
+            None => match self.delete_one(bucket, key, if_match).await? {
+                Some(marker) => Ok((Some(marker.version_id), true)),
+                None => Ok((None, false)),
+            },
         }
     }
 
@@ -708,6 +776,13 @@ impl S3 for Gateway {
         if objects["objects"].as_array().is_some_and(|o| !o.is_empty()) {
             return Err(s3_error!(BucketNotEmpty, "bucket {bucket:?} holds objects"));
         }
+        let versions = meta.list_versions(&bucket, "", None, None, 1).await.map_err(s3_error_of)?;
+        if versions["versions"].as_array().is_some_and(|v| !v.is_empty()) {
+            return Err(s3_error!(
+                BucketNotEmpty,
+                "bucket {bucket:?} holds versions or delete markers (delete them by version id)"
+            ));
+        }
         let uploads =
             multipart::load_uploads(meta, &bucket, now_ms()).await.map_err(s3_error_of)?;
         for upload in &uploads {
@@ -764,6 +839,7 @@ impl S3 for Gateway {
             .await?;
         Ok(S3Response::new(PutObjectOutput {
             e_tag: Some(ETag::Strong(shown.etag)),
+            version_id: shown.version_id,
             ..Default::default()
         }))
     }
@@ -773,7 +849,8 @@ impl S3 for Gateway {
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let input = req.input;
-        let (object, shown) = self.object_and_attributes(&input.bucket, &input.key).await?;
+        let (object, shown) =
+            self.object_version(&input.bucket, &input.key, input.version_id.as_deref()).await?;
         check_conditions(
             &shown,
             input.if_match.as_ref(),
@@ -801,6 +878,7 @@ impl S3 for Gateway {
             content_encoding: shown.content_encoding.clone(),
             content_language: shown.content_language.clone(),
             expires: shown.expires_timestamp(),
+            version_id: shown.version_id.clone(),
             ..Default::default()
         };
         // `response-*` query parameters override what the response says (signed requests
@@ -831,7 +909,8 @@ impl S3 for Gateway {
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let input = req.input;
-        let (object, shown) = self.object_and_attributes(&input.bucket, &input.key).await?;
+        let (object, shown) =
+            self.object_version(&input.bucket, &input.key, input.version_id.as_deref()).await?;
         check_conditions(
             &shown,
             input.if_match.as_ref(),
@@ -843,6 +922,7 @@ impl S3 for Gateway {
         let (start, end, content_range, parts_count) =
             wanted_bytes(&shown, object.size, input.range.as_ref(), input.part_number)?;
         Ok(S3Response::new(HeadObjectOutput {
+            version_id: shown.version_id.clone(),
             content_length: Some((end - start) as i64),
             content_range,
             parts_count,
@@ -865,7 +945,8 @@ impl S3 for Gateway {
         req: S3Request<GetObjectAttributesInput>,
     ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
         let input = req.input;
-        let (object, shown) = self.object_and_attributes(&input.bucket, &input.key).await?;
+        let (object, shown) =
+            self.object_version(&input.bucket, &input.key, input.version_id.as_deref()).await?;
         // The header is one comma-separated list (s3s may hand it over unsplit).
         let asked = |name: &str| {
             input
@@ -875,6 +956,7 @@ impl S3 for Gateway {
                 .any(|a| a.trim() == name)
         };
         let mut output = GetObjectAttributesOutput {
+            version_id: shown.version_id.clone(),
             last_modified: Some(attributes::timestamp(shown.last_modified_ms)),
             ..Default::default()
         };
@@ -921,8 +1003,19 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
         let input = req.input;
         check_key(&input.key)?;
-        self.delete_one(&input.bucket, &input.key, input.if_match.as_ref()).await?;
-        Ok(S3Response::new(DeleteObjectOutput::default()))
+        let (version_id, marker) = self
+            .delete_any(
+                &input.bucket,
+                &input.key,
+                input.version_id.as_deref(),
+                input.if_match.as_ref(),
+            )
+            .await?;
+        Ok(S3Response::new(DeleteObjectOutput {
+            version_id,
+            delete_marker: marker.then_some(true),
+            ..Default::default()
+        }))
     }
 
     async fn delete_objects(
@@ -943,20 +1036,36 @@ impl S3 for Gateway {
         let mut errors = Vec::new();
         for object in input.delete.objects {
             let if_match = object.e_tag.clone().map(ETagCondition::ETag);
+            let version = object.version_id.as_deref();
             let outcome = match check_key(&object.key) {
                 Err(error) => Err(error),
-                Ok(()) => self.delete_one(&input.bucket, &object.key, if_match.as_ref()).await,
+                Ok(()) => {
+                    self.delete_any(&input.bucket, &object.key, version, if_match.as_ref()).await
+                }
             };
             match outcome {
-                Ok(()) if quiet => {}
-                Ok(()) => {
-                    deleted.push(DeletedObject { key: Some(object.key), ..Default::default() })
-                }
+                Ok(_) if quiet => {}
+                Ok((version_id, marker)) => deleted.push(match &object.version_id {
+                    // A version named: that version went (a marker, perhaps).
+                    Some(named) => DeletedObject {
+                        key: Some(object.key),
+                        version_id: Some(named.clone()),
+                        delete_marker: marker.then_some(true),
+                        delete_marker_version_id: marker.then(|| named.clone()),
+                    },
+                    // None named: a marker was made, in a versioned bucket.
+                    None => DeletedObject {
+                        key: Some(object.key),
+                        delete_marker: marker.then_some(true),
+                        delete_marker_version_id: version_id.filter(|_| marker),
+                        ..Default::default()
+                    },
+                }),
                 Err(error) => errors.push(Error {
                     code: Some(error.code().as_str().to_string()),
                     key: Some(object.key),
                     message: error.message().map(str::to_string),
-                    version_id: None,
+                    version_id: object.version_id.clone(),
                 }),
             }
         }
@@ -988,15 +1097,21 @@ impl S3 for Gateway {
                 if_none_match.as_ref(),
             )
             .await?;
-        let (source_bucket, source_key) = match &input.copy_source {
-            CopySource::Bucket { bucket, key, .. } => (bucket.to_string(), key.to_string()),
+        let (source_bucket, source_key, source_version) = match &input.copy_source {
+            CopySource::Bucket { bucket, key, version_id } => {
+                (bucket.to_string(), key.to_string(), version_id.as_deref().map(str::to_string))
+            }
             _ => return Err(s3_error!(NotImplemented, "only bucket/key copy sources")),
         };
         let replace = input
             .metadata_directive
             .as_ref()
             .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
-        if source_bucket == input.bucket && source_key == input.key && !replace && policy.is_none()
+        if source_bucket == input.bucket
+            && source_key == input.key
+            && source_version.is_none()
+            && !replace
+            && policy.is_none()
         {
             return Err(s3_error!(
                 InvalidRequest,
@@ -1004,7 +1119,8 @@ impl S3 for Gateway {
                  without changing the object's metadata"
             ));
         }
-        let (object, source) = self.object_and_attributes(&source_bucket, &source_key).await?;
+        let (object, source) =
+            self.object_version(&source_bucket, &source_key, source_version.as_deref()).await?;
         check_conditions(
             &source,
             input.copy_source_if_match.as_ref(),
@@ -1049,6 +1165,149 @@ impl S3 for Gateway {
                 last_modified: Some(attributes::timestamp(shown.last_modified_ms)),
                 ..Default::default()
             }),
+            copy_source_version_id: source.version_id.clone(),
+            version_id: shown.version_id,
+            ..Default::default()
+        }))
+    }
+
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        let record = self.client.meta.get_bucket(&req.input.bucket).await.map_err(s3_error_of)?;
+        let status = match record["versioning"].as_str() {
+            Some("enabled") => {
+                Some(BucketVersioningStatus::from_static(BucketVersioningStatus::ENABLED))
+            }
+            Some("suspended") => {
+                Some(BucketVersioningStatus::from_static(BucketVersioningStatus::SUSPENDED))
+            }
+            _ => None,
+        };
+        Ok(S3Response::new(GetBucketVersioningOutput { status, ..Default::default() }))
+    }
+
+    async fn put_bucket_versioning(
+        &self,
+        req: S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        let input = req.input;
+        let configuration = input.versioning_configuration;
+        if configuration.mfa_delete.as_ref().is_some_and(|m| m.as_str() == MFADelete::ENABLED) {
+            return Err(s3_error!(NotImplemented, "weft does not implement MFA delete"));
+        }
+        let state = match configuration.status.as_ref().map(|s| s.as_str()) {
+            Some(BucketVersioningStatus::ENABLED) => "enabled",
+            Some(BucketVersioningStatus::SUSPENDED) => "suspended",
+            _ => {
+                return Err(s3_error!(
+                    MalformedXML,
+                    "the versioning configuration's Status must be Enabled or Suspended"
+                ))
+            }
+        };
+        let meta = &self.client.meta;
+        let record = meta.get_bucket(&input.bucket).await.map_err(s3_error_of)?;
+        // Suspending a bucket that was never versioned changes nothing (S3 keeps it
+        // unversioned-looking too: its objects stay null versions).
+        if state == "suspended" && record["versioning"].is_null() {
+            return Ok(S3Response::new(PutBucketVersioningOutput::default()));
+        }
+        meta.set_versioning(&input.bucket, state).await.map_err(|error| match &error {
+            ClientError::Meta { code, message, .. } if code == "invalid_policy" => {
+                s3_error!(InvalidBucketState, "{message}")
+            }
+            _ => s3_error_of(error),
+        })?;
+        Ok(S3Response::new(PutBucketVersioningOutput::default()))
+    }
+
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        let input = req.input;
+        let owner = owner_of(req.credentials.as_ref());
+        let bucket = input.bucket.clone();
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let max_keys = input.max_keys.unwrap_or(MAX_KEYS as i32).clamp(0, MAX_KEYS as i32) as usize;
+        let delimiter = input.delimiter.as_deref().filter(|d| !d.is_empty());
+        let key_marker = input.key_marker.as_deref().filter(|k| !k.is_empty());
+        let version_marker = input.version_id_marker.as_deref().filter(|v| !v.is_empty());
+        if version_marker.is_some() && key_marker.is_none() {
+            return Err(s3_error!(
+                InvalidArgument,
+                "A version-id marker cannot be specified without a key marker."
+            ));
+        }
+        let page = versioning::list(
+            &self.client.meta,
+            &bucket,
+            &prefix,
+            delimiter,
+            key_marker,
+            version_marker,
+            max_keys,
+        )
+        .await
+        .map_err(s3_error_of)?;
+        let url = input.encoding_type.as_ref().is_some_and(|e| e.as_str() == EncodingType::URL);
+        let encode = |text: String| if url { encode_url(&text) } else { text };
+        let mut versions = Vec::new();
+        let mut markers = Vec::new();
+        for entry in page.versions {
+            let last_modified = Some(attributes::timestamp(entry.created_ms));
+            if entry.delete_marker {
+                markers.push(DeleteMarkerEntry {
+                    is_latest: Some(entry.is_latest),
+                    key: Some(encode(entry.key)),
+                    last_modified,
+                    owner: Some(owner.clone()),
+                    version_id: Some(entry.version_id),
+                });
+                continue;
+            }
+            let shown = entry
+                .attributes
+                .unwrap_or_else(|| attributes::defaults(entry.generation, entry.created_ms));
+            versions.push(ObjectVersion {
+                e_tag: Some(ETag::Strong(shown.etag)),
+                is_latest: Some(entry.is_latest),
+                key: Some(encode(entry.key)),
+                last_modified,
+                owner: Some(owner.clone()),
+                size: Some(entry.size as i64),
+                storage_class: Some(ObjectVersionStorageClass::from_static(
+                    ObjectVersionStorageClass::STANDARD,
+                )),
+                version_id: Some(entry.version_id),
+                ..Default::default()
+            });
+        }
+        let common_prefixes: Vec<CommonPrefix> = page
+            .common_prefixes
+            .into_iter()
+            .map(|p| CommonPrefix { prefix: Some(encode(p)) })
+            .collect();
+        let (next_key, next_version) = match page.next.clone() {
+            Some((key, version)) => (Some(encode(key)), version),
+            None => (None, None),
+        };
+        Ok(S3Response::new(ListObjectVersionsOutput {
+            name: Some(bucket),
+            prefix: Some(encode(prefix)),
+            delimiter: input.delimiter.filter(|d| !d.is_empty()).map(&encode),
+            encoding_type: input.encoding_type,
+            max_keys: Some(max_keys as i32),
+            key_marker: Some(input.key_marker.unwrap_or_default()),
+            version_id_marker: Some(input.version_id_marker.unwrap_or_default()),
+            is_truncated: Some(page.next.is_some()),
+            next_key_marker: next_key,
+            next_version_id_marker: next_version,
+            versions: (!versions.is_empty()).then_some(versions),
+            delete_markers: (!markers.is_empty()).then_some(markers),
+            common_prefixes: (!common_prefixes.is_empty()).then_some(common_prefixes),
             ..Default::default()
         }))
     }
@@ -1327,6 +1586,7 @@ impl S3 for Gateway {
                 bucket: Some(upload.bucket.clone()),
                 key: Some(upload.key.clone()),
                 e_tag: Some(ETag::Strong(shown.etag)),
+                version_id: shown.version_id,
                 ..Default::default()
             })
         };

@@ -33,6 +33,7 @@ pub mod gateway;
 pub mod keys;
 pub mod listing;
 pub mod multipart;
+pub mod versioning;
 
 use std::net::SocketAddr;
 

@@ -1274,13 +1274,14 @@ fn bucket_rm(args: BucketRmArgs) -> Result<(), CliError> {
     if args.json {
         print_json(&json!({
             "removed": args.name, "objects_deleted": emptied.objects,
+            "versions_deleted": emptied.versions,
             "uploads_aborted": emptied.uploads, "units_left": emptied.units_left,
         }));
     } else {
         if args.force {
             println!(
-                "deleted {} objects and aborted {} multipart uploads",
-                emptied.objects, emptied.uploads
+                "deleted {} objects and {} older versions, aborted {} multipart uploads",
+                emptied.objects, emptied.versions, emptied.uploads
             );
         }
         println!("bucket {} removed", args.name);
@@ -1298,6 +1299,8 @@ fn bucket_rm(args: BucketRmArgs) -> Result<(), CliError> {
 #[derive(Debug, Default)]
 struct Emptied {
     objects: u64,
+    /// Versions and delete markers of a versioned bucket.
+    versions: u64,
     uploads: u64,
     units_left: usize,
 }
@@ -1328,6 +1331,29 @@ fn empty_bucket(args: &BucketRmArgs) -> Result<Emptied, CliError> {
                         emptied.units_left += left;
                     }
                     // Deleted meanwhile by someone else.
+                    Err(weft_client::ClientError::Meta { status: 404, .. }) => {}
+                    Err(error) => return Err(CliError::from(error)),
+                }
+            }
+        }
+        // A versioned bucket's older versions and delete markers go too, each for good.
+        loop {
+            let page = client.meta.list_versions(bucket, "", None, None, 1000).await?;
+            let versions: Vec<(String, String)> = page["versions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| Some((v["key"].as_str()?.into(), v["version_id"].as_str()?.into())))
+                .collect();
+            if versions.is_empty() {
+                break;
+            }
+            for (key, version) in versions {
+                match client.delete_version(bucket, &key, &version, None).await {
+                    Ok((_, left)) => {
+                        emptied.versions += 1;
+                        emptied.units_left += left;
+                    }
                     Err(weft_client::ClientError::Meta { status: 404, .. }) => {}
                     Err(error) => return Err(CliError::from(error)),
                 }

@@ -218,6 +218,14 @@ pub(crate) fn object_json(record: &ObjectRecord, units: UnitsPage) -> Value {
     if let Some(attributes) = &record.attributes {
         value["attributes"] = attributes.clone();
     }
+    // S3 versioning: a version written with versioning enabled names its id (routes that
+    // know the bucket is versioned add `"version_id": "null"` for the others).
+    if record.versioned {
+        value["version_id"] = json!(record.version_id());
+    }
+    if record.delete_marker {
+        value["delete_marker"] = json!(true);
+    }
     if let Some(extents) = &record.raidp {
         // The record's own facts; replies that know the map add slots and replicas.
         value["raidp"] = json!({ "extents": extents });
@@ -575,7 +583,7 @@ async fn commit(
     let mut digests = digests_by_unit(body.digests)?;
     let terms = crate::CommitTerms { attributes: body.attributes, precondition: body.precondition };
     meta.changes.note(&bucket, &key);
-    let ((record, replaced), nodes) = blocking(&meta, move |store| {
+    let ((record, replaced), nodes, bucket_versioned) = blocking(&meta, move |store| {
         let owner = digest_pages::of_write(body.generation);
         let invalid =
             |reason| MetaError::InvalidDigests { bucket: bucket.clone(), key: key.clone(), reason };
@@ -583,11 +591,15 @@ async fn commit(
         let committed =
             store.commit_object_with(&bucket, &key, body.generation, &digests, &terms)?;
         digest_pages::delete(store, &owner)?;
-        Ok((committed, store.list_nodes()?))
+        let versioned = store.get_bucket(&bucket)?.versioning.is_some();
+        Ok((committed, store.list_nodes()?, versioned))
     })
     .await?;
     tracing::info!(bucket = %record.bucket, key = %record.key, generation = record.generation, "write committed");
     let mut value = object_json(&record, units_json(&record, &nodes, None)?);
+    if bucket_versioned {
+        value["version_id"] = json!(record.version_id());
+    }
     value["replaced"] = match &replaced {
         Some(old) => object_json(old, units_json(old, &nodes, None)?),
         None => Value::Null,
@@ -683,6 +695,9 @@ pub(crate) async fn get_object(
         let unfound = super::lost::unfound_units(store, &record)?;
         let nodes = store.list_nodes()?;
         let mut raidp = Value::Null;
+        if !record.versioned && store.get_bucket(&bucket)?.versioning.is_some() {
+            raidp = json!({ "version_id": record.version_id() });
+        }
         with_raidp(store, &record, &nodes, Some(&live), &mut raidp)?;
         super::geometric::object_fields(store, &record, &nodes, Some(&live), &mut raidp)?;
         Ok(Ok((record, nodes, unfound, raidp)))

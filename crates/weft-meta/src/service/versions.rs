@@ -248,12 +248,18 @@ fn list(
     }
     let versions_prefix_all = bucket_versions_prefix(bucket, prefix);
     let current = store.list_objects(bucket, prefix, current_after.as_deref(), limit)?;
-    let noncurrent = store.list_objects(
+    // The versions bucket exists once any bucket was versioned.
+    let noncurrent = match store.list_objects(
         VERSIONS_BUCKET,
         &versions_prefix_all,
         versions_after.as_deref(),
         limit,
-    )?;
+    ) {
+        Err(MetaError::NoSuchBucket { .. }) => {
+            crate::ObjectPage { objects: Vec::new(), next_start_after: None }
+        }
+        other => other?,
+    };
     let mut current_iter = current.objects.into_iter().peekable();
     let mut noncurrent_iter = noncurrent
         .objects
