@@ -391,6 +391,38 @@ fn encode_url(text: &str) -> String {
     out
 }
 
+/// What a delete requires of the object or version it deletes: `If-Match` (an ETag or `*`),
+/// `x-amz-if-match-size`, `x-amz-if-match-last-modified-time`.
+#[derive(Default)]
+struct DeleteConditions<'a> {
+    etag: Option<&'a ETagCondition>,
+    size: Option<i64>,
+    modified: Option<&'a Timestamp>,
+}
+
+impl DeleteConditions<'_> {
+    fn any(&self) -> bool {
+        self.etag.is_some() || self.size.is_some() || self.modified.is_some()
+    }
+
+    /// 412 PreconditionFailed unless every condition holds for `object`.
+    fn check(&self, object: &ObjectInfo, shown: &Attributes) -> S3Result<()> {
+        let failed = |what: &str| Err(s3_error!(PreconditionFailed, "{what} does not match"));
+        if let Some(ETagCondition::ETag(etag)) = self.etag {
+            if etag.value() != shown.etag {
+                return failed("If-Match");
+            }
+        }
+        if self.size.is_some_and(|size| u64::try_from(size).ok() != Some(object.size)) {
+            return failed("x-amz-if-match-size");
+        }
+        if self.modified.is_some_and(|t| *t != attributes::timestamp(shown.last_modified_ms)) {
+            return failed("x-amz-if-match-last-modified-time");
+        }
+        Ok(())
+    }
+}
+
 impl Gateway {
     /// The committed object and the attributes S3 shows for it.
     async fn object_and_attributes(
@@ -609,33 +641,52 @@ impl Gateway {
         }
     }
 
-    /// Deletes version `version_id` of (bucket, key) for good; answers whether it was a
-    /// delete marker. A version that is not there is deleted already (S3).
-    async fn delete_version(&self, bucket: &str, key: &str, version_id: &str) -> S3Result<bool> {
-        match self.client.delete_version(bucket, key, version_id, None).await {
-            Ok((version, _)) => Ok(version.delete_marker),
-            Err(ClientError::Meta { code, .. }) if code == "no_such_version" => Ok(false),
-            Err(error) => Err(s3_error_of(error)),
-        }
-    }
-
-    /// Deletes (bucket, key) or one version of it; answers S3's (version id, delete marker).
+    /// Deletes (bucket, key) or one version of it, if `conditions` hold for what it deletes
+    /// (412 otherwise; a version that is not there is deleted already, whatever they say).
+    /// Answers S3's (version id, delete marker).
     async fn delete_any(
         &self,
         bucket: &str,
         key: &str,
         version_id: Option<&str>,
-        if_match: Option<&ETagCondition>,
+        conditions: &DeleteConditions<'_>,
     ) -> S3Result<(Option<String>, bool)> {
-        match version_id {
-            Some(id) => {
-                let marker = self.delete_version(bucket, key, id).await?;
-                Ok((Some(id.to_string()), marker))
+        let Some(id) = version_id else {
+            if conditions.size.is_some() || conditions.modified.is_some() {
+                match self.object_and_attributes(bucket, key).await {
+                    Ok((object, shown)) => conditions.check(&object, &shown)?,
+                    Err(error) if *error.code() == s3s::S3ErrorCode::NoSuchKey => {}
+                    Err(error) => return Err(error),
+                }
             }
-            None => match self.delete_one(bucket, key, if_match).await? {
+            return match self.delete_one(bucket, key, conditions.etag).await? {
                 Some(marker) => Ok((Some(marker.version_id), true)),
                 None => Ok((None, false)),
-            },
+            };
+        };
+        let mut generation = None;
+        if conditions.any() {
+            match self.object_version(bucket, key, Some(id)).await {
+                Ok((object, shown)) => {
+                    conditions.check(&object, &shown)?;
+                    generation = Some(object.generation);
+                }
+                Err(error) if *error.code() == s3s::S3ErrorCode::NoSuchVersion => {
+                    return Ok((Some(id.to_string()), false))
+                }
+                // A delete marker: no ETag or size to match.
+                Err(error) if *error.code() == s3s::S3ErrorCode::MethodNotAllowed => {
+                    return Err(s3_error!(PreconditionFailed, "version {id:?} is a delete marker"))
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        match self.client.delete_version(bucket, key, id, generation).await {
+            Ok((version, _)) => Ok((Some(id.to_string()), version.delete_marker)),
+            Err(ClientError::Meta { code, .. }) if code == "no_such_version" => {
+                Ok((Some(id.to_string()), false))
+            }
+            Err(error) => Err(s3_error_of(error)),
         }
     }
 
@@ -1003,13 +1054,13 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
         let input = req.input;
         check_key(&input.key)?;
+        let conditions = DeleteConditions {
+            etag: input.if_match.as_ref(),
+            size: input.if_match_size,
+            modified: input.if_match_last_modified_time.as_ref(),
+        };
         let (version_id, marker) = self
-            .delete_any(
-                &input.bucket,
-                &input.key,
-                input.version_id.as_deref(),
-                input.if_match.as_ref(),
-            )
+            .delete_any(&input.bucket, &input.key, input.version_id.as_deref(), &conditions)
             .await?;
         Ok(S3Response::new(DeleteObjectOutput {
             version_id,
@@ -1040,7 +1091,12 @@ impl S3 for Gateway {
             let outcome = match check_key(&object.key) {
                 Err(error) => Err(error),
                 Ok(()) => {
-                    self.delete_any(&input.bucket, &object.key, version, if_match.as_ref()).await
+                    let conditions = DeleteConditions {
+                        etag: if_match.as_ref(),
+                        size: object.size,
+                        modified: object.last_modified_time.as_ref(),
+                    };
+                    self.delete_any(&input.bucket, &object.key, version, &conditions).await
                 }
             };
             match outcome {
@@ -1208,12 +1264,6 @@ impl S3 for Gateway {
             }
         };
         let meta = &self.client.meta;
-        let record = meta.get_bucket(&input.bucket).await.map_err(s3_error_of)?;
-        // Suspending a bucket that was never versioned changes nothing (S3 keeps it
-        // unversioned-looking too: its objects stay null versions).
-        if state == "suspended" && record["versioning"].is_null() {
-            return Ok(S3Response::new(PutBucketVersioningOutput::default()));
-        }
         meta.set_versioning(&input.bucket, state).await.map_err(|error| match &error {
             ClientError::Meta { code, message, .. } if code == "invalid_policy" => {
                 s3_error!(InvalidBucketState, "{message}")
@@ -1440,11 +1490,14 @@ impl S3 for Gateway {
         let input = req.input;
         check_part_number(input.part_number)?;
         let upload = self.upload_of(&input.bucket, &input.key, &input.upload_id).await?;
-        let (source_bucket, source_key) = match &input.copy_source {
-            CopySource::Bucket { bucket, key, .. } => (bucket.to_string(), key.to_string()),
+        let (source_bucket, source_key, source_version) = match &input.copy_source {
+            CopySource::Bucket { bucket, key, version_id } => {
+                (bucket.to_string(), key.to_string(), version_id.as_deref().map(str::to_string))
+            }
             _ => return Err(s3_error!(NotImplemented, "only bucket/key copy sources")),
         };
-        let (object, source) = self.object_and_attributes(&source_bucket, &source_key).await?;
+        let (object, source) =
+            self.object_version(&source_bucket, &source_key, source_version.as_deref()).await?;
         check_conditions(
             &source,
             input.copy_source_if_match.as_ref(),
@@ -1465,6 +1518,7 @@ impl S3 for Gateway {
                 last_modified: Some(attributes::timestamp(shown.last_modified_ms)),
                 ..Default::default()
             }),
+            copy_source_version_id: source.version_id,
             ..Default::default()
         }))
     }
@@ -1590,6 +1644,12 @@ impl S3 for Gateway {
                 ..Default::default()
             })
         };
+        // In a versioned bucket the answer names the version in a header, which the
+        // keep-alive answer sends before the copy is done: the copy is waited for there.
+        let bucket = self.client.meta.get_bucket(&input.bucket).await.map_err(s3_error_of)?;
+        if bucket["versioning"].as_str() == Some("enabled") {
+            return Ok(S3Response::new(future.await?));
+        }
         Ok(S3Response::new(CompleteMultipartUploadOutput {
             future: Some(Box::pin(future)),
             ..Default::default()
