@@ -391,6 +391,15 @@ fn encode_url(text: &str) -> String {
     out
 }
 
+/// The version id a write names: only a version of its own (S3 names none for a write to
+/// an unversioned or suspended bucket, whose writes make the null version).
+fn written_version(shown: &Attributes) -> Option<String> {
+    shown.version_id.clone().filter(|id| id != NULL_VERSION)
+}
+
+/// S3's id of the version an unversioned (or suspended) write makes.
+const NULL_VERSION: &str = "null";
+
 /// What a delete requires of the object or version it deletes: `If-Match` (an ETag or `*`),
 /// `x-amz-if-match-size`, `x-amz-if-match-last-modified-time`.
 #[derive(Default)]
@@ -889,8 +898,8 @@ impl S3 for Gateway {
             )
             .await?;
         Ok(S3Response::new(PutObjectOutput {
+            version_id: written_version(&shown),
             e_tag: Some(ETag::Strong(shown.etag)),
-            version_id: shown.version_id,
             ..Default::default()
         }))
     }
@@ -1215,6 +1224,7 @@ impl S3 for Gateway {
                 precondition,
             )
             .await?;
+        let version_id = written_version(&shown);
         Ok(S3Response::new(CopyObjectOutput {
             copy_object_result: Some(CopyObjectResult {
                 e_tag: Some(ETag::Strong(shown.etag)),
@@ -1222,7 +1232,7 @@ impl S3 for Gateway {
                 ..Default::default()
             }),
             copy_source_version_id: source.version_id.clone(),
-            version_id: shown.version_id,
+            version_id,
             ..Default::default()
         }))
     }
@@ -1639,8 +1649,8 @@ impl S3 for Gateway {
             Ok(CompleteMultipartUploadOutput {
                 bucket: Some(upload.bucket.clone()),
                 key: Some(upload.key.clone()),
-                e_tag: Some(ETag::Strong(shown.etag)),
-                version_id: shown.version_id,
+                e_tag: Some(ETag::Strong(shown.etag.clone())),
+                version_id: written_version(&shown),
                 ..Default::default()
             })
         };
