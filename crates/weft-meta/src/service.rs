@@ -998,7 +998,12 @@ async fn create_bucket(
     let dropping = name.clone();
     let must_wait = blocking(&meta, move |store| {
         let (_, done) = geometric::drop_stripes(store, &dropping, geometric::MAX_STRIPES_DROPPED)?;
-        Ok(!done && matches!(store.get_bucket(&dropping), Err(MetaError::NoSuchBucket { .. })))
+        let absent = matches!(store.get_bucket(&dropping), Err(MetaError::NoSuchBucket { .. }));
+        if absent {
+            // Configurations a deletion cut short left behind do not pass to a new bucket.
+            drop_bucket_config(store, &dropping)?;
+        }
+        Ok(!done && absent)
     })
     .await?;
     if must_wait {
@@ -1126,11 +1131,26 @@ async fn delete_bucket(
         store.delete_bucket(&name)?;
         // A geometric bucket's stripes go with it (the rest, if many, on detector ticks).
         geometric::drop_stripes(store, &name, geometric::MAX_STRIPES_DROPPED)?;
+        // So do its S3 configurations (CORS…): a bucket created later under the name
+        // starts without them.
+        drop_bucket_config(store, &name)?;
         Ok(())
     })
     .await?;
     tracing::info!(bucket = %deleted, "bucket deleted");
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Deletes the gateway's [`crate::store::BUCKET_CONFIG`] records of `bucket`
+/// (`<bucket>/…`; a bucket name holds no `/`, so the prefix is the bucket's alone).
+fn drop_bucket_config(store: &dyn MetaStore, bucket: &str) -> Result<(), MetaError> {
+    use crate::store::{BUCKET_CONFIG, MAX_BUCKET_CONFIG_RECORDS};
+    let prefix = format!("{bucket}/");
+    let records = store.list_records(BUCKET_CONFIG, &prefix, None, MAX_BUCKET_CONFIG_RECORDS)?;
+    for (name, _) in records {
+        store.delete_record(BUCKET_CONFIG, &name)?;
+    }
+    Ok(())
 }
 
 /// Refuses a client's `action` on `bucket` when it is the geometric layout's own

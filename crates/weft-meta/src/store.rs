@@ -190,8 +190,19 @@ pub fn check_attributes(
 }
 
 /// Namespaces of gateway records (see [`MetaStore::put_record`]): access keys of the S3
-/// gateway, its multipart uploads (and their parts), and S3 attributes of objects.
-pub const GATEWAY_NAMESPACES: &[&str] = &["access_keys", "uploads", "object_attributes"];
+/// gateway, its multipart uploads (and their parts), S3 attributes of objects, and buckets'
+/// S3 configurations ([`BUCKET_CONFIG`]).
+pub const GATEWAY_NAMESPACES: &[&str] =
+    &["access_keys", "uploads", "object_attributes", BUCKET_CONFIG];
+
+/// The gateway-record namespace of a bucket's S3 configurations: name
+/// `<bucket>/<subresource>` (e.g. `media/cors`), value the gateway's own JSON. Deleting a
+/// bucket deletes its records here.
+pub const BUCKET_CONFIG: &str = "bucket_config";
+
+/// Most of a bucket's [`BUCKET_CONFIG`] records one bucket deletion removes (a bucket has
+/// one per S3 subresource weft keeps, a handful).
+pub const MAX_BUCKET_CONFIG_RECORDS: usize = 100;
 
 /// Record namespaces meta keeps for itself (node enrolment), in the same table as the
 /// gateway's but never reachable through the records routes.

@@ -1,6 +1,7 @@
 //! The gateway-record routes of the meta service (`/v1/records`), against a real in-process
 //! server over real HTTP: create-only puts, names with slashes, paging, unknown namespaces,
-//! and that deleting an object deletes its `object_attributes` record.
+//! that deleting an object deletes its `object_attributes` record, and that deleting a bucket
+//! deletes its `bucket_config` records (and only its own).
 
 use serde_json::{json, Value};
 use weft_auth::{sign_reqwest::SendSigned, Audience, ClusterSecret, Signer};
@@ -93,5 +94,55 @@ async fn records_are_created_once_listed_in_pages_and_refused_outside_their_name
     let (status, body) =
         call(&client, &signer, Method::GET, format!("{base}/secrets/x"), None).await;
     assert_eq!((status, body["error"].as_str()), (404, Some("no_such_namespace")));
+    meta.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn deleting_a_bucket_deletes_its_config_records_and_no_other_buckets() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = ClusterSecret::generate();
+    let signer = secret.signer_for(Audience::Meta);
+    let config = MetaConfig::new("127.0.0.1:0".parse().unwrap(), dir.path(), secret.clone());
+    let meta = bind(config).await.unwrap();
+    let base = meta.endpoint().to_string();
+    let client = reqwest::Client::new();
+    use reqwest::Method;
+    let records = format!("{base}/v1/records/bucket_config");
+    // `cfg` and `cfg-2` share a name prefix: only `cfg/…` is the deleted bucket's.
+    for bucket in ["cfg", "cfg-2"] {
+        let (status, body) =
+            call(&client, &signer, Method::PUT, format!("{base}/v1/buckets/{bucket}"), None).await;
+        assert_eq!(status, 201, "{body}");
+        let url = format!("{records}/{bucket}/cors");
+        let (status, _) =
+            call(&client, &signer, Method::PUT, url, Some(json!({"rules": [bucket]}))).await;
+        assert_eq!(status, 204);
+    }
+    let (status, _) =
+        call(&client, &signer, Method::DELETE, format!("{base}/v1/buckets/cfg"), None).await;
+    assert_eq!(status, 204);
+    let (status, body) =
+        call(&client, &signer, Method::GET, format!("{records}/cfg/cors"), None).await;
+    assert_eq!((status, body["error"].as_str()), (404, Some("no_such_record")));
+    let (status, body) =
+        call(&client, &signer, Method::GET, format!("{records}/cfg-2/cors"), None).await;
+    assert_eq!((status, body["value"].clone()), (200, json!({"rules": ["cfg-2"]})));
+
+    // A record left behind (a deletion cut short) does not pass to a new bucket of the name.
+    let (status, _) = call(
+        &client,
+        &signer,
+        Method::PUT,
+        format!("{records}/gone/cors"),
+        Some(json!({"rules": []})),
+    )
+    .await;
+    assert_eq!(status, 204);
+    let (status, _) =
+        call(&client, &signer, Method::PUT, format!("{base}/v1/buckets/gone"), None).await;
+    assert_eq!(status, 201);
+    let (status, _) =
+        call(&client, &signer, Method::GET, format!("{records}/gone/cors"), None).await;
+    assert_eq!(status, 404);
     meta.stop().await.unwrap();
 }

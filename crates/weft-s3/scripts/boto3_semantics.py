@@ -586,6 +586,167 @@ def sigv2_requests_with_old_or_bad_dates_are_refused():
             v2.meta.events.unregister("before-sign.s3.PutObject", set_date)
         assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["v2"]
 
+def raw(method, path, headers, body=b""):
+    """(status, headers with lower-case names, body) of one plain HTTP request (no auth)."""
+    conn = http.client.HTTPConnection(ENDPOINT.hostname, ENDPOINT.port, timeout=30)
+    try:
+        conn.request(method, path, body=body, headers=headers)
+        answer = conn.getresponse()
+        return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
+    finally:
+        conn.close()
+
+
+def url_request(url, method, headers, data=None):
+    """(status, headers with lower-case names, body) of a (presigned) URL, errors included."""
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request) as answer:
+            return answer.status, {k.lower(): v for k, v in answer.headers.items()}, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, {k.lower(): v for k, v in error.headers.items()}, error.read()
+
+
+APP = "http://app.example"
+CORS_RULES = [
+    {"ID": "app", "AllowedOrigins": [APP], "AllowedMethods": ["GET", "PUT"],
+     "AllowedHeaders": ["content-type", "x-amz-*"], "ExposeHeaders": ["ETag"],
+     "MaxAgeSeconds": 600},
+    {"AllowedOrigins": ["http://*.reader.example"], "AllowedMethods": ["GET", "HEAD"]},
+]
+
+
+@check
+def bucket_cors_configurations_round_trip_are_checked_and_go_with_their_bucket():
+    # S3: GetBucketCors of a bucket without one is 404 NoSuchCORSConfiguration; a method
+    # other than GET/PUT/HEAD/POST/DELETE is 400 InvalidRequest, as is an AllowedOrigin with
+    # two wildcards; DeleteBucketCors is 204 (configuration or not); a bucket's configuration
+    # goes with it.
+    with Bucket() as bucket:
+        expect_error("NoSuchCORSConfiguration", 404, s3.get_bucket_cors, Bucket=bucket)
+        s3.put_bucket_cors(Bucket=bucket, CORSConfiguration={"CORSRules": CORS_RULES})
+        assert s3.get_bucket_cors(Bucket=bucket)["CORSRules"] == CORS_RULES
+        refused = [
+            ("InvalidRequest", [{"AllowedOrigins": ["*"], "AllowedMethods": ["PATCH"]}]),
+            ("InvalidRequest", [{"AllowedOrigins": ["http://*.*.example"], "AllowedMethods": ["GET"]}]),
+            ("InvalidRequest", [{"AllowedOrigins": ["*"], "AllowedMethods": ["GET"],
+                                 "AllowedHeaders": ["x-*-*"]}]),
+            ("MalformedXML", [{"AllowedOrigins": ["*"], "AllowedMethods": ["GET"]}] * 101),
+        ]
+        for code, rules in refused:
+            expect_error(code, 400, s3.put_bucket_cors, Bucket=bucket,
+                         CORSConfiguration={"CORSRules": rules})
+        assert s3.get_bucket_cors(Bucket=bucket)["CORSRules"] == CORS_RULES, "refusals change nothing"
+        hundred = [{"AllowedOrigins": [f"http://{i}.example"], "AllowedMethods": ["GET"]}
+                   for i in range(100)]
+        s3.put_bucket_cors(Bucket=bucket, CORSConfiguration={"CORSRules": hundred})
+        assert len(s3.get_bucket_cors(Bucket=bucket)["CORSRules"]) == 100
+        for _ in range(2):
+            answer = s3.delete_bucket_cors(Bucket=bucket)
+            assert answer["ResponseMetadata"]["HTTPStatusCode"] == 204
+            expect_error("NoSuchCORSConfiguration", 404, s3.get_bucket_cors, Bucket=bucket)
+        s3.put_bucket_cors(Bucket=bucket, CORSConfiguration={"CORSRules": CORS_RULES})
+    missing = f"sem-{os.getpid()}-no-such-bucket"
+    for call in (s3.get_bucket_cors, s3.delete_bucket_cors):
+        expect_error("NoSuchBucket", 404, call, Bucket=missing)
+    expect_error("NoSuchBucket", 404, s3.put_bucket_cors, Bucket=missing,
+                 CORSConfiguration={"CORSRules": CORS_RULES})
+    # The bucket above was deleted with its configuration: one of its name starts without.
+    s3.create_bucket(Bucket=bucket)
+    try:
+        expect_error("NoSuchCORSConfiguration", 404, s3.get_bucket_cors, Bucket=bucket)
+        status, headers, _ = raw("OPTIONS", f"/{bucket}/k",
+                                 {"Origin": APP, "Access-Control-Request-Method": "GET"})
+        assert status == 403 and "access-control-allow-origin" not in headers, (status, headers)
+    finally:
+        s3.delete_bucket(Bucket=bucket)
+
+
+@check
+def cors_preflights_are_answered_without_credentials_by_the_first_matching_rule():
+    # S3: a preflight (OPTIONS, no credentials) is 200 with the Access-Control-* headers of the
+    # first rule allowing its Origin, Access-Control-Request-Method and every header of
+    # Access-Control-Request-Headers; 403 AccessForbidden when none does or the bucket has no
+    # configuration (or does not exist); 400 without Origin or Access-Control-Request-Method.
+    def preflight(bucket, origin, method, headers=None, path="/k"):
+        sent = {"Origin": origin, "Access-Control-Request-Method": method}
+        if headers:
+            sent["Access-Control-Request-Headers"] = headers
+        return raw("OPTIONS", f"/{bucket}{path}", {k: v for k, v in sent.items() if v})
+
+    with Bucket() as bucket, Bucket() as bare:
+        s3.put_bucket_cors(Bucket=bucket, CORSConfiguration={"CORSRules": CORS_RULES})
+        status, headers, body = preflight(bucket, APP, "PUT", "Content-Type, X-Amz-Date")
+        assert status == 200 and body == b"", (status, body)
+        expected = {
+            "access-control-allow-origin": APP,
+            "access-control-allow-credentials": "true",
+            "access-control-allow-methods": "GET, PUT",
+            "access-control-allow-headers": "content-type, x-amz-date",
+            "access-control-expose-headers": "ETag",
+            "access-control-max-age": "600",
+            "vary": "Origin, Access-Control-Request-Headers, Access-Control-Request-Method",
+        }
+        assert {k: headers.get(k) for k in expected} == expected, headers
+        assert headers.get("x-amz-request-id"), headers
+        # The bucket itself (no key) is answered the same way.
+        status, headers, _ = preflight(bucket, "http://a.reader.example", "HEAD", path="")
+        assert (status, headers.get("access-control-allow-origin")) == (200, "http://a.reader.example")
+        assert headers.get("access-control-allow-methods") == "GET, HEAD", headers
+        assert "access-control-max-age" not in headers, headers
+        refused = [
+            (bucket, APP, "DELETE", None),                      # no rule allows the method
+            (bucket, APP, "PUT", "content-type, authorization"),  # a header not allowed
+            (bucket, "http://reader.example", "GET", None),     # `*.` needs a subdomain
+            (bucket, "http://a.reader.example", "GET", "x-amz-date"),  # rule 2 allows no header
+            (bare, APP, "GET", None),                           # no configuration
+            (f"sem-{os.getpid()}-no-such-bucket", APP, "GET", None),
+        ]
+        for case in refused:
+            status, headers, body = preflight(*case)
+            assert status == 403 and b"<Code>AccessForbidden</Code>" in body, (case, status, body)
+            assert not any(k.startswith("access-control-") for k in headers), (case, headers)
+        for origin, method in ((None, "GET"), (APP, None), (None, None)):
+            status, _, body = preflight(bucket, origin, method)
+            assert status == 400 and b"<Code>BadRequest</Code>" in body, (origin, method, status, body)
+        # A deleted configuration stops answering at once (this gateway forgets its cache).
+        s3.delete_bucket_cors(Bucket=bucket)
+        assert preflight(bucket, APP, "GET")[0] == 403
+
+
+@check
+def cors_headers_go_on_responses_to_allowed_origins_presigned_and_errors_included():
+    # S3: a request with an Origin that a rule allows for its method gets the rule's
+    # Access-Control-* headers, error responses included; other requests are served as
+    # without CORS. CORS grants no access: an anonymous GET is still refused.
+    with Bucket() as bucket:
+        s3.put_object(Bucket=bucket, Key="k", Body=b"cors")
+        s3.put_bucket_cors(Bucket=bucket, CORSConfiguration={"CORSRules": CORS_RULES})
+        get = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "k"})
+        status, headers, body = url_request(get, "GET", {"Origin": APP})
+        assert (status, body) == (200, b"cors")
+        assert headers.get("access-control-allow-origin") == APP, headers
+        assert headers.get("access-control-allow-methods") == "GET, PUT", headers
+        assert headers.get("access-control-expose-headers") == "ETag", headers
+        assert "Origin" in headers.get("vary", ""), headers
+        assert "access-control-allow-headers" not in headers, "only preflights name headers"
+        status, headers, body = url_request(get, "GET", {})
+        assert status == 200 and "access-control-allow-origin" not in headers, headers
+        # Allowed for GET and HEAD only: a PUT from that origin is served without CORS.
+        put = s3.generate_presigned_url("put_object", Params={"Bucket": bucket, "Key": "p"})
+        status, headers, _ = url_request(put, "PUT", {"Origin": "http://a.reader.example"}, b"1")
+        assert status == 200 and "access-control-allow-origin" not in headers, (status, headers)
+        status, headers, _ = url_request(put, "PUT", {"Origin": APP}, b"22")
+        assert (status, headers.get("access-control-allow-origin")) == (200, APP), (status, headers)
+        assert s3.get_object(Bucket=bucket, Key="p")["Body"].read() == b"22"
+        missing = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "none"})
+        status, headers, body = url_request(missing, "GET", {"Origin": APP})
+        assert status == 404 and b"NoSuchKey" in body, (status, body)
+        assert headers.get("access-control-allow-origin") == APP, headers
+        status, headers, body = raw("GET", f"/{bucket}/k", {"Origin": APP})
+        assert status == 403 and b"AccessDenied" in body, (status, body)
+        assert headers.get("access-control-allow-origin") == APP, headers
+
 
 @check
 def versioning_keeps_every_version_and_delete_markers_hide_them():

@@ -26,6 +26,7 @@ use weft_layout::StripedLayout;
 use crate::{
     attributes::{self, Attributes},
     body::{content_md5, put_stream, CommitAttributes},
+    cors::{self, CorsCache, CorsConfig},
     keys::MetaAuth,
     listing,
     multipart::{self, PartRecord, UploadRecord, PARTS_BUCKET, UPLOADS},
@@ -52,11 +53,20 @@ pub struct Gateway {
     client: Client,
     /// The key lookup that authenticated each request (shared cache): who may set policies.
     keys: MetaAuth,
+    /// Buckets' CORS configurations as the hyper wrapper answers with them (shared cache):
+    /// forgotten here when this gateway changes one.
+    cors: CorsCache,
 }
 
 impl Gateway {
     pub fn new(client: Client, keys: MetaAuth) -> Gateway {
-        Gateway { client, keys }
+        let cors = CorsCache::new(client.meta.clone());
+        Gateway { client, keys, cors }
+    }
+
+    /// The CORS cache the gateway keeps current with its own changes (clones share it).
+    pub fn cors(&self) -> &CorsCache {
+        &self.cors
     }
 
     /// Refuses a request carrying `x-weft-policy` unless its key may choose policies.
@@ -849,8 +859,61 @@ impl S3 for Gateway {
             self.drop_upload(upload, None).await?;
         }
         multipart::drop_completed(meta, &bucket).await.map_err(s3_error_of)?;
-        meta.delete_bucket(&bucket).await.map_err(s3_error_of)?;
+        // Meta deletes the bucket's configurations (CORS) with it.
+        let deleted = meta.delete_bucket(&bucket).await.map_err(s3_error_of);
+        self.cors.forget(&bucket);
+        deleted?;
         Ok(S3Response::new(DeleteBucketOutput::default()))
+    }
+
+    async fn put_bucket_cors(
+        &self,
+        req: S3Request<PutBucketCorsInput>,
+    ) -> S3Result<S3Response<PutBucketCorsOutput>> {
+        let bucket = req.input.bucket;
+        let config = CorsConfig::from_s3(&req.input.cors_configuration.cors_rules)?;
+        let meta = &self.client.meta;
+        meta.get_bucket(&bucket).await.map_err(s3_error_of)?;
+        let value = serde_json::to_value(&config)
+            .map_err(|e| s3_error!(InternalError, "cannot encode the CORS configuration: {e}"))?;
+        let written = meta
+            .put_record(cors::BUCKET_CONFIG, &cors::record_name(&bucket), &value, false)
+            .await
+            .map_err(s3_error_of);
+        self.cors.forget(&bucket);
+        written?;
+        Ok(S3Response::new(PutBucketCorsOutput::default()))
+    }
+
+    async fn get_bucket_cors(
+        &self,
+        req: S3Request<GetBucketCorsInput>,
+    ) -> S3Result<S3Response<GetBucketCorsOutput>> {
+        let bucket = req.input.bucket;
+        let meta = &self.client.meta;
+        meta.get_bucket(&bucket).await.map_err(s3_error_of)?;
+        let Some(config) = CorsCache::load(meta, &bucket).await.map_err(s3_error_of)? else {
+            return Err(s3_error!(
+                NoSuchCORSConfiguration,
+                "The CORS configuration does not exist"
+            ));
+        };
+        let rules = config.rules.iter().map(cors::CorsRule::to_s3).collect();
+        Ok(S3Response::new(GetBucketCorsOutput { cors_rules: Some(rules) }))
+    }
+
+    async fn delete_bucket_cors(
+        &self,
+        req: S3Request<DeleteBucketCorsInput>,
+    ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
+        let bucket = req.input.bucket;
+        let meta = &self.client.meta;
+        meta.get_bucket(&bucket).await.map_err(s3_error_of)?;
+        // Deleting a configuration that does not exist succeeds (204), as in S3.
+        let deleted = meta.delete_record(cors::BUCKET_CONFIG, &cors::record_name(&bucket)).await;
+        self.cors.forget(&bucket);
+        deleted.map_err(s3_error_of)?;
+        Ok(S3Response::new(DeleteBucketCorsOutput::default()))
     }
 
     async fn put_object(

@@ -12,9 +12,14 @@
 //!   one ordinary weft object and then deletes them.
 //! - [`body`]: request bodies stream into weft-client's `put_reader` through a bounded
 //!   channel, and objects stream out in bounded pieces: no object is ever held whole.
+//! - [`cors`]: a bucket's CORS configuration is a meta record (namespace `bucket_config`);
+//!   this wrapper answers preflights (`OPTIONS`) itself and adds `Access-Control-*` headers
+//!   to the responses of requests with an `Origin` that a rule allows.
 //!
 //! Invariants kept by the whole crate:
-//! - Meta owns every piece of state; the gateway keeps only a short-lived key cache.
+//! - Meta owns every piece of state; the gateway keeps only short-lived caches: of keys
+//!   ([`keys::KEY_CACHE_TTL`]) and of buckets' CORS configurations ([`cors::CORS_CACHE_TTL`],
+//!   bounded, forgotten at once when this gateway changes one).
 //! - Every response names its request: `x-amz-request-id` (and `x-amz-id-2`), repeated as
 //!   `<RequestId>` in an error's XML, so a client's report can be found in the log.
 //! - A presigned URL valid for more than 7 days (or a negative time) is refused, as S3 does;
@@ -25,10 +30,18 @@
 //!   key) and object lock (a retention it would not enforce) answer 501 NotImplemented.
 //! - No request that fails creates an object: bodies that are short, long or fail their
 //!   Content-MD5 never let the write commit (the last bytes are held back until checked).
-//! - Anonymous requests are refused (s3s's default access check once auth is set).
+//! - Anonymous requests are refused (s3s's default access check once auth is set), but for
+//!   one kind: a CORS preflight (`OPTIONS`, which browsers send without credentials, as S3
+//!   answers it). Every `OPTIONS` is answered here and never reaches s3s; it reads only the
+//!   bucket's CORS configuration (at most one meta lookup, usually none: cached), grants
+//!   nothing but response headers, and answers 400 without `Origin` or
+//!   `Access-Control-Request-Method`, 403 AccessForbidden when no rule allows it.
+//! - CORS headers only add to a response (an error one too): they never change whether or
+//!   how a request is served.
 
 pub mod attributes;
 pub mod body;
+pub mod cors;
 pub mod gateway;
 pub mod keys;
 pub mod listing;
@@ -148,6 +161,15 @@ fn sends_body(request: &http::Request<hyper::body::Incoming>) -> bool {
     let headers = request.headers();
     let length = headers.get(http::header::CONTENT_LENGTH).map(|l| l.as_bytes() != b"0");
     upload && length.unwrap_or_else(|| headers.contains_key(http::header::TRANSFER_ENCODING))
+}
+
+/// Whether a request says it carries a body (a non-zero Content-Length, or chunked).
+fn carries_body(request: &http::Request<hyper::body::Incoming>) -> bool {
+    let headers = request.headers();
+    match headers.get(http::header::CONTENT_LENGTH) {
+        Some(length) => length.as_bytes() != b"0",
+        None => headers.contains_key(http::header::TRANSFER_ENCODING),
+    }
 }
 
 /// Longest validity of a presigned URL (S3's: 7 days).
@@ -271,12 +293,13 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
     let local = listener
         .local_addr()
         .map_err(|source| GatewayError::Bind { listen: config.listen, source })?;
-    let service = {
+    let (service, cors) = {
         let keys = keys::MetaAuth::new(client.meta.clone(), config.secret.seal_key());
-        let mut builder =
-            s3s::service::S3ServiceBuilder::new(Gateway::new(client.clone(), keys.clone()));
+        let gateway = Gateway::new(client.clone(), keys.clone());
+        let cors = gateway.cors().clone();
+        let mut builder = s3s::service::S3ServiceBuilder::new(gateway);
         builder.set_auth(keys);
-        builder.build()
+        (builder.build(), cors)
     };
     let (stop, mut stopped) = watch::channel(false);
     let task = tokio::spawn(async move {
@@ -292,25 +315,49 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
                 },
                 _ = stopped.changed() => break,
             };
-            let service = service.clone();
+            let (service, cors) = (service.clone(), cors.clone());
             let handler = hyper::service::service_fn(move |request| {
-                let service = service.clone();
+                let (service, cors) = (service.clone(), cors.clone());
                 async move {
                     let request_id = new_request_id();
+                    let http_error = |e: s3s::S3Error| s3s::HttpError::new(Box::new(e));
+                    // A CORS preflight: answered here, unauthenticated (see the crate
+                    // invariants); its body, if any, is never read.
+                    if request.method() == http::Method::OPTIONS {
+                        let mut response =
+                            match cors.preflight(request.uri(), request.headers()).await {
+                                Ok(response) => response,
+                                Err(refusal) => refusal.to_http_response().map_err(http_error)?,
+                            };
+                        name_request(&mut response, &request_id);
+                        if carries_body(&request) {
+                            response.headers_mut().insert(
+                                http::header::CONNECTION,
+                                http::HeaderValue::from_static("close"),
+                            );
+                        }
+                        return Ok::<_, s3s::HttpError>(response);
+                    }
+                    let asks_cors =
+                        cors::RequestCors::of(request.method(), request.uri(), request.headers());
                     let refusal = bad_presigned_expiry(&request)
                         .or_else(|| stale_sigv2(&request))
                         .or_else(|| unsupported_feature(&request));
                     if let Some(refusal) = refusal {
-                        let mut response = refusal
-                            .to_http_response()
-                            .map_err(|e| s3s::HttpError::new(Box::new(e)))?;
+                        let mut response = refusal.to_http_response().map_err(http_error)?;
                         name_request(&mut response, &request_id);
+                        if let Some(asks) = &asks_cors {
+                            cors.decorate(asks, response.headers_mut()).await;
+                        }
                         return Ok::<_, s3s::HttpError>(response);
                     }
                     let close = empty_expecting_continue(&request);
                     let sends_body = sends_body(&request);
                     let mut response = service.call(request.map(s3s::Body::from)).await?;
                     name_request(&mut response, &request_id);
+                    if let Some(asks) = &asks_cors {
+                        cors.decorate(asks, response.headers_mut()).await;
+                    }
                     // An upload refused before its body was read (a failed condition, a
                     // missing bucket) leaves the body on the connection: close it rather
                     // than let the client's next request be read from the middle of it.
