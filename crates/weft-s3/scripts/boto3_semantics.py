@@ -824,6 +824,34 @@ def suspended_versioning_overwrites_only_the_null_version():
         assert s3.list_object_versions(Bucket=bucket).get("Versions") is None
 
 
+def weft_json(*args):
+    done = subprocess.run([WEFT, *args, "--json", "--meta", cluster["meta"]],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, (args, done.stderr)
+    return json.loads(done.stdout)
+
+
+@check
+def weft_cli_versions_a_bucket_and_bucket_rm_force_deletes_every_version():
+    # The CLI sees the same versioning as S3: `weft bucket versioning` sets and shows it,
+    # `weft rm` leaves a delete marker in a versioned bucket (the bytes stay as a version),
+    # and `weft bucket rm --force` deletes versions and markers too.
+    bucket = f"sem-{os.getpid()}-cli"
+    s3.create_bucket(Bucket=bucket)
+    assert weft_json("bucket", "versioning", bucket)["versioning"] is None
+    assert weft_json("bucket", "versioning", bucket, "enabled")["versioning"] == "enabled"
+    assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
+    first = s3.put_object(Bucket=bucket, Key="k", Body=b"first")["VersionId"]
+    s3.put_object(Bucket=bucket, Key="k", Body=b"second")
+    removed = weft_json("rm", f"{bucket}/k")
+    assert removed["removed"] is None and removed["delete_marker"], removed
+    expect_error("NoSuchKey", 404, s3.get_object, Bucket=bucket, Key="k")
+    assert s3.get_object(Bucket=bucket, Key="k", VersionId=first)["Body"].read() == b"first"
+    report = weft_json("bucket", "rm", bucket, "--force")
+    assert report["versions_deleted"] == 3, report
+    assert bucket not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+
+
 def main():
     failed = []
     for function in CHECKS:
