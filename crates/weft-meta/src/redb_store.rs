@@ -329,7 +329,7 @@ struct ReadTables {
     objects: redb::ReadOnlyTable<(&'static str, &'static str), &'static [u8]>,
 }
 
-/// [`VersionReads`] over tables readable like `buckets` and `objects`.
+/// The bucket's record in a `buckets` table, [`MetaError::NoSuchBucket`] when none.
 fn bucket_in(
     buckets: &impl ReadableTable<&'static str, &'static [u8]>,
     bucket: &str,
@@ -359,43 +359,32 @@ fn scan_objects(
     Ok(out)
 }
 
-impl VersionReads for ReadTables {
-    fn bucket(&self, bucket: &str) -> Result<BucketRecord, MetaError> {
-        bucket_in(&self.buckets, bucket)
-    }
+/// [`VersionReads`] of a type with `buckets` and `objects` tables, read-only or writable.
+macro_rules! version_reads {
+    ($tables:ty) => {
+        impl VersionReads for $tables {
+            fn bucket(&self, bucket: &str) -> Result<BucketRecord, MetaError> {
+                bucket_in(&self.buckets, bucket)
+            }
 
-    fn object(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, MetaError> {
-        read_object(&self.objects, bucket, key)
-    }
+            fn object(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, MetaError> {
+                read_object(&self.objects, bucket, key)
+            }
 
-    fn scan(
-        &self,
-        bucket: &str,
-        prefix: &str,
-        limit: usize,
-    ) -> Result<Vec<ObjectRecord>, MetaError> {
-        scan_objects(&self.objects, bucket, prefix, limit)
-    }
+            fn scan(
+                &self,
+                bucket: &str,
+                prefix: &str,
+                limit: usize,
+            ) -> Result<Vec<ObjectRecord>, MetaError> {
+                scan_objects(&self.objects, bucket, prefix, limit)
+            }
+        }
+    };
 }
 
-impl VersionReads for Tables<'_> {
-    fn bucket(&self, bucket: &str) -> Result<BucketRecord, MetaError> {
-        bucket_in(&self.buckets, bucket)
-    }
-
-    fn object(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, MetaError> {
-        read_object(&self.objects, bucket, key)
-    }
-
-    fn scan(
-        &self,
-        bucket: &str,
-        prefix: &str,
-        limit: usize,
-    ) -> Result<Vec<ObjectRecord>, MetaError> {
-        scan_objects(&self.objects, bucket, prefix, limit)
-    }
-}
+version_reads!(ReadTables);
+version_reads!(Tables<'_>);
 
 impl VersionTables for Tables<'_> {
     fn insert_object(&mut self, record: &ObjectRecord) -> Result<(), MetaError> {
