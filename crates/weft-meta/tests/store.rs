@@ -99,6 +99,7 @@ fn model_based_random_operations() {
     let mut relocations = 0;
     let mut transitions: Vec<(usize, usize, u64)> = Vec::new();
     let mut transitioned = 0;
+    let (mut markers, mut versions_deleted) = (0, 0);
     for step in 0..2500 {
         now_ms += rng.gen_range(0..50);
         let b = rng.gen_range(0..buckets.len());
@@ -106,7 +107,7 @@ fn model_based_random_operations() {
         let (bucket, key) = (buckets[b], keys[k]);
         let store = real.as_ref().unwrap();
         let context = format!("seed {seed:#x} step {step}");
-        match rng.gen_range(0..21) {
+        match rng.gen_range(0..24) {
             0 => assert_eq!(
                 store.create_bucket(bucket, layout("rs(2,1)", MIB), now_ms),
                 model.create_bucket(bucket, layout("rs(2,1)", MIB), now_ms),
@@ -319,6 +320,47 @@ fn model_based_random_operations() {
                     "{context}"
                 );
             }
+            21 => {
+                let state =
+                    if rng.gen_bool(0.7) { Versioning::Enabled } else { Versioning::Suspended };
+                assert_eq!(
+                    store.set_bucket_versioning(bucket, state, now_ms),
+                    model.set_bucket_versioning(bucket, state, now_ms),
+                    "{context}"
+                );
+            }
+            22 => {
+                let got = store.delete_latest(bucket, key, None, now_ms);
+                assert_eq!(got, model.delete_latest(bucket, key, None, now_ms), "{context}");
+                if got.is_ok_and(|d| d.marker.is_some()) {
+                    markers += 1;
+                }
+            }
+            23 => {
+                // Mostly a version the key has, sometimes one it may not.
+                let version = match model.get_version(bucket, key, VersionRef::Latest) {
+                    Ok(newest) if rng.gen_bool(0.6) && newest.versioned => {
+                        VersionRef::Generation(newest.generation)
+                    }
+                    _ if rng.gen_bool(0.5) => VersionRef::Null,
+                    _ => VersionRef::Generation(rng.gen_range(0..=generations.len() as u64 + 1)),
+                };
+                assert_eq!(
+                    store.get_version(bucket, key, version),
+                    model.get_version(bucket, key, version),
+                    "{context}"
+                );
+                let got = store.delete_version(bucket, key, version, None);
+                assert_eq!(got, model.delete_version(bucket, key, version, None), "{context}");
+                if got.is_ok() {
+                    versions_deleted += 1;
+                }
+                assert_eq!(
+                    store.list_objects(VERSIONS_BUCKET, "", None, 100),
+                    model.list_objects(VERSIONS_BUCKET, "", None, 100),
+                    "{context}"
+                );
+            }
             _ => {
                 // Restart: everything committed must survive closing and reopening the file.
                 drop(real.take());
@@ -328,6 +370,7 @@ fn model_based_random_operations() {
         let store = real.as_ref().unwrap();
         assert_eq!(store.repair_queue_len(), model.repair_queue_len(), "{context}");
         assert_eq!(store.transition_count(), model.transition_count(), "{context}");
+        assert_eq!(store.version_moves(), model.version_moves(), "{context}");
         if let Some((id, _)) = model.list_repairs(None, 1).unwrap().first() {
             assert_eq!(store.get_repair(*id), model.get_repair(*id), "{context}");
         }
@@ -342,6 +385,7 @@ fn model_based_random_operations() {
     assert!(listed > 0, "no object was ever committed");
     assert!(relocations > 0, "no repair was ever completed by relocation");
     assert!(transitions.len() > 10 && transitioned > 3, "{transitions:?}, {transitioned}");
+    assert!(markers > 5 && versions_deleted > 5, "{markers} markers, {versions_deleted} deleted");
 }
 
 #[test]
