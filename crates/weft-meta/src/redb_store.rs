@@ -647,6 +647,19 @@ fn move_old_writes(txn: &redb::WriteTransaction) -> Result<(), MetaError> {
 }
 
 impl RedbStore {
+    /// Runs `change` (the versioning rules) on the tables of one write transaction and
+    /// commits it when `change` succeeds; nothing changes when it fails.
+    fn in_version_tables<T>(
+        &self,
+        change: impl FnOnce(&mut Tables<'_>) -> Result<T, MetaError>,
+    ) -> Result<T, MetaError> {
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
+        let done = change(&mut Tables::open(&txn)?)?;
+        txn.commit().map_err(store)?;
+        Ok(done)
+    }
+
     fn read_bucket(
         table: &impl ReadableTable<&'static str, &'static [u8]>,
         name: &str,
@@ -1157,14 +1170,9 @@ impl MetaStore for RedbStore {
         precondition: Option<Precondition>,
         now_ms: u64,
     ) -> Result<Deleted, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let deleted = {
-            let mut tables = Tables::open(&txn)?;
-            versions::delete_latest(&mut tables, bucket, key, precondition, now_ms)?
-        };
-        txn.commit().map_err(store)?;
-        Ok(deleted)
+        self.in_version_tables(|tables| {
+            versions::delete_latest(tables, bucket, key, precondition, now_ms)
+        })
     }
 
     fn delete_version(
@@ -1174,14 +1182,9 @@ impl MetaStore for RedbStore {
         version: VersionRef,
         precondition: Option<Precondition>,
     ) -> Result<ObjectRecord, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let removed = {
-            let mut tables = Tables::open(&txn)?;
-            versions::delete_version(&mut tables, bucket, key, version, precondition)?
-        };
-        txn.commit().map_err(store)?;
-        Ok(removed)
+        self.in_version_tables(|tables| {
+            versions::delete_version(tables, bucket, key, version, precondition)
+        })
     }
 
     fn get_version(
