@@ -23,6 +23,8 @@ pub enum MetaError {
     NoSuchKey { bucket: String, key: String },
     /// The key has no version of that id (`latest`: no version at all).
     NoSuchVersion { bucket: String, key: String, version: String },
+    /// The bucket cannot be versioned (RAIDP, geometric, internal).
+    NotVersionable { bucket: String, reason: &'static str },
     /// No write in progress with that generation (never begun, committed, aborted or
     /// expired).
     NoSuchWrite { bucket: String, key: String, generation: u64 },
@@ -150,6 +152,9 @@ impl fmt::Display for MetaError {
             ),
             MetaError::NoSuchKey { bucket, key } => {
                 write!(f, "object {key:?} does not exist in bucket {bucket:?}")
+            }
+            MetaError::NotVersionable { bucket, reason } => {
+                write!(f, "bucket {bucket:?} cannot be versioned: {reason}")
             }
             MetaError::NoSuchVersion { bucket, key, version } => {
                 write!(f, "object {key:?} in bucket {bucket:?} has no version {version:?}")

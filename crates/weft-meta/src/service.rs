@@ -659,6 +659,7 @@ impl From<MetaError> for ApiError {
             MetaError::NoSuchBucket { .. } => (StatusCode::NOT_FOUND, "no_such_bucket"),
             MetaError::NoSuchKey { .. } => (StatusCode::NOT_FOUND, "no_such_key"),
             MetaError::NoSuchVersion { .. } => (StatusCode::NOT_FOUND, "no_such_version"),
+            MetaError::NotVersionable { .. } => (StatusCode::BAD_REQUEST, "not_versionable"),
             MetaError::NoSuchWrite { .. } => (StatusCode::CONFLICT, "no_such_write"),
             MetaError::PreconditionFailed { .. } => {
                 (StatusCode::PRECONDITION_FAILED, "precondition_failed")

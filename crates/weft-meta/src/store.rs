@@ -324,7 +324,7 @@ pub trait MetaStore: Send + Sync {
     /// transition` changes those). Returns the updated record.
     fn set_bucket_policy(&self, name: &str, policy: Policy) -> Result<BucketRecord, MetaError>;
     /// Sets a bucket's S3 versioning (see [`crate::versions`]); creates the internal
-    /// [`crate::VERSIONS_BUCKET`] the first time. Refused with [`MetaError::InvalidRecord`]
+    /// [`crate::VERSIONS_BUCKET`] the first time. Refused with [`MetaError::NotVersionable`]
     /// for buckets that cannot be versioned (RAIDP, geometric, internal).
     fn set_bucket_versioning(
         &self,

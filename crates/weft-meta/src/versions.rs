@@ -140,15 +140,9 @@ pub(crate) fn versions_bucket(bucket: &BucketRecord, now_ms: u64) -> BucketRecor
     }
 }
 
-/// Refuses versioning for buckets that cannot have it.
+/// Refuses versioning ([`MetaError::NotVersionable`]) for buckets that cannot have it.
 pub fn check_versionable(bucket: &BucketRecord) -> Result<(), MetaError> {
-    let refuse = |reason: &str| {
-        Err(MetaError::InvalidRecord {
-            bucket: bucket.name.clone(),
-            key: String::new(),
-            reason: reason.into(),
-        })
-    };
+    let refuse = |reason| Err(MetaError::NotVersionable { bucket: bucket.name.clone(), reason });
     if bucket.name.starts_with(crate::INTERNAL_BUCKET_PREFIX) {
         return refuse("weft's internal buckets are never versioned");
     }

@@ -570,7 +570,7 @@ fn versioning_keeps_versions_delete_markers_and_one_null_version() {
         store.delete_bucket("ver").unwrap();
         // Internal buckets are never versioned.
         let refused = store.set_bucket_versioning(VERSIONS_BUCKET, Versioning::Enabled, 9);
-        assert!(matches!(refused, Err(MetaError::InvalidRecord { .. })), "{refused:?}");
+        assert!(matches!(refused, Err(MetaError::NotVersionable { .. })), "{refused:?}");
     }
     // What redb stored reads back the same after a reopen.
     let path = _dir.path().join("meta.redb");

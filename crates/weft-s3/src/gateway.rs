@@ -1338,7 +1338,7 @@ impl S3 for Gateway {
         };
         let meta = &self.client.meta;
         meta.set_versioning(&input.bucket, state).await.map_err(|error| match &error {
-            ClientError::Meta { code, message, .. } if code == "invalid_policy" => {
+            ClientError::Meta { code, message, .. } if code == "not_versionable" => {
                 s3_error!(InvalidBucketState, "{message}")
             }
             _ => s3_error_of(error),
