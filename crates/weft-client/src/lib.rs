@@ -53,7 +53,9 @@ pub use object::{GeoInfo, GeoPiece, ObjectInfo, UnitInfo};
 pub use read::{read_buffer_bound, GetStats, ReadMode};
 pub use transition::TransitionReport;
 pub use versions::{Deletion, VersionInfo};
-pub use write::{AttributesSlot, Coder, Precondition, PutOptions, PutStats, IN_MEMORY_PUT_BYTES};
+pub use write::{
+    AttributesSlot, Coder, CommitTerms, Precondition, PutOptions, PutStats, IN_MEMORY_PUT_BYTES,
+};
 
 /// Default meta URL when neither `--meta` nor `WEFT_META` says otherwise.
 pub const DEFAULT_META_URL: &str = "http://127.0.0.1:7700";

@@ -179,30 +179,33 @@ impl MetaClient {
         generation: u64,
         digests: &BTreeMap<UnitId, weft_wire::UnitDigest>,
     ) -> Result<(ObjectInfo, Option<ObjectInfo>)> {
-        self.commit_with(bucket, key, generation, digests, None, None).await
+        self.commit_with(bucket, key, generation, digests, &crate::CommitTerms::default()).await
     }
 
-    /// [`MetaClient::commit`] carrying `attributes` (kept with the object) and refused with
-    /// meta's 412 `precondition_failed`, nothing committed, unless `precondition` holds.
+    /// [`MetaClient::commit`] carrying `terms`: attributes kept with the object, an object
+    /// lock, and a precondition (meta's 412 `precondition_failed`, nothing committed, unless
+    /// it holds).
     pub async fn commit_with(
         &self,
         bucket: &str,
         key: &str,
         generation: u64,
         digests: &BTreeMap<UnitId, weft_wire::UnitDigest>,
-        attributes: Option<&Value>,
-        precondition: Option<crate::Precondition>,
+        terms: &crate::CommitTerms,
     ) -> Result<(ObjectInfo, Option<ObjectInfo>)> {
         let object = Self::object_path(bucket, key)?;
         let base = json!({ "generation": generation });
         let named = self.digests_ahead(&format!("{object}/digests"), &base, digests).await?;
         let path = format!("{object}/commit");
         let mut body = json!({ "generation": generation, "digests": named });
-        if let Some(attributes) = attributes {
+        if let Some(attributes) = &terms.attributes {
             body["attributes"] = attributes.clone();
         }
-        if let Some(precondition) = precondition {
+        if let Some(precondition) = terms.precondition {
             body["if"] = precondition.to_json();
+        }
+        if let Some(lock) = &terms.lock {
+            body["lock"] = lock.clone();
         }
         let mut value = self.post_json(&path, body).await?;
         let replaced = match value["replaced"].take() {

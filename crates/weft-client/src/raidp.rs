@@ -200,18 +200,9 @@ impl Client {
             }
         }
         let no_digests = std::collections::BTreeMap::new();
-        let commit = match options.commit_attributes() {
-            Ok(attributes) => {
-                let precondition = options.precondition;
-                let commit = self.meta.commit_with(
-                    &bucket,
-                    &key,
-                    generation,
-                    &no_digests,
-                    attributes.as_ref(),
-                    precondition,
-                );
-                commit.await
+        let commit = match options.commit_terms() {
+            Ok(terms) => {
+                self.meta.commit_with(&bucket, &key, generation, &no_digests, &terms).await
             }
             Err(error) => Err(error),
         };

@@ -92,20 +92,59 @@ impl MetaClient {
     }
 
     /// Removes version `version_id` of (bucket, key) for good (of generation `generation`
-    /// only, when given); answers it as it was stored (its units are garbage).
+    /// only, when given); answers it as it was stored (its units are garbage). A locked
+    /// version is refused (403 `object_locked`); `bypass_governance` lifts a governance
+    /// retention.
     pub async fn delete_version(
         &self,
         bucket: &str,
         key: &str,
         version_id: &str,
         generation: Option<u64>,
+        bypass_governance: bool,
     ) -> Result<VersionInfo> {
         let mut path = Self::versions_path(bucket, key)?;
         path.push_str(&format!("?version_id={}", encode_query(version_id)));
         if let Some(generation) = generation {
             path.push_str(&format!("&if_generation={generation}"));
         }
+        if bypass_governance {
+            path.push_str("&bypass_governance=true");
+        }
         VersionInfo::from_json(self.call(reqwest::Method::DELETE, &path, None).await?)
+    }
+
+    /// Enables S3 object lock on a bucket (its versioning must be enabled) or replaces its
+    /// default retention (`{"mode": "governance" | "compliance", "days" | "years": N}` or
+    /// null). Answers the bucket's record.
+    pub async fn set_object_lock(
+        &self,
+        bucket: &str,
+        default_retention: Option<&Value>,
+    ) -> Result<Value> {
+        let path = format!("/v1/buckets/{}/object-lock", encode_path(bucket).replace('/', "%2F"));
+        self.put_json(&path, serde_json::json!({ "default_retention": default_retention })).await
+    }
+
+    /// Changes the object lock of version `version_id` of (bucket, key) (the current object
+    /// when None): `change` is `{"retention": {"mode", "until_ms"} | null}` or
+    /// `{"legal_hold": bool}`. Answers the version as stored.
+    pub async fn set_version_lock(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        mut change: Value,
+        bypass_governance: bool,
+    ) -> Result<VersionInfo> {
+        let mut path = Self::object_path(bucket, key)?.replacen("/objects/", "/locks/", 1);
+        if let Some(id) = version_id {
+            path.push_str(&format!("?version_id={}", encode_query(id)));
+        }
+        if bypass_governance {
+            change["bypass_governance"] = Value::Bool(true);
+        }
+        VersionInfo::from_json(self.put_json(&path, change).await?)
     }
 
     /// One page of every version of the keys of `bucket` starting with `prefix`, after
@@ -142,8 +181,12 @@ impl Client {
         key: &str,
         version_id: &str,
         generation: Option<u64>,
+        bypass_governance: bool,
     ) -> Result<(VersionInfo, usize)> {
-        let version = self.meta.delete_version(bucket, key, version_id, generation).await?;
+        let version = self
+            .meta
+            .delete_version(bucket, key, version_id, generation, bypass_governance)
+            .await?;
         let units: Vec<UnitInfo> = version.object.units.values().cloned().collect();
         let left = self.delete_units(&units).await;
         Ok((version, left))

@@ -118,19 +118,34 @@ pub struct PutOptions {
     /// it in the commit's transaction); otherwise the put fails with meta's 412
     /// `precondition_failed` and nothing is committed.
     pub precondition: Option<Precondition>,
+    /// The S3 object lock the new version gets (meta's `lock` JSON: `{"retention": {"mode",
+    /// "until_ms"}, "legal_hold": bool}`); None: the bucket's default retention, if any.
+    pub lock: Option<serde_json::Value>,
 }
 
 impl PutOptions {
-    /// The attributes the commit carries: the slot's value, none without a slot, an error
-    /// when the slot was never filled.
-    pub(crate) fn commit_attributes(&self) -> Result<Option<serde_json::Value>> {
-        match &self.attributes {
-            None => Ok(None),
-            Some(slot) => slot.get().cloned().map(Some).ok_or_else(|| {
+    /// What the commit carries: the slot's attributes (none without a slot; an error when
+    /// the slot was never filled), the precondition and the lock.
+    pub(crate) fn commit_terms(&self) -> Result<CommitTerms> {
+        let attributes = match &self.attributes {
+            None => None,
+            Some(slot) => Some(slot.get().cloned().ok_or_else(|| {
                 ClientError::Invalid("the put's attributes were never set".to_string())
-            }),
-        }
+            })?),
+        };
+        Ok(CommitTerms { attributes, precondition: self.precondition, lock: self.lock.clone() })
     }
+}
+
+/// What a commit carries besides its digests ([`crate::MetaClient::commit_with`]).
+#[derive(Clone, Debug, Default)]
+pub struct CommitTerms {
+    /// Kept with the object, uninterpreted by meta.
+    pub attributes: Option<serde_json::Value>,
+    /// Commit only if this holds for the object committed under the key.
+    pub precondition: Option<Precondition>,
+    /// The object lock of the new version (meta's `lock` JSON).
+    pub lock: Option<serde_json::Value>,
 }
 
 /// Where a put finds the attributes its commit carries ([`PutOptions::attributes`]).
@@ -971,21 +986,14 @@ impl Client {
             return Err((error, failed_nodes));
         }
         let units = written.len();
-        let attributes = match options.commit_attributes() {
-            Ok(attributes) => attributes,
+        let terms = match options.commit_terms() {
+            Ok(terms) => terms,
             Err(error) => {
                 self.abandon(bucket, key, object.generation, &written).await;
                 return Err((error, Vec::new()));
             }
         };
-        let commit = self.meta.commit_with(
-            bucket,
-            key,
-            object.generation,
-            &digests,
-            attributes.as_ref(),
-            options.precondition,
-        );
+        let commit = self.meta.commit_with(bucket, key, object.generation, &digests, &terms);
         let (committed, replaced) = match commit.await {
             Ok(done) => done,
             Err(error) => {

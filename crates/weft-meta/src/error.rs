@@ -25,6 +25,15 @@ pub enum MetaError {
     NoSuchVersion { bucket: String, key: String, version: String },
     /// The bucket cannot be versioned (RAIDP, geometric, internal).
     NotVersionable { bucket: String, reason: &'static str },
+    /// The bucket's state refuses the change (object lock without versioning enabled,
+    /// suspending versioning of a bucket with object lock).
+    InvalidBucketState { bucket: String, reason: &'static str },
+    /// An object lock was asked of a bucket without object lock.
+    ObjectLockNotEnabled { bucket: String },
+    /// An object lock (or a bucket's lock configuration) that cannot be.
+    InvalidLock { bucket: String, reason: String },
+    /// The version's lock refuses the removal or the change (see `crate::lock`).
+    ObjectLocked { bucket: String, key: String, version: String, reason: &'static str },
     /// No write in progress with that generation (never begun, committed, aborted or
     /// expired).
     NoSuchWrite { bucket: String, key: String, generation: u64 },
@@ -156,6 +165,21 @@ impl fmt::Display for MetaError {
             MetaError::NotVersionable { bucket, reason } => {
                 write!(f, "bucket {bucket:?} cannot be versioned: {reason}")
             }
+            MetaError::InvalidBucketState { bucket, reason } => {
+                write!(f, "bucket {bucket:?} refuses that: {reason}")
+            }
+            MetaError::ObjectLockNotEnabled { bucket } => write!(
+                f,
+                "bucket {bucket:?} does not have object lock (it is enabled when the bucket is \
+                 created, or on a bucket with versioning enabled)"
+            ),
+            MetaError::InvalidLock { bucket, reason } => {
+                write!(f, "invalid object lock in bucket {bucket:?}: {reason}")
+            }
+            MetaError::ObjectLocked { bucket, key, version, reason } => write!(
+                f,
+                "version {version:?} of object {key:?} in bucket {bucket:?} is locked: {reason}"
+            ),
             MetaError::NoSuchVersion { bucket, key, version } => {
                 write!(f, "object {key:?} in bucket {bucket:?} has no version {version:?}")
             }

@@ -12,6 +12,7 @@
 //! - Every stored value carries a format version; unknown versions are refused, never guessed.
 
 pub mod error;
+pub mod lock;
 pub mod mem;
 pub mod records;
 pub mod redb_store;
@@ -20,6 +21,7 @@ pub mod store;
 pub mod versions;
 
 pub use error::{MetaError, TransitionConflict};
+pub use lock::{BucketLock, DefaultRetention, LockChange, ObjectLock, Retention, RetentionMode};
 pub use mem::MemStore;
 pub use records::{
     metadata_bytes, parse_unit_name, unit_name, BucketRecord, Digests, DiskReport, Enqueued,
@@ -34,4 +36,4 @@ pub use store::{
     check_attributes, check_digests, check_precondition, CommitTerms, MetaStore, ObjectPage,
     PackOutcome, PackedObject, Precondition, StripeCommit, MAX_LIST_LIMIT,
 };
-pub use versions::{Deleted, VersionRef, NULL_VERSION, VERSIONS_BUCKET};
+pub use versions::{Deleted, VersionDelete, VersionRef, NULL_VERSION, VERSIONS_BUCKET};

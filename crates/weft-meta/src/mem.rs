@@ -229,7 +229,7 @@ impl MetaStore for MemStore {
     ) -> Result<BucketRecord, MetaError> {
         let mut state = self.lock();
         let mut record = state.bucket(name)?;
-        versions::check_versionable(&record)?;
+        versions::check_versioning(&record, versioning)?;
         record.versioning = Some(versioning);
         if !state.buckets.contains_key(crate::VERSIONS_BUCKET) {
             let internal = versions::versions_bucket(&record, now_ms);
@@ -237,6 +237,38 @@ impl MetaStore for MemStore {
         }
         state.buckets.insert(name.into(), record.clone());
         Ok(record)
+    }
+
+    fn set_bucket_object_lock(
+        &self,
+        name: &str,
+        lock: crate::lock::BucketLock,
+    ) -> Result<BucketRecord, MetaError> {
+        let mut state = self.lock();
+        let record = crate::lock::locked_bucket(state.bucket(name)?, lock)?;
+        state.buckets.insert(name.into(), record.clone());
+        Ok(record)
+    }
+
+    fn set_version_lock(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: VersionRef,
+        change: crate::lock::LockChange,
+        bypass_governance: bool,
+        now_ms: u64,
+    ) -> Result<ObjectRecord, MetaError> {
+        let state = &mut *self.lock();
+        crate::lock::set_version_lock(
+            state,
+            bucket,
+            key,
+            version,
+            change,
+            bypass_governance,
+            now_ms,
+        )
     }
 
     fn put_record(
@@ -320,6 +352,7 @@ impl MetaStore for MemStore {
             raidp,
             geometric,
             versioning: None,
+            object_lock: None,
         };
         state.buckets.insert(name.into(), record.clone());
         Ok(record)
@@ -392,6 +425,7 @@ impl MetaStore for MemStore {
             attributes: None,
             versioned: false,
             delete_marker: false,
+            lock: Default::default(),
         };
         state.writes.insert(write_of(bucket, key, record.generation), record.clone());
         Ok(record)
@@ -418,11 +452,14 @@ impl MetaStore for MemStore {
         };
         check_digests(write, digests, |_| true)?;
         check_precondition(state.objects.get(&name), terms.precondition, bucket, key)?;
-        let versioning = state.bucket(bucket)?.versioning;
-        let mut record = state.writes.remove(&write_name).expect("checked above");
+        let bucket_record = state.bucket(bucket)?;
+        let mut record = state.writes.get(&write_name).expect("checked above").clone();
         record.state = ObjectState::Committed;
         record.digests = digests.clone();
         record.attributes = terms.attributes.clone();
+        crate::lock::on_commit(&bucket_record, &mut record, terms.lock)?;
+        let versioning = bucket_record.versioning;
+        state.writes.remove(&write_name);
         let replaced = state.remove_object(bucket, key)?;
         let garbage = versions::on_commit(&mut *state, versioning, &mut record, replaced)?;
         state.insert_object(&record)?;
@@ -538,6 +575,7 @@ impl MetaStore for MemStore {
         let name = key_of(bucket, key);
         if let Some(current) = state.objects.get(&name) {
             check_precondition(Some(current), precondition, bucket, key)?;
+            crate::lock::check_unlocked(current)?;
         }
         let record = state
             .objects
@@ -562,9 +600,9 @@ impl MetaStore for MemStore {
         bucket: &str,
         key: &str,
         version: VersionRef,
-        precondition: Option<Precondition>,
+        terms: versions::VersionDelete,
     ) -> Result<ObjectRecord, MetaError> {
-        versions::delete_version(&mut *self.lock(), bucket, key, version, precondition)
+        versions::delete_version(&mut *self.lock(), bucket, key, version, terms)
     }
 
     fn get_version(

@@ -61,6 +61,9 @@ pub struct BucketRecord {
     /// absent again (S3 has no way back); see [`crate::versions`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub versioning: Option<Versioning>,
+    /// S3 object lock: absent until enabled, then never absent again; see [`crate::lock`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_lock: Option<crate::lock::BucketLock>,
 }
 
 /// A bucket's S3 versioning state, once it was ever enabled.
@@ -154,6 +157,8 @@ pub struct ObjectRecord {
     pub versioned: bool,
     /// A delete marker of a versioned bucket: no units (an empty placement), no bytes.
     pub delete_marker: bool,
+    /// Its S3 object lock (retention, legal hold); none for most objects. See [`crate::lock`].
+    pub lock: crate::lock::ObjectLock,
 }
 
 /// Largest encoded `attributes` of an object (S3 allows 2 KiB of user metadata plus a few
@@ -551,6 +556,9 @@ pub(crate) struct StoredObject {
     /// A delete marker; absent otherwise.
     #[serde(default, skip_serializing_if = "is_false")]
     dm: bool,
+    /// Its object lock; absent when it has none.
+    #[serde(default, skip_serializing_if = "crate::lock::ObjectLock::is_none")]
+    lock: crate::lock::ObjectLock,
 }
 
 fn is_zero(value: &u64) -> bool {
@@ -601,6 +609,7 @@ impl StoredObject {
             attr: record.attributes.clone(),
             ver: record.versioned,
             dm: record.delete_marker,
+            lock: record.lock,
         }
     }
 
@@ -665,6 +674,7 @@ impl StoredObject {
             attributes: self.attr,
             versioned: self.ver,
             delete_marker: self.dm,
+            lock: self.lock,
             geometric: match self.geo {
                 None => None,
                 Some(text) => {

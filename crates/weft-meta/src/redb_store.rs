@@ -74,14 +74,16 @@ pub(crate) const GATEWAY: TableDefinition<(&str, &str), &[u8]> = TableDefinition
 /// progress by (bucket, key, generation) in `pending_writes` (several per key), where 3 had
 /// one per key in `writes`; 5 adds S3 versioning (buckets' `versioning`, objects' `ver` and
 /// `dm`, versions kept in the bucket `.weft-versions`), which an older build would ignore:
-/// its commits and deletes in a versioned bucket would drop the versions they must keep.
-pub const SCHEMA_VERSION: u64 = 5;
+/// its commits and deletes in a versioned bucket would drop the versions they must keep; 6
+/// adds S3 object lock (buckets' `object_lock`, objects' `lock`), which an older build would
+/// neither enforce nor keep when it rewrites a record (a repair's relocation would drop it).
+pub const SCHEMA_VERSION: u64 = 6;
 
 /// The schema versions upgraded in place at open: they lack tables (`transitions` for 1,
 /// `gateway` for 1 and 2, `pending_writes` for all), which open creates, and their writes in
 /// progress move from `writes` to `pending_writes` unchanged (values are not rewritten); 4
-/// needs nothing (no bucket of it is versioned).
-const UPGRADED_SCHEMA_VERSIONS: [u64; 4] = [1, 2, 3, 4];
+/// and 5 need nothing (no bucket of 4 is versioned, none of 5 has object lock).
+const UPGRADED_SCHEMA_VERSIONS: [u64; 5] = [1, 2, 3, 4, 5];
 
 const SCHEMA_VERSION_KEY: &str = "schema_version";
 const NEXT_GENERATION_KEY: &str = "next_generation";
@@ -719,7 +721,7 @@ impl MetaStore for RedbStore {
             let mut buckets = txn.open_table(BUCKETS).map_err(store)?;
             let mut record = RedbStore::read_bucket(&buckets, name)?
                 .ok_or_else(|| MetaError::NoSuchBucket { bucket: name.into() })?;
-            versions::check_versionable(&record)?;
+            versions::check_versioning(&record, versioning)?;
             record.versioning = Some(versioning);
             buckets.insert(name, encode(&record).as_slice()).map_err(store)?;
             if buckets.get(crate::VERSIONS_BUCKET).map_err(store)?.is_none() {
@@ -732,6 +734,46 @@ impl MetaStore for RedbStore {
         };
         txn.commit().map_err(store)?;
         Ok(record)
+    }
+
+    fn set_bucket_object_lock(
+        &self,
+        name: &str,
+        lock: crate::lock::BucketLock,
+    ) -> Result<BucketRecord, MetaError> {
+        let db = self.db()?;
+        let txn = db.begin_write().map_err(store)?;
+        let record = {
+            let mut buckets = txn.open_table(BUCKETS).map_err(store)?;
+            let record = bucket_in(&buckets, name)?;
+            let record = crate::lock::locked_bucket(record, lock)?;
+            buckets.insert(name, encode(&record).as_slice()).map_err(store)?;
+            record
+        };
+        txn.commit().map_err(store)?;
+        Ok(record)
+    }
+
+    fn set_version_lock(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: VersionRef,
+        change: crate::lock::LockChange,
+        bypass_governance: bool,
+        now_ms: u64,
+    ) -> Result<ObjectRecord, MetaError> {
+        self.in_version_tables(|tables| {
+            crate::lock::set_version_lock(
+                tables,
+                bucket,
+                key,
+                version,
+                change,
+                bypass_governance,
+                now_ms,
+            )
+        })
     }
 
     fn put_record(
@@ -839,6 +881,7 @@ impl MetaStore for RedbStore {
             raidp,
             geometric,
             versioning: None,
+            object_lock: None,
         };
         let db = self.db()?;
         let txn = db.begin_write().map_err(store)?;
@@ -954,6 +997,7 @@ impl MetaStore for RedbStore {
                 attributes: None,
                 versioned: false,
                 delete_marker: false,
+                lock: Default::default(),
             };
             let mut writes = txn.open_table(WRITES).map_err(store)?;
             let bytes = encode(&StoredObject::from_record(&record));
@@ -989,14 +1033,16 @@ impl MetaStore for RedbStore {
                 let current = tables.object(bucket, key)?;
                 check_precondition(current.as_ref(), terms.precondition, bucket, key)?;
             }
-            let versioning = tables.bucket(bucket)?.versioning;
-            writes.remove((bucket, key, generation)).map_err(store)?;
+            let bucket_record = tables.bucket(bucket)?;
             let mut committed = ObjectRecord {
                 state: ObjectState::Committed,
                 digests: digests.clone(),
                 attributes: terms.attributes.clone(),
                 ..write
             };
+            crate::lock::on_commit(&bucket_record, &mut committed, terms.lock)?;
+            let versioning = bucket_record.versioning;
+            writes.remove((bucket, key, generation)).map_err(store)?;
             let current = tables.remove_object(bucket, key)?;
             replaced = versions::on_commit(&mut tables, versioning, &mut committed, current)?;
             tables.insert_object(&committed)?;
@@ -1146,10 +1192,9 @@ impl MetaStore for RedbStore {
                 return Err(MetaError::NoSuchBucket { bucket: bucket.into() });
             }
             let mut objects = txn.open_table(OBJECTS).map_err(store)?;
-            if precondition.is_some() {
-                if let Some(current) = read_object(&objects, bucket, key)? {
-                    check_precondition(Some(&current), precondition, bucket, key)?;
-                }
+            if let Some(current) = read_object(&objects, bucket, key)? {
+                check_precondition(Some(&current), precondition, bucket, key)?;
+                crate::lock::check_unlocked(&current)?;
             }
             record = match objects.remove((bucket, key)).map_err(store)? {
                 Some(bytes) => decode_object(bucket, key, bytes.value())?,
@@ -1180,10 +1225,10 @@ impl MetaStore for RedbStore {
         bucket: &str,
         key: &str,
         version: VersionRef,
-        precondition: Option<Precondition>,
+        terms: versions::VersionDelete,
     ) -> Result<ObjectRecord, MetaError> {
         self.in_version_tables(|tables| {
-            versions::delete_version(tables, bucket, key, version, precondition)
+            versions::delete_version(tables, bucket, key, version, terms)
         })
     }
 
@@ -1702,7 +1747,7 @@ impl MetaStore for RedbStore {
 }
 
 // Keeps the format version visible next to the schema version for readers of this file.
-const _: () = assert!(FORMAT_VERSION == 1 && SCHEMA_VERSION == 5);
+const _: () = assert!(FORMAT_VERSION == 1 && SCHEMA_VERSION == 6);
 
 /// Up to `min(limit, MAX_LIST_LIMIT)` values of a (bucket, key) table in key order, after
 /// `after`, decoded.
@@ -1917,6 +1962,7 @@ mod tests {
             raidp: None,
             geometric: None,
             versioning: None,
+            object_lock: None,
         };
         let txn = store.db().unwrap().begin_write().unwrap();
         txn.open_table(BUCKETS).unwrap().insert("b", encode(&old).as_slice()).unwrap();

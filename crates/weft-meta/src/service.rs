@@ -420,6 +420,8 @@ fn router(meta: Shared, guard: Guard) -> Router {
         .route("/v1/buckets/{name}/objects", get(objects::list_objects))
         .route("/v1/buckets/{name}/versioning", put(versions::set_versioning))
         .route("/v1/buckets/{name}/versions", get(versions::list_versions))
+        .route("/v1/buckets/{name}/object-lock", put(versions::set_object_lock))
+        .route("/v1/buckets/{name}/locks/{*key}", put(versions::set_version_lock))
         .route(
             "/v1/buckets/{name}/versions/{*key}",
             get(versions::get_version).delete(versions::delete_version),
@@ -660,6 +662,12 @@ impl From<MetaError> for ApiError {
             MetaError::NoSuchKey { .. } => (StatusCode::NOT_FOUND, "no_such_key"),
             MetaError::NoSuchVersion { .. } => (StatusCode::NOT_FOUND, "no_such_version"),
             MetaError::NotVersionable { .. } => (StatusCode::BAD_REQUEST, "not_versionable"),
+            MetaError::InvalidBucketState { .. } => (StatusCode::CONFLICT, "invalid_bucket_state"),
+            MetaError::ObjectLockNotEnabled { .. } => {
+                (StatusCode::BAD_REQUEST, "object_lock_not_enabled")
+            }
+            MetaError::InvalidLock { .. } => (StatusCode::BAD_REQUEST, "invalid_lock"),
+            MetaError::ObjectLocked { .. } => (StatusCode::FORBIDDEN, "object_locked"),
             MetaError::NoSuchWrite { .. } => (StatusCode::CONFLICT, "no_such_write"),
             MetaError::PreconditionFailed { .. } => {
                 (StatusCode::PRECONDITION_FAILED, "precondition_failed")

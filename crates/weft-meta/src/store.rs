@@ -137,6 +137,10 @@ pub struct CommitTerms {
     pub attributes: Option<serde_json::Value>,
     /// Refuse the commit unless this holds.
     pub precondition: Option<Precondition>,
+    /// The object lock the writer asks for (S3's object lock headers); None takes the
+    /// bucket's default retention, if any ([`crate::lock`]). Refused with
+    /// [`MetaError::ObjectLockNotEnabled`] in a bucket without object lock.
+    pub lock: Option<crate::lock::ObjectLock>,
 }
 
 /// Refuses `precondition` unless it holds for `current`, the object committed under
@@ -332,6 +336,26 @@ pub trait MetaStore: Send + Sync {
         versioning: crate::Versioning,
         now_ms: u64,
     ) -> Result<BucketRecord, MetaError>;
+    /// Enables S3 object lock on a bucket, or replaces its configuration (its default
+    /// retention): refused with [`MetaError::InvalidBucketState`] unless the bucket's
+    /// versioning is enabled, [`MetaError::InvalidLock`] for an invalid default retention.
+    /// Object lock, once enabled, stays ([`crate::lock`]).
+    fn set_bucket_object_lock(
+        &self,
+        name: &str,
+        lock: crate::lock::BucketLock,
+    ) -> Result<BucketRecord, MetaError>;
+    /// Changes the object lock of one version (its retention or its legal hold) at `now_ms`
+    /// by the rules of [`crate::lock::changed`]; returns the version as stored.
+    fn set_version_lock(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: crate::VersionRef,
+        change: crate::lock::LockChange,
+        bypass_governance: bool,
+        now_ms: u64,
+    ) -> Result<ObjectRecord, MetaError>;
     /// How many times an object moved between its bucket and [`crate::VERSIONS_BUCKET`]
     /// (store-wide, never goes back): a walk of every object that read the same count before
     /// and after saw every object with units once at least.
@@ -426,13 +450,14 @@ pub trait MetaStore: Send + Sync {
     ) -> Result<crate::Deleted, MetaError>;
     /// Removes one version of (bucket, key) for good, current or not, and returns its record
     /// as it was stored (its units are garbage); a key left with no current object gets its
-    /// newest version back when that is an object ([`crate::versions::delete_version`]).
+    /// newest version back when that is an object ([`crate::versions::delete_version`]). A
+    /// locked version is refused with [`MetaError::ObjectLocked`].
     fn delete_version(
         &self,
         bucket: &str,
         key: &str,
         version: crate::VersionRef,
-        precondition: Option<Precondition>,
+        terms: crate::versions::VersionDelete,
     ) -> Result<ObjectRecord, MetaError>;
     /// The record of one version of (bucket, key), as stored: the current object, or a
     /// noncurrent version or delete marker in [`crate::VERSIONS_BUCKET`].
@@ -445,7 +470,9 @@ pub trait MetaStore: Send + Sync {
     ) -> Result<ObjectRecord, MetaError>;
     /// Removes the committed object under (bucket, key) and returns its record (the caller
     /// deletes its units). Versioning is not applied: this is for weft's internal buckets
-    /// and unversioned ones; S3 deletes go through [`MetaStore::delete_latest`].
+    /// and unversioned ones; S3 deletes go through [`MetaStore::delete_latest`]. An object
+    /// with any lock is refused ([`MetaError::ObjectLocked`]): only `delete_version` weighs
+    /// a lock against the clock.
     fn delete_object(&self, bucket: &str, key: &str) -> Result<ObjectRecord, MetaError> {
         self.delete_object_if(bucket, key, None)
     }

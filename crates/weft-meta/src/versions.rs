@@ -137,11 +137,14 @@ pub(crate) fn versions_bucket(bucket: &BucketRecord, now_ms: u64) -> BucketRecor
         raidp: None,
         geometric: None,
         versioning: None,
+        object_lock: None,
     }
 }
 
-/// Refuses versioning ([`MetaError::NotVersionable`]) for buckets that cannot have it.
-pub fn check_versionable(bucket: &BucketRecord) -> Result<(), MetaError> {
+/// Refuses setting `bucket`'s versioning to `versioning`: [`MetaError::NotVersionable`] for
+/// buckets that cannot have it, [`MetaError::InvalidBucketState`] for suspending a bucket
+/// with object lock (its versions must stay).
+pub fn check_versioning(bucket: &BucketRecord, versioning: Versioning) -> Result<(), MetaError> {
     let refuse = |reason| Err(MetaError::NotVersionable { bucket: bucket.name.clone(), reason });
     if bucket.name.starts_with(crate::INTERNAL_BUCKET_PREFIX) {
         return refuse("weft's internal buckets are never versioned");
@@ -152,7 +155,21 @@ pub fn check_versionable(bucket: &BucketRecord) -> Result<(), MetaError> {
     if bucket.geometric.is_some() {
         return refuse("a geometric bucket cannot be versioned (its objects are packed in bins)");
     }
+    if bucket.object_lock.is_some() && versioning != Versioning::Enabled {
+        return Err(MetaError::InvalidBucketState {
+            bucket: bucket.name.clone(),
+            reason: "a bucket with object lock keeps versioning enabled",
+        });
+    }
     Ok(())
+}
+
+/// The S3 bucket and key of a version record (stored under either).
+pub fn s3_name(record: &ObjectRecord) -> (String, String) {
+    match parse_version_name(&record.key).filter(|_| record.bucket == VERSIONS_BUCKET) {
+        Some((bucket, key, _)) => (bucket.to_string(), key.to_string()),
+        None => (record.bucket.clone(), record.key.clone()),
+    }
 }
 
 /// The reads of a store's tables the versioning rules need, all in one transaction.
@@ -318,28 +335,42 @@ pub(crate) fn delete_latest(
         attributes: None,
         versioned: enabled,
         delete_marker: true,
+        lock: Default::default(),
     });
     tables.insert_object(&marker)?;
     Ok(Deleted { removed, marker: Some(marker) })
 }
 
+/// How a version is removed for good ([`delete_version`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct VersionDelete {
+    /// Checked against the version.
+    pub precondition: Option<Precondition>,
+    /// Removes a version under governance retention (S3's bypass header).
+    pub bypass_governance: bool,
+    /// The time the version's retention is checked at.
+    pub now_ms: u64,
+}
+
 /// Removes version `version` of (bucket, key) for good and returns it (its units are
-/// garbage), current or not; `precondition` is checked against it. A key left with no
-/// current object gets its newest version back as current when that is an object.
-/// [`MetaError::NoSuchVersion`] when the key has no such version.
+/// garbage), current or not; `terms.precondition` is checked against it and its lock must
+/// allow it ([`crate::lock::check_removable`]). A key left with no current object gets its
+/// newest version back as current when that is an object. [`MetaError::NoSuchVersion`] when
+/// the key has no such version.
 pub(crate) fn delete_version(
     tables: &mut dyn VersionTables,
     bucket: &str,
     key: &str,
     version: VersionRef,
-    precondition: Option<Precondition>,
+    terms: VersionDelete,
 ) -> Result<ObjectRecord, MetaError> {
     tables.bucket(bucket)?;
     let found = find_version(tables, bucket, key, version)?;
     let Some(found) = found else {
         return Err(no_such_version(bucket, key, version));
     };
-    check_precondition(Some(&found), precondition, bucket, key)?;
+    check_precondition(Some(&found), terms.precondition, bucket, key)?;
+    crate::lock::check_removable(&found, terms.bypass_governance, terms.now_ms)?;
     let removed = tables.remove_object(&found.bucket, &found.key)?;
     let removed = removed.ok_or_else(|| no_such_version(bucket, key, version))?;
     promote(tables, bucket, key)?;

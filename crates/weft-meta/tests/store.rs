@@ -11,8 +11,9 @@ use weft_layout::{
 use weft_meta::{
     metadata_bytes, CommitTerms, DiskReport, Enqueued, Heartbeat, MemStore, MetaError, MetaStore,
     NewTransition, ObjectName, ObjectRecord, Precondition, RedbStore, RepairKind, RepairOutcome,
-    RepairRequest, VersionRef, Versioning, MAX_ATTRIBUTES_BYTES, VERSIONS_BUCKET,
+    RepairRequest, VersionDelete, VersionRef, Versioning, MAX_ATTRIBUTES_BYTES, VERSIONS_BUCKET,
 };
+use weft_meta::{BucketLock, DefaultRetention, LockChange, ObjectLock, Retention, RetentionMode};
 
 const MIB: u64 = 1 << 20;
 
@@ -100,6 +101,12 @@ fn model_based_random_operations() {
     let mut transitions: Vec<(usize, usize, u64)> = Vec::new();
     let mut transitioned = 0;
     let (mut markers, mut versions_deleted) = (0, 0);
+    let (mut locks_set, mut locked_refusals) = (0, 0);
+    // A random lock for a commit or a change, ending within ~2000 ms of `now_ms`.
+    let random_retention = |rng: &mut StdRng, now_ms: u64| Retention {
+        mode: if rng.gen_bool(0.5) { RetentionMode::Governance } else { RetentionMode::Compliance },
+        until_ms: now_ms + rng.gen_range(0..2000),
+    };
     for step in 0..2500 {
         now_ms += rng.gen_range(0..50);
         let b = rng.gen_range(0..buckets.len());
@@ -107,7 +114,7 @@ fn model_based_random_operations() {
         let (bucket, key) = (buckets[b], keys[k]);
         let store = real.as_ref().unwrap();
         let context = format!("seed {seed:#x} step {step}");
-        match rng.gen_range(0..24) {
+        match rng.gen_range(0..26) {
             0 => assert_eq!(
                 store.create_bucket(bucket, layout("rs(2,1)", MIB), now_ms),
                 model.create_bucket(bucket, layout("rs(2,1)", MIB), now_ms),
@@ -132,9 +139,17 @@ fn model_based_random_operations() {
                     n => generations[rng.gen_range(0..n)],
                 };
                 let (bucket, key) = (buckets[b], keys[k]);
+                // Sometimes with an object lock (refused where the bucket has none).
+                let terms = CommitTerms {
+                    lock: rng.gen_bool(0.2).then(|| ObjectLock {
+                        retention: rng.gen_bool(0.7).then(|| random_retention(&mut rng, now_ms)),
+                        legal_hold: rng.gen_bool(0.3),
+                    }),
+                    ..Default::default()
+                };
                 assert_eq!(
-                    store.commit_object(bucket, key, generation, &Default::default()),
-                    model.commit_object(bucket, key, generation, &Default::default()),
+                    store.commit_object_with(bucket, key, generation, &Default::default(), &terms),
+                    model.commit_object_with(bucket, key, generation, &Default::default(), &terms),
                     "{context}"
                 );
             }
@@ -350,16 +365,58 @@ fn model_based_random_operations() {
                     model.get_version(bucket, key, version),
                     "{context}"
                 );
-                let got = store.delete_version(bucket, key, version, None);
-                assert_eq!(got, model.delete_version(bucket, key, version, None), "{context}");
-                if got.is_ok() {
-                    versions_deleted += 1;
+                let terms = VersionDelete {
+                    bypass_governance: rng.gen_bool(0.3),
+                    now_ms,
+                    ..Default::default()
+                };
+                let got = store.delete_version(bucket, key, version, terms);
+                assert_eq!(got, model.delete_version(bucket, key, version, terms), "{context}");
+                match got {
+                    Ok(_) => versions_deleted += 1,
+                    Err(MetaError::ObjectLocked { .. }) => locked_refusals += 1,
+                    Err(_) => {}
                 }
                 assert_eq!(
                     store.list_objects(VERSIONS_BUCKET, "", None, 100),
                     model.list_objects(VERSIONS_BUCKET, "", None, 100),
                     "{context}"
                 );
+            }
+            24 => {
+                let lock = BucketLock {
+                    default_retention: rng.gen_bool(0.5).then(|| DefaultRetention {
+                        mode: RetentionMode::Governance,
+                        days: Some(rng.gen_range(0..3)),
+                        years: None,
+                    }),
+                };
+                assert_eq!(
+                    store.set_bucket_object_lock(bucket, lock),
+                    model.set_bucket_object_lock(bucket, lock),
+                    "{context}"
+                );
+            }
+            25 => {
+                let version = match model.get_version(bucket, key, VersionRef::Latest) {
+                    Ok(newest) if newest.versioned => VersionRef::Generation(newest.generation),
+                    _ if rng.gen_bool(0.5) => VersionRef::Null,
+                    _ => VersionRef::Latest,
+                };
+                let change = match rng.gen_range(0..3) {
+                    0 => LockChange::LegalHold(rng.gen_bool(0.5)),
+                    1 => LockChange::Retention(None),
+                    _ => LockChange::Retention(Some(random_retention(&mut rng, now_ms))),
+                };
+                let bypass = rng.gen_bool(0.5);
+                let got = store.set_version_lock(bucket, key, version, change, bypass, now_ms);
+                let want = model.set_version_lock(bucket, key, version, change, bypass, now_ms);
+                assert_eq!(got, want, "{context}");
+                match got {
+                    Ok(_) => locks_set += 1,
+                    Err(MetaError::ObjectLocked { .. }) => locked_refusals += 1,
+                    Err(_) => {}
+                }
             }
             _ => {
                 // Restart: everything committed must survive closing and reopening the file.
@@ -386,6 +443,7 @@ fn model_based_random_operations() {
     assert!(relocations > 0, "no repair was ever completed by relocation");
     assert!(transitions.len() > 10 && transitioned > 3, "{transitions:?}, {transitioned}");
     assert!(markers > 5 && versions_deleted > 5, "{markers} markers, {versions_deleted} deleted");
+    assert!(locks_set > 5 && locked_refusals > 0, "{locks_set} locks, {locked_refusals} refused");
 }
 
 #[test]
@@ -440,14 +498,14 @@ fn concurrent_writes_of_a_key_all_commit_and_preconditions_hold_in_the_transacti
         let cursor = listed[0].write_cursor();
         assert_eq!(store.list_writes(Some(&cursor), 10).unwrap(), vec![listed[1].clone()]);
         assert_eq!(store.get_write("bkt", "k", first.generation).unwrap(), Some(first.clone()));
-        let terms = CommitTerms { attributes: Some(json!({"etag": "two"})), precondition: None };
+        let terms = CommitTerms { attributes: Some(json!({"etag": "two"})), ..Default::default() };
         let (two, replaced) = store
             .commit_object_with("bkt", "k", second.generation, &Default::default(), &terms)
             .unwrap();
         assert_eq!((two.attributes.clone(), replaced), (terms.attributes.clone(), None));
         // If-None-Match: * of the first writer: an object is there now, so it is refused,
         // and its write stays for the writer to abort.
-        let absent = CommitTerms { attributes: None, precondition: Some(Precondition::Absent) };
+        let absent = CommitTerms { precondition: Some(Precondition::Absent), ..Default::default() };
         let refused =
             store.commit_object_with("bkt", "k", first.generation, &Default::default(), &absent);
         assert!(
@@ -459,6 +517,7 @@ fn concurrent_writes_of_a_key_all_commit_and_preconditions_hold_in_the_transacti
         let pinned = CommitTerms {
             attributes: Some(json!({"etag": "one"})),
             precondition: Some(Precondition::Generation(second.generation)),
+            ..Default::default()
         };
         let (one, replaced) = store
             .commit_object_with("bkt", "k", first.generation, &Default::default(), &pinned)
@@ -469,7 +528,7 @@ fn concurrent_writes_of_a_key_all_commit_and_preconditions_hold_in_the_transacti
         // Attributes that are not an object, or too big, are refused.
         let third = store.begin_object("bkt", "k", placement(MIB, 3), 4).unwrap();
         for bad in [json!("text"), json!({"x": "y".repeat(MAX_ATTRIBUTES_BYTES)})] {
-            let terms = CommitTerms { attributes: Some(bad), precondition: None };
+            let terms = CommitTerms { attributes: Some(bad), ..Default::default() };
             let refused =
                 store.commit_object_with("bkt", "k", third.generation, &Default::default(), &terms);
             assert!(matches!(refused, Err(MetaError::InvalidAttributes { .. })), "{refused:?}");
@@ -535,10 +594,13 @@ fn versioning_keeps_versions_delete_markers_and_one_null_version() {
         assert_eq!(store.get_version("ver", "k", VersionRef::Latest).unwrap(), marker);
         // Deleting the marker brings the newest object back.
         let gone = VersionRef::Generation(marker.generation);
-        assert_eq!(store.delete_version("ver", "k", gone, None).unwrap(), marker);
+        assert_eq!(
+            store.delete_version("ver", "k", gone, VersionDelete::default()).unwrap(),
+            marker
+        );
         assert_eq!(store.get_object("ver", "k").unwrap().generation, b.generation);
         assert!(matches!(
-            store.delete_version("ver", "k", gone, None),
+            store.delete_version("ver", "k", gone, VersionDelete::default()),
             Err(MetaError::NoSuchVersion { .. })
         ));
         // Suspended: a write is the null version; the previous null one is garbage now.
@@ -557,15 +619,25 @@ fn versioning_keeps_versions_delete_markers_and_one_null_version() {
         let marker = deleted.marker.unwrap();
         assert_eq!(marker.version_id(), "null");
         // A precondition names the version it deletes.
-        let pinned = Some(Precondition::Generation(a.generation));
+        let pinned = VersionDelete {
+            precondition: Some(Precondition::Generation(a.generation)),
+            ..Default::default()
+        };
         let refused =
             store.delete_version("ver", "k", VersionRef::Generation(b.generation), pinned);
         assert!(matches!(refused, Err(MetaError::PreconditionFailed { .. })), "{refused:?}");
-        store.delete_version("ver", "k", VersionRef::Generation(b.generation), None).unwrap();
+        store
+            .delete_version(
+                "ver",
+                "k",
+                VersionRef::Generation(b.generation),
+                VersionDelete::default(),
+            )
+            .unwrap();
         assert!(matches!(store.get_object("ver", "k"), Err(MetaError::NoSuchKey { .. })));
         // The marker is the last version: the bucket is not empty until it goes.
         assert!(matches!(store.delete_bucket("ver"), Err(MetaError::BucketNotEmpty { .. })));
-        store.delete_version("ver", "k", VersionRef::Null, None).unwrap();
+        store.delete_version("ver", "k", VersionRef::Null, VersionDelete::default()).unwrap();
         assert!(store.list_objects(VERSIONS_BUCKET, "", None, 10).unwrap().objects.is_empty());
         store.delete_bucket("ver").unwrap();
         // Internal buckets are never versioned.
@@ -585,6 +657,128 @@ fn versioning_keeps_versions_delete_markers_and_one_null_version() {
     assert_eq!(reopened.get_bucket("ver").unwrap().versioning, Some(Versioning::Enabled));
     let kept = reopened.get_version("ver", "k", VersionRef::Generation(first.generation)).unwrap();
     assert!(kept.versioned && !kept.delete_marker && kept.placement == first.placement);
+}
+
+#[test]
+fn object_lock_keeps_locked_versions_until_their_time_or_a_bypass() {
+    const DAY: u64 = 24 * 3600 * 1000;
+    let (_dir, redb) = redb_in_temp();
+    let mem = MemStore::new();
+    let stores: [&dyn MetaStore; 2] = [&redb, &mem];
+    let governance = |until_ms| Retention { mode: RetentionMode::Governance, until_ms };
+    let compliance = |until_ms| Retention { mode: RetentionMode::Compliance, until_ms };
+    let locked =
+        |r: Result<ObjectRecord, MetaError>| matches!(r, Err(MetaError::ObjectLocked { .. }));
+    for store in stores {
+        store.create_bucket("ver", layout("rs(2,1)", MIB), 1).unwrap();
+        // Object lock needs versioning enabled, and then keeps it enabled.
+        let refused = store.set_bucket_object_lock("ver", BucketLock::default());
+        assert!(matches!(refused, Err(MetaError::InvalidBucketState { .. })), "{refused:?}");
+        put_versioned(store, "plain", 2);
+        let refused = store.set_version_lock(
+            "ver",
+            "plain",
+            VersionRef::Latest,
+            LockChange::LegalHold(true),
+            false,
+            2,
+        );
+        assert!(matches!(refused, Err(MetaError::ObjectLockNotEnabled { .. })), "{refused:?}");
+        store.set_bucket_versioning("ver", Versioning::Enabled, 3).unwrap();
+        let rule = DefaultRetention { mode: RetentionMode::Governance, days: Some(1), years: None };
+        let bad =
+            BucketLock { default_retention: Some(DefaultRetention { days: Some(0), ..rule }) };
+        let refused = store.set_bucket_object_lock("ver", bad);
+        assert!(matches!(refused, Err(MetaError::InvalidLock { .. })), "{refused:?}");
+        let lock = BucketLock { default_retention: Some(rule) };
+        assert_eq!(store.set_bucket_object_lock("ver", lock).unwrap().object_lock, Some(lock));
+        let refused = store.set_bucket_versioning("ver", Versioning::Suspended, 4);
+        assert!(matches!(refused, Err(MetaError::InvalidBucketState { .. })), "{refused:?}");
+
+        // A new version gets the default retention, from its creation time.
+        let (a, garbage) = put_versioned(store, "k", 10);
+        assert!(garbage.is_none());
+        assert_eq!(a.lock, ObjectLock { retention: Some(governance(10 + DAY)), legal_hold: false });
+        let a_version = VersionRef::Generation(a.generation);
+        let delete = |bypass_governance, now_ms| VersionDelete {
+            bypass_governance,
+            now_ms,
+            ..Default::default()
+        };
+        assert!(locked(store.delete_version("ver", "k", a_version, delete(false, 11))));
+        // A delete naming no version only adds a marker: allowed.
+        let marker = store.delete_latest("ver", "k", None, 12).unwrap().marker.unwrap();
+        assert!(locked(store.delete_version("ver", "k", a_version, delete(false, 13))));
+        // Neither may the clock-less internal delete remove it once it is current again.
+        let marker_version = VersionRef::Generation(marker.generation);
+        store.delete_version("ver", "k", marker_version, delete(false, 14)).unwrap();
+        assert!(locked(store.delete_object("ver", "k")));
+        // Bypass removes a governance retention.
+        assert_eq!(
+            store.delete_version("ver", "k", a_version, delete(true, 15)).unwrap().generation,
+            a.generation
+        );
+
+        // Explicit locks at commit: compliance and a legal hold.
+        let write = store.begin_object("ver", "c", placement(MIB, 20), 20).unwrap();
+        let terms = CommitTerms {
+            lock: Some(ObjectLock { retention: Some(compliance(100)), legal_hold: true }),
+            ..Default::default()
+        };
+        let (c, _) = store
+            .commit_object_with("ver", "c", write.generation, &Default::default(), &terms)
+            .unwrap();
+        let c_version = VersionRef::Generation(c.generation);
+        let set = |change, bypass, now_ms| {
+            store.set_version_lock("ver", "c", c_version, change, bypass, now_ms)
+        };
+        // Compliance: shortened, removed or made governance by no one; extended by anyone.
+        assert!(locked(set(LockChange::Retention(Some(compliance(50))), true, 21)));
+        assert!(locked(set(LockChange::Retention(None), true, 21)));
+        assert!(locked(set(LockChange::Retention(Some(governance(200))), true, 21)));
+        let extended = set(LockChange::Retention(Some(compliance(150))), false, 21).unwrap();
+        assert_eq!(extended.lock.retention, Some(compliance(150)));
+        // A retention must end in the future.
+        let past = set(LockChange::Retention(Some(compliance(10))), false, 160);
+        assert!(matches!(past, Err(MetaError::InvalidLock { .. })), "{past:?}");
+        // The legal hold holds past the retention, until it is cleared.
+        assert!(locked(store.delete_version("ver", "c", c_version, delete(true, 200))));
+        set(LockChange::LegalHold(false), false, 201).unwrap();
+        assert!(locked(store.delete_version("ver", "c", c_version, delete(true, 140))));
+        store.delete_version("ver", "c", c_version, delete(false, 201)).unwrap();
+
+        // Governance: shortened only with bypass.
+        let (g, _) = put_versioned(store, "g", 300);
+        let g_version = VersionRef::Generation(g.generation);
+        let shorter = LockChange::Retention(Some(governance(400)));
+        assert!(locked(store.set_version_lock("ver", "g", g_version, shorter, false, 301)));
+        let changed = store.set_version_lock("ver", "g", g_version, shorter, true, 301).unwrap();
+        assert_eq!(changed.lock.retention, Some(governance(400)));
+        // A delete marker takes no lock.
+        let marker = store.delete_latest("ver", "g", None, 302).unwrap().marker.unwrap();
+        let refused = store.set_version_lock(
+            "ver",
+            "g",
+            VersionRef::Generation(marker.generation),
+            LockChange::LegalHold(true),
+            false,
+            303,
+        );
+        assert!(matches!(refused, Err(MetaError::InvalidLock { .. })), "{refused:?}");
+        // The bucket keeps its locked versions: not empty.
+        assert!(matches!(store.delete_bucket("ver"), Err(MetaError::BucketNotEmpty { .. })));
+    }
+    // Locks survive a reopen.
+    let path = _dir.path().join("meta.redb");
+    drop(redb);
+    let reopened = RedbStore::open(&path).unwrap();
+    let bucket = reopened.get_bucket("ver").unwrap();
+    assert!(bucket.object_lock.is_some_and(|l| l.default_retention.is_some()));
+    let g = reopened.get_version("ver", "g", VersionRef::Null);
+    assert!(matches!(g, Err(MetaError::NoSuchVersion { .. })), "{g:?}");
+    let listed = reopened.list_objects(VERSIONS_BUCKET, "", None, 100).unwrap().objects;
+    let g = listed.iter().find(|r| r.key.contains("\0g\0") && !r.delete_marker).unwrap();
+    assert_eq!(g.lock.retention, Some(governance(400)));
 }
 
 #[test]

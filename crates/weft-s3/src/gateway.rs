@@ -30,7 +30,7 @@ use crate::{
     keys::MetaAuth,
     listing,
     multipart::{self, PartRecord, UploadRecord, PARTS_BUCKET, UPLOADS},
-    versioning,
+    object_lock, versioning,
 };
 
 /// The request header choosing an object's policy.
@@ -96,6 +96,11 @@ pub fn s3_error_of(error: ClientError) -> S3Error {
             "no_such_bucket" => s3_error!(NoSuchBucket, "{message}"),
             "no_such_key" => s3_error!(NoSuchKey, "{message}"),
             "no_such_version" => s3_error!(NoSuchVersion, "{message}"),
+            // Object lock (meta enforces it): a locked version, a bucket without it.
+            "object_locked" => s3_error!(AccessDenied, "{message}"),
+            "object_lock_not_enabled" => s3_error!(InvalidRequest, "{message}"),
+            "invalid_lock" => s3_error!(InvalidArgument, "{message}"),
+            "invalid_bucket_state" => s3_error!(InvalidBucketState, "{message}"),
             "invalid_version_id" => s3_error!(InvalidArgument, "{message}"),
             "bucket_not_empty" => s3_error!(BucketNotEmpty, "{message}"),
             "bucket_exists" => s3_error!(BucketAlreadyOwnedByYou, "{message}"),
@@ -569,12 +574,13 @@ impl Gateway {
         shown: Attributes,
         etag: Option<String>,
         precondition: Option<Precondition>,
+        lock: Option<Value>,
     ) -> S3Result<Attributes>
     where
         S: futures_util::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
         E: std::fmt::Display,
     {
-        let options = PutOptions { policy, precondition, ..PutOptions::default() };
+        let options = PutOptions { policy, precondition, lock, ..PutOptions::default() };
         let commit = CommitAttributes { attributes: shown, etag };
         let written =
             put_stream(&self.client, bucket, key, size, body, options, expected_md5, Some(commit))
@@ -624,6 +630,7 @@ impl Gateway {
                 Attributes::default(),
                 None,
                 None,
+                None,
             )
             .await?;
         if self.upload_of(&upload.bucket, &upload.key, &upload.upload_id).await.is_err() {
@@ -669,6 +676,7 @@ impl Gateway {
         key: &str,
         version_id: Option<&str>,
         conditions: &DeleteConditions<'_>,
+        bypass_governance: bool,
     ) -> S3Result<(Option<String>, bool)> {
         let Some(id) = version_id else {
             if conditions.size.is_some() || conditions.modified.is_some() {
@@ -700,13 +708,54 @@ impl Gateway {
                 Err(error) => return Err(error),
             }
         }
-        match self.client.delete_version(bucket, key, id, generation).await {
+        match self.client.delete_version(bucket, key, id, generation, bypass_governance).await {
             Ok((version, _)) => Ok((Some(id.to_string()), version.delete_marker)),
             Err(ClientError::Meta { code, .. }) if code == "no_such_version" => {
                 Ok((Some(id.to_string()), false))
             }
             Err(error) => Err(s3_error_of(error)),
         }
+    }
+
+    /// Changes the lock of a version (the current one when `version_id` is None): meta's
+    /// `change`. S3's answers: 400 InvalidRequest in a bucket without object lock, 403
+    /// AccessDenied when the lock in place refuses it.
+    async fn set_lock(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        change: Value,
+        bypass_governance: bool,
+    ) -> S3Result<()> {
+        check_key(key)?;
+        let meta = &self.client.meta;
+        match meta.set_version_lock(bucket, key, version_id, change, bypass_governance).await {
+            Ok(_) => Ok(()),
+            Err(ClientError::Meta { code, message, .. }) if code == "no_such_version" => {
+                Err(match version_id {
+                    Some(_) => s3_error!(NoSuchVersion, "{message}"),
+                    None => s3_error!(NoSuchKey, "{message}"),
+                })
+            }
+            Err(error) => Err(s3_error_of(error)),
+        }
+    }
+
+    /// The lock S3 shows of a version, in a bucket with object lock (400 InvalidRequest
+    /// otherwise, as S3).
+    async fn locked_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> S3Result<object_lock::Shown> {
+        let record = self.client.meta.get_bucket(bucket).await.map_err(s3_error_of)?;
+        if record.get("object_lock").is_none() {
+            return Err(s3_error!(InvalidRequest, "bucket {bucket:?} has no object lock"));
+        }
+        let (object, _) = self.object_version(bucket, key, version_id).await?;
+        Ok(object_lock::shown(&object.raw))
     }
 
     /// The upload `upload_id` of (bucket, key), completed or not.
@@ -803,7 +852,28 @@ impl S3 for Gateway {
             .is_none_or(|l| l.as_str().is_empty() || l.as_str() == "us-east-1");
         let bucket = req.input.bucket;
         let asks_policy = policy.is_some();
+        let asks_lock = req.input.object_lock_enabled_for_bucket == Some(true);
         match self.client.meta.create_bucket(&bucket, policy).await {
+            // Object lock: versioning enabled, then the lock; a bucket that could not get
+            // them is not left behind without them.
+            Ok(_) if asks_lock => {
+                let meta = &self.client.meta;
+                let locked = match meta.set_versioning(&bucket, "enabled").await {
+                    Ok(_) => meta.set_object_lock(&bucket, None).await,
+                    Err(error) => Err(error),
+                };
+                if let Err(error) = locked {
+                    if let Err(undo) = meta.delete_bucket(&bucket).await {
+                        tracing::warn!(%undo, bucket, "could not remove a bucket left without object lock");
+                    }
+                    return Err(match &error {
+                        ClientError::Meta { code, message, .. } if code == "not_versionable" => {
+                            s3_error!(InvalidBucketState, "{message}")
+                        }
+                        _ => s3_error_of(error),
+                    });
+                }
+            }
             Ok(_) => {}
             // S3's own code for a name that breaks the bucket naming rules.
             Err(ClientError::Meta { code, message, .. }) if code == "invalid_name" => {
@@ -937,6 +1007,12 @@ impl S3 for Gateway {
                 input.if_none_match.as_ref(),
             )
             .await?;
+        let lock = object_lock::write_lock(
+            input.object_lock_mode.as_ref(),
+            input.object_lock_retain_until_date.as_ref(),
+            input.object_lock_legal_hold_status.as_ref(),
+            now_ms(),
+        )?;
         let body = request_body(input.body, input.content_length, &headers);
         let shown = written_attributes(
             input.content_type,
@@ -958,6 +1034,7 @@ impl S3 for Gateway {
                 shown,
                 None,
                 precondition,
+                lock,
             )
             .await?;
         Ok(S3Response::new(PutObjectOutput {
@@ -985,6 +1062,7 @@ impl S3 for Gateway {
         let size = object.size;
         let (start, end, content_range, parts_count) =
             wanted_bytes(&shown, size, input.range.as_ref(), input.part_number)?;
+        let object_raw = object.raw.clone();
         let stream = self.client.object_stream(object, start, end - start);
         let mut output = GetObjectOutput {
             body: Some(StreamingBlob::wrap(stream)),
@@ -1004,6 +1082,10 @@ impl S3 for Gateway {
             version_id: shown.version_id.clone(),
             ..Default::default()
         };
+        let lock = object_lock::shown(&object_raw);
+        output.object_lock_mode = lock.mode;
+        output.object_lock_retain_until_date = lock.until;
+        output.object_lock_legal_hold_status = lock.legal_hold;
         // `response-*` query parameters override what the response says (signed requests
         // only, as S3: anonymous requests never reach here).
         if let Some(value) = input.response_content_type {
@@ -1044,7 +1126,11 @@ impl S3 for Gateway {
         )?;
         let (start, end, content_range, parts_count) =
             wanted_bytes(&shown, object.size, input.range.as_ref(), input.part_number)?;
+        let lock = object_lock::shown(&object.raw);
         Ok(S3Response::new(HeadObjectOutput {
+            object_lock_mode: lock.mode,
+            object_lock_retain_until_date: lock.until,
+            object_lock_legal_hold_status: lock.legal_hold,
             version_id: shown.version_id.clone(),
             content_length: Some((end - start) as i64),
             content_range,
@@ -1132,7 +1218,13 @@ impl S3 for Gateway {
             modified: input.if_match_last_modified_time.as_ref(),
         };
         let (version_id, marker) = self
-            .delete_any(&input.bucket, &input.key, input.version_id.as_deref(), &conditions)
+            .delete_any(
+                &input.bucket,
+                &input.key,
+                input.version_id.as_deref(),
+                &conditions,
+                input.bypass_governance_retention.unwrap_or(false),
+            )
             .await?;
         Ok(S3Response::new(DeleteObjectOutput {
             version_id,
@@ -1155,6 +1247,7 @@ impl S3 for Gateway {
         }
         self.client.meta.get_bucket(&input.bucket).await.map_err(s3_error_of)?;
         let quiet = input.delete.quiet.unwrap_or(false);
+        let bypass_governance = input.bypass_governance_retention.unwrap_or(false);
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
         for object in input.delete.objects {
@@ -1168,7 +1261,14 @@ impl S3 for Gateway {
                         size: object.size,
                         modified: object.last_modified_time.as_ref(),
                     };
-                    self.delete_any(&input.bucket, &object.key, version, &conditions).await
+                    self.delete_any(
+                        &input.bucket,
+                        &object.key,
+                        version,
+                        &conditions,
+                        bypass_governance,
+                    )
+                    .await
                 }
             };
             match outcome {
@@ -1270,6 +1370,12 @@ impl S3 for Gateway {
         } else {
             copied_attributes(&source)
         };
+        let lock = object_lock::write_lock(
+            input.object_lock_mode.as_ref(),
+            input.object_lock_retain_until_date.as_ref(),
+            input.object_lock_legal_hold_status.as_ref(),
+            now_ms(),
+        )?;
         let size = object.size;
         let stream = self.client.object_stream(object, 0, size);
         // A copy has the bytes of its source, so it keeps a multipart source's ETag.
@@ -1285,6 +1391,7 @@ impl S3 for Gateway {
                 shown,
                 etag,
                 precondition,
+                lock,
             )
             .await?;
         let version_id = written_version(&shown);
@@ -1297,6 +1404,92 @@ impl S3 for Gateway {
             copy_source_version_id: source.version_id.clone(),
             version_id,
             ..Default::default()
+        }))
+    }
+
+    async fn put_object_lock_configuration(
+        &self,
+        req: S3Request<PutObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<PutObjectLockConfigurationOutput>> {
+        let input = req.input;
+        let configuration = input
+            .object_lock_configuration
+            .ok_or_else(|| s3_error!(MalformedXML, "no ObjectLockConfiguration"))?;
+        let rule = object_lock::default_retention(&configuration)?;
+        self.client
+            .meta
+            .set_object_lock(&input.bucket, rule.as_ref())
+            .await
+            .map_err(s3_error_of)?;
+        Ok(S3Response::new(PutObjectLockConfigurationOutput::default()))
+    }
+
+    async fn get_object_lock_configuration(
+        &self,
+        req: S3Request<GetObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<GetObjectLockConfigurationOutput>> {
+        let bucket = req.input.bucket;
+        let record = self.client.meta.get_bucket(&bucket).await.map_err(s3_error_of)?;
+        let configuration = object_lock::configuration_of(&record).ok_or_else(|| {
+            s3_error!(
+                ObjectLockConfigurationNotFoundError,
+                "bucket {bucket:?} has no object lock configuration"
+            )
+        })?;
+        Ok(S3Response::new(GetObjectLockConfigurationOutput {
+            object_lock_configuration: Some(configuration),
+        }))
+    }
+
+    async fn put_object_retention(
+        &self,
+        req: S3Request<PutObjectRetentionInput>,
+    ) -> S3Result<S3Response<PutObjectRetentionOutput>> {
+        let input = req.input;
+        let change = json!({ "retention": object_lock::retention(input.retention.as_ref())? });
+        let bypass = input.bypass_governance_retention.unwrap_or(false);
+        self.set_lock(&input.bucket, &input.key, input.version_id.as_deref(), change, bypass)
+            .await?;
+        Ok(S3Response::new(PutObjectRetentionOutput::default()))
+    }
+
+    async fn get_object_retention(
+        &self,
+        req: S3Request<GetObjectRetentionInput>,
+    ) -> S3Result<S3Response<GetObjectRetentionOutput>> {
+        let input = req.input;
+        let lock =
+            self.locked_version(&input.bucket, &input.key, input.version_id.as_deref()).await?;
+        let retention = lock.retention.ok_or_else(|| {
+            s3_error!(NoSuchObjectLockConfiguration, "the object has no retention")
+        })?;
+        Ok(S3Response::new(GetObjectRetentionOutput { retention: Some(retention) }))
+    }
+
+    async fn put_object_legal_hold(
+        &self,
+        req: S3Request<PutObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<PutObjectLegalHoldOutput>> {
+        let input = req.input;
+        let status = input.legal_hold.as_ref().and_then(|h| h.status.as_ref());
+        let change = json!({ "legal_hold": object_lock::legal_hold(status)? });
+        self.set_lock(&input.bucket, &input.key, input.version_id.as_deref(), change, false)
+            .await?;
+        Ok(S3Response::new(PutObjectLegalHoldOutput::default()))
+    }
+
+    async fn get_object_legal_hold(
+        &self,
+        req: S3Request<GetObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<GetObjectLegalHoldOutput>> {
+        let input = req.input;
+        let lock =
+            self.locked_version(&input.bucket, &input.key, input.version_id.as_deref()).await?;
+        let status = lock.legal_hold.unwrap_or_else(|| {
+            ObjectLockLegalHoldStatus::from_static(ObjectLockLegalHoldStatus::OFF)
+        });
+        Ok(S3Response::new(GetObjectLegalHoldOutput {
+            legal_hold: Some(ObjectLockLegalHold { status: Some(status) }),
         }))
     }
 
@@ -1504,6 +1697,12 @@ impl S3 for Gateway {
             };
         let input = req.input;
         check_key(&input.key)?;
+        let lock = object_lock::write_lock(
+            input.object_lock_mode.as_ref(),
+            input.object_lock_retain_until_date.as_ref(),
+            input.object_lock_legal_hold_status.as_ref(),
+            now_ms(),
+        )?;
         match meta.create_bucket(PARTS_BUCKET, None).await {
             Ok(_) | Err(ClientError::Meta { status: 409, .. }) => {}
             Err(error) => return Err(s3_error_of(error)),
@@ -1527,6 +1726,7 @@ impl S3 for Gateway {
             policy,
             shown,
             completed: None,
+            lock,
         };
         let name = multipart::upload_name(&upload.bucket, &upload.upload_id);
         let value = serde_json::to_value(&upload).expect("uploads serialize");
@@ -1701,6 +1901,7 @@ impl S3 for Gateway {
                     shown,
                     Some(etag),
                     precondition,
+                    upload.lock.clone(),
                 )
                 .await?;
             let completed = multipart::Completed {

@@ -46,6 +46,7 @@ pub mod gateway;
 pub mod keys;
 pub mod listing;
 pub mod multipart;
+pub mod object_lock;
 pub mod versioning;
 
 use std::net::SocketAddr;

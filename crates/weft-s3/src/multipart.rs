@@ -64,6 +64,10 @@ pub struct UploadRecord {
     /// Set once completed: what the Complete answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed: Option<Completed>,
+    /// The object lock the completed object gets (meta's `lock` JSON), from the create's
+    /// object lock headers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock: Option<serde_json::Value>,
 }
 
 /// What a Complete made (and answers again when repeated).

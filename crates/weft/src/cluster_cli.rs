@@ -1394,7 +1394,7 @@ fn empty_bucket(args: &BucketRmArgs) -> Result<Emptied, CliError> {
                 break;
             }
             for (key, version) in versions {
-                match client.delete_version(bucket, &key, &version, None).await {
+                match client.delete_version(bucket, &key, &version, None, false).await {
                     Ok((_, left)) => {
                         emptied.versions += 1;
                         emptied.units_left += left;

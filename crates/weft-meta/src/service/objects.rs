@@ -226,6 +226,9 @@ pub(crate) fn object_json(record: &ObjectRecord, units: UnitsPage) -> Value {
     if record.delete_marker {
         value["delete_marker"] = json!(true);
     }
+    if !record.lock.is_none() {
+        value["lock"] = json!(record.lock);
+    }
     if let Some(extents) = &record.raidp {
         // The record's own facts; replies that know the map add slots and replicas.
         value["raidp"] = json!({ "extents": extents });
@@ -390,6 +393,10 @@ struct CommitBody {
     /// one has this generation (`{"generation": G}`); else 412 `precondition_failed`.
     #[serde(default, rename = "if")]
     precondition: Option<crate::Precondition>,
+    /// S3 object lock of the new version (`{"retention": {"mode", "until_ms"}, "legal_hold"}`);
+    /// absent: the bucket's default retention, if any.
+    #[serde(default)]
+    lock: Option<crate::ObjectLock>,
 }
 
 /// Digests named by unit name, by unit; a name that is no unit name is 400.
@@ -581,7 +588,11 @@ async fn commit(
         ))
     })?;
     let mut digests = digests_by_unit(body.digests)?;
-    let terms = crate::CommitTerms { attributes: body.attributes, precondition: body.precondition };
+    let terms = crate::CommitTerms {
+        attributes: body.attributes,
+        precondition: body.precondition,
+        lock: body.lock,
+    };
     meta.changes.note(&bucket, &key);
     let ((record, replaced), nodes, bucket_versioned) = blocking(&meta, move |store| {
         let owner = digest_pages::of_write(body.generation);

@@ -33,21 +33,13 @@ use crate::{MetaError, MetaStore, ObjectRecord, Versioning, MAX_LIST_LIMIT, VERS
 
 /// The JSON of a version as stored (`objects::object_json`) with its S3 identity.
 pub(crate) fn version_json(record: &ObjectRecord, units: Value, is_latest: bool) -> Value {
-    let (bucket, key) = s3_name(record);
+    let (bucket, key) = crate::versions::s3_name(record);
     let mut value = units;
     value["version_id"] = json!(record.version_id());
     value["delete_marker"] = json!(record.delete_marker);
     value["is_latest"] = json!(is_latest);
     value["version_of"] = json!({ "bucket": bucket, "key": key });
     value
-}
-
-/// The S3 bucket and key of a version record (stored under either).
-fn s3_name(record: &ObjectRecord) -> (String, String) {
-    match parse_version_name(&record.key).filter(|_| record.bucket == VERSIONS_BUCKET) {
-        Some((bucket, key, _)) => (bucket.to_string(), key.to_string()),
-        None => (record.bucket.clone(), record.key.clone()),
-    }
 }
 
 #[derive(Deserialize)]
@@ -82,6 +74,9 @@ pub(crate) struct VersionQuery {
     version_id: Option<String>,
     /// Deletes: only when the version's generation is this (412 otherwise).
     if_generation: Option<u64>,
+    /// Deletes: remove a version under governance retention.
+    #[serde(default)]
+    bypass_governance: bool,
 }
 
 fn version_ref(query: &VersionQuery, latest_allowed: bool) -> Result<VersionRef, ApiError> {
@@ -129,10 +124,14 @@ pub(crate) async fn delete_version(
     Query(query): Query<VersionQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let version = version_ref(&query, false)?;
-    let precondition = query.if_generation.map(crate::Precondition::Generation);
+    let terms = crate::VersionDelete {
+        precondition: query.if_generation.map(crate::Precondition::Generation),
+        bypass_governance: query.bypass_governance,
+        now_ms: now_ms(),
+    };
     let changed = (bucket.clone(), key.clone());
     let (record, nodes) = blocking(&meta, move |store| {
-        let record = store.delete_version(&bucket, &key, version, precondition)?;
+        let record = store.delete_version(&bucket, &key, version, terms)?;
         Ok((record, store.list_nodes()?))
     })
     .await?;
@@ -140,6 +139,93 @@ pub(crate) async fn delete_version(
     tracing::info!(bucket = %changed.0, key = %changed.1, version = %record.version_id(), "version deleted");
     let units = units_json(&record, &nodes, Some(&meta.liveness()))?;
     Ok(Json(version_json(&record, object_json(&record, units), false)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ObjectLockBody {
+    #[serde(default)]
+    default_retention: Option<crate::DefaultRetention>,
+}
+
+/// `PUT /v1/buckets/{name}/object-lock`: body `{"default_retention": null | {"mode":
+/// "governance" | "compliance", "days": N | "years": N}}`. Enables object lock (versioning
+/// must be enabled: 409 `invalid_bucket_state`) or replaces its default retention.
+pub(crate) async fn set_object_lock(
+    State(meta): State<Shared>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let body: ObjectLockBody = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "the body must be {{\"default_retention\": null or {{\"mode\": \"governance\" or \
+             \"compliance\", \"days\" or \"years\": N}}}}: {e}"
+        ))
+    })?;
+    let lock = crate::BucketLock { default_retention: body.default_retention };
+    let record = blocking(&meta, move |store| store.set_bucket_object_lock(&name, lock)).await?;
+    tracing::info!(bucket = %record.name, "bucket object lock set");
+    Ok(Json(json!(record)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LockBody {
+    /// Sets (an object) or removes (null) the retention.
+    #[serde(default, deserialize_with = "present")]
+    retention: Option<Option<crate::Retention>>,
+    legal_hold: Option<bool>,
+    #[serde(default)]
+    bypass_governance: bool,
+}
+
+/// A field that may be null, told apart from one that is absent (which is None).
+fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(deserializer).map(Some)
+}
+
+/// `PUT /v1/buckets/{bucket}/locks/{key}[?version_id=V]`: changes the object lock of that
+/// version (the current object when none is named). Body: `{"retention": {"mode",
+/// "until_ms"} | null}` or `{"legal_hold": bool}`, with `"bypass_governance": true` to
+/// shorten or remove a governance retention. Answers the version.
+pub(crate) async fn set_version_lock(
+    State(meta): State<Shared>,
+    Path((bucket, key)): Path<(String, String)>,
+    Query(query): Query<VersionQuery>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let version = version_ref(&query, true)?;
+    let usage = "the body must be {\"retention\": {\"mode\", \"until_ms\"} or null} or \
+                 {\"legal_hold\": bool}, with an optional \"bypass_governance\": bool";
+    let body: LockBody = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("{usage}: {e}")))?;
+    let change = match (body.retention, body.legal_hold) {
+        (Some(retention), None) => crate::LockChange::Retention(retention),
+        (None, Some(on)) => crate::LockChange::LegalHold(on),
+        _ => return Err(ApiError::bad_request(usage)),
+    };
+    let live = meta.liveness();
+    let changed = (bucket.clone(), key.clone());
+    let (record, nodes) = blocking(&meta, move |store| {
+        let record = store.set_version_lock(
+            &bucket,
+            &key,
+            version,
+            change,
+            body.bypass_governance,
+            now_ms(),
+        )?;
+        Ok((record, store.list_nodes()?))
+    })
+    .await?;
+    tracing::info!(bucket = %changed.0, key = %changed.1, version = %record.version_id(), "version lock set");
+    let units = units_json(&record, &nodes, Some(&live))?;
+    let is_latest = record.bucket != VERSIONS_BUCKET;
+    Ok(Json(version_json(&record, object_json(&record, units), is_latest)))
 }
 
 #[derive(Deserialize)]
