@@ -27,7 +27,8 @@
 //!   none for SigV2, so an old request could be replayed forever).
 //! - What weft does not do is refused, never silently skipped: server-side encryption
 //!   headers (an object would be stored in the clear and an SSE-C one readable without its
-//!   key) and object lock (a retention it would not enforce) answer 501 NotImplemented.
+//!   key) answer 501 NotImplemented. Object lock is done, and enforced by meta
+//!   ([`object_lock`]).
 //! - No request that fails creates an object: bodies that are short, long or fail their
 //!   Content-MD5 never let the write commit (the last bytes are held back until checked).
 //! - Anonymous requests are refused (s3s's default access check once auth is set), but for
@@ -192,12 +193,6 @@ fn unsupported_feature(request: &http::Request<hyper::body::Incoming>) -> Option
     };
     if named("x-amz-server-side-encryption") {
         return refuse("server-side encryption (SSE-S3, SSE-KMS, SSE-C)");
-    }
-    let lock_on = headers
-        .get("x-amz-bucket-object-lock-enabled")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
-    if lock_on || named("x-amz-object-lock-") {
-        return refuse("object lock (retention, legal hold)");
     }
     None
 }
