@@ -113,6 +113,20 @@ impl MetaClient {
         self.put_json(&path, policy.unwrap_or_else(|| json!({}))).await
     }
 
+    /// Creates a bucket with the gateway records `bucket_config/<name>/<suffix>` of
+    /// `config` (an object of suffix → value), written by meta with it.
+    pub async fn create_bucket_with_config(
+        &self,
+        name: &str,
+        policy: Option<Value>,
+        config: Value,
+    ) -> Result<Value> {
+        let path = format!("/v1/buckets/{}", encode_path(name).replace('/', "%2F"));
+        let mut body = policy.unwrap_or_else(|| json!({}));
+        body["s3_config"] = config;
+        self.put_json(&path, body).await
+    }
+
     /// Deletes an empty bucket.
     pub async fn delete_bucket(&self, name: &str) -> Result<()> {
         let path = format!("/v1/buckets/{}", encode_path(name).replace('/', "%2F"));

@@ -126,6 +126,23 @@ impl MetaClient {
         self.put_json(&path, serde_json::json!({ "default_retention": default_retention })).await
     }
 
+    /// Replaces the attributes of version `version_id` of (bucket, key) (the current object
+    /// when None). Answers the version as stored.
+    pub async fn set_version_attributes(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        attributes: &Value,
+    ) -> Result<VersionInfo> {
+        let mut path = Self::object_path(bucket, key)?.replacen("/objects/", "/attributes/", 1);
+        if let Some(id) = version_id {
+            path.push_str(&format!("?version_id={}", encode_query(id)));
+        }
+        let body = serde_json::json!({ "attributes": attributes });
+        VersionInfo::from_json(self.put_json(&path, body).await?)
+    }
+
     /// Changes the object lock of version `version_id` of (bucket, key) (the current object
     /// when None): `change` is `{"retention": {"mode", "until_ms"} | null}` or
     /// `{"legal_hold": bool}`. Answers the version as stored.

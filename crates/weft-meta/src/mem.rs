@@ -271,6 +271,16 @@ impl MetaStore for MemStore {
         )
     }
 
+    fn set_version_attributes(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: VersionRef,
+        attributes: serde_json::Value,
+    ) -> Result<ObjectRecord, MetaError> {
+        versions::set_version_attributes(&mut *self.lock(), bucket, key, version, attributes)
+    }
+
     fn put_record(
         &self,
         namespace: &str,

@@ -776,6 +776,18 @@ impl MetaStore for RedbStore {
         })
     }
 
+    fn set_version_attributes(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: VersionRef,
+        attributes: serde_json::Value,
+    ) -> Result<ObjectRecord, MetaError> {
+        self.in_version_tables(|tables| {
+            versions::set_version_attributes(tables, bucket, key, version, attributes)
+        })
+    }
+
     fn put_record(
         &self,
         namespace: &str,

@@ -422,6 +422,7 @@ fn router(meta: Shared, guard: Guard) -> Router {
         .route("/v1/buckets/{name}/versions", get(versions::list_versions))
         .route("/v1/buckets/{name}/object-lock", put(versions::set_object_lock))
         .route("/v1/buckets/{name}/locks/{*key}", put(versions::set_version_lock))
+        .route("/v1/buckets/{name}/attributes/{*key}", put(versions::set_version_attributes))
         .route(
             "/v1/buckets/{name}/versions/{*key}",
             get(versions::get_version).delete(versions::delete_version),
@@ -1027,20 +1028,88 @@ async fn create_bucket(
         error.body["bucket"] = json!(name);
         return Err(error);
     }
+    let (body, config) = split_bucket_config(&body)?;
     let (nodes, domains) = cluster_size(&meta).await?;
     if let Some(asked) = raidp_request(&body)? {
-        return create_raidp_bucket(meta, name, asked).await;
+        let response = create_raidp_bucket(meta.clone(), name.clone(), asked).await?;
+        write_bucket_config(&meta, name, config).await?;
+        return Ok(response);
     }
     if let Some(asked) = geometric::request(&body)? {
-        let record = geometric::create_bucket(meta, name, asked, domains).await?;
+        let record = geometric::create_bucket(meta.clone(), name.clone(), asked, domains).await?;
+        write_bucket_config(&meta, name, config).await?;
         return Ok((StatusCode::CREATED, Json(json!(record))).into_response());
     }
     let policy = parse_policy_over(&body, default_policy_for(domains))?;
     check_fits(&policy, nodes, domains, meta.failure_domain)?;
     let now = now_ms();
-    let record = blocking(&meta, move |store| store.create_bucket(&name, policy, now)).await?;
+    let record = blocking(&meta, move |store| {
+        let record = store.create_bucket(&name, policy, now)?;
+        // Its S3 configurations (the gateway's owner and ACL) at once, before any other
+        // request could find it without them.
+        for (suffix, value) in &config {
+            store.put_record(
+                crate::store::BUCKET_CONFIG,
+                &format!("{name}/{suffix}"),
+                value,
+                false,
+            )?;
+        }
+        Ok(record)
+    })
+    .await?;
     tracing::info!(bucket = %record.name, "bucket created");
     Ok((StatusCode::CREATED, Json(json!(record))).into_response())
+}
+
+/// Writes the S3 configurations a bucket was created with (RAIDP and geometric buckets,
+/// made by their own paths).
+async fn write_bucket_config(
+    meta: &Shared,
+    name: String,
+    config: Vec<(String, Value)>,
+) -> Result<(), ApiError> {
+    if config.is_empty() {
+        return Ok(());
+    }
+    blocking(meta, move |store| {
+        for (suffix, value) in &config {
+            store.put_record(
+                crate::store::BUCKET_CONFIG,
+                &format!("{name}/{suffix}"),
+                value,
+                false,
+            )?;
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// Most S3 configurations a bucket is created with.
+const MAX_CREATE_CONFIGS: usize = 8;
+
+/// A create body without its `"s3_config": {suffix: value}` (the S3 gateway's records of the
+/// new bucket, `bucket_config/<bucket>/<suffix>`), and those.
+fn split_bucket_config(body: &[u8]) -> Result<(Vec<u8>, Vec<(String, Value)>), ApiError> {
+    let Ok(Value::Object(mut fields)) = serde_json::from_slice::<Value>(body) else {
+        return Ok((body.to_vec(), Vec::new()));
+    };
+    let Some(config) = fields.remove("s3_config") else {
+        return Ok((body.to_vec(), Vec::new()));
+    };
+    let Value::Object(config) = config else {
+        return Err(ApiError::bad_request("s3_config must be an object of records"));
+    };
+    if config.len() > MAX_CREATE_CONFIGS
+        || config.keys().any(|k| k.is_empty() || k.contains('/') || k.len() > 64)
+    {
+        return Err(ApiError::bad_request(format!(
+            "s3_config holds at most {MAX_CREATE_CONFIGS} records named by short words"
+        )));
+    }
+    let rest = serde_json::to_vec(&Value::Object(fields)).expect("JSON serializes");
+    Ok((rest, config.into_iter().collect()))
 }
 
 /// The superchunk size and Lstor count a bucket body asks for when its code is `raidp`

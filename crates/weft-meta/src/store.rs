@@ -356,6 +356,16 @@ pub trait MetaStore: Send + Sync {
         bypass_governance: bool,
         now_ms: u64,
     ) -> Result<ObjectRecord, MetaError>;
+    /// Replaces the attributes of one version of (bucket, key), current or not (the S3
+    /// gateway's ACL changes); returns the version as stored. Checked as a commit's are
+    /// ([`check_attributes`]); a delete marker has none.
+    fn set_version_attributes(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: crate::VersionRef,
+        attributes: serde_json::Value,
+    ) -> Result<ObjectRecord, MetaError>;
     /// How many times an object moved between its bucket and [`crate::VERSIONS_BUCKET`]
     /// (store-wide, never goes back): a walk of every object that read the same count before
     /// and after saw every object with units once at least.

@@ -377,6 +377,32 @@ pub(crate) fn delete_version(
     Ok(removed)
 }
 
+/// Replaces the attributes of `version` of (bucket, key) (the S3 gateway's ACL changes);
+/// returns the version as stored. A delete marker has none ([`MetaError::InvalidAttributes`]).
+pub(crate) fn set_version_attributes(
+    tables: &mut dyn VersionTables,
+    bucket: &str,
+    key: &str,
+    version: VersionRef,
+    attributes: serde_json::Value,
+) -> Result<ObjectRecord, MetaError> {
+    crate::store::check_attributes(Some(&attributes), bucket, key)?;
+    tables.bucket(bucket)?;
+    let Some(mut found) = find_version(tables, bucket, key, version)? else {
+        return Err(no_such_version(bucket, key, version));
+    };
+    if found.delete_marker {
+        return Err(MetaError::InvalidAttributes {
+            bucket: bucket.into(),
+            key: key.into(),
+            reason: "a delete marker has no attributes".into(),
+        });
+    }
+    found.attributes = Some(attributes);
+    tables.insert_object(&found)?;
+    Ok(found)
+}
+
 /// When (bucket, key) has no current object and its newest version is an object (not a
 /// delete marker), that version becomes current again.
 pub(crate) fn promote(

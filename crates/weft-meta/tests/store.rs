@@ -782,6 +782,37 @@ fn object_lock_keeps_locked_versions_until_their_time_or_a_bypass() {
 }
 
 #[test]
+fn a_version_s_attributes_are_replaced_in_place() {
+    for store in [&MemStore::new() as &dyn MetaStore, &redb_in_temp().1] {
+        store.create_bucket("ver", layout("rs(2,1)", MIB), 1).unwrap();
+        store.set_bucket_versioning("ver", Versioning::Enabled, 2).unwrap();
+        let (old, _) = put_versioned(store, "k", 3);
+        let (new, _) = put_versioned(store, "k", 4);
+        let acl = json!({"etag": "e", "acl": {"owner": "alice"}});
+        let version = VersionRef::Generation(old.generation);
+        let changed = store.set_version_attributes("ver", "k", version, acl.clone()).unwrap();
+        assert_eq!(
+            (changed.bucket.as_str(), changed.attributes),
+            (VERSIONS_BUCKET, Some(acl.clone()))
+        );
+        // The noncurrent version changed, in place; the current one did not.
+        assert_eq!(store.get_version("ver", "k", version).unwrap().placement, old.placement);
+        assert_eq!(store.get_object("ver", "k").unwrap(), new);
+        let current = store.set_version_attributes("ver", "k", VersionRef::Latest, acl.clone());
+        assert_eq!(current.unwrap().generation, new.generation);
+        assert_eq!(store.get_object("ver", "k").unwrap().attributes, Some(acl));
+        let refused = store.set_version_attributes("ver", "k", version, json!([1]));
+        assert!(matches!(refused, Err(MetaError::InvalidAttributes { .. })), "{refused:?}");
+        let marker = store.delete_latest("ver", "k", None, 5).unwrap().marker.unwrap();
+        let on_marker = VersionRef::Generation(marker.generation);
+        let refused = store.set_version_attributes("ver", "k", on_marker, json!({}));
+        assert!(matches!(refused, Err(MetaError::InvalidAttributes { .. })), "{refused:?}");
+        let missing = store.set_version_attributes("ver", "nope", VersionRef::Latest, json!({}));
+        assert!(matches!(missing, Err(MetaError::NoSuchVersion { .. })), "{missing:?}");
+    }
+}
+
+#[test]
 fn bucket_delete_refused_when_not_empty() {
     for store in [&MemStore::new() as &dyn MetaStore, &redb_in_temp().1] {
         store.create_bucket("bkt", layout("rs(2,1)", MIB), 0).unwrap();

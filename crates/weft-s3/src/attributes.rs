@@ -67,6 +67,10 @@ pub struct Attributes {
     /// (GetObject and HeadObject by `partNumber`); empty for any other object.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<u64>,
+    /// The object's ACL ([`crate::acl`]): its owner and grants. None for objects written
+    /// before ACLs or by `weft put` (owned by their bucket's owner, private).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acl: Option<crate::acl::Acl>,
     /// The object's S3 version id, when its bucket is versioned: filled from the object when
     /// read, never stored (it is the object's own).
     #[serde(skip)]

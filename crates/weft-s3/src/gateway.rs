@@ -24,6 +24,8 @@ use weft_client::{Client, ClientError, ObjectInfo, Precondition, PutOptions};
 use weft_layout::StripedLayout;
 
 use crate::{
+    access::{acl_record_name, shown_acl, AclCache, AclRequest, BucketAccess},
+    acl::Acl,
     attributes::{self, Attributes},
     body::{content_md5, put_stream, CommitAttributes},
     cors::{self, CorsCache, CorsConfig},
@@ -56,12 +58,29 @@ pub struct Gateway {
     /// Buckets' CORS configurations as the hyper wrapper answers with them (shared cache):
     /// forgotten here when this gateway changes one.
     cors: CorsCache,
+    /// Buckets' owners and ACLs as recently read (shared cache; see `access`).
+    acls: AclCache,
 }
 
 impl Gateway {
     pub fn new(client: Client, keys: MetaAuth) -> Gateway {
         let cors = CorsCache::new(client.meta.clone());
-        Gateway { client, keys, cors }
+        Gateway { client, keys, cors, acls: AclCache::default() }
+    }
+
+    /// The weft client it serves with.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The key lookup (users of access keys).
+    pub(crate) fn keys(&self) -> &MetaAuth {
+        &self.keys
+    }
+
+    /// Buckets' access as recently read (see `access`).
+    pub(crate) fn acls(&self) -> &AclCache {
+        &self.acls
     }
 
     /// The CORS cache the gateway keeps current with its own changes (clones share it).
@@ -717,6 +736,84 @@ impl Gateway {
         }
     }
 
+    /// The ACL of a version of an object (the current one when `version_id` is None): its
+    /// own, else private to its bucket's owner (the requester in a shared bucket).
+    async fn current_object_acl(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        credentials: Option<&s3s::auth::Credentials>,
+    ) -> S3Result<Acl> {
+        let (object, _) = self.object_version(bucket, key, version_id).await?;
+        if let Some(acl) = crate::access::object_acl(&object.raw) {
+            return Ok(acl);
+        }
+        let owner = match self.bucket_access(bucket).await?.owner() {
+            Some(owner) => owner.to_string(),
+            None => self.requester(credentials).await?.unwrap_or_default(),
+        };
+        Ok(Acl::private(&owner))
+    }
+
+    /// The ACL an object written by this request gets: the one it asks for (canned or
+    /// grants), else private; owned by the writer (by the bucket's owner when anonymous).
+    async fn written_acl(
+        &self,
+        credentials: Option<&s3s::auth::Credentials>,
+        headers: &http::HeaderMap,
+        bucket: &str,
+        canned: Option<&ObjectCannedACL>,
+        grants: [Option<&String>; 4],
+    ) -> S3Result<Acl> {
+        let bucket_owner = self.bucket_access(bucket).await?.owner().map(str::to_string);
+        let who = self.requester(credentials).await?;
+        let owner = who.or_else(|| bucket_owner.clone()).unwrap_or_default();
+        let [full_control, read, read_acp, write_acp] = grants;
+        // s3s keeps no x-amz-grant-write of object writes; S3 takes it (and ignores it).
+        let write = header_text(headers, "x-amz-grant-write").map(str::to_string);
+        let request = AclRequest {
+            policy: None,
+            grants: AclRequest::grant_headers(
+                full_control,
+                read,
+                read_acp,
+                write.as_ref(),
+                write_acp,
+            ),
+            canned: canned.map(|c| c.as_str()),
+        };
+        let acl = self.requested_acl(&request, &owner, bucket_owner.as_deref()).await?;
+        let acl = acl.unwrap_or_else(|| Acl::private(&owner));
+        self.check_public_acl(bucket, &acl).await?;
+        Ok(acl)
+    }
+
+    /// The owner of every owned bucket, by bucket (shared buckets are left out).
+    async fn bucket_owners(&self) -> S3Result<BTreeMap<String, String>> {
+        let mut owners = BTreeMap::new();
+        let mut after: Option<String> = None;
+        loop {
+            let (page, next) = self
+                .client
+                .meta
+                .list_records(cors::BUCKET_CONFIG, "", after.as_deref(), 1000)
+                .await
+                .map_err(s3_error_of)?;
+            for (name, value) in page {
+                if let Some(bucket) = name.strip_suffix("/acl") {
+                    if let Ok(acl) = serde_json::from_value::<Acl>(value) {
+                        owners.insert(bucket.to_string(), acl.owner);
+                    }
+                }
+            }
+            match next {
+                Some(name) => after = Some(name),
+                None => return Ok(owners),
+            }
+        }
+    }
+
     /// Changes the lock of a version (the current one when `version_id` is None): meta's
     /// `change`. S3's answers: 400 InvalidRequest in a bucket without object lock, 403
     /// AccessDenied when the lock in place refuses it.
@@ -794,6 +891,14 @@ impl S3 for Gateway {
             }
         };
         let prefix = input.prefix.clone().unwrap_or_default();
+        // Anonymous: no buckets (S3). Others: the buckets they own, and the shared ones.
+        let Some(who) = self.requester(req.credentials.as_ref()).await? else {
+            return Ok(S3Response::new(ListBucketsOutput {
+                buckets: Some(Vec::new()),
+                ..Default::default()
+            }));
+        };
+        let owners = self.bucket_owners().await?;
         let answer = self.client.meta.list_buckets().await.map_err(s3_error_of)?;
         let mut buckets: Vec<Bucket> = answer["buckets"]
             .as_array()
@@ -803,6 +908,7 @@ impl S3 for Gateway {
                         let name = b["name"].as_str()?;
                         // Internal buckets (a leading '.') are not S3 buckets.
                         let listed = !name.starts_with('.')
+                            && owners.get(name).is_none_or(|owner| *owner == who)
                             && name.starts_with(&prefix)
                             && input.continuation_token.as_deref().is_none_or(|after| name > after);
                         listed.then(|| Bucket {
@@ -826,7 +932,7 @@ impl S3 for Gateway {
         Ok(S3Response::new(ListBucketsOutput {
             buckets: Some(buckets),
             continuation_token,
-            owner: Some(owner_of(req.credentials.as_ref())),
+            owner: Some(Owner { display_name: Some(who.clone()), id: Some(who) }),
             prefix: input.prefix,
         }))
     }
@@ -850,10 +956,41 @@ impl S3 for Gateway {
             .as_ref()
             .and_then(|c| c.location_constraint.as_ref())
             .is_none_or(|l| l.as_str().is_empty() || l.as_str() == "us-east-1");
+        let who = self
+            .requester(req.credentials.as_ref())
+            .await?
+            .ok_or_else(|| s3_error!(AccessDenied, "creating a bucket needs a signed request"))?;
+        let input = &req.input;
+        let acl_request = AclRequest {
+            policy: None,
+            grants: AclRequest::grant_headers(
+                input.grant_full_control.as_ref(),
+                input.grant_read.as_ref(),
+                input.grant_read_acp.as_ref(),
+                input.grant_write.as_ref(),
+                input.grant_write_acp.as_ref(),
+            ),
+            canned: input.acl.as_ref().map(|a| a.as_str()),
+        };
+        let acl = self.requested_acl(&acl_request, &who, None).await?;
+        let acl = acl.unwrap_or_else(|| Acl::private(&who));
         let bucket = req.input.bucket;
         let asks_policy = policy.is_some();
         let asks_lock = req.input.object_lock_enabled_for_bucket == Some(true);
-        match self.client.meta.create_bucket(&bucket, policy).await {
+        // Someone else's bucket: S3's BucketAlreadyExists, whatever the region.
+        self.acls().forget(&bucket);
+        if let BucketAccess::Owned(existing) = self.bucket_access(&bucket).await? {
+            if existing.owner != who {
+                return Err(s3_error!(BucketAlreadyExists, "bucket {bucket:?} is someone else's"));
+            }
+        }
+        // Meta writes the owner with the bucket, so a new bucket is not one without an
+        // owner (which every user may use) for longer than its own creation.
+        let meta = &self.client.meta;
+        let config = json!({ "acl": acl });
+        let created = meta.create_bucket_with_config(&bucket, policy, config).await;
+        self.acls().forget(&bucket);
+        match created {
             // Object lock: versioning enabled, then the lock; a bucket that could not get
             // them is not left behind without them.
             Ok(_) if asks_lock => {
@@ -910,6 +1047,7 @@ impl S3 for Gateway {
         req: S3Request<DeleteBucketInput>,
     ) -> S3Result<S3Response<DeleteBucketOutput>> {
         let bucket = req.input.bucket;
+        self.acls().forget(&bucket);
         let meta = &self.client.meta;
         // As S3: uploads in progress do not keep a bucket with no objects; they go with it.
         let objects = meta.list_objects(&bucket, "", None, 1).await.map_err(s3_error_of)?;
@@ -932,6 +1070,7 @@ impl S3 for Gateway {
         // Meta deletes the bucket's configurations (CORS) with it.
         let deleted = meta.delete_bucket(&bucket).await.map_err(s3_error_of);
         self.cors.forget(&bucket);
+        self.acls().forget(&bucket);
         deleted?;
         Ok(S3Response::new(DeleteBucketOutput::default()))
     }
@@ -1013,8 +1152,22 @@ impl S3 for Gateway {
             input.object_lock_legal_hold_status.as_ref(),
             now_ms(),
         )?;
+        let acl = self
+            .written_acl(
+                req.credentials.as_ref(),
+                &headers,
+                &input.bucket,
+                input.acl.as_ref(),
+                [
+                    input.grant_full_control.as_ref(),
+                    input.grant_read.as_ref(),
+                    input.grant_read_acp.as_ref(),
+                    input.grant_write_acp.as_ref(),
+                ],
+            )
+            .await?;
         let body = request_body(input.body, input.content_length, &headers);
-        let shown = written_attributes(
+        let mut shown = written_attributes(
             input.content_type,
             input.metadata,
             input.cache_control,
@@ -1023,6 +1176,7 @@ impl S3 for Gateway {
             input.content_language,
             input.expires,
         );
+        shown.acl = Some(acl);
         let shown = self
             .write_object(
                 &input.bucket,
@@ -1357,7 +1511,21 @@ impl S3 for Gateway {
             input.copy_source_if_unmodified_since.as_ref(),
             |_| s3_error!(PreconditionFailed, "the copy source's conditions are not met"),
         )?;
-        let shown = if replace {
+        let acl = self
+            .written_acl(
+                req.credentials.as_ref(),
+                &req.headers,
+                &input.bucket,
+                input.acl.as_ref(),
+                [
+                    input.grant_full_control.as_ref(),
+                    input.grant_read.as_ref(),
+                    input.grant_read_acp.as_ref(),
+                    input.grant_write_acp.as_ref(),
+                ],
+            )
+            .await?;
+        let mut shown = if replace {
             written_attributes(
                 input.content_type,
                 input.metadata,
@@ -1370,6 +1538,7 @@ impl S3 for Gateway {
         } else {
             copied_attributes(&source)
         };
+        shown.acl = Some(acl);
         let lock = object_lock::write_lock(
             input.object_lock_mode.as_ref(),
             input.object_lock_retain_until_date.as_ref(),
@@ -1491,6 +1660,212 @@ impl S3 for Gateway {
         Ok(S3Response::new(GetObjectLegalHoldOutput {
             legal_hold: Some(ObjectLockLegalHold { status: Some(status) }),
         }))
+    }
+
+    async fn get_bucket_acl(
+        &self,
+        req: S3Request<GetBucketAclInput>,
+    ) -> S3Result<S3Response<GetBucketAclOutput>> {
+        let bucket = req.input.bucket;
+        let acl = match self.bucket_access(&bucket).await? {
+            BucketAccess::Missing => {
+                return Err(s3_error!(NoSuchBucket, "no bucket {bucket:?}"));
+            }
+            // A shared bucket: each user sees it as theirs.
+            BucketAccess::Shared => {
+                let who = self.requester(req.credentials.as_ref()).await?.unwrap_or_default();
+                Acl::private(&who)
+            }
+            BucketAccess::Owned(acl) => acl,
+        };
+        let (owner, grants) = shown_acl(&acl);
+        Ok(S3Response::new(GetBucketAclOutput { owner: Some(owner), grants: Some(grants) }))
+    }
+
+    async fn put_bucket_acl(
+        &self,
+        req: S3Request<PutBucketAclInput>,
+    ) -> S3Result<S3Response<PutBucketAclOutput>> {
+        let input = &req.input;
+        let bucket = input.bucket.clone();
+        let who = self.requester(req.credentials.as_ref()).await?.unwrap_or_default();
+        let owner = match self.bucket_access(&bucket).await? {
+            BucketAccess::Missing => return Err(s3_error!(NoSuchBucket, "no bucket {bucket:?}")),
+            // Setting an ACL on a shared bucket makes the user who sets it its owner.
+            BucketAccess::Shared => who.clone(),
+            BucketAccess::Owned(acl) => acl.owner,
+        };
+        let request = AclRequest {
+            policy: input.access_control_policy.as_ref(),
+            grants: AclRequest::grant_headers(
+                input.grant_full_control.as_ref(),
+                input.grant_read.as_ref(),
+                input.grant_read_acp.as_ref(),
+                input.grant_write.as_ref(),
+                input.grant_write_acp.as_ref(),
+            ),
+            canned: input.acl.as_ref().map(|a| a.as_str()),
+        };
+        let acl = self
+            .requested_acl(&request, &owner, None)
+            .await?
+            .ok_or_else(|| s3_error!(MalformedACLError, "the request names no ACL"))?;
+        self.check_public_acl(&bucket, &acl).await?;
+        let value = serde_json::to_value(&acl).expect("ACLs serialize");
+        let meta = &self.client.meta;
+        meta.put_record(cors::BUCKET_CONFIG, &acl_record_name(&bucket), &value, false)
+            .await
+            .map_err(s3_error_of)?;
+        self.acls().forget(&bucket);
+        Ok(S3Response::new(PutBucketAclOutput::default()))
+    }
+
+    async fn put_public_access_block(
+        &self,
+        req: S3Request<PutPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<PutPublicAccessBlockOutput>> {
+        let input = req.input;
+        let given = input.public_access_block_configuration;
+        let block = crate::access::PublicBlock {
+            block_public_acls: given.block_public_acls.unwrap_or(false),
+            ignore_public_acls: given.ignore_public_acls.unwrap_or(false),
+            block_public_policy: given.block_public_policy.unwrap_or(false),
+            restrict_public_buckets: given.restrict_public_buckets.unwrap_or(false),
+        };
+        let meta = &self.client.meta;
+        meta.get_bucket(&input.bucket).await.map_err(s3_error_of)?;
+        let value = serde_json::to_value(block).expect("blocks serialize");
+        let name = crate::access::block_record_name(&input.bucket);
+        meta.put_record(cors::BUCKET_CONFIG, &name, &value, false).await.map_err(s3_error_of)?;
+        self.acls().forget(&input.bucket);
+        Ok(S3Response::new(PutPublicAccessBlockOutput::default()))
+    }
+
+    async fn get_public_access_block(
+        &self,
+        req: S3Request<GetPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<GetPublicAccessBlockOutput>> {
+        let bucket = req.input.bucket;
+        let meta = &self.client.meta;
+        meta.get_bucket(&bucket).await.map_err(s3_error_of)?;
+        let name = crate::access::block_record_name(&bucket);
+        let Some(value) = meta.get_record(cors::BUCKET_CONFIG, &name).await.map_err(s3_error_of)?
+        else {
+            let mut error = S3Error::with_message(
+                s3s::S3ErrorCode::Custom("NoSuchPublicAccessBlockConfiguration".into()),
+                format!("bucket {bucket:?} has no public access block"),
+            );
+            error.set_status_code(http::StatusCode::NOT_FOUND);
+            return Err(error);
+        };
+        let block: crate::access::PublicBlock = serde_json::from_value(value).unwrap_or_default();
+        Ok(S3Response::new(GetPublicAccessBlockOutput {
+            public_access_block_configuration: Some(PublicAccessBlockConfiguration {
+                block_public_acls: Some(block.block_public_acls),
+                ignore_public_acls: Some(block.ignore_public_acls),
+                block_public_policy: Some(block.block_public_policy),
+                restrict_public_buckets: Some(block.restrict_public_buckets),
+            }),
+        }))
+    }
+
+    async fn delete_public_access_block(
+        &self,
+        req: S3Request<DeletePublicAccessBlockInput>,
+    ) -> S3Result<S3Response<DeletePublicAccessBlockOutput>> {
+        let bucket = req.input.bucket;
+        let meta = &self.client.meta;
+        meta.get_bucket(&bucket).await.map_err(s3_error_of)?;
+        let name = crate::access::block_record_name(&bucket);
+        meta.delete_record(cors::BUCKET_CONFIG, &name).await.map_err(s3_error_of)?;
+        self.acls().forget(&bucket);
+        let mut response = S3Response::new(DeletePublicAccessBlockOutput::default());
+        response.status = Some(http::StatusCode::NO_CONTENT);
+        Ok(response)
+    }
+
+    async fn get_bucket_policy_status(
+        &self,
+        req: S3Request<GetBucketPolicyStatusInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyStatusOutput>> {
+        // Public when its effective ACL grants anything to a group (weft has no bucket
+        // policies yet).
+        let is_public = match self.bucket_access(&req.input.bucket).await? {
+            BucketAccess::Missing => {
+                return Err(s3_error!(NoSuchBucket, "no bucket {:?}", req.input.bucket))
+            }
+            BucketAccess::Shared => false,
+            BucketAccess::Owned(acl) => acl.is_public(),
+        };
+        Ok(S3Response::new(GetBucketPolicyStatusOutput {
+            policy_status: Some(PolicyStatus { is_public: Some(is_public) }),
+        }))
+    }
+
+    async fn get_object_acl(
+        &self,
+        req: S3Request<GetObjectAclInput>,
+    ) -> S3Result<S3Response<GetObjectAclOutput>> {
+        let input = req.input;
+        let acl = self
+            .current_object_acl(
+                &input.bucket,
+                &input.key,
+                input.version_id.as_deref(),
+                req.credentials.as_ref(),
+            )
+            .await?;
+        let (owner, grants) = shown_acl(&acl);
+        Ok(S3Response::new(GetObjectAclOutput {
+            owner: Some(owner),
+            grants: Some(grants),
+            ..Default::default()
+        }))
+    }
+
+    async fn put_object_acl(
+        &self,
+        req: S3Request<PutObjectAclInput>,
+    ) -> S3Result<S3Response<PutObjectAclOutput>> {
+        let input = &req.input;
+        let (bucket, key) = (input.bucket.as_str(), input.key.as_str());
+        let version_id = input.version_id.as_deref();
+        let current =
+            self.current_object_acl(bucket, key, version_id, req.credentials.as_ref()).await?;
+        let bucket_owner = self.bucket_access(bucket).await?.owner().map(str::to_string);
+        let request = AclRequest {
+            policy: input.access_control_policy.as_ref(),
+            grants: AclRequest::grant_headers(
+                input.grant_full_control.as_ref(),
+                input.grant_read.as_ref(),
+                input.grant_read_acp.as_ref(),
+                input.grant_write.as_ref(),
+                input.grant_write_acp.as_ref(),
+            ),
+            canned: input.acl.as_ref().map(|a| a.as_str()),
+        };
+        let acl = self
+            .requested_acl(&request, &current.owner, bucket_owner.as_deref())
+            .await?
+            .ok_or_else(|| s3_error!(MalformedACLError, "the request names no ACL"))?;
+        self.check_public_acl(bucket, &acl).await?;
+        let (object, _) = self.object_version(bucket, key, version_id).await?;
+        let mut attributes = object.raw["attributes"].clone();
+        if !attributes.is_object() {
+            attributes = json!({});
+        }
+        attributes["acl"] = serde_json::to_value(&acl).expect("ACLs serialize");
+        // The version the ACL was read from (not whichever is current by now).
+        let version = version_id
+            .map(str::to_string)
+            .or_else(|| object.raw["version_id"].as_str().map(str::to_string));
+        let meta = &self.client.meta;
+        match version.as_deref() {
+            Some(id) => meta.set_version_attributes(bucket, key, Some(id), &attributes).await,
+            None => meta.set_version_attributes(bucket, key, None, &attributes).await,
+        }
+        .map_err(s3_error_of)?;
+        Ok(S3Response::new(PutObjectAclOutput::default()))
     }
 
     async fn get_bucket_versioning(
@@ -1707,7 +2082,21 @@ impl S3 for Gateway {
             Ok(_) | Err(ClientError::Meta { status: 409, .. }) => {}
             Err(error) => return Err(s3_error_of(error)),
         }
-        let shown = written_attributes(
+        let acl = self
+            .written_acl(
+                req.credentials.as_ref(),
+                &req.headers,
+                &input.bucket,
+                input.acl.as_ref(),
+                [
+                    input.grant_full_control.as_ref(),
+                    input.grant_read.as_ref(),
+                    input.grant_read_acp.as_ref(),
+                    input.grant_write_acp.as_ref(),
+                ],
+            )
+            .await?;
+        let mut shown = written_attributes(
             input.content_type,
             input.metadata,
             input.cache_control,
@@ -1716,6 +2105,7 @@ impl S3 for Gateway {
             input.content_language,
             input.expires,
         );
+        shown.acl = Some(acl);
         let upload = UploadRecord {
             bucket: input.bucket.clone(),
             key: input.key.clone(),
@@ -1727,6 +2117,7 @@ impl S3 for Gateway {
             shown,
             completed: None,
             lock,
+            initiator: self.requester(req.credentials.as_ref()).await?,
         };
         let name = multipart::upload_name(&upload.bucket, &upload.upload_id);
         let value = serde_json::to_value(&upload).expect("uploads serialize");
@@ -2011,6 +2402,13 @@ impl S3 for Gateway {
                 key: Some(u.key),
                 upload_id: Some(u.upload_id),
                 initiated: Some(attributes::timestamp(u.initiated_ms)),
+                initiator: u.initiator.as_ref().map(|name| Initiator {
+                    display_name: Some(name.clone()),
+                    id: Some(name.clone()),
+                }),
+                owner: u
+                    .initiator
+                    .map(|name| Owner { display_name: Some(name.clone()), id: Some(name) }),
                 ..Default::default()
             })
             .collect();

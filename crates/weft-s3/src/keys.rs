@@ -31,6 +31,8 @@ use weft_client::MetaClient;
 
 /// The gateway-record namespace of access keys.
 pub const ACCESS_KEYS: &str = "access_keys";
+/// Most key records one user lookup reads ([`MetaAuth::find_user`]).
+pub const MAX_KEYS_SCANNED: usize = 100_000;
 /// How long a key looked up in meta is trusted without asking again.
 pub const KEY_CACHE_TTL: Duration = Duration::from_secs(10);
 /// Length of generated access key ids (AWS's is 20).
@@ -51,6 +53,10 @@ pub struct KeyRecord {
     /// CreateBucket, PutObject, CopyObject, CreateMultipartUpload).
     #[serde(default)]
     pub may_set_policy: bool,
+    /// An email address of the key's user, for S3 ACL grants by email (`weft key create
+    /// NAME --email ADDRESS`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email: Option<String>,
 }
 
 impl KeyRecord {
@@ -68,6 +74,7 @@ impl KeyRecord {
             sealed_secret: seal.seal(access_key, secret.as_bytes()),
             created_ms,
             may_set_policy,
+            email: None,
         }
     }
 
@@ -107,6 +114,8 @@ pub struct MetaAuth {
 struct CachedKey {
     secret: String,
     may_set_policy: bool,
+    /// The key's user (its name): the owner of what it makes, the grantee of ACLs.
+    user: String,
     at: Instant,
 }
 
@@ -136,11 +145,55 @@ impl MetaAuth {
         let secret = record.secret(&self.seal, access_key).map_err(|e| {
             s3_error!(InternalError, "the access key's sealed secret does not open: {e}")
         })?;
-        let key = CachedKey { secret, may_set_policy: record.may_set_policy, at: Instant::now() };
+        let key = CachedKey {
+            secret,
+            may_set_policy: record.may_set_policy,
+            user: record.name,
+            at: Instant::now(),
+        };
         let mut cache = self.cache.lock().expect("key cache");
         cache.retain(|_, cached| cached.at.elapsed() < KEY_CACHE_TTL);
         cache.insert(access_key.to_string(), key.clone());
         Ok(key)
+    }
+
+    /// The user of `access_key` (the key's name): who owns what it makes (see `acl`).
+    pub async fn user_of(&self, access_key: &str) -> S3Result<String> {
+        Ok(self.lookup(access_key).await?.user)
+    }
+
+    /// The user named `name` or with email `email` (S3 ACL grants): None when no key has it.
+    /// Reads every key record (a cluster has few keys; at most [`MAX_KEYS_SCANNED`]).
+    pub async fn find_user(
+        &self,
+        name: Option<&str>,
+        email: Option<&str>,
+    ) -> S3Result<Option<String>> {
+        let mut after: Option<String> = None;
+        let mut scanned = 0;
+        loop {
+            let (page, next) = self
+                .meta
+                .list_records(ACCESS_KEYS, "", after.as_deref(), 1000)
+                .await
+                .map_err(|e| s3_error!(ServiceUnavailable, "cannot list access keys: {e}"))?;
+            for (_, value) in &page {
+                let Ok(record) = serde_json::from_value::<KeyRecord>(value.clone()) else {
+                    continue;
+                };
+                let email_matches = email.is_some_and(|e| {
+                    record.email.as_deref().is_some_and(|mine| mine.eq_ignore_ascii_case(e))
+                });
+                if name == Some(record.name.as_str()) || email_matches {
+                    return Ok(Some(record.name));
+                }
+            }
+            scanned += page.len();
+            match next {
+                Some(name) if scanned < MAX_KEYS_SCANNED => after = Some(name),
+                _ => return Ok(None),
+            }
+        }
     }
 
     /// Whether `access_key` may choose policies; `AccessDenied` naming the fix when not.

@@ -40,6 +40,8 @@
 //! - CORS headers only add to a response (an error one too): they never change whether or
 //!   how a request is served.
 
+pub mod access;
+pub mod acl;
 pub mod attributes;
 pub mod body;
 pub mod cors;
@@ -293,8 +295,10 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
         let keys = keys::MetaAuth::new(client.meta.clone(), config.secret.seal_key());
         let gateway = Gateway::new(client.clone(), keys.clone());
         let cors = gateway.cors().clone();
+        let access = gateway.clone();
         let mut builder = s3s::service::S3ServiceBuilder::new(gateway);
         builder.set_auth(keys);
+        builder.set_access(access);
         (builder.build(), cors)
     };
     let (stop, mut stopped) = watch::channel(false);

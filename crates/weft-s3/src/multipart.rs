@@ -68,6 +68,9 @@ pub struct UploadRecord {
     /// object lock headers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock: Option<serde_json::Value>,
+    /// The user who began it (ListMultipartUploads' Initiator and Owner).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initiator: Option<String>,
 }
 
 /// What a Complete made (and answers again when repeated).

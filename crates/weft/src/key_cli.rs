@@ -46,6 +46,9 @@ pub struct KeyCreateArgs {
     /// object makes and how much a failure costs, so it is an operator's choice.
     #[arg(long)]
     pub allow_policy: bool,
+    /// An email address of the key's user: S3 ACL grants by email name this user.
+    #[arg(long, value_name = "ADDRESS")]
+    pub email: Option<String>,
     /// Print {"access_key","secret_key","name","may_set_policy"} as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -79,7 +82,8 @@ pub fn run(command: KeyCommand) -> Result<(), CliError> {
     match command {
         KeyCommand::Create(args) => {
             let meta = args.meta.client()?;
-            let (access_key, secret_key) = create_key(&meta, &args.name, args.allow_policy)?;
+            let (access_key, secret_key) =
+                create_key(&meta, &args.name, args.allow_policy, args.email.as_deref())?;
             if args.json {
                 print_json(&json!({
                     "access_key": access_key, "secret_key": secret_key, "name": args.name,
@@ -149,17 +153,19 @@ pub fn run(command: KeyCommand) -> Result<(), CliError> {
     }
 }
 
-/// Creates a key named `name` in meta, allowed to choose policies if `may_set_policy`;
-/// returns (access key id, secret).
+/// Creates a key named `name` (its user: see the S3 gateway's ACLs) in meta, allowed to
+/// choose policies if `may_set_policy`, with the user's `email` if given; returns (access
+/// key id, secret).
 pub fn create_key(
     meta: &MetaClient,
     name: &str,
     may_set_policy: bool,
+    email: Option<&str>,
 ) -> Result<(String, String), CliError> {
     let (access_key, secret_key) = weft_s3::new_key();
     let created_ms =
         SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-    let record = weft_s3::KeyRecord::new(
+    let mut record = weft_s3::KeyRecord::new(
         meta.seal_key(),
         &access_key,
         name,
@@ -167,6 +173,7 @@ pub fn create_key(
         created_ms,
         may_set_policy,
     );
+    record.email = email.map(str::to_string);
     let value = serde_json::to_value(&record).expect("key records serialize");
     // A random 18-character id is never taken in practice; create-only all the same.
     meta.put_query(&["records", weft_s3::ACCESS_KEYS, &access_key], "if_absent=true", &value)

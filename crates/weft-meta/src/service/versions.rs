@@ -230,6 +230,36 @@ pub(crate) async fn set_version_lock(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct AttributesBody {
+    attributes: Value,
+}
+
+/// `PUT /v1/buckets/{bucket}/attributes/{key}[?version_id=V]`: body `{"attributes": {...}}`
+/// replaces the attributes of that version (the current object when none is named), as a
+/// commit would have set them (400 `invalid_attributes` otherwise). Answers the version.
+pub(crate) async fn set_version_attributes(
+    State(meta): State<Shared>,
+    Path((bucket, key)): Path<(String, String)>,
+    Query(query): Query<VersionQuery>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let version = version_ref(&query, true)?;
+    let body: AttributesBody = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::bad_request(format!("the body must be {{\"attributes\": {{...}}}}: {e}"))
+    })?;
+    let live = meta.liveness();
+    let (record, nodes) = blocking(&meta, move |store| {
+        let record = store.set_version_attributes(&bucket, &key, version, body.attributes)?;
+        Ok((record, store.list_nodes()?))
+    })
+    .await?;
+    let units = units_json(&record, &nodes, Some(&live))?;
+    let is_latest = record.bucket != VERSIONS_BUCKET;
+    Ok(Json(version_json(&record, object_json(&record, units), is_latest)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct ListQuery {
     #[serde(default)]
     prefix: String,

@@ -188,8 +188,11 @@ echo "weft up pid $UP_PID; $(tr -d '\n ' < "$CLUSTER/s3.json")"
 
 export WEFT_META=$(python3 -c "import json;print(json.load(open('$CLUSTER/cluster.json'))['meta'])")
 export WEFT_SECRET_FILE="$CLUSTER/cluster.secret"
-"$WEFT_BIN" key create s3tests-alt --json > "$CLUSTER/key-alt.json"
-"$WEFT_BIN" key create s3tests-tenant --json > "$CLUSTER/key-tenant.json"
+# The suite's users are weft users (a user is a key name; ACLs name users by it, and
+# grants by email need the key's --email).
+"$WEFT_BIN" key create s3tests-main --email main@example.com --json > "$CLUSTER/key-main.json"
+"$WEFT_BIN" key create s3tests-alt --email alt@example.com --json > "$CLUSTER/key-alt.json"
+"$WEFT_BIN" key create s3tests-tenant --email tenant@example.com --json > "$CLUSTER/key-tenant.json"
 
 # 5. the suite's config ----------------------------------------------------------------
 python3 - "$CLUSTER" "$CONF" <<'EOF'
@@ -197,10 +200,11 @@ import json, sys
 cluster, out = sys.argv[1], sys.argv[2]
 s3 = json.load(open(f'{cluster}/s3.json'))
 alt = json.load(open(f'{cluster}/key-alt.json'))
+mine = json.load(open(f'{cluster}/key-main.json'))
 ten = json.load(open(f'{cluster}/key-tenant.json'))
 host_port = s3['endpoint'].split('://', 1)[1]
 host, port = host_port.rsplit(':', 1)
-main = (s3['access_key'], s3['secret_key'])
+main = (mine['access_key'], mine['secret_key'])
 conf = f"""[DEFAULT]
 host = {host}
 port = {port}
@@ -211,22 +215,22 @@ ssl_verify = False
 bucket prefix = weft-{{random}}-
 
 [s3 main]
-display_name = main-user
-user_id = main-user
+display_name = s3tests-main
+user_id = s3tests-main
 email = main@example.com
 access_key = {main[0]}
 secret_key = {main[1]}
 
 [s3 alt]
-display_name = alt-user
-user_id = alt-user
+display_name = s3tests-alt
+user_id = s3tests-alt
 email = alt@example.com
 access_key = {alt['access_key']}
 secret_key = {alt['secret_key']}
 
 [s3 tenant]
-display_name = testx$tenant-user
-user_id = testx$tenant-user
+display_name = s3tests-tenant
+user_id = s3tests-tenant
 email = tenant@example.com
 tenant = testx
 access_key = {ten['access_key']}
