@@ -1067,7 +1067,7 @@ async fn create_bucket(
 async fn write_bucket_config(
     meta: &Shared,
     name: String,
-    config: Vec<(String, Value)>,
+    config: BucketConfig,
 ) -> Result<(), ApiError> {
     if config.is_empty() {
         return Ok(());
@@ -1086,12 +1086,15 @@ async fn write_bucket_config(
     .await
 }
 
+/// S3 configurations of a new bucket: (record suffix, value).
+type BucketConfig = Vec<(String, Value)>;
+
 /// Most S3 configurations a bucket is created with.
 const MAX_CREATE_CONFIGS: usize = 8;
 
 /// A create body without its `"s3_config": {suffix: value}` (the S3 gateway's records of the
 /// new bucket, `bucket_config/<bucket>/<suffix>`), and those.
-fn split_bucket_config(body: &[u8]) -> Result<(Vec<u8>, Vec<(String, Value)>), ApiError> {
+fn split_bucket_config(body: &[u8]) -> Result<(Vec<u8>, BucketConfig), ApiError> {
     let Ok(Value::Object(mut fields)) = serde_json::from_slice::<Value>(body) else {
         return Ok((body.to_vec(), Vec::new()));
     };
