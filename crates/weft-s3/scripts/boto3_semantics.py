@@ -913,6 +913,81 @@ def weft_cli_versions_a_bucket_and_bucket_rm_force_deletes_every_version():
     assert bucket not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
 
 
+@check
+def acls_and_policies_decide_who_may_do_what():
+    # S3: a bucket is its creator's; another user may do only what its ACL (or the
+    # object's, for reads of it) or the bucket policy grants; anonymous requests get what
+    # AllUsers is granted; a public access block refuses public ACLs and policies.
+    from botocore import UNSIGNED
+    name = f"sem-acl-{os.getpid()}"
+    made = weft_json("key", "create", name, "--email", f"{name}@example.com")
+    alt = boto3.client("s3", endpoint_url=s3conf["endpoint"],
+                       aws_access_key_id=made["access_key"],
+                       aws_secret_access_key=made["secret_key"], region_name=s3conf["region"],
+                       config=Config(s3={"addressing_style": "path"},
+                                     retries={"max_attempts": 1}))
+    anonymous = boto3.client("s3", endpoint_url=s3conf["endpoint"], region_name=s3conf["region"],
+                             config=Config(signature_version=UNSIGNED,
+                                           s3={"addressing_style": "path"},
+                                           retries={"max_attempts": 1}))
+    try:
+        with Bucket() as bucket:
+            s3.put_object(Bucket=bucket, Key="private", Body=b"p")
+            s3.put_object(Bucket=bucket, Key="public", Body=b"o", ACL="public-read")
+            # Private by default: neither alt nor anonymous may list, read or write.
+            expect_error("AccessDenied", 403, alt.list_objects_v2, Bucket=bucket)
+            expect_error("AccessDenied", 403, alt.get_object, Bucket=bucket, Key="private")
+            expect_error("AccessDenied", 403, alt.put_object, Bucket=bucket, Key="x", Body=b"x")
+            expect_error("BucketAlreadyExists", 409, alt.create_bucket, Bucket=bucket)
+            assert alt.list_buckets()["Buckets"] == [] or bucket not in [
+                b["Name"] for b in alt.list_buckets()["Buckets"]]
+            assert anonymous.list_buckets()["Buckets"] == []
+            # An object's own ACL: public-read is readable by anyone, the bucket stays private.
+            assert anonymous.get_object(Bucket=bucket, Key="public")["Body"].read() == b"o"
+            expect_error("AccessDenied", 403, anonymous.get_object, Bucket=bucket, Key="private")
+            acl = s3.get_object_acl(Bucket=bucket, Key="public")
+            assert {g["Permission"] for g in acl["Grants"]} == {"READ", "FULL_CONTROL"}, acl
+            # A grant by email to alt: it may list (and a missing key is now 404 to it).
+            s3.put_bucket_acl(Bucket=bucket, GrantRead=f'emailAddress="{name}@example.com"',
+                              GrantFullControl=f'id="{acl["Owner"]["ID"]}"')
+            assert [o["Key"] for o in alt.list_objects_v2(Bucket=bucket)["Contents"]] == [
+                "private", "public"]
+            expect_error("404", 404, alt.head_object, Bucket=bucket, Key="missing")
+            expect_error("AccessDenied", 403, alt.get_object, Bucket=bucket, Key="private")
+            expect_error("UnresolvableGrantByEmailAddress", 400, s3.put_bucket_acl,
+                         Bucket=bucket, GrantRead='emailAddress="nobody@example.com"')
+            # A policy allowing alt GetObject on everything; an explicit Deny wins over it.
+            policy = {"Version": "2012-10-17", "Statement": [
+                {"Effect": "Allow", "Principal": {"AWS": [name]}, "Action": "s3:GetObject",
+                 "Resource": f"arn:aws:s3:::{bucket}/*"},
+                {"Effect": "Deny", "Principal": "*", "Action": "s3:GetObject",
+                 "Resource": f"arn:aws:s3:::{bucket}/public"}]}
+            s3.put_bucket_policy(Bucket=bucket, Policy=json.dumps(policy))
+            assert alt.get_object(Bucket=bucket, Key="private")["Body"].read() == b"p"
+            expect_error("AccessDenied", 403, anonymous.get_object, Bucket=bucket, Key="public")
+            expect_error("MalformedPolicy", 400, s3.put_bucket_policy, Bucket=bucket,
+                         Policy=json.dumps({"Statement": [{"Effect": "Allow",
+                                            "NotPrincipal": "*", "Action": "s3:*",
+                                            "Resource": f"arn:aws:s3:::{bucket}"}]}))
+            s3.delete_bucket_policy(Bucket=bucket)
+            # The public access block: public ACLs and policies refused.
+            s3.put_public_access_block(Bucket=bucket, PublicAccessBlockConfiguration={
+                "BlockPublicAcls": True, "IgnorePublicAcls": True, "BlockPublicPolicy": True,
+                "RestrictPublicBuckets": False})
+            expect_error("AccessDenied", 403, s3.put_object, Bucket=bucket, Key="p2", Body=b"x",
+                         ACL="public-read")
+            expect_error("AccessDenied", 403, anonymous.get_object, Bucket=bucket, Key="public")
+            public = {"Statement": [{"Effect": "Allow", "Principal": "*",
+                                     "Action": "s3:GetObject",
+                                     "Resource": f"arn:aws:s3:::{bucket}/*"}]}
+            expect_error("AccessDenied", 403, s3.put_bucket_policy, Bucket=bucket,
+                         Policy=json.dumps(public))
+            assert s3.get_bucket_policy_status(Bucket=bucket)["PolicyStatus"]["IsPublic"] is False
+    finally:
+        subprocess.run([WEFT, "key", "rm", made["access_key"], "--meta", cluster["meta"]],
+                       capture_output=True)
+
+
 def main():
     failed = []
     for function in CHECKS:

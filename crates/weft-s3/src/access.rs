@@ -34,6 +34,7 @@ use crate::acl::{Acl, Permission, Requester};
 use crate::attributes::Attributes;
 use crate::cors::BUCKET_CONFIG;
 use crate::gateway::{s3_error_of, Gateway};
+use crate::policy::{action_of, BucketPolicy, Effect};
 
 /// How long a bucket's access is trusted without asking meta again.
 pub const ACL_CACHE_TTL: Duration = Duration::from_secs(2);
@@ -112,8 +113,13 @@ pub struct AclCache {
 }
 
 /// A bucket's access as the checks use it: its ACL (without grants to groups when its
-/// public access block ignores them) and its public access block.
-pub type BucketState = (BucketAccess, PublicBlock);
+/// public access block ignores them), its public access block and its policy.
+#[derive(Debug, Clone)]
+pub struct BucketState {
+    pub access: BucketAccess,
+    pub block: PublicBlock,
+    pub policy: Option<Arc<BucketPolicy>>,
+}
 
 impl AclCache {
     fn get(&self, bucket: &str) -> Option<BucketState> {
@@ -157,28 +163,40 @@ impl Gateway {
 
     /// What governs `bucket` (cached, see the module invariants): its effective ACL.
     pub(crate) async fn bucket_access(&self, bucket: &str) -> S3Result<BucketAccess> {
-        Ok(self.bucket_state(bucket).await?.0)
+        Ok(self.bucket_state(bucket).await?.access)
     }
 
     /// The public access block of `bucket` (cached with its ACL).
     pub(crate) async fn public_block(&self, bucket: &str) -> S3Result<PublicBlock> {
-        Ok(self.bucket_state(bucket).await?.1)
+        Ok(self.bucket_state(bucket).await?.block)
     }
 
-    /// A bucket's effective ACL and public access block (cached).
-    async fn bucket_state(&self, bucket: &str) -> S3Result<BucketState> {
+    /// A bucket's effective ACL, public access block and policy (cached), read from meta in
+    /// one listing of its configuration records.
+    pub(crate) async fn bucket_state(&self, bucket: &str) -> S3Result<BucketState> {
         if let Some(state) = self.acls().get(bucket) {
             return Ok(state);
         }
         let meta = &self.client().meta;
-        let record =
-            meta.get_record(BUCKET_CONFIG, &acl_record_name(bucket)).await.map_err(s3_error_of)?;
-        let block = match meta.get_record(BUCKET_CONFIG, &block_record_name(bucket)).await {
-            Ok(Some(value)) => serde_json::from_value(value).unwrap_or_default(),
-            Ok(None) => PublicBlock::default(),
-            Err(error) => return Err(s3_error_of(error)),
+        let prefix = format!("{bucket}/");
+        let (records, _) =
+            meta.list_records(BUCKET_CONFIG, &prefix, None, 100).await.map_err(s3_error_of)?;
+        let record = |suffix: &str| {
+            records
+                .iter()
+                .find(|(name, _)| name.strip_prefix(&prefix) == Some(suffix))
+                .map(|(_, v)| v.clone())
         };
-        let access = match record {
+        let block: PublicBlock = record("public_access_block")
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default();
+        let policy = match record("policy").and_then(|v| v["text"].as_str().map(str::to_string)) {
+            Some(text) => Some(Arc::new(BucketPolicy::parse(bucket, &text).map_err(|e| {
+                s3_error!(InternalError, "bucket {bucket:?} has a bad policy record: {e}")
+            })?)),
+            None => None,
+        };
+        let access = match record("acl") {
             Some(value) => {
                 let mut acl: Acl = serde_json::from_value(value).map_err(|e| {
                     s3_error!(InternalError, "bucket {bucket:?} has a bad ACL record: {e}")
@@ -196,8 +214,9 @@ impl Gateway {
                 Err(error) => return Err(s3_error_of(error)),
             },
         };
-        self.acls().put(bucket, (access.clone(), block));
-        Ok((access, block))
+        let state = BucketState { access, block, policy };
+        self.acls().put(bucket, state.clone());
+        Ok(state)
     }
 
     /// Refuses a public `acl` where the bucket's public access block says so (403).
@@ -242,31 +261,45 @@ impl Gateway {
         Ok(Some(object_acl(&raw).unwrap_or_else(|| Acl::private(bucket_owner.unwrap_or("")))))
     }
 
-    /// Whether `who` may do `wanted` with an object of a bucket governed by `access`.
+    /// Whether `who` may do `wanted` with an object of a bucket in `state` (its policy has
+    /// not allowed it already). A missing object answers 404 to whoever may list the
+    /// bucket (by ACL, or by policy for a prefix that matches the key).
     async fn check_object(
         &self,
         who: Requester<'_>,
-        access: &BucketAccess,
-        bucket: &str,
-        key: &str,
-        version_id: Option<&str>,
+        state: &BucketState,
+        object: (&str, &str, Option<&str>),
         wanted: Permission,
     ) -> S3Result<()> {
+        let (bucket, key, version_id) = object;
+        let access = &state.access;
         if access.is_owner(who) {
             return Ok(());
         }
-        let ignore_public = self.public_block(bucket).await?.ignore_public_acls;
         let acl = self.version_acl(bucket, key, version_id, access.owner()).await?;
         let acl = acl.map(|mut acl| {
-            if ignore_public {
+            if state.block.ignore_public_acls {
                 acl.grants.retain(|g| !matches!(g.grantee, crate::acl::Grantee::Group(_)));
             }
             acl
         });
+        let may_list = || {
+            access.allows(who, Permission::Read)
+                || state.policy.as_ref().is_some_and(|policy| {
+                    let resource = format!("arn:aws:s3:::{bucket}");
+                    let request = crate::policy::Request {
+                        who,
+                        action: "s3:ListBucket",
+                        resource: &resource,
+                        prefix: Some(key),
+                    };
+                    policy.decide(&request, state.block.restrict_public_buckets)
+                        == Some(Effect::Allow)
+                })
+        };
         match acl {
             Some(acl) if acl.allows(who, wanted) => Ok(()),
-            // Missing: 404 to whoever may list the bucket.
-            None if access.allows(who, Permission::Read) => Ok(()),
+            None if may_list() => Ok(()),
             _ => Err(denied()),
         }
     }
@@ -339,12 +372,37 @@ impl S3Access for Gateway {
                 None => Err(denied()),
             };
         }
-        let access = self.bucket_access(bucket).await?;
+        let state = self.bucket_state(bucket).await?;
+        let access = &state.access;
+        let version_id = query_param(cx.uri(), "versionId");
+        // The bucket policy first: a Deny ends it (but never locks the owner out of the
+        // policy itself), an Allow grants.
+        if let Some(policy) = &state.policy {
+            let resource = match key {
+                Some(key) => format!("arn:aws:s3:::{bucket}/{key}"),
+                None => format!("arn:aws:s3:::{bucket}"),
+            };
+            let prefix = query_param(cx.uri(), "prefix");
+            let action = action_of(op);
+            let request = crate::policy::Request {
+                who,
+                action: &action,
+                resource: &resource,
+                prefix: prefix.as_deref(),
+            };
+            let owner = access.is_owner(who);
+            match policy.decide(&request, state.block.restrict_public_buckets && !owner) {
+                Some(Effect::Deny) if owner && op.ends_with("BucketPolicy") => {}
+                Some(Effect::Deny) => return Err(denied()),
+                Some(Effect::Allow) => return Ok(()),
+                None => {}
+            }
+        }
         let bucket_needs = |wanted| match access.allows(who, wanted) {
             true => Ok(()),
             false => Err(denied()),
         };
-        let version_id = query_param(cx.uri(), "versionId");
+        let object = |key| (bucket, key, version_id.as_deref());
         match (op, key) {
             (
                 "ListObjects"
@@ -373,8 +431,8 @@ impl S3Access for Gateway {
                 bucket_needs(Permission::Write)?;
                 if op == "CopyObject" || op == "UploadPartCopy" {
                     if let Some((b, k, v)) = copy_source(cx.headers()) {
-                        let source = self.bucket_access(&b).await?;
-                        self.check_object(who, &source, &b, &k, v.as_deref(), Permission::Read)
+                        let source = self.bucket_state(&b).await?;
+                        self.check_object(who, &source, (&b, &k, v.as_deref()), Permission::Read)
                             .await?;
                     }
                 }
@@ -388,38 +446,12 @@ impl S3Access for Gateway {
                 | "GetObjectLegalHold"
                 | "GetObjectTagging",
                 Some(key),
-            ) => {
-                self.check_object(
-                    who,
-                    &access,
-                    bucket,
-                    key,
-                    version_id.as_deref(),
-                    Permission::Read,
-                )
-                .await
-            }
+            ) => self.check_object(who, &state, object(key), Permission::Read).await,
             ("GetObjectAcl", Some(key)) => {
-                self.check_object(
-                    who,
-                    &access,
-                    bucket,
-                    key,
-                    version_id.as_deref(),
-                    Permission::ReadAcp,
-                )
-                .await
+                self.check_object(who, &state, object(key), Permission::ReadAcp).await
             }
             ("PutObjectAcl", Some(key)) => {
-                self.check_object(
-                    who,
-                    &access,
-                    bucket,
-                    key,
-                    version_id.as_deref(),
-                    Permission::WriteAcp,
-                )
-                .await
+                self.check_object(who, &state, object(key), Permission::WriteAcp).await
             }
             // Everything else (bucket configuration, object lock changes, deletion of the
             // bucket): the owner's alone.

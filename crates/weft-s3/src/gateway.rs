@@ -1788,18 +1788,79 @@ impl S3 for Gateway {
         &self,
         req: S3Request<GetBucketPolicyStatusInput>,
     ) -> S3Result<S3Response<GetBucketPolicyStatusOutput>> {
-        // Public when its effective ACL grants anything to a group (weft has no bucket
-        // policies yet).
-        let is_public = match self.bucket_access(&req.input.bucket).await? {
+        // Public when its effective ACL grants anything to a group, or its policy allows
+        // everyone something unconditionally.
+        let state = self.bucket_state(&req.input.bucket).await?;
+        let acl_public = match &state.access {
             BucketAccess::Missing => {
                 return Err(s3_error!(NoSuchBucket, "no bucket {:?}", req.input.bucket))
             }
             BucketAccess::Shared => false,
             BucketAccess::Owned(acl) => acl.is_public(),
         };
+        let is_public = acl_public || state.policy.as_ref().is_some_and(|p| p.is_public());
         Ok(S3Response::new(GetBucketPolicyStatusOutput {
             policy_status: Some(PolicyStatus { is_public: Some(is_public) }),
         }))
+    }
+
+    async fn put_bucket_policy(
+        &self,
+        req: S3Request<PutBucketPolicyInput>,
+    ) -> S3Result<S3Response<PutBucketPolicyOutput>> {
+        let input = req.input;
+        let bucket = input.bucket;
+        let policy = crate::policy::BucketPolicy::parse(&bucket, &input.policy)
+            .map_err(|reason| s3_error!(MalformedPolicy, "{reason}"))?;
+        if policy.is_public() && self.public_block(&bucket).await?.block_public_policy {
+            return Err(s3_error!(
+                AccessDenied,
+                "bucket {bucket:?} blocks public policies (its public access block)"
+            ));
+        }
+        let meta = &self.client.meta;
+        meta.get_bucket(&bucket).await.map_err(s3_error_of)?;
+        let value = json!({ "text": input.policy });
+        meta.put_record(cors::BUCKET_CONFIG, &format!("{bucket}/policy"), &value, false)
+            .await
+            .map_err(s3_error_of)?;
+        self.acls().forget(&bucket);
+        let mut response = S3Response::new(PutBucketPolicyOutput::default());
+        response.status = Some(http::StatusCode::NO_CONTENT);
+        Ok(response)
+    }
+
+    async fn get_bucket_policy(
+        &self,
+        req: S3Request<GetBucketPolicyInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyOutput>> {
+        let bucket = req.input.bucket;
+        let meta = &self.client.meta;
+        meta.get_bucket(&bucket).await.map_err(s3_error_of)?;
+        let record = meta
+            .get_record(cors::BUCKET_CONFIG, &format!("{bucket}/policy"))
+            .await
+            .map_err(s3_error_of)?;
+        let text = record
+            .and_then(|v| v["text"].as_str().map(str::to_string))
+            .ok_or_else(|| s3_error!(NoSuchBucketPolicy, "bucket {bucket:?} has no policy"))?;
+        Ok(S3Response::new(GetBucketPolicyOutput { policy: Some(text) }))
+    }
+
+    async fn delete_bucket_policy(
+        &self,
+        req: S3Request<DeleteBucketPolicyInput>,
+    ) -> S3Result<S3Response<DeleteBucketPolicyOutput>> {
+        let bucket = req.input.bucket;
+        let meta = &self.client.meta;
+        meta.get_bucket(&bucket).await.map_err(s3_error_of)?;
+        meta.delete_record(cors::BUCKET_CONFIG, &format!("{bucket}/policy"))
+            .await
+            .map_err(s3_error_of)?;
+        self.acls().forget(&bucket);
+        let mut response = S3Response::new(DeleteBucketPolicyOutput::default());
+        response.status = Some(http::StatusCode::NO_CONTENT);
+        Ok(response)
     }
 
     async fn get_object_acl(

@@ -50,6 +50,7 @@ pub mod keys;
 pub mod listing;
 pub mod multipart;
 pub mod object_lock;
+pub mod policy;
 pub mod versioning;
 
 use std::net::SocketAddr;

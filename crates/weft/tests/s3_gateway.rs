@@ -409,6 +409,11 @@ async fn multipart_uploads_keys_and_failed_requests_that_create_nothing() {
     let (access, secret) =
         (key_json["access_key"].as_str().unwrap(), key_json["secret_key"].as_str().unwrap());
     let tester = client(&conf, access, secret);
+    // The bucket is its creator's (the default key): another user writes only once granted.
+    let before =
+        tester.put_object().bucket(bucket).key("by-tester").body(ByteStream::from_static(b"hi"));
+    assert_eq!(error_of(before.send().await), ("AccessDenied".into(), 403));
+    s3.put_bucket_acl().bucket(bucket).grant_full_control("id=\"tester\"").send().await.unwrap();
     // The bucket's default policy, changed with `weft bucket policy`, applies to S3 writes;
     // `x-weft-policy` chooses one object's.
     let changed = cluster.weft_json(&["bucket", "policy", bucket, "--stripe-width", "1", "--json"]);
@@ -479,6 +484,8 @@ async fn multipart_uploads_keys_and_failed_requests_that_create_nothing() {
         ops_json["access_key"].as_str().unwrap(),
         ops_json["secret_key"].as_str().unwrap(),
     );
+    let both = "id=\"tester\", id=\"ops\"";
+    s3.put_bucket_acl().bucket(bucket).grant_full_control(both).send().await.unwrap();
     put_with_policy(&ops, bucket, "by-header", b"hello", "rs(1,2),stripe=1").await.unwrap();
     let stat = cluster.stat(&format!("{bucket}/by-header"));
     assert_eq!(stat["layout"]["code"].as_str(), Some("rs(1,2)"), "{stat}");

@@ -1,0 +1,401 @@
+//! Bucket policies: the subset of S3's JSON policy language weft enforces, next to ACLs.
+//!
+//! Supported: statements with `Effect` Allow or Deny; `Principal` `"*"`, `{"AWS": ...}` with
+//! `"*"`, a user name, `arn:aws:iam::NAME:root` or `arn:aws:iam::ACCOUNT:user/NAME` (one or a
+//! list); `Action` one or a list of `s3:Name` with `*` and `?` wildcards (`*` alone: all);
+//! `Resource` one or a list of `arn:aws:s3:::bucket` or `arn:aws:s3:::bucket/key-pattern`;
+//! `Condition` with `StringEquals` / `StringLike` on `s3:prefix`.
+//!
+//! Invariants:
+//! - What weft cannot enforce is refused at PutBucketPolicy (400 MalformedPolicy), never
+//!   stored and silently ignored: `NotPrincipal`, `NotAction`, `NotResource`, unknown
+//!   fields, a resource of another bucket.
+//! - A condition weft cannot evaluate (another operator or key, such as `aws:SourceIp`)
+//!   makes its statement never apply when it allows and always apply when it denies: an
+//!   unknown condition can only take access away.
+//! - An explicit Deny wins over every Allow and over every ACL grant; an Allow grants in
+//!   addition to ACLs.
+//! - A policy is public when one of its Allow statements applies to everyone (`*`) without
+//!   a condition (what BlockPublicPolicy refuses and RestrictPublicBuckets ignores).
+//! - A policy document is at most [`MAX_POLICY_BYTES`] (S3's 20 KiB), so evaluating one is
+//!   bounded.
+
+use serde_json::Value;
+
+/// Largest policy document (S3's limit).
+pub const MAX_POLICY_BYTES: usize = 20 * 1024;
+
+/// Allow or Deny.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    Allow,
+    Deny,
+}
+
+/// Who a statement is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Principals {
+    Everyone,
+    Users(Vec<String>),
+}
+
+/// One statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Statement {
+    effect: Effect,
+    principals: Principals,
+    actions: Vec<String>,
+    resources: Vec<String>,
+    /// `s3:prefix` patterns (StringLike) and values (StringEquals); empty: no condition.
+    prefix_conditions: Vec<(bool, String)>,
+    /// A condition weft cannot evaluate is present.
+    unknown_condition: bool,
+}
+
+/// A parsed bucket policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketPolicy {
+    statements: Vec<Statement>,
+}
+
+/// What a request is, as a policy sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// The user; None for anonymous.
+    pub who: Option<&'a str>,
+    /// `s3:GetObject`...
+    pub action: &'a str,
+    /// `arn:aws:s3:::bucket[/key]`.
+    pub resource: &'a str,
+    /// The listing prefix (ListBucket) or the key a missing-object answer is about.
+    pub prefix: Option<&'a str>,
+}
+
+fn one_or_many(value: &Value, what: &str) -> Result<Vec<String>, String> {
+    match value {
+        Value::String(text) => Ok(vec![text.clone()]),
+        Value::Array(items) => items
+            .iter()
+            .map(|item| item.as_str().map(str::to_string).ok_or(format!("{what} must be strings")))
+            .collect(),
+        _ => Err(format!("{what} must be a string or a list of strings")),
+    }
+}
+
+/// `*` and `?` wildcard match (case-sensitive), iterative.
+pub fn wildcard(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+/// The user an AWS principal names: `*`, a name, `arn:aws:iam::NAME:root` or
+/// `arn:aws:iam::ACCOUNT:user/NAME`.
+fn principal_user(text: &str) -> Option<String> {
+    match text.strip_prefix("arn:aws:iam::") {
+        None => Some(text.to_string()),
+        Some(rest) => {
+            let (account, tail) = rest.split_once(':')?;
+            match tail {
+                "root" => Some(account.to_string()),
+                _ => tail.strip_prefix("user/").map(str::to_string),
+            }
+        }
+    }
+}
+
+impl BucketPolicy {
+    /// Parses and checks a policy document of `bucket` (the reason is the MalformedPolicy
+    /// message).
+    pub fn parse(bucket: &str, text: &str) -> Result<BucketPolicy, String> {
+        if text.len() > MAX_POLICY_BYTES {
+            return Err(format!("a policy is at most {MAX_POLICY_BYTES} bytes"));
+        }
+        let document: Value =
+            serde_json::from_str(text).map_err(|e| format!("the policy is not JSON: {e}"))?;
+        let Some(fields) = document.as_object() else {
+            return Err("the policy must be a JSON object".into());
+        };
+        for name in fields.keys() {
+            if !["Version", "Id", "Statement"].contains(&name.as_str()) {
+                return Err(format!("unknown policy field {name:?}"));
+            }
+        }
+        let statements = match &document["Statement"] {
+            Value::Array(items) => items.clone(),
+            Value::Object(_) => vec![document["Statement"].clone()],
+            _ => return Err("the policy needs a Statement".into()),
+        };
+        if statements.is_empty() {
+            return Err("the policy needs a Statement".into());
+        }
+        let arn_prefix = format!("arn:aws:s3:::{bucket}");
+        let mut parsed = Vec::new();
+        for statement in &statements {
+            let Some(fields) = statement.as_object() else {
+                return Err("a statement must be a JSON object".into());
+            };
+            for name in fields.keys() {
+                match name.as_str() {
+                    "Sid" | "Effect" | "Principal" | "Action" | "Resource" | "Condition" => {}
+                    "NotPrincipal" | "NotAction" | "NotResource" => {
+                        return Err(format!("weft does not support {name}"))
+                    }
+                    other => return Err(format!("unknown statement field {other:?}")),
+                }
+            }
+            let effect = match statement["Effect"].as_str() {
+                Some("Allow") => Effect::Allow,
+                Some("Deny") => Effect::Deny,
+                _ => return Err("Effect must be Allow or Deny".into()),
+            };
+            let principals = match &statement["Principal"] {
+                Value::String(star) if star == "*" => Principals::Everyone,
+                Value::Object(map) if map.len() == 1 && map.contains_key("AWS") => {
+                    let names = one_or_many(&map["AWS"], "Principal AWS")?;
+                    if names.iter().any(|n| n == "*") {
+                        Principals::Everyone
+                    } else {
+                        Principals::Users(
+                            names
+                                .iter()
+                                .map(|n| principal_user(n).ok_or(format!("bad principal {n:?}")))
+                                .collect::<Result<_, _>>()?,
+                        )
+                    }
+                }
+                _ => return Err("Principal must be \"*\" or {\"AWS\": ...}".into()),
+            };
+            let actions = one_or_many(&statement["Action"], "Action")?;
+            if actions.iter().any(|a| a != "*" && !a.starts_with("s3:")) {
+                return Err("actions are s3:NAME (or *)".into());
+            }
+            let resources = one_or_many(&statement["Resource"], "Resource")?;
+            for resource in &resources {
+                let ok = resource == &arn_prefix
+                    || resource.strip_prefix(&arn_prefix).is_some_and(|r| r.starts_with('/'))
+                    || (resource.ends_with('*')
+                        && arn_prefix.starts_with(resource.trim_end_matches('*')));
+                if !ok {
+                    return Err(format!("resource {resource:?} is not of bucket {bucket:?}"));
+                }
+            }
+            let (mut prefix_conditions, mut unknown_condition) = (Vec::new(), false);
+            if let Some(conditions) = statement.get("Condition") {
+                let Some(conditions) = conditions.as_object() else {
+                    return Err("Condition must be an object".into());
+                };
+                for (operator, tests) in conditions {
+                    let Some(tests) = tests.as_object() else {
+                        return Err(format!("condition {operator:?} must be an object"));
+                    };
+                    for (key, values) in tests {
+                        let like = match operator.as_str() {
+                            "StringLike" => true,
+                            "StringEquals" => false,
+                            _ => {
+                                unknown_condition = true;
+                                continue;
+                            }
+                        };
+                        if key != "s3:prefix" {
+                            unknown_condition = true;
+                            continue;
+                        }
+                        for value in one_or_many(values, "condition values")? {
+                            prefix_conditions.push((like, value));
+                        }
+                    }
+                }
+            }
+            parsed.push(Statement {
+                effect,
+                principals,
+                actions,
+                resources,
+                prefix_conditions,
+                unknown_condition,
+            });
+        }
+        Ok(BucketPolicy { statements: parsed })
+    }
+
+    /// Whether an Allow statement applies to everyone without a condition.
+    pub fn is_public(&self) -> bool {
+        self.statements.iter().any(|s| {
+            s.effect == Effect::Allow
+                && s.principals == Principals::Everyone
+                && s.prefix_conditions.is_empty()
+                && !s.unknown_condition
+        })
+    }
+
+    /// What the policy says of `request`: Some(Deny) when a Deny applies, else Some(Allow)
+    /// when an Allow does, else None. With `ignore_public`, statements about everyone do
+    /// not allow (RestrictPublicBuckets).
+    pub fn decide(&self, request: &Request<'_>, ignore_public: bool) -> Option<Effect> {
+        let mut allowed = false;
+        for statement in &self.statements {
+            let principal = match &statement.principals {
+                Principals::Everyone => true,
+                Principals::Users(names) => {
+                    request.who.is_some_and(|w| names.iter().any(|n| n == w))
+                }
+            };
+            let action = statement.actions.iter().any(|a| a == "*" || wildcard(a, request.action));
+            let resource = statement.resources.iter().any(|r| wildcard(r, request.resource));
+            if !(principal && action && resource) {
+                continue;
+            }
+            let prefix_ok = statement.prefix_conditions.is_empty()
+                || request.prefix.is_some_and(|prefix| {
+                    statement.prefix_conditions.iter().any(|(like, value)| match like {
+                        true => wildcard(value, prefix),
+                        false => value == prefix,
+                    })
+                });
+            match statement.effect {
+                // A Deny applies unless a condition it has is known not to hold.
+                Effect::Deny if statement.unknown_condition || prefix_ok => {
+                    return Some(Effect::Deny)
+                }
+                Effect::Deny => {}
+                Effect::Allow => {
+                    let public = statement.principals == Principals::Everyone;
+                    if prefix_ok && !statement.unknown_condition && !(public && ignore_public) {
+                        allowed = true;
+                    }
+                }
+            }
+        }
+        allowed.then_some(Effect::Allow)
+    }
+}
+
+/// The policy action of an S3 operation (s3s's operation name).
+pub fn action_of(op: &str) -> String {
+    let name = match op {
+        "HeadObject" | "GetObjectAttributes" => "GetObject",
+        "CopyObject"
+        | "CreateMultipartUpload"
+        | "UploadPart"
+        | "UploadPartCopy"
+        | "CompleteMultipartUpload"
+        | "PostObject" => "PutObject",
+        "DeleteObjects" => "DeleteObject",
+        "ListObjects" | "ListObjectsV2" | "HeadBucket" => "ListBucket",
+        "ListObjectVersions" => "ListBucketVersions",
+        "ListMultipartUploads" => "ListBucketMultipartUploads",
+        "ListParts" => "ListMultipartUploadParts",
+        "GetPublicAccessBlock" => "GetBucketPublicAccessBlock",
+        "PutPublicAccessBlock" | "DeletePublicAccessBlock" => "PutBucketPublicAccessBlock",
+        "GetObjectLockConfiguration" => "GetBucketObjectLockConfiguration",
+        "PutObjectLockConfiguration" => "PutBucketObjectLockConfiguration",
+        "PutBucketCors" | "DeleteBucketCors" => "PutBucketCORS",
+        "GetBucketCors" => "GetBucketCORS",
+        "DeleteBucketPolicy" => "DeleteBucketPolicy",
+        other => other,
+    };
+    format!("s3:{name}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(statement: Value) -> Result<BucketPolicy, String> {
+        BucketPolicy::parse(
+            "b",
+            &serde_json::json!({"Version": "2012-10-17", "Statement": [statement]}).to_string(),
+        )
+    }
+
+    fn request<'a>(who: Option<&'a str>, action: &'a str, resource: &'a str) -> Request<'a> {
+        Request { who, action, resource, prefix: None }
+    }
+
+    #[test]
+    fn wildcards_match_as_iam_matches() {
+        assert!(wildcard("arn:aws:s3:::b/*", "arn:aws:s3:::b/x/y"));
+        assert!(wildcard("s3:Get*", "s3:GetObject"));
+        assert!(wildcard("a?c", "abc") && !wildcard("a?c", "abbc"));
+        assert!(!wildcard("arn:aws:s3:::b/*", "arn:aws:s3:::bb/x"));
+    }
+
+    #[test]
+    fn deny_wins_and_unknown_conditions_only_take_access_away() {
+        let allow_all = policy(serde_json::json!({"Effect": "Allow", "Principal": "*",
+            "Action": "s3:GetObject", "Resource": "arn:aws:s3:::b/*"}))
+        .unwrap();
+        assert!(allow_all.is_public());
+        let get = request(None, "s3:GetObject", "arn:aws:s3:::b/k");
+        assert_eq!(allow_all.decide(&get, false), Some(Effect::Allow));
+        assert_eq!(allow_all.decide(&get, true), None, "RestrictPublicBuckets");
+        assert_eq!(
+            allow_all.decide(&request(None, "s3:PutObject", "arn:aws:s3:::b/k"), false),
+            None
+        );
+        let by_ip = policy(serde_json::json!({"Effect": "Allow", "Principal": {"AWS": "*"},
+            "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::b",
+            "Condition": {"IpAddress": {"aws:SourceIp": "10.0.0.0/32"}}}))
+        .unwrap();
+        assert!(!by_ip.is_public());
+        assert_eq!(by_ip.decide(&request(None, "s3:ListBucket", "arn:aws:s3:::b"), false), None);
+        let deny_ip = policy(serde_json::json!({"Effect": "Deny", "Principal": "*",
+            "Action": "s3:*", "Resource": ["arn:aws:s3:::b", "arn:aws:s3:::b/*"],
+            "Condition": {"IpAddress": {"aws:SourceIp": "10.0.0.0/32"}}}))
+        .unwrap();
+        assert_eq!(deny_ip.decide(&get, false), Some(Effect::Deny));
+        let named = policy(serde_json::json!({"Effect": "Allow",
+            "Principal": {"AWS": ["arn:aws:iam::alice:root", "arn:aws:iam::123:user/bob"]},
+            "Action": "*", "Resource": "arn:aws:s3:::b/*"}))
+        .unwrap();
+        assert!(!named.is_public());
+        for who in ["alice", "bob"] {
+            let put = request(Some(who), "s3:PutObject", "arn:aws:s3:::b/k");
+            assert_eq!(named.decide(&put, false), Some(Effect::Allow), "{who}");
+        }
+        assert_eq!(
+            named.decide(&request(Some("carol"), "s3:PutObject", "arn:aws:s3:::b/k"), false),
+            None
+        );
+    }
+
+    #[test]
+    fn prefix_conditions_and_refusals() {
+        let listing = policy(serde_json::json!({"Effect": "Allow", "Principal": {"AWS": "*"},
+            "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::b",
+            "Condition": {"StringLike": {"s3:prefix": "public/*"}}}))
+        .unwrap();
+        let mut list = request(Some("x"), "s3:ListBucket", "arn:aws:s3:::b");
+        list.prefix = Some("public/a");
+        assert_eq!(listing.decide(&list, false), Some(Effect::Allow));
+        list.prefix = Some("private/a");
+        assert_eq!(listing.decide(&list, false), None);
+        for bad in [
+            serde_json::json!({"Effect": "Allow", "NotPrincipal": {"AWS": "x"}, "Action": "s3:*", "Resource": "arn:aws:s3:::b"}),
+            serde_json::json!({"Effect": "Allow", "Principal": "*", "Action": "s3:*", "Resource": "arn:aws:s3:::other/*"}),
+            serde_json::json!({"Effect": "Maybe", "Principal": "*", "Action": "s3:*", "Resource": "arn:aws:s3:::b"}),
+        ] {
+            assert!(policy(bad.clone()).is_err(), "{bad}");
+        }
+        assert_eq!(action_of("HeadObject"), "s3:GetObject");
+        assert_eq!(action_of("GetBucketVersioning"), "s3:GetBucketVersioning");
+    }
+}
