@@ -1047,14 +1047,7 @@ async fn create_bucket(
         let record = store.create_bucket(&name, policy, now)?;
         // Its S3 configurations (the gateway's owner and ACL) at once, before any other
         // request could find it without them.
-        for (suffix, value) in &config {
-            store.put_record(
-                crate::store::BUCKET_CONFIG,
-                &format!("{name}/{suffix}"),
-                value,
-                false,
-            )?;
-        }
+        put_bucket_config(store, &name, &config)?;
         Ok(record)
     })
     .await?;
@@ -1072,18 +1065,19 @@ async fn write_bucket_config(
     if config.is_empty() {
         return Ok(());
     }
-    blocking(meta, move |store| {
-        for (suffix, value) in &config {
-            store.put_record(
-                crate::store::BUCKET_CONFIG,
-                &format!("{name}/{suffix}"),
-                value,
-                false,
-            )?;
-        }
-        Ok(())
-    })
-    .await
+    blocking(meta, move |store| put_bucket_config(store, &name, &config)).await
+}
+
+/// Stores the S3 configurations of bucket `name` (`bucket_config/<name>/<suffix>`).
+fn put_bucket_config(
+    store: &dyn MetaStore,
+    name: &str,
+    config: &BucketConfig,
+) -> Result<(), MetaError> {
+    for (suffix, value) in config {
+        store.put_record(crate::store::BUCKET_CONFIG, &format!("{name}/{suffix}"), value, false)?;
+    }
+    Ok(())
 }
 
 /// S3 configurations of a new bucket: (record suffix, value).

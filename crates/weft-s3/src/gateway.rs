@@ -42,6 +42,43 @@ const MAX_KEYS: usize = 1000;
 /// Most buckets one ListBuckets page may ask for (S3's cap).
 const MAX_BUCKETS_LISTED: i32 = 10_000;
 
+/// The ACL an object write asks for (PutObject, CopyObject and CreateMultipartUpload name
+/// their canned ACL and grant fields alike): `Gateway::written_acl` of them.
+macro_rules! object_write_acl {
+    ($gateway:expr, $credentials:expr, $headers:expr, $input:expr) => {
+        $gateway.written_acl(
+            $credentials,
+            $headers,
+            &$input.bucket,
+            $input.acl.as_ref(),
+            [
+                $input.grant_full_control.as_ref(),
+                $input.grant_read.as_ref(),
+                $input.grant_read_acp.as_ref(),
+                $input.grant_write_acp.as_ref(),
+            ],
+        )
+    };
+}
+
+/// The [`AclRequest`] of a request with an ACL body, grant headers and a canned ACL
+/// (CreateBucket has no body: `None`).
+macro_rules! acl_request {
+    ($input:expr, $policy:expr) => {
+        AclRequest {
+            policy: $policy,
+            grants: AclRequest::grant_headers(
+                $input.grant_full_control.as_ref(),
+                $input.grant_read.as_ref(),
+                $input.grant_read_acp.as_ref(),
+                $input.grant_write.as_ref(),
+                $input.grant_write_acp.as_ref(),
+            ),
+            canned: $input.acl.as_ref().map(|a| a.as_str()),
+        }
+    };
+}
+
 /// The owner S3 shows for buckets and objects: every key of a weft cluster owns every
 /// bucket, so it is the key that asks (its access key id is its canonical id).
 fn owner_of(credentials: Option<&s3s::auth::Credentials>) -> Owner {
@@ -961,17 +998,7 @@ impl S3 for Gateway {
             .await?
             .ok_or_else(|| s3_error!(AccessDenied, "creating a bucket needs a signed request"))?;
         let input = &req.input;
-        let acl_request = AclRequest {
-            policy: None,
-            grants: AclRequest::grant_headers(
-                input.grant_full_control.as_ref(),
-                input.grant_read.as_ref(),
-                input.grant_read_acp.as_ref(),
-                input.grant_write.as_ref(),
-                input.grant_write_acp.as_ref(),
-            ),
-            canned: input.acl.as_ref().map(|a| a.as_str()),
-        };
+        let acl_request = acl_request!(input, None);
         let acl = self.requested_acl(&acl_request, &who, None).await?;
         let acl = acl.unwrap_or_else(|| Acl::private(&who));
         let bucket = req.input.bucket;
@@ -1152,20 +1179,7 @@ impl S3 for Gateway {
             input.object_lock_legal_hold_status.as_ref(),
             now_ms(),
         )?;
-        let acl = self
-            .written_acl(
-                req.credentials.as_ref(),
-                &headers,
-                &input.bucket,
-                input.acl.as_ref(),
-                [
-                    input.grant_full_control.as_ref(),
-                    input.grant_read.as_ref(),
-                    input.grant_read_acp.as_ref(),
-                    input.grant_write_acp.as_ref(),
-                ],
-            )
-            .await?;
+        let acl = object_write_acl!(self, req.credentials.as_ref(), &headers, input).await?;
         let body = request_body(input.body, input.content_length, &headers);
         let mut shown = written_attributes(
             input.content_type,
@@ -1511,20 +1525,7 @@ impl S3 for Gateway {
             input.copy_source_if_unmodified_since.as_ref(),
             |_| s3_error!(PreconditionFailed, "the copy source's conditions are not met"),
         )?;
-        let acl = self
-            .written_acl(
-                req.credentials.as_ref(),
-                &req.headers,
-                &input.bucket,
-                input.acl.as_ref(),
-                [
-                    input.grant_full_control.as_ref(),
-                    input.grant_read.as_ref(),
-                    input.grant_read_acp.as_ref(),
-                    input.grant_write_acp.as_ref(),
-                ],
-            )
-            .await?;
+        let acl = object_write_acl!(self, req.credentials.as_ref(), &req.headers, input).await?;
         let mut shown = if replace {
             written_attributes(
                 input.content_type,
@@ -1695,17 +1696,7 @@ impl S3 for Gateway {
             BucketAccess::Shared => who.clone(),
             BucketAccess::Owned(acl) => acl.owner,
         };
-        let request = AclRequest {
-            policy: input.access_control_policy.as_ref(),
-            grants: AclRequest::grant_headers(
-                input.grant_full_control.as_ref(),
-                input.grant_read.as_ref(),
-                input.grant_read_acp.as_ref(),
-                input.grant_write.as_ref(),
-                input.grant_write_acp.as_ref(),
-            ),
-            canned: input.acl.as_ref().map(|a| a.as_str()),
-        };
+        let request = acl_request!(input, input.access_control_policy.as_ref());
         let acl = self
             .requested_acl(&request, &owner, None)
             .await?
@@ -1894,17 +1885,7 @@ impl S3 for Gateway {
         let current =
             self.current_object_acl(bucket, key, version_id, req.credentials.as_ref()).await?;
         let bucket_owner = self.bucket_access(bucket).await?.owner().map(str::to_string);
-        let request = AclRequest {
-            policy: input.access_control_policy.as_ref(),
-            grants: AclRequest::grant_headers(
-                input.grant_full_control.as_ref(),
-                input.grant_read.as_ref(),
-                input.grant_read_acp.as_ref(),
-                input.grant_write.as_ref(),
-                input.grant_write_acp.as_ref(),
-            ),
-            canned: input.acl.as_ref().map(|a| a.as_str()),
-        };
+        let request = acl_request!(input, input.access_control_policy.as_ref());
         let acl = self
             .requested_acl(&request, &current.owner, bucket_owner.as_deref())
             .await?
@@ -2143,20 +2124,7 @@ impl S3 for Gateway {
             Ok(_) | Err(ClientError::Meta { status: 409, .. }) => {}
             Err(error) => return Err(s3_error_of(error)),
         }
-        let acl = self
-            .written_acl(
-                req.credentials.as_ref(),
-                &req.headers,
-                &input.bucket,
-                input.acl.as_ref(),
-                [
-                    input.grant_full_control.as_ref(),
-                    input.grant_read.as_ref(),
-                    input.grant_read_acp.as_ref(),
-                    input.grant_write_acp.as_ref(),
-                ],
-            )
-            .await?;
+        let acl = object_write_acl!(self, req.credentials.as_ref(), &req.headers, input).await?;
         let mut shown = written_attributes(
             input.content_type,
             input.metadata,
