@@ -79,11 +79,9 @@ macro_rules! acl_request {
     };
 }
 
-/// The owner S3 shows for buckets and objects: every key of a weft cluster owns every
-/// bucket, so it is the key that asks (its access key id is its canonical id).
-fn owner_of(credentials: Option<&s3s::auth::Credentials>) -> Owner {
-    let id = credentials.map_or_else(|| "anonymous".to_string(), |c| c.access_key.clone());
-    Owner { display_name: Some(id.clone()), id: Some(id) }
+/// S3's Owner element of a user (its name is its canonical id and display name).
+fn owner_named(name: &str) -> Owner {
+    Owner { display_name: Some(name.to_string()), id: Some(name.to_string()) }
 }
 
 /// The S3 service: a weft client plus nothing else (state lives in meta).
@@ -824,6 +822,20 @@ impl Gateway {
         let acl = acl.unwrap_or_else(|| Acl::private(&owner));
         self.check_public_acl(bucket, &acl).await?;
         Ok(acl)
+    }
+
+    /// The owner listings show for objects without an ACL of their own: the bucket's owner,
+    /// else (an unowned bucket) the user who asks.
+    async fn listed_owner(
+        &self,
+        bucket: &str,
+        credentials: Option<&s3s::auth::Credentials>,
+    ) -> S3Result<Owner> {
+        if let Some(owner) = self.bucket_access(bucket).await?.owner() {
+            return Ok(owner_named(owner));
+        }
+        let who = self.requester(credentials).await?;
+        Ok(owner_named(who.as_deref().unwrap_or("anonymous")))
     }
 
     /// The owner of every owned bucket, by bucket (shared buckets are left out).
@@ -1961,7 +1973,7 @@ impl S3 for Gateway {
         req: S3Request<ListObjectVersionsInput>,
     ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
         let input = req.input;
-        let owner = owner_of(req.credentials.as_ref());
+        let owner = self.listed_owner(&input.bucket, req.credentials.as_ref()).await?;
         let bucket = input.bucket.clone();
         let prefix = input.prefix.clone().unwrap_or_default();
         let max_keys = input.max_keys.unwrap_or(MAX_KEYS as i32).clamp(0, MAX_KEYS as i32) as usize;
@@ -2004,12 +2016,14 @@ impl S3 for Gateway {
             let shown = entry
                 .attributes
                 .unwrap_or_else(|| attributes::defaults(entry.generation, entry.created_ms));
+            let version_owner =
+                shown.acl.as_ref().map_or_else(|| owner.clone(), |a| owner_named(&a.owner));
             versions.push(ObjectVersion {
                 e_tag: Some(ETag::Strong(shown.etag)),
                 is_latest: Some(entry.is_latest),
                 key: Some(encode(entry.key)),
                 last_modified,
-                owner: Some(owner.clone()),
+                owner: Some(version_owner),
                 size: Some(entry.size as i64),
                 storage_class: Some(ObjectVersionStorageClass::from_static(
                     ObjectVersionStorageClass::STANDARD,
@@ -2512,7 +2526,10 @@ impl Gateway {
         }
         let url = input.encoding_type.as_ref().is_some_and(|e| e.as_str() == EncodingType::URL);
         let encode = |text: String| if url { encode_url(&text) } else { text };
-        let owner = input.fetch_owner.unwrap_or(false).then(|| owner_of(credentials));
+        let owner = match input.fetch_owner.unwrap_or(false) {
+            true => Some(self.listed_owner(&bucket, credentials).await?),
+            false => None,
+        };
         let contents: Vec<Object> = page
             .objects
             .into_iter()
@@ -2530,7 +2547,13 @@ impl Gateway {
                     storage_class: Some(ObjectStorageClass::from_static(
                         ObjectStorageClass::STANDARD,
                     )),
-                    owner: owner.clone(),
+                    // Its own owner (its ACL's), else the one of objects without an ACL.
+                    owner: owner.as_ref().map(|default| {
+                        shown
+                            .acl
+                            .as_ref()
+                            .map_or_else(|| default.clone(), |a| owner_named(&a.owner))
+                    }),
                     ..Default::default()
                 }
             })
