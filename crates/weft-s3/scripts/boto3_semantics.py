@@ -983,6 +983,27 @@ def acls_and_policies_decide_who_may_do_what():
             expect_error("AccessDenied", 403, s3.put_bucket_policy, Bucket=bucket,
                          Policy=json.dumps(public))
             assert s3.get_bucket_policy_status(Bucket=bucket)["PolicyStatus"]["IsPublic"] is False
+            # A key scoped to this bucket, read-only: its user's rights (here the owner's),
+            # narrowed.
+            owner = acl["Owner"]["ID"]
+            scoped_key = weft_json("key", "create", owner, "--bucket", bucket, "--read-only")
+            scoped = boto3.client("s3", endpoint_url=s3conf["endpoint"],
+                                  aws_access_key_id=scoped_key["access_key"],
+                                  aws_secret_access_key=scoped_key["secret_key"],
+                                  region_name=s3conf["region"],
+                                  config=Config(s3={"addressing_style": "path"},
+                                                retries={"max_attempts": 1}))
+            try:
+                assert scoped.get_object(Bucket=bucket, Key="private")["Body"].read() == b"p"
+                assert [b["Name"] for b in scoped.list_buckets()["Buckets"]] == [bucket]
+                expect_error("AccessDenied", 403, scoped.put_object, Bucket=bucket, Key="w",
+                             Body=b"w")
+                expect_error("AccessDenied", 403, scoped.delete_object, Bucket=bucket,
+                             Key="private")
+                expect_error("AccessDenied", 403, scoped.create_bucket, Bucket=f"{bucket}-x")
+            finally:
+                subprocess.run([WEFT, "key", "rm", scoped_key["access_key"], "--meta",
+                                cluster["meta"]], capture_output=True)
     finally:
         subprocess.run([WEFT, "key", "rm", made["access_key"], "--meta", cluster["meta"]],
                        capture_output=True)

@@ -360,6 +360,20 @@ impl S3Access for Gateway {
         let who = self.requester(cx.credentials()).await?;
         let who = who.as_deref();
         let op = cx.s3_op().name();
+        // A scoped key: its bucket only, reads only (on top of its user's rights).
+        if let Some(credentials) = cx.credentials() {
+            let bucket = match cx.s3_path() {
+                S3Path::Root => None,
+                S3Path::Bucket { bucket } | S3Path::Object { bucket, .. } => Some(bucket.as_ref()),
+            };
+            self.keys().scope_of(&credentials.access_key).await?.check(op, bucket)?;
+            if let Some((source, _, _)) = copy_source(cx.headers()) {
+                self.keys()
+                    .scope_of(&credentials.access_key)
+                    .await?
+                    .check("GetObject", Some(&source))?;
+            }
+        }
         let (bucket, key) = match cx.s3_path() {
             // ListBuckets answers an anonymous request with no buckets (S3).
             S3Path::Root => return Ok(()),

@@ -948,6 +948,10 @@ impl S3 for Gateway {
             }));
         };
         let owners = self.bucket_owners().await?;
+        let scope = match req.credentials.as_ref() {
+            Some(c) => self.keys().scope_of(&c.access_key).await?,
+            None => crate::keys::KeyScope::default(),
+        };
         let answer = self.client.meta.list_buckets().await.map_err(s3_error_of)?;
         let mut buckets: Vec<Bucket> = answer["buckets"]
             .as_array()
@@ -958,6 +962,7 @@ impl S3 for Gateway {
                         // Internal buckets (a leading '.') are not S3 buckets.
                         let listed = !name.starts_with('.')
                             && owners.get(name).is_none_or(|owner| *owner == who)
+                            && scope.bucket.as_deref().is_none_or(|only| only == name)
                             && name.starts_with(&prefix)
                             && input.continuation_token.as_deref().is_none_or(|after| name > after);
                         listed.then(|| Bucket {

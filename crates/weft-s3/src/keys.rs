@@ -57,6 +57,44 @@ pub struct KeyRecord {
     /// NAME --email ADDRESS`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub email: Option<String>,
+    /// The scope of the key (`weft key create NAME --bucket B --read-only`): it never has
+    /// more rights than its user, and a scope narrows them further.
+    #[serde(default, skip_serializing_if = "KeyScope::is_unscoped")]
+    pub scope: KeyScope,
+}
+
+/// What a key is limited to, beyond its user's rights.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct KeyScope {
+    /// The only bucket it may use (it may not create buckets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<String>,
+    /// Reads only: operations named Get*, Head* or List*.
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+impl KeyScope {
+    pub fn is_unscoped(&self) -> bool {
+        self.bucket.is_none() && !self.read_only
+    }
+
+    /// Refuses (AccessDenied) an operation `op` on `bucket` (None: the service) outside the
+    /// scope.
+    pub fn check(&self, op: &str, bucket: Option<&str>) -> S3Result<()> {
+        if self.read_only && !["Get", "Head", "List"].iter().any(|p| op.starts_with(p)) {
+            return Err(s3_error!(AccessDenied, "this key is read-only ({op} is not a read)"));
+        }
+        match (&self.bucket, bucket) {
+            (Some(mine), Some(asked)) if mine != asked => {
+                Err(s3_error!(AccessDenied, "this key may use bucket {mine:?} only, not {asked:?}"))
+            }
+            (Some(mine), _) if op == "CreateBucket" => {
+                Err(s3_error!(AccessDenied, "this key may use bucket {mine:?} only"))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 impl KeyRecord {
@@ -75,6 +113,7 @@ impl KeyRecord {
             created_ms,
             may_set_policy,
             email: None,
+            scope: KeyScope::default(),
         }
     }
 
@@ -116,6 +155,7 @@ struct CachedKey {
     may_set_policy: bool,
     /// The key's user (its name): the owner of what it makes, the grantee of ACLs.
     user: String,
+    scope: KeyScope,
     at: Instant,
 }
 
@@ -149,12 +189,18 @@ impl MetaAuth {
             secret,
             may_set_policy: record.may_set_policy,
             user: record.name,
+            scope: record.scope,
             at: Instant::now(),
         };
         let mut cache = self.cache.lock().expect("key cache");
         cache.retain(|_, cached| cached.at.elapsed() < KEY_CACHE_TTL);
         cache.insert(access_key.to_string(), key.clone());
         Ok(key)
+    }
+
+    /// The scope of `access_key` (see [`KeyScope`]).
+    pub async fn scope_of(&self, access_key: &str) -> S3Result<KeyScope> {
+        Ok(self.lookup(access_key).await?.scope)
     }
 
     /// The user of `access_key` (the key's name): who owns what it makes (see `acl`).

@@ -60,7 +60,7 @@ use hyper_util::server::conn::auto::Builder as ConnBuilder;
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 
 pub use gateway::Gateway;
-pub use keys::{new_key, KeyRecord, ACCESS_KEYS};
+pub use keys::{new_key, KeyRecord, KeyScope, ACCESS_KEYS};
 pub use weft_auth::ClusterSecret;
 
 /// The region the gateway reports and that clients should sign for.

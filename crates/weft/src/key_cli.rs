@@ -26,6 +26,7 @@ pub enum KeyCommand {
     ///   weft key create alice
     ///   weft key create ci --json      # {"access_key":"WK…","secret_key":"…","name":"ci",…}
     ///   weft key create ops --allow-policy   # may send x-weft-policy
+    ///   weft key create alice --bucket photos --read-only   # alice's rights, photos, reads
     ///   AWS_ACCESS_KEY_ID=WK… AWS_SECRET_ACCESS_KEY=… \
     ///     aws --endpoint-url http://127.0.0.1:9000 s3 ls
     #[command(verbatim_doc_comment)]
@@ -49,6 +50,14 @@ pub struct KeyCreateArgs {
     /// An email address of the key's user: S3 ACL grants by email name this user.
     #[arg(long, value_name = "ADDRESS")]
     pub email: Option<String>,
+    /// Limit the key to this bucket: it may not use any other, nor create buckets. (It never
+    /// has more rights than its user, NAME: in a bucket NAME does not own, grant NAME access
+    /// with the bucket's ACL.)
+    #[arg(long, value_name = "BUCKET")]
+    pub bucket: Option<String>,
+    /// Limit the key to reads (S3 operations named Get*, Head*, List*).
+    #[arg(long)]
+    pub read_only: bool,
     /// Print {"access_key","secret_key","name","may_set_policy"} as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -82,12 +91,15 @@ pub fn run(command: KeyCommand) -> Result<(), CliError> {
     match command {
         KeyCommand::Create(args) => {
             let meta = args.meta.client()?;
+            let scope =
+                weft_s3::KeyScope { bucket: args.bucket.clone(), read_only: args.read_only };
             let (access_key, secret_key) =
-                create_key(&meta, &args.name, args.allow_policy, args.email.as_deref())?;
+                create_key(&meta, &args.name, args.allow_policy, args.email.as_deref(), scope)?;
             if args.json {
                 print_json(&json!({
                     "access_key": access_key, "secret_key": secret_key, "name": args.name,
                     "may_set_policy": args.allow_policy,
+                    "bucket": args.bucket, "read_only": args.read_only,
                 }));
             } else if args.env {
                 // Keys are [A-Za-z0-9+/] only: no quoting needed, but quote anyway.
@@ -154,13 +166,14 @@ pub fn run(command: KeyCommand) -> Result<(), CliError> {
 }
 
 /// Creates a key named `name` (its user: see the S3 gateway's ACLs) in meta, allowed to
-/// choose policies if `may_set_policy`, with the user's `email` if given; returns (access
-/// key id, secret).
+/// choose policies if `may_set_policy`, with the user's `email` if given, limited to
+/// `scope`; returns (access key id, secret).
 pub fn create_key(
     meta: &MetaClient,
     name: &str,
     may_set_policy: bool,
     email: Option<&str>,
+    scope: weft_s3::KeyScope,
 ) -> Result<(String, String), CliError> {
     let (access_key, secret_key) = weft_s3::new_key();
     let created_ms =
@@ -174,6 +187,7 @@ pub fn create_key(
         may_set_policy,
     );
     record.email = email.map(str::to_string);
+    record.scope = scope;
     let value = serde_json::to_value(&record).expect("key records serialize");
     // A random 18-character id is never taken in practice; create-only all the same.
     meta.put_query(&["records", weft_s3::ACCESS_KEYS, &access_key], "if_absent=true", &value)

@@ -1362,7 +1362,9 @@ fn write_s3_file(dir: &Path, meta: &MetaClient, endpoint: &str) -> Result<(), Cl
             s3["secret_key"].as_str().unwrap_or_default().to_owned(),
         ),
         // The operator's own key: it may choose policies.
-        None => crate::key_cli::create_key(meta, "weft up default key", true, None)?,
+        None => {
+            crate::key_cli::create_key(meta, "weft up default key", true, None, Default::default())?
+        }
     };
     let s3 = json!({
         "endpoint": endpoint,
