@@ -366,12 +366,10 @@ impl S3Access for Gateway {
                 S3Path::Root => None,
                 S3Path::Bucket { bucket } | S3Path::Object { bucket, .. } => Some(bucket.as_ref()),
             };
-            self.keys().scope_of(&credentials.access_key).await?.check(op, bucket)?;
+            let scope = self.keys().scope_of(&credentials.access_key).await?;
+            scope.check(op, bucket)?;
             if let Some((source, _, _)) = copy_source(cx.headers()) {
-                self.keys()
-                    .scope_of(&credentials.access_key)
-                    .await?
-                    .check("GetObject", Some(&source))?;
+                scope.check("GetObject", Some(&source))?;
             }
         }
         let (bucket, key) = match cx.s3_path() {
