@@ -119,6 +119,8 @@ pub struct BucketState {
     pub access: BucketAccess,
     pub block: PublicBlock,
     pub policy: Option<Arc<BucketPolicy>>,
+    /// Its lifecycle configuration (for the `x-amz-expiration` header).
+    pub lifecycle: Option<Arc<crate::lifecycle::LifecycleConfig>>,
 }
 
 impl AclCache {
@@ -196,6 +198,10 @@ impl Gateway {
             })?)),
             None => None,
         };
+        // A configuration the gateway cannot read only loses the advisory header.
+        let lifecycle = record("lifecycle")
+            .and_then(|v| serde_json::from_value::<crate::lifecycle::LifecycleConfig>(v).ok())
+            .map(Arc::new);
         let access = match record("acl") {
             Some(value) => {
                 let mut acl: Acl = serde_json::from_value(value).map_err(|e| {
@@ -214,7 +220,7 @@ impl Gateway {
                 Err(error) => return Err(s3_error_of(error)),
             },
         };
-        let state = BucketState { access, block, policy };
+        let state = BucketState { access, block, policy, lifecycle };
         self.acls().put(bucket, state.clone());
         Ok(state)
     }

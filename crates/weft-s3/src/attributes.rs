@@ -71,6 +71,9 @@ pub struct Attributes {
     /// before ACLs or by `weft put` (owned by their bucket's owner, private).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acl: Option<crate::acl::Acl>,
+    /// The object's tags (PutObjectTagging, `x-amz-tagging`), by key.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
     /// The object's S3 version id, when its bucket is versioned: filled from the object when
     /// read, never stored (it is the object's own).
     #[serde(skip)]

@@ -30,6 +30,7 @@ use crate::{
     body::{content_md5, put_stream, CommitAttributes},
     cors::{self, CorsCache, CorsConfig},
     keys::MetaAuth,
+    lifecycle::{self, LifecycleConfig},
     listing,
     multipart::{self, PartRecord, UploadRecord, PARTS_BUCKET, UPLOADS},
     object_lock, versioning,
@@ -699,6 +700,25 @@ impl Gateway {
     /// Deletes (bucket, key); with `if_match`, only the object it names: pinned to its
     /// generation, so one written meanwhile is not deleted (412). A missing key is deleted
     /// already (S3), unless If-Match required one (404 NoSuchKey).
+    /// The `x-amz-expiration` header of the current object (key, size, its attributes):
+    /// when its bucket's lifecycle expires it and by which rule. None when no rule does,
+    /// for a version named by id (S3 shows it for current objects only), or when the
+    /// bucket's state cannot be read (the header is advisory).
+    async fn expiration_of(
+        &self,
+        bucket: &str,
+        key: &str,
+        size: u64,
+        shown: &Attributes,
+        version_id: Option<&str>,
+    ) -> Option<String> {
+        if version_id.is_some() {
+            return None;
+        }
+        let config = self.bucket_state(bucket).await.ok()?.lifecycle?;
+        config.expiration_header(key, size, &shown.tags, shown.last_modified_ms)
+    }
+
     async fn delete_one(
         &self,
         bucket: &str,
@@ -1169,6 +1189,68 @@ impl S3 for Gateway {
         Ok(S3Response::new(DeleteBucketCorsOutput::default()))
     }
 
+    async fn put_bucket_lifecycle_configuration(
+        &self,
+        req: S3Request<PutBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<PutBucketLifecycleConfigurationOutput>> {
+        let bucket = req.input.bucket;
+        let Some(given) = req.input.lifecycle_configuration else {
+            return Err(s3_error!(MalformedXML, "the request has no LifecycleConfiguration"));
+        };
+        let config = LifecycleConfig::from_s3(&given.rules)?;
+        let meta = &self.client.meta;
+        meta.get_bucket(&bucket).await.map_err(s3_error_of)?;
+        let value = serde_json::to_value(&config).map_err(|e| {
+            s3_error!(InternalError, "cannot encode the lifecycle configuration: {e}")
+        })?;
+        let written = meta
+            .put_record(cors::BUCKET_CONFIG, &lifecycle::record_name(&bucket), &value, false)
+            .await
+            .map_err(s3_error_of);
+        self.acls.forget(&bucket);
+        written?;
+        Ok(S3Response::new(PutBucketLifecycleConfigurationOutput::default()))
+    }
+
+    async fn get_bucket_lifecycle_configuration(
+        &self,
+        req: S3Request<GetBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<GetBucketLifecycleConfigurationOutput>> {
+        let bucket = req.input.bucket;
+        let meta = &self.client.meta;
+        meta.get_bucket(&bucket).await.map_err(s3_error_of)?;
+        let record = meta
+            .get_record(cors::BUCKET_CONFIG, &lifecycle::record_name(&bucket))
+            .await
+            .map_err(s3_error_of)?;
+        let Some(config) = record.and_then(|v| serde_json::from_value::<LifecycleConfig>(v).ok())
+        else {
+            return Err(s3_error!(
+                NoSuchLifecycleConfiguration,
+                "The lifecycle configuration does not exist"
+            ));
+        };
+        Ok(S3Response::new(GetBucketLifecycleConfigurationOutput {
+            rules: Some(config.to_s3()),
+            ..Default::default()
+        }))
+    }
+
+    async fn delete_bucket_lifecycle(
+        &self,
+        req: S3Request<DeleteBucketLifecycleInput>,
+    ) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
+        let bucket = req.input.bucket;
+        let meta = &self.client.meta;
+        meta.get_bucket(&bucket).await.map_err(s3_error_of)?;
+        // Deleting a configuration that does not exist succeeds (204), as in S3.
+        let deleted =
+            meta.delete_record(cors::BUCKET_CONFIG, &lifecycle::record_name(&bucket)).await;
+        self.acls.forget(&bucket);
+        deleted.map_err(s3_error_of)?;
+        Ok(S3Response::new(DeleteBucketLifecycleOutput::default()))
+    }
+
     async fn put_object(
         &self,
         req: S3Request<PutObjectInput>,
@@ -1222,9 +1304,11 @@ impl S3 for Gateway {
                 lock,
             )
             .await?;
+        let expiration = self.expiration_of(&input.bucket, &input.key, size, &shown, None).await;
         Ok(S3Response::new(PutObjectOutput {
             version_id: written_version(&shown),
             e_tag: Some(ETag::Strong(shown.etag)),
+            expiration,
             ..Default::default()
         }))
     }
@@ -1248,6 +1332,9 @@ impl S3 for Gateway {
         let (start, end, content_range, parts_count) =
             wanted_bytes(&shown, size, input.range.as_ref(), input.part_number)?;
         let object_raw = object.raw.clone();
+        let expiration = self
+            .expiration_of(&input.bucket, &input.key, size, &shown, input.version_id.as_deref())
+            .await;
         let stream = self.client.object_stream(object, start, end - start);
         let mut output = GetObjectOutput {
             body: Some(StreamingBlob::wrap(stream)),
@@ -1265,6 +1352,7 @@ impl S3 for Gateway {
             content_language: shown.content_language.clone(),
             expires: shown.expires_timestamp(),
             version_id: shown.version_id.clone(),
+            expiration,
             ..Default::default()
         };
         let lock = object_lock::shown(&object_raw);
@@ -1312,7 +1400,17 @@ impl S3 for Gateway {
         let (start, end, content_range, parts_count) =
             wanted_bytes(&shown, object.size, input.range.as_ref(), input.part_number)?;
         let lock = object_lock::shown(&object.raw);
+        let expiration = self
+            .expiration_of(
+                &input.bucket,
+                &input.key,
+                object.size,
+                &shown,
+                input.version_id.as_deref(),
+            )
+            .await;
         Ok(S3Response::new(HeadObjectOutput {
+            expiration,
             object_lock_mode: lock.mode,
             object_lock_retain_until_date: lock.until,
             object_lock_legal_hold_status: lock.legal_hold,

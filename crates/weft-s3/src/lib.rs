@@ -47,6 +47,7 @@ pub mod body;
 pub mod cors;
 pub mod gateway;
 pub mod keys;
+pub mod lifecycle;
 pub mod listing;
 pub mod multipart;
 pub mod object_lock;

@@ -309,6 +309,8 @@ pub fn action_of(op: &str) -> String {
         "PutObjectLockConfiguration" => "PutBucketObjectLockConfiguration",
         "PutBucketCors" | "DeleteBucketCors" => "PutBucketCORS",
         "GetBucketCors" => "GetBucketCORS",
+        "PutBucketLifecycleConfiguration" | "DeleteBucketLifecycle" => "PutLifecycleConfiguration",
+        "GetBucketLifecycleConfiguration" => "GetLifecycleConfiguration",
         "DeleteBucketPolicy" => "DeleteBucketPolicy",
         other => other,
     };

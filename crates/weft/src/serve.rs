@@ -12,6 +12,9 @@
 //!   so a `weft up` after a crash leaves no transition pending for long.
 //! - `serve repair` sweeps only with a grace longer than its own lease (refused at start
 //!   otherwise), so it never deletes a unit one of its repairs has yet to report.
+//! - `serve repair` also carries out S3 lifecycle rules (weft-s3's `lifecycle::run_pass`)
+//!   at start and every --lifecycle-interval; every removal goes through meta, which keeps
+//!   object-locked versions.
 
 use std::{
     io::{IsTerminal, Write},
@@ -175,6 +178,15 @@ pub struct RepairArgs {
     /// The sweep first expires writes in progress begun longer ago than this, or `off`.
     #[arg(long, default_value = "6h", value_parser = crate::gc_cli::parse_expiry)]
     pub gc_expire_writes_after: crate::gc_cli::Expiry,
+    /// Carry out S3 buckets' lifecycle rules (expiration, noncurrent version expiration,
+    /// abort of incomplete multipart uploads) this often: 1h, 10m, or milliseconds; 0
+    /// disables lifecycle.
+    #[arg(long, default_value = "1h", value_parser = weft_client::gc::parse_duration_ms)]
+    pub lifecycle_interval: u64,
+    /// How long a lifecycle day is: 1d, as S3 counts. Shorten it only to test rules (e.g.
+    /// 10s: a rule's "Days: 1" then expires objects 10 s old).
+    #[arg(long, default_value = "1d", value_parser = weft_client::gc::parse_duration_ms)]
+    pub lifecycle_day: u64,
 }
 
 #[derive(Debug, Args)]
@@ -479,6 +491,13 @@ async fn serve_repair(args: RepairArgs) -> Result<(), CliError> {
             weft_client::PackOptions { min_age_ms: args.pack_after, ..Default::default() };
         tokio::spawn(run_packs(client.clone(), options, args.pack_interval, stopped.clone()))
     });
+    if args.lifecycle_day == 0 {
+        return Err(cli_error!("--lifecycle-day must be positive"));
+    }
+    let lifecycle = (args.lifecycle_interval > 0).then(|| {
+        let every = (args.lifecycle_interval, args.lifecycle_day);
+        tokio::spawn(run_lifecycle(client.clone(), every, stopped.clone()))
+    });
     let executor = tokio::spawn(weft_client::repair::run_executor(client, config, stopped));
     ready(format!("repair executor on {meta}"));
     shutdown_signal().await;
@@ -488,6 +507,9 @@ async fn serve_repair(args: RepairArgs) -> Result<(), CliError> {
     }
     if let Some(packer) = packer {
         let _ = packer.await;
+    }
+    if let Some(lifecycle) = lifecycle {
+        let _ = lifecycle.await;
     }
     if let Ok(stats) = executor.await {
         use std::sync::atomic::Ordering::Relaxed;
@@ -586,6 +608,61 @@ async fn run_packs(
                 Err(error) => {
                     tracing::warn!(bucket = name, %error, "pack failed; its objects stay warm")
                 }
+            }
+        }
+    }
+}
+
+/// Carries out S3 buckets' lifecycle rules right at start and then every `interval_ms`
+/// (with days of `day_ms`) until `stop` turns true, logging one line per pass that did
+/// something. A stop abandons a pass midway: safe, a pass keeps no state and each removal
+/// stands alone (the next pass goes on).
+async fn run_lifecycle(
+    client: weft_client::Client,
+    (interval_ms, day_ms): (u64, u64),
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let interval = std::time::Duration::from_millis(interval_ms);
+    for round in 0u64.. {
+        if round > 0 && tokio::time::timeout(interval, stop.wait_for(|stop| *stop)).await.is_ok() {
+            return;
+        }
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let options = weft_s3::lifecycle::PassOptions { now_ms, day_ms };
+        let passed = tokio::select! {
+            passed = weft_s3::lifecycle::run_pass(&client, &options) => passed,
+            _ = stop.wait_for(|stop| *stop) => return,
+        };
+        match passed {
+            Ok(report) if report.buckets == 0 => {}
+            Ok(report) => {
+                let acted = report.expired
+                    + report.noncurrent_removed
+                    + report.markers_removed
+                    + report.uploads_aborted
+                    + report.kept_locked
+                    + report.errors;
+                if acted > 0 {
+                    tracing::info!(
+                        buckets = report.buckets,
+                        versions_seen = report.versions_seen,
+                        expired = report.expired,
+                        noncurrent_removed = report.noncurrent_removed,
+                        markers_removed = report.markers_removed,
+                        uploads_aborted = report.uploads_aborted,
+                        kept_locked = report.kept_locked,
+                        changed_meanwhile = report.changed_meanwhile,
+                        errors = report.errors,
+                        first_errors = ?report.error_samples,
+                        "lifecycle pass"
+                    );
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "lifecycle pass failed: cannot read configurations")
             }
         }
     }

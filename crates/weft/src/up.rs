@@ -188,6 +188,14 @@ pub struct UpArgs {
     /// [default: the node's, 7d]. Bad and missing units are repaired by the executor.
     #[arg(long, value_parser = weft_client::gc::parse_duration_ms)]
     pub scrub_interval: Option<u64>,
+    /// How often the executor carries out S3 buckets' lifecycle rules, e.g. 10m, 1s; 0
+    /// disables lifecycle [default: the executor's, 1h].
+    #[arg(long, value_parser = weft_client::gc::parse_duration_ms)]
+    pub lifecycle_interval: Option<u64>,
+    /// How long a lifecycle day is [default: 1d]. Shorten it only to try rules out: with
+    /// 10s, a rule's "Days: 1" expires objects 10 s old.
+    #[arg(long, value_parser = weft_client::gc::parse_duration_ms)]
+    pub lifecycle_day: Option<u64>,
     /// Used fraction of a disk's filesystem at which every node reports it nearfull
     /// [default: the node's, 0.85].
     #[arg(long)]
@@ -298,6 +306,8 @@ struct Plan {
     down_after_ms: Option<u64>,
     heartbeat_ms: Option<u64>,
     scrub_interval_ms: Option<u64>,
+    lifecycle_interval_ms: Option<u64>,
+    lifecycle_day_ms: Option<u64>,
     nearfull_ratio: Option<f64>,
     full_ratio: Option<f64>,
     disk_model: Option<String>,
@@ -408,6 +418,9 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
     if args.down_after_ms == Some(0) || args.heartbeat_ms == Some(0) {
         return Err(cli_error!("--down-after-ms and --heartbeat-ms must be positive"));
     }
+    if args.lifecycle_day == Some(0) {
+        return Err(cli_error!("--lifecycle-day must be positive"));
+    }
     if args.scrub_interval == Some(0) {
         return Err(cli_error!("--scrub-interval must be positive"));
     }
@@ -441,6 +454,8 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
         down_after_ms: args.down_after_ms,
         heartbeat_ms: args.heartbeat_ms,
         scrub_interval_ms: args.scrub_interval,
+        lifecycle_interval_ms: args.lifecycle_interval,
+        lifecycle_day_ms: args.lifecycle_day,
         nearfull_ratio: args.nearfull_ratio,
         full_ratio: args.full_ratio,
         disk_model: args.disk_model.clone(),
@@ -1290,9 +1305,16 @@ fn start(
     if plan.no_repair {
         out.note("weft up: no repair executor (--no-repair): lost units are not rebuilt");
     } else if has_repair_executor(&cluster.exe) {
-        let repair_args =
+        let mut repair_args =
             ["serve", "repair", "--meta", meta_url.as_str(), "--secret-file", &text(&secret_file)]
-                .map(str::to_owned);
+                .map(str::to_owned)
+                .to_vec();
+        if let Some(ms) = plan.lifecycle_interval_ms {
+            repair_args.extend(["--lifecycle-interval".to_owned(), format!("{ms}ms")]);
+        }
+        if let Some(ms) = plan.lifecycle_day_ms {
+            repair_args.extend(["--lifecycle-day".to_owned(), format!("{ms}ms")]);
+        }
         cluster.spawn(Role::Repair, &repair_args, Vec::new())?;
         let index = cluster.members.len() - 1;
         let prefix = |_| "repair executor ".to_owned();

@@ -575,3 +575,192 @@ async fn a_gateway_records_its_reads_in_a_trace() {
         assert!(line["timestamp"].as_f64().unwrap() > 1.7e9, "{line}");
     }
 }
+
+/// Milliseconds since the epoch, now.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// Every (key, version id, is delete marker) of a bucket.
+async fn versions_of(s3: &Client, bucket: &str) -> Vec<(String, String, bool)> {
+    let listed = s3.list_object_versions().bucket(bucket).send().await.expect("list versions");
+    let mut all: Vec<(String, String, bool)> = listed
+        .versions()
+        .iter()
+        .map(|v| (v.key().unwrap().to_owned(), v.version_id().unwrap().to_owned(), false))
+        .chain(
+            listed
+                .delete_markers()
+                .iter()
+                .map(|m| (m.key().unwrap().to_owned(), m.version_id().unwrap().to_owned(), true)),
+        )
+        .collect();
+    all.sort();
+    all
+}
+
+/// Lifecycle rules as set through S3 and carried out by a pass at chosen times (the
+/// executor's own pass is off: `--lifecycle-interval 0`), with 10 s days so that "later"
+/// is a few tens of seconds: expiration by prefix and by size, a disabled rule that does
+/// nothing, aborted uploads, noncurrent versions, a lone delete marker, and object lock,
+/// which no rule gets past.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_rules_remove_what_they_cover_when_due_and_never_a_locked_version() {
+    use aws_sdk_s3::types::{
+        AbortIncompleteMultipartUpload, BucketLifecycleConfiguration, BucketVersioningStatus,
+        ExpirationStatus, LifecycleExpiration, LifecycleRule, LifecycleRuleFilter,
+        NoncurrentVersionExpiration, ObjectLockLegalHoldStatus, VersioningConfiguration,
+    };
+    use weft_s3::lifecycle::{run_pass, PassOptions};
+    const DAY: u64 = 10_000;
+    let cluster = Cluster::start(4, &["--lifecycle-interval", "0"]);
+    let conf = s3_conf(&cluster);
+    let s3 = default_client(&conf);
+    let weft = weft_client::Client::new(&cluster.meta_url(), &cluster.secret()).unwrap();
+    let pass = |at: u64| {
+        let weft = weft.clone();
+        async move { run_pass(&weft, &PassOptions { now_ms: at, day_ms: DAY }).await.unwrap() }
+    };
+    let rule = |id: &str, filter: LifecycleRuleFilter, enabled: bool| {
+        LifecycleRule::builder().id(id).filter(filter).status(if enabled {
+            ExpirationStatus::Enabled
+        } else {
+            ExpirationStatus::Disabled
+        })
+    };
+    let prefix = |p: &str| LifecycleRuleFilter::builder().prefix(p).build();
+    let days = |d: i32| LifecycleExpiration::builder().days(d).build();
+
+    // An unversioned bucket: prefix and size rules, a disabled rule, uploads.
+    s3.create_bucket().bucket("plain").send().await.unwrap();
+    for (key, size) in [("tmp/a", 10), ("tmp/b", 10), ("keep/c", 10), ("big", 5000), ("small", 10)]
+    {
+        let body = ByteStream::from(vec![7u8; size]);
+        s3.put_object().bucket("plain").key(key).body(body).send().await.unwrap();
+    }
+    let started = now_ms();
+    let upload = |key: &'static str| s3.create_multipart_upload().bucket("plain").key(key).send();
+    upload("up/x").await.unwrap();
+    upload("other/y").await.unwrap();
+    let rules = [
+        rule("tmp", prefix("tmp/"), true).expiration(days(1)).build().unwrap(),
+        rule("large", LifecycleRuleFilter::builder().object_size_greater_than(1000).build(), true)
+            .expiration(days(2))
+            .build()
+            .unwrap(),
+        rule("off", prefix("keep/"), false).expiration(days(1)).build().unwrap(),
+        rule("uploads", prefix("up/"), true)
+            .abort_incomplete_multipart_upload(
+                AbortIncompleteMultipartUpload::builder().days_after_initiation(1).build(),
+            )
+            .build()
+            .unwrap(),
+    ];
+    let config = BucketLifecycleConfiguration::builder().set_rules(Some(rules.to_vec())).build();
+    s3.put_bucket_lifecycle_configuration()
+        .bucket("plain")
+        .lifecycle_configuration(config.unwrap())
+        .send()
+        .await
+        .unwrap();
+    let keys = || async { list_all(&s3, "plain", None, None, 1000).await.0 };
+    let uploads = || async {
+        let listed = s3.list_multipart_uploads().bucket("plain").send().await.unwrap();
+        listed.uploads().iter().map(|u| u.key().unwrap().to_owned()).collect::<Vec<_>>()
+    };
+
+    let early = pass(started).await;
+    assert_eq!((early.buckets, early.expired, early.uploads_aborted), (1, 0, 0), "{early:?}");
+    assert_eq!(keys().await, ["big", "keep/c", "small", "tmp/a", "tmp/b"]);
+
+    let one_day = pass(started + DAY + 2_000).await;
+    assert_eq!(
+        (one_day.expired, one_day.uploads_aborted, one_day.errors),
+        (2, 1, 0),
+        "{one_day:?}"
+    );
+    assert_eq!(keys().await, ["big", "keep/c", "small"], "tmp/ expired, big is 1 day short");
+    assert_eq!(uploads().await, ["other/y"], "only the upload under up/ was aborted");
+
+    let three_days = pass(started + 3 * DAY).await;
+    assert_eq!(three_days.expired, 1, "{three_days:?}");
+    assert_eq!(keys().await, ["keep/c", "small"], "the disabled rule kept keep/c");
+
+    // A versioned bucket with object lock: noncurrent versions go when due, unless locked.
+    s3.create_bucket().bucket("locked").object_lock_enabled_for_bucket(true).send().await.unwrap();
+    let mut ids = Vec::new();
+    for (i, hold) in [false, true, false, false].into_iter().enumerate() {
+        let mut put =
+            s3.put_object().bucket("locked").key("k").body(ByteStream::from(vec![i as u8; 10]));
+        if hold {
+            put = put.object_lock_legal_hold_status(ObjectLockLegalHoldStatus::On);
+        }
+        ids.push(put.send().await.unwrap().version_id().unwrap().to_owned());
+    }
+    let noncurrent = NoncurrentVersionExpiration::builder().noncurrent_days(1).build();
+    let rules = [rule("old", prefix(""), true)
+        .noncurrent_version_expiration(noncurrent)
+        .expiration(days(5))
+        .build()
+        .unwrap()];
+    let config = BucketLifecycleConfiguration::builder().set_rules(Some(rules.to_vec())).build();
+    s3.put_bucket_lifecycle_configuration()
+        .bucket("locked")
+        .lifecycle_configuration(config.unwrap())
+        .send()
+        .await
+        .unwrap();
+    let written = now_ms();
+    let report = pass(written + 2 * DAY).await;
+    assert_eq!((report.noncurrent_removed, report.kept_locked), (2, 1), "{report:?}");
+    let left = versions_of(&s3, "locked").await;
+    let mut want =
+        vec![("k".to_owned(), ids[1].clone(), false), ("k".to_owned(), ids[3].clone(), false)];
+    want.sort();
+    assert_eq!(left, want, "the held version stays, the unlocked noncurrent ones went");
+    // Five days on, the current version expires behind a delete marker; the held one stays.
+    let report = pass(written + 6 * DAY).await;
+    assert_eq!(report.expired, 1, "{report:?}");
+    let left = versions_of(&s3, "locked").await;
+    assert_eq!(left.iter().filter(|v| v.2).count(), 1, "a delete marker: {left:?}");
+    assert!(left.iter().any(|v| v.1 == ids[1]), "{left:?}");
+
+    // A delete marker left alone goes with ExpiredObjectDeleteMarker.
+    s3.create_bucket().bucket("markers").send().await.unwrap();
+    let enabled = VersioningConfiguration::builder().status(BucketVersioningStatus::Enabled);
+    s3.put_bucket_versioning()
+        .bucket("markers")
+        .versioning_configuration(enabled.build())
+        .send()
+        .await
+        .unwrap();
+    let put = s3.put_object().bucket("markers").key("m").body(ByteStream::from_static(b"x"));
+    let version = put.send().await.unwrap().version_id().unwrap().to_owned();
+    s3.delete_object().bucket("markers").key("m").send().await.unwrap();
+    let marker_rule = rule("markers", prefix(""), true)
+        .expiration(LifecycleExpiration::builder().expired_object_delete_marker(true).build())
+        .build()
+        .unwrap();
+    let config = BucketLifecycleConfiguration::builder().rules(marker_rule).build();
+    s3.put_bucket_lifecycle_configuration()
+        .bucket("markers")
+        .lifecycle_configuration(config.unwrap())
+        .send()
+        .await
+        .unwrap();
+    let report = pass(now_ms()).await;
+    assert_eq!(report.markers_removed, 0, "a marker with a version behind it stays");
+    s3.delete_object().bucket("markers").key("m").version_id(&version).send().await.unwrap();
+    let report = pass(now_ms()).await;
+    assert_eq!(report.markers_removed, 1, "{report:?}");
+    assert_eq!(versions_of(&s3, "markers").await, []);
+
+    // The configuration reads back as given; a deleted one is gone.
+    let got = s3.get_bucket_lifecycle_configuration().bucket("plain").send().await.unwrap();
+    let ids: Vec<&str> = got.rules().iter().map(|r| r.id().unwrap()).collect();
+    assert_eq!(ids, ["tmp", "large", "off", "uploads"]);
+    s3.delete_bucket_lifecycle().bucket("plain").send().await.unwrap();
+    let (code, status) =
+        error_of(s3.get_bucket_lifecycle_configuration().bucket("plain").send().await);
+    assert_eq!((code.as_str(), status), ("NoSuchLifecycleConfiguration", 404));
+}
