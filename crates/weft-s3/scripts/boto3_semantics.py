@@ -1009,6 +1009,105 @@ def acls_and_policies_decide_who_may_do_what():
                        capture_output=True)
 
 
+@check
+def object_tags_are_kept_with_their_version_and_checked():
+    # S3: tags come with a write (x-amz-tagging), are replaced or deleted whole, are counted
+    # on GET and HEAD (x-amz-tagging-count), follow a copy unless its tagging directive is
+    # REPLACE, and a set S3 would not take (11 tags, a 129-character key) is 400 InvalidTag.
+    with Bucket() as bucket:
+        s3.put_object(Bucket=bucket, Key="t", Body=b"x", Tagging="a=1&b%20c=x%26y")
+        tags = s3.get_object_tagging(Bucket=bucket, Key="t")["TagSet"]
+        assert tags == [{"Key": "a", "Value": "1"}, {"Key": "b c", "Value": "x&y"}], tags
+        head = s3.head_object(Bucket=bucket, Key="t")["ResponseMetadata"]["HTTPHeaders"]
+        assert head.get("x-amz-tagging-count") == "2", head
+        assert s3.get_object(Bucket=bucket, Key="t")["TagCount"] == 2
+        s3.put_object_tagging(Bucket=bucket, Key="t",
+                              Tagging={"TagSet": [{"Key": "only", "Value": "one"}]})
+        assert s3.get_object_tagging(Bucket=bucket, Key="t")["TagSet"] == [
+            {"Key": "only", "Value": "one"}]
+        assert s3.get_object(Bucket=bucket, Key="t")["Body"].read() == b"x", "bytes untouched"
+        s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "t"})
+        assert s3.get_object_tagging(Bucket=bucket, Key="copy")["TagSet"] == [
+            {"Key": "only", "Value": "one"}]
+        s3.copy_object(Bucket=bucket, Key="new", CopySource={"Bucket": bucket, "Key": "t"},
+                       TaggingDirective="REPLACE", Tagging="n=1")
+        assert s3.get_object_tagging(Bucket=bucket, Key="new")["TagSet"] == [
+            {"Key": "n", "Value": "1"}]
+        eleven = {"TagSet": [{"Key": f"k{i}", "Value": "v"} for i in range(11)]}
+        expect_error("InvalidTag", 400, s3.put_object_tagging, Bucket=bucket, Key="t",
+                     Tagging=eleven)
+        expect_error("InvalidTag", 400, s3.put_object_tagging, Bucket=bucket, Key="t",
+                     Tagging={"TagSet": [{"Key": "k" * 129, "Value": "v"}]})
+        expect_error("InvalidTag", 400, s3.put_object, Bucket=bucket, Key="never", Body=b"x",
+                     Tagging="&".join(f"k{i}=v" for i in range(11)))
+        assert s3.get_object_tagging(Bucket=bucket, Key="t")["TagSet"] == [
+            {"Key": "only", "Value": "one"}], "a refused set changes nothing"
+        s3.delete_object_tagging(Bucket=bucket, Key="t")
+        assert s3.get_object_tagging(Bucket=bucket, Key="t")["TagSet"] == []
+        upload = s3.create_multipart_upload(Bucket=bucket, Key="mp", Tagging="m=p")["UploadId"]
+        etag = s3.upload_part(Bucket=bucket, Key="mp", UploadId=upload, PartNumber=1,
+                              Body=b"part")["ETag"]
+        s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=upload, MultipartUpload={
+            "Parts": [{"PartNumber": 1, "ETag": etag}]})
+        assert s3.get_object_tagging(Bucket=bucket, Key="mp")["TagSet"] == [
+            {"Key": "m", "Value": "p"}]
+
+
+@check
+def lifecycle_rules_are_checked_and_the_executor_carries_them_out():
+    # S3: a lifecycle configuration reads back as given (with an ID made up where none was
+    # given), bad ones are refused, and objects a rule covers say when they expire
+    # (x-amz-expiration). The cluster's executor then expires them: CI runs `weft up
+    # --lifecycle-day 2s`, named to this check by WEFT_LIFECYCLE_DAY (seconds).
+    day = float(os.environ.get("WEFT_LIFECYCLE_DAY", "0"))
+    with Bucket() as bucket:
+        rules = [
+            {"ID": "tmp", "Filter": {"Prefix": "tmp/"}, "Status": "Enabled",
+             "Expiration": {"Days": 1}},
+            {"Filter": {"Tag": {"Key": "expire", "Value": "yes"}}, "Status": "Enabled",
+             "Expiration": {"Days": 1}},
+            {"ID": "uploads", "Filter": {"Prefix": ""}, "Status": "Enabled",
+             "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}},
+        ]
+        s3.put_bucket_lifecycle_configuration(Bucket=bucket,
+                                              LifecycleConfiguration={"Rules": rules})
+        got = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+        assert [r.get("Filter") for r in got] == [r["Filter"] for r in rules], got
+        assert got[0]["ID"] == "tmp" and got[1]["ID"], got
+        put = s3.put_object(Bucket=bucket, Key="tmp/a", Body=b"a")
+        header = put["ResponseMetadata"]["HTTPHeaders"].get("x-amz-expiration", "")
+        assert 'rule-id="tmp"' in header and "00:00:00 GMT" in header, header
+        s3.put_object(Bucket=bucket, Key="tagged/yes", Body=b"y", Tagging="expire=yes")
+        s3.put_object(Bucket=bucket, Key="tagged/no", Body=b"n", Tagging="expire=no")
+        s3.put_object(Bucket=bucket, Key="keep", Body=b"k")
+        s3.create_multipart_upload(Bucket=bucket, Key="abandoned")
+        for bad, code in [({"Status": "enabled"}, "MalformedXML"),
+                          ({"Expiration": {"Days": 0}}, "InvalidArgument"),
+                          ({"Transitions": [{"Days": 1, "StorageClass": "GLACIER"}]},
+                           "NotImplemented")]:
+            rule = {**rules[0], **bad}
+            error = error_of(s3.put_bucket_lifecycle_configuration, Bucket=bucket,
+                             LifecycleConfiguration={"Rules": [rule]})
+            assert error[0] == code, (bad, error[:2])
+        expect_error("InvalidArgument", 400, s3.put_bucket_lifecycle_configuration,
+                     Bucket=bucket, LifecycleConfiguration={"Rules": [rules[0], rules[0]]})
+        assert len(s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]) == 3
+        if day <= 0:
+            print("      (WEFT_LIFECYCLE_DAY unset: the executor's part was not checked)")
+            return
+        deadline = time.time() + 20 * day + 10
+        while True:
+            keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+            uploads = s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+            if keys == ["keep", "tagged/no"] and not uploads:
+                break
+            assert time.time() < deadline, f"not expired in time: {keys}, {uploads}"
+            time.sleep(day / 4)
+        s3.delete_bucket_lifecycle(Bucket=bucket)
+        expect_error("NoSuchLifecycleConfiguration", 404, s3.get_bucket_lifecycle_configuration,
+                     Bucket=bucket)
+
+
 def main():
     failed = []
     for function in CHECKS:

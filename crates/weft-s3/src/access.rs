@@ -323,7 +323,7 @@ fn query_param(uri: &http::Uri, name: &str) -> Option<String> {
     })
 }
 
-fn percent_decode(text: &str) -> String {
+pub(crate) fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

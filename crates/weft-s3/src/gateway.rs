@@ -33,7 +33,7 @@ use crate::{
     lifecycle::{self, LifecycleConfig},
     listing,
     multipart::{self, PartRecord, UploadRecord, PARTS_BUCKET, UPLOADS},
-    object_lock, versioning,
+    object_lock, tagging, versioning,
 };
 
 /// The request header choosing an object's policy.
@@ -719,6 +719,33 @@ impl Gateway {
         config.expiration_header(key, size, &shown.tags, shown.last_modified_ms)
     }
 
+    /// Sets one attribute (`acl`, `tags`) of a version of an object (the current one when
+    /// `version_id` is None) in place; answers the S3 version id it changed.
+    async fn set_attribute(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        name: &str,
+        value: Value,
+    ) -> S3Result<Option<String>> {
+        let (object, shown) = self.object_version(bucket, key, version_id).await?;
+        let mut attributes = object.raw["attributes"].clone();
+        if !attributes.is_object() {
+            attributes = json!({});
+        }
+        attributes[name] = value;
+        // The version the attributes were read from (not whichever is current by now).
+        let version = version_id
+            .map(str::to_string)
+            .or_else(|| object.raw["version_id"].as_str().map(str::to_string));
+        let meta = &self.client.meta;
+        meta.set_version_attributes(bucket, key, version.as_deref(), &attributes)
+            .await
+            .map_err(s3_error_of)?;
+        Ok(shown.version_id)
+    }
+
     async fn delete_one(
         &self,
         bucket: &str,
@@ -1290,6 +1317,7 @@ impl S3 for Gateway {
             input.expires,
         );
         shown.acl = Some(acl);
+        shown.tags = tagging::from_header(input.tagging.as_deref())?;
         let shown = self
             .write_object(
                 &input.bucket,
@@ -1353,6 +1381,7 @@ impl S3 for Gateway {
             expires: shown.expires_timestamp(),
             version_id: shown.version_id.clone(),
             expiration,
+            tag_count: (!shown.tags.is_empty()).then_some(shown.tags.len() as i32),
             ..Default::default()
         };
         let lock = object_lock::shown(&object_raw);
@@ -1409,7 +1438,8 @@ impl S3 for Gateway {
                 input.version_id.as_deref(),
             )
             .await;
-        Ok(S3Response::new(HeadObjectOutput {
+        let tag_count = shown.tags.len();
+        let mut response = S3Response::new(HeadObjectOutput {
             expiration,
             object_lock_mode: lock.mode,
             object_lock_retain_until_date: lock.until,
@@ -1429,7 +1459,12 @@ impl S3 for Gateway {
             content_language: shown.content_language.clone(),
             expires: shown.expires_timestamp(),
             ..Default::default()
-        }))
+        });
+        // S3 tells a HEAD how many tags the object has, as a GET (s3s has no field for it).
+        if tag_count > 0 {
+            response.headers.insert("x-amz-tagging-count", http::HeaderValue::from(tag_count));
+        }
+        Ok(response)
     }
 
     async fn get_object_attributes(
@@ -1655,6 +1690,14 @@ impl S3 for Gateway {
             copied_attributes(&source)
         };
         shown.acl = Some(acl);
+        let replace_tags = input
+            .tagging_directive
+            .as_ref()
+            .is_some_and(|d| d.as_str() == TaggingDirective::REPLACE);
+        shown.tags = match replace_tags {
+            true => tagging::from_header(input.tagging.as_deref())?,
+            false => source.tags.clone(),
+        };
         let lock = object_lock::write_lock(
             input.object_lock_mode.as_ref(),
             input.object_lock_retain_until_date.as_ref(),
@@ -2006,23 +2049,52 @@ impl S3 for Gateway {
             .await?
             .ok_or_else(|| s3_error!(MalformedACLError, "the request names no ACL"))?;
         self.check_public_acl(bucket, &acl).await?;
-        let (object, _) = self.object_version(bucket, key, version_id).await?;
-        let mut attributes = object.raw["attributes"].clone();
-        if !attributes.is_object() {
-            attributes = json!({});
-        }
-        attributes["acl"] = serde_json::to_value(&acl).expect("ACLs serialize");
-        // The version the ACL was read from (not whichever is current by now).
-        let version = version_id
-            .map(str::to_string)
-            .or_else(|| object.raw["version_id"].as_str().map(str::to_string));
-        let meta = &self.client.meta;
-        match version.as_deref() {
-            Some(id) => meta.set_version_attributes(bucket, key, Some(id), &attributes).await,
-            None => meta.set_version_attributes(bucket, key, None, &attributes).await,
-        }
-        .map_err(s3_error_of)?;
+        let acl = serde_json::to_value(&acl).expect("ACLs serialize");
+        self.set_attribute(bucket, key, version_id, "acl", acl).await?;
         Ok(S3Response::new(PutObjectAclOutput::default()))
+    }
+
+    async fn put_object_tagging(
+        &self,
+        req: S3Request<PutObjectTaggingInput>,
+    ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
+        let input = &req.input;
+        let tags = tagging::from_tag_set(&input.tagging.tag_set)?;
+        let tags = serde_json::to_value(&tags).expect("tags serialize");
+        let version_id = self
+            .set_attribute(&input.bucket, &input.key, input.version_id.as_deref(), "tags", tags)
+            .await?;
+        Ok(S3Response::new(PutObjectTaggingOutput { version_id }))
+    }
+
+    async fn get_object_tagging(
+        &self,
+        req: S3Request<GetObjectTaggingInput>,
+    ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
+        let input = &req.input;
+        let (_, shown) =
+            self.object_version(&input.bucket, &input.key, input.version_id.as_deref()).await?;
+        Ok(S3Response::new(GetObjectTaggingOutput {
+            tag_set: tagging::to_tag_set(&shown.tags),
+            version_id: shown.version_id,
+        }))
+    }
+
+    async fn delete_object_tagging(
+        &self,
+        req: S3Request<DeleteObjectTaggingInput>,
+    ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
+        let input = &req.input;
+        let version_id = self
+            .set_attribute(
+                &input.bucket,
+                &input.key,
+                input.version_id.as_deref(),
+                "tags",
+                json!({}),
+            )
+            .await?;
+        Ok(S3Response::new(DeleteObjectTaggingOutput { version_id }))
     }
 
     async fn get_bucket_versioning(
@@ -2252,6 +2324,7 @@ impl S3 for Gateway {
             input.expires,
         );
         shown.acl = Some(acl);
+        shown.tags = tagging::from_header(input.tagging.as_deref())?;
         let upload = UploadRecord {
             bucket: input.bucket.clone(),
             key: input.key.clone(),

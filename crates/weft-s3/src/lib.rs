@@ -52,6 +52,7 @@ pub mod listing;
 pub mod multipart;
 pub mod object_lock;
 pub mod policy;
+pub mod tagging;
 pub mod versioning;
 
 use std::net::SocketAddr;

@@ -1,0 +1,114 @@
+//! S3 object tags: PutObjectTagging, GetObjectTagging, DeleteObjectTagging, the
+//! `x-amz-tagging` header of writes (PutObject, CopyObject with `x-amz-tagging-directive:
+//! REPLACE`, CreateMultipartUpload) and `x-amz-tagging-count` on reads. Lifecycle rules
+//! filter on them (crate::lifecycle).
+//!
+//! Invariants:
+//! - An object's tags live in its attributes (`Attributes::tags`, with the bytes' other
+//!   attributes), so they are written in the object's own commit and go with its version;
+//!   a tagging call changes one version's attributes in place (meta's attributes route).
+//! - Only tag sets S3 accepts are stored: at most [`MAX_TAGS`] tags, keys of 1 to
+//!   [`MAX_KEY_CHARS`] characters, values of at most [`MAX_VALUE_CHARS`], each key once;
+//!   anything else is 400 InvalidTag and changes nothing.
+
+use std::collections::BTreeMap;
+
+use s3s::dto::Tag;
+use s3s::{s3_error, S3Result};
+
+/// S3's limits on one object's tags.
+pub const MAX_TAGS: usize = 10;
+pub const MAX_KEY_CHARS: usize = 128;
+pub const MAX_VALUE_CHARS: usize = 256;
+
+/// Tags checked as S3 checks them (see the module invariants).
+pub fn checked(
+    pairs: impl IntoIterator<Item = (String, String)>,
+) -> S3Result<BTreeMap<String, String>> {
+    let mut tags = BTreeMap::new();
+    for (key, value) in pairs {
+        let chars = key.chars().count();
+        if chars == 0 || chars > MAX_KEY_CHARS {
+            return Err(s3_error!(
+                InvalidTag,
+                "a tag key has 1 to {MAX_KEY_CHARS} characters; {key:?} has {chars}"
+            ));
+        }
+        if value.chars().count() > MAX_VALUE_CHARS {
+            return Err(s3_error!(
+                InvalidTag,
+                "a tag value has at most {MAX_VALUE_CHARS} characters (tag {key:?})"
+            ));
+        }
+        if tags.insert(key.clone(), value).is_some() {
+            return Err(s3_error!(InvalidTag, "tag key {key:?} is given twice"));
+        }
+        if tags.len() > MAX_TAGS {
+            return Err(s3_error!(InvalidTag, "an object has at most {MAX_TAGS} tags"));
+        }
+    }
+    Ok(tags)
+}
+
+/// The tags of an S3 TagSet.
+pub fn from_tag_set(tag_set: &[Tag]) -> S3Result<BTreeMap<String, String>> {
+    checked(
+        tag_set.iter().map(|tag| {
+            (tag.key.clone().unwrap_or_default(), tag.value.clone().unwrap_or_default())
+        }),
+    )
+}
+
+/// The tags of an `x-amz-tagging` header: URL query parameters (`k1=v1&k2=v2`).
+pub fn from_header(header: Option<&str>) -> S3Result<BTreeMap<String, String>> {
+    let Some(text) = header.filter(|t| !t.is_empty()) else { return Ok(BTreeMap::new()) };
+    let decode = |part: &str| crate::access::percent_decode(&part.replace('+', " "));
+    checked(text.split('&').filter(|pair| !pair.is_empty()).map(|pair| {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        (decode(key), decode(value))
+    }))
+}
+
+/// An S3 TagSet of `tags`, in key order.
+pub fn to_tag_set(tags: &BTreeMap<String, String>) -> Vec<Tag> {
+    tags.iter().map(|(k, v)| Tag { key: Some(k.clone()), value: Some(v.clone()) }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(error: s3s::S3Error) -> String {
+        error.code().as_str().to_string()
+    }
+
+    #[test]
+    fn tag_sets_are_checked_as_s3_checks_them() {
+        let ten = (0..10).map(|i| (format!("k{i}"), format!("v{i}")));
+        assert_eq!(checked(ten).unwrap().len(), 10);
+        let eleven = (0..11).map(|i| (format!("k{i}"), String::new()));
+        assert_eq!(code(checked(eleven).unwrap_err()), "InvalidTag");
+        let long_key = [("k".repeat(129), String::new())];
+        assert_eq!(code(checked(long_key).unwrap_err()), "InvalidTag");
+        let longest = [("k".repeat(128), "v".repeat(256))];
+        assert!(checked(longest).is_ok());
+        let long_value = [("k".to_string(), "v".repeat(257))];
+        assert_eq!(code(checked(long_value).unwrap_err()), "InvalidTag");
+        let twice = [("k".to_string(), "1".to_string()), ("k".to_string(), "2".to_string())];
+        assert_eq!(code(checked(twice).unwrap_err()), "InvalidTag");
+        assert_eq!(code(checked([(String::new(), "v".to_string())]).unwrap_err()), "InvalidTag");
+    }
+
+    #[test]
+    fn the_tagging_header_is_url_query_parameters() {
+        let tags = from_header(Some("a=1&b%20c=x%26y&empty=&flag")).unwrap();
+        let want: BTreeMap<String, String> =
+            [("a", "1"), ("b c", "x&y"), ("empty", ""), ("flag", "")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        assert_eq!(tags, want);
+        assert_eq!(from_header(Some("k=a+b")).unwrap()["k"], "a b");
+        assert!(from_header(None).unwrap().is_empty());
+    }
+}
