@@ -13,6 +13,7 @@
 #   RUN_NAME  name of logs/xml/conf/cluster     [run-YYYYmmdd-HHMMSS] (run1 = the reported run)
 #   NODES     weft storage nodes                [8]
 #   TIMEOUT   pytest-timeout per test, seconds  [120]
+#   LC_DAY    seconds in a lifecycle day: the suite's lc_debug_interval  [10]
 #   SUITE_GIT git dir of ceph/s3-tests (used only if $RUN_DIR/s3-tests is missing)
 #             [/work/.mirror/ceph+s3-tests/repo, else https://github.com/ceph/s3-tests]
 #
@@ -175,7 +176,8 @@ trap stop_cluster EXIT
 trap 'stop_cluster; exit 130' INT TERM
 
 nice -n 10 "$WEFT_BIN" up --dir "$CLUSTER" --nodes "$NODES" --meta-listen 127.0.0.1:0 \
-  --lstor-dir "$CLUSTER/lstors" --json > "$RUN_DIR/$RUN_NAME-up.out" 2> "$RUN_DIR/$RUN_NAME-up.err" &
+  --lstor-dir "$CLUSTER/lstors" --lifecycle-interval 1s --lifecycle-day "${LC_DAY:-10}s" \
+  --json > "$RUN_DIR/$RUN_NAME-up.out" 2> "$RUN_DIR/$RUN_NAME-up.err" &
 UP_PID=$!
 for _ in $(seq 120); do
   [ -s "$CLUSTER/s3.json" ] && [ -s "$CLUSTER/cluster.json" ] && break
