@@ -1051,6 +1051,12 @@ def object_tags_are_kept_with_their_version_and_checked():
             "Parts": [{"PartNumber": 1, "ETag": etag}]})
         assert s3.get_object_tagging(Bucket=bucket, Key="mp")["TagSet"] == [
             {"Key": "m", "Value": "p"}]
+        # A bucket's own tags: none until set (404 NoSuchTagSet), up to 50.
+        expect_error("NoSuchTagSet", 404, s3.get_bucket_tagging, Bucket=bucket)
+        s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": [{"Key": "cost", "Value": "1"}]})
+        assert s3.get_bucket_tagging(Bucket=bucket)["TagSet"] == [{"Key": "cost", "Value": "1"}]
+        s3.delete_bucket_tagging(Bucket=bucket)
+        expect_error("NoSuchTagSet", 404, s3.get_bucket_tagging, Bucket=bucket)
 
 
 @check

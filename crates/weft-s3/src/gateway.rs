@@ -1216,6 +1216,51 @@ impl S3 for Gateway {
         Ok(S3Response::new(DeleteBucketCorsOutput::default()))
     }
 
+    async fn put_bucket_tagging(
+        &self,
+        req: S3Request<PutBucketTaggingInput>,
+    ) -> S3Result<S3Response<PutBucketTaggingOutput>> {
+        let bucket = req.input.bucket;
+        let tags = tagging::bucket_tags(&req.input.tagging.tag_set)?;
+        let meta = &self.client.meta;
+        meta.get_bucket(&bucket).await.map_err(s3_error_of)?;
+        let value = serde_json::to_value(&tags).expect("tags serialize");
+        meta.put_record(cors::BUCKET_CONFIG, &tagging::record_name(&bucket), &value, false)
+            .await
+            .map_err(s3_error_of)?;
+        Ok(S3Response::new(PutBucketTaggingOutput::default()))
+    }
+
+    async fn get_bucket_tagging(
+        &self,
+        req: S3Request<GetBucketTaggingInput>,
+    ) -> S3Result<S3Response<GetBucketTaggingOutput>> {
+        let bucket = req.input.bucket;
+        let meta = &self.client.meta;
+        meta.get_bucket(&bucket).await.map_err(s3_error_of)?;
+        let record = meta
+            .get_record(cors::BUCKET_CONFIG, &tagging::record_name(&bucket))
+            .await
+            .map_err(s3_error_of)?;
+        let Some(tags) = record.and_then(|v| serde_json::from_value(v).ok()) else {
+            return Err(s3_error!(NoSuchTagSet, "The TagSet does not exist"));
+        };
+        Ok(S3Response::new(GetBucketTaggingOutput { tag_set: tagging::to_tag_set(&tags) }))
+    }
+
+    async fn delete_bucket_tagging(
+        &self,
+        req: S3Request<DeleteBucketTaggingInput>,
+    ) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
+        let bucket = req.input.bucket;
+        let meta = &self.client.meta;
+        meta.get_bucket(&bucket).await.map_err(s3_error_of)?;
+        meta.delete_record(cors::BUCKET_CONFIG, &tagging::record_name(&bucket))
+            .await
+            .map_err(s3_error_of)?;
+        Ok(S3Response::new(DeleteBucketTaggingOutput::default()))
+    }
+
     async fn put_bucket_lifecycle_configuration(
         &self,
         req: S3Request<PutBucketLifecycleConfigurationInput>,

@@ -311,6 +311,7 @@ pub fn action_of(op: &str) -> String {
         "GetBucketCors" => "GetBucketCORS",
         "PutBucketLifecycleConfiguration" | "DeleteBucketLifecycle" => "PutLifecycleConfiguration",
         "GetBucketLifecycleConfiguration" => "GetLifecycleConfiguration",
+        "DeleteBucketTagging" => "PutBucketTagging",
         "DeleteBucketPolicy" => "DeleteBucketPolicy",
         other => other,
     };

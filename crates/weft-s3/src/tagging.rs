@@ -1,7 +1,8 @@
 //! S3 object tags: PutObjectTagging, GetObjectTagging, DeleteObjectTagging, the
 //! `x-amz-tagging` header of writes (PutObject, CopyObject with `x-amz-tagging-directive:
 //! REPLACE`, CreateMultipartUpload) and `x-amz-tagging-count` on reads. Lifecycle rules
-//! filter on them (crate::lifecycle).
+//! filter on them (crate::lifecycle). A bucket's own tags (Put/Get/DeleteBucketTagging)
+//! are the gateway record `bucket_config/<bucket>/tagging`, deleted by meta with it.
 //!
 //! Invariants:
 //! - An object's tags live in its attributes (`Attributes::tags`, with the bytes' other
@@ -16,14 +17,23 @@ use std::collections::BTreeMap;
 use s3s::dto::Tag;
 use s3s::{s3_error, S3Result};
 
-/// S3's limits on one object's tags.
+/// S3's limits on one object's tags (a bucket has up to [`MAX_BUCKET_TAGS`]).
 pub const MAX_TAGS: usize = 10;
+pub const MAX_BUCKET_TAGS: usize = 50;
 pub const MAX_KEY_CHARS: usize = 128;
 pub const MAX_VALUE_CHARS: usize = 256;
 
-/// Tags checked as S3 checks them (see the module invariants).
+/// An object's tags checked as S3 checks them (see the module invariants).
 pub fn checked(
     pairs: impl IntoIterator<Item = (String, String)>,
+) -> S3Result<BTreeMap<String, String>> {
+    checked_up_to(pairs, MAX_TAGS)
+}
+
+/// Tags checked as S3 checks them, at most `most` of them.
+fn checked_up_to(
+    pairs: impl IntoIterator<Item = (String, String)>,
+    most: usize,
 ) -> S3Result<BTreeMap<String, String>> {
     let mut tags = BTreeMap::new();
     for (key, value) in pairs {
@@ -43,8 +53,8 @@ pub fn checked(
         if tags.insert(key.clone(), value).is_some() {
             return Err(s3_error!(InvalidTag, "tag key {key:?} is given twice"));
         }
-        if tags.len() > MAX_TAGS {
-            return Err(s3_error!(InvalidTag, "an object has at most {MAX_TAGS} tags"));
+        if tags.len() > most {
+            return Err(s3_error!(InvalidTag, "at most {most} tags may be given"));
         }
     }
     Ok(tags)
@@ -57,6 +67,21 @@ pub fn from_tag_set(tag_set: &[Tag]) -> S3Result<BTreeMap<String, String>> {
             (tag.key.clone().unwrap_or_default(), tag.value.clone().unwrap_or_default())
         }),
     )
+}
+
+/// A bucket's tags (PutBucketTagging): as an object's, up to [`MAX_BUCKET_TAGS`].
+pub fn bucket_tags(tag_set: &[Tag]) -> S3Result<BTreeMap<String, String>> {
+    checked_up_to(
+        tag_set.iter().map(|tag| {
+            (tag.key.clone().unwrap_or_default(), tag.value.clone().unwrap_or_default())
+        }),
+        MAX_BUCKET_TAGS,
+    )
+}
+
+/// The record name of `bucket`'s tags (in the gateway records `bucket_config`).
+pub fn record_name(bucket: &str) -> String {
+    format!("{bucket}/tagging")
 }
 
 /// The tags of an `x-amz-tagging` header: URL query parameters (`k1=v1&k2=v2`).
