@@ -77,6 +77,8 @@ pub enum FilterForm {
     SizeGreaterThan,
     SizeLessThan,
     And,
+    /// Several of Prefix, Tag and the sizes side by side, without an And.
+    Several,
 }
 
 /// Which objects a rule applies to.
@@ -191,13 +193,26 @@ impl Filter {
             filter.object_size_less_than.is_some(),
             filter.and.is_some(),
         ];
-        if given.iter().filter(|g| **g).count() > 1 {
-            return Err(malformed(
-                "a lifecycle Filter holds one condition; put several in an And".to_string(),
-            ));
+        let conditions = given.iter().filter(|g| **g).count();
+        if conditions > 1 && filter.and.is_some() {
+            return Err(malformed("a lifecycle Filter with an And holds nothing else".to_string()));
         }
         let mut out = Filter::default();
-        if let Some(prefix) = &filter.prefix {
+        if conditions > 1 {
+            // S3 wants several conditions in an And; RGW and MinIO take them side by side,
+            // meaning the same, and so does weft (answering them as given).
+            out.form = FilterForm::Several;
+            out.prefix = filter.prefix.clone().unwrap_or_default();
+            if let Some(tag) = &filter.tag {
+                out.tags.extend([tag_pair(tag)?]);
+            }
+            if let Some(bytes) = filter.object_size_greater_than {
+                out.size_greater_than = Some(size_bound(bytes, "ObjectSizeGreaterThan")?);
+            }
+            if let Some(bytes) = filter.object_size_less_than {
+                out.size_less_than = Some(size_bound(bytes, "ObjectSizeLessThan")?);
+            }
+        } else if let Some(prefix) = &filter.prefix {
             out.form = FilterForm::Prefix;
             out.prefix = prefix.clone();
         } else if let Some(tag) = &filter.tag {
@@ -261,6 +276,13 @@ impl Filter {
                 ..Default::default()
             }),
             FilterForm::SizeLessThan => filter(LifecycleRuleFilter {
+                object_size_less_than: size(self.size_less_than),
+                ..Default::default()
+            }),
+            FilterForm::Several => filter(LifecycleRuleFilter {
+                prefix: Some(self.prefix.clone()),
+                tag: tags().into_iter().next(),
+                object_size_greater_than: size(self.size_greater_than),
                 object_size_less_than: size(self.size_less_than),
                 ..Default::default()
             }),
@@ -849,6 +871,19 @@ mod tests {
         let mut both = rule(Some("b"), "Enabled");
         both.filter = Some(LifecycleRuleFilter { prefix: Some("x".into()), ..Default::default() });
         assert_eq!(code(LifecycleConfig::from_s3(&[both]).unwrap_err()), "MalformedXML");
+
+        let mut side_by_side = rule(None, "Enabled");
+        side_by_side.prefix = None;
+        side_by_side.filter = Some(LifecycleRuleFilter {
+            prefix: Some("p/".into()),
+            object_size_greater_than: Some(2000),
+            ..Default::default()
+        });
+        let taken = LifecycleConfig::from_s3(&[side_by_side]).unwrap();
+        let filter = &taken.rules[0].filter;
+        assert!(filter.matches("p/x", 2001, &BTreeMap::new()));
+        assert!(!filter.matches("p/x", 2000, &BTreeMap::new()));
+        assert_eq!(LifecycleConfig::from_s3(&taken.to_s3()).unwrap(), taken);
 
         let mut transition = rule(Some("t"), "Enabled");
         transition.transitions = Some(vec![s3s::dto::Transition::default()]);
