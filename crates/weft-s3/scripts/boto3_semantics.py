@@ -581,6 +581,11 @@ def browser_form_uploads_store_what_their_signed_policy_allows():
             # Outside its policy (too long), or with a tampered signature: refused, nothing kept.
             status, body = post_form(post["url"], {**post["fields"], "key": key + ".big"}, b"x" * 65)
             assert status in (400, 403), (version, status, body)
+            # A field its policy does not allow: 403 AccessDenied, as S3 ("Invalid according
+            # to Policy").
+            wrong = {**post["fields"], "key": key + ".html", "Content-Type": "text/html"}
+            status, body = post_form(post["url"], wrong, b"<p>")
+            assert status == 403 and b"<Code>AccessDenied</Code>" in body, (version, status, body)
             fields = dict(post["fields"])
             name = "x-amz-signature" if "x-amz-signature" in fields else "signature"
             fields[name] = fields[name][:-2] + ("AA" if not fields[name].endswith("AA") else "BB")
@@ -589,7 +594,7 @@ def browser_form_uploads_store_what_their_signed_policy_allows():
             assert status == 403, (version, status, body)
             listed = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
             assert listed == sorted(k for k in listed if k.startswith("form-")), listed
-            assert key + ".big" not in listed and key + ".forged" not in listed
+            assert not {key + ".big", key + ".forged", key + ".html"} & set(listed), listed
 
 
 @check

@@ -228,6 +228,41 @@ fn unquote_attributes_etag(response: &mut http::Response<s3s::Body>) {
     }
 }
 
+/// Whether `request` is a browser form upload (PostObject: a POST of a form).
+fn is_form_upload(request: &http::Request<hyper::body::Incoming>) -> bool {
+    request.method() == http::Method::POST
+        && request
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("multipart/form-data"))
+}
+
+/// S3 refuses a form upload whose fields fail a condition of its signed policy with 403
+/// AccessDenied ("Invalid according to Policy"); s3s answers 400 InvalidPolicyDocument,
+/// which S3 keeps for a policy it cannot read. The refusal is a small XML document in
+/// memory; only that answer is rewritten.
+fn deny_failed_policy_conditions(response: &mut http::Response<s3s::Body>) {
+    if response.status() != http::StatusCode::BAD_REQUEST {
+        return;
+    }
+    let Some(bytes) = response.body().bytes() else { return };
+    let Ok(text) = std::str::from_utf8(&bytes) else { return };
+    if !(text.contains("<Code>InvalidPolicyDocument</Code>") && text.contains("Policy condition")) {
+        return;
+    }
+    let fixed =
+        text.replace("<Code>InvalidPolicyDocument</Code>", "<Code>AccessDenied</Code>").replace(
+            "<Message>Policy condition",
+            "<Message>Invalid according to Policy: Policy condition",
+        );
+    *response.status_mut() = http::StatusCode::FORBIDDEN;
+    response
+        .headers_mut()
+        .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(fixed.len()));
+    *response.body_mut() = s3s::Body::from(fixed);
+}
+
 /// `<ETag>"x"</ETag>` (quotes plain or as `&quot;`) as `<ETag>x</ETag>`.
 fn unquote_etags(xml: &str) -> String {
     xml.replace("<ETag>&quot;", "<ETag>")
@@ -391,9 +426,13 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
                     let close = empty_expecting_continue(&request);
                     let sends_body = sends_body(&request);
                     let attributes = asks_object_attributes(&request);
+                    let form = is_form_upload(&request);
                     let mut response = service.call(request.map(s3s::Body::from)).await?;
                     if attributes {
                         unquote_attributes_etag(&mut response);
+                    }
+                    if form {
+                        deny_failed_policy_conditions(&mut response);
                     }
                     name_request(&mut response, &request_id);
                     if let Some(asks) = &asks_cors {
