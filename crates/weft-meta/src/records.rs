@@ -715,7 +715,8 @@ pub(crate) fn check_bucket_name(name: &str) -> Result<(), MetaError> {
 /// - 3 to 63 bytes long;
 /// - only lowercase letters, digits, '-' and '.';
 /// - begins and ends with a letter or a digit;
-/// - no two adjacent periods;
+/// - no two adjacent periods, and no period next to a hyphen (each dot-separated label
+///   begins and ends with a letter or a digit, as DNS names do);
 /// - not formatted like an IPv4 address (`192.168.5.4`).
 ///
 /// One exception: weft's own internal buckets, named [`INTERNAL_BUCKET_PREFIX`] (`.weft-`) and
@@ -744,6 +745,9 @@ pub(crate) fn check_new_bucket_name(name: &str) -> Result<(), MetaError> {
     }
     if s3_name.contains("..") {
         return refuse("a bucket name must not contain two adjacent periods");
+    }
+    if s3_name.contains(".-") || s3_name.contains("-.") {
+        return refuse("no part of a bucket name between periods may begin or end with '-'");
     }
     if looks_like_ipv4(s3_name) {
         return refuse("a bucket name must not be formatted as an IP address");
@@ -799,6 +803,8 @@ mod tests {
             ("ab-", "begin and end with a letter or a digit"),
             (".ab", "begin and end with a letter or a digit"),
             ("a..b", "two adjacent periods"),
+            ("ab.-cd", "begin or end with '-'"),
+            ("ab-.cd", "begin or end with '-'"),
             ("192.168.5.4", "IP address"),
             ("999.1.1.1", "IP address"),
             ("Abc", "only lowercase letters, digits, '-' and '.'"),
