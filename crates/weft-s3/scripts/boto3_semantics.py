@@ -632,8 +632,8 @@ def uploads_in_progress_do_not_keep_a_bucket_and_bucket_rm_force_empties_one():
 
 
 @check
-def sigv2_requests_with_old_or_bad_dates_are_refused():
-    # A SigV2 signature covers its Date: one from yesterday is a replay (403
+def sigv2_requests_work_and_old_or_bad_dates_are_refused():
+    # Bucket and object requests signed with SigV2 work. A SigV2 signature covers its Date: one from yesterday is a replay (403
     # RequestTimeTooSkewed), one that is no date is no authentication (403 AccessDenied).
     v2 = boto3.client(
         "s3", endpoint_url=s3conf["endpoint"], aws_access_key_id=s3conf["access_key"],
@@ -651,6 +651,14 @@ def sigv2_requests_with_old_or_bad_dates_are_refused():
             expect_error(code, 403, v2.put_object, Bucket=bucket, Key="old", Body=b"replayed")
             v2.meta.events.unregister("before-sign.s3.PutObject", set_date)
         assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["v2"]
+    # Bucket-level SigV2 requests (botocore signs the bucket's root as `/bucket/`).
+    name = f"sem-v2-{os.getpid()}"
+    v2.create_bucket(Bucket=name)
+    assert [o["Key"] for o in v2.list_objects(Bucket=name).get("Contents", [])] == []
+    v2.head_bucket(Bucket=name)
+    v2.delete_bucket(Bucket=name)
+    expect_error("NoSuchBucket", 404, s3.list_objects_v2, Bucket=name)
+
 
 def raw(method, path, headers, body=b""):
     """(status, headers with lower-case names, body) of one plain HTTP request (no auth)."""

@@ -202,6 +202,38 @@ fn unsupported_feature(request: &http::Request<hyper::body::Incoming>) -> Option
     None
 }
 
+/// A SigV2-signed request to a bucket's root by path (`/bucket`): its signature covers
+/// `/bucket/` (the canonical resource of a bucket, the one SigV2 clients such as botocore
+/// sign), which s3s would take from the path as `/bucket`. The path gets its slash, which
+/// names the same bucket.
+fn sigv2_bucket_root(request: &mut http::Request<hyper::body::Incoming>) {
+    let sigv2 = request
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("AWS "))
+        || request.uri().query().is_some_and(|q| {
+            q.split('&').any(|pair| pair.split('=').next() == Some("AWSAccessKeyId"))
+        });
+    let path = request.uri().path();
+    let bucket_root = path.len() > 1 && !path[1..].contains('/');
+    if !(sigv2 && bucket_root) {
+        return;
+    }
+    let mut with_slash = format!("{path}/");
+    if let Some(query) = request.uri().query() {
+        with_slash.push('?');
+        with_slash.push_str(query);
+    }
+    let mut parts = request.uri().clone().into_parts();
+    if let Ok(path_and_query) = with_slash.parse() {
+        parts.path_and_query = Some(path_and_query);
+        if let Ok(uri) = http::Uri::from_parts(parts) {
+            *request.uri_mut() = uri;
+        }
+    }
+}
+
 /// Whether `request` is a GetObjectAttributes (a GET with `?attributes`).
 fn asks_object_attributes(request: &http::Request<hyper::body::Incoming>) -> bool {
     request.method() == http::Method::GET
@@ -423,6 +455,8 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
                         }
                         return Ok::<_, s3s::HttpError>(response);
                     }
+                    let mut request = request;
+                    sigv2_bucket_root(&mut request);
                     let close = empty_expecting_continue(&request);
                     let sends_body = sends_body(&request);
                     let attributes = asks_object_attributes(&request);
