@@ -338,11 +338,23 @@ fn written_attributes(
         metadata: metadata_map(metadata),
         cache_control,
         content_disposition,
-        content_encoding,
+        content_encoding: content_encoding.and_then(|e| stored_encoding(&e)),
         content_language,
         expires: expires.as_ref().and_then(attributes::http_date),
         ..Attributes::default()
     }
+}
+
+/// The Content-Encoding an object keeps: the one sent without `aws-chunked`, which names
+/// how the request's body was framed, not the object (as S3 keeps it); None if nothing is
+/// left.
+fn stored_encoding(sent: &str) -> Option<String> {
+    let kept: Vec<&str> = sent
+        .split(',')
+        .map(str::trim)
+        .filter(|coding| !coding.is_empty() && !coding.eq_ignore_ascii_case("aws-chunked"))
+        .collect();
+    (!kept.is_empty()).then(|| kept.join(", "))
 }
 
 /// The attributes a copy keeps of its source: everything but ETag, time and parts.
@@ -2807,6 +2819,16 @@ impl Gateway {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn aws_chunked_is_how_a_body_was_sent_not_what_the_object_is() {
+        assert_eq!(stored_encoding("gzip").as_deref(), Some("gzip"));
+        assert_eq!(stored_encoding("deflate, gzip").as_deref(), Some("deflate, gzip"));
+        assert_eq!(stored_encoding("gzip, aws-chunked").as_deref(), Some("gzip"));
+        assert_eq!(stored_encoding("aws-chunked,gzip").as_deref(), Some("gzip"));
+        assert_eq!(stored_encoding("aws-chunked"), None);
+        assert_eq!(stored_encoding("aws-chunked, aws-chunked"), None);
+    }
 
     #[test]
     fn copy_source_ranges_are_exact_and_checked() {
