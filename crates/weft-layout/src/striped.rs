@@ -36,6 +36,9 @@ pub const MAX_STRIPE_WIDTH: usize = 256;
 /// Largest block (1 GiB): a block is rebuilt as one unit, and repair time grows with it.
 pub const MAX_BLOCK_BYTES: u64 = 1 << 30;
 
+/// Smallest cell [`StripedLayout::fitted`] shrinks a small object's cells to.
+pub const MIN_FITTED_CELL_BYTES: u64 = 4096;
+
 /// Largest object (5 TiB, S3's limit). Keeps every offset computation far from u64 overflow:
 /// `MAX_OBJECT_BYTES + MAX_STRIPE_WIDTH · MAX_BLOCK_BYTES` < 2^43.
 pub const MAX_OBJECT_BYTES: u64 = 5 << 40;
@@ -164,6 +167,42 @@ impl StripedLayout {
     /// Units per group, n = k + r.
     pub fn n(&self) -> usize {
         self.code.k() + self.code.r()
+    }
+
+    /// The layout an object of `object_size` bytes is written with: this one, unless the
+    /// object is too small to fill a group's k data blocks while its stripes are narrower than
+    /// a group (W < k). Such an object would hold fewer than k data blocks, each as long as
+    /// its parity blocks, and store up to (1 + r)× its bytes where the code promises
+    /// (k + r)/k. It is written instead as one stripe of k blocks (W = k) of ⌈S/k⌉ rounded
+    /// up to cells of at most a sixteenth of that (halving the cell, not below
+    /// [`MIN_FITTED_CELL_BYTES`]), so its cells are dealt over all k blocks and it stores at
+    /// most about (k + r)/k · (1 + 1/16 · r/(k + r)) of its bytes once S ≥ k · 64 KiB.
+    ///
+    /// A pure function of the layout and the size: the same object size always fits the
+    /// same way, and the layout an object was written with is recorded with it. An object
+    /// of at least k blocks keeps this layout, so regroups (which keep the striping) apply
+    /// to it; a fitted object changes code by a rewrite, which for an object under k
+    /// blocks costs about what a regroup would.
+    pub fn fitted(&self, object_size: u64) -> StripedLayout {
+        let k = self.k() as u64;
+        if self.stripe_width as u64 >= k || object_size >= k * self.block_bytes {
+            return *self;
+        }
+        let per_block = object_size.div_ceil(k).max(1);
+        let mut cell = self.cell_bytes;
+        while cell.is_multiple_of(2)
+            && cell / 2 >= MIN_FITTED_CELL_BYTES
+            && cell * 16 > per_block
+        {
+            cell /= 2;
+        }
+        let block = per_block.div_ceil(cell) * cell;
+        StripedLayout {
+            stripe_width: self.k(),
+            cell_bytes: cell,
+            block_bytes: block.min(self.block_bytes),
+            ..*self
+        }
     }
 
     /// Object bytes a full stripe holds: W · B.
@@ -439,6 +478,71 @@ fn to_usize(value: u64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+
+    /// Every unit an object of `size` stores, summed (data blocks at their real length,
+    /// parity blocks at the unit length).
+    fn stored_bytes(layout: &StripedLayout, size: u64) -> u64 {
+        (0..layout.groups(size))
+            .flat_map(|g| layout.group_units(size, g))
+            .map(|unit| layout.stored_len(size, unit))
+            .sum()
+    }
+
+    #[test]
+    fn small_objects_are_fitted_to_k_blocks_and_store_what_their_code_promises() {
+        let policy = |code: &str, width: usize, cell: u64, block: u64| StripedLayout {
+            code: code.parse().unwrap(),
+            stripe_width: width,
+            cell_bytes: cell,
+            block_bytes: block,
+        };
+        let policies = [
+            policy("rs(6,3)", 2, 1 << 20, 8 << 20),
+            policy("rs(9,3)", 1, 1 << 20, 4 << 20),
+            policy("rs(10,4)", 3, 256 << 10, 1 << 20),
+            policy("rs(2,1)", 1, 64 << 10, 256 << 10),
+        ];
+        for layout in policies {
+            let (k, r) = (layout.k() as f64, layout.r() as f64);
+            let promise = (k + r) / k;
+            let mut size = layout.k() as u64 * (64 << 10);
+            while size < layout.k() as u64 * layout.block_bytes {
+                let fitted = layout.fitted(size);
+                fitted.validate().unwrap();
+                assert_eq!(fitted.code, layout.code);
+                assert!(fitted.stripe_width >= layout.stripe_width);
+                assert!(fitted.block_bytes <= layout.block_bytes);
+                assert_eq!(fitted, layout.fitted(size), "a pure function of the size");
+                let ratio = stored_bytes(&fitted, size) as f64 / size as f64;
+                assert!(
+                    ratio <= promise * 1.05,
+                    "{layout:?} at {size} B stores {ratio:.3}×, promised {promise:.3}×"
+                );
+                // Unfitted, the smallest objects paid up to (1 + r)×.
+                size = size * 5 / 4 + 4093;
+            }
+            // An object filling a group keeps the policy (so regroups keep its striping);
+            // its last, partial group costs at most r blocks more than the promise.
+            let big = layout.k() as u64 * layout.block_bytes;
+            for size in [big, big + 1, 3 * big + big / 3] {
+                assert_eq!(layout.fitted(size), layout);
+                let bound = size as f64 * promise + (layout.r() as u64 * layout.block_bytes) as f64;
+                assert!(stored_bytes(&layout, size) as f64 <= bound, "{layout:?} at {size}");
+            }
+        }
+        // The case that motivated it: 1 MiB in rs(9,3) with 1 MiB cells was 4 MiB on disk.
+        let old = policy("rs(9,3)", 1, 1 << 20, 4 << 20);
+        assert_eq!(stored_bytes(&old, 1 << 20), 4 << 20);
+        assert!(stored_bytes(&old.fitted(1 << 20), 1 << 20) <= (1 << 20) * 14 / 10);
+        // Stripes at least as wide as a group already spread a small object: unchanged.
+        let wide = policy("rs(4,2)", 4, 1 << 20, 8 << 20);
+        assert_eq!(wide.fitted(1 << 20), wide);
+        // Tiny objects get the smallest cell, never a zero block.
+        let tiny = policies[0].fitted(1);
+        assert_eq!((tiny.cell_bytes, tiny.block_bytes), (MIN_FITTED_CELL_BYTES, MIN_FITTED_CELL_BYTES));
+        assert_eq!(policies[0].fitted(0), policies[0].fitted(1));
+    }
 
     #[test]
     fn unit_short_names_round_trip_and_reject_junk() {
