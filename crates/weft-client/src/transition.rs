@@ -258,6 +258,10 @@ impl Client {
             }
             return self.restripe(object, Target::Striped(to), dry_run).await;
         }
+        // The layout this object has under `to` (a small object's is fitted to its size, as
+        // a write's): an object already there is unchanged, and a fitted one moves by a
+        // rewrite, its striping being its size's.
+        let to = to.fitted(object.size);
         let mode = mode.unwrap_or_else(|| TransitionMode::auto(&object.layout, &to));
         if object.layout == to {
             return Ok(TransitionReport {

@@ -125,7 +125,8 @@ async fn begin_places_every_unit_on_distinct_up_nodes_and_commit_makes_it_visibl
     let policy = json!({"code": "rs(6,3)", "stripe_width": 2, "cell_bytes": MIB,
                         "block_bytes": 8 * MIB});
     let layout: StripedLayout = serde_json::from_value(policy.clone()).unwrap();
-    let size = 20 * MIB;
+    // At least k blocks (6 × 8 MiB): the object keeps the policy's layout.
+    let size = 52 * MIB;
     let (status, begun) = cluster
         .post(
             "/v1/buckets/photos/objects/albums/2024/cat.jpg/begin",
@@ -147,7 +148,11 @@ async fn begin_places_every_unit_on_distinct_up_nodes_and_commit_makes_it_visibl
             expected.insert(unit_name(unit), (layout.stored_len(size, unit), group));
         }
     }
-    assert_eq!(expected.len(), 4 + 3, "20 MiB in 8 MiB blocks over width 2: 4 blocks, 1 group");
+    assert_eq!(
+        expected.len(),
+        6 + 3 + 2 + 3,
+        "52 MiB in 8 MiB blocks over width 2: 6 full blocks and 2 of 2 MiB, 2 groups"
+    );
     let units = begun["units"].as_array().unwrap();
     let names: BTreeSet<String> =
         units.iter().map(|u| u["unit"].as_str().unwrap().to_string()).collect();
@@ -223,7 +228,7 @@ async fn begin_places_every_unit_on_distinct_up_nodes_and_commit_makes_it_visibl
     let (status, committed) = cluster.post(&commit, json!({"generation": second})).await;
     assert_eq!(status, 200);
     assert_eq!(committed["replaced"]["generation"], generation);
-    assert_eq!(committed["replaced"]["units"].as_array().unwrap().len(), 7);
+    assert_eq!(committed["replaced"]["units"].as_array().unwrap().len(), 14);
 
     // Delete returns the units, then the object is gone.
     let (status, deleted) = cluster.delete(path).await;
@@ -234,6 +239,21 @@ async fn begin_places_every_unit_on_distinct_up_nodes_and_commit_makes_it_visibl
     assert_eq!(status, 404);
     let (status, _) = cluster.get(path).await;
     assert_eq!(status, 404);
+
+    // A small object is fitted to its size: one stripe of k blocks, so its parity is about
+    // r/k of its bytes (the policy's 1 MiB cells would have made one 1 MiB block and three
+    // 1 MiB parities).
+    let small = "/v1/buckets/photos/objects/small";
+    let (status, begun) =
+        cluster.post(&format!("{small}/begin"), json!({"size": MIB, "policy": policy})).await;
+    assert_eq!(status, 200, "{begun}");
+    let fitted: StripedLayout = serde_json::from_value(begun["layout"].clone()).unwrap();
+    assert_eq!(fitted, layout.fitted(MIB));
+    assert_ne!(fitted, layout);
+    let units = begun["units"].as_array().unwrap();
+    assert_eq!(units.len(), 6 + 3);
+    let stored: u64 = units.iter().map(|u| u["len"].as_u64().unwrap()).sum();
+    assert!(stored <= MIB * 3 / 2 + MIB / 20, "{stored} bytes stored for 1 MiB");
     cluster.meta.stop().await.unwrap();
 }
 

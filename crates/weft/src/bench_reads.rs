@@ -333,7 +333,7 @@ pub(crate) async fn prepare_objects(
     for (index, &size) in sizes.iter().enumerate() {
         let key = format!("{}/obj-{index:04}", config.prefix());
         match client.meta.get_object(bucket, &key).await {
-            Ok(object) if object.layout == config.layout && object.size == size => {
+            Ok(object) if object.layout == config.layout.fitted(size) && object.size == size => {
                 objects.push(object);
                 continue;
             }

@@ -476,7 +476,9 @@ async fn begin(
     let (record, nodes) = blocking(&meta, move |store| {
         let default = store.get_bucket(&bucket)?.default_policy;
         let nodes = store.list_nodes()?;
-        let layout = body.policy.unwrap_or(default);
+        // A small object gets the layout that spreads it over k blocks (weft-layout's
+        // `fitted`): the client writes, and readers read, the layout recorded here.
+        let layout = body.policy.unwrap_or(default).fitted(body.size);
         let now = now_ms();
         let (mut disks, nodes_up) = topology_of(&nodes, &live);
         disks.retain(|d| !body.avoid_nodes.contains(&d.node));
