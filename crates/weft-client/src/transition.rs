@@ -258,10 +258,7 @@ impl Client {
             }
             return self.restripe(object, Target::Striped(to), dry_run).await;
         }
-        // The layout this object has under `to` (a small object's is fitted to its size, as
-        // a write's): an object already there is unchanged, and a fitted one moves by a
-        // rewrite, its striping being its size's.
-        let to = to.fitted(object.size);
+        let to = transition_target(&object, &to);
         let mode = mode.unwrap_or_else(|| TransitionMode::auto(&object.layout, &to));
         if object.layout == to {
             return Ok(TransitionReport {
@@ -804,4 +801,19 @@ fn tempfile_for_restripe() -> Result<TempFile> {
         }
     }
     Err(ClientError::Invalid("cannot create a temporary file for the restripe".into()))
+}
+
+/// The layout `object` moves to under the policy `to`: the layout a write of its size gets
+/// under `to` (so an object already there is left unchanged), except that an object
+/// fitted to its size (a small one, weft-layout's `fitted`) keeps its own striping with the
+/// new code when `to` differs from its policy only in the code: a regroup, the cheapest
+/// move, stays possible (its data blocks stay where they are; only parities change).
+fn transition_target(object: &ObjectInfo, to: &StripedLayout) -> StripedLayout {
+    let written = to.fitted(object.size);
+    let own = object.layout;
+    let fitted_from_to = StripedLayout { code: own.code, ..*to }.fitted(object.size) == own;
+    match fitted_from_to && own != *to && written != own {
+        true => StripedLayout { code: to.code, ..own },
+        false => written,
+    }
 }

@@ -190,10 +190,7 @@ impl StripedLayout {
         }
         let per_block = object_size.div_ceil(k).max(1);
         let mut cell = self.cell_bytes;
-        while cell.is_multiple_of(2)
-            && cell / 2 >= MIN_FITTED_CELL_BYTES
-            && cell * 16 > per_block
-        {
+        while cell.is_multiple_of(2) && cell / 2 >= MIN_FITTED_CELL_BYTES && cell * 16 > per_block {
             cell /= 2;
         }
         let block = per_block.div_ceil(cell) * cell;
@@ -479,7 +476,6 @@ fn to_usize(value: u64) -> usize {
 mod tests {
     use super::*;
 
-
     /// Every unit an object of `size` stores, summed (data blocks at their real length,
     /// parity blocks at the unit length).
     fn stored_bytes(layout: &StripedLayout, size: u64) -> u64 {
@@ -540,7 +536,10 @@ mod tests {
         assert_eq!(wide.fitted(1 << 20), wide);
         // Tiny objects get the smallest cell, never a zero block.
         let tiny = policies[0].fitted(1);
-        assert_eq!((tiny.cell_bytes, tiny.block_bytes), (MIN_FITTED_CELL_BYTES, MIN_FITTED_CELL_BYTES));
+        assert_eq!(
+            (tiny.cell_bytes, tiny.block_bytes),
+            (MIN_FITTED_CELL_BYTES, MIN_FITTED_CELL_BYTES)
+        );
         assert_eq!(policies[0].fitted(0), policies[0].fitted(1));
     }
 

@@ -293,12 +293,20 @@ fn objects_round_trip_at_every_boundary_and_survive_a_restart() {
         let put = objects.put(&cluster, &path, bytes(seed as u64, size), &[]);
         assert_eq!(put["layout"]["code"], "rs(6,3)", "{put}");
         assert_eq!(put["layout"]["cell_bytes"], CELL, "{put}");
+        // Under k blocks the object is fitted: one stripe of k blocks of ⌈S/k⌉ in whole
+        // cells (the 4 KiB cell is the smallest a fitted layout takes).
+        let (width, block) = match size < K * BLOCK {
+            true => (K, (size.div_ceil(K).max(1)).div_ceil(CELL) * CELL),
+            false => (WIDTH, BLOCK),
+        };
+        assert_eq!(put["layout"]["stripe_width"], width, "{put}");
+        assert_eq!(put["layout"]["block_bytes"], block, "{put}");
         let stat = cluster.stat(&path);
         assert_eq!(stat["size"], size, "{stat}");
         assert_eq!(stat["state"], "committed", "{stat}");
         assert_eq!(put["units"], stat["units"].as_array().unwrap().len(), "{put}\n{stat}");
         // Data blocks that hold bytes, plus r parity units per group.
-        let blocks = data_blocks(size as u64, CELL as u64, BLOCK as u64, WIDTH as u64);
+        let blocks = data_blocks(size as u64, CELL as u64, block as u64, width as u64);
         let groups = blocks.div_ceil(K as u64);
         assert_eq!(stat["groups"].as_array().unwrap().len() as u64, groups, "{stat}");
         assert_eq!(put["units"], blocks + 3 * groups, "{put}");

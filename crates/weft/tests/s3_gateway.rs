@@ -416,11 +416,15 @@ async fn multipart_uploads_keys_and_failed_requests_that_create_nothing() {
     // `x-weft-policy` chooses one object's.
     let changed = cluster.weft_json(&["bucket", "policy", bucket, "--stripe-width", "1", "--json"]);
     assert_eq!(changed["default_policy"]["stripe_width"], 1);
+    assert_eq!(changed["default_policy"]["code"], "rs(2,1)");
+    let block = changed["default_policy"]["block_bytes"].as_u64().unwrap();
     tester
         .put_object()
         .bucket(bucket)
         .key("by-tester")
-        .body(ByteStream::from_static(b"hi"))
+        // k blocks, so the object takes the policy's own layout (a smaller one would be
+        // fitted to its size).
+        .body(ByteStream::from(vec![b'h'; 2 * block as usize]))
         .send()
         .await
         .unwrap();

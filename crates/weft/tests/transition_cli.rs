@@ -133,9 +133,15 @@ fn transition_one_object_then_a_whole_bucket() {
         assert_eq!(cluster.weft_json(&["stat", key, "--json"])["layout"]["code"], "hh-xor+(6,3)");
         assert_eq!(&cluster.get(key), data, "{key}");
     }
-    // A restripe to a new stripe width rewrites the data.
-    let restripe = cluster.weft_json(&["transition", first, "--stripe-width", "4", "--json"]);
+    // A restripe to a new stripe width rewrites the data of an object of k blocks or more.
+    let (big, big_data) = stored.iter().find(|(_, d)| d.len() >= 6 * 16384).unwrap();
+    let restripe = cluster.weft_json(&["transition", big, "--stripe-width", "4", "--json"]);
     assert_eq!(restripe["mode"], "restripe", "{restripe}");
-    assert_eq!(restripe["data_bytes_written"], data.len() as u64, "{restripe}");
+    assert_eq!(restripe["data_bytes_written"], big_data.len() as u64, "{restripe}");
+    assert_eq!(&cluster.get(big), big_data);
+    // A smaller object is written one way under either stripe width (fitted to its size:
+    // one stripe of k blocks), so it is already there.
+    let same = cluster.weft_json(&["transition", first, "--stripe-width", "4", "--json"]);
+    assert_eq!(same["unchanged"], true, "{same}");
     assert_eq!(&cluster.get(first), data);
 }
