@@ -24,6 +24,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+import check_runner  # noqa: E402 - the runner beside this script
+
 cluster_dir = sys.argv[1]
 only = set(sys.argv[2:])
 s3conf = json.load(open(os.path.join(cluster_dir, "s3.json")))
@@ -1127,26 +1129,6 @@ def lifecycle_rules_are_checked_and_the_executor_carries_them_out():
                      Bucket=bucket)
 
 
-def main():
-    failed = []
-    for function in CHECKS:
-        if only and function.__name__ not in only:
-            continue
-        began = time.time()
-        try:
-            function()
-            print(f"ok    {function.__name__} ({time.time() - began:.1f}s)", flush=True)
-        except Exception as error:  # noqa: BLE001 - every failure is reported
-            failed.append(function.__name__)
-            print(f"FAIL  {function.__name__}: {type(error).__name__}: {error}", flush=True)
-    ran = len([f for f in CHECKS if not only or f.__name__ in only])
-    print(f"boto3 semantics: {ran - len(failed)} of {ran} checks passed "
-          f"({time.time() - started:.1f}s)")
-    if failed:
-        print("failed: " + ", ".join(failed))
-        sys.exit(1)
-    # The same closing line format as cargo's, so CI's total counts these checks too.
-    print(f"test result: ok. {ran} passed; 0 failed")
 
-
-main()
+if __name__ == "__main__":
+    check_runner.run("boto3 semantics", CHECKS, only, started)

@@ -712,6 +712,39 @@ impl Gateway {
     /// Deletes (bucket, key); with `if_match`, only the object it names: pinned to its
     /// generation, so one written meanwhile is not deleted (412). A missing key is deleted
     /// already (S3), unless If-Match required one (404 NoSuchKey).
+    /// Stores (`Some`) or deletes (`None`) the configuration record `name` (in
+    /// `bucket_config`) of an existing bucket, then forgets what this gateway cached of the
+    /// bucket (its CORS rules and its state), whether or not meta took the change.
+    async fn set_bucket_config(
+        &self,
+        bucket: &str,
+        name: &str,
+        value: Option<Value>,
+    ) -> S3Result<()> {
+        let meta = &self.client.meta;
+        meta.get_bucket(bucket).await.map_err(s3_error_of)?;
+        let done = match &value {
+            Some(value) => meta.put_record(cors::BUCKET_CONFIG, name, value, false).await,
+            None => meta.delete_record(cors::BUCKET_CONFIG, name).await.map(|_| ()),
+        };
+        self.cors.forget(bucket);
+        self.acls.forget(bucket);
+        done.map_err(s3_error_of)
+    }
+
+    /// The configuration record `name` of an existing bucket, None when it has none (or
+    /// one this gateway cannot read).
+    async fn bucket_config<T: serde::de::DeserializeOwned>(
+        &self,
+        bucket: &str,
+        name: &str,
+    ) -> S3Result<Option<T>> {
+        let meta = &self.client.meta;
+        meta.get_bucket(bucket).await.map_err(s3_error_of)?;
+        let record = meta.get_record(cors::BUCKET_CONFIG, name).await.map_err(s3_error_of)?;
+        Ok(record.and_then(|value| serde_json::from_value(value).ok()))
+    }
+
     /// The `x-amz-expiration` header of the current object (key, size, its attributes):
     /// when its bucket's lifecycle expires it and by which rule. None when no rule does,
     /// for a version named by id (S3 shows it for current objects only), or when the
@@ -1184,16 +1217,8 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<PutBucketCorsOutput>> {
         let bucket = req.input.bucket;
         let config = CorsConfig::from_s3(&req.input.cors_configuration.cors_rules)?;
-        let meta = &self.client.meta;
-        meta.get_bucket(&bucket).await.map_err(s3_error_of)?;
-        let value = serde_json::to_value(&config)
-            .map_err(|e| s3_error!(InternalError, "cannot encode the CORS configuration: {e}"))?;
-        let written = meta
-            .put_record(cors::BUCKET_CONFIG, &cors::record_name(&bucket), &value, false)
-            .await
-            .map_err(s3_error_of);
-        self.cors.forget(&bucket);
-        written?;
+        let value = serde_json::to_value(&config).expect("CORS configurations serialize");
+        self.set_bucket_config(&bucket, &cors::record_name(&bucket), Some(value)).await?;
         Ok(S3Response::new(PutBucketCorsOutput::default()))
     }
 
@@ -1219,12 +1244,8 @@ impl S3 for Gateway {
         req: S3Request<DeleteBucketCorsInput>,
     ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
         let bucket = req.input.bucket;
-        let meta = &self.client.meta;
-        meta.get_bucket(&bucket).await.map_err(s3_error_of)?;
         // Deleting a configuration that does not exist succeeds (204), as in S3.
-        let deleted = meta.delete_record(cors::BUCKET_CONFIG, &cors::record_name(&bucket)).await;
-        self.cors.forget(&bucket);
-        deleted.map_err(s3_error_of)?;
+        self.set_bucket_config(&bucket, &cors::record_name(&bucket), None).await?;
         Ok(S3Response::new(DeleteBucketCorsOutput::default()))
     }
 
@@ -1234,12 +1255,8 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<PutBucketTaggingOutput>> {
         let bucket = req.input.bucket;
         let tags = tagging::bucket_tags(&req.input.tagging.tag_set)?;
-        let meta = &self.client.meta;
-        meta.get_bucket(&bucket).await.map_err(s3_error_of)?;
         let value = serde_json::to_value(&tags).expect("tags serialize");
-        meta.put_record(cors::BUCKET_CONFIG, &tagging::record_name(&bucket), &value, false)
-            .await
-            .map_err(s3_error_of)?;
+        self.set_bucket_config(&bucket, &tagging::record_name(&bucket), Some(value)).await?;
         Ok(S3Response::new(PutBucketTaggingOutput::default()))
     }
 
@@ -1248,13 +1265,7 @@ impl S3 for Gateway {
         req: S3Request<GetBucketTaggingInput>,
     ) -> S3Result<S3Response<GetBucketTaggingOutput>> {
         let bucket = req.input.bucket;
-        let meta = &self.client.meta;
-        meta.get_bucket(&bucket).await.map_err(s3_error_of)?;
-        let record = meta
-            .get_record(cors::BUCKET_CONFIG, &tagging::record_name(&bucket))
-            .await
-            .map_err(s3_error_of)?;
-        let Some(tags) = record.and_then(|v| serde_json::from_value(v).ok()) else {
+        let Some(tags) = self.bucket_config(&bucket, &tagging::record_name(&bucket)).await? else {
             return Err(s3_error!(NoSuchTagSet, "The TagSet does not exist"));
         };
         Ok(S3Response::new(GetBucketTaggingOutput { tag_set: tagging::to_tag_set(&tags) }))
@@ -1265,11 +1276,7 @@ impl S3 for Gateway {
         req: S3Request<DeleteBucketTaggingInput>,
     ) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
         let bucket = req.input.bucket;
-        let meta = &self.client.meta;
-        meta.get_bucket(&bucket).await.map_err(s3_error_of)?;
-        meta.delete_record(cors::BUCKET_CONFIG, &tagging::record_name(&bucket))
-            .await
-            .map_err(s3_error_of)?;
+        self.set_bucket_config(&bucket, &tagging::record_name(&bucket), None).await?;
         Ok(S3Response::new(DeleteBucketTaggingOutput::default()))
     }
 
@@ -1282,17 +1289,8 @@ impl S3 for Gateway {
             return Err(s3_error!(MalformedXML, "the request has no LifecycleConfiguration"));
         };
         let config = LifecycleConfig::from_s3(&given.rules)?;
-        let meta = &self.client.meta;
-        meta.get_bucket(&bucket).await.map_err(s3_error_of)?;
-        let value = serde_json::to_value(&config).map_err(|e| {
-            s3_error!(InternalError, "cannot encode the lifecycle configuration: {e}")
-        })?;
-        let written = meta
-            .put_record(cors::BUCKET_CONFIG, &lifecycle::record_name(&bucket), &value, false)
-            .await
-            .map_err(s3_error_of);
-        self.acls.forget(&bucket);
-        written?;
+        let value = serde_json::to_value(&config).expect("lifecycle configurations serialize");
+        self.set_bucket_config(&bucket, &lifecycle::record_name(&bucket), Some(value)).await?;
         Ok(S3Response::new(PutBucketLifecycleConfigurationOutput::default()))
     }
 
@@ -1301,14 +1299,8 @@ impl S3 for Gateway {
         req: S3Request<GetBucketLifecycleConfigurationInput>,
     ) -> S3Result<S3Response<GetBucketLifecycleConfigurationOutput>> {
         let bucket = req.input.bucket;
-        let meta = &self.client.meta;
-        meta.get_bucket(&bucket).await.map_err(s3_error_of)?;
-        let record = meta
-            .get_record(cors::BUCKET_CONFIG, &lifecycle::record_name(&bucket))
-            .await
-            .map_err(s3_error_of)?;
-        let Some(config) = record.and_then(|v| serde_json::from_value::<LifecycleConfig>(v).ok())
-        else {
+        let name = lifecycle::record_name(&bucket);
+        let Some(config) = self.bucket_config::<LifecycleConfig>(&bucket, &name).await? else {
             return Err(s3_error!(
                 NoSuchLifecycleConfiguration,
                 "The lifecycle configuration does not exist"
@@ -1325,13 +1317,8 @@ impl S3 for Gateway {
         req: S3Request<DeleteBucketLifecycleInput>,
     ) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
         let bucket = req.input.bucket;
-        let meta = &self.client.meta;
-        meta.get_bucket(&bucket).await.map_err(s3_error_of)?;
         // Deleting a configuration that does not exist succeeds (204), as in S3.
-        let deleted =
-            meta.delete_record(cors::BUCKET_CONFIG, &lifecycle::record_name(&bucket)).await;
-        self.acls.forget(&bucket);
-        deleted.map_err(s3_error_of)?;
+        self.set_bucket_config(&bucket, &lifecycle::record_name(&bucket), None).await?;
         Ok(S3Response::new(DeleteBucketLifecycleOutput::default()))
     }
 
