@@ -258,7 +258,7 @@ impl Client {
             }
             return self.restripe(object, Target::Striped(to), dry_run).await;
         }
-        let to = transition_target(&object, &to);
+        let to = transition_target(object.layout, object.size, &to);
         let mode = mode.unwrap_or_else(|| TransitionMode::auto(&object.layout, &to));
         if object.layout == to {
             return Ok(TransitionReport {
@@ -803,17 +803,58 @@ fn tempfile_for_restripe() -> Result<TempFile> {
     Err(ClientError::Invalid("cannot create a temporary file for the restripe".into()))
 }
 
-/// The layout `object` moves to under the policy `to`: the layout a write of its size gets
-/// under `to` (so an object already there is left unchanged), except that an object
-/// fitted to its size (a small one, weft-layout's `fitted`) keeps its own striping with the
-/// new code when `to` differs from its policy only in the code: a regroup, the cheapest
-/// move, stays possible (its data blocks stay where they are; only parities change).
-fn transition_target(object: &ObjectInfo, to: &StripedLayout) -> StripedLayout {
-    let written = to.fitted(object.size);
-    let own = object.layout;
-    let fitted_from_to = StripedLayout { code: own.code, ..*to }.fitted(object.size) == own;
-    match fitted_from_to && own != *to && written != own {
-        true => StripedLayout { code: to.code, ..own },
-        false => written,
+/// The layout an object of `size` bytes stored with `own` moves to under the policy `to`:
+/// - `to` itself when the object already has `to`'s striping (objects of k blocks or more,
+///   and objects written before small objects were fitted): a regroup, as always;
+/// - for an object fitted to its size (weft-layout's `fitted`) when `to` differs from its
+///   policy only in the code: its own striping with the new code, so a regroup (the
+///   cheapest move) stays possible; when `to` would fit it exactly as it is, it is there;
+/// - else the layout a write of its size gets under `to` (a rewrite).
+fn transition_target(own: StripedLayout, size: u64, to: &StripedLayout) -> StripedLayout {
+    let striping = |l: &StripedLayout| (l.stripe_width, l.cell_bytes, l.block_bytes);
+    if striping(&own) == striping(to) {
+        return *to;
+    }
+    if (StripedLayout { code: own.code, ..*to }).fitted(size) == own {
+        return StripedLayout { code: to.code, ..own };
+    }
+    to.fitted(size)
+}
+
+#[cfg(test)]
+mod target_tests {
+    use super::*;
+
+    fn layout(code: &str, width: usize, cell: u64, block: u64) -> StripedLayout {
+        StripedLayout {
+            code: code.parse().unwrap(),
+            stripe_width: width,
+            cell_bytes: cell,
+            block_bytes: block,
+        }
+    }
+
+    #[test]
+    fn transitions_regroup_what_keeps_its_striping_and_fitted_objects_keep_theirs() {
+        let policy = layout("rs(6,3)", 2, 1 << 20, 8 << 20);
+        let wider = layout("rs(12,3)", 2, 1 << 20, 8 << 20);
+        // An object of k blocks or more has the policy's striping: a regroup to the new code.
+        let big = 100 << 20;
+        assert_eq!(transition_target(policy, big, &wider), wider);
+        // A fitted small object keeps its own striping with the new code (a regroup)...
+        let small = 1 << 20;
+        let fitted = policy.fitted(small);
+        let moved = transition_target(fitted, small, &wider);
+        assert_eq!(moved, StripedLayout { code: wider.code, ..fitted });
+        // ... and is already at its own policy, or at one that fits it the same way.
+        assert_eq!(transition_target(fitted, small, &policy), fitted);
+        let narrower = StripedLayout { stripe_width: 1, ..policy };
+        assert_eq!(transition_target(fitted, small, &narrower), fitted);
+        // An object written before fitting keeps regrouping as it always did.
+        assert_eq!(transition_target(policy, small, &wider), wider);
+        // A new striping is a rewrite, fitted to the object's size.
+        let other = layout("rs(6,3)", 3, 64 << 10, 256 << 10);
+        assert_eq!(transition_target(fitted, small, &other), other.fitted(small));
+        assert_eq!(transition_target(policy, big, &other), other);
     }
 }
