@@ -908,6 +908,9 @@ fn rotten_units_of_unread_objects_are_found_by_the_scrub_and_repaired() {
     create.extend(SMALL);
     cluster.weft_json(&create);
     let mut objects = Objects::new();
+    // Counted before the first rot: the scrub may find and repair the first rotten units
+    // while the later ones are still being written (a slow machine).
+    let completed = counter(&cluster.status(), "repairs_completed");
     // 20 objects, one rotten unit each (a data unit in some, a parity unit in others), so
     // every object stays readable and only the scrub can find the damage.
     let mut rotten = Vec::new();
@@ -920,8 +923,6 @@ fn rotten_units_of_unread_objects_are_found_by_the_scrub_and_repaired() {
         rot(&file);
         rotten.push((path, unit_name, unit));
     }
-    let before = cluster.status();
-    let completed = counter(&before, "repairs_completed");
     let rotted = Instant::now();
     // One interval for the scrub to reach every unit, plus time to rebuild 20 units.
     let allowed = Duration::from_secs(scrub_interval_s() + 50);
