@@ -60,23 +60,21 @@ fn checked_up_to(
     Ok(tags)
 }
 
+/// The (key, value) pairs of an S3 TagSet (a missing value is empty).
+fn pairs(tag_set: &[Tag]) -> impl Iterator<Item = (String, String)> + '_ {
+    tag_set
+        .iter()
+        .map(|tag| (tag.key.clone().unwrap_or_default(), tag.value.clone().unwrap_or_default()))
+}
+
 /// The tags of an S3 TagSet.
 pub fn from_tag_set(tag_set: &[Tag]) -> S3Result<BTreeMap<String, String>> {
-    checked(
-        tag_set.iter().map(|tag| {
-            (tag.key.clone().unwrap_or_default(), tag.value.clone().unwrap_or_default())
-        }),
-    )
+    checked(pairs(tag_set))
 }
 
 /// A bucket's tags (PutBucketTagging): as an object's, up to [`MAX_BUCKET_TAGS`].
 pub fn bucket_tags(tag_set: &[Tag]) -> S3Result<BTreeMap<String, String>> {
-    checked_up_to(
-        tag_set.iter().map(|tag| {
-            (tag.key.clone().unwrap_or_default(), tag.value.clone().unwrap_or_default())
-        }),
-        MAX_BUCKET_TAGS,
-    )
+    checked_up_to(pairs(tag_set), MAX_BUCKET_TAGS)
 }
 
 /// The record name of `bucket`'s tags (in the gateway records `bucket_config`).
