@@ -108,6 +108,20 @@ pub enum BenchCommand {
     /// task's parity is checked against the scalar oracle before anything is printed.
     #[command(verbatim_doc_comment)]
     Engine(crate::bench_engine::EngineBenchArgs),
+    /// S3 throughput and server CPU per GiB of `weft up`'s gateway, beside MinIO when asked:
+    /// one load generator, the same load, every GET verified.
+    ///
+    /// Examples:
+    ///   weft bench s3 --object-sizes 64MiB,1MiB --clients 1,8 --duration 10s
+    ///   weft bench s3 --compare minio --policy 'rs(9,3)' --rounds 3 --json
+    ///
+    /// Each phase runs --clients request loops for --duration: PUTs of new objects, then
+    /// GETs of them (every byte compared), then the objects are deleted (untimed). Server
+    /// CPU is user + system time of the cluster's processes (from weft up's cluster.json)
+    /// or of MinIO's one process. `--compare minio` starts a minio binary from PATH on
+    /// temporary directory drives (EC:r) and alternates the targets every phase.
+    #[command(verbatim_doc_comment)]
+    S3(crate::bench_s3::S3BenchArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -213,6 +227,7 @@ pub fn run(command: BenchCommand) -> Result<(), CliError> {
         BenchCommand::Geometric(args) => crate::bench_geometric::run(args),
         BenchCommand::Reads(args) => crate::bench_reads::run(args),
         BenchCommand::Engine(args) => crate::bench_engine::run(args),
+        BenchCommand::S3(args) => crate::bench_s3::run(args),
     }
 }
 

@@ -20,6 +20,7 @@ mod bench_engine;
 mod bench_geometric;
 mod bench_raidp;
 mod bench_reads;
+mod bench_s3;
 mod cluster_cli;
 mod demo;
 mod ec;

@@ -768,3 +768,79 @@ async fn lifecycle_rules_remove_what_they_cover_when_due_and_never_a_locked_vers
         error_of(s3.get_bucket_lifecycle_configuration().bucket("plain").send().await);
     assert_eq!((code.as_str(), status), ("NoSuchLifecycleConfiguration", 404));
 }
+
+/// Issue 22 item 4: `weft bench s3` drives the gateway with its own SigV4 requests (signed
+/// and unsigned payloads), verifies every GET, reads the cluster's server CPU from weft up's
+/// cluster.json, and leaves nothing behind; bad targets are clear errors.
+#[test]
+fn bench_s3_measures_puts_and_verified_gets_with_server_cpu_and_cleans_up() {
+    let cluster = Cluster::start(4, &[]);
+    for payload in ["signed", "unsigned"] {
+        let output = cluster.weft(&[
+            "bench",
+            "s3",
+            "--object-sizes",
+            "300KiB,70000",
+            "--clients",
+            "1,3",
+            "--duration",
+            "400ms",
+            "--policy",
+            "rs(2,1)",
+            "--payload",
+            payload,
+            "--json",
+        ]);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let rows: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+        // Two sizes × two client counts × put and get, weft only.
+        assert_eq!(rows.len(), 8, "{rows:?}");
+        for row in &rows {
+            assert_eq!(row["target"], "weft", "{row}");
+            assert!(row["requests"].as_u64().unwrap() >= 1, "{row}");
+            assert!(row["mib_per_s"].as_f64().unwrap() > 0.0, "{row}");
+            // The gateway, nodes and meta did the work: their CPU is seen.
+            assert!(row["server_cpu_s_per_gib"].as_f64().unwrap() > 0.0, "{row}");
+            assert!(row["p99_ms"].as_f64().unwrap() >= row["p50_ms"].as_f64().unwrap(), "{row}");
+            assert!(row.get("throughput_ratio").is_none(), "{row}");
+        }
+        let sizes: Vec<u64> = rows.iter().map(|r| r["object_size"].as_u64().unwrap()).collect();
+        assert!(sizes.contains(&307_200) && sizes.contains(&70_000), "{sizes:?}");
+    }
+    // The bucket was made with the policy asked, and every object written was deleted.
+    let bucket = cluster.weft_json(&["bucket", "policy", "bench-s3", "--json"]);
+    assert_eq!(bucket["default_policy"]["code"], "rs(2,1)", "{bucket}");
+    let left = cluster.weft_json(&["ls", "bench-s3", "--json"]);
+    assert_eq!(left["objects"], serde_json::json!([]), "{left}");
+
+    // A wrong secret is refused by the gateway and reported, not measured.
+    let refused = cluster.weft(&[
+        "bench",
+        "s3",
+        "--object-sizes",
+        "4KiB",
+        "--clients",
+        "1",
+        "--duration",
+        "100ms",
+        "--secret-key",
+        "not-the-secret",
+    ]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("403"), "{stderr}");
+    // A peer that is not installed is named, with where to get it.
+    let missing = cluster.weft(&[
+        "bench",
+        "s3",
+        "--duration",
+        "100ms",
+        "--compare",
+        "minio",
+        "--minio-bin",
+        "/nonexistent/minio",
+    ]);
+    assert!(!missing.status.success());
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(stderr.contains("go build") && stderr.contains("/nonexistent/minio"), "{stderr}");
+}

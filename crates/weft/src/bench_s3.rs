@@ -1,0 +1,970 @@
+//! `weft bench s3`: S3 throughput and server CPU per GiB of `weft up`'s gateway, and of MinIO
+//! beside it when asked, driven by one load generator (this one) over real sockets.
+//!
+//! Invariants:
+//! - Every target gets the same load: the same object sizes, client counts, durations, bodies
+//!   and signing (SigV4; the payload's SHA-256 signed by default, as SDKs do over plain HTTP,
+//!   or `UNSIGNED-PAYLOAD`), so the ratios compare servers, not clients.
+//! - A phase (put or get, one object size, one client count) runs its clients for
+//!   `--duration`; requests in flight when it ends are finished and counted. Rates are object
+//!   bytes per second over the phase's wall time.
+//! - Every GET body is compared byte for byte with what its PUT sent, and every request must
+//!   succeed: a failed request or a wrong byte ends the run with an error, never a figure.
+//! - Server CPU is the user + system time the target's processes spent during the phase
+//!   (`/proc/PID/stat`): for weft every service `weft up` lists in its cluster.json (meta,
+//!   nodes, gateway, repair executor) and `weft up` itself; for MinIO its one process.
+//! - Targets alternate within every round, the order rotating from round to round, so the
+//!   machine's noise falls on all alike; a figure is the median over rounds.
+//! - The objects a phase wrote are deleted after its get phase (untimed), so runs do not fill
+//!   the disks. MinIO started by the bench runs on its own temporary directory, removed after.
+
+use std::{
+    io::IsTerminal,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant, SystemTime},
+};
+
+use bytes::Bytes;
+use clap::{Args, ValueEnum};
+use hmac::{Hmac, KeyInit, Mac};
+use rand::{rngs::StdRng, RngCore, SeedableRng};
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::{cli_error, cluster_cli::MetaUrlArgs, parse_size, CliError};
+
+/// Distinct bodies per object size: object `seq` carries body `seq % BODY_VARIANTS`, so a GET
+/// answered with another object's bytes is caught.
+const BODY_VARIANTS: usize = 16;
+/// Offset between two bodies' starts in the shared random buffer (odd, so no body is another
+/// shifted by a whole word).
+const BODY_STRIDE: usize = 4099;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum S3Op {
+    /// PutObject of new keys.
+    Put,
+    /// GetObject of the keys the put phase wrote (every byte verified).
+    Get,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Payload {
+    /// x-amz-content-sha256 is the body's SHA-256 (what SDKs send over plain HTTP): the
+    /// server hashes every byte to check it.
+    Signed,
+    /// x-amz-content-sha256: UNSIGNED-PAYLOAD (what SDKs send over HTTPS).
+    Unsigned,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum S3Peer {
+    /// MinIO (`minio` on PATH or --minio-bin), started by the bench in erasure mode on
+    /// --minio-drives directories with EC:r parity.
+    Minio,
+}
+
+#[derive(Debug, Args)]
+pub struct S3BenchArgs {
+    /// Phases to measure, comma separated (a get phase reads what its put phase wrote; the
+    /// put phase runs even when only get is asked).
+    #[arg(long, value_delimiter = ',', default_value = "put,get")]
+    pub ops: Vec<S3Op>,
+    /// Object sizes, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "64MiB,1MiB", value_parser = parse_size)]
+    pub object_sizes: Vec<usize>,
+    /// Concurrent clients, comma separated (each one request at a time).
+    #[arg(long, value_delimiter = ',', default_value = "1,8")]
+    pub clients: Vec<usize>,
+    /// How long each phase issues requests [e.g. 10s, 500ms, 1m].
+    #[arg(long, default_value = "10s", value_parser = weft_client::gc::parse_duration_ms)]
+    pub duration: u64,
+    /// Rounds: every target runs every phase once per round; figures are medians.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
+    /// Bucket to write into (created when missing).
+    #[arg(long, default_value = "bench-s3")]
+    pub bucket: String,
+    /// weft's objects' policy, sent as x-weft-policy when the bench creates the bucket
+    /// [default: the cluster's default policy]; with --compare minio its r is MinIO's parity.
+    #[arg(long, value_name = "POLICY")]
+    pub policy: Option<String>,
+    /// How the payload is signed.
+    #[arg(long, value_enum, default_value = "signed")]
+    pub payload: Payload,
+    /// weft's S3 endpoint [default: AWS_ENDPOINT_URL, else the s3.json `weft up` wrote beside
+    /// the cluster secret].
+    #[arg(long, value_name = "URL")]
+    pub endpoint: Option<String>,
+    /// Access key id [default: AWS_ACCESS_KEY_ID, else s3.json's].
+    #[arg(long)]
+    pub access_key: Option<String>,
+    /// Secret key [default: AWS_SECRET_ACCESS_KEY, else s3.json's].
+    #[arg(long)]
+    pub secret_key: Option<String>,
+    /// Process ids whose CPU counts as weft's server CPU, comma separated [default: the
+    /// services in the cluster.json of `weft up` beside the cluster secret].
+    #[arg(long, value_delimiter = ',')]
+    pub server_pids: Vec<u32>,
+    /// Run the same load against a peer, side by side, and report weft ÷ peer.
+    #[arg(long, value_enum)]
+    pub compare: Option<S3Peer>,
+    /// The minio binary [default: minio on PATH].
+    #[arg(long, default_value = "minio")]
+    pub minio_bin: PathBuf,
+    /// Directory drives MinIO gets (match the cluster's node count).
+    #[arg(long, default_value_t = 12)]
+    pub minio_drives: usize,
+    /// MinIO's parity per erasure set [default: r of --policy, else 3].
+    #[arg(long)]
+    pub minio_parity: Option<usize>,
+    /// Print the rows as one JSON array.
+    #[arg(long)]
+    pub json: bool,
+    /// Print each row as one JSON object per line, as it is made.
+    #[arg(long, conflicts_with = "json")]
+    pub json_lines: bool,
+    #[command(flatten)]
+    pub meta: MetaUrlArgs,
+}
+
+/// SigV4 for path-style requests to one endpoint.
+#[derive(Clone)]
+struct Signer {
+    host: String,
+    access_key: String,
+    secret_key: String,
+    region: String,
+}
+
+impl std::fmt::Debug for Signer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Signer({}@{}, secret redacted)", self.access_key, self.host)
+    }
+}
+
+type HmacSha256 = Hmac<Sha256>;
+
+fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
+    let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length");
+    mac.update(data);
+    mac.finalize().into_bytes().to_vec()
+}
+
+/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian.
+fn civil_date(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = (day_of_year - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// `20261127T193000Z` for a time.
+fn amz_date(time: SystemTime) -> String {
+    let secs = time.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+    let (y, m, d) = civil_date(secs.div_euclid(86_400));
+    let s = secs.rem_euclid(86_400);
+    format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z", s / 3600, s / 60 % 60, s % 60)
+}
+
+impl Signer {
+    /// The headers (x-amz-date, x-amz-content-sha256, authorization) of a request whose path
+    /// is `path` (already percent-encoded), with no query string.
+    fn headers(
+        &self,
+        method: &str,
+        path: &str,
+        payload_sha256: &str,
+    ) -> [(&'static str, String); 3] {
+        let date = amz_date(SystemTime::now());
+        let day = &date[..8];
+        let scope = format!("{day}/{}/s3/aws4_request", self.region);
+        let canonical = format!(
+            "{method}\n{path}\n\nhost:{}\nx-amz-content-sha256:{payload_sha256}\nx-amz-date:{date}\n\nhost;x-amz-content-sha256;x-amz-date\n{payload_sha256}",
+            self.host
+        );
+        let to_sign = format!(
+            "AWS4-HMAC-SHA256\n{date}\n{scope}\n{}",
+            hex::encode(Sha256::digest(canonical.as_bytes()))
+        );
+        let mut key = hmac(format!("AWS4{}", self.secret_key).as_bytes(), day.as_bytes());
+        for part in [self.region.as_str(), "s3", "aws4_request"] {
+            key = hmac(&key, part.as_bytes());
+        }
+        let signature = hex::encode(hmac(&key, to_sign.as_bytes()));
+        let authorization = format!(
+            "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={signature}",
+            self.access_key
+        );
+        [
+            ("x-amz-date", date),
+            ("x-amz-content-sha256", payload_sha256.to_owned()),
+            ("authorization", authorization),
+        ]
+    }
+}
+
+/// Where a target's server CPU is read from.
+#[derive(Debug, Clone)]
+enum ServerPids {
+    /// The services of `weft up`, read from its cluster.json at every phase (restarts change
+    /// them).
+    ClusterFile(PathBuf),
+    Fixed(Vec<u32>),
+}
+
+impl ServerPids {
+    fn pids(&self) -> Vec<u32> {
+        match self {
+            ServerPids::Fixed(pids) => pids.clone(),
+            ServerPids::ClusterFile(file) => {
+                let value: Value = std::fs::read_to_string(file)
+                    .ok()
+                    .and_then(|text| serde_json::from_str(&text).ok())
+                    .unwrap_or(Value::Null);
+                let mut pids: Vec<u32> = value["services"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|s| s["pid"].as_u64())
+                    .chain(value["up_pid"].as_u64())
+                    .filter_map(|p| u32::try_from(p).ok())
+                    .collect();
+                pids.sort_unstable();
+                pids.dedup();
+                pids
+            }
+        }
+    }
+}
+
+/// User + system CPU seconds of one process so far (None once it is gone).
+fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces; the fields after its closing ')' are fixed.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some((utime + stime) / ticks.max(1.0))
+}
+
+/// CPU seconds of this process (all its threads: the load generator).
+fn own_cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes into the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// One S3 server under test.
+#[derive(Debug, Clone)]
+struct Target {
+    name: &'static str,
+    endpoint: String,
+    signer: Signer,
+    pids: ServerPids,
+}
+
+impl Target {
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.endpoint)
+    }
+
+    async fn request(
+        &self,
+        http: &reqwest::Client,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<(Bytes, &str)>,
+        extra: &[(&str, &str)],
+    ) -> Result<reqwest::Response, String> {
+        let (body, sha) = match body {
+            Some((bytes, sha)) => (bytes, sha.to_owned()),
+            None => (Bytes::new(), hex::encode(Sha256::digest(b""))),
+        };
+        let mut request = http.request(method.clone(), self.url(path));
+        for (name, value) in self.signer.headers(method.as_str(), path, &sha) {
+            request = request.header(name, value);
+        }
+        for (name, value) in extra {
+            request = request.header(*name, *value);
+        }
+        if !body.is_empty() || method == reqwest::Method::PUT {
+            request = request.body(body);
+        }
+        request.send().await.map_err(|e| format!("{method} {path} on {}: {e}", self.name))
+    }
+
+    /// Creates the bucket unless it exists (weft: with the policy asked, when one is).
+    async fn ensure_bucket(
+        &self,
+        http: &reqwest::Client,
+        bucket: &str,
+        policy: Option<&str>,
+    ) -> Result<(), CliError> {
+        let path = format!("/{bucket}");
+        let head = self
+            .request(http, reqwest::Method::HEAD, &path, None, &[])
+            .await
+            .map_err(|e| cli_error!("{e}"))?;
+        if head.status().is_success() {
+            return Ok(());
+        }
+        let extra: Vec<(&str, &str)> = match (self.name, policy) {
+            ("weft", Some(policy)) => vec![("x-weft-policy", policy)],
+            _ => Vec::new(),
+        };
+        let answer = self
+            .request(http, reqwest::Method::PUT, &path, None, &extra)
+            .await
+            .map_err(|e| cli_error!("{e}"))?;
+        let status = answer.status();
+        if !status.is_success() {
+            let text = answer.text().await.unwrap_or_default();
+            return Err(cli_error!(
+                "cannot create bucket {bucket} on {}: {status} {text}",
+                self.name
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The bodies objects carry: windows of one random buffer, with their SHA-256s.
+struct Bodies {
+    buffer: Bytes,
+    /// (object size, the SHA-256 of each variant's body).
+    hashes: Vec<(usize, Vec<String>)>,
+}
+
+impl Bodies {
+    fn new(sizes: &[usize]) -> Bodies {
+        let largest = sizes.iter().copied().max().unwrap_or(0);
+        let mut buffer = vec![0u8; largest + BODY_VARIANTS * BODY_STRIDE];
+        StdRng::seed_from_u64(0x5eed_b3c4).fill_bytes(&mut buffer);
+        let buffer = Bytes::from(buffer);
+        let hashes = sizes
+            .iter()
+            .map(|&size| {
+                let hashes = (0..BODY_VARIANTS)
+                    .map(|v| {
+                        let start = v * BODY_STRIDE;
+                        hex::encode(Sha256::digest(&buffer[start..start + size]))
+                    })
+                    .collect();
+                (size, hashes)
+            })
+            .collect();
+        Bodies { buffer, hashes }
+    }
+
+    fn body(&self, size: usize, seq: u64) -> Bytes {
+        let start = (seq as usize % BODY_VARIANTS) * BODY_STRIDE;
+        self.buffer.slice(start..start + size)
+    }
+
+    fn sha256(&self, size: usize, seq: u64) -> &str {
+        let hashes = &self.hashes.iter().find(|(s, _)| *s == size).expect("sizes hashed").1;
+        &hashes[seq as usize % BODY_VARIANTS]
+    }
+}
+
+/// What one phase measured.
+#[derive(Debug, Clone)]
+struct PhaseResult {
+    bytes: u64,
+    requests: u64,
+    seconds: f64,
+    server_cpu: f64,
+    client_cpu: f64,
+    latencies_ms: Vec<f64>,
+}
+
+impl PhaseResult {
+    fn mib_per_s(&self) -> f64 {
+        self.bytes as f64 / (1 << 20) as f64 / self.seconds
+    }
+    fn per_gib(&self, cpu: f64) -> f64 {
+        cpu / (self.bytes as f64 / (1u64 << 30) as f64)
+    }
+}
+
+/// One phase's cell: which target, op, object size and client count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Cell {
+    op: S3Op,
+    object_size: usize,
+    clients: usize,
+}
+
+fn object_path(bucket: &str, size: usize, seq: u64) -> String {
+    format!("/{bucket}/bench-s3/{size}/obj-{seq}")
+}
+
+/// Runs `clients` request loops for `duration`; `one(client, i)` makes request `i` of a
+/// client and returns its byte count.
+async fn run_loops<F, Fut>(
+    clients: usize,
+    duration: Duration,
+    pids: &[u32],
+    one: F,
+) -> Result<PhaseResult, CliError>
+where
+    F: Fn(usize, u64) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<u64, String>> + Send,
+{
+    let cpu_of = |pids: &[u32]| pids.iter().filter_map(|&p| process_cpu_seconds(p)).sum::<f64>();
+    let server_before = cpu_of(pids);
+    let client_before = own_cpu_seconds();
+    let start = Instant::now();
+    let bytes = Arc::new(AtomicU64::new(0));
+    let latencies = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for client in 0..clients {
+        let one = one.clone();
+        let bytes = bytes.clone();
+        let latencies = latencies.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut i = 0u64;
+            while start.elapsed() < duration {
+                let began = Instant::now();
+                let n = one(client, i).await?;
+                latencies.lock().expect("no panics").push(began.elapsed().as_secs_f64() * 1e3);
+                bytes.fetch_add(n, Ordering::Relaxed);
+                i += 1;
+            }
+            Ok::<(), String>(())
+        }));
+    }
+    let mut first_error = None;
+    for task in tasks {
+        match task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => first_error = first_error.or(Some(e)),
+            Err(e) => first_error = first_error.or(Some(format!("a client task failed: {e}"))),
+        }
+    }
+    if let Some(e) = first_error {
+        return Err(cli_error!("{e}"));
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let mut latencies_ms = std::mem::take(&mut *latencies.lock().expect("no panics"));
+    latencies_ms.sort_by(f64::total_cmp);
+    Ok(PhaseResult {
+        bytes: bytes.load(Ordering::Relaxed),
+        requests: latencies_ms.len() as u64,
+        seconds,
+        server_cpu: cpu_of(pids) - server_before,
+        client_cpu: own_cpu_seconds() - client_before,
+        latencies_ms,
+    })
+}
+
+/// The put phase, the get phase (verified), then the deletes; results for the ops asked.
+async fn run_cell(
+    http: &reqwest::Client,
+    target: &Target,
+    bucket: &str,
+    bodies: &Arc<Bodies>,
+    object_size: usize,
+    clients: usize,
+    duration: Duration,
+) -> Result<(PhaseResult, PhaseResult), CliError> {
+    let pids = target.pids.pids();
+    let next = Arc::new(AtomicU64::new(0));
+    let put = {
+        let (http, target, bodies, next) =
+            (http.clone(), target.clone(), bodies.clone(), next.clone());
+        let bucket = bucket.to_owned();
+        run_loops(clients, duration, &pids, move |_, _| {
+            let (http, target, bodies, next) =
+                (http.clone(), target.clone(), bodies.clone(), next.clone());
+            let bucket = bucket.clone();
+            async move {
+                let seq = next.fetch_add(1, Ordering::Relaxed);
+                let path = object_path(&bucket, object_size, seq);
+                let body = bodies.body(object_size, seq);
+                let sha = bodies.sha256(object_size, seq).to_owned();
+                let answer = target
+                    .request(&http, reqwest::Method::PUT, &path, Some((body, &sha)), &[])
+                    .await?;
+                let status = answer.status();
+                if !status.is_success() {
+                    let text = answer.text().await.unwrap_or_default();
+                    return Err(format!("PUT {path} on {}: {status} {text}", target.name));
+                }
+                Ok(object_size as u64)
+            }
+        })
+        .await?
+    };
+    // Every seq handed out was written (a failed PUT ended the run above).
+    let written = next.load(Ordering::Relaxed);
+    let get = {
+        let (http, target, bodies) = (http.clone(), target.clone(), bodies.clone());
+        let bucket = bucket.to_owned();
+        run_loops(clients, duration, &pids, move |client, i| {
+            let (http, target, bodies) = (http.clone(), target.clone(), bodies.clone());
+            let path_bucket = bucket.clone();
+            async move {
+                let seq = (client as u64 + i * clients as u64) % written.max(1);
+                let path = object_path(&path_bucket, object_size, seq);
+                let mut answer =
+                    target.request(&http, reqwest::Method::GET, &path, None, &[]).await?;
+                let status = answer.status();
+                if !status.is_success() {
+                    let text = answer.text().await.unwrap_or_default();
+                    return Err(format!("GET {path} on {}: {status} {text}", target.name));
+                }
+                let want = bodies.body(object_size, seq);
+                let mut at = 0usize;
+                while let Some(chunk) =
+                    answer.chunk().await.map_err(|e| format!("GET {path} on {}: {e}", target.name))?
+                {
+                    if at + chunk.len() > want.len() || want[at..at + chunk.len()] != chunk[..] {
+                        return Err(format!(
+                            "GET {path} on {}: the body differs from what was written (near byte {at})",
+                            target.name
+                        ));
+                    }
+                    at += chunk.len();
+                }
+                if at != want.len() {
+                    return Err(format!(
+                        "GET {path} on {}: {at} bytes, {} were written",
+                        target.name,
+                        want.len()
+                    ));
+                }
+                Ok(at as u64)
+            }
+        })
+        .await?
+    };
+    // Untimed: remove what the put phase wrote, `clients` deletes at a time.
+    let mut seqs: Vec<u64> = (0..written).collect();
+    while !seqs.is_empty() {
+        let batch: Vec<u64> = seqs.drain(..seqs.len().min(clients.max(4))).collect();
+        let deletes = batch.into_iter().map(|seq| {
+            let path = object_path(bucket, object_size, seq);
+            async move {
+                let answer =
+                    target.request(http, reqwest::Method::DELETE, &path, None, &[]).await?;
+                if answer.status().is_success() {
+                    Ok(())
+                } else {
+                    Err(format!("DELETE {path} on {}: {}", target.name, answer.status()))
+                }
+            }
+        });
+        for result in futures_util::future::join_all(deletes).await {
+            result.map_err(|e| cli_error!("{e}"))?;
+        }
+    }
+    Ok((put, get))
+}
+
+/// MinIO started by the bench: its own temporary drives, stopped and removed on drop.
+struct Minio {
+    child: Child,
+    dir: PathBuf,
+    endpoint: String,
+}
+
+impl std::fmt::Debug for Minio {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Minio(pid {}, {})", self.child.id(), self.endpoint)
+    }
+}
+
+impl Drop for Minio {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> Result<u16, CliError> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| cli_error!("cannot find a free port: {e}"))?;
+    Ok(listener.local_addr().map_err(|e| cli_error!("{e}"))?.port())
+}
+
+fn start_minio(bin: &Path, drives: usize, parity: usize) -> Result<(Minio, Signer), CliError> {
+    if drives < 2 * parity.max(1) {
+        return Err(cli_error!(
+            "MinIO needs at least 2 × parity drives: --minio-drives {drives}, parity {parity}"
+        ));
+    }
+    let dir = std::env::temp_dir().join(format!("weft-bench-minio-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for d in 1..=drives {
+        std::fs::create_dir_all(dir.join(format!("d{d}")))
+            .map_err(|e| cli_error!("cannot create {}: {e}", dir.display()))?;
+    }
+    let (port, console) = (free_port()?, free_port()?);
+    let mut secret = [0u8; 18];
+    rand::thread_rng().fill_bytes(&mut secret);
+    let signer = Signer {
+        host: format!("127.0.0.1:{port}"),
+        access_key: "weftbench".into(),
+        secret_key: hex::encode(secret),
+        region: "us-east-1".into(),
+    };
+    let log = std::fs::File::create(dir.join("minio.log"))
+        .map_err(|e| cli_error!("cannot create MinIO's log: {e}"))?;
+    let child = Command::new(bin)
+        .arg("server")
+        .arg("--quiet")
+        .args(["--address", &signer.host, "--console-address", &format!("127.0.0.1:{console}")])
+        .arg(format!("{}/d{{1...{drives}}}", dir.display()))
+        .env("MINIO_ROOT_USER", &signer.access_key)
+        .env("MINIO_ROOT_PASSWORD", &signer.secret_key)
+        .env("MINIO_STORAGE_CLASS_STANDARD", format!("EC:{parity}"))
+        .env("MINIO_BROWSER", "off")
+        // Directory drives on the root disk are refused otherwise.
+        .env("MINIO_CI_CD", "1")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| cli_error!("{e}"))?)
+        .stderr(log)
+        .spawn()
+        .map_err(|e| {
+            cli_error!(
+                "cannot start {} ({e}): --compare minio needs a minio binary (build it from \
+                 source with `go build`, see docs/benchmarks.md) on PATH or as --minio-bin",
+                bin.display()
+            )
+        })?;
+    let minio = Minio { child, dir, endpoint: format!("http://127.0.0.1:{port}") };
+    let ready = format!("{}/minio/health/cluster", minio.endpoint);
+    let probe = reqwest::blocking::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if probe.get(&ready).send().is_ok_and(|r| r.status().is_success()) {
+            return Ok((minio, signer));
+        }
+        if Instant::now() > deadline {
+            let log = std::fs::read_to_string(minio.dir.join("minio.log")).unwrap_or_default();
+            return Err(cli_error!("MinIO did not become ready within 60 s; its log:\n{log}"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// weft's endpoint and key: flags, else the AWS_* environment, else `weft up`'s s3.json.
+fn weft_target(args: &S3BenchArgs) -> Result<Target, CliError> {
+    let conf = crate::cluster_cli::file_beside_secret(&args.meta, crate::up::S3_FILE)
+        .map_or(Value::Null, |(_, conf)| conf);
+    let pick = |flag: &Option<String>, env: &str, field: &str| {
+        flag.clone()
+            .or_else(|| std::env::var(env).ok().filter(|v| !v.is_empty()))
+            .or_else(|| conf[field].as_str().map(str::to_owned))
+    };
+    let endpoint = pick(&args.endpoint, "AWS_ENDPOINT_URL", "endpoint").ok_or_else(|| {
+        cli_error!(
+            "no S3 endpoint: start a cluster with `weft up` (its s3.json lies beside the \
+             cluster secret), or give --endpoint, --access-key and --secret-key"
+        )
+    })?;
+    let access_key = pick(&args.access_key, "AWS_ACCESS_KEY_ID", "access_key")
+        .ok_or_else(|| cli_error!("no access key: give --access-key"))?;
+    let secret_key = pick(&args.secret_key, "AWS_SECRET_ACCESS_KEY", "secret_key")
+        .ok_or_else(|| cli_error!("no secret key: give --secret-key"))?;
+    let region = conf["region"].as_str().unwrap_or(weft_s3::DEFAULT_REGION).to_owned();
+    let endpoint = endpoint.trim_end_matches('/').to_owned();
+    let host = endpoint
+        .strip_prefix("http://")
+        .ok_or_else(|| cli_error!("--endpoint {endpoint}: the bench speaks plain http://"))?
+        .to_owned();
+    let pids = if !args.server_pids.is_empty() {
+        ServerPids::Fixed(args.server_pids.clone())
+    } else {
+        let file = crate::cluster_cli::file_beside_secret(&args.meta, crate::up::CLUSTER_FILE)
+            .map(|(file, _)| file)
+            .ok_or_else(|| {
+                cli_error!(
+                    "cannot find weft up's cluster.json beside the cluster secret to read the \
+                     server's CPU: pass --secret-file DIR/cluster.secret or --server-pids"
+                )
+            })?;
+        ServerPids::ClusterFile(file)
+    };
+    Ok(Target {
+        name: "weft",
+        endpoint,
+        signer: Signer { host, access_key, secret_key, region },
+        pids,
+    })
+}
+
+/// One row of the output.
+#[derive(Debug, Serialize)]
+struct Row {
+    target: String,
+    op: S3Op,
+    object_size: usize,
+    clients: usize,
+    mib_per_s: f64,
+    requests_per_s: f64,
+    server_cpu_s_per_gib: f64,
+    client_cpu_s_per_gib: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    requests: u64,
+    rounds: usize,
+    /// weft ÷ the peer's MiB/s (weft's rows with --compare).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    throughput_ratio: Option<f64>,
+    /// weft ÷ the peer's server CPU per GiB (weft's rows with --compare).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    server_cpu_ratio: Option<f64>,
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn row_of(target: &str, cell: Cell, results: &[PhaseResult]) -> Row {
+    let mut all_latencies: Vec<f64> = results.iter().flat_map(|r| r.latencies_ms.clone()).collect();
+    all_latencies.sort_by(f64::total_cmp);
+    let round = |x: f64| (x * 1000.0).round() / 1000.0;
+    Row {
+        target: target.to_owned(),
+        op: cell.op,
+        object_size: cell.object_size,
+        clients: cell.clients,
+        mib_per_s: round(median(results.iter().map(PhaseResult::mib_per_s).collect())),
+        requests_per_s: round(median(
+            results.iter().map(|r| r.requests as f64 / r.seconds).collect(),
+        )),
+        server_cpu_s_per_gib: round(median(
+            results.iter().map(|r| r.per_gib(r.server_cpu)).collect(),
+        )),
+        client_cpu_s_per_gib: round(median(
+            results.iter().map(|r| r.per_gib(r.client_cpu)).collect(),
+        )),
+        p50_ms: round(percentile(&all_latencies, 0.5)),
+        p99_ms: round(percentile(&all_latencies, 0.99)),
+        requests: results.iter().map(|r| r.requests).sum(),
+        rounds: results.len(),
+        throughput_ratio: None,
+        server_cpu_ratio: None,
+    }
+}
+
+pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
+    if args.object_sizes.contains(&0) || args.clients.contains(&0) || args.rounds == 0 {
+        return Err(cli_error!("--object-sizes, --clients and --rounds must be positive"));
+    }
+    if args.duration == 0 {
+        return Err(cli_error!("--duration must be positive"));
+    }
+    let weft = weft_target(&args)?;
+    let parity = match (args.minio_parity, &args.policy) {
+        (Some(p), _) => p,
+        (None, Some(policy)) => weft_codes::CodeSpec::parse(
+            policy.find(')').map_or(policy.as_str(), |end| &policy[..=end]),
+        )
+        .map(|spec| spec.r())
+        .map_err(|e| cli_error!("--policy {policy}: {e}"))?,
+        (None, None) => 3,
+    };
+    let mut targets = vec![weft];
+    let _minio = match args.compare {
+        Some(S3Peer::Minio) => {
+            let (minio, signer) = start_minio(&args.minio_bin, args.minio_drives, parity)?;
+            targets.push(Target {
+                name: "minio",
+                endpoint: minio.endpoint.clone(),
+                signer,
+                pids: ServerPids::Fixed(vec![minio.child.id()]),
+            });
+            Some(minio)
+        }
+        None => None,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| cli_error!("cannot start the async runtime: {e}"))?;
+    let bodies = Arc::new(Bodies::new(&args.object_sizes));
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .build()
+        .map_err(|e| cli_error!("cannot build the HTTP client: {e}"))?;
+    let duration = Duration::from_millis(args.duration);
+    let cells: Vec<(usize, usize)> = args
+        .object_sizes
+        .iter()
+        .flat_map(|&size| args.clients.iter().map(move |&clients| (size, clients)))
+        .collect();
+    let progress = std::io::stderr().is_terminal() && !(args.json || args.json_lines);
+    // results[target][cell] = (puts, gets) over rounds.
+    let mut results = vec![vec![(Vec::new(), Vec::new()); cells.len()]; targets.len()];
+    runtime.block_on(async {
+        for target in &targets {
+            target.ensure_bucket(&http, &args.bucket, args.policy.as_deref()).await?;
+        }
+        for round in 0..args.rounds {
+            for (c, &(size, clients)) in cells.iter().enumerate() {
+                for t in 0..targets.len() {
+                    let t = (t + round + c) % targets.len();
+                    let target = &targets[t];
+                    if progress {
+                        eprintln!(
+                            "round {}/{}: {} {} × {clients} client(s)…",
+                            round + 1,
+                            args.rounds,
+                            target.name,
+                            crate::cluster_cli::format_size(size as u64)
+                        );
+                    }
+                    let (put, get) =
+                        run_cell(&http, target, &args.bucket, &bodies, size, clients, duration)
+                            .await?;
+                    results[t][c].0.push(put);
+                    results[t][c].1.push(get);
+                }
+            }
+        }
+        Ok::<(), CliError>(())
+    })?;
+    let mut rows = crate::rows::JsonRows::new(args.json_lines);
+    let mut table = Vec::new();
+    for (c, &(object_size, clients)) in cells.iter().enumerate() {
+        for op in [S3Op::Put, S3Op::Get] {
+            if !args.ops.contains(&op) {
+                continue;
+            }
+            let cell = Cell { op, object_size, clients };
+            let pick = |t: usize| match op {
+                S3Op::Put => &results[t][c].0,
+                S3Op::Get => &results[t][c].1,
+            };
+            let peer = (targets.len() > 1).then(|| row_of(targets[1].name, cell, pick(1)));
+            let mut row = row_of(targets[0].name, cell, pick(0));
+            if let Some(peer) = &peer {
+                row.throughput_ratio = Some(row.mib_per_s / peer.mib_per_s);
+                row.server_cpu_ratio = Some(row.server_cpu_s_per_gib / peer.server_cpu_s_per_gib);
+            }
+            rows.push(&row);
+            table.push(row);
+            if let Some(peer) = peer {
+                rows.push(&peer);
+                table.push(peer);
+            }
+        }
+    }
+    if args.json || args.json_lines {
+        rows.finish();
+        return Ok(());
+    }
+    println!(
+        "{:<6} {:<4} {:>9} {:>7} {:>10} {:>9} {:>16} {:>16} {:>9} {:>9}  weft ÷ peer",
+        "target",
+        "op",
+        "size",
+        "clients",
+        "MiB/s",
+        "req/s",
+        "server CPU-s/GiB",
+        "client CPU-s/GiB",
+        "p50 ms",
+        "p99 ms",
+    );
+    for row in &table {
+        let ratio = match (row.throughput_ratio, row.server_cpu_ratio) {
+            (Some(t), Some(c)) => format!("{t:.2}× speed, {c:.2}× CPU"),
+            _ => String::new(),
+        };
+        println!(
+            "{:<6} {:<4} {:>9} {:>7} {:>10.1} {:>9.1} {:>16.2} {:>16.2} {:>9.1} {:>9.1}  {}",
+            row.target,
+            match row.op {
+                S3Op::Put => "put",
+                S3Op::Get => "get",
+            },
+            crate::cluster_cli::format_size(row.object_size as u64),
+            row.clients,
+            row.mib_per_s,
+            row.requests_per_s,
+            row.server_cpu_s_per_gib,
+            row.client_cpu_s_per_gib,
+            row.p50_ms,
+            row.p99_ms,
+            ratio
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_are_civil() {
+        assert_eq!(civil_date(0), (1970, 1, 1));
+        assert_eq!(civil_date(59), (1970, 3, 1));
+        assert_eq!(civil_date(11_016), (2000, 2, 29));
+        // 2026-11-27 is day 20_784.
+        assert_eq!(civil_date(20_784), (2026, 11, 27));
+        let t =
+            SystemTime::UNIX_EPOCH + Duration::from_secs(20_784 * 86_400 + 19 * 3600 + 31 * 60 + 5);
+        assert_eq!(amz_date(t), "20261127T193105Z");
+    }
+
+    #[test]
+    fn bodies_differ_and_hash_as_sent() {
+        let bodies = Bodies::new(&[1000, 64]);
+        let a = bodies.body(1000, 0);
+        let b = bodies.body(1000, 1);
+        assert_ne!(a, b);
+        assert_eq!(bodies.body(1000, BODY_VARIANTS as u64), a);
+        assert_eq!(bodies.sha256(1000, 1), hex::encode(Sha256::digest(&b)));
+        assert_eq!(bodies.body(64, 3).len(), 64);
+    }
+
+    #[test]
+    fn medians_and_percentiles() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+        let sorted: Vec<f64> = (0..=100).map(f64::from).collect();
+        assert_eq!(percentile(&sorted, 0.5), 50.0);
+        assert_eq!(percentile(&sorted, 0.99), 99.0);
+    }
+}
