@@ -622,6 +622,25 @@ impl Client {
         progress: Option<&AtomicU64>,
         mode: ReadMode,
     ) -> Result<GetStats> {
+        let mut emit = |bytes: Bytes| -> Result<()> {
+            out.write_all(&bytes)
+                .map_err(|source| ClientError::Io { what: "writing the object out".into(), source })
+        };
+        self.read_object_range(object, range, &mut emit, progress, mode).await
+    }
+
+    /// Bytes `[start, start + len)` of `object` (all of it when `range` is None), handed to
+    /// `emit` in object order as pieces that share the buffers the nodes' answers arrived in
+    /// (no copy, no zeroed buffer); degraded reads decode as in [`Client::get_object_range`].
+    /// An error from `emit` stops the read and is returned.
+    pub async fn read_object_range<E: FnMut(Bytes) -> Result<()>>(
+        &self,
+        object: ObjectInfo,
+        range: Option<(u64, u64)>,
+        emit: &mut E,
+        progress: Option<&AtomicU64>,
+        mode: ReadMode,
+    ) -> Result<GetStats> {
         let started = Instant::now();
         let size = object.size;
         let (start, len) = range.unwrap_or((0, size));
@@ -634,10 +653,10 @@ impl Client {
             trace.record(&object.bucket, &object.key, start, len, size);
         }
         if object.raidp.is_some() {
-            return self.get_raidp(&object, start, len, out, progress).await;
+            return self.get_raidp(&object, start, len, &mut EmitWriter(emit), progress).await;
         }
         if object.packed {
-            return self.get_geometric(&object, start, len, out, progress).await;
+            return self.get_geometric(&object, start, len, &mut EmitWriter(emit), progress).await;
         }
         let layout = object.layout;
         let window = window_bytes(&layout);
@@ -653,15 +672,15 @@ impl Client {
         };
         let mut rebuilder = UnitRebuilder::new(self, object, true)?.caching();
         let mut stats = GetStats::default();
-        let mut write_out = |bytes: &[u8]| -> Result<()> {
-            out.write_all(bytes).map_err(|source| ClientError::Io {
-                what: "writing the object out".into(),
-                source,
-            })?;
-            if let Some(progress) = progress {
-                progress.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        let mut write_out = |pieces: Vec<Bytes>| -> Result<()> {
+            for bytes in pieces {
+                let n = bytes.len() as u64;
+                emit(bytes)?;
+                if let Some(progress) = progress {
+                    progress.fetch_add(n, Ordering::Relaxed);
+                }
+                stats.bytes += n;
             }
-            stats.bytes += bytes.len() as u64;
             Ok(())
         };
         let outcome: Result<()> = match mode {
@@ -669,7 +688,7 @@ impl Client {
                 let mut outcome = Ok(());
                 for (at, end) in windows {
                     let window = self.next_window(&mut rebuilder, at, end).await;
-                    outcome = async { write_out(&assemble(&layout, window?).await?) }.await;
+                    outcome = async { write_out(assemble(&layout, window?).await?) }.await;
                     if outcome.is_err() {
                         break;
                     }
@@ -692,7 +711,7 @@ impl Client {
                 });
                 let mut outcome = Ok(());
                 while let Some(window) = rx.recv().await {
-                    outcome = async { write_out(&assemble(&layout, window?).await?) }.await;
+                    outcome = async { write_out(assemble(&layout, window?).await?) }.await;
                     if outcome.is_err() {
                         break;
                     }
@@ -785,19 +804,55 @@ async fn fetch_window(
     Ok(PendingWindow { offset, len, blocks })
 }
 
-/// The window's bytes in object order, once its decodes are done.
-async fn assemble(layout: &weft_layout::StripedLayout, window: PendingWindow) -> Result<Vec<u8>> {
+/// The window's bytes in object order, once its decodes are done: one piece per extent,
+/// each a slice of the block range it lies in (no copy). Extents of the window lie in order
+/// and end to end, so the pieces cover it exactly.
+async fn assemble(
+    layout: &weft_layout::StripedLayout,
+    window: PendingWindow,
+) -> Result<Vec<Bytes>> {
     let PendingWindow { offset, len, blocks: sources } = window;
     let mut blocks: HashMap<usize, (u64, Bytes)> = HashMap::with_capacity(sources.len());
     for (block, (base, source)) in sources {
         blocks.insert(block, (base, source.bytes().await?));
     }
-    let mut out = vec![0u8; len as usize];
+    let mut pieces = Vec::new();
+    let mut at = offset;
     for extent in layout.extents(offset, len) {
+        debug_assert_eq!(extent.object_offset, at, "extents are contiguous");
         let (base, bytes) = &blocks[&extent.block];
         let from = (extent.block_offset - base) as usize;
-        let to = (extent.object_offset - offset) as usize;
-        out[to..to + extent.len as usize].copy_from_slice(&bytes[from..from + extent.len as usize]);
+        let to = from + extent.len as usize;
+        if to > bytes.len() {
+            return Err(ClientError::Invalid(format!(
+                "block {} range holds {} bytes, the extent needs {to}",
+                extent.block,
+                bytes.len()
+            )));
+        }
+        pieces.push(bytes.slice(from..to));
+        at += extent.len;
     }
-    Ok(out)
+    if at != offset + len {
+        return Err(ClientError::Invalid(format!(
+            "the window's extents cover {} of its {len} bytes",
+            at - offset
+        )));
+    }
+    Ok(pieces)
+}
+
+/// A `Write` that hands what it is given to an emitter (the paths that write out through
+/// `Write`: RAIDP and geometric objects).
+struct EmitWriter<'a, E>(&'a mut E);
+
+impl<E: FnMut(Bytes) -> Result<()>> Write for EmitWriter<'_, E> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        (self.0)(Bytes::copy_from_slice(buf)).map_err(std::io::Error::other)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }

@@ -7,14 +7,17 @@
 //! - [`Client::object_stream`] holds at most [`STREAM_PIECES_IN_FLIGHT`] pieces of at most
 //!   [`STREAM_PIECE_BYTES`] (rounded to whole stripe rows) besides the one being read: a
 //!   slow reader of a huge object slows the reads down instead of filling memory. Every
-//!   piece is read by [`Client::get_object_range`], so degraded reads work as in `weft get`;
+//!   piece is read by [`Client::read_object_range`], so degraded reads work as in `weft get`;
+//!   a piece is handed out as slices of the block ranges the nodes answered with (no copy),
+//!   which together hold the piece's bytes (what a healthy read fetches; a degraded one
+//!   holds the decoded ranges, of the same sizes);
 //!   a read trace gets one line per stream (the range asked for), not one per piece.
 
 use bytes::Bytes;
 use futures_util::Stream;
 use serde_json::{json, Value};
 
-use crate::{meta::encode_path, Client, ClientError, MetaClient, ObjectInfo, Result};
+use crate::{meta::encode_path, Client, ClientError, MetaClient, ObjectInfo, ReadMode, Result};
 
 /// Most object bytes one piece of [`Client::object_stream`] holds (before rounding to rows).
 pub const STREAM_PIECE_BYTES: u64 = 8 << 20;
@@ -139,7 +142,9 @@ impl Client {
     /// [`STREAM_PIECES_IN_FLIGHT`] pieces (see the module invariants). An error ends the
     /// stream.
     pub fn object_stream(&self, object: ObjectInfo, start: u64, len: u64) -> ObjectStream {
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes>>(STREAM_PIECES_IN_FLIGHT);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<std::collections::VecDeque<Bytes>>>(
+            STREAM_PIECES_IN_FLIGHT,
+        );
         // The trace records the range asked for, once, not each piece read for it.
         if let Some(trace) = &self.trace {
             trace.record(&object.bucket, &object.key, start, len, object.size);
@@ -153,11 +158,17 @@ impl Client {
             while at < end {
                 // Pieces end on row boundaries so each read is whole rows after the first.
                 let piece_end = ((at / piece + 1) * piece).min(end);
-                let mut buffer = Vec::with_capacity((piece_end - at) as usize);
+                // The piece's bytes as the nodes' answers brought them (slices, no copy).
+                let mut pieces = std::collections::VecDeque::new();
+                let mut keep = |bytes: Bytes| {
+                    pieces.push_back(bytes);
+                    Ok(())
+                };
+                let range = Some((at, piece_end - at));
                 let read = client
-                    .get_object_range(object.clone(), Some((at, piece_end - at)), &mut buffer, None)
+                    .read_object_range(object.clone(), range, &mut keep, None, ReadMode::default())
                     .await;
-                let item = read.map(|_| Bytes::from(buffer));
+                let item = read.map(|_| pieces);
                 let failed = item.is_err();
                 if tx.send(item).await.is_err() || failed {
                     return;
@@ -165,7 +176,7 @@ impl Client {
                 at = piece_end;
             }
         });
-        ObjectStream { pieces: rx }
+        ObjectStream { pieces: rx, current: Default::default() }
     }
 }
 
@@ -173,7 +184,9 @@ impl Client {
 /// response body.
 #[derive(Debug)]
 pub struct ObjectStream {
-    pieces: tokio::sync::mpsc::Receiver<Result<Bytes>>,
+    pieces: tokio::sync::mpsc::Receiver<Result<std::collections::VecDeque<Bytes>>>,
+    /// The rest of the piece being handed out (slices of its block ranges).
+    current: std::collections::VecDeque<Bytes>,
 }
 
 impl Stream for ObjectStream {
@@ -183,6 +196,15 @@ impl Stream for ObjectStream {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Self::Item>> {
-        self.pieces.poll_recv(cx)
+        loop {
+            if let Some(bytes) = self.current.pop_front() {
+                return std::task::Poll::Ready(Some(Ok(bytes)));
+            }
+            match std::task::ready!(self.pieces.poll_recv(cx)) {
+                Some(Ok(piece)) => self.current = piece,
+                Some(Err(error)) => return std::task::Poll::Ready(Some(Err(error))),
+                None => return std::task::Poll::Ready(None),
+            }
+        }
     }
 }
