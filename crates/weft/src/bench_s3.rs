@@ -19,6 +19,7 @@
 //!   the disks. MinIO started by the bench runs on its own temporary directory, removed after.
 
 use std::{
+    collections::BTreeMap,
     io::IsTerminal,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
@@ -228,28 +229,46 @@ enum ServerPids {
 }
 
 impl ServerPids {
-    fn pids(&self) -> Vec<u32> {
+    /// The server's processes, each with its role (weft up's role names: meta, node, s3,
+    /// repair; `up` for weft up itself; the name given for a fixed list).
+    fn pids(&self, fixed_role: &str) -> Vec<(u32, String)> {
         match self {
-            ServerPids::Fixed(pids) => pids.clone(),
+            ServerPids::Fixed(pids) => pids.iter().map(|&p| (p, fixed_role.to_owned())).collect(),
             ServerPids::ClusterFile(file) => {
                 let value: Value = std::fs::read_to_string(file)
                     .ok()
                     .and_then(|text| serde_json::from_str(&text).ok())
                     .unwrap_or(Value::Null);
-                let mut pids: Vec<u32> = value["services"]
+                let mut pids: Vec<(u32, String)> = value["services"]
                     .as_array()
                     .into_iter()
                     .flatten()
-                    .filter_map(|s| s["pid"].as_u64())
-                    .chain(value["up_pid"].as_u64())
-                    .filter_map(|p| u32::try_from(p).ok())
+                    .filter_map(|s| {
+                        let pid = u32::try_from(s["pid"].as_u64()?).ok()?;
+                        Some((pid, s["role"].as_str().unwrap_or("other").to_owned()))
+                    })
+                    .chain(
+                        value["up_pid"]
+                            .as_u64()
+                            .and_then(|p| u32::try_from(p).ok())
+                            .map(|p| (p, "up".to_owned())),
+                    )
                     .collect();
                 pids.sort_unstable();
-                pids.dedup();
+                pids.dedup_by_key(|(pid, _)| *pid);
                 pids
             }
         }
     }
+}
+
+/// CPU seconds so far of each role's processes (those still running).
+fn cpu_by_role(pids: &[(u32, String)]) -> BTreeMap<String, f64> {
+    let mut roles = BTreeMap::new();
+    for (pid, role) in pids {
+        *roles.entry(role.clone()).or_insert(0.0) += process_cpu_seconds(*pid).unwrap_or(0.0);
+    }
+    roles
 }
 
 /// User + system CPU seconds of one process so far (None once it is gone).
@@ -396,7 +415,8 @@ struct PhaseResult {
     bytes: u64,
     requests: u64,
     seconds: f64,
-    server_cpu: f64,
+    /// CPU seconds of the server's processes by role.
+    server_cpu: BTreeMap<String, f64>,
     client_cpu: f64,
     latencies_ms: Vec<f64>,
 }
@@ -404,6 +424,9 @@ struct PhaseResult {
 impl PhaseResult {
     fn mib_per_s(&self) -> f64 {
         self.bytes as f64 / (1 << 20) as f64 / self.seconds
+    }
+    fn server_cpu_total(&self) -> f64 {
+        self.server_cpu.values().sum()
     }
     fn per_gib(&self, cpu: f64) -> f64 {
         cpu / (self.bytes as f64 / (1u64 << 30) as f64)
@@ -427,15 +450,14 @@ fn object_path(bucket: &str, size: usize, seq: u64) -> String {
 async fn run_loops<F, Fut>(
     clients: usize,
     duration: Duration,
-    pids: &[u32],
+    pids: &[(u32, String)],
     one: F,
 ) -> Result<PhaseResult, CliError>
 where
     F: Fn(usize, u64) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<u64, String>> + Send,
 {
-    let cpu_of = |pids: &[u32]| pids.iter().filter_map(|&p| process_cpu_seconds(p)).sum::<f64>();
-    let server_before = cpu_of(pids);
+    let server_before = cpu_by_role(pids);
     let client_before = own_cpu_seconds();
     let start = Instant::now();
     let bytes = Arc::new(AtomicU64::new(0));
@@ -475,7 +497,13 @@ where
         bytes: bytes.load(Ordering::Relaxed),
         requests: latencies_ms.len() as u64,
         seconds,
-        server_cpu: cpu_of(pids) - server_before,
+        server_cpu: cpu_by_role(pids)
+            .into_iter()
+            .map(|(role, after)| {
+                let spent = after - server_before.get(&role).copied().unwrap_or(0.0);
+                (role, spent.max(0.0))
+            })
+            .collect(),
         client_cpu: own_cpu_seconds() - client_before,
         latencies_ms,
     })
@@ -491,7 +519,7 @@ async fn run_cell(
     clients: usize,
     duration: Duration,
 ) -> Result<(PhaseResult, PhaseResult), CliError> {
-    let pids = target.pids.pids();
+    let pids = target.pids.pids(target.name);
     let next = Arc::new(AtomicU64::new(0));
     let put = {
         let (http, target, bodies, next) =
@@ -740,6 +768,9 @@ struct Row {
     /// weft ÷ the peer's server CPU per GiB (weft's rows with --compare).
     #[serde(skip_serializing_if = "Option::is_none")]
     server_cpu_ratio: Option<f64>,
+    /// Server CPU per GiB by process role (weft: s3, node, meta, repair, up; MinIO: minio),
+    /// medians over rounds.
+    server_cpu_s_per_gib_by_role: BTreeMap<String, f64>,
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -772,7 +803,7 @@ fn row_of(target: &str, cell: Cell, results: &[PhaseResult]) -> Row {
             results.iter().map(|r| r.requests as f64 / r.seconds).collect(),
         )),
         server_cpu_s_per_gib: round(median(
-            results.iter().map(|r| r.per_gib(r.server_cpu)).collect(),
+            results.iter().map(|r| r.per_gib(r.server_cpu_total())).collect(),
         )),
         client_cpu_s_per_gib: round(median(
             results.iter().map(|r| r.per_gib(r.client_cpu)).collect(),
@@ -783,6 +814,17 @@ fn row_of(target: &str, cell: Cell, results: &[PhaseResult]) -> Row {
         rounds: results.len(),
         throughput_ratio: None,
         server_cpu_ratio: None,
+        server_cpu_s_per_gib_by_role: results
+            .iter()
+            .flat_map(|r| r.server_cpu.keys())
+            .map(|role| {
+                let per_round = results
+                    .iter()
+                    .map(|r| r.per_gib(r.server_cpu.get(role).copied().unwrap_or(0.0)))
+                    .collect();
+                (role.clone(), round(median(per_round)))
+            })
+            .collect(),
     }
 }
 
@@ -894,7 +936,7 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
         return Ok(());
     }
     println!(
-        "{:<6} {:<4} {:>9} {:>7} {:>10} {:>9} {:>16} {:>16} {:>9} {:>9}  weft ÷ peer",
+        "{:<6} {:<4} {:>9} {:>7} {:>10} {:>9} {:>16} {:>16} {:>9} {:>9}  server CPU-s/GiB by role; weft ÷ peer",
         "target",
         "op",
         "size",
@@ -908,9 +950,15 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
     );
     for row in &table {
         let ratio = match (row.throughput_ratio, row.server_cpu_ratio) {
-            (Some(t), Some(c)) => format!("{t:.2}× speed, {c:.2}× CPU"),
+            (Some(t), Some(c)) => format!("; {t:.2}× speed, {c:.2}× CPU"),
             _ => String::new(),
         };
+        let roles: Vec<String> = row
+            .server_cpu_s_per_gib_by_role
+            .iter()
+            .map(|(role, cpu)| format!("{role} {cpu:.2}"))
+            .collect();
+        let ratio = format!("{}{ratio}", roles.join(", "));
         println!(
             "{:<6} {:<4} {:>9} {:>7} {:>10.1} {:>9.1} {:>16.2} {:>16.2} {:>9.1} {:>9.1}  {}",
             row.target,

@@ -801,6 +801,16 @@ fn bench_s3_measures_puts_and_verified_gets_with_server_cpu_and_cleans_up() {
             assert!(row["mib_per_s"].as_f64().unwrap() > 0.0, "{row}");
             // The gateway, nodes and meta did the work: their CPU is seen.
             assert!(row["server_cpu_s_per_gib"].as_f64().unwrap() > 0.0, "{row}");
+            // ...split by role: the gateway and the nodes each did some of it, and the
+            // roles add up to the total.
+            let roles = row["server_cpu_s_per_gib_by_role"].as_object().unwrap();
+            for role in ["s3", "node", "meta"] {
+                assert!(roles.contains_key(role), "{row}");
+            }
+            assert!(roles["s3"].as_f64().unwrap() > 0.0, "{row}");
+            let sum: f64 = roles.values().map(|v| v.as_f64().unwrap()).sum();
+            let total = row["server_cpu_s_per_gib"].as_f64().unwrap();
+            assert!((sum - total).abs() <= 0.01 * total + 0.01, "{sum} vs {total}: {row}");
             assert!(row["p99_ms"].as_f64().unwrap() >= row["p50_ms"].as_f64().unwrap(), "{row}");
             assert!(row.get("throughput_ratio").is_none(), "{row}");
         }
