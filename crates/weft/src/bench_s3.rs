@@ -613,10 +613,20 @@ async fn run_cell(
     Ok((put, get))
 }
 
-/// MinIO started by the bench: its own temporary drives, stopped and removed on drop.
+/// A directory removed with everything in it when dropped.
+struct RemovedOnDrop(PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// MinIO started by the bench: its own temporary drives, stopped and removed on drop (the
+/// process is killed first, then its directory goes with the `dir` field).
 struct Minio {
     child: Child,
-    dir: PathBuf,
+    dir: RemovedOnDrop,
     endpoint: String,
 }
 
@@ -630,7 +640,6 @@ impl Drop for Minio {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -648,6 +657,8 @@ fn start_minio(bin: &Path, drives: usize, parity: usize) -> Result<(Minio, Signe
     }
     let dir = std::env::temp_dir().join(format!("weft-bench-minio-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
+    // Removed on every way out, a failed start included.
+    let guard = RemovedOnDrop(dir.clone());
     for d in 1..=drives {
         std::fs::create_dir_all(dir.join(format!("d{d}")))
             .map_err(|e| cli_error!("cannot create {}: {e}", dir.display()))?;
@@ -685,7 +696,7 @@ fn start_minio(bin: &Path, drives: usize, parity: usize) -> Result<(Minio, Signe
                 bin.display()
             )
         })?;
-    let minio = Minio { child, dir, endpoint: format!("http://127.0.0.1:{port}") };
+    let minio = Minio { child, dir: guard, endpoint: format!("http://127.0.0.1:{port}") };
     let ready = format!("{}/minio/health/cluster", minio.endpoint);
     let probe = reqwest::blocking::Client::new();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -694,7 +705,7 @@ fn start_minio(bin: &Path, drives: usize, parity: usize) -> Result<(Minio, Signe
             return Ok((minio, signer));
         }
         if Instant::now() > deadline {
-            let log = std::fs::read_to_string(minio.dir.join("minio.log")).unwrap_or_default();
+            let log = std::fs::read_to_string(minio.dir.0.join("minio.log")).unwrap_or_default();
             return Err(cli_error!("MinIO did not become ready within 60 s; its log:\n{log}"));
         }
         std::thread::sleep(Duration::from_millis(200));

@@ -839,18 +839,21 @@ fn bench_s3_measures_puts_and_verified_gets_with_server_cpu_and_cleans_up() {
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("403"), "{stderr}");
-    // A peer that is not installed is named, with where to get it.
-    let missing = cluster.weft(&[
-        "bench",
-        "s3",
-        "--duration",
-        "100ms",
-        "--compare",
-        "minio",
-        "--minio-bin",
-        "/nonexistent/minio",
-    ]);
+    // A peer that is not installed is named, with where to get it, and the drives made
+    // for it are removed again.
+    let tmp = cluster.dir().join("bench-tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let missing = std::process::Command::new(common::cluster::weft_bin())
+        .args(["bench", "s3", "--duration", "100ms", "--compare", "minio"])
+        .args(["--minio-bin", "/nonexistent/minio"])
+        .env("WEFT_META", cluster.meta_url())
+        .env("WEFT_SECRET_FILE", cluster.secret_file())
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
     assert!(!missing.status.success());
     let stderr = String::from_utf8_lossy(&missing.stderr);
     assert!(stderr.contains("go build") && stderr.contains("/nonexistent/minio"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+    assert!(left.is_empty(), "left behind in TMPDIR: {left:?}");
 }
