@@ -7,7 +7,9 @@
 //!   the client rebuilds the unit), 503 disk failed or other disk trouble (try another replica),
 //!   **507 disk full** (and only that: the unit was not stored, the disk is healthy and
 //!   read-only; store the unit on another disk).
-//! - A PUT body is streamed into a `UnitWriter` in chunks of at most [`CHUNK_BYTES`]; a GET is
+//! - A PUT body is streamed into a `UnitWriter` in batches of about [`CHUNK_BYTES`] (the
+//!   frames as received, one vectored write each, never gathered into one buffer); a unit of
+//!   at most [`CHUNK_BYTES`] is received whole and stored by one blocking call. A GET is
 //!   read back in chunks of at most [`CHUNK_BYTES`]. The first chunk of a GET is read and
 //!   verified before the status line is sent, so a corrupt first chunk is a clean 500. A
 //!   checksum failure in a later chunk aborts the response body (the client sees a short body
@@ -283,35 +285,64 @@ async fn put_unit(
         }
         None => 0,
     };
+    let mut stream = body.into_data_stream();
+    if len_bytes <= CHUNK_BYTES {
+        // A small unit is received whole, then created, written and made durable in one
+        // blocking call: one thread handoff instead of one per step (small objects write
+        // many small units, and the handoffs were most of their cost).
+        let mut frames: Vec<axum::body::Bytes> = Vec::new();
+        let mut received: u64 = 0;
+        while let Some(frame) = stream.next().await {
+            let bytes = frame.map_err(|error| short_body(received, error))?;
+            received += bytes.len() as u64;
+            if let Some(link) = &node.link_in {
+                link.transfer(bytes.len() as u64).await;
+            }
+            frames.push(bytes);
+        }
+        node.metrics.bytes_in(received);
+        check_body_length(len_bytes, received)?;
+        drop(modeled_io(&node, index, key, 0, received).await);
+        let storing = disk.clone();
+        let info = blocking(move || {
+            let mut writer = storing.create(key, len_bytes)?;
+            let pieces: Vec<&[u8]> = frames.iter().map(|frame| frame.as_ref()).collect();
+            writer.write_all_pieces(&pieces)?;
+            writer.finish()
+        })
+        .await
+        .map_err(|error| after_mutation(&disk, error))?;
+        return Ok(created(&info));
+    }
     let creating = disk.clone();
     let mut writer = blocking(move || creating.create(key, len_bytes))
         .await
         .map_err(|error| after_mutation(&disk, error))?;
-    let mut stream = body.into_data_stream();
-    let mut pending: Vec<u8> = Vec::with_capacity(CHUNK_BYTES.min(len_bytes) as usize);
+    // The body's frames as received, handed to the store in one vectored write once they
+    // hold CHUNK_BYTES (no gathering copy).
+    let mut pending: Vec<axum::body::Bytes> = Vec::new();
+    let mut pending_bytes: u64 = 0;
     let mut received: u64 = 0;
     loop {
         let next = stream.next().await;
         let done = next.is_none();
         if let Some(frame) = next {
-            let bytes = frame.map_err(|error| {
-                ApiError::bad_request(
-                    "body",
-                    format!("reading the body failed after {received} bytes: {error}"),
-                )
-                .with("error", json!("short_body"))
-            })?;
+            let bytes = frame.map_err(|error| short_body(received, error))?;
             received += bytes.len() as u64;
             if let Some(link) = &node.link_in {
                 link.transfer(bytes.len() as u64).await;
             }
-            pending.extend_from_slice(&bytes);
+            pending_bytes += bytes.len() as u64;
+            pending.push(bytes);
         }
-        if pending.len() as u64 >= CHUNK_BYTES || (done && !pending.is_empty()) {
-            let chunk = std::mem::take(&mut pending);
+        if pending_bytes >= CHUNK_BYTES || (done && pending_bytes > 0) {
+            let frames = std::mem::take(&mut pending);
+            pending_bytes = 0;
             let (back, result) = tokio::task::spawn_blocking(move || {
-                let result = writer.write_all(&chunk);
-                (writer, result.map(|()| chunk))
+                let pieces: Vec<&[u8]> = frames.iter().map(|frame| frame.as_ref()).collect();
+                let result = writer.write_all_pieces(&pieces);
+                drop(pieces);
+                (writer, result.map(|()| frames))
             })
             .await
             .map_err(|join| ApiError::internal(format!("store task failed: {join}")))?;
@@ -324,20 +355,38 @@ async fn put_unit(
         }
     }
     node.metrics.bytes_in(received);
-    if received != len_bytes {
-        return Err(ApiError::bad_request(
-            "body",
-            format!("Content-Length says {len_bytes} bytes, the body had {received}"),
-        )
-        .with("error", json!("short_body")));
-    }
+    check_body_length(len_bytes, received)?;
     // Under a disk model the unit's write is one IO, charged before it is made durable.
     drop(modeled_io(&node, index, key, 0, received).await);
     let info =
         blocking(move || writer.finish()).await.map_err(|error| after_mutation(&disk, error))?;
-    let mut response = (StatusCode::CREATED, Json(info_json(&info))).into_response();
+    Ok(created(&info))
+}
+
+fn short_body(received: u64, error: axum::Error) -> ApiError {
+    ApiError::bad_request(
+        "body",
+        format!("reading the body failed after {received} bytes: {error}"),
+    )
+    .with("error", json!("short_body"))
+}
+
+fn check_body_length(len_bytes: u64, received: u64) -> ApiResult<()> {
+    if received == len_bytes {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(
+        "body",
+        format!("Content-Length says {len_bytes} bytes, the body had {received}"),
+    )
+    .with("error", json!("short_body")))
+}
+
+/// The answer to a stored unit: 201 with its info and generation.
+fn created(info: &UnitInfo) -> Response {
+    let mut response = (StatusCode::CREATED, Json(info_json(info))).into_response();
     response.headers_mut().insert(GENERATION_HEADER, HeaderValue::from(info.generation));
-    Ok(response)
+    response
 }
 
 async fn head_unit(

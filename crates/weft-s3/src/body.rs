@@ -12,20 +12,77 @@
 //! - A body that fails or ends early (the client went away) aborts the write at once: the
 //!   writer gets an error instead of the rest, and aborts its write in meta before it
 //!   returns, whether or not anyone still waits for the answer.
+//! - A body of at least [`PARALLEL_MD5_MIN_BYTES`] is MD5-hashed on a blocking thread of its
+//!   own ([`BodyMd5`]), fed the same chunks in order, while the receiving task checks the
+//!   payload's SHA-256 (s3s, for signed payloads): the two hashes of one upload run on two
+//!   cores. At most [`MD5_CHUNKS_IN_FLIGHT`] chunks wait for it; the last chunk still waits
+//!   for its digest.
 
 use std::io::Read;
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
-use md5::{Digest, Md5};
 use s3s::{s3_error, S3Error, S3Result};
 use tokio::sync::mpsc;
 use weft_client::{Client, PutOptions, PutStats};
 
-use crate::{attributes::Attributes, gateway::s3_error_of};
+use crate::{attributes::Attributes, gateway::s3_error_of, md5::Md5};
 
 /// Body chunks buffered between the socket and the writer.
 pub const BODY_CHUNKS_IN_FLIGHT: usize = 16;
+
+/// Bodies from this size on are hashed beside the receiving task, not in it.
+pub const PARALLEL_MD5_MIN_BYTES: u64 = 1 << 20;
+
+/// Body chunks waiting for the MD5 thread: it shares them (`Bytes`) with the writer's
+/// channel, so this bounds only how far the hash may lag.
+pub const MD5_CHUNKS_IN_FLIGHT: usize = 32;
+
+/// The MD5 of a body received chunk by chunk: inline for a small body, else on a blocking
+/// thread fed the chunks through a bounded channel.
+enum BodyMd5 {
+    Inline(Md5),
+    Beside { chunks: mpsc::Sender<Bytes>, hashed: tokio::task::JoinHandle<[u8; 16]> },
+}
+
+impl BodyMd5 {
+    fn new(size: u64) -> BodyMd5 {
+        if size < PARALLEL_MD5_MIN_BYTES {
+            return BodyMd5::Inline(Md5::new());
+        }
+        let (chunks, mut rx) = mpsc::channel::<Bytes>(MD5_CHUNKS_IN_FLIGHT);
+        let hashed = tokio::task::spawn_blocking(move || {
+            let mut md5 = Md5::new();
+            while let Some(chunk) = rx.blocking_recv() {
+                md5.update(&chunk);
+            }
+            md5.finalize()
+        });
+        BodyMd5::Beside { chunks, hashed }
+    }
+
+    async fn update(&mut self, chunk: &Bytes) -> S3Result<()> {
+        match self {
+            BodyMd5::Inline(md5) => md5.update(chunk),
+            BodyMd5::Beside { chunks, .. } => chunks
+                .send(chunk.clone())
+                .await
+                .map_err(|_| s3_error!(InternalError, "the MD5 thread stopped"))?,
+        }
+        Ok(())
+    }
+
+    /// The digest of every chunk given.
+    async fn finish(self) -> S3Result<[u8; 16]> {
+        match self {
+            BodyMd5::Inline(md5) => Ok(md5.finalize()),
+            BodyMd5::Beside { chunks, hashed } => {
+                drop(chunks);
+                hashed.await.map_err(|e| s3_error!(InternalError, "the MD5 thread failed: {e}"))
+            }
+        }
+    }
+}
 
 /// A `Read` over chunks sent from the async side; blocks (it runs on the writer's
 /// blocking thread), and fails when the sender sends an error.
@@ -114,7 +171,7 @@ where
             }
             md5.update(&chunk);
         }
-        let digest: [u8; 16] = md5.finalize().into();
+        let digest = md5.finalize();
         if expected_md5.is_some_and(|e| e != digest) {
             return Err(s3_error!(
                 BadDigest,
@@ -134,7 +191,7 @@ where
         let reader = ChannelReader { chunks: rx, current: Bytes::new() };
         tokio::spawn(async move { client.put_reader(&bucket, &key, size, reader, &options).await })
     };
-    let mut md5 = Md5::new();
+    let mut md5 = BodyMd5::new(size);
     let mut received: u64 = 0;
     let mut held: Option<Bytes> = None;
     let mut refused: Option<S3Error> = None;
@@ -150,7 +207,10 @@ where
                     ));
                     break;
                 }
-                md5.update(&chunk);
+                if let Err(error) = md5.update(&chunk).await {
+                    refused = Some(error);
+                    break;
+                }
                 if let Some(previous) = held.replace(chunk) {
                     if tx.send(Ok(previous)).await.is_err() {
                         writer_stopped = true; // its error says why
@@ -164,7 +224,13 @@ where
             }
         }
     }
-    let digest: [u8; 16] = md5.finalize().into();
+    let digest = match md5.finish().await {
+        Ok(digest) => digest,
+        Err(error) => {
+            refused.get_or_insert(error);
+            [0; 16]
+        }
+    };
     if refused.is_none() && !writer_stopped && received < size {
         refused =
             Some(s3_error!(IncompleteBody, "the body ended after {received} of its {size} bytes"));

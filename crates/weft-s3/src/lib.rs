@@ -49,6 +49,7 @@ pub mod gateway;
 pub mod keys;
 pub mod lifecycle;
 pub mod listing;
+pub mod md5;
 pub mod multipart;
 pub mod object_lock;
 pub mod policy;

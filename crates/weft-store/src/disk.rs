@@ -9,6 +9,10 @@
 //! - A unit file is visible under `units/` only once complete: header and data are written to
 //!   `tmp/`, fsynced, then moved into place without replacing anything, and the directory is
 //!   fsynced. A reader never sees a partial unit; after a crash a unit is whole or absent.
+//! - A unit's data may reach the device early (writes of at least `WRITEBACK_HINT_BYTES`
+//!   start their writeback at once, sync_file_range without waiting) but it is durable only
+//!   through `UnitWriter::finish`'s fsync, which reports any error of that early writeback
+//!   too (the kernel keeps it for the file's next fsync).
 //! - Units are immutable. A key names at most one file; storing an existing key fails with
 //!   `AlreadyExists` (a rewrite is a new generation).
 //! - Every byte returned by a read lies in a segment whose checksum was verified by that read.
@@ -898,6 +902,9 @@ pub struct UnitWriter {
     full: Option<String>,
 }
 
+/// Writes of at least this many bytes ask the kernel to start their writeback at once.
+const WRITEBACK_HINT_BYTES: u64 = 256 * 1024;
+
 impl UnitWriter {
     /// The unit being written.
     pub fn key(&self) -> UnitKey {
@@ -906,8 +913,16 @@ impl UnitWriter {
 
     /// Appends `bytes` to the unit. More bytes than the unit's length is `LengthMismatch`.
     pub fn write_all(&mut self, bytes: &[u8]) -> Result<()> {
+        self.write_all_pieces(&[bytes])
+    }
+
+    /// Appends `pieces`, one after the other, in one vectored write (pieces received apart
+    /// need not be gathered into one buffer first). More bytes than the unit's length is
+    /// `LengthMismatch`, and nothing of them is written.
+    pub fn write_all_pieces(&mut self, pieces: &[&[u8]]) -> Result<()> {
         self.disk.check()?;
-        let total = self.written_bytes + bytes.len() as u64;
+        let added: u64 = pieces.iter().map(|piece| piece.len() as u64).sum();
+        let total = self.written_bytes + added;
         if total > self.len_bytes {
             return Err(self.length_mismatch(total));
         }
@@ -916,21 +931,33 @@ impl UnitWriter {
             return Err(StoreError::Full { dir, key: self.key, reason: reason.clone() });
         }
         let file = self.file.as_ref().expect("the file stays open until finish or full");
-        if let Err(e) = file.write_all_at(bytes, self.header_bytes + self.written_bytes) {
+        let at = self.header_bytes + self.written_bytes;
+        let written = match pieces {
+            [one] => file.write_all_at(one, at),
+            _ => file.write_all_vectored_at(pieces, at),
+        };
+        if let Err(e) = written {
             return Err(self.abandon(self.disk.write_failed("write", self.key, &self.tmp_path, e)));
         }
+        // Large writes start their writeback now, so `finish`'s fsync waits for the tail
+        // only, not the whole unit (a hint: durability is still `finish`'s fsync).
+        if added >= WRITEBACK_HINT_BYTES {
+            file.start_writeback(at, added);
+        }
         let segment_bytes = u64::from(SEGMENT_BYTES);
-        let mut rest = bytes;
-        while !rest.is_empty() {
-            let room = (segment_bytes - self.written_bytes % segment_bytes) as usize;
-            let (now, later) = rest.split_at(room.min(rest.len()));
-            self.segment_checksum = crc32c::crc32c_append(self.segment_checksum, now);
-            self.written_bytes += now.len() as u64;
-            if self.written_bytes.is_multiple_of(segment_bytes) {
-                self.checksums.push(self.segment_checksum);
-                self.segment_checksum = 0;
+        for piece in pieces {
+            let mut rest = *piece;
+            while !rest.is_empty() {
+                let room = (segment_bytes - self.written_bytes % segment_bytes) as usize;
+                let (now, later) = rest.split_at(room.min(rest.len()));
+                self.segment_checksum = crc32c::crc32c_append(self.segment_checksum, now);
+                self.written_bytes += now.len() as u64;
+                if self.written_bytes.is_multiple_of(segment_bytes) {
+                    self.checksums.push(self.segment_checksum);
+                    self.segment_checksum = 0;
+                }
+                rest = later;
             }
-            rest = later;
         }
         Ok(())
     }

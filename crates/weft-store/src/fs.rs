@@ -23,10 +23,26 @@ use std::{
 pub trait FsFile: Send + Sync + fmt::Debug {
     /// Writes all of `buf` at `offset`.
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Writes `bufs` one after the other from `offset`, as if concatenated: one mutating
+    /// call. The default writes them one by one; [`RealFs`]'s files use pwritev(2), so
+    /// pieces received apart reach the page cache without being gathered first.
+    fn write_all_vectored_at(&self, bufs: &[&[u8]], mut offset: u64) -> io::Result<()> {
+        for buf in bufs {
+            self.write_all_at(buf, offset)?;
+            offset += buf.len() as u64;
+        }
+        Ok(())
+    }
     /// Fills `buf` from `offset`; `UnexpectedEof` if the file is shorter.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     /// fsync: data and metadata durable.
     fn sync_all(&self) -> io::Result<()>;
+    /// Asks the kernel to start writing `[offset, offset + len)` back to the device now,
+    /// without waiting (sync_file_range(2) with `SYNC_FILE_RANGE_WRITE` on [`RealFs`]), so
+    /// the `sync_all` that makes a unit durable finds most of it written. A hint only: it
+    /// promises nothing about durability, and its failure is not reported (a real write
+    /// error surfaces at `sync_all`). The default does nothing.
+    fn start_writeback(&self, _offset: u64, _len: u64) {}
     /// Current length in bytes.
     fn len_bytes(&self) -> io::Result<u64>;
 }
@@ -117,15 +133,67 @@ pub struct RealFs;
 #[derive(Debug)]
 struct RealFile(fs::File);
 
+/// Most buffers one pwritev(2) takes (IOV_MAX on Linux).
+const IOV_MAX: usize = 1024;
+
 impl FsFile for RealFile {
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.0.write_all_at(buf, offset)
+    }
+    fn write_all_vectored_at(&self, bufs: &[&[u8]], mut offset: u64) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let mut slices: Vec<io::IoSlice<'_>> =
+            bufs.iter().map(|buf| io::IoSlice::new(buf)).collect();
+        let mut rest: &mut [io::IoSlice<'_>] = &mut slices;
+        io::IoSlice::advance_slices(&mut rest, 0); // drops leading empty buffers
+        while !rest.is_empty() {
+            let count = rest.len().min(IOV_MAX);
+            let offset_arg = libc::off_t::try_from(offset)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset past off_t"))?;
+            // SAFETY: `IoSlice` is ABI-compatible with `iovec` (std guarantees it on Unix);
+            // the first `count` of them are valid for reads of their lengths for the whole
+            // call, and pwritev only reads them.
+            let written = unsafe {
+                libc::pwritev(
+                    self.0.as_raw_fd(),
+                    rest.as_ptr().cast::<libc::iovec>(),
+                    count as libc::c_int,
+                    offset_arg,
+                )
+            };
+            if written < 0 {
+                let error = io::Error::last_os_error();
+                if error.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(error);
+            }
+            if written == 0 {
+                return Err(io::Error::new(io::ErrorKind::WriteZero, "pwritev wrote nothing"));
+            }
+            offset += written as u64;
+            io::IoSlice::advance_slices(&mut rest, written as usize);
+        }
+        Ok(())
     }
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.0.read_exact_at(buf, offset)
     }
     fn sync_all(&self) -> io::Result<()> {
         self.0.sync_all()
+    }
+    #[cfg(target_os = "linux")]
+    fn start_writeback(&self, offset: u64, len: u64) {
+        use std::os::fd::AsRawFd;
+        let (Ok(offset), Ok(len)) = (libc::off64_t::try_from(offset), libc::off64_t::try_from(len))
+        else {
+            return;
+        };
+        // SAFETY: a plain syscall on a file descriptor this handle owns; it reads no memory
+        // of ours.
+        let _ = unsafe {
+            libc::sync_file_range(self.0.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE)
+        };
     }
     fn len_bytes(&self) -> io::Result<u64> {
         Ok(self.0.metadata()?.len())
@@ -297,6 +365,16 @@ impl FsFile for FaultyFile {
             return Err(fault);
         }
         self.inner.write_all_at(buf, offset)
+    }
+    fn write_all_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        if let Err(fault) = step(&self.state, FsOp::Write, &self.path) {
+            // As a failed write_all_at: the first half of the bytes got written.
+            let first = bufs.iter().find(|buf| !buf.is_empty()).copied().unwrap_or_default();
+            let total: usize = bufs.iter().map(|buf| buf.len()).sum();
+            self.inner.write_all_at(&first[..first.len().min(total / 2)], offset)?;
+            return Err(fault);
+        }
+        self.inner.write_all_vectored_at(bufs, offset)
     }
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.inner.read_exact_at(buf, offset)

@@ -240,6 +240,46 @@ fn streaming_writer_makes_the_same_file_as_put() {
     }
 }
 
+/// Vectored writes (pwritev): pieces of any sizes, empty ones among them, and more pieces
+/// than one pwritev(2) takes (IOV_MAX), make the same file as one put; a batch that would
+/// pass the unit's length is refused whole.
+#[test]
+fn pieces_written_at_once_make_the_same_file_as_put() {
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (Disk::open(dir_a.path()).unwrap(), Disk::open(dir_b.path()).unwrap());
+    let mut rng = StdRng::seed_from_u64(12);
+    for (i, len) in [1usize, 65_536, 3 * 65_536 + 7, 2_000_000].into_iter().enumerate() {
+        let key = UnitKey::parity(78, i as u32, 2, 3);
+        let data = random_bytes(len, 60 + i as u64);
+        let put = a.put(key, &data).unwrap();
+        let mut writer = b.create(key, len as u64).unwrap();
+        let mut at = 0;
+        while at < len {
+            // Up to 1500 pieces of up to 4 KiB (a third of them empty) per call.
+            let mut pieces: Vec<&[u8]> = Vec::new();
+            for _ in 0..rng.gen_range(1..1500) {
+                let take = if rng.gen_range(0..3) == 0 { 0 } else { rng.gen_range(1..4096) };
+                let take = take.min(len - at);
+                pieces.push(&data[at..at + take]);
+                at += take;
+            }
+            writer.write_all_pieces(&pieces).unwrap();
+        }
+        let too_much: [&[u8]; 2] = [&data[..0], &[7u8]];
+        assert!(matches!(
+            writer.write_all_pieces(&too_much),
+            Err(StoreError::LengthMismatch { .. })
+        ));
+        assert_eq!(writer.finish().unwrap(), put);
+        assert_eq!(
+            fs::read(a.unit_path(&key)).unwrap(),
+            fs::read(b.unit_path(&key)).unwrap(),
+            "len {len}"
+        );
+        assert_eq!(b.read(key, 0, len).unwrap(), data);
+    }
+}
+
 #[test]
 fn writer_length_mismatch_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();

@@ -522,8 +522,35 @@ async fn multipart_uploads_keys_and_failed_requests_that_create_nothing() {
         .send()
         .await;
     assert_eq!(error_of(refused), ("BadDigest".into(), 400));
+    // A body of 1 MiB or more is hashed on a thread of its own: a wrong Content-MD5 is still
+    // refused before anything commits, and a right one commits with its MD5 as ETag.
+    let large = bytes(6, 1_500_000);
+    let refused = s3
+        .put_object()
+        .bucket(bucket)
+        .key("nope4")
+        .content_md5("AAAAAAAAAAAAAAAAAAAAAA==")
+        .body(ByteStream::from(large.clone()))
+        .send()
+        .await;
+    assert_eq!(error_of(refused), ("BadDigest".into(), 400));
     let (listed, _, _) = list_all(&s3, bucket, None, None, 1000).await;
     assert_eq!(listed, ["big/object", "by-header", "by-tester"], "failed requests created nothing");
+    use base64::Engine as _;
+    let right = {
+        use md5::{Digest, Md5};
+        base64::engine::general_purpose::STANDARD.encode(Md5::digest(&large))
+    };
+    let put = s3
+        .put_object()
+        .bucket(bucket)
+        .key("large-with-md5")
+        .content_md5(right)
+        .body(ByteStream::from(large.clone()))
+        .send()
+        .await
+        .expect("a right Content-MD5 is taken");
+    assert_eq!(put.e_tag(), Some(format!("\"{}\"", md5_hex(&large)).as_str()));
 }
 
 /// Issue 17: a gateway started with `--trace-reads` appends every GET's range as one JSON
