@@ -36,6 +36,7 @@
 //!   clones) per directory at a time.
 
 use std::{
+    mem::MaybeUninit,
     path::{Path, PathBuf},
     sync::{
         atomic::{AtomicU64, Ordering},
@@ -686,8 +687,10 @@ impl Disk {
 
     /// Reads `len_bytes` bytes of unit `key` from `offset`.
     pub fn read(&self, key: UnitKey, offset: u64, len_bytes: usize) -> Result<Vec<u8>> {
-        let mut out = vec![0u8; len_bytes];
-        self.read_into(key, offset, &mut out)?;
+        let mut out = Vec::with_capacity(len_bytes);
+        self.read_uninit(key, offset, &mut out.spare_capacity_mut()[..len_bytes])?;
+        // SAFETY: `read_uninit` returned Ok, so it wrote all `len_bytes` bytes.
+        unsafe { out.set_len(len_bytes) };
         Ok(out)
     }
 
@@ -695,6 +698,15 @@ impl Disk {
     /// segments that the range touches; `OutOfRange` if it does not lie inside the unit.
     /// On error, `buf` may hold some of the range.
     pub fn read_into(&self, key: UnitKey, offset: u64, buf: &mut [u8]) -> Result<()> {
+        // SAFETY: `read_uninit` writes only initialized bytes into the buffer, so it stays
+        // initialized, as `buf`'s type promises its owner.
+        let buf = unsafe { &mut *(buf as *mut [u8] as *mut [MaybeUninit<u8>]) };
+        self.read_uninit(key, offset, buf)
+    }
+
+    /// [`Disk::read_into`] into memory not yet initialized: every byte of `buf` is written
+    /// (with verified bytes) when it returns `Ok`.
+    fn read_uninit(&self, key: UnitKey, offset: u64, buf: &mut [MaybeUninit<u8>]) -> Result<()> {
         self.check()?;
         let (file, header) = self.open_unit(key)?;
         let unit_bytes = header.len_bytes;
@@ -722,22 +734,26 @@ impl Disk {
             let copy_end = end.min(segment_end);
             let dest = &mut buf[(copy_start - offset) as usize..(copy_end - offset) as usize];
             let whole = copy_start == segment_start && copy_end == segment_end;
-            let data: &mut [u8] = if whole {
-                dest
+            let data: &[u8] = if whole {
+                file.read_exact_at_uninit(dest, data_start + segment_start)
+                    .map_err(|e| self.io("read", key, &path, e))?;
+                // SAFETY: read_exact_at_uninit returned Ok: it wrote all of `dest`.
+                unsafe { crate::fs::assume_init_mut(dest) }
             } else {
                 scratch.resize((segment_end - segment_start) as usize, 0);
-                &mut scratch
+                file.read_exact_at(&mut scratch, data_start + segment_start)
+                    .map_err(|e| self.io("read", key, &path, e))?;
+                &scratch
             };
-            file.read_exact_at(data, data_start + segment_start)
-                .map_err(|e| self.io("read", key, &path, e))?;
             if crc32c::crc32c(data) != header.checksums[segment as usize] {
                 return Err(StoreError::Corrupt { dir: self.inner.dir.clone(), key, segment });
             }
             if !whole {
                 let from = (copy_start - segment_start) as usize;
                 let to = (copy_end - segment_start) as usize;
-                buf[(copy_start - offset) as usize..(copy_end - offset) as usize]
-                    .copy_from_slice(&scratch[from..to]);
+                for (slot, &byte) in dest.iter_mut().zip(&scratch[from..to]) {
+                    slot.write(byte);
+                }
             }
         }
         Ok(())

@@ -13,6 +13,7 @@
 use std::{
     ffi::OsString,
     fmt, fs, io,
+    mem::MaybeUninit,
     os::unix::fs::FileExt,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
@@ -35,6 +36,14 @@ pub trait FsFile: Send + Sync + fmt::Debug {
     }
     /// Fills `buf` from `offset`; `UnexpectedEof` if the file is shorter.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// [`FsFile::read_exact_at`] into memory not yet initialized: every byte of `buf` is
+    /// written when this returns `Ok`. The default zeroes `buf` first; [`RealFs`]'s files
+    /// pread(2) straight into it (a read of a unit then never clears its buffer first).
+    fn read_exact_at_uninit(&self, buf: &mut [MaybeUninit<u8>], offset: u64) -> io::Result<()> {
+        buf.fill(MaybeUninit::new(0));
+        // SAFETY: every element was just initialized.
+        self.read_exact_at(unsafe { assume_init_mut(buf) }, offset)
+    }
     /// fsync: data and metadata durable.
     fn sync_all(&self) -> io::Result<()>;
     /// Asks the kernel to start writing `[offset, offset + len)` back to the device now,
@@ -133,6 +142,16 @@ pub struct RealFs;
 #[derive(Debug)]
 struct RealFile(fs::File);
 
+/// `buf` as initialized bytes.
+///
+/// # Safety
+/// Every element of `buf` must be initialized.
+pub(crate) unsafe fn assume_init_mut(buf: &mut [MaybeUninit<u8>]) -> &mut [u8] {
+    // SAFETY: `MaybeUninit<u8>` has the layout of `u8`, and the caller vouches that every
+    // element is initialized.
+    unsafe { &mut *(buf as *mut [MaybeUninit<u8>] as *mut [u8]) }
+}
+
 /// Most buffers one pwritev(2) takes (IOV_MAX on Linux).
 const IOV_MAX: usize = 1024;
 
@@ -178,6 +197,36 @@ impl FsFile for RealFile {
     }
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.0.read_exact_at(buf, offset)
+    }
+    fn read_exact_at_uninit(
+        &self,
+        mut buf: &mut [MaybeUninit<u8>],
+        mut offset: u64,
+    ) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        while !buf.is_empty() {
+            let offset_arg = libc::off_t::try_from(offset)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset past off_t"))?;
+            // SAFETY: `buf` is valid for writes of its length for the whole call; pread only
+            // writes bytes into it (never reads them), and the bytes it reports written are
+            // initialized from then on.
+            let read = unsafe {
+                libc::pread(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), offset_arg)
+            };
+            if read < 0 {
+                let error = io::Error::last_os_error();
+                if error.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(error);
+            }
+            if read == 0 {
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the file is shorter"));
+            }
+            buf = &mut buf[read as usize..];
+            offset += read as u64;
+        }
+        Ok(())
     }
     fn sync_all(&self) -> io::Result<()> {
         self.0.sync_all()

@@ -234,7 +234,28 @@ fn fail(error: &CliError, exit: u8) -> ExitCode {
     ExitCode::from(exit)
 }
 
+/// glibc's allocator, tuned for buffers of megabytes allocated and freed at a high rate
+/// (cells, unit windows, request bodies): blocks up to 32 MiB come from the heap instead of
+/// a fresh mmap each (whose pages the kernel faults in and zeroes, then unmaps), and up to
+/// 256 MiB freed at a heap's top stays with the process instead of going back to the
+/// kernel at once. Measured on `weft bench s3` (rs(9,3), 12 nodes, 64 MiB objects, one
+/// client): GET 485 → 635 MiB/s with the gateway's CPU per GiB 1.6 → 1.0 s; PUT +10%. The
+/// trim threshold is set only once the mmap threshold is taken: setting it alone fixes the
+/// mmap threshold at its 128 KiB default, which halved GET.
+fn tune_malloc() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallopt only sets allocator parameters; called first thing in main.
+        unsafe {
+            if libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20) == 1 {
+                libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+            }
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    tune_malloc();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) if !error.use_stderr() || !wants_json() => error.exit(), // help, version
