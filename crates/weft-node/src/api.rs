@@ -205,6 +205,16 @@ fn after_mutation(disk: &Disk, error: ApiError) -> ApiError {
     }
 }
 
+/// Runs blocking work that answers API errors on a blocking task.
+async fn run_blocking<T: Send + 'static>(
+    work: impl FnOnce() -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result,
+        Err(join) => Err(ApiError::internal(format!("store task failed: {join}"))),
+    }
+}
+
 /// Runs a blocking store call on a blocking task.
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
@@ -480,40 +490,58 @@ async fn get_unit(
 ) -> ApiResult<Response> {
     let (index, disk) = disk_of(&node, &disk)?;
     let key = key_of(&unit)?;
-    let stat_disk = disk.clone();
-    let info = blocking(move || stat_disk.stat(key)).await?;
+    let range_header = headers.get(header::RANGE).cloned();
+    // Without a disk model, one blocking call opens the unit, answers the range and reads
+    // the first chunk (a small unit's whole GET is one thread handoff); under a model the
+    // IO is waited out between the open and the first read.
+    let modeled = node.models[index].is_some();
+    let opening = disk.clone();
+    let (reader, status, range, first) = run_blocking(move || {
+        let reader = opening.open_reader(key)?;
+        let len = reader.info().len_bytes;
+        let (status, range) = match &range_header {
+            Some(value) => (StatusCode::PARTIAL_CONTENT, parse_range(value, len, key)?),
+            None => (StatusCode::OK, ByteRange { start: 0, end: len }),
+        };
+        // The first chunk is read before answering, so its corruption is a clean 500.
+        let first_end = range.end.min(range.start + CHUNK_BYTES);
+        let first = match modeled {
+            true => None,
+            false => Some(reader.read(range.start, (first_end - range.start) as usize)?),
+        };
+        Ok((Arc::new(reader), status, range, first))
+    })
+    .await?;
+    let info = reader.info();
     let len = info.len_bytes;
-    let (status, range) = match headers.get(header::RANGE) {
-        Some(value) => (StatusCode::PARTIAL_CONTENT, parse_range(value, len, key)?),
-        None => (StatusCode::OK, ByteRange { start: 0, end: len }),
-    };
-    // The first chunk is read before answering, so its corruption is a clean 500.
     let first_end = range.end.min(range.start + CHUNK_BYTES);
-    let first_disk = disk.clone();
-    // Under a disk model the whole range is one IO (a disk's queue and readahead keep one
-    // stream's sequential reads together), waited out before the first byte.
-    drop(modeled_io(&node, index, key, range.start, range.end - range.start).await);
-    let first =
-        blocking(move || first_disk.read(key, range.start, (first_end - range.start) as usize))
-            .await?;
+    let first = match first {
+        Some(first) => first,
+        None => {
+            // Under a disk model the whole range is one IO (a disk's queue and readahead keep
+            // one stream's sequential reads together), waited out before the first byte.
+            drop(modeled_io(&node, index, key, range.start, range.end - range.start).await);
+            let reading = reader.clone();
+            blocking(move || reading.read(range.start, (first_end - range.start) as usize)).await?
+        }
+    };
     node.metrics.bytes_out(first.len() as u64);
     if let Some(link) = &node.link_out {
         link.transfer(first.len() as u64).await;
     }
     let metrics_node = node.clone();
     let rest = futures_util::stream::unfold(first_end, move |offset| {
-        let (disk, node) = (disk.clone(), metrics_node.clone());
+        let (reader, node) = (reader.clone(), metrics_node.clone());
         async move {
             if offset >= range.end {
                 return None;
             }
             let end = range.end.min(offset + CHUNK_BYTES);
-            let read = tokio::task::spawn_blocking(move || {
-                disk.read(key, offset, (end - offset) as usize)
-            })
-            .await
-            .map_err(std::io::Error::other)
-            .and_then(|result| result.map_err(std::io::Error::other));
+            let read =
+                tokio::task::spawn_blocking(move || reader.read(offset, (end - offset) as usize))
+                    .await
+                    .map_err(std::io::Error::other)
+                    .and_then(|result| result.map_err(std::io::Error::other));
             match read {
                 Ok(bytes) => {
                     node.metrics.bytes_out(bytes.len() as u64);

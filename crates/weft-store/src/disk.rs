@@ -704,11 +704,31 @@ impl Disk {
         self.read_uninit(key, offset, buf)
     }
 
+    /// Opens unit `key` once for several reads: [`UnitReader::read`] reads and verifies as
+    /// [`Disk::read`] does, without opening the file and decoding its header again.
+    pub fn open_reader(&self, key: UnitKey) -> Result<UnitReader> {
+        self.check()?;
+        let (file, header) = self.open_unit(key)?;
+        Ok(UnitReader { disk: self.clone(), key, file, header })
+    }
+
     /// [`Disk::read_into`] into memory not yet initialized: every byte of `buf` is written
     /// (with verified bytes) when it returns `Ok`.
     fn read_uninit(&self, key: UnitKey, offset: u64, buf: &mut [MaybeUninit<u8>]) -> Result<()> {
         self.check()?;
         let (file, header) = self.open_unit(key)?;
+        self.read_opened(key, file.as_ref(), &header, offset, buf)
+    }
+
+    /// Reads and verifies `[offset, offset + buf.len())` of the opened unit `key`.
+    fn read_opened(
+        &self,
+        key: UnitKey,
+        file: &dyn FsFile,
+        header: &Header,
+        offset: u64,
+        buf: &mut [MaybeUninit<u8>],
+    ) -> Result<()> {
         let unit_bytes = header.len_bytes;
         let end = offset.checked_add(buf.len() as u64).filter(|&end| end <= unit_bytes);
         let Some(end) = end else {
@@ -916,6 +936,35 @@ pub struct UnitWriter {
     settled: bool,
     /// Why the unit could not be stored: the disk ran out of space (the temp file is gone).
     full: Option<String>,
+}
+
+/// A unit opened for reading ([`Disk::open_reader`]): its file and its decoded header, for
+/// several reads of one request. A unit deleted meanwhile stays readable through it (the
+/// open file outlives its name); the disk's failed state is checked on every read.
+#[derive(Debug)]
+pub struct UnitReader {
+    disk: Disk,
+    key: UnitKey,
+    file: Box<dyn FsFile>,
+    header: Header,
+}
+
+impl UnitReader {
+    /// What [`Disk::stat`] says of the unit.
+    pub fn info(&self) -> UnitInfo {
+        Disk::info(self.key, self.header.len_bytes)
+    }
+
+    /// Reads `len_bytes` bytes from `offset`, as [`Disk::read`].
+    pub fn read(&self, offset: u64, len_bytes: usize) -> Result<Vec<u8>> {
+        self.disk.check()?;
+        let mut out = Vec::with_capacity(len_bytes);
+        let buf = &mut out.spare_capacity_mut()[..len_bytes];
+        self.disk.read_opened(self.key, self.file.as_ref(), &self.header, offset, buf)?;
+        // SAFETY: `read_opened` returned Ok, so it wrote all `len_bytes` bytes.
+        unsafe { out.set_len(len_bytes) };
+        Ok(out)
+    }
 }
 
 /// Writes of at least this many bytes ask the kernel to start their writeback at once.

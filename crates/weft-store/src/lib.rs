@@ -30,7 +30,7 @@ pub mod raidp;
 
 pub use disk::{
     Capacity, CapacityState, Disk, ListedUnit, Result, ScrubProgress, ScrubReport, Thresholds,
-    UnitCheck, UnitInfo, UnitWriter, Usage, DISK_MARKER, DISK_MARKER_FILE, FANOUT_DIRS,
+    UnitCheck, UnitInfo, UnitReader, UnitWriter, Usage, DISK_MARKER, DISK_MARKER_FILE, FANOUT_DIRS,
     FULL_HOLD_MS,
 };
 pub use error::StoreError;

@@ -280,6 +280,31 @@ fn pieces_written_at_once_make_the_same_file_as_put() {
     }
 }
 
+/// A unit opened once answers every range as `Disk::read` does, stats as `Disk::stat`, and
+/// still verifies each read: rot found after the open is `Corrupt`.
+#[test]
+fn an_opened_reader_reads_and_verifies_as_the_disk_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = Disk::open(dir.path()).unwrap();
+    let key = UnitKey::parity(79, 0, 2, 3);
+    let len = 5 * 65_536 + 123;
+    let data = random_bytes(len, 70);
+    disk.put(key, &data).unwrap();
+    let reader = disk.open_reader(key).unwrap();
+    assert_eq!(reader.info(), disk.stat(key).unwrap());
+    let mut rng = StdRng::seed_from_u64(13);
+    for _ in 0..50 {
+        let offset = rng.gen_range(0..len);
+        let take = rng.gen_range(0..=len - offset);
+        assert_eq!(reader.read(offset as u64, take).unwrap(), data[offset..offset + take]);
+        assert_eq!(disk.read(key, offset as u64, take).unwrap(), data[offset..offset + take]);
+    }
+    assert!(matches!(reader.read(len as u64 - 10, 11), Err(StoreError::OutOfRange { .. })));
+    corrupt_segment(&disk, key, len as u64, 2, 17);
+    assert!(matches!(reader.read(2 * SEG, 10), Err(StoreError::Corrupt { segment: 2, .. })));
+    assert_eq!(reader.read(0, 1000).unwrap(), data[..1000], "other segments still read");
+}
+
 #[test]
 fn writer_length_mismatch_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
