@@ -170,13 +170,18 @@ impl StripedLayout {
     }
 
     /// The layout an object of `object_size` bytes is written with: this one, unless the
-    /// object is too small to fill a group's k data blocks while its stripes are narrower than
-    /// a group (W < k). Such an object would hold fewer than k data blocks, each as long as
-    /// its parity blocks, and store up to (1 + r)× its bytes where the code promises
-    /// (k + r)/k. It is written instead as one stripe of k blocks (W = k) of ⌈S/k⌉ rounded
-    /// up to cells of at most a sixteenth of that (halving the cell, not below
-    /// [`MIN_FITTED_CELL_BYTES`]), so its cells are dealt over all k blocks and it stores at
-    /// most about (k + r)/k · (1 + 1/16 · r/(k + r)) of its bytes once S ≥ k · 64 KiB.
+    /// object is too small to fill a group's k data blocks (S < k·B) and then either its
+    /// stripes are narrower than a group (W < k), or they are not but the object is still
+    /// stored less evenly than the fitted layout would store it (an object of fewer than k
+    /// cells fills fewer than k blocks however wide its stripes; a stripe of W blocks, W not
+    /// a multiple of k, leaves a group partly filled). Such an object would hold fewer than k
+    /// data blocks, each as long as its parity blocks, and store up to (1 + r)× its bytes
+    /// where the code promises (k + r)/k. It is written instead as one stripe of k blocks
+    /// (W = k) of ⌈S/k⌉ rounded up to cells of at most a sixteenth of that (halving the cell,
+    /// not below [`MIN_FITTED_CELL_BYTES`]), so its cells are dealt over all k blocks and it
+    /// stores at most about (k + r)/k · (1 + 1/16 · r/(k + r)) of its bytes once
+    /// S ≥ k · 64 KiB. A stripe at least a group wide that stores the object as evenly as
+    /// that keeps it.
     ///
     /// A pure function of the layout and the size: the same object size always fits the
     /// same way, and the layout an object was written with is recorded with it. An object
@@ -185,7 +190,7 @@ impl StripedLayout {
     /// blocks costs about what a regroup would.
     pub fn fitted(&self, object_size: u64) -> StripedLayout {
         let k = self.k() as u64;
-        if self.stripe_width as u64 >= k || object_size >= k * self.block_bytes {
+        if object_size >= k * self.block_bytes {
             return *self;
         }
         let per_block = object_size.div_ceil(k).max(1);
@@ -194,12 +199,29 @@ impl StripedLayout {
             cell /= 2;
         }
         let block = per_block.div_ceil(cell) * cell;
-        StripedLayout {
+        let fitted = StripedLayout {
             stripe_width: self.k(),
             cell_bytes: cell,
             block_bytes: block.min(self.block_bytes),
             ..*self
+        };
+        // Under k blocks the object has at most W + k units: cheap to count.
+        if self.stripe_width as u64 >= k
+            && self.stored_bytes(object_size) <= fitted.stored_bytes(object_size)
+        {
+            return *self;
         }
+        fitted
+    }
+
+    /// Bytes every stored unit of an object of `object_size` holds, summed (data blocks at
+    /// their real length, parity blocks at their group's unit length; unit headers not
+    /// counted). Linear in the object's number of units.
+    pub fn stored_bytes(&self, object_size: u64) -> u64 {
+        (0..self.groups(object_size))
+            .flat_map(|g| self.group_units(object_size, g))
+            .map(|unit| self.stored_len(object_size, unit))
+            .sum()
     }
 
     /// Object bytes a full stripe holds: W · B.
@@ -476,13 +498,8 @@ fn to_usize(value: u64) -> usize {
 mod tests {
     use super::*;
 
-    /// Every unit an object of `size` stores, summed (data blocks at their real length,
-    /// parity blocks at the unit length).
     fn stored_bytes(layout: &StripedLayout, size: u64) -> u64 {
-        (0..layout.groups(size))
-            .flat_map(|g| layout.group_units(size, g))
-            .map(|unit| layout.stored_len(size, unit))
-            .sum()
+        layout.stored_bytes(size)
     }
 
     #[test]
@@ -498,6 +515,11 @@ mod tests {
             policy("rs(9,3)", 1, 1 << 20, 4 << 20),
             policy("rs(10,4)", 3, 256 << 10, 1 << 20),
             policy("rs(2,1)", 1, 64 << 10, 256 << 10),
+            // Stripes at least a group wide: a small object still has few cells, and a
+            // stripe of W blocks (W not a multiple of k) leaves a group partly filled.
+            policy("rs(2,1)", 2, 1 << 20, 8 << 20),
+            policy("rs(4,2)", 4, 1 << 20, 8 << 20),
+            policy("rs(9,3)", 12, 1 << 20, 8 << 20),
         ];
         for layout in policies {
             let (k, r) = (layout.k() as f64, layout.r() as f64);
@@ -507,7 +529,7 @@ mod tests {
                 let fitted = layout.fitted(size);
                 fitted.validate().unwrap();
                 assert_eq!(fitted.code, layout.code);
-                assert!(fitted.stripe_width >= layout.stripe_width);
+                assert!(fitted.stripe_width >= layout.stripe_width.min(layout.k()));
                 assert!(fitted.block_bytes <= layout.block_bytes);
                 assert_eq!(fitted, layout.fitted(size), "a pure function of the size");
                 let ratio = stored_bytes(&fitted, size) as f64 / size as f64;
@@ -531,9 +553,14 @@ mod tests {
         let old = policy("rs(9,3)", 1, 1 << 20, 4 << 20);
         assert_eq!(stored_bytes(&old, 1 << 20), 4 << 20);
         assert!(stored_bytes(&old.fitted(1 << 20), 1 << 20) <= (1 << 20) * 14 / 10);
-        // Stripes at least as wide as a group already spread a small object: unchanged.
+        // Stripes at least as wide as a group: 1 MiB is one 1 MiB cell, one data block
+        // and two parity blocks (3×) unless fitted; an object they already spread evenly
+        // (whole rows of k cells) keeps the policy.
         let wide = policy("rs(4,2)", 4, 1 << 20, 8 << 20);
-        assert_eq!(wide.fitted(1 << 20), wide);
+        assert_eq!(stored_bytes(&wide, 1 << 20), 3 << 20);
+        assert_eq!(wide.fitted(1 << 20).stripe_width, 4);
+        assert!(stored_bytes(&wide.fitted(1 << 20), 1 << 20) <= (1 << 20) * 16 / 10);
+        assert_eq!(wide.fitted(20 << 20), wide);
         // Tiny objects get the smallest cell, never a zero block.
         let tiny = policies[0].fitted(1);
         assert_eq!(

@@ -303,6 +303,10 @@ struct Target {
     endpoint: String,
     signer: Signer,
     pids: ServerPids,
+    /// Where the server keeps objects (weft: every node's disks; MinIO: its drives): the
+    /// bytes of their files before and after a put phase give what it stored. Empty when
+    /// unknown (a weft cluster not started by `weft up` on this machine).
+    data_dirs: Vec<PathBuf>,
 }
 
 impl Target {
@@ -409,9 +413,27 @@ impl Bodies {
     }
 }
 
+/// Bytes of every file under `dirs` (their lengths; a directory that vanished counts 0).
+fn tree_bytes(dirs: &[PathBuf]) -> u64 {
+    fn walk(dir: &Path) -> u64 {
+        let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+        entries
+            .flatten()
+            .map(|entry| match entry.file_type() {
+                Ok(kind) if kind.is_dir() => walk(&entry.path()),
+                Ok(kind) if kind.is_file() => entry.metadata().map_or(0, |m| m.len()),
+                _ => 0,
+            })
+            .sum()
+    }
+    dirs.iter().map(|dir| walk(dir)).sum()
+}
+
 /// What one phase measured.
 #[derive(Debug, Clone)]
 struct PhaseResult {
+    /// Bytes the server's data directories grew by during a put phase.
+    stored_bytes: Option<u64>,
     bytes: u64,
     requests: u64,
     seconds: f64,
@@ -494,6 +516,7 @@ where
     let mut latencies_ms = std::mem::take(&mut *latencies.lock().expect("no panics"));
     latencies_ms.sort_by(f64::total_cmp);
     Ok(PhaseResult {
+        stored_bytes: None,
         bytes: bytes.load(Ordering::Relaxed),
         requests: latencies_ms.len() as u64,
         seconds,
@@ -521,7 +544,10 @@ async fn run_cell(
 ) -> Result<(PhaseResult, PhaseResult), CliError> {
     let pids = target.pids.pids(target.name);
     let next = Arc::new(AtomicU64::new(0));
-    let put = {
+    // Deletes are done when answered (weft removes the units, MinIO its parts), so the
+    // directories hold only earlier cells' leftovers, if any, before the put phase.
+    let stored_before = (!target.data_dirs.is_empty()).then(|| tree_bytes(&target.data_dirs));
+    let mut put = {
         let (http, target, bodies, next) =
             (http.clone(), target.clone(), bodies.clone(), next.clone());
         let bucket = bucket.to_owned();
@@ -549,6 +575,8 @@ async fn run_cell(
     };
     // Every seq handed out was written (a failed PUT ended the run above).
     let written = next.load(Ordering::Relaxed);
+    put.stored_bytes =
+        stored_before.map(|before| tree_bytes(&target.data_dirs).saturating_sub(before));
     let get = {
         let (http, target, bodies) = (http.clone(), target.clone(), bodies.clone());
         let bucket = bucket.to_owned();
@@ -750,11 +778,24 @@ fn weft_target(args: &S3BenchArgs) -> Result<Target, CliError> {
             })?;
         ServerPids::ClusterFile(file)
     };
+    // Every node's disks, from weft up's cluster.json when there is one.
+    let data_dirs = crate::cluster_cli::file_beside_secret(&args.meta, crate::up::CLUSTER_FILE)
+        .map(|(_, cluster)| {
+            cluster["nodes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|node| node["disks"].as_array().cloned().unwrap_or_default())
+                .filter_map(|disk| disk.as_str().map(PathBuf::from))
+                .collect()
+        })
+        .unwrap_or_default();
     Ok(Target {
         name: "weft",
         endpoint,
         signer: Signer { host, access_key, secret_key, region },
         pids,
+        data_dirs,
     })
 }
 
@@ -782,6 +823,11 @@ struct Row {
     /// Server CPU per GiB by process role (weft: s3, node, meta, repair, up; MinIO: minio),
     /// medians over rounds.
     server_cpu_s_per_gib_by_role: BTreeMap<String, f64>,
+    /// Put rows: bytes the server's data directories grew by (files' lengths: data,
+    /// parity, headers and per-object metadata files) ÷ bytes put, median over rounds;
+    /// absent when the directories are unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stored_bytes_per_user_byte: Option<f64>,
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -825,6 +871,13 @@ fn row_of(target: &str, cell: Cell, results: &[PhaseResult]) -> Row {
         rounds: results.len(),
         throughput_ratio: None,
         server_cpu_ratio: None,
+        stored_bytes_per_user_byte: {
+            let ratios: Vec<f64> = results
+                .iter()
+                .filter_map(|r| Some(r.stored_bytes? as f64 / r.bytes.max(1) as f64))
+                .collect();
+            (!ratios.is_empty()).then(|| round(median(ratios)))
+        },
         server_cpu_s_per_gib_by_role: results
             .iter()
             .flat_map(|r| r.server_cpu.keys())
@@ -865,6 +918,9 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
                 endpoint: minio.endpoint.clone(),
                 signer,
                 pids: ServerPids::Fixed(vec![minio.child.id()]),
+                data_dirs: (1..=args.minio_drives)
+                    .map(|d| minio.dir.0.join(format!("d{d}")))
+                    .collect(),
             });
             Some(minio)
         }
@@ -969,7 +1025,11 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
             .iter()
             .map(|(role, cpu)| format!("{role} {cpu:.2}"))
             .collect();
-        let ratio = format!("{}{ratio}", roles.join(", "));
+        let stored = match row.stored_bytes_per_user_byte {
+            Some(stored) => format!("; stored {stored:.2}×"),
+            None => String::new(),
+        };
+        let ratio = format!("{}{stored}{ratio}", roles.join(", "));
         println!(
             "{:<6} {:<4} {:>9} {:>7} {:>10.1} {:>9.1} {:>16.2} {:>16.2} {:>9.1} {:>9.1}  {}",
             row.target,

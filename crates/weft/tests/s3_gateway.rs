@@ -840,6 +840,15 @@ fn bench_s3_measures_puts_and_verified_gets_with_server_cpu_and_cleans_up() {
             assert!((sum - total).abs() <= 0.01 * total + 0.01, "{sum} vs {total}: {row}");
             assert!(row["p99_ms"].as_f64().unwrap() >= row["p50_ms"].as_f64().unwrap(), "{row}");
             assert!(row.get("throughput_ratio").is_none(), "{row}");
+            // What the nodes' disks grew by per byte put: rs(2,1)'s 1.5, plus unit headers,
+            // within the 5% the issue allows; reads store nothing.
+            match row["op"].as_str().unwrap() {
+                "put" => {
+                    let stored = row["stored_bytes_per_user_byte"].as_f64().unwrap();
+                    assert!((1.5..=1.575).contains(&stored), "{row}");
+                }
+                _ => assert!(row.get("stored_bytes_per_user_byte").is_none(), "{row}"),
+            }
         }
         let sizes: Vec<u64> = rows.iter().map(|r| r["object_size"].as_u64().unwrap()).collect();
         assert!(sizes.contains(&307_200) && sizes.contains(&70_000), "{sizes:?}");
