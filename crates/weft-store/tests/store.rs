@@ -230,14 +230,27 @@ fn streaming_writer_makes_the_same_file_as_put() {
             at += take;
         }
         writer.write_all(&[]).unwrap();
-        assert_eq!(writer.finish().unwrap(), put);
-        assert_eq!(
-            fs::read(a.unit_path(&key)).unwrap(),
-            fs::read(b.unit_path(&key)).unwrap(),
-            "len {len}"
-        );
-        assert_eq!(b.read(key, 0, len).unwrap(), data);
+        assert_same_unit(writer, put, (&a, &b), key, &data);
     }
+}
+
+/// `writer` (on disk `b`) finishes as `put` did on disk `a`: the same info, the same file
+/// byte for byte, reading back `data`.
+fn assert_same_unit(
+    writer: weft_store::UnitWriter,
+    put: weft_store::UnitInfo,
+    (a, b): (&Disk, &Disk),
+    key: UnitKey,
+    data: &[u8],
+) {
+    assert_eq!(writer.finish().unwrap(), put);
+    let len = data.len();
+    assert_eq!(
+        fs::read(a.unit_path(&key)).unwrap(),
+        fs::read(b.unit_path(&key)).unwrap(),
+        "len {len}"
+    );
+    assert_eq!(b.read(key, 0, len).unwrap(), data);
 }
 
 /// Vectored writes (pwritev): pieces of any sizes, empty ones among them, and more pieces
@@ -270,13 +283,7 @@ fn pieces_written_at_once_make_the_same_file_as_put() {
             writer.write_all_pieces(&too_much),
             Err(StoreError::LengthMismatch { .. })
         ));
-        assert_eq!(writer.finish().unwrap(), put);
-        assert_eq!(
-            fs::read(a.unit_path(&key)).unwrap(),
-            fs::read(b.unit_path(&key)).unwrap(),
-            "len {len}"
-        );
-        assert_eq!(b.read(key, 0, len).unwrap(), data);
+        assert_same_unit(writer, put, (&a, &b), key, &data);
     }
 }
 
