@@ -302,12 +302,7 @@ async fn put_unit(
         // many small units, and the handoffs were most of their cost).
         let mut frames: Vec<axum::body::Bytes> = Vec::new();
         let mut received: u64 = 0;
-        while let Some(frame) = stream.next().await {
-            let bytes = frame.map_err(|error| short_body(received, error))?;
-            received += bytes.len() as u64;
-            if let Some(link) = &node.link_in {
-                link.transfer(bytes.len() as u64).await;
-            }
+        while let Some(bytes) = next_frame(&node, &mut stream, &mut received).await? {
             frames.push(bytes);
         }
         node.metrics.bytes_in(received);
@@ -334,14 +329,9 @@ async fn put_unit(
     let mut pending_bytes: u64 = 0;
     let mut received: u64 = 0;
     loop {
-        let next = stream.next().await;
+        let next = next_frame(&node, &mut stream, &mut received).await?;
         let done = next.is_none();
-        if let Some(frame) = next {
-            let bytes = frame.map_err(|error| short_body(received, error))?;
-            received += bytes.len() as u64;
-            if let Some(link) = &node.link_in {
-                link.transfer(bytes.len() as u64).await;
-            }
+        if let Some(bytes) = next {
             pending_bytes += bytes.len() as u64;
             pending.push(bytes);
         }
@@ -373,12 +363,26 @@ async fn put_unit(
     Ok(created(&info))
 }
 
-fn short_body(received: u64, error: axum::Error) -> ApiError {
-    ApiError::bad_request(
-        "body",
-        format!("reading the body failed after {received} bytes: {error}"),
-    )
-    .with("error", json!("short_body"))
+/// The next frame of a PUT body (`None` at its end), counted into `received` and through
+/// the node's link model.
+async fn next_frame(
+    node: &Node,
+    stream: &mut axum::body::BodyDataStream,
+    received: &mut u64,
+) -> ApiResult<Option<axum::body::Bytes>> {
+    let Some(frame) = stream.next().await else { return Ok(None) };
+    let bytes = frame.map_err(|error| {
+        ApiError::bad_request(
+            "body",
+            format!("reading the body failed after {received} bytes: {error}"),
+        )
+        .with("error", json!("short_body"))
+    })?;
+    *received += bytes.len() as u64;
+    if let Some(link) = &node.link_in {
+        link.transfer(bytes.len() as u64).await;
+    }
+    Ok(Some(bytes))
 }
 
 fn check_body_length(len_bytes: u64, received: u64) -> ApiResult<()> {
@@ -496,7 +500,7 @@ async fn get_unit(
     // IO is waited out between the open and the first read.
     let modeled = node.models[index].is_some();
     let opening = disk.clone();
-    let (reader, status, range, first) = run_blocking(move || {
+    let (reader, status, range, first_end, first) = run_blocking(move || {
         let reader = opening.open_reader(key)?;
         let len = reader.info().len_bytes;
         let (status, range) = match &range_header {
@@ -509,12 +513,11 @@ async fn get_unit(
             true => None,
             false => Some(reader.read(range.start, (first_end - range.start) as usize)?),
         };
-        Ok((Arc::new(reader), status, range, first))
+        Ok((Arc::new(reader), status, range, first_end, first))
     })
     .await?;
     let info = reader.info();
     let len = info.len_bytes;
-    let first_end = range.end.min(range.start + CHUNK_BYTES);
     let first = match first {
         Some(first) => first,
         None => {

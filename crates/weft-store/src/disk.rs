@@ -687,21 +687,19 @@ impl Disk {
 
     /// Reads `len_bytes` bytes of unit `key` from `offset`.
     pub fn read(&self, key: UnitKey, offset: u64, len_bytes: usize) -> Result<Vec<u8>> {
-        let mut out = Vec::with_capacity(len_bytes);
-        self.read_uninit(key, offset, &mut out.spare_capacity_mut()[..len_bytes])?;
-        // SAFETY: `read_uninit` returned Ok, so it wrote all `len_bytes` bytes.
-        unsafe { out.set_len(len_bytes) };
-        Ok(out)
+        self.open_reader(key)?.read(offset, len_bytes)
     }
 
     /// Fills `buf` with bytes of unit `key` from `offset`. Reads and verifies only the
     /// segments that the range touches; `OutOfRange` if it does not lie inside the unit.
     /// On error, `buf` may hold some of the range.
     pub fn read_into(&self, key: UnitKey, offset: u64, buf: &mut [u8]) -> Result<()> {
-        // SAFETY: `read_uninit` writes only initialized bytes into the buffer, so it stays
+        // SAFETY: `read_opened` writes only initialized bytes into the buffer, so it stays
         // initialized, as `buf`'s type promises its owner.
         let buf = unsafe { &mut *(buf as *mut [u8] as *mut [MaybeUninit<u8>]) };
-        self.read_uninit(key, offset, buf)
+        self.check()?;
+        let (file, header) = self.open_unit(key)?;
+        self.read_opened(key, file.as_ref(), &header, offset, buf)
     }
 
     /// Opens unit `key` once for several reads: [`UnitReader::read`] reads and verifies as
@@ -712,15 +710,9 @@ impl Disk {
         Ok(UnitReader { disk: self.clone(), key, file, header })
     }
 
-    /// [`Disk::read_into`] into memory not yet initialized: every byte of `buf` is written
-    /// (with verified bytes) when it returns `Ok`.
-    fn read_uninit(&self, key: UnitKey, offset: u64, buf: &mut [MaybeUninit<u8>]) -> Result<()> {
-        self.check()?;
-        let (file, header) = self.open_unit(key)?;
-        self.read_opened(key, file.as_ref(), &header, offset, buf)
-    }
-
-    /// Reads and verifies `[offset, offset + buf.len())` of the opened unit `key`.
+    /// Reads and verifies `[offset, offset + buf.len())` of the opened unit `key` into
+    /// memory that need not be initialized: every byte of `buf` is written (with verified
+    /// bytes) when it returns `Ok`.
     fn read_opened(
         &self,
         key: UnitKey,
