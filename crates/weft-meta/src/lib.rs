@@ -12,6 +12,7 @@
 //! - Every stored value carries a format version; unknown versions are refused, never guessed.
 
 pub mod error;
+pub mod kv;
 pub mod lock;
 pub mod mem;
 pub mod records;

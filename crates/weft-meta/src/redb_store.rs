@@ -22,6 +22,7 @@
 //! - [`StoreFaults`] lets a test make the file's writes fail with an errno of its choice
 //!   (e.g. ENOSPC) and succeed again: the same code path as a real full disk.
 
+use std::cell::Cell;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{
@@ -33,23 +34,10 @@ use redb::{
     backends::FileBackend, Database, ReadableTable, ReadableTableMetadata, StorageBackend,
     TableDefinition,
 };
-use weft_layout::{DiskLocation, GeometricPolicy, Placement};
 
-use crate::records::{
-    check_new_bucket_name, decode, encode, unit_name, BucketRecord, Enqueued, Heartbeat,
-    NewTransition, NodeRecord, ObjectName, ObjectRecord, ObjectState, Policy, RaidpExtent,
-    RaidpPolicy, RepairLease, RepairOutcome, RepairRequest, RepairTask, StoredObject,
-    TransitionRecord, FORMAT_VERSION,
-};
-use crate::store::{check_attributes, check_precondition, CommitTerms, Precondition};
-use crate::store::{
-    check_digests, check_namespace, check_new_object, check_new_transition, enqueue_step, holds,
-    is_free, lease_deadline, lease_lost, list_start, pack_refusal, packed_record, pending_one,
-    relocated, transitioned, EnqueueStep, ObjectPage, PackOutcome, PackedObject, RecordPage,
-    StripeCommit, MAX_LIST_LIMIT,
-};
-use crate::versions::{self, VersionReads, VersionTables};
-use crate::{Deleted, Digests, MetaError, MetaStore, VersionRef, Versioning, WriteCursor};
+use crate::kv::{self, End, Entry, Key, KvBackend, Table, Txn, SCHEMA_VERSION_KEY};
+use crate::records::{decode, StoredObject, FORMAT_VERSION};
+use crate::MetaError;
 
 pub(crate) const BUCKETS: TableDefinition<&str, &[u8]> = TableDefinition::new("buckets");
 pub(crate) const OBJECTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("objects");
@@ -84,12 +72,6 @@ pub const SCHEMA_VERSION: u64 = 6;
 /// progress move from `writes` to `pending_writes` unchanged (values are not rewritten); 4
 /// and 5 need nothing (no bucket of 4 is versioned, none of 5 has object lock).
 const UPGRADED_SCHEMA_VERSIONS: [u64; 5] = [1, 2, 3, 4, 5];
-
-const SCHEMA_VERSION_KEY: &str = "schema_version";
-const NEXT_GENERATION_KEY: &str = "next_generation";
-const NEXT_REPAIR_ID_KEY: &str = "next_repair_id";
-const NEXT_TRANSITION_ID_KEY: &str = "next_transition_id";
-const VERSION_MOVES_KEY: &str = "version_moves";
 
 /// A redb error as a [`MetaError`]: IO errors (and redb's refusal after one) make the store
 /// unavailable until it is reopened; anything else is a plain store failure.
@@ -227,268 +209,6 @@ impl std::fmt::Debug for RedbStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedbStore").finish_non_exhaustive()
     }
-}
-
-fn decode_object(bucket: &str, key: &str, bytes: &[u8]) -> Result<ObjectRecord, MetaError> {
-    let stored: StoredObject = decode("objects", &|| format!("{bucket}/{key}"), bytes)?;
-    stored.into_record(bucket, key)
-}
-
-fn decode_task(id: u64, bytes: &[u8]) -> Result<RepairTask, MetaError> {
-    decode("repairs", &|| id.to_string(), bytes)
-}
-
-fn decode_transition(bucket: &str, key: &str, bytes: &[u8]) -> Result<TransitionRecord, MetaError> {
-    decode("transitions", &|| format!("{bucket}/{key}"), bytes)
-}
-
-/// The pending transition of (bucket, key), if any.
-fn read_transition(
-    transitions: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
-    bucket: &str,
-    key: &str,
-) -> Result<Option<TransitionRecord>, MetaError> {
-    match transitions.get((bucket, key)).map_err(store)? {
-        Some(bytes) => Ok(Some(decode_transition(bucket, key, bytes.value())?)),
-        None => Ok(None),
-    }
-}
-
-/// Removes every queued repair of a parity unit of (bucket, key): their index entries are
-/// `p…` names, contiguous in `repair_index`.
-fn drop_parity_repairs(
-    txn: &redb::WriteTransaction,
-    bucket: &str,
-    key: &str,
-) -> Result<(), MetaError> {
-    let mut index = txn.open_table(REPAIR_INDEX).map_err(store)?;
-    let mut repairs = txn.open_table(REPAIRS).map_err(store)?;
-    let mut doomed: Vec<(String, u64)> = Vec::new();
-    for entry in index.range((bucket, key, "p")..(bucket, key, "q")).map_err(store)? {
-        let (name, id) = entry.map_err(store)?;
-        doomed.push((name.value().2.to_string(), id.value()));
-    }
-    for (unit, id) in doomed {
-        index.remove((bucket, key, unit.as_str())).map_err(store)?;
-        repairs.remove(id).map_err(store)?;
-    }
-    Ok(())
-}
-
-/// Whether any key of `table` belongs to `bucket`.
-fn bucket_has_rows(
-    table: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
-    bucket: &str,
-) -> Result<bool, MetaError> {
-    let mut range = table.range((bucket, "")..).map_err(store)?;
-    match range.next() {
-        Some(entry) => Ok(entry.map_err(store)?.0.value().0 == bucket),
-        None => Ok(false),
-    }
-}
-
-fn next_counter(meta: &mut redb::Table<&str, u64>, name: &str) -> Result<u64, MetaError> {
-    let next = meta.get(name).map_err(store)?.map(|v| v.value()).unwrap_or(0) + 1;
-    meta.insert(name, next).map_err(store)?;
-    Ok(next)
-}
-
-/// The committed object under (bucket, key), if any.
-fn read_object(
-    objects: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
-    bucket: &str,
-    key: &str,
-) -> Result<Option<ObjectRecord>, MetaError> {
-    match objects.get((bucket, key)).map_err(store)? {
-        Some(bytes) => Ok(Some(decode_object(bucket, key, bytes.value())?)),
-        None => Ok(None),
-    }
-}
-
-/// The tables the versioning rules ([`crate::versions`]) work on, open in one write
-/// transaction.
-struct Tables<'t> {
-    buckets: redb::Table<'t, &'static str, &'static [u8]>,
-    objects: redb::Table<'t, (&'static str, &'static str), &'static [u8]>,
-    transitions: redb::Table<'t, (&'static str, &'static str), &'static [u8]>,
-    meta: redb::Table<'t, &'static str, u64>,
-}
-
-impl<'t> Tables<'t> {
-    fn open(txn: &'t redb::WriteTransaction) -> Result<Tables<'t>, MetaError> {
-        Ok(Tables {
-            buckets: txn.open_table(BUCKETS).map_err(store)?,
-            objects: txn.open_table(OBJECTS).map_err(store)?,
-            transitions: txn.open_table(TRANSITIONS).map_err(store)?,
-            meta: txn.open_table(META).map_err(store)?,
-        })
-    }
-}
-
-/// The same tables, open for reading only.
-struct ReadTables {
-    buckets: redb::ReadOnlyTable<&'static str, &'static [u8]>,
-    objects: redb::ReadOnlyTable<(&'static str, &'static str), &'static [u8]>,
-}
-
-/// The bucket's record in a `buckets` table, [`MetaError::NoSuchBucket`] when none.
-fn bucket_in(
-    buckets: &impl ReadableTable<&'static str, &'static [u8]>,
-    bucket: &str,
-) -> Result<BucketRecord, MetaError> {
-    RedbStore::read_bucket(buckets, bucket)?
-        .ok_or_else(|| MetaError::NoSuchBucket { bucket: bucket.into() })
-}
-
-fn scan_objects(
-    objects: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
-    bucket: &str,
-    prefix: &str,
-    limit: usize,
-) -> Result<Vec<ObjectRecord>, MetaError> {
-    let mut out = Vec::new();
-    for entry in objects.range((bucket, prefix)..).map_err(store)? {
-        if out.len() >= limit {
-            break;
-        }
-        let (name, bytes) = entry.map_err(store)?;
-        let (b, k) = name.value();
-        if b != bucket || !k.starts_with(prefix) {
-            break;
-        }
-        out.push(decode_object(b, k, bytes.value())?);
-    }
-    Ok(out)
-}
-
-/// [`VersionReads`] of a type with `buckets` and `objects` tables, read-only or writable.
-macro_rules! version_reads {
-    ($tables:ty) => {
-        impl VersionReads for $tables {
-            fn bucket(&self, bucket: &str) -> Result<BucketRecord, MetaError> {
-                bucket_in(&self.buckets, bucket)
-            }
-
-            fn object(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, MetaError> {
-                read_object(&self.objects, bucket, key)
-            }
-
-            fn scan(
-                &self,
-                bucket: &str,
-                prefix: &str,
-                limit: usize,
-            ) -> Result<Vec<ObjectRecord>, MetaError> {
-                scan_objects(&self.objects, bucket, prefix, limit)
-            }
-        }
-    };
-}
-
-version_reads!(ReadTables);
-version_reads!(Tables<'_>);
-
-impl VersionTables for Tables<'_> {
-    fn insert_object(&mut self, record: &ObjectRecord) -> Result<(), MetaError> {
-        let bytes = encode(&StoredObject::from_record(record));
-        self.objects
-            .insert((record.bucket.as_str(), record.key.as_str()), bytes.as_slice())
-            .map_err(store)?;
-        Ok(())
-    }
-
-    fn remove_object(
-        &mut self,
-        bucket: &str,
-        key: &str,
-    ) -> Result<Option<ObjectRecord>, MetaError> {
-        self.transitions.remove((bucket, key)).map_err(store)?;
-        let removed = self.objects.remove((bucket, key)).map_err(store)?;
-        match removed {
-            Some(bytes) => Ok(Some(decode_object(bucket, key, bytes.value())?)),
-            None => Ok(None),
-        }
-    }
-
-    fn next_generation(&mut self) -> Result<u64, MetaError> {
-        next_counter(&mut self.meta, NEXT_GENERATION_KEY)
-    }
-
-    fn note_move(&mut self) -> Result<(), MetaError> {
-        next_counter(&mut self.meta, VERSION_MOVES_KEY).map(drop)
-    }
-}
-
-/// One enqueue inside a write transaction (see `MetaStore::enqueue_repair`).
-fn enqueue_in(
-    txn: &redb::WriteTransaction,
-    request: &RepairRequest,
-    now_ms: u64,
-) -> Result<Enqueued, MetaError> {
-    let (bucket, key) = (request.object.bucket.as_str(), request.object.key.as_str());
-    let unit_text = unit_name(request.unit);
-    let index_key = (bucket, key, unit_text.as_str());
-    let mut index = txn.open_table(REPAIR_INDEX).map_err(store)?;
-    let mut repairs = txn.open_table(REPAIRS).map_err(store)?;
-    let queued_id = index.get(index_key).map_err(store)?.map(|id| id.value());
-    let queued = match queued_id {
-        Some(id) => match repairs.get(id).map_err(store)? {
-            Some(bytes) => Some(decode_task(id, bytes.value())?),
-            None => {
-                return Err(MetaError::Corrupt {
-                    table: "repair_index",
-                    key: format!("{bucket}/{key}/{unit_text}"),
-                    reason: format!("names task {id}, which is not in the repairs table"),
-                })
-            }
-        },
-        None => None,
-    };
-    let committed = read_object(&txn.open_table(OBJECTS).map_err(store)?, bucket, key)?;
-    match enqueue_step(committed.as_ref(), queued.as_ref(), request, now_ms)? {
-        EnqueueStep::Keep(outcome) => Ok(outcome),
-        EnqueueStep::Update(task) => {
-            let id = queued_id.expect("an update replaces a queued task");
-            repairs.insert(id, encode(&task).as_slice()).map_err(store)?;
-            Ok(Enqueued::Queued)
-        }
-        EnqueueStep::Append(task) => {
-            if let Some(old) = queued_id {
-                repairs.remove(old).map_err(store)?;
-            }
-            let mut meta = txn.open_table(META).map_err(store)?;
-            let id = next_counter(&mut meta, NEXT_REPAIR_ID_KEY)?;
-            repairs.insert(id, encode(&task).as_slice()).map_err(store)?;
-            index.insert(index_key, id).map_err(store)?;
-            Ok(Enqueued::Queued)
-        }
-    }
-}
-
-/// The task of `lease` inside a write transaction, if the lease is still its current one.
-fn leased_task(txn: &redb::WriteTransaction, lease: &RepairLease) -> Result<RepairTask, MetaError> {
-    let repairs = txn.open_table(REPAIRS).map_err(store)?;
-    let task = match repairs.get(lease.task_id).map_err(store)? {
-        Some(bytes) => decode_task(lease.task_id, bytes.value())?,
-        None => return Err(lease_lost(lease)),
-    };
-    if !holds(&task, lease) {
-        return Err(lease_lost(lease));
-    }
-    Ok(task)
-}
-
-/// Removes task `task_id` (known to exist) and its index entry.
-fn remove_task(
-    txn: &redb::WriteTransaction,
-    task_id: u64,
-    task: &RepairTask,
-) -> Result<(), MetaError> {
-    txn.open_table(REPAIRS).map_err(store)?.remove(task_id).map_err(store)?;
-    let unit_text = unit_name(task.unit);
-    let index_key = (task.object.bucket.as_str(), task.object.key.as_str(), unit_text.as_str());
-    txn.open_table(REPAIR_INDEX).map_err(store)?.remove(index_key).map_err(store)?;
-    Ok(())
 }
 
 impl RedbStore {
@@ -638,7 +358,8 @@ fn move_old_writes(txn: &redb::WriteTransaction) -> Result<(), MetaError> {
     }
     let mut writes = txn.open_table(WRITES).map_err(store)?;
     for (bucket, key, bytes) in &moved {
-        let generation = decode_object(bucket, key, bytes)?.generation;
+        let stored: StoredObject = decode("writes", &|| format!("{bucket}/{key}"), bytes)?;
+        let generation = stored.into_record(bucket, key)?.generation;
         writes
             .insert((bucket.as_str(), key.as_str(), generation), bytes.as_slice())
             .map_err(store)?;
@@ -648,1146 +369,327 @@ fn move_old_writes(txn: &redb::WriteTransaction) -> Result<(), MetaError> {
     Ok(())
 }
 
-impl RedbStore {
-    /// Runs `change` (the versioning rules) on the tables of one write transaction and
-    /// commits it when `change` succeeds; nothing changes when it fails.
-    fn in_version_tables<T>(
+/// A key of `table` as its typed redb key, or a store error naming the misuse.
+fn typed_key<K: KeyOf>(table: Table, key: &Key) -> Result<K::SelfType<'_>, MetaError> {
+    K::typed(key).ok_or_else(|| MetaError::Store {
+        reason: format!("a key of the wrong shape for table {}: {key:?}", table.name()),
+    })
+}
+
+/// redb's typed keys of the tables, seen as [`Key`]s.
+trait KeyOf: redb::Key + 'static {
+    fn typed(key: &Key) -> Option<Self::SelfType<'_>>;
+    fn untyped(key: Self::SelfType<'_>) -> Key;
+}
+
+impl KeyOf for &'static str {
+    fn typed(key: &Key) -> Option<&str> {
+        match key {
+            Key::Name(name) => Some(name),
+            _ => None,
+        }
+    }
+
+    fn untyped(key: &str) -> Key {
+        Key::name(key)
+    }
+}
+
+impl KeyOf for (&'static str, &'static str) {
+    fn typed(key: &Key) -> Option<(&str, &str)> {
+        match key {
+            Key::Pair(a, b) => Some((a, b)),
+            _ => None,
+        }
+    }
+
+    fn untyped((a, b): (&str, &str)) -> Key {
+        Key::pair(a, b)
+    }
+}
+
+impl KeyOf for (&'static str, &'static str, u64) {
+    fn typed(key: &Key) -> Option<(&str, &str, u64)> {
+        match key {
+            Key::Write(a, b, n) => Some((a, b, *n)),
+            _ => None,
+        }
+    }
+
+    fn untyped((a, b, n): (&str, &str, u64)) -> Key {
+        Key::write(a, b, n)
+    }
+}
+
+impl KeyOf for (&'static str, &'static str, &'static str) {
+    fn typed(key: &Key) -> Option<(&str, &str, &str)> {
+        match key {
+            Key::Unit(a, b, c) => Some((a, b, c)),
+            _ => None,
+        }
+    }
+
+    fn untyped((a, b, c): (&str, &str, &str)) -> Key {
+        Key::unit(a, b, c)
+    }
+}
+
+impl KeyOf for u32 {
+    fn typed(key: &Key) -> Option<u32> {
+        match key {
+            Key::Node(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    fn untyped(key: u32) -> Key {
+        Key::Node(key)
+    }
+}
+
+impl KeyOf for u64 {
+    fn typed(key: &Key) -> Option<u64> {
+        match key {
+            Key::Task(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    fn untyped(key: u64) -> Key {
+        Key::Task(key)
+    }
+}
+
+/// redb's typed values of the tables as bytes: records as they are, numbers big-endian.
+trait ValueOf: redb::Value + 'static {
+    fn bytes(value: Self::SelfType<'_>) -> Vec<u8>;
+    fn typed<'b>(table: Table, key: &Key, bytes: &'b [u8])
+        -> Result<Self::SelfType<'b>, MetaError>;
+}
+
+impl ValueOf for &'static [u8] {
+    fn bytes(value: &[u8]) -> Vec<u8> {
+        value.to_vec()
+    }
+
+    fn typed<'b>(_: Table, _: &Key, bytes: &'b [u8]) -> Result<&'b [u8], MetaError> {
+        Ok(bytes)
+    }
+}
+
+impl ValueOf for u64 {
+    fn bytes(value: u64) -> Vec<u8> {
+        value.to_be_bytes().to_vec()
+    }
+
+    fn typed<'b>(table: Table, key: &Key, bytes: &'b [u8]) -> Result<u64, MetaError> {
+        kv::number(table, key, bytes)
+    }
+}
+
+/// Runs `$body` with `$def` bound to the redb definition of `$table`.
+macro_rules! with_table {
+    ($table:expr, $def:ident => $body:expr) => {
+        match $table {
+            Table::Buckets => {
+                let $def = BUCKETS;
+                $body
+            }
+            Table::Objects => {
+                let $def = OBJECTS;
+                $body
+            }
+            Table::Writes => {
+                let $def = WRITES;
+                $body
+            }
+            Table::Nodes => {
+                let $def = NODES;
+                $body
+            }
+            Table::Repairs => {
+                let $def = REPAIRS;
+                $body
+            }
+            Table::RepairIndex => {
+                let $def = REPAIR_INDEX;
+                $body
+            }
+            Table::Transitions => {
+                let $def = TRANSITIONS;
+                $body
+            }
+            Table::Meta => {
+                let $def = META;
+                $body
+            }
+            Table::Gateway => {
+                let $def = GATEWAY;
+                $body
+            }
+        }
+    };
+}
+
+fn get_in<K: KeyOf, V: ValueOf>(
+    table: &impl ReadableTable<K, V>,
+    name: Table,
+    key: &Key,
+) -> Result<Option<Vec<u8>>, MetaError> {
+    let found = table.get(typed_key::<K>(name, key)?).map_err(store)?;
+    Ok(found.map(|value| V::bytes(value.value())))
+}
+
+fn put_in<K: KeyOf, V: ValueOf>(
+    open: &mut redb::Table<'_, K, V>,
+    table: Table,
+    key: &Key,
+    value: &[u8],
+) -> Result<(), MetaError> {
+    open.insert(typed_key::<K>(table, key)?, V::typed(table, key, value)?).map_err(store)?;
+    Ok(())
+}
+
+fn remove_in<K: KeyOf, V: ValueOf>(
+    open: &mut redb::Table<'_, K, V>,
+    table: Table,
+    key: &Key,
+) -> Result<Option<Vec<u8>>, MetaError> {
+    let removed = open.remove(typed_key::<K>(table, key)?).map_err(store)?;
+    Ok(removed.map(|value| V::bytes(value.value())))
+}
+
+fn range_in<K: KeyOf, V: ValueOf>(
+    table: &impl ReadableTable<K, V>,
+    name: Table,
+    lower: Bound<&Key>,
+    end: End<'_>,
+    limit: usize,
+) -> Result<Vec<Entry>, MetaError> {
+    let lower = match lower {
+        Bound::Included(key) => Bound::Included(typed_key::<K>(name, key)?),
+        Bound::Excluded(key) => Bound::Excluded(typed_key::<K>(name, key)?),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    let mut out = Vec::new();
+    if limit == 0 {
+        return Ok(out);
+    }
+    for entry in table.range::<K::SelfType<'_>>((lower, Bound::Unbounded)).map_err(store)? {
+        let (key, value) = entry.map_err(store)?;
+        let key = K::untyped(key.value());
+        if !end.admits(&key) {
+            break;
+        }
+        out.push((key, V::bytes(value.value())));
+        if out.len() == limit {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// One transaction of a [`RedbStore`].
+enum RedbTxn {
+    Read(redb::ReadTransaction),
+    /// A write transaction, and whether anything was written (one that wrote nothing is
+    /// aborted, not committed: a commit costs an fsync).
+    Write(redb::WriteTransaction, Cell<bool>),
+}
+
+impl RedbTxn {
+    fn writable(&self) -> Result<&redb::WriteTransaction, MetaError> {
+        match self {
+            RedbTxn::Write(txn, dirty) => {
+                dirty.set(true);
+                Ok(txn)
+            }
+            RedbTxn::Read(_) => {
+                Err(MetaError::Store { reason: "a write in a read-only transaction".into() })
+            }
+        }
+    }
+}
+
+impl Txn for RedbTxn {
+    fn get(&self, table: Table, key: &Key) -> Result<Option<Vec<u8>>, MetaError> {
+        with_table!(table, def => match self {
+            RedbTxn::Read(txn) => get_in(&txn.open_table(def).map_err(store)?, table, key),
+            RedbTxn::Write(txn, _) => get_in(&txn.open_table(def).map_err(store)?, table, key),
+        })
+    }
+
+    fn put(&self, table: Table, key: &Key, value: &[u8]) -> Result<(), MetaError> {
+        let txn = self.writable()?;
+        with_table!(table, def => put_in(&mut txn.open_table(def).map_err(store)?, table, key, value))
+    }
+
+    fn remove(&self, table: Table, key: &Key) -> Result<Option<Vec<u8>>, MetaError> {
+        let txn = self.writable()?;
+        with_table!(table, def => remove_in(&mut txn.open_table(def).map_err(store)?, table, key))
+    }
+
+    fn range(
         &self,
-        change: impl FnOnce(&mut Tables<'_>) -> Result<T, MetaError>,
+        table: Table,
+        lower: Bound<&Key>,
+        end: End<'_>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, MetaError> {
+        with_table!(table, def => match self {
+            RedbTxn::Read(txn) => {
+                range_in(&txn.open_table(def).map_err(store)?, table, lower, end, limit)
+            }
+            RedbTxn::Write(txn, _) => {
+                range_in(&txn.open_table(def).map_err(store)?, table, lower, end, limit)
+            }
+        })
+    }
+
+    fn count(&self, table: Table) -> Result<u64, MetaError> {
+        with_table!(table, def => match self {
+            RedbTxn::Read(txn) => txn.open_table(def).map_err(store)?.len().map_err(store),
+            RedbTxn::Write(txn, _) => txn.open_table(def).map_err(store)?.len().map_err(store),
+        })
+    }
+}
+
+impl KvBackend for RedbStore {
+    fn read<T>(
+        &self,
+        op: &mut dyn FnMut(&dyn Txn) -> Result<T, MetaError>,
     ) -> Result<T, MetaError> {
         let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let done = change(&mut Tables::open(&txn)?)?;
-        txn.commit().map_err(store)?;
+        let txn = RedbTxn::Read(db.begin_read().map_err(store)?);
+        op(&txn)
+    }
+
+    fn write<T>(
+        &self,
+        op: &mut dyn FnMut(&dyn Txn) -> Result<T, MetaError>,
+    ) -> Result<T, MetaError> {
+        let db = self.db()?;
+        let txn = RedbTxn::Write(db.begin_write().map_err(store)?, Cell::new(false));
+        // An error drops the transaction, which aborts it.
+        let done = op(&txn)?;
+        let RedbTxn::Write(txn, dirty) = txn else { unreachable!("begun as a write") };
+        match dirty.get() {
+            true => txn.commit().map_err(store)?,
+            false => txn.abort().map_err(store)?,
+        }
         Ok(done)
-    }
-
-    fn read_bucket(
-        table: &impl ReadableTable<&'static str, &'static [u8]>,
-        name: &str,
-    ) -> Result<Option<BucketRecord>, MetaError> {
-        match table.get(name).map_err(store)? {
-            Some(bytes) => Ok(Some(decode("buckets", &|| name.into(), bytes.value())?)),
-            None => Ok(None),
-        }
-    }
-}
-
-fn decode_record(
-    namespace: &str,
-    name: &str,
-    bytes: &[u8],
-) -> Result<serde_json::Value, MetaError> {
-    decode("gateway", &|| format!("{namespace}/{name}"), bytes)
-}
-
-impl MetaStore for RedbStore {
-    fn set_bucket_policy(&self, name: &str, policy: Policy) -> Result<BucketRecord, MetaError> {
-        policy.validate().map_err(|e| MetaError::InvalidRecord {
-            bucket: name.into(),
-            key: String::new(),
-            reason: e.to_string(),
-        })?;
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let record = {
-            let mut buckets = txn.open_table(BUCKETS).map_err(store)?;
-            let mut record = RedbStore::read_bucket(&buckets, name)?
-                .ok_or_else(|| MetaError::NoSuchBucket { bucket: name.into() })?;
-            record.default_policy = policy;
-            buckets.insert(name, encode(&record).as_slice()).map_err(store)?;
-            record
-        };
-        txn.commit().map_err(store)?;
-        Ok(record)
-    }
-
-    fn version_moves(&self) -> Result<u64, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_read().map_err(store)?;
-        let meta = txn.open_table(META).map_err(store)?;
-        Ok(meta.get(VERSION_MOVES_KEY).map_err(store)?.map_or(0, |v| v.value()))
-    }
-
-    fn set_bucket_versioning(
-        &self,
-        name: &str,
-        versioning: Versioning,
-        now_ms: u64,
-    ) -> Result<BucketRecord, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let record = {
-            let mut buckets = txn.open_table(BUCKETS).map_err(store)?;
-            let mut record = RedbStore::read_bucket(&buckets, name)?
-                .ok_or_else(|| MetaError::NoSuchBucket { bucket: name.into() })?;
-            versions::check_versioning(&record, versioning)?;
-            record.versioning = Some(versioning);
-            buckets.insert(name, encode(&record).as_slice()).map_err(store)?;
-            if buckets.get(crate::VERSIONS_BUCKET).map_err(store)?.is_none() {
-                let internal = versions::versions_bucket(&record, now_ms);
-                buckets
-                    .insert(crate::VERSIONS_BUCKET, encode(&internal).as_slice())
-                    .map_err(store)?;
-            }
-            record
-        };
-        txn.commit().map_err(store)?;
-        Ok(record)
-    }
-
-    fn set_bucket_object_lock(
-        &self,
-        name: &str,
-        lock: crate::lock::BucketLock,
-    ) -> Result<BucketRecord, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let record = {
-            let mut buckets = txn.open_table(BUCKETS).map_err(store)?;
-            let record = bucket_in(&buckets, name)?;
-            let record = crate::lock::locked_bucket(record, lock)?;
-            buckets.insert(name, encode(&record).as_slice()).map_err(store)?;
-            record
-        };
-        txn.commit().map_err(store)?;
-        Ok(record)
-    }
-
-    fn set_version_lock(
-        &self,
-        bucket: &str,
-        key: &str,
-        version: VersionRef,
-        change: crate::lock::LockChange,
-        bypass_governance: bool,
-        now_ms: u64,
-    ) -> Result<ObjectRecord, MetaError> {
-        self.in_version_tables(|tables| {
-            crate::lock::set_version_lock(
-                tables,
-                bucket,
-                key,
-                version,
-                change,
-                bypass_governance,
-                now_ms,
-            )
-        })
-    }
-
-    fn set_version_attributes(
-        &self,
-        bucket: &str,
-        key: &str,
-        version: VersionRef,
-        attributes: serde_json::Value,
-    ) -> Result<ObjectRecord, MetaError> {
-        self.in_version_tables(|tables| {
-            versions::set_version_attributes(tables, bucket, key, version, attributes)
-        })
-    }
-
-    fn put_record(
-        &self,
-        namespace: &str,
-        name: &str,
-        value: &serde_json::Value,
-        if_absent: bool,
-    ) -> Result<(), MetaError> {
-        check_namespace(namespace)?;
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        {
-            let mut table = txn.open_table(GATEWAY).map_err(store)?;
-            if if_absent && table.get((namespace, name)).map_err(store)?.is_some() {
-                return Err(MetaError::RecordExists {
-                    namespace: namespace.into(),
-                    name: name.into(),
-                });
-            }
-            table.insert((namespace, name), encode(value).as_slice()).map_err(store)?;
-        }
-        txn.commit().map_err(store)?;
-        Ok(())
-    }
-
-    fn get_record(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<serde_json::Value>, MetaError> {
-        check_namespace(namespace)?;
-        let db = self.db()?;
-        let txn = db.begin_read().map_err(store)?;
-        let table = txn.open_table(GATEWAY).map_err(store)?;
-        let found = table.get((namespace, name)).map_err(store)?;
-        found.map(|bytes| decode_record(namespace, name, bytes.value())).transpose()
-    }
-
-    fn delete_record(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<serde_json::Value>, MetaError> {
-        check_namespace(namespace)?;
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let removed = {
-            let mut table = txn.open_table(GATEWAY).map_err(store)?;
-            let removed = table.remove((namespace, name)).map_err(store)?;
-            removed.map(|bytes| decode_record(namespace, name, bytes.value())).transpose()?
-        };
-        txn.commit().map_err(store)?;
-        Ok(removed)
-    }
-
-    fn list_records(
-        &self,
-        namespace: &str,
-        prefix: &str,
-        start_after: Option<&str>,
-        limit: usize,
-    ) -> Result<RecordPage, MetaError> {
-        check_namespace(namespace)?;
-        let db = self.db()?;
-        let txn = db.begin_read().map_err(store)?;
-        let table = txn.open_table(GATEWAY).map_err(store)?;
-        let limit = limit.min(MAX_LIST_LIMIT);
-        let (start, inclusive) = list_start(prefix, start_after);
-        let lower = if inclusive {
-            Bound::Included((namespace, start))
-        } else {
-            Bound::Excluded((namespace, start))
-        };
-        let mut out = Vec::new();
-        for entry in table.range::<(&str, &str)>((lower, Bound::Unbounded)).map_err(store)? {
-            let (key, bytes) = entry.map_err(store)?;
-            let (n, name) = key.value();
-            if n != namespace || !name.starts_with(prefix) || out.len() == limit {
-                break;
-            }
-            out.push((name.to_string(), decode_record(namespace, name, bytes.value())?));
-        }
-        Ok(out)
-    }
-
-    fn create_bucket_with(
-        &self,
-        name: &str,
-        default_policy: Policy,
-        raidp: Option<RaidpPolicy>,
-        geometric: Option<GeometricPolicy>,
-        now_ms: u64,
-    ) -> Result<BucketRecord, MetaError> {
-        check_new_bucket_name(name)?;
-        default_policy.validate().map_err(|e| MetaError::InvalidRecord {
-            bucket: name.into(),
-            key: String::new(),
-            reason: e.to_string(),
-        })?;
-        let record = BucketRecord {
-            name: name.into(),
-            default_policy,
-            created_ms: now_ms,
-            raidp,
-            geometric,
-            versioning: None,
-            object_lock: None,
-        };
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        {
-            let mut buckets = txn.open_table(BUCKETS).map_err(store)?;
-            if buckets.get(name).map_err(store)?.is_some() {
-                return Err(MetaError::BucketExists { bucket: name.into() });
-            }
-            buckets.insert(name, encode(&record).as_slice()).map_err(store)?;
-        }
-        txn.commit().map_err(store)?;
-        Ok(record)
-    }
-
-    fn get_bucket(&self, name: &str) -> Result<BucketRecord, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_read().map_err(store)?;
-        let buckets = txn.open_table(BUCKETS).map_err(store)?;
-        RedbStore::read_bucket(&buckets, name)?
-            .ok_or_else(|| MetaError::NoSuchBucket { bucket: name.into() })
-    }
-
-    fn list_buckets(&self) -> Result<Vec<BucketRecord>, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_read().map_err(store)?;
-        let buckets = txn.open_table(BUCKETS).map_err(store)?;
-        let mut out = Vec::new();
-        for entry in buckets.iter().map_err(store)? {
-            let (name, bytes) = entry.map_err(store)?;
-            out.push(decode("buckets", &|| name.value().into(), bytes.value())?);
-        }
-        Ok(out)
-    }
-
-    fn delete_bucket(&self, name: &str) -> Result<(), MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        {
-            let mut buckets = txn.open_table(BUCKETS).map_err(store)?;
-            if buckets.get(name).map_err(store)?.is_none() {
-                return Err(MetaError::NoSuchBucket { bucket: name.into() });
-            }
-            let objects = txn.open_table(OBJECTS).map_err(store)?;
-            let writes = txn.open_table(WRITES).map_err(store)?;
-            let mut pending = writes.range((name, "", 0)..).map_err(store)?;
-            let has_writes = match pending.next() {
-                Some(entry) => entry.map_err(store)?.0.value().0 == name,
-                None => false,
-            };
-            let versions = versions::bucket_versions_prefix(name, "");
-            let has_versions = match objects
-                .range((crate::VERSIONS_BUCKET, versions.as_str())..)
-                .map_err(store)?
-                .next()
-            {
-                Some(entry) => {
-                    let entry = entry.map_err(store)?;
-                    let (bucket, key) = entry.0.value();
-                    bucket == crate::VERSIONS_BUCKET && key.starts_with(versions.as_str())
-                }
-                None => false,
-            };
-            if bucket_has_rows(&objects, name)? || has_writes || has_versions {
-                return Err(MetaError::BucketNotEmpty { bucket: name.into() });
-            }
-            buckets.remove(name).map_err(store)?;
-        }
-        txn.commit().map_err(store)?;
-        Ok(())
-    }
-
-    fn begin_object(
-        &self,
-        bucket: &str,
-        key: &str,
-        placement: Placement,
-        now_ms: u64,
-    ) -> Result<ObjectRecord, MetaError> {
-        self.begin_raidp_object(bucket, key, placement, None, now_ms)
-    }
-
-    fn begin_raidp_object(
-        &self,
-        bucket: &str,
-        key: &str,
-        placement: Placement,
-        raidp: Option<Vec<RaidpExtent>>,
-        now_ms: u64,
-    ) -> Result<ObjectRecord, MetaError> {
-        check_new_object(bucket, key, &placement)?;
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let record;
-        {
-            let buckets = txn.open_table(BUCKETS).map_err(store)?;
-            if buckets.get(bucket).map_err(store)?.is_none() {
-                return Err(MetaError::NoSuchBucket { bucket: bucket.into() });
-            }
-            let mut meta = txn.open_table(META).map_err(store)?;
-            let generation = next_counter(&mut meta, NEXT_GENERATION_KEY)?;
-            record = ObjectRecord {
-                bucket: bucket.into(),
-                key: key.into(),
-                placement,
-                state: ObjectState::Writing,
-                created_ms: now_ms,
-                generation,
-                parity_generation: 0,
-                digests: Digests::new(),
-                raidp,
-                geometric: None,
-                owners: Vec::new(),
-                attributes: None,
-                versioned: false,
-                delete_marker: false,
-                lock: Default::default(),
-            };
-            let mut writes = txn.open_table(WRITES).map_err(store)?;
-            let bytes = encode(&StoredObject::from_record(&record));
-            writes.insert((bucket, key, generation), bytes.as_slice()).map_err(store)?;
-        }
-        txn.commit().map_err(store)?;
-        Ok(record)
-    }
-
-    fn commit_object_with(
-        &self,
-        bucket: &str,
-        key: &str,
-        generation: u64,
-        digests: &Digests,
-        terms: &CommitTerms,
-    ) -> Result<(ObjectRecord, Option<ObjectRecord>), MetaError> {
-        check_attributes(terms.attributes.as_ref(), bucket, key)?;
-        let no_write =
-            || MetaError::NoSuchWrite { bucket: bucket.into(), key: key.into(), generation };
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let (record, replaced);
-        {
-            let mut writes = txn.open_table(WRITES).map_err(store)?;
-            let write = match writes.get((bucket, key, generation)).map_err(store)? {
-                Some(bytes) => decode_object(bucket, key, bytes.value())?,
-                None => return Err(no_write()),
-            };
-            check_digests(&write, digests, |_| true)?;
-            let mut tables = Tables::open(&txn)?;
-            if terms.precondition.is_some() {
-                let current = tables.object(bucket, key)?;
-                check_precondition(current.as_ref(), terms.precondition, bucket, key)?;
-            }
-            let bucket_record = tables.bucket(bucket)?;
-            let mut committed = ObjectRecord {
-                state: ObjectState::Committed,
-                digests: digests.clone(),
-                attributes: terms.attributes.clone(),
-                ..write
-            };
-            crate::lock::on_commit(&bucket_record, &mut committed, terms.lock)?;
-            let versioning = bucket_record.versioning;
-            writes.remove((bucket, key, generation)).map_err(store)?;
-            let current = tables.remove_object(bucket, key)?;
-            replaced = versions::on_commit(&mut tables, versioning, &mut committed, current)?;
-            tables.insert_object(&committed)?;
-            record = committed;
-        }
-        txn.commit().map_err(store)?;
-        Ok((record, replaced))
-    }
-
-    fn commit_pack(
-        &self,
-        stripe_bucket: &str,
-        stripes: &[StripeCommit],
-        bucket: &str,
-        objects: &[PackedObject],
-    ) -> Result<PackOutcome, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let mut outcome = PackOutcome::default();
-        {
-            let mut writes = txn.open_table(WRITES).map_err(store)?;
-            let mut objects_table = txn.open_table(OBJECTS).map_err(store)?;
-            let mut transitions = txn.open_table(TRANSITIONS).map_err(store)?;
-            for stripe in stripes {
-                let key = stripe.key.as_str();
-                let no_write = || MetaError::NoSuchWrite {
-                    bucket: stripe_bucket.into(),
-                    key: key.into(),
-                    generation: stripe.generation,
-                };
-                let name = (stripe_bucket, key, stripe.generation);
-                let write = match writes.get(name).map_err(store)? {
-                    Some(bytes) => decode_object(stripe_bucket, key, bytes.value())?,
-                    None => return Err(no_write()),
-                };
-                check_digests(&write, &stripe.digests, |_| true)?;
-                writes.remove(name).map_err(store)?;
-                let record = ObjectRecord {
-                    state: ObjectState::Committed,
-                    digests: stripe.digests.clone(),
-                    owners: stripe.owners.clone(),
-                    ..write
-                };
-                let bytes = encode(&StoredObject::from_record(&record));
-                objects_table.insert((stripe_bucket, key), bytes.as_slice()).map_err(store)?;
-                transitions.remove((stripe_bucket, key)).map_err(store)?;
-            }
-            for object in objects {
-                let key = object.key.as_str();
-                let current = match objects_table.get((bucket, key)).map_err(store)? {
-                    Some(bytes) => Some(decode_object(bucket, key, bytes.value())?),
-                    None => None,
-                };
-                if let Some(why) = pack_refusal(current.as_ref(), object.generation) {
-                    outcome.skipped.push((object.key.clone(), why));
-                    continue;
-                }
-                let old = current.expect("pack_refusal checked it");
-                let packed = packed_record(&old, &object.place)?;
-                let bytes = encode(&StoredObject::from_record(&packed));
-                objects_table.insert((bucket, key), bytes.as_slice()).map_err(store)?;
-                transitions.remove((bucket, key)).map_err(store)?;
-                outcome.packed.push(old);
-            }
-        }
-        txn.commit().map_err(store)?;
-        Ok(outcome)
-    }
-
-    fn get_write(
-        &self,
-        bucket: &str,
-        key: &str,
-        generation: u64,
-    ) -> Result<Option<ObjectRecord>, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_read().map_err(store)?;
-        let writes = txn.open_table(WRITES).map_err(store)?;
-        let found = writes.get((bucket, key, generation)).map_err(store)?;
-        found.map(|bytes| decode_object(bucket, key, bytes.value())).transpose()
-    }
-
-    fn get_object(&self, bucket: &str, key: &str) -> Result<ObjectRecord, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_read().map_err(store)?;
-        let buckets = txn.open_table(BUCKETS).map_err(store)?;
-        if buckets.get(bucket).map_err(store)?.is_none() {
-            return Err(MetaError::NoSuchBucket { bucket: bucket.into() });
-        }
-        let objects = txn.open_table(OBJECTS).map_err(store)?;
-        match objects.get((bucket, key)).map_err(store)? {
-            Some(bytes) => decode_object(bucket, key, bytes.value()),
-            None => Err(MetaError::NoSuchKey { bucket: bucket.into(), key: key.into() }),
-        }
-    }
-
-    fn list_objects(
-        &self,
-        bucket: &str,
-        prefix: &str,
-        start_after: Option<&str>,
-        limit: usize,
-    ) -> Result<ObjectPage, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_read().map_err(store)?;
-        let buckets = txn.open_table(BUCKETS).map_err(store)?;
-        if buckets.get(bucket).map_err(store)?.is_none() {
-            return Err(MetaError::NoSuchBucket { bucket: bucket.into() });
-        }
-        let objects = txn.open_table(OBJECTS).map_err(store)?;
-        let limit = limit.min(MAX_LIST_LIMIT);
-        let (start, inclusive) = list_start(prefix, start_after);
-        let lower = if inclusive {
-            Bound::Included((bucket, start))
-        } else {
-            Bound::Excluded((bucket, start))
-        };
-        let mut out = Vec::new();
-        let mut next_start_after = None;
-        for entry in objects.range::<(&str, &str)>((lower, Bound::Unbounded)).map_err(store)? {
-            let (name, bytes) = entry.map_err(store)?;
-            let (b, k) = name.value();
-            if b != bucket || !k.starts_with(prefix) {
-                break;
-            }
-            if out.len() == limit {
-                next_start_after = out.last().map(|r: &ObjectRecord| r.key.clone());
-                break;
-            }
-            out.push(decode_object(b, k, bytes.value())?);
-        }
-        Ok(ObjectPage { objects: out, next_start_after })
-    }
-
-    fn delete_object_if(
-        &self,
-        bucket: &str,
-        key: &str,
-        precondition: Option<Precondition>,
-    ) -> Result<ObjectRecord, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let record;
-        {
-            let buckets = txn.open_table(BUCKETS).map_err(store)?;
-            if buckets.get(bucket).map_err(store)?.is_none() {
-                return Err(MetaError::NoSuchBucket { bucket: bucket.into() });
-            }
-            let mut objects = txn.open_table(OBJECTS).map_err(store)?;
-            if let Some(current) = read_object(&objects, bucket, key)? {
-                check_precondition(Some(&current), precondition, bucket, key)?;
-                crate::lock::check_unlocked(&current)?;
-            }
-            record = match objects.remove((bucket, key)).map_err(store)? {
-                Some(bytes) => decode_object(bucket, key, bytes.value())?,
-                None => {
-                    return Err(MetaError::NoSuchKey { bucket: bucket.into(), key: key.into() })
-                }
-            };
-            txn.open_table(TRANSITIONS).map_err(store)?.remove((bucket, key)).map_err(store)?;
-        }
-        txn.commit().map_err(store)?;
-        Ok(record)
-    }
-
-    fn delete_latest(
-        &self,
-        bucket: &str,
-        key: &str,
-        precondition: Option<Precondition>,
-        now_ms: u64,
-    ) -> Result<Deleted, MetaError> {
-        self.in_version_tables(|tables| {
-            versions::delete_latest(tables, bucket, key, precondition, now_ms)
-        })
-    }
-
-    fn delete_version(
-        &self,
-        bucket: &str,
-        key: &str,
-        version: VersionRef,
-        terms: versions::VersionDelete,
-    ) -> Result<ObjectRecord, MetaError> {
-        self.in_version_tables(|tables| {
-            versions::delete_version(tables, bucket, key, version, terms)
-        })
-    }
-
-    fn get_version(
-        &self,
-        bucket: &str,
-        key: &str,
-        version: VersionRef,
-    ) -> Result<ObjectRecord, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_read().map_err(store)?;
-        let tables = ReadTables {
-            buckets: txn.open_table(BUCKETS).map_err(store)?,
-            objects: txn.open_table(OBJECTS).map_err(store)?,
-        };
-        tables.bucket(bucket)?;
-        let found = versions::find_version(&tables, bucket, key, version)?;
-        found.ok_or_else(|| versions::no_such_version(bucket, key, version))
-    }
-
-    fn list_writes(
-        &self,
-        after: Option<&WriteCursor>,
-        limit: usize,
-    ) -> Result<Vec<ObjectRecord>, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_read().map_err(store)?;
-        let writes = txn.open_table(WRITES).map_err(store)?;
-        let lower = match after {
-            Some((name, generation)) => {
-                Bound::Excluded((name.bucket.as_str(), name.key.as_str(), *generation))
-            }
-            None => Bound::Unbounded,
-        };
-        let mut out = Vec::new();
-        for entry in writes.range::<(&str, &str, u64)>((lower, Bound::Unbounded)).map_err(store)? {
-            if out.len() == limit.min(MAX_LIST_LIMIT) {
-                break;
-            }
-            let (name, bytes) = entry.map_err(store)?;
-            let (bucket, key, _) = name.value();
-            out.push(decode_object(bucket, key, bytes.value())?);
-        }
-        Ok(out)
-    }
-
-    fn abort_write(
-        &self,
-        bucket: &str,
-        key: &str,
-        generation: u64,
-    ) -> Result<ObjectRecord, MetaError> {
-        let no_write =
-            || MetaError::NoSuchWrite { bucket: bucket.into(), key: key.into(), generation };
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let write;
-        {
-            let mut writes = txn.open_table(WRITES).map_err(store)?;
-            write = match writes.remove((bucket, key, generation)).map_err(store)? {
-                Some(bytes) => decode_object(bucket, key, bytes.value())?,
-                None => return Err(no_write()),
-            };
-        }
-        txn.commit().map_err(store)?;
-        Ok(write)
-    }
-
-    fn record_heartbeat(
-        &self,
-        heartbeat: &Heartbeat,
-        now_ms: u64,
-    ) -> Result<NodeRecord, MetaError> {
-        let record = NodeRecord {
-            node_id: heartbeat.node_id,
-            endpoint: heartbeat.endpoint.clone(),
-            pid: heartbeat.pid,
-            last_heartbeat_ms: now_ms,
-            disks: heartbeat.disks.clone(),
-            rack: heartbeat.rack,
-        };
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        {
-            let mut nodes = txn.open_table(NODES).map_err(store)?;
-            nodes.insert(record.node_id, encode(&record).as_slice()).map_err(store)?;
-        }
-        txn.commit().map_err(store)?;
-        Ok(record)
-    }
-
-    fn list_nodes(&self) -> Result<Vec<NodeRecord>, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_read().map_err(store)?;
-        let nodes = txn.open_table(NODES).map_err(store)?;
-        let mut out = Vec::new();
-        for entry in nodes.iter().map_err(store)? {
-            let (id, bytes) = entry.map_err(store)?;
-            out.push(decode("nodes", &|| id.value().to_string(), bytes.value())?);
-        }
-        Ok(out)
-    }
-
-    fn enqueue_repair(&self, request: &RepairRequest, now_ms: u64) -> Result<Enqueued, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let outcome = enqueue_in(&txn, request, now_ms)?;
-        // Committing an unchanged transaction would cost an fsync for nothing.
-        if outcome == Enqueued::Queued {
-            txn.commit().map_err(store)?;
-        } else {
-            txn.abort().map_err(store)?;
-        }
-        Ok(outcome)
-    }
-
-    fn enqueue_repairs(&self, requests: &[RepairRequest], now_ms: u64) -> Result<usize, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let mut queued = 0;
-        for request in requests {
-            if enqueue_in(&txn, request, now_ms)? == Enqueued::Queued {
-                queued += 1;
-            }
-        }
-        if queued > 0 {
-            txn.commit().map_err(store)?;
-        } else {
-            txn.abort().map_err(store)?;
-        }
-        Ok(queued)
-    }
-
-    fn take_repair(&self, now_ms: u64, lease_ms: u64) -> Result<Option<RepairLease>, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let lease;
-        {
-            let mut repairs = txn.open_table(REPAIRS).map_err(store)?;
-            // Oldest first; the scan is bounded by the queue length.
-            let mut found = None;
-            for entry in repairs.iter().map_err(store)? {
-                let (id, bytes) = entry.map_err(store)?;
-                let task = decode_task(id.value(), bytes.value())?;
-                if is_free(&task, now_ms) {
-                    found = Some((id.value(), task));
-                    break;
-                }
-            }
-            let Some((task_id, mut task)) = found else {
-                return Ok(None);
-            };
-            let deadline_ms = lease_deadline(&task, now_ms, lease_ms);
-            task.attempts += 1;
-            task.lease_deadline_ms = Some(deadline_ms);
-            repairs.insert(task_id, encode(&task).as_slice()).map_err(store)?;
-            lease = RepairLease { task_id, task, deadline_ms };
-        }
-        txn.commit().map_err(store)?;
-        Ok(Some(lease))
-    }
-
-    fn complete_repair(&self, lease: &RepairLease) -> Result<(), MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let task = leased_task(&txn, lease)?;
-        remove_task(&txn, lease.task_id, &task)?;
-        txn.commit().map_err(store)?;
-        Ok(())
-    }
-
-    fn relocate_repaired(
-        &self,
-        lease: &RepairLease,
-        disk: DiskLocation,
-    ) -> Result<RepairOutcome, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let task = leased_task(&txn, lease)?;
-        let (bucket, key) = (task.object.bucket.as_str(), task.object.key.as_str());
-        let outcome;
-        {
-            let mut objects = txn.open_table(OBJECTS).map_err(store)?;
-            let committed = read_object(&objects, bucket, key)?;
-            outcome = match relocated(committed, &task, disk)? {
-                Some(object) => {
-                    let bytes = encode(&StoredObject::from_record(&object));
-                    objects.insert((bucket, key), bytes.as_slice()).map_err(store)?;
-                    RepairOutcome::Relocated(object)
-                }
-                None => RepairOutcome::Stale,
-            };
-        }
-        remove_task(&txn, lease.task_id, &task)?;
-        txn.commit().map_err(store)?;
-        Ok(outcome)
-    }
-
-    fn fail_repair_until(
-        &self,
-        lease: &RepairLease,
-        error: &str,
-        not_before_ms: Option<u64>,
-        unfound: bool,
-    ) -> Result<u64, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let mut task = leased_task(&txn, lease)?;
-        remove_task(&txn, lease.task_id, &task)?;
-        let id;
-        {
-            let mut meta = txn.open_table(META).map_err(store)?;
-            id = next_counter(&mut meta, NEXT_REPAIR_ID_KEY)?;
-            let unit_text = unit_name(task.unit);
-            let index_key =
-                (task.object.bucket.as_str(), task.object.key.as_str(), unit_text.as_str());
-            txn.open_table(REPAIR_INDEX).map_err(store)?.insert(index_key, id).map_err(store)?;
-            task.lease_deadline_ms = None;
-            task.last_error = Some(error.to_string());
-            task.not_before_ms = not_before_ms;
-            task.unfound = unfound;
-            let mut repairs = txn.open_table(REPAIRS).map_err(store)?;
-            repairs.insert(id, encode(&task).as_slice()).map_err(store)?;
-        }
-        txn.commit().map_err(store)?;
-        Ok(id)
-    }
-
-    fn wake_unfound_repairs(&self) -> Result<usize, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let mut woken = Vec::new();
-        {
-            let repairs = txn.open_table(REPAIRS).map_err(store)?;
-            // Bounded by the queue length.
-            for entry in repairs.iter().map_err(store)? {
-                let (id, bytes) = entry.map_err(store)?;
-                let task = decode_task(id.value(), bytes.value())?;
-                if task.unfound && task.not_before_ms.is_some() {
-                    woken.push((id.value(), RepairTask { not_before_ms: None, ..task }));
-                }
-            }
-        }
-        if woken.is_empty() {
-            txn.abort().map_err(store)?;
-            return Ok(0);
-        }
-        {
-            let mut repairs = txn.open_table(REPAIRS).map_err(store)?;
-            for (id, task) in &woken {
-                repairs.insert(*id, encode(task).as_slice()).map_err(store)?;
-            }
-        }
-        txn.commit().map_err(store)?;
-        Ok(woken.len())
-    }
-
-    fn drop_repairs_of(&self, bucket: &str, key: &str) -> Result<usize, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let mut doomed: Vec<(String, u64)> = Vec::new();
-        {
-            let index = txn.open_table(REPAIR_INDEX).map_err(store)?;
-            // At most one entry per unit of the object.
-            for entry in index.range((bucket, key, "")..).map_err(store)? {
-                let (name, id) = entry.map_err(store)?;
-                let (b, k, unit) = name.value();
-                if (b, k) != (bucket, key) {
-                    break;
-                }
-                doomed.push((unit.to_string(), id.value()));
-            }
-        }
-        if doomed.is_empty() {
-            txn.abort().map_err(store)?;
-            return Ok(0);
-        }
-        {
-            let mut index = txn.open_table(REPAIR_INDEX).map_err(store)?;
-            let mut repairs = txn.open_table(REPAIRS).map_err(store)?;
-            for (unit, id) in &doomed {
-                index.remove((bucket, key, unit.as_str())).map_err(store)?;
-                repairs.remove(*id).map_err(store)?;
-            }
-        }
-        txn.commit().map_err(store)?;
-        Ok(doomed.len())
-    }
-
-    fn repairs_of(&self, bucket: &str, key: &str) -> Result<Vec<(u64, RepairTask)>, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_read().map_err(store)?;
-        let index = txn.open_table(REPAIR_INDEX).map_err(store)?;
-        let repairs = txn.open_table(REPAIRS).map_err(store)?;
-        let mut out = Vec::new();
-        // At most one entry per unit of the object.
-        for entry in index.range((bucket, key, "")..).map_err(store)? {
-            let (name, id) = entry.map_err(store)?;
-            let (b, k, _) = name.value();
-            if (b, k) != (bucket, key) {
-                break;
-            }
-            if let Some(bytes) = repairs.get(id.value()).map_err(store)? {
-                out.push((id.value(), decode_task(id.value(), bytes.value())?));
-            }
-        }
-        Ok(out)
-    }
-
-    fn get_repair(&self, task_id: u64) -> Result<Option<RepairTask>, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_read().map_err(store)?;
-        let repairs = txn.open_table(REPAIRS).map_err(store)?;
-        match repairs.get(task_id).map_err(store)? {
-            Some(bytes) => Ok(Some(decode_task(task_id, bytes.value())?)),
-            None => Ok(None),
-        }
-    }
-
-    fn list_repairs(
-        &self,
-        after: Option<u64>,
-        limit: usize,
-    ) -> Result<Vec<(u64, RepairTask)>, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_read().map_err(store)?;
-        let repairs = txn.open_table(REPAIRS).map_err(store)?;
-        let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
-        let mut out = Vec::new();
-        for entry in repairs.range::<u64>((lower, Bound::Unbounded)).map_err(store)? {
-            if out.len() == limit.min(MAX_LIST_LIMIT) {
-                break;
-            }
-            let (id, bytes) = entry.map_err(store)?;
-            out.push((id.value(), decode_task(id.value(), bytes.value())?));
-        }
-        Ok(out)
-    }
-
-    fn repair_queue_len(&self) -> Result<usize, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_read().map_err(store)?;
-        let repairs = txn.open_table(REPAIRS).map_err(store)?;
-        let len = repairs.len().map_err(store)?;
-        Ok(usize::try_from(len).expect("queue length fits in memory"))
-    }
-
-    fn begin_transition(
-        &self,
-        plan: NewTransition,
-        now_ms: u64,
-    ) -> Result<(TransitionRecord, Option<TransitionRecord>), MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let (record, replaced);
-        {
-            let buckets = txn.open_table(BUCKETS).map_err(store)?;
-            if buckets.get(plan.bucket.as_str()).map_err(store)?.is_none() {
-                return Err(MetaError::NoSuchBucket { bucket: plan.bucket });
-            }
-            let objects = txn.open_table(OBJECTS).map_err(store)?;
-            let committed = read_object(&objects, &plan.bucket, &plan.key)?;
-            check_new_transition(committed.as_ref(), &plan)?;
-            let mut meta = txn.open_table(META).map_err(store)?;
-            let id = next_counter(&mut meta, NEXT_TRANSITION_ID_KEY)?;
-            record = TransitionRecord::new(plan, id, now_ms);
-            let (bucket, key) = (record.bucket.as_str(), record.key.as_str());
-            let mut transitions = txn.open_table(TRANSITIONS).map_err(store)?;
-            replaced = match transitions
-                .insert((bucket, key), encode(&record).as_slice())
-                .map_err(store)?
-            {
-                Some(old) => Some(decode_transition(bucket, key, old.value())?),
-                None => None,
-            };
-        }
-        txn.commit().map_err(store)?;
-        Ok((record, replaced))
-    }
-
-    fn commit_transition(
-        &self,
-        bucket: &str,
-        key: &str,
-        id: u64,
-        parity_digests: &Digests,
-    ) -> Result<(ObjectRecord, ObjectRecord), MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let (new, old);
-        {
-            let mut objects = txn.open_table(OBJECTS).map_err(store)?;
-            let mut transitions = txn.open_table(TRANSITIONS).map_err(store)?;
-            let committed = read_object(&objects, bucket, key)?;
-            let pending = read_transition(&transitions, bucket, key)?;
-            new = transitioned(
-                committed.as_ref(),
-                pending.as_ref(),
-                bucket,
-                key,
-                id,
-                parity_digests,
-            )?;
-            old = committed.expect("checked by transitioned");
-            let bytes = encode(&StoredObject::from_record(&new));
-            objects.insert((bucket, key), bytes.as_slice()).map_err(store)?;
-            transitions.remove((bucket, key)).map_err(store)?;
-        }
-        drop_parity_repairs(&txn, bucket, key)?;
-        txn.commit().map_err(store)?;
-        Ok((new, old))
-    }
-
-    fn abort_transition(
-        &self,
-        bucket: &str,
-        key: &str,
-        id: u64,
-    ) -> Result<TransitionRecord, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let record;
-        {
-            let mut transitions = txn.open_table(TRANSITIONS).map_err(store)?;
-            record = match read_transition(&transitions, bucket, key)? {
-                Some(pending) if pending.id == id => pending,
-                pending => {
-                    return Err(MetaError::NoSuchTransition {
-                        bucket: bucket.into(),
-                        key: key.into(),
-                        id,
-                        pending: pending.map(|t| t.id),
-                    })
-                }
-            };
-            transitions.remove((bucket, key)).map_err(store)?;
-        }
-        txn.commit().map_err(store)?;
-        Ok(record)
-    }
-
-    fn get_transition(
-        &self,
-        bucket: &str,
-        key: &str,
-    ) -> Result<Option<TransitionRecord>, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_read().map_err(store)?;
-        let transitions = txn.open_table(TRANSITIONS).map_err(store)?;
-        read_transition(&transitions, bucket, key)
-    }
-
-    fn list_transitions(
-        &self,
-        after: Option<&ObjectName>,
-        limit: usize,
-    ) -> Result<Vec<TransitionRecord>, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_read().map_err(store)?;
-        let transitions = txn.open_table(TRANSITIONS).map_err(store)?;
-        page_after(&transitions, after, limit, decode_transition)
-    }
-
-    fn renew_transition(
-        &self,
-        bucket: &str,
-        key: &str,
-        id: u64,
-        deadline_ms: u64,
-    ) -> Result<TransitionRecord, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let mut record;
-        {
-            let objects = txn.open_table(OBJECTS).map_err(store)?;
-            let mut transitions = txn.open_table(TRANSITIONS).map_err(store)?;
-            let committed = read_object(&objects, bucket, key)?;
-            let pending = read_transition(&transitions, bucket, key)?;
-            record = pending_one(committed.as_ref(), pending.as_ref(), bucket, key, id)?.clone();
-            record.lease_deadline_ms = deadline_ms;
-            transitions.insert((bucket, key), encode(&record).as_slice()).map_err(store)?;
-        }
-        txn.commit().map_err(store)?;
-        Ok(record)
-    }
-
-    fn expire_transition(
-        &self,
-        bucket: &str,
-        key: &str,
-        id: u64,
-        now_ms: u64,
-    ) -> Result<Option<TransitionRecord>, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_write().map_err(store)?;
-        let record;
-        {
-            let mut transitions = txn.open_table(TRANSITIONS).map_err(store)?;
-            record = match read_transition(&transitions, bucket, key)? {
-                Some(pending) if pending.id == id && pending.lease_expired(now_ms) => pending,
-                _ => return Ok(None),
-            };
-            transitions.remove((bucket, key)).map_err(store)?;
-        }
-        txn.commit().map_err(store)?;
-        Ok(Some(record))
-    }
-
-    fn transition_count(&self) -> Result<usize, MetaError> {
-        let db = self.db()?;
-        let txn = db.begin_read().map_err(store)?;
-        let transitions = txn.open_table(TRANSITIONS).map_err(store)?;
-        let len = transitions.len().map_err(store)?;
-        Ok(usize::try_from(len).expect("transition count fits in memory"))
     }
 }
 
 // Keeps the format version visible next to the schema version for readers of this file.
 const _: () = assert!(FORMAT_VERSION == 1 && SCHEMA_VERSION == 6);
 
-/// Up to `min(limit, MAX_LIST_LIMIT)` values of a (bucket, key) table in key order, after
-/// `after`, decoded.
-fn page_after<T>(
-    table: &redb::ReadOnlyTable<(&'static str, &'static str), &'static [u8]>,
-    after: Option<&ObjectName>,
-    limit: usize,
-    decode: impl Fn(&str, &str, &[u8]) -> Result<T, MetaError>,
-) -> Result<Vec<T>, MetaError> {
-    let lower = match after {
-        Some(name) => Bound::Excluded((name.bucket.as_str(), name.key.as_str())),
-        None => Bound::Unbounded,
-    };
-    let mut out = Vec::new();
-    for entry in table.range::<(&str, &str)>((lower, Bound::Unbounded)).map_err(store)? {
-        if out.len() == limit.min(MAX_LIST_LIMIT) {
-            break;
-        }
-        let (name, bytes) = entry.map_err(store)?;
-        let (bucket, key) = name.value();
-        out.push(decode(bucket, key, bytes.value())?);
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::records::{encode, BucketRecord};
+    use crate::{Digests, MetaStore};
+    use weft_layout::DiskLocation;
 
     #[test]
     fn unknown_versions_are_refused() {

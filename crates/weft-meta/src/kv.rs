@@ -1,0 +1,1584 @@
+//! The metadata operations written once, over any transactional ordered key-value store.
+//!
+//! A backend ([`KvBackend`]) gives transactions ([`Txn`]) over a fixed set of tables
+//! ([`Table`]), each an ordered map from a [`Key`] to bytes; every [`MetaStore`] operation is
+//! one closure run inside one such transaction (`impl<B: KvBackend> MetaStore for B`, below).
+//! redb ([`crate::RedbStore`], its typed tables unchanged on disk) and PostgreSQL
+//! ([`crate::PgStore`]) are backends; [`crate::MemStore`] is not: it stays the independent
+//! model the backends are tested against.
+//!
+//! Invariants a backend keeps:
+//! - A write transaction's effects happen all together when its closure returns `Ok`, or not
+//!   at all; a closure that returns `Err` changes nothing. Transactions are serializable.
+//! - A backend may run a write closure more than once (PostgreSQL retries a transaction that
+//!   lost a serialization conflict); closures therefore have no effect outside the
+//!   transaction and read everything they decide on through it.
+//! - Keys order as their [`Key::encode`] bytes order (strings by their UTF-8 bytes, numbers
+//!   by value), the order redb's typed tuple keys have too: every range below means the same
+//!   in every backend.
+//! - A range returns at most `limit` entries, in key order, from its lower bound up to its
+//!   [`End`]; a `Prefix` end keeps exactly the keys whose encoding starts with the prefix.
+//! - Numbers stored as values (counters, the repair index's task ids) are 8 bytes, big-endian.
+
+use std::ops::Bound;
+
+use weft_layout::{DiskLocation, GeometricPolicy, Placement};
+
+use crate::records::{
+    check_new_bucket_name, decode, encode, unit_name, BucketRecord, Enqueued, Heartbeat,
+    NewTransition, NodeRecord, ObjectName, ObjectRecord, ObjectState, Policy, RaidpExtent,
+    RaidpPolicy, RepairLease, RepairOutcome, RepairRequest, RepairTask, StoredObject,
+    TransitionRecord,
+};
+use crate::store::{check_attributes, check_precondition, CommitTerms, Precondition};
+use crate::store::{
+    check_digests, check_namespace, check_new_object, check_new_transition, enqueue_step, holds,
+    is_free, lease_deadline, lease_lost, list_start, pack_refusal, packed_record, pending_one,
+    relocated, transitioned, EnqueueStep, ObjectPage, PackOutcome, PackedObject, RecordPage,
+    StripeCommit, MAX_LIST_LIMIT,
+};
+use crate::versions::{self, VersionReads, VersionTables};
+use crate::{Deleted, Digests, MetaError, MetaStore, VersionRef, Versioning, WriteCursor};
+
+/// The tables of the metadata, with the shape of their keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Table {
+    /// Bucket records by name ([`Key::Name`]).
+    Buckets,
+    /// Committed objects by (bucket, key) ([`Key::Pair`]).
+    Objects,
+    /// Writes in progress by (bucket, key, generation) ([`Key::Write`]).
+    Writes,
+    /// Node records by id ([`Key::Node`]).
+    Nodes,
+    /// Repair tasks by id, in queue order ([`Key::Task`]).
+    Repairs,
+    /// The queued task id (a number) of each (bucket, key, unit name) ([`Key::Unit`]).
+    RepairIndex,
+    /// Pending transitions by (bucket, key) ([`Key::Pair`]).
+    Transitions,
+    /// Store-wide numbers by name ([`Key::Name`]): the schema version and the counters.
+    Meta,
+    /// Gateway records by (namespace, name) ([`Key::Pair`]).
+    Gateway,
+}
+
+impl Table {
+    /// Every table, in a fixed order.
+    pub const ALL: [Table; 9] = [
+        Table::Buckets,
+        Table::Objects,
+        Table::Writes,
+        Table::Nodes,
+        Table::Repairs,
+        Table::RepairIndex,
+        Table::Transitions,
+        Table::Meta,
+        Table::Gateway,
+    ];
+
+    /// The table's name (redb's table name; PostgreSQL's is `weft_` and this).
+    pub fn name(self) -> &'static str {
+        match self {
+            Table::Buckets => "buckets",
+            Table::Objects => "objects",
+            Table::Writes => "pending_writes",
+            Table::Nodes => "nodes",
+            Table::Repairs => "repairs",
+            Table::RepairIndex => "repair_index",
+            Table::Transitions => "transitions",
+            Table::Meta => "meta",
+            Table::Gateway => "gateway",
+        }
+    }
+
+    fn shape(self) -> Shape {
+        match self {
+            Table::Buckets | Table::Meta => Shape::Name,
+            Table::Objects | Table::Transitions | Table::Gateway => Shape::Pair,
+            Table::Writes => Shape::Write,
+            Table::RepairIndex => Shape::Unit,
+            Table::Nodes => Shape::Node,
+            Table::Repairs => Shape::Task,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Name,
+    Pair,
+    Write,
+    Unit,
+    Node,
+    Task,
+}
+
+/// A key of one of the [`Table`]s.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Key {
+    Name(String),
+    Pair(String, String),
+    Write(String, String, u64),
+    Unit(String, String, String),
+    Node(u32),
+    Task(u64),
+}
+
+/// Appends `text` escaped (NUL as NUL 0xFF), without its terminator.
+fn escape_into(out: &mut Vec<u8>, text: &str) {
+    for &byte in text.as_bytes() {
+        out.push(byte);
+        if byte == 0 {
+            out.push(0xFF);
+        }
+    }
+}
+
+/// Appends `text` escaped and terminated (NUL 0x01): the terminator sorts below every
+/// continuation, so a string sorts before every longer string it begins.
+fn string_into(out: &mut Vec<u8>, text: &str) {
+    escape_into(out, text);
+    out.extend_from_slice(&[0, 1]);
+}
+
+impl Key {
+    pub fn name(name: &str) -> Key {
+        Key::Name(name.into())
+    }
+
+    pub fn pair(first: &str, second: &str) -> Key {
+        Key::Pair(first.into(), second.into())
+    }
+
+    pub fn write(bucket: &str, key: &str, generation: u64) -> Key {
+        Key::Write(bucket.into(), key.into(), generation)
+    }
+
+    pub fn unit(bucket: &str, key: &str, unit: &str) -> Key {
+        Key::Unit(bucket.into(), key.into(), unit.into())
+    }
+
+    /// The key's bytes: they sort as the keys do.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        match self {
+            Key::Name(a) => string_into(&mut out, a),
+            Key::Pair(a, b) => {
+                string_into(&mut out, a);
+                string_into(&mut out, b);
+            }
+            Key::Write(a, b, n) => {
+                string_into(&mut out, a);
+                string_into(&mut out, b);
+                out.extend_from_slice(&n.to_be_bytes());
+            }
+            Key::Unit(a, b, c) => {
+                string_into(&mut out, a);
+                string_into(&mut out, b);
+                string_into(&mut out, c);
+            }
+            Key::Node(n) => out.extend_from_slice(&n.to_be_bytes()),
+            Key::Task(n) => out.extend_from_slice(&n.to_be_bytes()),
+        }
+        out
+    }
+
+    /// The key of `table` whose [`Key::encode`] is `bytes`.
+    pub fn decode(table: Table, bytes: &[u8]) -> Result<Key, MetaError> {
+        let corrupt = |reason: &str| MetaError::Corrupt {
+            table: table.name(),
+            key: format!("{bytes:02x?}"),
+            reason: reason.into(),
+        };
+        let mut rest = bytes;
+        let string = |rest: &mut &[u8]| -> Result<String, MetaError> {
+            let mut text = Vec::new();
+            let mut i = 0;
+            loop {
+                match (rest.get(i), rest.get(i + 1)) {
+                    (Some(0), Some(0xFF)) => {
+                        text.push(0);
+                        i += 2;
+                    }
+                    (Some(0), Some(1)) => break,
+                    (Some(0), _) | (None, _) => return Err(corrupt("an unterminated string")),
+                    (Some(&byte), _) => {
+                        text.push(byte);
+                        i += 1;
+                    }
+                }
+            }
+            *rest = &rest[i + 2..];
+            String::from_utf8(text).map_err(|_| corrupt("a string that is not UTF-8"))
+        };
+        let key = match table.shape() {
+            Shape::Name => Key::Name(string(&mut rest)?),
+            Shape::Pair => Key::Pair(string(&mut rest)?, string(&mut rest)?),
+            Shape::Write => {
+                let (a, b) = (string(&mut rest)?, string(&mut rest)?);
+                let n: [u8; 8] = rest.try_into().map_err(|_| corrupt("not 8 bytes"))?;
+                rest = &[];
+                Key::Write(a, b, u64::from_be_bytes(n))
+            }
+            Shape::Unit => Key::Unit(string(&mut rest)?, string(&mut rest)?, string(&mut rest)?),
+            Shape::Node => {
+                let n: [u8; 4] = rest.try_into().map_err(|_| corrupt("not 4 bytes"))?;
+                rest = &[];
+                Key::Node(u32::from_be_bytes(n))
+            }
+            Shape::Task => {
+                let n: [u8; 8] = rest.try_into().map_err(|_| corrupt("not 8 bytes"))?;
+                rest = &[];
+                Key::Task(u64::from_be_bytes(n))
+            }
+        };
+        match rest.is_empty() {
+            true => Ok(key),
+            false => Err(corrupt("bytes after the key")),
+        }
+    }
+
+    /// Whether this key has the shape of `table`'s keys.
+    pub fn fits(&self, table: Table) -> bool {
+        matches!(
+            (self, table.shape()),
+            (Key::Name(_), Shape::Name)
+                | (Key::Pair(..), Shape::Pair)
+                | (Key::Write(..), Shape::Write)
+                | (Key::Unit(..), Shape::Unit)
+                | (Key::Node(_), Shape::Node)
+                | (Key::Task(_), Shape::Task)
+        )
+    }
+}
+
+/// The encoded prefix of the keys whose first string is `first` and whose next string starts
+/// with `partial` (for a [`End::Prefix`]).
+pub fn prefix_after(first: &str, partial: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    string_into(&mut out, first);
+    escape_into(&mut out, partial);
+    out
+}
+
+/// The encoded prefix of the keys whose first two strings are `first` and `second` and whose
+/// third starts with `partial`.
+fn prefix_after_two(first: &str, second: &str, partial: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    string_into(&mut out, first);
+    string_into(&mut out, second);
+    escape_into(&mut out, partial);
+    out
+}
+
+/// The smallest byte string above every string that starts with `prefix`, if there is one:
+/// the prefix without its trailing 0xFF bytes, its last byte plus one.
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let keep = prefix.iter().rposition(|&b| b != 0xFF)?;
+    let mut end = prefix[..=keep].to_vec();
+    end[keep] += 1;
+    Some(end)
+}
+
+/// Where a range stops.
+#[derive(Debug, Clone, Copy)]
+pub enum End<'a> {
+    /// At the end of the table.
+    Open,
+    /// Before this key (excluded).
+    Before(&'a Key),
+    /// After the last key whose encoding starts with these bytes.
+    Prefix(&'a [u8]),
+}
+
+impl End<'_> {
+    /// Whether `key` (reached going up from the range's lower bound) is still inside.
+    pub fn admits(&self, key: &Key) -> bool {
+        match self {
+            End::Open => true,
+            End::Before(end) => key < end,
+            End::Prefix(prefix) => key.encode().starts_with(prefix),
+        }
+    }
+}
+
+/// One entry of a range: a key and its value.
+pub type Entry = (Key, Vec<u8>);
+
+/// One transaction of a backend. Methods take `&self`: a transaction is used by one thread,
+/// and backends keep their connection in a cell.
+pub trait Txn {
+    fn get(&self, table: Table, key: &Key) -> Result<Option<Vec<u8>>, MetaError>;
+    /// Inserts or replaces.
+    fn put(&self, table: Table, key: &Key, value: &[u8]) -> Result<(), MetaError>;
+    /// Removes, returning the value removed.
+    fn remove(&self, table: Table, key: &Key) -> Result<Option<Vec<u8>>, MetaError>;
+    /// At most `limit` entries from `lower` up to `end`, in key order.
+    fn range(
+        &self,
+        table: Table,
+        lower: Bound<&Key>,
+        end: End<'_>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, MetaError>;
+    /// The number of entries of `table`.
+    fn count(&self, table: Table) -> Result<u64, MetaError>;
+}
+
+/// A transactional store of the [`Table`]s: every backend of this trait is a [`MetaStore`].
+pub trait KvBackend: Send + Sync {
+    /// Runs `op` in a read-only transaction (a consistent snapshot).
+    fn read<T>(&self, op: &mut dyn FnMut(&dyn Txn) -> Result<T, MetaError>)
+        -> Result<T, MetaError>;
+    /// Runs `op` in a serializable write transaction and commits what it did when it
+    /// returns `Ok` (see the module's invariants: `op` may run more than once).
+    fn write<T>(
+        &self,
+        op: &mut dyn FnMut(&dyn Txn) -> Result<T, MetaError>,
+    ) -> Result<T, MetaError>;
+}
+
+pub(crate) const SCHEMA_VERSION_KEY: &str = "schema_version";
+const NEXT_GENERATION_KEY: &str = "next_generation";
+const NEXT_REPAIR_ID_KEY: &str = "next_repair_id";
+const NEXT_TRANSITION_ID_KEY: &str = "next_transition_id";
+const VERSION_MOVES_KEY: &str = "version_moves";
+
+/// A number stored as a value (8 bytes, big-endian).
+pub fn number(table: Table, key: &Key, bytes: &[u8]) -> Result<u64, MetaError> {
+    let bytes: [u8; 8] = bytes.try_into().map_err(|_| MetaError::Corrupt {
+        table: table.name(),
+        key: format!("{key:?}"),
+        reason: format!("a number of {} bytes, not 8", bytes.len()),
+    })?;
+    Ok(u64::from_be_bytes(bytes))
+}
+
+/// The value of the store-wide number `name` (0 when never set).
+pub(crate) fn read_number(tx: &dyn Txn, name: &str) -> Result<u64, MetaError> {
+    let key = Key::name(name);
+    match tx.get(Table::Meta, &key)? {
+        Some(bytes) => number(Table::Meta, &key, &bytes),
+        None => Ok(0),
+    }
+}
+
+pub(crate) fn write_number(tx: &dyn Txn, name: &str, value: u64) -> Result<(), MetaError> {
+    tx.put(Table::Meta, &Key::name(name), &value.to_be_bytes())
+}
+
+fn next_counter(tx: &dyn Txn, name: &str) -> Result<u64, MetaError> {
+    let next = read_number(tx, name)? + 1;
+    write_number(tx, name, next)?;
+    Ok(next)
+}
+
+fn decode_object(bucket: &str, key: &str, bytes: &[u8]) -> Result<ObjectRecord, MetaError> {
+    let stored: StoredObject = decode("objects", &|| format!("{bucket}/{key}"), bytes)?;
+    stored.into_record(bucket, key)
+}
+
+fn encode_object(record: &ObjectRecord) -> Vec<u8> {
+    encode(&StoredObject::from_record(record))
+}
+
+fn decode_task(id: u64, bytes: &[u8]) -> Result<RepairTask, MetaError> {
+    decode("repairs", &|| id.to_string(), bytes)
+}
+
+fn decode_transition(bucket: &str, key: &str, bytes: &[u8]) -> Result<TransitionRecord, MetaError> {
+    decode("transitions", &|| format!("{bucket}/{key}"), bytes)
+}
+
+fn decode_record(
+    namespace: &str,
+    name: &str,
+    bytes: &[u8],
+) -> Result<serde_json::Value, MetaError> {
+    decode("gateway", &|| format!("{namespace}/{name}"), bytes)
+}
+
+/// A key of a table the caller knows the shape of, of another shape: a corrupt backend.
+fn misshapen(table: Table, key: &Key) -> MetaError {
+    MetaError::Corrupt {
+        table: table.name(),
+        key: format!("{key:?}"),
+        reason: "a key of another table's shape".into(),
+    }
+}
+
+fn read_bucket(tx: &dyn Txn, name: &str) -> Result<Option<BucketRecord>, MetaError> {
+    match tx.get(Table::Buckets, &Key::name(name))? {
+        Some(bytes) => Ok(Some(decode("buckets", &|| name.into(), &bytes)?)),
+        None => Ok(None),
+    }
+}
+
+fn bucket_in(tx: &dyn Txn, name: &str) -> Result<BucketRecord, MetaError> {
+    read_bucket(tx, name)?.ok_or_else(|| MetaError::NoSuchBucket { bucket: name.into() })
+}
+
+fn read_object(tx: &dyn Txn, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, MetaError> {
+    match tx.get(Table::Objects, &Key::pair(bucket, key))? {
+        Some(bytes) => Ok(Some(decode_object(bucket, key, &bytes)?)),
+        None => Ok(None),
+    }
+}
+
+fn put_object(tx: &dyn Txn, record: &ObjectRecord) -> Result<(), MetaError> {
+    tx.put(Table::Objects, &Key::pair(&record.bucket, &record.key), &encode_object(record))
+}
+
+fn read_transition(
+    tx: &dyn Txn,
+    bucket: &str,
+    key: &str,
+) -> Result<Option<TransitionRecord>, MetaError> {
+    match tx.get(Table::Transitions, &Key::pair(bucket, key))? {
+        Some(bytes) => Ok(Some(decode_transition(bucket, key, &bytes)?)),
+        None => Ok(None),
+    }
+}
+
+/// Whether `table` has a key at or above `lower` whose encoding starts with `prefix`.
+fn any_in(tx: &dyn Txn, table: Table, lower: &Key, prefix: &[u8]) -> Result<bool, MetaError> {
+    Ok(!tx.range(table, Bound::Included(lower), End::Prefix(prefix), 1)?.is_empty())
+}
+
+/// Objects of `bucket` whose key starts with `prefix`, in key order, at most `limit`.
+fn scan_objects(
+    tx: &dyn Txn,
+    bucket: &str,
+    prefix: &str,
+    limit: usize,
+) -> Result<Vec<ObjectRecord>, MetaError> {
+    let lower = Key::pair(bucket, prefix);
+    let entries = tx.range(
+        Table::Objects,
+        Bound::Included(&lower),
+        End::Prefix(&prefix_after(bucket, prefix)),
+        limit,
+    )?;
+    entries
+        .into_iter()
+        .map(|(name, bytes)| match name {
+            Key::Pair(b, k) => decode_object(&b, &k, &bytes),
+            other => Err(misshapen(Table::Objects, &other)),
+        })
+        .collect()
+}
+
+/// A transaction seen by the versioning rules ([`crate::versions`]).
+struct Tables<'a>(&'a dyn Txn);
+
+impl VersionReads for Tables<'_> {
+    fn bucket(&self, bucket: &str) -> Result<BucketRecord, MetaError> {
+        bucket_in(self.0, bucket)
+    }
+
+    fn object(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, MetaError> {
+        read_object(self.0, bucket, key)
+    }
+
+    fn scan(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<ObjectRecord>, MetaError> {
+        scan_objects(self.0, bucket, prefix, limit)
+    }
+}
+
+impl VersionTables for Tables<'_> {
+    fn insert_object(&mut self, record: &ObjectRecord) -> Result<(), MetaError> {
+        put_object(self.0, record)
+    }
+
+    fn remove_object(
+        &mut self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<ObjectRecord>, MetaError> {
+        let name = Key::pair(bucket, key);
+        self.0.remove(Table::Transitions, &name)?;
+        match self.0.remove(Table::Objects, &name)? {
+            Some(bytes) => Ok(Some(decode_object(bucket, key, &bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn next_generation(&mut self) -> Result<u64, MetaError> {
+        next_counter(self.0, NEXT_GENERATION_KEY)
+    }
+
+    fn note_move(&mut self) -> Result<(), MetaError> {
+        next_counter(self.0, VERSION_MOVES_KEY).map(drop)
+    }
+}
+
+/// The queued task id of (bucket, key, unit), if any.
+fn indexed_task(tx: &dyn Txn, index_key: &Key) -> Result<Option<u64>, MetaError> {
+    match tx.get(Table::RepairIndex, index_key)? {
+        Some(bytes) => Ok(Some(number(Table::RepairIndex, index_key, &bytes)?)),
+        None => Ok(None),
+    }
+}
+
+/// The index entries (unit name, task id) of (bucket, key) whose unit name starts with
+/// `unit_prefix`: at most one per unit of the object.
+fn indexed_tasks_of(
+    tx: &dyn Txn,
+    bucket: &str,
+    key: &str,
+    unit_prefix: &str,
+) -> Result<Vec<(Key, u64)>, MetaError> {
+    let lower = Key::unit(bucket, key, unit_prefix);
+    let prefix = prefix_after_two(bucket, key, unit_prefix);
+    let entries =
+        tx.range(Table::RepairIndex, Bound::Included(&lower), End::Prefix(&prefix), usize::MAX)?;
+    entries
+        .into_iter()
+        .map(|(name, bytes)| {
+            let id = number(Table::RepairIndex, &name, &bytes)?;
+            Ok((name, id))
+        })
+        .collect()
+}
+
+/// Removes every queued repair of a parity unit of (bucket, key): their index entries are
+/// `p…` names.
+fn drop_parity_repairs(tx: &dyn Txn, bucket: &str, key: &str) -> Result<(), MetaError> {
+    for (name, id) in indexed_tasks_of(tx, bucket, key, "p")? {
+        tx.remove(Table::RepairIndex, &name)?;
+        tx.remove(Table::Repairs, &Key::Task(id))?;
+    }
+    Ok(())
+}
+
+/// One enqueue inside a write transaction (see `MetaStore::enqueue_repair`).
+fn enqueue_in(tx: &dyn Txn, request: &RepairRequest, now_ms: u64) -> Result<Enqueued, MetaError> {
+    let (bucket, key) = (request.object.bucket.as_str(), request.object.key.as_str());
+    let unit_text = unit_name(request.unit);
+    let index_key = Key::unit(bucket, key, &unit_text);
+    let queued_id = indexed_task(tx, &index_key)?;
+    let queued = match queued_id {
+        Some(id) => match tx.get(Table::Repairs, &Key::Task(id))? {
+            Some(bytes) => Some(decode_task(id, &bytes)?),
+            None => {
+                return Err(MetaError::Corrupt {
+                    table: "repair_index",
+                    key: format!("{bucket}/{key}/{unit_text}"),
+                    reason: format!("names task {id}, which is not in the repairs table"),
+                })
+            }
+        },
+        None => None,
+    };
+    let committed = read_object(tx, bucket, key)?;
+    match enqueue_step(committed.as_ref(), queued.as_ref(), request, now_ms)? {
+        EnqueueStep::Keep(outcome) => Ok(outcome),
+        EnqueueStep::Update(task) => {
+            let id = queued_id.expect("an update replaces a queued task");
+            tx.put(Table::Repairs, &Key::Task(id), &encode(&task))?;
+            Ok(Enqueued::Queued)
+        }
+        EnqueueStep::Append(task) => {
+            if let Some(old) = queued_id {
+                tx.remove(Table::Repairs, &Key::Task(old))?;
+            }
+            let id = next_counter(tx, NEXT_REPAIR_ID_KEY)?;
+            tx.put(Table::Repairs, &Key::Task(id), &encode(&task))?;
+            tx.put(Table::RepairIndex, &index_key, &id.to_be_bytes())?;
+            Ok(Enqueued::Queued)
+        }
+    }
+}
+
+/// The task of `lease`, if the lease is still its current one.
+fn leased_task(tx: &dyn Txn, lease: &RepairLease) -> Result<RepairTask, MetaError> {
+    let task = match tx.get(Table::Repairs, &Key::Task(lease.task_id))? {
+        Some(bytes) => decode_task(lease.task_id, &bytes)?,
+        None => return Err(lease_lost(lease)),
+    };
+    if !holds(&task, lease) {
+        return Err(lease_lost(lease));
+    }
+    Ok(task)
+}
+
+/// Removes task `task_id` (known to exist) and its index entry.
+fn remove_task(tx: &dyn Txn, task_id: u64, task: &RepairTask) -> Result<(), MetaError> {
+    tx.remove(Table::Repairs, &Key::Task(task_id))?;
+    let unit_text = unit_name(task.unit);
+    tx.remove(Table::RepairIndex, &Key::unit(&task.object.bucket, &task.object.key, &unit_text))?;
+    Ok(())
+}
+
+/// The tasks of the queue, in order, a page at a time, until `visit` returns false.
+fn each_task(
+    tx: &dyn Txn,
+    mut visit: impl FnMut(u64, RepairTask) -> Result<bool, MetaError>,
+) -> Result<(), MetaError> {
+    const PAGE: usize = 256;
+    let mut after: Option<Key> = None;
+    loop {
+        let lower = after.as_ref().map_or(Bound::Unbounded, Bound::Excluded);
+        let page = tx.range(Table::Repairs, lower, End::Open, PAGE)?;
+        let full = page.len() == PAGE;
+        for (name, bytes) in page {
+            let Key::Task(id) = name else { return Err(misshapen(Table::Repairs, &name)) };
+            if !visit(id, decode_task(id, &bytes)?)? {
+                return Ok(());
+            }
+            after = Some(name);
+        }
+        if !full {
+            return Ok(());
+        }
+    }
+}
+
+/// Up to `min(limit, MAX_LIST_LIMIT)` values of a (bucket, key) table in key order, after
+/// `after`, decoded.
+fn page_after<T>(
+    tx: &dyn Txn,
+    table: Table,
+    after: Option<&ObjectName>,
+    limit: usize,
+    decode: impl Fn(&str, &str, &[u8]) -> Result<T, MetaError>,
+) -> Result<Vec<T>, MetaError> {
+    let after = after.map(|name| Key::pair(&name.bucket, &name.key));
+    let lower = after.as_ref().map_or(Bound::Unbounded, Bound::Excluded);
+    let entries = tx.range(table, lower, End::Open, limit.min(MAX_LIST_LIMIT))?;
+    entries
+        .into_iter()
+        .map(|(name, bytes)| match name {
+            Key::Pair(bucket, key) => decode(&bucket, &key, &bytes),
+            other => Err(misshapen(table, &other)),
+        })
+        .collect()
+}
+
+fn invalid_policy(bucket: &str, error: impl ToString) -> MetaError {
+    MetaError::InvalidRecord {
+        bucket: bucket.into(),
+        key: String::new(),
+        reason: error.to_string(),
+    }
+}
+
+impl<B: KvBackend> MetaStore for B {
+    fn set_bucket_policy(&self, name: &str, policy: Policy) -> Result<BucketRecord, MetaError> {
+        policy.validate().map_err(|e| invalid_policy(name, e))?;
+        self.write(&mut |tx| {
+            let mut record = bucket_in(tx, name)?;
+            record.default_policy = policy;
+            tx.put(Table::Buckets, &Key::name(name), &encode(&record))?;
+            Ok(record)
+        })
+    }
+
+    fn version_moves(&self) -> Result<u64, MetaError> {
+        self.read(&mut |tx| read_number(tx, VERSION_MOVES_KEY))
+    }
+
+    fn set_bucket_versioning(
+        &self,
+        name: &str,
+        versioning: Versioning,
+        now_ms: u64,
+    ) -> Result<BucketRecord, MetaError> {
+        self.write(&mut |tx| {
+            let mut record = bucket_in(tx, name)?;
+            versions::check_versioning(&record, versioning)?;
+            record.versioning = Some(versioning);
+            tx.put(Table::Buckets, &Key::name(name), &encode(&record))?;
+            if read_bucket(tx, crate::VERSIONS_BUCKET)?.is_none() {
+                let internal = versions::versions_bucket(&record, now_ms);
+                tx.put(Table::Buckets, &Key::name(crate::VERSIONS_BUCKET), &encode(&internal))?;
+            }
+            Ok(record)
+        })
+    }
+
+    fn set_bucket_object_lock(
+        &self,
+        name: &str,
+        lock: crate::lock::BucketLock,
+    ) -> Result<BucketRecord, MetaError> {
+        self.write(&mut |tx| {
+            let record = crate::lock::locked_bucket(bucket_in(tx, name)?, lock.clone())?;
+            tx.put(Table::Buckets, &Key::name(name), &encode(&record))?;
+            Ok(record)
+        })
+    }
+
+    fn set_version_lock(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: VersionRef,
+        change: crate::lock::LockChange,
+        bypass_governance: bool,
+        now_ms: u64,
+    ) -> Result<ObjectRecord, MetaError> {
+        self.write(&mut |tx| {
+            crate::lock::set_version_lock(
+                &mut Tables(tx),
+                bucket,
+                key,
+                version,
+                change.clone(),
+                bypass_governance,
+                now_ms,
+            )
+        })
+    }
+
+    fn set_version_attributes(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: VersionRef,
+        attributes: serde_json::Value,
+    ) -> Result<ObjectRecord, MetaError> {
+        self.write(&mut |tx| {
+            versions::set_version_attributes(
+                &mut Tables(tx),
+                bucket,
+                key,
+                version,
+                attributes.clone(),
+            )
+        })
+    }
+
+    fn put_record(
+        &self,
+        namespace: &str,
+        name: &str,
+        value: &serde_json::Value,
+        if_absent: bool,
+    ) -> Result<(), MetaError> {
+        check_namespace(namespace)?;
+        let record_key = Key::pair(namespace, name);
+        let bytes = encode(value);
+        self.write(&mut |tx| {
+            if if_absent && tx.get(Table::Gateway, &record_key)?.is_some() {
+                return Err(MetaError::RecordExists {
+                    namespace: namespace.into(),
+                    name: name.into(),
+                });
+            }
+            tx.put(Table::Gateway, &record_key, &bytes)
+        })
+    }
+
+    fn get_record(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<serde_json::Value>, MetaError> {
+        check_namespace(namespace)?;
+        let found = self.read(&mut |tx| tx.get(Table::Gateway, &Key::pair(namespace, name)))?;
+        found.map(|bytes| decode_record(namespace, name, &bytes)).transpose()
+    }
+
+    fn delete_record(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<serde_json::Value>, MetaError> {
+        check_namespace(namespace)?;
+        self.write(&mut |tx| {
+            let removed = tx.remove(Table::Gateway, &Key::pair(namespace, name))?;
+            removed.map(|bytes| decode_record(namespace, name, &bytes)).transpose()
+        })
+    }
+
+    fn list_records(
+        &self,
+        namespace: &str,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: usize,
+    ) -> Result<RecordPage, MetaError> {
+        check_namespace(namespace)?;
+        let limit = limit.min(MAX_LIST_LIMIT);
+        let (start, inclusive) = list_start(prefix, start_after);
+        let start = Key::pair(namespace, start);
+        let lower = if inclusive { Bound::Included(&start) } else { Bound::Excluded(&start) };
+        let within = prefix_after(namespace, prefix);
+        let entries =
+            self.read(&mut |tx| tx.range(Table::Gateway, lower, End::Prefix(&within), limit))?;
+        entries
+            .into_iter()
+            .map(|(name, bytes)| match name {
+                Key::Pair(n, name) => {
+                    let value = decode_record(&n, &name, &bytes)?;
+                    Ok((name, value))
+                }
+                other => Err(misshapen(Table::Gateway, &other)),
+            })
+            .collect()
+    }
+
+    fn create_bucket_with(
+        &self,
+        name: &str,
+        default_policy: Policy,
+        raidp: Option<RaidpPolicy>,
+        geometric: Option<GeometricPolicy>,
+        now_ms: u64,
+    ) -> Result<BucketRecord, MetaError> {
+        check_new_bucket_name(name)?;
+        default_policy.validate().map_err(|e| invalid_policy(name, e))?;
+        let record = BucketRecord {
+            name: name.into(),
+            default_policy,
+            created_ms: now_ms,
+            raidp,
+            geometric,
+            versioning: None,
+            object_lock: None,
+        };
+        let bytes = encode(&record);
+        self.write(&mut |tx| {
+            if tx.get(Table::Buckets, &Key::name(name))?.is_some() {
+                return Err(MetaError::BucketExists { bucket: name.into() });
+            }
+            tx.put(Table::Buckets, &Key::name(name), &bytes)
+        })?;
+        Ok(record)
+    }
+
+    fn get_bucket(&self, name: &str) -> Result<BucketRecord, MetaError> {
+        self.read(&mut |tx| bucket_in(tx, name))
+    }
+
+    fn list_buckets(&self) -> Result<Vec<BucketRecord>, MetaError> {
+        let entries =
+            self.read(&mut |tx| tx.range(Table::Buckets, Bound::Unbounded, End::Open, usize::MAX))?;
+        entries
+            .into_iter()
+            .map(|(name, bytes)| match name {
+                Key::Name(name) => decode("buckets", &|| name.clone(), &bytes),
+                other => Err(misshapen(Table::Buckets, &other)),
+            })
+            .collect()
+    }
+
+    fn delete_bucket(&self, name: &str) -> Result<(), MetaError> {
+        let versions = versions::bucket_versions_prefix(name, "");
+        let first_write = Key::write(name, "", 0);
+        let first_object = Key::pair(name, "");
+        let first_version = Key::pair(crate::VERSIONS_BUCKET, &versions);
+        let (in_bucket, in_versions) =
+            (prefix_after(name, ""), prefix_after(crate::VERSIONS_BUCKET, &versions));
+        let mut bucket_only = Vec::new();
+        string_into(&mut bucket_only, name);
+        self.write(&mut |tx| {
+            if tx.get(Table::Buckets, &Key::name(name))?.is_none() {
+                return Err(MetaError::NoSuchBucket { bucket: name.into() });
+            }
+            if any_in(tx, Table::Objects, &first_object, &in_bucket)?
+                || any_in(tx, Table::Writes, &first_write, &bucket_only)?
+                || any_in(tx, Table::Objects, &first_version, &in_versions)?
+            {
+                return Err(MetaError::BucketNotEmpty { bucket: name.into() });
+            }
+            tx.remove(Table::Buckets, &Key::name(name)).map(drop)
+        })
+    }
+
+    fn begin_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        placement: Placement,
+        now_ms: u64,
+    ) -> Result<ObjectRecord, MetaError> {
+        self.begin_raidp_object(bucket, key, placement, None, now_ms)
+    }
+
+    fn begin_raidp_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        placement: Placement,
+        raidp: Option<Vec<RaidpExtent>>,
+        now_ms: u64,
+    ) -> Result<ObjectRecord, MetaError> {
+        check_new_object(bucket, key, &placement)?;
+        self.write(&mut |tx| {
+            if tx.get(Table::Buckets, &Key::name(bucket))?.is_none() {
+                return Err(MetaError::NoSuchBucket { bucket: bucket.into() });
+            }
+            let generation = next_counter(tx, NEXT_GENERATION_KEY)?;
+            let record = ObjectRecord {
+                bucket: bucket.into(),
+                key: key.into(),
+                placement: placement.clone(),
+                state: ObjectState::Writing,
+                created_ms: now_ms,
+                generation,
+                parity_generation: 0,
+                digests: Digests::new(),
+                raidp: raidp.clone(),
+                geometric: None,
+                owners: Vec::new(),
+                attributes: None,
+                versioned: false,
+                delete_marker: false,
+                lock: Default::default(),
+            };
+            tx.put(Table::Writes, &Key::write(bucket, key, generation), &encode_object(&record))?;
+            Ok(record)
+        })
+    }
+
+    fn commit_object_with(
+        &self,
+        bucket: &str,
+        key: &str,
+        generation: u64,
+        digests: &Digests,
+        terms: &CommitTerms,
+    ) -> Result<(ObjectRecord, Option<ObjectRecord>), MetaError> {
+        check_attributes(terms.attributes.as_ref(), bucket, key)?;
+        let name = Key::write(bucket, key, generation);
+        self.write(&mut |tx| {
+            let write = match tx.get(Table::Writes, &name)? {
+                Some(bytes) => decode_object(bucket, key, &bytes)?,
+                None => {
+                    return Err(MetaError::NoSuchWrite {
+                        bucket: bucket.into(),
+                        key: key.into(),
+                        generation,
+                    })
+                }
+            };
+            check_digests(&write, digests, |_| true)?;
+            let mut tables = Tables(tx);
+            if terms.precondition.is_some() {
+                let current = tables.object(bucket, key)?;
+                check_precondition(current.as_ref(), terms.precondition, bucket, key)?;
+            }
+            let bucket_record = tables.bucket(bucket)?;
+            let mut committed = ObjectRecord {
+                state: ObjectState::Committed,
+                digests: digests.clone(),
+                attributes: terms.attributes.clone(),
+                ..write
+            };
+            crate::lock::on_commit(&bucket_record, &mut committed, terms.lock.clone())?;
+            tx.remove(Table::Writes, &name)?;
+            let current = tables.remove_object(bucket, key)?;
+            let replaced = versions::on_commit(
+                &mut tables,
+                bucket_record.versioning,
+                &mut committed,
+                current,
+            )?;
+            tables.insert_object(&committed)?;
+            Ok((committed, replaced))
+        })
+    }
+
+    fn commit_pack(
+        &self,
+        stripe_bucket: &str,
+        stripes: &[StripeCommit],
+        bucket: &str,
+        objects: &[PackedObject],
+    ) -> Result<PackOutcome, MetaError> {
+        self.write(&mut |tx| {
+            let mut outcome = PackOutcome::default();
+            for stripe in stripes {
+                let key = stripe.key.as_str();
+                let name = Key::write(stripe_bucket, key, stripe.generation);
+                let write = match tx.get(Table::Writes, &name)? {
+                    Some(bytes) => decode_object(stripe_bucket, key, &bytes)?,
+                    None => {
+                        return Err(MetaError::NoSuchWrite {
+                            bucket: stripe_bucket.into(),
+                            key: key.into(),
+                            generation: stripe.generation,
+                        })
+                    }
+                };
+                check_digests(&write, &stripe.digests, |_| true)?;
+                tx.remove(Table::Writes, &name)?;
+                let record = ObjectRecord {
+                    state: ObjectState::Committed,
+                    digests: stripe.digests.clone(),
+                    owners: stripe.owners.clone(),
+                    ..write
+                };
+                put_object(tx, &record)?;
+                tx.remove(Table::Transitions, &Key::pair(stripe_bucket, key))?;
+            }
+            for object in objects {
+                let key = object.key.as_str();
+                let current = read_object(tx, bucket, key)?;
+                if let Some(why) = pack_refusal(current.as_ref(), object.generation) {
+                    outcome.skipped.push((object.key.clone(), why));
+                    continue;
+                }
+                let old = current.expect("pack_refusal checked it");
+                put_object(tx, &packed_record(&old, &object.place)?)?;
+                tx.remove(Table::Transitions, &Key::pair(bucket, key))?;
+                outcome.packed.push(old);
+            }
+            Ok(outcome)
+        })
+    }
+
+    fn get_write(
+        &self,
+        bucket: &str,
+        key: &str,
+        generation: u64,
+    ) -> Result<Option<ObjectRecord>, MetaError> {
+        let found =
+            self.read(&mut |tx| tx.get(Table::Writes, &Key::write(bucket, key, generation)))?;
+        found.map(|bytes| decode_object(bucket, key, &bytes)).transpose()
+    }
+
+    fn get_object(&self, bucket: &str, key: &str) -> Result<ObjectRecord, MetaError> {
+        self.read(&mut |tx| {
+            if tx.get(Table::Buckets, &Key::name(bucket))?.is_none() {
+                return Err(MetaError::NoSuchBucket { bucket: bucket.into() });
+            }
+            read_object(tx, bucket, key)?
+                .ok_or_else(|| MetaError::NoSuchKey { bucket: bucket.into(), key: key.into() })
+        })
+    }
+
+    fn list_objects(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: usize,
+    ) -> Result<ObjectPage, MetaError> {
+        let limit = limit.min(MAX_LIST_LIMIT);
+        let (start, inclusive) = list_start(prefix, start_after);
+        let start = Key::pair(bucket, start);
+        let lower = if inclusive { Bound::Included(&start) } else { Bound::Excluded(&start) };
+        let within = prefix_after(bucket, prefix);
+        let entries = self.read(&mut |tx| {
+            if tx.get(Table::Buckets, &Key::name(bucket))?.is_none() {
+                return Err(MetaError::NoSuchBucket { bucket: bucket.into() });
+            }
+            // One more than a page tells whether another page follows.
+            tx.range(Table::Objects, lower, End::Prefix(&within), limit + 1)
+        })?;
+        let mut objects = Vec::with_capacity(entries.len().min(limit));
+        let more = entries.len() > limit;
+        for (name, bytes) in entries.into_iter().take(limit) {
+            match name {
+                Key::Pair(b, k) => objects.push(decode_object(&b, &k, &bytes)?),
+                other => return Err(misshapen(Table::Objects, &other)),
+            }
+        }
+        let next_start_after = match more {
+            true => objects.last().map(|r| r.key.clone()),
+            false => None,
+        };
+        Ok(ObjectPage { objects, next_start_after })
+    }
+
+    fn delete_object_if(
+        &self,
+        bucket: &str,
+        key: &str,
+        precondition: Option<Precondition>,
+    ) -> Result<ObjectRecord, MetaError> {
+        self.write(&mut |tx| {
+            if tx.get(Table::Buckets, &Key::name(bucket))?.is_none() {
+                return Err(MetaError::NoSuchBucket { bucket: bucket.into() });
+            }
+            if let Some(current) = read_object(tx, bucket, key)? {
+                check_precondition(Some(&current), precondition, bucket, key)?;
+                crate::lock::check_unlocked(&current)?;
+            }
+            let name = Key::pair(bucket, key);
+            let record = match tx.remove(Table::Objects, &name)? {
+                Some(bytes) => decode_object(bucket, key, &bytes)?,
+                None => {
+                    return Err(MetaError::NoSuchKey { bucket: bucket.into(), key: key.into() })
+                }
+            };
+            tx.remove(Table::Transitions, &name)?;
+            Ok(record)
+        })
+    }
+
+    fn delete_latest(
+        &self,
+        bucket: &str,
+        key: &str,
+        precondition: Option<Precondition>,
+        now_ms: u64,
+    ) -> Result<Deleted, MetaError> {
+        self.write(&mut |tx| {
+            versions::delete_latest(&mut Tables(tx), bucket, key, precondition, now_ms)
+        })
+    }
+
+    fn delete_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: VersionRef,
+        terms: versions::VersionDelete,
+    ) -> Result<ObjectRecord, MetaError> {
+        self.write(&mut |tx| {
+            versions::delete_version(&mut Tables(tx), bucket, key, version, terms.clone())
+        })
+    }
+
+    fn get_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: VersionRef,
+    ) -> Result<ObjectRecord, MetaError> {
+        self.read(&mut |tx| {
+            let tables = Tables(tx);
+            tables.bucket(bucket)?;
+            let found = versions::find_version(&tables, bucket, key, version)?;
+            found.ok_or_else(|| versions::no_such_version(bucket, key, version))
+        })
+    }
+
+    fn list_writes(
+        &self,
+        after: Option<&WriteCursor>,
+        limit: usize,
+    ) -> Result<Vec<ObjectRecord>, MetaError> {
+        let after =
+            after.map(|(name, generation)| Key::write(&name.bucket, &name.key, *generation));
+        let lower = after.as_ref().map_or(Bound::Unbounded, Bound::Excluded);
+        let entries = self
+            .read(&mut |tx| tx.range(Table::Writes, lower, End::Open, limit.min(MAX_LIST_LIMIT)))?;
+        entries
+            .into_iter()
+            .map(|(name, bytes)| match name {
+                Key::Write(bucket, key, _) => decode_object(&bucket, &key, &bytes),
+                other => Err(misshapen(Table::Writes, &other)),
+            })
+            .collect()
+    }
+
+    fn abort_write(
+        &self,
+        bucket: &str,
+        key: &str,
+        generation: u64,
+    ) -> Result<ObjectRecord, MetaError> {
+        self.write(
+            &mut |tx| match tx.remove(Table::Writes, &Key::write(bucket, key, generation))? {
+                Some(bytes) => decode_object(bucket, key, &bytes),
+                None => Err(MetaError::NoSuchWrite {
+                    bucket: bucket.into(),
+                    key: key.into(),
+                    generation,
+                }),
+            },
+        )
+    }
+
+    fn record_heartbeat(
+        &self,
+        heartbeat: &Heartbeat,
+        now_ms: u64,
+    ) -> Result<NodeRecord, MetaError> {
+        let record = NodeRecord {
+            node_id: heartbeat.node_id,
+            endpoint: heartbeat.endpoint.clone(),
+            pid: heartbeat.pid,
+            last_heartbeat_ms: now_ms,
+            disks: heartbeat.disks.clone(),
+            rack: heartbeat.rack,
+        };
+        let bytes = encode(&record);
+        self.write(&mut |tx| tx.put(Table::Nodes, &Key::Node(record.node_id), &bytes))?;
+        Ok(record)
+    }
+
+    fn list_nodes(&self) -> Result<Vec<NodeRecord>, MetaError> {
+        let entries =
+            self.read(&mut |tx| tx.range(Table::Nodes, Bound::Unbounded, End::Open, usize::MAX))?;
+        entries
+            .into_iter()
+            .map(|(name, bytes)| match name {
+                Key::Node(id) => decode("nodes", &|| id.to_string(), &bytes),
+                other => Err(misshapen(Table::Nodes, &other)),
+            })
+            .collect()
+    }
+
+    fn enqueue_repair(&self, request: &RepairRequest, now_ms: u64) -> Result<Enqueued, MetaError> {
+        self.write(&mut |tx| enqueue_in(tx, request, now_ms))
+    }
+
+    fn enqueue_repairs(&self, requests: &[RepairRequest], now_ms: u64) -> Result<usize, MetaError> {
+        self.write(&mut |tx| {
+            let mut queued = 0;
+            for request in requests {
+                if enqueue_in(tx, request, now_ms)? == Enqueued::Queued {
+                    queued += 1;
+                }
+            }
+            Ok(queued)
+        })
+    }
+
+    fn take_repair(&self, now_ms: u64, lease_ms: u64) -> Result<Option<RepairLease>, MetaError> {
+        self.write(&mut |tx| {
+            // Oldest first; the scan is bounded by the queue length.
+            let mut found = None;
+            each_task(tx, |id, task| {
+                if is_free(&task, now_ms) {
+                    found = Some((id, task));
+                    return Ok(false);
+                }
+                Ok(true)
+            })?;
+            let Some((task_id, mut task)) = found else {
+                return Ok(None);
+            };
+            let deadline_ms = lease_deadline(&task, now_ms, lease_ms);
+            task.attempts += 1;
+            task.lease_deadline_ms = Some(deadline_ms);
+            tx.put(Table::Repairs, &Key::Task(task_id), &encode(&task))?;
+            Ok(Some(RepairLease { task_id, task, deadline_ms }))
+        })
+    }
+
+    fn complete_repair(&self, lease: &RepairLease) -> Result<(), MetaError> {
+        self.write(&mut |tx| {
+            let task = leased_task(tx, lease)?;
+            remove_task(tx, lease.task_id, &task)
+        })
+    }
+
+    fn relocate_repaired(
+        &self,
+        lease: &RepairLease,
+        disk: DiskLocation,
+    ) -> Result<RepairOutcome, MetaError> {
+        self.write(&mut |tx| {
+            let task = leased_task(tx, lease)?;
+            let committed = read_object(tx, &task.object.bucket, &task.object.key)?;
+            let outcome = match relocated(committed, &task, disk)? {
+                Some(object) => {
+                    put_object(tx, &object)?;
+                    RepairOutcome::Relocated(object)
+                }
+                None => RepairOutcome::Stale,
+            };
+            remove_task(tx, lease.task_id, &task)?;
+            Ok(outcome)
+        })
+    }
+
+    fn fail_repair_until(
+        &self,
+        lease: &RepairLease,
+        error: &str,
+        not_before_ms: Option<u64>,
+        unfound: bool,
+    ) -> Result<u64, MetaError> {
+        self.write(&mut |tx| {
+            let mut task = leased_task(tx, lease)?;
+            remove_task(tx, lease.task_id, &task)?;
+            let id = next_counter(tx, NEXT_REPAIR_ID_KEY)?;
+            let unit_text = unit_name(task.unit);
+            let index_key = Key::unit(&task.object.bucket, &task.object.key, &unit_text);
+            tx.put(Table::RepairIndex, &index_key, &id.to_be_bytes())?;
+            task.lease_deadline_ms = None;
+            task.last_error = Some(error.to_string());
+            task.not_before_ms = not_before_ms;
+            task.unfound = unfound;
+            tx.put(Table::Repairs, &Key::Task(id), &encode(&task))?;
+            Ok(id)
+        })
+    }
+
+    fn wake_unfound_repairs(&self) -> Result<usize, MetaError> {
+        self.write(&mut |tx| {
+            // Bounded by the queue length.
+            let mut woken = Vec::new();
+            each_task(tx, |id, task| {
+                if task.unfound && task.not_before_ms.is_some() {
+                    woken.push((id, RepairTask { not_before_ms: None, ..task }));
+                }
+                Ok(true)
+            })?;
+            for (id, task) in &woken {
+                tx.put(Table::Repairs, &Key::Task(*id), &encode(task))?;
+            }
+            Ok(woken.len())
+        })
+    }
+
+    fn drop_repairs_of(&self, bucket: &str, key: &str) -> Result<usize, MetaError> {
+        self.write(&mut |tx| {
+            let doomed = indexed_tasks_of(tx, bucket, key, "")?;
+            for (name, id) in &doomed {
+                tx.remove(Table::RepairIndex, name)?;
+                tx.remove(Table::Repairs, &Key::Task(*id))?;
+            }
+            Ok(doomed.len())
+        })
+    }
+
+    fn repairs_of(&self, bucket: &str, key: &str) -> Result<Vec<(u64, RepairTask)>, MetaError> {
+        self.read(&mut |tx| {
+            let mut out = Vec::new();
+            for (_, id) in indexed_tasks_of(tx, bucket, key, "")? {
+                if let Some(bytes) = tx.get(Table::Repairs, &Key::Task(id))? {
+                    out.push((id, decode_task(id, &bytes)?));
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn get_repair(&self, task_id: u64) -> Result<Option<RepairTask>, MetaError> {
+        let found = self.read(&mut |tx| tx.get(Table::Repairs, &Key::Task(task_id)))?;
+        found.map(|bytes| decode_task(task_id, &bytes)).transpose()
+    }
+
+    fn list_repairs(
+        &self,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<(u64, RepairTask)>, MetaError> {
+        let after = after.map(Key::Task);
+        let lower = after.as_ref().map_or(Bound::Unbounded, Bound::Excluded);
+        let entries = self.read(&mut |tx| {
+            tx.range(Table::Repairs, lower, End::Open, limit.min(MAX_LIST_LIMIT))
+        })?;
+        entries
+            .into_iter()
+            .map(|(name, bytes)| match name {
+                Key::Task(id) => Ok((id, decode_task(id, &bytes)?)),
+                other => Err(misshapen(Table::Repairs, &other)),
+            })
+            .collect()
+    }
+
+    fn repair_queue_len(&self) -> Result<usize, MetaError> {
+        let len = self.read(&mut |tx| tx.count(Table::Repairs))?;
+        Ok(usize::try_from(len).expect("queue length fits in memory"))
+    }
+
+    fn begin_transition(
+        &self,
+        plan: NewTransition,
+        now_ms: u64,
+    ) -> Result<(TransitionRecord, Option<TransitionRecord>), MetaError> {
+        self.write(&mut |tx| {
+            if tx.get(Table::Buckets, &Key::name(&plan.bucket))?.is_none() {
+                return Err(MetaError::NoSuchBucket { bucket: plan.bucket.clone() });
+            }
+            let committed = read_object(tx, &plan.bucket, &plan.key)?;
+            check_new_transition(committed.as_ref(), &plan)?;
+            let id = next_counter(tx, NEXT_TRANSITION_ID_KEY)?;
+            let record = TransitionRecord::new(plan.clone(), id, now_ms);
+            let (bucket, key) = (record.bucket.as_str(), record.key.as_str());
+            let replaced = read_transition(tx, bucket, key)?;
+            tx.put(Table::Transitions, &Key::pair(bucket, key), &encode(&record))?;
+            Ok((record, replaced))
+        })
+    }
+
+    fn commit_transition(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: u64,
+        parity_digests: &Digests,
+    ) -> Result<(ObjectRecord, ObjectRecord), MetaError> {
+        self.write(&mut |tx| {
+            let committed = read_object(tx, bucket, key)?;
+            let pending = read_transition(tx, bucket, key)?;
+            let new = transitioned(
+                committed.as_ref(),
+                pending.as_ref(),
+                bucket,
+                key,
+                id,
+                parity_digests,
+            )?;
+            let old = committed.expect("checked by transitioned");
+            put_object(tx, &new)?;
+            tx.remove(Table::Transitions, &Key::pair(bucket, key))?;
+            drop_parity_repairs(tx, bucket, key)?;
+            Ok((new, old))
+        })
+    }
+
+    fn abort_transition(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: u64,
+    ) -> Result<TransitionRecord, MetaError> {
+        self.write(&mut |tx| {
+            let record = match read_transition(tx, bucket, key)? {
+                Some(pending) if pending.id == id => pending,
+                pending => {
+                    return Err(MetaError::NoSuchTransition {
+                        bucket: bucket.into(),
+                        key: key.into(),
+                        id,
+                        pending: pending.map(|t| t.id),
+                    })
+                }
+            };
+            tx.remove(Table::Transitions, &Key::pair(bucket, key))?;
+            Ok(record)
+        })
+    }
+
+    fn get_transition(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<TransitionRecord>, MetaError> {
+        self.read(&mut |tx| read_transition(tx, bucket, key))
+    }
+
+    fn list_transitions(
+        &self,
+        after: Option<&ObjectName>,
+        limit: usize,
+    ) -> Result<Vec<TransitionRecord>, MetaError> {
+        self.read(&mut |tx| page_after(tx, Table::Transitions, after, limit, decode_transition))
+    }
+
+    fn renew_transition(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: u64,
+        deadline_ms: u64,
+    ) -> Result<TransitionRecord, MetaError> {
+        self.write(&mut |tx| {
+            let committed = read_object(tx, bucket, key)?;
+            let pending = read_transition(tx, bucket, key)?;
+            let mut record =
+                pending_one(committed.as_ref(), pending.as_ref(), bucket, key, id)?.clone();
+            record.lease_deadline_ms = deadline_ms;
+            tx.put(Table::Transitions, &Key::pair(bucket, key), &encode(&record))?;
+            Ok(record)
+        })
+    }
+
+    fn expire_transition(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: u64,
+        now_ms: u64,
+    ) -> Result<Option<TransitionRecord>, MetaError> {
+        self.write(&mut |tx| {
+            let record = match read_transition(tx, bucket, key)? {
+                Some(pending) if pending.id == id && pending.lease_expired(now_ms) => pending,
+                _ => return Ok(None),
+            };
+            tx.remove(Table::Transitions, &Key::pair(bucket, key))?;
+            Ok(Some(record))
+        })
+    }
+
+    fn transition_count(&self) -> Result<usize, MetaError> {
+        let len = self.read(&mut |tx| tx.count(Table::Transitions))?;
+        Ok(usize::try_from(len).expect("transition count fits in memory"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> Vec<Key> {
+        let texts = ["", "a", "a\0", "a\0b", "a\u{1}", "ab", "b", "\u{7f}", "é", "\u{10FFFF}"];
+        let mut out = Vec::new();
+        for a in texts {
+            out.push(Key::name(a));
+            for b in texts {
+                out.push(Key::pair(a, b));
+                for n in [0, 1, 255, 256, u64::MAX] {
+                    out.push(Key::write(a, b, n));
+                }
+                for c in ["", "d0", "p1.0"] {
+                    out.push(Key::unit(a, b, c));
+                }
+            }
+        }
+        out.extend([0, 1, 256, u32::MAX].map(Key::Node));
+        out.extend([0, 1, 256, u64::MAX].map(Key::Task));
+        out
+    }
+
+    fn table_of(key: &Key) -> Table {
+        match key {
+            Key::Name(_) => Table::Buckets,
+            Key::Pair(..) => Table::Objects,
+            Key::Write(..) => Table::Writes,
+            Key::Unit(..) => Table::RepairIndex,
+            Key::Node(_) => Table::Nodes,
+            Key::Task(_) => Table::Repairs,
+        }
+    }
+
+    #[test]
+    fn encodings_sort_as_keys_and_decode_back() {
+        let keys = keys();
+        for a in &keys {
+            let table = table_of(a);
+            assert!(a.fits(table));
+            assert_eq!(Key::decode(table, &a.encode()).as_ref(), Ok(a), "{a:?}");
+            for b in keys.iter().filter(|b| table_of(b) == table) {
+                assert_eq!(a.encode().cmp(&b.encode()), a.cmp(b), "{a:?} vs {b:?}");
+            }
+        }
+        assert!(Key::decode(Table::Objects, &Key::name("a").encode()).is_err());
+        assert!(Key::decode(Table::Buckets, b"a\0").is_err());
+        assert!(Key::decode(Table::Buckets, &[0xC3, 0, 1]).is_err(), "not UTF-8");
+    }
+
+    #[test]
+    fn a_prefix_and_its_end_bound_exactly_the_keys_it_begins() {
+        let keys = keys();
+        for (first, partial) in [("a", ""), ("a", "a"), ("a", "a\0"), ("", ""), ("é", "\u{10FFFF}")]
+        {
+            let prefix = prefix_after(first, partial);
+            let end = prefix_end(&prefix).expect("a prefix of a string key has an end");
+            for key in &keys {
+                let bytes = key.encode();
+                let inside = bytes.as_slice() >= prefix.as_slice() && bytes < end;
+                let expected = match key {
+                    Key::Pair(a, b) | Key::Write(a, b, _) | Key::Unit(a, b, _) => {
+                        a == first && b.starts_with(partial)
+                    }
+                    _ => false,
+                };
+                if matches!(key, Key::Pair(..) | Key::Write(..) | Key::Unit(..)) {
+                    assert_eq!(inside, expected, "{first:?}/{partial:?} and {key:?}");
+                    assert_eq!(End::Prefix(&prefix).admits(key), expected);
+                }
+            }
+        }
+        assert_eq!(prefix_end(&[1, 0xFF, 0xFF]), Some(vec![2]));
+        assert_eq!(prefix_end(&[0xFF]), None);
+    }
+}
