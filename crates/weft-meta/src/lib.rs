@@ -3,7 +3,12 @@
 //! trait.
 //!
 //! - [`RedbStore`]: the default, on an embedded transactional redb file.
-//! - [`MemStore`]: in memory, for the simulator and as the model tests check redb against.
+//! - [`PgStore`]: on PostgreSQL, for metadata that must outlive one machine and for several
+//!   meta processes on one database.
+//! - [`MemStore`]: in memory, for the simulator and as the model tests check the others against.
+//!
+//! redb and PostgreSQL share one implementation of every operation ([`kv`]): only their
+//! transactions differ.
 //!
 //! Invariants kept by the whole crate:
 //! - Synchronous and clock-free: every time is a `now_ms` argument.
@@ -15,6 +20,8 @@ pub mod error;
 pub mod kv;
 pub mod lock;
 pub mod mem;
+pub mod pg_local;
+pub mod pg_store;
 pub mod records;
 pub mod redb_store;
 pub mod service;
@@ -24,6 +31,7 @@ pub mod versions;
 pub use error::{MetaError, TransitionConflict};
 pub use lock::{BucketLock, DefaultRetention, LockChange, ObjectLock, Retention, RetentionMode};
 pub use mem::MemStore;
+pub use pg_store::PgStore;
 pub use records::{
     metadata_bytes, parse_unit_name, unit_name, BucketRecord, Digests, DiskReport, Enqueued,
     Heartbeat, NewTransition, NodeRecord, ObjectName, ObjectRecord, ObjectState, Policy,

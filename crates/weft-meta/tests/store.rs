@@ -1,5 +1,9 @@
-//! Behaviour of RedbStore, checked against MemStore (the model) and against fixed expectations.
+//! Behaviour of the durable stores (RedbStore, PgStore), checked against MemStore (the model)
+//! and against fixed expectations: the conformance suite every store passes.
 
+mod common;
+
+use common::{Durable, Stores};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -86,11 +90,16 @@ fn unavailable(object: &ObjectRecord, unit: UnitId, reason: &str) -> RepairReque
 
 #[test]
 fn model_based_random_operations() {
+    let stores = Stores::new();
+    for target in stores.durable() {
+        random_operations_against_the_model(&target);
+    }
+}
+
+fn random_operations_against_the_model(target: &Durable) {
     let seed: u64 = 0x5eed_0001;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("meta.redb");
     let model = MemStore::new();
-    let mut real = Some(RedbStore::open(&path).unwrap());
+    let mut real = Some(target.open());
     let mut rng = StdRng::seed_from_u64(seed);
     let buckets = ["aaa", "bbb", "ccc"];
     let keys = ["x/1", "x/2", "x/3", "y/1", "y/2", "z"];
@@ -113,7 +122,7 @@ fn model_based_random_operations() {
         let k = rng.gen_range(0..keys.len());
         let (bucket, key) = (buckets[b], keys[k]);
         let store = real.as_ref().unwrap();
-        let context = format!("seed {seed:#x} step {step}");
+        let context = format!("{} seed {seed:#x} step {step}", target.name());
         match rng.gen_range(0..26) {
             0 => assert_eq!(
                 store.create_bucket(bucket, layout("rs(2,1)", MIB), now_ms),
@@ -419,9 +428,9 @@ fn model_based_random_operations() {
                 }
             }
             _ => {
-                // Restart: everything committed must survive closing and reopening the file.
+                // Restart: everything committed must survive closing and reopening the store.
                 drop(real.take());
-                real = Some(RedbStore::open(&path).unwrap());
+                real = Some(target.open());
             }
         }
         let store = real.as_ref().unwrap();
@@ -448,11 +457,17 @@ fn model_based_random_operations() {
 
 #[test]
 fn reopen_keeps_everything() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("meta.redb");
-    let store = RedbStore::open(&path).unwrap();
+    let stores = Stores::new();
+    for target in stores.durable() {
+        reopen_keeps_everything_in(&target);
+    }
+}
+
+fn reopen_keeps_everything_in(target: &Durable) {
+    let opened = target.open();
+    let store = opened.as_ref();
     store.create_bucket("photos", layout("rs(2,1)", MIB), 5).unwrap();
-    let cat = put(&store, "photos", "cat.jpg", 6);
+    let cat = put(store, "photos", "cat.jpg", 6);
     let pending = store.begin_object("photos", "dog.jpg", placement(MIB, 1), 7).unwrap();
     store.record_heartbeat(&heartbeat(3), 8).unwrap();
     let request = unavailable(&cat, UnitId::Data(0), "disk failed");
@@ -463,8 +478,9 @@ fn reopen_keeps_everything() {
         store.get_object("photos", "cat.jpg").unwrap(),
         store.list_nodes().unwrap(),
     );
-    drop(store);
-    let store = RedbStore::open(&path).unwrap();
+    drop(opened);
+    let opened = target.open();
+    let store = opened.as_ref();
     let after = (
         store.list_buckets().unwrap(),
         store.get_object("photos", "cat.jpg").unwrap(),
@@ -485,9 +501,8 @@ fn reopen_keeps_everything() {
 
 #[test]
 fn concurrent_writes_of_a_key_all_commit_and_preconditions_hold_in_the_transaction() {
-    let (_dir, redb) = redb_in_temp();
-    let mem = MemStore::new();
-    let stores: [&dyn MetaStore; 2] = [&redb, &mem];
+    let every = Stores::new();
+    let stores = every.all();
     for store in stores {
         store.create_bucket("bkt", layout("rs(2,1)", MIB), 1).unwrap();
         // Two writers of one key: both stay in progress, both commit, the last one wins.
@@ -566,9 +581,8 @@ fn put_versioned(
 
 #[test]
 fn versioning_keeps_versions_delete_markers_and_one_null_version() {
-    let (_dir, redb) = redb_in_temp();
-    let mem = MemStore::new();
-    let stores: [&dyn MetaStore; 2] = [&redb, &mem];
+    let every = Stores::new();
+    let stores = every.all();
     for store in stores {
         store.create_bucket("ver", layout("rs(2,1)", MIB), 1).unwrap();
         let moves = store.version_moves().unwrap();
@@ -645,8 +659,8 @@ fn versioning_keeps_versions_delete_markers_and_one_null_version() {
         assert!(matches!(refused, Err(MetaError::NotVersionable { .. })), "{refused:?}");
     }
     // What redb stored reads back the same after a reopen.
-    let path = _dir.path().join("meta.redb");
-    drop(redb);
+    let path = every.dir.path().join("meta.redb");
+    drop(every.redb);
     let reopened = RedbStore::open(&path).unwrap();
     reopened.create_bucket("ver", layout("rs(2,1)", MIB), 10).unwrap();
     reopened.set_bucket_versioning("ver", Versioning::Enabled, 11).unwrap();
@@ -662,9 +676,8 @@ fn versioning_keeps_versions_delete_markers_and_one_null_version() {
 #[test]
 fn object_lock_keeps_locked_versions_until_their_time_or_a_bypass() {
     const DAY: u64 = 24 * 3600 * 1000;
-    let (_dir, redb) = redb_in_temp();
-    let mem = MemStore::new();
-    let stores: [&dyn MetaStore; 2] = [&redb, &mem];
+    let every = Stores::new();
+    let stores = every.all();
     let governance = |until_ms| Retention { mode: RetentionMode::Governance, until_ms };
     let compliance = |until_ms| Retention { mode: RetentionMode::Compliance, until_ms };
     let locked =
@@ -769,8 +782,8 @@ fn object_lock_keeps_locked_versions_until_their_time_or_a_bypass() {
         assert!(matches!(store.delete_bucket("ver"), Err(MetaError::BucketNotEmpty { .. })));
     }
     // Locks survive a reopen.
-    let path = _dir.path().join("meta.redb");
-    drop(redb);
+    let path = every.dir.path().join("meta.redb");
+    drop(every.redb);
     let reopened = RedbStore::open(&path).unwrap();
     let bucket = reopened.get_bucket("ver").unwrap();
     assert!(bucket.object_lock.is_some_and(|l| l.default_retention.is_some()));
@@ -783,7 +796,8 @@ fn object_lock_keeps_locked_versions_until_their_time_or_a_bypass() {
 
 #[test]
 fn a_version_s_attributes_are_replaced_in_place() {
-    for store in [&MemStore::new() as &dyn MetaStore, &redb_in_temp().1] {
+    let every = Stores::new();
+    for store in every.all() {
         store.create_bucket("ver", layout("rs(2,1)", MIB), 1).unwrap();
         store.set_bucket_versioning("ver", Versioning::Enabled, 2).unwrap();
         let (old, _) = put_versioned(store, "k", 3);
@@ -814,7 +828,8 @@ fn a_version_s_attributes_are_replaced_in_place() {
 
 #[test]
 fn bucket_delete_refused_when_not_empty() {
-    for store in [&MemStore::new() as &dyn MetaStore, &redb_in_temp().1] {
+    let every = Stores::new();
+    for store in every.all() {
         store.create_bucket("bkt", layout("rs(2,1)", MIB), 0).unwrap();
         let write = store.begin_object("bkt", "k", placement(MIB, 0), 1).unwrap();
         let not_empty = Err(MetaError::BucketNotEmpty { bucket: "bkt".into() });
@@ -828,16 +843,10 @@ fn bucket_delete_refused_when_not_empty() {
     }
 }
 
-fn redb_in_temp() -> (tempfile::TempDir, RedbStore) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = RedbStore::open(dir.path().join("meta.redb")).unwrap();
-    (dir, store)
-}
-
 #[test]
 fn listing_pagination_is_exact() {
-    let (_dir, redb) = redb_in_temp();
-    for store in [&MemStore::new() as &dyn MetaStore, &redb] {
+    let every = Stores::new();
+    for store in every.all() {
         store.create_bucket("bkt", layout("rs(2,1)", MIB), 0).unwrap();
         store.create_bucket("aaa", layout("rs(2,1)", MIB), 0).unwrap();
         store.create_bucket("ccc", layout("rs(2,1)", MIB), 0).unwrap();
@@ -875,8 +884,8 @@ fn listing_pagination_is_exact() {
 
 #[test]
 fn heartbeat_marks_node_up_and_silence_down() {
-    let (_dir, redb) = redb_in_temp();
-    for store in [&MemStore::new() as &dyn MetaStore, &redb] {
+    let every = Stores::new();
+    for store in every.all() {
         store.record_heartbeat(&heartbeat(1), 1000).unwrap();
         store.record_heartbeat(&heartbeat(2), 1500).unwrap();
         assert_eq!(store.down_nodes(2000, 1000).unwrap(), Vec::<u32>::new());
@@ -892,8 +901,8 @@ fn heartbeat_marks_node_up_and_silence_down() {
 
 #[test]
 fn a_heartbeat_rack_is_kept_with_the_node() {
-    let (_dir, redb) = redb_in_temp();
-    for store in [&MemStore::new() as &dyn MetaStore, &redb] {
+    let every = Stores::new();
+    for store in every.all() {
         store.record_heartbeat(&Heartbeat { rack: Some(4), ..heartbeat(1) }, 10).unwrap();
         store.record_heartbeat(&heartbeat(2), 10).unwrap();
         let nodes = store.list_nodes().unwrap();
@@ -923,13 +932,12 @@ fn heartbeat_json_has_the_wire_shape() {
     assert_eq!(serde_json::to_string(&heartbeat).unwrap(), json);
 }
 
-/// A MemStore and a fresh RedbStore, with bucket "bkt" and object "k" (3 MiB, rs(2,1):
+/// Every store, fresh, with bucket "bkt" and object "k" (3 MiB, rs(2,1):
 /// d0 d1 d2 p0.0 p1.0) committed in each.
 type StoresWithObject = Vec<(Box<dyn MetaStore>, ObjectRecord)>;
 
 fn both_with_object() -> (tempfile::TempDir, StoresWithObject) {
-    let (dir, redb) = redb_in_temp();
-    let stores: Vec<Box<dyn MetaStore>> = vec![Box::new(MemStore::new()), Box::new(redb)];
+    let (dir, stores) = Stores::boxed();
     let stores = stores
         .into_iter()
         .map(|store| {
@@ -1164,12 +1172,9 @@ fn metadata_bytes_of_a_1_gib_rs_6_3_object() {
 /// one disk by them), through a restart too; other objects have none.
 #[test]
 fn a_packs_stripes_keep_their_owner_tags() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("meta.redb");
-    let redb = RedbStore::open(&path).unwrap();
-    let mem = MemStore::new();
+    let every = Stores::new();
     let key = "cold/00000/c0/000000000000";
-    for store in [&mem as &dyn MetaStore, &redb] {
+    for store in every.all() {
         store.create_bucket("cold", layout("rs(2,1)", MIB), 0).unwrap();
         store.create_bucket(weft_meta::GEOMETRIC_BUCKET, layout("rs(2,1)", MIB), 0).unwrap();
         let write = store.begin_object(weft_meta::GEOMETRIC_BUCKET, key, placement(MIB, 1), 1);
@@ -1186,7 +1191,8 @@ fn a_packs_stripes_keep_their_owner_tags() {
         assert_eq!(stripe.owners, vec![7, 0, 9]);
         assert!(put(store, "cold", "plain", 2).owners.is_empty());
     }
-    drop(redb);
+    let path = every.dir.path().join("meta.redb");
+    drop(every.redb);
     let redb = RedbStore::open(&path).unwrap();
     assert_eq!(redb.get_object(weft_meta::GEOMETRIC_BUCKET, key).unwrap().owners, vec![7, 0, 9]);
 }

@@ -1,6 +1,8 @@
-//! Transitions in the store, over MemStore and RedbStore alike: begin, commit (from the
+//! Transitions in the store, over MemStore, RedbStore and PgStore alike: begin, commit (from the
 //! object's disks at commit, relocations checked), abort, replace, drop with the object, and
 //! survive a reopen.
+
+mod common;
 
 use weft_codes::CodeSpec;
 use weft_layout::{
@@ -8,8 +10,8 @@ use weft_layout::{
     Topology, TransitionMode, UnitId,
 };
 use weft_meta::{
-    Enqueued, MemStore, MetaError, MetaStore, NewTransition, ObjectName, ObjectRecord, RedbStore,
-    RepairKind, RepairOutcome, RepairRequest, TransitionConflict,
+    Enqueued, MetaError, MetaStore, NewTransition, ObjectName, ObjectRecord, RedbStore, RepairKind,
+    RepairOutcome, RepairRequest, TransitionConflict,
 };
 
 /// Stripe width 2, 4-byte cells, 16-byte blocks: small numbers, many blocks.
@@ -32,9 +34,7 @@ fn topology(nodes: u32) -> Topology {
 const SIZE: u64 = 40 * 16 + 3;
 
 fn stores() -> (tempfile::TempDir, Vec<Box<dyn MetaStore>>) {
-    let dir = tempfile::tempdir().unwrap();
-    let redb = RedbStore::open(dir.path().join("meta.redb")).unwrap();
-    (dir, vec![Box::new(MemStore::new()), Box::new(redb)])
+    common::Stores::boxed()
 }
 
 /// Puts `key` in bucket "bkt" (created if needed) as rs(6,3) placed on `nodes` nodes.

@@ -1,0 +1,565 @@
+//! [`PgStore`]: the metadata store on PostgreSQL (or a database that speaks its wire
+//! protocol and SQL), for clusters whose metadata must outlive one machine.
+//!
+//! Invariants:
+//! - Every table of [`crate::kv::Table`] is one SQL table `weft_<name>(k BYTEA PRIMARY KEY,
+//!   v BYTEA NOT NULL)`, keys as [`Key::encode`] (so `ORDER BY k` is the key order) and
+//!   values exactly as redb keeps them (records with their format version, numbers as 8
+//!   big-endian bytes). The SQL is deliberately plain (`ON CONFLICT … DO UPDATE`,
+//!   `RETURNING`, `LIMIT`, no stored procedures, sequences or advisory locks): the dialect
+//!   CockroachDB and YugabyteDB accept too. Only PostgreSQL is tested (docs/meta-schema.md).
+//! - The schema is created and upgraded by numbered migrations ([`MIGRATIONS`]), each applied
+//!   once in its own transaction and recorded in `weft_migrations`; a database migrated by a
+//!   newer build (a version this build does not know) is refused at open, never guessed at.
+//! - Every write runs in one SERIALIZABLE transaction; a transaction that loses a
+//!   serialization conflict (SQLSTATE 40001, or a deadlock, 40P01) is rolled back and run
+//!   again from the start, at most [`MAX_ATTEMPTS`] times, so concurrent meta replicas on
+//!   one database never interleave two operations. Reads run in REPEATABLE READ, READ ONLY
+//!   transactions: one snapshot each.
+//! - A transaction in which any statement failed is never reported committed (PostgreSQL
+//!   answers COMMIT of a failed transaction with a silent ROLLBACK).
+//! - A lost connection (the server restarted, the network broke) fails the operation with
+//!   [`MetaError::StoreUnavailable`] and is not retried here: a COMMIT whose answer was lost
+//!   may or may not have happened, and only the caller knows whether to ask again. Broken
+//!   connections leave the pool; the next operation connects anew.
+//! - The URL's password never appears in an error, a log line or `Debug` output.
+//! - Connections are pooled, at most `max_connections` at once; an operation waits for one.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::ops::Bound;
+use std::str::FromStr;
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
+use postgres::error::SqlState;
+use postgres::{Client, IsolationLevel, NoTls, Statement};
+
+use crate::kv::{prefix_end, End, Entry, Key, KvBackend, Table, Txn};
+use crate::MetaError;
+
+/// The schema migrations, in order: (version, what it does, its SQL).
+pub const MIGRATIONS: &[(u64, &str, &str)] = &[(
+    1,
+    "the tables of the metadata (buckets, objects, writes in progress, nodes, the repair \
+     queue and its index, transitions, store-wide numbers, gateway records)",
+    "CREATE TABLE IF NOT EXISTS weft_buckets (k BYTEA PRIMARY KEY, v BYTEA NOT NULL);
+     CREATE TABLE IF NOT EXISTS weft_objects (k BYTEA PRIMARY KEY, v BYTEA NOT NULL);
+     CREATE TABLE IF NOT EXISTS weft_pending_writes (k BYTEA PRIMARY KEY, v BYTEA NOT NULL);
+     CREATE TABLE IF NOT EXISTS weft_nodes (k BYTEA PRIMARY KEY, v BYTEA NOT NULL);
+     CREATE TABLE IF NOT EXISTS weft_repairs (k BYTEA PRIMARY KEY, v BYTEA NOT NULL);
+     CREATE TABLE IF NOT EXISTS weft_repair_index (k BYTEA PRIMARY KEY, v BYTEA NOT NULL);
+     CREATE TABLE IF NOT EXISTS weft_transitions (k BYTEA PRIMARY KEY, v BYTEA NOT NULL);
+     CREATE TABLE IF NOT EXISTS weft_meta (k BYTEA PRIMARY KEY, v BYTEA NOT NULL);
+     CREATE TABLE IF NOT EXISTS weft_gateway (k BYTEA PRIMARY KEY, v BYTEA NOT NULL);",
+)];
+
+/// The newest migration this build knows.
+pub const PG_SCHEMA_VERSION: u64 = MIGRATIONS[MIGRATIONS.len() - 1].0;
+
+/// Most times one operation runs before it gives up on serialization conflicts.
+pub const MAX_ATTEMPTS: u32 = 30;
+
+/// Connections a store opens by default.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 8;
+
+/// How long connecting to the server may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The statements of one table, prepared on one connection.
+struct TableStatements {
+    get: Statement,
+    put: Statement,
+    remove: Statement,
+    /// Ranges by (lower bound inclusive?, with an upper bound?).
+    range: [[Statement; 2]; 2],
+    count: Statement,
+}
+
+/// One pooled connection with its prepared statements.
+struct Conn {
+    client: Client,
+    tables: HashMap<Table, TableStatements>,
+}
+
+impl Conn {
+    fn prepare(mut client: Client) -> Result<Conn, postgres::Error> {
+        let mut tables = HashMap::new();
+        for table in Table::ALL {
+            let t = format!("weft_{}", table.name());
+            let mut prepare = |sql: String| client.prepare(&sql);
+            let range = |lower: &str, upper: &str| {
+                format!("SELECT k, v FROM {t} WHERE k {lower} $1 {upper} ORDER BY k LIMIT $2")
+            };
+            let ranges = [
+                [prepare(range(">", ""))?, prepare(range(">", "AND k < $3"))?],
+                [prepare(range(">=", ""))?, prepare(range(">=", "AND k < $3"))?],
+            ];
+            let statements = TableStatements {
+                get: prepare(format!("SELECT v FROM {t} WHERE k = $1"))?,
+                put: prepare(format!(
+                    "INSERT INTO {t} (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v"
+                ))?,
+                remove: prepare(format!("DELETE FROM {t} WHERE k = $1 RETURNING v"))?,
+                range: ranges,
+                count: prepare(format!("SELECT count(*) FROM {t}"))?,
+            };
+            tables.insert(table, statements);
+        }
+        Ok(Conn { client, tables })
+    }
+}
+
+/// The pool's state: idle connections and how many exist in all.
+struct Pool {
+    idle: Vec<Conn>,
+    open: usize,
+}
+
+/// The metadata store on a PostgreSQL database.
+pub struct PgStore {
+    config: postgres::Config,
+    /// The URL without its password, for messages.
+    shown: String,
+    pool: Mutex<Pool>,
+    freed: Condvar,
+    max_connections: usize,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore").field("url", &self.shown).finish_non_exhaustive()
+    }
+}
+
+/// `url` with any password replaced by `***`.
+pub fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(at) => rest.split_at(at),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((user_info, host)) => match user_info.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+/// What a failed statement means for the transaction it ran in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failure {
+    /// A serialization conflict: run the transaction again.
+    Conflict,
+    /// The connection is gone: give up, and drop the connection.
+    Lost,
+    /// Anything else: give up.
+    Other,
+}
+
+fn classify(error: &postgres::Error) -> Failure {
+    match error.code() {
+        Some(code)
+            if *code == SqlState::T_R_SERIALIZATION_FAILURE
+                || *code == SqlState::T_R_DEADLOCK_DETECTED =>
+        {
+            Failure::Conflict
+        }
+        Some(_) => Failure::Other,
+        None if error.is_closed() => Failure::Lost,
+        // No SQLSTATE: an IO error or a protocol failure; the connection is not to be trusted.
+        None => Failure::Lost,
+    }
+}
+
+impl PgStore {
+    /// Connects to the database at `url` (`postgres://user:password@host:port/db`), creates
+    /// or upgrades the schema, and checks its version.
+    pub fn open(url: &str) -> Result<PgStore, MetaError> {
+        PgStore::open_with(url, DEFAULT_MAX_CONNECTIONS)
+    }
+
+    /// [`PgStore::open`] with at most `max_connections` (at least 1) connections at once.
+    pub fn open_with(url: &str, max_connections: usize) -> Result<PgStore, MetaError> {
+        let shown = redacted(url);
+        let mut config = postgres::Config::from_str(url).map_err(|e| MetaError::Store {
+            reason: format!("{shown} is not a PostgreSQL URL: {e}"),
+        })?;
+        config.connect_timeout(CONNECT_TIMEOUT);
+        if config.get_application_name().is_none() {
+            config.application_name("weft-meta");
+        }
+        let store = PgStore {
+            config,
+            shown,
+            pool: Mutex::new(Pool { idle: Vec::new(), open: 0 }),
+            freed: Condvar::new(),
+            max_connections: max_connections.max(1),
+        };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// The URL it was opened with, password hidden.
+    pub fn url(&self) -> &str {
+        &self.shown
+    }
+
+    fn unavailable(&self, error: &postgres::Error) -> MetaError {
+        MetaError::StoreUnavailable { reason: format!("PostgreSQL at {}: {error}", self.shown) }
+    }
+
+    fn failed(&self, error: &postgres::Error) -> MetaError {
+        match classify(error) {
+            Failure::Lost => self.unavailable(error),
+            _ => MetaError::Store { reason: format!("PostgreSQL at {}: {error}", self.shown) },
+        }
+    }
+
+    /// Applies the migrations the database lacks, each in one transaction, retried on
+    /// conflicts (two replicas may start at once); refuses a database from a newer build.
+    fn migrate(&self) -> Result<(), MetaError> {
+        let mut client = self.config.connect(NoTls).map_err(|e| self.unavailable(&e))?;
+        for attempt in 1..=MAX_ATTEMPTS {
+            match self.migrate_once(&mut client) {
+                Ok(()) => return Ok(()),
+                Err(Ok(error)) => return Err(error),
+                Err(Err(error)) => match classify(&error) {
+                    Failure::Conflict if attempt < MAX_ATTEMPTS => continue,
+                    // Two first starts at once both create `weft_migrations`.
+                    Failure::Other
+                        if error.code() == Some(&SqlState::UNIQUE_VIOLATION)
+                            && attempt < MAX_ATTEMPTS =>
+                    {
+                        continue
+                    }
+                    _ => return Err(self.failed(&error)),
+                },
+            }
+        }
+        unreachable!("the last attempt returns")
+    }
+
+    /// One pass of [`PgStore::migrate`]: `Err(Ok(_))` is a refusal, `Err(Err(_))` an error of
+    /// the database.
+    fn migrate_once(&self, client: &mut Client) -> Result<(), Result<MetaError, postgres::Error>> {
+        let mut txn = client
+            .build_transaction()
+            .isolation_level(IsolationLevel::Serializable)
+            .start()
+            .map_err(Err)?;
+        txn.batch_execute(
+            "CREATE TABLE IF NOT EXISTS weft_migrations (
+                 version BIGINT PRIMARY KEY,
+                 description TEXT NOT NULL,
+                 applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+        )
+        .map_err(Err)?;
+        let row = txn.query_one("SELECT max(version) FROM weft_migrations", &[]).map_err(Err)?;
+        let found = row.get::<_, Option<i64>>(0).unwrap_or(0);
+        let found = u64::try_from(found).unwrap_or(u64::MAX);
+        if found > PG_SCHEMA_VERSION {
+            return Err(Ok(MetaError::UnsupportedVersion {
+                table: "weft_migrations",
+                key: "version".into(),
+                found,
+                supported: PG_SCHEMA_VERSION,
+            }));
+        }
+        for &(version, description, sql) in MIGRATIONS.iter().filter(|m| m.0 > found) {
+            txn.batch_execute(sql).map_err(Err)?;
+            txn.execute(
+                "INSERT INTO weft_migrations (version, description) VALUES ($1, $2)",
+                &[&(version as i64), &description],
+            )
+            .map_err(Err)?;
+            tracing::info!(version, description, "PostgreSQL schema migrated");
+        }
+        txn.commit().map_err(Err)
+    }
+
+    /// A connection from the pool (waiting while `max_connections` are in use), connecting a
+    /// new one when none is idle.
+    fn take(&self) -> Result<Conn, MetaError> {
+        let mut pool = self.pool.lock().expect("pool lock");
+        loop {
+            while let Some(conn) = pool.idle.pop() {
+                if !conn.client.is_closed() {
+                    return Ok(conn);
+                }
+                pool.open -= 1;
+            }
+            if pool.open < self.max_connections {
+                pool.open += 1;
+                break;
+            }
+            pool = self.freed.wait(pool).expect("pool lock");
+        }
+        drop(pool);
+        let connected = self.config.connect(NoTls).and_then(Conn::prepare);
+        connected.map_err(|e| {
+            self.give_back(None);
+            self.unavailable(&e)
+        })
+    }
+
+    /// Returns a connection to the pool; `None` (or a closed one) frees its place.
+    fn give_back(&self, conn: Option<Conn>) {
+        let mut pool = self.pool.lock().expect("pool lock");
+        match conn.filter(|c| !c.client.is_closed()) {
+            Some(conn) => pool.idle.push(conn),
+            None => pool.open -= 1,
+        }
+        drop(pool);
+        self.freed.notify_one();
+    }
+
+    /// Runs `op` in one transaction at `isolation`, retrying conflicts when `retry`.
+    fn run<T>(
+        &self,
+        read_only: bool,
+        op: &mut dyn FnMut(&dyn Txn) -> Result<T, MetaError>,
+    ) -> Result<T, MetaError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut conn = self.take()?;
+            let outcome = self.attempt(&mut conn, read_only, op);
+            let lost = matches!(outcome, Err(Attempt::Failed(Failure::Lost, _)));
+            self.give_back((!lost).then_some(conn));
+            match outcome {
+                Ok(done) => return Ok(done),
+                Err(Attempt::Refused(error)) => return Err(error),
+                Err(Attempt::Failed(Failure::Conflict, _)) if attempt < MAX_ATTEMPTS => {
+                    // Back off a little, more each time, so conflicting replicas spread out.
+                    let jitter = u64::from(std::process::id() % 7 + 1);
+                    std::thread::sleep(Duration::from_micros(200 * u64::from(attempt) * jitter));
+                }
+                Err(Attempt::Failed(Failure::Conflict, error)) => {
+                    return Err(MetaError::Store {
+                        reason: format!(
+                            "PostgreSQL at {}: gave up after {attempt} serialization conflicts \
+                             in a row (the last: {error})",
+                            self.shown
+                        ),
+                    })
+                }
+                Err(Attempt::Failed(_, error)) => return Err(error),
+            }
+        }
+    }
+
+    fn attempt<T>(
+        &self,
+        conn: &mut Conn,
+        read_only: bool,
+        op: &mut dyn FnMut(&dyn Txn) -> Result<T, MetaError>,
+    ) -> Result<T, Attempt> {
+        let Conn { client, tables } = conn;
+        let isolation =
+            if read_only { IsolationLevel::RepeatableRead } else { IsolationLevel::Serializable };
+        let txn = client
+            .build_transaction()
+            .isolation_level(isolation)
+            .read_only(read_only)
+            .start()
+            .map_err(|e| Attempt::Failed(classify(&e), self.failed(&e)))?;
+        let pg = PgTxn { store: self, txn: RefCell::new(txn), tables, failure: Cell::new(None) };
+        let done = op(&pg);
+        let PgTxn { txn, failure, .. } = pg;
+        let txn = txn.into_inner();
+        if let Some((kind, error)) = failure.into_inner() {
+            // Whatever `op` made of it, a failed statement failed the transaction.
+            drop(txn);
+            return Err(Attempt::Failed(kind, error));
+        }
+        match done {
+            Ok(done) => {
+                txn.commit().map_err(|e| Attempt::Failed(classify(&e), self.failed(&e)))?;
+                Ok(done)
+            }
+            // Dropping the transaction rolls it back.
+            Err(error) => Err(Attempt::Refused(error)),
+        }
+    }
+}
+
+/// How one attempt of a transaction ended, when not with a commit.
+enum Attempt {
+    /// `op` refused (a `MetaError` of the rules): nothing to retry.
+    Refused(MetaError),
+    /// A statement or the commit failed.
+    Failed(Failure, MetaError),
+}
+
+/// One transaction of a [`PgStore`].
+struct PgTxn<'c> {
+    store: &'c PgStore,
+    txn: RefCell<postgres::Transaction<'c>>,
+    tables: &'c HashMap<Table, TableStatements>,
+    /// The first statement that failed, if one did.
+    failure: Cell<Option<(Failure, MetaError)>>,
+}
+
+impl PgTxn<'_> {
+    fn statements(&self, table: Table) -> &TableStatements {
+        &self.tables[&table]
+    }
+
+    /// Notes a failed statement (the transaction is lost with it) and returns its error.
+    fn fail(&self, error: postgres::Error) -> MetaError {
+        let kind = classify(&error);
+        let meta_error = self.store.failed(&error);
+        let earlier = self.failure.take();
+        self.failure.set(Some(earlier.unwrap_or((kind, meta_error.clone()))));
+        meta_error
+    }
+
+    fn check_key(&self, table: Table, key: &Key) -> Result<Vec<u8>, MetaError> {
+        match key.fits(table) {
+            true => Ok(key.encode()),
+            false => Err(MetaError::Store {
+                reason: format!("a key of the wrong shape for table {}: {key:?}", table.name()),
+            }),
+        }
+    }
+}
+
+fn limit_param(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+impl Txn for PgTxn<'_> {
+    fn get(&self, table: Table, key: &Key) -> Result<Option<Vec<u8>>, MetaError> {
+        let k = self.check_key(table, key)?;
+        let rows = self
+            .txn
+            .borrow_mut()
+            .query(&self.statements(table).get, &[&k])
+            .map_err(|e| self.fail(e))?;
+        Ok(rows.first().map(|row| row.get(0)))
+    }
+
+    fn put(&self, table: Table, key: &Key, value: &[u8]) -> Result<(), MetaError> {
+        let k = self.check_key(table, key)?;
+        self.txn
+            .borrow_mut()
+            .execute(&self.statements(table).put, &[&k, &value])
+            .map_err(|e| self.fail(e))?;
+        Ok(())
+    }
+
+    fn remove(&self, table: Table, key: &Key) -> Result<Option<Vec<u8>>, MetaError> {
+        let k = self.check_key(table, key)?;
+        let rows = self
+            .txn
+            .borrow_mut()
+            .query(&self.statements(table).remove, &[&k])
+            .map_err(|e| self.fail(e))?;
+        Ok(rows.first().map(|row| row.get(0)))
+    }
+
+    fn range(
+        &self,
+        table: Table,
+        lower: Bound<&Key>,
+        end: End<'_>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, MetaError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let (inclusive, from) = match lower {
+            Bound::Included(key) => (true, self.check_key(table, key)?),
+            Bound::Excluded(key) => (false, self.check_key(table, key)?),
+            Bound::Unbounded => (true, Vec::new()),
+        };
+        let (from, upper) = match end {
+            End::Open => (from, None),
+            End::Before(key) => (from, Some(self.check_key(table, key)?)),
+            // Keys starting with the prefix are exactly [prefix, prefix_end).
+            End::Prefix(prefix) => {
+                let (inclusive, from) = match from.as_slice() < prefix {
+                    true => (true, prefix.to_vec()),
+                    false => (inclusive, from),
+                };
+                return self.range_rows(table, inclusive, from, prefix_end(prefix), limit);
+            }
+        };
+        self.range_rows(table, inclusive, from, upper, limit)
+    }
+
+    fn count(&self, table: Table) -> Result<u64, MetaError> {
+        let row = self
+            .txn
+            .borrow_mut()
+            .query_one(&self.statements(table).count, &[])
+            .map_err(|e| self.fail(e))?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
+}
+
+impl PgTxn<'_> {
+    fn range_rows(
+        &self,
+        table: Table,
+        inclusive: bool,
+        from: Vec<u8>,
+        upper: Option<Vec<u8>>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, MetaError> {
+        let statements = &self.statements(table).range[usize::from(inclusive)];
+        let limit = limit_param(limit);
+        let rows = match &upper {
+            Some(upper) => self.txn.borrow_mut().query(&statements[1], &[&from, &limit, upper]),
+            None => self.txn.borrow_mut().query(&statements[0], &[&from, &limit]),
+        }
+        .map_err(|e| self.fail(e))?;
+        rows.iter()
+            .map(|row| {
+                let k: Vec<u8> = row.get(0);
+                Ok((Key::decode(table, &k)?, row.get(1)))
+            })
+            .collect()
+    }
+}
+
+impl KvBackend for PgStore {
+    fn read<T>(
+        &self,
+        op: &mut dyn FnMut(&dyn Txn) -> Result<T, MetaError>,
+    ) -> Result<T, MetaError> {
+        self.run(true, op)
+    }
+
+    fn write<T>(
+        &self,
+        op: &mut dyn FnMut(&dyn Txn) -> Result<T, MetaError>,
+    ) -> Result<T, MetaError> {
+        self.run(false, op)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_show() {
+        assert_eq!(
+            redacted("postgres://weft:s3cret@127.0.0.1:5432/weft"),
+            "postgres://weft:***@127.0.0.1:5432/weft"
+        );
+        assert_eq!(redacted("postgres://weft:s3cret@host"), "postgres://weft:***@host");
+        assert_eq!(
+            redacted("postgres://weft@host/db?sslmode=disable"),
+            "postgres://weft@host/db?sslmode=disable"
+        );
+        assert_eq!(redacted("postgres://a:b:c@h/d"), "postgres://a:***@h/d");
+        let refused = PgStore::open("postgres://weft:s3cret@127.0.0.1:1/weft").unwrap_err();
+        assert!(!refused.to_string().contains("s3cret"), "{refused}");
+        assert!(matches!(refused, MetaError::StoreUnavailable { .. }), "{refused}");
+    }
+}
