@@ -64,6 +64,8 @@ pub enum MetaError {
     /// The store's disk failed an IO (e.g. "No space left on device"): the operation did not
     /// take effect, and the store refuses work until it is reopened, which the store does by
     /// itself on the next operation once the disk works again. `reason` is the IO error.
+    /// For PostgreSQL: the server could not be reached or the connection broke (`reason`
+    /// starts with "PostgreSQL"); the next operation connects anew.
     StoreUnavailable { reason: String },
     /// No transition `id` is pending for the object (never begun, committed, aborted,
     /// replaced by a newer begin, or dropped with the object); `pending` is the one that is.
@@ -231,6 +233,12 @@ impl fmt::Display for MetaError {
                 write!(f, "value {key:?} in table {table:?} is corrupt: {reason}")
             }
             MetaError::Store { reason } => write!(f, "metadata store failed: {reason}"),
+            MetaError::StoreUnavailable { reason } if reason.starts_with("PostgreSQL") => write!(
+                f,
+                "meta's store is unavailable: {reason}; the operation did not take effect \
+                 (or, if the connection broke during its commit, may have: read before \
+                 retrying), and meta connects again on the next request once PostgreSQL answers"
+            ),
             MetaError::StoreUnavailable { reason } => write!(
                 f,
                 "meta's store is unavailable: {reason}; meta reopens it on the next request \

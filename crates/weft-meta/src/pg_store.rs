@@ -148,6 +148,28 @@ pub fn redacted(url: &str) -> String {
     }
 }
 
+/// `url` with the password of `$PGPASSWORD` when it names none (as libpq's clients do).
+pub fn with_env_password(url: &str) -> String {
+    let Ok(password) = std::env::var("PGPASSWORD") else { return url.to_string() };
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    match rest[..authority_end].rsplit_once('@') {
+        Some((user, _)) if !user.contains(':') => {
+            let encoded: String = password
+                .bytes()
+                .map(|b| match b {
+                    b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                        (b as char).to_string()
+                    }
+                    _ => format!("%{b:02X}"),
+                })
+                .collect();
+            format!("{scheme}://{user}:{encoded}@{}", &rest[user.len() + 1..])
+        }
+        _ => url.to_string(),
+    }
+}
+
 /// What a failed statement means for the transaction it ran in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Failure {
@@ -167,11 +189,32 @@ fn classify(error: &postgres::Error) -> Failure {
         {
             Failure::Conflict
         }
+        // Class 08: connection exceptions; 57: the server shutting down or restarting (an
+        // administrator ended the session, a crash, a start not finished); 28: the server
+        // refused us (a wrong password) — it is there, but not for us.
+        Some(code) if ["08", "57", "28"].iter().any(|class| code.code().starts_with(class)) => {
+            Failure::Lost
+        }
         Some(_) => Failure::Other,
         None if error.is_closed() => Failure::Lost,
         // No SQLSTATE: an IO error or a protocol failure; the connection is not to be trusted.
         None => Failure::Lost,
     }
+}
+
+/// What went wrong, in words: the server's message and SQLSTATE for an error the server
+/// sent (the driver's own text is only "db error"), else the driver's error and its causes.
+fn describe(error: &postgres::Error) -> String {
+    if let Some(db) = error.as_db_error() {
+        return format!("{} (SQLSTATE {})", db.message(), db.code().code());
+    }
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text = format!("{text}: {cause}");
+        source = cause.source();
+    }
+    text
 }
 
 impl PgStore {
@@ -208,13 +251,17 @@ impl PgStore {
     }
 
     fn unavailable(&self, error: &postgres::Error) -> MetaError {
-        MetaError::StoreUnavailable { reason: format!("PostgreSQL at {}: {error}", self.shown) }
+        MetaError::StoreUnavailable {
+            reason: format!("PostgreSQL at {}: {}", self.shown, describe(error)),
+        }
     }
 
     fn failed(&self, error: &postgres::Error) -> MetaError {
         match classify(error) {
             Failure::Lost => self.unavailable(error),
-            _ => MetaError::Store { reason: format!("PostgreSQL at {}: {error}", self.shown) },
+            _ => MetaError::Store {
+                reason: format!("PostgreSQL at {}: {}", self.shown, describe(error)),
+            },
         }
     }
 

@@ -4,7 +4,9 @@
 //! to delete in `deletions.rs`),
 //! transitions (regroup plans, commit, abort, lease renewal and expiry, in `transitions.rs`)
 //! and garbage collection (the units meta references, expiry of abandoned writes, in
-//! `gc.rs`), over one [`RedbStore`]. Routes, statuses and error bodies: docs/meta-api.md.
+//! `gc.rs`), over one store: the redb file in meta's directory ([`RedbStore`], the default)
+//! or a PostgreSQL database ([`crate::PgStore`], [`StoreLocation::Postgres`]). Routes,
+//! statuses and error bodies: docs/meta-api.md.
 //!
 //! Invariants:
 //! - The store is opened once, at [`bind`]; a second meta on the same directory fails there
@@ -120,6 +122,31 @@ pub struct MetaConfig {
     pub failure_domain: FailureDomain,
     /// The cluster secret: meta checks every request against keys derived from it.
     pub secret: ClusterSecret,
+    /// Where the records are kept: redb in `dir` (the default) or a PostgreSQL database.
+    pub store: StoreLocation,
+}
+
+/// Where meta keeps its records.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// The redb file [`DB_FILE`] in [`MetaConfig::dir`].
+    #[default]
+    Redb,
+    /// The PostgreSQL database at this URL (`postgres://user:password@host:port/db`); several
+    /// metas may share it.
+    Postgres(String),
+}
+
+impl fmt::Debug for StoreLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreLocation::Redb => f.write_str("Redb"),
+            // Never the password.
+            StoreLocation::Postgres(url) => {
+                write!(f, "Postgres({})", crate::pg_store::redacted(url))
+            }
+        }
+    }
 }
 
 impl MetaConfig {
@@ -131,6 +158,7 @@ impl MetaConfig {
             down_after_ms: DEFAULT_DOWN_AFTER_MS,
             failure_domain: FailureDomain::default(),
             secret,
+            store: StoreLocation::Redb,
         }
     }
 }
@@ -314,23 +342,33 @@ pub async fn bind_with_faults(
         ));
     }
     let dir = config.dir.clone();
-    let path = dir.join(DB_FILE);
+    let (path, store_location) = match &config.store {
+        StoreLocation::Redb => (dir.join(DB_FILE), StoreLocation::Redb),
+        StoreLocation::Postgres(url) => {
+            (PathBuf::from(crate::pg_store::redacted(url)), config.store.clone())
+        }
+    };
     let opening = path.clone();
-    let store = tokio::task::spawn_blocking(move || {
+    let store = tokio::task::spawn_blocking(move || -> Result<Arc<dyn MetaStore>, ServiceError> {
         std::fs::create_dir_all(&dir).map_err(|e| ServiceError::Open {
             path: opening.clone(),
             source: MetaError::Store { reason: format!("cannot create {}: {e}", dir.display()) },
         })?;
-        RedbStore::open_with_faults(&opening, faults)
-            .map_err(|source| ServiceError::Open { path: opening, source })
+        let opened: Result<Arc<dyn MetaStore>, MetaError> = match store_location {
+            StoreLocation::Redb => {
+                RedbStore::open_with_faults(&opening, faults).map(|s| Arc::new(s) as _)
+            }
+            StoreLocation::Postgres(url) => crate::PgStore::open(&url).map(|s| Arc::new(s) as _),
+        };
+        opened.map_err(|source| ServiceError::Open { path: opening, source })
     })
     .await
     .map_err(|join| ServiceError::Config(format!("opening the store panicked: {join}")))??;
     let seal = config.secret.seal_key();
     let (store, enrolled) = {
         tokio::task::spawn_blocking(move || {
-            let enrolled = load_enrolment(&store)?;
-            seal_plain_access_keys(&store, &seal)?;
+            let enrolled = load_enrolment(store.as_ref())?;
+            seal_plain_access_keys(store.as_ref(), &seal)?;
             Ok::<_, MetaError>((store, enrolled))
         })
         .await
@@ -344,7 +382,7 @@ pub async fn bind_with_faults(
         .local_addr()
         .map_err(|source| ServiceError::Bind { addr: config.listen, source })?;
     let meta = Arc::new(Meta {
-        store: Arc::new(store),
+        store,
         down_after_ms: config.down_after_ms,
         failure_domain: config.failure_domain,
         clock: Arc::new(liveness::RunningClock::new()),
@@ -517,7 +555,7 @@ async fn nodes_only_heartbeat(request: Request, next: Next) -> Response {
 
 /// The enrolled node ids, enrolling once every node an older meta knew (it had no
 /// enrolment), so an upgrade does not lock the cluster's own nodes out.
-fn load_enrolment(store: &RedbStore) -> Result<HashSet<u32>, MetaError> {
+fn load_enrolment(store: &dyn MetaStore) -> Result<HashSet<u32>, MetaError> {
     let mut migrated = false;
     let mut enrolled = HashSet::new();
     for_each_record(store, ENROLLED_NODES, |name, _| {
@@ -546,7 +584,7 @@ fn load_enrolment(store: &RedbStore) -> Result<HashSet<u32>, MetaError> {
 }
 
 /// Seals the plain secrets of access keys an older meta stored.
-fn seal_plain_access_keys(store: &RedbStore, seal: &SealKey) -> Result<(), MetaError> {
+fn seal_plain_access_keys(store: &dyn MetaStore, seal: &SealKey) -> Result<(), MetaError> {
     for_each_record(store, gateway::ACCESS_KEYS, |name, value| {
         if let Some(sealed) = gateway::sealed_key_record(seal, name, value) {
             store.put_record(gateway::ACCESS_KEYS, name, &sealed, false)?;
@@ -558,7 +596,7 @@ fn seal_plain_access_keys(store: &RedbStore, seal: &SealKey) -> Result<(), MetaE
 
 /// Calls `visit` on every record of `namespace`, a page at a time.
 fn for_each_record(
-    store: &RedbStore,
+    store: &dyn MetaStore,
     namespace: &str,
     mut visit: impl FnMut(&str, &Value) -> Result<(), MetaError>,
 ) -> Result<(), MetaError> {

@@ -209,6 +209,31 @@ pub struct MetaArgs {
     /// keys derived from it.
     #[arg(long, value_name = "FILE")]
     pub secret_file: Option<PathBuf>,
+    /// Where meta keeps its records: `redb` (the file meta.redb in --dir), or a PostgreSQL
+    /// database, `postgres://USER[:PASSWORD]@HOST[:PORT]/DB`, which several metas can share
+    /// [default: $WEFT_META_STORE, else redb]. A password on the command line shows in `ps`:
+    /// give the URL in $WEFT_META_STORE instead, or the password alone in $PGPASSWORD.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
+}
+
+/// Where `weft serve meta` keeps its records, from `--store` or `$WEFT_META_STORE`.
+fn meta_store(store: Option<&str>) -> Result<weft_meta::service::StoreLocation, CliError> {
+    use weft_meta::service::StoreLocation;
+    let from_env = std::env::var("WEFT_META_STORE").ok().filter(|v| !v.is_empty());
+    let Some(url) = store.map(str::to_owned).or(from_env) else {
+        return Ok(StoreLocation::Redb);
+    };
+    if url == "redb" {
+        return Ok(StoreLocation::Redb);
+    }
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(cli_error!(
+            "--store must be redb or a PostgreSQL URL (postgres://user@host:port/db), not {}",
+            weft_meta::pg_store::redacted(&url)
+        ));
+    }
+    Ok(StoreLocation::Postgres(weft_meta::pg_store::with_env_password(&url)))
 }
 
 #[derive(Debug, Args)]
@@ -355,6 +380,7 @@ async fn serve_meta(args: MetaArgs) -> Result<(), CliError> {
         down_after_ms: args.down_after_ms,
         failure_domain: args.failure_domain.level(),
         secret,
+        store: meta_store(args.store.as_deref())?,
     };
     let meta = weft_meta::service::bind(config).await?;
     ready(format!("meta listening on {}", meta.endpoint()));

@@ -13,6 +13,9 @@
 //!   own key, derived from the secret; node i is enrolled in meta before it starts).
 //! - With a fixed meta port P, node i listens on P + i, so endpoints are stable across
 //!   restarts; with port 0 every child picks a free port.
+//! - Under `--meta-store postgres` a PostgreSQL server of the cluster's own (DIR/postgres) is
+//!   started before meta and stopped after it; meta gets its URL (with the password) in its
+//!   environment, never on its command line.
 //! - Every child is supervised once the cluster is ready: one that dies (meta, a node, the
 //!   repair executor, the S3 gateway) is started again with the same arguments — meta and the
 //!   gateway on the address they had, so clients, nodes and s3.json stay right — after a
@@ -44,6 +47,7 @@ use std::{
     sync::mpsc,
     time::{Duration, Instant},
 };
+use weft_meta::pg_local::Lifetime;
 
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
@@ -90,6 +94,25 @@ const DEFAULT_S3_PORT: u16 = 9000;
 /// Nodes and disks per node when neither flags nor cluster.json say.
 const DEFAULT_NODES: u32 = 12;
 const DEFAULT_DISKS_PER_NODE: u32 = 1;
+
+/// Where `weft up`'s meta keeps its records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MetaStoreArg {
+    /// The embedded redb file DIR/meta/meta.redb.
+    Redb,
+    /// A PostgreSQL server of the cluster's own, its data in DIR/postgres, started before
+    /// meta and stopped after it.
+    Postgres,
+}
+
+impl MetaStoreArg {
+    fn name(self) -> &'static str {
+        match self {
+            MetaStoreArg::Redb => "redb",
+            MetaStoreArg::Postgres => "postgres",
+        }
+    }
+}
 
 /// The failure domain the units of a group are spread over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -170,6 +193,13 @@ pub struct UpArgs {
     /// distinct disks, nodes or racks [default: as in DIR/cluster.json, else node].
     #[arg(long, value_enum)]
     pub failure_domain: Option<FailureDomainArg>,
+    /// Where meta keeps its records: redb, a file in DIR/meta; or postgres, a PostgreSQL
+    /// server of the cluster's own (data in DIR/postgres, on 127.0.0.1, password in
+    /// DIR/postgres/password) started before meta and stopped after it; it needs PostgreSQL's
+    /// server programs (Debian: apt-get install postgresql) [default: as in
+    /// DIR/cluster.json, else redb]. The two keep separate records: switching starts empty.
+    #[arg(long, value_enum)]
+    pub meta_store: Option<MetaStoreArg>,
     /// Directory holding the whole cluster (created if missing).
     #[arg(long, default_value = "./weft-data")]
     pub dir: PathBuf,
@@ -270,6 +300,7 @@ struct Recorded {
     disks_per_node: Option<u32>,
     racks: Option<u32>,
     failure_domain: Option<FailureDomainArg>,
+    meta_store: Option<MetaStoreArg>,
     running_up_pid: Option<u32>,
 }
 
@@ -287,6 +318,9 @@ fn read_recorded(path: &Path, out: Out) -> Recorded {
         disks_per_node: number("disks_per_node"),
         racks: number("racks"),
         failure_domain: value["failure_domain"].as_str().and_then(FailureDomainArg::parse),
+        meta_store: value["meta_store"]
+            .as_str()
+            .and_then(|name| MetaStoreArg::from_str(name, true).ok()),
         running_up_pid: match value["running"].as_bool() {
             Some(true) => number("up_pid"),
             _ => None,
@@ -302,6 +336,7 @@ struct Plan {
     disks_per_node: u32,
     racks: Option<u32>,
     failure_domain: FailureDomainArg,
+    meta_store: MetaStoreArg,
     meta_listen: SocketAddr,
     down_after_ms: Option<u64>,
     heartbeat_ms: Option<u64>,
@@ -445,6 +480,7 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
     let lstor_dir = lstor_dir(args, &dir, out)?;
     Ok(Plan {
         lstor_dir,
+        meta_store: args.meta_store.or(recorded.meta_store).unwrap_or(MetaStoreArg::Redb),
         dir,
         nodes,
         disks_per_node,
@@ -679,6 +715,11 @@ struct Supervisor {
     /// child's stdout reader.
     lines_tx: mpsc::Sender<(usize, u32, Option<String>)>,
     lines: mpsc::Receiver<(usize, u32, Option<String>)>,
+    /// The cluster's PostgreSQL server, under `--meta-store postgres`; stopped after meta.
+    postgres: Option<weft_meta::pg_local::LocalPostgres>,
+    /// Meta's store URL, given to meta in its environment (never on its command line,
+    /// which `ps` shows): it holds the password.
+    meta_store_url: Option<String>,
 }
 
 /// Why a start-up wait ended early.
@@ -702,7 +743,15 @@ impl Supervisor {
         std::fs::create_dir_all(&logs)
             .map_err(|e| cli_error!("cannot create {}: {e}", logs.display()))?;
         let (lines_tx, lines) = mpsc::channel();
-        Ok(Supervisor { exe, logs, members: Vec::new(), lines_tx, lines })
+        Ok(Supervisor {
+            exe,
+            logs,
+            members: Vec::new(),
+            lines_tx,
+            lines,
+            postgres: None,
+            meta_store_url: None,
+        })
     }
 
     /// Starts `weft <args>` as `role`; its stderr is appended to its log file and its first
@@ -790,6 +839,10 @@ impl Supervisor {
             // the children in order.
             .process_group(0);
         die_with_parent(&mut command);
+        command.env_remove("WEFT_META_STORE");
+        if let (Role::Meta, Some(url)) = (role, &self.meta_store_url) {
+            command.env("WEFT_META_STORE", url);
+        }
         let mut process =
             command.spawn().map_err(|e| cli_error!("cannot start {}: {e}", role.name()))?;
         let stdout = process.stdout.take().expect("stdout is piped");
@@ -1011,6 +1064,9 @@ impl Supervisor {
     fn stop_all(&mut self) {
         self.stop_where(|role| role != Role::Meta);
         self.stop_where(|_| true);
+        if let Some(postgres) = self.postgres.take() {
+            postgres.stop();
+        }
     }
 
     fn member(&self, role: Role) -> Option<&Member> {
@@ -1071,6 +1127,12 @@ impl Supervisor {
             "racks": plan.racks,
             "failure_domain": plan.failure_domain.name(),
             "enforced_failure_domain": plan.failure_domain.name(),
+            "meta_store": plan.meta_store.name(),
+            "postgres": self.postgres.as_ref().map(|pg| json!({
+                "port": pg.port(),
+                "dir": plan.dir.join(POSTGRES_DIR),
+                "password_file": plan.dir.join(POSTGRES_DIR).join("password"),
+            })),
             "logs": self.logs,
             "ready_ms": ready_ms,
         })
@@ -1149,6 +1211,11 @@ fn has_repair_executor(exe: &Path) -> bool {
         .is_ok_and(|status| status.success())
 }
 
+/// The directory of the cluster's PostgreSQL server under `--meta-store postgres`.
+const POSTGRES_DIR: &str = "postgres";
+/// Its database of meta's records.
+const POSTGRES_DATABASE: &str = "weft";
+
 pub fn run(args: UpArgs) -> Result<(), CliError> {
     let out = Out { json: args.json };
     let started = Instant::now();
@@ -1156,6 +1223,19 @@ pub fn run(args: UpArgs) -> Result<(), CliError> {
     note_settings(&plan, out);
     let mut signals = Signals::new()?;
     let mut cluster = Supervisor::new(&plan.dir)?;
+    if plan.meta_store == MetaStoreArg::Postgres {
+        let dir = plan.dir.join(POSTGRES_DIR);
+        if !out.json {
+            eprintln!("weft up: starting PostgreSQL for meta's records in {}", dir.display());
+        }
+        let postgres = weft_meta::pg_local::LocalPostgres::start(&dir, Lifetime::Kept)
+            .map_err(|e| cli_error!("--meta-store postgres: {e}"))?;
+        postgres
+            .create_database(POSTGRES_DATABASE)
+            .map_err(|e| cli_error!("--meta-store postgres: {e}"))?;
+        cluster.meta_store_url = Some(postgres.url(POSTGRES_DATABASE));
+        cluster.postgres = Some(postgres);
+    }
     match start(&plan, &mut cluster, &mut signals, out) {
         Ok(()) => {}
         Err(Interrupted::Signal(signal)) => {

@@ -1,0 +1,205 @@
+//! PgStore beyond the shared suite (tests/store.rs): what only a database shared by several
+//! processes can get wrong — concurrent writers on one database (as meta replicas are),
+//! exactly-once repair leases, a server restart under a client, a schema from a newer build.
+//! Each test skips with its reason printed when PostgreSQL cannot run here (CI insists with
+//! `WEFT_REQUIRE_POSTGRES=1`).
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Barrier};
+
+use weft_codes::CodeSpec;
+use weft_layout::{place, DiskLocation, FailureDomain, Placement, StripedLayout, Topology, UnitId};
+use weft_meta::pg_local::{test_database, Lifetime, LocalPostgres};
+use weft_meta::{MetaError, MetaStore, ObjectName, PgStore, RepairKind, RepairRequest};
+
+const MIB: u64 = 1 << 20;
+
+fn layout() -> StripedLayout {
+    StripedLayout {
+        code: CodeSpec::parse("rs(2,1)").unwrap(),
+        stripe_width: 2,
+        cell_bytes: MIB,
+        block_bytes: MIB,
+    }
+}
+
+fn placement(seed: u64) -> Placement {
+    let disks = (0..6).map(|node| DiskLocation { rack: node, node, disk: 0 }).collect();
+    place(&layout(), 2 * MIB, &Topology::new(disks).unwrap(), seed, FailureDomain::Node).unwrap()
+}
+
+/// Two stores (two "replicas") on one fresh database, as many connections each as threads.
+fn two_replicas() -> Option<(Arc<PgStore>, Arc<PgStore>)> {
+    let url = test_database()?;
+    let a = Arc::new(PgStore::open_with(&url, 4).unwrap());
+    let b = Arc::new(PgStore::open_with(&url, 4).unwrap());
+    Some((a, b))
+}
+
+#[test]
+fn concurrent_replicas_never_interleave_two_operations() {
+    let Some((a, b)) = two_replicas() else { return };
+    a.create_bucket("bkt", layout(), 1).unwrap();
+    const THREADS: usize = 6;
+    const PUTS: u64 = 15;
+    let start = Arc::new(Barrier::new(THREADS));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let store = if t % 2 == 0 { a.clone() } else { b.clone() };
+            let start = start.clone();
+            std::thread::spawn(move || {
+                start.wait();
+                let mut committed = Vec::new();
+                for i in 0..PUTS {
+                    // Three keys shared by every thread: commits race on them.
+                    let key = format!("k{}", i % 3);
+                    let write = store.begin_object("bkt", &key, placement(i), 10 + i).unwrap();
+                    let (record, _) = store
+                        .commit_object("bkt", &key, write.generation, &Default::default())
+                        .unwrap();
+                    committed.push((key, record.generation));
+                }
+                committed
+            })
+        })
+        .collect();
+    let committed: Vec<(String, u64)> =
+        workers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+    let generations: BTreeSet<u64> = committed.iter().map(|(_, g)| *g).collect();
+    assert_eq!(generations.len(), committed.len(), "every begin drew its own generation");
+    assert_eq!(
+        generations.iter().copied().collect::<Vec<_>>(),
+        (1..=committed.len() as u64).collect::<Vec<_>>(),
+        "the counter advanced once per begin, with no gap and no repeat"
+    );
+    // Each key's current object is the newest commit of it, and nothing is left in progress.
+    for key in ["k0", "k1", "k2"] {
+        let current = a.get_object("bkt", key).unwrap();
+        assert_eq!(b.get_object("bkt", key).unwrap(), current, "both replicas read one state");
+        assert!(committed.iter().any(|(k, g)| k == key && *g == current.generation));
+    }
+    assert_eq!(a.list_writes(None, 100).unwrap(), vec![]);
+}
+
+#[test]
+fn a_repair_task_is_leased_to_one_replica_at_a_time() {
+    let Some((a, b)) = two_replicas() else { return };
+    a.create_bucket("bkt", layout(), 1).unwrap();
+    let mut requests = Vec::new();
+    for i in 0..8 {
+        let key = format!("k{i}");
+        let write = a.begin_object("bkt", &key, placement(i), 2).unwrap();
+        let (object, _) =
+            a.commit_object("bkt", &key, write.generation, &Default::default()).unwrap();
+        for unit in [UnitId::Data(0), UnitId::Data(1)] {
+            requests.push(RepairRequest {
+                object: ObjectName { bucket: "bkt".into(), key: key.clone() },
+                generation: object.generation,
+                unit,
+                kind: RepairKind::Damaged,
+                reason: "test".into(),
+                seen_on: object.placement.disk_of(unit),
+            });
+        }
+    }
+    assert_eq!(b.enqueue_repairs(&requests, 3).unwrap(), requests.len());
+    const THREADS: usize = 6;
+    let start = Arc::new(Barrier::new(THREADS));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let store = if t % 2 == 0 { a.clone() } else { b.clone() };
+            let start = start.clone();
+            std::thread::spawn(move || {
+                start.wait();
+                let mut taken = Vec::new();
+                while let Some(lease) = store.take_repair(4, 60_000).unwrap() {
+                    taken.push(lease.task_id);
+                    store.complete_repair(&lease).unwrap();
+                }
+                taken
+            })
+        })
+        .collect();
+    let taken: Vec<u64> = workers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+    let distinct: BTreeSet<u64> = taken.iter().copied().collect();
+    assert_eq!(taken.len(), requests.len(), "every task was taken once: {taken:?}");
+    assert_eq!(distinct.len(), requests.len(), "no task was leased twice: {taken:?}");
+    assert_eq!(a.repair_queue_len().unwrap(), 0);
+}
+
+#[test]
+fn a_server_restart_fails_operations_clearly_and_the_store_recovers() {
+    let Some(_) = test_database() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalPostgres::start(dir.path(), Lifetime::Kept).unwrap();
+    server.create_database("weft").unwrap();
+    let url = server.url("weft");
+    let password = url.split(':').nth(2).unwrap().split('@').next().unwrap().to_string();
+    let store = PgStore::open(&url).unwrap();
+    store.create_bucket("bkt", layout(), 1).unwrap();
+    let write = store.begin_object("bkt", "k", placement(1), 2).unwrap();
+    server.stop();
+    // The server is gone: a clear error, no password, and nothing half-done.
+    let refused = store.commit_object("bkt", "k", write.generation, &Default::default());
+    let Err(error) = refused else { panic!("a commit without a server succeeded") };
+    assert!(matches!(error, MetaError::StoreUnavailable { .. }), "{error:?}");
+    assert!(!error.to_string().contains(&password), "{error}");
+    // The same data directory again (on a new port): the store is opened anew on it and
+    // finds the write in progress, never committed; committing it now works.
+    let server = LocalPostgres::start(dir.path(), Lifetime::Kept).unwrap();
+    let store = PgStore::open(&server.url("weft")).unwrap();
+    assert!(matches!(store.get_object("bkt", "k"), Err(MetaError::NoSuchKey { .. })));
+    let (committed, _) =
+        store.commit_object("bkt", "k", write.generation, &Default::default()).unwrap();
+    assert_eq!(committed.generation, write.generation);
+    server.stop();
+}
+
+#[test]
+fn a_dropped_connection_is_replaced_by_the_pool() {
+    let Some(url) = test_database() else { return };
+    let store = PgStore::open_with(&url, 1).unwrap();
+    store.create_bucket("bkt", layout(), 1).unwrap();
+    // Another session ends every connection of this database but its own, as an
+    // administrator (or a failover) would.
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let ended = admin
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .unwrap();
+    assert!(!ended.is_empty(), "the store's connection was open");
+    // The first operation on the dead connection fails clearly, or already reconnects.
+    match store.get_bucket("bkt") {
+        Ok(bucket) => assert_eq!(bucket.name, "bkt"),
+        Err(error) => assert!(matches!(error, MetaError::StoreUnavailable { .. }), "{error:?}"),
+    }
+    // Then the pool has a new connection.
+    assert_eq!(store.get_bucket("bkt").unwrap().name, "bkt");
+}
+
+#[test]
+fn a_database_of_a_newer_schema_is_refused() {
+    let Some(url) = test_database() else { return };
+    drop(PgStore::open(&url).unwrap());
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    admin
+        .execute("INSERT INTO weft_migrations (version, description) VALUES (99, 'future')", &[])
+        .unwrap();
+    let refused = PgStore::open(&url).unwrap_err();
+    assert!(matches!(refused, MetaError::UnsupportedVersion { found: 99, .. }), "{refused:?}");
+}
+
+#[test]
+fn a_wrong_password_is_refused_without_showing_either() {
+    let Some(url) = test_database() else { return };
+    let (head, tail) = url.split_once('@').unwrap();
+    let right = head.rsplit(':').next().unwrap();
+    let wrong = format!("{}:not-{right}@{tail}", head.rsplit_once(':').unwrap().0);
+    let refused = PgStore::open(&wrong).unwrap_err();
+    let text = refused.to_string();
+    assert!(!text.contains(right) && !text.contains("not-"), "{text}");
+    assert!(text.contains("password"), "the reason is named: {text}");
+}
