@@ -472,3 +472,62 @@ fn a_gateway_that_cannot_start_is_retried_until_its_port_is_free() {
     assert_eq!(s3_file["endpoint"], format!("http://{listen}").as_str(), "{s3_file}");
     assert!(s3_file["access_key"].is_string(), "{s3_file}");
 }
+
+/// Whether PostgreSQL's server programs are here (else the test says why it skips; CI sets
+/// WEFT_REQUIRE_POSTGRES=1 when it installed them, and then a skip is a failure).
+fn postgres_here() -> bool {
+    match weft_meta::pg_local::server_programs() {
+        Ok(_) => true,
+        Err(why) if std::env::var("WEFT_REQUIRE_POSTGRES").is_ok_and(|v| v == "1") => {
+            panic!("WEFT_REQUIRE_POSTGRES=1 but {why}")
+        }
+        Err(why) => {
+            eprintln!("skipping: {why}");
+            false
+        }
+    }
+}
+
+#[test]
+fn meta_on_postgres_survives_its_own_death_and_a_cluster_restart() {
+    if !postgres_here() {
+        return;
+    }
+    let mut cluster = Cluster::start(4, &["--meta-store", "postgres", "--heartbeat-ms", "300"]);
+    let ready = cluster.ready().clone();
+    assert_eq!(ready["meta_store"], "postgres", "{ready}");
+    let port = ready["postgres"]["port"].as_u64().unwrap_or_else(|| panic!("{ready}"));
+    // Meta keeps no redb file: its records are in the cluster's PostgreSQL.
+    assert!(!cluster.dir().join("meta/meta.redb").exists());
+    // Meta's command line (which `ps` shows) holds no password; its environment does.
+    let meta_pid = cluster.meta_pid();
+    let cmdline = std::fs::read(format!("/proc/{meta_pid}/cmdline")).unwrap();
+    let password =
+        std::fs::read_to_string(cluster.dir().join("postgres/password")).unwrap().trim().to_owned();
+    assert!(password.len() >= 32, "a generated password");
+    assert!(!String::from_utf8_lossy(&cmdline).contains(&password));
+    assert!(!cluster.up_stderr().contains(&password), "never printed");
+
+    cluster.create_bucket("pgb", &["--k", "2", "--r", "1"]);
+    let first = pattern(3 << 20, 7);
+    cluster.put_bytes("pgb/first", &first);
+    // Meta dies: weft up starts it again, on the same database.
+    kill_and_see_restarted(&cluster, "meta", None);
+    assert_eq!(cluster.get("pgb/first"), first);
+    let second = pattern(1 << 20, 9);
+    cluster.put_bytes("pgb/second", &second);
+
+    // The whole cluster stops (PostgreSQL too) and starts again on its directory:
+    // everything is there.
+    cluster.stop();
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port as u16)).is_err(),
+        "PostgreSQL stopped with the cluster"
+    );
+    cluster.restart();
+    assert_eq!(cluster.ready()["meta_store"], "postgres");
+    assert_eq!(cluster.get("pgb/first"), first);
+    assert_eq!(cluster.get("pgb/second"), second);
+    let listed = cluster.weft_json(&["ls", "pgb", "--json"]);
+    assert_eq!(listed["objects"].as_array().map(Vec::len), Some(2), "{listed}");
+}
