@@ -25,17 +25,17 @@ use std::ops::Bound;
 use weft_layout::{DiskLocation, GeometricPolicy, Placement};
 
 use crate::records::{
-    check_new_bucket_name, decode, encode, unit_name, BucketRecord, Enqueued, Heartbeat,
-    NewTransition, NodeRecord, ObjectName, ObjectRecord, ObjectState, Policy, RaidpExtent,
-    RaidpPolicy, RepairLease, RepairOutcome, RepairRequest, RepairTask, StoredObject,
+    check_new_bucket_name, decode, encode, parse_unit_name, unit_name, BucketRecord, Enqueued,
+    Heartbeat, NewTransition, NodeRecord, ObjectName, ObjectRecord, ObjectState, Policy,
+    RaidpExtent, RaidpPolicy, RepairLease, RepairOutcome, RepairRequest, RepairTask, StoredObject,
     TransitionRecord,
 };
 use crate::store::{check_attributes, check_precondition, CommitTerms, Precondition};
 use crate::store::{
     check_digests, check_namespace, check_new_object, check_new_transition, enqueue_step, holds,
     is_free, lease_deadline, lease_lost, list_start, pack_refusal, packed_record, pending_one,
-    relocated, transitioned, EnqueueStep, ObjectPage, PackOutcome, PackedObject, RecordPage,
-    StripeCommit, MAX_LIST_LIMIT,
+    relocated, transitioned, EnqueueStep, ObjectPage, ObjectTotals, PackOutcome, PackedObject,
+    PlacedUnit, RecordPage, StripeCommit, MAX_LIST_LIMIT,
 };
 use crate::versions::{self, VersionReads, VersionTables};
 use crate::{Deleted, Digests, MetaError, MetaStore, VersionRef, Versioning, WriteCursor};
@@ -61,11 +61,15 @@ pub enum Table {
     Meta,
     /// Gateway records by (namespace, name) ([`Key::Pair`]).
     Gateway,
+    /// The placed-units index: every unit of every committed object by where it is (node,
+    /// disk, bucket, key, unit name) ([`Key::Placed`]); the value is the object's generation
+    /// (8 bytes) and the disk's rack (4), both big-endian.
+    Placed,
 }
 
 impl Table {
     /// Every table, in a fixed order.
-    pub const ALL: [Table; 9] = [
+    pub const ALL: [Table; 10] = [
         Table::Buckets,
         Table::Objects,
         Table::Writes,
@@ -75,6 +79,7 @@ impl Table {
         Table::Transitions,
         Table::Meta,
         Table::Gateway,
+        Table::Placed,
     ];
 
     /// The table's name (redb's table name; PostgreSQL's is `weft_` and this).
@@ -89,6 +94,7 @@ impl Table {
             Table::Transitions => "transitions",
             Table::Meta => "meta",
             Table::Gateway => "gateway",
+            Table::Placed => "placed_units",
         }
     }
 
@@ -100,6 +106,7 @@ impl Table {
             Table::RepairIndex => Shape::Unit,
             Table::Nodes => Shape::Node,
             Table::Repairs => Shape::Task,
+            Table::Placed => Shape::Placed,
         }
     }
 }
@@ -112,6 +119,7 @@ enum Shape {
     Unit,
     Node,
     Task,
+    Placed,
 }
 
 /// A key of one of the [`Table`]s.
@@ -123,6 +131,8 @@ pub enum Key {
     Unit(String, String, String),
     Node(u32),
     Task(u64),
+    /// (node, disk, bucket, key, unit name).
+    Placed(u32, u32, String, String, String),
 }
 
 /// Appends `text` escaped (NUL as NUL 0xFF), without its terminator.
@@ -180,6 +190,13 @@ impl Key {
             }
             Key::Node(n) => out.extend_from_slice(&n.to_be_bytes()),
             Key::Task(n) => out.extend_from_slice(&n.to_be_bytes()),
+            Key::Placed(node, disk, a, b, c) => {
+                out.extend_from_slice(&node.to_be_bytes());
+                out.extend_from_slice(&disk.to_be_bytes());
+                string_into(&mut out, a);
+                string_into(&mut out, b);
+                string_into(&mut out, c);
+            }
         }
         out
     }
@@ -232,6 +249,16 @@ impl Key {
                 rest = &[];
                 Key::Task(u64::from_be_bytes(n))
             }
+            Shape::Placed => {
+                if rest.len() < 8 {
+                    return Err(corrupt("shorter than a node and a disk"));
+                }
+                let node = u32::from_be_bytes(rest[..4].try_into().expect("4 bytes"));
+                let disk = u32::from_be_bytes(rest[4..8].try_into().expect("4 bytes"));
+                rest = &rest[8..];
+                let (a, b, c) = (string(&mut rest)?, string(&mut rest)?, string(&mut rest)?);
+                Key::Placed(node, disk, a, b, c)
+            }
         };
         match rest.is_empty() {
             true => Ok(key),
@@ -249,6 +276,7 @@ impl Key {
                 | (Key::Unit(..), Shape::Unit)
                 | (Key::Node(_), Shape::Node)
                 | (Key::Task(_), Shape::Task)
+                | (Key::Placed(..), Shape::Placed)
         )
     }
 }
@@ -324,6 +352,14 @@ pub trait Txn {
     ) -> Result<Vec<Entry>, MetaError>;
     /// The number of entries of `table`.
     fn count(&self, table: Table) -> Result<u64, MetaError>;
+    /// Inserts or replaces every entry (a backend may do it in one statement).
+    fn put_many(&self, table: Table, entries: &[Entry]) -> Result<(), MetaError> {
+        entries.iter().try_for_each(|(key, value)| self.put(table, key, value))
+    }
+    /// Removes every key (a backend may do it in one statement).
+    fn remove_many(&self, table: Table, keys: &[Key]) -> Result<(), MetaError> {
+        keys.iter().try_for_each(|key| self.remove(table, key).map(drop))
+    }
 }
 
 /// A transactional store of the [`Table`]s: every backend of this trait is a [`MetaStore`].
@@ -344,6 +380,12 @@ const NEXT_GENERATION_KEY: &str = "next_generation";
 const NEXT_REPAIR_ID_KEY: &str = "next_repair_id";
 const NEXT_TRANSITION_ID_KEY: &str = "next_transition_id";
 const VERSION_MOVES_KEY: &str = "version_moves";
+/// Committed objects (records of `objects`), and the sum of their sizes.
+const OBJECT_COUNT_KEY: &str = "object_count";
+const OBJECT_BYTES_KEY: &str = "object_bytes";
+/// 1 once the placed-units index and the object totals cover every object (set when a
+/// store is created, or by [`build_indexes`] for a store from before them).
+const INDEXES_BUILT_KEY: &str = "indexes_built";
 
 /// A number stored as a value (8 bytes, big-endian).
 pub fn number(table: Table, key: &Key, bytes: &[u8]) -> Result<u64, MetaError> {
@@ -426,8 +468,107 @@ fn read_object(tx: &dyn Txn, bucket: &str, key: &str) -> Result<Option<ObjectRec
     }
 }
 
-fn put_object(tx: &dyn Txn, record: &ObjectRecord) -> Result<(), MetaError> {
-    tx.put(Table::Objects, &Key::pair(&record.bucket, &record.key), &encode_object(record))
+/// The placed-units index entries of a committed object.
+fn placed_entries(record: &ObjectRecord) -> Vec<Entry> {
+    record
+        .placement
+        .units()
+        .map(|(unit, disk)| {
+            let key = Key::Placed(
+                disk.node,
+                disk.disk,
+                record.bucket.clone(),
+                record.key.clone(),
+                unit_name(unit),
+            );
+            let mut value = record.generation.to_be_bytes().to_vec();
+            value.extend_from_slice(&disk.rack.to_be_bytes());
+            (key, value)
+        })
+        .collect()
+}
+
+/// Adds `delta` (objects, bytes) to the object totals.
+fn count_objects(tx: &dyn Txn, objects: i64, bytes: i128) -> Result<(), MetaError> {
+    let count = read_number(tx, OBJECT_COUNT_KEY)?.saturating_add_signed(objects);
+    write_number(tx, OBJECT_COUNT_KEY, count)?;
+    let total = i128::from(read_number(tx, OBJECT_BYTES_KEY)?) + bytes;
+    write_number(tx, OBJECT_BYTES_KEY, u64::try_from(total.max(0)).unwrap_or(u64::MAX))
+}
+
+/// Stores `record` as the committed object of its (bucket, key), keeping the placed-units
+/// index and the totals; returns the record it replaced.
+fn put_object(tx: &dyn Txn, record: &ObjectRecord) -> Result<Option<ObjectRecord>, MetaError> {
+    let name = Key::pair(&record.bucket, &record.key);
+    let old = match tx.get(Table::Objects, &name)? {
+        Some(bytes) => Some(decode_object(&record.bucket, &record.key, &bytes)?),
+        None => None,
+    };
+    let (mut objects, mut bytes) = (1, i128::from(record.size()));
+    if let Some(old) = &old {
+        let stale: Vec<Key> = placed_entries(old).into_iter().map(|(k, _)| k).collect();
+        tx.remove_many(Table::Placed, &stale)?;
+        objects -= 1;
+        bytes -= i128::from(old.size());
+    }
+    tx.put(Table::Objects, &name, &encode_object(record))?;
+    tx.put_many(Table::Placed, &placed_entries(record))?;
+    count_objects(tx, objects, bytes)?;
+    Ok(old)
+}
+
+/// Removes the committed object of (bucket, key), its index entries and its share of the
+/// totals; returns it.
+fn remove_object(tx: &dyn Txn, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, MetaError> {
+    let Some(bytes) = tx.remove(Table::Objects, &Key::pair(bucket, key))? else {
+        return Ok(None);
+    };
+    let old = decode_object(bucket, key, &bytes)?;
+    let stale: Vec<Key> = placed_entries(&old).into_iter().map(|(k, _)| k).collect();
+    tx.remove_many(Table::Placed, &stale)?;
+    count_objects(tx, -1, -i128::from(old.size()))?;
+    Ok(Some(old))
+}
+
+/// Builds the placed-units index and the object totals of a store whose objects predate
+/// them (a redb file of schema 6 or older, a PostgreSQL database before migration 2), in one
+/// transaction; marks a new store built. Does nothing once built.
+pub fn build_indexes<B: KvBackend>(backend: &B) -> Result<(), MetaError> {
+    backend.write(&mut |tx| {
+        if read_number(tx, INDEXES_BUILT_KEY)? == 1 {
+            return Ok(());
+        }
+        const PAGE: usize = 1000;
+        let (mut objects, mut bytes, mut units) = (0u64, 0u64, 0u64);
+        let mut after: Option<Key> = None;
+        loop {
+            let lower = after.as_ref().map_or(Bound::Unbounded, Bound::Excluded);
+            let page = tx.range(Table::Objects, lower, End::Open, PAGE)?;
+            let full = page.len() == PAGE;
+            for (name, value) in page {
+                let Key::Pair(bucket, key) = &name else {
+                    return Err(misshapen(Table::Objects, &name));
+                };
+                let record = decode_object(bucket, key, &value)?;
+                let entries = placed_entries(&record);
+                units += entries.len() as u64;
+                tx.put_many(Table::Placed, &entries)?;
+                objects += 1;
+                bytes = bytes.saturating_add(record.size());
+                after = Some(name);
+            }
+            if !full {
+                break;
+            }
+        }
+        write_number(tx, OBJECT_COUNT_KEY, objects)?;
+        write_number(tx, OBJECT_BYTES_KEY, bytes)?;
+        write_number(tx, INDEXES_BUILT_KEY, 1)?;
+        if objects > 0 {
+            tracing::info!(objects, units, "built the placed-units index and object totals");
+        }
+        Ok(())
+    })
 }
 
 fn read_transition(
@@ -493,7 +634,7 @@ impl VersionReads for Tables<'_> {
 
 impl VersionTables for Tables<'_> {
     fn insert_object(&mut self, record: &ObjectRecord) -> Result<(), MetaError> {
-        put_object(self.0, record)
+        put_object(self.0, record).map(drop)
     }
 
     fn remove_object(
@@ -501,12 +642,8 @@ impl VersionTables for Tables<'_> {
         bucket: &str,
         key: &str,
     ) -> Result<Option<ObjectRecord>, MetaError> {
-        let name = Key::pair(bucket, key);
-        self.0.remove(Table::Transitions, &name)?;
-        match self.0.remove(Table::Objects, &name)? {
-            Some(bytes) => Ok(Some(decode_object(bucket, key, &bytes)?)),
-            None => Ok(None),
-        }
+        self.0.remove(Table::Transitions, &Key::pair(bucket, key))?;
+        remove_object(self.0, bucket, key)
     }
 
     fn next_generation(&mut self) -> Result<u64, MetaError> {
@@ -659,6 +796,32 @@ fn page_after<T>(
             other => Err(misshapen(table, &other)),
         })
         .collect()
+}
+
+/// An entry of the placed-units index as a [`PlacedUnit`].
+fn placed_unit(key: Key, value: &[u8]) -> Result<PlacedUnit, MetaError> {
+    let corrupt = |reason: &str| MetaError::Corrupt {
+        table: Table::Placed.name(),
+        key: format!("{key:?}"),
+        reason: reason.into(),
+    };
+    let Key::Placed(node, disk, bucket, object_key, unit) = &key else {
+        return Err(misshapen(Table::Placed, &key));
+    };
+    let unit = parse_unit_name(unit).ok_or_else(|| corrupt("not a unit name"))?;
+    let (generation, rack) = match value.len() {
+        12 => (
+            u64::from_be_bytes(value[..8].try_into().expect("8 bytes")),
+            u32::from_be_bytes(value[8..].try_into().expect("4 bytes")),
+        ),
+        _ => return Err(corrupt("a value that is not 12 bytes")),
+    };
+    Ok(PlacedUnit {
+        disk: DiskLocation { rack, node: *node, disk: *disk },
+        object: ObjectName { bucket: bucket.clone(), key: object_key.clone() },
+        unit,
+        generation,
+    })
 }
 
 fn invalid_policy(bucket: &str, error: impl ToString) -> MetaError {
@@ -1105,14 +1268,10 @@ impl<B: KvBackend> MetaStore for B {
                 check_precondition(Some(&current), precondition, bucket, key)?;
                 crate::lock::check_unlocked(&current)?;
             }
-            let name = Key::pair(bucket, key);
-            let record = match tx.remove(Table::Objects, &name)? {
-                Some(bytes) => decode_object(bucket, key, &bytes)?,
-                None => {
-                    return Err(MetaError::NoSuchKey { bucket: bucket.into(), key: key.into() })
-                }
+            let Some(record) = remove_object(tx, bucket, key)? else {
+                return Err(MetaError::NoSuchKey { bucket: bucket.into(), key: key.into() });
             };
-            tx.remove(Table::Transitions, &name)?;
+            tx.remove(Table::Transitions, &Key::pair(bucket, key))?;
             Ok(record)
         })
     }
@@ -1190,6 +1349,72 @@ impl<B: KvBackend> MetaStore for B {
                 }),
             },
         )
+    }
+
+    fn placed_units(
+        &self,
+        node: u32,
+        disk: Option<u32>,
+        after: Option<&PlacedUnit>,
+        limit: usize,
+    ) -> Result<Vec<PlacedUnit>, MetaError> {
+        let mut prefix = node.to_be_bytes().to_vec();
+        if let Some(disk) = disk {
+            prefix.extend_from_slice(&disk.to_be_bytes());
+        }
+        let start = match after {
+            Some(after) => Key::Placed(
+                after.disk.node,
+                after.disk.disk,
+                after.object.bucket.clone(),
+                after.object.key.clone(),
+                unit_name(after.unit),
+            ),
+            None => {
+                Key::Placed(node, disk.unwrap_or(0), String::new(), String::new(), String::new())
+            }
+        };
+        let lower = match after {
+            Some(_) => Bound::Excluded(&start),
+            None => Bound::Included(&start),
+        };
+        let limit = limit.min(MAX_LIST_LIMIT);
+        let entries =
+            self.read(&mut |tx| tx.range(Table::Placed, lower, End::Prefix(&prefix), limit))?;
+        entries.into_iter().map(|(key, value)| placed_unit(key, &value)).collect()
+    }
+
+    fn placed_disks(&self) -> Result<Vec<(u32, u32)>, MetaError> {
+        self.read(&mut |tx| {
+            let mut disks = Vec::new();
+            let mut next = Some((0u32, 0u32));
+            while let Some((node, disk)) = next {
+                let from = Key::Placed(node, disk, String::new(), String::new(), String::new());
+                let Some((key, _)) =
+                    tx.range(Table::Placed, Bound::Included(&from), End::Open, 1)?.pop()
+                else {
+                    break;
+                };
+                let Key::Placed(node, disk, ..) = key else {
+                    return Err(misshapen(Table::Placed, &key));
+                };
+                disks.push((node, disk));
+                next = match disk.checked_add(1) {
+                    Some(disk) => Some((node, disk)),
+                    None => node.checked_add(1).map(|node| (node, 0)),
+                };
+            }
+            Ok(disks)
+        })
+    }
+
+    fn object_totals(&self) -> Result<ObjectTotals, MetaError> {
+        self.read(&mut |tx| {
+            Ok(ObjectTotals {
+                objects: read_number(tx, OBJECT_COUNT_KEY)?,
+                bytes: read_number(tx, OBJECT_BYTES_KEY)?,
+            })
+        })
     }
 
     fn record_heartbeat(
@@ -1526,6 +1751,12 @@ mod tests {
         }
         out.extend([0, 1, 256, u32::MAX].map(Key::Node));
         out.extend([0, 1, 256, u64::MAX].map(Key::Task));
+        for (node, disk) in [(0, 0), (0, 1), (1, 0), (256, u32::MAX)] {
+            for a in ["", "a", "a\0"] {
+                out.push(Key::Placed(node, disk, a.into(), "k".into(), "d0".into()));
+                out.push(Key::Placed(node, disk, "b".into(), a.into(), "p0.1".into()));
+            }
+        }
         out
     }
 
@@ -1537,6 +1768,7 @@ mod tests {
             Key::Unit(..) => Table::RepairIndex,
             Key::Node(_) => Table::Nodes,
             Key::Task(_) => Table::Repairs,
+            Key::Placed(..) => Table::Placed,
         }
     }
 

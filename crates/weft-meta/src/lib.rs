@@ -43,6 +43,7 @@ pub use records::{
 pub use redb_store::{RedbStore, StoreFaults, SCHEMA_VERSION};
 pub use store::{
     check_attributes, check_digests, check_precondition, CommitTerms, MetaStore, ObjectPage,
-    PackOutcome, PackedObject, Precondition, StripeCommit, MAX_LIST_LIMIT,
+    ObjectTotals, PackOutcome, PackedObject, PlacedUnit, Precondition, StripeCommit,
+    MAX_LIST_LIMIT,
 };
 pub use versions::{Deleted, VersionDelete, VersionRef, NULL_VERSION, VERSIONS_BUCKET};

@@ -20,8 +20,8 @@ use crate::store::{check_attributes, check_precondition, CommitTerms, Preconditi
 use crate::store::{
     check_namespace, check_new_object, check_new_transition, enqueue_step, holds, is_free,
     lease_deadline, lease_lost, list_start, pack_refusal, packed_record, pending_one, relocated,
-    transitioned, EnqueueStep, ObjectPage, PackOutcome, PackedObject, RecordPage, StripeCommit,
-    MAX_LIST_LIMIT,
+    transitioned, EnqueueStep, ObjectPage, ObjectTotals, PackOutcome, PackedObject, PlacedUnit,
+    RecordPage, StripeCommit, MAX_LIST_LIMIT,
 };
 use crate::versions::{self, VersionReads, VersionTables};
 use crate::{Deleted, Digests, VersionRef, Versioning, WriteCursor};
@@ -661,6 +661,75 @@ impl MetaStore for MemStore {
         let mut state = self.lock();
         state.writes.remove(&write_of(bucket, key, generation)).ok_or_else(|| {
             MetaError::NoSuchWrite { bucket: bucket.into(), key: key.into(), generation }
+        })
+    }
+
+    fn placed_units(
+        &self,
+        node: u32,
+        disk: Option<u32>,
+        after: Option<&PlacedUnit>,
+        limit: usize,
+    ) -> Result<Vec<PlacedUnit>, MetaError> {
+        // The model: every unit of every object, sorted as the index sorts them.
+        let state = self.lock();
+        let mut all: Vec<(u32, u32, String, String, String, PlacedUnit)> = state
+            .objects
+            .values()
+            .flat_map(|object| {
+                object.placement.units().map(move |(unit, location)| {
+                    let placed = PlacedUnit {
+                        disk: location,
+                        object: ObjectName {
+                            bucket: object.bucket.clone(),
+                            key: object.key.clone(),
+                        },
+                        unit,
+                        generation: object.generation,
+                    };
+                    let name = crate::records::unit_name(unit);
+                    (
+                        location.node,
+                        location.disk,
+                        object.bucket.clone(),
+                        object.key.clone(),
+                        name,
+                        placed,
+                    )
+                })
+            })
+            .filter(|(n, d, ..)| *n == node && disk.is_none_or(|disk| *d == disk))
+            .collect();
+        all.sort_by(|a, b| (&a.0, &a.1, &a.2, &a.3, &a.4).cmp(&(&b.0, &b.1, &b.2, &b.3, &b.4)));
+        let after = after.map(|a| {
+            let name = crate::records::unit_name(a.unit);
+            (a.disk.node, a.disk.disk, a.object.bucket.clone(), a.object.key.clone(), name)
+        });
+        Ok(all
+            .into_iter()
+            .filter(|(n, d, b, k, u, _)| {
+                after.as_ref().is_none_or(|a| (n, d, b, k, u) > (&a.0, &a.1, &a.2, &a.3, &a.4))
+            })
+            .take(limit.min(MAX_LIST_LIMIT))
+            .map(|entry| entry.5)
+            .collect())
+    }
+
+    fn placed_disks(&self) -> Result<Vec<(u32, u32)>, MetaError> {
+        let state = self.lock();
+        let disks: std::collections::BTreeSet<(u32, u32)> = state
+            .objects
+            .values()
+            .flat_map(|object| object.placement.units().map(|(_, d)| (d.node, d.disk)))
+            .collect();
+        Ok(disks.into_iter().collect())
+    }
+
+    fn object_totals(&self) -> Result<ObjectTotals, MetaError> {
+        let state = self.lock();
+        Ok(ObjectTotals {
+            objects: state.objects.len() as u64,
+            bytes: state.objects.values().map(|o| o.size()).sum(),
         })
     }
 

@@ -39,11 +39,12 @@ use crate::kv::{prefix_end, End, Entry, Key, KvBackend, Table, Txn};
 use crate::MetaError;
 
 /// The schema migrations, in order: (version, what it does, its SQL).
-pub const MIGRATIONS: &[(u64, &str, &str)] = &[(
-    1,
-    "the tables of the metadata (buckets, objects, writes in progress, nodes, the repair \
+pub const MIGRATIONS: &[(u64, &str, &str)] = &[
+    (
+        1,
+        "the tables of the metadata (buckets, objects, writes in progress, nodes, the repair \
      queue and its index, transitions, store-wide numbers, gateway records)",
-    "CREATE TABLE IF NOT EXISTS weft_buckets (k BYTEA PRIMARY KEY, v BYTEA NOT NULL);
+        "CREATE TABLE IF NOT EXISTS weft_buckets (k BYTEA PRIMARY KEY, v BYTEA NOT NULL);
      CREATE TABLE IF NOT EXISTS weft_objects (k BYTEA PRIMARY KEY, v BYTEA NOT NULL);
      CREATE TABLE IF NOT EXISTS weft_pending_writes (k BYTEA PRIMARY KEY, v BYTEA NOT NULL);
      CREATE TABLE IF NOT EXISTS weft_nodes (k BYTEA PRIMARY KEY, v BYTEA NOT NULL);
@@ -52,7 +53,14 @@ pub const MIGRATIONS: &[(u64, &str, &str)] = &[(
      CREATE TABLE IF NOT EXISTS weft_transitions (k BYTEA PRIMARY KEY, v BYTEA NOT NULL);
      CREATE TABLE IF NOT EXISTS weft_meta (k BYTEA PRIMARY KEY, v BYTEA NOT NULL);
      CREATE TABLE IF NOT EXISTS weft_gateway (k BYTEA PRIMARY KEY, v BYTEA NOT NULL);",
-)];
+    ),
+    (
+        2,
+        "the placed-units index (every unit of every committed object by node and disk); \
+         it and the object totals are built from the objects at the next open",
+        "CREATE TABLE IF NOT EXISTS weft_placed_units (k BYTEA PRIMARY KEY, v BYTEA NOT NULL);",
+    ),
+];
 
 /// The newest migration this build knows.
 pub const PG_SCHEMA_VERSION: u64 = MIGRATIONS[MIGRATIONS.len() - 1].0;
@@ -242,6 +250,7 @@ impl PgStore {
             max_connections: max_connections.max(1),
         };
         store.migrate()?;
+        crate::kv::build_indexes(&store)?;
         Ok(store)
     }
 

@@ -54,6 +54,10 @@ pub(crate) const TRANSITIONS: TableDefinition<(&str, &str), &[u8]> =
     TableDefinition::new("transitions");
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub(crate) const GATEWAY: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("gateway");
+/// The placed-units index (schema 7): (node, disk, bucket, key, unit name) → generation and
+/// rack.
+pub(crate) const PLACED: TableDefinition<(u32, u32, &str, &str, &str), &[u8]> =
+    TableDefinition::new("placed_units");
 
 /// Version of the set of tables and their keys: 2 added `transitions` (and objects'
 /// `parity_generation`, which an older build would ignore, hence the new version); 3 added
@@ -64,14 +68,16 @@ pub(crate) const GATEWAY: TableDefinition<(&str, &str), &[u8]> = TableDefinition
 /// `dm`, versions kept in the bucket `.weft-versions`), which an older build would ignore:
 /// its commits and deletes in a versioned bucket would drop the versions they must keep; 6
 /// adds S3 object lock (buckets' `object_lock`, objects' `lock`), which an older build would
-/// neither enforce nor keep when it rewrites a record (a repair's relocation would drop it).
-pub const SCHEMA_VERSION: u64 = 6;
+/// neither enforce nor keep when it rewrites a record (a repair's relocation would drop it);
+/// 7 adds `placed_units`, the index of units by disk, and the object totals in `meta`, which
+/// an older build would not keep up to date as it commits and deletes.
+pub const SCHEMA_VERSION: u64 = 7;
 
 /// The schema versions upgraded in place at open: they lack tables (`transitions` for 1,
 /// `gateway` for 1 and 2, `pending_writes` for all), which open creates, and their writes in
 /// progress move from `writes` to `pending_writes` unchanged (values are not rewritten); 4
 /// and 5 need nothing (no bucket of 4 is versioned, none of 5 has object lock).
-const UPGRADED_SCHEMA_VERSIONS: [u64; 5] = [1, 2, 3, 4, 5];
+const UPGRADED_SCHEMA_VERSIONS: [u64; 6] = [1, 2, 3, 4, 5, 6];
 
 /// A redb error as a [`MetaError`]: IO errors (and redb's refusal after one) make the store
 /// unavailable until it is reopened; anything else is a plain store failure.
@@ -224,7 +230,10 @@ impl RedbStore {
     ) -> Result<RedbStore, MetaError> {
         let health = Arc::new(Health::default());
         let db = open_database(path.as_ref(), &health, &faults)?;
-        Ok(RedbStore { path: path.as_ref().to_owned(), db: RwLock::new(Some(db)), health, faults })
+        let store =
+            RedbStore { path: path.as_ref().to_owned(), db: RwLock::new(Some(db)), health, faults };
+        kv::build_indexes(&store)?;
+        Ok(store)
     }
 
     /// The IO error that made the store unavailable, while it is (until a reopen works).
@@ -313,6 +322,7 @@ fn open_database(
             txn.open_table(REPAIR_INDEX).map_err(store)?;
             txn.open_table(TRANSITIONS).map_err(store)?;
             txn.open_table(GATEWAY).map_err(store)?;
+            txn.open_table(PLACED).map_err(store)?;
             let mut meta = txn.open_table(META).map_err(store)?;
             let found = meta.get(SCHEMA_VERSION_KEY).map_err(store)?.map(|v| v.value());
             match found {
@@ -460,6 +470,19 @@ impl KeyOf for u64 {
     }
 }
 
+impl KeyOf for (u32, u32, &'static str, &'static str, &'static str) {
+    fn typed(key: &Key) -> Option<(u32, u32, &str, &str, &str)> {
+        match key {
+            Key::Placed(node, disk, a, b, c) => Some((*node, *disk, a, b, c)),
+            _ => None,
+        }
+    }
+
+    fn untyped((node, disk, a, b, c): (u32, u32, &str, &str, &str)) -> Key {
+        Key::Placed(node, disk, a.into(), b.into(), c.into())
+    }
+}
+
 /// redb's typed values of the tables as bytes: records as they are, numbers big-endian.
 trait ValueOf: redb::Value + 'static {
     fn bytes(value: Self::SelfType<'_>) -> Vec<u8>;
@@ -525,6 +548,10 @@ macro_rules! with_table {
             }
             Table::Gateway => {
                 let $def = GATEWAY;
+                $body
+            }
+            Table::Placed => {
+                let $def = PLACED;
                 $body
             }
         }
@@ -682,7 +709,7 @@ impl KvBackend for RedbStore {
 }
 
 // Keeps the format version visible next to the schema version for readers of this file.
-const _: () = assert!(FORMAT_VERSION == 1 && SCHEMA_VERSION == 6);
+const _: () = assert!(FORMAT_VERSION == 1 && SCHEMA_VERSION == 7);
 
 #[cfg(test)]
 mod tests {
@@ -820,6 +847,58 @@ mod tests {
         let (committed, _) =
             store.commit_object("old", "k", write.generation, &Digests::new()).unwrap();
         assert_eq!(committed.generation, write.generation, "the moved write commits");
+    }
+
+    #[test]
+    fn a_version_6_database_gets_its_placed_units_index_and_totals() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.redb");
+        let store = RedbStore::open(&path).unwrap();
+        let policy = weft_layout::StripedLayout {
+            code: "rs(2,1)".parse().unwrap(),
+            stripe_width: 2,
+            cell_bytes: 1 << 20,
+            block_bytes: 1 << 20,
+        };
+        store.create_bucket("old", policy, 1).unwrap();
+        let topology = weft_layout::Topology::new(
+            (0..3).map(|node| DiskLocation { rack: node, node, disk: 0 }).collect(),
+        )
+        .unwrap();
+        for (i, key) in ["a", "b"].iter().enumerate() {
+            let placement = weft_layout::place(
+                &policy,
+                3 << 20,
+                &topology,
+                i as u64,
+                weft_layout::FailureDomain::Node,
+            )
+            .unwrap();
+            let write = store.begin_object("old", key, placement, 2).unwrap();
+            store.commit_object("old", key, write.generation, &Digests::new()).unwrap();
+        }
+        let units: Vec<_> =
+            (0..3).flat_map(|node| store.placed_units(node, None, None, 100).unwrap()).collect();
+        let totals = store.object_totals().unwrap();
+        assert_eq!((units.len(), totals.objects, totals.bytes), (10, 2, 6 << 20));
+        // What a schema-6 build left: no index, no totals.
+        let txn = store.db().unwrap().begin_write().unwrap();
+        assert!(txn.delete_table(PLACED).unwrap());
+        {
+            let mut meta = txn.open_table(META).unwrap();
+            for name in ["indexes_built", "object_count", "object_bytes"] {
+                meta.remove(name).unwrap();
+            }
+            meta.insert(SCHEMA_VERSION_KEY, 6).unwrap();
+        }
+        txn.commit().unwrap();
+        drop(store);
+        let store = RedbStore::open(&path).unwrap();
+        let rebuilt: Vec<_> =
+            (0..3).flat_map(|node| store.placed_units(node, None, None, 100).unwrap()).collect();
+        assert_eq!(rebuilt, units, "the index is rebuilt from the objects at open");
+        assert_eq!(store.object_totals().unwrap(), totals);
+        assert_eq!(store.placed_disks().unwrap(), vec![(0, 0), (1, 0), (2, 0)]);
     }
 
     #[test]

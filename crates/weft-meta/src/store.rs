@@ -116,6 +116,25 @@ pub(crate) fn packed_record(old: &ObjectRecord, place: &[u8]) -> Result<ObjectRe
     })
 }
 
+/// A unit of a committed object and where it is: an entry of the placed-units index
+/// ([`MetaStore::placed_units`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PlacedUnit {
+    pub disk: DiskLocation,
+    pub object: crate::ObjectName,
+    pub unit: weft_layout::UnitId,
+    /// The object's generation.
+    pub generation: u64,
+}
+
+/// The committed objects of the whole store (every bucket, noncurrent versions included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ObjectTotals {
+    pub objects: u64,
+    /// The sum of their sizes.
+    pub bytes: u64,
+}
+
 /// Most objects one listing returns.
 pub const MAX_LIST_LIMIT: usize = 1000;
 
@@ -520,6 +539,24 @@ pub trait MetaStore: Send + Sync {
     ) -> Result<ObjectRecord, MetaError>;
 
     /// Records a heartbeat: creates or replaces the node's record.
+    /// The units of committed objects on `node` (only on its disk `disk` when given), in
+    /// (disk, bucket, key, unit name) order, after `after`, at most `min(limit,
+    /// MAX_LIST_LIMIT)`: what a failed disk or node loses, read from an index kept in each
+    /// commit's transaction — its cost is those units, not the cluster's objects.
+    fn placed_units(
+        &self,
+        node: u32,
+        disk: Option<u32>,
+        after: Option<&PlacedUnit>,
+        limit: usize,
+    ) -> Result<Vec<PlacedUnit>, MetaError>;
+
+    /// Every (node, disk) holding a unit of a committed object, in order.
+    fn placed_disks(&self) -> Result<Vec<(u32, u32)>, MetaError>;
+
+    /// The number and total size of committed objects, kept by every commit and delete.
+    fn object_totals(&self) -> Result<ObjectTotals, MetaError>;
+
     fn record_heartbeat(&self, heartbeat: &Heartbeat, now_ms: u64)
         -> Result<NodeRecord, MetaError>;
     /// Every node ever heard of, by id.

@@ -437,6 +437,22 @@ fn random_operations_against_the_model(target: &Durable) {
         assert_eq!(store.repair_queue_len(), model.repair_queue_len(), "{context}");
         assert_eq!(store.transition_count(), model.transition_count(), "{context}");
         assert_eq!(store.version_moves(), model.version_moves(), "{context}");
+        // The placed-units index and the totals, kept by every change, match the objects.
+        assert_eq!(store.object_totals(), model.object_totals(), "{context}");
+        if step % 10 == 0 {
+            assert_eq!(store.placed_disks(), model.placed_disks(), "{context}");
+            let node = rng.gen_range(0..6);
+            let disk = rng.gen_bool(0.5).then(|| rng.gen_range(0..2));
+            let first = model.placed_units(node, disk, None, 7).unwrap();
+            assert_eq!(store.placed_units(node, disk, None, 7).unwrap(), first, "{context}");
+            if let Some(last) = first.last() {
+                assert_eq!(
+                    store.placed_units(node, disk, Some(last), 1000),
+                    model.placed_units(node, disk, Some(last), 1000),
+                    "{context}"
+                );
+            }
+        }
         if let Some((id, _)) = model.list_repairs(None, 1).unwrap().first() {
             assert_eq!(store.get_repair(*id), model.get_repair(*id), "{context}");
         }
