@@ -624,7 +624,17 @@ async fn no_destination_is_503_and_returns_the_task() {
         (c.repairs().await["queued"] == count).then_some(())
     })
     .await;
-    let (status, body) = cluster.post("/v1/repairs/take", json!({"lease_ms": 30_000})).await;
+    // The queue holds the units in index order (by disk); a unit another node can take
+    // (d2: its group's other unit is on one node only) is handed out, d0 (whose group and
+    // stripe peers cover both live nodes) cannot be.
+    let (mut status, mut body) = (200, Value::Null);
+    for _ in 0..count {
+        (status, body) = cluster.post("/v1/repairs/take", json!({"lease_ms": 30_000})).await;
+        if status != 200 {
+            break;
+        }
+        assert_ne!(body["task"]["unit"], "d0", "d0 has no destination: {body}");
+    }
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"], "no_destination");
     assert_eq!((body["nodes_up"].clone(), body["needed"].clone()), (json!(2), json!(3)), "{body}");

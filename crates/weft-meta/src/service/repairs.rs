@@ -13,7 +13,9 @@
 //!   since meta started. Every "is this node down" here is `Liveness::is_down`.
 //! - The detector queues only units of committed objects, with their generation and the disk
 //!   it saw them on, checked by the store in the enqueue's transaction: a unit relocated or an
-//!   object replaced between the scan and the enqueue is not queued.
+//!   object replaced between the scan and the enqueue is not queued. The scan reads the
+//!   placed-units index (units by node and disk, kept in each commit's transaction), only
+//!   for the disks with a failure: its cost is their units, not the cluster's objects.
 //! - Before a task is handed out it is re-checked: a task whose object was deleted or
 //!   replaced, or an `unavailable` task whose disk is positively available again (its node
 //!   heartbeats and reports the disk healthy), is dropped, not handed out.
@@ -66,8 +68,8 @@ use super::liveness::Liveness;
 use super::objects::{domains_name, full_disks_of, object_json, topology_of, units_json};
 use super::{blocking, now_ms, ApiError, Shared};
 use crate::{
-    parse_unit_name, unit_name, Enqueued, MetaError, MetaStore, NodeRecord, ObjectName, RepairKind,
-    RepairLease, RepairOutcome, RepairRequest, RepairTask, MAX_LIST_LIMIT,
+    parse_unit_name, unit_name, Enqueued, MetaError, MetaStore, NodeRecord, ObjectName, PlacedUnit,
+    RepairKind, RepairLease, RepairOutcome, RepairRequest, RepairTask, MAX_LIST_LIMIT,
 };
 
 /// Default period of the detector.
@@ -201,27 +203,51 @@ pub(crate) fn for_each_object(
     Ok(())
 }
 
+/// Visits, a page at a time, every unit of a committed object that sits on a disk
+/// `failures` gives a reason for, with that reason — read from the placed-units index, so it
+/// costs the units of the failed disks, not the cluster's objects.
+fn for_each_failed_unit(
+    store: &dyn MetaStore,
+    failures: &Failures,
+    mut visit: impl FnMut(Vec<(PlacedUnit, String)>) -> Result<(), MetaError>,
+) -> Result<(), MetaError> {
+    for (node, disk) in store.placed_disks()? {
+        // `reason` reads the node and the disk, never the rack.
+        if failures.reason(DiskLocation { rack: 0, node, disk }).is_none() {
+            continue;
+        }
+        let mut after: Option<PlacedUnit> = None;
+        loop {
+            let page = store.placed_units(node, Some(disk), after.as_ref(), MAX_LIST_LIMIT)?;
+            let full = page.len() == MAX_LIST_LIMIT;
+            after = page.last().cloned();
+            let failed = page
+                .into_iter()
+                .filter_map(|placed| failures.reason(placed.disk).map(|reason| (placed, reason)))
+                .collect();
+            visit(failed)?;
+            if !full {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Queues a repair of every unit of every committed object that `failures` says needs one;
 /// returns how many tasks were queued.
 fn scan(store: &dyn MetaStore, failures: &Failures, now: u64) -> Result<usize, MetaError> {
     let mut queued = 0;
-    for_each_object(store, |objects| {
-        let requests: Vec<RepairRequest> = objects
-            .iter()
-            .flat_map(|object| {
-                object.placement.units().filter_map(|(unit, disk)| {
-                    failures.reason(disk).map(|reason| RepairRequest {
-                        object: ObjectName {
-                            bucket: object.bucket.clone(),
-                            key: object.key.clone(),
-                        },
-                        generation: object.generation,
-                        unit,
-                        kind: RepairKind::Unavailable,
-                        reason,
-                        seen_on: Some(disk),
-                    })
-                })
+    for_each_failed_unit(store, failures, |failed| {
+        let requests: Vec<RepairRequest> = failed
+            .into_iter()
+            .map(|(placed, reason)| RepairRequest {
+                object: placed.object,
+                generation: placed.generation,
+                unit: placed.unit,
+                kind: RepairKind::Unavailable,
+                reason,
+                seen_on: Some(placed.disk),
             })
             .collect();
         if !requests.is_empty() {
@@ -233,11 +259,17 @@ fn scan(store: &dyn MetaStore, failures: &Failures, now: u64) -> Result<usize, M
 }
 
 /// Units of committed objects that are on an unavailable disk or queued for repair (with the
-/// object's current generation), each counted once.
+/// object's current generation), each counted once: the units on failed disks from the
+/// placed-units index, plus each queued task of a current object whose unit is elsewhere.
 pub(crate) fn under_protected_units(
     store: &dyn MetaStore,
     failures: &Failures,
 ) -> Result<u64, MetaError> {
+    let mut count = 0;
+    for_each_failed_unit(store, failures, |failed| {
+        count += failed.len() as u64;
+        Ok(())
+    })?;
     let mut queued: BTreeMap<(ObjectName, weft_layout::UnitId), u64> = BTreeMap::new();
     let mut after = None;
     loop {
@@ -246,24 +278,23 @@ pub(crate) fn under_protected_units(
         queued.extend(page.into_iter().map(|(_, t)| ((t.object, t.unit), t.generation)));
         after = Some(last);
     }
-    let mut count = 0;
-    for_each_object(store, |objects| {
-        for object in objects {
-            let name = ObjectName { bucket: object.bucket.clone(), key: object.key.clone() };
-            for (unit, disk) in object.placement.units() {
-                let is_queued = || queued.get(&(name.clone(), unit)) == Some(&object.generation);
-                if failures.reason(disk).is_some() || is_queued() {
-                    count += 1;
-                }
-            }
+    for ((name, unit), generation) in queued {
+        let object = match store.get_object(&name.bucket, &name.key) {
+            Ok(object) => object,
+            Err(MetaError::NoSuchKey { .. } | MetaError::NoSuchBucket { .. }) => continue,
+            Err(other) => return Err(other),
+        };
+        let on_failed =
+            object.placement.disk_of(unit).is_some_and(|disk| failures.reason(disk).is_some());
+        if object.generation == generation && !on_failed {
+            count += 1;
         }
-        Ok(())
-    })?;
+    }
     Ok(count)
 }
 
-/// The detector: every `scan_ms`, judges the failures; scans all objects when they changed
-/// or `full_rescan_ms` passed since the last scan. Returns when `stopped` turns true.
+/// The detector: every `scan_ms`, judges the failures; scans the units of every failed disk
+/// when the failures changed or `full_rescan_ms` passed since the last scan. Returns when `stopped` turns true.
 pub(crate) async fn detect(meta: Shared, mut stopped: watch::Receiver<bool>) {
     let mut interval = tokio::time::interval(Duration::from_millis(meta.repair.scan_ms));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
