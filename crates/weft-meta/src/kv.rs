@@ -530,6 +530,40 @@ fn remove_object(tx: &dyn Txn, bucket: &str, key: &str) -> Result<Option<ObjectR
     Ok(Some(old))
 }
 
+/// Stores committed object records as they are (new keys only), with their index entries
+/// and totals, in one transaction, and moves the generation counter past theirs: for bulk
+/// loads (`weft bench meta` fills a store with it). A key that already has an object is
+/// refused, with nothing stored.
+pub fn load_objects<B: KvBackend>(backend: &B, records: &[ObjectRecord]) -> Result<(), MetaError> {
+    backend.write(&mut |tx| {
+        let mut objects = Vec::with_capacity(records.len());
+        let mut placed = Vec::new();
+        let mut bytes: u64 = 0;
+        for record in records {
+            let name = Key::pair(&record.bucket, &record.key);
+            if tx.get(Table::Objects, &name)?.is_some() {
+                return Err(MetaError::Store {
+                    reason: format!(
+                        "a bulk load over {}/{}, which exists",
+                        record.bucket, record.key
+                    ),
+                });
+            }
+            objects.push((name, encode_object(record)));
+            placed.extend(placed_entries(record));
+            bytes = bytes.saturating_add(record.size());
+        }
+        tx.put_many(Table::Objects, &objects)?;
+        tx.put_many(Table::Placed, &placed)?;
+        count_objects(tx, records.len() as i64, i128::from(bytes))?;
+        let top = records.iter().map(|r| r.generation).max().unwrap_or(0);
+        if top > read_number(tx, NEXT_GENERATION_KEY)? {
+            write_number(tx, NEXT_GENERATION_KEY, top)?;
+        }
+        Ok(())
+    })
+}
+
 /// Builds the placed-units index and the object totals of a store whose objects predate
 /// them (a redb file of schema 6 or older, a PostgreSQL database before migration 2), in one
 /// transaction; marks a new store built. Does nothing once built.
@@ -872,7 +906,7 @@ impl<B: KvBackend> MetaStore for B {
         lock: crate::lock::BucketLock,
     ) -> Result<BucketRecord, MetaError> {
         self.write(&mut |tx| {
-            let record = crate::lock::locked_bucket(bucket_in(tx, name)?, lock.clone())?;
+            let record = crate::lock::locked_bucket(bucket_in(tx, name)?, lock)?;
             tx.put(Table::Buckets, &Key::name(name), &encode(&record))?;
             Ok(record)
         })
@@ -893,7 +927,7 @@ impl<B: KvBackend> MetaStore for B {
                 bucket,
                 key,
                 version,
-                change.clone(),
+                change,
                 bypass_governance,
                 now_ms,
             )
@@ -1136,7 +1170,7 @@ impl<B: KvBackend> MetaStore for B {
                 attributes: terms.attributes.clone(),
                 ..write
             };
-            crate::lock::on_commit(&bucket_record, &mut committed, terms.lock.clone())?;
+            crate::lock::on_commit(&bucket_record, &mut committed, terms.lock)?;
             tx.remove(Table::Writes, &name)?;
             let current = tables.remove_object(bucket, key)?;
             let replaced = versions::on_commit(
@@ -1295,9 +1329,7 @@ impl<B: KvBackend> MetaStore for B {
         version: VersionRef,
         terms: versions::VersionDelete,
     ) -> Result<ObjectRecord, MetaError> {
-        self.write(&mut |tx| {
-            versions::delete_version(&mut Tables(tx), bucket, key, version, terms.clone())
-        })
+        self.write(&mut |tx| versions::delete_version(&mut Tables(tx), bucket, key, version, terms))
     }
 
     fn get_version(

@@ -82,6 +82,9 @@ struct TableStatements {
     /// Ranges by (lower bound inclusive?, with an upper bound?).
     range: [[Statement; 2]; 2],
     count: Statement,
+    /// Many puts, or removes, in one statement (keys and values as arrays).
+    put_many: Statement,
+    remove_many: Statement,
 }
 
 /// One pooled connection with its prepared statements.
@@ -111,6 +114,11 @@ impl Conn {
                 remove: prepare(format!("DELETE FROM {t} WHERE k = $1 RETURNING v"))?,
                 range: ranges,
                 count: prepare(format!("SELECT count(*) FROM {t}"))?,
+                put_many: prepare(format!(
+                    "INSERT INTO {t} (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[]) \
+                     ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v"
+                ))?,
+                remove_many: prepare(format!("DELETE FROM {t} WHERE k = ANY($1::bytea[])"))?,
             };
             tables.insert(table, statements);
         }
@@ -545,6 +553,37 @@ impl Txn for PgTxn<'_> {
             }
         };
         self.range_rows(table, inclusive, from, upper, limit)
+    }
+
+    fn put_many(&self, table: Table, entries: &[Entry]) -> Result<(), MetaError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut keys = Vec::with_capacity(entries.len());
+        for (key, _) in entries {
+            keys.push(self.check_key(table, key)?);
+        }
+        let values: Vec<&[u8]> = entries.iter().map(|(_, v)| v.as_slice()).collect();
+        self.txn
+            .borrow_mut()
+            .execute(&self.statements(table).put_many, &[&keys, &values])
+            .map_err(|e| self.fail(e))?;
+        Ok(())
+    }
+
+    fn remove_many(&self, table: Table, keys: &[Key]) -> Result<(), MetaError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let mut encoded = Vec::with_capacity(keys.len());
+        for key in keys {
+            encoded.push(self.check_key(table, key)?);
+        }
+        self.txn
+            .borrow_mut()
+            .execute(&self.statements(table).remove_many, &[&encoded])
+            .map_err(|e| self.fail(e))?;
+        Ok(())
     }
 
     fn count(&self, table: Table) -> Result<u64, MetaError> {

@@ -505,7 +505,7 @@ impl ValueOf for u64 {
         value.to_be_bytes().to_vec()
     }
 
-    fn typed<'b>(table: Table, key: &Key, bytes: &'b [u8]) -> Result<u64, MetaError> {
+    fn typed(table: Table, key: &Key, bytes: &[u8]) -> Result<u64, MetaError> {
         kv::number(table, key, bytes)
     }
 }
@@ -621,7 +621,7 @@ enum RedbTxn {
     Read(redb::ReadTransaction),
     /// A write transaction, and whether anything was written (one that wrote nothing is
     /// aborted, not committed: a commit costs an fsync).
-    Write(redb::WriteTransaction, Cell<bool>),
+    Write(Box<redb::WriteTransaction>, Cell<bool>),
 }
 
 impl RedbTxn {
@@ -696,7 +696,7 @@ impl KvBackend for RedbStore {
         op: &mut dyn FnMut(&dyn Txn) -> Result<T, MetaError>,
     ) -> Result<T, MetaError> {
         let db = self.db()?;
-        let txn = RedbTxn::Write(db.begin_write().map_err(store)?, Cell::new(false));
+        let txn = RedbTxn::Write(Box::new(db.begin_write().map_err(store)?), Cell::new(false));
         // An error drops the transaction, which aborts it.
         let done = op(&txn)?;
         let RedbTxn::Write(txn, dirty) = txn else { unreachable!("begun as a write") };

@@ -122,6 +122,18 @@ pub enum BenchCommand {
     /// temporary directory drives (EC:r) and alternates the targets every phase.
     #[command(verbatim_doc_comment)]
     S3(crate::bench_s3::S3BenchArgs),
+    /// What metadata operations cost as objects grow, on redb and PostgreSQL: begin+commit,
+    /// get, list, and planning a failed disk's repairs (index beside a walk of every object).
+    ///
+    /// Examples:
+    ///   weft bench meta --objects 10000,1000000 --store redb,postgres --json
+    ///   weft bench meta --objects 10000000 --store redb --ops 2000
+    ///
+    /// Each store starts empty and is bulk-loaded with N committed objects (rs(6,3), 48 MiB,
+    /// placed on --nodes × --disks-per-node disks); then one client times each operation.
+    /// PostgreSQL is a throwaway server of the bench's own (needs the postgresql package).
+    #[command(verbatim_doc_comment)]
+    Meta(crate::bench_meta::MetaBenchArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -228,6 +240,7 @@ pub fn run(command: BenchCommand) -> Result<(), CliError> {
         BenchCommand::Reads(args) => crate::bench_reads::run(args),
         BenchCommand::Engine(args) => crate::bench_engine::run(args),
         BenchCommand::S3(args) => crate::bench_s3::run(args),
+        BenchCommand::Meta(args) => crate::bench_meta::run(args),
     }
 }
 

@@ -344,3 +344,42 @@ fn bench_geometric_runs_small_and_measures_what_the_plans_predict() {
         std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
     assert_eq!(left.len(), 1, "only the chart is left: {left:?}");
 }
+
+#[test]
+fn bench_meta_measures_every_op_on_every_store_and_both_plans_agree() {
+    // PostgreSQL too when its server programs are here (CI installs them and insists).
+    let postgres = weft_meta::pg_local::server_programs().is_ok()
+        || std::env::var("WEFT_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
+    let stores = if postgres { "redb,postgres" } else { "redb" };
+    let output = weft()
+        .args(["bench", "meta", "--objects", "300,900", "--ops", "20", "--json"])
+        .args(["--store", stores, "--nodes", "12", "--disks-per-node", "2"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let rows = rows(&output);
+    let ops = ["begin_commit", "get", "list", "plan_disk_repair", "plan_disk_repair_scan"];
+    for store in stores.split(',') {
+        for objects in [300, 900] {
+            for op in ops {
+                let row = rows
+                    .iter()
+                    .find(|r| r["store"] == store && r["objects"] == objects && r["op"] == op)
+                    .unwrap_or_else(|| panic!("no {op} row of {store} at {objects}: {rows:?}"));
+                assert!(row["ops_per_sec"].as_f64().unwrap() > 0.0, "{row}");
+                assert!(row["bytes_per_object"].as_f64().unwrap() > 100.0, "{row}");
+            }
+            let plan = |op: &str| {
+                rows.iter()
+                    .find(|r| r["store"] == store && r["objects"] == objects && r["op"] == op)
+                    .unwrap()["units"]
+                    .as_u64()
+                    .unwrap()
+            };
+            // rs(6,3) on 24 disks: a disk holds units of about 9/24 of the objects.
+            let units = plan("plan_disk_repair");
+            assert_eq!(units, plan("plan_disk_repair_scan"), "{store} at {objects}");
+            assert!(units > objects / 8 && units < objects, "{units} units of {objects}");
+        }
+    }
+}
