@@ -5,8 +5,21 @@
 //! Invariants: every call either returns meta's answer parsed, or a [`ClientError::Meta`]
 //! carrying meta's own error code and message, or [`ClientError::MetaUnreachable`]; object
 //! keys are percent-encoded into the path, so any key meta accepts round-trips.
+//!
+//! Several metas (replicas on one store) are given as one comma-separated list of URLs. A
+//! call goes to the meta that answered last; when that one cannot even be connected to, the
+//! call goes to the next, in turn, and the one that answers is used from then on. A request
+//! that reached a meta is never sent again to another (it may have taken effect): its
+//! failure is the caller's to see.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{
+    collections::BTreeMap,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
 
 use serde_json::{json, Value};
 use weft_layout::{StripedLayout, UnitId};
@@ -22,7 +35,10 @@ const META_TIMEOUT: Duration = Duration::from_secs(30);
 /// A handle on meta's API.
 #[derive(Clone, Debug)]
 pub struct MetaClient {
-    base: String,
+    /// Every meta's base URL, in the order given.
+    bases: Arc<Vec<String>>,
+    /// The one that answered last (clones share it).
+    current: Arc<AtomicUsize>,
     http: reqwest::Client,
     signer: Signer,
 }
@@ -59,23 +75,38 @@ pub fn encode_path(text: &str) -> String {
 }
 
 impl MetaClient {
-    /// A client of meta at `base` (`http://host:port`).
+    /// A client of meta at `base` (`http://host:port`), or of several metas of one store
+    /// (`http://a:7700,http://b:7700`), failing over between them.
     pub fn new(base: &str, secret: &ClusterSecret) -> Result<MetaClient> {
+        let bases: Vec<String> = base
+            .split(',')
+            .map(|b| b.trim().trim_end_matches('/').to_string())
+            .filter(|b| !b.is_empty())
+            .collect();
+        if bases.is_empty() {
+            return Err(ClientError::Invalid(format!("no meta URL in {base:?}")));
+        }
         let http = reqwest::Client::builder()
             .timeout(META_TIMEOUT)
             .connect_timeout(Duration::from_secs(3))
             .build()
             .map_err(|e| ClientError::Invalid(format!("cannot build an HTTP client: {e}")))?;
         Ok(MetaClient {
-            base: base.trim_end_matches('/').to_string(),
+            bases: Arc::new(bases),
+            current: Arc::new(AtomicUsize::new(0)),
             http,
             signer: secret.signer_for(Audience::Meta),
         })
     }
 
-    /// meta's base URL.
+    /// The base URL of the meta in use (the one that answered last).
     pub fn url(&self) -> &str {
-        &self.base
+        &self.bases[self.current.load(Ordering::Relaxed) % self.bases.len()]
+    }
+
+    /// Every meta's base URL.
+    pub fn urls(&self) -> &[String] {
+        &self.bases
     }
 
     /// The path of an object; refuses keys that URL normalisation would change.
@@ -99,17 +130,36 @@ impl MetaClient {
         path: &str,
         body: Option<Value>,
     ) -> Result<Value> {
-        let url = format!("{}{path}", self.base);
-        let mut request = self.http.request(method, &url);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send_signed(&self.signer).await.map_err(|e| {
-            ClientError::MetaUnreachable { url: self.base.clone(), cause: e.to_string() }
-        })?;
+        let first = self.current.load(Ordering::Relaxed) % self.bases.len();
+        let mut attempt = 0;
+        let (base, response) = loop {
+            let at = (first + attempt) % self.bases.len();
+            let base = &self.bases[at];
+            let mut request = self.http.request(method.clone(), format!("{base}{path}"));
+            if let Some(body) = &body {
+                request = request.json(body);
+            }
+            match request.send_signed(&self.signer).await {
+                Ok(response) => {
+                    if at != first {
+                        tracing::info!(meta = %base, "meta answers here now");
+                        self.current.store(at, Ordering::Relaxed);
+                    }
+                    break (base.clone(), response);
+                }
+                // Never connected: the request did not reach it, another meta may take it.
+                Err(e) if e.is_connect() && attempt + 1 < self.bases.len() => attempt += 1,
+                Err(e) => {
+                    return Err(ClientError::MetaUnreachable {
+                        url: base.clone(),
+                        cause: e.to_string(),
+                    })
+                }
+            }
+        };
         let status = response.status();
         let text = response.text().await.map_err(|e| ClientError::MetaUnreachable {
-            url: self.base.clone(),
+            url: base.clone(),
             cause: format!("reading the answer to {path}: {e}"),
         })?;
         let value: Value = if text.is_empty() {

@@ -37,6 +37,7 @@ use crate::store::{
     relocated, transitioned, EnqueueStep, ObjectPage, ObjectTotals, PackOutcome, PackedObject,
     PlacedUnit, RecordPage, StripeCommit, MAX_LIST_LIMIT,
 };
+use crate::store::{leased, Lease, ReplicaRecord};
 use crate::versions::{self, VersionReads, VersionTables};
 use crate::{Deleted, Digests, MetaError, MetaStore, VersionRef, Versioning, WriteCursor};
 
@@ -380,12 +381,51 @@ const NEXT_GENERATION_KEY: &str = "next_generation";
 const NEXT_REPAIR_ID_KEY: &str = "next_repair_id";
 const NEXT_TRANSITION_ID_KEY: &str = "next_transition_id";
 const VERSION_MOVES_KEY: &str = "version_moves";
-/// Committed objects (records of `objects`), and the sum of their sizes.
+/// Committed objects (records of `objects`), and the sum of their sizes, each kept as
+/// [`TOTAL_SHARDS`] numbers (`object_count/07`…) summed when read: a commit changes the shard
+/// of its key only, so concurrent commits of different keys rarely touch the same row (on
+/// PostgreSQL one row for all would make every pair of concurrent commits conflict).
 const OBJECT_COUNT_KEY: &str = "object_count";
 const OBJECT_BYTES_KEY: &str = "object_bytes";
+const TOTAL_SHARDS: u64 = 16;
+
+/// The shard of the totals that (bucket, key) counts in (FNV-1a of both).
+fn total_shard(bucket: &str, key: &str) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in bucket.bytes().chain([0]).chain(key.bytes()) {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+    }
+    hash % TOTAL_SHARDS
+}
+
+fn shard_name(total: &str, shard: u64) -> String {
+    format!("{total}/{shard:02}")
+}
+
+/// The sum of every shard of `total`.
+fn read_total(tx: &dyn Txn, total: &str) -> Result<u64, MetaError> {
+    let first = Key::name(&shard_name(total, 0));
+    let within = {
+        let mut prefix = Vec::new();
+        escape_into(&mut prefix, &format!("{total}/"));
+        prefix
+    };
+    let mut sum: u64 = 0;
+    for (key, value) in
+        tx.range(Table::Meta, Bound::Included(&first), End::Prefix(&within), 1000)?
+    {
+        sum = sum.wrapping_add(number(Table::Meta, &key, &value)?);
+    }
+    Ok(sum)
+}
 /// 1 once the placed-units index and the object totals cover every object (set when a
 /// store is created, or by [`build_indexes`] for a store from before them).
 const INDEXES_BUILT_KEY: &str = "indexes_built";
+
+/// Meta's own records in the gateway table, under namespaces no gateway record can have
+/// (their names start with a dot): leases of duties, and the meta processes.
+const LEASES: &str = ".leases";
+const REPLICAS: &str = ".meta-replicas";
 
 /// A number stored as a value (8 bytes, big-endian).
 pub fn number(table: Table, key: &Key, bytes: &[u8]) -> Result<u64, MetaError> {
@@ -488,12 +528,26 @@ fn placed_entries(record: &ObjectRecord) -> Vec<Entry> {
         .collect()
 }
 
-/// Adds `delta` (objects, bytes) to the object totals.
-fn count_objects(tx: &dyn Txn, objects: i64, bytes: i128) -> Result<(), MetaError> {
-    let count = read_number(tx, OBJECT_COUNT_KEY)?.saturating_add_signed(objects);
-    write_number(tx, OBJECT_COUNT_KEY, count)?;
-    let total = i128::from(read_number(tx, OBJECT_BYTES_KEY)?) + bytes;
-    write_number(tx, OBJECT_BYTES_KEY, u64::try_from(total.max(0)).unwrap_or(u64::MAX))
+/// Adds `delta` (objects, bytes) to the object totals, in the shard of (bucket, key).
+fn count_objects(
+    tx: &dyn Txn,
+    bucket: &str,
+    key: &str,
+    objects: i64,
+    bytes: i128,
+) -> Result<(), MetaError> {
+    if objects == 0 && bytes == 0 {
+        return Ok(());
+    }
+    let shard = total_shard(bucket, key);
+    let (count_name, bytes_name) =
+        (shard_name(OBJECT_COUNT_KEY, shard), shard_name(OBJECT_BYTES_KEY, shard));
+    // A shard may go below zero (a key counted in one shard is never in another, so the sum
+    // never does): it is kept as a two's-complement u64, and sums wrap back.
+    let count = read_number(tx, &count_name)?.wrapping_add_signed(objects);
+    write_number(tx, &count_name, count)?;
+    let total = read_number(tx, &bytes_name)?.wrapping_add(bytes as u64);
+    write_number(tx, &bytes_name, total)
 }
 
 /// Stores `record` as the committed object of its (bucket, key), keeping the placed-units
@@ -513,7 +567,7 @@ fn put_object(tx: &dyn Txn, record: &ObjectRecord) -> Result<Option<ObjectRecord
     }
     tx.put(Table::Objects, &name, &encode_object(record))?;
     tx.put_many(Table::Placed, &placed_entries(record))?;
-    count_objects(tx, objects, bytes)?;
+    count_objects(tx, &record.bucket, &record.key, objects, bytes)?;
     Ok(old)
 }
 
@@ -526,7 +580,7 @@ fn remove_object(tx: &dyn Txn, bucket: &str, key: &str) -> Result<Option<ObjectR
     let old = decode_object(bucket, key, &bytes)?;
     let stale: Vec<Key> = placed_entries(&old).into_iter().map(|(k, _)| k).collect();
     tx.remove_many(Table::Placed, &stale)?;
-    count_objects(tx, -1, -i128::from(old.size()))?;
+    count_objects(tx, bucket, key, -1, -i128::from(old.size()))?;
     Ok(Some(old))
 }
 
@@ -538,7 +592,6 @@ pub fn load_objects<B: KvBackend>(backend: &B, records: &[ObjectRecord]) -> Resu
     backend.write(&mut |tx| {
         let mut objects = Vec::with_capacity(records.len());
         let mut placed = Vec::new();
-        let mut bytes: u64 = 0;
         for record in records {
             let name = Key::pair(&record.bucket, &record.key);
             if tx.get(Table::Objects, &name)?.is_some() {
@@ -551,11 +604,23 @@ pub fn load_objects<B: KvBackend>(backend: &B, records: &[ObjectRecord]) -> Resu
             }
             objects.push((name, encode_object(record)));
             placed.extend(placed_entries(record));
-            bytes = bytes.saturating_add(record.size());
         }
         tx.put_many(Table::Objects, &objects)?;
         tx.put_many(Table::Placed, &placed)?;
-        count_objects(tx, records.len() as i64, i128::from(bytes))?;
+        let mut shards = [(0i64, 0i128); TOTAL_SHARDS as usize];
+        for record in records {
+            let shard = &mut shards[total_shard(&record.bucket, &record.key) as usize];
+            shard.0 += 1;
+            shard.1 += i128::from(record.size());
+        }
+        for (at, (objects, bytes)) in shards.into_iter().enumerate() {
+            let (count_name, bytes_name) =
+                (shard_name(OBJECT_COUNT_KEY, at as u64), shard_name(OBJECT_BYTES_KEY, at as u64));
+            let count = read_number(tx, &count_name)?.wrapping_add_signed(objects);
+            write_number(tx, &count_name, count)?;
+            let total = read_number(tx, &bytes_name)?.wrapping_add(bytes as u64);
+            write_number(tx, &bytes_name, total)?;
+        }
         let top = records.iter().map(|r| r.generation).max().unwrap_or(0);
         if top > read_number(tx, NEXT_GENERATION_KEY)? {
             write_number(tx, NEXT_GENERATION_KEY, top)?;
@@ -573,7 +638,8 @@ pub fn build_indexes<B: KvBackend>(backend: &B) -> Result<(), MetaError> {
             return Ok(());
         }
         const PAGE: usize = 1000;
-        let (mut objects, mut bytes, mut units) = (0u64, 0u64, 0u64);
+        let (mut objects, mut units) = (0u64, 0u64);
+        let mut shards = [(0u64, 0u64); TOTAL_SHARDS as usize];
         let mut after: Option<Key> = None;
         loop {
             let lower = after.as_ref().map_or(Bound::Unbounded, Bound::Excluded);
@@ -587,16 +653,20 @@ pub fn build_indexes<B: KvBackend>(backend: &B) -> Result<(), MetaError> {
                 let entries = placed_entries(&record);
                 units += entries.len() as u64;
                 tx.put_many(Table::Placed, &entries)?;
+                let shard = &mut shards[total_shard(bucket, key) as usize];
+                shard.0 += 1;
+                shard.1 = shard.1.wrapping_add(record.size());
                 objects += 1;
-                bytes = bytes.saturating_add(record.size());
                 after = Some(name);
             }
             if !full {
                 break;
             }
         }
-        write_number(tx, OBJECT_COUNT_KEY, objects)?;
-        write_number(tx, OBJECT_BYTES_KEY, bytes)?;
+        for (at, (count, bytes)) in shards.into_iter().enumerate() {
+            write_number(tx, &shard_name(OBJECT_COUNT_KEY, at as u64), count)?;
+            write_number(tx, &shard_name(OBJECT_BYTES_KEY, at as u64), bytes)?;
+        }
         write_number(tx, INDEXES_BUILT_KEY, 1)?;
         if objects > 0 {
             tracing::info!(objects, units, "built the placed-units index and object totals");
@@ -1443,10 +1513,73 @@ impl<B: KvBackend> MetaStore for B {
     fn object_totals(&self) -> Result<ObjectTotals, MetaError> {
         self.read(&mut |tx| {
             Ok(ObjectTotals {
-                objects: read_number(tx, OBJECT_COUNT_KEY)?,
-                bytes: read_number(tx, OBJECT_BYTES_KEY)?,
+                objects: read_total(tx, OBJECT_COUNT_KEY)?,
+                bytes: read_total(tx, OBJECT_BYTES_KEY)?,
             })
         })
+    }
+
+    fn hold_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        now_ms: u64,
+        lease_ms: u64,
+    ) -> Result<Lease, MetaError> {
+        let slot = Key::pair(LEASES, name);
+        self.write(&mut |tx| {
+            let current = match tx.get(Table::Gateway, &slot)? {
+                Some(bytes) => Some(decode("gateway", &|| format!("{LEASES}/{name}"), &bytes)?),
+                None => None,
+            };
+            let (lease, changed) = leased(current, name, holder, now_ms, lease_ms);
+            if changed {
+                tx.put(Table::Gateway, &slot, &encode(&lease))?;
+            }
+            Ok(lease)
+        })
+    }
+
+    fn get_lease(&self, name: &str) -> Result<Option<Lease>, MetaError> {
+        let slot = Key::pair(LEASES, name);
+        let found = self.read(&mut |tx| tx.get(Table::Gateway, &slot))?;
+        found.map(|bytes| decode("gateway", &|| format!("{LEASES}/{name}"), &bytes)).transpose()
+    }
+
+    fn release_lease(&self, name: &str, holder: &str) -> Result<(), MetaError> {
+        let slot = Key::pair(LEASES, name);
+        self.write(&mut |tx| {
+            if let Some(bytes) = tx.get(Table::Gateway, &slot)? {
+                let lease: Lease = decode("gateway", &|| format!("{LEASES}/{name}"), &bytes)?;
+                if lease.holder == holder {
+                    tx.remove(Table::Gateway, &slot)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn record_replica(&self, replica: &ReplicaRecord) -> Result<(), MetaError> {
+        let slot = Key::pair(REPLICAS, &replica.endpoint);
+        let bytes = encode(replica);
+        self.write(&mut |tx| tx.put(Table::Gateway, &slot, &bytes))
+    }
+
+    fn list_replicas(&self) -> Result<Vec<ReplicaRecord>, MetaError> {
+        let first = Key::pair(REPLICAS, "");
+        let within = prefix_after(REPLICAS, "");
+        let entries = self.read(&mut |tx| {
+            tx.range(Table::Gateway, Bound::Included(&first), End::Prefix(&within), MAX_LIST_LIMIT)
+        })?;
+        entries
+            .into_iter()
+            .map(|(key, bytes)| decode("gateway", &|| format!("{key:?}"), &bytes))
+            .collect()
+    }
+
+    fn forget_replica(&self, endpoint: &str) -> Result<(), MetaError> {
+        let slot = Key::pair(REPLICAS, endpoint);
+        self.write(&mut |tx| tx.remove(Table::Gateway, &slot).map(drop))
     }
 
     fn record_heartbeat(

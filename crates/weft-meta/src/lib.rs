@@ -42,8 +42,8 @@ pub use records::{
 };
 pub use redb_store::{RedbStore, StoreFaults, SCHEMA_VERSION};
 pub use store::{
-    check_attributes, check_digests, check_precondition, CommitTerms, MetaStore, ObjectPage,
-    ObjectTotals, PackOutcome, PackedObject, PlacedUnit, Precondition, StripeCommit,
+    check_attributes, check_digests, check_precondition, CommitTerms, Lease, MetaStore, ObjectPage,
+    ObjectTotals, PackOutcome, PackedObject, PlacedUnit, Precondition, ReplicaRecord, StripeCommit,
     MAX_LIST_LIMIT,
 };
 pub use versions::{Deleted, VersionDelete, VersionRef, NULL_VERSION, VERSIONS_BUCKET};

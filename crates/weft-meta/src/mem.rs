@@ -23,6 +23,7 @@ use crate::store::{
     transitioned, EnqueueStep, ObjectPage, ObjectTotals, PackOutcome, PackedObject, PlacedUnit,
     RecordPage, StripeCommit, MAX_LIST_LIMIT,
 };
+use crate::store::{leased, Lease, ReplicaRecord};
 use crate::versions::{self, VersionReads, VersionTables};
 use crate::{Deleted, Digests, VersionRef, Versioning, WriteCursor};
 use crate::{MetaError, MetaStore};
@@ -46,6 +47,8 @@ struct State {
     version_moves: u64,
     /// Gateway records by (namespace, name).
     records: BTreeMap<(String, String), serde_json::Value>,
+    leases: BTreeMap<String, Lease>,
+    replicas: BTreeMap<String, ReplicaRecord>,
 }
 
 /// The metadata store in memory; lost when dropped.
@@ -662,6 +665,45 @@ impl MetaStore for MemStore {
         state.writes.remove(&write_of(bucket, key, generation)).ok_or_else(|| {
             MetaError::NoSuchWrite { bucket: bucket.into(), key: key.into(), generation }
         })
+    }
+
+    fn hold_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        now_ms: u64,
+        lease_ms: u64,
+    ) -> Result<Lease, MetaError> {
+        let mut state = self.lock();
+        let (lease, _) = leased(state.leases.get(name).cloned(), name, holder, now_ms, lease_ms);
+        state.leases.insert(name.into(), lease.clone());
+        Ok(lease)
+    }
+
+    fn get_lease(&self, name: &str) -> Result<Option<Lease>, MetaError> {
+        Ok(self.lock().leases.get(name).cloned())
+    }
+
+    fn release_lease(&self, name: &str, holder: &str) -> Result<(), MetaError> {
+        let mut state = self.lock();
+        if state.leases.get(name).is_some_and(|l| l.holder == holder) {
+            state.leases.remove(name);
+        }
+        Ok(())
+    }
+
+    fn record_replica(&self, replica: &ReplicaRecord) -> Result<(), MetaError> {
+        self.lock().replicas.insert(replica.endpoint.clone(), replica.clone());
+        Ok(())
+    }
+
+    fn list_replicas(&self) -> Result<Vec<ReplicaRecord>, MetaError> {
+        Ok(self.lock().replicas.values().take(MAX_LIST_LIMIT).cloned().collect())
+    }
+
+    fn forget_replica(&self, endpoint: &str) -> Result<(), MetaError> {
+        self.lock().replicas.remove(endpoint);
+        Ok(())
     }
 
     fn placed_units(

@@ -218,6 +218,29 @@ fn classify(error: &postgres::Error) -> Failure {
     }
 }
 
+/// A number below `ceiling`, from a per-thread xorshift seeded by the clock and the thread
+/// (for back-off jitter only).
+fn random_below(ceiling: u64) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new({
+            let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+            hasher.write_u128(std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()));
+            hasher.finish() | 1
+        });
+    }
+    STATE.with(|state| {
+        let mut x = state.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        state.set(x);
+        x % ceiling.max(1)
+    })
+}
+
 /// What went wrong, in words: the server's message and SQLSTATE for an error the server
 /// sent (the driver's own text is only "db error"), else the driver's error and its causes.
 fn describe(error: &postgres::Error) -> String {
@@ -397,9 +420,10 @@ impl PgStore {
                 Ok(done) => return Ok(done),
                 Err(Attempt::Refused(error)) => return Err(error),
                 Err(Attempt::Failed(Failure::Conflict, _)) if attempt < MAX_ATTEMPTS => {
-                    // Back off a little, more each time, so conflicting replicas spread out.
-                    let jitter = u64::from(std::process::id() % 7 + 1);
-                    std::thread::sleep(Duration::from_micros(200 * u64::from(attempt) * jitter));
+                    // Back off a random while, up to twice as long each time (from 0.5 ms,
+                    // at most 64 ms), so the transactions that conflicted spread out.
+                    let ceiling_us = 500u64 << attempt.min(7);
+                    std::thread::sleep(Duration::from_micros(random_below(ceiling_us)));
                 }
                 Err(Attempt::Failed(Failure::Conflict, error)) => {
                     return Err(MetaError::Store {

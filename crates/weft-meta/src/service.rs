@@ -84,6 +84,8 @@ mod gateway;
 mod gc;
 mod geometric;
 mod inventory;
+mod leader;
+pub use leader::{DEFAULT_LEASE_MS, LEADER_LEASE};
 mod liveness;
 mod lost;
 mod objects;
@@ -124,6 +126,9 @@ pub struct MetaConfig {
     pub secret: ClusterSecret,
     /// Where the records are kept: redb in `dir` (the default) or a PostgreSQL database.
     pub store: StoreLocation,
+    /// The leader lease's length ([`leader`]): with several metas on one database, a dead
+    /// leader's duties (repair detection) resume elsewhere within about this long.
+    pub lease_ms: u64,
 }
 
 /// Where meta keeps its records.
@@ -159,6 +164,7 @@ impl MetaConfig {
             failure_domain: FailureDomain::default(),
             secret,
             store: StoreLocation::Redb,
+            lease_ms: leader::DEFAULT_LEASE_MS,
         }
     }
 }
@@ -237,6 +243,8 @@ struct Meta {
     /// Held across every change of a geometric bucket's state (placement groups, fill, stripe
     /// numbers).
     geometric: tokio::sync::Mutex<()>,
+    /// This meta among the replicas of its store, and whether it holds the leader lease.
+    leadership: leader::Leadership,
 }
 
 impl Meta {
@@ -282,6 +290,8 @@ pub struct RunningMeta {
     stop: watch::Sender<bool>,
     server: JoinHandle<Result<(), ServiceError>>,
     detector: JoinHandle<()>,
+    /// The leader lease's renewals; gives the lease up as it ends.
+    leading: JoinHandle<()>,
 }
 
 impl RunningMeta {
@@ -305,6 +315,9 @@ impl RunningMeta {
         };
         if let Err(join) = self.detector.await {
             tracing::error!(%join, "the repair detector panicked");
+        }
+        if let Err(join) = self.leading.await {
+            tracing::error!(%join, "the leader lease's task panicked");
         }
         served
     }
@@ -335,6 +348,9 @@ pub async fn bind_with_faults(
 ) -> Result<RunningMeta, ServiceError> {
     if config.down_after_ms == 0 {
         return Err(ServiceError::Config("down_after_ms must be positive".into()));
+    }
+    if config.lease_ms < 100 {
+        return Err(ServiceError::Config("lease_ms must be at least 100".into()));
     }
     if repair.scan_ms == 0 || repair.full_rescan_ms == 0 {
         return Err(ServiceError::Config(
@@ -397,7 +413,21 @@ pub async fn bind_with_faults(
         placement_turn: AtomicU64::new(now_ms()),
         raidp: tokio::sync::Mutex::new(()),
         geometric: tokio::sync::Mutex::new(()),
+        leadership: leader::Leadership::new(format!("http://{local_addr}"), config.lease_ms),
     });
+    // The first ask before anything runs: a meta alone leads from its first request on.
+    {
+        let meta = meta.clone();
+        let asked =
+            tokio::task::spawn_blocking(move || meta.leadership.ask(meta.store.as_ref())).await;
+        match asked {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "could not ask for the leader lease yet"),
+            Err(join) => {
+                return Err(ServiceError::Config(format!("the lease ask panicked: {join}")))
+            }
+        }
+    }
     let guard = Guard {
         verifier: Arc::new(Verifier::for_meta(&config.secret)),
         max_body_bytes: MAX_BODY_BYTES,
@@ -411,6 +441,7 @@ pub async fn bind_with_faults(
     let (stop, mut stopped) = watch::channel(false);
     tokio::spawn(liveness::RunningClock::tick(meta.clock.clone(), stopped.clone()));
     let detector = tokio::spawn(repairs::detect(meta.clone(), stopped.clone()));
+    let leading = tokio::spawn(leader::lead(meta.clone(), stopped.clone()));
     let app = router(meta, guard);
     let server = tokio::spawn(async move {
         axum::serve(listener, app)
@@ -427,7 +458,7 @@ pub async fn bind_with_faults(
         failure_domain = %config.failure_domain,
         "meta serving"
     );
-    Ok(RunningMeta { local_addr, stop, server, detector })
+    Ok(RunningMeta { local_addr, stop, server, detector, leading })
 }
 
 /// Runs meta until `shutdown` completes, then stops it gracefully.
@@ -806,7 +837,16 @@ async fn heartbeat(
             ),
         ));
     }
-    if !meta.enrolled.read().expect("enrolment").contains(&id) {
+    let cached = meta.enrolled.read().expect("enrolment").contains(&id);
+    // Another meta on the same store may have enrolled it: the store decides.
+    let enrolled = cached
+        || blocking(&meta, move |store| store.get_record(ENROLLED_NODES, &id.to_string()))
+            .await?
+            .is_some();
+    if enrolled && !cached {
+        meta.enrolled.write().expect("enrolment").insert(id);
+    }
+    if !enrolled {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "not_enrolled",
@@ -850,7 +890,7 @@ async fn nodes(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
 async fn status(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
     let live = meta.liveness();
     let judged = live.clone();
-    let (nodes, repair_queue, buckets, under_protected, unfound, transitions) =
+    let (nodes, repair_queue, buckets, under_protected, unfound, transitions, replicas) =
         blocking(&meta, move |store| {
             let nodes = store.list_nodes()?;
             let failures = repairs::Failures::judge(&nodes, &judged);
@@ -859,9 +899,30 @@ async fn status(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
             let unfound = (units, objects, lost::lost_count(store)?);
             let (queue, buckets) = (store.repair_queue_len()?, store.list_buckets()?.len());
             let transitions = store.transition_count()?;
-            Ok((nodes, queue, buckets, under_protected, unfound, transitions))
+            let replicas = (store.list_replicas()?, store.get_lease(leader::LEADER_LEASE)?);
+            Ok((nodes, queue, buckets, under_protected, unfound, transitions, replicas))
         })
         .await?;
+    let (replicas, lease) = replicas;
+    let now = now_ms();
+    // The metas of this store that recorded themselves lately (each does every lease / 3).
+    let fresh_ms = 3 * meta.leadership.lease_ms;
+    let metas: Vec<Value> = replicas
+        .iter()
+        .filter(|r| r.seen_ms.saturating_add(fresh_ms) >= now)
+        .map(|r| {
+            let holder = leader::holder_name(&r.endpoint, r.pid);
+            let leader = lease.as_ref().is_some_and(|l| l.holder == holder && l.deadline_ms > now);
+            json!({
+                "endpoint": r.endpoint,
+                "pid": r.pid,
+                "leader": leader,
+                "started_ms": r.started_ms,
+                "seen_ms": r.seen_ms,
+                "this": r.endpoint == meta.leadership.endpoint && r.pid == std::process::id(),
+            })
+        })
+        .collect();
     let down = nodes.iter().filter(|n| live.is_down(n)).count();
     // Capacity of the disks of up nodes that are not failed (a down node's report is stale).
     let count = |state: weft_wire::DiskState| {
@@ -894,6 +955,7 @@ async fn status(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
         "unfound_units": unfound.0,
         "unfound_objects": unfound.1,
         "lost_objects": unfound.2,
+        "meta": metas,
     })))
 }
 

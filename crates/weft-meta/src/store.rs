@@ -135,6 +135,26 @@ pub struct ObjectTotals {
     pub bytes: u64,
 }
 
+/// A lease on a duty several meta processes could do: held by one `holder` until
+/// `deadline_ms` ([`MetaStore::hold_lease`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub name: String,
+    pub holder: String,
+    pub deadline_ms: u64,
+}
+
+/// One meta process of the cluster as it last recorded itself ([`MetaStore::record_replica`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaRecord {
+    /// Its endpoint (`http://host:port`), which names it.
+    pub endpoint: String,
+    pub pid: u32,
+    pub started_ms: u64,
+    /// When it last recorded itself (every second or so while it runs).
+    pub seen_ms: u64,
+}
+
 /// Most objects one listing returns.
 pub const MAX_LIST_LIMIT: usize = 1000;
 
@@ -267,6 +287,27 @@ pub const ENROLMENT_MIGRATED: &str = "migrated";
 
 /// Refuses namespaces outside [`GATEWAY_NAMESPACES`] and [`INTERNAL_NAMESPACES`], so a typo
 /// is an error, not a new table.
+/// The lease after [`MetaStore::hold_lease`]'s rule, given the one stored (if any).
+pub(crate) fn leased(
+    current: Option<Lease>,
+    name: &str,
+    holder: &str,
+    now_ms: u64,
+    lease_ms: u64,
+) -> (Lease, bool) {
+    match current {
+        Some(lease) if lease.holder != holder && lease.deadline_ms > now_ms => (lease, false),
+        _ => {
+            let lease = Lease {
+                name: name.into(),
+                holder: holder.into(),
+                deadline_ms: now_ms.saturating_add(lease_ms),
+            };
+            (lease, true)
+        }
+    }
+}
+
 pub(crate) fn check_namespace(namespace: &str) -> Result<(), MetaError> {
     if GATEWAY_NAMESPACES.contains(&namespace) || INTERNAL_NAMESPACES.contains(&namespace) {
         Ok(())
@@ -556,6 +597,34 @@ pub trait MetaStore: Send + Sync {
 
     /// The number and total size of committed objects, kept by every commit and delete.
     fn object_totals(&self) -> Result<ObjectTotals, MetaError>;
+
+    /// Takes the lease `name` for `holder` until `now_ms + lease_ms` when nobody holds it,
+    /// its deadline is at or before `now_ms`, or `holder` holds it already (a renewal);
+    /// otherwise changes nothing. Returns the lease as it stands afterwards: `holder` holds
+    /// it exactly when its `holder` is `holder`.
+    fn hold_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        now_ms: u64,
+        lease_ms: u64,
+    ) -> Result<Lease, MetaError>;
+
+    /// The lease `name` as stored (it may have lapsed: compare its deadline with the time).
+    fn get_lease(&self, name: &str) -> Result<Option<Lease>, MetaError>;
+
+    /// Ends `holder`'s lease `name` at once (nothing when another holds it).
+    fn release_lease(&self, name: &str, holder: &str) -> Result<(), MetaError>;
+
+    /// Records (or refreshes) one meta process.
+    fn record_replica(&self, replica: &ReplicaRecord) -> Result<(), MetaError>;
+
+    /// Every meta process ever recorded (callers judge freshness by `seen_ms`); at most
+    /// [`MAX_LIST_LIMIT`].
+    fn list_replicas(&self) -> Result<Vec<ReplicaRecord>, MetaError>;
+
+    /// Forgets a meta process (one that stopped for good).
+    fn forget_replica(&self, endpoint: &str) -> Result<(), MetaError>;
 
     fn record_heartbeat(&self, heartbeat: &Heartbeat, now_ms: u64)
         -> Result<NodeRecord, MetaError>;

@@ -203,3 +203,26 @@ fn a_wrong_password_is_refused_without_showing_either() {
     assert!(!text.contains(right) && !text.contains("not-"), "{text}");
     assert!(text.contains("password"), "the reason is named: {text}");
 }
+
+#[test]
+fn replicas_asking_for_one_lease_at_once_get_one_holder() {
+    let Some((a, b)) = two_replicas() else { return };
+    for round in 0..20u64 {
+        let now = 10_000 * (round + 1);
+        let start = Arc::new(Barrier::new(4));
+        let askers: Vec<_> = (0..4)
+            .map(|i| {
+                let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+                let start = start.clone();
+                std::thread::spawn(move || {
+                    start.wait();
+                    store.hold_lease("leader", &format!("m{i}"), now, 5_000).unwrap()
+                })
+            })
+            .collect();
+        let seen: Vec<_> = askers.into_iter().map(|t| t.join().unwrap()).collect();
+        // Every asker was told of the same lease, and it is one of theirs.
+        assert!(seen.iter().all(|lease| *lease == seen[0]), "round {round}: {seen:?}");
+        assert!(seen[0].holder.starts_with('m') && seen[0].deadline_ms == now + 5_000);
+    }
+}

@@ -317,3 +317,74 @@ async fn policies_with_cells_or_blocks_under_4_kib_are_refused_everywhere() {
     assert_eq!((status, &body["error"]), (400, &json!("invalid_policy")), "{body}");
     meta.stop().await.unwrap();
 }
+
+/// Several metas on one PostgreSQL store: each lists them all, exactly one leads, a node
+/// enrolled through one may heartbeat to another, and when the leader stops another leads
+/// within the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metas_sharing_one_store_elect_one_leader_and_hand_over() {
+    let Some(url) = tokio::task::spawn_blocking(weft_meta::pg_local::test_database).await.unwrap()
+    else {
+        return;
+    };
+    let secret = ClusterSecret::generate();
+    let signer = secret.signer_for(Audience::Meta);
+    let client = reqwest::Client::new();
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let mut metas = Vec::new();
+    for dir in &dirs {
+        let mut config =
+            MetaConfig::new("127.0.0.1:0".parse().unwrap(), dir.path(), secret.clone());
+        config.store = weft_meta::service::StoreLocation::Postgres(url.clone());
+        config.lease_ms = 600;
+        metas.push(bind(config).await.expect("meta starts"));
+    }
+    let bases: Vec<String> = metas.iter().map(|m| m.endpoint()).collect();
+    let leaders = |status: &Value| -> Vec<String> {
+        let metas = status["meta"].as_array().cloned().unwrap_or_default();
+        metas
+            .iter()
+            .filter(|m| m["leader"] == true)
+            .map(|m| m["endpoint"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // Both metas list both; the first started leads.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, status) = get(&client, &signer, format!("{}/v1/status", bases[1])).await;
+        let listed = status["meta"].as_array().map_or(0, Vec::len);
+        if listed == 2 && leaders(&status) == [bases[0].clone()] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "two metas, one leader: {status}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A node enrolled through meta 0 heartbeats to meta 1.
+    let enrolled =
+        client.put(format!("{}/v1/nodes/5", bases[0])).send_signed(&signer).await.unwrap();
+    assert_eq!(enrolled.status(), 200);
+    let beat = client
+        .post(format!("{}/v1/heartbeat", bases[1]))
+        .json(&heartbeat(5))
+        .send_signed(&Signer::new(secret.node_key(5), Audience::Meta))
+        .await
+        .unwrap();
+    assert_eq!(beat.status(), 200, "enrolment is the store's, not one meta's");
+    let (_, nodes) = get(&client, &signer, format!("{}/v1/nodes", bases[0])).await;
+    assert_eq!(nodes["nodes"][0]["id"], 5, "{nodes}");
+
+    // The leader stops: the other leads within the lease.
+    let first = metas.remove(0);
+    let stopped_at = Instant::now();
+    first.stop().await.unwrap();
+    loop {
+        let (_, status) = get(&client, &signer, format!("{}/v1/status", bases[1])).await;
+        if leaders(&status) == [bases[1].clone()] {
+            assert_eq!(status["meta"].as_array().unwrap().len(), 1, "{status}");
+            break;
+        }
+        assert!(stopped_at.elapsed() < Duration::from_secs(5), "no new leader: {status}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    metas.remove(0).stop().await.unwrap();
+}

@@ -1212,3 +1212,47 @@ fn a_packs_stripes_keep_their_owner_tags() {
     let redb = RedbStore::open(&path).unwrap();
     assert_eq!(redb.get_object(weft_meta::GEOMETRIC_BUCKET, key).unwrap().owners, vec![7, 0, 9]);
 }
+
+/// The leader lease: one holder until it lapses or is given up; renewals extend it only for
+/// its holder; other leases are apart; meta processes are recorded and forgotten.
+#[test]
+fn a_lease_has_one_holder_until_it_lapses_or_is_released() {
+    let every = Stores::new();
+    for store in every.all() {
+        assert_eq!(store.get_lease("leader"), Ok(None));
+        let a = store.hold_lease("leader", "a", 1000, 3000).unwrap();
+        assert_eq!((a.holder.as_str(), a.deadline_ms), ("a", 4000));
+        // b cannot take it while it runs, and is told who holds it.
+        assert_eq!(store.hold_lease("leader", "b", 3999, 3000).unwrap(), a);
+        // a renews it.
+        assert_eq!(store.hold_lease("leader", "a", 3000, 3000).unwrap().deadline_ms, 6000);
+        // Lapsed (the deadline is not after now): b takes it, and a's renewal fails.
+        let b = store.hold_lease("leader", "b", 6000, 3000).unwrap();
+        assert_eq!((b.holder.as_str(), b.deadline_ms), ("b", 9000));
+        assert_eq!(store.hold_lease("leader", "a", 6001, 3000).unwrap(), b);
+        assert_eq!(store.get_lease("leader"), Ok(Some(b.clone())));
+        // Another lease is another matter.
+        assert_eq!(store.hold_lease("gc", "a", 6001, 100).unwrap().holder, "a");
+        // Only the holder can give it up.
+        store.release_lease("leader", "a").unwrap();
+        assert_eq!(store.get_lease("leader"), Ok(Some(b)));
+        store.release_lease("leader", "b").unwrap();
+        assert_eq!(store.get_lease("leader"), Ok(None));
+        assert_eq!(store.hold_lease("leader", "a", 6002, 3000).unwrap().holder, "a");
+        // Leases are not gateway records.
+        assert!(store.list_records("access_keys", "", None, 100).unwrap().is_empty());
+
+        let record = |endpoint: &str, seen_ms| weft_meta::ReplicaRecord {
+            endpoint: endpoint.into(),
+            pid: 7,
+            started_ms: 1,
+            seen_ms,
+        };
+        store.record_replica(&record("http://m2", 5)).unwrap();
+        store.record_replica(&record("http://m1", 5)).unwrap();
+        store.record_replica(&record("http://m2", 9)).unwrap();
+        assert_eq!(store.list_replicas(), Ok(vec![record("http://m1", 5), record("http://m2", 9)]));
+        store.forget_replica("http://m1").unwrap();
+        assert_eq!(store.list_replicas(), Ok(vec![record("http://m2", 9)]));
+    }
+}

@@ -61,7 +61,13 @@ pub(crate) async fn run(
     interval_ms: u64,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let url = format!("{}/v1/heartbeat", meta_url.trim_end_matches('/'));
+    // One meta, or several of one store (a comma-separated list): heartbeats go to one at a
+    // time, the next in turn after a failure.
+    let urls: Vec<String> = meta_url
+        .split(',')
+        .map(|base| format!("{}/v1/heartbeat", base.trim().trim_end_matches('/')))
+        .collect();
+    let mut turn = 0usize;
     let interval = Duration::from_millis(interval_ms);
     let client =
         match reqwest::Client::builder().timeout(interval.max(Duration::from_secs(1))).build() {
@@ -94,8 +100,9 @@ pub(crate) async fn run(
             rack: node.rack,
         };
         let body = serde_json::to_vec(&heartbeat).expect("a heartbeat always serialises");
+        let url = &urls[turn % urls.len()];
         let sent = client
-            .post(&url)
+            .post(url.as_str())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body)
             .send_signed(&signer)
@@ -106,11 +113,15 @@ pub(crate) async fn run(
             }
             Ok(response) => {
                 node.metrics.heartbeat(false);
+                if response.status().is_server_error() {
+                    turn += 1;
+                }
                 tracing::warn!(%url, status = %response.status(), "meta refused a heartbeat");
             }
             Err(error) => {
                 node.metrics.heartbeat(false);
-                tracing::warn!(%url, %error, "heartbeat to meta failed; retrying next interval");
+                turn += 1;
+                tracing::warn!(%url, %error, "heartbeat to meta failed; the next goes to the next meta");
             }
         }
     }

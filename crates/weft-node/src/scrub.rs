@@ -283,7 +283,9 @@ async fn send_bad_units(
         }
     };
     let reporter = reporter.expect("checked above");
-    let base = reporter.meta_url.trim_end_matches('/').to_owned();
+    // Of several metas (a comma-separated list), the first: reports wait for it.
+    let base =
+        reporter.meta_url.split(',').next().unwrap_or("").trim().trim_end_matches('/').to_owned();
     let url = format!("{base}/v1/nodes/{}/bad-units", reporter.node_id);
     let mut pending: Vec<(u32, BadUnit)> = Vec::new();
     let mut backoff = Duration::from_millis(500);
@@ -351,7 +353,9 @@ pub(crate) async fn inventories(
     mut stopped: watch::Receiver<bool>,
 ) {
     let Some(client) = client() else { return };
-    let base = reporter.meta_url.trim_end_matches('/').to_owned();
+    // Of several metas (a comma-separated list), the first: reports wait for it.
+    let base =
+        reporter.meta_url.split(',').next().unwrap_or("").trim().trim_end_matches('/').to_owned();
     let node_id = reporter.node_id;
     // Per disk: when its next digest is due.
     let mut due: Vec<u64> = vec![now_ms(); node.disks.len()];

@@ -122,8 +122,30 @@ impl MetaUrlArgs {
     }
 }
 
+/// Of one meta URL, or several of one store (comma-separated), the first that accepts a
+/// connection (the first, when none does: its error names it).
+fn first_reachable(bases: &str) -> String {
+    let candidates: Vec<String> = bases
+        .split(',')
+        .map(|b| b.trim().trim_end_matches('/').to_owned())
+        .filter(|b| !b.is_empty())
+        .collect();
+    if candidates.len() < 2 {
+        return candidates.into_iter().next().unwrap_or_default();
+    }
+    let accepts = |base: &String| {
+        let Ok(url) = reqwest::Url::parse(base) else { return false };
+        let Ok(addrs) = url.socket_addrs(|| Some(80)) else { return false };
+        addrs.iter().any(|addr| {
+            std::net::TcpStream::connect_timeout(addr, Duration::from_millis(500)).is_ok()
+        })
+    };
+    candidates.iter().find(|b| accepts(b)).unwrap_or(&candidates[0]).clone()
+}
+
 /// A blocking client of meta's HTTP API (docs/meta-api.md). Must not be used inside an async
-/// runtime.
+/// runtime. Given several metas of one store (comma-separated), it uses the first that
+/// accepts a connection.
 #[derive(Debug, Clone)]
 pub struct MetaClient {
     base: String,
@@ -140,7 +162,7 @@ impl MetaClient {
             .build()
             .map_err(|e| cli_error!("cannot build an HTTP client: {e}"))?;
         Ok(MetaClient {
-            base: base.trim_end_matches('/').to_owned(),
+            base: first_reachable(base),
             http,
             signer: secret.signer_for(weft_auth::Audience::Meta),
             seal: secret.seal_key(),
@@ -383,7 +405,8 @@ pub struct StatusArgs {
     #[command(flatten)]
     pub meta: MetaUrlArgs,
     /// One JSON object: meta's /v1/status, each node joined with its disks and last heartbeat
-    /// from /v1/nodes, plus "meta" (the URL asked) and "down_after_ms".
+    /// from /v1/nodes (with "meta": every meta of the store, which leads), plus "meta_url"
+    /// (the URL asked) and "down_after_ms".
     #[arg(long)]
     pub json: bool,
     /// Show the status again every --interval until Ctrl-C, with what changed since the last
@@ -402,7 +425,12 @@ pub struct StatusArgs {
 fn services_of(args: &MetaUrlArgs, meta_url: &str) -> Option<(std::path::PathBuf, Value)> {
     let (file, value) = file_beside_secret(args, crate::up::CLUSTER_FILE)?;
     let up_pid = u32::try_from(value["up_pid"].as_u64()?).ok()?;
-    let same_meta = value["meta"].as_str()?.trim_end_matches('/') == meta_url;
+    // The meta asked is one of this weft up's (the first, or another replica).
+    let ours = |m: &Value| m.as_str().is_some_and(|m| m.trim_end_matches('/') == meta_url);
+    let same_meta = ours(&value["meta"])
+        || value["metas"]
+            .as_array()
+            .is_some_and(|metas| metas.iter().any(|m| ours(&m["endpoint"])));
     if value["running"] != true || !is_running(up_pid) || !same_meta {
         return None;
     }
@@ -506,7 +534,7 @@ fn fetch_status(args: &StatusArgs) -> Result<Value, CliError> {
         }
     }
     if let Some(object) = status.as_object_mut() {
-        object.insert("meta".into(), json!(client.base()));
+        object.insert("meta_url".into(), json!(client.base()));
         if let Some(down_after_ms) = listed.get("down_after_ms") {
             object.entry("down_after_ms").or_insert_with(|| down_after_ms.clone());
         }
@@ -528,11 +556,24 @@ fn print_status(status: &Value, since: Option<(&Value, Duration)>) {
     println!(
         "meta {}: {} nodes up, {} down · {} buckets · failure domain: {level} (a new object's \
          groups are on distinct {level}s)",
-        status["meta"].as_str().unwrap_or("?"),
+        status["meta_url"].as_str().unwrap_or("?"),
         count("nodes_up"),
         count("nodes_down"),
         count("buckets"),
     );
+    if let Some(metas) = status["meta"].as_array().filter(|metas| metas.len() > 1) {
+        let names: Vec<String> = metas
+            .iter()
+            .map(|m| {
+                let endpoint = m["endpoint"].as_str().unwrap_or("?");
+                match m["leader"] == true {
+                    true => format!("{endpoint} (leader)"),
+                    false => endpoint.to_owned(),
+                }
+            })
+            .collect();
+        println!("metas:   {} on one store: {}", metas.len(), names.join(", "));
+    }
     let changed = |name: &str| -> String {
         match (since, number(name)) {
             (Some((old, ago)), Some(now)) => {

@@ -215,6 +215,11 @@ pub struct MetaArgs {
     /// give the URL in $WEFT_META_STORE instead, or the password alone in $PGPASSWORD.
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
+    /// Length of the leader lease in ms: metas sharing one PostgreSQL store take turns at
+    /// the leader's duties (repair detection); a dead leader's are resumed by another meta
+    /// within about this long.
+    #[arg(long, default_value_t = weft_meta::service::DEFAULT_LEASE_MS)]
+    pub lease_ms: u64,
 }
 
 /// Where `weft serve meta` keeps its records, from `--store` or `$WEFT_META_STORE`.
@@ -381,6 +386,7 @@ async fn serve_meta(args: MetaArgs) -> Result<(), CliError> {
         failure_domain: args.failure_domain.level(),
         secret,
         store: meta_store(args.store.as_deref())?,
+        lease_ms: args.lease_ms,
     };
     let meta = weft_meta::service::bind(config).await?;
     ready(format!("meta listening on {}", meta.endpoint()));

@@ -200,6 +200,12 @@ pub struct UpArgs {
     /// DIR/cluster.json, else redb]. The two keep separate records: switching starts empty.
     #[arg(long, value_enum)]
     pub meta_store: Option<MetaStoreArg>,
+    /// Meta processes to run on the one store, each able to serve every request; one at a
+    /// time (the holder of the store's leader lease) detects failures and queues repairs.
+    /// Nodes, the gateway and the repair executor are given them all and fail over. More
+    /// than 1 needs --meta-store postgres [default: 1].
+    #[arg(long, default_value_t = 1)]
+    pub meta_replicas: u32,
     /// Directory holding the whole cluster (created if missing).
     #[arg(long, default_value = "./weft-data")]
     pub dir: PathBuf,
@@ -337,6 +343,7 @@ struct Plan {
     racks: Option<u32>,
     failure_domain: FailureDomainArg,
     meta_store: MetaStoreArg,
+    meta_replicas: u32,
     meta_listen: SocketAddr,
     down_after_ms: Option<u64>,
     heartbeat_ms: Option<u64>,
@@ -478,9 +485,21 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
     )
     .map_err(|e| cli_error!("--nearfull-ratio / --full-ratio: {e}"))?;
     let lstor_dir = lstor_dir(args, &dir, out)?;
+    let meta_store = args.meta_store.or(recorded.meta_store).unwrap_or(MetaStoreArg::Redb);
+    if args.meta_replicas == 0 || args.meta_replicas > 9 {
+        return Err(cli_error!("--meta-replicas must be 1 to 9, not {}", args.meta_replicas));
+    }
+    if args.meta_replicas > 1 && meta_store != MetaStoreArg::Postgres {
+        return Err(cli_error!(
+            "--meta-replicas {} needs --meta-store postgres: metas share their records \
+             through PostgreSQL (redb is one process's file)",
+            args.meta_replicas
+        ));
+    }
     Ok(Plan {
         lstor_dir,
-        meta_store: args.meta_store.or(recorded.meta_store).unwrap_or(MetaStoreArg::Redb),
+        meta_store,
+        meta_replicas: args.meta_replicas,
         dir,
         nodes,
         disks_per_node,
@@ -601,7 +620,8 @@ impl Signals {
 /// What a child is to the cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
-    Meta,
+    /// Meta number i + 1 of `--meta-replicas` (0: the first, on `--meta-listen`).
+    Meta(u32),
     Node(u32),
     Repair,
     S3,
@@ -610,7 +630,8 @@ enum Role {
 impl Role {
     fn name(self) -> String {
         match self {
-            Role::Meta => "meta".to_owned(),
+            Role::Meta(0) => "meta".to_owned(),
+            Role::Meta(i) => format!("meta {}", i + 1),
             Role::Node(id) => format!("node {id}"),
             Role::Repair => "repair executor".to_owned(),
             Role::S3 => "s3 gateway".to_owned(),
@@ -620,7 +641,7 @@ impl Role {
     /// Its kind, as `weft status` shows it: `meta`, `node`, `repair` or `s3`.
     fn kind(self) -> &'static str {
         match self {
-            Role::Meta => "meta",
+            Role::Meta(_) => "meta",
             Role::Node(_) => "node",
             Role::Repair => "repair",
             Role::S3 => "s3",
@@ -632,14 +653,15 @@ impl Role {
         match self {
             Role::Node(id) => format!("node {id} listening on "),
             Role::Repair => "repair executor ".to_owned(),
-            Role::Meta => "meta listening on ".to_owned(),
+            Role::Meta(_) => "meta listening on ".to_owned(),
             Role::S3 => "s3 gateway listening on ".to_owned(),
         }
     }
 
     fn log_file(self) -> String {
         match self {
-            Role::Meta => "meta.log".to_owned(),
+            Role::Meta(0) => "meta.log".to_owned(),
+            Role::Meta(i) => format!("meta-{}.log", i + 1),
             Role::Node(id) => format!("node-{id}.log"),
             Role::Repair => "repair.log".to_owned(),
             Role::S3 => "s3.log".to_owned(),
@@ -786,7 +808,7 @@ impl Supervisor {
         let member = &self.members[index];
         let (role, spawns) = (member.role, member.spawns + 1);
         let mut args = member.args.clone();
-        if let (Role::Meta | Role::S3, Some(endpoint)) = (role, &member.endpoint) {
+        if let (Role::Meta(_) | Role::S3, Some(endpoint)) = (role, &member.endpoint) {
             let address = endpoint.trim_start_matches("http://").to_owned();
             if let Some(at) = args.iter().position(|a| a == "--listen") {
                 args[at + 1] = address;
@@ -840,7 +862,7 @@ impl Supervisor {
             .process_group(0);
         die_with_parent(&mut command);
         command.env_remove("WEFT_META_STORE");
-        if let (Role::Meta, Some(url)) = (role, &self.meta_store_url) {
+        if let (Role::Meta(_), Some(url)) = (role, &self.meta_store_url) {
             command.env("WEFT_META_STORE", url);
         }
         let mut process =
@@ -1062,7 +1084,7 @@ impl Supervisor {
 
     /// Stops every member: repair and nodes first (they talk to meta), meta last.
     fn stop_all(&mut self) {
-        self.stop_where(|role| role != Role::Meta);
+        self.stop_where(|role| !matches!(role, Role::Meta(_)));
         self.stop_where(|_| true);
         if let Some(postgres) = self.postgres.take() {
             postgres.stop();
@@ -1075,7 +1097,13 @@ impl Supervisor {
 
     /// DIR/cluster.json's content.
     fn cluster_json(&self, plan: &Plan, running: bool, ready_ms: Option<u128>) -> Value {
-        let meta = self.member(Role::Meta);
+        let meta = self.member(Role::Meta(0));
+        let metas: Vec<Value> = self
+            .members
+            .iter()
+            .filter(|m| matches!(m.role, Role::Meta(_)))
+            .map(|m| json!({ "endpoint": m.endpoint, "pid": m.pid, "log": m.log }))
+            .collect();
         let nodes: Vec<Value> = self
             .members
             .iter()
@@ -1120,6 +1148,7 @@ impl Supervisor {
             "dir": plan.dir,
             "meta": meta.and_then(|m| m.endpoint.clone()),
             "meta_pid": meta.map(|m| m.pid),
+            "metas": metas,
             "nodes": nodes,
             "repair": repair,
             "s3": s3,
@@ -1305,9 +1334,25 @@ fn start(
     if let Some(ms) = plan.down_after_ms {
         meta_args.extend(["--down-after-ms".to_owned(), ms.to_string()]);
     }
-    cluster.spawn(Role::Meta, &meta_args, Vec::new())?;
+    cluster.spawn(Role::Meta(0), &meta_args, Vec::new())?;
     cluster.wait_ready(&[0], |_| "meta listening on ".to_owned(), deadline, signals)?;
-    let meta_url = cluster.members[0].endpoint.clone().expect("meta is ready");
+    // More metas on the same store: each on a free port, with a directory of its own (the
+    // records are all in PostgreSQL).
+    for i in 1..plan.meta_replicas {
+        let mut args = meta_args.clone();
+        let at = args.iter().position(|a| a == "--dir").expect("meta has --dir") + 1;
+        args[at] = text(&plan.dir.join(format!("meta-{}", i + 1)));
+        let at = args.iter().position(|a| a == "--listen").expect("meta has --listen") + 1;
+        args[at] = SocketAddr::new(plan.meta_listen.ip(), 0).to_string();
+        cluster.spawn(Role::Meta(i), &args, Vec::new())?;
+    }
+    let replicas: Vec<usize> = (1..plan.meta_replicas as usize).collect();
+    cluster.wait_ready(&replicas, |_| "meta listening on ".to_owned(), deadline, signals)?;
+    // Every process of the cluster is given every meta, and fails over between them.
+    let meta_url = (0..plan.meta_replicas as usize)
+        .map(|i| cluster.members[i].endpoint.clone().expect("meta is ready"))
+        .collect::<Vec<_>>()
+        .join(",");
     if !out.json {
         eprintln!("weft up: meta ready at {meta_url}; starting {} nodes", plan.nodes);
     }
@@ -1501,9 +1546,13 @@ fn print_ready(plan: &Plan, cluster: &Supervisor, ready_ms: u128, cluster_file: 
     for member in &cluster.members {
         let endpoint = member.endpoint.as_deref().unwrap_or("-");
         match member.role {
-            Role::Meta => {
-                meta_url = endpoint.to_owned();
-                println!("  meta     {endpoint:<24}  pid {}", member.pid);
+            Role::Meta(i) => {
+                if !meta_url.is_empty() {
+                    meta_url.push(',');
+                }
+                meta_url.push_str(endpoint);
+                let name = if i == 0 { "meta".to_owned() } else { format!("meta {}", i + 1) };
+                println!("  {name:<8} {endpoint:<24}  pid {}", member.pid);
             }
             Role::Node(id) => {
                 let disks: Vec<String> =
@@ -1653,7 +1702,7 @@ fn watch(
 /// Rewrites DIR/s3.json for the running gateway (same key, its endpoint now).
 fn refresh_s3_file(plan: &Plan, cluster: &Supervisor) -> Result<(), CliError> {
     let endpoint = cluster.member(Role::S3).and_then(|m| m.endpoint.clone());
-    let meta_url = cluster.member(Role::Meta).and_then(|m| m.endpoint.clone());
+    let meta_url = cluster.member(Role::Meta(0)).and_then(|m| m.endpoint.clone());
     let (Some(endpoint), Some(meta_url)) = (endpoint, meta_url) else { return Ok(()) };
     let secret_file = plan.dir.join(crate::cluster_cli::SECRET_FILE_NAME);
     let secret = weft_auth::ClusterSecret::read_file(&secret_file).map_err(CliError::from)?;

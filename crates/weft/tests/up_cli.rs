@@ -531,3 +531,86 @@ fn meta_on_postgres_survives_its_own_death_and_a_cluster_restart() {
     let listed = cluster.weft_json(&["ls", "pgb", "--json"]);
     assert_eq!(listed["objects"].as_array().map(Vec::len), Some(2), "{listed}");
 }
+
+#[test]
+fn a_killed_leader_meta_is_replaced_within_two_leases_and_no_put_is_lost() {
+    if !postgres_here() {
+        return;
+    }
+    let cluster = Cluster::start(
+        4,
+        &["--meta-store", "postgres", "--meta-replicas", "2", "--heartbeat-ms", "300"],
+    );
+    let metas: Vec<String> = cluster.ready()["metas"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}", cluster.ready()))
+        .iter()
+        .map(|m| m["endpoint"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(metas.len(), 2, "{}", cluster.ready());
+    let all = metas.join(",");
+    let status_of_all = || cluster.weft_json(&["status", "--json", "--meta", &all]);
+    let leader_pid = |status: &Value| -> Option<u64> {
+        let leaders: Vec<u64> = status["meta"]
+            .as_array()?
+            .iter()
+            .filter(|m| m["leader"] == true)
+            .map(|m| m["pid"].as_u64().unwrap())
+            .collect();
+        assert!(leaders.len() <= 1, "two leaders: {status}");
+        leaders.first().copied()
+    };
+    let status = cluster.wait_for_answering_status("two metas, one leading", |s| {
+        s["meta"].as_array().map_or(0, Vec::len) == 2 && leader_pid(s).is_some()
+    });
+    let leader = leader_pid(&status).unwrap();
+    cluster.create_bucket("ha", &["--k", "2", "--r", "1"]);
+
+    // A writer puts objects through both metas while the leader is killed.
+    let dir = cluster.dir();
+    let writer = {
+        let (all, secret, dir) = (all.clone(), cluster.secret_file(), dir.clone());
+        std::thread::spawn(move || {
+            let mut acknowledged = Vec::new();
+            for i in 0..24u8 {
+                let file = dir.join(format!("ha-{i}"));
+                std::fs::write(&file, pattern(200_000 + usize::from(i) * 1000, i)).unwrap();
+                let put = Command::new(weft_bin())
+                    .args(["put", file.to_str().unwrap(), &format!("ha/obj-{i}"), "--meta", &all])
+                    .env("WEFT_SECRET_FILE", &secret)
+                    .output()
+                    .unwrap();
+                if put.status.success() {
+                    acknowledged.push(i);
+                }
+                std::thread::sleep(Duration::from_millis(150));
+            }
+            acknowledged
+        })
+    };
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(signal(leader as u32, libc::SIGKILL), "the leader (pid {leader}) was running");
+    let killed_at = std::time::Instant::now();
+    let lease = Duration::from_millis(weft_meta::service::DEFAULT_LEASE_MS);
+    loop {
+        let status = status_of_all();
+        if leader_pid(&status).is_some_and(|pid| pid != leader) {
+            break;
+        }
+        assert!(killed_at.elapsed() < 2 * lease, "no new leader within two leases: {status}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let took_over = killed_at.elapsed();
+    let acknowledged = writer.join().unwrap();
+    assert!(acknowledged.len() >= 20, "most puts succeed through the kill: {acknowledged:?}");
+    for i in acknowledged {
+        let get = Command::new(weft_bin())
+            .args(["get", &format!("ha/obj-{i}"), "--meta", &all])
+            .env("WEFT_SECRET_FILE", cluster.secret_file())
+            .output()
+            .unwrap();
+        assert!(get.status.success(), "{}", String::from_utf8_lossy(&get.stderr));
+        assert_eq!(get.stdout, pattern(200_000 + usize::from(i) * 1000, i), "object {i}");
+    }
+    eprintln!("a new leader within {took_over:?} of the kill (lease {lease:?})");
+}

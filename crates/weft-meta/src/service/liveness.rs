@@ -16,6 +16,8 @@
 //! - Silence is judged for repair only once meta has *run* for more than `down_after_ms`
 //!   ([`Liveness::judging_silence`]); see `repairs`.
 //! - Nothing here is stored: after a restart the running clock starts at 0 again.
+//! - "Heard since start" counts heartbeats this process received and, for metas sharing a
+//!   store, heartbeats recorded in the store (by any of them) since this process started.
 
 use std::{
     collections::HashMap,
@@ -42,11 +44,17 @@ pub(crate) struct RunningClock {
     state: Mutex<(Instant, u64)>,
     /// Node id → running ms of its last heartbeat received by this process.
     heard: RwLock<HashMap<u32, u64>>,
+    /// Wall-clock ms at this process's start.
+    started_wall_ms: u64,
 }
 
 impl RunningClock {
     pub(crate) fn new() -> RunningClock {
-        RunningClock { state: Mutex::new((Instant::now(), 0)), heard: RwLock::new(HashMap::new()) }
+        RunningClock {
+            state: Mutex::new((Instant::now(), 0)),
+            heard: RwLock::new(HashMap::new()),
+            started_wall_ms: now_ms(),
+        }
     }
 
     /// Advances the clock by the time since the last observation (capped) and returns it.
@@ -73,6 +81,7 @@ impl RunningClock {
             running_ms,
             down_after_ms,
             heard: self.heard.read().expect("heard").clone(),
+            started_wall_ms: self.started_wall_ms,
         }
     }
 
@@ -103,6 +112,7 @@ pub(crate) struct Liveness {
     pub(crate) running_ms: u64,
     pub(crate) down_after_ms: u64,
     heard: HashMap<u32, u64>,
+    started_wall_ms: u64,
 }
 
 impl Liveness {
@@ -115,9 +125,10 @@ impl Liveness {
         }
     }
 
-    /// Whether this meta process has heard `node` since it started.
-    pub(crate) fn heard_since_start(&self, node: u32) -> bool {
-        self.heard.contains_key(&node)
+    /// Whether `node` has been heard since this meta process started: by this process, or
+    /// by another meta of the same store (its stored heartbeat is newer than the start).
+    pub(crate) fn heard_since_start(&self, node: &NodeRecord) -> bool {
+        self.heard.contains_key(&node.node_id) || node.last_heartbeat_ms >= self.started_wall_ms
     }
 
     /// Meta has run long enough to have heard every live node: silence means down.
@@ -133,7 +144,13 @@ impl Liveness {
         down_after_ms: u64,
         heard: &[(u32, u64)],
     ) -> Liveness {
-        Liveness { wall_ms, running_ms, down_after_ms, heard: heard.iter().copied().collect() }
+        Liveness {
+            wall_ms,
+            running_ms,
+            down_after_ms,
+            heard: heard.iter().copied().collect(),
+            started_wall_ms: u64::MAX,
+        }
     }
 }
 

@@ -142,7 +142,7 @@ impl Failures {
         };
         let reported = nodes
             .iter()
-            .filter(|n| live.heard_since_start(n.node_id) && !down.contains(&n.node_id))
+            .filter(|n| live.heard_since_start(n) && !down.contains(&n.node_id))
             .map(|n| {
                 let disks = n.disks.iter().map(|d| (d.index, d.failed.clone())).collect();
                 (n.node_id, disks)
@@ -303,6 +303,12 @@ pub(crate) async fn detect(meta: Shared, mut stopped: watch::Receiver<bool>) {
         tokio::select! {
             _ = interval.tick() => {}
             _ = stopped.wait_for(|stop| *stop) => return,
+        }
+        if !meta.leadership.leads() {
+            // Another meta on the store leads: it judges failures. Scan afresh when this one
+            // leads again.
+            last = None;
+            continue;
         }
         let live = meta.liveness();
         let full_rescan_ms = meta.repair.full_rescan_ms;
