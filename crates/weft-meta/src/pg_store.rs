@@ -24,6 +24,7 @@
 //!   connections leave the pool; the next operation connects anew.
 //! - The URL's password never appears in an error, a log line or `Debug` output.
 //! - Connections are pooled, at most `max_connections` at once; an operation waits for one.
+//! - Dropping a store closes its connections off any async runtime (see `Drop`).
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -140,6 +141,25 @@ pub struct PgStore {
     pool: Mutex<Pool>,
     freed: Condvar,
     max_connections: usize,
+}
+
+impl Drop for PgStore {
+    /// Closes the idle connections on a plain thread: the driver's blocking client closes
+    /// by running a runtime of its own, which panics on an async runtime's worker (where the
+    /// last reference to a store, meta's, may be dropped).
+    fn drop(&mut self) {
+        let idle = std::mem::take(&mut self.pool.get_mut().expect("pool lock").idle);
+        if idle.is_empty() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(_) => {
+                let closing = std::thread::spawn(move || drop(idle));
+                let _ = closing.join();
+            }
+            Err(_) => drop(idle),
+        }
+    }
 }
 
 impl std::fmt::Debug for PgStore {

@@ -226,3 +226,19 @@ fn replicas_asking_for_one_lease_at_once_get_one_holder() {
         assert!(seen[0].holder.starts_with('m') && seen[0].deadline_ms == now + 5_000);
     }
 }
+
+/// Meta drops its store on an async worker when it stops; the driver's blocking client must
+/// not be closed there (it runs a runtime of its own, which panics inside another).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_dropped_on_an_async_worker_closes_its_connections_quietly() {
+    let Some(url) = tokio::task::spawn_blocking(test_database).await.unwrap() else { return };
+    let store = tokio::task::spawn_blocking(move || {
+        let store = PgStore::open(&url).unwrap();
+        store.create_bucket("bkt", layout(), 1).unwrap();
+        store
+    })
+    .await
+    .unwrap();
+    // Idle connections are in the pool now; dropping here panicked before.
+    drop(store);
+}
