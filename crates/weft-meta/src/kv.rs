@@ -1160,16 +1160,6 @@ impl<B: KvBackend> MetaStore for B {
         })
     }
 
-    fn begin_object(
-        &self,
-        bucket: &str,
-        key: &str,
-        placement: Placement,
-        now_ms: u64,
-    ) -> Result<ObjectRecord, MetaError> {
-        self.begin_raidp_object(bucket, key, placement, None, now_ms)
-    }
-
     fn begin_raidp_object(
         &self,
         bucket: &str,

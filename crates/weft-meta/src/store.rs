@@ -445,7 +445,9 @@ pub trait MetaStore: Send + Sync {
         key: &str,
         placement: Placement,
         now_ms: u64,
-    ) -> Result<ObjectRecord, MetaError>;
+    ) -> Result<ObjectRecord, MetaError> {
+        self.begin_raidp_object(bucket, key, placement, None, now_ms)
+    }
     /// [`MetaStore::begin_object`] of a RAIDP object: `placement` is its empty one (size 0),
     /// `raidp` its extents in superchunks (allocated by the caller).
     fn begin_raidp_object(
