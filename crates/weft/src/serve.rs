@@ -361,6 +361,8 @@ async fn shutdown_signal() {
 }
 
 async fn serve_meta(args: MetaArgs) -> Result<(), CliError> {
+    // Checked first: a bad --store creates nothing.
+    let store = meta_store(args.store.as_deref())?;
     let default = args
         .dir
         .parent()
@@ -385,7 +387,7 @@ async fn serve_meta(args: MetaArgs) -> Result<(), CliError> {
         down_after_ms: args.down_after_ms,
         failure_domain: args.failure_domain.level(),
         secret,
-        store: meta_store(args.store.as_deref())?,
+        store,
         lease_ms: args.lease_ms,
     };
     let meta = weft_meta::service::bind(config).await?;
