@@ -281,6 +281,12 @@ impl Cluster {
             let mut answer = self.get(&path).await;
             if let Some(fields) = answer.as_object_mut() {
                 fields.remove("generated_ms");
+                // Each meta's record is refreshed with every lease renewal: a clock, not state.
+                if let Some(Value::Array(metas)) = fields.get_mut("meta") {
+                    for meta in metas.iter_mut().filter_map(Value::as_object_mut) {
+                        meta.remove("seen_ms");
+                    }
+                }
             }
             state.insert(path, answer);
         }
