@@ -3,13 +3,11 @@
 //! it runs; an abandoned write is expired and its units swept; the leftovers of a node that
 //! was down during a delete go once it is back.
 
-mod common;
-
 use std::{collections::BTreeSet, io::Cursor, path::PathBuf, time::Duration};
 use weft_auth::{sign_reqwest::SendSigned, Audience};
 
+use crate::common::{pattern, policy, TestCluster};
 use bytes::Bytes;
-use common::{pattern, policy, TestCluster};
 use weft_client::{
     gc::{sweep, GcOptions, GcReport},
     PutOptions,
@@ -187,7 +185,7 @@ async fn leftovers_of_a_node_down_during_a_delete_go_once_it_is_back() {
     );
     config.meta_url = Some(cluster.meta_url.clone());
     config.heartbeat_interval_ms = 200;
-    config.thresholds = common::host_fill_ignored();
+    config.thresholds = crate::common::host_fill_ignored();
     let node = weft_node::bind(config).await.unwrap();
     let endpoint = node.endpoint();
     cluster.nodes[victim as usize - 1] = Some(node);

@@ -2,11 +2,9 @@
 //! of the layout, ranges, several code families, the client buffer bound, degraded reads with
 //! nodes down and a corrupt unit on disk.
 
-mod common;
-
 use std::io::Cursor;
 
-use common::{pattern, policy, TestCluster};
+use crate::common::{pattern, policy, TestCluster};
 use weft_client::{Coder, PutOptions, ReadMode};
 
 const CELL: u64 = 4096;

@@ -1,11 +1,9 @@
 //! Automatic repair end to end on real meta and node servers: nodes stop, meta queues their
 //! units, the executor rebuilds them elsewhere, and then more nodes can fail.
 
-mod common;
-
 use std::{io::Cursor, time::Duration};
 
-use common::{pattern, policy, TestCluster};
+use crate::common::{pattern, policy, TestCluster};
 use weft_client::{repair, PutOptions};
 
 const CELL: u64 = 4096;

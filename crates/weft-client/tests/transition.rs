@@ -2,11 +2,9 @@
 //! everything, reads stay byte-identical (also degraded), a pending transition never
 //! disturbs the object.
 
-mod common;
-
 use std::io::Cursor;
 
-use common::{pattern, policy, TestCluster};
+use crate::common::{pattern, policy, TestCluster};
 use serde_json::json;
 use weft_client::PutOptions;
 use weft_codes::CodeSpec;

@@ -1,9 +1,7 @@
 //! Behaviour of the durable stores (RedbStore, PgStore), checked against MemStore (the model)
 //! and against fixed expectations: the conformance suite every store passes.
 
-mod common;
-
-use common::{Durable, Stores};
+use crate::common::{Durable, Stores};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;

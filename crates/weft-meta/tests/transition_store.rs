@@ -2,8 +2,6 @@
 //! object's disks at commit, relocations checked), abort, replace, drop with the object, and
 //! survive a reopen.
 
-mod common;
-
 use weft_codes::CodeSpec;
 use weft_layout::{
     place, plan_regroup, DiskLocation, FailureDomain, Placement, RegroupPlan, StripedLayout,
@@ -34,7 +32,7 @@ fn topology(nodes: u32) -> Topology {
 const SIZE: u64 = 40 * 16 + 3;
 
 fn stores() -> (tempfile::TempDir, Vec<Box<dyn MetaStore>>) {
-    common::Stores::boxed()
+    crate::common::Stores::boxed()
 }
 
 /// Puts `key` in bucket "bkt" (created if needed) as rs(6,3) placed on `nodes` nodes.

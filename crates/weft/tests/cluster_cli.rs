@@ -5,15 +5,13 @@
 //! Small policies (4 KiB cells, 16 KiB blocks) keep every test to a few seconds in the debug
 //! profile while still crossing every cell, block, stripe and group boundary.
 
-mod common;
-
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
-use common::{bytes, cluster::Cluster, RS_2_1};
+use crate::common::{bytes, cluster::Cluster, RS_2_1};
 use serde_json::{json, Value};
 
 const CELL: usize = 4096;
@@ -1137,7 +1135,7 @@ fn a_full_node_disk_is_read_only_its_units_stay_and_nothing_is_rebuilt() {
         let node = nodes.into_iter().find(|n| n["id"] == 5)?;
         (node["state"] == "up").then(|| node["disks"][0]["state"].as_str().unwrap().to_owned())
     };
-    let mut node = serve(&common::cluster::HOST_FILL_IGNORED);
+    let mut node = serve(&crate::common::cluster::HOST_FILL_IGNORED);
     cluster.wait_for_status("node 5 up, its disk ok", |s| disk_state(s).as_deref() == Some("ok"));
 
     // Objects of 4 blocks (2 groups, 6 units) over 5 nodes: some units land on node 5.
@@ -1160,7 +1158,7 @@ fn a_full_node_disk_is_read_only_its_units_stay_and_nothing_is_rebuilt() {
 
     // Restart node 5 with a full ratio any real filesystem exceeds: its disk is full. The
     // restart is far shorter than meta's down timeout (5 s), so the node is never down.
-    assert!(common::cluster::signal(node.0.id(), libc::SIGTERM));
+    assert!(crate::common::cluster::signal(node.0.id(), libc::SIGTERM));
     assert!(node.0.wait().unwrap().success());
     node = serve(&["--nearfull-ratio", "0", "--full-ratio", "0.0001"]);
     let status = cluster.wait_for_status("node 5's disk full", |s| {
@@ -1307,7 +1305,7 @@ fn get_onto_a_fifo_writes_through_it_and_leaves_it_a_fifo() {
     objects.put(&cluster, "gets/o", data.clone(), &[]);
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("pipe");
-    common::mkfifo(&fifo);
+    crate::common::mkfifo(&fifo);
     let reader = {
         let fifo = fifo.clone();
         std::thread::spawn(move || std::fs::read(&fifo).unwrap())
@@ -1322,7 +1320,7 @@ fn get_onto_a_fifo_writes_through_it_and_leaves_it_a_fifo() {
 /// Runs `weft ARGS` on this cluster with `input` on its stdin; returns its output.
 fn weft_with_stdin(cluster: &Cluster, args: &[&str], input: &[u8]) -> std::process::Output {
     use std::io::Write as _;
-    let mut child = std::process::Command::new(common::cluster::weft_bin())
+    let mut child = std::process::Command::new(crate::common::cluster::weft_bin())
         .args(args)
         .env("WEFT_META", cluster.meta_url())
         .env("WEFT_SECRET_FILE", cluster.secret_file())
@@ -1373,7 +1371,7 @@ fn puts_from_pipes_store_every_byte_and_a_directory_begins_nothing() {
 
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("pipe");
-    common::mkfifo(&fifo);
+    crate::common::mkfifo(&fifo);
     let writer = {
         let (fifo, data) = (fifo.clone(), data.clone());
         std::thread::spawn(move || std::fs::write(&fifo, &data).unwrap())
@@ -1452,7 +1450,7 @@ fn a_two_gib_get_stays_under_its_stated_memory_bound() {
     std::fs::remove_file(&file).unwrap();
 
     let fifo = dir.path().join("pipe");
-    common::mkfifo(&fifo);
+    crate::common::mkfifo(&fifo);
     let reader = {
         let (fifo, base) = (fifo.clone(), base.clone());
         std::thread::spawn(move || {

@@ -3,8 +3,6 @@
 //! long grace keeps them, and a sweep with no grace deletes exactly what meta no longer
 //! references, leaving every other object whole.
 
-mod common;
-
 use std::{
     path::{Path, PathBuf},
     process::{Command, Stdio},
@@ -12,7 +10,7 @@ use std::{
 };
 use weft_auth::sign_reqwest::SendSignedBlocking;
 
-use common::{bytes, cluster::Cluster, RS_2_1 as POLICY};
+use crate::common::{bytes, cluster::Cluster, RS_2_1 as POLICY};
 use serde_json::Value;
 
 /// Every unit file on every disk of the cluster.
@@ -133,7 +131,7 @@ fn leftovers_of_a_node_down_during_rm_are_swept_once_it_is_back() {
     assert_eq!(put.status(), 201);
     assert!(file_keys(&unit_files(&cluster)).contains(&orphan));
     let log = dir.path().join("repair.log");
-    let mut repair = Command::new(common::cluster::weft_bin())
+    let mut repair = Command::new(crate::common::cluster::weft_bin())
         .args(["serve", "repair", "--meta", &cluster.meta_url(), "--lease-ms", "100"])
         .env("WEFT_SECRET_FILE", cluster.secret_file())
         .args(["--gc-interval", "300ms", "--gc-grace", "200ms"])
@@ -162,7 +160,7 @@ fn leftovers_of_a_node_down_during_rm_are_swept_once_it_is_back() {
 
 #[test]
 fn serve_repair_refuses_a_gc_grace_within_the_lease() {
-    let out = Command::new(common::cluster::weft_bin())
+    let out = Command::new(crate::common::cluster::weft_bin())
         .args(["serve", "repair", "--meta", "http://127.0.0.1:9", "--gc-grace", "30s"])
         .stdin(Stdio::null())
         .output()
@@ -174,7 +172,7 @@ fn serve_repair_refuses_a_gc_grace_within_the_lease() {
     let dir = tempfile::tempdir().unwrap();
     let secret = dir.path().join("cluster.secret");
     weft_auth::ClusterSecret::create_file(&secret).unwrap();
-    let mut disabled = Command::new(common::cluster::weft_bin())
+    let mut disabled = Command::new(crate::common::cluster::weft_bin())
         .args(["serve", "repair", "--meta", "http://127.0.0.1:9", "--gc-grace", "30s"])
         .args(["--gc-interval", "0"])
         .env("WEFT_SECRET_FILE", &secret)

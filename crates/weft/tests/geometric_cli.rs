@@ -2,15 +2,13 @@
 //! placement groups), objects written warm and packed by `weft pack`, read back whole and by
 //! ranges, degraded (a node down, a corrupt chunk), and a packer killed at any point.
 
-mod common;
-
 use std::collections::BTreeSet;
 
-use common::cluster::Cluster;
+use crate::common::cluster::Cluster;
 use serde_json::Value;
 
 fn pattern(len: usize, seed: u32) -> Vec<u8> {
-    common::bytes(u64::from(seed), len)
+    crate::common::bytes(u64::from(seed), len)
 }
 
 fn put(cluster: &Cluster, path: &str, bytes: &[u8]) {

@@ -2,9 +2,7 @@
 //! objects round-trip unchanged, and the model's per-disk counters reach `weft status --json`
 //! through the heartbeats. A bad model stops `weft up` before anything starts.
 
-mod common;
-
-use common::{bytes, cluster::Cluster};
+use crate::common::{bytes, cluster::Cluster};
 
 #[test]
 fn a_modeled_cluster_stores_the_same_bytes_and_reports_its_disks() {
@@ -37,7 +35,7 @@ fn a_modeled_cluster_stores_the_same_bytes_and_reports_its_disks() {
 #[test]
 fn a_bad_model_stops_weft_up_with_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
-    let output = std::process::Command::new(common::cluster::weft_bin())
+    let output = std::process::Command::new(crate::common::cluster::weft_bin())
         .args(["up", "--dir", dir.path().to_str().unwrap(), "--meta-listen", "127.0.0.1:0"])
         .args(["--disk-model", "tape"])
         .output()

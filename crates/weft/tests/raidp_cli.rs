@@ -2,9 +2,7 @@
 //! drills (`weft disk fail|replace`), `weft raidp recover|verify|map`, and every pair of an
 //! 8-disk cluster failed in turn.
 
-mod common;
-
-use common::cluster::Cluster;
+use crate::common::cluster::Cluster;
 use serde_json::Value;
 
 /// The policy flags of rs(2,1).

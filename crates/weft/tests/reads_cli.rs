@@ -3,9 +3,7 @@
 //! checked (a wrong byte fails the run), seeks counted from the nodes' disk models, objects
 //! written once and reused by the next run.
 
-mod common;
-
-use common::cluster::Cluster;
+use crate::common::cluster::Cluster;
 use serde_json::Value;
 
 #[test]

@@ -7,15 +7,13 @@
 //! statuses, and that failed requests (bad signature, unknown key, bad Content-MD5) create
 //! nothing; S3 and `weft get/ls` agree on what exists.
 
-mod common;
-
+use crate::common::{bytes, cluster::Cluster};
 use aws_sdk_s3::{
     config::{BehaviorVersion, Credentials, Region},
     primitives::ByteStream,
     types::{CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier},
     Client,
 };
-use common::{bytes, cluster::Cluster};
 use serde_json::Value;
 
 /// rs(2,1), stripe width 2, 64 KiB cells, 256 KiB blocks: objects of a few hundred KiB
@@ -563,7 +561,7 @@ async fn a_gateway_records_its_reads_in_a_trace() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("reads.jsonl");
     let secret = cluster.dir().join("cluster.secret");
-    let mut gateway = std::process::Command::new(common::cluster::weft_bin())
+    let mut gateway = std::process::Command::new(crate::common::cluster::weft_bin())
         .args(["serve", "s3", "--meta", &cluster.meta_url(), "--listen", "127.0.0.1:0"])
         .args(["--secret-file", secret.to_str().unwrap()])
         .args(["--trace-reads", trace.to_str().unwrap(), "--degraded-cache", "1MiB"])
@@ -879,7 +877,7 @@ fn bench_s3_measures_puts_and_verified_gets_with_server_cpu_and_cleans_up() {
     // for it are removed again.
     let tmp = cluster.dir().join("bench-tmp");
     std::fs::create_dir_all(&tmp).unwrap();
-    let missing = std::process::Command::new(common::cluster::weft_bin())
+    let missing = std::process::Command::new(crate::common::cluster::weft_bin())
         .args(["bench", "s3", "--duration", "100ms", "--compare", "minio"])
         .args(["--minio-bin", "/nonexistent/minio"])
         .env("WEFT_META", cluster.meta_url())

@@ -1,9 +1,7 @@
 //! `weft transition` on a real cluster (`weft up` processes): one object, a whole bucket with
 //! a final IO summary, dry runs and refusals, every object byte-identical afterwards.
 
-mod common;
-
-use common::{bytes, cluster::Cluster};
+use crate::common::{bytes, cluster::Cluster};
 
 /// rs(6,3), stripe width 3, 4 KiB cells, 16 KiB blocks.
 const POLICY: [&str; 12] = [

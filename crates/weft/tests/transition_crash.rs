@@ -15,8 +15,6 @@
 //! gone (the commit went through). Fractions are random; the seed is printed (set
 //! WEFT_CRASH_SEED to replay one).
 
-mod common;
-
 use std::{
     collections::BTreeSet,
     path::PathBuf,
@@ -24,7 +22,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{bytes, cluster::Cluster};
+use crate::common::{bytes, cluster::Cluster};
 use serde_json::Value;
 use weft_layout::StripedLayout;
 

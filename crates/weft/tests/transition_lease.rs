@@ -5,8 +5,6 @@
 //! the object reads byte-identical under its old layout — and a re-run completes. A live
 //! executor renews its lease, so sweeps during its run leave it alone.
 
-mod common;
-
 use std::{
     collections::BTreeSet,
     path::PathBuf,
@@ -14,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{bytes, cluster::Cluster};
+use crate::common::{bytes, cluster::Cluster};
 use serde_json::Value;
 
 const NODES: usize = 20;

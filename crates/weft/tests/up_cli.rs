@@ -1,11 +1,9 @@
 //! `weft up`, `weft status`, `weft node` and `weft bucket` as a user runs them: a real cluster
 //! of processes on free ports, driven through the CLI.
 
-mod common;
-
 use std::{net::TcpListener, process::Command, time::Duration};
 
-use common::cluster::{is_running, signal, weft_bin, Cluster};
+use crate::common::cluster::{is_running, signal, weft_bin, Cluster};
 use serde_json::Value;
 
 fn names(listed: &Value) -> Vec<String> {
@@ -115,7 +113,7 @@ fn status_shows_every_node_and_buckets_round_trip() {
     let dir = cluster.dir();
     let second = Command::new(weft_bin())
         .args(["up", "--dir", dir.to_str().unwrap(), "--meta-listen", "127.0.0.1:0"])
-        .args(common::cluster::HOST_FILL_IGNORED)
+        .args(crate::common::cluster::HOST_FILL_IGNORED)
         .output()
         .unwrap();
     assert!(!second.status.success());
