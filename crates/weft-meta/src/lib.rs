@@ -23,6 +23,7 @@ pub mod mem;
 pub mod pg_local;
 pub mod pg_store;
 pub mod records;
+mod redb_log;
 pub mod redb_store;
 pub mod service;
 pub mod store;

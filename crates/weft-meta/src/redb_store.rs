@@ -22,7 +22,7 @@
 //! - [`StoreFaults`] lets a test make the file's writes fail with an errno of its choice
 //!   (e.g. ENOSPC) and succeed again: the same code path as a real full disk.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{
@@ -31,12 +31,13 @@ use std::sync::{
 };
 
 use redb::{
-    backends::FileBackend, Database, ReadableTable, ReadableTableMetadata, StorageBackend,
-    TableDefinition,
+    backends::FileBackend, Database, Durability, ReadableTable, ReadableTableMetadata,
+    StorageBackend, TableDefinition,
 };
 
 use crate::kv::{self, End, Entry, Key, KvBackend, Table, Txn, SCHEMA_VERSION_KEY};
 use crate::records::{decode, StoredObject, FORMAT_VERSION};
+use crate::redb_log::{self, Changes, RedoLog};
 use crate::MetaError;
 
 pub(crate) const BUCKETS: TableDefinition<&str, &[u8]> = TableDefinition::new("buckets");
@@ -194,20 +195,32 @@ impl StorageBackend for WatchedFile {
 pub struct RedbStore {
     path: PathBuf,
     /// The open database; `None` after a failed reopen (the next operation tries again).
-    db: RwLock<Option<Database>>,
+    db: RwLock<Option<Opened>>,
     /// The IO failure of the open database, if it had one.
     health: Arc<Health>,
     faults: StoreFaults,
 }
 
+/// The open database and its redo log.
+struct Opened {
+    db: Database,
+    log: Mutex<RedoLog>,
+}
+
 /// The open database, held (read side of [`RedbStore::db`]) for one operation.
-struct OpenDb<'a>(RwLockReadGuard<'a, Option<Database>>);
+struct OpenDb<'a>(RwLockReadGuard<'a, Option<Opened>>);
+
+impl OpenDb<'_> {
+    fn log(&self) -> &Mutex<RedoLog> {
+        &self.0.as_ref().expect("OpenDb holds an open database").log
+    }
+}
 
 impl std::ops::Deref for OpenDb<'_> {
     type Target = Database;
 
     fn deref(&self) -> &Database {
-        self.0.as_ref().expect("OpenDb holds an open database")
+        &self.0.as_ref().expect("OpenDb holds an open database").db
     }
 }
 
@@ -229,7 +242,7 @@ impl RedbStore {
         faults: StoreFaults,
     ) -> Result<RedbStore, MetaError> {
         let health = Arc::new(Health::default());
-        let db = open_database(path.as_ref(), &health, &faults)?;
+        let db = open_store(path.as_ref(), &health, &faults)?;
         let store =
             RedbStore { path: path.as_ref().to_owned(), db: RwLock::new(Some(db)), health, faults };
         kv::build_indexes(&store)?;
@@ -271,7 +284,7 @@ impl RedbStore {
         // Drop the old database first: it holds the file's lock.
         drop(db.take());
         *self.health.failure.lock().expect("health lock") = None;
-        match open_database(&self.path, &self.health, &self.faults) {
+        match open_store(&self.path, &self.health, &self.faults) {
             Ok(reopened) => {
                 tracing::warn!(store = %self.path.display(), after = %cause, "meta's store reopened");
                 *db = Some(reopened);
@@ -292,6 +305,43 @@ impl RedbStore {
             }
         }
     }
+}
+
+/// The key of `meta` that holds the last redo record the tree file holds ([`redb_log`]).
+const WAL_LSN_KEY: &str = "wal_lsn";
+/// A checkpoint (a durable redb commit, after which the redo log starts again) follows this
+/// many logged commits, or this many bytes of records: redb frees the pages that commits
+/// without its fsync replaced only at its next durable commit, so the tree file grows until
+/// then.
+const CHECKPOINT_COMMITS: u64 = 128;
+const CHECKPOINT_BYTES: u64 = 8 << 20;
+
+/// Opens the database at `path` ([`open_database`]) and its redo log, and replays the
+/// records the tree file may lack, then checkpoints.
+fn open_store(path: &Path, health: &Arc<Health>, faults: &StoreFaults) -> Result<Opened, MetaError> {
+    let db = open_database(path, health, faults)?;
+    let durable = {
+        let txn = db.begin_read().map_err(store)?;
+        let meta = txn.open_table(META).map_err(store)?;
+        let lsn = meta.get(WAL_LSN_KEY).map_err(store)?.map(|v| v.value());
+        lsn.unwrap_or(0)
+    };
+    let (mut log, found) = RedoLog::open(&redb_log::log_path(path), durable)?;
+    if let Some(last) = found.last().map(|f| f.lsn) {
+        let txn = RedbTxn::Write(Box::new(db.begin_write().map_err(store)?), Cell::new(false), None);
+        for record in &found {
+            redb_log::replay(&record.payload, &txn)?;
+        }
+        let RedbTxn::Write(txn, ..) = txn else { unreachable!("begun as a write") };
+        txn.open_table(META).map_err(store)?.insert(WAL_LSN_KEY, last).map_err(store)?;
+        txn.commit().map_err(store)?;
+        tracing::info!(
+            log = %log.path().display(), records = found.len(), last,
+            "meta's store replayed its redo log"
+        );
+        log.checkpointed(last);
+    }
+    Ok(Opened { db, log: Mutex::new(log) })
 }
 
 /// Opens (creating if missing) the database at `path` on a watched file and makes sure every
@@ -619,15 +669,16 @@ fn range_in<K: KeyOf, V: ValueOf>(
 /// One transaction of a [`RedbStore`].
 enum RedbTxn {
     Read(redb::ReadTransaction),
-    /// A write transaction, and whether anything was written (one that wrote nothing is
-    /// aborted, not committed: a commit costs an fsync).
-    Write(Box<redb::WriteTransaction>, Cell<bool>),
+    /// A write transaction, whether anything was written (one that wrote nothing is
+    /// aborted, not committed: a commit costs an fsync), and its changes for the redo log
+    /// (`None` when it replays the log).
+    Write(Box<redb::WriteTransaction>, Cell<bool>, Option<RefCell<Changes>>),
 }
 
 impl RedbTxn {
     fn writable(&self) -> Result<&redb::WriteTransaction, MetaError> {
         match self {
-            RedbTxn::Write(txn, dirty) => {
+            RedbTxn::Write(txn, dirty, _) => {
                 dirty.set(true);
                 Ok(txn)
             }
@@ -642,18 +693,26 @@ impl Txn for RedbTxn {
     fn get(&self, table: Table, key: &Key) -> Result<Option<Vec<u8>>, MetaError> {
         with_table!(table, def => match self {
             RedbTxn::Read(txn) => get_in(&txn.open_table(def).map_err(store)?, table, key),
-            RedbTxn::Write(txn, _) => get_in(&txn.open_table(def).map_err(store)?, table, key),
+            RedbTxn::Write(txn, ..) => get_in(&txn.open_table(def).map_err(store)?, table, key),
         })
     }
 
     fn put(&self, table: Table, key: &Key, value: &[u8]) -> Result<(), MetaError> {
         let txn = self.writable()?;
-        with_table!(table, def => put_in(&mut txn.open_table(def).map_err(store)?, table, key, value))
+        with_table!(table, def => put_in(&mut txn.open_table(def).map_err(store)?, table, key, value))?;
+        if let RedbTxn::Write(_, _, Some(changes)) = self {
+            changes.borrow_mut().put(table, key, value);
+        }
+        Ok(())
     }
 
     fn remove(&self, table: Table, key: &Key) -> Result<Option<Vec<u8>>, MetaError> {
         let txn = self.writable()?;
-        with_table!(table, def => remove_in(&mut txn.open_table(def).map_err(store)?, table, key))
+        let removed = with_table!(table, def => remove_in(&mut txn.open_table(def).map_err(store)?, table, key))?;
+        if let RedbTxn::Write(_, _, Some(changes)) = self {
+            changes.borrow_mut().remove(table, key);
+        }
+        Ok(removed)
     }
 
     fn range(
@@ -667,7 +726,7 @@ impl Txn for RedbTxn {
             RedbTxn::Read(txn) => {
                 range_in(&txn.open_table(def).map_err(store)?, table, lower, end, limit)
             }
-            RedbTxn::Write(txn, _) => {
+            RedbTxn::Write(txn, ..) => {
                 range_in(&txn.open_table(def).map_err(store)?, table, lower, end, limit)
             }
         })
@@ -676,7 +735,7 @@ impl Txn for RedbTxn {
     fn count(&self, table: Table) -> Result<u64, MetaError> {
         with_table!(table, def => match self {
             RedbTxn::Read(txn) => txn.open_table(def).map_err(store)?.len().map_err(store),
-            RedbTxn::Write(txn, _) => txn.open_table(def).map_err(store)?.len().map_err(store),
+            RedbTxn::Write(txn, ..) => txn.open_table(def).map_err(store)?.len().map_err(store),
         })
     }
 }
@@ -696,15 +755,80 @@ impl KvBackend for RedbStore {
         op: &mut dyn FnMut(&dyn Txn) -> Result<T, MetaError>,
     ) -> Result<T, MetaError> {
         let db = self.db()?;
-        let txn = RedbTxn::Write(Box::new(db.begin_write().map_err(store)?), Cell::new(false));
+        let changes = Some(RefCell::new(Changes::default()));
+        let txn = RedbTxn::Write(Box::new(db.begin_write().map_err(store)?), Cell::new(false), changes);
         // An error drops the transaction, which aborts it.
         let done = op(&txn)?;
-        let RedbTxn::Write(txn, dirty) = txn else { unreachable!("begun as a write") };
-        match dirty.get() {
-            true => txn.commit().map_err(store)?,
-            false => txn.abort().map_err(store)?,
+        let RedbTxn::Write(mut txn, dirty, changes) = txn else { unreachable!("begun as a write") };
+        let changes = changes.expect("a write records its changes").into_inner();
+        if !dirty.get() || changes.is_empty() {
+            txn.abort().map_err(store)?;
+            return Ok(done);
+        }
+        // redb's write lock orders the transactions; the log's lock, taken before it is
+        // released, gives the records the same order.
+        let mut log = db.log().lock().expect("redo log lock");
+        if log.fits(changes.len()) {
+            let lsn = log.next_lsn();
+            txn.open_table(META).map_err(store)?.insert(WAL_LSN_KEY, lsn).map_err(store)?;
+            if let Err(error) = log.append(&changes, || self.faults.check()) {
+                // The record may be whole on disk: the store reopens (replaying what is)
+                // before it serves again.
+                self.health.record(&error);
+                return Err(MetaError::StoreUnavailable {
+                    reason: format!("writing meta's redo log: {error}"),
+                });
+            }
+            txn.set_durability(Durability::None);
+            if let Err(error) = txn.commit() {
+                // Logged but not applied: only a reopen (replaying the log) is consistent.
+                let error = store(error);
+                self.health.record(&std::io::Error::other(error.to_string()));
+                return Err(error);
+            }
+        } else {
+            // Too large for the log: a durable commit, which is a checkpoint too.
+            let lsn = log.next_lsn() - 1;
+            txn.open_table(META).map_err(store)?.insert(WAL_LSN_KEY, lsn).map_err(store)?;
+            txn.commit().map_err(store)?;
+            log.checkpointed(lsn);
+            return Ok(done);
+        }
+        if log.records() >= CHECKPOINT_COMMITS || log.used() >= CHECKPOINT_BYTES {
+            // The write is durable already (its record): a failed checkpoint is the next
+            // operation's concern (the store reopens).
+            if let Err(error) = checkpoint(&db, &mut log) {
+                tracing::warn!(%error, "meta's store could not checkpoint its redo log");
+            }
         }
         Ok(done)
+    }
+}
+
+/// A durable redb commit recording that the tree file holds every record so far; the log
+/// starts again.
+fn checkpoint(db: &Database, log: &mut RedoLog) -> Result<(), MetaError> {
+    let lsn = log.next_lsn() - 1;
+    let txn = db.begin_write().map_err(store)?;
+    txn.open_table(META).map_err(store)?.insert(WAL_LSN_KEY, lsn).map_err(store)?;
+    txn.commit().map_err(store)?;
+    log.checkpointed(lsn);
+    Ok(())
+}
+
+impl Drop for RedbStore {
+    /// A clean close leaves the tree file holding everything (and the log with nothing to
+    /// replay); if it cannot, the next open replays the log.
+    fn drop(&mut self) {
+        let opened = self.db.get_mut().map(Option::take).unwrap_or(None);
+        if let Some(opened) = opened {
+            if self.health.failure().is_none() {
+                let mut log = opened.log.lock().unwrap_or_else(|p| p.into_inner());
+                if let Err(error) = checkpoint(&opened.db, &mut log) {
+                    tracing::warn!(%error, "meta's store could not checkpoint as it closed");
+                }
+            }
+        }
     }
 }
 

@@ -14,3 +14,4 @@ mod store;
 mod store_faults;
 mod transition_store;
 mod transitions;
+mod redb_crash;

@@ -1,0 +1,281 @@
+//! The redo log in front of [`crate::RedbStore`]: one fdatasync of one small, preallocated
+//! file per write operation, instead of a durable redb commit (which rewrote and synced some
+//! twenty scattered pages of the tree file).
+//!
+//! Invariants:
+//! - A record is the final puts and removes of one write transaction, each numbered by a log
+//!   sequence number (LSN) that grows by one per record over the store's whole life (it is
+//!   never reused; the store keeps the last one in its `meta` table as `wal_lsn`).
+//! - A write is acknowledged only after its record is written and fdatasynced; then it is
+//!   committed to redb without redb's fsync. Every such transaction also writes its LSN as
+//!   `wal_lsn`, so any state redb recovers to says exactly which records it holds.
+//! - A checkpoint is a durable redb commit: everything up to `wal_lsn` is then in the tree
+//!   file, and the log starts again at offset 0 (with the next LSN). So the records that may
+//!   be missing from the tree file are always a prefix of the log, numbered `wal_lsn + 1`,
+//!   `+ 2`, … in order.
+//! - Recovery reads the log from offset 0 and replays records while each is whole (its
+//!   CRC-32C checks) and numbered one past the previous (the first: `wal_lsn + 1`). It stops
+//!   at the first that is not: a torn write's tail, or a stale record of an earlier round of
+//!   the file (its LSN is lower). Replaying a record sets each key to its final value, so it
+//!   is the same whether or not redb had kept that transaction.
+//! - The file is written whole (zeros) when created and never grows or shrinks afterwards,
+//!   so an fdatasync has no file metadata to journal.
+//! - An IO error of the log is the store's IO error: the operation fails and the store
+//!   reopens (which recovers from the log) before serving again; a record whose write
+//!   failed may or may not be replayed then, as a commit in flight at a crash.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::kv::{Key, Table, Txn};
+use crate::MetaError;
+
+/// The log file's size: records go round it, a checkpoint whenever the next would not fit.
+pub(crate) const LOG_BYTES: u64 = 32 << 20;
+/// A transaction whose record is larger than this commits durably in redb instead (a bulk
+/// load, a commit of thousands of units): the log stays small and its rounds long.
+pub(crate) const MAX_RECORD_BYTES: usize = 4 << 20;
+/// Header of a record: CRC-32C (of all that follows it), payload length, LSN.
+const HEADER: usize = 4 + 4 + 8;
+
+const PUT: u8 = 1;
+const REMOVE: u8 = 2;
+
+/// The log file of the store at `db_path`: `<db_path>.log`.
+pub(crate) fn log_path(db_path: &Path) -> PathBuf {
+    let mut name = db_path.as_os_str().to_owned();
+    name.push(".log");
+    PathBuf::from(name)
+}
+
+/// The changes one write transaction made, in order, as a record's payload.
+#[derive(Debug, Default)]
+pub(crate) struct Changes {
+    bytes: Vec<u8>,
+}
+
+impl Changes {
+    pub(crate) fn put(&mut self, table: Table, key: &Key, value: &[u8]) {
+        self.op(PUT, table, key);
+        self.bytes.extend_from_slice(&len32(value.len()).to_le_bytes());
+        self.bytes.extend_from_slice(value);
+    }
+
+    pub(crate) fn remove(&mut self, table: Table, key: &Key) {
+        self.op(REMOVE, table, key);
+    }
+
+    fn op(&mut self, op: u8, table: Table, key: &Key) {
+        let encoded = key.encode();
+        self.bytes.push(op);
+        self.bytes.push(table_number(table));
+        self.bytes.extend_from_slice(&len32(encoded.len()).to_le_bytes());
+        self.bytes.extend_from_slice(&encoded);
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+fn len32(len: usize) -> u32 {
+    u32::try_from(len).expect("a record's parts are below 4 GiB (MAX_RECORD_BYTES)")
+}
+
+fn table_number(table: Table) -> u8 {
+    let index = Table::ALL.iter().position(|t| *t == table).expect("every table is in ALL");
+    u8::try_from(index).expect("fewer than 256 tables")
+}
+
+/// Applies a record's payload to `txn`, in order.
+pub(crate) fn replay(payload: &[u8], txn: &dyn Txn) -> Result<(), MetaError> {
+    let corrupt =
+        |what: &str| MetaError::Store { reason: format!("meta's redo log: a record {what}") };
+    let mut rest = payload;
+    let mut take = |n: usize| -> Result<&[u8], MetaError> {
+        if rest.len() < n {
+            return Err(corrupt("ends inside a change"));
+        }
+        let (head, tail) = rest.split_at(n);
+        rest = tail;
+        Ok(head)
+    };
+    let mut ops = Vec::new();
+    loop {
+        // Parse first, then apply: `take` borrows `rest` mutably.
+        let Ok(head) = take(2) else { break };
+        let (op, table) = (head[0], head[1]);
+        let table =
+            *Table::ALL.get(usize::from(table)).ok_or_else(|| corrupt("names no table"))?;
+        let key_len = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
+        let key = Key::decode(table, take(key_len)?)?;
+        let value = match op {
+            PUT => {
+                let len = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
+                Some(take(len)?.to_vec())
+            }
+            REMOVE => None,
+            _ => return Err(corrupt("has an unknown change")),
+        };
+        ops.push((table, key, value));
+    }
+    for (table, key, value) in ops {
+        match value {
+            Some(value) => txn.put(table, &key, &value)?,
+            None => txn.remove(table, &key).map(drop)?,
+        }
+    }
+    Ok(())
+}
+
+/// The open log file, and where its next record goes.
+#[derive(Debug)]
+pub(crate) struct RedoLog {
+    file: File,
+    path: PathBuf,
+    /// Offset of the next record.
+    end: u64,
+    /// The last LSN given out (in a record or a checkpoint).
+    last_lsn: u64,
+    /// Records written since the last checkpoint.
+    records: u64,
+}
+
+/// A record found by [`RedoLog::open`] that the tree file may lack.
+pub(crate) struct Found {
+    pub(crate) lsn: u64,
+    pub(crate) payload: Vec<u8>,
+}
+
+impl RedoLog {
+    /// Opens (creating and zero-filling if missing) the log at `path`, and reads the records
+    /// after `durable_lsn`, the last one the tree file holds for certain. The log's next
+    /// record will follow them; the caller replays them and then checkpoints.
+    pub(crate) fn open(path: &Path, durable_lsn: u64) -> Result<(RedoLog, Vec<Found>), MetaError> {
+        let failed = |what: &str, e: std::io::Error| MetaError::StoreUnavailable {
+            reason: format!("{what} meta's redo log {}: {e}", path.display()),
+        };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| failed("cannot open", e))?;
+        let len = file.metadata().map_err(|e| failed("cannot stat", e))?.len();
+        if len < LOG_BYTES {
+            // Written, not just sized: an fdatasync of a sparse or unwritten extent would
+            // journal its allocation on every record.
+            let zeros = vec![0u8; 1 << 20];
+            let mut at = len;
+            while at < LOG_BYTES {
+                let n = zeros.len().min((LOG_BYTES - at) as usize);
+                file.write_all_at(&zeros[..n], at).map_err(|e| failed("cannot fill", e))?;
+                at += n as u64;
+            }
+            file.sync_all().map_err(|e| failed("cannot sync", e))?;
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                File::open(dir).and_then(|d| d.sync_all()).map_err(|e| failed("cannot sync", e))?;
+            }
+        }
+        let mut log = RedoLog { file, path: path.to_owned(), end: 0, last_lsn: durable_lsn, records: 0 };
+        let found = log.scan(durable_lsn).map_err(|e| failed("cannot read", e))?;
+        if let Some(last) = found.last() {
+            log.last_lsn = last.lsn;
+            log.records = found.len() as u64;
+        }
+        Ok((log, found))
+    }
+
+    /// The records numbered `after + 1`, `after + 2`, … from offset 0, up to the first that
+    /// is torn, stale or absent.
+    fn scan(&mut self, after: u64) -> std::io::Result<Vec<Found>> {
+        let mut found = Vec::new();
+        let mut at = 0u64;
+        let mut header = [0u8; HEADER];
+        while at + HEADER as u64 <= LOG_BYTES {
+            self.file.read_exact_at(&mut header, at)?;
+            let crc = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes"));
+            let len = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as u64;
+            let lsn = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
+            let fits = at + HEADER as u64 + len <= LOG_BYTES && len as usize <= MAX_RECORD_BYTES;
+            if lsn != after + found.len() as u64 + 1 || !fits {
+                break;
+            }
+            let mut payload = vec![0u8; len as usize];
+            self.file.read_exact_at(&mut payload, at + HEADER as u64)?;
+            let mut hasher = crc32c::crc32c(&header[4..]);
+            hasher = crc32c::crc32c_append(hasher, &payload);
+            if hasher != crc {
+                break;
+            }
+            found.push(Found { lsn, payload });
+            at += HEADER as u64 + len;
+        }
+        self.end = at;
+        Ok(found)
+    }
+
+    /// The LSN the next record (or checkpoint) takes.
+    pub(crate) fn next_lsn(&self) -> u64 {
+        self.last_lsn + 1
+    }
+
+    /// Whether a record of `payload_len` bytes fits after the ones written since the last
+    /// checkpoint.
+    pub(crate) fn fits(&self, payload_len: usize) -> bool {
+        payload_len <= MAX_RECORD_BYTES && self.end + (HEADER + payload_len) as u64 <= LOG_BYTES
+    }
+
+    /// Writes `changes` as the record numbered [`RedoLog::next_lsn`] and waits until it is on
+    /// disk. `check` runs before the write (the store's fault switch for tests).
+    pub(crate) fn append(
+        &mut self,
+        changes: &Changes,
+        check: impl Fn() -> std::io::Result<()>,
+    ) -> std::io::Result<u64> {
+        let lsn = self.next_lsn();
+        let mut record = Vec::with_capacity(HEADER + changes.len());
+        record.extend_from_slice(&[0; 4]);
+        record.extend_from_slice(&len32(changes.len()).to_le_bytes());
+        record.extend_from_slice(&lsn.to_le_bytes());
+        record.extend_from_slice(&changes.bytes);
+        let crc = crc32c::crc32c(&record[4..]);
+        record[0..4].copy_from_slice(&crc.to_le_bytes());
+        check()?;
+        self.file.write_all_at(&record, self.end)?;
+        check()?;
+        self.file.sync_data()?;
+        self.end += record.len() as u64;
+        self.last_lsn = lsn;
+        self.records += 1;
+        Ok(lsn)
+    }
+
+    /// After a durable commit that holds every record up to `lsn`: the log starts again at
+    /// offset 0, the next record numbered `lsn + 1`.
+    pub(crate) fn checkpointed(&mut self, lsn: u64) {
+        self.end = 0;
+        self.records = 0;
+        self.last_lsn = self.last_lsn.max(lsn);
+    }
+
+    /// Records written since the last checkpoint.
+    pub(crate) fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// Bytes of records written since the last checkpoint.
+    pub(crate) fn used(&self) -> u64 {
+        self.end
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
