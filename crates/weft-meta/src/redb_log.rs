@@ -110,8 +110,7 @@ pub(crate) fn replay(payload: &[u8], txn: &dyn Txn) -> Result<(), MetaError> {
         // Parse first, then apply: `take` borrows `rest` mutably.
         let Ok(head) = take(2) else { break };
         let (op, table) = (head[0], head[1]);
-        let table =
-            *Table::ALL.get(usize::from(table)).ok_or_else(|| corrupt("names no table"))?;
+        let table = *Table::ALL.get(usize::from(table)).ok_or_else(|| corrupt("names no table"))?;
         let key_len = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
         let key = Key::decode(table, take(key_len)?)?;
         let value = match op {
@@ -183,7 +182,8 @@ impl RedoLog {
                 File::open(dir).and_then(|d| d.sync_all()).map_err(|e| failed("cannot sync", e))?;
             }
         }
-        let mut log = RedoLog { file, path: path.to_owned(), end: 0, last_lsn: durable_lsn, records: 0 };
+        let mut log =
+            RedoLog { file, path: path.to_owned(), end: 0, last_lsn: durable_lsn, records: 0 };
         let found = log.scan(durable_lsn).map_err(|e| failed("cannot read", e))?;
         if let Some(last) = found.last() {
             log.last_lsn = last.lsn;
@@ -277,5 +277,89 @@ impl RedoLog {
 
     pub(crate) fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn changes(i: u64) -> Changes {
+        let mut changes = Changes::default();
+        changes.put(
+            Table::Buckets,
+            &Key::name(&format!("bucket-{i}")),
+            &vec![i as u8; 40 + i as usize],
+        );
+        changes.remove(Table::Objects, &Key::pair("bucket", &format!("key-{i}")));
+        changes
+    }
+
+    fn lsns(found: &[Found]) -> Vec<u64> {
+        found.iter().map(|f| f.lsn).collect()
+    }
+
+    #[test]
+    fn records_are_found_in_order_up_to_a_torn_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = log_path(&dir.path().join("meta.redb"));
+        let (mut log, found) = RedoLog::open(&path, 0).unwrap();
+        assert!(found.is_empty());
+        for i in 1..=3 {
+            assert_eq!(log.append(&changes(i), || Ok(())).unwrap(), i);
+        }
+        let torn_at = log.used() - 1;
+        drop(log);
+        let (log, found) = RedoLog::open(&path, 0).unwrap();
+        assert_eq!(lsns(&found), [1, 2, 3]);
+        assert_eq!(found[1].payload, changes(2).bytes);
+        assert_eq!((log.next_lsn(), log.records()), (4, 3));
+        // The last record's last byte torn: the first two are all there is.
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.write_all_at(&[0xAA], torn_at).unwrap();
+        let (log, found) = RedoLog::open(&path, 0).unwrap();
+        assert_eq!(lsns(&found), [1, 2]);
+        assert_eq!(log.next_lsn(), 3);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), LOG_BYTES);
+    }
+
+    #[test]
+    fn after_a_checkpoint_only_the_new_round_is_replayed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = log_path(&dir.path().join("meta.redb"));
+        let (mut log, _) = RedoLog::open(&path, 0).unwrap();
+        for i in 1..=5 {
+            log.append(&changes(i), || Ok(())).unwrap();
+        }
+        log.checkpointed(5);
+        assert_eq!((log.used(), log.records()), (0, 0));
+        // Shorter records over the old ones: the old ones after them are stale (lower LSNs).
+        let mut small = Changes::default();
+        small.remove(Table::Nodes, &Key::Node(1));
+        assert_eq!(log.append(&small, || Ok(())).unwrap(), 6);
+        assert_eq!(log.append(&small, || Ok(())).unwrap(), 7);
+        drop(log);
+        assert_eq!(lsns(&RedoLog::open(&path, 5).unwrap().1), [6, 7]);
+        // The tree file holds them all (a checkpoint at 7 before the crash): nothing.
+        let (log, found) = RedoLog::open(&path, 7).unwrap();
+        assert!(found.is_empty());
+        assert_eq!(log.next_lsn(), 8);
+        // Crashed right after the checkpoint at 5, before record 6: the old round is stale.
+        let (mut log, _) = RedoLog::open(&path, 7).unwrap();
+        log.checkpointed(7);
+        drop(log);
+        assert!(RedoLog::open(&path, 10).unwrap().1.is_empty());
+    }
+
+    #[test]
+    fn a_failed_write_takes_no_lsn() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = log_path(&dir.path().join("meta.redb"));
+        let (mut log, _) = RedoLog::open(&path, 41).unwrap();
+        let full = || Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        assert!(log.append(&changes(1), full).is_err());
+        assert_eq!((log.next_lsn(), log.used()), (42, 0));
+        assert_eq!(log.append(&changes(1), || Ok(())).unwrap(), 42);
+        assert!(log.fits(MAX_RECORD_BYTES - 1000) && !log.fits(MAX_RECORD_BYTES + 1));
     }
 }

@@ -4,8 +4,12 @@
 //! - Every operation runs in one redb transaction; every multi-record change (commit moves a
 //!   write to the committed table, counters advance with the records they number) is in one
 //!   write transaction, so a crash leaves either all of it or none.
-//! - Write transactions commit with redb's default durability (fsync before returning), so a
-//!   returned `Ok` survives a crash.
+//! - A write transaction's changes are written to the redo log (`<file>.log`, see
+//!   `redb_log`) and fdatasynced before it commits to redb without redb's fsync, so a
+//!   returned `Ok` survives a crash: open replays the records the tree file lacks. Every
+//!   128 logged commits (or 8 MiB of records), and at a clean close, a durable redb commit
+//!   checkpoints; a transaction too large for the log commits durably itself. `meta.wal_lsn`
+//!   is written by every transaction and names the last record the tree file holds.
 //! - The database carries `meta.schema_version`; a database of another version is refused
 //!   at open — except versions 1 and 2, which differ only by missing tables (`transitions`,
 //!   `gateway`) and are upgraded in place at open (no value is rewritten) — and every value
@@ -318,7 +322,11 @@ const CHECKPOINT_BYTES: u64 = 8 << 20;
 
 /// Opens the database at `path` ([`open_database`]) and its redo log, and replays the
 /// records the tree file may lack, then checkpoints.
-fn open_store(path: &Path, health: &Arc<Health>, faults: &StoreFaults) -> Result<Opened, MetaError> {
+fn open_store(
+    path: &Path,
+    health: &Arc<Health>,
+    faults: &StoreFaults,
+) -> Result<Opened, MetaError> {
     let db = open_database(path, health, faults)?;
     let durable = {
         let txn = db.begin_read().map_err(store)?;
@@ -328,7 +336,8 @@ fn open_store(path: &Path, health: &Arc<Health>, faults: &StoreFaults) -> Result
     };
     let (mut log, found) = RedoLog::open(&redb_log::log_path(path), durable)?;
     if let Some(last) = found.last().map(|f| f.lsn) {
-        let txn = RedbTxn::Write(Box::new(db.begin_write().map_err(store)?), Cell::new(false), None);
+        let txn =
+            RedbTxn::Write(Box::new(db.begin_write().map_err(store)?), Cell::new(false), None);
         for record in &found {
             redb_log::replay(&record.payload, &txn)?;
         }
@@ -715,6 +724,40 @@ impl Txn for RedbTxn {
         Ok(removed)
     }
 
+    /// One opening of the table for all of them (an opening looks the table up and its
+    /// closing writes its root back: it cost more than the inserts of a commit's units).
+    fn put_many(&self, table: Table, entries: &[Entry]) -> Result<(), MetaError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let txn = self.writable()?;
+        with_table!(table, def => {
+            let mut open = txn.open_table(def).map_err(store)?;
+            entries.iter().try_for_each(|(key, value)| put_in(&mut open, table, key, value))
+        })?;
+        if let RedbTxn::Write(_, _, Some(changes)) = self {
+            let mut changes = changes.borrow_mut();
+            entries.iter().for_each(|(key, value)| changes.put(table, key, value));
+        }
+        Ok(())
+    }
+
+    fn remove_many(&self, table: Table, keys: &[Key]) -> Result<(), MetaError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let txn = self.writable()?;
+        with_table!(table, def => {
+            let mut open = txn.open_table(def).map_err(store)?;
+            keys.iter().try_for_each(|key| remove_in(&mut open, table, key).map(drop))
+        })?;
+        if let RedbTxn::Write(_, _, Some(changes)) = self {
+            let mut changes = changes.borrow_mut();
+            keys.iter().for_each(|key| changes.remove(table, key));
+        }
+        Ok(())
+    }
+
     fn range(
         &self,
         table: Table,
@@ -756,7 +799,8 @@ impl KvBackend for RedbStore {
     ) -> Result<T, MetaError> {
         let db = self.db()?;
         let changes = Some(RefCell::new(Changes::default()));
-        let txn = RedbTxn::Write(Box::new(db.begin_write().map_err(store)?), Cell::new(false), changes);
+        let txn =
+            RedbTxn::Write(Box::new(db.begin_write().map_err(store)?), Cell::new(false), changes);
         // An error drops the transaction, which aborts it.
         let done = op(&txn)?;
         let RedbTxn::Write(mut txn, dirty, changes) = txn else { unreachable!("begun as a write") };

@@ -95,7 +95,10 @@ fn a_killed_writer_loses_no_acknowledged_write_and_reuses_no_generation() {
             match words.as_slice() {
                 ["began", i, g] => {
                     let (i, g): (u64, u64) = (i.parse().unwrap(), g.parse().unwrap());
-                    assert!(generations.insert(g), "round {round}: generation {g} given twice (k{i})");
+                    assert!(
+                        generations.insert(g),
+                        "round {round}: generation {g} given twice (k{i})"
+                    );
                     next = next.max(i + 1);
                 }
                 ["put", i, g] => {
@@ -110,7 +113,11 @@ fn a_killed_writer_loses_no_acknowledged_write_and_reuses_no_generation() {
                 _ => {}
             }
         }
-        assert!(puts > 0, "round {round}: the writer acknowledged nothing in {:?}", started.elapsed());
+        assert!(
+            puts > 0,
+            "round {round}: the writer acknowledged nothing in {:?}",
+            started.elapsed()
+        );
 
         let store = RedbStore::open(dir.path().join("meta.redb")).unwrap();
         for (&i, &generation) in &put {
