@@ -94,42 +94,48 @@ fn table_number(table: Table) -> u8 {
 
 /// Applies a record's payload to `txn`, in order.
 pub(crate) fn replay(payload: &[u8], txn: &dyn Txn) -> Result<(), MetaError> {
-    let corrupt =
-        |what: &str| MetaError::Store { reason: format!("meta's redo log: a record {what}") };
-    let mut rest = payload;
-    let mut take = |n: usize| -> Result<&[u8], MetaError> {
-        if rest.len() < n {
-            return Err(corrupt("ends inside a change"));
-        }
-        let (head, tail) = rest.split_at(n);
-        rest = tail;
-        Ok(head)
-    };
-    let mut ops = Vec::new();
-    loop {
-        // Parse first, then apply: `take` borrows `rest` mutably.
-        let Ok(head) = take(2) else { break };
-        let (op, table) = (head[0], head[1]);
-        let table = *Table::ALL.get(usize::from(table)).ok_or_else(|| corrupt("names no table"))?;
-        let key_len = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
-        let key = Key::decode(table, take(key_len)?)?;
-        let value = match op {
+    let mut rest = Cursor(payload);
+    while !rest.0.is_empty() {
+        let [op, table] = rest.take(2)? else { unreachable!("two bytes taken") };
+        let table =
+            *Table::ALL.get(usize::from(*table)).ok_or_else(|| corrupt("names no table"))?;
+        let key_len = rest.len32()?;
+        let key = Key::decode(table, rest.take(key_len)?)?;
+        match *op {
             PUT => {
-                let len = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
-                Some(take(len)?.to_vec())
+                let len = rest.len32()?;
+                txn.put(table, &key, rest.take(len)?)?;
             }
-            REMOVE => None,
+            REMOVE => {
+                txn.remove(table, &key)?;
+            }
             _ => return Err(corrupt("has an unknown change")),
-        };
-        ops.push((table, key, value));
-    }
-    for (table, key, value) in ops {
-        match value {
-            Some(value) => txn.put(table, &key, &value)?,
-            None => txn.remove(table, &key).map(drop)?,
         }
     }
     Ok(())
+}
+
+fn corrupt(what: &str) -> MetaError {
+    MetaError::Store { reason: format!("meta's redo log: a record {what}") }
+}
+
+/// The unread part of a record's payload.
+struct Cursor<'a>(&'a [u8]);
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], MetaError> {
+        if self.0.len() < n {
+            return Err(corrupt("ends inside a change"));
+        }
+        let (head, tail) = self.0.split_at(n);
+        self.0 = tail;
+        Ok(head)
+    }
+
+    fn len32(&mut self) -> Result<usize, MetaError> {
+        let bytes = self.take(4)?.try_into().expect("4 bytes");
+        Ok(u32::from_le_bytes(bytes) as usize)
+    }
 }
 
 /// The open log file, and where its next record goes.
