@@ -32,10 +32,10 @@ use crate::kv::{Key, Table, Txn};
 use crate::MetaError;
 
 /// The log file's size: records go round it, a checkpoint whenever the next would not fit.
-pub(crate) const LOG_BYTES: u64 = 32 << 20;
+pub(crate) const LOG_BYTES: u64 = 4 << 20;
 /// A transaction whose record is larger than this commits durably in redb instead (a bulk
 /// load, a commit of thousands of units): the log stays small and its rounds long.
-pub(crate) const MAX_RECORD_BYTES: usize = 4 << 20;
+pub(crate) const MAX_RECORD_BYTES: usize = 1 << 20;
 /// Header of a record: CRC-32C (of all that follows it), payload length, LSN.
 const HEADER: usize = 4 + 4 + 8;
 

@@ -7,7 +7,7 @@
 //! - A write transaction's changes are written to the redo log (`<file>.log`, see
 //!   `redb_log`) and fdatasynced before it commits to redb without redb's fsync, so a
 //!   returned `Ok` survives a crash: open replays the records the tree file lacks. Every
-//!   128 logged commits (or 8 MiB of records), and at a clean close, a durable redb commit
+//!   128 logged commits (or 2 MiB of records), and at a clean close, a durable redb commit
 //!   checkpoints; a transaction too large for the log commits durably itself. `meta.wal_lsn`
 //!   is written by every transaction and names the last record the tree file holds.
 //! - The database carries `meta.schema_version`; a database of another version is refused
@@ -318,7 +318,7 @@ const WAL_LSN_KEY: &str = "wal_lsn";
 /// without its fsync replaced only at its next durable commit, so the tree file grows until
 /// then.
 const CHECKPOINT_COMMITS: u64 = 128;
-const CHECKPOINT_BYTES: u64 = 8 << 20;
+const CHECKPOINT_BYTES: u64 = 2 << 20;
 
 /// Opens the database at `path` ([`open_database`]) and its redo log, and replays the
 /// records the tree file may lack, then checkpoints.
