@@ -6,10 +6,11 @@
 //!   write transaction, so a crash leaves either all of it or none.
 //! - A write transaction's changes are written to the redo log (`<file>.log`, see
 //!   `redb_log`) and fdatasynced before it commits to redb without redb's fsync, so a
-//!   returned `Ok` survives a crash: open replays the records the tree file lacks. Every
-//!   128 logged commits (or 2 MiB of records), and at a clean close, a durable redb commit
-//!   checkpoints; a transaction too large for the log commits durably itself. `meta.wal_lsn`
-//!   is written by every transaction and names the last record the tree file holds.
+//!   returned `Ok` survives a crash: open replays the records the tree file lacks. After
+//!   128 logged commits (or 2 MiB of records) the next transaction, and any too large for
+//!   the log, commits durably instead, which checkpoints; so does a clean close. Locks are
+//!   taken in one order: redb's write lock, then the log's. `meta.wal_lsn` is written by
+//!   every transaction and names the last record the tree file holds.
 //! - The database carries `meta.schema_version`; a database of another version is refused
 //!   at open — except versions 1 and 2, which differ only by missing tables (`transitions`,
 //!   `gateway`) and are upgraded in place at open (no value is rewritten) — and every value
@@ -75,14 +76,17 @@ pub(crate) const PLACED: TableDefinition<(u32, u32, &str, &str, &str), &[u8]> =
 /// adds S3 object lock (buckets' `object_lock`, objects' `lock`), which an older build would
 /// neither enforce nor keep when it rewrites a record (a repair's relocation would drop it);
 /// 7 adds `placed_units`, the index of units by disk, and the object totals in `meta`, which
-/// an older build would not keep up to date as it commits and deletes.
-pub const SCHEMA_VERSION: u64 = 7;
+/// an older build would not keep up to date as it commits and deletes; 8 puts the redo log
+/// (`redb_log`) in front of the file, whose records since the last checkpoint an older build
+/// would not replay after a crash (acknowledged writes would be lost).
+pub const SCHEMA_VERSION: u64 = 8;
 
 /// The schema versions upgraded in place at open: they lack tables (`transitions` for 1,
 /// `gateway` for 1 and 2, `pending_writes` for all), which open creates, and their writes in
 /// progress move from `writes` to `pending_writes` unchanged (values are not rewritten); 4
-/// and 5 need nothing (no bucket of 4 is versioned, none of 5 has object lock).
-const UPGRADED_SCHEMA_VERSIONS: [u64; 6] = [1, 2, 3, 4, 5, 6];
+/// and 5 need nothing (no bucket of 4 is versioned, none of 5 has object lock); 6 gets the
+/// placed-units index and totals built at open; 7 needs nothing (the log is created at open).
+const UPGRADED_SCHEMA_VERSIONS: [u64; 7] = [1, 2, 3, 4, 5, 6, 7];
 
 /// A redb error as a [`MetaError`]: IO errors (and redb's refusal after one) make the store
 /// unavailable until it is reopened; anything else is a plain store failure.
@@ -812,7 +816,11 @@ impl KvBackend for RedbStore {
         // redb's write lock orders the transactions; the log's lock, taken before it is
         // released, gives the records the same order.
         let mut log = db.log().lock().expect("redo log lock");
-        if log.fits(changes.len()) {
+        // A checkpoint is this transaction's own durable commit: a separate one would need
+        // redb's write lock while holding the log's, the reverse of this order (a deadlock
+        // with the next writer, which holds the first and waits for the second).
+        let checkpoint_due = log.records() >= CHECKPOINT_COMMITS || log.used() >= CHECKPOINT_BYTES;
+        if !checkpoint_due && log.fits(changes.len()) {
             let lsn = log.next_lsn();
             txn.open_table(META).map_err(store)?.insert(WAL_LSN_KEY, lsn).map_err(store)?;
             if let Err(error) = log.append(&changes, || self.faults.check()) {
@@ -831,26 +839,20 @@ impl KvBackend for RedbStore {
                 return Err(error);
             }
         } else {
-            // Too large for the log: a durable commit, which is a checkpoint too.
+            // A checkpoint is due, or the record is too large for the log: a durable commit,
+            // after which the tree file holds every record so far.
             let lsn = log.next_lsn() - 1;
             txn.open_table(META).map_err(store)?.insert(WAL_LSN_KEY, lsn).map_err(store)?;
             txn.commit().map_err(store)?;
             log.checkpointed(lsn);
-            return Ok(done);
-        }
-        if log.records() >= CHECKPOINT_COMMITS || log.used() >= CHECKPOINT_BYTES {
-            // The write is durable already (its record): a failed checkpoint is the next
-            // operation's concern (the store reopens).
-            if let Err(error) = checkpoint(&db, &mut log) {
-                tracing::warn!(%error, "meta's store could not checkpoint its redo log");
-            }
         }
         Ok(done)
     }
 }
 
 /// A durable redb commit recording that the tree file holds every record so far; the log
-/// starts again.
+/// starts again. Only where no other transaction can run (a closing store): it takes redb's
+/// write lock while holding the log's.
 fn checkpoint(db: &Database, log: &mut RedoLog) -> Result<(), MetaError> {
     let lsn = log.next_lsn() - 1;
     let txn = db.begin_write().map_err(store)?;
@@ -877,7 +879,7 @@ impl Drop for RedbStore {
 }
 
 // Keeps the format version visible next to the schema version for readers of this file.
-const _: () = assert!(FORMAT_VERSION == 1 && SCHEMA_VERSION == 7);
+const _: () = assert!(FORMAT_VERSION == 1 && SCHEMA_VERSION == 8);
 
 #[cfg(test)]
 mod tests {
