@@ -7,26 +7,10 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Barrier};
 
-use weft_codes::CodeSpec;
-use weft_layout::{place, DiskLocation, FailureDomain, Placement, StripedLayout, Topology, UnitId};
+use crate::common::{small_layout, small_placement};
+use weft_layout::UnitId;
 use weft_meta::pg_local::{test_database, Lifetime, LocalPostgres};
 use weft_meta::{MetaError, MetaStore, ObjectName, PgStore, RepairKind, RepairRequest};
-
-const MIB: u64 = 1 << 20;
-
-fn layout() -> StripedLayout {
-    StripedLayout {
-        code: CodeSpec::parse("rs(2,1)").unwrap(),
-        stripe_width: 2,
-        cell_bytes: MIB,
-        block_bytes: MIB,
-    }
-}
-
-fn placement(seed: u64) -> Placement {
-    let disks = (0..6).map(|node| DiskLocation { rack: node, node, disk: 0 }).collect();
-    place(&layout(), 2 * MIB, &Topology::new(disks).unwrap(), seed, FailureDomain::Node).unwrap()
-}
 
 /// Two stores (two "replicas") on one fresh database, as many connections each as threads.
 fn two_replicas() -> Option<(Arc<PgStore>, Arc<PgStore>)> {
@@ -39,7 +23,7 @@ fn two_replicas() -> Option<(Arc<PgStore>, Arc<PgStore>)> {
 #[test]
 fn concurrent_replicas_never_interleave_two_operations() {
     let Some((a, b)) = two_replicas() else { return };
-    a.create_bucket("bkt", layout(), 1).unwrap();
+    a.create_bucket("bkt", small_layout(), 1).unwrap();
     const THREADS: usize = 6;
     const PUTS: u64 = 15;
     let start = Arc::new(Barrier::new(THREADS));
@@ -53,7 +37,8 @@ fn concurrent_replicas_never_interleave_two_operations() {
                 for i in 0..PUTS {
                     // Three keys shared by every thread: commits race on them.
                     let key = format!("k{}", i % 3);
-                    let write = store.begin_object("bkt", &key, placement(i), 10 + i).unwrap();
+                    let write =
+                        store.begin_object("bkt", &key, small_placement(i), 10 + i).unwrap();
                     let (record, _) = store
                         .commit_object("bkt", &key, write.generation, &Default::default())
                         .unwrap();
@@ -84,11 +69,11 @@ fn concurrent_replicas_never_interleave_two_operations() {
 #[test]
 fn a_repair_task_is_leased_to_one_replica_at_a_time() {
     let Some((a, b)) = two_replicas() else { return };
-    a.create_bucket("bkt", layout(), 1).unwrap();
+    a.create_bucket("bkt", small_layout(), 1).unwrap();
     let mut requests = Vec::new();
     for i in 0..8 {
         let key = format!("k{i}");
-        let write = a.begin_object("bkt", &key, placement(i), 2).unwrap();
+        let write = a.begin_object("bkt", &key, small_placement(i), 2).unwrap();
         let (object, _) =
             a.commit_object("bkt", &key, write.generation, &Default::default()).unwrap();
         for unit in [UnitId::Data(0), UnitId::Data(1)] {
@@ -136,8 +121,8 @@ fn a_server_restart_fails_operations_clearly_and_the_store_recovers() {
     let url = server.url("weft");
     let password = url.split(':').nth(2).unwrap().split('@').next().unwrap().to_string();
     let store = PgStore::open(&url).unwrap();
-    store.create_bucket("bkt", layout(), 1).unwrap();
-    let write = store.begin_object("bkt", "k", placement(1), 2).unwrap();
+    store.create_bucket("bkt", small_layout(), 1).unwrap();
+    let write = store.begin_object("bkt", "k", small_placement(1), 2).unwrap();
     server.stop();
     // The server is gone: a clear error, no password, and nothing half-done.
     let refused = store.commit_object("bkt", "k", write.generation, &Default::default());
@@ -159,7 +144,7 @@ fn a_server_restart_fails_operations_clearly_and_the_store_recovers() {
 fn a_dropped_connection_is_replaced_by_the_pool() {
     let Some(url) = test_database() else { return };
     let store = PgStore::open_with(&url, 1).unwrap();
-    store.create_bucket("bkt", layout(), 1).unwrap();
+    store.create_bucket("bkt", small_layout(), 1).unwrap();
     // Another session ends every connection of this database but its own, as an
     // administrator (or a failover) would.
     let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
@@ -234,7 +219,7 @@ async fn a_store_dropped_on_an_async_worker_closes_its_connections_quietly() {
     let Some(url) = tokio::task::spawn_blocking(test_database).await.unwrap() else { return };
     let store = tokio::task::spawn_blocking(move || {
         let store = PgStore::open(&url).unwrap();
-        store.create_bucket("bkt", layout(), 1).unwrap();
+        store.create_bucket("bkt", small_layout(), 1).unwrap();
         store
     })
     .await

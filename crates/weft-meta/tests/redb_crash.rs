@@ -7,28 +7,11 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::{small_layout, small_placement};
 use rand::{Rng, SeedableRng};
-use weft_codes::CodeSpec;
-use weft_layout::{place, DiskLocation, FailureDomain, Placement, StripedLayout, Topology};
 use weft_meta::{MetaError, MetaStore, RedbStore};
 
-const MIB: u64 = 1 << 20;
 const CHILD_ENV: &str = "WEFT_TEST_REDB_CRASH_DIR";
-
-fn layout() -> StripedLayout {
-    StripedLayout {
-        code: CodeSpec::parse("rs(2,1)").unwrap(),
-        stripe_width: 2,
-        cell_bytes: MIB,
-        block_bytes: MIB,
-    }
-}
-
-fn placement(seed: u64) -> Placement {
-    let layout = layout();
-    let disks = (0..6).map(|node| DiskLocation { rack: node % 3, node, disk: 0 }).collect();
-    place(&layout, 3 * MIB, &Topology::new(disks).unwrap(), seed, FailureDomain::Node).unwrap()
-}
 
 /// The writer the test kills: puts `k<i>` for i from the first free index on, deletes every
 /// fourth one again, and prints each acknowledgement as it gets it. Does nothing unless the
@@ -37,7 +20,7 @@ fn placement(seed: u64) -> Placement {
 fn crash_child_writer() {
     let Ok(dir) = std::env::var(CHILD_ENV) else { return };
     let store = RedbStore::open(std::path::Path::new(&dir).join("meta.redb")).unwrap();
-    match store.create_bucket("bkt", layout(), 1) {
+    match store.create_bucket("bkt", small_layout(), 1) {
         Ok(_) | Err(MetaError::BucketExists { .. }) => {}
         Err(other) => panic!("{other}"),
     }
@@ -45,7 +28,7 @@ fn crash_child_writer() {
     let mut out = std::io::stdout().lock();
     for i in first.. {
         let key = format!("k{i}");
-        let write = store.begin_object("bkt", &key, placement(i), i).unwrap();
+        let write = store.begin_object("bkt", &key, small_placement(i), i).unwrap();
         writeln!(out, "began {i} {}", write.generation).unwrap();
         out.flush().unwrap();
         store.commit_object("bkt", &key, write.generation, &Default::default()).unwrap();
@@ -140,7 +123,7 @@ fn a_killed_writer_loses_no_acknowledged_write_and_reuses_no_generation() {
             deleted.insert(i);
         }
         // A new write after the crash takes a generation never given before.
-        let write = store.begin_object("bkt", "after", placement(round), 1).unwrap();
+        let write = store.begin_object("bkt", "after", small_placement(round), 1).unwrap();
         assert!(
             generations.iter().all(|g| *g < write.generation),
             "round {round}: generation {} after the crash, {:?} given before",
@@ -160,14 +143,14 @@ fn a_killed_writer_loses_no_acknowledged_write_and_reuses_no_generation() {
 fn concurrent_writers_pass_checkpoints_without_deadlock() {
     let dir = tempfile::tempdir().unwrap();
     let store = std::sync::Arc::new(RedbStore::open(dir.path().join("meta.redb")).unwrap());
-    store.create_bucket("bkt", layout(), 1).unwrap();
+    store.create_bucket("bkt", small_layout(), 1).unwrap();
     let (done, finished) = std::sync::mpsc::channel();
     for thread in 0..4u64 {
         let (store, done) = (store.clone(), done.clone());
         std::thread::spawn(move || {
             for i in 0..150 {
                 let key = format!("t{thread}-{i}");
-                let write = store.begin_object("bkt", &key, placement(i), i).unwrap();
+                let write = store.begin_object("bkt", &key, small_placement(i), i).unwrap();
                 store.commit_object("bkt", &key, write.generation, &Default::default()).unwrap();
             }
             done.send(thread).unwrap();

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+use weft_codes::CodeSpec;
+use weft_layout::{place, DiskLocation, FailureDomain, Placement, StripedLayout, Topology};
 use weft_meta::{MemStore, MetaStore, PgStore, RedbStore};
 
 /// One store of each kind, each empty.
@@ -74,4 +76,23 @@ impl Durable {
             Durable::Postgres(_) => "postgres",
         }
     }
+}
+
+const MIB: u64 = 1 << 20;
+
+/// A small policy for tests whose objects' shape does not matter: rs(2,1), 1 MiB cells.
+pub fn small_layout() -> StripedLayout {
+    StripedLayout {
+        code: CodeSpec::parse("rs(2,1)").unwrap(),
+        stripe_width: 2,
+        cell_bytes: MIB,
+        block_bytes: MIB,
+    }
+}
+
+/// A 2 MiB object of [`small_layout`] on six one-disk nodes, placed by `seed`.
+pub fn small_placement(seed: u64) -> Placement {
+    let disks = (0..6).map(|node| DiskLocation { rack: node, node, disk: 0 }).collect();
+    let topology = Topology::new(disks).unwrap();
+    place(&small_layout(), 2 * MIB, &topology, seed, FailureDomain::Node).unwrap()
 }
