@@ -83,6 +83,22 @@ impl Table {
         Table::Placed,
     ];
 
+    /// The table's place in [`Table::ALL`].
+    pub fn index(self) -> usize {
+        match self {
+            Table::Buckets => 0,
+            Table::Objects => 1,
+            Table::Writes => 2,
+            Table::Nodes => 3,
+            Table::Repairs => 4,
+            Table::RepairIndex => 5,
+            Table::Transitions => 6,
+            Table::Meta => 7,
+            Table::Gateway => 8,
+            Table::Placed => 9,
+        }
+    }
+
     /// The table's name (redb's table name; PostgreSQL's is `weft_` and this).
     pub fn name(self) -> &'static str {
         match self {
@@ -374,6 +390,18 @@ pub trait KvBackend: Send + Sync {
         &self,
         op: &mut dyn FnMut(&dyn Txn) -> Result<T, MetaError>,
     ) -> Result<T, MetaError>;
+    /// [`KvBackend::write`] whose durability may wait for the next write that does not
+    /// (whose sync then carries it): a crash may lose it, and with it only later deferred
+    /// writes. Only begins are deferred: a lost write in progress makes its commit fail with
+    /// [`MetaError::NoSuchWrite`] (the put was never acknowledged) and leaves its units to gc.
+    /// A backend that defers never hands out again a generation a lost begin took
+    /// ([`skip_generations`] at open). By default, a plain write.
+    fn write_deferred<T>(
+        &self,
+        op: &mut dyn FnMut(&dyn Txn) -> Result<T, MetaError>,
+    ) -> Result<T, MetaError> {
+        self.write(op)
+    }
 }
 
 pub(crate) const SCHEMA_VERSION_KEY: &str = "schema_version";
@@ -448,6 +476,13 @@ pub(crate) fn read_number(tx: &dyn Txn, name: &str) -> Result<u64, MetaError> {
 
 pub(crate) fn write_number(tx: &dyn Txn, name: &str, value: u64) -> Result<(), MetaError> {
     tx.put(Table::Meta, &Key::name(name), &value.to_be_bytes())
+}
+
+/// Moves the generation counter `gap` past where it is: the generations a crash may have
+/// lost with deferred begins ([`KvBackend::write_deferred`]) are never handed out again.
+pub(crate) fn skip_generations(tx: &dyn Txn, gap: u64) -> Result<(), MetaError> {
+    let next = read_number(tx, NEXT_GENERATION_KEY)?.saturating_add(gap);
+    write_number(tx, NEXT_GENERATION_KEY, next)
 }
 
 fn next_counter(tx: &dyn Txn, name: &str) -> Result<u64, MetaError> {
@@ -1169,7 +1204,7 @@ impl<B: KvBackend> MetaStore for B {
         now_ms: u64,
     ) -> Result<ObjectRecord, MetaError> {
         check_new_object(bucket, key, &placement)?;
-        self.write(&mut |tx| {
+        self.write_deferred(&mut |tx| {
             if tx.get(Table::Buckets, &Key::name(bucket))?.is_none() {
                 return Err(MetaError::NoSuchBucket { bucket: bucket.into() });
             }

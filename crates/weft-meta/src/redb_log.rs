@@ -6,9 +6,11 @@
 //! - A record is the final puts and removes of one write transaction, each numbered by a log
 //!   sequence number (LSN) that grows by one per record over the store's whole life (it is
 //!   never reused; the store keeps the last one in its `meta` table as `wal_lsn`).
-//! - A write is acknowledged only after its record is written and fdatasynced; then it is
-//!   committed to redb without redb's fsync. Every such transaction also writes its LSN as
-//!   `wal_lsn`, so any state redb recovers to says exactly which records it holds.
+//! - A write is acknowledged only after its record is written and fdatasynced; a deferred
+//!   write (a begin: `KvBackend::write_deferred`) after its record is written, the next
+//!   synced record's fdatasync carrying it to disk. Records reach the tree file at the next
+//!   checkpoint (`redb_overlay`); a checkpoint writes its last LSN as `wal_lsn`, so the tree
+//!   file says exactly which records it holds.
 //! - A checkpoint is a durable redb commit: everything up to `wal_lsn` is then in the tree
 //!   file, and the log starts again at offset 0 (with the next LSN). So the records that may
 //!   be missing from the tree file are always a prefix of the log, numbered `wal_lsn + 1`,
@@ -56,30 +58,39 @@ pub(crate) struct Changes {
 }
 
 impl Changes {
-    pub(crate) fn put(&mut self, table: Table, key: &Key, value: &[u8]) {
-        self.op(PUT, table, key);
-        self.bytes.extend_from_slice(&len32(value.len()).to_le_bytes());
-        self.bytes.extend_from_slice(value);
+    /// A change whose key is already encoded: a put of `value`, or a removal (`None`).
+    pub(crate) fn push(&mut self, table: Table, encoded: &[u8], value: Option<&[u8]>) {
+        self.op_encoded(if value.is_some() { PUT } else { REMOVE }, table, encoded);
+        if let Some(value) = value {
+            self.bytes.extend_from_slice(&len32(value.len()).to_le_bytes());
+            self.bytes.extend_from_slice(value);
+        }
     }
 
-    pub(crate) fn remove(&mut self, table: Table, key: &Key) {
-        self.op(REMOVE, table, key);
-    }
-
-    fn op(&mut self, op: u8, table: Table, key: &Key) {
-        let encoded = key.encode();
+    fn op_encoded(&mut self, op: u8, table: Table, encoded: &[u8]) {
         self.bytes.push(op);
         self.bytes.push(table_number(table));
         self.bytes.extend_from_slice(&len32(encoded.len()).to_le_bytes());
-        self.bytes.extend_from_slice(&encoded);
+        self.bytes.extend_from_slice(encoded);
     }
 
     pub(crate) fn len(&self) -> usize {
         self.bytes.len()
     }
 
+    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.bytes.is_empty()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn put(&mut self, table: Table, key: &Key, value: &[u8]) {
+        self.push(table, &key.encode(), Some(value));
+    }
+
+    #[cfg(test)]
+    pub(crate) fn remove(&mut self, table: Table, key: &Key) {
+        self.push(table, &key.encode(), None);
     }
 }
 
@@ -88,8 +99,7 @@ fn len32(len: usize) -> u32 {
 }
 
 fn table_number(table: Table) -> u8 {
-    let index = Table::ALL.iter().position(|t| *t == table).expect("every table is in ALL");
-    u8::try_from(index).expect("fewer than 256 tables")
+    u8::try_from(table.index()).expect("fewer than 256 tables")
 }
 
 /// Applies a record's payload to `txn`, in order.
@@ -149,6 +159,8 @@ pub(crate) struct RedoLog {
     last_lsn: u64,
     /// Records written since the last checkpoint.
     records: u64,
+    /// Whether this opening created the file (no record was ever written to it).
+    created: bool,
 }
 
 /// A record found by [`RedoLog::open`] that the tree file may lack.
@@ -173,6 +185,7 @@ impl RedoLog {
             .open(path)
             .map_err(|e| failed("cannot open", e))?;
         let len = file.metadata().map_err(|e| failed("cannot stat", e))?.len();
+        let created = len == 0;
         if len < LOG_BYTES {
             // Written, not just sized: an fdatasync of a sparse or unwritten extent would
             // journal its allocation on every record.
@@ -188,8 +201,14 @@ impl RedoLog {
                 File::open(dir).and_then(|d| d.sync_all()).map_err(|e| failed("cannot sync", e))?;
             }
         }
-        let mut log =
-            RedoLog { file, path: path.to_owned(), end: 0, last_lsn: durable_lsn, records: 0 };
+        let mut log = RedoLog {
+            file,
+            path: path.to_owned(),
+            end: 0,
+            last_lsn: durable_lsn,
+            records: 0,
+            created,
+        };
         let found = log.scan(durable_lsn).map_err(|e| failed("cannot read", e))?;
         if let Some(last) = found.last() {
             log.last_lsn = last.lsn;
@@ -238,11 +257,14 @@ impl RedoLog {
         payload_len <= MAX_RECORD_BYTES && self.end + (HEADER + payload_len) as u64 <= LOG_BYTES
     }
 
-    /// Writes `changes` as the record numbered [`RedoLog::next_lsn`] and waits until it is on
-    /// disk. `check` runs before the write (the store's fault switch for tests).
+    /// Writes `changes` as the record numbered [`RedoLog::next_lsn`] and, when `sync`, waits
+    /// until it is on disk, with every record before it (a deferred one is carried by the
+    /// next synced record's fdatasync, or lost in a crash before it). `check` runs before
+    /// the write (the store's fault switch for tests).
     pub(crate) fn append(
         &mut self,
         changes: &Changes,
+        sync: bool,
         check: impl Fn() -> std::io::Result<()>,
     ) -> std::io::Result<u64> {
         let lsn = self.next_lsn();
@@ -255,8 +277,10 @@ impl RedoLog {
         record[0..4].copy_from_slice(&crc.to_le_bytes());
         check()?;
         self.file.write_all_at(&record, self.end)?;
-        check()?;
-        self.file.sync_data()?;
+        if sync {
+            check()?;
+            self.file.sync_data()?;
+        }
         self.end += record.len() as u64;
         self.last_lsn = lsn;
         self.records += 1;
@@ -269,6 +293,11 @@ impl RedoLog {
         self.end = 0;
         self.records = 0;
         self.last_lsn = self.last_lsn.max(lsn);
+    }
+
+    /// Whether this opening created the file: no record of an earlier opening can be lost.
+    pub(crate) fn created(&self) -> bool {
+        self.created
     }
 
     /// Records written since the last checkpoint.
@@ -312,7 +341,7 @@ mod tests {
         let (mut log, found) = RedoLog::open(&path, 0).unwrap();
         assert!(found.is_empty());
         for i in 1..=3 {
-            assert_eq!(log.append(&changes(i), || Ok(())).unwrap(), i);
+            assert_eq!(log.append(&changes(i), true, || Ok(())).unwrap(), i);
         }
         let torn_at = log.used() - 1;
         drop(log);
@@ -335,15 +364,15 @@ mod tests {
         let path = log_path(&dir.path().join("meta.redb"));
         let (mut log, _) = RedoLog::open(&path, 0).unwrap();
         for i in 1..=5 {
-            log.append(&changes(i), || Ok(())).unwrap();
+            log.append(&changes(i), true, || Ok(())).unwrap();
         }
         log.checkpointed(5);
         assert_eq!((log.used(), log.records()), (0, 0));
         // Shorter records over the old ones: the old ones after them are stale (lower LSNs).
         let mut small = Changes::default();
         small.remove(Table::Nodes, &Key::Node(1));
-        assert_eq!(log.append(&small, || Ok(())).unwrap(), 6);
-        assert_eq!(log.append(&small, || Ok(())).unwrap(), 7);
+        assert_eq!(log.append(&small, true, || Ok(())).unwrap(), 6);
+        assert_eq!(log.append(&small, true, || Ok(())).unwrap(), 7);
         drop(log);
         assert_eq!(lsns(&RedoLog::open(&path, 5).unwrap().1), [6, 7]);
         // The tree file holds them all (a checkpoint at 7 before the crash): nothing.
@@ -363,9 +392,9 @@ mod tests {
         let path = log_path(&dir.path().join("meta.redb"));
         let (mut log, _) = RedoLog::open(&path, 41).unwrap();
         let full = || Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
-        assert!(log.append(&changes(1), full).is_err());
+        assert!(log.append(&changes(1), true, full).is_err());
         assert_eq!((log.next_lsn(), log.used()), (42, 0));
-        assert_eq!(log.append(&changes(1), || Ok(())).unwrap(), 42);
+        assert_eq!(log.append(&changes(1), true, || Ok(())).unwrap(), 42);
         assert!(log.fits(MAX_RECORD_BYTES - 1000) && !log.fits(MAX_RECORD_BYTES + 1));
     }
 }

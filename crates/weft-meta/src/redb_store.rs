@@ -1,16 +1,19 @@
 //! [`RedbStore`]: the metadata store on an embedded redb database (one file).
 //!
 //! Invariants:
-//! - Every operation runs in one redb transaction; every multi-record change (commit moves a
-//!   write to the committed table, counters advance with the records they number) is in one
-//!   write transaction, so a crash leaves either all of it or none.
-//! - A write transaction's changes are written to the redo log (`<file>.log`, see
-//!   `redb_log`) and fdatasynced before it commits to redb without redb's fsync, so a
-//!   returned `Ok` survives a crash: open replays the records the tree file lacks. After
-//!   128 logged commits (or 2 MiB of records) the next transaction, and any too large for
-//!   the log, commits durably instead, which checkpoints; so does a clean close. Locks are
-//!   taken in one order: redb's write lock, then the log's. `meta.wal_lsn` is written by
-//!   every transaction and names the last record the tree file holds.
+//! - Every operation is one transaction: a read sees one snapshot (the tree file's under
+//!   the pending overlay, taken together), a write's changes happen all together or not at
+//!   all. Write transactions run one at a time (the store's writer lock).
+//! - A write transaction's changes are one record of the redo log (`<file>.log`, see
+//!   `redb_log`), fdatasynced before the write returns `Ok` (a deferred write, a begin: by
+//!   the next synced record); then they join the pending overlay (`redb_overlay`), where
+//!   reads see them. A checkpoint (every 128 records or 2 MiB of them, and at a clean close)
+//!   writes the overlay into the tree file in one durable redb commit, with `meta.wal_lsn`
+//!   naming the last record it holds, and empties log and overlay. A transaction too large
+//!   for the log goes into the tree file with a checkpoint instead. Open replays the records
+//!   after `wal_lsn` and, when the log is not new, moves the generation counter past any a
+//!   crash may have lost with deferred begins. Locks are taken in one order: the writer
+//!   lock, the log's, the overlay's (readers take the overlay's, then a redb snapshot).
 //! - The database carries `meta.schema_version`; a database of another version is refused
 //!   at open — except versions 1 and 2, which differ only by missing tables (`transitions`,
 //!   `gateway`) and are upgraded in place at open (no value is rewritten) — and every value
@@ -27,7 +30,7 @@
 //! - [`StoreFaults`] lets a test make the file's writes fail with an errno of its choice
 //!   (e.g. ENOSPC) and succeed again: the same code path as a real full disk.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{
@@ -36,13 +39,14 @@ use std::sync::{
 };
 
 use redb::{
-    backends::FileBackend, Database, Durability, ReadableTable, ReadableTableMetadata,
+    backends::FileBackend, Database, ReadableTable, ReadableTableMetadata,
     StorageBackend, TableDefinition,
 };
 
 use crate::kv::{self, End, Entry, Key, KvBackend, Table, Txn, SCHEMA_VERSION_KEY};
 use crate::records::{decode, StoredObject, FORMAT_VERSION};
-use crate::redb_log::{self, Changes, RedoLog};
+use crate::redb_log::{self, RedoLog};
+use crate::redb_overlay::{Found, Layers, Overlay};
 use crate::MetaError;
 
 pub(crate) const BUCKETS: TableDefinition<&str, &[u8]> = TableDefinition::new("buckets");
@@ -209,18 +213,22 @@ pub struct RedbStore {
     faults: StoreFaults,
 }
 
-/// The open database and its redo log.
+/// The open database, its redo log and the changes logged since the last checkpoint.
 struct Opened {
     db: Database,
     log: Mutex<RedoLog>,
+    /// The changes of the log's records since the last checkpoint, above the tree file.
+    pending: RwLock<Overlay>,
+    /// Held by a write transaction from its first read to its end.
+    writer: Mutex<()>,
 }
 
 /// The open database, held (read side of [`RedbStore::db`]) for one operation.
 struct OpenDb<'a>(RwLockReadGuard<'a, Option<Opened>>);
 
 impl OpenDb<'_> {
-    fn log(&self) -> &Mutex<RedoLog> {
-        &self.0.as_ref().expect("OpenDb holds an open database").log
+    fn opened(&self) -> &Opened {
+        self.0.as_ref().expect("OpenDb holds an open database")
     }
 }
 
@@ -323,6 +331,14 @@ const WAL_LSN_KEY: &str = "wal_lsn";
 /// then.
 const CHECKPOINT_COMMITS: u64 = 128;
 const CHECKPOINT_BYTES: u64 = 2 << 20;
+/// How far the generation counter moves at every open after the first: past any generation
+/// a crash may have lost with a deferred begin (one per record, at most
+/// [`CHECKPOINT_COMMITS`] records between checkpoints).
+const LOST_GENERATIONS: u64 = 1024;
+const _: () = assert!(LOST_GENERATIONS > CHECKPOINT_COMMITS);
+/// The key of `meta` that is 1 while the file is closed cleanly (its last opening's final
+/// checkpoint holds everything it acknowledged or began), 0 while it is open.
+const CLOSED_CLEANLY_KEY: &str = "closed_cleanly";
 
 /// Opens the database at `path` ([`open_database`]) and its redo log, and replays the
 /// records the tree file may lack, then checkpoints.
@@ -339,22 +355,43 @@ fn open_store(
         lsn.unwrap_or(0)
     };
     let (mut log, found) = RedoLog::open(&redb_log::log_path(path), durable)?;
-    if let Some(last) = found.last().map(|f| f.lsn) {
-        let txn =
-            RedbTxn::Write(Box::new(db.begin_write().map_err(store)?), Cell::new(false), None);
+    let closed_cleanly = {
+        let txn = db.begin_read().map_err(store)?;
+        let meta = txn.open_table(META).map_err(store)?;
+        meta.get(CLOSED_CLEANLY_KEY).map_err(store)?.is_some_and(|v| v.value() == 1)
+    };
+    if !log.created() {
+        // Replay what the log kept; after a crash (not closed cleanly), skip the generations
+        // the last opening's lost deferred begins may have taken (at most one per record
+        // since its last checkpoint). The file is not clean again until this opening closes.
+        let last = found.last().map_or(durable, |f| f.lsn);
+        let txn = RedbTxn::Direct(Box::new(db.begin_write().map_err(store)?));
         for record in &found {
             redb_log::replay(&record.payload, &txn)?;
         }
-        let RedbTxn::Write(txn, ..) = txn else { unreachable!("begun as a write") };
-        txn.open_table(META).map_err(store)?.insert(WAL_LSN_KEY, last).map_err(store)?;
+        if !closed_cleanly {
+            kv::skip_generations(&txn, LOST_GENERATIONS)?;
+        }
+        let RedbTxn::Direct(txn) = txn else { unreachable!("begun as a write") };
+        let mut meta = txn.open_table(META).map_err(store)?;
+        meta.insert(WAL_LSN_KEY, last).map_err(store)?;
+        meta.insert(CLOSED_CLEANLY_KEY, 0).map_err(store)?;
+        drop(meta);
         txn.commit().map_err(store)?;
-        tracing::info!(
-            log = %log.path().display(), records = found.len(), last,
-            "meta's store replayed its redo log"
-        );
+        if !found.is_empty() {
+            tracing::info!(
+                log = %log.path().display(), records = found.len(), last,
+                "meta's store replayed its redo log"
+            );
+        }
         log.checkpointed(last);
     }
-    Ok(Opened { db, log: Mutex::new(log) })
+    Ok(Opened {
+        db,
+        log: Mutex::new(log),
+        pending: RwLock::new(Overlay::default()),
+        writer: Mutex::new(()),
+    })
 }
 
 /// Opens (creating if missing) the database at `path` on a watched file and makes sure every
@@ -649,117 +686,110 @@ fn remove_in<K: KeyOf, V: ValueOf>(
     Ok(removed.map(|value| V::bytes(value.value())))
 }
 
-fn range_in<K: KeyOf, V: ValueOf>(
+/// The tree file's entries of `table` from `lower` on, in key order, as [`Entry`]s, handed to
+/// `with` (which stops reading when it has enough).
+fn base_range<K: KeyOf, V: ValueOf, T>(
     table: &impl ReadableTable<K, V>,
     name: Table,
     lower: Bound<&Key>,
-    end: End<'_>,
-    limit: usize,
-) -> Result<Vec<Entry>, MetaError> {
+    with: impl FnOnce(&mut dyn Iterator<Item = Result<Entry, MetaError>>) -> T,
+) -> Result<T, MetaError> {
     let lower = match lower {
         Bound::Included(key) => Bound::Included(typed_key::<K>(name, key)?),
         Bound::Excluded(key) => Bound::Excluded(typed_key::<K>(name, key)?),
         Bound::Unbounded => Bound::Unbounded,
     };
-    let mut out = Vec::new();
-    if limit == 0 {
-        return Ok(out);
-    }
-    for entry in table.range::<K::SelfType<'_>>((lower, Bound::Unbounded)).map_err(store)? {
+    let range = table.range::<K::SelfType<'_>>((lower, Bound::Unbounded)).map_err(store)?;
+    let mut entries = range.map(|entry| {
         let (key, value) = entry.map_err(store)?;
-        let key = K::untyped(key.value());
-        if !end.admits(&key) {
-            break;
-        }
-        out.push((key, V::bytes(value.value())));
-        if out.len() == limit {
-            break;
-        }
-    }
-    Ok(out)
+        Ok((K::untyped(key.value()), V::bytes(value.value())))
+    });
+    Ok(with(&mut entries))
+}
+
+/// Checks that `key` and `value` have the shape of `table`'s (the redb types of `_def`), as
+/// an insert into the tree file would, so a misshapen change is refused when it is made, not
+/// at the checkpoint.
+fn check_in<K: KeyOf, V: ValueOf>(
+    _def: TableDefinition<'_, K, V>,
+    table: Table,
+    key: &Key,
+    value: &[u8],
+) -> Result<(), MetaError> {
+    typed_key::<K>(table, key)?;
+    V::typed(table, key, value)?;
+    Ok(())
 }
 
 /// One transaction of a [`RedbStore`].
-enum RedbTxn {
-    Read(redb::ReadTransaction),
-    /// A write transaction, whether anything was written (one that wrote nothing is
-    /// aborted, not committed: a commit costs an fsync), and its changes for the redo log
-    /// (`None` when it replays the log).
-    Write(Box<redb::WriteTransaction>, Cell<bool>, Option<RefCell<Changes>>),
+enum RedbTxn<'a> {
+    /// Straight into the tree file: the replay of the redo log at open.
+    Direct(Box<redb::WriteTransaction>),
+    /// A snapshot of the tree file under the pending overlay (the changes logged since the
+    /// last checkpoint) and, in a write transaction, the transaction's own changes (`local`)
+    /// above it (`redb_overlay`).
+    View { base: redb::ReadTransaction, pending: &'a Overlay, local: Option<RefCell<Overlay>> },
 }
 
-impl RedbTxn {
-    fn writable(&self) -> Result<&redb::WriteTransaction, MetaError> {
+impl RedbTxn<'_> {
+    /// Runs `with` on the view's layers, newest first.
+    fn layers<T>(&self, with: impl FnOnce(Layers<'_>) -> T) -> T {
         match self {
-            RedbTxn::Write(txn, dirty, _) => {
-                dirty.set(true);
-                Ok(txn)
+            RedbTxn::View { pending, local: Some(local), .. } => {
+                let local = local.borrow();
+                with(Layers(&[&*local, pending]))
             }
-            RedbTxn::Read(_) => {
-                Err(MetaError::Store { reason: "a write in a read-only transaction".into() })
-            }
+            RedbTxn::View { pending, local: None, .. } => with(Layers(&[pending])),
+            RedbTxn::Direct(_) => with(Layers(&[])),
+        }
+    }
+
+    /// The write transaction's own changes, or an error in a read-only one.
+    fn local(&self) -> Result<std::cell::RefMut<'_, Overlay>, MetaError> {
+        match self {
+            RedbTxn::View { local: Some(local), .. } => Ok(local.borrow_mut()),
+            _ => Err(MetaError::Store { reason: "a write in a read-only transaction".into() }),
         }
     }
 }
 
-impl Txn for RedbTxn {
+impl Txn for RedbTxn<'_> {
     fn get(&self, table: Table, key: &Key) -> Result<Option<Vec<u8>>, MetaError> {
-        with_table!(table, def => match self {
-            RedbTxn::Read(txn) => get_in(&txn.open_table(def).map_err(store)?, table, key),
-            RedbTxn::Write(txn, ..) => get_in(&txn.open_table(def).map_err(store)?, table, key),
-        })
+        let base = match self {
+            RedbTxn::Direct(txn) => {
+                return with_table!(table, def => get_in(&txn.open_table(def).map_err(store)?, table, key));
+            }
+            RedbTxn::View { base, .. } => base,
+        };
+        match self.layers(|layers| match layers.get(table, key) {
+            Found::Below => None,
+            Found::Removed => Some(None),
+            Found::Value(value) => Some(Some(value.to_vec())),
+        }) {
+            Some(held) => Ok(held),
+            None => with_table!(table, def => get_in(&base.open_table(def).map_err(store)?, table, key)),
+        }
     }
 
     fn put(&self, table: Table, key: &Key, value: &[u8]) -> Result<(), MetaError> {
-        let txn = self.writable()?;
-        with_table!(table, def => put_in(&mut txn.open_table(def).map_err(store)?, table, key, value))?;
-        if let RedbTxn::Write(_, _, Some(changes)) = self {
-            changes.borrow_mut().put(table, key, value);
+        if let RedbTxn::Direct(txn) = self {
+            return with_table!(table, def => put_in(&mut txn.open_table(def).map_err(store)?, table, key, value));
         }
+        with_table!(table, def => check_in(def, table, key, value))?;
+        self.local()?.set(table, key, Some(value.to_vec()));
         Ok(())
     }
 
     fn remove(&self, table: Table, key: &Key) -> Result<Option<Vec<u8>>, MetaError> {
-        let txn = self.writable()?;
-        let removed = with_table!(table, def => remove_in(&mut txn.open_table(def).map_err(store)?, table, key))?;
-        if let RedbTxn::Write(_, _, Some(changes)) = self {
-            changes.borrow_mut().remove(table, key);
+        if let RedbTxn::Direct(txn) = self {
+            return with_table!(table, def => remove_in(&mut txn.open_table(def).map_err(store)?, table, key));
         }
-        Ok(removed)
-    }
-
-    /// One opening of the table for all of them (an opening looks the table up and its
-    /// closing writes its root back: it cost more than the inserts of a commit's units).
-    fn put_many(&self, table: Table, entries: &[Entry]) -> Result<(), MetaError> {
-        if entries.is_empty() {
-            return Ok(());
+        self.local()?;
+        let old = self.get(table, key)?;
+        if old.is_some() {
+            self.local()?.set(table, key, None);
         }
-        let txn = self.writable()?;
-        with_table!(table, def => {
-            let mut open = txn.open_table(def).map_err(store)?;
-            entries.iter().try_for_each(|(key, value)| put_in(&mut open, table, key, value))
-        })?;
-        if let RedbTxn::Write(_, _, Some(changes)) = self {
-            let mut changes = changes.borrow_mut();
-            entries.iter().for_each(|(key, value)| changes.put(table, key, value));
-        }
-        Ok(())
-    }
-
-    fn remove_many(&self, table: Table, keys: &[Key]) -> Result<(), MetaError> {
-        if keys.is_empty() {
-            return Ok(());
-        }
-        let txn = self.writable()?;
-        with_table!(table, def => {
-            let mut open = txn.open_table(def).map_err(store)?;
-            keys.iter().try_for_each(|key| remove_in(&mut open, table, key).map(drop))
-        })?;
-        if let RedbTxn::Write(_, _, Some(changes)) = self {
-            let mut changes = changes.borrow_mut();
-            keys.iter().for_each(|key| changes.remove(table, key));
-        }
-        Ok(())
+        Ok(old)
     }
 
     fn range(
@@ -769,20 +799,33 @@ impl Txn for RedbTxn {
         end: End<'_>,
         limit: usize,
     ) -> Result<Vec<Entry>, MetaError> {
+        let merged = |base: &mut dyn Iterator<Item = Result<Entry, MetaError>>| {
+            self.layers(|layers| layers.range(table, base, lower, end, limit))
+        };
         with_table!(table, def => match self {
-            RedbTxn::Read(txn) => {
-                range_in(&txn.open_table(def).map_err(store)?, table, lower, end, limit)
+            RedbTxn::Direct(txn) => {
+                base_range(&txn.open_table(def).map_err(store)?, table, lower, merged)?
             }
-            RedbTxn::Write(txn, ..) => {
-                range_in(&txn.open_table(def).map_err(store)?, table, lower, end, limit)
+            RedbTxn::View { base, .. } => {
+                base_range(&base.open_table(def).map_err(store)?, table, lower, merged)?
             }
         })
     }
 
     fn count(&self, table: Table) -> Result<u64, MetaError> {
-        with_table!(table, def => match self {
-            RedbTxn::Read(txn) => txn.open_table(def).map_err(store)?.len().map_err(store),
-            RedbTxn::Write(txn, ..) => txn.open_table(def).map_err(store)?.len().map_err(store),
+        let base = match self {
+            RedbTxn::Direct(txn) => {
+                return with_table!(table, def => txn.open_table(def).map_err(store)?.len().map_err(store));
+            }
+            RedbTxn::View { base, .. } => base,
+        };
+        with_table!(table, def => {
+            let open = base.open_table(def).map_err(store)?;
+            let len = open.len().map_err(store)?;
+            let delta = self.layers(|layers| {
+                layers.count_delta(table, |key| Ok(get_in(&open, table, key)?.is_some()))
+            })?;
+            Ok(len.checked_add_signed(delta).unwrap_or(0))
         })
     }
 }
@@ -793,7 +836,10 @@ impl KvBackend for RedbStore {
         op: &mut dyn FnMut(&dyn Txn) -> Result<T, MetaError>,
     ) -> Result<T, MetaError> {
         let db = self.db()?;
-        let txn = RedbTxn::Read(db.begin_read().map_err(store)?);
+        // The overlay first, then the snapshot: a checkpoint commits the tree file before it
+        // empties the overlay, so this pair never misses a change (module invariants).
+        let pending = db.opened().pending.read().expect("pending lock");
+        let txn = RedbTxn::View { base: db.begin_read().map_err(store)?, pending: &pending, local: None };
         op(&txn)
     }
 
@@ -801,65 +847,159 @@ impl KvBackend for RedbStore {
         &self,
         op: &mut dyn FnMut(&dyn Txn) -> Result<T, MetaError>,
     ) -> Result<T, MetaError> {
+        self.write_synced(true, op)
+    }
+
+    /// A begin's record is written without its own fdatasync: the commit's carries it.
+    fn write_deferred<T>(
+        &self,
+        op: &mut dyn FnMut(&dyn Txn) -> Result<T, MetaError>,
+    ) -> Result<T, MetaError> {
+        self.write_synced(false, op)
+    }
+}
+
+impl RedbStore {
+    /// A write transaction ([`KvBackend::write`]): durable when it returns if `sync`, else
+    /// with the next synced record or checkpoint.
+    fn write_synced<T>(
+        &self,
+        sync: bool,
+        op: &mut dyn FnMut(&dyn Txn) -> Result<T, MetaError>,
+    ) -> Result<T, MetaError> {
         let db = self.db()?;
-        let changes = Some(RefCell::new(Changes::default()));
-        let txn =
-            RedbTxn::Write(Box::new(db.begin_write().map_err(store)?), Cell::new(false), changes);
-        // An error drops the transaction, which aborts it.
-        let done = op(&txn)?;
-        let RedbTxn::Write(mut txn, dirty, changes) = txn else { unreachable!("begun as a write") };
-        let changes = changes.expect("a write records its changes").into_inner();
-        if !dirty.get() || changes.is_empty() {
-            txn.abort().map_err(store)?;
+        let opened = db.opened();
+        // Write transactions run one at a time, from their first read to their end.
+        let _writer = opened.writer.lock().expect("writer lock");
+        let (done, local) = {
+            let pending = opened.pending.read().expect("pending lock");
+            let txn = RedbTxn::View {
+                base: db.begin_read().map_err(store)?,
+                pending: &pending,
+                local: Some(RefCell::new(Overlay::default())),
+            };
+            // An error drops the transaction's own changes: nothing happened.
+            let done = op(&txn)?;
+            let RedbTxn::View { local: Some(local), .. } = txn else {
+                unreachable!("begun as a write")
+            };
+            (done, local.into_inner())
+        };
+        if local.is_empty() {
             return Ok(done);
         }
-        // redb's write lock orders the transactions; the log's lock, taken before it is
-        // released, gives the records the same order.
-        let mut log = db.log().lock().expect("redo log lock");
-        // A checkpoint is this transaction's own durable commit: a separate one would need
-        // redb's write lock while holding the log's, the reverse of this order (a deadlock
-        // with the next writer, which holds the first and waits for the second).
-        let checkpoint_due = log.records() >= CHECKPOINT_COMMITS || log.used() >= CHECKPOINT_BYTES;
-        if !checkpoint_due && log.fits(changes.len()) {
-            let lsn = log.next_lsn();
-            txn.open_table(META).map_err(store)?.insert(WAL_LSN_KEY, lsn).map_err(store)?;
-            if let Err(error) = log.append(&changes, || self.faults.check()) {
-                // The record may be whole on disk: the store reopens (replaying what is)
-                // before it serves again.
-                self.health.record(&error);
-                return Err(MetaError::StoreUnavailable {
-                    reason: format!("writing meta's redo log: {error}"),
-                });
+        let changes = local.changes();
+        let mut log = opened.log.lock().expect("redo log lock");
+        if !log.fits(changes.len()) {
+            // Too large for the log (a bulk load, a commit of thousands of units): into the
+            // tree file with everything pending, in one durable commit.
+            checkpoint(&db, &opened.pending, &mut log, Some(&local))?;
+            return Ok(done);
+        }
+        if let Err(error) = log.append(&changes, sync, || self.faults.check()) {
+            // The record may be whole on disk: the store reopens (replaying what is) before
+            // it serves again.
+            self.health.record(&error);
+            return Err(MetaError::StoreUnavailable {
+                reason: format!("writing meta's redo log: {error}"),
+            });
+        }
+        let due = {
+            let mut pending = opened.pending.write().expect("pending lock");
+            pending.absorb(local);
+            log.records() >= CHECKPOINT_COMMITS || log.used() >= CHECKPOINT_BYTES
+        };
+        if due {
+            if let Err(error) = checkpoint(&db, &opened.pending, &mut log, None) {
+                // This write is durable (its record is) and visible: it stands. The store
+                // reopens, replaying the log, before the next operation.
+                tracing::warn!(%error, "meta's store could not checkpoint");
+                if self.health.failure().is_none() {
+                    self.health.record(&std::io::Error::other(error.to_string()));
+                }
             }
-            txn.set_durability(Durability::None);
-            if let Err(error) = txn.commit() {
-                // Logged but not applied: only a reopen (replaying the log) is consistent.
-                let error = store(error);
-                self.health.record(&std::io::Error::other(error.to_string()));
-                return Err(error);
-            }
-        } else {
-            // A checkpoint is due, or the record is too large for the log: a durable commit,
-            // after which the tree file holds every record so far.
-            let lsn = log.next_lsn() - 1;
-            txn.open_table(META).map_err(store)?.insert(WAL_LSN_KEY, lsn).map_err(store)?;
-            txn.commit().map_err(store)?;
-            log.checkpointed(lsn);
         }
         Ok(done)
     }
 }
 
-/// A durable redb commit recording that the tree file holds every record so far; the log
-/// starts again. Only where no other transaction can run (a closing store): it takes redb's
-/// write lock while holding the log's.
-fn checkpoint(db: &Database, log: &mut RedoLog) -> Result<(), MetaError> {
+/// A checkpoint: one durable redb commit of every pending change (and then of `extra`, a
+/// transaction too large for the log), recording that the tree file holds every record so
+/// far; the log starts again and the overlay empties. The caller holds the writer lock and
+/// the log's.
+fn checkpoint(
+    db: &Database,
+    pending: &RwLock<Overlay>,
+    log: &mut RedoLog,
+    extra: Option<&Overlay>,
+) -> Result<(), MetaError> {
+    checkpoint_closing(db, pending, log, extra, false)
+}
+
+/// [`checkpoint`], marking the file closed cleanly when `closing` (the store's last).
+fn checkpoint_closing(
+    db: &Database,
+    pending: &RwLock<Overlay>,
+    log: &mut RedoLog,
+    extra: Option<&Overlay>,
+    closing: bool,
+) -> Result<(), MetaError> {
     let lsn = log.next_lsn() - 1;
     let txn = db.begin_write().map_err(store)?;
-    txn.open_table(META).map_err(store)?.insert(WAL_LSN_KEY, lsn).map_err(store)?;
+    {
+        let held = pending.read().expect("pending lock");
+        apply(&txn, &held)?;
+        if let Some(extra) = extra {
+            apply(&txn, extra)?;
+        }
+    }
+    {
+        let mut meta = txn.open_table(META).map_err(store)?;
+        meta.insert(WAL_LSN_KEY, lsn).map_err(store)?;
+        if closing {
+            meta.insert(CLOSED_CLEANLY_KEY, 1).map_err(store)?;
+        }
+    }
     txn.commit().map_err(store)?;
     log.checkpointed(lsn);
+    pending.write().expect("pending lock").clear();
     Ok(())
+}
+
+/// Writes an overlay's changes into the tree file, one opening of each table they touch.
+fn apply(txn: &redb::WriteTransaction, overlay: &Overlay) -> Result<(), MetaError> {
+    for table in Table::ALL {
+        let mut changes = overlay.changes_of(table).peekable();
+        if changes.peek().is_none() {
+            continue;
+        }
+        with_table!(table, def => {
+            let mut open = txn.open_table(def).map_err(store)?;
+            for (key, value) in changes {
+                match value {
+                    Some(value) => put_in(&mut open, table, key, value)?,
+                    None => drop(remove_in(&mut open, table, key)?),
+                }
+            }
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+impl RedbStore {
+    /// The database with every pending change checkpointed into the tree file, for tests
+    /// that edit the file directly (as an older or newer build would have left it).
+    fn tree(&self) -> OpenDb<'_> {
+        let db = self.db().expect("an open store");
+        {
+            let opened = db.opened();
+            let _writer = opened.writer.lock().expect("writer lock");
+            let mut log = opened.log.lock().expect("redo log lock");
+            checkpoint(&db, &opened.pending, &mut log, None).expect("a checkpoint");
+        }
+        db
+    }
 }
 
 impl Drop for RedbStore {
@@ -870,7 +1010,8 @@ impl Drop for RedbStore {
         if let Some(opened) = opened {
             if self.health.failure().is_none() {
                 let mut log = opened.log.lock().unwrap_or_else(|p| p.into_inner());
-                if let Err(error) = checkpoint(&opened.db, &mut log) {
+                let closed = checkpoint_closing(&opened.db, &opened.pending, &mut log, None, true);
+                if let Err(error) = closed {
                     tracing::warn!(%error, "meta's store could not checkpoint as it closed");
                 }
             }
@@ -901,7 +1042,7 @@ mod tests {
         };
         store.create_bucket("old", policy, 1).unwrap();
         // A value written by a future build: same shape, version 2.
-        let txn = store.db().unwrap().begin_write().unwrap();
+        let txn = store.tree().begin_write().unwrap();
         {
             let mut buckets = txn.open_table(BUCKETS).unwrap();
             let current = buckets.get("old").unwrap().unwrap().value().to_vec();
@@ -924,7 +1065,7 @@ mod tests {
         assert!(store.get_bucket("old").is_ok());
 
         // A database of a future schema is refused at open.
-        let txn = store.db().unwrap().begin_write().unwrap();
+        let txn = store.tree().begin_write().unwrap();
         txn.open_table(META).unwrap().insert(SCHEMA_VERSION_KEY, 9).unwrap();
         txn.commit().unwrap();
         drop(store);
@@ -945,7 +1086,7 @@ mod tests {
         };
         store.create_bucket("old", policy, 1).unwrap();
         // What a version-1 build left: no transitions table, schema version 1.
-        let txn = store.db().unwrap().begin_write().unwrap();
+        let txn = store.tree().begin_write().unwrap();
         assert!(txn.delete_table(TRANSITIONS).unwrap());
         txn.open_table(META).unwrap().insert(SCHEMA_VERSION_KEY, 1).unwrap();
         txn.commit().unwrap();
@@ -963,7 +1104,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("meta.redb");
         let store = RedbStore::open(&path).unwrap();
-        let txn = store.db().unwrap().begin_write().unwrap();
+        let txn = store.tree().begin_write().unwrap();
         assert!(txn.delete_table(GATEWAY).unwrap());
         txn.open_table(META).unwrap().insert(SCHEMA_VERSION_KEY, 2).unwrap();
         txn.commit().unwrap();
@@ -996,7 +1137,7 @@ mod tests {
                 .unwrap();
         let write = store.begin_object("old", "k", placement, 2).unwrap();
         // What a version-3 build left: the write in `writes` keyed (bucket, key) only.
-        let txn = store.db().unwrap().begin_write().unwrap();
+        let txn = store.tree().begin_write().unwrap();
         {
             let mut pending = txn.open_table(WRITES).unwrap();
             let bytes = pending.remove(("old", "k", write.generation)).unwrap().unwrap();
@@ -1052,7 +1193,7 @@ mod tests {
         let totals = store.object_totals().unwrap();
         assert_eq!((units.len(), totals.objects, totals.bytes), (10, 2, 6 << 20));
         // What a schema-6 build left: no index, no totals.
-        let txn = store.db().unwrap().begin_write().unwrap();
+        let txn = store.tree().begin_write().unwrap();
         assert!(txn.delete_table(PLACED).unwrap());
         {
             let mut meta = txn.open_table(META).unwrap();
@@ -1134,7 +1275,7 @@ mod tests {
             versioning: None,
             object_lock: None,
         };
-        let txn = store.db().unwrap().begin_write().unwrap();
+        let txn = store.tree().begin_write().unwrap();
         txn.open_table(BUCKETS).unwrap().insert("b", encode(&old).as_slice()).unwrap();
         txn.commit().unwrap();
         assert_eq!(store.get_bucket("b"), Ok(old.clone()));
