@@ -24,7 +24,7 @@ pub mod pg_local;
 pub mod pg_store;
 pub mod records;
 mod redb_log;
-mod redb_overlay;
+mod overlay;
 pub mod redb_store;
 pub mod service;
 pub mod store;

@@ -37,6 +37,7 @@ use postgres::error::SqlState;
 use postgres::{Client, IsolationLevel, NoTls, Statement};
 
 use crate::kv::{prefix_end, End, Entry, Key, KvBackend, Table, Txn};
+use crate::overlay::{Found, Layers, Overlay};
 use crate::MetaError;
 
 /// The schema migrations, in order: (version, what it does, its SQL).
@@ -78,8 +79,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The statements of one table, prepared on one connection.
 struct TableStatements {
     get: Statement,
-    put: Statement,
-    remove: Statement,
     /// Ranges by (lower bound inclusive?, with an upper bound?).
     range: [[Statement; 2]; 2],
     count: Statement,
@@ -109,10 +108,6 @@ impl Conn {
             ];
             let statements = TableStatements {
                 get: prepare(format!("SELECT v FROM {t} WHERE k = $1"))?,
-                put: prepare(format!(
-                    "INSERT INTO {t} (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v"
-                ))?,
-                remove: prepare(format!("DELETE FROM {t} WHERE k = $1 RETURNING v"))?,
                 range: ranges,
                 count: prepare(format!("SELECT count(*) FROM {t}"))?,
                 put_many: prepare(format!(
@@ -466,32 +461,151 @@ impl PgStore {
         op: &mut dyn FnMut(&dyn Txn) -> Result<T, MetaError>,
     ) -> Result<T, Attempt> {
         let Conn { client, tables } = conn;
-        let isolation =
-            if read_only { IsolationLevel::RepeatableRead } else { IsolationLevel::Serializable };
-        let txn = client
-            .build_transaction()
-            .isolation_level(isolation)
-            .read_only(read_only)
-            .start()
-            .map_err(|e| Attempt::Failed(classify(&e), self.failed(&e)))?;
-        let pg = PgTxn { store: self, txn: RefCell::new(txn), tables, failure: Cell::new(None) };
+        let begin = match read_only {
+            true => "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY",
+            false => "BEGIN ISOLATION LEVEL SERIALIZABLE",
+        };
+        client.batch_execute(begin).map_err(|e| Attempt::Failed(classify(&e), self.failed(&e)))?;
+        let pg = PgTxn {
+            store: self,
+            client: RefCell::new(client),
+            tables,
+            failure: Cell::new(None),
+            local: (!read_only).then(|| RefCell::new(Overlay::default())),
+            seen: RefCell::new(HashMap::new()),
+        };
         let done = op(&pg);
-        let PgTxn { txn, failure, .. } = pg;
-        let txn = txn.into_inner();
+        let PgTxn { client, failure, local, .. } = pg;
+        let client = client.into_inner();
         if let Some((kind, error)) = failure.into_inner() {
             // Whatever `op` made of it, a failed statement failed the transaction.
-            drop(txn);
-            return Err(Attempt::Failed(kind, error));
+            return Err(self.rolled_back(client, Attempt::Failed(kind, error)));
         }
         match done {
             Ok(done) => {
-                txn.commit().map_err(|e| Attempt::Failed(classify(&e), self.failed(&e)))?;
+                let local = local.map(RefCell::into_inner).unwrap_or_default();
+                self.commit(client, tables, &local)?;
                 Ok(done)
             }
-            // Dropping the transaction rolls it back.
-            Err(error) => Err(Attempt::Refused(error)),
+            Err(error) => Err(self.rolled_back(client, Attempt::Refused(error))),
         }
     }
+
+    /// Rolls the transaction back and returns `outcome`, or the connection's failure if the
+    /// rollback failed (the connection is then not to be used again).
+    fn rolled_back(&self, client: &mut Client, outcome: Attempt) -> Attempt {
+        match client.batch_execute("ROLLBACK") {
+            Ok(()) => outcome,
+            Err(e) => Attempt::Failed(Failure::Lost, self.failed(&e)),
+        }
+    }
+
+    /// Sends the transaction's own changes and its COMMIT: in one round trip (one batch of
+    /// statements with the changes as hex literals) when they are small, else through the
+    /// prepared many-row statements first.
+    fn commit(
+        &self,
+        client: &mut Client,
+        tables: &HashMap<Table, TableStatements>,
+        local: &Overlay,
+    ) -> Result<(), Attempt> {
+        let fail = |client: &mut Client, e: postgres::Error| {
+            // A failed statement of the batch left the transaction open and failed (a failed
+            // COMMIT ended it: the ROLLBACK then only warns).
+            let failed = Attempt::Failed(classify(&e), self.failed(&e));
+            self.rolled_back(client, failed)
+        };
+        let mut sql = String::new();
+        if local.is_empty() || !inline_changes(local, &mut sql) {
+            sql.clear();
+            for table in Table::ALL {
+                let (keys, values, removed) = columns(local, table);
+                let statements = &tables[&table];
+                if !keys.is_empty() {
+                    client
+                        .execute(&statements.put_many, &[&keys, &values])
+                        .map_err(|e| fail(client, e))?;
+                }
+                if !removed.is_empty() {
+                    client
+                        .execute(&statements.remove_many, &[&removed])
+                        .map_err(|e| fail(client, e))?;
+                }
+            }
+        }
+        sql.push_str("COMMIT");
+        client.batch_execute(&sql).map_err(|e| fail(client, e))
+    }
+}
+
+/// The most bytes of changes sent as literals with the COMMIT; more go as parameters.
+const INLINE_CHANGE_BYTES: usize = 64 << 10;
+
+/// Appends to `sql` the statements making `local`'s changes, keys and values as hex
+/// literals (`decode('…', 'hex')`: hex digits only, whatever the bytes or the server's
+/// string settings); false, with `sql` partly written, when they exceed
+/// [`INLINE_CHANGE_BYTES`].
+fn inline_changes(local: &Overlay, sql: &mut String) -> bool {
+    use std::fmt::Write;
+    let hex = |sql: &mut String, bytes: &[u8]| {
+        sql.push_str("decode('");
+        bytes.iter().for_each(|b| write!(sql, "{b:02x}").expect("a String takes writes"));
+        sql.push_str("', 'hex')");
+    };
+    let mut bytes = 0;
+    for table in Table::ALL {
+        let (mut puts, mut removes) = (Vec::new(), Vec::new());
+        for (key, value) in local.changes_of(table) {
+            match value {
+                Some(value) => puts.push((key.encode(), value)),
+                None => removes.push(key.encode()),
+            }
+        }
+        bytes += puts.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        bytes += removes.iter().map(Vec::len).sum::<usize>();
+        if bytes > INLINE_CHANGE_BYTES {
+            return false;
+        }
+        let name = table.name();
+        if !puts.is_empty() {
+            write!(sql, "INSERT INTO weft_{name} (k, v) VALUES ").expect("a String takes writes");
+            for (i, (key, value)) in puts.iter().enumerate() {
+                sql.push_str(if i == 0 { "(" } else { ", (" });
+                hex(sql, key);
+                sql.push_str(", ");
+                hex(sql, value);
+                sql.push(')');
+            }
+            sql.push_str(" ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v; ");
+        }
+        if !removes.is_empty() {
+            write!(sql, "DELETE FROM weft_{name} WHERE k IN (").expect("a String takes writes");
+            for (i, key) in removes.iter().enumerate() {
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                hex(sql, key);
+            }
+            sql.push_str("); ");
+        }
+    }
+    true
+}
+
+/// `local`'s changes of `table` as statement parameters: the keys and values put, and the
+/// keys removed.
+fn columns(local: &Overlay, table: Table) -> (Vec<Vec<u8>>, Vec<&[u8]>, Vec<Vec<u8>>) {
+    let (mut keys, mut values, mut removed) = (Vec::new(), Vec::new(), Vec::new());
+    for (key, value) in local.changes_of(table) {
+        match value {
+            Some(value) => {
+                keys.push(key.encode());
+                values.push(value);
+            }
+            None => removed.push(key.encode()),
+        }
+    }
+    (keys, values, removed)
 }
 
 /// How one attempt of a transaction ended, when not with a commit.
@@ -502,13 +616,19 @@ enum Attempt {
     Failed(Failure, MetaError),
 }
 
-/// One transaction of a [`PgStore`].
+/// One transaction of a [`PgStore`]: its reads go to the server (each key once), its
+/// changes stay here until the commit sends them (`overlay`).
 struct PgTxn<'c> {
     store: &'c PgStore,
-    txn: RefCell<postgres::Transaction<'c>>,
+    client: RefCell<&'c mut Client>,
     tables: &'c HashMap<Table, TableStatements>,
     /// The first statement that failed, if one did.
     failure: Cell<Option<(Failure, MetaError)>>,
+    /// A write transaction's own changes (`None` in a read-only one).
+    local: Option<RefCell<Overlay>>,
+    /// The server's answers so far, by table and encoded key: the snapshot does not change
+    /// under the transaction, and its own changes are in `local`.
+    seen: RefCell<HashMap<(Table, Vec<u8>), Option<Vec<u8>>>>,
 }
 
 impl PgTxn<'_> {
@@ -533,6 +653,41 @@ impl PgTxn<'_> {
             }),
         }
     }
+
+    /// The transaction's own changes, or an error in a read-only one.
+    fn local(&self) -> Result<std::cell::RefMut<'_, Overlay>, MetaError> {
+        match &self.local {
+            Some(local) => Ok(local.borrow_mut()),
+            None => Err(MetaError::Store { reason: "a write in a read-only transaction".into() }),
+        }
+    }
+
+    /// The committed value of `key` in the transaction's snapshot (its own changes aside).
+    fn server_get(&self, table: Table, key: &Key) -> Result<Option<Vec<u8>>, MetaError> {
+        let k = self.check_key(table, key)?;
+        if let Some(seen) = self.seen.borrow().get(&(table, k.clone())) {
+            return Ok(seen.clone());
+        }
+        let rows = self
+            .client
+            .borrow_mut()
+            .query(&self.statements(table).get, &[&k])
+            .map_err(|e| self.fail(e))?;
+        let value: Option<Vec<u8>> = rows.first().map(|row| row.get(0));
+        self.seen.borrow_mut().insert((table, k), value.clone());
+        Ok(value)
+    }
+
+    /// Runs `with` on the transaction's own changes (none in a read-only one).
+    fn layers<T>(&self, with: impl FnOnce(Layers<'_>) -> T) -> T {
+        match &self.local {
+            Some(local) => {
+                let local = local.borrow();
+                with(Layers(&[&*local]))
+            }
+            None => with(Layers(&[])),
+        }
+    }
 }
 
 fn limit_param(limit: usize) -> i64 {
@@ -541,32 +696,40 @@ fn limit_param(limit: usize) -> i64 {
 
 impl Txn for PgTxn<'_> {
     fn get(&self, table: Table, key: &Key) -> Result<Option<Vec<u8>>, MetaError> {
-        let k = self.check_key(table, key)?;
-        let rows = self
-            .txn
-            .borrow_mut()
-            .query(&self.statements(table).get, &[&k])
-            .map_err(|e| self.fail(e))?;
-        Ok(rows.first().map(|row| row.get(0)))
+        let own = self.layers(|layers| match layers.get(table, key) {
+            Found::Below => None,
+            Found::Removed => Some(None),
+            Found::Value(value) => Some(Some(value.to_vec())),
+        });
+        match own {
+            Some(own) => Ok(own),
+            None => self.server_get(table, key),
+        }
     }
 
     fn put(&self, table: Table, key: &Key, value: &[u8]) -> Result<(), MetaError> {
-        let k = self.check_key(table, key)?;
-        self.txn
-            .borrow_mut()
-            .execute(&self.statements(table).put, &[&k, &value])
-            .map_err(|e| self.fail(e))?;
+        self.check_key(table, key)?;
+        self.local()?.set(table, key, Some(value.to_vec()));
         Ok(())
     }
 
     fn remove(&self, table: Table, key: &Key) -> Result<Option<Vec<u8>>, MetaError> {
-        let k = self.check_key(table, key)?;
-        let rows = self
-            .txn
-            .borrow_mut()
-            .query(&self.statements(table).remove, &[&k])
-            .map_err(|e| self.fail(e))?;
-        Ok(rows.first().map(|row| row.get(0)))
+        self.local()?;
+        let old = self.get(table, key)?;
+        if old.is_some() {
+            self.local()?.set(table, key, None);
+        }
+        Ok(old)
+    }
+
+    /// Blind removals (`overlay`): no read of what they remove.
+    fn remove_many(&self, table: Table, keys: &[Key]) -> Result<(), MetaError> {
+        let mut local = self.local()?;
+        for key in keys {
+            self.check_key(table, key)?;
+            local.set(table, key, None);
+        }
+        Ok(())
     }
 
     fn range(
@@ -579,6 +742,38 @@ impl Txn for PgTxn<'_> {
         if limit == 0 {
             return Ok(Vec::new());
         }
+        // Each own change hides at most one committed entry: that many more make up for it.
+        let own = self.layers(|layers| layers.0.iter().map(|l| l.changes_in(table)).sum());
+        let rows = self.server_range(table, lower, end, limit.saturating_add(own))?;
+        if own == 0 {
+            return Ok(rows);
+        }
+        self.layers(|layers| layers.range(table, rows.into_iter().map(Ok), lower, end, limit))
+    }
+
+    fn count(&self, table: Table) -> Result<u64, MetaError> {
+        let row = self
+            .client
+            .borrow_mut()
+            .query_one(&self.statements(table).count, &[])
+            .map_err(|e| self.fail(e))?;
+        let committed = u64::try_from(row.get::<_, i64>(0)).unwrap_or(0);
+        let delta = self.layers(|layers| {
+            layers.count_delta(table, |key| Ok(self.server_get(table, key)?.is_some()))
+        })?;
+        Ok(committed.checked_add_signed(delta).unwrap_or(0))
+    }
+}
+
+impl PgTxn<'_> {
+    /// The committed entries of a range, in the transaction's snapshot.
+    fn server_range(
+        &self,
+        table: Table,
+        lower: Bound<&Key>,
+        end: End<'_>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, MetaError> {
         let (inclusive, from) = match lower {
             Bound::Included(key) => (true, self.check_key(table, key)?),
             Bound::Excluded(key) => (false, self.check_key(table, key)?),
@@ -599,48 +794,6 @@ impl Txn for PgTxn<'_> {
         self.range_rows(table, inclusive, from, upper, limit)
     }
 
-    fn put_many(&self, table: Table, entries: &[Entry]) -> Result<(), MetaError> {
-        if entries.is_empty() {
-            return Ok(());
-        }
-        let mut keys = Vec::with_capacity(entries.len());
-        for (key, _) in entries {
-            keys.push(self.check_key(table, key)?);
-        }
-        let values: Vec<&[u8]> = entries.iter().map(|(_, v)| v.as_slice()).collect();
-        self.txn
-            .borrow_mut()
-            .execute(&self.statements(table).put_many, &[&keys, &values])
-            .map_err(|e| self.fail(e))?;
-        Ok(())
-    }
-
-    fn remove_many(&self, table: Table, keys: &[Key]) -> Result<(), MetaError> {
-        if keys.is_empty() {
-            return Ok(());
-        }
-        let mut encoded = Vec::with_capacity(keys.len());
-        for key in keys {
-            encoded.push(self.check_key(table, key)?);
-        }
-        self.txn
-            .borrow_mut()
-            .execute(&self.statements(table).remove_many, &[&encoded])
-            .map_err(|e| self.fail(e))?;
-        Ok(())
-    }
-
-    fn count(&self, table: Table) -> Result<u64, MetaError> {
-        let row = self
-            .txn
-            .borrow_mut()
-            .query_one(&self.statements(table).count, &[])
-            .map_err(|e| self.fail(e))?;
-        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
-    }
-}
-
-impl PgTxn<'_> {
     fn range_rows(
         &self,
         table: Table,
@@ -652,8 +805,8 @@ impl PgTxn<'_> {
         let statements = &self.statements(table).range[usize::from(inclusive)];
         let limit = limit_param(limit);
         let rows = match &upper {
-            Some(upper) => self.txn.borrow_mut().query(&statements[1], &[&from, &limit, upper]),
-            None => self.txn.borrow_mut().query(&statements[0], &[&from, &limit]),
+            Some(upper) => self.client.borrow_mut().query(&statements[1], &[&from, &limit, upper]),
+            None => self.client.borrow_mut().query(&statements[0], &[&from, &limit]),
         }
         .map_err(|e| self.fail(e))?;
         rows.iter()

@@ -9,7 +9,7 @@
 //! - A write is acknowledged only after its record is written and fdatasynced; a deferred
 //!   write (a begin: `KvBackend::write_deferred`) after its record is written, the next
 //!   synced record's fdatasync carrying it to disk. Records reach the tree file at the next
-//!   checkpoint (`redb_overlay`); a checkpoint writes its last LSN as `wal_lsn`, so the tree
+//!   checkpoint (`overlay`); a checkpoint writes its last LSN as `wal_lsn`, so the tree
 //!   file says exactly which records it holds.
 //! - A checkpoint is a durable redb commit: everything up to `wal_lsn` is then in the tree
 //!   file, and the log starts again at offset 0 (with the next LSN). So the records that may

@@ -6,7 +6,7 @@
 //!   all. Write transactions run one at a time (the store's writer lock).
 //! - A write transaction's changes are one record of the redo log (`<file>.log`, see
 //!   `redb_log`), fdatasynced before the write returns `Ok` (a deferred write, a begin: by
-//!   the next synced record); then they join the pending overlay (`redb_overlay`), where
+//!   the next synced record); then they join the pending overlay (`overlay`), where
 //!   reads see them. A checkpoint (every 128 records or 2 MiB of them, and at a clean close)
 //!   writes the overlay into the tree file in one durable redb commit, with `meta.wal_lsn`
 //!   naming the last record it holds, and empties log and overlay. A transaction too large
@@ -46,7 +46,7 @@ use redb::{
 use crate::kv::{self, End, Entry, Key, KvBackend, Table, Txn, SCHEMA_VERSION_KEY};
 use crate::records::{decode, StoredObject, FORMAT_VERSION};
 use crate::redb_log::{self, RedoLog};
-use crate::redb_overlay::{Found, Layers, Overlay};
+use crate::overlay::{Found, Layers, Overlay};
 use crate::MetaError;
 
 pub(crate) const BUCKETS: TableDefinition<&str, &[u8]> = TableDefinition::new("buckets");
@@ -721,13 +721,23 @@ fn check_in<K: KeyOf, V: ValueOf>(
     Ok(())
 }
 
+/// Whether `key` has the shape of `table`'s keys, as a store error if not.
+fn typed_key_of(table: Table, key: &Key) -> Result<(), MetaError> {
+    match key.fits(table) {
+        true => Ok(()),
+        false => Err(MetaError::Store {
+            reason: format!("a key of the wrong shape for table {}: {key:?}", table.name()),
+        }),
+    }
+}
+
 /// One transaction of a [`RedbStore`].
 enum RedbTxn<'a> {
     /// Straight into the tree file: the replay of the redo log at open.
     Direct(Box<redb::WriteTransaction>),
     /// A snapshot of the tree file under the pending overlay (the changes logged since the
     /// last checkpoint) and, in a write transaction, the transaction's own changes (`local`)
-    /// above it (`redb_overlay`).
+    /// above it (`overlay`).
     View { base: redb::ReadTransaction, pending: &'a Overlay, local: Option<RefCell<Overlay>> },
 }
 
@@ -790,6 +800,19 @@ impl Txn for RedbTxn<'_> {
             self.local()?.set(table, key, None);
         }
         Ok(old)
+    }
+
+    /// Blind removals (`overlay`): no read of what they remove.
+    fn remove_many(&self, table: Table, keys: &[Key]) -> Result<(), MetaError> {
+        if let RedbTxn::Direct(_) = self {
+            return keys.iter().try_for_each(|key| self.remove(table, key).map(drop));
+        }
+        let mut local = self.local()?;
+        for key in keys {
+            typed_key_of(table, key)?;
+            local.set(table, key, None);
+        }
+        Ok(())
     }
 
     fn range(

@@ -1,24 +1,29 @@
-//! Changes kept in memory above [`crate::RedbStore`]'s tree file: the changes logged in the
-//! redo log since the last checkpoint (the store's *pending* overlay), and a write
-//! transaction's own changes until it ends (its *local* overlay).
+//! Changes kept in memory above a backend's committed state.
 //!
-//! Why: a redb commit, even without its fsync, costs some 200 µs of page copying and
-//! allocator bookkeeping, whatever it holds; hundreds of transactions applied in one commit
-//! cost ~50 µs each. So a write is durable once its redo record is (`redb_log`), visible once
-//! its changes join the pending overlay, and reaches the tree file with many others at the
-//! next checkpoint.
+//! - redb ([`crate::RedbStore`]): the changes logged in the redo log since the last
+//!   checkpoint (the store's *pending* overlay), above the tree file, and a write
+//!   transaction's own changes (its *local* overlay) above those. A redb commit, even
+//!   without its fsync, costs some 200 µs of page copying and allocator bookkeeping whatever
+//!   it holds, while hundreds of transactions applied in one commit cost ~50 µs each: so a
+//!   write is durable once its redo record is (`redb_log`), visible once its changes join the
+//!   pending overlay, and reaches the tree file with many others at the next checkpoint.
+//! - PostgreSQL ([`crate::PgStore`]): a write transaction's own changes, sent to the server
+//!   together with its COMMIT (one round trip instead of one per change).
 //!
 //! Invariants:
 //! - An overlay maps each (table, key) it holds to the key's newest value, or to its removal;
 //!   a key it does not hold is whatever the layer below says. A view is a stack of layers,
 //!   newest first, over a snapshot of the tree file: a read answers from the first layer that
 //!   holds the key.
-//! - The pending overlay holds exactly the changes of the redo log's records since the last
-//!   checkpoint, applied in order: the tree file plus the pending overlay is the store's
+//! - redb's pending overlay holds exactly the changes of the redo log's records since the
+//!   last checkpoint, applied in order: the tree file plus the pending overlay is the store's
 //!   state, and a reopen (tree file plus replayed log) rebuilds the same state.
+//! - A removal may be *blind* (`remove_many`: the key may not exist below); it then changes
+//!   nothing, in a read, a count or when applied.
 //! - Keys of one table are ordered by their [`Key::encode`] bytes, as redb orders its typed
-//!   keys (`kv`'s invariant), so a range merged from the layers and the tree file is in the
-//!   order of the keys; a range is merged lazily and reads no further than its limit needs.
+//!   keys (`kv`'s invariant), so a range merged from the layers and the committed entries is
+//!   in the order of the keys; a range is merged lazily and reads no further than its limit
+//!   needs.
 
 use std::collections::BTreeMap;
 use std::iter::Peekable;
@@ -91,6 +96,11 @@ impl Overlay {
             }
         }
         changes
+    }
+
+    /// How many changes of `table` it holds.
+    pub(crate) fn changes_in(&self, table: Table) -> usize {
+        self.tables[table.index()].len()
     }
 
     /// Each change of `table`, in key order: the key and its value (`None`: removed).
@@ -169,7 +179,8 @@ impl<'a> Layers<'a> {
     }
 
     /// Entries of `table` from `lower` up to `end`, at most `limit`, in key order: the
-    /// layers over `base` (the tree file's entries of the same range, in key order).
+    /// layers over `base` (the committed entries from `lower` on, in key order; at least
+    /// `limit` plus the layers' changes of `table` of them, or all there are).
     pub(crate) fn range(
         &self,
         table: Table,
