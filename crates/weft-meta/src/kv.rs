@@ -369,6 +369,13 @@ pub trait Txn {
     ) -> Result<Vec<Entry>, MetaError>;
     /// The number of entries of `table`.
     fn count(&self, table: Table) -> Result<u64, MetaError>;
+    /// A hint: the transaction is about to read these keys. A backend with a round trip per
+    /// read (PostgreSQL) may fetch them all in one; the reads then answer from it. Changes
+    /// nothing; by default, nothing.
+    fn prefetch(&self, keys: &[(Table, Key)]) -> Result<(), MetaError> {
+        let _ = keys;
+        Ok(())
+    }
     /// Inserts or replaces every entry (a backend may do it in one statement).
     fn put_many(&self, table: Table, entries: &[Entry]) -> Result<(), MetaError> {
         entries.iter().try_for_each(|(key, value)| self.put(table, key, value))
@@ -563,6 +570,12 @@ fn placed_entries(record: &ObjectRecord) -> Vec<Entry> {
         .collect()
 }
 
+/// The keys of `meta` holding the object count and bytes of (bucket, key)'s totals shard.
+fn total_keys(bucket: &str, key: &str) -> [Key; 2] {
+    let shard = total_shard(bucket, key);
+    [OBJECT_COUNT_KEY, OBJECT_BYTES_KEY].map(|total| Key::name(&shard_name(total, shard)))
+}
+
 /// Adds `delta` (objects, bytes) to the object totals, in the shard of (bucket, key).
 fn count_objects(
     tx: &dyn Txn,
@@ -577,6 +590,7 @@ fn count_objects(
     let shard = total_shard(bucket, key);
     let (count_name, bytes_name) =
         (shard_name(OBJECT_COUNT_KEY, shard), shard_name(OBJECT_BYTES_KEY, shard));
+    debug_assert_eq!(total_keys(bucket, key), [Key::name(&count_name), Key::name(&bytes_name)]);
     // A shard may go below zero (a key counted in one shard is never in another, so the sum
     // never does): it is kept as a two's-complement u64, and sums wrap back.
     let count = read_number(tx, &count_name)?.wrapping_add_signed(objects);
@@ -1205,6 +1219,10 @@ impl<B: KvBackend> MetaStore for B {
     ) -> Result<ObjectRecord, MetaError> {
         check_new_object(bucket, key, &placement)?;
         self.write_deferred(&mut |tx| {
+            tx.prefetch(&[
+                (Table::Buckets, Key::name(bucket)),
+                (Table::Meta, Key::name(NEXT_GENERATION_KEY)),
+            ])?;
             if tx.get(Table::Buckets, &Key::name(bucket))?.is_none() {
                 return Err(MetaError::NoSuchBucket { bucket: bucket.into() });
             }
@@ -1241,7 +1259,17 @@ impl<B: KvBackend> MetaStore for B {
     ) -> Result<(ObjectRecord, Option<ObjectRecord>), MetaError> {
         check_attributes(terms.attributes.as_ref(), bucket, key)?;
         let name = Key::write(bucket, key, generation);
+        let [count_key, bytes_key] = total_keys(bucket, key);
         self.write(&mut |tx| {
+            // What a commit reads (the object it replaces, its transition, the totals).
+            tx.prefetch(&[
+                (Table::Writes, name.clone()),
+                (Table::Buckets, Key::name(bucket)),
+                (Table::Objects, Key::pair(bucket, key)),
+                (Table::Transitions, Key::pair(bucket, key)),
+                (Table::Meta, count_key.clone()),
+                (Table::Meta, bytes_key.clone()),
+            ])?;
             let write = match tx.get(Table::Writes, &name)? {
                 Some(bytes) => decode_object(bucket, key, &bytes)?,
                 None => {

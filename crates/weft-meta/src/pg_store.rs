@@ -87,10 +87,29 @@ struct TableStatements {
     remove_many: Statement,
 }
 
+/// Reads keys of every table in one statement: parameter `$i` the keys of the table at
+/// place `i - 1` of [`Table::ALL`]; rows (table's place, key, value).
+fn prefetch_sql() -> String {
+    let parts: Vec<String> = Table::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, table)| {
+            format!(
+                "SELECT {i}::INT4, k, v FROM weft_{} WHERE k = ANY(${}::BYTEA[])",
+                table.name(),
+                i + 1
+            )
+        })
+        .collect();
+    parts.join(" UNION ALL ")
+}
+
 /// One pooled connection with its prepared statements.
 struct Conn {
     client: Client,
     tables: HashMap<Table, TableStatements>,
+    /// [`prefetch_sql`].
+    prefetch: Statement,
 }
 
 impl Conn {
@@ -118,7 +137,8 @@ impl Conn {
             };
             tables.insert(table, statements);
         }
-        Ok(Conn { client, tables })
+        let prefetch = client.prepare(&prefetch_sql())?;
+        Ok(Conn { client, tables, prefetch })
     }
 }
 
@@ -460,7 +480,7 @@ impl PgStore {
         read_only: bool,
         op: &mut dyn FnMut(&dyn Txn) -> Result<T, MetaError>,
     ) -> Result<T, Attempt> {
-        let Conn { client, tables } = conn;
+        let Conn { client, tables, prefetch } = conn;
         let begin = match read_only {
             true => "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY",
             false => "BEGIN ISOLATION LEVEL SERIALIZABLE",
@@ -470,6 +490,7 @@ impl PgStore {
             store: self,
             client: RefCell::new(client),
             tables,
+            prefetch,
             failure: Cell::new(None),
             local: (!read_only).then(|| RefCell::new(Overlay::default())),
             seen: RefCell::new(HashMap::new()),
@@ -622,6 +643,7 @@ struct PgTxn<'c> {
     store: &'c PgStore,
     client: RefCell<&'c mut Client>,
     tables: &'c HashMap<Table, TableStatements>,
+    prefetch: &'c Statement,
     /// The first statement that failed, if one did.
     failure: Cell<Option<(Failure, MetaError)>>,
     /// A write transaction's own changes (`None` in a read-only one).
@@ -720,6 +742,43 @@ impl Txn for PgTxn<'_> {
             self.local()?.set(table, key, None);
         }
         Ok(old)
+    }
+
+    /// The keys not read yet, in one statement; their answers go where reads look first.
+    fn prefetch(&self, keys: &[(Table, Key)]) -> Result<(), MetaError> {
+        let mut wanted: Vec<Vec<Vec<u8>>> = vec![Vec::new(); Table::ALL.len()];
+        {
+            let seen = self.seen.borrow();
+            for (table, key) in keys {
+                let k = self.check_key(*table, key)?;
+                if !seen.contains_key(&(*table, k.clone())) {
+                    wanted[table.index()].push(k);
+                }
+            }
+        }
+        if wanted.iter().all(Vec::is_empty) {
+            return Ok(());
+        }
+        let params: Vec<&(dyn postgres::types::ToSql + Sync)> =
+            wanted.iter().map(|keys| keys as &(dyn postgres::types::ToSql + Sync)).collect();
+        let rows =
+            self.client.borrow_mut().query(self.prefetch, &params).map_err(|e| self.fail(e))?;
+        let mut seen = self.seen.borrow_mut();
+        // Asked and not found: absent.
+        for (table, keys) in Table::ALL.iter().zip(&wanted) {
+            for k in keys {
+                seen.insert((*table, k.clone()), None);
+            }
+        }
+        for row in rows {
+            let place: i32 = row.get(0);
+            let table = usize::try_from(place).ok().and_then(|i| Table::ALL.get(i).copied());
+            let table = table.ok_or_else(|| MetaError::Store {
+                reason: format!("PostgreSQL answered a prefetch with table {place}"),
+            })?;
+            seen.insert((table, row.get(1)), Some(row.get(2)));
+        }
+        Ok(())
     }
 
     /// Blind removals (`overlay`): no read of what they remove.

@@ -7,7 +7,7 @@
 //! - A write transaction's changes are one record of the redo log (`<file>.log`, see
 //!   `redb_log`), fdatasynced before the write returns `Ok` (a deferred write, a begin: by
 //!   the next synced record); then they join the pending overlay (`overlay`), where
-//!   reads see them. A checkpoint (every 128 records or 2 MiB of them, and at a clean close)
+//!   reads see them. A checkpoint (every 1024 records or 2 MiB of them, and at a clean close)
 //!   writes the overlay into the tree file in one durable redb commit, with `meta.wal_lsn`
 //!   naming the last record it holds, and empties log and overlay. A transaction too large
 //!   for the log goes into the tree file with a checkpoint instead. Open replays the records
@@ -329,12 +329,12 @@ const WAL_LSN_KEY: &str = "wal_lsn";
 /// many logged commits, or this many bytes of records: redb frees the pages that commits
 /// without its fsync replaced only at its next durable commit, so the tree file grows until
 /// then.
-const CHECKPOINT_COMMITS: u64 = 128;
+const CHECKPOINT_COMMITS: u64 = 1024;
 const CHECKPOINT_BYTES: u64 = 2 << 20;
 /// How far the generation counter moves at every open after the first: past any generation
 /// a crash may have lost with a deferred begin (one per record, at most
 /// [`CHECKPOINT_COMMITS`] records between checkpoints).
-const LOST_GENERATIONS: u64 = 1024;
+const LOST_GENERATIONS: u64 = 4096;
 const _: () = assert!(LOST_GENERATIONS > CHECKPOINT_COMMITS);
 /// The key of `meta` that is 1 while the file is closed cleanly (its last opening's final
 /// checkpoint holds everything it acknowledged or began), 0 while it is open.
