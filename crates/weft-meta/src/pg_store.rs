@@ -87,18 +87,15 @@ struct TableStatements {
     remove_many: Statement,
 }
 
-/// Reads keys of every table in one statement: parameter `$i` the keys of the table at
-/// place `i - 1` of [`Table::ALL`]; rows (table's place, key, value).
-fn prefetch_sql() -> String {
-    let parts: Vec<String> = Table::ALL
+/// Reads one key of each of `tables` in one statement, parameter `$i` the key of
+/// `tables[i - 1]`: rows (i - 1, value) for the keys found. Each part is a primary-key
+/// lookup by equality, a plan that stays an index lookup whatever the table's size.
+fn prefetch_sql(tables: &[Table]) -> String {
+    let parts: Vec<String> = tables
         .iter()
         .enumerate()
         .map(|(i, table)| {
-            format!(
-                "SELECT {i}::INT4, k, v FROM weft_{} WHERE k = ANY(${}::BYTEA[])",
-                table.name(),
-                i + 1
-            )
+            format!("SELECT {i}::INT4, v FROM weft_{} WHERE k = ${}", table.name(), i + 1)
         })
         .collect();
     parts.join(" UNION ALL ")
@@ -108,8 +105,8 @@ fn prefetch_sql() -> String {
 struct Conn {
     client: Client,
     tables: HashMap<Table, TableStatements>,
-    /// [`prefetch_sql`].
-    prefetch: Statement,
+    /// [`prefetch_sql`] of each list of tables asked so far.
+    prefetch: RefCell<HashMap<Vec<Table>, Statement>>,
 }
 
 impl Conn {
@@ -137,8 +134,7 @@ impl Conn {
             };
             tables.insert(table, statements);
         }
-        let prefetch = client.prepare(&prefetch_sql())?;
-        Ok(Conn { client, tables, prefetch })
+        Ok(Conn { client, tables, prefetch: RefCell::new(HashMap::new()) })
     }
 }
 
@@ -485,19 +481,21 @@ impl PgStore {
             true => "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY",
             false => "BEGIN ISOLATION LEVEL SERIALIZABLE",
         };
-        client.batch_execute(begin).map_err(|e| Attempt::Failed(classify(&e), self.failed(&e)))?;
+        // BEGIN goes with the transaction's first statement (`PgTxn::begun`).
         let pg = PgTxn {
             store: self,
             client: RefCell::new(client),
             tables,
             prefetch,
+            begin,
+            begun: Cell::new(false),
             failure: Cell::new(None),
             local: (!read_only).then(|| RefCell::new(Overlay::default())),
             seen: RefCell::new(HashMap::new()),
         };
         let done = op(&pg);
-        let PgTxn { client, failure, local, .. } = pg;
-        let client = client.into_inner();
+        let PgTxn { client, failure, local, begun, .. } = pg;
+        let (client, begun) = (client.into_inner(), begun.get());
         if let Some((kind, error)) = failure.into_inner() {
             // Whatever `op` made of it, a failed statement failed the transaction.
             return Err(self.rolled_back(client, Attempt::Failed(kind, error)));
@@ -505,9 +503,10 @@ impl PgStore {
         match done {
             Ok(done) => {
                 let local = local.map(RefCell::into_inner).unwrap_or_default();
-                self.commit(client, tables, &local)?;
+                self.commit(client, tables, &local, (!begun).then_some(begin))?;
                 Ok(done)
             }
+            Err(error) if !begun => Err(Attempt::Refused(error)),
             Err(error) => Err(self.rolled_back(client, Attempt::Refused(error))),
         }
     }
@@ -524,21 +523,32 @@ impl PgStore {
     /// Sends the transaction's own changes and its COMMIT: in one round trip (one batch of
     /// statements with the changes as hex literals) when they are small, else through the
     /// prepared many-row statements first.
+    /// `begin`: the transaction's BEGIN, when no statement has sent it yet (a transaction
+    /// that read nothing and changed nothing then costs no round trip at all).
     fn commit(
         &self,
         client: &mut Client,
         tables: &HashMap<Table, TableStatements>,
         local: &Overlay,
+        begin: Option<&str>,
     ) -> Result<(), Attempt> {
+        if begin.is_some() && local.is_empty() {
+            return Ok(());
+        }
         let fail = |client: &mut Client, e: postgres::Error| {
             // A failed statement of the batch left the transaction open and failed (a failed
             // COMMIT ended it: the ROLLBACK then only warns).
             let failed = Attempt::Failed(classify(&e), self.failed(&e));
             self.rolled_back(client, failed)
         };
-        let mut sql = String::new();
+        let mut sql = begin.map(|begin| format!("{begin}; ")).unwrap_or_default();
+        let start = sql.len();
         if local.is_empty() || !inline_changes(local, &mut sql) {
-            sql.clear();
+            sql.truncate(start);
+            if let Some(begin) = begin {
+                client.batch_execute(begin).map_err(|e| fail(client, e))?;
+                sql.clear();
+            }
             for table in Table::ALL {
                 let (keys, values, removed) = columns(local, table);
                 let statements = &tables[&table];
@@ -559,6 +569,26 @@ impl PgStore {
     }
 }
 
+/// Appends `bytes` as a bytea literal made of hex digits only (`decode('…', 'hex')`),
+/// whatever the bytes or the server's string settings.
+fn hex_literal(sql: &mut String, bytes: &[u8]) {
+    use std::fmt::Write;
+    sql.push_str("decode('");
+    bytes.iter().for_each(|b| write!(sql, "{b:02x}").expect("a String takes writes"));
+    sql.push_str("', 'hex')");
+}
+
+/// The bytes of a hex string (as `encode(…, 'hex')` answers).
+fn from_hex(text: &str) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 /// The most bytes of changes sent as literals with the COMMIT; more go as parameters.
 const INLINE_CHANGE_BYTES: usize = 64 << 10;
 
@@ -568,11 +598,7 @@ const INLINE_CHANGE_BYTES: usize = 64 << 10;
 /// [`INLINE_CHANGE_BYTES`].
 fn inline_changes(local: &Overlay, sql: &mut String) -> bool {
     use std::fmt::Write;
-    let hex = |sql: &mut String, bytes: &[u8]| {
-        sql.push_str("decode('");
-        bytes.iter().for_each(|b| write!(sql, "{b:02x}").expect("a String takes writes"));
-        sql.push_str("', 'hex')");
-    };
+    let hex = hex_literal;
     let mut bytes = 0;
     for table in Table::ALL {
         let (mut puts, mut removes) = (Vec::new(), Vec::new());
@@ -643,7 +669,12 @@ struct PgTxn<'c> {
     store: &'c PgStore,
     client: RefCell<&'c mut Client>,
     tables: &'c HashMap<Table, TableStatements>,
-    prefetch: &'c Statement,
+    prefetch: &'c RefCell<HashMap<Vec<Table>, Statement>>,
+    /// The transaction's BEGIN statement.
+    begin: &'static str,
+    /// Whether BEGIN was sent: with the first statement ([`PgTxn::begun`]), or with the
+    /// changes and COMMIT when the transaction read nothing.
+    begun: Cell<bool>,
     /// The first statement that failed, if one did.
     failure: Cell<Option<(Failure, MetaError)>>,
     /// A write transaction's own changes (`None` in a read-only one).
@@ -676,6 +707,43 @@ impl PgTxn<'_> {
         }
     }
 
+    /// The transaction's first statement: BEGIN and the reads of `wanted` in one round trip
+    /// (one batch of statements, keys as hex literals); the answers go to `seen`.
+    fn begin_with(&self, wanted: &[(Table, Vec<u8>)]) -> Result<(), MetaError> {
+        let mut sql = format!("{}; ", self.begin);
+        for (i, (table, k)) in wanted.iter().enumerate() {
+            if i > 0 {
+                sql.push_str(" UNION ALL ");
+            }
+            sql.push_str(&format!("SELECT {i}, encode(v, 'hex') FROM weft_{} WHERE k = ", table.name()));
+            hex_literal(&mut sql, k);
+        }
+        // Whatever happens now, a ROLLBACK ends what may have begun.
+        self.begun.set(true);
+        let messages = self.client.borrow_mut().simple_query(&sql).map_err(|e| self.fail(e))?;
+        let mut found: Vec<Option<Vec<u8>>> = vec![None; wanted.len()];
+        let odd = |what: &str| MetaError::Store {
+            reason: format!("PostgreSQL answered a read with {what}"),
+        };
+        for message in messages {
+            if let postgres::SimpleQueryMessage::Row(row) = message {
+                let at: usize = row.get(0).and_then(|at| at.parse().ok()).ok_or_else(|| odd("no row number"))?;
+                let value = row.get(1).and_then(from_hex).ok_or_else(|| odd("a value not in hex"))?;
+                *found.get_mut(at).ok_or_else(|| odd("a row number out of range"))? = Some(value);
+            }
+        }
+        self.seen.borrow_mut().extend(wanted.iter().cloned().zip(found));
+        Ok(())
+    }
+
+    /// Sends BEGIN unless it was sent (before any statement but a prefetch, which carries it).
+    fn begun(&self) -> Result<(), MetaError> {
+        if !self.begun.replace(true) {
+            self.client.borrow_mut().batch_execute(self.begin).map_err(|e| self.fail(e))?;
+        }
+        Ok(())
+    }
+
     /// The transaction's own changes, or an error in a read-only one.
     fn local(&self) -> Result<std::cell::RefMut<'_, Overlay>, MetaError> {
         match &self.local {
@@ -690,6 +758,7 @@ impl PgTxn<'_> {
         if let Some(seen) = self.seen.borrow().get(&(table, k.clone())) {
             return Ok(seen.clone());
         }
+        self.begun()?;
         let rows = self
             .client
             .borrow_mut()
@@ -746,38 +815,49 @@ impl Txn for PgTxn<'_> {
 
     /// The keys not read yet, in one statement; their answers go where reads look first.
     fn prefetch(&self, keys: &[(Table, Key)]) -> Result<(), MetaError> {
-        let mut wanted: Vec<Vec<Vec<u8>>> = vec![Vec::new(); Table::ALL.len()];
+        let mut wanted: Vec<(Table, Vec<u8>)> = Vec::new();
         {
             let seen = self.seen.borrow();
             for (table, key) in keys {
                 let k = self.check_key(*table, key)?;
-                if !seen.contains_key(&(*table, k.clone())) {
-                    wanted[table.index()].push(k);
+                let asked = (*table, k);
+                if !seen.contains_key(&asked) && !wanted.contains(&asked) {
+                    wanted.push(asked);
                 }
             }
         }
-        if wanted.iter().all(Vec::is_empty) {
-            return Ok(());
+        if !self.begun.get() && !wanted.is_empty() {
+            return self.begin_with(&wanted);
         }
-        let params: Vec<&(dyn postgres::types::ToSql + Sync)> =
-            wanted.iter().map(|keys| keys as &(dyn postgres::types::ToSql + Sync)).collect();
-        let rows =
-            self.client.borrow_mut().query(self.prefetch, &params).map_err(|e| self.fail(e))?;
-        let mut seen = self.seen.borrow_mut();
-        // Asked and not found: absent.
-        for (table, keys) in Table::ALL.iter().zip(&wanted) {
-            for k in keys {
-                seen.insert((*table, k.clone()), None);
+        if wanted.len() < 2 {
+            return Ok(()); // One key is one round trip either way.
+        }
+        let tables: Vec<Table> = wanted.iter().map(|(table, _)| *table).collect();
+        let statement = self.prefetch.borrow().get(&tables).cloned();
+        let statement = match statement {
+            Some(statement) => statement,
+            None => {
+                let sql = prefetch_sql(&tables);
+                let prepared =
+                    self.client.borrow_mut().prepare(&sql).map_err(|e| self.fail(e))?;
+                self.prefetch.borrow_mut().insert(tables, prepared.clone());
+                prepared
             }
-        }
+        };
+        let params: Vec<&(dyn postgres::types::ToSql + Sync)> =
+            wanted.iter().map(|(_, k)| k as &(dyn postgres::types::ToSql + Sync)).collect();
+        let rows =
+            self.client.borrow_mut().query(&statement, &params).map_err(|e| self.fail(e))?;
+        let mut found: Vec<Option<Vec<u8>>> = vec![None; wanted.len()];
         for row in rows {
-            let place: i32 = row.get(0);
-            let table = usize::try_from(place).ok().and_then(|i| Table::ALL.get(i).copied());
-            let table = table.ok_or_else(|| MetaError::Store {
-                reason: format!("PostgreSQL answered a prefetch with table {place}"),
+            let at: i32 = row.get(0);
+            let slot = usize::try_from(at).ok().and_then(|i| found.get_mut(i));
+            let slot = slot.ok_or_else(|| MetaError::Store {
+                reason: format!("PostgreSQL answered a prefetch with row {at}"),
             })?;
-            seen.insert((table, row.get(1)), Some(row.get(2)));
+            *slot = Some(row.get(1));
         }
+        self.seen.borrow_mut().extend(wanted.into_iter().zip(found));
         Ok(())
     }
 
@@ -811,6 +891,7 @@ impl Txn for PgTxn<'_> {
     }
 
     fn count(&self, table: Table) -> Result<u64, MetaError> {
+        self.begun()?;
         let row = self
             .client
             .borrow_mut()
@@ -861,6 +942,7 @@ impl PgTxn<'_> {
         upper: Option<Vec<u8>>,
         limit: usize,
     ) -> Result<Vec<Entry>, MetaError> {
+        self.begun()?;
         let statements = &self.statements(table).range[usize::from(inclusive)];
         let limit = limit_param(limit);
         let rows = match &upper {
@@ -896,6 +978,19 @@ impl KvBackend for PgStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_literals_carry_any_bytes_and_read_back() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        let mut sql = String::new();
+        hex_literal(&mut sql, &bytes);
+        let digits = sql.strip_prefix("decode('").unwrap().strip_suffix("', 'hex')").unwrap();
+        assert!(digits.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(from_hex(digits).unwrap(), bytes);
+        assert_eq!(from_hex("0"), None);
+        assert_eq!(from_hex("zz"), None);
+        assert_eq!(from_hex(""), Some(Vec::new()));
+    }
 
     #[test]
     fn passwords_never_show() {
