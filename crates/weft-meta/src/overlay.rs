@@ -124,6 +124,9 @@ impl Overlay {
     }
 }
 
+/// One layer's changes of a table, in key order.
+type LayerChanges<'a> = Peekable<Box<dyn Iterator<Item = (&'a [u8], &'a Slot)> + 'a>>;
+
 /// A stack of overlays, newest first.
 #[derive(Clone, Copy)]
 pub(crate) struct Layers<'a>(pub(crate) &'a [&'a Overlay]);
@@ -150,7 +153,7 @@ impl<'a> Layers<'a> {
         table: Table,
         lower: &'a Bound<Vec<u8>>,
     ) -> impl Iterator<Item = (&'a [u8], &'a Slot)> + 'a {
-        let mut heads: Vec<Peekable<Box<dyn Iterator<Item = (&'a [u8], &'a Slot)> + 'a>>> = self
+        let mut heads: Vec<LayerChanges<'a>> = self
             .0
             .iter()
             .map(|layer| {
@@ -310,9 +313,8 @@ mod tests {
         let layers = [&local, &pending];
         let layers = Layers(&layers);
         let tree = [("a", "tree"), ("b", "tree"), ("d", "tree"), ("f", "tree")];
-        let all = layers
-            .range(Table::Buckets, base(&tree), Bound::Unbounded, End::Open, 100)
-            .unwrap();
+        let all =
+            layers.range(Table::Buckets, base(&tree), Bound::Unbounded, End::Open, 100).unwrap();
         assert_eq!(names(&all), ["a=tree", "c=local", "e=local", "f=tree"]);
         // Limits and bounds cut the merged order, not each source's.
         let two = layers
@@ -345,8 +347,10 @@ mod tests {
         newer.set(Table::Nodes, &Key::Node(2), None);
         newer.set(Table::Nodes, &Key::Node(3), Some(vec![3]));
         pending.absorb(newer);
-        let held: Vec<_> =
-            pending.changes_of(Table::Nodes).map(|(k, v)| (k.clone(), v.map(<[u8]>::to_vec))).collect();
+        let held: Vec<_> = pending
+            .changes_of(Table::Nodes)
+            .map(|(k, v)| (k.clone(), v.map(<[u8]>::to_vec)))
+            .collect();
         assert_eq!(
             held,
             [(Key::Node(1), Some(vec![1])), (Key::Node(2), None), (Key::Node(3), Some(vec![3]))]

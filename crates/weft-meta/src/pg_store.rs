@@ -581,13 +581,10 @@ fn hex_literal(sql: &mut String, bytes: &[u8]) {
 /// The bytes of a hex string (as `encode(…, 'hex')` answers).
 #[cfg(test)]
 fn from_hex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
 }
 
 /// The most bytes of changes sent as literals with the COMMIT; more go as parameters.
@@ -640,9 +637,12 @@ fn inline_changes(local: &Overlay, sql: &mut String) -> bool {
     true
 }
 
+/// Keys put, their values, and keys removed.
+type Columns<'a> = (Vec<Vec<u8>>, Vec<&'a [u8]>, Vec<Vec<u8>>);
+
 /// `local`'s changes of `table` as statement parameters: the keys and values put, and the
 /// keys removed.
-fn columns(local: &Overlay, table: Table) -> (Vec<Vec<u8>>, Vec<&[u8]>, Vec<Vec<u8>>) {
+fn columns(local: &Overlay, table: Table) -> Columns<'_> {
     let (mut keys, mut values, mut removed) = (Vec::new(), Vec::new(), Vec::new());
     for (key, value) in local.changes_of(table) {
         match value {
@@ -664,6 +664,9 @@ enum Attempt {
     Failed(Failure, MetaError),
 }
 
+/// The server's answer for one key: its value, or absent.
+type Seen = Option<Vec<u8>>;
+
 /// One transaction of a [`PgStore`]: its reads go to the server (each key once), its
 /// changes stay here until the commit sends them (`overlay`).
 struct PgTxn<'c> {
@@ -684,7 +687,7 @@ struct PgTxn<'c> {
     local: Option<RefCell<Overlay>>,
     /// The server's answers so far, by table and encoded key: the snapshot does not change
     /// under the transaction, and its own changes are in `local`.
-    seen: RefCell<HashMap<(Table, Vec<u8>), Option<Vec<u8>>>>,
+    seen: RefCell<HashMap<(Table, Vec<u8>), Seen>>,
 }
 
 impl PgTxn<'_> {
@@ -810,16 +813,14 @@ impl Txn for PgTxn<'_> {
             Some(statement) => statement,
             None => {
                 let sql = prefetch_sql(&tables);
-                let prepared =
-                    self.client.borrow_mut().prepare(&sql).map_err(|e| self.fail(e))?;
+                let prepared = self.client.borrow_mut().prepare(&sql).map_err(|e| self.fail(e))?;
                 self.prefetch.borrow_mut().insert(tables, prepared.clone());
                 prepared
             }
         };
         let params: Vec<&(dyn postgres::types::ToSql + Sync)> =
             wanted.iter().map(|(_, k)| k as &(dyn postgres::types::ToSql + Sync)).collect();
-        let rows =
-            self.client.borrow_mut().query(&statement, &params).map_err(|e| self.fail(e))?;
+        let rows = self.client.borrow_mut().query(&statement, &params).map_err(|e| self.fail(e))?;
         let mut found: Vec<Option<Vec<u8>>> = vec![None; wanted.len()];
         for row in rows {
             let at: i32 = row.get(0);

@@ -39,14 +39,14 @@ use std::sync::{
 };
 
 use redb::{
-    backends::FileBackend, Database, ReadableTable, ReadableTableMetadata,
-    StorageBackend, TableDefinition,
+    backends::FileBackend, Database, ReadableTable, ReadableTableMetadata, StorageBackend,
+    TableDefinition,
 };
 
 use crate::kv::{self, End, Entry, Key, KvBackend, Table, Txn, SCHEMA_VERSION_KEY};
+use crate::overlay::{Found, Layers, Overlay};
 use crate::records::{decode, StoredObject, FORMAT_VERSION};
 use crate::redb_log::{self, RedoLog};
-use crate::overlay::{Found, Layers, Overlay};
 use crate::MetaError;
 
 pub(crate) const BUCKETS: TableDefinition<&str, &[u8]> = TableDefinition::new("buckets");
@@ -207,7 +207,8 @@ impl StorageBackend for WatchedFile {
 pub struct RedbStore {
     path: PathBuf,
     /// The open database; `None` after a failed reopen (the next operation tries again).
-    db: RwLock<Option<Opened>>,
+    /// (Boxed: the overlay makes it large, and a store is moved around by value.)
+    db: RwLock<Option<Box<Opened>>>,
     /// The IO failure of the open database, if it had one.
     health: Arc<Health>,
     faults: StoreFaults,
@@ -224,7 +225,7 @@ struct Opened {
 }
 
 /// The open database, held (read side of [`RedbStore::db`]) for one operation.
-struct OpenDb<'a>(RwLockReadGuard<'a, Option<Opened>>);
+struct OpenDb<'a>(RwLockReadGuard<'a, Option<Box<Opened>>>);
 
 impl OpenDb<'_> {
     fn opened(&self) -> &Opened {
@@ -259,8 +260,12 @@ impl RedbStore {
     ) -> Result<RedbStore, MetaError> {
         let health = Arc::new(Health::default());
         let db = open_store(path.as_ref(), &health, &faults)?;
-        let store =
-            RedbStore { path: path.as_ref().to_owned(), db: RwLock::new(Some(db)), health, faults };
+        let store = RedbStore {
+            path: path.as_ref().to_owned(),
+            db: RwLock::new(Some(Box::new(db))),
+            health,
+            faults,
+        };
         kv::build_indexes(&store)?;
         Ok(store)
     }
@@ -303,7 +308,7 @@ impl RedbStore {
         match open_store(&self.path, &self.health, &self.faults) {
             Ok(reopened) => {
                 tracing::warn!(store = %self.path.display(), after = %cause, "meta's store reopened");
-                *db = Some(reopened);
+                *db = Some(Box::new(reopened));
                 Ok(())
             }
             Err(error) => {
@@ -732,6 +737,8 @@ fn typed_key_of(table: Table, key: &Key) -> Result<(), MetaError> {
 }
 
 /// One transaction of a [`RedbStore`].
+// One per transaction, on the stack: the larger variant's size costs nothing.
+#[allow(clippy::large_enum_variant)]
 enum RedbTxn<'a> {
     /// Straight into the tree file: the replay of the redo log at open.
     Direct(Box<redb::WriteTransaction>),
@@ -777,7 +784,9 @@ impl Txn for RedbTxn<'_> {
             Found::Value(value) => Some(Some(value.to_vec())),
         }) {
             Some(held) => Ok(held),
-            None => with_table!(table, def => get_in(&base.open_table(def).map_err(store)?, table, key)),
+            None => {
+                with_table!(table, def => get_in(&base.open_table(def).map_err(store)?, table, key))
+            }
         }
     }
 
@@ -862,7 +871,8 @@ impl KvBackend for RedbStore {
         // The overlay first, then the snapshot: a checkpoint commits the tree file before it
         // empties the overlay, so this pair never misses a change (module invariants).
         let pending = db.opened().pending.read().expect("pending lock");
-        let txn = RedbTxn::View { base: db.begin_read().map_err(store)?, pending: &pending, local: None };
+        let txn =
+            RedbTxn::View { base: db.begin_read().map_err(store)?, pending: &pending, local: None };
         op(&txn)
     }
 
