@@ -128,6 +128,7 @@ pub enum BenchCommand {
     /// Examples:
     ///   weft bench meta --objects 10000,1000000 --store redb,postgres --json
     ///   weft bench meta --objects 10000000 --store redb --ops 2000
+    ///   weft bench meta --objects 10000,100000,1000000 --plot meta.svg
     ///
     /// Each store starts empty and is bulk-loaded with N committed objects (rs(6,3), 48 MiB,
     /// placed on --nodes × --disks-per-node disks); then one client times each operation.

@@ -17,6 +17,8 @@
 //!   (fsync at commit), as meta runs them.
 //! - `bytes_per_object` is the store's size on disk (redb's file, PostgreSQL's database)
 //!   divided by N.
+//! - `--plot` draws the rows printed, nothing else: per-op time is `seconds / ops`, a plan's
+//!   is `seconds / units` (both plans of one N find the same units).
 
 use std::time::Instant;
 
@@ -56,6 +58,9 @@ pub struct MetaBenchArgs {
     /// Print each row as a JSON line as soon as it is measured.
     #[arg(long)]
     pub json_lines: bool,
+    /// Also draw the cost of each operation against N as a line chart (SVG).
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Serialize)]
@@ -216,7 +221,51 @@ fn run_in(args: &MetaBenchArgs, dir: &std::path::Path) -> Result<(), CliError> {
     if let Some(server) = postgres {
         server.stop();
     }
+    if let Some(path) = &args.plot {
+        chart(rows.rows()).write(path)?;
+    }
     Ok(())
+}
+
+/// Each operation's cost against N (log axis): µs per begin+commit and get, ms per page of
+/// a listing, and µs per unit of a failed disk's repair plan (index and walk).
+fn chart(rows: &[serde_json::Value]) -> crate::plot::Chart {
+    let points = |ops: &[&str], per_unit: bool, scale: f64| -> Vec<(String, f64, f64)> {
+        rows.iter()
+            .filter(|row| ops.contains(&row["op"].as_str().unwrap_or_default()))
+            .map(|row| {
+                let seconds = row["seconds"].as_f64().unwrap_or(f64::NAN);
+                let count = match per_unit {
+                    true => row["units"].as_f64(),
+                    false => row["ops"].as_f64(),
+                };
+                let name = format!(
+                    "{} {}",
+                    row["store"].as_str().unwrap_or_default(),
+                    row["op"].as_str().unwrap_or_default()
+                );
+                let x = row["objects"].as_f64().unwrap_or(f64::NAN);
+                (name, x, seconds / count.unwrap_or(f64::NAN) * scale)
+            })
+            .collect()
+    };
+    crate::plot::Chart {
+        title: "weft bench meta: cost per operation as objects grow".into(),
+        x_label: "committed objects (N)".into(),
+        x_log: true,
+        x_names: Vec::new(),
+        panels: vec![
+            crate::plot::Panel::from_points(
+                "µs per op",
+                points(&["begin_commit", "get"], false, 1e6),
+            ),
+            crate::plot::Panel::from_points("ms per 1000-key page", points(&["list"], false, 1e3)),
+            crate::plot::Panel::from_points(
+                "µs per unit planned",
+                points(&["plan_disk_repair", "plan_disk_repair_scan"], true, 1e6),
+            ),
+        ],
+    }
 }
 
 fn measure(

@@ -351,13 +351,28 @@ fn bench_meta_measures_every_op_on_every_store_and_both_plans_agree() {
     let postgres = weft_meta::pg_local::server_programs().is_ok()
         || std::env::var("WEFT_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
     let stores = if postgres { "redb,postgres" } else { "redb" };
+    let dir = tempfile::tempdir().unwrap();
+    let plot = dir.path().join("meta.svg");
     let output = weft()
         .args(["bench", "meta", "--objects", "300,900", "--ops", "20", "--json"])
         .args(["--store", stores, "--nodes", "12", "--disks-per-node", "2"])
+        .arg("--plot")
+        .arg(&plot)
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let rows = rows(&output);
+    // The chart draws every store's ops, in its three panels.
+    let chart = std::fs::read_to_string(&plot).unwrap();
+    for store in stores.split(',') {
+        for op in ["begin_commit", "get", "list", "plan_disk_repair_scan"] {
+            let series = format!("{store} {op}");
+            assert!(chart.contains(&series), "{series} missing from the chart");
+        }
+    }
+    for panel in ["µs per op", "ms per 1000-key page", "µs per unit planned"] {
+        assert!(chart.contains(panel), "{panel} missing from the chart");
+    }
     let ops = ["begin_commit", "get", "list", "plan_disk_repair", "plan_disk_repair_scan"];
     for store in stores.split(',') {
         for objects in [300, 900] {
