@@ -283,6 +283,14 @@ impl Key {
         }
     }
 
+    /// [`Key::fits`], as an error naming the misuse when not.
+    pub fn fitting(&self, table: Table) -> Result<(), MetaError> {
+        match self.fits(table) {
+            true => Ok(()),
+            false => Err(wrong_shape(table, self)),
+        }
+    }
+
     /// Whether this key has the shape of `table`'s keys.
     pub fn fits(&self, table: Table) -> bool {
         matches!(
@@ -295,6 +303,14 @@ impl Key {
                 | (Key::Task(_), Shape::Task)
                 | (Key::Placed(..), Shape::Placed)
         )
+    }
+}
+
+/// A backend asked to use `key` in `table`, whose keys have another shape (a bug of the
+/// caller, not a corrupt store).
+pub(crate) fn wrong_shape(table: Table, key: &Key) -> MetaError {
+    MetaError::Store {
+        reason: format!("a key of the wrong shape for table {}: {key:?}", table.name()),
     }
 }
 

@@ -90,9 +90,9 @@ impl Overlay {
     /// The changes as one redo record's payload.
     pub(crate) fn changes(&self) -> Changes {
         let mut changes = Changes::default();
-        for (table, map) in Table::ALL.iter().zip(&self.tables) {
-            for (encoded, slot) in map {
-                changes.push(*table, encoded, slot.value.as_deref());
+        for table in Table::ALL {
+            for (encoded, value) in self.encoded_changes_of(table) {
+                changes.push(table, encoded, value);
             }
         }
         changes
@@ -101,6 +101,23 @@ impl Overlay {
     /// How many changes of `table` it holds.
     pub(crate) fn changes_in(&self, table: Table) -> usize {
         self.tables[table.index()].len()
+    }
+
+    /// Each change of `table`, in key order: the encoded key and its value (`None`: removed).
+    pub(crate) fn encoded_changes_of(
+        &self,
+        table: Table,
+    ) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
+        self.tables[table.index()].iter().map(|(k, slot)| (k.as_slice(), slot.value.as_deref()))
+    }
+
+    /// Bytes of the encoded keys and values held.
+    pub(crate) fn changed_bytes(&self) -> usize {
+        Table::ALL
+            .iter()
+            .flat_map(|table| self.encoded_changes_of(*table))
+            .map(|(key, value)| key.len() + value.map_or(0, <[u8]>::len))
+            .sum()
     }
 
     /// Each change of `table`, in key order: the key and its value (`None`: removed).

@@ -541,30 +541,30 @@ impl PgStore {
             let failed = Attempt::Failed(classify(&e), self.failed(&e));
             self.rolled_back(client, failed)
         };
-        let mut sql = begin.map(|begin| format!("{begin}; ")).unwrap_or_default();
-        let start = sql.len();
-        if local.is_empty() || !inline_changes(local, &mut sql) {
-            sql.truncate(start);
-            if let Some(begin) = begin {
-                client.batch_execute(begin).map_err(|e| fail(client, e))?;
-                sql.clear();
-            }
-            for table in Table::ALL {
-                let (keys, values, removed) = columns(local, table);
-                let statements = &tables[&table];
-                if !keys.is_empty() {
-                    client
-                        .execute(&statements.put_many, &[&keys, &values])
-                        .map_err(|e| fail(client, e))?;
+        let begin = begin.map(|begin| format!("{begin}; ")).unwrap_or_default();
+        let sql = match inline_changes(local) {
+            Some(changes) => format!("{begin}{changes}COMMIT"),
+            None => {
+                if !begin.is_empty() {
+                    client.batch_execute(&begin).map_err(|e| fail(client, e))?;
                 }
-                if !removed.is_empty() {
-                    client
-                        .execute(&statements.remove_many, &[&removed])
-                        .map_err(|e| fail(client, e))?;
+                for table in Table::ALL {
+                    let (keys, values, removed) = columns(local, table);
+                    let statements = &tables[&table];
+                    if !keys.is_empty() {
+                        client
+                            .execute(&statements.put_many, &[&keys, &values])
+                            .map_err(|e| fail(client, e))?;
+                    }
+                    if !removed.is_empty() {
+                        client
+                            .execute(&statements.remove_many, &[&removed])
+                            .map_err(|e| fail(client, e))?;
+                    }
                 }
+                "COMMIT".to_owned()
             }
-        }
-        sql.push_str("COMMIT");
+        };
         client.batch_execute(&sql).map_err(|e| fail(client, e))
     }
 }
@@ -578,79 +578,62 @@ fn hex_literal(sql: &mut String, bytes: &[u8]) {
     sql.push_str("', 'hex')");
 }
 
-/// The bytes of a hex string (as `encode(…, 'hex')` answers).
-#[cfg(test)]
-fn from_hex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
-}
-
 /// The most bytes of changes sent as literals with the COMMIT; more go as parameters.
 const INLINE_CHANGE_BYTES: usize = 64 << 10;
 
-/// Appends to `sql` the statements making `local`'s changes, keys and values as hex
-/// literals (`decode('…', 'hex')`: hex digits only, whatever the bytes or the server's
-/// string settings); false, with `sql` partly written, when they exceed
-/// [`INLINE_CHANGE_BYTES`].
-fn inline_changes(local: &Overlay, sql: &mut String) -> bool {
-    use std::fmt::Write;
-    let hex = hex_literal;
-    let mut bytes = 0;
+/// The statements making `local`'s changes, keys and values as hex literals (`decode('…',
+/// 'hex')`: hex digits only, whatever the bytes or the server's string settings); `None`
+/// when they exceed [`INLINE_CHANGE_BYTES`].
+fn inline_changes(local: &Overlay) -> Option<String> {
+    if local.changed_bytes() > INLINE_CHANGE_BYTES {
+        return None;
+    }
+    let mut sql = String::new();
     for table in Table::ALL {
-        let (mut puts, mut removes) = (Vec::new(), Vec::new());
-        for (key, value) in local.changes_of(table) {
-            match value {
-                Some(value) => puts.push((key.encode(), value)),
-                None => removes.push(key.encode()),
-            }
-        }
-        bytes += puts.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
-        bytes += removes.iter().map(Vec::len).sum::<usize>();
-        if bytes > INLINE_CHANGE_BYTES {
-            return false;
-        }
         let name = table.name();
-        if !puts.is_empty() {
-            write!(sql, "INSERT INTO weft_{name} (k, v) VALUES ").expect("a String takes writes");
-            for (i, (key, value)) in puts.iter().enumerate() {
-                sql.push_str(if i == 0 { "(" } else { ", (" });
-                hex(sql, key);
-                sql.push_str(", ");
-                hex(sql, value);
-                sql.push(')');
+        let (puts, removes): (Vec<_>, Vec<_>) =
+            local.encoded_changes_of(table).partition(|(_, value)| value.is_some());
+        for (i, (key, value)) in puts.iter().enumerate() {
+            match i {
+                0 => sql.push_str(&format!("INSERT INTO weft_{name} (k, v) VALUES (")),
+                _ => sql.push_str(", ("),
             }
+            hex_literal(&mut sql, key);
+            sql.push_str(", ");
+            hex_literal(&mut sql, value.unwrap_or_default());
+            sql.push(')');
+        }
+        if !puts.is_empty() {
             sql.push_str(" ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v; ");
         }
-        if !removes.is_empty() {
-            write!(sql, "DELETE FROM weft_{name} WHERE k IN (").expect("a String takes writes");
-            for (i, key) in removes.iter().enumerate() {
-                if i > 0 {
-                    sql.push_str(", ");
-                }
-                hex(sql, key);
+        for (i, (key, _)) in removes.iter().enumerate() {
+            match i {
+                0 => sql.push_str(&format!("DELETE FROM weft_{name} WHERE k IN (")),
+                _ => sql.push_str(", "),
             }
+            hex_literal(&mut sql, key);
+        }
+        if !removes.is_empty() {
             sql.push_str("); ");
         }
     }
-    true
+    Some(sql)
 }
 
 /// Keys put, their values, and keys removed.
-type Columns<'a> = (Vec<Vec<u8>>, Vec<&'a [u8]>, Vec<Vec<u8>>);
+type Columns<'a> = (Vec<&'a [u8]>, Vec<&'a [u8]>, Vec<&'a [u8]>);
 
 /// `local`'s changes of `table` as statement parameters: the keys and values put, and the
 /// keys removed.
 fn columns(local: &Overlay, table: Table) -> Columns<'_> {
     let (mut keys, mut values, mut removed) = (Vec::new(), Vec::new(), Vec::new());
-    for (key, value) in local.changes_of(table) {
+    for (key, value) in local.encoded_changes_of(table) {
         match value {
             Some(value) => {
-                keys.push(key.encode());
+                keys.push(key);
                 values.push(value);
             }
-            None => removed.push(key.encode()),
+            None => removed.push(key),
         }
     }
     (keys, values, removed)
@@ -705,12 +688,8 @@ impl PgTxn<'_> {
     }
 
     fn check_key(&self, table: Table, key: &Key) -> Result<Vec<u8>, MetaError> {
-        match key.fits(table) {
-            true => Ok(key.encode()),
-            false => Err(MetaError::Store {
-                reason: format!("a key of the wrong shape for table {}: {key:?}", table.name()),
-            }),
-        }
+        key.fitting(table)?;
+        Ok(key.encode())
     }
 
     /// Sends BEGIN unless it was sent (before the transaction's first statement).
@@ -951,6 +930,17 @@ impl KvBackend for PgStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The bytes of a hex string (as `encode(…, 'hex')` answers).
+    fn from_hex(text: &str) -> Option<Vec<u8>> {
+        if !text.len().is_multiple_of(2) {
+            return None;
+        }
+        (0..text.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+            .collect()
+    }
 
     #[test]
     fn hex_literals_carry_any_bytes_and_read_back() {

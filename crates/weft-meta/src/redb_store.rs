@@ -486,9 +486,7 @@ fn move_old_writes(txn: &redb::WriteTransaction) -> Result<(), MetaError> {
 
 /// A key of `table` as its typed redb key, or a store error naming the misuse.
 fn typed_key<K: KeyOf>(table: Table, key: &Key) -> Result<K::SelfType<'_>, MetaError> {
-    K::typed(key).ok_or_else(|| MetaError::Store {
-        reason: format!("a key of the wrong shape for table {}: {key:?}", table.name()),
-    })
+    K::typed(key).ok_or_else(|| kv::wrong_shape(table, key))
 }
 
 /// redb's typed keys of the tables, seen as [`Key`]s.
@@ -726,16 +724,6 @@ fn check_in<K: KeyOf, V: ValueOf>(
     Ok(())
 }
 
-/// Whether `key` has the shape of `table`'s keys, as a store error if not.
-fn typed_key_of(table: Table, key: &Key) -> Result<(), MetaError> {
-    match key.fits(table) {
-        true => Ok(()),
-        false => Err(MetaError::Store {
-            reason: format!("a key of the wrong shape for table {}: {key:?}", table.name()),
-        }),
-    }
-}
-
 /// One transaction of a [`RedbStore`].
 // One per transaction, on the stack: the larger variant's size costs nothing.
 #[allow(clippy::large_enum_variant)]
@@ -818,7 +806,7 @@ impl Txn for RedbTxn<'_> {
         }
         let mut local = self.local()?;
         for key in keys {
-            typed_key_of(table, key)?;
+            key.fitting(table)?;
             local.set(table, key, None);
         }
         Ok(())
