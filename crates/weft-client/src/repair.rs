@@ -17,6 +17,10 @@
 //!   attempt, which is deleted and written again, since meta does not point at it).
 //! - A task whose object was replaced or deleted meanwhile ends as `stale`: the unit written
 //!   for it is deleted.
+//! - A new copy is deleted only when meta said it does not name it: a refused `complete`, or,
+//!   when `complete` went unanswered (meta killed, its store failed at the commit), once the
+//!   task was handed back. A copy meta may have taken is never deleted on a guess: when meta
+//!   cannot tell, it stays for gc, which deletes it only if no record names it.
 //! - A damaged unit may be rebuilt in place (meta's destination is its own disk when no other
 //!   disk keeps the rules): the bad copy is deleted just before the new one is written, and
 //!   the old copy is deleted after completion only when it lives elsewhere.
@@ -289,9 +293,12 @@ async fn run_task(
                 ms = started.elapsed().as_millis() as u64, reason = %task.reason, "repaired"
             );
         }
-        Err(error) => {
+        Err(RepairFailure { error, returned }) => {
             stats.failed.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(worker, unit = %name, %error, "repair failed; task returned to the queue");
+            if returned {
+                return;
+            }
             let cause = match error {
                 ClientError::Unrecoverable { .. } => FailCause::Unrecoverable,
                 _ => FailCause::Transient,
@@ -304,12 +311,76 @@ async fn run_task(
     }
 }
 
+/// Whether meta took a repaired copy whose `complete` went unanswered.
+enum Settled {
+    /// meta's record names the new copy: the repair is done.
+    Taken,
+    /// The task went back to the queue (so meta does not name the copy).
+    Returned,
+    /// meta could not be asked, or the task is gone without meta naming the copy (its lease
+    /// lapsed: another executor may be writing to the same place).
+    Unknown,
+}
+
+/// Most times [`settle_lost_answer`] asks, half a second apart (a killed meta is restarted,
+/// or another replica answers, well within that).
+const SETTLE_ATTEMPTS: u32 = 20;
+
+/// Finds out whether meta took the copy written to `destination` for `task`, after its
+/// `complete` went unanswered: by handing the task back (a write, so it waits for any commit
+/// of the same task still in flight in meta's store), and when meta says the task is no
+/// longer leased to us, by reading whether the object now names the copy.
+async fn settle_lost_answer(client: &Client, task: &RepairTask, destination: &UnitInfo) -> Settled {
+    let why = "meta's answer to the completion was lost";
+    for attempt in 1..=SETTLE_ATTEMPTS {
+        match client.meta.fail_repair_with_cause(task, why, FailCause::Transient).await {
+            Ok(()) => return Settled::Returned,
+            Err(ClientError::Meta { status: 409, .. }) => {
+                let object = &task.object;
+                return match client.meta.get_object(&object.bucket, &object.key).await {
+                    Ok(now)
+                        if now.generation == object.generation
+                            && now.unit(task.unit).is_some_and(|unit| {
+                                (unit.node_id, unit.disk) == (destination.node_id, destination.disk)
+                            }) =>
+                    {
+                        Settled::Taken
+                    }
+                    _ => Settled::Unknown,
+                };
+            }
+            Err(ClientError::Meta { status: 400..=499, .. }) => return Settled::Unknown,
+            Err(error) => {
+                tracing::info!(attempt, %error, "asking meta whether it took a repaired copy");
+                if attempt < SETTLE_ATTEMPTS {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+    Settled::Unknown
+}
+
+/// A repair that did not complete.
+#[derive(Debug)]
+pub struct RepairFailure {
+    pub error: ClientError,
+    /// The task is back in meta's queue already (no need to hand it back).
+    pub returned: bool,
+}
+
+impl From<ClientError> for RepairFailure {
+    fn from(error: ClientError) -> RepairFailure {
+        RepairFailure { error, returned: false }
+    }
+}
+
 /// Rebuilds the task's unit at its destination and reports it to meta.
 pub async fn repair_unit(
     client: &Client,
     task: &RepairTask,
     limit_rate: &RateLimit,
-) -> Result<RepairOutcome> {
+) -> std::result::Result<RepairOutcome, RepairFailure> {
     let object = &task.object;
     let old = object.unit(task.unit).cloned().ok_or_else(|| {
         ClientError::Invalid(format!("the object has no stored unit {}", task.unit.short_name()))
@@ -354,19 +425,36 @@ pub async fn repair_unit(
                 .await
                 .map_err(|f| f.for_unit(&destination))?;
         }
-        Err(failure) => return Err(failure.for_unit(&destination)),
+        Err(failure) => return Err(failure.for_unit(&destination).into()),
     }
     let in_place = (old.node_id, old.disk) == (destination.node_id, destination.disk);
     let (result, deletion) = match client.meta.complete_repair_with_deletion(task).await {
         Ok(done) => done,
-        Err(error) => {
-            // meta did not take the new copy (lease lost or expired): it is an orphan unless
-            // it replaced the unit in place, where meta still points.
+        // meta refused (lease lost or expired): the new copy is an orphan unless it replaced
+        // the unit in place, where meta still points.
+        Err(error @ ClientError::Meta { status: 400..=499, .. }) => {
             if !in_place {
                 client.delete_units(std::slice::from_ref(&destination)).await;
             }
-            return Err(error);
+            return Err(RepairFailure { error, returned: false });
         }
+        // No answer (meta died, or its store failed at the commit): the copy may be in meta's
+        // record now. Deleted only once meta confirms it is not.
+        Err(error) => match settle_lost_answer(client, task, &destination).await {
+            Settled::Taken => ("relocated".to_owned(), None),
+            Settled::Returned => {
+                if !in_place {
+                    client.delete_units(std::slice::from_ref(&destination)).await;
+                }
+                return Err(RepairFailure { error, returned: true });
+            }
+            Settled::Unknown => {
+                tracing::warn!(unit = %destination.unit_key, node = destination.node_id, %error,
+                    "meta's answer to a repair was lost and meta could not say whether it took \
+                     the new copy; the copy is kept (gc collects it if meta does not name it)");
+                return Err(RepairFailure { error, returned: false });
+            }
+        },
     };
     let mut old_copy_deleted = false;
     if result == "stale" {

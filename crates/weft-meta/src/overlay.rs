@@ -111,15 +111,6 @@ impl Overlay {
         self.tables[table.index()].iter().map(|(k, slot)| (k.as_slice(), slot.value.as_deref()))
     }
 
-    /// Bytes of the encoded keys and values held.
-    pub(crate) fn changed_bytes(&self) -> usize {
-        Table::ALL
-            .iter()
-            .flat_map(|table| self.encoded_changes_of(*table))
-            .map(|(key, value)| key.len() + value.map_or(0, <[u8]>::len))
-            .sum()
-    }
-
     /// Each change of `table`, in key order: the key and its value (`None`: removed).
     pub(crate) fn changes_of(&self, table: Table) -> impl Iterator<Item = (&Key, Option<&[u8]>)> {
         self.tables[table.index()].values().map(|slot| (&slot.key, slot.value.as_deref()))

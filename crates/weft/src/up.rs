@@ -263,6 +263,10 @@ pub struct UpArgs {
     /// benchmarks that run their own executor and measure it.
     #[arg(long)]
     pub no_repair: bool,
+    /// Most bytes per second the repair executor writes, e.g. 100MiB (0: unlimited), as
+    /// `weft serve repair --rate` [default: the executor's, 256MiB].
+    #[arg(long, value_name = "RATE", value_parser = crate::parse_size)]
+    pub repair_rate: Option<usize>,
     /// Print one JSON object when ready (as in DIR/cluster.json), then one JSON line per
     /// event ({"event": "exited" | "restarted" | "stopping" | "stopped", ...}); notes go to
     /// stderr. A stream, so JSON Lines: `--json-lines` is the same flag.
@@ -359,6 +363,8 @@ struct Plan {
     lstor_dir: PathBuf,
     /// Start no repair executor.
     no_repair: bool,
+    /// The repair executor's write rate (`--rate`), when given.
+    repair_rate: Option<usize>,
 }
 
 impl Plan {
@@ -516,6 +522,7 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
         disk_model: args.disk_model.clone(),
         net_model: args.net_model.clone(),
         no_repair: args.no_repair,
+        repair_rate: args.repair_rate,
         s3_listen: args.s3_listen.unwrap_or_else(|| {
             let port = if args.meta_listen.port() == 0 { 0 } else { DEFAULT_S3_PORT };
             SocketAddr::new(args.meta_listen.ip(), port)
@@ -1439,6 +1446,9 @@ fn start(
         }
         if let Some(ms) = plan.lifecycle_day_ms {
             repair_args.extend(["--lifecycle-day".to_owned(), format!("{ms}ms")]);
+        }
+        if let Some(rate) = plan.repair_rate {
+            repair_args.extend(["--rate".to_owned(), rate.to_string()]);
         }
         cluster.spawn(Role::Repair, &repair_args, Vec::new())?;
         let index = cluster.members.len() - 1;

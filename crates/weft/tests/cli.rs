@@ -10,6 +10,7 @@ mod common;
 mod demo_cli;
 mod gc_cli;
 mod geometric_cli;
+mod meta_faults;
 mod model_cli;
 mod raidp_cli;
 mod reads_cli;

@@ -233,7 +233,7 @@ fn a_child_that_cannot_start_is_named_with_its_log() {
 }
 
 /// Deterministic bytes that differ at every offset of a block, so a misplaced cell shows.
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
+pub(crate) fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| ((i * 31 + i / 251) as u8) ^ seed).collect()
 }
 
@@ -473,7 +473,7 @@ fn a_gateway_that_cannot_start_is_retried_until_its_port_is_free() {
 
 /// Whether PostgreSQL's server programs are here (else the test says why it skips; CI sets
 /// WEFT_REQUIRE_POSTGRES=1 when it installed them, and then a skip is a failure).
-fn postgres_here() -> bool {
+pub(crate) fn postgres_here() -> bool {
     match weft_meta::pg_local::server_programs() {
         Ok(_) => true,
         Err(why) if std::env::var("WEFT_REQUIRE_POSTGRES").is_ok_and(|v| v == "1") => {
