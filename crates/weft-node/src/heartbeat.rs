@@ -61,13 +61,7 @@ pub(crate) async fn run(
     interval_ms: u64,
     mut stopped: watch::Receiver<bool>,
 ) {
-    // One meta, or several of one store (a comma-separated list): heartbeats go to one at a
-    // time, the next in turn after a failure.
-    let urls: Vec<String> = meta_url
-        .split(',')
-        .map(|base| format!("{}/v1/heartbeat", base.trim().trim_end_matches('/')))
-        .collect();
-    let mut turn = 0usize;
+    let mut metas = crate::scrub::Metas::new(&meta_url);
     let interval = Duration::from_millis(interval_ms);
     let client =
         match reqwest::Client::builder().timeout(interval.max(Duration::from_secs(1))).build() {
@@ -100,7 +94,7 @@ pub(crate) async fn run(
             rack: node.rack,
         };
         let body = serde_json::to_vec(&heartbeat).expect("a heartbeat always serialises");
-        let url = &urls[turn % urls.len()];
+        let url = format!("{}/v1/heartbeat", metas.base());
         let sent = client
             .post(url.as_str())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -113,14 +107,12 @@ pub(crate) async fn run(
             }
             Ok(response) => {
                 node.metrics.heartbeat(false);
-                if response.status().is_server_error() {
-                    turn += 1;
-                }
+                metas.failed(Some(response.status()));
                 tracing::warn!(%url, status = %response.status(), "meta refused a heartbeat");
             }
             Err(error) => {
                 node.metrics.heartbeat(false);
-                turn += 1;
+                metas.failed(None);
                 tracing::warn!(%url, %error, "heartbeat to meta failed; the next goes to the next meta");
             }
         }

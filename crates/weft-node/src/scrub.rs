@@ -17,6 +17,9 @@
 //!   and at most [`MAX_PENDING_BAD_UNITS`] wait (the next pass finds the rest again).
 //! - Disk reads run on blocking tasks; the scrub stops between two units when the node stops.
 //! - Without a meta URL the scrub still runs and logs what it finds; it reports nothing.
+//! - With several metas (replicas of one store), reports and inventories go to one at a
+//!   time and move to the next when it does not answer or answers with a server error
+//!   ([`Metas`], which heartbeats use too): no single meta's death silences a node.
 
 use std::{
     path::PathBuf,
@@ -88,6 +91,40 @@ pub(crate) struct Reporter {
     pub(crate) node_id: u32,
     pub(crate) meta_url: String,
     pub(crate) signer: Signer,
+}
+
+/// One meta, or several of one store (a comma-separated list): requests go to one at a time,
+/// and to the next in turn after one that failed to answer or answered with a server error.
+#[derive(Clone, Debug)]
+pub(crate) struct Metas {
+    bases: Vec<String>,
+    turn: usize,
+}
+
+impl Metas {
+    pub(crate) fn new(meta_url: &str) -> Metas {
+        let bases = meta_url
+            .split(',')
+            .map(|base| base.trim().trim_end_matches('/').to_owned())
+            .filter(|base| !base.is_empty())
+            .collect();
+        Metas { bases, turn: 0 }
+    }
+
+    /// The base URL of the meta whose turn it is.
+    pub(crate) fn base(&self) -> &str {
+        match self.bases.len() {
+            0 => "",
+            n => &self.bases[self.turn % n],
+        }
+    }
+
+    /// Moves on to the next meta, when the last answer says this one is not serving.
+    pub(crate) fn failed(&mut self, status: Option<reqwest::StatusCode>) {
+        if status.is_none_or(|status| status.is_server_error()) {
+            self.turn = self.turn.wrapping_add(1);
+        }
+    }
 }
 
 fn now_ms() -> u64 {
@@ -283,10 +320,7 @@ async fn send_bad_units(
         }
     };
     let reporter = reporter.expect("checked above");
-    // Of several metas (a comma-separated list), the first: reports wait for it.
-    let base =
-        reporter.meta_url.split(',').next().unwrap_or("").trim().trim_end_matches('/').to_owned();
-    let url = format!("{base}/v1/nodes/{}/bad-units", reporter.node_id);
+    let mut metas = Metas::new(&reporter.meta_url);
     let mut pending: Vec<(u32, BadUnit)> = Vec::new();
     let mut backoff = Duration::from_millis(500);
     let mut open = true;
@@ -310,6 +344,7 @@ async fn send_bad_units(
         let batch: Vec<BadUnit> = chosen.iter().map(|&i| pending[i].1.clone()).collect();
         let body = serde_json::to_vec(&BadUnits { disk, units: batch.clone() })
             .expect("a report always serialises");
+        let url = format!("{}/v1/nodes/{}/bad-units", metas.base(), reporter.node_id);
         let sent = client
             .post(&url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -331,8 +366,14 @@ async fn send_bad_units(
             }
             outcome => {
                 let why = match outcome {
-                    Ok(response) => format!("status {}", response.status()),
-                    Err(error) => error.to_string(),
+                    Ok(response) => {
+                        metas.failed(Some(response.status()));
+                        format!("status {}", response.status())
+                    }
+                    Err(error) => {
+                        metas.failed(None);
+                        error.to_string()
+                    }
                 };
                 tracing::warn!(%url, %why, pending = pending.len(), "reporting bad units failed; retrying");
                 if !pause(&mut stopped, backoff).await {
@@ -353,9 +394,7 @@ pub(crate) async fn inventories(
     mut stopped: watch::Receiver<bool>,
 ) {
     let Some(client) = client() else { return };
-    // Of several metas (a comma-separated list), the first: reports wait for it.
-    let base =
-        reporter.meta_url.split(',').next().unwrap_or("").trim().trim_end_matches('/').to_owned();
+    let mut metas = Metas::new(&reporter.meta_url);
     let node_id = reporter.node_id;
     // Per disk: when its next digest is due.
     let mut due: Vec<u64> = vec![now_ms(); node.disks.len()];
@@ -395,7 +434,8 @@ pub(crate) async fn inventories(
                 }
             };
             let url = format!(
-                "{base}/v1/nodes/{node_id}/disks/{index}/inventory?units={}&hashes={}&seed={}&listing_ms={}",
+                "{}/v1/nodes/{node_id}/disks/{index}/inventory?units={}&hashes={}&seed={}&listing_ms={}",
+                metas.base(),
                 digest.units(),
                 digest.hashes(),
                 digest.seed(),
@@ -430,8 +470,14 @@ pub(crate) async fn inventories(
                 }
                 outcome => {
                     let why = match outcome {
-                        Ok(response) => format!("status {}", response.status()),
-                        Err(error) => error.to_string(),
+                        Ok(response) => {
+                            metas.failed(Some(response.status()));
+                            format!("status {}", response.status())
+                        }
+                        Err(error) => {
+                            metas.failed(None);
+                            error.to_string()
+                        }
                     };
                     tracing::warn!(%url, %why, "sending an inventory failed; retrying soon");
                     due[index] = now_ms() + interval_ms.min(5000);
