@@ -77,6 +77,9 @@ pub enum MetaError {
     RecordExists { namespace: String, name: String },
     /// A gateway record namespace this build does not know.
     NoSuchNamespace { namespace: String },
+    /// A record changed between this operation's read and its write (another meta replica
+    /// changed it): nothing was written; the operation may be asked again.
+    RecordChanged { namespace: String, name: String },
 }
 
 /// Why a transition was refused at begin or commit.
@@ -262,6 +265,11 @@ impl fmt::Display for MetaError {
             MetaError::RecordExists { namespace, name } => {
                 write!(f, "record {name:?} already exists in {namespace:?}")
             }
+            MetaError::RecordChanged { namespace, name } => write!(
+                f,
+                "record {name:?} in {namespace:?} was changed by another meta while this \
+                 operation ran; nothing was written: ask again"
+            ),
             MetaError::NoSuchNamespace { namespace } => write!(
                 f,
                 "no record namespace {namespace:?} (known: {})",

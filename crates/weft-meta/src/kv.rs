@@ -1108,6 +1108,29 @@ impl<B: KvBackend> MetaStore for B {
         })
     }
 
+    fn replace_record(
+        &self,
+        namespace: &str,
+        name: &str,
+        expected: Option<&serde_json::Value>,
+        value: &serde_json::Value,
+    ) -> Result<(), MetaError> {
+        check_namespace(namespace)?;
+        let record_key = Key::pair(namespace, name);
+        let bytes = encode(value);
+        self.write(&mut |tx| {
+            let found = tx.get(Table::Gateway, &record_key)?;
+            let found = found.map(|b| decode_record(namespace, name, &b)).transpose()?;
+            if found.as_ref() != expected {
+                return Err(MetaError::RecordChanged {
+                    namespace: namespace.into(),
+                    name: name.into(),
+                });
+            }
+            tx.put(Table::Gateway, &record_key, &bytes)
+        })
+    }
+
     fn get_record(
         &self,
         namespace: &str,

@@ -301,6 +301,26 @@ impl MetaStore for MemStore {
         Ok(())
     }
 
+    fn replace_record(
+        &self,
+        namespace: &str,
+        name: &str,
+        expected: Option<&serde_json::Value>,
+        value: &serde_json::Value,
+    ) -> Result<(), MetaError> {
+        check_namespace(namespace)?;
+        let mut state = self.lock();
+        let slot = (namespace.to_string(), name.to_string());
+        if state.records.get(&slot) != expected {
+            return Err(MetaError::RecordChanged {
+                namespace: namespace.into(),
+                name: name.into(),
+            });
+        }
+        state.records.insert(slot, value.clone());
+        Ok(())
+    }
+
     fn get_record(
         &self,
         namespace: &str,

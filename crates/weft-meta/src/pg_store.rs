@@ -22,10 +22,12 @@
 //!   changes (prepared many-row statements) with its COMMIT, each group in one round trip
 //!   (`pipeline`), so a begin+commit of an object costs four. A pipeline answers with its
 //!   first failed statement's error, never with the later ones the failure caused.
-//! - A lost connection (the server restarted, the network broke) fails the operation with
-//!   [`MetaError::StoreUnavailable`] and is not retried here: a COMMIT whose answer was lost
-//!   may or may not have happened, and only the caller knows whether to ask again. Broken
-//!   connections leave the pool; the next operation connects anew.
+//! - A connection found lost (the server restarted, the network broke) leaves the pool with
+//!   every idle one. An operation whose connection was lost before its COMMIT was sent did
+//!   not happen: it runs again on a new connection (at most [`MAX_RECONNECTS`] times). One
+//!   lost while a write's COMMIT was on its way fails with [`MetaError::StoreUnavailable`] and
+//!   is not retried here: the COMMIT may or may not have happened, and only the caller knows
+//!   whether to ask again.
 //! - The URL's password never appears in an error, a log line or `Debug` output.
 //! - Connections are pooled, at most `max_connections` at once; an operation waits for one.
 //! - Dropping a store closes its connections off any async runtime (see `Drop`).
@@ -77,6 +79,10 @@ pub const PG_SCHEMA_VERSION: u64 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 
 /// Most times one operation runs before it gives up on serialization conflicts.
 pub const MAX_ATTEMPTS: u32 = 30;
+
+/// Most times one operation is run again on a new connection after its connection was found
+/// lost before its COMMIT (a server restart leaves every pooled connection dead).
+const MAX_RECONNECTS: u32 = 2;
 
 /// Connections a store opens by default.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 8;
@@ -552,6 +558,16 @@ impl PgStore {
         connected.inspect_err(|_| self.give_back(None))
     }
 
+    /// Closes every idle connection.
+    fn forget_idle(&self) {
+        let mut pool = self.pool.lock().expect("pool lock");
+        let idle = std::mem::take(&mut pool.idle);
+        pool.open -= idle.len();
+        drop(pool);
+        self.freed.notify_all();
+        drop(idle);
+    }
+
     /// Returns a connection to the pool; `None` (or a closed one) frees its place.
     fn give_back(&self, conn: Option<Conn>) {
         let mut pool = self.pool.lock().expect("pool lock");
@@ -569,16 +585,28 @@ impl PgStore {
         read_only: bool,
         op: &mut dyn FnMut(&dyn Txn) -> Result<T, MetaError>,
     ) -> Result<T, MetaError> {
-        let mut attempt = 0;
+        let (mut attempt, mut reconnects) = (0, 0);
         loop {
             attempt += 1;
             let mut conn = self.take()?;
             let outcome = self.attempt(&mut conn, read_only, op);
-            let lost = matches!(outcome, Err(Attempt::Failed(Failure::Lost, _)));
+            let lost =
+                matches!(outcome, Err(Attempt::Failed(Failure::Lost, _) | Attempt::CommitLost(_)));
             self.give_back((!lost).then_some(conn));
+            if lost {
+                // The server went away (a restart, a failover): the idle connections are
+                // to the server that was, so none is tried again.
+                self.forget_idle();
+            }
             match outcome {
                 Ok(done) => return Ok(done),
                 Err(Attempt::Refused(error)) => return Err(error),
+                // Lost before its COMMIT was sent, the transaction did not happen: run it
+                // again on a new connection (which fails at once if the server is down).
+                Err(Attempt::Failed(Failure::Lost, _)) if reconnects < MAX_RECONNECTS => {
+                    reconnects += 1;
+                }
+                Err(Attempt::CommitLost(error)) => return Err(error),
                 Err(Attempt::Failed(Failure::Conflict, _)) if attempt < MAX_ATTEMPTS => {
                     // Back off a random while, up to twice as long each time (from 0.5 ms,
                     // at most 64 ms), so the transactions that conflicted spread out.
@@ -632,7 +660,15 @@ impl PgStore {
         match done {
             Ok(done) => {
                 let local = local.map(RefCell::into_inner).unwrap_or_default();
-                self.commit(client, tables, &local, (!begun).then_some(begin))?;
+                self.commit(client, tables, &local, (!begun).then_some(begin)).map_err(
+                    |failed| match failed {
+                        // A write's COMMIT may have happened; a read-only one changed nothing.
+                        Attempt::Failed(Failure::Lost, error) if !read_only => {
+                            Attempt::CommitLost(error)
+                        }
+                        other => other,
+                    },
+                )?;
                 Ok(done)
             }
             Err(error) if !begun => Err(Attempt::Refused(error)),
@@ -715,6 +751,9 @@ enum Attempt {
     Refused(MetaError),
     /// A statement or the commit failed.
     Failed(Failure, MetaError),
+    /// The connection was lost while a write's COMMIT was on its way: it may have happened,
+    /// so it is not run again here.
+    CommitLost(MetaError),
 }
 
 /// The server's answer for one key: its value, or absent.

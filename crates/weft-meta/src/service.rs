@@ -754,6 +754,7 @@ impl From<MetaError> for ApiError {
             MetaError::NoSuchTransition { .. } => (StatusCode::NOT_FOUND, "no_such_transition"),
             MetaError::TransitionConflict { .. } => (StatusCode::CONFLICT, "transition_conflict"),
             MetaError::RecordExists { .. } => (StatusCode::CONFLICT, "record_exists"),
+            MetaError::RecordChanged { .. } => (StatusCode::CONFLICT, "record_changed"),
             MetaError::NoSuchNamespace { .. } => (StatusCode::NOT_FOUND, "no_such_namespace"),
             MetaError::StoreUnavailable { .. } => {
                 (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")

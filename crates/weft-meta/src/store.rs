@@ -342,6 +342,17 @@ pub trait MetaStore: Send + Sync {
         value: &serde_json::Value,
         if_absent: bool,
     ) -> Result<(), MetaError>;
+    /// Replaces the record (namespace, name) with `value` only if it still is `expected`
+    /// (`None`: absent), in one transaction; else [`MetaError::RecordChanged`] and nothing
+    /// is written. meta's own read-modify-write records (the RAIDP map, geometric buckets'
+    /// state) are saved this way, so two meta replicas never lose each other's changes.
+    fn replace_record(
+        &self,
+        namespace: &str,
+        name: &str,
+        expected: Option<&serde_json::Value>,
+        value: &serde_json::Value,
+    ) -> Result<(), MetaError>;
     /// The gateway record (namespace, name), if any.
     fn get_record(
         &self,

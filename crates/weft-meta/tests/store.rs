@@ -1254,3 +1254,47 @@ fn a_lease_has_one_holder_until_it_lapses_or_is_released() {
         assert_eq!(store.list_replicas(), Ok(vec![record("http://m2", 9)]));
     }
 }
+
+/// `replace_record` writes only over the value it names: a stale one is refused with
+/// `RecordChanged` and writes nothing, and threads that each read, change and replace one
+/// record (retrying when refused) lose none of each other's changes, on every store.
+#[test]
+fn a_record_is_replaced_only_over_the_value_read() {
+    let every = Stores::new();
+    for store in every.all() {
+        let (ns, name) = (weft_meta::store::RAIDP, "replace-test");
+        store.replace_record(ns, name, None, &serde_json::json!({"n": 0})).unwrap();
+        let created = store.replace_record(ns, name, None, &serde_json::json!({"n": 9}));
+        assert!(matches!(created, Err(MetaError::RecordChanged { .. })), "{created:?}");
+        let stale = serde_json::json!({"n": 5});
+        let refused = store.replace_record(ns, name, Some(&stale), &serde_json::json!({"n": 6}));
+        assert!(matches!(refused, Err(MetaError::RecordChanged { .. })), "{refused:?}");
+        assert_eq!(store.get_record(ns, name).unwrap(), Some(serde_json::json!({"n": 0})));
+
+        const THREADS: u64 = 4;
+        const EACH: u64 = 25;
+        let refusals = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..THREADS {
+                scope.spawn(|| {
+                    for _ in 0..EACH {
+                        loop {
+                            let read = store.get_record(ns, name).unwrap().unwrap();
+                            let next = serde_json::json!({"n": read["n"].as_u64().unwrap() + 1});
+                            match store.replace_record(ns, name, Some(&read), &next) {
+                                Ok(()) => break,
+                                Err(MetaError::RecordChanged { .. }) => {
+                                    refusals.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                }
+                                Err(error) => panic!("{error}"),
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        let total = store.get_record(ns, name).unwrap().unwrap();
+        assert_eq!(total["n"], THREADS * EACH, "every increment kept: {total}");
+        eprintln!("{} refused replacements along the way", refusals.into_inner());
+    }
+}

@@ -225,15 +225,30 @@ fn a_leader_killed_during_repairs_loses_no_repair_and_leaves_no_extra_unit() {
     assert_eq!(gc["nodes_scanned"], 5, "{gc}");
 }
 
-/// The pids of PostgreSQL's client backends serving the role `weft`.
-fn weft_backends() -> Vec<u32> {
+/// The pids of the client backends (role `weft`) of this cluster's PostgreSQL: children of
+/// the postmaster named in its data directory (other tests run servers of their own).
+fn weft_backends(cluster: &Cluster) -> Vec<u32> {
+    let pid_file = cluster.dir().join("postgres/data/postmaster.pid");
+    let postmaster: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap_or_else(|e| panic!("{}: {e}", pid_file.display()))
+        .lines()
+        .next()
+        .and_then(|line| line.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {}", pid_file.display()));
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
             continue;
         };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // The parent pid is the second field after the command's closing parenthesis.
+        let parent = stat.rsplit_once(')').and_then(|(_, rest)| {
+            rest.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok())
+        });
         let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
-        if String::from_utf8_lossy(&cmdline).starts_with("postgres: weft ") {
+        if parent == Some(postmaster)
+            && String::from_utf8_lossy(&cmdline).starts_with("postgres: weft ")
+        {
             pids.push(pid);
         }
     }
@@ -276,7 +291,7 @@ fn puts_across_postgres_crash_restarts_fail_clearly_or_land_whole() {
     };
     for _ in 0..3 {
         std::thread::sleep(Duration::from_millis(700));
-        let backends = weft_backends();
+        let backends = weft_backends(&cluster);
         assert!(!backends.is_empty(), "meta keeps sessions open on PostgreSQL");
         assert!(signal(backends[0], libc::SIGKILL), "backend {} was running", backends[0]);
     }

@@ -159,6 +159,10 @@ pub const DEFAULT_PLAN_BYTES: u64 = 4 << 30;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct GeoState {
     pub(crate) pgs: Vec<PgState>,
+    /// The record as read from the store (`None`: not stored yet): a save replaces exactly
+    /// that, or fails with `RecordChanged` when another meta replica saved in between.
+    #[serde(skip)]
+    pub(crate) stored: Option<serde_json::Value>,
 }
 
 /// One placement group.
@@ -209,15 +213,19 @@ fn corrupt(bucket: &str, e: impl ToString) -> MetaError {
 }
 
 pub(crate) fn load(store: &dyn MetaStore, bucket: &str) -> Result<Option<GeoState>, MetaError> {
-    match store.get_record(GEOMETRIC, bucket)? {
-        None => Ok(None),
-        Some(value) => serde_json::from_value(value).map(Some).map_err(|e| corrupt(bucket, e)),
-    }
+    let Some(value) = store.get_record(GEOMETRIC, bucket)? else { return Ok(None) };
+    let mut state: GeoState =
+        serde_json::from_value(value.clone()).map_err(|e| corrupt(bucket, e))?;
+    state.stored = Some(value);
+    Ok(Some(state))
 }
 
-fn save(store: &dyn MetaStore, bucket: &str, state: &GeoState) -> Result<(), MetaError> {
-    let value = serde_json::to_value(state).expect("geometric state serializes");
-    store.put_record(GEOMETRIC, bucket, &value, false)
+/// Stores `state` over the record it was read from (see [`GeoState::stored`]).
+fn save(store: &dyn MetaStore, bucket: &str, state: &mut GeoState) -> Result<(), MetaError> {
+    let value = serde_json::to_value(&*state).expect("geometric state serializes");
+    store.replace_record(GEOMETRIC, bucket, state.stored.as_ref(), &value)?;
+    state.stored = Some(value);
+    Ok(())
 }
 
 fn invalid(message: String) -> ApiError {
@@ -305,6 +313,7 @@ fn new_state(
             })?;
     let k = policy.k();
     Ok(GeoState {
+        stored: None,
         pgs: groups
             .into_iter()
             .map(|members| PgState {
@@ -361,12 +370,15 @@ pub(crate) async fn create_bucket(
     let _lock = meta.geometric.lock().await;
     let record = blocking(&meta, move |store| {
         let nodes = store.list_nodes()?;
-        let state = match new_state(&policy, &nodes, &live, level, seed_of(&name)) {
+        let mut state = match new_state(&policy, &nodes, &live, level, seed_of(&name)) {
             Ok(state) => state,
             Err(api) => return Ok(Err(api)),
         };
         let record = store.create_bucket_with(&name, warm, None, Some(policy), now_ms())?;
-        save(store, &name, &state)?;
+        // The bucket is new (its creation was exclusive): whatever state a bucket of that
+        // name left behind is replaced.
+        state.stored = store.get_record(GEOMETRIC, &name)?;
+        save(store, &name, &mut state)?;
         Ok(Ok(record))
     })
     .await??;
@@ -405,12 +417,21 @@ fn state_of(
     if let Some(state) = load(store, bucket)? {
         return Ok(Ok(state));
     }
-    let state = match new_state(policy, nodes, live, level, seed_of(bucket)) {
+    let mut state = match new_state(policy, nodes, live, level, seed_of(bucket)) {
         Ok(state) => state,
         Err(api) => return Ok(Err(api)),
     };
-    save(store, bucket, &state)?;
-    Ok(Ok(state))
+    match save(store, bucket, &mut state) {
+        Ok(()) => Ok(Ok(state)),
+        // Another meta made the bucket's state first: it is that one.
+        Err(MetaError::RecordChanged { .. }) => match load(store, bucket)? {
+            Some(made) => Ok(Ok(made)),
+            None => {
+                Err(MetaError::RecordChanged { namespace: GEOMETRIC.into(), name: bucket.into() })
+            }
+        },
+        Err(error) => Err(error),
+    }
 }
 
 /// Why a disk cannot take new chunks now, or None.
@@ -516,7 +537,7 @@ pub(crate) fn repair_destination(
     for member in group.members.iter_mut().filter(|m| **m == current) {
         *member = to;
     }
-    save(store, bucket, &state)?;
+    save(store, bucket, &mut state)?;
     tracing::info!(bucket, pg, from = ?current, to = ?to, "placement group member replaced");
     Ok(spread.or(Some(to)))
 }
@@ -905,7 +926,7 @@ pub(crate) async fn plan(
             answers.push((key, write));
         }
         // Saved last: a plan that failed hands out nothing (its begun writes expire).
-        save(store, &bucket, &state)?;
+        save(store, &bucket, &mut state)?;
         Ok(Ok((stripes, answers, objects, deferred, next_start_after, nodes, policy)))
     })
     .await??;

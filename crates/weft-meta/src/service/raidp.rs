@@ -62,6 +62,10 @@ pub(crate) struct RaidpState {
     pub(crate) leases: BTreeMap<u64, (Vec<SuperchunkId>, u64)>,
     #[serde(default)]
     pub(crate) next_lease: u64,
+    /// The record as read from the store (`None`: not stored yet): a save replaces exactly
+    /// that, or fails with `RecordChanged` when another meta replica saved in between.
+    #[serde(skip)]
+    pub(crate) stored: Option<serde_json::Value>,
 }
 
 impl RaidpState {
@@ -98,14 +102,15 @@ pub(crate) fn check_policy(policy: &RaidpPolicy) -> Result<(), ApiError> {
 }
 
 pub(crate) fn load(store: &dyn MetaStore) -> Result<Option<RaidpState>, MetaError> {
-    match store.get_record(RAIDP, RAIDP_STATE)? {
-        None => Ok(None),
-        Some(value) => serde_json::from_value(value).map(Some).map_err(|e| MetaError::Corrupt {
+    let Some(value) = store.get_record(RAIDP, RAIDP_STATE)? else { return Ok(None) };
+    let mut state: RaidpState =
+        serde_json::from_value(value.clone()).map_err(|e| MetaError::Corrupt {
             table: "records",
             key: format!("{RAIDP}/{RAIDP_STATE}"),
             reason: e.to_string(),
-        }),
-    }
+        })?;
+    state.stored = Some(value);
+    Ok(Some(state))
 }
 
 /// The RAIDP state, or the 409 `no_raidp_map` that a call needing one answers.
@@ -119,9 +124,12 @@ fn load_or_refuse(store: &dyn MetaStore) -> Result<Result<RaidpState, ApiError>,
     }))
 }
 
-fn save(store: &dyn MetaStore, state: &RaidpState) -> Result<(), MetaError> {
-    let value = serde_json::to_value(state).expect("RAIDP state serializes");
-    store.put_record(RAIDP, RAIDP_STATE, &value, false)
+/// Stores `state` over the record it was read from (see [`RaidpState::stored`]).
+fn save(store: &dyn MetaStore, state: &mut RaidpState) -> Result<(), MetaError> {
+    let value = serde_json::to_value(&*state).expect("RAIDP state serializes");
+    store.replace_record(RAIDP, RAIDP_STATE, state.stored.as_ref(), &value)?;
+    state.stored = Some(value);
+    Ok(())
 }
 
 /// Why a disk is not usable for RAIDP now, or None when it is.
@@ -264,16 +272,26 @@ pub(crate) fn policy_for_bucket(
             )))
         }
     };
-    let state = RaidpState {
+    let mut state = RaidpState {
         policy,
         map,
         fill: BTreeMap::new(),
         reclaiming: BTreeSet::new(),
         leases: BTreeMap::new(),
         next_lease: 0,
+        stored: None,
     };
-    save(store, &state)?;
-    Ok(Ok(policy))
+    match save(store, &mut state) {
+        Ok(()) => Ok(Ok(policy)),
+        // Another meta made the map first: the cluster's map is that one.
+        Err(MetaError::RecordChanged { .. }) => match load(store)? {
+            Some(made) => Ok(Ok(made.policy)),
+            None => {
+                Err(MetaError::RecordChanged { namespace: RAIDP.into(), name: RAIDP_STATE.into() })
+            }
+        },
+        Err(error) => Err(error),
+    }
 }
 
 /// Default superchunk size of a new map: 1 GiB (the paper's).
@@ -297,7 +315,7 @@ pub(crate) fn allocate(
         )));
     };
     if sync(&mut state, nodes, live) {
-        save(store, &state)?;
+        save(store, &mut state)?;
     }
     let usable: Vec<(DiskLocation, u32)> = usable_disks(nodes, live, &state.policy)
         .into_iter()
@@ -349,7 +367,7 @@ pub(crate) fn allocate(
         *fill += take;
         left -= take;
     }
-    save(store, &state)?;
+    save(store, &mut state)?;
     Ok(Ok((extents, state)))
 }
 
@@ -548,7 +566,7 @@ pub(crate) fn load_synced(
 ) -> Result<Option<RaidpState>, MetaError> {
     let Some(mut state) = load(store)? else { return Ok(None) };
     if sync(&mut state, nodes, live) {
-        save(store, &state)?;
+        save(store, &mut state)?;
     }
     Ok(Some(state))
 }
@@ -783,7 +801,7 @@ pub(crate) async fn recovered(
         if let Err(e) = outcome {
             return Ok(Err(e));
         }
-        save(store, &state)?;
+        save(store, &mut state)?;
         Ok(Ok(json!({ "superchunk": body.superchunk, "recorded": true })))
     })
     .await?
@@ -978,7 +996,7 @@ pub(crate) async fn reclaim(
         }
         if !body.dry_run {
             state.leases.retain(|_, (_, until)| *until > now);
-            save(store, &state)?;
+            save(store, &mut state)?;
         }
         Ok(Ok(json!({ "reclaim": reclaim, "skipped": skipped })))
     })
@@ -1019,7 +1037,7 @@ pub(crate) async fn reclaimed(
             state.reclaiming.remove(id);
             state.fill.remove(id);
         }
-        save(store, &state)?;
+        save(store, &mut state)?;
         Ok(Ok(json!({ "reclaimed": body.superchunks })))
     })
     .await?
@@ -1051,7 +1069,7 @@ pub(crate) async fn update(
         if let Some(lease) = body.done {
             if let Some(mut state) = load(store)? {
                 if state.leases.remove(&lease).is_some() {
-                    save(store, &state)?;
+                    save(store, &mut state)?;
                 }
             }
             return Ok(Ok(json!({ "lease": lease, "ended": true })));
@@ -1078,7 +1096,7 @@ pub(crate) async fn update(
         state.next_lease += 1;
         let ids: BTreeSet<SuperchunkId> = extents.iter().map(|e| e.superchunk).collect();
         state.leases.insert(lease, (ids.into_iter().collect(), now + UPDATE_LEASE_MS));
-        save(store, &state)?;
+        save(store, &mut state)?;
         Ok(Ok(json!({
             "generation": record.generation,
             "lease": lease,
