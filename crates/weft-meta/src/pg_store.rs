@@ -120,8 +120,10 @@ type Step<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + 'a>>;
 
 /// Runs `steps` as one pipeline: each is polled once, in order, before any answer is awaited,
 /// so their requests leave in that order, in one write, and the server answers them in that
-/// order (one round trip for all). The results come back in the same order.
-async fn pipeline<T>(mut steps: Vec<Step<'_, T>>) -> Vec<Result<T, Error>> {
+/// order (one round trip for all). The answers come back in the same order; an error is the
+/// first failed step's, not those after it that the server refused because the transaction
+/// had already failed.
+async fn pipeline<T>(mut steps: Vec<Step<'_, T>>) -> Result<Vec<T>, Error> {
     let mut done: Vec<Option<Result<T, Error>>> = steps.iter().map(|_| None).collect();
     std::future::poll_fn(|cx| {
         let mut waiting = false;
@@ -141,12 +143,6 @@ async fn pipeline<T>(mut steps: Vec<Step<'_, T>>) -> Vec<Result<T, Error>> {
     })
     .await;
     done.into_iter().map(|slot| slot.expect("every step finished")).collect()
-}
-
-/// The first error of a pipeline's results, in order: the statement that failed, not those
-/// after it that the server refused because the transaction had already failed.
-fn first_error<T>(results: Vec<Result<T, Error>>) -> Result<Vec<T>, Error> {
-    results.into_iter().collect()
 }
 
 /// One connection to the server, driven by a runtime of its own on the calling thread (the
@@ -192,7 +188,7 @@ impl PgClient {
             Box::pin(async move { self.client.batch_execute(begin).await.map(|()| Vec::new()) }),
             Box::pin(self.client.query(statement, params)),
         ];
-        let mut answers = first_error(self.wait(pipeline(steps)))?;
+        let mut answers = self.wait(pipeline(steps))?;
         Ok(answers.pop().unwrap_or_default())
     }
 
@@ -234,7 +230,7 @@ impl Conn {
         }
         let steps: Vec<Step<'_, Statement>> =
             sql.iter().map(|sql| Box::pin(client.client.prepare(sql)) as Step<'_, _>).collect();
-        let prepared = first_error(client.wait(pipeline(steps)))?;
+        let prepared = client.wait(pipeline(steps))?;
         let mut prepared = prepared.into_iter();
         let mut next = || prepared.next().expect("one statement per SQL text");
         let mut tables = HashMap::new();
@@ -719,7 +715,7 @@ impl PgStore {
             }
         }
         steps.push(Box::pin(async move { c.batch_execute("COMMIT").await.map(|()| 0) }));
-        let sent = first_error(client.wait(pipeline(steps))).map(drop);
+        let sent = client.wait(pipeline(steps)).map(drop);
         // A failed statement left the transaction open and failed (a failed COMMIT ended it:
         // the ROLLBACK then only warns).
         sent.map_err(|e| self.rolled_back(client, Attempt::Failed(classify(&e), self.failed(&e))))

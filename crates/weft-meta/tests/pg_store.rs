@@ -140,6 +140,19 @@ fn a_server_restart_fails_operations_clearly_and_the_store_recovers() {
     server.stop();
 }
 
+/// Ends every session of the database but `admin`'s own, as an administrator (or a
+/// failover) would; checks the store had one open.
+fn end_other_sessions(admin: &mut postgres::Client) {
+    let ended = admin
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .unwrap();
+    assert!(!ended.is_empty(), "the store's connection was open");
+}
+
 #[test]
 fn an_operation_whose_connection_was_dropped_runs_again_on_a_new_one() {
     let Some(url) = test_database() else { return };
@@ -148,26 +161,12 @@ fn an_operation_whose_connection_was_dropped_runs_again_on_a_new_one() {
     // Another session ends every connection of this database but its own, as an
     // administrator (or a failover) would.
     let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-    let ended = admin
-        .query(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-             WHERE datname = current_database() AND pid <> pg_backend_pid()",
-            &[],
-        )
-        .unwrap();
-    assert!(!ended.is_empty(), "the store's connection was open");
+    end_other_sessions(&mut admin);
     // The first operation finds its connection dead before anything was committed: it runs
     // again on a new connection, and the caller sees only its answer.
     assert_eq!(store.get_bucket("bkt").unwrap().name, "bkt");
     // Likewise a write, after every connection was ended again.
-    let ended = admin
-        .query(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-             WHERE datname = current_database() AND pid <> pg_backend_pid()",
-            &[],
-        )
-        .unwrap();
-    assert!(!ended.is_empty(), "the store's connection was open");
+    end_other_sessions(&mut admin);
     let write = store.begin_object("bkt", "k", small_placement(1), 2).unwrap();
     let (committed, _) =
         store.commit_object("bkt", "k", write.generation, &Default::default()).unwrap();

@@ -125,6 +125,20 @@ impl Metas {
             self.turn = self.turn.wrapping_add(1);
         }
     }
+
+    /// [`Metas::failed`] for a request that did not succeed; what went wrong, in words.
+    pub(crate) fn failure(&mut self, outcome: Result<reqwest::Response, reqwest::Error>) -> String {
+        match outcome {
+            Ok(response) => {
+                self.failed(Some(response.status()));
+                format!("status {}", response.status())
+            }
+            Err(error) => {
+                self.failed(None);
+                error.to_string()
+            }
+        }
+    }
 }
 
 fn now_ms() -> u64 {
@@ -365,16 +379,7 @@ async fn send_bad_units(
                 backoff = Duration::from_millis(500);
             }
             outcome => {
-                let why = match outcome {
-                    Ok(response) => {
-                        metas.failed(Some(response.status()));
-                        format!("status {}", response.status())
-                    }
-                    Err(error) => {
-                        metas.failed(None);
-                        error.to_string()
-                    }
-                };
+                let why = metas.failure(outcome);
                 tracing::warn!(%url, %why, pending = pending.len(), "reporting bad units failed; retrying");
                 if !pause(&mut stopped, backoff).await {
                     return;
@@ -469,16 +474,7 @@ pub(crate) async fn inventories(
                     }
                 }
                 outcome => {
-                    let why = match outcome {
-                        Ok(response) => {
-                            metas.failed(Some(response.status()));
-                            format!("status {}", response.status())
-                        }
-                        Err(error) => {
-                            metas.failed(None);
-                            error.to_string()
-                        }
-                    };
+                    let why = metas.failure(outcome);
                     tracing::warn!(%url, %why, "sending an inventory failed; retrying soon");
                     due[index] = now_ms() + interval_ms.min(5000);
                 }

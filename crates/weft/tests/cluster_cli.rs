@@ -143,15 +143,7 @@ fn poll_status(
     timeout: Duration,
     want: impl Fn(&Value) -> bool,
 ) -> Value {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let status = cluster.status();
-        if want(&status) {
-            return status;
-        }
-        assert!(Instant::now() < deadline, "waited {timeout:?} for {what}; status: {status}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    cluster.wait_for_status_within(what, timeout, want)
 }
 
 fn counter(status: &Value, name: &str) -> u64 {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::cluster::{signal, weft_bin, Cluster};
+use crate::common::cluster::{poll_until, signal, weft_bin, Cluster};
 use crate::up_cli::{pattern, postgres_here};
 
 /// `weft ARGS` against every meta of the cluster (`WEFT_META` as a comma list).
@@ -35,13 +35,13 @@ fn json_all(cluster: &Cluster, all: &str, args: &[&str]) -> Value {
 }
 
 /// `weft status --json` through any meta that answers (`Null` while none does).
-fn status_of_all(cluster: &Cluster, all: &str) -> Value {
+pub(crate) fn status_of_all(cluster: &Cluster, all: &str) -> Value {
     let output = weft_all(cluster, all, &["status", "--json"]);
     serde_json::from_slice::<Value>(&output.stdout).unwrap_or(Value::Null)
 }
 
 /// The pid of the meta holding the leader lease, if one does; never two.
-fn leader_pid(status: &Value) -> Option<u64> {
+pub(crate) fn leader_pid(status: &Value) -> Option<u64> {
     let leaders: Vec<u64> = status["meta"]
         .as_array()?
         .iter()
@@ -53,7 +53,7 @@ fn leader_pid(status: &Value) -> Option<u64> {
 }
 
 /// The metas' endpoints as one comma list, after checking there are `replicas`.
-fn metas(cluster: &Cluster, replicas: usize) -> String {
+pub(crate) fn metas(cluster: &Cluster, replicas: usize) -> String {
     let metas: Vec<String> = cluster.ready()["metas"]
         .as_array()
         .unwrap_or_else(|| panic!("{}", cluster.ready()))
@@ -72,15 +72,7 @@ fn wait_status(
     timeout: Duration,
     want: impl Fn(&Value) -> bool,
 ) -> Value {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let status = status_of_all(cluster, all);
-        if want(&status) {
-            return status;
-        }
-        assert!(Instant::now() < deadline, "waited {timeout:?} for {what}; status: {status}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    poll_until(what, timeout, || status_of_all(cluster, all), want)
 }
 
 /// (node id, unit key) of every unit of a `weft stat --json`.

@@ -4,6 +4,7 @@
 use std::{net::TcpListener, process::Command, time::Duration};
 
 use crate::common::cluster::{is_running, signal, weft_bin, Cluster};
+use crate::meta_faults::{leader_pid, metas, status_of_all};
 use serde_json::Value;
 
 fn names(listed: &Value) -> Vec<String> {
@@ -539,29 +540,7 @@ fn a_killed_leader_meta_is_replaced_within_two_leases_and_no_put_is_lost() {
         4,
         &["--meta-store", "postgres", "--meta-replicas", "2", "--heartbeat-ms", "300"],
     );
-    let metas: Vec<String> = cluster.ready()["metas"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{}", cluster.ready()))
-        .iter()
-        .map(|m| m["endpoint"].as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(metas.len(), 2, "{}", cluster.ready());
-    let all = metas.join(",");
-    // While a meta restarts, a command may reach it as it dies: such an answer is skipped.
-    let status_of_all = || {
-        let output = cluster.weft(&["status", "--json", "--meta", &all]);
-        serde_json::from_slice::<Value>(&output.stdout).unwrap_or(Value::Null)
-    };
-    let leader_pid = |status: &Value| -> Option<u64> {
-        let leaders: Vec<u64> = status["meta"]
-            .as_array()?
-            .iter()
-            .filter(|m| m["leader"] == true)
-            .map(|m| m["pid"].as_u64().unwrap())
-            .collect();
-        assert!(leaders.len() <= 1, "two leaders: {status}");
-        leaders.first().copied()
-    };
+    let all = metas(&cluster, 2);
     let status = cluster.wait_for_answering_status("two metas, one leading", |s| {
         s["meta"].as_array().map_or(0, Vec::len) == 2 && leader_pid(s).is_some()
     });
@@ -595,7 +574,8 @@ fn a_killed_leader_meta_is_replaced_within_two_leases_and_no_put_is_lost() {
     let killed_at = std::time::Instant::now();
     let lease = Duration::from_millis(weft_meta::service::DEFAULT_LEASE_MS);
     loop {
-        let status = status_of_all();
+        // While a meta restarts, a command may reach it as it dies: such an answer is skipped.
+        let status = status_of_all(&cluster, &all);
         if leader_pid(&status).is_some_and(|pid| pid != leader) {
             break;
         }

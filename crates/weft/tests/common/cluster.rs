@@ -437,15 +437,7 @@ impl Cluster {
         timeout: Duration,
         want: impl Fn(&Value) -> bool,
     ) -> Value {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let status = self.status();
-            if want(&status) {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}; status: {status}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        poll_until(what, timeout, || self.status(), want)
     }
 
     /// GET `path` of meta's HTTP API (e.g. `/v1/transitions`, which no command shows): the
@@ -578,6 +570,25 @@ impl Cluster {
             .iter()
             .map(|n| (n["id"].as_u64().unwrap(), n["state"].as_str().unwrap().to_owned()))
             .collect()
+    }
+}
+
+/// Reads `read()` every 100 ms until `want` holds of it, at most `timeout` (then panics with
+/// `what` and the last value).
+pub fn poll_until(
+    what: &str,
+    timeout: Duration,
+    read: impl Fn() -> Value,
+    want: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let value = read();
+        if want(&value) {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "waited {timeout:?} for {what}; last: {value}");
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
