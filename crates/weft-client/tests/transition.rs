@@ -155,7 +155,9 @@ async fn replication_becomes_erasure_coding_and_back() {
 async fn a_pending_transition_leaves_the_object_alone_and_a_new_one_replaces_it() {
     let cluster = TestCluster::start(20).await;
     cluster.create_bucket("bkt", policy("rs(6,3)", 2, CELL, BLOCK)).await;
-    let data = pattern((20 * BLOCK) as usize, 4);
+    // Three whole groups: the object keeps the policy's striping (not fitted), so a raw
+    // regroup plan to the policy's striping applies to it.
+    let data = pattern((18 * BLOCK) as usize, 4);
     put(&cluster, "p", &data).await;
     // A transition planned and never finished (as if its executor died).
     let body =

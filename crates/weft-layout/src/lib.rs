@@ -37,7 +37,7 @@ pub use placement::{
 };
 pub use striped::{
     max_client_buffer_bytes, naive_group_buffer_bytes, BlockRead, Extent, StripedLayout, UnitId,
-    MAX_BLOCK_BYTES, MAX_OBJECT_BYTES, MAX_STRIPE_WIDTH,
+    FIT_SLACK, MAX_BLOCK_BYTES, MAX_OBJECT_BYTES, MAX_STRIPE_WIDTH, MIN_FITTED_CELL_BYTES,
 };
 pub use transition::{
     parity_bytes, plan_regroup, restripe_io, PlannedUnit, RegroupPlan, TransitionIo, TransitionMode,

@@ -39,6 +39,11 @@ pub const MAX_BLOCK_BYTES: u64 = 1 << 30;
 /// Smallest cell [`StripedLayout::fitted`] shrinks a small object's cells to.
 pub const MIN_FITTED_CELL_BYTES: u64 = 4096;
 
+/// How far above its code's promise, (k + r)/k of its bytes, an object of at least one
+/// group may be stored before [`StripedLayout::fitted`] shrinks its blocks: 1/32 (3.1%),
+/// as (numerator, denominator).
+pub const FIT_SLACK: (u128, u128) = (1, 32);
+
 /// Largest object (5 TiB, S3's limit). Keeps every offset computation far from u64 overflow:
 /// `MAX_OBJECT_BYTES + MAX_STRIPE_WIDTH · MAX_BLOCK_BYTES` < 2^43.
 pub const MAX_OBJECT_BYTES: u64 = 5 << 40;
@@ -169,35 +174,41 @@ impl StripedLayout {
         self.code.k() + self.code.r()
     }
 
-    /// The layout an object of `object_size` bytes is written with: this one, unless the
-    /// object is too small to fill a group's k data blocks (S < k·B) and then either its
-    /// stripes are narrower than a group (W < k), or they are not but the object is still
-    /// stored less evenly than the fitted layout would store it (an object of fewer than k
-    /// cells fills fewer than k blocks however wide its stripes; a stripe of W blocks, W not
-    /// a multiple of k, leaves a group partly filled). Such an object would hold fewer than k
-    /// data blocks, each as long as its parity blocks, and store up to (1 + r)× its bytes
-    /// where the code promises (k + r)/k. It is written instead as one stripe of k blocks
-    /// (W = k) of ⌈S/k⌉ rounded up to cells of at most a sixteenth of that (halving the cell,
-    /// not below [`MIN_FITTED_CELL_BYTES`]), so its cells are dealt over all k blocks and it
-    /// stores at most about (k + r)/k · (1 + 1/16 · r/(k + r)) of its bytes once
-    /// S ≥ k · 64 KiB. A stripe at least a group wide that stores the object as evenly as
-    /// that keeps it.
+    /// The layout an object of `object_size` bytes is written with, so that it stores about
+    /// what its code promises, (k + r)/k of its bytes, whatever its size.
+    ///
+    /// - **Under one group (S < k·B)**: this layout, unless either its stripes are narrower
+    ///   than a group (W < k), or they are not but the object is still stored less evenly
+    ///   than the fitted layout would store it (an object of fewer than k cells fills fewer
+    ///   than k blocks however wide its stripes; a stripe of W blocks, W not a multiple of k,
+    ///   leaves a group partly filled). Such an object would hold fewer than k data blocks,
+    ///   each as long as its parity blocks, and store up to (1 + r)× its bytes. It is written
+    ///   instead as one stripe of k blocks (W = k) of ⌈S/k⌉ rounded up to cells of at most a
+    ///   sixteenth of that (halving the cell, not below [`MIN_FITTED_CELL_BYTES`]), so its
+    ///   cells are dealt over all k blocks and it stores at most about
+    ///   (k + r)/k · (1 + 1/16 · r/(k + r)) of its bytes once S ≥ k · 64 KiB. A stripe at
+    ///   least a group wide that stores the object as evenly as that keeps it.
+    /// - **One group or more**: this layout when it stores the object within
+    ///   [`FIT_SLACK`] of the promise (most large objects: only the last group can be
+    ///   partly filled). Otherwise (an object of a few groups whose last group holds a few
+    ///   blocks but r full parity blocks: 64 MiB in rs(6,3) with 8 MiB blocks is 1.75×) the
+    ///   same number of groups, ⌈S/(k·B)⌉, with blocks shrunk to fill them: ⌈S/(groups·k)⌉
+    ///   rounded up to cells of at most a sixteenth of that (halved as above), with the
+    ///   policy's stripe width or, when that stores less (W not dividing k), stripes a group
+    ///   wide. That stores at most about the same bound as above; the policy is kept when
+    ///   it stores no more.
     ///
     /// A pure function of the layout and the size: the same object size always fits the
-    /// same way, and the layout an object was written with is recorded with it. An object
-    /// of at least k blocks keeps this layout, so regroups (which keep the striping) apply
-    /// to it; a fitted object changes code by a rewrite, which for an object under k
-    /// blocks costs about what a regroup would.
+    /// same way, and the layout an object was written with is recorded with it. A fitted
+    /// object changes code by a regroup when the new policy differs only in the code (it
+    /// keeps its own striping), else by a rewrite fitted to its size.
     pub fn fitted(&self, object_size: u64) -> StripedLayout {
         let k = self.k() as u64;
         if object_size >= k * self.block_bytes {
-            return *self;
+            return self.fitted_to_groups(object_size);
         }
         let per_block = object_size.div_ceil(k).max(1);
-        let mut cell = self.cell_bytes;
-        while cell.is_multiple_of(2) && cell / 2 >= MIN_FITTED_CELL_BYTES && cell * 16 > per_block {
-            cell /= 2;
-        }
+        let cell = self.fitted_cell(per_block);
         let block = per_block.div_ceil(cell) * cell;
         let fitted = StripedLayout {
             stripe_width: self.k(),
@@ -214,14 +225,68 @@ impl StripedLayout {
         fitted
     }
 
+    /// [`StripedLayout::fitted`] for an object of at least one group (S ≥ k·B).
+    fn fitted_to_groups(&self, object_size: u64) -> StripedLayout {
+        let (k, r) = (self.k() as u128, self.r() as u128);
+        let promised = object_size as u128 * (k + r) / k;
+        let own = u128::from(self.stored_bytes(object_size));
+        if own * FIT_SLACK.1 <= promised * (FIT_SLACK.1 + FIT_SLACK.0) {
+            return *self;
+        }
+        let k = self.k() as u64;
+        let groups = object_size.div_ceil(k * self.block_bytes);
+        let per_block = object_size.div_ceil(groups * k);
+        let cell = self.fitted_cell(per_block);
+        // B is a multiple of the policy's cell, hence of this one: the block stays ≤ B.
+        let block = per_block.div_ceil(cell) * cell;
+        // Stripes of the policy's width keep its reads' spread; stripes a group wide fill
+        // groups exactly even when W does not divide k (the last stripe's cells are dealt
+        // over W blocks, which may start a group of their own). The least stored wins, the
+        // policy's width on a tie.
+        [self.stripe_width, self.k()]
+            .map(|stripe_width| StripedLayout {
+                stripe_width,
+                cell_bytes: cell,
+                block_bytes: block,
+                ..*self
+            })
+            .into_iter()
+            .map(|fitted| (u128::from(fitted.stored_bytes(object_size)), fitted))
+            .filter(|(stored, _)| *stored < own)
+            .min_by_key(|(stored, _)| *stored)
+            .map_or(*self, |(_, fitted)| fitted)
+    }
+
+    /// The cell of a fitted layout whose blocks hold about `per_block` bytes: the policy's
+    /// cell halved while it is above a sixteenth of that, and not below
+    /// [`MIN_FITTED_CELL_BYTES`] (an odd cell is kept).
+    fn fitted_cell(&self, per_block: u64) -> u64 {
+        let mut cell = self.cell_bytes;
+        while cell.is_multiple_of(2) && cell / 2 >= MIN_FITTED_CELL_BYTES && cell * 16 > per_block {
+            cell /= 2;
+        }
+        cell
+    }
+
     /// Bytes every stored unit of an object of `object_size` holds, summed (data blocks at
     /// their real length, parity blocks at their group's unit length; unit headers not
-    /// counted). Linear in the object's number of units.
+    /// counted). Groups wholly inside full stripes are counted at once (k blocks of B and r
+    /// parity blocks of B rounded up to the coding multiple); only the groups meeting the
+    /// last, partial stripe are walked unit by unit.
     pub fn stored_bytes(&self, object_size: u64) -> u64 {
-        (0..self.groups(object_size))
+        let groups = self.groups(object_size);
+        if groups == 0 {
+            return 0;
+        }
+        let (k, r) = (self.k() as u64, self.r() as u64);
+        let full_blocks = (object_size / self.stripe_bytes()) * self.stripe_width as u64;
+        let full_groups = ((full_blocks / k) as usize).min(groups);
+        let parity_len = self.block_bytes.next_multiple_of(self.coding_multiple());
+        let full = full_groups as u64 * (k * self.block_bytes + r * parity_len);
+        full + (full_groups..groups)
             .flat_map(|g| self.group_units(object_size, g))
             .map(|unit| self.stored_len(object_size, unit))
-            .sum()
+            .sum::<u64>()
     }
 
     /// Object bytes a full stripe holds: W · B.
@@ -540,15 +605,37 @@ mod tests {
                 // Unfitted, the smallest objects paid up to (1 + r)×.
                 size = size * 5 / 4 + 4093;
             }
-            // An object filling a group keeps the policy (so regroups keep its striping);
-            // its last, partial group costs at most r blocks more than the promise.
+            // An object of a group or more keeps the policy when that stores it within the
+            // slack (so regroups keep its striping), else its blocks shrink to fill its
+            // groups: either way it stores what the code promises.
             let big = layout.k() as u64 * layout.block_bytes;
-            for size in [big, big + 1, 3 * big + big / 3] {
-                assert_eq!(layout.fitted(size), layout);
-                let bound = size as f64 * promise + (layout.r() as u64 * layout.block_bytes) as f64;
-                assert!(stored_bytes(&layout, size) as f64 <= bound, "{layout:?} at {size}");
+            let mut size = big;
+            while size < 40 * big {
+                let fitted = layout.fitted(size);
+                fitted.validate().unwrap();
+                assert_eq!(fitted.code, layout.code);
+                assert!([layout.stripe_width, layout.k()].contains(&fitted.stripe_width));
+                assert!(fitted.block_bytes <= layout.block_bytes);
+                assert!(fitted.groups(size) <= layout.groups(size), "{layout:?} at {size}");
+                let ratio = stored_bytes(&fitted, size) as f64 / size as f64;
+                assert!(
+                    ratio <= promise * 1.05,
+                    "{layout:?} at {size} B stores {ratio:.3}×, promised {promise:.3}×"
+                );
+                let own = stored_bytes(&layout, size) as f64 / size as f64;
+                if own <= promise * (1.0 + 1.0 / 32.0) {
+                    assert_eq!(fitted, layout, "{layout:?} at {size} B stores {own:.3}×");
+                }
+                size = size * 9 / 8 + 65_521;
             }
         }
+        // A 64 MiB object in the default policy was two groups, six 8 MiB blocks then two,
+        // with six 8 MiB parity blocks: 1.75×. Fitted, its blocks fill both groups.
+        let default = policies[0];
+        assert_eq!(stored_bytes(&default, 64 << 20), 112 << 20);
+        let fitted = default.fitted(64 << 20);
+        assert_eq!((fitted.cell_bytes, fitted.block_bytes), (256 << 10, 5632 << 10));
+        assert!(stored_bytes(&fitted, 64 << 20) <= 97 << 20);
         // The case that motivated it: 1 MiB in rs(9,3) with 1 MiB cells was 4 MiB on disk.
         let old = policy("rs(9,3)", 1, 1 << 20, 4 << 20);
         assert_eq!(stored_bytes(&old, 1 << 20), 4 << 20);
@@ -568,6 +655,35 @@ mod tests {
             (MIN_FITTED_CELL_BYTES, MIN_FITTED_CELL_BYTES)
         );
         assert_eq!(policies[0].fitted(0), policies[0].fitted(1));
+    }
+
+    #[test]
+    fn stored_bytes_counted_at_once_equal_the_units_summed() {
+        let walk = |layout: &StripedLayout, size: u64| -> u64 {
+            (0..layout.groups(size))
+                .flat_map(|g| layout.group_units(size, g))
+                .map(|unit| layout.stored_len(size, unit))
+                .sum()
+        };
+        for (code, width, cell, block) in [
+            ("rs(6,3)", 2, 1u64 << 20, 8u64 << 20),
+            ("rs(9,3)", 12, 1 << 20, 8 << 20),
+            ("rs(4,2)", 7, 64 << 10, 192 << 10),
+            ("rs(2,1)", 1, 4096, 4096),
+            ("clay(4,2)", 3, 64 << 10, 256 << 10),
+        ] {
+            let layout = StripedLayout {
+                code: code.parse().unwrap(),
+                stripe_width: width,
+                cell_bytes: cell,
+                block_bytes: block,
+            };
+            let mut size = 0u64;
+            while size < 30 * layout.k() as u64 * block {
+                assert_eq!(layout.stored_bytes(size), walk(&layout, size), "{layout:?} at {size}");
+                size = size * 5 / 4 + 4099;
+            }
+        }
     }
 
     #[test]

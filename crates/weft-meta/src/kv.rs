@@ -34,8 +34,8 @@ use crate::store::{check_attributes, check_precondition, CommitTerms, Preconditi
 use crate::store::{
     check_digests, check_namespace, check_new_object, check_new_transition, enqueue_step, holds,
     is_free, lease_deadline, lease_lost, list_start, pack_refusal, packed_record, pending_one,
-    relocated, transitioned, EnqueueStep, ObjectPage, ObjectTotals, PackOutcome, PackedObject,
-    PlacedUnit, RecordPage, StripeCommit, MAX_LIST_LIMIT,
+    relocated, transitioned, usage_of, EnqueueStep, ObjectPage, ObjectTotals, PackOutcome,
+    PackedObject, PlacedUnit, RecordPage, SizeUsage, StripeCommit, MAX_LIST_LIMIT, SIZE_CLASSES,
 };
 use crate::store::{leased, Lease, ReplicaRecord};
 use crate::versions::{self, VersionReads, VersionTables};
@@ -473,6 +473,13 @@ fn read_total(tx: &dyn Txn, total: &str) -> Result<u64, MetaError> {
 /// store is created, or by [`build_indexes`] for a store from before them).
 const INDEXES_BUILT_KEY: &str = "indexes_built";
 
+/// 1 once the usage by size ([`USAGE_KEY`]) covers every object (set when a store is
+/// created, or by [`build_indexes`] for a store from before it).
+const USAGE_BUILT_KEY: &str = "usage_built";
+
+/// The prefix of the usage totals ([`USAGE_FIELDS`]).
+const USAGE_KEY: &str = "usage";
+
 /// Meta's own records in the gateway table, under namespaces no gateway record can have
 /// (their names start with a dot): leases of duties, and the meta processes.
 const LEASES: &str = ".leases";
@@ -586,33 +593,112 @@ fn placed_entries(record: &ObjectRecord) -> Vec<Entry> {
         .collect()
 }
 
-/// The keys of `meta` holding the object count and bytes of (bucket, key)'s totals shard.
-fn total_keys(bucket: &str, key: &str) -> [Key; 2] {
+/// The keys of `meta` holding (bucket, key)'s totals shard: object count and bytes, then
+/// the usage by size ([`usage_keys`]).
+fn total_keys(bucket: &str, key: &str) -> Vec<Key> {
     let shard = total_shard(bucket, key);
-    [OBJECT_COUNT_KEY, OBJECT_BYTES_KEY].map(|total| Key::name(&shard_name(total, shard)))
+    let mut keys: Vec<Key> = [OBJECT_COUNT_KEY, OBJECT_BYTES_KEY]
+        .map(|total| Key::name(&shard_name(total, shard)))
+        .into();
+    keys.extend(usage_keys(shard).into_iter().flatten());
+    keys
 }
 
-/// Adds `delta` (objects, bytes) to the object totals, in the shard of (bucket, key).
-fn count_objects(
+/// The usage by size of striped objects ([`usage_of`]) is three totals per size class,
+/// sharded as the others: `usage/<class>/objects`, `…/bytes` and `…/stored`.
+const USAGE_FIELDS: [&str; 3] = ["objects", "bytes", "stored"];
+
+fn usage_total(class: usize, field: &str) -> String {
+    format!("{USAGE_KEY}/{class}/{field}")
+}
+
+/// The usage keys of one shard, by class and field.
+fn usage_keys(shard: u64) -> [[Key; 3]; SIZE_CLASSES] {
+    std::array::from_fn(|class| {
+        USAGE_FIELDS.map(|field| Key::name(&shard_name(&usage_total(class, field), shard)))
+    })
+}
+
+/// Per size class, the (objects, bytes, stored bytes) of one shard or one change.
+type Usage = [[i128; 3]; SIZE_CLASSES];
+
+/// Adds `sign` times `record`'s usage (when it counts: [`usage_of`]) to `usage`.
+fn add_usage(usage: &mut Usage, record: &ObjectRecord, sign: i128) {
+    if let Some((class, size, stored)) = usage_of(record) {
+        let [objects, bytes, stored_bytes] = &mut usage[class];
+        *objects += sign;
+        *bytes += sign * i128::from(size);
+        *stored_bytes += sign * i128::from(stored);
+    }
+}
+
+/// Adds `delta` to the store-wide number `name` (two's complement: a shard may go below
+/// zero, since a key counted in one shard is never in another, so the sum never does;
+/// sums wrap back).
+fn add_to_number(tx: &dyn Txn, name: &str, delta: i128) -> Result<(), MetaError> {
+    if delta == 0 {
+        return Ok(());
+    }
+    let value = read_number(tx, name)?.wrapping_add(delta as u64);
+    write_number(tx, name, value)
+}
+
+/// Adds `usage` to the usage totals of `shard`.
+fn add_usage_to_shard(tx: &dyn Txn, shard: u64, usage: &Usage) -> Result<(), MetaError> {
+    for (class, deltas) in usage.iter().enumerate() {
+        for (field, delta) in USAGE_FIELDS.iter().zip(deltas) {
+            add_to_number(tx, &shard_name(&usage_total(class, field), shard), *delta)?;
+        }
+    }
+    Ok(())
+}
+
+/// Moves the object totals of (bucket, key)'s shard from `old` (the record the change
+/// replaces or removes) to `new` (the record it stores): count, bytes and usage by size.
+fn count_change(
     tx: &dyn Txn,
     bucket: &str,
     key: &str,
-    objects: i64,
-    bytes: i128,
+    old: Option<&ObjectRecord>,
+    new: Option<&ObjectRecord>,
 ) -> Result<(), MetaError> {
-    if objects == 0 && bytes == 0 {
-        return Ok(());
-    }
     let shard = total_shard(bucket, key);
-    let (count_name, bytes_name) =
-        (shard_name(OBJECT_COUNT_KEY, shard), shard_name(OBJECT_BYTES_KEY, shard));
-    debug_assert_eq!(total_keys(bucket, key), [Key::name(&count_name), Key::name(&bytes_name)]);
-    // A shard may go below zero (a key counted in one shard is never in another, so the sum
-    // never does): it is kept as a two's-complement u64, and sums wrap back.
-    let count = read_number(tx, &count_name)?.wrapping_add_signed(objects);
-    write_number(tx, &count_name, count)?;
-    let total = read_number(tx, &bytes_name)?.wrapping_add(bytes as u64);
-    write_number(tx, &bytes_name, total)
+    let mut usage: Usage = [[0; 3]; SIZE_CLASSES];
+    if let Some(old) = old {
+        add_usage(&mut usage, old, -1);
+    }
+    if let Some(new) = new {
+        add_usage(&mut usage, new, 1);
+    }
+    // Every number this changes, read in one go (a commit prefetched them already).
+    let keys = usage_keys(shard);
+    let mut wanted: Vec<(Table, Key)> = [OBJECT_COUNT_KEY, OBJECT_BYTES_KEY]
+        .map(|total| (Table::Meta, Key::name(&shard_name(total, shard))))
+        .into();
+    for (class, deltas) in usage.iter().enumerate() {
+        for (field, delta) in deltas.iter().enumerate() {
+            if *delta != 0 {
+                wanted.push((Table::Meta, keys[class][field].clone()));
+            }
+        }
+    }
+    tx.prefetch(&wanted)?;
+    let objects = i128::from(new.is_some()) - i128::from(old.is_some());
+    let bytes = new.map_or(0, |r| i128::from(r.size())) - old.map_or(0, |r| i128::from(r.size()));
+    add_to_number(tx, &shard_name(OBJECT_COUNT_KEY, shard), objects)?;
+    add_to_number(tx, &shard_name(OBJECT_BYTES_KEY, shard), bytes)?;
+    add_usage_to_shard(tx, shard, &usage)
+}
+
+/// The usage by size, every shard summed.
+fn read_usage(tx: &dyn Txn) -> Result<[SizeUsage; SIZE_CLASSES], MetaError> {
+    let mut usage = [SizeUsage::default(); SIZE_CLASSES];
+    for (class, found) in usage.iter_mut().enumerate() {
+        found.objects = read_total(tx, &usage_total(class, "objects"))?;
+        found.bytes = read_total(tx, &usage_total(class, "bytes"))?;
+        found.stored_bytes = read_total(tx, &usage_total(class, "stored"))?;
+    }
+    Ok(usage)
 }
 
 /// Stores `record` as the committed object of its (bucket, key), keeping the placed-units
@@ -623,16 +709,13 @@ fn put_object(tx: &dyn Txn, record: &ObjectRecord) -> Result<Option<ObjectRecord
         Some(bytes) => Some(decode_object(&record.bucket, &record.key, &bytes)?),
         None => None,
     };
-    let (mut objects, mut bytes) = (1, i128::from(record.size()));
     if let Some(old) = &old {
         let stale: Vec<Key> = placed_entries(old).into_iter().map(|(k, _)| k).collect();
         tx.remove_many(Table::Placed, &stale)?;
-        objects -= 1;
-        bytes -= i128::from(old.size());
     }
     tx.put(Table::Objects, &name, &encode_object(record))?;
     tx.put_many(Table::Placed, &placed_entries(record))?;
-    count_objects(tx, &record.bucket, &record.key, objects, bytes)?;
+    count_change(tx, &record.bucket, &record.key, old.as_ref(), Some(record))?;
     Ok(old)
 }
 
@@ -645,7 +728,7 @@ fn remove_object(tx: &dyn Txn, bucket: &str, key: &str) -> Result<Option<ObjectR
     let old = decode_object(bucket, key, &bytes)?;
     let stale: Vec<Key> = placed_entries(&old).into_iter().map(|(k, _)| k).collect();
     tx.remove_many(Table::Placed, &stale)?;
-    count_objects(tx, bucket, key, -1, -i128::from(old.size()))?;
+    count_change(tx, bucket, key, Some(&old), None)?;
     Ok(Some(old))
 }
 
@@ -672,19 +755,17 @@ pub fn load_objects<B: KvBackend>(backend: &B, records: &[ObjectRecord]) -> Resu
         }
         tx.put_many(Table::Objects, &objects)?;
         tx.put_many(Table::Placed, &placed)?;
-        let mut shards = [(0i64, 0i128); TOTAL_SHARDS as usize];
+        let mut shards = [(0i128, 0i128, [[0i128; 3]; SIZE_CLASSES]); TOTAL_SHARDS as usize];
         for record in records {
             let shard = &mut shards[total_shard(&record.bucket, &record.key) as usize];
             shard.0 += 1;
             shard.1 += i128::from(record.size());
+            add_usage(&mut shard.2, record, 1);
         }
-        for (at, (objects, bytes)) in shards.into_iter().enumerate() {
-            let (count_name, bytes_name) =
-                (shard_name(OBJECT_COUNT_KEY, at as u64), shard_name(OBJECT_BYTES_KEY, at as u64));
-            let count = read_number(tx, &count_name)?.wrapping_add_signed(objects);
-            write_number(tx, &count_name, count)?;
-            let total = read_number(tx, &bytes_name)?.wrapping_add(bytes as u64);
-            write_number(tx, &bytes_name, total)?;
+        for (at, (objects, bytes, usage)) in shards.into_iter().enumerate() {
+            add_to_number(tx, &shard_name(OBJECT_COUNT_KEY, at as u64), objects)?;
+            add_to_number(tx, &shard_name(OBJECT_BYTES_KEY, at as u64), bytes)?;
+            add_usage_to_shard(tx, at as u64, &usage)?;
         }
         let top = records.iter().map(|r| r.generation).max().unwrap_or(0);
         if top > read_number(tx, NEXT_GENERATION_KEY)? {
@@ -695,16 +776,19 @@ pub fn load_objects<B: KvBackend>(backend: &B, records: &[ObjectRecord]) -> Resu
 }
 
 /// Builds the placed-units index and the object totals of a store whose objects predate
-/// them (a redb file of schema 6 or older, a PostgreSQL database before migration 2), in one
-/// transaction; marks a new store built. Does nothing once built.
+/// them (a redb file of schema 6 or older, a PostgreSQL database before migration 2), and
+/// the usage by size of a store whose objects predate it, in one transaction; marks a new
+/// store built. Does nothing once both are built.
 pub fn build_indexes<B: KvBackend>(backend: &B) -> Result<(), MetaError> {
     backend.write(&mut |tx| {
-        if read_number(tx, INDEXES_BUILT_KEY)? == 1 {
+        let indexes = read_number(tx, INDEXES_BUILT_KEY)? != 1;
+        let usage = read_number(tx, USAGE_BUILT_KEY)? != 1;
+        if !indexes && !usage {
             return Ok(());
         }
         const PAGE: usize = 1000;
         let (mut objects, mut units) = (0u64, 0u64);
-        let mut shards = [(0u64, 0u64); TOTAL_SHARDS as usize];
+        let mut shards = [(0u64, 0u64, [[0i128; 3]; SIZE_CLASSES]); TOTAL_SHARDS as usize];
         let mut after: Option<Key> = None;
         loop {
             let lower = after.as_ref().map_or(Bound::Unbounded, Bound::Excluded);
@@ -715,12 +799,15 @@ pub fn build_indexes<B: KvBackend>(backend: &B) -> Result<(), MetaError> {
                     return Err(misshapen(Table::Objects, &name));
                 };
                 let record = decode_object(bucket, key, &value)?;
-                let entries = placed_entries(&record);
-                units += entries.len() as u64;
-                tx.put_many(Table::Placed, &entries)?;
                 let shard = &mut shards[total_shard(bucket, key) as usize];
-                shard.0 += 1;
-                shard.1 = shard.1.wrapping_add(record.size());
+                if indexes {
+                    let entries = placed_entries(&record);
+                    units += entries.len() as u64;
+                    tx.put_many(Table::Placed, &entries)?;
+                    shard.0 += 1;
+                    shard.1 = shard.1.wrapping_add(record.size());
+                }
+                add_usage(&mut shard.2, &record, 1);
                 objects += 1;
                 after = Some(name);
             }
@@ -728,13 +815,30 @@ pub fn build_indexes<B: KvBackend>(backend: &B) -> Result<(), MetaError> {
                 break;
             }
         }
-        for (at, (count, bytes)) in shards.into_iter().enumerate() {
-            write_number(tx, &shard_name(OBJECT_COUNT_KEY, at as u64), count)?;
-            write_number(tx, &shard_name(OBJECT_BYTES_KEY, at as u64), bytes)?;
+        for (at, (count, bytes, usage_shard)) in shards.into_iter().enumerate() {
+            if indexes {
+                write_number(tx, &shard_name(OBJECT_COUNT_KEY, at as u64), count)?;
+                write_number(tx, &shard_name(OBJECT_BYTES_KEY, at as u64), bytes)?;
+            }
+            if usage {
+                for (class, totals) in usage_shard.iter().enumerate() {
+                    for (field, total) in USAGE_FIELDS.iter().zip(totals) {
+                        let name = shard_name(&usage_total(class, field), at as u64);
+                        write_number(tx, &name, *total as u64)?;
+                    }
+                }
+            }
         }
         write_number(tx, INDEXES_BUILT_KEY, 1)?;
+        write_number(tx, USAGE_BUILT_KEY, 1)?;
         if objects > 0 {
-            tracing::info!(objects, units, "built the placed-units index and object totals");
+            tracing::info!(
+                objects,
+                units,
+                indexes,
+                usage,
+                "built the object totals (and, when asked, the placed-units index)"
+            );
         }
         Ok(())
     })
@@ -1298,17 +1402,17 @@ impl<B: KvBackend> MetaStore for B {
     ) -> Result<(ObjectRecord, Option<ObjectRecord>), MetaError> {
         check_attributes(terms.attributes.as_ref(), bucket, key)?;
         let name = Key::write(bucket, key, generation);
-        let [count_key, bytes_key] = total_keys(bucket, key);
+        let totals = total_keys(bucket, key);
         self.write(&mut |tx| {
             // What a commit reads (the object it replaces, its transition, the totals).
-            tx.prefetch(&[
+            let mut wanted = vec![
                 (Table::Writes, name.clone()),
                 (Table::Buckets, Key::name(bucket)),
                 (Table::Objects, Key::pair(bucket, key)),
                 (Table::Transitions, Key::pair(bucket, key)),
-                (Table::Meta, count_key.clone()),
-                (Table::Meta, bytes_key.clone()),
-            ])?;
+            ];
+            wanted.extend(totals.iter().map(|total| (Table::Meta, total.clone())));
+            tx.prefetch(&wanted)?;
             let write = match tx.get(Table::Writes, &name)? {
                 Some(bytes) => decode_object(bucket, key, &bytes)?,
                 None => {
@@ -1607,6 +1711,7 @@ impl<B: KvBackend> MetaStore for B {
             Ok(ObjectTotals {
                 objects: read_total(tx, OBJECT_COUNT_KEY)?,
                 bytes: read_total(tx, OBJECT_BYTES_KEY)?,
+                by_size: read_usage(tx)?,
             })
         })
     }

@@ -44,8 +44,8 @@ pub use records::{
 };
 pub use redb_store::{RedbStore, StoreFaults, SCHEMA_VERSION};
 pub use store::{
-    check_attributes, check_digests, check_precondition, CommitTerms, Lease, MetaStore, ObjectPage,
-    ObjectTotals, PackOutcome, PackedObject, PlacedUnit, Precondition, ReplicaRecord, StripeCommit,
-    MAX_LIST_LIMIT,
+    check_attributes, check_digests, check_precondition, size_class, usage_of, CommitTerms, Lease,
+    MetaStore, ObjectPage, ObjectTotals, PackOutcome, PackedObject, PlacedUnit, Precondition,
+    ReplicaRecord, SizeUsage, StripeCommit, MAX_LIST_LIMIT, SIZE_CLASSES, SIZE_CLASS_BOUNDS,
 };
 pub use versions::{Deleted, VersionDelete, VersionRef, NULL_VERSION, VERSIONS_BUCKET};

@@ -20,8 +20,8 @@ use crate::store::{check_attributes, check_precondition, CommitTerms, Preconditi
 use crate::store::{
     check_namespace, check_new_object, check_new_transition, enqueue_step, holds, is_free,
     lease_deadline, lease_lost, list_start, pack_refusal, packed_record, pending_one, relocated,
-    transitioned, EnqueueStep, ObjectPage, ObjectTotals, PackOutcome, PackedObject, PlacedUnit,
-    RecordPage, StripeCommit, MAX_LIST_LIMIT,
+    transitioned, usage_of, EnqueueStep, ObjectPage, ObjectTotals, PackOutcome, PackedObject,
+    PlacedUnit, RecordPage, SizeUsage, StripeCommit, MAX_LIST_LIMIT, SIZE_CLASSES,
 };
 use crate::store::{leased, Lease, ReplicaRecord};
 use crate::versions::{self, VersionReads, VersionTables};
@@ -779,9 +779,17 @@ impl MetaStore for MemStore {
 
     fn object_totals(&self) -> Result<ObjectTotals, MetaError> {
         let state = self.lock();
+        let mut by_size = [SizeUsage::default(); SIZE_CLASSES];
+        for (class, size, stored) in state.objects.values().filter_map(usage_of) {
+            let usage = &mut by_size[class];
+            usage.objects += 1;
+            usage.bytes += size;
+            usage.stored_bytes += stored;
+        }
         Ok(ObjectTotals {
             objects: state.objects.len() as u64,
             bytes: state.objects.values().map(|o| o.size()).sum(),
+            by_size,
         })
     }
 

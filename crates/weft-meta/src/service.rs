@@ -899,12 +899,13 @@ async fn status(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
             let (units, objects) = lost::unfound_counts(store)?;
             let unfound = (units, objects, lost::lost_count(store)?);
             let (queue, buckets) = (store.repair_queue_len()?, store.list_buckets()?.len());
-            let transitions = store.transition_count()?;
+            let transitions = (store.transition_count()?, store.object_totals()?);
             let replicas = (store.list_replicas()?, store.get_lease(leader::LEADER_LEASE)?);
             Ok((nodes, queue, buckets, under_protected, unfound, transitions, replicas))
         })
         .await?;
     let (replicas, lease) = replicas;
+    let (transitions, totals) = transitions;
     let now = now_ms();
     // The metas of this store that recorded themselves lately (each does every lease / 3).
     let fresh_ms = 3 * meta.leadership.lease_ms;
@@ -957,7 +958,34 @@ async fn status(State(meta): State<Shared>) -> Result<Json<Value>, ApiError> {
         "unfound_objects": unfound.1,
         "lost_objects": unfound.2,
         "meta": metas,
+        "objects": totals.objects,
+        "object_bytes": totals.bytes,
+        "stored_by_size": usage_json(&totals),
     })))
+}
+
+/// The usage by size of `/v1/status` (`stored_by_size`): one entry per size class, smallest
+/// first, `{"min_bytes","max_bytes" (null for the last),"objects","bytes","stored_bytes",
+/// "stored_per_byte" (null when empty)}`, over striped objects (RAIDP and packed objects and
+/// delete markers are not counted; noncurrent versions are).
+fn usage_json(totals: &crate::ObjectTotals) -> Value {
+    let bounds = crate::SIZE_CLASS_BOUNDS;
+    totals
+        .by_size
+        .iter()
+        .enumerate()
+        .map(|(class, usage)| {
+            json!({
+                "min_bytes": if class == 0 { 0 } else { bounds[class - 1] },
+                "max_bytes": bounds.get(class),
+                "objects": usage.objects,
+                "bytes": usage.bytes,
+                "stored_bytes": usage.stored_bytes,
+                "stored_per_byte": (usage.bytes > 0)
+                    .then(|| usage.stored_bytes as f64 / usage.bytes as f64),
+            })
+        })
+        .collect()
 }
 
 /// weft's default policy: rs(6,3), stripe width 2, 1 MiB cells, 8 MiB blocks. A new bucket

@@ -133,6 +133,43 @@ pub struct ObjectTotals {
     pub objects: u64,
     /// The sum of their sizes.
     pub bytes: u64,
+    /// The striped objects among them ([`usage_of`]) by size class ([`SIZE_CLASS_BOUNDS`]):
+    /// what each class stores for the bytes it holds.
+    pub by_size: [SizeUsage; SIZE_CLASSES],
+}
+
+/// Upper bounds (exclusive) of the object size classes of [`ObjectTotals::by_size`]: under
+/// 64 KiB, under 1 MiB, 16 MiB, 256 MiB, 4 GiB, and the rest.
+pub const SIZE_CLASS_BOUNDS: [u64; 5] = [64 << 10, 1 << 20, 16 << 20, 256 << 20, 4 << 30];
+
+/// Number of size classes: one per bound, and one above the last.
+pub const SIZE_CLASSES: usize = SIZE_CLASS_BOUNDS.len() + 1;
+
+/// The striped objects of one size class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SizeUsage {
+    pub objects: u64,
+    /// The sum of their sizes.
+    pub bytes: u64,
+    /// The sum of the lengths of their stored units (data blocks at their real length,
+    /// parity blocks at their group's unit length; unit headers not counted).
+    pub stored_bytes: u64,
+}
+
+/// The size class of an object of `size` bytes: the first bound above it.
+pub fn size_class(size: u64) -> usize {
+    SIZE_CLASS_BOUNDS.iter().position(|&bound| size < bound).unwrap_or(SIZE_CLASS_BOUNDS.len())
+}
+
+/// (size class, size, stored bytes) of an object the usage by size counts: a striped object
+/// (not a delete marker, nor a RAIDP or packed object, whose bytes are stored elsewhere:
+/// replicas with per-disk parity, bin stripes).
+pub fn usage_of(record: &ObjectRecord) -> Option<(usize, u64, u64)> {
+    if record.delete_marker || record.raidp.is_some() || record.geometric.is_some() {
+        return None;
+    }
+    let size = record.placement.object_size();
+    Some((size_class(size), size, record.placement.layout().stored_bytes(size)))
 }
 
 /// A lease on a duty several meta processes could do: held by one `holder` until

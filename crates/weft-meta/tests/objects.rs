@@ -125,8 +125,9 @@ async fn begin_places_every_unit_on_distinct_up_nodes_and_commit_makes_it_visibl
     let policy = json!({"code": "rs(6,3)", "stripe_width": 2, "cell_bytes": MIB,
                         "block_bytes": 8 * MIB});
     let layout: StripedLayout = serde_json::from_value(policy.clone()).unwrap();
-    // At least k blocks (6 × 8 MiB): the object keeps the policy's layout.
-    let size = 52 * MIB;
+    // At least k blocks (6 × 8 MiB), stored within 1/32 of what rs(6,3) promises (its last
+    // group is two 2 MiB blocks): the object keeps the policy's layout.
+    let size = 100 * MIB;
     let (status, begun) = cluster
         .post(
             "/v1/buckets/photos/objects/albums/2024/cat.jpg/begin",
@@ -150,8 +151,8 @@ async fn begin_places_every_unit_on_distinct_up_nodes_and_commit_makes_it_visibl
     }
     assert_eq!(
         expected.len(),
-        6 + 3 + 2 + 3,
-        "52 MiB in 8 MiB blocks over width 2: 6 full blocks and 2 of 2 MiB, 2 groups"
+        12 + 2 + 3 * 3,
+        "100 MiB in 8 MiB blocks over width 2: 12 full blocks and 2 of 2 MiB, 3 groups"
     );
     let units = begun["units"].as_array().unwrap();
     let names: BTreeSet<String> =
@@ -228,7 +229,7 @@ async fn begin_places_every_unit_on_distinct_up_nodes_and_commit_makes_it_visibl
     let (status, committed) = cluster.post(&commit, json!({"generation": second})).await;
     assert_eq!(status, 200);
     assert_eq!(committed["replaced"]["generation"], generation);
-    assert_eq!(committed["replaced"]["units"].as_array().unwrap().len(), 14);
+    assert_eq!(committed["replaced"]["units"].as_array().unwrap().len(), 23);
 
     // Delete returns the units, then the object is gone.
     let (status, deleted) = cluster.delete(path).await;

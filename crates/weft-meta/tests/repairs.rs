@@ -577,7 +577,8 @@ async fn bad_requests_are_json_errors() {
     other_bucket["bucket"] = json!("nobucket");
     let (status, body) = cluster.post("/v1/repairs", other_bucket).await;
     assert_eq!((status, body["error"].clone()), (404, json!("no_such_object")), "{body}");
-    for unit in ["x1", "d01", "d3", "p0.1", "p2.0"] {
+    // gnu.jpg (3 MiB, fitted) has data blocks d0–d3 in groups 0 and 1, one parity each.
+    for unit in ["x1", "d01", "d4", "p0.1", "p2.0"] {
         let (status, body) = cluster.post("/v1/repairs", report("gnu.jpg", unit)).await;
         assert_eq!((status, body["error"].clone()), (400, json!("invalid_unit")), "{unit}: {body}");
         assert!(body["message"].as_str().unwrap().contains(unit), "{body}");
@@ -959,7 +960,8 @@ async fn an_unrecoverable_unit_is_unfound_until_marked_lost() {
     assert_eq!((lost["lost"].clone(), lost["unfound_units"].clone()), (json!(true), json!(["d0"])));
     // d0's task, and those the detector queued while node 4 was silent.
     assert!(lost["dropped_repairs"].as_u64().unwrap() >= 1, "{lost}");
-    assert_eq!(lost["object"]["units"].as_array().unwrap().len(), 5, "the units to delete: {lost}");
+    // 3 MiB in rs(2,1) is fitted to four 768 KiB blocks (two whole groups) and two parities.
+    assert_eq!(lost["object"]["units"].as_array().unwrap().len(), 6, "the units to delete: {lost}");
     let (status, body) = cluster.get("/v1/buckets/photos/objects/cat.jpg").await;
     assert_eq!((status, body["error"].as_str()), (410, Some("object_lost")), "{body}");
     assert!(body["message"].as_str().unwrap().contains("d0"), "{body}");

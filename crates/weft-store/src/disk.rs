@@ -52,7 +52,7 @@ use crate::{
         decode_fixed, header_bytes, segment_count, ChecksumKind, Header, FIXED_HEADER_BYTES,
         FORMAT_VERSION, MAX_UNIT_BYTES, SEGMENT_BYTES,
     },
-    fs::{Fs, FsFile, RealFs, Space},
+    fs::{Fs, FsFile, RealFs, Space, DIRECT_ALIGN},
 };
 
 /// Result of this crate's operations.
@@ -603,17 +603,23 @@ impl Disk {
         let file = self
             .inner
             .fs
-            .create_new(&tmp_path)
+            .create_new_direct(&tmp_path)
             .map_err(|e| self.write_failed("create", key, &tmp_path, e))?;
+        let header_bytes = header_bytes(len_bytes);
+        let file_bytes = (header_bytes + len_bytes).next_multiple_of(DIRECT_ALIGN as u64);
+        let mut stage = Stage::new(file_bytes.min(STAGE_BYTES as u64) as usize);
+        stage.zeros(header_bytes as usize); // the header's place, written by `finish`
         Ok(UnitWriter {
             disk: self.clone(),
             key,
             len_bytes,
-            header_bytes: header_bytes(len_bytes),
+            header_bytes,
             written_bytes: 0,
             segment_checksum: 0,
             checksums: Vec::with_capacity(segment_count(len_bytes) as usize),
             file: Some(file),
+            stage,
+            head: Vec::new(),
             tmp_path,
             settled: false,
             full: None,
@@ -910,8 +916,81 @@ impl Disk {
     }
 }
 
+/// Most bytes of a unit a writer holds before writing them: the file is written in whole
+/// stages (the last one padded, then cut to length), so every write is aligned for the
+/// direct file it goes to ([`Fs::create_new_direct`]). At least the largest header rounded
+/// up to [`DIRECT_ALIGN`], so the header's place lies in the first stage.
+pub const STAGE_BYTES: usize = 1 << 20;
+const _: () = assert!(
+    (FIXED_HEADER_BYTES as u64 + 4 * MAX_UNIT_BYTES.div_ceil(SEGMENT_BYTES as u64) + 4)
+        .next_multiple_of(DIRECT_ALIGN as u64)
+        <= STAGE_BYTES as u64
+);
+
+/// An aligned buffer of file bytes to write at `at` ([`DIRECT_ALIGN`] for its address and
+/// capacity): `buf[start..]` holds them, `start` aligning the first.
+#[derive(Debug)]
+struct Stage {
+    buf: Vec<u8>,
+    start: usize,
+    capacity: usize,
+    /// The file offset of the stage's first byte (a multiple of DIRECT_ALIGN).
+    at: u64,
+}
+
+impl Stage {
+    /// A stage of `capacity` bytes (rounded up to DIRECT_ALIGN), at file offset 0. Its bytes
+    /// are not cleared: only what is pushed is ever read.
+    fn new(capacity: usize) -> Stage {
+        let capacity = capacity.next_multiple_of(DIRECT_ALIGN);
+        let mut buf: Vec<u8> = Vec::with_capacity(capacity + DIRECT_ALIGN);
+        let start = buf.as_ptr().align_offset(DIRECT_ALIGN);
+        buf.resize(start, 0);
+        Stage { buf, start, capacity, at: 0 }
+    }
+
+    fn len(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    fn room(&self) -> usize {
+        self.capacity - self.len()
+    }
+
+    /// Appends as much of `bytes` as fits; returns how much did. Never reallocates (the
+    /// capacity was reserved), so the buffer stays aligned.
+    fn push(&mut self, bytes: &[u8]) -> usize {
+        let taken = bytes.len().min(self.room());
+        self.buf.extend_from_slice(&bytes[..taken]);
+        taken
+    }
+
+    fn zeros(&mut self, count: usize) {
+        assert!(count <= self.room(), "{count} zeros in a stage with room for {}", self.room());
+        self.buf.resize(self.buf.len() + count, 0);
+    }
+
+    /// The staged bytes, zero-padded to a whole number of aligned blocks.
+    fn padded(&mut self) -> &mut [u8] {
+        let padded = self.len().next_multiple_of(DIRECT_ALIGN);
+        self.buf.resize(self.start + padded, 0);
+        &mut self.buf[self.start..]
+    }
+
+    /// Empties the stage, which then starts at file offset `at`.
+    fn restart(&mut self, at: u64) {
+        self.buf.truncate(self.start);
+        self.at = at;
+    }
+}
+
 /// Streams one unit onto a disk; checksums are computed as bytes arrive, so the caller never
 /// needs the whole unit in memory. Created by [`Disk::create`].
+///
+/// The file is written through an aligned stage of at most [`STAGE_BYTES`]: the header's
+/// place (zeros) and the first data bytes, written when the stage fills (all but the
+/// aligned block holding the header, kept in `head`) or at `finish` (the header filled in,
+/// the tail padded to an aligned block and the file then cut to its length).
 #[derive(Debug)]
 pub struct UnitWriter {
     disk: Disk,
@@ -923,6 +1002,12 @@ pub struct UnitWriter {
     segment_checksum: u32,
     checksums: Vec<u32>,
     file: Option<Box<dyn FsFile>>,
+    /// File bytes not written yet.
+    stage: Stage,
+    /// The file's first aligned blocks (the header's place and the data after it up to an
+    /// aligned offset) once the stage has moved past them: `finish` writes them with the
+    /// header. Empty until then.
+    head: Vec<u8>,
     tmp_path: PathBuf,
     /// The temp file has been moved into place or removed: nothing for `Drop` to clean.
     settled: bool,
@@ -987,19 +1072,22 @@ impl UnitWriter {
             let dir = self.disk.inner.dir.clone();
             return Err(StoreError::Full { dir, key: self.key, reason: reason.clone() });
         }
-        let file = self.file.as_ref().expect("the file stays open until finish or full");
-        let at = self.header_bytes + self.written_bytes;
-        let written = match pieces {
-            [one] => file.write_all_at(one, at),
-            _ => file.write_all_vectored_at(pieces, at),
-        };
-        if let Err(e) = written {
-            return Err(self.abandon(self.disk.write_failed("write", self.key, &self.tmp_path, e)));
-        }
-        // Large writes start their writeback now, so `finish`'s fsync waits for the tail
-        // only, not the whole unit (a hint: durability is still `finish`'s fsync).
-        if added >= WRITEBACK_HINT_BYTES {
-            file.start_writeback(at, added);
+        for piece in pieces {
+            let mut rest = *piece;
+            while !rest.is_empty() {
+                let taken = self.stage.push(rest);
+                rest = &rest[taken..];
+                if self.stage.room() == 0 {
+                    if let Err(e) = self.write_stage() {
+                        return Err(self.abandon(self.disk.write_failed(
+                            "write",
+                            self.key,
+                            &self.tmp_path,
+                            e,
+                        )));
+                    }
+                }
+            }
         }
         let segment_bytes = u64::from(SEGMENT_BYTES);
         for piece in pieces {
@@ -1015,6 +1103,59 @@ impl UnitWriter {
                 }
                 rest = later;
             }
+        }
+        Ok(())
+    }
+
+    /// Writes the full stage and empties it. The stage at offset 0 keeps back its first
+    /// aligned blocks (the header's place), which `finish` writes with the header.
+    fn write_stage(&mut self) -> std::io::Result<()> {
+        let file = self.file.as_ref().expect("the file stays open until finish or full");
+        let at = self.stage.at;
+        let len = self.stage.len();
+        let bytes = self.stage.padded();
+        let skip = if at == 0 {
+            let head = (self.header_bytes as usize).next_multiple_of(DIRECT_ALIGN);
+            self.head = bytes[..head].to_vec();
+            head
+        } else {
+            0
+        };
+        if skip < len {
+            file.write_all_at(&bytes[skip..], at + skip as u64)?;
+        }
+        // Large writes start their writeback now (a plain file's; a direct one has none), so
+        // `finish`'s fsync waits for the tail only (a hint: durability is still that fsync).
+        if (len - skip) as u64 >= WRITEBACK_HINT_BYTES {
+            file.start_writeback(at + skip as u64, (len - skip) as u64);
+        }
+        self.stage.restart(at + len as u64);
+        Ok(())
+    }
+
+    /// Writes what is staged and the header, and cuts the file to its length (the last
+    /// write was padded to an aligned block).
+    fn write_rest(&mut self, header: &[u8]) -> std::io::Result<()> {
+        let file = self.file.as_ref().expect("the file stays open until finish");
+        let at = self.stage.at;
+        if at == 0 {
+            // Everything is still staged: one write, header included.
+            let bytes = self.stage.padded();
+            bytes[..header.len()].copy_from_slice(header);
+            file.write_all_at(bytes, 0)?;
+        } else {
+            if self.stage.len() > 0 {
+                file.write_all_at(self.stage.padded(), at)?;
+            }
+            let mut head = Stage::new(self.head.len());
+            head.push(&self.head);
+            let bytes = head.padded();
+            bytes[..header.len()].copy_from_slice(header);
+            file.write_all_at(bytes, 0)?;
+        }
+        let file_bytes = self.header_bytes + self.len_bytes;
+        if !file_bytes.is_multiple_of(DIRECT_ALIGN as u64) {
+            file.set_len(file_bytes)?;
         }
         Ok(())
     }
@@ -1065,9 +1206,9 @@ impl UnitWriter {
             len_bytes: self.len_bytes,
             checksums: std::mem::take(&mut self.checksums),
         };
+        let written = self.write_rest(&header.encode());
         let file = self.file.take().expect("the file stays open until finish");
-        let written = file
-            .write_all_at(&header.encode(), 0)
+        let written = written
             .map_err(|e| disk.write_failed("write", key, &tmp, e))
             .and_then(|()| file.sync_all().map_err(|e| disk.write_failed("fsync", key, &tmp, e)));
         drop(file);

@@ -46,6 +46,8 @@ pub trait FsFile: Send + Sync + fmt::Debug {
     }
     /// fsync: data and metadata durable.
     fn sync_all(&self) -> io::Result<()>;
+    /// Cuts or extends the file to `len` bytes (ftruncate(2)): a mutating call.
+    fn set_len(&self, len: u64) -> io::Result<()>;
     /// Asks the kernel to start writing `[offset, offset + len)` back to the device now,
     /// without waiting (sync_file_range(2) with `SYNC_FILE_RANGE_WRITE` on [`RealFs`]), so
     /// the `sync_all` that makes a unit durable finds most of it written. A hint only: it
@@ -62,6 +64,15 @@ pub trait Fs: Send + Sync + fmt::Debug {
     fn create_dir_all(&self, path: &Path) -> io::Result<()>;
     /// Creates a new file for reading and writing; fails if it exists.
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn FsFile>>;
+    /// [`Fs::create_new`] for a file written only in whole [`DIRECT_ALIGN`] blocks, at
+    /// offsets and from memory aligned to it: [`RealFs`] opens it with O_DIRECT, so its
+    /// writes go from the caller's buffer to the device without a copy into the page cache
+    /// (and without the page cache's writeback work), where the filesystem supports it
+    /// (tmpfs does not: a plain file then). Durability is still the file's `sync_all`. The
+    /// default is `create_new`.
+    fn create_new_direct(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        self.create_new(path)
+    }
     /// Opens an existing file for reading.
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn FsFile>>;
     /// Moves `from` to `to` atomically, failing with `AlreadyExists` if `to` exists.
@@ -152,6 +163,11 @@ pub(crate) unsafe fn assume_init_mut(buf: &mut [MaybeUninit<u8>]) -> &mut [u8] {
     unsafe { &mut *(buf as *mut [MaybeUninit<u8>] as *mut [u8]) }
 }
 
+/// The alignment of every write to a file from [`Fs::create_new_direct`]: its offsets,
+/// lengths and buffer addresses are multiples of it (4096 covers devices of 512-byte and
+/// 4 KiB logical blocks).
+pub const DIRECT_ALIGN: usize = 4096;
+
 /// Most buffers one pwritev(2) takes (IOV_MAX on Linux).
 const IOV_MAX: usize = 1024;
 
@@ -231,6 +247,9 @@ impl FsFile for RealFile {
     fn sync_all(&self) -> io::Result<()> {
         self.0.sync_all()
     }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
     #[cfg(target_os = "linux")]
     fn start_writeback(&self, offset: u64, len: u64) {
         use std::os::fd::AsRawFd;
@@ -256,6 +275,26 @@ impl Fs for RealFs {
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
         let file = fs::OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
         Ok(Box::new(RealFile(file)))
+    }
+    #[cfg(target_os = "linux")]
+    fn create_new_direct(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let direct = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path);
+        match direct {
+            Ok(file) => Ok(Box::new(RealFile(file))),
+            // The filesystem refuses O_DIRECT (tmpfs): a plain file. Some filesystems create
+            // the file before refusing, so it may exist now.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                let _ = fs::remove_file(path);
+                self.create_new(path)
+            }
+            Err(e) => Err(e),
+        }
     }
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
         Ok(Box::new(RealFile(fs::File::open(path)?)))
@@ -410,7 +449,12 @@ struct FaultyFile {
 impl FsFile for FaultyFile {
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         if let Err(fault) = step(&self.state, FsOp::Write, &self.path) {
-            self.inner.write_all_at(&buf[..buf.len() / 2], offset)?;
+            // Half, in whole aligned blocks when the write is (a direct file takes no less).
+            let half = match buf.len().is_multiple_of(DIRECT_ALIGN) {
+                true => buf.len() / 2 / DIRECT_ALIGN * DIRECT_ALIGN,
+                false => buf.len() / 2,
+            };
+            self.inner.write_all_at(&buf[..half], offset)?;
             return Err(fault);
         }
         self.inner.write_all_at(buf, offset)
@@ -432,6 +476,10 @@ impl FsFile for FaultyFile {
         step(&self.state, FsOp::Sync, &self.path)?;
         self.inner.sync_all()
     }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        step(&self.state, FsOp::Write, &self.path)?;
+        self.inner.set_len(len)
+    }
     fn len_bytes(&self) -> io::Result<u64> {
         self.inner.len_bytes()
     }
@@ -445,6 +493,11 @@ impl Fs for FaultyFs {
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
         self.step(FsOp::Create, path)?;
         let inner = self.inner.create_new(path)?;
+        Ok(Box::new(FaultyFile { inner, path: path.to_path_buf(), state: self.state.clone() }))
+    }
+    fn create_new_direct(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {
+        self.step(FsOp::Create, path)?;
+        let inner = self.inner.create_new_direct(path)?;
         Ok(Box::new(FaultyFile { inner, path: path.to_path_buf(), state: self.state.clone() }))
     }
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn FsFile>> {

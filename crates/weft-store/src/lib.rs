@@ -31,10 +31,10 @@ pub mod raidp;
 pub use disk::{
     Capacity, CapacityState, Disk, ListedUnit, Result, ScrubProgress, ScrubReport, Thresholds,
     UnitCheck, UnitInfo, UnitReader, UnitWriter, Usage, DISK_MARKER, DISK_MARKER_FILE, FANOUT_DIRS,
-    FULL_HOLD_MS,
+    FULL_HOLD_MS, STAGE_BYTES,
 };
 pub use error::StoreError;
 pub use format::{ChecksumKind, FORMAT_VERSION, MAX_UNIT_BYTES, SEGMENT_BYTES};
-pub use fs::{FaultyFs, Fs, FsFile, FsOp, RealFs, Space};
+pub use fs::{FaultyFs, Fs, FsFile, FsOp, RealFs, Space, DIRECT_ALIGN};
 pub use inventory::Inventory;
 pub use weft_wire::key::{UnitIndex, UnitKey};

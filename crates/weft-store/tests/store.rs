@@ -9,7 +9,7 @@ use std::{
 use rand::{rngs::StdRng, Rng, RngCore, SeedableRng};
 use weft_store::{
     format::header_bytes, CapacityState, Disk, FaultyFs, FsOp, Space, StoreError, Thresholds,
-    UnitKey, SEGMENT_BYTES,
+    UnitKey, DIRECT_ALIGN, SEGMENT_BYTES, STAGE_BYTES,
 };
 
 const SEG: u64 = SEGMENT_BYTES as u64;
@@ -34,6 +34,58 @@ fn corrupt_segment(disk: &Disk, key: UnitKey, len: u64, segment: u64, within: u6
 
 fn tmp_files(dir: &Path) -> Vec<PathBuf> {
     fs::read_dir(dir.join("tmp")).unwrap().map(|e| e.unwrap().path()).collect()
+}
+
+/// Units streamed in pieces of every size across the writer's aligned stages (the header's
+/// block, whole stages, a padded tail cut back) read back exactly, with exact file lengths,
+/// on a filesystem that takes direct writes (the test's temp dir) and, where the machine has
+/// one, on tmpfs (/dev/shm), which refuses O_DIRECT and gets plain files.
+#[test]
+fn streamed_units_cross_stage_boundaries_exactly() {
+    let stage = STAGE_BYTES;
+    let lengths = [
+        0,
+        1,
+        DIRECT_ALIGN - 89, // header + data end exactly on the first aligned block
+        DIRECT_ALIGN,
+        stage - 1,
+        stage - 92, // header + data end exactly on the first stage
+        stage,
+        stage + 1,
+        2 * stage + 4099,
+    ];
+    let temp = tempfile::tempdir().unwrap();
+    let shm = tempfile::tempdir_in("/dev/shm").ok();
+    let mut rng = StdRng::seed_from_u64(11);
+    for dir in [Some(&temp), shm.as_ref()].into_iter().flatten() {
+        let disk = Disk::open(dir.path()).unwrap();
+        for (i, len) in lengths.into_iter().enumerate() {
+            let key = UnitKey::data(77, i as u32, 0);
+            let data = random_bytes(len, 100 + i as u64);
+            let mut writer = disk.create(key, len as u64).unwrap();
+            let mut at = 0;
+            while at < len {
+                // One to three pieces of 1 B to 1.5 stages per call.
+                let count = rng.gen_range(1..=3);
+                let mut pieces = Vec::new();
+                for _ in 0..count {
+                    let take = rng.gen_range(1..=stage * 3 / 2).min(len - at);
+                    if take > 0 {
+                        pieces.push(&data[at..at + take]);
+                        at += take;
+                    }
+                }
+                writer.write_all_pieces(&pieces).unwrap();
+            }
+            let info = writer.finish().unwrap();
+            let file_bytes = fs::metadata(disk.unit_path(&key)).unwrap().len();
+            assert_eq!(file_bytes, header_bytes(len as u64) + len as u64, "{len} B file");
+            assert_eq!(info.file_bytes, file_bytes);
+            assert_eq!(disk.read(key, 0, len).unwrap(), data, "{len} B in {:?}", dir.path());
+        }
+        assert_eq!(disk.scrub(|_| {}).unwrap().checked, lengths.len() as u64);
+        assert!(disk.failure().is_none());
+    }
 }
 
 #[test]
@@ -512,12 +564,17 @@ fn failed_delete_and_failed_stream_write_are_sticky() {
 
     let faulty = FaultyFs::new();
     let disk = Disk::open_with(dir.path(), Arc::new(faulty.clone())).unwrap();
+    // A unit of three stages: the writer writes a stage whenever one fills.
     let streamed = UnitKey::data(4, 0, 0);
-    let mut writer = disk.create(streamed, 2 * SEG).unwrap();
-    writer.write_all(&random_bytes(SEG as usize, 1)).unwrap();
+    let stage = STAGE_BYTES as u64;
+    let mut writer = disk.create(streamed, 3 * stage).unwrap();
+    writer.write_all(&random_bytes(stage as usize, 1)).unwrap();
     faulty.clear_log();
     faulty.fail_nth(1);
-    assert!(matches!(writer.write_all(&random_bytes(SEG as usize, 2)), Err(StoreError::Io { .. })));
+    assert!(matches!(
+        writer.write_all(&random_bytes(stage as usize, 2)),
+        Err(StoreError::Io { .. })
+    ));
     assert!(matches!(writer.write_all(&[1]), Err(StoreError::DiskFailed { .. })));
     assert!(matches!(writer.finish(), Err(StoreError::DiskFailed { .. })));
     assert_eq!(faulty.log().len(), 1, "dropping the writer on a failed disk writes nothing");
@@ -714,11 +771,12 @@ fn no_space_at_any_step_of_a_put_is_full_not_failed_and_leaves_the_disk_readable
 
     // A streamed write that runs out of space midway answers Full from then on.
     let disk = Disk::open_with(dir.path(), Arc::new(faulty.clone())).unwrap();
-    let mut writer = disk.create(new, 2 * SEG).unwrap();
-    writer.write_all(&random_bytes(SEG as usize, 3)).unwrap();
+    let stage = STAGE_BYTES as u64;
+    let mut writer = disk.create(new, 3 * stage).unwrap();
+    writer.write_all(&random_bytes(stage as usize, 3)).unwrap();
     faulty.fail_nth_with(1, libc::ENOSPC);
     assert!(matches!(
-        writer.write_all(&random_bytes(SEG as usize, 4)),
+        writer.write_all(&random_bytes(stage as usize, 4)),
         Err(StoreError::Full { .. })
     ));
     assert!(tmp_files(dir.path()).is_empty(), "the temp file went at once");

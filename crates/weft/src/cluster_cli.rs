@@ -546,6 +546,51 @@ fn fetch_status(args: &StatusArgs) -> Result<Value, CliError> {
     Ok(status)
 }
 
+/// The objects line of the status and, when any striped object is stored, what each size
+/// class stores per byte it holds (meta's `stored_by_size`).
+fn print_usage(status: &Value) {
+    let (Some(objects), Some(bytes)) =
+        (status["objects"].as_u64(), status["object_bytes"].as_u64())
+    else {
+        return;
+    };
+    let classes = status["stored_by_size"].as_array().cloned().unwrap_or_default();
+    let used: Vec<&Value> = classes.iter().filter(|c| c["objects"].as_u64() > Some(0)).collect();
+    if used.is_empty() {
+        println!("objects: {objects} ({})", format_size(bytes));
+        return;
+    }
+    let stored: u64 = used.iter().filter_map(|c| c["stored_bytes"].as_u64()).sum();
+    let counted: u64 = used.iter().filter_map(|c| c["bytes"].as_u64()).sum();
+    println!(
+        "objects: {objects} ({}); striped ones store {} for {}: {:.3}× (units without headers)",
+        format_size(bytes),
+        format_size(stored),
+        format_size(counted),
+        stored as f64 / counted.max(1) as f64,
+    );
+    println!(
+        "  {:<22} {:>9} {:>11} {:>11} {:>15}",
+        "OBJECT SIZE", "OBJECTS", "BYTES", "STORED", "STORED ÷ BYTES"
+    );
+    for class in used {
+        let range = match (class["min_bytes"].as_u64(), class["max_bytes"].as_u64()) {
+            (Some(0), Some(max)) => format!("under {}", format_size(max)),
+            (Some(min), Some(max)) => format!("{} to {}", format_size(min), format_size(max)),
+            (Some(min), None) => format!("{} and up", format_size(min)),
+            _ => "?".into(),
+        };
+        println!(
+            "  {:<22} {:>9} {:>11} {:>11} {:>14.3}×",
+            range,
+            class["objects"],
+            format_size(class["bytes"].as_u64().unwrap_or(0)),
+            format_size(class["stored_bytes"].as_u64().unwrap_or(0)),
+            class["stored_per_byte"].as_f64().unwrap_or(f64::NAN),
+        );
+    }
+}
+
 /// The human status: a few lines of counts, then one row per node (and per disk that is not
 /// ok). With `since` (the previous status and how long ago, under --watch), what changed.
 fn print_status(status: &Value, since: Option<(&Value, Duration)>) {
@@ -627,6 +672,7 @@ fn print_status(status: &Value, since: Option<(&Value, Duration)>) {
     if let Some(ms) = status["down_after_ms"].as_u64() {
         println!("a node is down after {ms} ms without a heartbeat");
     }
+    print_usage(status);
     // Fields meta added that this version does not know: shown as they are.
     let known = [
         "meta",
@@ -651,6 +697,9 @@ fn print_status(status: &Value, since: Option<(&Value, Duration)>) {
         "full_disks",
         "services",
         "services_file",
+        "objects",
+        "object_bytes",
+        "stored_by_size",
     ];
     if let Some(object) = status.as_object() {
         for (name, value) in object.iter().filter(|(name, _)| !known.contains(&name.as_str())) {
