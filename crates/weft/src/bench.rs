@@ -28,11 +28,16 @@ use crate::{cli_error, parse_size, CliError};
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
-    /// Encode, rebuild, decode and repair speed of one code, beside ISA-L or rs(k,r).
+    /// Encode, rebuild, decode and repair speed of one code, beside ISA-L, klauspost or rs(k,r).
     ///
     /// Examples:
     ///   weft bench ec --code rs --k 10 --r 4 --shard 1MiB --compare isal
     ///   weft bench ec --code hh-xor+ --k 10 --r 4 --ops encode,repair --compare rs
+    ///   weft bench ec --code rs --k 10 --r 4 --shard 16MiB --ops encode,rebuild \
+    ///     --compare isal,klauspost --klauspost-bin bench/klauspost/klauspost-ec
+    ///
+    /// klauspost/reedsolomon is Go: build its runner first with
+    /// `cd bench/klauspost && go build -o klauspost-ec .` (the Go module proxy serves it).
     ///
     /// Ops: `encode` computes r parity shards from k data shards; `rebuild` recomputes one
     /// lost data shard from all it needs; `decode` recomputes r lost data shards (fewer when
@@ -143,6 +148,10 @@ enum Peer {
     Isal,
     /// weft's own rs(k,r) with the same k and r: the baseline repair-efficient codes beat.
     Rs,
+    /// klauspost/reedsolomon (Go, its SIMD paths) through bench/klauspost's `klauspost-ec`
+    /// (build it with `go build`; see --klauspost-bin): rs only; encode and rebuild (other
+    /// ops run without it).
+    Klauspost,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -193,6 +202,10 @@ pub struct EcBenchArgs {
     /// instruction set, e.g. avx2 to compare with WEFT_SIMD=avx2 on equal terms.
     #[arg(long, value_enum, default_value = "auto")]
     isal_variant: IsalChoice,
+    /// The `klauspost-ec` program `--compare klauspost` runs once per trial (built from
+    /// bench/klauspost: `cd bench/klauspost && go build -o klauspost-ec .`).
+    #[arg(long, default_value = "klauspost-ec", value_name = "PATH")]
+    klauspost_bin: std::path::PathBuf,
     /// Trials per implementation and op (the median is reported).
     #[arg(long, default_value_t = 7)]
     trials: usize,
@@ -229,7 +242,50 @@ struct Row {
     ratio_vs_isal: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ratio_vs_rs: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ratio_vs_klauspost: Option<f64>,
     code_name: String,
+}
+
+/// One trial of klauspost/reedsolomon: `klauspost-ec` run for `op` alone, its own timed loop
+/// of at least `seconds` (its setup and check are not timed); data bytes per second. Its
+/// rebuild checks the rebuilt shard against the lost one and fails otherwise.
+fn klauspost_trial(
+    bin: &std::path::Path,
+    op: Op,
+    k: usize,
+    r: usize,
+    shard: usize,
+    seconds: f64,
+) -> Result<f64, CliError> {
+    let op_name = format!("{op:?}").to_lowercase();
+    let output = std::process::Command::new(bin)
+        .args(["--k", &k.to_string(), "--r", &r.to_string(), "--shard", &shard.to_string()])
+        .args(["--ops", &op_name, "--trials", "1", "--min-seconds", &seconds.to_string()])
+        .output()
+        .map_err(|e| {
+            cli_error!(
+                "cannot run {} for --compare klauspost: {e} (build it: cd bench/klauspost && \
+                 go build -o klauspost-ec . ; then pass --klauspost-bin PATH)",
+                bin.display()
+            )
+        })?;
+    if !output.status.success() {
+        return Err(cli_error!(
+            "{} failed ({}): {}",
+            bin.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    let line = String::from_utf8_lossy(&output.stdout);
+    let row: serde_json::Value = serde_json::from_str(line.trim())
+        .map_err(|e| cli_error!("{} printed {line:?}, not a JSON row: {e}", bin.display()))?;
+    row["gb_per_s"]
+        .as_f64()
+        .filter(|rate| rate.is_finite() && *rate > 0.0)
+        .map(|rate| rate * 1e9)
+        .ok_or_else(|| cli_error!("{} printed no gb_per_s: {row}", bin.display()))
 }
 
 pub fn run(command: BenchCommand) -> Result<(), CliError> {
@@ -621,6 +677,15 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
     } else {
         None
     };
+    let klauspost = args.compare.contains(&Peer::Klauspost);
+    if klauspost {
+        if spec.family() != "rs" {
+            return Err(cli_error!("--compare klauspost needs --code rs (it is Reed-Solomon)"));
+        }
+        if args.threads != 1 {
+            return Err(cli_error!("--compare klauspost measures one thread: drop --threads"));
+        }
+    }
     let rs_baseline = if args.compare.contains(&Peer::Rs) {
         if spec.family() == "rs" {
             return Err(cli_error!("--compare rs compares another code with rs; the code is rs"));
@@ -644,6 +709,9 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
         if let Some(rs) = &rs_baseline {
             peers.push(rs.spec().to_string());
         }
+        if klauspost {
+            peers.push(format!("klauspost/reedsolomon ({})", args.klauspost_bin.display()));
+        }
         println!(
             "weft bench ec: {spec}, shard {} bytes, {} thread(s), SIMD path {simd}{}",
             args.shard,
@@ -660,11 +728,14 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
             args.trials
         );
         println!(
-            "{:<8} {:<5} {:<16} {:>10} {:>10} {:>8} {:>8}",
-            "op", "impl", "code", "GB/s", "best GB/s", "vs isal", "vs rs"
+            "{:<8} {:<9} {:<16} {:>10} {:>10} {:>8} {:>8} {:>12}",
+            "op", "impl", "code", "GB/s", "best GB/s", "vs isal", "vs rs", "vs klauspost"
         );
     }
-    let implementations = 1 + usize::from(isal.is_some()) + usize::from(rs_baseline.is_some());
+    let implementations = 1
+        + usize::from(isal.is_some())
+        + usize::from(rs_baseline.is_some())
+        + usize::from(klauspost);
     let progress = progress_bar(args.ops.len() * args.trials * implementations, machine);
     for &op in &args.ops {
         let bytes_per_op = match op {
@@ -715,6 +786,9 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
         let first = &mut contenders[0];
         let iterations = calibrate(&first.coder, &mut first.stripes, args.seconds);
         let mut rates: Vec<Vec<f64>> = vec![Vec::new(); contenders.len()];
+        let mut klauspost_rates = Vec::new();
+        // klauspost-ec measures the ops both have: encode and rebuild.
+        let klauspost = klauspost && matches!(op, Op::Encode | Op::Rebuild);
         for _ in 0..args.trials {
             for (c, contender) in contenders.iter_mut().enumerate() {
                 let elapsed =
@@ -722,10 +796,17 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
                 rates[c].push(bytes_per_op * (iterations * args.threads) as f64 / elapsed);
                 progress.inc(1);
             }
+            if klauspost {
+                let bin = &args.klauspost_bin;
+                klauspost_rates.push(klauspost_trial(bin, op, k, r, args.shard, args.seconds)?);
+                progress.inc(1);
+            }
         }
+        let klauspost_median = klauspost.then(|| median(&mut klauspost_rates));
         let medians: Vec<f64> = rates.iter_mut().map(|r| median(r)).collect();
         let isal_median = isal.as_ref().map(|_| medians[1]);
         let rs_median = rs_baseline.as_ref().map(|_| medians[contenders.len() - 1]);
+        let mut rows_out = Vec::new();
         for (c, contender) in contenders.iter().enumerate() {
             let best = rates[c].iter().cloned().fold(0.0, f64::max);
             let main = c == 0;
@@ -743,21 +824,45 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
                 trials: args.trials,
                 ratio_vs_isal: isal_median.filter(|_| main).map(|i| medians[c] / i),
                 ratio_vs_rs: rs_median.filter(|_| main).map(|i| medians[c] / i),
+                ratio_vs_klauspost: klauspost_median.filter(|_| main).map(|i| medians[c] / i),
                 code_name: contender.code_name.clone(),
             };
+            rows_out.push(row);
+        }
+        if let Some(rate) = klauspost_median {
+            rows_out.push(Row {
+                op,
+                code: "rs",
+                k,
+                r,
+                shard_bytes: args.shard,
+                threads: 1,
+                implementation: "klauspost",
+                simd: "auto",
+                bytes_per_sec: rate,
+                best_bytes_per_sec: klauspost_rates.iter().cloned().fold(0.0, f64::max),
+                trials: args.trials,
+                ratio_vs_isal: None,
+                ratio_vs_rs: None,
+                ratio_vs_klauspost: None,
+                code_name: spec.to_string(),
+            });
+        }
+        for row in rows_out.drain(..) {
             json_rows.push(&row);
             if !machine {
                 let ratio = |x: Option<f64>| x.map(|x| format!("{x:.2}×")).unwrap_or_default();
                 progress.suspend(|| {
                     println!(
-                        "{:<8} {:<5} {:<16} {:>10.2} {:>10.2} {:>8} {:>8}",
+                        "{:<8} {:<9} {:<16} {:>10.2} {:>10.2} {:>8} {:>8} {:>12}",
                         format!("{op:?}").to_lowercase(),
                         row.implementation,
                         row.code_name,
                         row.bytes_per_sec / 1e9,
-                        best / 1e9,
+                        row.best_bytes_per_sec / 1e9,
                         ratio(row.ratio_vs_isal),
-                        ratio(row.ratio_vs_rs)
+                        ratio(row.ratio_vs_rs),
+                        ratio(row.ratio_vs_klauspost)
                     )
                 });
             }

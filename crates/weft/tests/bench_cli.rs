@@ -156,12 +156,79 @@ fn bench_ec_refuses_bad_parameters() {
         (vec!["--shard", "1XB"], "unknown size unit"),
         (vec!["--code", "rep", "--compare", "isal"], "Reed-Solomon only"),
         (vec!["--code", "zz"], "unknown code"),
+        (vec!["--code", "lrc", "--compare", "klauspost"], "needs --code rs"),
+        (
+            vec![
+                "--compare",
+                "klauspost",
+                "--klauspost-bin",
+                "/nonexistent/klauspost-ec",
+                "--ops",
+                "rebuild",
+                "--shard",
+                "4KiB",
+            ],
+            "go build -o klauspost-ec",
+        ),
     ] {
         let output = weft().args(["bench", "ec", "--trials", "1"]).args(&args).output().unwrap();
         assert!(!output.status.success(), "{args:?} should fail");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains(expected), "{args:?} must say why; stderr: {stderr}");
     }
+}
+
+/// `--compare klauspost` runs bench/klauspost's Go program beside weft, when a Go toolchain
+/// is on PATH and its module proxy serves klauspost/reedsolomon (skipped, saying so,
+/// otherwise: the peer is optional, as ISA-L is).
+#[test]
+fn bench_ec_runs_klauspost_beside_weft() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("klauspost-ec");
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/klauspost");
+    let built = std::process::Command::new("go")
+        .args(["build", "-o"])
+        .arg(&bin)
+        .arg(".")
+        .current_dir(&source)
+        .output();
+    match built {
+        Ok(output) if output.status.success() => {}
+        Ok(output) => {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            eprintln!("skipped: go build of bench/klauspost failed: {stderr}");
+            return;
+        }
+        Err(e) => {
+            eprintln!("skipped: no Go toolchain ({e})");
+            return;
+        }
+    }
+    let output = weft()
+        .args(["bench", "ec", "--code", "rs", "--k", "4", "--r", "2", "--shard", "64KiB"])
+        .args(["--ops", "encode,rebuild,decode", "--trials", "2", "--seconds", "0.02", "--json"])
+        .args(["--compare", "klauspost", "--klauspost-bin"])
+        .arg(&bin)
+        .output()
+        .unwrap();
+    let rows = rows(&output);
+    for op in ["encode", "rebuild"] {
+        let of = |implementation: &str| {
+            rows.iter()
+                .find(|r| r["op"] == op && r["impl"] == implementation)
+                .unwrap_or_else(|| panic!("no {implementation} {op} row in {rows:?}"))
+        };
+        let (weft_row, peer) = (of("weft"), of("klauspost"));
+        assert!(peer["bytes_per_sec"].as_f64().unwrap() > 0.0, "{peer}");
+        assert_eq!(peer["k"], 4);
+        let ratio = weft_row["ratio_vs_klauspost"].as_f64().unwrap();
+        let expected =
+            weft_row["bytes_per_sec"].as_f64().unwrap() / peer["bytes_per_sec"].as_f64().unwrap();
+        assert!((ratio - expected).abs() < 1e-9 * expected, "{weft_row} {peer}");
+    }
+    // Decode is weft's alone (klauspost-ec measures encode and rebuild).
+    assert!(rows.iter().any(|r| r["op"] == "decode" && r["impl"] == "weft"), "{rows:?}");
+    assert!(!rows.iter().any(|r| r["op"] == "decode" && r["impl"] == "klauspost"), "{rows:?}");
 }
 
 #[test]

@@ -131,12 +131,22 @@ fn transition_one_object_then_a_whole_bucket() {
         assert_eq!(cluster.weft_json(&["stat", key, "--json"])["layout"]["code"], "hh-xor+(6,3)");
         assert_eq!(&cluster.get(key), data, "{key}");
     }
-    // A restripe to a new stripe width rewrites the data of an object of k blocks or more.
-    let (big, big_data) = stored.iter().find(|(_, d)| d.len() >= 6 * 16384).unwrap();
+    // A restripe to a new stripe width rewrites the data of an object with the policy's
+    // striping: one of whole groups (four of 6 × 16 KiB), which is not fitted to its size.
+    let big_data = bytes(99, 4 * 6 * 16384);
+    let file = dir.path().join("whole");
+    std::fs::write(&file, &big_data).unwrap();
+    let big = &"bkt/whole".to_string();
+    cluster.weft_json(&["put", file.to_str().unwrap(), big, "--json"]);
+    let layout = &cluster.weft_json(&["stat", big, "--json"])["layout"];
+    assert_eq!(
+        (layout["stripe_width"].as_u64(), layout["block_bytes"].as_u64()),
+        (Some(3), Some(16384))
+    );
     let restripe = cluster.weft_json(&["transition", big, "--stripe-width", "4", "--json"]);
     assert_eq!(restripe["mode"], "restripe", "{restripe}");
     assert_eq!(restripe["data_bytes_written"], big_data.len() as u64, "{restripe}");
-    assert_eq!(&cluster.get(big), big_data);
+    assert_eq!(&cluster.get(big), &big_data);
     // A smaller object is written one way under either stripe width (fitted to its size:
     // one stripe of k blocks), so it is already there.
     let same = cluster.weft_json(&["transition", first, "--stripe-width", "4", "--json"]);
