@@ -9,7 +9,10 @@
 //!   [`MISMATCH`], so callers rebuild the unit from the others and report it, as for rot the
 //!   node itself found.
 
+use blake3::hazmat::{merge_subtrees_root, ChainingValue, HasherExt, Mode};
 use weft_wire::{digest::UNIT_DIGEST_BYTES, UnitDigest};
+
+use crate::blake3_batch::{batch_cv, parent_cv, BATCH_BYTES};
 
 use crate::node::{FailureKind, NodeFailure};
 use crate::UnitInfo;
@@ -17,18 +20,23 @@ use crate::UnitInfo;
 /// How a failed end-to-end check starts its cause (reports and logs carry it).
 pub const MISMATCH: &str = "end-to-end checksum mismatch";
 
-/// Pieces shorter than this are gathered before they are hashed: BLAKE3 hashes as many
-/// 1 KiB chunks at once as its SIMD path has lanes (8 with AVX2, 16 with AVX-512) only when
-/// one update holds that many, and units arrive in cells of as little as 4 KiB (small
-/// objects are fitted with small cells), which it hashed four chunks at a time.
-const DIGEST_BATCH_BYTES: usize = 64 << 10;
-
 /// A digest computed over pieces of a unit, in order.
+///
+/// Bytes are gathered into 64 KiB batches ([`crate::blake3_batch`]); a full batch is hashed
+/// once more bytes follow it (so it is not the whole input, and its subtree is not the
+/// root), 16 chunks at a time where the CPU has AVX-512, and its chaining value joins a stack
+/// of complete subtrees, merged as BLAKE3's incremental hasher merges chunks. `finish`
+/// hashes the last batch (whole or partial) and folds the stack into the root. Short pieces
+/// (units arrive in cells of as little as 4 KiB) cost a copy into the batch, never a
+/// narrower hash.
 #[derive(Debug, Default, Clone)]
 pub struct Digester {
-    hasher: blake3::Hasher,
-    /// Bytes of short pieces not hashed yet (fewer than [`DIGEST_BATCH_BYTES`]).
+    /// Bytes not hashed yet: at most one batch, the last one while no more bytes came.
     pending: Vec<u8>,
+    /// Chaining values of complete subtrees of whole batches, left to right.
+    stack: Vec<ChainingValue>,
+    /// Whole batches hashed so far.
+    batches: u64,
 }
 
 impl Digester {
@@ -37,31 +45,65 @@ impl Digester {
     }
 
     pub fn update(&mut self, mut piece: &[u8]) {
-        if !self.pending.is_empty() {
-            let taken = piece.len().min(DIGEST_BATCH_BYTES - self.pending.len());
+        while !piece.is_empty() {
+            if self.pending.len() == BATCH_BYTES {
+                // More bytes follow the pending batch: it is not the root.
+                let cv = batch_cv(&self.pending, self.batches);
+                self.push(cv);
+                self.pending.clear();
+            }
+            if self.pending.is_empty() && piece.len() > BATCH_BYTES {
+                // Whole batches straight from the piece, the last one kept back.
+                let cv = batch_cv(&piece[..BATCH_BYTES], self.batches);
+                self.push(cv);
+                piece = &piece[BATCH_BYTES..];
+                continue;
+            }
+            if self.pending.capacity() == 0 {
+                self.pending.reserve_exact(BATCH_BYTES);
+            }
+            let taken = piece.len().min(BATCH_BYTES - self.pending.len());
             self.pending.extend_from_slice(&piece[..taken]);
             piece = &piece[taken..];
-            if self.pending.len() < DIGEST_BATCH_BYTES {
-                return;
-            }
-            self.hasher.update(&self.pending);
-            self.pending.clear();
-        }
-        if piece.len() >= DIGEST_BATCH_BYTES {
-            self.hasher.update(piece);
-        } else if !piece.is_empty() {
-            if self.pending.capacity() == 0 {
-                self.pending.reserve_exact(DIGEST_BATCH_BYTES);
-            }
-            self.pending.extend_from_slice(piece);
         }
     }
 
+    /// Adds the chaining value of the next whole batch, merging every subtree it completes
+    /// (the number of trailing zero bits of the new batch count).
+    fn push(&mut self, mut cv: ChainingValue) {
+        self.batches += 1;
+        let mut total = self.batches;
+        while total & 1 == 0 {
+            let left = self.stack.pop().expect("a completed subtree has a left half");
+            cv = parent_cv(&left, &cv);
+            total >>= 1;
+        }
+        self.stack.push(cv);
+    }
+
     pub fn finish(&self) -> UnitDigest {
-        let mut hasher = self.hasher.clone();
-        hasher.update(&self.pending);
         let mut out = [0u8; UNIT_DIGEST_BYTES];
-        hasher.finalize_xof().fill(&mut out);
+        if self.stack.is_empty() {
+            // At most one batch in all: the crate hashes it as the root.
+            let mut hasher = blake3::Hasher::new();
+            hasher.update(&self.pending);
+            hasher.finalize_xof().fill(&mut out);
+            return UnitDigest(out);
+        }
+        let mut right = if self.pending.len() == BATCH_BYTES {
+            batch_cv(&self.pending, self.batches)
+        } else {
+            let mut hasher = blake3::Hasher::new();
+            hasher.set_input_offset(self.batches * BATCH_BYTES as u64);
+            hasher.update(&self.pending);
+            hasher.finalize_non_root()
+        };
+        let (root_left, rest) = self.stack.split_first().expect("not empty");
+        for left in rest.iter().rev() {
+            right = parent_cv(left, &right);
+        }
+        let root = merge_subtrees_root(root_left, &right, Mode::Hash);
+        out.copy_from_slice(&root.as_bytes()[..UNIT_DIGEST_BYTES]);
         UnitDigest(out)
     }
 }
@@ -139,6 +181,26 @@ mod tests {
         changed[123_456] ^= 1;
         assert_ne!(unit_digest(&changed), whole);
         assert_ne!(unit_digest(&bytes[..bytes.len() - 1]), whole);
+        // Around and across whole batches, in pieces of every shape: the crate's hash.
+        let long: Vec<u8> = (0..(1usize << 20) + 70_000).map(|i| (i * 131 % 253) as u8).collect();
+        let batch = crate::blake3_batch::BATCH_BYTES;
+        for len in [batch - 1, batch, batch + 1, 2 * batch, 3 * batch + 17, 16 * batch, long.len()]
+        {
+            let hash = blake3::hash(&long[..len]);
+            let expected = &hash.as_bytes()[..16];
+            assert_eq!(&unit_digest(&long[..len]).0[..], expected, "{len} bytes whole");
+            let mut digester = Digester::new();
+            let mut at = 0;
+            for cut in [4096usize, batch + 5, 1, batch, 3 * batch, 777].into_iter().cycle() {
+                let end = (at + cut).min(len);
+                digester.update(&long[at..end]);
+                at = end;
+                if at == len {
+                    break;
+                }
+            }
+            assert_eq!(&digester.finish().0[..], expected, "{len} bytes in pieces");
+        }
         // BLAKE3's published value for the empty input starts af1349b9…
         assert_eq!(unit_digest(&[]).to_string(), "af1349b9f5f9a1a6a0404dea36dcc949");
     }

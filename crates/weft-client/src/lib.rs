@@ -27,6 +27,7 @@
 
 use std::fmt;
 
+pub mod blake3_batch;
 pub mod degraded;
 pub mod digest;
 pub mod gc;
