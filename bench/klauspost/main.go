@@ -42,7 +42,9 @@ func main() {
 	trials := flag.Int("trials", 7, "timed trials per op (the median is reported)")
 	minSeconds := flag.Float64("min-seconds", 0.2, "each trial repeats its op for at least this long")
 	flag.Parse()
-	enc, err := reedsolomon.New(*k, *r)
+	// One goroutine: weft bench ec's rows are per thread (--threads 1), and klauspost
+	// otherwise splits large shards over every core.
+	enc, err := reedsolomon.New(*k, *r, reedsolomon.WithMaxGoroutines(1))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "klauspost-ec:", err)
 		os.Exit(2)

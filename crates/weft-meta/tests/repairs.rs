@@ -625,9 +625,8 @@ async fn no_destination_is_503_and_returns_the_task() {
         (c.repairs().await["queued"] == count).then_some(())
     })
     .await;
-    // The queue holds the units in index order (by disk); a unit another node can take
-    // (d2: its group's other unit is on one node only) is handed out, d0 (whose group and
-    // stripe peers cover both live nodes) cannot be.
+    // 3 MiB is fitted to two whole groups (d0 d1 p0.0, d2 d3 p1.0), each on all three
+    // nodes: none of the victim's units has a destination, and d0 is never handed out.
     let (mut status, mut body) = (200, Value::Null);
     for _ in 0..count {
         (status, body) = cluster.post("/v1/repairs/take", json!({"lease_ms": 30_000})).await;
@@ -640,10 +639,21 @@ async fn no_destination_is_503_and_returns_the_task() {
     assert_eq!(body["error"], "no_destination");
     assert_eq!((body["nodes_up"].clone(), body["needed"].clone()), (json!(2), json!(3)), "{body}");
     assert!(body["message"].as_str().unwrap().contains("2 nodes are up"), "{body}");
+    // The task the take refused (the queue's first: which of the victim's units that is
+    // depends on when the detector saw each) is back in the queue, saying why.
     let repairs = cluster.repairs().await;
-    let task = repairs["tasks"].as_array().unwrap().iter().find(|t| t["unit"] == "d0").unwrap();
+    let refused: Vec<&Value> = repairs["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["last_error"].as_str().is_some_and(|e| e.contains("no disk can take")))
+        .collect();
+    assert_eq!(refused.len(), 1, "{repairs}");
+    let task = refused[0];
     assert_eq!(task["deadline_ms"], Value::Null, "returned to the queue, free to take");
-    assert!(task["last_error"].as_str().unwrap().contains("no disk can take d0"), "{task}");
+    let unit = task["unit"].as_str().unwrap();
+    assert!(units_on(&object, victim).contains(unit), "{task}");
+    assert!(task["last_error"].as_str().unwrap().contains(&format!("no disk can take {unit}")));
     cluster.stop().await;
 }
 
