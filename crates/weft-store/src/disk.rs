@@ -9,10 +9,16 @@
 //! - A unit file is visible under `units/` only once complete: header and data are written to
 //!   `tmp/`, fsynced, then moved into place without replacing anything, and the directory is
 //!   fsynced. A reader never sees a partial unit; after a crash a unit is whole or absent.
-//! - A unit's data may reach the device early (writes of at least `WRITEBACK_HINT_BYTES`
-//!   start their writeback at once, sync_file_range without waiting) but it is durable only
-//!   through `UnitWriter::finish`'s fsync, which reports any error of that early writeback
-//!   too (the kernel keeps it for the file's next fsync).
+//! - A unit file is written in whole aligned blocks ([`DIRECT_ALIGN`]) through a stage of at
+//!   most [`STAGE_BYTES`], to a file opened with O_DIRECT where the filesystem takes it
+//!   (`Fs::create_new_direct`): no copy into the page cache. Its first aligned blocks (the
+//!   header's place) are written last, with the header; a padded tail is cut back to the
+//!   unit's exact length before the fsync.
+//! - A unit's data may reach the device early (every stage write on a direct file; on a plain
+//!   one, writes of at least `WRITEBACK_HINT_BYTES` start their writeback at once,
+//!   sync_file_range without waiting) but it is durable only through `UnitWriter::finish`'s
+//!   fsync, which reports any error of that early writeback too (the kernel keeps it for the
+//!   file's next fsync).
 //! - Units are immutable. A key names at most one file; storing an existing key fails with
 //!   `AlreadyExists` (a rewrite is a new generation).
 //! - Every byte returned by a read lies in a segment whose checksum was verified by that read.
