@@ -338,20 +338,9 @@ impl<R: Read> Writer<R> {
             (0..layout.k()).map(|_| MeteredBuf::new(&self.meter, unit_len)).collect();
         for extent in layout.extents(0, size) {
             let at = extent.block_offset as usize;
-            let cell = &mut data[extent.block].as_mut_slice()[at..at + extent.len as usize];
-            self.reader.read_exact(cell).map_err(|source| {
-                let what = if source.kind() == std::io::ErrorKind::UnexpectedEof {
-                    format!(
-                        "the input ended before the {size} bytes the write began with (did it shrink while it was read?); nothing was stored"
-                    )
-                } else {
-                    "reading the object".into()
-                };
-                Stop::Failed(ClientError::Io { what, source })
-            })?;
-            if let Some(progress) = &self.progress {
-                progress.fetch_add(extent.len, Ordering::Relaxed);
-            }
+            self.read_object_bytes(
+                &mut data[extent.block].as_mut_slice()[at..at + extent.len as usize],
+            )?;
         }
         let mut parity: Vec<MeteredBuf> =
             (0..layout.r()).map(|_| MeteredBuf::new(&self.meter, unit_len)).collect();
@@ -439,7 +428,14 @@ impl<R: Read> Writer<R> {
         let permit = self.permit()?;
         // read_exact fills every byte or fails.
         let mut buf = MeteredBuf::for_overwrite(&self.meter, len);
-        self.reader.read_exact(buf.as_mut_slice()).map_err(|source| {
+        self.read_object_bytes(buf.as_mut_slice())?;
+        Ok(MeteredCell { buf, _permit: permit })
+    }
+
+    /// Fills `buf` with the next object bytes (an input that ends early fails the write,
+    /// saying so) and counts them for progress bars.
+    fn read_object_bytes(&mut self, buf: &mut [u8]) -> Result<(), Stop> {
+        self.reader.read_exact(buf).map_err(|source| {
             let what = if source.kind() == std::io::ErrorKind::UnexpectedEof {
                 format!(
                     "the input ended before the {} bytes the write began with (did it shrink while it was read?); nothing was stored",
@@ -451,9 +447,9 @@ impl<R: Read> Writer<R> {
             Stop::Failed(ClientError::Io { what, source })
         })?;
         if let Some(progress) = &self.progress {
-            progress.fetch_add(len as u64, Ordering::Relaxed);
+            progress.fetch_add(buf.len() as u64, Ordering::Relaxed);
         }
-        Ok(MeteredCell { buf, _permit: permit })
+        Ok(())
     }
 
     /// Sends row `row` of group g's parity (zeros when nothing was added), opening the

@@ -694,9 +694,10 @@ fn count_change(
 fn read_usage(tx: &dyn Txn) -> Result<[SizeUsage; SIZE_CLASSES], MetaError> {
     let mut usage = [SizeUsage::default(); SIZE_CLASSES];
     for (class, found) in usage.iter_mut().enumerate() {
-        found.objects = read_total(tx, &usage_total(class, "objects"))?;
-        found.bytes = read_total(tx, &usage_total(class, "bytes"))?;
-        found.stored_bytes = read_total(tx, &usage_total(class, "stored"))?;
+        let [objects, bytes, stored] = USAGE_FIELDS;
+        found.objects = read_total(tx, &usage_total(class, objects))?;
+        found.bytes = read_total(tx, &usage_total(class, bytes))?;
+        found.stored_bytes = read_total(tx, &usage_total(class, stored))?;
     }
     Ok(usage)
 }

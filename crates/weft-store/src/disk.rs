@@ -625,7 +625,7 @@ impl Disk {
             checksums: Vec::with_capacity(segment_count(len_bytes) as usize),
             file: Some(file),
             stage,
-            head: Vec::new(),
+            head: None,
             tmp_path,
             settled: false,
             full: None,
@@ -1012,8 +1012,8 @@ pub struct UnitWriter {
     stage: Stage,
     /// The file's first aligned blocks (the header's place and the data after it up to an
     /// aligned offset) once the stage has moved past them: `finish` writes them with the
-    /// header. Empty until then.
-    head: Vec<u8>,
+    /// header. None until then.
+    head: Option<Stage>,
     tmp_path: PathBuf,
     /// The temp file has been moved into place or removed: nothing for `Drop` to clean.
     settled: bool,
@@ -1121,9 +1121,11 @@ impl UnitWriter {
         let len = self.stage.len();
         let bytes = self.stage.padded();
         let skip = if at == 0 {
-            let head = (self.header_bytes as usize).next_multiple_of(DIRECT_ALIGN);
-            self.head = bytes[..head].to_vec();
-            head
+            let head_len = (self.header_bytes as usize).next_multiple_of(DIRECT_ALIGN);
+            let mut head = Stage::new(head_len);
+            head.push(&bytes[..head_len]);
+            self.head = Some(head);
+            head_len
         } else {
             0
         };
@@ -1153,8 +1155,7 @@ impl UnitWriter {
             if self.stage.len() > 0 {
                 file.write_all_at(self.stage.padded(), at)?;
             }
-            let mut head = Stage::new(self.head.len());
-            head.push(&self.head);
+            let head = self.head.as_mut().expect("a stage past offset 0 kept the head");
             let bytes = head.padded();
             bytes[..header.len()].copy_from_slice(header);
             file.write_all_at(bytes, 0)?;
