@@ -686,6 +686,10 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
             return Err(cli_error!("--compare klauspost measures one thread: drop --threads"));
         }
     }
+    if klauspost {
+        // Before any row: a runner that is missing or prints nothing usable says so now.
+        klauspost_trial(&args.klauspost_bin, Op::Encode, k, r, 64, 0.001)?;
+    }
     let rs_baseline = if args.compare.contains(&Peer::Rs) {
         if spec.family() == "rs" {
             return Err(cli_error!("--compare rs compares another code with rs; the code is rs"));
