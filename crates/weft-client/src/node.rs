@@ -71,11 +71,136 @@ impl NodeFailure {
 /// 500.
 const RESUME_PIECE: u64 = 1 << 20;
 
+/// The header asking a node for a checksummed range, and the answer's headers
+/// (docs/node-api.md).
+const CHECKSUMS_HEADER: &str = "x-weft-checksums";
+const CHECKSUMMED_HEADER: &str = "x-weft-checksummed";
+const SEGMENT_BYTES_HEADER: &str = "x-weft-segment-bytes";
+
+/// The checks of one checksummed answer: its body opens with the stored CRC-32C of each
+/// whole segment of the range (unit bytes `[start, end)`), then the range's bytes. The
+/// bytes before `start` and from `end` (partial segments) were verified by the node.
+#[derive(Debug, Default)]
+struct SegmentCheck {
+    start: u64,
+    end: u64,
+    segment: u64,
+    /// Checksum bytes still to come at the body's head.
+    pending: usize,
+    sums: Vec<u8>,
+    /// Segments verified so far, and the CRC of the bytes of the next one received so far.
+    verified: u64,
+    running: u32,
+}
+
+impl SegmentCheck {
+    /// The checks an answer's headers announce for a range `[offset, offset + len)`; none
+    /// (every byte verified by the node) when it names none.
+    fn of(headers: &header::HeaderMap, offset: u64, len: u64) -> Result<SegmentCheck, NodeFailure> {
+        let number = |name: &str| -> Option<u64> { headers.get(name)?.to_str().ok()?.parse().ok() };
+        let count = number(CHECKSUMS_HEADER).unwrap_or(0);
+        if count == 0 {
+            return Ok(SegmentCheck::default());
+        }
+        let bad =
+            |why: &str| NodeFailure::new(FailureKind::Other, format!("a checksummed answer {why}"));
+        let segment = number(SEGMENT_BYTES_HEADER)
+            .filter(|&s| s > 0)
+            .ok_or_else(|| bad("names no segment size"))?;
+        let covered = headers
+            .get(CHECKSUMMED_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split_once('-'))
+            .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)))
+            .ok_or_else(|| bad("names no checksummed range"))?;
+        let (start, end) = (covered.0, covered.1.saturating_add(1));
+        let fits = offset <= start
+            && start < end
+            && end <= offset + len
+            && start.is_multiple_of(segment)
+            && (end - start).div_ceil(segment) == count;
+        if !fits {
+            return Err(bad(&format!(
+                "covers {start}..{end} in {count} segments of {segment} bytes, outside the range {offset}+{len}"
+            )));
+        }
+        let pending = 4 * count as usize;
+        Ok(SegmentCheck {
+            start,
+            end,
+            segment,
+            pending,
+            sums: Vec::with_capacity(pending),
+            ..Default::default()
+        })
+    }
+
+    /// Takes the checksums from the head of `chunk`; the rest is range bytes.
+    fn take_checksums<'a>(&mut self, chunk: &'a [u8]) -> &'a [u8] {
+        let take = self.pending.min(chunk.len());
+        self.sums.extend_from_slice(&chunk[..take]);
+        self.pending -= take;
+        &chunk[take..]
+    }
+
+    /// Checks `data`, the range's bytes from unit offset `at`, against the segments it
+    /// completes. Err names the first segment that does not match.
+    fn verify(&mut self, mut at: u64, mut data: &[u8]) -> Result<(), String> {
+        while !data.is_empty() {
+            let next = self.start + self.verified * self.segment;
+            if at + data.len() as u64 <= next || next >= self.end {
+                return Ok(()); // before the checked segments, or past them
+            }
+            if at < next {
+                data = &data[(next - at) as usize..];
+                at = next;
+            }
+            let segment_end = (next + self.segment).min(self.end);
+            let now = data.len().min((segment_end - at) as usize);
+            self.running = crc32c::crc32c_append(self.running, &data[..now]);
+            data = &data[now..];
+            at += now as u64;
+            if at == segment_end {
+                let i = self.verified as usize * 4;
+                let stored = u32::from_le_bytes(self.sums[i..i + 4].try_into().expect("4 bytes"));
+                if self.running != stored {
+                    return Err(format!(
+                        "segment at unit byte {next} did not match its checksum (crc32c {:08x}, stored {stored:08x})",
+                        self.running
+                    ));
+                }
+                self.verified += 1;
+                self.running = 0;
+            }
+        }
+        Ok(())
+    }
+
+    /// The end of the bytes that can be trusted when the range's bytes up to unit offset
+    /// `received` arrived: all of them, except a checked segment not wholly verified.
+    fn trusted(&self, received: u64) -> u64 {
+        let verified_end = (self.start + self.verified * self.segment).min(self.end);
+        match self.segment == 0 || received <= verified_end || verified_end >= self.end {
+            true => received,
+            false => verified_end,
+        }
+    }
+
+    /// Every checksummed segment arrived and matched.
+    fn complete(&self) -> bool {
+        self.pending == 0 && self.start + self.verified * self.segment >= self.end
+    }
+}
+
 /// A pool of connections to the nodes; every request is signed with the key of the node it
 /// goes to (derived from the cluster secret).
 #[derive(Clone, Debug)]
 pub struct NodeClient {
     http: reqwest::Client,
+    /// A pool of its own for checksummed unit GETs: a node answers those connections with
+    /// sendfile until they ask anything else (docs/node-api.md), so nothing else is sent on
+    /// them.
+    reads: reqwest::Client,
     secret: ClusterSecret,
     /// The client's modeled link (down: unit bytes received, up: sent), when it has one.
     link: Option<std::sync::Arc<ClientLink>>,
@@ -128,15 +253,17 @@ pub(crate) async fn failure_of(response: reqwest::Response) -> NodeFailure {
 impl NodeClient {
     /// A connection pool with short connect timeouts (a dead node must not stall a read).
     pub fn new(secret: &ClusterSecret) -> crate::Result<NodeClient> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(2))
-            .read_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(8)
-            .build()
-            .map_err(|e| {
-                crate::ClientError::Invalid(format!("cannot build an HTTP client: {e}"))
-            })?;
-        Ok(NodeClient { http, secret: secret.clone(), link: None })
+        let pool = || {
+            reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(2))
+                .read_timeout(Duration::from_secs(30))
+                .pool_max_idle_per_host(8)
+                .build()
+                .map_err(|e| {
+                    crate::ClientError::Invalid(format!("cannot build an HTTP client: {e}"))
+                })
+        };
+        Ok(NodeClient { http: pool()?, reads: pool()?, secret: secret.clone(), link: None })
     }
 
     /// This pool (same connections) behind a link of its own at `bytes_per_sec` in each
@@ -266,12 +393,16 @@ impl NodeClient {
         // segment after it had started answering, or the connection dropped), the rest is
         // asked for in pieces of at most RESUME_PIECE bytes, which the node answers with a
         // clean status (500 corrupt, 404...) when they fail: the failure gets its true kind.
+        // The first request asks for a checksummed range (whole segments sent from the page
+        // cache, verified here); the resumed pieces do not, so that the node reads and checks
+        // them itself and names what is wrong (500 corrupt, 503 io) with a clean status.
         let node = unit.node_id;
-        if let Some(first) = self.get_into(node, &url, offset, len, &mut out).await? {
+        if let Some(first) = self.get_into(node, &url, offset, len, &mut out, true).await? {
             while (out.len() as u64) < len {
                 let at = out.len() as u64;
                 let piece = RESUME_PIECE.min(len - at);
-                if let Some(again) = self.get_into(node, &url, offset + at, piece, &mut out).await?
+                if let Some(again) =
+                    self.get_into(node, &url, offset + at, piece, &mut out, false).await?
                 {
                     return Err(NodeFailure::new(
                         FailureKind::Unreachable,
@@ -293,7 +424,10 @@ impl NodeClient {
     }
 
     /// Appends bytes `[offset, offset + len)` of the unit at `url` to `out`. Ok(Some(cause))
-    /// when the body broke off after the node answered 2xx (what arrived stays in `out`).
+    /// when the body broke off after the node answered 2xx, or a checksummed segment did not
+    /// match: what arrived and is verified stays in `out`, the rest is cut. `checksummed`:
+    /// ask for the whole segments' checksums (the node may still answer without them, then
+    /// it verified every byte itself).
     async fn get_into(
         &self,
         node_id: u32,
@@ -301,12 +435,18 @@ impl NodeClient {
         offset: u64,
         len: u64,
         out: &mut Vec<u8>,
+        checksummed: bool,
     ) -> Result<Option<String>, NodeFailure> {
         let range = format!("bytes={}-{}", offset, offset + len - 1);
-        let response = self.send(node_id, self.http.get(url).header(header::RANGE, range)).await?;
+        let request = match checksummed {
+            true => self.reads.get(url).header(CHECKSUMS_HEADER, "crc32c"),
+            false => self.http.get(url),
+        };
+        let response = self.send(node_id, request.header(header::RANGE, range)).await?;
         if !response.status().is_success() {
             return Err(failure_of(response).await);
         }
+        let mut check = SegmentCheck::of(response.headers(), offset, len)?;
         let start = out.len();
         let mut body = response.bytes_stream();
         while let Some(chunk) = body.next().await {
@@ -315,10 +455,28 @@ impl NodeClient {
                     if let Some(link) = &self.link {
                         link.down.transfer(chunk.len() as u64).await;
                     }
-                    out.extend_from_slice(&chunk)
+                    let data = check.take_checksums(&chunk);
+                    let at = offset + (out.len() - start) as u64;
+                    out.extend_from_slice(data);
+                    if let Err(cause) = check.verify(at, data) {
+                        out.truncate(
+                            start + (check.trusted(at + data.len() as u64) - offset) as usize,
+                        );
+                        return Ok(Some(cause));
+                    }
                 }
-                Err(e) => return Ok(Some(format!("after {} bytes: {e}", out.len() - start))),
+                Err(e) => {
+                    let received = out.len() - start;
+                    let trusted = check.trusted(offset + received as u64) - offset;
+                    out.truncate(start + trusted as usize);
+                    return Ok(Some(format!("after {received} bytes: {e}")));
+                }
             }
+        }
+        if !check.complete() {
+            let received = out.len() - start;
+            out.truncate(start + (check.trusted(offset + received as u64) - offset) as usize);
+            return Ok(Some(format!("the answer ended after {received} bytes")));
         }
         Ok(None)
     }
@@ -351,5 +509,71 @@ impl NodeClient {
             StatusCode::NOT_FOUND => Ok(()),
             _ => Err(failure_of(response).await),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(count: usize, covered: &str) -> header::HeaderMap {
+        let mut map = header::HeaderMap::new();
+        map.insert(CHECKSUMS_HEADER, count.into());
+        map.insert(SEGMENT_BYTES_HEADER, 16.into());
+        map.insert(CHECKSUMMED_HEADER, covered.parse().unwrap());
+        map
+    }
+
+    /// The body of a checksummed answer for unit bytes `[offset, offset + len)` of `unit`,
+    /// segments of 16 bytes, whole ones `[start, end)`.
+    fn body(unit: &[u8], offset: usize, len: usize, start: usize, end: usize) -> Vec<u8> {
+        let mut out: Vec<u8> = (start..end)
+            .step_by(16)
+            .flat_map(|s| crc32c::crc32c(&unit[s..(s + 16).min(end)]).to_le_bytes())
+            .collect();
+        out.extend_from_slice(&unit[offset..offset + len]);
+        out
+    }
+
+    /// Feeds `body` in pieces of `piece` bytes; what `get_into` keeps and its outcome.
+    fn feed(check: &mut SegmentCheck, offset: u64, body: &[u8], piece: usize) -> (usize, bool) {
+        let mut kept = 0u64;
+        for chunk in body.chunks(piece) {
+            let data = check.take_checksums(chunk);
+            let at = offset + kept;
+            kept += data.len() as u64;
+            if check.verify(at, data).is_err() {
+                return ((check.trusted(offset + kept) - offset) as usize, false);
+            }
+        }
+        (kept as usize, check.complete())
+    }
+
+    #[test]
+    fn checksummed_answers_are_verified_and_cut_at_the_last_sound_segment() {
+        let unit: Vec<u8> = (0..100u8).collect(); // segments of 16: the last one 4 bytes
+                                                  // Range 5..100: whole segments 16..100 (6 checksums), edge 5..16 trusted.
+        for piece in [1, 7, 16, 33, 1000] {
+            let body = body(&unit, 5, 95, 16, 100);
+            let mut check = SegmentCheck::of(&headers(6, "16-99"), 5, 95).unwrap();
+            assert_eq!(feed(&mut check, 5, &body, piece), (95, true), "piece {piece}");
+            // A flipped byte in segment 48..64: everything before it is kept.
+            let mut bad = body.clone();
+            bad[24 + (50 - 5)] ^= 1;
+            let mut check = SegmentCheck::of(&headers(6, "16-99"), 5, 95).unwrap();
+            assert_eq!(feed(&mut check, 5, &bad, piece), (48 - 5, false), "piece {piece}");
+        }
+        // A body cut off inside a segment keeps only the verified ones.
+        let body = body(&unit, 0, 100, 0, 100);
+        let mut check = SegmentCheck::of(&headers(7, "0-99"), 0, 100).unwrap();
+        assert_eq!(feed(&mut check, 0, &body[..28 + 40], 10), (40, false));
+        assert_eq!(check.trusted(40), 32);
+        // No checksums named: the node verified every byte.
+        let mut check = SegmentCheck::of(&header::HeaderMap::new(), 0, 100).unwrap();
+        assert_eq!(feed(&mut check, 0, &unit, 9), (100, true));
+        // Announced checks that do not fit the range are refused.
+        assert!(SegmentCheck::of(&headers(6, "16-99"), 20, 80).is_err());
+        assert!(SegmentCheck::of(&headers(5, "16-99"), 0, 100).is_err());
+        assert!(SegmentCheck::of(&headers(1, "8-23"), 0, 100).is_err());
     }
 }

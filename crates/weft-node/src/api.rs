@@ -129,6 +129,16 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// Status, extra headers and JSON body, for answers written without axum (the sendfile
+    /// path).
+    pub(crate) fn into_parts(
+        self,
+    ) -> (StatusCode, Vec<(header::HeaderName, HeaderValue)>, Vec<u8>) {
+        (self.status, self.headers, self.body.to_string().into_bytes())
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status, Json(self.body)).into_response();
@@ -206,7 +216,7 @@ fn after_mutation(disk: &Disk, error: ApiError) -> ApiError {
 }
 
 /// Runs blocking work that answers API errors on a blocking task.
-async fn run_blocking<T: Send + 'static>(
+pub(crate) async fn run_blocking<T: Send + 'static>(
     work: impl FnOnce() -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
     match tokio::task::spawn_blocking(work).await {
@@ -239,7 +249,7 @@ pub(crate) fn disk_of(node: &Node, disk: &str) -> ApiResult<(usize, Disk)> {
 }
 
 /// Parses a unit name: [`UnitKey`]'s Display form, with or without the `.unit` suffix.
-fn key_of(unit: &str) -> ApiResult<UnitKey> {
+pub(crate) fn key_of(unit: &str) -> ApiResult<UnitKey> {
     let name = if unit.ends_with(".unit") { unit.to_owned() } else { format!("{unit}.unit") };
     UnitKey::from_file_name(&name).ok_or_else(|| {
         ApiError::bad_request(
@@ -264,7 +274,7 @@ fn info_json(info: &UnitInfo) -> Value {
     })
 }
 
-fn unit_headers(headers: &mut HeaderMap, info: &UnitInfo) {
+pub(crate) fn unit_headers(headers: &mut HeaderMap, info: &UnitInfo) {
     headers.insert(GENERATION_HEADER, HeaderValue::from(info.generation));
     headers.insert(UNIT_LENGTH_HEADER, HeaderValue::from(info.len_bytes));
     headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
@@ -418,13 +428,13 @@ async fn head_unit(
 
 /// A byte range `[start, end)` of a unit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct ByteRange {
-    start: u64,
-    end: u64,
+pub(crate) struct ByteRange {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
 }
 
 /// Parses a `Range` header against a unit of `len` bytes. `Ok(None)`: no range (whole unit).
-fn parse_range(value: &HeaderValue, len: u64, key: UnitKey) -> ApiResult<ByteRange> {
+pub(crate) fn parse_range(value: &HeaderValue, len: u64, key: UnitKey) -> ApiResult<ByteRange> {
     let bad = |why: &str| ApiError::bad_request("range", format!("bad Range header: {why}"));
     let text = value.to_str().map_err(|_| bad("not ASCII"))?.trim();
     let spec = text.strip_prefix("bytes=").ok_or_else(|| bad("only `bytes=` ranges are served"))?;

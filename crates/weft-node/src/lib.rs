@@ -29,6 +29,7 @@ mod metrics;
 pub mod model;
 mod raidp;
 mod scrub;
+mod sendfile;
 
 use std::{fmt, future::Future, net::SocketAddr, path::PathBuf, sync::Arc};
 
@@ -327,12 +328,16 @@ pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
             stopped.clone(),
         )));
     }
+    let verifier = Arc::new(weft_auth::Verifier::for_node(config.key.clone()));
     let guard = weft_auth::axum_layer::Guard {
-        verifier: Arc::new(weft_auth::Verifier::for_node(config.key.clone())),
+        verifier: verifier.clone(),
         max_body_bytes: api::MAX_SIGNED_BODY_BYTES,
         large_bodies: &[],
     };
-    let app = api::router(node, guard);
+    let app = api::router(node.clone(), guard);
+    // Checksummed unit GETs are answered beside axum, with sendfile; axum gets the rest.
+    let listener = sendfile::SplitListener::start(listener, node, verifier, stopped.clone())
+        .map_err(|source| NodeError::Bind { addr: config.listen, source })?;
     let mut server_stopped = stopped;
     let server = tokio::spawn(async move {
         axum::serve(listener, app)

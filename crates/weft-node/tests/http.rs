@@ -983,3 +983,128 @@ async fn a_modeled_disk_counts_seeks_for_out_of_order_reads_only() {
     assert!(text.lines().any(|l| l == seeks), "missing {seeks:?} in\n{text}");
     node.node.stop().await.unwrap();
 }
+
+/// A checksummed answer: (status, headers, stored checksums, range bytes), on a pool of
+/// its own: a connection that asked anything else is the router's, which answers without
+/// checksums (the node verified every byte then).
+async fn get_checksummed(
+    node: &TestNode,
+    key: UnitKey,
+    range: Option<&str>,
+) -> (StatusCode, header::HeaderMap, Vec<u32>, Vec<u8>) {
+    static READS: std::sync::OnceLock<Client> = std::sync::OnceLock::new();
+    let reads = READS.get_or_init(Client::new);
+    let mut request = reads.get(node.url("0", key)).header("x-weft-checksums", "crc32c");
+    if let Some(range) = range {
+        request = request.header(header::RANGE, range);
+    }
+    let response = request.send_signed(&node.signer).await.unwrap();
+    let (status, headers) = (response.status(), response.headers().clone());
+    let body = response.bytes().await.unwrap().to_vec();
+    let count: usize =
+        headers.get("x-weft-checksums").map_or(0, |v| v.to_str().unwrap().parse().unwrap());
+    let sums =
+        body[..4 * count].chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+    (status, headers, sums, body[4 * count..].to_vec())
+}
+
+#[tokio::test]
+async fn checksummed_ranges_carry_each_whole_segments_checksum_and_exact_bytes() {
+    let node = start().await;
+    let key = UnitKey::data(21, 0, 0);
+    let len = 3 * 65536 + 1000; // a short last segment
+    let bytes = pattern(len, 9);
+    node.put(0, key, &bytes).await;
+    let segment = |i: usize| &bytes[i * 65536..((i + 1) * 65536).min(len)];
+    // (range, first and last whole segment) — none when the range holds no whole segment.
+    type Case<'a> = (Option<&'a str>, Option<(usize, usize)>, usize, usize);
+    let cases: [Case; 6] = [
+        (None, Some((0, 3)), 0, len),
+        (Some("bytes=0-65535"), Some((0, 0)), 0, 65536),
+        (Some("bytes=10-65535"), None, 10, 65536),
+        (Some("bytes=100-150000"), Some((1, 1)), 100, 150_001),
+        (Some("bytes=65536-"), Some((1, 3)), 65536, len),
+        (Some("bytes=-500"), None, len - 500, len),
+    ];
+    for (range, whole, start, end) in cases {
+        let (status, headers, sums, body) = get_checksummed(&node, key, range).await;
+        let expected_status = if range.is_some() { 206 } else { 200 };
+        assert_eq!(status.as_u16(), expected_status, "{range:?}");
+        assert!(body == bytes[start..end], "{range:?}: the range's exact bytes");
+        assert_eq!(headers["x-weft-segment-bytes"], "65536");
+        match whole {
+            Some((first, last)) => {
+                let expected: Vec<u32> =
+                    (first..=last).map(|i| crc32c::crc32c(segment(i))).collect();
+                assert_eq!(sums, expected, "{range:?}");
+                let covered_end = ((last + 1) * 65536).min(len) - 1;
+                let covered = format!("{}-{covered_end}", first * 65536);
+                assert_eq!(headers["x-weft-checksummed"], covered.as_str(), "{range:?}");
+            }
+            None => {
+                assert!(sums.is_empty(), "{range:?}");
+                assert!(headers.get("x-weft-checksummed").is_none(), "{range:?}");
+            }
+        }
+    }
+    // Refusals keep their statuses and bodies: unsigned, unsatisfiable, missing.
+    let unsigned = node
+        .client
+        .get(node.url("0", key))
+        .header("x-weft-checksums", "crc32c")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unsigned.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(error_body(unsigned).await["error"], "unauthenticated");
+    let (status, headers, _, body) =
+        get_checksummed(&node, key, Some(&format!("bytes={len}-"))).await;
+    assert_eq!(status, StatusCode::RANGE_NOT_SATISFIABLE);
+    assert_eq!(headers[header::CONTENT_RANGE], format!("bytes */{len}").as_str());
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["error"], "range_not_satisfiable");
+    let (status, _, _, _) = get_checksummed(&node, UnitKey::data(22, 0, 0), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // A connection that served checksummed GETs serves any other request too (it is
+    // handed to the router, with what was read of it), and a GET without the header there
+    // is answered as before.
+    let reads = Client::new();
+    let url = node.url("0", key);
+    let checksummed = reads.get(&url).header("x-weft-checksums", "crc32c");
+    let answer = checksummed.send_signed(&node.signer).await.unwrap();
+    assert_eq!(answer.headers()["x-weft-checksums"], "4");
+    assert_eq!(answer.bytes().await.unwrap().len(), 16 + len);
+    let health = reads.get(format!("{}/v1/health", node.base)).send_signed(&node.signer);
+    let health: Value = health.await.unwrap().json().await.unwrap();
+    assert_eq!(health["node_id"], 7);
+    let plain = reads.get(&url).send_signed(&node.signer).await.unwrap();
+    assert!(plain.headers().get("x-weft-checksums").is_none());
+    assert!(plain.bytes().await.unwrap() == bytes);
+    node.node.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn checksummed_answers_send_corrupt_whole_segments_with_their_stored_checksum() {
+    let node = start().await;
+    let key = UnitKey::data(23, 0, 0);
+    let len = 4 * 65536;
+    let bytes = pattern(len, 3);
+    node.put(0, key, &bytes).await;
+    let path = unit_file(&node.disks[0], key);
+    let mut file = std::fs::read(&path).unwrap();
+    let header_bytes = file.len() - len;
+    file[header_bytes + 2 * 65536 + 5] ^= 0x10; // segment 2
+    std::fs::write(&path, &file).unwrap();
+    // A whole corrupt segment goes out as stored, with the checksum that exposes it...
+    let (status, _, sums, body) = get_checksummed(&node, key, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(sums.len(), 4);
+    assert_eq!(sums[1], crc32c::crc32c(&body[65536..131072]), "a sound segment matches");
+    assert_ne!(sums[2], crc32c::crc32c(&body[131072..196608]), "the corrupt one does not");
+    // ...while a partial edge in it is checked by the node: a clean 500 naming it.
+    let (status, _, _, body) = get_checksummed(&node, key, Some("bytes=131080-200000")).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!((body["error"].as_str(), body["segment"].as_u64()), (Some("corrupt"), Some(2)));
+    node.node.stop().await.unwrap();
+}

@@ -22,6 +22,9 @@
 //! - Units are immutable. A key names at most one file; storing an existing key fails with
 //!   `AlreadyExists` (a rewrite is a new generation).
 //! - Every byte returned by a read lies in a segment whose checksum was verified by that read.
+//!   The one exception is [`UnitReader::whole_segments`], which hands out a file descriptor
+//!   and the stored checksums of whole segments so their bytes can be moved inside the kernel
+//!   (sendfile): whoever receives those bytes verifies them against those checksums.
 //! - After any failed create, write, fsync, rename or remove, every call returns `DiskFailed`
 //!   until the disk is reopened. Why: after a failed fsync, Linux may mark the dirty pages
 //!   clean and drop the error, so what the page cache and the device hold is unknown; retrying
@@ -1032,10 +1035,66 @@ pub struct UnitReader {
     header: Header,
 }
 
+/// The whole segments of a range of an opened unit ([`UnitReader::whole_segments`]), to be
+/// sent from the file inside the kernel and verified by their receiver.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WholeSegments {
+    /// Unit bytes `[start, end)` covered: whole segments, end to end (empty when the range
+    /// holds none; then `start == end` is the range's end).
+    pub start: u64,
+    pub end: u64,
+    /// The stored CRC-32C of each of those segments, in order.
+    pub checksums: Vec<u32>,
+    /// Where unit byte `start` lies in the file.
+    pub file_offset: u64,
+    /// The open file (valid while its [`UnitReader`] lives).
+    pub fd: std::os::fd::RawFd,
+}
+
 impl UnitReader {
     /// What [`Disk::stat`] says of the unit.
     pub fn info(&self) -> UnitInfo {
         Disk::info(self.key, self.header.len_bytes)
+    }
+
+    /// The whole segments inside `[offset, end)` of the unit, for a reader that sends them
+    /// from the file descriptor (sendfile) and lets the receiver verify them: their range,
+    /// their stored checksums and where they start in the file. The partial segments at the
+    /// range's edges (`[offset, start)` and `[end', end)`) are left to [`UnitReader::read`],
+    /// which verifies them here. None when the unit's file has no descriptor to send from
+    /// (a test filesystem injecting faults). A segment is whole when the range covers it from
+    /// its first byte to its last (the unit's last segment may be short).
+    pub fn whole_segments(&self, offset: u64, end: u64) -> Result<Option<WholeSegments>> {
+        self.disk.check()?;
+        let unit_bytes = self.header.len_bytes;
+        if offset > end || end > unit_bytes {
+            return Err(StoreError::OutOfRange {
+                dir: self.disk.inner.dir.clone(),
+                key: self.key,
+                offset,
+                len_bytes: end.saturating_sub(offset),
+                unit_bytes,
+            });
+        }
+        let Some(fd) = self.file.raw_fd() else {
+            return Ok(None);
+        };
+        let segment = u64::from(SEGMENT_BYTES);
+        let first = offset.div_ceil(segment);
+        let last = match end == unit_bytes {
+            true => segment_count(unit_bytes),
+            false => end / segment,
+        };
+        let (start, stop, checksums) = match first < last {
+            true => {
+                let stop = (last * segment).min(unit_bytes);
+                let sums = self.header.checksums[first as usize..last as usize].to_vec();
+                (first * segment, stop, sums)
+            }
+            false => (end, end, Vec::new()),
+        };
+        let file_offset = header_bytes(unit_bytes) + start;
+        Ok(Some(WholeSegments { start, end: stop, checksums, file_offset, fd }))
     }
 
     /// Reads `len_bytes` bytes from `offset`, as [`Disk::read`].

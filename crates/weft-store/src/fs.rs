@@ -56,6 +56,12 @@ pub trait FsFile: Send + Sync + fmt::Debug {
     fn start_writeback(&self, _offset: u64, _len: u64) {}
     /// Current length in bytes.
     fn len_bytes(&self) -> io::Result<u64>;
+    /// The open file's descriptor, for calls that move its bytes inside the kernel
+    /// (sendfile(2) of a unit's segments to a socket). None (the default) for files that must
+    /// be read through [`FsFile::read_exact_at`] (a [`FaultyFile`] injects its faults there).
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
 }
 
 /// The filesystem calls a disk makes.
@@ -265,6 +271,10 @@ impl FsFile for RealFile {
     }
     fn len_bytes(&self) -> io::Result<u64> {
         Ok(self.0.metadata()?.len())
+    }
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        Some(self.0.as_raw_fd())
     }
 }
 
