@@ -32,6 +32,7 @@ pub mod degraded;
 pub mod digest;
 pub mod gc;
 pub mod geometric;
+mod local;
 pub mod meta;
 pub mod meter;
 pub mod node;

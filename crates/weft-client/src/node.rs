@@ -204,6 +204,9 @@ pub struct NodeClient {
     secret: ClusterSecret,
     /// The client's modeled link (down: unit bytes received, up: sent), when it has one.
     link: Option<std::sync::Arc<ClientLink>>,
+    /// Reads of units on nodes of this host, from the unit files (crate::local); None when
+    /// `WEFT_LOCAL_READS=off`.
+    local: Option<std::sync::Arc<crate::local::LocalReads>>,
 }
 
 /// A client's link in each direction (the hardware model's `--client-link`).
@@ -263,7 +266,11 @@ impl NodeClient {
                     crate::ClientError::Invalid(format!("cannot build an HTTP client: {e}"))
                 })
         };
-        Ok(NodeClient { http: pool()?, reads: pool()?, secret: secret.clone(), link: None })
+        let local = match std::env::var("WEFT_LOCAL_READS").as_deref() {
+            Ok("off") | Ok("0") => None,
+            _ => Some(Default::default()),
+        };
+        Ok(NodeClient { http: pool()?, reads: pool()?, secret: secret.clone(), link: None, local })
     }
 
     /// This pool (same connections) behind a link of its own at `bytes_per_sec` in each
@@ -387,6 +394,12 @@ impl NodeClient {
                 format!("node {} is down (meta)", unit.node_id),
             ));
         }
+        if let Some(bytes) = self.read_locally(unit, offset, len).await {
+            if offset == 0 && len == unit.len {
+                crate::digest::check_unit(unit, &bytes)?;
+            }
+            return Ok(Bytes::from(bytes));
+        }
         let url = Self::url(unit)?;
         let mut out = Vec::with_capacity(len as usize);
         // One request for the whole range; if its body breaks off (the node found a corrupt
@@ -421,6 +434,27 @@ impl NodeClient {
             crate::digest::check_unit(unit, &out)?;
         }
         Ok(Bytes::from(out))
+    }
+
+    /// Unit ranges read from their files on this host (crate::local), and ranges a node on
+    /// this host answered there but that were then read over HTTP.
+    pub fn local_read_counts(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.local.as_ref().map_or((0, 0), |l| (l.hits.load(Relaxed), l.fallbacks.load(Relaxed)))
+    }
+
+    /// Bytes `[offset, offset + len)` of `unit` read from its file when its node is on this
+    /// host (crate::local), verified; None when they must be read over HTTP. A client with a
+    /// modeled link reads over HTTP (its bytes cross the modeled network).
+    async fn read_locally(&self, unit: &UnitInfo, offset: u64, len: u64) -> Option<Vec<u8>> {
+        let local = self.local.as_ref().filter(|_| self.link.is_none())?.clone();
+        let port = crate::local::loopback_port(unit.endpoint.as_deref()?)?;
+        let url = Self::url(unit).ok()?;
+        let path = url[url.find("/v1/")?..].to_owned();
+        let signer = self.secret.signer_for(Audience::Node(unit.node_id));
+        tokio::task::spawn_blocking(move || local.read(port, &path, &signer, offset, len))
+            .await
+            .ok()?
     }
 
     /// Appends bytes `[offset, offset + len)` of the unit at `url` to `out`. Ok(Some(cause))

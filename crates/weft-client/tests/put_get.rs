@@ -465,3 +465,39 @@ async fn a_changing_input_fails_the_write_and_leaves_nothing_behind() {
     assert_eq!((stats.data_bytes, stats.spooled_bytes), (large.len() as u64, large.len() as u64));
     assert!(get(&cluster, "sizes", "large", None).await == large, "the spooled object differs");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn units_on_this_host_are_read_from_their_files_and_verified() {
+    // The test's nodes listen on 127.0.0.1: their units are read through the descriptors
+    // their local sockets hand out (unless WEFT_LOCAL_READS=off).
+    if matches!(std::env::var("WEFT_LOCAL_READS").as_deref(), Ok("off") | Ok("0")) {
+        return;
+    }
+    let cluster = TestCluster::start(5).await;
+    cluster.create_bucket("bkt", policy("rs(3,2)", 3, CELL, BLOCK)).await;
+    let data = pattern((7 * BLOCK + 1234) as usize, 41);
+    put(&cluster, "bkt", "o", &data).await;
+    let before = cluster.client.nodes.local_read_counts();
+    assert_eq!(get(&cluster, "bkt", "o", None).await, data);
+    assert_eq!(get(&cluster, "bkt", "o", Some((5000, 20_000))).await, data[5000..25_000]);
+    let (hits, fallbacks) = cluster.client.nodes.local_read_counts();
+    assert!(hits > before.0, "ranges were read from the unit files");
+    assert_eq!(fallbacks, before.1, "nothing fell back to HTTP");
+    // A flipped byte in a data unit: the local read finds the mismatch and falls back to
+    // HTTP, where the node names the unit corrupt; the object still reads whole.
+    let object = cluster.client.meta.get_object("bkt", "o").await.unwrap();
+    let unit = &object.units[&weft_layout::UnitId::Data(0)];
+    let files = cluster.unit_files(unit.node_id);
+    let name = format!("{}.unit", unit.unit_key);
+    let path = files.iter().find(|p| p.ends_with(&name)).expect("the unit's file");
+    let mut bytes = std::fs::read(path).unwrap();
+    let at = bytes.len() - 3;
+    bytes[at] ^= 0x01;
+    std::fs::write(path, &bytes).unwrap();
+    let fresh = cluster.client.with_degraded_cache(0);
+    let mut out = Vec::new();
+    let stats = fresh.get("bkt", "o", None, &mut out, None).await.unwrap();
+    assert_eq!(out, data);
+    assert!(!stats.degraded_units.is_empty(), "the corrupt unit was rebuilt: {stats:?}");
+    assert!(cluster.client.nodes.local_read_counts().1 > fallbacks, "the mismatch fell back");
+}

@@ -130,6 +130,10 @@ impl ApiError {
 }
 
 impl ApiError {
+    pub(crate) fn status(&self) -> StatusCode {
+        self.status
+    }
+
     /// Status, extra headers and JSON body, for answers written without axum (the sendfile
     /// path).
     pub(crate) fn into_parts(

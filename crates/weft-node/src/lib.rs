@@ -25,6 +25,7 @@
 
 mod api;
 mod heartbeat;
+mod local;
 mod metrics;
 pub mod model;
 mod raidp;
@@ -334,6 +335,12 @@ pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
         max_body_bytes: api::MAX_SIGNED_BODY_BYTES,
         large_bodies: &[],
     };
+    // Local reads: a modeled node has none (its IO is waited out in the data API).
+    let modeled = node.models.iter().any(Option::is_some) || node.link_out.is_some();
+    if !modeled {
+        let port = local_addr.port();
+        background.extend(local::start(node.clone(), verifier.clone(), port, stopped.clone()));
+    }
     let app = api::router(node.clone(), guard);
     // Checksummed unit GETs are answered beside axum, with sendfile; axum gets the rest.
     let listener = sendfile::SplitListener::start(listener, node, verifier, stopped.clone())

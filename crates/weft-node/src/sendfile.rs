@@ -200,11 +200,11 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, native: bool) {
 
 /// A checksummed unit GET, as parsed from its head.
 #[derive(Debug, PartialEq, Eq)]
-struct UnitGet {
+pub(crate) struct UnitGet {
     path: String,
     query: String,
-    disk: String,
-    unit: String,
+    pub(crate) disk: String,
+    pub(crate) unit: String,
     authorization: Option<String>,
     content_sha256: Option<String>,
     range: Option<HeaderValue>,
@@ -212,7 +212,7 @@ struct UnitGet {
 }
 
 #[derive(Debug, PartialEq, Eq)]
-enum Head {
+pub(crate) enum Head {
     /// More bytes are needed.
     Partial,
     /// A checksummed unit GET, and the length of its head.
@@ -221,7 +221,7 @@ enum Head {
     Other,
 }
 
-fn parse_head(bytes: &[u8]) -> Head {
+pub(crate) fn parse_head(bytes: &[u8]) -> Head {
     let mut headers = [httparse::EMPTY_HEADER; 32];
     let mut request = httparse::Request::new(&mut headers);
     let head_len = match request.parse(bytes) {
@@ -414,7 +414,7 @@ async fn answer(stream: &mut TcpStream, shared: &Shared, get: UnitGet) -> io::Re
     Ok(())
 }
 
-fn verify(verifier: &Verifier, get: &UnitGet) -> Result<(), ApiError> {
+pub(crate) fn verify(verifier: &Verifier, get: &UnitGet) -> Result<(), ApiError> {
     let head = RequestHead {
         method: "GET",
         path: &get.path,
@@ -469,7 +469,7 @@ async fn prepare(node: &Arc<Node>, get: UnitGet) -> ApiResult<Prepared> {
 }
 
 /// The status line and headers of an answer, ending with the blank line.
-fn status_line(status: StatusCode, headers: &HeaderMap) -> Vec<u8> {
+pub(crate) fn status_line(status: StatusCode, headers: &HeaderMap) -> Vec<u8> {
     let mut out = Vec::with_capacity(512);
     let reason = status.canonical_reason().unwrap_or("");
     out.extend_from_slice(format!("HTTP/1.1 {} {reason}\r\n", status.as_u16()).as_bytes());

@@ -1,0 +1,255 @@
+//! Local reads: a client on the node's own host asks for a unit over a Unix socket and gets
+//! the unit file's descriptor (SCM_RIGHTS) with its stored segment checksums, then reads and
+//! verifies the bytes itself — no copy through this process, no TCP on the loopback (the
+//! short-circuit local reads of HDFS). docs/node-api.md, "Local reads".
+//!
+//! Data flow: the socket is `\0weft-node-<port>` in the abstract namespace, `<port>` being
+//! the node's TCP port: the names of a network namespace, like its 127.0.0.1, so a client
+//! that reaches the node on a loopback address finds its socket by the port alone. Each
+//! request is the head of a signed `GET /v1/disks/{disk}/units/{unit}` with
+//! `x-weft-checksums: crc32c`; the answer is an HTTP/1.1 head (`x-weft-unit-length`,
+//! `x-weft-data-offset`, `x-weft-segment-bytes`, `x-weft-checksums: n`), then the n stored
+//! CRC-32C, the descriptor riding on the head's first byte. An error is the data API's
+//! error answer (status and JSON body), without a descriptor.
+//!
+//! Invariants:
+//! - A descriptor is handed out only for a request the data API would answer: same
+//!   verifier, same signed head, same disk and unit checks, the unit opened (its header
+//!   verified) by [`weft_store::Disk::open_reader`], which refuses a failed disk.
+//! - The descriptor is read-only and names one unit file; the checksums come from that
+//!   file's verified header, so a reader holding both can verify every byte it reads.
+//! - A node with a hardware model has no local socket (its IO must be waited out), nor does
+//!   a unit without a descriptor get one (501; a filesystem injecting faults).
+//! - The socket goes with the node: the listener is dropped when the node stops.
+
+use std::{
+    io,
+    os::fd::{AsRawFd, RawFd},
+    sync::Arc,
+};
+
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt, Interest},
+    net::{UnixListener, UnixStream},
+    sync::watch,
+};
+use weft_auth::Verifier;
+
+use crate::{
+    api::{self, ApiError, ApiResult},
+    sendfile::{self, Head, UnitGet},
+    Node,
+};
+
+/// The header giving where the unit's data starts in its file.
+pub const DATA_OFFSET_HEADER: &str = "x-weft-data-offset";
+/// The route as the request metrics name it.
+const ROUTE: &str = "/v1/disks/{disk}/units/{unit} (local)";
+
+/// The abstract socket name of the node listening on TCP `port`.
+pub fn socket_name(port: u16) -> String {
+    format!("weft-node-{port}")
+}
+
+/// Listens on the node's local socket until `stopped`; None (logged) when the name is taken.
+pub(crate) fn start(
+    node: Arc<Node>,
+    verifier: Arc<Verifier>,
+    port: u16,
+    stopped: watch::Receiver<bool>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let name = socket_name(port);
+    let listener = match bind(&name) {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::warn!(%name, %error, "no local reads: cannot listen on the local socket");
+            return None;
+        }
+    };
+    Some(tokio::spawn(accept_loop(listener, node, verifier, stopped)))
+}
+
+fn bind(name: &str) -> io::Result<UnixListener> {
+    use std::os::linux::net::SocketAddrExt;
+    let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+    let listener = std::os::unix::net::UnixListener::bind_addr(&address)?;
+    listener.set_nonblocking(true)?;
+    UnixListener::from_std(listener)
+}
+
+async fn accept_loop(
+    listener: UnixListener,
+    node: Arc<Node>,
+    verifier: Arc<Verifier>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stopped.wait_for(|stop| *stop) => return,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                tokio::spawn(connection(stream, node.clone(), verifier.clone(), stopped.clone()));
+            }
+            Err(error) => {
+                tracing::warn!(%error, "accepting a local connection failed");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+async fn connection(
+    mut stream: UnixStream,
+    node: Arc<Node>,
+    verifier: Arc<Verifier>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut read = Vec::with_capacity(2048);
+    loop {
+        let get = match sendfile::parse_head(&read) {
+            Head::UnitGet(get, len) => {
+                read.drain(..len);
+                get
+            }
+            Head::Other => {
+                let error = ApiError::bad_request(
+                    "request",
+                    "the local socket answers only signed checksummed unit GETs",
+                );
+                let _ = write_error(&mut stream, error).await;
+                return;
+            }
+            Head::Partial => {
+                let got = match read.is_empty() {
+                    true => tokio::select! {
+                        got = stream.read_buf(&mut read) => got,
+                        _ = stopped.wait_for(|stop| *stop) => return,
+                    },
+                    false => stream.read_buf(&mut read).await,
+                };
+                match got {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => continue,
+                }
+            }
+        };
+        if let Err(error) = answer(&mut stream, &node, &verifier, *get).await {
+            tracing::debug!(%error, "closing a local connection");
+            return;
+        }
+    }
+}
+
+async fn answer(
+    stream: &mut UnixStream,
+    node: &Arc<Node>,
+    verifier: &Verifier,
+    get: UnitGet,
+) -> io::Result<()> {
+    if let Err(refusal) = sendfile::verify(verifier, &get) {
+        node.metrics.request("GET", ROUTE, refusal.status().as_u16());
+        return write_error(stream, refusal).await;
+    }
+    let (reader, whole) = match open(node, &get).await {
+        Ok(opened) => opened,
+        Err(error) => {
+            node.metrics.request("GET", ROUTE, error.status().as_u16());
+            return write_error(stream, error).await;
+        }
+    };
+    node.metrics.request("GET", ROUTE, 200);
+    let info = reader.info();
+    let mut headers = HeaderMap::new();
+    api::unit_headers(&mut headers, &info);
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(4 * whole.checksums.len()));
+    headers.insert(DATA_OFFSET_HEADER, HeaderValue::from(whole.file_offset));
+    headers.insert(sendfile::CHECKSUMS_HEADER, HeaderValue::from(whole.checksums.len()));
+    headers.insert(sendfile::SEGMENT_BYTES_HEADER, HeaderValue::from(weft_store::SEGMENT_BYTES));
+    let mut out = sendfile::status_line(StatusCode::OK, &headers);
+    for sum in &whole.checksums {
+        out.extend_from_slice(&sum.to_le_bytes());
+    }
+    let sent = send_with_fd(stream, &out, whole.fd).await?;
+    drop(reader); // the descriptor was duplicated into the peer by now
+    stream.write_all(&out[sent..]).await
+}
+
+/// Opens the unit; its reader (which owns the descriptor) and all of its segments.
+async fn open(
+    node: &Arc<Node>,
+    get: &UnitGet,
+) -> ApiResult<(weft_store::UnitReader, weft_store::WholeSegments)> {
+    let (_, disk) = api::disk_of(node, &get.disk)?;
+    let key = api::key_of(&get.unit)?;
+    api::run_blocking(move || {
+        let reader = disk.open_reader(key)?;
+        let len = reader.info().len_bytes;
+        match reader.whole_segments(0, len)? {
+            Some(whole) => Ok((reader, whole)),
+            None => Err(ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "no_descriptor",
+                format!("unit {key} has no file descriptor to hand out: read it over HTTP"),
+            )),
+        }
+    })
+    .await
+}
+
+async fn write_error(stream: &mut UnixStream, error: ApiError) -> io::Result<()> {
+    let (status, extra, body) = error.into_parts();
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    for (name, value) in extra {
+        headers.insert(name, value);
+    }
+    let mut out = sendfile::status_line(status, &headers);
+    out.extend_from_slice(&body);
+    stream.write_all(&out).await
+}
+
+/// Sends a first part of `bytes` with `fd` attached (sendmsg with SCM_RIGHTS); how many
+/// bytes went.
+async fn send_with_fd(stream: &UnixStream, bytes: &[u8], fd: RawFd) -> io::Result<usize> {
+    loop {
+        stream.writable().await?;
+        match stream.try_io(Interest::WRITABLE, || sendmsg_fd(stream.as_raw_fd(), bytes, fd)) {
+            Ok(sent) => return Ok(sent),
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+fn sendmsg_fd(socket: RawFd, bytes: &[u8], fd: RawFd) -> io::Result<usize> {
+    let mut iov =
+        libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() };
+    let fd_bytes = std::mem::size_of::<RawFd>() as u32;
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE(fd_bytes) } as usize;
+    let mut control = vec![0u64; space.div_ceil(8)]; // aligned for cmsghdr
+                                                     // SAFETY: msghdr is plain data; every pointer set below outlives the sendmsg call.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = &mut iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control.as_mut_ptr().cast();
+    message.msg_controllen = space as _;
+    // SAFETY: the control buffer holds CMSG_SPACE(sizeof fd) bytes, so the first header and
+    // its data fit; CMSG_FIRSTHDR/CMSG_DATA point inside it.
+    let sent = unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&message);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
+        libc::sendmsg(socket, &message, libc::MSG_NOSIGNAL)
+    };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(sent as usize)
+}
