@@ -32,7 +32,7 @@ pub mod degraded;
 pub mod digest;
 pub mod gc;
 pub mod geometric;
-mod local;
+pub mod local;
 pub mod meta;
 pub mod meter;
 pub mod node;
@@ -134,6 +134,10 @@ pub struct Client {
     pub degraded: std::sync::Arc<DegradedCache>,
     /// Where every get is recorded, when set (trace.rs).
     pub trace: Option<std::sync::Arc<trace::ReadTrace>>,
+    /// The unit files opened locally (local.rs) that this client's reads share: set on the
+    /// clone that reads one object's stream piece by piece, so each unit's file is asked for
+    /// once per stream; None: each read asks for its own.
+    pub(crate) read_grants: Option<std::sync::Arc<local::Grants>>,
 }
 
 impl Client {
@@ -145,6 +149,7 @@ impl Client {
             nodes: NodeClient::new(secret)?,
             degraded: std::sync::Arc::new(DegradedCache::new(DEFAULT_DEGRADED_CACHE_BYTES)),
             trace: None,
+            read_grants: None,
         })
     }
 

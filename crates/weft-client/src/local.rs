@@ -24,7 +24,7 @@ use std::{
     },
     sync::{
         atomic::{AtomicU64, Ordering},
-        Mutex,
+        Arc, Mutex,
     },
     time::{Duration, Instant},
 };
@@ -65,8 +65,38 @@ pub(crate) fn loopback_port(endpoint: &str) -> Option<u16> {
     }
 }
 
+/// The grants one read holds (several windows read the same units): each unit's file is
+/// asked for once per read, not once per window. Kept at most [`GRANTS_PER_READ`]; they are
+/// closed when the read ends, so a read sees its units as one open reader would.
+#[derive(Debug, Default)]
+pub struct Grants(Mutex<HashMap<(u16, String), Arc<Grant>>>);
+
+/// Most unit files one read keeps open.
+const GRANTS_PER_READ: usize = 64;
+
+impl Grants {
+    fn get(&self, port: u16, path: &str) -> Option<Arc<Grant>> {
+        let grants = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        grants.get(&(port, path.to_owned())).cloned()
+    }
+
+    fn put(&self, port: u16, path: &str, grant: Arc<Grant>) {
+        let mut grants = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if grants.len() >= GRANTS_PER_READ {
+            grants.clear();
+        }
+        grants.insert((port, path.to_owned()), grant);
+    }
+
+    fn forget(&self, port: u16, path: &str) {
+        let mut grants = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        grants.remove(&(port, path.to_owned()));
+    }
+}
+
 /// What the node answered: the unit file, where its data starts, its length and the
 /// checksum of each segment.
+#[derive(Debug)]
 struct Grant {
     file: File,
     data_offset: u64,
@@ -86,18 +116,51 @@ impl LocalReads {
         signer: &Signer,
         offset: u64,
         len: u64,
+        grants: Option<&Grants>,
     ) -> Option<Vec<u8>> {
-        if self.skipped(port) {
-            return None;
-        }
-        let mut stream = self.connection(port)?;
-        let (read, reusable) = read_on(&mut stream, path, signer, offset, len);
-        if reusable {
-            self.put_back(port, stream);
-        }
+        let read = self.read_counted(port, path, signer, offset, len, grants);
         let counter = if read.is_some() { &self.hits } else { &self.fallbacks };
         counter.fetch_add(1, Ordering::Relaxed);
         read
+    }
+
+    fn read_counted(
+        &self,
+        port: u16,
+        path: &str,
+        signer: &Signer,
+        offset: u64,
+        len: u64,
+        grants: Option<&Grants>,
+    ) -> Option<Vec<u8>> {
+        let grant = match grants.and_then(|g| g.get(port, path)) {
+            Some(grant) => grant,
+            None => {
+                if self.skipped(port) {
+                    return None;
+                }
+                let mut stream = self.connection(port)?;
+                let (grant, reusable) = ask_on(&mut stream, path, signer);
+                if reusable {
+                    self.put_back(port, stream);
+                }
+                let grant = Arc::new(grant?);
+                if let Some(grants) = grants {
+                    grants.put(port, path, grant.clone());
+                }
+                grant
+            }
+        };
+        match read_verified(&grant, offset, len) {
+            Ok(bytes) => Some(bytes),
+            Err(error) => {
+                tracing::debug!(path, %error, "local read failed; reading over HTTP");
+                if let Some(grants) = grants {
+                    grants.forget(port, path);
+                }
+                None
+            }
+        }
     }
 
     fn skipped(&self, port: u16) -> bool {
@@ -137,28 +200,14 @@ impl LocalReads {
     }
 }
 
-/// One ask and read on `stream`: the verified bytes (None: read them over HTTP), and whether
-/// the connection can serve another ask.
-fn read_on(
-    stream: &mut UnixStream,
-    path: &str,
-    signer: &Signer,
-    offset: u64,
-    len: u64,
-) -> (Option<Vec<u8>>, bool) {
-    let grant = match ask(stream, path, signer) {
-        Ok(Some(grant)) => grant,
-        Ok(None) => return (None, true),
+/// One ask on `stream`: the grant (None: read over HTTP), and whether the connection can
+/// serve another ask.
+fn ask_on(stream: &mut UnixStream, path: &str, signer: &Signer) -> (Option<Grant>, bool) {
+    match ask(stream, path, signer) {
+        Ok(grant) => (grant, true),
         Err(error) => {
             tracing::debug!(path, %error, "local read failed; reading over HTTP");
-            return (None, false);
-        }
-    };
-    match read_verified(&grant, offset, len) {
-        Ok(bytes) => (Some(bytes), true),
-        Err(error) => {
-            tracing::debug!(path, %error, "local read failed; reading over HTTP");
-            (None, true)
+            (None, false)
         }
     }
 }

@@ -11,7 +11,7 @@
 //!   trusted only as far as its checksums go for partial ranges, never for whole units.
 //! - A streamed PUT returns the digest of exactly the bytes it sent.
 
-use std::{fmt, time::Duration};
+use std::{fmt, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -385,6 +385,18 @@ impl NodeClient {
         offset: u64,
         len: u64,
     ) -> Result<Bytes, NodeFailure> {
+        self.get_range_in(unit, offset, len, None).await
+    }
+
+    /// [`NodeClient::get_range`] within one read that keeps the unit files it opened
+    /// locally in `grants` (crate::local) for its next ranges.
+    pub async fn get_range_in(
+        &self,
+        unit: &UnitInfo,
+        offset: u64,
+        len: u64,
+        grants: Option<&Arc<crate::local::Grants>>,
+    ) -> Result<Bytes, NodeFailure> {
         if len == 0 {
             return Ok(Bytes::new());
         }
@@ -394,7 +406,7 @@ impl NodeClient {
                 format!("node {} is down (meta)", unit.node_id),
             ));
         }
-        if let Some(bytes) = self.read_locally(unit, offset, len).await {
+        if let Some(bytes) = self.read_locally(unit, offset, len, grants).await {
             if offset == 0 && len == unit.len {
                 crate::digest::check_unit(unit, &bytes)?;
             }
@@ -446,15 +458,21 @@ impl NodeClient {
     /// Bytes `[offset, offset + len)` of `unit` read from its file when its node is on this
     /// host (crate::local), verified; None when they must be read over HTTP. A client with a
     /// modeled link reads over HTTP (its bytes cross the modeled network).
-    async fn read_locally(&self, unit: &UnitInfo, offset: u64, len: u64) -> Option<Vec<u8>> {
+    async fn read_locally(
+        &self,
+        unit: &UnitInfo,
+        offset: u64,
+        len: u64,
+        grants: Option<&Arc<crate::local::Grants>>,
+    ) -> Option<Vec<u8>> {
         let local = self.local.as_ref().filter(|_| self.link.is_none())?.clone();
         let port = crate::local::loopback_port(unit.endpoint.as_deref()?)?;
         let url = Self::url(unit).ok()?;
         let path = url[url.find("/v1/")?..].to_owned();
         let signer = self.secret.signer_for(Audience::Node(unit.node_id));
-        tokio::task::spawn_blocking(move || local.read(port, &path, &signer, offset, len))
-            .await
-            .ok()?
+        let grants = grants.cloned();
+        let read = move || local.read(port, &path, &signer, offset, len, grants.as_deref());
+        tokio::task::spawn_blocking(read).await.ok()?
     }
 
     /// Appends bytes `[offset, offset + len)` of the unit at `url` to `out`. Ok(Some(cause))

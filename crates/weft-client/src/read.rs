@@ -237,6 +237,8 @@ pub struct UnitRebuilder {
     /// Units counted failed only because the client remembered them so: asked again rather
     /// than let a group be undecodable.
     remembered: std::collections::HashSet<UnitId>,
+    /// The unit files this read opened locally (crate::local), for its next windows.
+    grants: Arc<crate::local::Grants>,
 }
 
 impl UnitRebuilder {
@@ -267,6 +269,7 @@ impl UnitRebuilder {
             shared: false,
             cache_hit_bytes: 0,
             remembered: Default::default(),
+            grants: client.read_grants.clone().unwrap_or_default(),
         })
     }
 
@@ -390,14 +393,14 @@ impl UnitRebuilder {
             ranges.sort_by_key(|&at| remote[at].2);
         }
         let streams = futures_util::future::join_all(by_unit.iter().map(|ranges| {
-            let (nodes, remote) = (nodes.clone(), &remote);
+            let (nodes, remote, grants) = (nodes.clone(), &remote, &self.grants);
             async move {
                 let mut got = Vec::with_capacity(ranges.len());
                 for &at in ranges {
                     let (_, info, offset, stored, _) = &remote[at];
                     let result = match got.last() {
                         Some((_, Err(failure))) => Err(Clone::clone(failure)),
-                        _ => nodes.get_range(info, *offset, *stored).await,
+                        _ => nodes.get_range_in(info, *offset, *stored, Some(grants)).await,
                     };
                     got.push((at, result));
                 }

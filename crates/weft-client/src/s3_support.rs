@@ -149,7 +149,9 @@ impl Client {
         if let Some(trace) = &self.trace {
             trace.record(&object.bucket, &object.key, start, len, object.size);
         }
-        let client = Client { trace: None, ..self.clone() };
+        // The pieces share the unit files they open locally (one ask per unit per stream).
+        let grants = Some(Default::default());
+        let client = Client { trace: None, read_grants: grants, ..self.clone() };
         let row = object.layout.stripe_width as u64 * object.layout.cell_bytes;
         let piece = (STREAM_PIECE_BYTES / row).max(1) * row;
         tokio::spawn(async move {

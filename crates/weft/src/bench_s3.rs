@@ -126,6 +126,12 @@ pub struct S3BenchArgs {
     /// MinIO's parity per erasure set [default: r of --policy, else 3].
     #[arg(long)]
     pub minio_parity: Option<usize>,
+    /// After the healthy phases, stop this many of weft's nodes (as `weft node stop` does:
+    /// they stay down until `weft up` restarts) and run the get phase again, degraded: a row
+    /// `weft-down` beside the healthy one, with degraded ÷ healthy. One object size, one
+    /// clients value, one round, no --compare (the nodes do not come back by themselves).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub down_nodes: usize,
     /// Print the rows as one JSON array.
     #[arg(long)]
     pub json: bool,
@@ -541,7 +547,8 @@ async fn run_cell(
     object_size: usize,
     clients: usize,
     duration: Duration,
-) -> Result<(PhaseResult, PhaseResult), CliError> {
+    down: Option<&DownNodes>,
+) -> Result<(PhaseResult, PhaseResult, Option<PhaseResult>), CliError> {
     let pids = target.pids.pids(target.name);
     let next = Arc::new(AtomicU64::new(0));
     // Deletes are done when answered (weft removes the units, MinIO its parts), so the
@@ -577,46 +584,21 @@ async fn run_cell(
     let written = next.load(Ordering::Relaxed);
     put.stored_bytes =
         stored_before.map(|before| tree_bytes(&target.data_dirs).saturating_sub(before));
-    let get = {
-        let (http, target, bodies) = (http.clone(), target.clone(), bodies.clone());
-        let bucket = bucket.to_owned();
-        run_loops(clients, duration, &pids, move |client, i| {
-            let (http, target, bodies) = (http.clone(), target.clone(), bodies.clone());
-            let path_bucket = bucket.clone();
-            async move {
-                let seq = (client as u64 + i * clients as u64) % written.max(1);
-                let path = object_path(&path_bucket, object_size, seq);
-                let mut answer =
-                    target.request(&http, reqwest::Method::GET, &path, None, &[]).await?;
-                let status = answer.status();
-                if !status.is_success() {
-                    let text = answer.text().await.unwrap_or_default();
-                    return Err(format!("GET {path} on {}: {status} {text}", target.name));
-                }
-                let want = bodies.body(object_size, seq);
-                let mut at = 0usize;
-                while let Some(chunk) =
-                    answer.chunk().await.map_err(|e| format!("GET {path} on {}: {e}", target.name))?
-                {
-                    if at + chunk.len() > want.len() || want[at..at + chunk.len()] != chunk[..] {
-                        return Err(format!(
-                            "GET {path} on {}: the body differs from what was written (near byte {at})",
-                            target.name
-                        ));
-                    }
-                    at += chunk.len();
-                }
-                if at != want.len() {
-                    return Err(format!(
-                        "GET {path} on {}: {at} bytes, {} were written",
-                        target.name,
-                        want.len()
-                    ));
-                }
-                Ok(at as u64)
-            }
-        })
-        .await?
+    let get =
+        get_phase(http, target, bucket, bodies, object_size, clients, duration, written).await?;
+    let degraded = match down {
+        Some(down) => {
+            // weft node stop and meta's answers are blocking calls.
+            let stopping = down.clone();
+            tokio::task::spawn_blocking(move || stopping.stop())
+                .await
+                .map_err(|e| cli_error!("stopping nodes failed: {e}"))??;
+            Some(
+                get_phase(http, target, bucket, bodies, object_size, clients, duration, written)
+                    .await?,
+            )
+        }
+        None => None,
     };
     // Untimed: remove what the put phase wrote, `clients` deletes at a time.
     let mut seqs: Vec<u64> = (0..written).collect();
@@ -638,7 +620,123 @@ async fn run_cell(
             result.map_err(|e| cli_error!("{e}"))?;
         }
     }
-    Ok((put, get))
+    Ok((put, get, degraded))
+}
+
+/// The nodes `--down-nodes` stops before the degraded get phase.
+#[derive(Clone)]
+struct DownNodes {
+    ids: Vec<u32>,
+    meta: crate::cluster_cli::MetaUrlArgs,
+}
+
+impl DownNodes {
+    /// The last `count` of the nodes meta reports up.
+    fn pick(meta: &crate::cluster_cli::MetaUrlArgs, count: usize) -> Result<DownNodes, CliError> {
+        let listed = meta.client()?.get(&["nodes"])?;
+        let up: Vec<u32> = listed["nodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|n| n["state"] == "up")
+            .filter_map(|n| n["id"].as_u64().and_then(|id| u32::try_from(id).ok()))
+            .collect();
+        if up.len() <= count {
+            return Err(cli_error!("--down-nodes {count}: only {} nodes are up", up.len()));
+        }
+        let ids = up[up.len() - count..].to_vec();
+        Ok(DownNodes { ids, meta: meta.clone() })
+    }
+
+    /// Stops the nodes with `weft node stop` and waits until meta reports them down.
+    fn stop(&self) -> Result<(), CliError> {
+        let exe = std::env::current_exe().map_err(|e| cli_error!("cannot find weft: {e}"))?;
+        for id in &self.ids {
+            let mut command = std::process::Command::new(&exe);
+            command.args(["node", "stop", &id.to_string(), "--json"]);
+            if let Some(meta) = &self.meta.meta {
+                command.args(["--meta", meta]);
+            }
+            if let Some(secret) = &self.meta.secret_file {
+                command.arg("--secret-file").arg(secret);
+            }
+            let output = command.output().map_err(|e| cli_error!("weft node stop {id}: {e}"))?;
+            if !output.status.success() {
+                let why = String::from_utf8_lossy(&output.stderr);
+                return Err(cli_error!("weft node stop {id}: {}", why.trim()));
+            }
+        }
+        let client = self.meta.client()?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let listed = client.get(&["nodes"])?;
+            let still_up = listed["nodes"].as_array().into_iter().flatten().any(|n| {
+                n["state"] == "up"
+                    && n["id"].as_u64().is_some_and(|id| self.ids.contains(&(id as u32)))
+            });
+            if !still_up {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(cli_error!("meta still reports stopped nodes up after 60 s"));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// One get phase: `clients` loops reading the `written` objects of the put phase, every
+/// byte compared with what was written.
+#[allow(clippy::too_many_arguments)]
+async fn get_phase(
+    http: &reqwest::Client,
+    target: &Target,
+    bucket: &str,
+    bodies: &Arc<Bodies>,
+    object_size: usize,
+    clients: usize,
+    duration: Duration,
+    written: u64,
+) -> Result<PhaseResult, CliError> {
+    let pids = target.pids.pids(target.name);
+    let (http, target, bodies) = (http.clone(), target.clone(), bodies.clone());
+    let bucket = bucket.to_owned();
+    run_loops(clients, duration, &pids, move |client, i| {
+        let (http, target, bodies) = (http.clone(), target.clone(), bodies.clone());
+        let path_bucket = bucket.clone();
+        async move {
+            let seq = (client as u64 + i * clients as u64) % written.max(1);
+            let path = object_path(&path_bucket, object_size, seq);
+            let mut answer = target.request(&http, reqwest::Method::GET, &path, None, &[]).await?;
+            let status = answer.status();
+            if !status.is_success() {
+                let text = answer.text().await.unwrap_or_default();
+                return Err(format!("GET {path} on {}: {status} {text}", target.name));
+            }
+            let want = bodies.body(object_size, seq);
+            let mut at = 0usize;
+            while let Some(chunk) =
+                answer.chunk().await.map_err(|e| format!("GET {path} on {}: {e}", target.name))?
+            {
+                if at + chunk.len() > want.len() || want[at..at + chunk.len()] != chunk[..] {
+                    return Err(format!(
+                        "GET {path} on {}: the body differs from what was written (near byte {at})",
+                        target.name
+                    ));
+                }
+                at += chunk.len();
+            }
+            if at != want.len() {
+                return Err(format!(
+                    "GET {path} on {}: {at} bytes, {} were written",
+                    target.name,
+                    want.len()
+                ));
+            }
+            Ok(at as u64)
+        }
+    })
+    .await
 }
 
 /// A directory removed with everything in it when dropped.
@@ -820,6 +918,12 @@ struct Row {
     /// weft ÷ the peer's server CPU per GiB (weft's rows with --compare).
     #[serde(skip_serializing_if = "Option::is_none")]
     server_cpu_ratio: Option<f64>,
+    /// The degraded get row (`--down-nodes`): how many nodes were down, and its MiB/s ÷
+    /// the healthy get's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    down_nodes: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    degraded_ratio: Option<f64>,
     /// Server CPU per GiB by process role (weft: s3, node, meta, repair, up; MinIO: minio),
     /// medians over rounds.
     server_cpu_s_per_gib_by_role: BTreeMap<String, f64>,
@@ -871,6 +975,8 @@ fn row_of(target: &str, cell: Cell, results: &[PhaseResult]) -> Row {
         rounds: results.len(),
         throughput_ratio: None,
         server_cpu_ratio: None,
+        down_nodes: None,
+        degraded_ratio: None,
         stored_bytes_per_user_byte: {
             let ratios: Vec<f64> = results
                 .iter()
@@ -899,7 +1005,22 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
     if args.duration == 0 {
         return Err(cli_error!("--duration must be positive"));
     }
+    if args.down_nodes > 0
+        && (args.object_sizes.len() != 1
+            || args.clients.len() != 1
+            || args.rounds != 1
+            || args.compare.is_some())
+    {
+        return Err(cli_error!(
+            "--down-nodes stops nodes for good: give one --object-sizes, one --clients, \
+             --rounds 1 and no --compare"
+        ));
+    }
     let weft = weft_target(&args)?;
+    let down = match args.down_nodes {
+        0 => None,
+        count => Some(DownNodes::pick(&args.meta, count)?),
+    };
     let parity = match (args.minio_parity, &args.policy) {
         (Some(p), _) => p,
         (None, Some(policy)) => weft_codes::CodeSpec::parse(
@@ -942,8 +1063,9 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
         .flat_map(|&size| args.clients.iter().map(move |&clients| (size, clients)))
         .collect();
     let progress = std::io::stderr().is_terminal() && !(args.json || args.json_lines);
-    // results[target][cell] = (puts, gets) over rounds.
+    // results[target][cell] = (puts, gets) over rounds; degraded gets of weft, per cell.
     let mut results = vec![vec![(Vec::new(), Vec::new()); cells.len()]; targets.len()];
+    let mut degraded: Vec<Vec<PhaseResult>> = vec![Vec::new(); cells.len()];
     runtime.block_on(async {
         for target in &targets {
             target.ensure_bucket(&http, &args.bucket, args.policy.as_deref()).await?;
@@ -962,11 +1084,21 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
                             crate::cluster_cli::format_size(size as u64)
                         );
                     }
-                    let (put, get) =
-                        run_cell(&http, target, &args.bucket, &bodies, size, clients, duration)
-                            .await?;
+                    let down = down.as_ref().filter(|_| t == 0);
+                    let (put, get, down_get) = run_cell(
+                        &http,
+                        target,
+                        &args.bucket,
+                        &bodies,
+                        size,
+                        clients,
+                        duration,
+                        down,
+                    )
+                    .await?;
                     results[t][c].0.push(put);
                     results[t][c].1.push(get);
+                    degraded[c].extend(down_get);
                 }
             }
         }
@@ -990,11 +1122,20 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
                 row.throughput_ratio = Some(row.mib_per_s / peer.mib_per_s);
                 row.server_cpu_ratio = Some(row.server_cpu_s_per_gib / peer.server_cpu_s_per_gib);
             }
+            let healthy_mib_per_s = row.mib_per_s;
             rows.push(&row);
             table.push(row);
             if let Some(peer) = peer {
                 rows.push(&peer);
                 table.push(peer);
+            }
+            if op == S3Op::Get && !degraded[c].is_empty() {
+                let name = format!("{}-down", targets[0].name);
+                let mut row = row_of(&name, cell, &degraded[c]);
+                row.down_nodes = Some(args.down_nodes);
+                row.degraded_ratio = Some(row.mib_per_s / healthy_mib_per_s);
+                rows.push(&row);
+                table.push(row);
             }
         }
     }
@@ -1016,8 +1157,9 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
         "p99 ms",
     );
     for row in &table {
-        let ratio = match (row.throughput_ratio, row.server_cpu_ratio) {
-            (Some(t), Some(c)) => format!("; {t:.2}× speed, {c:.2}× CPU"),
+        let ratio = match (row.throughput_ratio, row.server_cpu_ratio, row.degraded_ratio) {
+            (Some(t), Some(c), _) => format!("; {t:.2}× speed, {c:.2}× CPU"),
+            (_, _, Some(d)) => format!("; {d:.2}× healthy"),
             _ => String::new(),
         };
         let roles: Vec<String> = row

@@ -890,4 +890,37 @@ fn bench_s3_measures_puts_and_verified_gets_with_server_cpu_and_cleans_up() {
     assert!(stderr.contains("go build") && stderr.contains("/nonexistent/minio"), "{stderr}");
     let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
     assert!(left.is_empty(), "left behind in TMPDIR: {left:?}");
+
+    // --down-nodes stops nodes for good, so it takes one cell and no peer.
+    let refused = cluster.weft(&["bench", "s3", "--clients", "1,8", "--down-nodes", "1"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("one --clients"));
+    // Degraded: after the healthy get, one of the four nodes is stopped and the get phase
+    // runs again, every byte still verified; its row follows the healthy one.
+    let output = cluster.weft(&[
+        "bench",
+        "s3",
+        "--object-sizes",
+        "300KiB",
+        "--clients",
+        "2",
+        "--duration",
+        "400ms",
+        "--down-nodes",
+        "1",
+        "--json",
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let rows: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+    let ops: Vec<(&str, &str)> =
+        rows.iter().map(|r| (r["target"].as_str().unwrap(), r["op"].as_str().unwrap())).collect();
+    assert_eq!(ops, [("weft", "put"), ("weft", "get"), ("weft-down", "get")], "{rows:?}");
+    let degraded = &rows[2];
+    assert_eq!(degraded["down_nodes"], 1, "{degraded}");
+    assert!(degraded["requests"].as_u64().unwrap() >= 1, "{degraded}");
+    let ratio = degraded["degraded_ratio"].as_f64().unwrap();
+    let expected = degraded["mib_per_s"].as_f64().unwrap() / rows[1]["mib_per_s"].as_f64().unwrap();
+    assert!((ratio - expected).abs() <= 0.01 * expected + 0.01, "{degraded}");
+    let status = cluster.weft_json(&["status", "--json"]);
+    assert_eq!(status["nodes_up"], 3, "the stopped node stays down: {status}");
 }
