@@ -539,6 +539,7 @@ where
 }
 
 /// The put phase, the get phase (verified), then the deletes; results for the ops asked.
+#[allow(clippy::too_many_arguments)]
 async fn run_cell(
     http: &reqwest::Client,
     target: &Target,
