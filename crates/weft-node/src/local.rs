@@ -21,6 +21,8 @@
 //! - A node with a hardware model has no local socket (its IO must be waited out), nor does
 //!   a unit without a descriptor get one (501; a filesystem injecting faults).
 //! - The socket goes with the node: the listener is dropped when the node stops.
+//! - An ask opens its unit on the connection's task (no blocking-pool handoff); the node's
+//!   other requests are served by the runtime's other workers meanwhile.
 
 use std::{
     io,
@@ -153,7 +155,7 @@ async fn answer(
         node.metrics.request("GET", ROUTE, refusal.status().as_u16());
         return write_error(stream, refusal).await;
     }
-    let (reader, whole) = match open(node, &get).await {
+    let (reader, whole) = match open(node, &get) {
         Ok(opened) => opened,
         Err(error) => {
             node.metrics.request("GET", ROUTE, error.status().as_u16());
@@ -178,25 +180,26 @@ async fn answer(
 }
 
 /// Opens the unit; its reader (which owns the descriptor) and all of its segments.
-async fn open(
+///
+/// On the connection's own task, not the blocking pool: the open and the header's two small
+/// reads hit the page cache almost always, and the pool's handoff (two thread switches) cost
+/// more than they do (docs/benchmarks.md, "Fourth cut").
+fn open(
     node: &Arc<Node>,
     get: &UnitGet,
 ) -> ApiResult<(weft_store::UnitReader, weft_store::WholeSegments)> {
     let (_, disk) = api::disk_of(node, &get.disk)?;
     let key = api::key_of(&get.unit)?;
-    api::run_blocking(move || {
-        let reader = disk.open_reader(key)?;
-        let len = reader.info().len_bytes;
-        match reader.whole_segments(0, len)? {
-            Some(whole) => Ok((reader, whole)),
-            None => Err(ApiError::new(
-                StatusCode::NOT_IMPLEMENTED,
-                "no_descriptor",
-                format!("unit {key} has no file descriptor to hand out: read it over HTTP"),
-            )),
-        }
-    })
-    .await
+    let reader = disk.open_reader(key)?;
+    let len = reader.info().len_bytes;
+    match reader.whole_segments(0, len)? {
+        Some(whole) => Ok((reader, whole)),
+        None => Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "no_descriptor",
+            format!("unit {key} has no file descriptor to hand out: read it over HTTP"),
+        )),
+    }
 }
 
 async fn write_error(stream: &mut UnixStream, error: ApiError) -> io::Result<()> {
