@@ -32,7 +32,7 @@ use std::{
 
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt, Interest},
+    io::{AsyncWriteExt, Interest},
     net::{UnixListener, UnixStream},
     sync::watch,
 };
@@ -125,16 +125,9 @@ async fn connection(
                 return;
             }
             Head::Partial => {
-                let got = match read.is_empty() {
-                    true => tokio::select! {
-                        got = stream.read_buf(&mut read) => got,
-                        _ = stopped.wait_for(|stop| *stop) => return,
-                    },
-                    false => stream.read_buf(&mut read).await,
-                };
-                match got {
-                    Ok(0) | Err(_) => return,
-                    Ok(_) => continue,
+                match sendfile::read_more(&mut stream, &mut read, &mut stopped).await {
+                    true => continue,
+                    false => return,
                 }
             }
         };

@@ -295,23 +295,10 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>
                 let _ = shared.handoffs.send((handoff, peer)).await;
                 return;
             }
-            Head::Partial => {
-                if read.capacity() - read.len() < 2048 {
-                    read.reserve(4096);
-                }
-                let got = match read.is_empty() {
-                    // Idle between requests: the node may stop meanwhile.
-                    true => tokio::select! {
-                        got = stream.read_buf(&mut read) => got,
-                        _ = stopped.wait_for(|stop| *stop) => return,
-                    },
-                    false => stream.read_buf(&mut read).await,
-                };
-                match got {
-                    Ok(0) | Err(_) => return,
-                    Ok(_) => continue,
-                }
-            }
+            Head::Partial => match read_more(&mut stream, &mut read, &mut stopped).await {
+                true => continue,
+                false => return,
+            },
         };
         read.drain(..head_len);
         let close = get.close;
@@ -324,6 +311,26 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>
             }
         }
     }
+}
+
+/// Reads more of a request head into `read`; false when the peer closed, the read failed, or
+/// the node stopped while the connection was idle (nothing of a request read yet).
+pub(crate) async fn read_more<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    read: &mut Vec<u8>,
+    stopped: &mut watch::Receiver<bool>,
+) -> bool {
+    if read.capacity() - read.len() < 2048 {
+        read.reserve(4096);
+    }
+    let got = match read.is_empty() {
+        true => tokio::select! {
+            got = stream.read_buf(read) => got,
+            _ = stopped.wait_for(|stop| *stop) => return false,
+        },
+        false => stream.read_buf(read).await,
+    };
+    matches!(got, Ok(n) if n > 0)
 }
 
 /// A unit range ready to send: the unit open, the edges read and verified.
