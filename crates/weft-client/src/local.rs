@@ -40,15 +40,23 @@ const MAX_ANSWER_BYTES: usize = 1 << 20;
 /// Longest a node may take to answer.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The local-read side of a client: which nodes have no local socket, and idle connections.
+/// The local side of a client: whether it reads and writes locally, which nodes have no
+/// local socket, and idle connections.
 #[derive(Debug, Default)]
-pub(crate) struct LocalReads {
+pub(crate) struct LocalIo {
+    /// Local reads and local writes are on (`WEFT_LOCAL_READS`, `WEFT_LOCAL_WRITES`).
+    pub(crate) reads: bool,
+    pub(crate) writes: bool,
     unreachable: Mutex<HashMap<u16, Instant>>,
     idle: Mutex<HashMap<u16, Vec<UnixStream>>>,
     /// Ranges read locally, and ranges a node on this host answered but that were then
     /// read over HTTP (a refusal, an IO error or a checksum mismatch).
     pub(crate) hits: AtomicU64,
     pub(crate) fallbacks: AtomicU64,
+    /// Units written locally, and units a node on this host refused to write locally (then
+    /// written over HTTP).
+    pub(crate) write_hits: AtomicU64,
+    pub(crate) write_fallbacks: AtomicU64,
 }
 
 /// The TCP port of `endpoint` when its host is a loopback address.
@@ -105,7 +113,7 @@ struct Grant {
     sums: Vec<u32>,
 }
 
-impl LocalReads {
+impl LocalIo {
     /// Bytes `[offset, offset + len)` of the unit at `path` (`/v1/disks/{d}/units/{u}`) on
     /// the node listening on loopback `port`, verified; None when it cannot be read locally.
     /// Blocking: call it on a blocking thread.
@@ -233,11 +241,73 @@ fn ask(stream: &mut UnixStream, path: &str, signer: &Signer) -> io::Result<Optio
         weft_auth::CONTENT_HASH_HEADER,
     );
     stream.write_all(request.as_bytes())?;
+    let mut answer = read_answer(stream)?;
+    if answer.status != 200 {
+        return Ok(None);
+    }
+    let file = answer.one_file()?;
+    let fields = (
+        answer.number("x-weft-data-offset"),
+        answer.number("x-weft-unit-length"),
+        answer.number("x-weft-segment-bytes").filter(|&s| s > 0),
+        answer.number("x-weft-checksums"),
+    );
+    let (Some(data_offset), Some(unit_len), Some(segment), Some(count)) = fields else {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "a header is missing"));
+    };
+    if count != unit_len.div_ceil(segment) || answer.body.len() as u64 != 4 * count {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "checksums do not fit the unit"));
+    }
+    let sums = answer
+        .body
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+        .collect();
+    Ok(Some(Grant { file, data_offset, unit_len, segment, sums }))
+}
+
+/// A node's answer on its local socket: an HTTP/1.1 head, a body of its Content-Length, and
+/// the descriptors that came with it.
+struct Answer {
+    status: u16,
+    headers: HashMap<String, String>,
+    body: Vec<u8>,
+    files: Vec<File>,
+}
+
+impl Answer {
+    fn number(&self, name: &str) -> Option<u64> {
+        self.headers.get(name).and_then(|v| v.parse::<u64>().ok())
+    }
+
+    /// The one descriptor of a granting answer.
+    fn one_file(&mut self) -> io::Result<File> {
+        match (self.files.pop(), self.files.is_empty()) {
+            (Some(file), true) => Ok(file),
+            _ => Err(io::Error::new(io::ErrorKind::InvalidData, "not exactly one descriptor")),
+        }
+    }
+}
+
+/// Reads one answer (at most [`MAX_ANSWER_BYTES`] of head and body).
+fn read_answer(stream: &mut UnixStream) -> io::Result<Answer> {
     let mut answer = Vec::with_capacity(4096);
     let mut fds = Vec::new();
+    let taken = |fds: Vec<RawFd>| -> Vec<File> {
+        // SAFETY: each received descriptor is new to this process and owned by nobody else.
+        fds.into_iter().map(|fd| unsafe { File::from_raw_fd(fd) }).collect()
+    };
     let (status, head_len, headers) = loop {
-        let read = recv_with_fds(stream, &mut answer, &mut fds)?;
+        let read = recv_with_fds(stream, &mut answer, &mut fds);
+        let read = match read {
+            Ok(read) => read,
+            Err(error) => {
+                drop(taken(fds));
+                return Err(error);
+            }
+        };
         if read == 0 {
+            drop(taken(fds));
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the node closed"));
         }
         let mut slots = [httparse::EMPTY_HEADER; 16];
@@ -255,48 +325,32 @@ fn ask(stream: &mut UnixStream, path: &str, signer: &Signer) -> io::Result<Optio
                 break (response.code.unwrap_or(0), head_len, headers);
             }
             Ok(httparse::Status::Partial) if answer.len() < MAX_ANSWER_BYTES => continue,
-            _ => return Err(io::Error::new(io::ErrorKind::InvalidData, "not an answer")),
+            _ => {
+                drop(taken(fds));
+                return Err(io::Error::new(io::ErrorKind::InvalidData, "not an answer"));
+            }
         }
     };
-    let number = |name: &str| headers.get(name).and_then(|v| v.parse::<u64>().ok());
-    let body_len = number("content-length").unwrap_or(0) as usize;
+    let files = taken(fds);
+    let body_len = headers.get("content-length").and_then(|v| v.parse::<usize>().ok());
+    let body_len = body_len.unwrap_or(0);
     if body_len > MAX_ANSWER_BYTES {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "the answer is too long"));
     }
+    let mut extra = Vec::new();
     while answer.len() < head_len + body_len {
-        let read = recv_with_fds(stream, &mut answer, &mut fds)?;
+        let read = recv_with_fds(stream, &mut answer, &mut extra)?;
         if read == 0 {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the answer broke off"));
         }
     }
+    let mut files = files;
+    files.extend(taken(extra));
     if answer.len() != head_len + body_len {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "bytes past the answer"));
     }
-    // SAFETY: each received descriptor is new to this process and owned by nobody else.
-    let mut files: Vec<File> = fds.into_iter().map(|fd| unsafe { File::from_raw_fd(fd) }).collect();
-    if status != 200 {
-        return Ok(None);
-    }
-    let (Some(file), true) = (files.pop(), files.is_empty()) else {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "not exactly one descriptor"));
-    };
-    let fields = (
-        number("x-weft-data-offset"),
-        number("x-weft-unit-length"),
-        number("x-weft-segment-bytes").filter(|&s| s > 0),
-        number("x-weft-checksums"),
-    );
-    let (Some(data_offset), Some(unit_len), Some(segment), Some(count)) = fields else {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "a header is missing"));
-    };
-    if count != unit_len.div_ceil(segment) || body_len as u64 != 4 * count {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "checksums do not fit the unit"));
-    }
-    let sums = answer[head_len..]
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-        .collect();
-    Ok(Some(Grant { file, data_offset, unit_len, segment, sums }))
+    answer.drain(..head_len);
+    Ok(Answer { status, headers, body: answer, files })
 }
 
 /// Reads into `answer`'s spare room (growing it), collecting any descriptors that arrive.
@@ -417,4 +471,312 @@ fn read_exact_uninit(
         offset += read as u64;
     }
     Ok(())
+}
+
+/// Bytes a local write stages before writing them to the unit file (one pwrite).
+const WRITE_STAGE_BYTES: usize = 1 << 20;
+/// Longest a node may take to make a locally written unit durable (its fsync).
+const FINISH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// An aligned buffer for writes to a file opened with O_DIRECT: `buf[start..]` holds the
+/// bytes, `start` aligning the first to `align`; its capacity never grows.
+#[derive(Debug)]
+pub(crate) struct Aligned {
+    buf: Vec<u8>,
+    start: usize,
+    capacity: usize,
+    align: usize,
+}
+
+impl Aligned {
+    fn new(capacity: usize, align: usize) -> Aligned {
+        let capacity = capacity.next_multiple_of(align);
+        let mut buf: Vec<u8> = Vec::with_capacity(capacity + align);
+        let start = buf.as_ptr().align_offset(align);
+        buf.resize(start, 0);
+        Aligned { buf, start, capacity, align }
+    }
+
+    fn len(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// Appends as much of `bytes` as fits; how much did.
+    fn push(&mut self, bytes: &[u8]) -> usize {
+        let taken = bytes.len().min(self.capacity - self.len());
+        self.buf.extend_from_slice(&bytes[..taken]);
+        taken
+    }
+
+    /// The bytes, zero-padded to whole aligned blocks.
+    fn padded(&mut self) -> &[u8] {
+        let padded = self.len().next_multiple_of(self.align);
+        self.buf.resize(self.start + padded, 0);
+        &self.buf[self.start..]
+    }
+
+    fn clear(&mut self) {
+        self.buf.truncate(self.start);
+    }
+}
+
+/// Writes a stage at file offset `at` (whole aligned blocks).
+pub(crate) fn write_stage(file: &File, mut stage: Aligned, at: u64) -> io::Result<Aligned> {
+    file.write_all_at(stage.padded(), at)?;
+    stage.clear();
+    Ok(stage)
+}
+
+/// A unit being written into its temp file on a node of this host: the node created the
+/// file and handed over its descriptor; this process writes the unit's bytes past its head
+/// in aligned blocks, computes each segment's CRC-32C, and hands the head and the checksums
+/// back in the finish, after which the node writes the header and makes the unit durable.
+#[derive(Debug)]
+pub(crate) struct LocalWrite {
+    stream: UnixStream,
+    port: u16,
+    path: String,
+    file: Arc<File>,
+    len: u64,
+    head_bytes: u64,
+    segment: u64,
+    align: usize,
+    received: u64,
+    head: Vec<u8>,
+    sums: Vec<u32>,
+    /// CRC-32C of the bytes of the current, unfinished segment.
+    running: u32,
+    stage: Aligned,
+    /// Where the stage's first byte goes in the file.
+    stage_at: u64,
+    /// Stages written and given back, for reuse.
+    spare: Vec<Aligned>,
+}
+
+impl LocalIo {
+    pub(crate) fn new(reads: bool, writes: bool) -> LocalIo {
+        LocalIo { reads, writes, ..Default::default() }
+    }
+
+    /// Asks the node on loopback `port` to create the unit at `path` for a local write of
+    /// `len` bytes. None: write it over HTTP (no socket, a refusal, an error). Blocking.
+    pub(crate) fn begin_write(
+        &self,
+        port: u16,
+        path: &str,
+        signer: &Signer,
+        len: u64,
+    ) -> Option<LocalWrite> {
+        if !self.writes || self.skipped(port) {
+            return None;
+        }
+        let mut stream = self.connection(port)?;
+        let began = begin_on(&mut stream, path, signer, len);
+        let counter = match &began {
+            Ok(Some(_)) => &self.write_hits,
+            _ => &self.write_fallbacks,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        match began {
+            Ok(Some((file, fields))) => {
+                let (data_offset, head_bytes, segment, align) = fields;
+                let stage_at = data_offset + head_bytes;
+                Some(LocalWrite {
+                    stream,
+                    port,
+                    path: path.to_owned(),
+                    file: Arc::new(file),
+                    len,
+                    head_bytes,
+                    segment,
+                    align,
+                    received: 0,
+                    head: Vec::with_capacity(head_bytes as usize),
+                    sums: Vec::with_capacity(len.div_ceil(segment) as usize),
+                    running: 0,
+                    stage: Aligned::new(WRITE_STAGE_BYTES.min(len as usize), align),
+                    stage_at,
+                    spare: Vec::new(),
+                })
+            }
+            Ok(None) => {
+                self.put_back(port, stream);
+                None
+            }
+            Err(error) => {
+                tracing::debug!(path, %error, "local write refused; writing over HTTP");
+                None
+            }
+        }
+    }
+}
+
+/// The descriptor and (data offset, head bytes, segment bytes, alignment) of a granted local
+/// write; Ok(None) when the node refused (the HTTP write will say why).
+type Began = (File, (u64, u64, u64, usize));
+
+fn begin_on(
+    stream: &mut UnixStream,
+    path: &str,
+    signer: &Signer,
+    len: u64,
+) -> io::Result<Option<Began>> {
+    let unsigned = weft_auth::UNSIGNED_PAYLOAD;
+    let authorization = signer.authorization("PUT", path, "", unsigned);
+    let request = format!(
+        "PUT {path} HTTP/1.1\r\nhost: local\r\nx-weft-local-write: {len}\r\n\
+         {}: {authorization}\r\n{}: {unsigned}\r\n\r\n",
+        weft_auth::AUTHORIZATION_HEADER,
+        weft_auth::CONTENT_HASH_HEADER,
+    );
+    stream.write_all(request.as_bytes())?;
+    let mut answer = read_answer(stream)?;
+    if answer.status != 200 {
+        return Ok(None);
+    }
+    let file = answer.one_file()?;
+    let fields = (
+        answer.number("x-weft-data-offset"),
+        answer.number("x-weft-head-bytes"),
+        answer.number("x-weft-segment-bytes").filter(|&s| s > 0),
+        answer.number("x-weft-direct-align").filter(|a| a.is_power_of_two() && *a <= 1 << 16),
+    );
+    let (Some(data_offset), Some(head_bytes), Some(segment), Some(align)) = fields else {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "a header is missing"));
+    };
+    let aligned = (data_offset + head_bytes).is_multiple_of(align) || head_bytes == len;
+    if head_bytes > len || !aligned {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "the unit's head does not fit"));
+    }
+    Ok(Some((file, (data_offset, head_bytes, segment, align as usize))))
+}
+
+/// How a local write ended when the node did not store the unit: the node's answer (status
+/// and body, as over HTTP), or a broken exchange.
+#[derive(Debug)]
+pub(crate) enum WriteFailed {
+    Answer(u16, String),
+    Broken(String),
+    /// The unit's bytes did not come as promised (the write was cut short here): no fault
+    /// of the node's.
+    Cut(String),
+}
+
+impl LocalWrite {
+    /// The unit file (for the stage writes).
+    pub(crate) fn file(&self) -> Arc<File> {
+        self.file.clone()
+    }
+
+    /// Takes the next bytes of the unit: checksums them, keeps the head, stages the rest.
+    /// Returns the stages that filled, with the file offsets to write them at.
+    pub(crate) fn push(&mut self, mut bytes: &[u8]) -> Result<Vec<(Aligned, u64)>, String> {
+        if self.received + bytes.len() as u64 > self.len {
+            return Err(format!("more than the unit's {} bytes were given", self.len));
+        }
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let room = (self.segment - self.received % self.segment) as usize;
+            let (now, later) = rest.split_at(room.min(rest.len()));
+            self.running = crc32c::crc32c_append(self.running, now);
+            self.received += now.len() as u64;
+            if self.received.is_multiple_of(self.segment) || self.received == self.len {
+                self.sums.push(self.running);
+                self.running = 0;
+            }
+            rest = later;
+        }
+        let head_missing = self.head_bytes as usize - self.head.len();
+        if head_missing > 0 {
+            let take = head_missing.min(bytes.len());
+            self.head.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+        }
+        let mut full = Vec::new();
+        while !bytes.is_empty() {
+            let taken = self.stage.push(bytes);
+            bytes = &bytes[taken..];
+            if self.stage.len() == self.stage.capacity {
+                let next = self.spare.pop().unwrap_or_else(|| {
+                    Aligned::new(self.stage.capacity, self.align)
+                });
+                let stage = std::mem::replace(&mut self.stage, next);
+                let at = self.stage_at;
+                self.stage_at += stage.len() as u64;
+                full.push((stage, at));
+            }
+        }
+        Ok(full)
+    }
+
+    /// A stage written, for reuse.
+    pub(crate) fn recycle(&mut self, stage: Aligned) {
+        if self.spare.len() < 2 {
+            self.spare.push(stage);
+        }
+    }
+
+    /// After the last byte: writes the last stage (padded), closes this process's
+    /// descriptor, and asks the node to finish the unit (header, fsync, rename). Blocking.
+    pub(crate) fn finish(mut self, local: &LocalIo) -> Result<(), WriteFailed> {
+        if self.received != self.len {
+            return Err(WriteFailed::Cut(format!(
+                "the unit's bytes ended after {} of {}",
+                self.received, self.len
+            )));
+        }
+        if self.stage.len() > 0 {
+            let stage = std::mem::replace(&mut self.stage, Aligned::new(0, self.align));
+            if let Err(error) = write_stage(&self.file, stage, self.stage_at) {
+                return Err(self.abort(error));
+            }
+        }
+        // The descriptor is closed before the node makes the unit visible: nothing here can
+        // write to the unit file once it is a stored unit.
+        let (head, sums) = (std::mem::take(&mut self.head), std::mem::take(&mut self.sums));
+        let mut body = head;
+        body.reserve(4 * sums.len());
+        for sum in &sums {
+            body.extend_from_slice(&sum.to_le_bytes());
+        }
+        let LocalWrite { mut stream, port, path, file, .. } = self;
+        drop(file);
+        let request = format!("PUT {path}?finish HTTP/1.1\r\ncontent-length: {}\r\n\r\n", body.len());
+        let answered = (|| {
+            stream.set_read_timeout(Some(FINISH_TIMEOUT))?;
+            stream.write_all(request.as_bytes())?;
+            stream.write_all(&body)?;
+            let answer = read_answer(&mut stream)?;
+            stream.set_read_timeout(Some(ANSWER_TIMEOUT))?;
+            Ok::<Answer, io::Error>(answer)
+        })();
+        match answered {
+            Ok(answer) if answer.status == 201 => {
+                local.put_back(port, stream);
+                Ok(())
+            }
+            Ok(answer) => Err(WriteFailed::Answer(answer.status, answer_text(&answer))),
+            Err(error) => Err(WriteFailed::Broken(format!("the local write's finish failed: {error}"))),
+        }
+    }
+
+    /// Tells the node that a write to the unit file failed with `error` (the node abandons
+    /// the unit, and takes ENOSPC as a full disk, EIO as a failed one); its answer.
+    pub(crate) fn abort(self, error: io::Error) -> WriteFailed {
+        let errno = error.raw_os_error().unwrap_or(libc::EIO);
+        let LocalWrite { mut stream, path, file, .. } = self;
+        drop(file);
+        let request = format!("PUT {path}?abort HTTP/1.1\r\nx-weft-errno: {errno}\r\n\r\n");
+        let answered = stream.write_all(request.as_bytes()).and_then(|()| read_answer(&mut stream));
+        match answered {
+            Ok(answer) => WriteFailed::Answer(answer.status, answer_text(&answer)),
+            Err(broken) => WriteFailed::Broken(format!(
+                "writing the unit file failed ({error}), and telling the node failed too: {broken}"
+            )),
+        }
+    }
+}
+
+fn answer_text(answer: &Answer) -> String {
+    String::from_utf8_lossy(&answer.body).trim().to_owned()
 }

@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 
 use weft_auth::{sign_reqwest::SendSigned, Audience, ClusterSecret};
 
-use crate::UnitInfo;
+use crate::{local::WriteFailed, UnitInfo};
 
 /// What kind of failure a node request met.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,7 +206,7 @@ pub struct NodeClient {
     link: Option<std::sync::Arc<ClientLink>>,
     /// Reads of units on nodes of this host, from the unit files (crate::local); None when
     /// `WEFT_LOCAL_READS=off`.
-    local: Option<std::sync::Arc<crate::local::LocalReads>>,
+    local: Option<std::sync::Arc<crate::local::LocalIo>>,
 }
 
 /// A client's link in each direction (the hardware model's `--client-link`).
@@ -241,9 +241,25 @@ pub(crate) fn transport(error: reqwest::Error) -> NodeFailure {
 }
 
 /// Turns a non-success answer into a failure carrying the node's error body.
+/// A local write that the node did not store, as the HTTP write's failure would be.
+fn local_failure(failed: crate::local::WriteFailed) -> NodeFailure {
+    match failed {
+        WriteFailed::Answer(status, body) => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+            failure_from(status, body)
+        }
+        WriteFailed::Broken(cause) => NodeFailure::new(FailureKind::Unreachable, cause),
+        WriteFailed::Cut(cause) => NodeFailure::new(FailureKind::Other, cause),
+    }
+}
+
 pub(crate) async fn failure_of(response: reqwest::Response) -> NodeFailure {
     let status = response.status();
     let body = response.text().await.unwrap_or_default();
+    failure_from(status, body)
+}
+
+fn failure_from(status: StatusCode, body: String) -> NodeFailure {
     let kind = match status {
         StatusCode::NOT_FOUND => FailureKind::Missing,
         StatusCode::CONFLICT => FailureKind::Exists,
@@ -266,10 +282,10 @@ impl NodeClient {
                     crate::ClientError::Invalid(format!("cannot build an HTTP client: {e}"))
                 })
         };
-        let local = match std::env::var("WEFT_LOCAL_READS").as_deref() {
-            Ok("off") | Ok("0") => None,
-            _ => Some(Default::default()),
-        };
+        let on = |name: &str| !matches!(std::env::var(name).as_deref(), Ok("off") | Ok("0"));
+        let (reads, writes) = (on("WEFT_LOCAL_READS"), on("WEFT_LOCAL_WRITES"));
+        let local = (reads || writes)
+            .then(|| std::sync::Arc::new(crate::local::LocalIo::new(reads, writes)));
         Ok(NodeClient { http: pool()?, reads: pool()?, secret: secret.clone(), link: None, local })
     }
 
@@ -336,6 +352,10 @@ impl NodeClient {
         len: u64,
         chunks: mpsc::Receiver<Bytes>,
     ) -> Result<weft_wire::UnitDigest, NodeFailure> {
+        let chunks = match self.put_stream_locally(unit, len, chunks).await {
+            Ok(written) => return written,
+            Err(chunks) => chunks,
+        };
         let url = Self::url(unit)?;
         let digester = std::sync::Arc::new(std::sync::Mutex::new(crate::digest::Digester::new()));
         let fed = std::sync::Arc::clone(&digester);
@@ -364,8 +384,117 @@ impl NodeClient {
         }
     }
 
+    /// Where a local write of `unit` goes: the client's local side, the node's loopback port,
+    /// the unit's path and the signer. None: over HTTP (not on this host, local writes off,
+    /// or a modeled link, whose bytes must cross the modeled network).
+    fn local_target(
+        &self,
+        unit: &UnitInfo,
+    ) -> Option<(Arc<crate::local::LocalIo>, u16, String, weft_auth::Signer)> {
+        let local = self.local.as_ref().filter(|l| l.writes && self.link.is_none())?.clone();
+        let port = crate::local::loopback_port(unit.endpoint.as_deref()?)?;
+        let url = Self::url(unit).ok()?;
+        let path = url[url.find("/v1/")?..].to_owned();
+        Some((local, port, path, self.secret.signer_for(Audience::Node(unit.node_id))))
+    }
+
+    /// [`NodeClient::put_stream`] into the unit's file when its node is on this host
+    /// (crate::local): Err gives the chunks back untouched when the unit must go over HTTP.
+    async fn put_stream_locally(
+        &self,
+        unit: &UnitInfo,
+        len: u64,
+        mut chunks: mpsc::Receiver<Bytes>,
+    ) -> Result<Result<weft_wire::UnitDigest, NodeFailure>, mpsc::Receiver<Bytes>> {
+        let Some((local, port, path, signer)) = self.local_target(unit) else {
+            return Err(chunks);
+        };
+        let asking = local.clone();
+        let began = tokio::task::spawn_blocking(move || asking.begin_write(port, &path, &signer, len));
+        let Ok(Some(mut write)) = began.await else {
+            return Err(chunks);
+        };
+        let file = write.file();
+        let mut digester = crate::digest::Digester::new();
+        // One stage write in flight while the next stage fills.
+        let mut pending: Option<tokio::task::JoinHandle<std::io::Result<crate::local::Aligned>>> =
+            None;
+        let mut failed: Option<std::io::Error> = None;
+        'chunks: while let Some(chunk) = chunks.recv().await {
+            digester.update(&chunk);
+            let full = match write.push(&chunk) {
+                Ok(full) => full,
+                Err(cause) => return Ok(Err(NodeFailure::new(FailureKind::Other, cause))),
+            };
+            for (stage, at) in full {
+                if let Some(previous) = pending.take() {
+                    match previous.await {
+                        Ok(Ok(stage)) => write.recycle(stage),
+                        Ok(Err(error)) => {
+                            failed = Some(error);
+                            break 'chunks;
+                        }
+                        Err(join) => {
+                            failed = Some(std::io::Error::other(join));
+                            break 'chunks;
+                        }
+                    }
+                }
+                let file = file.clone();
+                pending = Some(tokio::task::spawn_blocking(move || {
+                    crate::local::write_stage(&file, stage, at)
+                }));
+            }
+        }
+        if let Some(previous) = pending.take() {
+            match previous.await {
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => failed = failed.or(Some(error)),
+                Err(join) => failed = failed.or(Some(std::io::Error::other(join))),
+            }
+        }
+        drop(file);
+        let ended = tokio::task::spawn_blocking(move || match failed {
+            Some(error) => Err(write.abort(error)),
+            None => write.finish(&local),
+        })
+        .await;
+        Ok(match ended {
+            Ok(Ok(())) => Ok(digester.finish()),
+            Ok(Err(failed)) => Err(local_failure(failed)),
+            Err(join) => Err(NodeFailure::new(FailureKind::Other, format!("local write: {join}"))),
+        })
+    }
+
     /// Stores `unit` with the given bytes.
     pub async fn put(&self, unit: &UnitInfo, bytes: Bytes) -> Result<(), NodeFailure> {
+        if let Some((local, port, path, signer)) = self.local_target(unit) {
+            let whole = bytes.clone();
+            let written = tokio::task::spawn_blocking(move || {
+                let mut write = local.begin_write(port, &path, &signer, whole.len() as u64)?;
+                let file = write.file();
+                let mut written = write.push(&whole).map_err(WriteFailed::Cut);
+                if let Ok(full) = &mut written {
+                    for (stage, at) in full.drain(..) {
+                        if let Err(error) = crate::local::write_stage(&file, stage, at) {
+                            drop(file);
+                            return Some(Err(write.abort(error)));
+                        }
+                    }
+                }
+                drop(file);
+                Some(written.and_then(|_| write.finish(&local)))
+            })
+            .await;
+            match written {
+                Ok(Some(Ok(()))) => return Ok(()),
+                Ok(Some(Err(failed))) => return Err(local_failure(failed)),
+                Ok(None) => {}
+                Err(join) => {
+                    return Err(NodeFailure::new(FailureKind::Other, format!("local write: {join}")))
+                }
+            }
+        }
         let url = Self::url(unit)?;
         if let Some(link) = &self.link {
             link.up.transfer(bytes.len() as u64).await;
@@ -455,6 +584,16 @@ impl NodeClient {
         self.local.as_ref().map_or((0, 0), |l| (l.hits.load(Relaxed), l.fallbacks.load(Relaxed)))
     }
 
+    /// Units written into their files on this host (crate::local), and units whose node on
+    /// this host refused that (then written over HTTP).
+    pub fn local_write_counts(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let counts = |l: &crate::local::LocalIo| {
+            (l.write_hits.load(Relaxed), l.write_fallbacks.load(Relaxed))
+        };
+        self.local.as_deref().map_or((0, 0), counts)
+    }
+
     /// Bytes `[offset, offset + len)` of `unit` read from its file when its node is on this
     /// host (crate::local), verified; None when they must be read over HTTP. A client with a
     /// modeled link reads over HTTP (its bytes cross the modeled network).
@@ -465,7 +604,7 @@ impl NodeClient {
         len: u64,
         grants: Option<&Arc<crate::local::Grants>>,
     ) -> Option<Vec<u8>> {
-        let local = self.local.as_ref().filter(|_| self.link.is_none())?.clone();
+        let local = self.local.as_ref().filter(|l| l.reads && self.link.is_none())?.clone();
         let port = crate::local::loopback_port(unit.endpoint.as_deref()?)?;
         let url = Self::url(unit).ok()?;
         let path = url[url.find("/v1/")?..].to_owned();

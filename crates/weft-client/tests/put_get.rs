@@ -501,3 +501,80 @@ async fn units_on_this_host_are_read_from_their_files_and_verified() {
     assert!(!stats.degraded_units.is_empty(), "the corrupt unit was rebuilt: {stats:?}");
     assert!(cluster.client.nodes.local_read_counts().1 > fallbacks, "the mismatch fell back");
 }
+
+/// A stored unit file is whole: its header decodes and names the file's unit, the data is
+/// as long as the header says, and every segment matches its stored CRC-32C.
+fn assert_unit_file_sound(path: &std::path::Path) {
+    use weft_store::format::{decode_fixed, Header, FIXED_HEADER_BYTES};
+    let bytes = std::fs::read(path).unwrap();
+    let fixed = decode_fixed(&bytes[..FIXED_HEADER_BYTES]).unwrap();
+    let header = Header::decode(&bytes[..fixed.header_bytes as usize]).unwrap();
+    let name = path.file_name().unwrap().to_string_lossy();
+    assert_eq!(format!("{}.unit", header.key), name);
+    let data = &bytes[fixed.header_bytes as usize..];
+    assert_eq!(data.len() as u64, header.len_bytes, "{name}: the file holds the unit exactly");
+    let segments: Vec<u32> =
+        data.chunks(weft_store::SEGMENT_BYTES as usize).map(crc32c::crc32c).collect();
+    assert_eq!(segments, header.checksums, "{name}: every segment matches its checksum");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn units_on_this_host_are_written_into_their_files_with_their_checksums() {
+    // The test's nodes listen on 127.0.0.1: the client writes their units through the temp
+    // files' descriptors their local sockets hand out (unless WEFT_LOCAL_WRITES=off).
+    if matches!(std::env::var("WEFT_LOCAL_WRITES").as_deref(), Ok("off") | Ok("0")) {
+        return;
+    }
+    let cluster = TestCluster::start(5).await;
+    cluster.create_bucket("bkt", policy("rs(3,2)", 3, CELL, BLOCK)).await;
+    let before = cluster.client.nodes.local_write_counts();
+    // Objects written whole (one group) and streamed (many groups, a short last block), with
+    // units shorter than, equal to and longer than a segment and a write stage.
+    let sizes = [1usize, 5000, 3 * BLOCK as usize, 7 * BLOCK as usize + 1234, 3_000_000];
+    for (i, &len) in sizes.iter().enumerate() {
+        let data = pattern(len, 60 + i as u64);
+        put(&cluster, "bkt", &format!("o{i}"), &data).await;
+        assert_eq!(get(&cluster, "bkt", &format!("o{i}"), None).await, data, "o{i}");
+    }
+    let (hits, fallbacks) = cluster.client.nodes.local_write_counts();
+    assert!(hits >= before.0 + 5 * 5, "units were written locally: {hits}");
+    assert_eq!(fallbacks, before.1, "no node refused a local write");
+    let mut files = 0;
+    for id in 1..=5u32 {
+        for path in cluster.unit_files(id) {
+            assert_unit_file_sound(&path);
+            files += 1;
+        }
+        let tmp = cluster.disk_dir(id).join("tmp");
+        let left: Vec<_> = std::fs::read_dir(&tmp).map(|d| d.flatten().collect()).unwrap_or_default();
+        assert!(left.is_empty(), "node {id} keeps no temp file: {left:?}");
+    }
+    assert!(files as u64 >= hits - before.0, "{files} unit files");
+
+    // A unit that exists already: refused as over HTTP (409), the stored one untouched.
+    let object = cluster.client.meta.get_object("bkt", "o3").await.unwrap();
+    let unit = object.units[&weft_layout::UnitId::Data(0)].clone();
+    let again = cluster.client.nodes.put(&unit, bytes::Bytes::from(vec![7u8; unit.len as usize])).await;
+    assert_eq!(again.unwrap_err().kind, weft_client::node::FailureKind::Exists);
+    assert_eq!(get(&cluster, "bkt", "o3", None).await, pattern(sizes[3], 63));
+
+    // A stream that ends before the unit's length: the write fails, the node drops the temp
+    // file, and the key stays free.
+    let mut fresh = unit.clone();
+    fresh.unit_key = weft_wire::key::UnitKey::data(0xfeed, 0, 1).to_string();
+    fresh.len = 300_000;
+    fresh.digest = None;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(bytes::Bytes::from(vec![1u8; 200_000])).await.unwrap();
+    drop(tx);
+    let short = cluster.client.nodes.put_stream(&fresh, fresh.len, rx).await;
+    assert!(short.is_err(), "a short stream stores nothing");
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(bytes::Bytes::from(vec![2u8; 300_000])).await.unwrap();
+    drop(tx);
+    cluster.client.nodes.put_stream(&fresh, fresh.len, rx).await.expect("the key is free");
+    let read = cluster.client.nodes.get_range(&fresh, 0, fresh.len).await.unwrap();
+    assert!(read.iter().all(|&b| b == 2));
+    let tmp = cluster.disk_dir(fresh.node_id).join("tmp");
+    assert_eq!(std::fs::read_dir(&tmp).map(|d| d.count()).unwrap_or(0), 0);
+}

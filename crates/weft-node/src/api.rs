@@ -207,7 +207,7 @@ pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
 /// A mutating call that failed with `Io` has just put the disk in its failed state: say so, as
 /// every later call will.
-fn after_mutation(disk: &Disk, error: ApiError) -> ApiError {
+pub(crate) fn after_mutation(disk: &Disk, error: ApiError) -> ApiError {
     match disk.failure() {
         Some(cause) if error.body["error"] == "io" => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -266,7 +266,7 @@ pub(crate) fn key_of(unit: &str) -> ApiResult<UnitKey> {
     })
 }
 
-fn info_json(info: &UnitInfo) -> Value {
+pub(crate) fn info_json(info: &UnitInfo) -> Value {
     json!({
         "unit": info.key.to_string(),
         "len_bytes": info.len_bytes,

@@ -429,6 +429,12 @@ pub(crate) fn verify(verifier: &Verifier, get: &UnitGet) -> Result<(), ApiError>
         authorization: get.authorization.as_deref(),
         content_sha256: get.content_sha256.as_deref(),
     };
+    verify_head(verifier, head)
+}
+
+/// Checks a bodiless request's signature as the data API's guard does (same verifier, same
+/// nonce memory).
+pub(crate) fn verify_head(verifier: &Verifier, head: RequestHead<'_>) -> Result<(), ApiError> {
     let refused = |error: weft_auth::AuthError| {
         let (status, code) = match error {
             weft_auth::AuthError::Busy => (StatusCode::SERVICE_UNAVAILABLE, "busy"),

@@ -632,6 +632,7 @@ impl Disk {
             tmp_path,
             settled: false,
             full: None,
+            shared_tail: false,
         })
     }
 
@@ -1022,6 +1023,10 @@ pub struct UnitWriter {
     settled: bool,
     /// Why the unit could not be stored: the disk ran out of space (the temp file is gone).
     full: Option<String>,
+    /// The data past the head was written by another process ([`UnitWriter::finish_shared`]):
+    /// `checksums` is complete and the file's length may exceed the unit's (its last
+    /// aligned block padded).
+    shared_tail: bool,
 }
 
 /// A unit opened for reading ([`Disk::open_reader`]): its file and its decoded header, for
@@ -1109,6 +1114,21 @@ impl UnitReader {
     }
 }
 
+/// Where a writer in another process puts a unit's data ([`UnitWriter::shared`]): unit byte
+/// `i` goes to file offset `data_offset + i`, written in whole [`DIRECT_ALIGN`] blocks at
+/// aligned offsets from aligned memory (the file may be open with O_DIRECT, and the
+/// descriptor shares that open file). The first `head_bytes` unit bytes share the file's
+/// first aligned block with the header: the writer does not write them but hands them to
+/// [`UnitWriter::finish_shared`], with the CRC-32C of every segment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedWrite {
+    /// The temp file's descriptor (valid while its [`UnitWriter`] lives).
+    pub fd: std::os::fd::RawFd,
+    pub data_offset: u64,
+    pub head_bytes: u64,
+    pub len_bytes: u64,
+}
+
 /// Writes of at least this many bytes ask the kernel to start their writeback at once.
 const WRITEBACK_HINT_BYTES: u64 = 256 * 1024;
 
@@ -1172,6 +1192,67 @@ impl UnitWriter {
         Ok(())
     }
 
+    /// The temp file for a writer in another process ([`SharedWrite`]), before any byte was
+    /// given here; None when the file has no descriptor to hand out (a test filesystem
+    /// injecting faults) or bytes were written through [`UnitWriter::write_all`] already.
+    pub fn shared(&self) -> Option<SharedWrite> {
+        let fd = self.file.as_ref()?.raw_fd()?;
+        if self.written_bytes > 0 || self.stage.at > 0 {
+            return None;
+        }
+        let head_room = self.header_bytes.next_multiple_of(DIRECT_ALIGN as u64) - self.header_bytes;
+        Some(SharedWrite {
+            fd,
+            data_offset: self.header_bytes,
+            head_bytes: head_room.min(self.len_bytes),
+            len_bytes: self.len_bytes,
+        })
+    }
+
+    /// Completes a unit whose data a writer in another process put into the file
+    /// ([`UnitWriter::shared`]): `head` is its first `head_bytes` bytes and `checksums` the
+    /// CRC-32C of each segment, as that writer computed them (the node cannot read the
+    /// bytes back without reading the device; a wrong checksum is found by the first read,
+    /// as corruption). Then as [`UnitWriter::finish`]: header, fsync, rename, directory
+    /// fsync. A `head` or checksum table that does not fit the unit is `LengthMismatch`.
+    pub fn finish_shared(mut self, head: &[u8], checksums: Vec<u32>) -> Result<UnitInfo> {
+        self.disk.check()?;
+        let Some(shared) = self.shared() else {
+            return Err(self.length_mismatch(self.written_bytes));
+        };
+        if head.len() as u64 != shared.head_bytes {
+            return Err(self.length_mismatch(head.len() as u64));
+        }
+        if checksums.len() as u64 != segment_count(self.len_bytes) {
+            let implied = checksums.len() as u64 * u64::from(SEGMENT_BYTES);
+            return Err(self.length_mismatch(implied));
+        }
+        let taken = self.stage.push(head);
+        debug_assert_eq!(taken, head.len(), "the head fits the header's aligned block");
+        // The bytes past the head are in the file already; finish writes the header's block.
+        self.written_bytes = self.len_bytes;
+        self.checksums = checksums;
+        self.segment_checksum = 0;
+        self.shared_tail = true;
+        self.finish()
+    }
+
+    /// Abandons a unit whose writer in another process met `error` writing the file: ENOSPC
+    /// and EDQUOT as if this process had met them (`Full`, the temp file removed), EIO fails
+    /// the disk as any failed write does; anything else (a writer's own mistake, such as a
+    /// misaligned write) drops the unit and leaves the disk alone. Returns the error to
+    /// answer.
+    pub fn fail_shared(mut self, error: std::io::Error) -> StoreError {
+        let code = error.raw_os_error();
+        let disk_said = matches!(code, Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EIO));
+        if disk_said {
+            let failed = self.disk.write_failed("write", self.key, &self.tmp_path, error);
+            return self.abandon(failed);
+        }
+        let path = self.tmp_path.clone();
+        StoreError::Io { dir: self.disk.inner.dir.clone(), key: Some(self.key), op: "write", path, source: error }
+    }
+
     /// Writes the full stage and empties it. The stage at offset 0 keeps back its first
     /// aligned blocks (the header's place), which `finish` writes with the header.
     fn write_stage(&mut self) -> std::io::Result<()> {
@@ -1220,7 +1301,7 @@ impl UnitWriter {
             file.write_all_at(bytes, 0)?;
         }
         let file_bytes = self.header_bytes + self.len_bytes;
-        if !file_bytes.is_multiple_of(DIRECT_ALIGN as u64) {
+        if self.shared_tail || !file_bytes.is_multiple_of(DIRECT_ALIGN as u64) {
             file.set_len(file_bytes)?;
         }
         Ok(())
@@ -1263,7 +1344,7 @@ impl UnitWriter {
         if self.written_bytes != self.len_bytes {
             return Err(self.length_mismatch(self.written_bytes));
         }
-        if !self.written_bytes.is_multiple_of(u64::from(SEGMENT_BYTES)) {
+        if !self.shared_tail && !self.written_bytes.is_multiple_of(u64::from(SEGMENT_BYTES)) {
             self.checksums.push(self.segment_checksum);
         }
         let (disk, key, tmp) = (self.disk.clone(), self.key, self.tmp_path.clone());

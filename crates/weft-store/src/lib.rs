@@ -30,7 +30,7 @@ pub mod raidp;
 
 pub use disk::{
     Capacity, CapacityState, Disk, ListedUnit, Result, ScrubProgress, ScrubReport, Thresholds,
-    UnitCheck, UnitInfo, UnitReader, UnitWriter, Usage, WholeSegments, DISK_MARKER,
+    SharedWrite, UnitCheck, UnitInfo, UnitReader, UnitWriter, Usage, WholeSegments, DISK_MARKER,
     DISK_MARKER_FILE, FANOUT_DIRS, FULL_HOLD_MS, STAGE_BYTES,
 };
 pub use error::StoreError;

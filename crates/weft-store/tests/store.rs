@@ -845,3 +845,103 @@ fn capacity_follows_the_nearfull_and_full_ratios() {
         assert!(error.contains("ratio"), "{error}");
     }
 }
+
+/// Writes `data` as a writer in another process would through `shared`: the bytes past the
+/// head in aligned blocks (zero-padded at the end) from aligned memory; returns the head.
+fn write_shared(shared: &weft_store::SharedWrite, data: &[u8]) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let align = DIRECT_ALIGN;
+    let head = shared.head_bytes as usize;
+    // SAFETY: the descriptor is open while its writer lives; ManuallyDrop leaves it open.
+    let file = std::mem::ManuallyDrop::new(unsafe {
+        <fs::File as std::os::fd::FromRawFd>::from_raw_fd(shared.fd)
+    });
+    let mut at = head;
+    let mut stage: Vec<u8> = Vec::with_capacity(3 * align + align);
+    let start = stage.as_ptr().align_offset(align);
+    while at < data.len() {
+        let take = (data.len() - at).min(3 * align);
+        stage.clear();
+        stage.resize(start, 0);
+        stage.extend_from_slice(&data[at..at + take]);
+        stage.resize(start + take.next_multiple_of(align), 0);
+        let offset = shared.data_offset + at as u64;
+        assert!(offset.is_multiple_of(align as u64), "writes start on aligned blocks");
+        file.write_all_at(&stage[start..], offset).unwrap();
+        at += take;
+    }
+    data[..head].to_vec()
+}
+
+fn crcs(data: &[u8]) -> Vec<u32> {
+    data.chunks(SEG as usize).map(crc32c::crc32c).collect()
+}
+
+/// A unit written by another process through the temp file's descriptor (the node's local
+/// writes) finishes as a put does: the same info and the same file byte for byte, on a
+/// direct-write filesystem and on tmpfs. A head or checksum table that does not fit is
+/// refused and leaves nothing; a checksum that does not match its bytes is found as corrupt.
+#[test]
+fn units_written_through_the_shared_descriptor_make_the_same_file_as_put() {
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (Disk::open(dir_a.path()).unwrap(), Disk::open(dir_b.path()).unwrap());
+    let lengths = [0usize, 1, 100, DIRECT_ALIGN - 89, DIRECT_ALIGN, 65_536, 3 * 65_536 + 7, 2_000_011];
+    for (i, len) in lengths.into_iter().enumerate() {
+        let key = UnitKey::parity(79, i as u32, 2, 3);
+        let data = random_bytes(len, 70 + i as u64);
+        let put = a.put(key, &data).unwrap();
+        let writer = b.create(key, len as u64).unwrap();
+        let shared = writer.shared().expect("a real file has a descriptor");
+        assert_eq!(shared.data_offset, header_bytes(len as u64));
+        assert!((shared.data_offset + shared.head_bytes).is_multiple_of(DIRECT_ALIGN as u64) || shared.head_bytes == len as u64);
+        let head = write_shared(&shared, &data);
+        let info = writer.finish_shared(&head, crcs(&data)).unwrap();
+        assert_eq!(info, put, "len {len}");
+        assert_eq!(fs::read(a.unit_path(&key)).unwrap(), fs::read(b.unit_path(&key)).unwrap(), "len {len}");
+        assert_eq!(b.read(key, 0, len).unwrap(), data);
+    }
+    assert!(tmp_files(dir_b.path()).is_empty());
+
+    // A head of the wrong length, or a checksum table of the wrong length: refused, no unit.
+    let len = 200_000usize;
+    let data = random_bytes(len, 90);
+    let key = UnitKey::parity(80, 0, 2, 3);
+    let writer = b.create(key, len as u64).unwrap();
+    let head = write_shared(&writer.shared().unwrap(), &data);
+    assert!(matches!(
+        writer.finish_shared(&head[1..], crcs(&data)),
+        Err(StoreError::LengthMismatch { .. })
+    ));
+    let writer = b.create(key, len as u64).unwrap();
+    let head = write_shared(&writer.shared().unwrap(), &data);
+    let mut short = crcs(&data);
+    short.pop();
+    assert!(matches!(writer.finish_shared(&head, short), Err(StoreError::LengthMismatch { .. })));
+    assert!(matches!(b.stat(key), Err(StoreError::NotFound { .. })));
+    assert!(tmp_files(dir_b.path()).is_empty(), "refused units leave no temp file");
+
+    // A writer's wrong checksum is stored as given and found by the read of that segment.
+    let writer = b.create(key, len as u64).unwrap();
+    let head = write_shared(&writer.shared().unwrap(), &data);
+    let mut sums = crcs(&data);
+    sums[2] ^= 1;
+    writer.finish_shared(&head, sums).unwrap();
+    assert_eq!(b.read(key, 0, SEG as usize).unwrap(), &data[..SEG as usize]);
+    assert!(matches!(b.read(key, 2 * SEG, 10), Err(StoreError::Corrupt { segment: 2, .. })));
+
+    // Bytes written here first: no shared file. A writer's ENOSPC is Full, not a failure.
+    let key = UnitKey::parity(81, 0, 2, 3);
+    let mut writer = b.create(key, 10).unwrap();
+    writer.write_all(&[1]).unwrap();
+    assert!(writer.shared().is_none());
+    drop(writer);
+    let writer = b.create(key, 10).unwrap();
+    let error = writer.fail_shared(std::io::Error::from_raw_os_error(22)); // EINVAL
+    assert!(matches!(error, StoreError::Io { .. }), "{error}");
+    assert!(b.failure().is_none(), "a writer's own mistake leaves the disk healthy");
+    let writer = b.create(key, 10).unwrap();
+    let error = writer.fail_shared(std::io::Error::from_raw_os_error(28)); // ENOSPC
+    assert!(matches!(error, StoreError::Full { .. }), "{error}");
+    assert!(b.failure().is_none(), "a full disk is not a failed one");
+    assert!(tmp_files(dir_b.path()).is_empty());
+}
