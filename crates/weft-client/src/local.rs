@@ -1,16 +1,23 @@
-//! Local reads: a unit on a node of this host is read from the unit file itself, through a
-//! descriptor the node hands over its local socket with the file's stored segment checksums
-//! (docs/node-api.md, "Local reads"; HDFS's short-circuit local reads). The bytes are
-//! copied once, from the page cache into the read's buffer, and verified here.
+//! Local reads and writes: a unit on a node of this host is read from, or written into,
+//! the unit file itself, through a descriptor the node hands over its local socket
+//! (docs/node-api.md, "Local reads" and "Local writes"; HDFS's short-circuit local reads).
+//! A read copies the bytes once, from the page cache into the read's buffer, and verifies
+//! them here; a write copies them once into an aligned stage, computes each segment's
+//! CRC-32C, and writes the stage to the file (O_DIRECT when the node's file is).
 //!
 //! Invariants:
 //! - Only nodes reached on a loopback address are asked (their socket is
 //!   `\0weft-node-<port>` in the abstract namespace of the same network namespace).
-//! - Every byte returned lies in a segment whose stored CRC-32C was verified by this read.
+//! - Every byte a read returns lies in a segment whose stored CRC-32C was verified by it.
 //! - A local read never decides a failure: anything that goes wrong (no socket, a refusal,
 //!   an IO error, a checksum mismatch) answers None, and the caller reads over HTTP, where
 //!   the node names the failure (404, 500 corrupt, 503). A node whose socket cannot be
 //!   reached is not asked again for [`RETRY_AFTER`].
+//! - A local write is decided by its ask: a refusal or no socket writes the unit over HTTP
+//!   (where the node names a refusal the same way); once granted, the unit is written here
+//!   or not at all. The checksums sent with the finish are those of the bytes written, the
+//!   descriptor is closed before the finish is sent, and a write error is reported to the
+//!   node (its errno), which judges the disk as if it had met the error itself.
 //! - Connections are kept for reuse, at most [`IDLE_PER_NODE`] per node.
 
 use std::{
@@ -417,7 +424,7 @@ fn read_verified(grant: &Grant, offset: u64, len: u64) -> io::Result<Vec<u8>> {
             read_exact_uninit(&grant.file, spare, file_at)?;
             // SAFETY: read_exact_uninit returned Ok: every byte of `spare` is written.
             let filled = unsafe { &*(spare as *const [MaybeUninit<u8>] as *const [u8]) };
-            let good = crc32c::crc32c(filled) == grant.sums[index as usize];
+            let good = weft_wire::checksum::crc32c(filled) == grant.sums[index as usize];
             if good {
                 // SAFETY: the bytes were just written and checked.
                 unsafe { out.set_len(out.len() + (stop - start) as usize) };
@@ -426,7 +433,7 @@ fn read_verified(grant: &Grant, offset: u64, len: u64) -> io::Result<Vec<u8>> {
         } else {
             scratch.resize((stop - start) as usize, 0);
             grant.file.read_exact_at(&mut scratch, file_at)?;
-            let good = crc32c::crc32c(&scratch) == grant.sums[index as usize];
+            let good = weft_wire::checksum::crc32c(&scratch) == grant.sums[index as usize];
             if good {
                 out.extend_from_slice(
                     &scratch[(at - start) as usize..(stop.min(end) - start) as usize],
@@ -678,7 +685,7 @@ impl LocalWrite {
         while !rest.is_empty() {
             let room = (self.segment - self.received % self.segment) as usize;
             let (now, later) = rest.split_at(room.min(rest.len()));
-            self.running = crc32c::crc32c_append(self.running, now);
+            self.running = weft_wire::checksum::crc32c_append(self.running, now);
             self.received += now.len() as u64;
             if self.received.is_multiple_of(self.segment) || self.received == self.len {
                 self.sums.push(self.running);

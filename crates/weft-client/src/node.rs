@@ -157,7 +157,7 @@ impl SegmentCheck {
             }
             let segment_end = (next + self.segment).min(self.end);
             let now = data.len().min((segment_end - at) as usize);
-            self.running = crc32c::crc32c_append(self.running, &data[..now]);
+            self.running = weft_wire::checksum::crc32c_append(self.running, &data[..now]);
             data = &data[now..];
             at += now as u64;
             if at == segment_end {

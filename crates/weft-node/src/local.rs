@@ -1,28 +1,44 @@
-//! Local reads: a client on the node's own host asks for a unit over a Unix socket and gets
-//! the unit file's descriptor (SCM_RIGHTS) with its stored segment checksums, then reads and
-//! verifies the bytes itself — no copy through this process, no TCP on the loopback (the
-//! short-circuit local reads of HDFS). docs/node-api.md, "Local reads".
+//! Local reads and local writes: a client on the node's own host asks for a unit over a Unix
+//! socket and gets the unit file's descriptor (SCM_RIGHTS), then reads and verifies the
+//! bytes itself, or writes them into the unit's temp file itself — no copy through this
+//! process, no TCP on the loopback (the short-circuit local reads of HDFS, and their
+//! mirror for writes). docs/node-api.md, "Local reads" and "Local writes".
 //!
 //! Data flow: the socket is `\0weft-node-<port>` in the abstract namespace, `<port>` being
 //! the node's TCP port: the names of a network namespace, like its 127.0.0.1, so a client
-//! that reaches the node on a loopback address finds its socket by the port alone. Each
-//! request is the head of a signed `GET /v1/disks/{disk}/units/{unit}` with
-//! `x-weft-checksums: crc32c`; the answer is an HTTP/1.1 head (`x-weft-unit-length`,
-//! `x-weft-data-offset`, `x-weft-segment-bytes`, `x-weft-checksums: n`), then the n stored
-//! CRC-32C, the descriptor riding on the head's first byte. An error is the data API's
-//! error answer (status and JSON body), without a descriptor.
+//! that reaches the node on a loopback address finds its socket by the port alone.
+//! - A read is the head of a signed `GET /v1/disks/{disk}/units/{unit}` with
+//!   `x-weft-checksums: crc32c`; the answer is an HTTP/1.1 head (`x-weft-unit-length`,
+//!   `x-weft-data-offset`, `x-weft-segment-bytes`, `x-weft-checksums: n`), then the n stored
+//!   CRC-32C, the descriptor riding on the head's first byte.
+//! - A write is the head of a signed `PUT /v1/disks/{disk}/units/{unit}` with
+//!   `x-weft-local-write: <unit length>` and no body. The node creates the unit's temp file
+//!   and answers 200 with `x-weft-data-offset`, `x-weft-head-bytes`, `x-weft-segment-bytes`,
+//!   `x-weft-direct-align` and the temp file's descriptor. The client writes unit bytes
+//!   `[head, len)` at `data offset + i` in aligned blocks, closes the descriptor, then sends
+//!   `PUT <path>?finish` whose body is the first `head` unit bytes and every segment's
+//!   CRC-32C (4 bytes LE each), or `PUT <path>?abort` with `x-weft-errno` when its writes
+//!   failed. The node answers as the data API answers a PUT (201 and the unit's JSON).
+//! - An error is the data API's error answer (status and JSON body), without a descriptor.
 //!
 //! Invariants:
 //! - A descriptor is handed out only for a request the data API would answer: same
-//!   verifier, same signed head, same disk and unit checks, the unit opened (its header
-//!   verified) by [`weft_store::Disk::open_reader`], which refuses a failed disk.
-//! - The descriptor is read-only and names one unit file; the checksums come from that
+//!   verifier, same signed head, same disk and unit checks; a read's unit opened (its header
+//!   verified) by [`weft_store::Disk::open_reader`], a write's temp file created by
+//!   [`weft_store::Disk::create`]; both refuse a failed disk, a create refuses a full one.
+//! - A read's descriptor is read-only and names one unit file; its checksums come from that
 //!   file's verified header, so a reader holding both can verify every byte it reads.
+//! - A write's descriptor names the unit's temp file only: the unit becomes visible only
+//!   through [`weft_store::UnitWriter::finish_shared`] (header, fsync, rename, directory
+//!   fsync), on the same connection, within [`WRITE_WINDOW`]; a connection that closes or
+//!   breaks the protocol first drops the writer, which removes the temp file. The node
+//!   stores the writer's checksums as given (it cannot read the bytes back without reading
+//!   the device): a wrong one is found by the first read of that segment, as corruption.
 //! - A node with a hardware model has no local socket (its IO must be waited out), nor does
 //!   a unit without a descriptor get one (501; a filesystem injecting faults).
 //! - The socket goes with the node: the listener is dropped when the node stops.
-//! - An ask opens its unit on the connection's task (no blocking-pool handoff); the node's
-//!   other requests are served by the runtime's other workers meanwhile.
+//! - An ask opens or creates its unit on the connection's task (no blocking-pool handoff);
+//!   a write's finish (fsync) runs on the blocking pool.
 
 use std::{
     io,

@@ -11,7 +11,9 @@
 //!   fsynced. A reader never sees a partial unit; after a crash a unit is whole or absent.
 //! - A unit file is written in whole aligned blocks ([`DIRECT_ALIGN`]) through a stage of at
 //!   most [`STAGE_BYTES`], to a file opened with O_DIRECT where the filesystem takes it
-//!   (`Fs::create_new_direct`): no copy into the page cache. Its first aligned blocks (the
+//!   (`Fs::create_new_direct`): no copy into the page cache. Units of at most
+//!   [`BUFFERED_UNIT_BYTES`] are written the same way to a plain file (their reads soon
+//!   after find them in the page cache). Its first aligned blocks (the
 //!   header's place) are written last, with the header; a padded tail is cut back to the
 //!   unit's exact length before the fsync.
 //! - A unit's data may reach the device early (every stage write on a direct file; on a plain
@@ -609,11 +611,14 @@ impl Disk {
         let nonce = self.inner.next_nonce.fetch_add(1, Ordering::Relaxed);
         let tmp_path =
             self.inner.tmp_dir.join(format!("{key}.{:016x}-{nonce}.tmp", self.inner.instance));
-        let file = self
-            .inner
-            .fs
-            .create_new_direct(&tmp_path)
-            .map_err(|e| self.write_failed("create", key, &tmp_path, e))?;
+        // Small units go through the page cache: their copy is cheap, and the reads that
+        // follow a write (small objects are read whole, soon) find them there instead of
+        // waiting on the device; large ones skip it (docs/store-format.md, "Creating a unit").
+        let created = match len_bytes <= BUFFERED_UNIT_BYTES {
+            true => self.inner.fs.create_new(&tmp_path),
+            false => self.inner.fs.create_new_direct(&tmp_path),
+        };
+        let file = created.map_err(|e| self.write_failed("create", key, &tmp_path, e))?;
         let header_bytes = header_bytes(len_bytes);
         let file_bytes = (header_bytes + len_bytes).next_multiple_of(DIRECT_ALIGN as u64);
         let mut stage = Stage::new(file_bytes.min(STAGE_BYTES as u64) as usize);
@@ -773,7 +778,7 @@ impl Disk {
                     .map_err(|e| self.io("read", key, &path, e))?;
                 &scratch
             };
-            if crc32c::crc32c(data) != header.checksums[segment as usize] {
+            if weft_wire::checksum::crc32c(data) != header.checksums[segment as usize] {
                 return Err(StoreError::Corrupt { dir: self.inner.dir.clone(), key, segment });
             }
             if !whole {
@@ -918,7 +923,7 @@ impl Disk {
                 return UnitCheck::Unreadable(self.io("read", key, &self.unit_path(&key), e));
             }
             bytes += len as u64;
-            if crc32c::crc32c(&scratch[..len]) != checksum {
+            if weft_wire::checksum::crc32c(&scratch[..len]) != checksum {
                 corrupt_segments.push(segment as u64);
             }
         }
@@ -1129,6 +1134,10 @@ pub struct SharedWrite {
     pub len_bytes: u64,
 }
 
+/// Units of at most this many bytes are written through the page cache; longer ones with
+/// O_DIRECT where the filesystem takes it.
+pub const BUFFERED_UNIT_BYTES: u64 = 1 << 20;
+
 /// Writes of at least this many bytes ask the kernel to start their writeback at once.
 const WRITEBACK_HINT_BYTES: u64 = 256 * 1024;
 
@@ -1180,7 +1189,7 @@ impl UnitWriter {
             while !rest.is_empty() {
                 let room = (segment_bytes - self.written_bytes % segment_bytes) as usize;
                 let (now, later) = rest.split_at(room.min(rest.len()));
-                self.segment_checksum = crc32c::crc32c_append(self.segment_checksum, now);
+                self.segment_checksum = weft_wire::checksum::crc32c_append(self.segment_checksum, now);
                 self.written_bytes += now.len() as u64;
                 if self.written_bytes.is_multiple_of(segment_bytes) {
                     self.checksums.push(self.segment_checksum);

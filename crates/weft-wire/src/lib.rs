@@ -1,11 +1,13 @@
 //! Messages weft's daemons exchange, defined once so that both ends of a wire agree by
 //! construction: node → meta heartbeats and scrub reports ([`scrub`]), the repair executor ↔
 //! meta messages ([`repair`])
-//! and the transition executor ↔ meta messages ([`transition`]), and the end-to-end unit
-//! digests every writer records and every reader checks ([`digest`]).
+//! and the transition executor ↔ meta messages ([`transition`]), the end-to-end unit
+//! digests every writer records and every reader checks ([`digest`]), and the segment
+//! checksum (CRC-32C) that nodes store and clients verify ([`checksum`]).
 //!
 //! Invariants: these types are plain data with serde derives and no behaviour (beyond the hex
-//! form of a [`digest::UnitDigest`], and the rate-limited `link::Link` of the hardware model,
+//! form of a [`digest::UnitDigest`], the CRC-32C of [`checksum`], and the rate-limited
+//! `link::Link` of the hardware model,
 //! shared by nodes and clients behind the `link` feature); their JSON field
 //! names and order are the documented contract (docs/node-api.md, docs/meta-api.md), so a
 //! rename here is a wire-format change.
@@ -14,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 pub use digest::UnitDigest;
 
+pub mod checksum;
 pub mod digest;
 pub mod key;
 #[cfg(feature = "link")]
