@@ -30,17 +30,12 @@ pub fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
     if bytes.len() < SIMD_MIN_BYTES {
         return crc32c::crc32c_append(crc, bytes);
     }
-    let tail = crc_fast::crc32_iscsi(bytes);
-    if crc == 0 {
-        // Zero is the CRC of nothing, and a CRC's continuation depends on its value only.
-        return crc32c::crc32c_combine(0, tail, bytes.len());
-    }
-    crc_fast::checksum_combine(
-        CrcAlgorithm::Crc32Iscsi,
-        u64::from(crc),
-        u64::from(tail),
-        bytes.len() as u64,
-    ) as u32
+    // The register before the final inversion: a CRC's continuation depends on its value
+    // only (0, the CRC of nothing, gives the algorithm's initial register).
+    let register = u64::from(!crc);
+    let mut digest = crc_fast::Digest::new_with_init_state(CrcAlgorithm::Crc32Iscsi, register);
+    digest.update(bytes);
+    digest.finalize() as u32
 }
 
 #[cfg(test)]
