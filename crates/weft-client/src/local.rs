@@ -704,9 +704,10 @@ impl LocalWrite {
             let taken = self.stage.push(bytes);
             bytes = &bytes[taken..];
             if self.stage.len() == self.stage.capacity {
-                let next = self.spare.pop().unwrap_or_else(|| {
-                    Aligned::new(self.stage.capacity, self.align)
-                });
+                let next = self
+                    .spare
+                    .pop()
+                    .unwrap_or_else(|| Aligned::new(self.stage.capacity, self.align));
                 let stage = std::mem::replace(&mut self.stage, next);
                 let at = self.stage_at;
                 self.stage_at += stage.len() as u64;
@@ -748,7 +749,8 @@ impl LocalWrite {
         }
         let LocalWrite { mut stream, port, path, file, .. } = self;
         drop(file);
-        let request = format!("PUT {path}?finish HTTP/1.1\r\ncontent-length: {}\r\n\r\n", body.len());
+        let request =
+            format!("PUT {path}?finish HTTP/1.1\r\ncontent-length: {}\r\n\r\n", body.len());
         let answered = (|| {
             stream.set_read_timeout(Some(FINISH_TIMEOUT))?;
             stream.write_all(request.as_bytes())?;
@@ -763,7 +765,9 @@ impl LocalWrite {
                 Ok(())
             }
             Ok(answer) => Err(WriteFailed::Answer(answer.status, answer_text(&answer))),
-            Err(error) => Err(WriteFailed::Broken(format!("the local write's finish failed: {error}"))),
+            Err(error) => {
+                Err(WriteFailed::Broken(format!("the local write's finish failed: {error}")))
+            }
         }
     }
 

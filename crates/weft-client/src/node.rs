@@ -410,7 +410,8 @@ impl NodeClient {
             return Err(chunks);
         };
         let asking = local.clone();
-        let began = tokio::task::spawn_blocking(move || asking.begin_write(port, &path, &signer, len));
+        let began =
+            tokio::task::spawn_blocking(move || asking.begin_write(port, &path, &signer, len));
         let Ok(Some(mut write)) = began.await else {
             return Err(chunks);
         };
@@ -491,7 +492,10 @@ impl NodeClient {
                 Ok(Some(Err(failed))) => return Err(local_failure(failed)),
                 Ok(None) => {}
                 Err(join) => {
-                    return Err(NodeFailure::new(FailureKind::Other, format!("local write: {join}")))
+                    return Err(NodeFailure::new(
+                        FailureKind::Other,
+                        format!("local write: {join}"),
+                    ))
                 }
             }
         }

@@ -546,7 +546,8 @@ async fn units_on_this_host_are_written_into_their_files_with_their_checksums() 
             files += 1;
         }
         let tmp = cluster.disk_dir(id).join("tmp");
-        let left: Vec<_> = std::fs::read_dir(&tmp).map(|d| d.flatten().collect()).unwrap_or_default();
+        let left: Vec<_> =
+            std::fs::read_dir(&tmp).map(|d| d.flatten().collect()).unwrap_or_default();
         assert!(left.is_empty(), "node {id} keeps no temp file: {left:?}");
     }
     assert!(files as u64 >= hits - before.0, "{files} unit files");
@@ -554,7 +555,8 @@ async fn units_on_this_host_are_written_into_their_files_with_their_checksums() 
     // A unit that exists already: refused as over HTTP (409), the stored one untouched.
     let object = cluster.client.meta.get_object("bkt", "o3").await.unwrap();
     let unit = object.units[&weft_layout::UnitId::Data(0)].clone();
-    let again = cluster.client.nodes.put(&unit, bytes::Bytes::from(vec![7u8; unit.len as usize])).await;
+    let again =
+        cluster.client.nodes.put(&unit, bytes::Bytes::from(vec![7u8; unit.len as usize])).await;
     assert_eq!(again.unwrap_err().kind, weft_client::node::FailureKind::Exists);
     assert_eq!(get(&cluster, "bkt", "o3", None).await, pattern(sizes[3], 63));
 

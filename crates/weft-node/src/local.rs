@@ -432,9 +432,11 @@ async fn write_session(
                 false => Vec::new(), // refused by finish_shared, which names the lengths
             };
             let finishing = disk.clone();
-            api::run_blocking(move || Ok(writer.finish_shared(&body[..head_len.min(body.len())], sums)?))
-                .await
-                .map_err(|error| api::after_mutation(&finishing, error))
+            api::run_blocking(move || {
+                Ok(writer.finish_shared(&body[..head_len.min(body.len())], sums)?)
+            })
+            .await
+            .map_err(|error| api::after_mutation(&finishing, error))
         }
     };
     match result {
@@ -485,7 +487,8 @@ async fn read_finish(
                 }
                 let value = |name: &str| {
                     let found = request.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name));
-                    found.and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse::<u64>().ok())
+                    found
+                        .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse::<u64>().ok())
                 };
                 if !finish {
                     let errno = value(ERRNO_HEADER).and_then(|e| i32::try_from(e).ok());

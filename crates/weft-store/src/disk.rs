@@ -1189,7 +1189,8 @@ impl UnitWriter {
             while !rest.is_empty() {
                 let room = (segment_bytes - self.written_bytes % segment_bytes) as usize;
                 let (now, later) = rest.split_at(room.min(rest.len()));
-                self.segment_checksum = weft_wire::checksum::crc32c_append(self.segment_checksum, now);
+                self.segment_checksum =
+                    weft_wire::checksum::crc32c_append(self.segment_checksum, now);
                 self.written_bytes += now.len() as u64;
                 if self.written_bytes.is_multiple_of(segment_bytes) {
                     self.checksums.push(self.segment_checksum);
@@ -1259,7 +1260,13 @@ impl UnitWriter {
             return self.abandon(failed);
         }
         let path = self.tmp_path.clone();
-        StoreError::Io { dir: self.disk.inner.dir.clone(), key: Some(self.key), op: "write", path, source: error }
+        StoreError::Io {
+            dir: self.disk.inner.dir.clone(),
+            key: Some(self.key),
+            op: "write",
+            path,
+            source: error,
+        }
     }
 
     /// Writes the full stage and empties it. The stage at offset 0 keeps back its first

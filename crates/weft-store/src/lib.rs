@@ -29,8 +29,8 @@ pub mod lstor;
 pub mod raidp;
 
 pub use disk::{
-    Capacity, CapacityState, Disk, ListedUnit, Result, ScrubProgress, ScrubReport, Thresholds,
-    SharedWrite, UnitCheck, UnitInfo, UnitReader, UnitWriter, Usage, WholeSegments, DISK_MARKER,
+    Capacity, CapacityState, Disk, ListedUnit, Result, ScrubProgress, ScrubReport, SharedWrite,
+    Thresholds, UnitCheck, UnitInfo, UnitReader, UnitWriter, Usage, WholeSegments, DISK_MARKER,
     DISK_MARKER_FILE, FANOUT_DIRS, FULL_HOLD_MS, STAGE_BYTES,
 };
 pub use error::StoreError;

@@ -885,7 +885,8 @@ fn crcs(data: &[u8]) -> Vec<u32> {
 fn units_written_through_the_shared_descriptor_make_the_same_file_as_put() {
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (a, b) = (Disk::open(dir_a.path()).unwrap(), Disk::open(dir_b.path()).unwrap());
-    let lengths = [0usize, 1, 100, DIRECT_ALIGN - 89, DIRECT_ALIGN, 65_536, 3 * 65_536 + 7, 2_000_011];
+    let lengths =
+        [0usize, 1, 100, DIRECT_ALIGN - 89, DIRECT_ALIGN, 65_536, 3 * 65_536 + 7, 2_000_011];
     for (i, len) in lengths.into_iter().enumerate() {
         let key = UnitKey::parity(79, i as u32, 2, 3);
         let data = random_bytes(len, 70 + i as u64);
@@ -893,11 +894,18 @@ fn units_written_through_the_shared_descriptor_make_the_same_file_as_put() {
         let writer = b.create(key, len as u64).unwrap();
         let shared = writer.shared().expect("a real file has a descriptor");
         assert_eq!(shared.data_offset, header_bytes(len as u64));
-        assert!((shared.data_offset + shared.head_bytes).is_multiple_of(DIRECT_ALIGN as u64) || shared.head_bytes == len as u64);
+        assert!(
+            (shared.data_offset + shared.head_bytes).is_multiple_of(DIRECT_ALIGN as u64)
+                || shared.head_bytes == len as u64
+        );
         let head = write_shared(&shared, &data);
         let info = writer.finish_shared(&head, crcs(&data)).unwrap();
         assert_eq!(info, put, "len {len}");
-        assert_eq!(fs::read(a.unit_path(&key)).unwrap(), fs::read(b.unit_path(&key)).unwrap(), "len {len}");
+        assert_eq!(
+            fs::read(a.unit_path(&key)).unwrap(),
+            fs::read(b.unit_path(&key)).unwrap(),
+            "len {len}"
+        );
         assert_eq!(b.read(key, 0, len).unwrap(), data);
     }
     assert!(tmp_files(dir_b.path()).is_empty());
