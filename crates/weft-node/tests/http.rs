@@ -1108,3 +1108,189 @@ async fn checksummed_answers_send_corrupt_whole_segments_with_their_stored_check
     assert_eq!((body["error"].as_str(), body["segment"].as_u64()), (Some("corrupt"), Some(2)));
     node.node.stop().await.unwrap();
 }
+
+/// A blocking connection to the node's local socket (`\0weft-node-<port>`).
+fn local_socket(node: &TestNode) -> std::os::unix::net::UnixStream {
+    use std::os::linux::net::SocketAddrExt;
+    let name = format!("weft-node-{}", node.node.local_addr().port());
+    let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let stream = std::os::unix::net::UnixStream::connect_addr(&address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream
+}
+
+/// Reads one answer head and body (Content-Length), and the descriptor riding on it.
+fn local_answer(
+    stream: &std::os::unix::net::UnixStream,
+) -> (u16, std::collections::HashMap<String, String>, Vec<u8>, Option<std::fs::File>) {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let mut bytes: Vec<u8> = Vec::new();
+    let mut file = None;
+    loop {
+        let mut buf = [0u8; 8192];
+        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+        let mut control = [0u64; 8];
+        // SAFETY: the msghdr points at `iov` and `control`, which outlive the call.
+        let read = unsafe {
+            let mut message: libc::msghdr = std::mem::zeroed();
+            message.msg_iov = &mut iov;
+            message.msg_iovlen = 1;
+            message.msg_control = control.as_mut_ptr().cast();
+            message.msg_controllen = std::mem::size_of_val(&control) as _;
+            let read = libc::recvmsg(stream.as_raw_fd(), &mut message, libc::MSG_CMSG_CLOEXEC);
+            let cmsg = libc::CMSG_FIRSTHDR(&message);
+            if read > 0 && !cmsg.is_null() && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>());
+                file = Some(std::fs::File::from_raw_fd(fd));
+            }
+            read
+        };
+        assert!(read > 0, "the node closed the local connection");
+        bytes.extend_from_slice(&buf[..read as usize]);
+        let mut slots = [httparse::EMPTY_HEADER; 16];
+        let mut response = httparse::Response::new(&mut slots);
+        if let httparse::Status::Complete(head) = response.parse(&bytes).unwrap() {
+            let headers: std::collections::HashMap<String, String> = response
+                .headers
+                .iter()
+                .map(|h| (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).into()))
+                .collect();
+            let body_len: usize = headers["content-length"].parse().unwrap();
+            if bytes.len() >= head + body_len {
+                let status = response.code.unwrap();
+                return (status, headers, bytes[head..head + body_len].to_vec(), file);
+            }
+        }
+    }
+}
+
+/// Writes `data` into a granted temp file as a local writer must (aligned blocks past the
+/// head, from aligned memory) and returns the finish body (head bytes, then every segment's
+/// CRC-32C).
+fn write_granted(
+    file: &std::fs::File,
+    headers: &std::collections::HashMap<String, String>,
+    data: &[u8],
+) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let number = |name: &str| headers[name].parse::<usize>().unwrap();
+    let (offset, head, align) =
+        (number("x-weft-data-offset"), number("x-weft-head-bytes"), number("x-weft-direct-align"));
+    let whole_in_head = head == data.len();
+    assert!((offset + head) % align == 0 || whole_in_head, "the writer's part is aligned");
+    if data.len() > head {
+        let rest = &data[head..];
+        let mut buf: Vec<u8> = Vec::with_capacity(rest.len() + 2 * align);
+        let start = buf.as_ptr().align_offset(align);
+        buf.resize(start, 0);
+        buf.extend_from_slice(rest);
+        buf.resize(start + rest.len().next_multiple_of(align), 0);
+        file.write_all_at(&buf[start..], (offset + head) as u64).unwrap();
+    }
+    let segment = number("x-weft-segment-bytes");
+    let mut body = data[..head.min(data.len())].to_vec();
+    for chunk in data.chunks(segment) {
+        body.extend_from_slice(&crc32c::crc32c(chunk).to_le_bytes());
+    }
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_writes_grant_the_temp_file_and_finish_as_a_put() {
+    use std::io::Write;
+    let node = start().await;
+    let mut stream = local_socket(&node);
+    let ask = |stream: &mut std::os::unix::net::UnixStream, key: UnitKey, len: usize| {
+        let path = format!("/v1/disks/0/units/{key}");
+        let signed = node.signed_lines("PUT", &path);
+        let head = format!("PUT {path} HTTP/1.1\r\nx-weft-local-write: {len}\r\n{signed}\r\n");
+        stream.write_all(head.as_bytes()).unwrap();
+        local_answer(stream)
+    };
+    let finish = |stream: &mut std::os::unix::net::UnixStream, key: UnitKey, body: &[u8]| {
+        let head = format!(
+            "PUT /v1/disks/0/units/{key}?finish HTTP/1.1\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        stream.write_all(body).unwrap();
+        local_answer(stream)
+    };
+
+    // Granted, written here, finished: stored as a PUT would store it, read over HTTP.
+    let tmp = node.disks[0].join("tmp");
+    for (i, len) in [1usize, 3000, 65_536, 300_001].into_iter().enumerate() {
+        let key = UnitKey::data(0x10ca1, i as u32, 1);
+        let data = pattern(len, i as u8);
+        let (status, headers, body, file) = ask(&mut stream, key, len);
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        let file = file.expect("the grant carries the temp file's descriptor");
+        assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 1, "the temp file is in tmp/");
+        let finish_body = write_granted(&file, &headers, &data);
+        drop(file);
+        let (status, headers, body, file) = finish(&mut stream, key, &finish_body);
+        assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+        assert!(file.is_none());
+        assert_eq!(headers["x-weft-generation"], "1");
+        let info: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(info["len_bytes"], len);
+        let read = node.get(0, key, None).await;
+        assert_eq!(read.status(), StatusCode::OK);
+        assert_eq!(read.bytes().await.unwrap().as_ref(), data, "len {len}");
+        assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0);
+    }
+
+    // An existing unit is refused as a PUT refuses it: 409, no descriptor.
+    let (status, _, body, file) = ask(&mut stream, UnitKey::data(0x10ca1, 0, 1), 1);
+    assert_eq!((status, file.is_none()), (409, true), "{}", String::from_utf8_lossy(&body));
+
+    // A finish whose checksum table does not fit the unit: 400, nothing stored.
+    let key = UnitKey::data(0x10ca1, 9, 1);
+    let data = pattern(200_000, 9);
+    let (status, headers, _, file) = ask(&mut stream, key, data.len());
+    assert_eq!(status, 200);
+    let mut finish_body = write_granted(&file.unwrap(), &headers, &data);
+    finish_body.truncate(finish_body.len() - 4);
+    let (status, _, body, _) = finish(&mut stream, key, &finish_body);
+    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(error_body_of(&body)["error"], "length_mismatch");
+    assert_eq!(node.get(0, key, None).await.status(), StatusCode::NOT_FOUND);
+
+    // A connection that goes away before its finish: the temp file goes with it.
+    let mut other = local_socket(&node);
+    let (status, headers, _, file) = ask(&mut other, key, data.len());
+    assert_eq!(status, 200);
+    write_granted(&file.unwrap(), &headers, &data);
+    drop(other);
+    for _ in 0..100 {
+        if std::fs::read_dir(&tmp).unwrap().count() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "the abandoned temp file is gone");
+    assert_eq!(node.get(0, key, None).await.status(), StatusCode::NOT_FOUND);
+
+    // An unsigned ask is refused without a descriptor.
+    let head = format!("PUT /v1/disks/0/units/{key} HTTP/1.1\r\nx-weft-local-write: 5\r\n\r\n");
+    stream.write_all(head.as_bytes()).unwrap();
+    let (status, _, _, file) = local_answer(&stream);
+    assert_eq!((status, file.is_none()), (401, true));
+
+    // A writer that met ENOSPC: the disk is full (507), as if the node had met it.
+    let (status, _, _, file) = ask(&mut stream, key, data.len());
+    assert_eq!(status, 200);
+    drop(file);
+    let abort = format!("PUT /v1/disks/0/units/{key}?abort HTTP/1.1\r\nx-weft-errno: 28\r\n\r\n");
+    stream.write_all(abort.as_bytes()).unwrap();
+    let (status, _, body, _) = local_answer(&stream);
+    assert_eq!(status, 507, "{}", String::from_utf8_lossy(&body));
+    let (status, _, _, file) = ask(&mut stream, UnitKey::data(0x10ca1, 10, 1), 10);
+    assert_eq!((status, file.is_none()), (507, true), "the full disk takes no new unit");
+    assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0);
+    assert_eq!(node.get(0, UnitKey::data(0x10ca1, 3, 1), None).await.status(), StatusCode::OK);
+}
+
+fn error_body_of(body: &[u8]) -> Value {
+    serde_json::from_slice(body).unwrap()
+}
