@@ -10,6 +10,9 @@
 //!   has one ([`crate::digest::check_unit`]): bytes a node returns under a unit's key are
 //!   trusted only as far as its checksums go for partial ranges, never for whole units.
 //! - A streamed PUT returns the digest of exactly the bytes it sent.
+//! - A unit whose node is on this host is read from, and written into, its file
+//!   (crate::local) unless the node refuses; a refused local write goes over HTTP, a granted
+//!   one fails as its node would have answered (a cut-short stream is never the node's fault).
 
 use std::{fmt, sync::Arc, time::Duration};
 
@@ -204,8 +207,8 @@ pub struct NodeClient {
     secret: ClusterSecret,
     /// The client's modeled link (down: unit bytes received, up: sent), when it has one.
     link: Option<std::sync::Arc<ClientLink>>,
-    /// Reads of units on nodes of this host, from the unit files (crate::local); None when
-    /// `WEFT_LOCAL_READS=off`.
+    /// Reads and writes of units on nodes of this host, in the unit files (crate::local);
+    /// None when both `WEFT_LOCAL_READS=off` and `WEFT_LOCAL_WRITES=off`.
     local: Option<std::sync::Arc<crate::local::LocalIo>>,
 }
 
