@@ -239,20 +239,8 @@ fn connect(port: u16) -> io::Result<UnixStream> {
 
 /// Asks for the unit's descriptor. Ok(None): the node refused (the HTTP read will say why).
 fn ask(stream: &mut UnixStream, path: &str, signer: &Signer) -> io::Result<Option<Grant>> {
-    let unsigned = weft_auth::UNSIGNED_PAYLOAD;
-    let authorization = signer.authorization("GET", path, "", unsigned);
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nhost: local\r\nx-weft-checksums: crc32c\r\n\
-         {}: {authorization}\r\n{}: {unsigned}\r\n\r\n",
-        weft_auth::AUTHORIZATION_HEADER,
-        weft_auth::CONTENT_HASH_HEADER,
-    );
-    stream.write_all(request.as_bytes())?;
-    let mut answer = read_answer(stream)?;
-    if answer.status != 200 {
-        return Ok(None);
-    }
-    let file = answer.one_file()?;
+    let granted = signed_ask(stream, signer, "GET", path, "x-weft-checksums: crc32c")?;
+    let Some((file, answer)) = granted else { return Ok(None) };
     let fields = (
         answer.number("x-weft-data-offset"),
         answer.number("x-weft-unit-length"),
@@ -271,6 +259,32 @@ fn ask(stream: &mut UnixStream, path: &str, signer: &Signer) -> io::Result<Optio
         .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
         .collect();
     Ok(Some(Grant { file, data_offset, unit_len, segment, sums }))
+}
+
+/// Sends the signed, bodiless head `method path` with the header line `extra`, and reads
+/// the answer: the descriptor it grants with the answer, or Ok(None) when the node refused.
+fn signed_ask(
+    stream: &mut UnixStream,
+    signer: &Signer,
+    method: &str,
+    path: &str,
+    extra: &str,
+) -> io::Result<Option<(File, Answer)>> {
+    let unsigned = weft_auth::UNSIGNED_PAYLOAD;
+    let authorization = signer.authorization(method, path, "", unsigned);
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: local\r\n{extra}\r\n\
+         {}: {authorization}\r\n{}: {unsigned}\r\n\r\n",
+        weft_auth::AUTHORIZATION_HEADER,
+        weft_auth::CONTENT_HASH_HEADER,
+    );
+    stream.write_all(request.as_bytes())?;
+    let mut answer = read_answer(stream)?;
+    if answer.status != 200 {
+        return Ok(None);
+    }
+    let file = answer.one_file()?;
+    Ok(Some((file, answer)))
 }
 
 /// A node's answer on its local socket: an HTTP/1.1 head, a body of its Content-Length, and
@@ -628,20 +642,8 @@ fn begin_on(
     signer: &Signer,
     len: u64,
 ) -> io::Result<Option<Began>> {
-    let unsigned = weft_auth::UNSIGNED_PAYLOAD;
-    let authorization = signer.authorization("PUT", path, "", unsigned);
-    let request = format!(
-        "PUT {path} HTTP/1.1\r\nhost: local\r\nx-weft-local-write: {len}\r\n\
-         {}: {authorization}\r\n{}: {unsigned}\r\n\r\n",
-        weft_auth::AUTHORIZATION_HEADER,
-        weft_auth::CONTENT_HASH_HEADER,
-    );
-    stream.write_all(request.as_bytes())?;
-    let mut answer = read_answer(stream)?;
-    if answer.status != 200 {
-        return Ok(None);
-    }
-    let file = answer.one_file()?;
+    let granted = signed_ask(stream, signer, "PUT", path, &format!("x-weft-local-write: {len}"))?;
+    let Some((file, answer)) = granted else { return Ok(None) };
     let fields = (
         answer.number("x-weft-data-offset"),
         answer.number("x-weft-head-bytes"),
@@ -715,6 +717,16 @@ impl LocalWrite {
             }
         }
         Ok(full)
+    }
+
+    /// The whole unit at once: its stages written here, then the finish. Blocking.
+    pub(crate) fn write_whole(mut self, bytes: &[u8], local: &LocalIo) -> Result<(), WriteFailed> {
+        for (stage, at) in self.push(bytes).map_err(WriteFailed::Cut)? {
+            if let Err(error) = write_stage(&self.file, stage, at) {
+                return Err(self.abort(error));
+            }
+        }
+        self.finish(local)
     }
 
     /// A stage written, for reuse.

@@ -475,19 +475,8 @@ impl NodeClient {
         if let Some((local, port, path, signer)) = self.local_target(unit) {
             let whole = bytes.clone();
             let written = tokio::task::spawn_blocking(move || {
-                let mut write = local.begin_write(port, &path, &signer, whole.len() as u64)?;
-                let file = write.file();
-                let mut written = write.push(&whole).map_err(WriteFailed::Cut);
-                if let Ok(full) = &mut written {
-                    for (stage, at) in full.drain(..) {
-                        if let Err(error) = crate::local::write_stage(&file, stage, at) {
-                            drop(file);
-                            return Some(Err(write.abort(error)));
-                        }
-                    }
-                }
-                drop(file);
-                Some(written.and_then(|_| write.finish(&local)))
+                let write = local.begin_write(port, &path, &signer, whole.len() as u64)?;
+                Some(write.write_whole(&whole, &local))
             })
             .await;
             match written {

@@ -538,18 +538,24 @@ where
     })
 }
 
-/// The put phase, the get phase (verified), then the deletes; results for the ops asked.
-#[allow(clippy::too_many_arguments)]
-async fn run_cell(
-    http: &reqwest::Client,
-    target: &Target,
-    bucket: &str,
-    bodies: &Arc<Bodies>,
+/// One cell of the run: a target, an object size and a number of clients, and what its
+/// phases share.
+struct CellRun<'a> {
+    http: &'a reqwest::Client,
+    target: &'a Target,
+    bucket: &'a str,
+    bodies: &'a Arc<Bodies>,
     object_size: usize,
     clients: usize,
     duration: Duration,
+}
+
+/// The put phase, the get phase (verified), then the deletes; results for the ops asked.
+async fn run_cell(
+    cell: &CellRun<'_>,
     down: Option<&DownNodes>,
 ) -> Result<(PhaseResult, PhaseResult, Option<PhaseResult>), CliError> {
+    let CellRun { http, target, bucket, bodies, object_size, clients, duration } = *cell;
     let pids = target.pids.pids(target.name);
     let next = Arc::new(AtomicU64::new(0));
     // Deletes are done when answered (weft removes the units, MinIO its parts), so the
@@ -585,8 +591,7 @@ async fn run_cell(
     let written = next.load(Ordering::Relaxed);
     put.stored_bytes =
         stored_before.map(|before| tree_bytes(&target.data_dirs).saturating_sub(before));
-    let get =
-        get_phase(http, target, bucket, bodies, object_size, clients, duration, written).await?;
+    let get = get_phase(cell, written).await?;
     let degraded = match down {
         Some(down) => {
             // weft node stop and meta's answers are blocking calls.
@@ -594,10 +599,7 @@ async fn run_cell(
             tokio::task::spawn_blocking(move || stopping.stop())
                 .await
                 .map_err(|e| cli_error!("stopping nodes failed: {e}"))??;
-            Some(
-                get_phase(http, target, bucket, bodies, object_size, clients, duration, written)
-                    .await?,
-            )
+            Some(get_phase(cell, written).await?)
         }
         None => None,
     };
@@ -688,17 +690,8 @@ impl DownNodes {
 
 /// One get phase: `clients` loops reading the `written` objects of the put phase, every
 /// byte compared with what was written.
-#[allow(clippy::too_many_arguments)]
-async fn get_phase(
-    http: &reqwest::Client,
-    target: &Target,
-    bucket: &str,
-    bodies: &Arc<Bodies>,
-    object_size: usize,
-    clients: usize,
-    duration: Duration,
-    written: u64,
-) -> Result<PhaseResult, CliError> {
+async fn get_phase(cell: &CellRun<'_>, written: u64) -> Result<PhaseResult, CliError> {
+    let CellRun { http, target, bucket, bodies, object_size, clients, duration } = *cell;
     let pids = target.pids.pids(target.name);
     let (http, target, bodies) = (http.clone(), target.clone(), bodies.clone());
     let bucket = bucket.to_owned();
@@ -1086,17 +1079,16 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
                         );
                     }
                     let down = down.as_ref().filter(|_| t == 0);
-                    let (put, get, down_get) = run_cell(
-                        &http,
+                    let cell = CellRun {
+                        http: &http,
                         target,
-                        &args.bucket,
-                        &bodies,
-                        size,
+                        bucket: &args.bucket,
+                        bodies: &bodies,
+                        object_size: size,
                         clients,
                         duration,
-                        down,
-                    )
-                    .await?;
+                    };
+                    let (put, get, down_get) = run_cell(&cell, down).await?;
                     results[t][c].0.push(put);
                     results[t][c].1.push(get);
                     degraded[c].extend(down_get);
