@@ -26,7 +26,10 @@ use s3s::{s3_error, S3Error, S3Result};
 use tokio::sync::mpsc;
 use weft_client::{Client, PutOptions, PutStats};
 
-use crate::{attributes::Attributes, gateway::s3_error_of, md5::Md5};
+use crate::{
+    attributes::Attributes, gateway::s3_error_of, md5::Md5, signed_payload::PayloadMd5,
+    signed_payload::PAYLOAD_MISMATCH,
+};
 
 /// Body chunks buffered between the socket and the writer.
 pub const BODY_CHUNKS_IN_FLIGHT: usize = 16;
@@ -42,11 +45,20 @@ pub const MD5_CHUNKS_IN_FLIGHT: usize = 32;
 /// thread fed the chunks through a bounded channel.
 enum BodyMd5 {
     Inline(Md5),
-    Beside { chunks: mpsc::Sender<Bytes>, hashed: tokio::task::JoinHandle<[u8; 16]> },
+    /// Computed as the body passed, where its signed SHA-256 was checked
+    /// ([`crate::signed_payload`]).
+    Upstream(PayloadMd5),
+    Beside {
+        chunks: mpsc::Sender<Bytes>,
+        hashed: tokio::task::JoinHandle<[u8; 16]>,
+    },
 }
 
 impl BodyMd5 {
-    fn new(size: u64) -> BodyMd5 {
+    fn new(size: u64, upstream: Option<PayloadMd5>) -> BodyMd5 {
+        if let Some(upstream) = upstream {
+            return BodyMd5::Upstream(upstream);
+        }
         if size < PARALLEL_MD5_MIN_BYTES {
             return BodyMd5::Inline(Md5::new());
         }
@@ -64,6 +76,7 @@ impl BodyMd5 {
     async fn update(&mut self, chunk: &Bytes) -> S3Result<()> {
         match self {
             BodyMd5::Inline(md5) => md5.update(chunk),
+            BodyMd5::Upstream(_) => {}
             BodyMd5::Beside { chunks, .. } => chunks
                 .send(chunk.clone())
                 .await
@@ -76,6 +89,9 @@ impl BodyMd5 {
     async fn finish(self) -> S3Result<[u8; 16]> {
         match self {
             BodyMd5::Inline(md5) => Ok(md5.finalize()),
+            BodyMd5::Upstream(md5) => {
+                md5.get().ok_or_else(|| s3_error!(InternalError, "the body's MD5 was not computed"))
+            }
             BodyMd5::Beside { chunks, hashed } => {
                 drop(chunks);
                 hashed.await.map_err(|e| s3_error!(InternalError, "the MD5 thread failed: {e}"))
@@ -132,8 +148,48 @@ impl CommitAttributes {
     }
 }
 
-/// Writes exactly `size` bytes of `body` as (bucket, key), checking `expected_md5` (the
-/// request's Content-MD5) before the write can commit, and committing `attributes` with it.
+/// What a body is checked against besides its length, and where its MD5 comes from.
+#[derive(Debug, Clone, Default)]
+pub struct BodyChecks {
+    /// The request's Content-MD5.
+    pub content_md5: Option<[u8; 16]>,
+    /// The MD5 the signed-payload check computes as the body passes (a request taken over
+    /// by [`crate::signed_payload`]); None: [`put_stream`] hashes the body itself.
+    pub upstream_md5: Option<PayloadMd5>,
+}
+
+impl BodyChecks {
+    /// The checks of a request with Content-MD5 `header` (see [`content_md5`]) and
+    /// `extensions`.
+    pub fn of_request(
+        header: Option<&str>,
+        headers: &http::HeaderMap,
+        extensions: &http::Extensions,
+    ) -> S3Result<BodyChecks> {
+        Ok(BodyChecks {
+            content_md5: content_md5(header, headers)?,
+            upstream_md5: extensions.get::<PayloadMd5>().cloned(),
+        })
+    }
+}
+
+/// The refusal of a body that failed while read.
+fn body_refusal(error: &impl std::fmt::Display) -> S3Error {
+    let reason = error.to_string();
+    // Ours (a request taken over by signed_payload) or s3s's own check's.
+    if reason == PAYLOAD_MISMATCH || reason.ends_with("Sha256Mismatch") {
+        let mut error = S3Error::with_message(
+            s3s::S3ErrorCode::Custom("XAmzContentSHA256Mismatch".into()),
+            reason,
+        );
+        error.set_status_code(http::StatusCode::BAD_REQUEST);
+        return error;
+    }
+    s3_error!(IncompleteBody, "reading the body failed: {reason}")
+}
+
+/// Writes exactly `size` bytes of `body` as (bucket, key), checking `checks` (the request's
+/// Content-MD5) before the write can commit, and committing `attributes` with it.
 #[allow(clippy::too_many_arguments)]
 pub async fn put_stream<S, E>(
     client: &Client,
@@ -142,13 +198,14 @@ pub async fn put_stream<S, E>(
     size: u64,
     mut body: S,
     mut options: PutOptions,
-    expected_md5: Option<[u8; 16]>,
+    checks: BodyChecks,
     attributes: Option<CommitAttributes>,
 ) -> S3Result<Streamed>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
+    let expected_md5 = checks.content_md5;
     let slot: Option<weft_client::AttributesSlot> =
         attributes.as_ref().map(|_| std::sync::Arc::new(std::sync::OnceLock::new()));
     options.attributes = slot.clone();
@@ -161,8 +218,7 @@ where
         // An empty object may commit without reading: check the body before writing.
         let mut md5 = Md5::new();
         while let Some(chunk) = body.next().await {
-            let chunk =
-                chunk.map_err(|e| s3_error!(IncompleteBody, "reading the body failed: {e}"))?;
+            let chunk = chunk.map_err(|e| body_refusal(&e))?;
             if !chunk.is_empty() {
                 return Err(s3_error!(
                     IncompleteBody,
@@ -191,7 +247,7 @@ where
         let reader = ChannelReader { chunks: rx, current: Bytes::new() };
         tokio::spawn(async move { client.put_reader(&bucket, &key, size, reader, &options).await })
     };
-    let mut md5 = BodyMd5::new(size);
+    let mut md5 = BodyMd5::new(size, checks.upstream_md5);
     let mut received: u64 = 0;
     let mut held: Option<Bytes> = None;
     let mut refused: Option<S3Error> = None;
@@ -219,7 +275,7 @@ where
                 }
             }
             Err(error) => {
-                refused = Some(s3_error!(IncompleteBody, "reading the body failed: {error}"));
+                refused = Some(body_refusal(&error));
                 break;
             }
         }

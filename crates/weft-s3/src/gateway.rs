@@ -27,7 +27,7 @@ use crate::{
     access::{acl_record_name, shown_acl, AclCache, AclRequest, BucketAccess},
     acl::Acl,
     attributes::{self, Attributes},
-    body::{content_md5, put_stream, CommitAttributes},
+    body::{put_stream, BodyChecks, CommitAttributes},
     cors::{self, CorsCache, CorsConfig},
     keys::MetaAuth,
     lifecycle::{self, LifecycleConfig},
@@ -637,7 +637,7 @@ impl Gateway {
         size: u64,
         body: S,
         policy: Option<StripedLayout>,
-        expected_md5: Option<[u8; 16]>,
+        checks: BodyChecks,
         shown: Attributes,
         etag: Option<String>,
         precondition: Option<Precondition>,
@@ -650,7 +650,7 @@ impl Gateway {
         let options = PutOptions { policy, precondition, lock, ..PutOptions::default() };
         let commit = CommitAttributes { attributes: shown, etag };
         let written =
-            put_stream(&self.client, bucket, key, size, body, options, expected_md5, Some(commit))
+            put_stream(&self.client, bucket, key, size, body, options, checks, Some(commit))
                 .await?;
         let object = &written.stats.object;
         Attributes::of_json(&object.raw)
@@ -677,7 +677,7 @@ impl Gateway {
         number: i32,
         size: u64,
         body: S,
-        expected_md5: Option<[u8; 16]>,
+        checks: BodyChecks,
     ) -> S3Result<Attributes>
     where
         S: futures_util::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
@@ -693,7 +693,7 @@ impl Gateway {
                 size,
                 body,
                 Some(policy),
-                expected_md5,
+                checks,
                 Attributes::default(),
                 None,
                 None,
@@ -1328,13 +1328,13 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let policy =
             self.policy_for(req.credentials.as_ref(), &req.headers, &req.input.bucket).await?;
-        let (input, headers) = (req.input, req.headers);
+        let (input, headers, extensions) = (req.input, req.headers, req.extensions);
         check_key(&input.key)?;
         // Refused before the body is read: the client hears NoSuchBucket at once instead
         // of a connection cut while it sends.
         self.client.meta.get_bucket(&input.bucket).await.map_err(s3_error_of)?;
         let size = body_size(input.content_length, "PutObject")?;
-        let expected_md5 = content_md5(input.content_md5.as_deref(), &headers)?;
+        let checks = BodyChecks::of_request(input.content_md5.as_deref(), &headers, &extensions)?;
         let precondition = self
             .write_precondition(
                 &input.bucket,
@@ -1369,7 +1369,7 @@ impl S3 for Gateway {
                 size,
                 body,
                 policy,
-                expected_md5,
+                checks,
                 shown,
                 None,
                 precondition,
@@ -1759,7 +1759,7 @@ impl S3 for Gateway {
                 size,
                 stream,
                 policy,
-                None,
+                BodyChecks::default(),
                 shown,
                 etag,
                 precondition,
@@ -2397,13 +2397,13 @@ impl S3 for Gateway {
         &self,
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
-        let (input, headers) = (req.input, req.headers);
+        let (input, headers, extensions) = (req.input, req.headers, req.extensions);
         check_part_number(input.part_number)?;
         let upload = self.upload_of(&input.bucket, &input.key, &input.upload_id).await?;
         let size = body_size(input.content_length, "UploadPart")?;
-        let expected_md5 = content_md5(input.content_md5.as_deref(), &headers)?;
+        let checks = BodyChecks::of_request(input.content_md5.as_deref(), &headers, &extensions)?;
         let body = request_body(input.body, input.content_length, &headers);
-        let shown = self.write_part(&upload, input.part_number, size, body, expected_md5).await?;
+        let shown = self.write_part(&upload, input.part_number, size, body, checks).await?;
         Ok(S3Response::new(UploadPartOutput {
             e_tag: Some(ETag::Strong(shown.etag)),
             ..Default::default()
@@ -2438,7 +2438,9 @@ impl S3 for Gateway {
             Some(range) => copy_source_range(range, object.size)?,
         };
         let stream = self.client.object_stream(object, start, end - start);
-        let shown = self.write_part(&upload, input.part_number, end - start, stream, None).await?;
+        let shown = self
+            .write_part(&upload, input.part_number, end - start, stream, BodyChecks::default())
+            .await?;
         Ok(S3Response::new(UploadPartCopyOutput {
             copy_part_result: Some(CopyPartResult {
                 e_tag: Some(ETag::Strong(shown.etag)),
@@ -2551,7 +2553,7 @@ impl S3 for Gateway {
                     size,
                     stream,
                     Some(policy),
-                    None,
+                    BodyChecks::default(),
                     shown,
                     Some(etag),
                     precondition,

@@ -12,6 +12,9 @@
 //!   one ordinary weft object and then deletes them.
 //! - [`body`]: request bodies stream into weft-client's `put_reader` through a bounded
 //!   channel, and objects stream out in bounded pieces: no object is ever held whole.
+//! - [`signed_payload`]: a PUT signed with its body's SHA-256 is verified here, re-signed
+//!   as `UNSIGNED-PAYLOAD` for s3s, and its body checked and MD5-hashed in one pass
+//!   ([`md5_sha256`]); [`sigv4`] holds the signing pieces.
 //! - [`cors`]: a bucket's CORS configuration is a meta record (namespace `bucket_config`);
 //!   this wrapper answers preflights (`OPTIONS`) itself and adds `Access-Control-*` headers
 //!   to the responses of requests with an `Origin` that a rule allows.
@@ -30,7 +33,10 @@
 //!   key) answer 501 NotImplemented. Object lock is done, and enforced by meta
 //!   ([`object_lock`]).
 //! - No request that fails creates an object: bodies that are short, long or fail their
-//!   Content-MD5 never let the write commit (the last bytes are held back until checked).
+//!   Content-MD5 or signed SHA-256 never let the write commit (the last bytes are held back
+//!   until checked).
+//! - s3s checks the signature of every request but OPTIONS; [`signed_payload`] re-signs
+//!   only a request whose own signature it verified first.
 //! - Anonymous requests are refused (s3s's default access check once auth is set), but for
 //!   one kind: a CORS preflight (`OPTIONS`, which browsers send without credentials, as S3
 //!   answers it). Every `OPTIONS` is answered here and never reaches s3s; it reads only the
@@ -50,9 +56,12 @@ pub mod keys;
 pub mod lifecycle;
 pub mod listing;
 pub mod md5;
+pub mod md5_sha256;
 pub mod multipart;
 pub mod object_lock;
 pub mod policy;
+pub mod signed_payload;
+pub mod sigv4;
 pub mod tagging;
 pub mod versioning;
 
@@ -396,16 +405,19 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
     let local = listener
         .local_addr()
         .map_err(|source| GatewayError::Bind { listen: config.listen, source })?;
-    let (service, cors) = {
+    let (service, cors, keys) = {
         let keys = keys::MetaAuth::new(client.meta.clone(), config.secret.seal_key());
         let gateway = Gateway::new(client.clone(), keys.clone());
         let cors = gateway.cors().clone();
         let access = gateway.clone();
         let mut builder = s3s::service::S3ServiceBuilder::new(gateway);
-        builder.set_auth(keys);
+        builder.set_auth(keys.clone());
         builder.set_access(access);
-        (builder.build(), cors)
+        (builder.build(), cors, keys)
     };
+    // Signed payloads hashed once (see signed_payload); `WEFT_S3_HASH_ONCE=off` leaves
+    // every request to s3s as it came.
+    let hash_once = std::env::var("WEFT_S3_HASH_ONCE").map_or(true, |v| v != "off");
     let (stop, mut stopped) = watch::channel(false);
     let task = tokio::spawn(async move {
         let http = ConnBuilder::new(TokioExecutor::new());
@@ -420,9 +432,9 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
                 },
                 _ = stopped.changed() => break,
             };
-            let (service, cors) = (service.clone(), cors.clone());
+            let (service, cors, keys) = (service.clone(), cors.clone(), keys.clone());
             let handler = hyper::service::service_fn(move |request| {
-                let (service, cors) = (service.clone(), cors.clone());
+                let (service, cors, keys) = (service.clone(), cors.clone(), keys.clone());
                 async move {
                     let request_id = new_request_id();
                     let http_error = |e: s3s::S3Error| s3s::HttpError::new(Box::new(e));
@@ -462,7 +474,11 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
                     let sends_body = sends_body(&request);
                     let attributes = asks_object_attributes(&request);
                     let form = is_form_upload(&request);
-                    let mut response = service.call(request.map(s3s::Body::from)).await?;
+                    let mut request = request.map(s3s::Body::from);
+                    if hash_once {
+                        signed_payload::take_over(&mut request, &keys).await;
+                    }
+                    let mut response = service.call(request).await?;
                     if attributes {
                         unquote_attributes_etag(&mut response);
                     }

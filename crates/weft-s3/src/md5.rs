@@ -31,126 +31,162 @@ static K: [u32; 64] = [
 ];
 
 /// The state an MD5 starts from (RFC 1321 §3.3).
-const INITIAL: [u32; 4] = [0x6745_2301, 0xefcd_ab89, 0x98ba_dcfe, 0x1032_5476];
+pub(crate) const INITIAL: [u32; 4] = [0x6745_2301, 0xefcd_ab89, 0x98ba_dcfe, 0x1032_5476];
+
+/// One MD5 step: `a = b + ((a + m + k + fun(b, c, d)) <<< s)`, with everything that does not
+/// need `b` added first (see the module header). `fun` is `f`, `g`, `h` or `i` (RFC 1321).
+macro_rules! step {
+    (f, $a:ident, $b:ident, $c:ident, $d:ident, $m:expr, $k:expr, $s:expr) => {
+        $a = $a
+            .wrapping_add($m.wrapping_add($k))
+            .wrapping_add((($c ^ $d) & $b) ^ $d)
+            .rotate_left($s)
+            .wrapping_add($b);
+    };
+    (g, $a:ident, $b:ident, $c:ident, $d:ident, $m:expr, $k:expr, $s:expr) => {
+        $a = $a
+            .wrapping_add($m.wrapping_add($k))
+            .wrapping_add($c & !$d)
+            .wrapping_add($d & $b)
+            .rotate_left($s)
+            .wrapping_add($b);
+    };
+    (h, $a:ident, $b:ident, $c:ident, $d:ident, $m:expr, $k:expr, $s:expr) => {
+        $a = $a
+            .wrapping_add($m.wrapping_add($k))
+            .wrapping_add(($c ^ $d) ^ $b)
+            .rotate_left($s)
+            .wrapping_add($b);
+    };
+    (i, $a:ident, $b:ident, $c:ident, $d:ident, $m:expr, $k:expr, $s:expr) => {
+        $a = $a
+            .wrapping_add($m.wrapping_add($k))
+            .wrapping_add($c ^ ($b | !$d))
+            .rotate_left($s)
+            .wrapping_add($b);
+    };
+}
+pub(crate) use step;
+
+/// The 64 steps of one block over the message words `$m` and the constants `$k`, updating
+/// `$a`..`$d` (the caller adds the block's starting state afterwards). `$hook!(q)` is
+/// expanded before steps 4q..4q+3 for q in 0..16: another hash interleaves its own rounds
+/// with MD5's dependency chain there ([`crate::md5_sha256`]); [`compress`] passes a hook
+/// that expands to nothing.
+macro_rules! block {
+    ($a:ident, $b:ident, $c:ident, $d:ident, $m:ident, $k:ident, $hook:ident) => {
+        $hook!(0);
+        $crate::md5::step!(f, $a, $b, $c, $d, $m[0], $k[0], 7);
+        $crate::md5::step!(f, $d, $a, $b, $c, $m[1], $k[1], 12);
+        $crate::md5::step!(f, $c, $d, $a, $b, $m[2], $k[2], 17);
+        $crate::md5::step!(f, $b, $c, $d, $a, $m[3], $k[3], 22);
+        $hook!(1);
+        $crate::md5::step!(f, $a, $b, $c, $d, $m[4], $k[4], 7);
+        $crate::md5::step!(f, $d, $a, $b, $c, $m[5], $k[5], 12);
+        $crate::md5::step!(f, $c, $d, $a, $b, $m[6], $k[6], 17);
+        $crate::md5::step!(f, $b, $c, $d, $a, $m[7], $k[7], 22);
+        $hook!(2);
+        $crate::md5::step!(f, $a, $b, $c, $d, $m[8], $k[8], 7);
+        $crate::md5::step!(f, $d, $a, $b, $c, $m[9], $k[9], 12);
+        $crate::md5::step!(f, $c, $d, $a, $b, $m[10], $k[10], 17);
+        $crate::md5::step!(f, $b, $c, $d, $a, $m[11], $k[11], 22);
+        $hook!(3);
+        $crate::md5::step!(f, $a, $b, $c, $d, $m[12], $k[12], 7);
+        $crate::md5::step!(f, $d, $a, $b, $c, $m[13], $k[13], 12);
+        $crate::md5::step!(f, $c, $d, $a, $b, $m[14], $k[14], 17);
+        $crate::md5::step!(f, $b, $c, $d, $a, $m[15], $k[15], 22);
+        $hook!(4);
+        $crate::md5::step!(g, $a, $b, $c, $d, $m[1], $k[16], 5);
+        $crate::md5::step!(g, $d, $a, $b, $c, $m[6], $k[17], 9);
+        $crate::md5::step!(g, $c, $d, $a, $b, $m[11], $k[18], 14);
+        $crate::md5::step!(g, $b, $c, $d, $a, $m[0], $k[19], 20);
+        $hook!(5);
+        $crate::md5::step!(g, $a, $b, $c, $d, $m[5], $k[20], 5);
+        $crate::md5::step!(g, $d, $a, $b, $c, $m[10], $k[21], 9);
+        $crate::md5::step!(g, $c, $d, $a, $b, $m[15], $k[22], 14);
+        $crate::md5::step!(g, $b, $c, $d, $a, $m[4], $k[23], 20);
+        $hook!(6);
+        $crate::md5::step!(g, $a, $b, $c, $d, $m[9], $k[24], 5);
+        $crate::md5::step!(g, $d, $a, $b, $c, $m[14], $k[25], 9);
+        $crate::md5::step!(g, $c, $d, $a, $b, $m[3], $k[26], 14);
+        $crate::md5::step!(g, $b, $c, $d, $a, $m[8], $k[27], 20);
+        $hook!(7);
+        $crate::md5::step!(g, $a, $b, $c, $d, $m[13], $k[28], 5);
+        $crate::md5::step!(g, $d, $a, $b, $c, $m[2], $k[29], 9);
+        $crate::md5::step!(g, $c, $d, $a, $b, $m[7], $k[30], 14);
+        $crate::md5::step!(g, $b, $c, $d, $a, $m[12], $k[31], 20);
+        $hook!(8);
+        $crate::md5::step!(h, $a, $b, $c, $d, $m[5], $k[32], 4);
+        $crate::md5::step!(h, $d, $a, $b, $c, $m[8], $k[33], 11);
+        $crate::md5::step!(h, $c, $d, $a, $b, $m[11], $k[34], 16);
+        $crate::md5::step!(h, $b, $c, $d, $a, $m[14], $k[35], 23);
+        $hook!(9);
+        $crate::md5::step!(h, $a, $b, $c, $d, $m[1], $k[36], 4);
+        $crate::md5::step!(h, $d, $a, $b, $c, $m[4], $k[37], 11);
+        $crate::md5::step!(h, $c, $d, $a, $b, $m[7], $k[38], 16);
+        $crate::md5::step!(h, $b, $c, $d, $a, $m[10], $k[39], 23);
+        $hook!(10);
+        $crate::md5::step!(h, $a, $b, $c, $d, $m[13], $k[40], 4);
+        $crate::md5::step!(h, $d, $a, $b, $c, $m[0], $k[41], 11);
+        $crate::md5::step!(h, $c, $d, $a, $b, $m[3], $k[42], 16);
+        $crate::md5::step!(h, $b, $c, $d, $a, $m[6], $k[43], 23);
+        $hook!(11);
+        $crate::md5::step!(h, $a, $b, $c, $d, $m[9], $k[44], 4);
+        $crate::md5::step!(h, $d, $a, $b, $c, $m[12], $k[45], 11);
+        $crate::md5::step!(h, $c, $d, $a, $b, $m[15], $k[46], 16);
+        $crate::md5::step!(h, $b, $c, $d, $a, $m[2], $k[47], 23);
+        $hook!(12);
+        $crate::md5::step!(i, $a, $b, $c, $d, $m[0], $k[48], 6);
+        $crate::md5::step!(i, $d, $a, $b, $c, $m[7], $k[49], 10);
+        $crate::md5::step!(i, $c, $d, $a, $b, $m[14], $k[50], 15);
+        $crate::md5::step!(i, $b, $c, $d, $a, $m[5], $k[51], 21);
+        $hook!(13);
+        $crate::md5::step!(i, $a, $b, $c, $d, $m[12], $k[52], 6);
+        $crate::md5::step!(i, $d, $a, $b, $c, $m[3], $k[53], 10);
+        $crate::md5::step!(i, $c, $d, $a, $b, $m[10], $k[54], 15);
+        $crate::md5::step!(i, $b, $c, $d, $a, $m[1], $k[55], 21);
+        $hook!(14);
+        $crate::md5::step!(i, $a, $b, $c, $d, $m[8], $k[56], 6);
+        $crate::md5::step!(i, $d, $a, $b, $c, $m[15], $k[57], 10);
+        $crate::md5::step!(i, $c, $d, $a, $b, $m[6], $k[58], 15);
+        $crate::md5::step!(i, $b, $c, $d, $a, $m[13], $k[59], 21);
+        $hook!(15);
+        $crate::md5::step!(i, $a, $b, $c, $d, $m[4], $k[60], 6);
+        $crate::md5::step!(i, $d, $a, $b, $c, $m[11], $k[61], 10);
+        $crate::md5::step!(i, $c, $d, $a, $b, $m[2], $k[62], 15);
+        $crate::md5::step!(i, $b, $c, $d, $a, $m[9], $k[63], 21);
+    };
+}
+pub(crate) use block;
+
+/// The message words of one block (little-endian).
+#[inline(always)]
+pub(crate) fn words(block: &[u8; 64]) -> [u32; 16] {
+    let mut m = [0u32; 16];
+    for (word, bytes) in m.iter_mut().zip(block.as_chunks::<4>().0) {
+        *word = u32::from_le_bytes(*bytes);
+    }
+    m
+}
+
+/// The round constants, read through a reference the optimizer cannot see through (see the
+/// module header).
+#[inline(always)]
+pub(crate) fn constants() -> &'static [u32; 64] {
+    std::hint::black_box(&K)
+}
 
 /// MD5's block function over whole 64-byte blocks.
-fn compress(state: &mut [u32; 4], blocks: &[[u8; 64]]) {
-    // Opaque to the optimizer: see the module header.
-    let k: &[u32; 64] = std::hint::black_box(&K);
+pub(crate) fn compress(state: &mut [u32; 4], blocks: &[[u8; 64]]) {
+    macro_rules! nothing {
+        ($q:expr) => {};
+    }
+    let k = constants();
     let [mut a, mut b, mut c, mut d] = *state;
     for block in blocks {
-        let mut m = [0u32; 16];
-        for (word, bytes) in m.iter_mut().zip(block.as_chunks::<4>().0) {
-            *word = u32::from_le_bytes(*bytes);
-        }
+        let m = words(block);
         let (a0, b0, c0, d0) = (a, b, c, d);
-        // Each step: a = b + ((a + m + k + fun(b, c, d)) <<< s), with everything that does
-        // not need b added first.
-        macro_rules! f {
-            ($a:ident, $b:ident, $c:ident, $d:ident, $m:expr, $k:expr, $s:expr) => {
-                $a = $a
-                    .wrapping_add($m.wrapping_add($k))
-                    .wrapping_add((($c ^ $d) & $b) ^ $d)
-                    .rotate_left($s)
-                    .wrapping_add($b);
-            };
-        }
-        macro_rules! g {
-            ($a:ident, $b:ident, $c:ident, $d:ident, $m:expr, $k:expr, $s:expr) => {
-                $a = $a
-                    .wrapping_add($m.wrapping_add($k))
-                    .wrapping_add($c & !$d)
-                    .wrapping_add($d & $b)
-                    .rotate_left($s)
-                    .wrapping_add($b);
-            };
-        }
-        macro_rules! h {
-            ($a:ident, $b:ident, $c:ident, $d:ident, $m:expr, $k:expr, $s:expr) => {
-                $a = $a
-                    .wrapping_add($m.wrapping_add($k))
-                    .wrapping_add(($c ^ $d) ^ $b)
-                    .rotate_left($s)
-                    .wrapping_add($b);
-            };
-        }
-        macro_rules! i {
-            ($a:ident, $b:ident, $c:ident, $d:ident, $m:expr, $k:expr, $s:expr) => {
-                $a = $a
-                    .wrapping_add($m.wrapping_add($k))
-                    .wrapping_add($c ^ ($b | !$d))
-                    .rotate_left($s)
-                    .wrapping_add($b);
-            };
-        }
-        // Round 1.
-        f!(a, b, c, d, m[0], k[0], 7);
-        f!(d, a, b, c, m[1], k[1], 12);
-        f!(c, d, a, b, m[2], k[2], 17);
-        f!(b, c, d, a, m[3], k[3], 22);
-        f!(a, b, c, d, m[4], k[4], 7);
-        f!(d, a, b, c, m[5], k[5], 12);
-        f!(c, d, a, b, m[6], k[6], 17);
-        f!(b, c, d, a, m[7], k[7], 22);
-        f!(a, b, c, d, m[8], k[8], 7);
-        f!(d, a, b, c, m[9], k[9], 12);
-        f!(c, d, a, b, m[10], k[10], 17);
-        f!(b, c, d, a, m[11], k[11], 22);
-        f!(a, b, c, d, m[12], k[12], 7);
-        f!(d, a, b, c, m[13], k[13], 12);
-        f!(c, d, a, b, m[14], k[14], 17);
-        f!(b, c, d, a, m[15], k[15], 22);
-        // Round 2.
-        g!(a, b, c, d, m[1], k[16], 5);
-        g!(d, a, b, c, m[6], k[17], 9);
-        g!(c, d, a, b, m[11], k[18], 14);
-        g!(b, c, d, a, m[0], k[19], 20);
-        g!(a, b, c, d, m[5], k[20], 5);
-        g!(d, a, b, c, m[10], k[21], 9);
-        g!(c, d, a, b, m[15], k[22], 14);
-        g!(b, c, d, a, m[4], k[23], 20);
-        g!(a, b, c, d, m[9], k[24], 5);
-        g!(d, a, b, c, m[14], k[25], 9);
-        g!(c, d, a, b, m[3], k[26], 14);
-        g!(b, c, d, a, m[8], k[27], 20);
-        g!(a, b, c, d, m[13], k[28], 5);
-        g!(d, a, b, c, m[2], k[29], 9);
-        g!(c, d, a, b, m[7], k[30], 14);
-        g!(b, c, d, a, m[12], k[31], 20);
-        // Round 3.
-        h!(a, b, c, d, m[5], k[32], 4);
-        h!(d, a, b, c, m[8], k[33], 11);
-        h!(c, d, a, b, m[11], k[34], 16);
-        h!(b, c, d, a, m[14], k[35], 23);
-        h!(a, b, c, d, m[1], k[36], 4);
-        h!(d, a, b, c, m[4], k[37], 11);
-        h!(c, d, a, b, m[7], k[38], 16);
-        h!(b, c, d, a, m[10], k[39], 23);
-        h!(a, b, c, d, m[13], k[40], 4);
-        h!(d, a, b, c, m[0], k[41], 11);
-        h!(c, d, a, b, m[3], k[42], 16);
-        h!(b, c, d, a, m[6], k[43], 23);
-        h!(a, b, c, d, m[9], k[44], 4);
-        h!(d, a, b, c, m[12], k[45], 11);
-        h!(c, d, a, b, m[15], k[46], 16);
-        h!(b, c, d, a, m[2], k[47], 23);
-        // Round 4.
-        i!(a, b, c, d, m[0], k[48], 6);
-        i!(d, a, b, c, m[7], k[49], 10);
-        i!(c, d, a, b, m[14], k[50], 15);
-        i!(b, c, d, a, m[5], k[51], 21);
-        i!(a, b, c, d, m[12], k[52], 6);
-        i!(d, a, b, c, m[3], k[53], 10);
-        i!(c, d, a, b, m[10], k[54], 15);
-        i!(b, c, d, a, m[1], k[55], 21);
-        i!(a, b, c, d, m[8], k[56], 6);
-        i!(d, a, b, c, m[15], k[57], 10);
-        i!(c, d, a, b, m[6], k[58], 15);
-        i!(b, c, d, a, m[13], k[59], 21);
-        i!(a, b, c, d, m[4], k[60], 6);
-        i!(d, a, b, c, m[11], k[61], 10);
-        i!(c, d, a, b, m[2], k[62], 15);
-        i!(b, c, d, a, m[9], k[63], 21);
+        block!(a, b, c, d, m, k, nothing);
         a = a.wrapping_add(a0);
         b = b.wrapping_add(b0);
         c = c.wrapping_add(c0);

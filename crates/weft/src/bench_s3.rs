@@ -32,11 +32,11 @@ use std::{
 
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
-use hmac::{Hmac, KeyInit, Mac};
 use rand::{rngs::StdRng, RngCore, SeedableRng};
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use weft_s3::sigv4;
 
 use crate::{cli_error, cluster_cli::MetaUrlArgs, parse_size, CliError};
 
@@ -157,37 +157,6 @@ impl std::fmt::Debug for Signer {
     }
 }
 
-type HmacSha256 = Hmac<Sha256>;
-
-fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
-    let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length");
-    mac.update(data);
-    mac.finalize().into_bytes().to_vec()
-}
-
-/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian.
-fn civil_date(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let mp = (5 * day_of_year + 2) / 153;
-    let day = (day_of_year - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-/// `20261127T193000Z` for a time.
-fn amz_date(time: SystemTime) -> String {
-    let secs = time.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
-    let (y, m, d) = civil_date(secs.div_euclid(86_400));
-    let s = secs.rem_euclid(86_400);
-    format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z", s / 3600, s / 60 % 60, s % 60)
-}
-
 impl Signer {
     /// The headers (x-amz-date, x-amz-content-sha256, authorization) of a request whose path
     /// is `path` (already percent-encoded), with no query string.
@@ -197,22 +166,15 @@ impl Signer {
         path: &str,
         payload_sha256: &str,
     ) -> [(&'static str, String); 3] {
-        let date = amz_date(SystemTime::now());
+        let date = sigv4::amz_date(SystemTime::now());
         let day = &date[..8];
         let scope = format!("{day}/{}/s3/aws4_request", self.region);
         let canonical = format!(
             "{method}\n{path}\n\nhost:{}\nx-amz-content-sha256:{payload_sha256}\nx-amz-date:{date}\n\nhost;x-amz-content-sha256;x-amz-date\n{payload_sha256}",
             self.host
         );
-        let to_sign = format!(
-            "AWS4-HMAC-SHA256\n{date}\n{scope}\n{}",
-            hex::encode(Sha256::digest(canonical.as_bytes()))
-        );
-        let mut key = hmac(format!("AWS4{}", self.secret_key).as_bytes(), day.as_bytes());
-        for part in [self.region.as_str(), "s3", "aws4_request"] {
-            key = hmac(&key, part.as_bytes());
-        }
-        let signature = hex::encode(hmac(&key, to_sign.as_bytes()));
+        let key = sigv4::signing_key(&self.secret_key, day, &self.region, "s3");
+        let signature = sigv4::signature(&key, &date, &scope, &canonical);
         let authorization = format!(
             "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={signature}",
             self.access_key
@@ -1189,18 +1151,6 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dates_are_civil() {
-        assert_eq!(civil_date(0), (1970, 1, 1));
-        assert_eq!(civil_date(59), (1970, 3, 1));
-        assert_eq!(civil_date(11_016), (2000, 2, 29));
-        // 2026-11-27 is day 20_784.
-        assert_eq!(civil_date(20_784), (2026, 11, 27));
-        let t =
-            SystemTime::UNIX_EPOCH + Duration::from_secs(20_784 * 86_400 + 19 * 3600 + 31 * 60 + 5);
-        assert_eq!(amz_date(t), "20261127T193105Z");
-    }
 
     #[test]
     fn bodies_differ_and_hash_as_sent() {

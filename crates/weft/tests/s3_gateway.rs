@@ -891,6 +891,8 @@ fn bench_s3_measures_puts_and_verified_gets_with_server_cpu_and_cleans_up() {
     let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
     assert!(left.is_empty(), "left behind in TMPDIR: {left:?}");
 
+    signed_payloads_are_checked_once_and_unsigned_bytes_never_stored(&cluster);
+
     // --down-nodes stops nodes for good, so it takes one cell and no peer.
     let refused = cluster.weft(&["bench", "s3", "--clients", "1,8", "--down-nodes", "1"]);
     assert!(!refused.status.success());
@@ -923,4 +925,89 @@ fn bench_s3_measures_puts_and_verified_gets_with_server_cpu_and_cleans_up() {
     assert!((ratio - expected).abs() <= 0.01 * expected + 0.01, "{degraded}");
     let status = cluster.weft_json(&["status", "--json"]);
     assert_eq!(status["nodes_up"], 3, "the stopped node stays down: {status}");
+}
+
+/// A raw SigV4 request to the cluster's gateway with `declared` as its payload hash.
+fn raw_signed(
+    conf: &Value,
+    method: &str,
+    path: &str,
+    body: Vec<u8>,
+    declared: &str,
+) -> reqwest::blocking::Response {
+    use weft_s3::sigv4;
+    let endpoint = conf["endpoint"].as_str().unwrap();
+    let host = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    let region = conf["region"].as_str().unwrap();
+    let date = sigv4::amz_date(std::time::SystemTime::now());
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("host", host.parse().unwrap());
+    headers.insert("x-amz-content-sha256", declared.parse().unwrap());
+    headers.insert("x-amz-date", date.parse().unwrap());
+    let signed = "host;x-amz-content-sha256;x-amz-date";
+    let canonical = sigv4::canonical_request(method, path, "", &headers, signed, declared).unwrap();
+    let scope = format!("{}/{region}/s3/aws4_request", &date[..8]);
+    let key = sigv4::signing_key(conf["secret_key"].as_str().unwrap(), &date[..8], region, "s3");
+    let authorization = format!(
+        "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders={signed}, Signature={}",
+        conf["access_key"].as_str().unwrap(),
+        sigv4::signature(&key, &date, &scope, &canonical)
+    );
+    headers.insert("authorization", authorization.parse().unwrap());
+    headers.remove("host");
+    reqwest::blocking::Client::new()
+        .request(method.parse().unwrap(), format!("{endpoint}{path}"))
+        .headers(headers)
+        .body(body)
+        .send()
+        .unwrap()
+}
+
+/// Signed payloads (x-amz-content-sha256 = the body's SHA-256) of PUTs large enough to be
+/// checked and MD5-hashed in one pass (weft_s3::signed_payload): the bytes and the MD5 ETag
+/// are right, a body that is not the one signed is refused with XAmzContentSHA256Mismatch
+/// and stores nothing, and a wrong signature is still refused.
+fn signed_payloads_are_checked_once_and_unsigned_bytes_never_stored(cluster: &Cluster) {
+    use sha2::{Digest, Sha256};
+    let conf = s3_conf(cluster);
+    let bucket_made =
+        raw_signed(&conf, "PUT", "/one-pass", vec![], &hex::encode(Sha256::digest(b"")));
+    assert!(bucket_made.status().is_success(), "{:?}", bucket_made.text());
+    let data = bytes(29, 700_001);
+    let declared = hex::encode(Sha256::digest(&data));
+    let put = raw_signed(&conf, "PUT", "/one-pass/a%20key", data.clone(), &declared);
+    assert_eq!(put.status(), 200, "{:?}", put.text());
+    let etag = put.headers()["etag"].to_str().unwrap().to_owned();
+    assert_eq!(etag, format!("\"{}\"", md5_hex(&data)));
+    let empty = hex::encode(Sha256::digest(b""));
+    let got = raw_signed(&conf, "GET", "/one-pass/a%20key", vec![], &empty);
+    assert_eq!(got.status(), 200);
+    assert!(got.bytes().unwrap().as_ref() == data.as_slice(), "the bytes read back differ");
+
+    // One bit differs from the body signed: refused, and nothing is stored.
+    let mut other = data.clone();
+    other[654_321] ^= 0x10;
+    let refused = raw_signed(&conf, "PUT", "/one-pass/tampered", other, &declared);
+    assert_eq!(refused.status(), 400);
+    let text = refused.text().unwrap();
+    assert!(text.contains("XAmzContentSHA256Mismatch"), "{text}");
+    let absent = raw_signed(&conf, "GET", "/one-pass/tampered", vec![], &empty);
+    assert_eq!(absent.status(), 404);
+    // A replaced object keeps its old bytes when the new body is not the signed one.
+    let mut other = data.clone();
+    other[0] ^= 1;
+    let refused = raw_signed(&conf, "PUT", "/one-pass/a%20key", other, &declared);
+    assert_eq!(refused.status(), 400);
+    let got = raw_signed(&conf, "GET", "/one-pass/a%20key", vec![], &empty);
+    assert!(got.bytes().unwrap().as_ref() == data.as_slice(), "the old bytes stay");
+
+    // A wrong signature is refused as ever.
+    let mut wrong = conf.clone();
+    wrong["secret_key"] = Value::from("not-the-secret");
+    let refused = raw_signed(&wrong, "PUT", "/one-pass/forged", data, &declared);
+    assert_eq!(refused.status(), 403);
+    let absent = raw_signed(&conf, "GET", "/one-pass/forged", vec![], &empty);
+    assert_eq!(absent.status(), 404);
+    let cleaned = raw_signed(&conf, "DELETE", "/one-pass/a%20key", vec![], &empty);
+    assert!(cleaned.status().is_success());
 }

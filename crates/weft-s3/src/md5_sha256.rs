@@ -1,0 +1,352 @@
+//! MD5 and SHA-256 of one message in one pass, for signed S3 payloads: the gateway must
+//! check a signed payload's SHA-256 and computes its MD5 for the ETag, the two largest costs
+//! per byte of a PUT.
+//!
+//! MD5 is one long dependency chain (module [`crate::md5`]): a core running it alone leaves
+//! most of its execution ports idle. SHA-256 with the SHA extensions (`sha256rnds2`) runs on
+//! the vector ports. Where the CPU has them, [`Md5Sha256`] runs one SHA-256 quad-round
+//! between every four MD5 steps of the same 64-byte block, so the SHA rounds fill the gaps
+//! of the MD5 chain: measured on the project machine (2026-11-29), MD5 alone 560–580 MB/s,
+//! SHA-256 alone (`sha2`, SHA-NI) 1250–1280 MB/s, the two one after the other 385–400 MB/s,
+//! interleaved 515–520 MB/s — a quarter less CPU per byte for both. Elsewhere the two run one
+//! after the other over each batch of blocks (our MD5 and the `sha2` crate's block function).
+//!
+//! Invariants:
+//! - [`Md5Sha256`] fed any split of a message gives [`crate::md5::digest`] and the SHA-256
+//!   of the whole message, with either kernel (tested against the `md-5` and `sha2` crates
+//!   on every length to 300 and on random splits).
+//! - The interleaved kernel runs only where the CPU reports SHA, SSSE3 and SSE4.1 at run
+//!   time; the build needs no CPU feature.
+
+use sha2::Digest as _;
+
+use crate::md5;
+
+/// Which block function a hasher uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// MD5 steps and SHA-NI rounds interleaved (x86-64 with SHA, SSSE3, SSE4.1).
+    Interleaved,
+    /// MD5, then SHA-256, over each batch of blocks: any CPU.
+    Apart,
+}
+
+impl Kernel {
+    /// The fastest kernel this CPU runs.
+    pub fn best() -> Kernel {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("sha")
+            && std::is_x86_feature_detected!("ssse3")
+            && std::is_x86_feature_detected!("sse4.1")
+        {
+            return Kernel::Interleaved;
+        }
+        Kernel::Apart
+    }
+}
+
+/// SHA-256's initial state (FIPS 180-4 §5.3.3).
+const SHA256_INITIAL: [u32; 8] = [
+    0x6a09_e667,
+    0xbb67_ae85,
+    0x3c6e_f372,
+    0xa54f_f53a,
+    0x510e_527f,
+    0x9b05_688c,
+    0x1f83_d9ab,
+    0x5be0_cd19,
+];
+
+/// The MD5 and the SHA-256 of a message given in pieces, in order.
+#[derive(Clone, Debug)]
+pub struct Md5Sha256 {
+    md5: [u32; 4],
+    sha256: [u32; 8],
+    /// Bytes of a block not yet complete: `buffer[..buffered]`.
+    buffer: [u8; 64],
+    buffered: usize,
+    /// Message bytes so far.
+    len: u64,
+    kernel: Kernel,
+}
+
+impl Default for Md5Sha256 {
+    fn default() -> Md5Sha256 {
+        Md5Sha256::new()
+    }
+}
+
+impl Md5Sha256 {
+    /// A hasher with the fastest kernel this CPU runs.
+    pub fn new() -> Md5Sha256 {
+        Md5Sha256::with_kernel(Kernel::best())
+    }
+
+    /// A hasher with `kernel`; [`Kernel::Interleaved`] where the CPU lacks it falls back to
+    /// [`Kernel::Apart`].
+    pub fn with_kernel(kernel: Kernel) -> Md5Sha256 {
+        let kernel = if kernel == Kernel::Interleaved { Kernel::best() } else { kernel };
+        Md5Sha256 {
+            md5: md5::INITIAL,
+            sha256: SHA256_INITIAL,
+            buffer: [0; 64],
+            buffered: 0,
+            len: 0,
+            kernel,
+        }
+    }
+
+    /// The kernel in use.
+    pub fn kernel(&self) -> Kernel {
+        self.kernel
+    }
+
+    fn compress(&mut self, blocks: &[[u8; 64]]) {
+        match self.kernel {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `Kernel::best` chose Interleaved only after detecting every feature
+            // the function enables.
+            Kernel::Interleaved => unsafe { interleaved(&mut self.md5, &mut self.sha256, blocks) },
+            _ => {
+                md5::compress(&mut self.md5, blocks);
+                sha2::block_api::compress256(&mut self.sha256, blocks);
+            }
+        }
+    }
+
+    /// Adds the next piece of the message.
+    pub fn update(&mut self, mut data: &[u8]) {
+        self.len = self.len.wrapping_add(data.len() as u64);
+        if self.buffered > 0 {
+            let take = (64 - self.buffered).min(data.len());
+            self.buffer[self.buffered..self.buffered + take].copy_from_slice(&data[..take]);
+            self.buffered += take;
+            data = &data[take..];
+            if self.buffered < 64 {
+                return;
+            }
+            let block = self.buffer;
+            self.compress(&[block]);
+            self.buffered = 0;
+        }
+        let (blocks, rest) = data.as_chunks::<64>();
+        self.compress(blocks);
+        self.buffer[..rest.len()].copy_from_slice(rest);
+        self.buffered = rest.len();
+    }
+
+    /// The MD5 and the SHA-256 of everything added.
+    pub fn finalize(mut self) -> ([u8; 16], [u8; 32]) {
+        let bits = self.len.wrapping_mul(8);
+        // Both pad alike (a 1 bit, zeros to 56 bytes mod 64, the length in bits) but for
+        // the length's byte order: MD5 little-endian, SHA-256 big-endian.
+        let mut tail = [0u8; 128];
+        tail[..self.buffered].copy_from_slice(&self.buffer[..self.buffered]);
+        tail[self.buffered] = 0x80;
+        let end = if self.buffered < 56 { 64 } else { 128 };
+        tail[end - 8..end].copy_from_slice(&bits.to_le_bytes());
+        md5::compress(&mut self.md5, tail[..end].as_chunks::<64>().0);
+        tail[end - 8..end].copy_from_slice(&bits.to_be_bytes());
+        sha2::block_api::compress256(&mut self.sha256, tail[..end].as_chunks::<64>().0);
+        let mut md5 = [0u8; 16];
+        for (bytes, word) in md5.as_chunks_mut::<4>().0.iter_mut().zip(self.md5) {
+            *bytes = word.to_le_bytes();
+        }
+        let mut sha256 = [0u8; 32];
+        for (bytes, word) in sha256.as_chunks_mut::<4>().0.iter_mut().zip(self.sha256) {
+            *bytes = word.to_be_bytes();
+        }
+        (md5, sha256)
+    }
+}
+
+/// The SHA-256 of `data` (the `sha2` crate).
+pub fn sha256(data: &[u8]) -> [u8; 32] {
+    sha2::Sha256::digest(data).into()
+}
+
+/// SHA-256's 64 round constants (FIPS 180-4 §4.2.2).
+#[cfg(target_arch = "x86_64")]
+static SHA256_K: [u32; 64] = [
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+];
+
+/// MD5 and SHA-256 over whole blocks, one SHA-256 quad-round (four rounds, with the message
+/// schedule for the next four words) before every four MD5 steps.
+///
+/// The SHA state is kept as the SHA extensions want it: one register holds the words
+/// A, B, E, F and the other C, D, G, H.
+///
+/// # Safety
+/// The CPU must have SHA, SSSE3 and SSE4.1.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sha,ssse3,sse4.1")]
+unsafe fn interleaved(md5_state: &mut [u32; 4], sha_state: &mut [u32; 8], blocks: &[[u8; 64]]) {
+    use std::arch::x86_64::*;
+    let k = md5::constants();
+    let [mut a, mut b, mut c, mut d] = *md5_state;
+    // Big-endian words from the block's bytes.
+    let byte_swap = _mm_set_epi64x(0x0c0d_0e0f_0809_0a0b, 0x0405_0607_0001_0203);
+    // SAFETY (all loads and stores below): unaligned 16-byte accesses inside `sha_state`
+    // (8 words), `SHA256_K` (64 words) and a 64-byte block.
+    let (abef, cdgh) = unsafe {
+        let abcd = _mm_shuffle_epi32(_mm_loadu_si128(sha_state.as_ptr().cast()), 0xB1);
+        let efgh = _mm_shuffle_epi32(_mm_loadu_si128(sha_state.as_ptr().add(4).cast()), 0x1B);
+        (_mm_alignr_epi8(abcd, efgh, 8), _mm_blend_epi16(efgh, abcd, 0xF0))
+    };
+    let (mut abef, mut cdgh) = (abef, cdgh);
+    let round_k = |q: usize| unsafe { _mm_loadu_si128(SHA256_K.as_ptr().add(4 * q).cast()) };
+    for block in blocks {
+        let m = md5::words(block);
+        let (a0, b0, c0, d0) = (a, b, c, d);
+        let (abef0, cdgh0) = (abef, cdgh);
+        let load = |i: usize| unsafe {
+            _mm_shuffle_epi8(_mm_loadu_si128(block.as_ptr().add(16 * i).cast()), byte_swap)
+        };
+        let (mut w0, mut w1, mut w2, mut w3) = (load(0), load(1), load(2), load(3));
+        // Four rounds with message words w (+ constants of quad-round q).
+        macro_rules! rounds {
+            ($w:ident, $q:expr) => {{
+                let wk = _mm_add_epi32($w, round_k($q));
+                cdgh = _mm_sha256rnds2_epu32(cdgh, abef, wk);
+                abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(wk, 0x0E));
+            }};
+        }
+        // The next four schedule words into $n (holding W[t-16..t-12]) from W[t-12..t-8]
+        // ($n1), W[t-8..t-4] ($n2) and W[t-4..t] ($n3), then their rounds.
+        macro_rules! scheduled {
+            ($n:ident, $n1:ident, $n2:ident, $n3:ident, $q:expr) => {{
+                let sum =
+                    _mm_add_epi32(_mm_sha256msg1_epu32($n, $n1), _mm_alignr_epi8($n3, $n2, 4));
+                $n = _mm_sha256msg2_epu32(sum, $n3);
+                rounds!($n, $q);
+            }};
+        }
+        macro_rules! sha_quad {
+            (0) => {
+                rounds!(w0, 0)
+            };
+            (1) => {
+                rounds!(w1, 1)
+            };
+            (2) => {
+                rounds!(w2, 2)
+            };
+            (3) => {
+                rounds!(w3, 3)
+            };
+            (4) => {
+                scheduled!(w0, w1, w2, w3, 4)
+            };
+            (5) => {
+                scheduled!(w1, w2, w3, w0, 5)
+            };
+            (6) => {
+                scheduled!(w2, w3, w0, w1, 6)
+            };
+            (7) => {
+                scheduled!(w3, w0, w1, w2, 7)
+            };
+            (8) => {
+                scheduled!(w0, w1, w2, w3, 8)
+            };
+            (9) => {
+                scheduled!(w1, w2, w3, w0, 9)
+            };
+            (10) => {
+                scheduled!(w2, w3, w0, w1, 10)
+            };
+            (11) => {
+                scheduled!(w3, w0, w1, w2, 11)
+            };
+            (12) => {
+                scheduled!(w0, w1, w2, w3, 12)
+            };
+            (13) => {
+                scheduled!(w1, w2, w3, w0, 13)
+            };
+            (14) => {
+                scheduled!(w2, w3, w0, w1, 14)
+            };
+            (15) => {
+                scheduled!(w3, w0, w1, w2, 15)
+            };
+        }
+        md5::block!(a, b, c, d, m, k, sha_quad);
+        a = a.wrapping_add(a0);
+        b = b.wrapping_add(b0);
+        c = c.wrapping_add(c0);
+        d = d.wrapping_add(d0);
+        abef = _mm_add_epi32(abef, abef0);
+        cdgh = _mm_add_epi32(cdgh, cdgh0);
+    }
+    *md5_state = [a, b, c, d];
+    let feba = _mm_shuffle_epi32(abef, 0x1B);
+    let dchg = _mm_shuffle_epi32(cdgh, 0xB1);
+    // SAFETY: 16-byte stores inside `sha_state`.
+    unsafe {
+        _mm_storeu_si128(sha_state.as_mut_ptr().cast(), _mm_blend_epi16(feba, dchg, 0xF0));
+        _mm_storeu_si128(sha_state.as_mut_ptr().add(4).cast(), _mm_alignr_epi8(dchg, feba, 8));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use md5_reference::Digest as _;
+
+    fn reference(data: &[u8]) -> ([u8; 16], [u8; 32]) {
+        (md5_reference::Md5::digest(data).into(), sha256(data))
+    }
+
+    fn kernels() -> Vec<Kernel> {
+        let mut kernels = vec![Kernel::Apart];
+        if Kernel::best() == Kernel::Interleaved {
+            kernels.push(Kernel::Interleaved);
+        } else {
+            eprintln!("this CPU lacks SHA/SSE4.1: only the Apart kernel is tested");
+        }
+        kernels
+    }
+
+    #[test]
+    fn every_length_around_the_padding_boundaries_matches_both_references() {
+        let data: Vec<u8> =
+            (0..300u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        for kernel in kernels() {
+            for len in 0..=data.len() {
+                let mut hasher = Md5Sha256::with_kernel(kernel);
+                assert_eq!(hasher.kernel(), kernel);
+                hasher.update(&data[..len]);
+                assert_eq!(hasher.finalize(), reference(&data[..len]), "{kernel:?} length {len}");
+            }
+        }
+    }
+
+    #[test]
+    fn any_split_of_a_message_gives_the_whole_message_digests() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(29);
+        for kernel in kernels() {
+            for _ in 0..100 {
+                let len = rng.gen_range(0..20_000);
+                let data: Vec<u8> = (0..len).map(|_| rng.gen::<u8>()).collect();
+                let mut hasher = Md5Sha256::with_kernel(kernel);
+                let mut at = 0;
+                while at < len {
+                    let piece = rng.gen_range(1..=(len - at).min(3000));
+                    hasher.update(&data[at..at + piece]);
+                    at += piece;
+                }
+                assert_eq!(hasher.finalize(), reference(&data), "{kernel:?} length {len}");
+            }
+        }
+    }
+}
