@@ -194,19 +194,20 @@ unsafe fn interleaved(md5_state: &mut [u32; 4], sha_state: &mut [u32; 8], blocks
     let [mut a, mut b, mut c, mut d] = *md5_state;
     // Big-endian words from the block's bytes.
     let byte_swap = _mm_set_epi64x(0x0c0d_0e0f_0809_0a0b, 0x0405_0607_0001_0203);
-    // SAFETY (all loads and stores below): unaligned 16-byte accesses inside `sha_state`
-    // (8 words), `SHA256_K` (64 words) and a 64-byte block.
+    // SAFETY: two unaligned 16-byte loads inside `sha_state` (8 words).
     let (abef, cdgh) = unsafe {
         let abcd = _mm_shuffle_epi32(_mm_loadu_si128(sha_state.as_ptr().cast()), 0xB1);
         let efgh = _mm_shuffle_epi32(_mm_loadu_si128(sha_state.as_ptr().add(4).cast()), 0x1B);
         (_mm_alignr_epi8(abcd, efgh, 8), _mm_blend_epi16(efgh, abcd, 0xF0))
     };
     let (mut abef, mut cdgh) = (abef, cdgh);
+    // SAFETY: q < 16, so the 16 bytes at word 4q lie inside `SHA256_K` (64 words).
     let round_k = |q: usize| unsafe { _mm_loadu_si128(SHA256_K.as_ptr().add(4 * q).cast()) };
     for block in blocks {
         let m = md5::words(block);
         let (a0, b0, c0, d0) = (a, b, c, d);
         let (abef0, cdgh0) = (abef, cdgh);
+        // SAFETY: i < 4, so the 16 bytes at 16i lie inside the 64-byte block.
         let load = |i: usize| unsafe {
             _mm_shuffle_epi8(_mm_loadu_si128(block.as_ptr().add(16 * i).cast()), byte_swap)
         };
