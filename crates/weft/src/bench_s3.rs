@@ -756,7 +756,10 @@ fn start_minio(bin: &Path, drives: usize, parity: usize) -> Result<(Minio, Signe
     };
     let log = std::fs::File::create(dir.join("minio.log"))
         .map_err(|e| cli_error!("cannot create MinIO's log: {e}"))?;
-    let child = Command::new(bin)
+    let mut command = Command::new(bin);
+    // A bench killed before it could stop MinIO (SIGKILL, a crash) takes MinIO with it.
+    crate::up::die_with_parent(&mut command);
+    let child = command
         .arg("server")
         .arg("--quiet")
         .args(["--address", &signer.host, "--console-address", &format!("127.0.0.1:{console}")])

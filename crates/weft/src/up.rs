@@ -1183,7 +1183,7 @@ impl Drop for Supervisor {
 
 /// On Linux, the child gets SIGTERM when `weft up` dies, even by SIGKILL, so a crashed
 /// `weft up` leaves no cluster behind.
-fn die_with_parent(command: &mut Command) {
+pub(crate) fn die_with_parent(command: &mut Command) {
     #[cfg(target_os = "linux")]
     {
         let parent = std::process::id();
