@@ -17,6 +17,9 @@
 //!   payload's SHA-256 (s3s, for signed payloads): the two hashes of one upload run on two
 //!   cores. At most [`MD5_CHUNKS_IN_FLIGHT`] chunks wait for it; the last chunk still waits
 //!   for its digest.
+//! - A body taken over by [`crate::signed_payload`] is not hashed here: its MD5 was computed
+//!   with its SHA-256 as it passed ([`BodyChecks::upstream_md5`]), and is set before the
+//!   body's end is seen, so the last chunk waits for nothing more.
 
 use std::io::Read;
 
