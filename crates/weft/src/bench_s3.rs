@@ -731,13 +731,31 @@ fn free_port() -> Result<u16, CliError> {
     Ok(listener.local_addr().map_err(|e| cli_error!("{e}"))?.port())
 }
 
+/// MinIO's temporary drives are TMPDIR/weft-bench-minio-<the bench's pid>.
+const MINIO_DIR_PREFIX: &str = "weft-bench-minio-";
+
+/// Removes the MinIO drives of benches that are gone (killed before they could: their MinIO
+/// died with them, see `die_with_parent`); a directory whose bench still runs is kept.
+fn remove_abandoned_drives() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let pid = name.to_str().and_then(|n| n.strip_prefix(MINIO_DIR_PREFIX));
+        let Some(pid) = pid.and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 fn start_minio(bin: &Path, drives: usize, parity: usize) -> Result<(Minio, Signer), CliError> {
     if drives < 2 * parity.max(1) {
         return Err(cli_error!(
             "MinIO needs at least 2 × parity drives: --minio-drives {drives}, parity {parity}"
         ));
     }
-    let dir = std::env::temp_dir().join(format!("weft-bench-minio-{}", std::process::id()));
+    remove_abandoned_drives();
+    let dir = std::env::temp_dir().join(format!("{MINIO_DIR_PREFIX}{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     // Removed on every way out, a failed start included.
     let guard = RemovedOnDrop(dir.clone());

@@ -877,6 +877,9 @@ fn bench_s3_measures_puts_and_verified_gets_with_server_cpu_and_cleans_up() {
     // for it are removed again.
     let tmp = cluster.dir().join("bench-tmp");
     std::fs::create_dir_all(&tmp).unwrap();
+    // The drives of a bench killed before it could remove them (no such pid) go too.
+    let abandoned = tmp.join(format!("weft-bench-minio-{}", u32::MAX - 1));
+    std::fs::create_dir_all(abandoned.join("d1")).unwrap();
     let missing = std::process::Command::new(crate::common::cluster::weft_bin())
         .args(["bench", "s3", "--duration", "100ms", "--compare", "minio"])
         .args(["--minio-bin", "/nonexistent/minio"])
