@@ -195,15 +195,68 @@ pub(crate) fn compress(state: &mut [u32; 4], blocks: &[[u8; 64]]) {
     *state = [a, b, c, d];
 }
 
-/// An MD5 computed over pieces of a message, in order.
+/// A message given in pieces, cut into whole 64-byte blocks; MD5 and SHA-256 share it (they
+/// pad alike but for the byte order of the length).
 #[derive(Clone, Debug)]
-pub struct Md5 {
-    state: [u32; 4],
+pub(crate) struct Blocks {
     /// Bytes of a block not yet complete: `buffer[..buffered]`.
     buffer: [u8; 64],
     buffered: usize,
     /// Message bytes so far.
     len: u64,
+}
+
+impl Blocks {
+    pub(crate) const fn new() -> Blocks {
+        Blocks { buffer: [0; 64], buffered: 0, len: 0 }
+    }
+
+    /// Gives `compress` every block `data` completes, in order, and keeps the rest.
+    pub(crate) fn update(&mut self, mut data: &[u8], mut compress: impl FnMut(&[[u8; 64]])) {
+        self.len = self.len.wrapping_add(data.len() as u64);
+        if self.buffered > 0 {
+            let take = (64 - self.buffered).min(data.len());
+            self.buffer[self.buffered..self.buffered + take].copy_from_slice(&data[..take]);
+            self.buffered += take;
+            data = &data[take..];
+            if self.buffered < 64 {
+                return;
+            }
+            compress(&[self.buffer]);
+            self.buffered = 0;
+        }
+        let (blocks, rest) = data.as_chunks::<64>();
+        compress(blocks);
+        self.buffer[..rest.len()].copy_from_slice(rest);
+        self.buffered = rest.len();
+    }
+
+    /// The last one or two blocks: the bytes kept, one 1 bit, zeros to 56 bytes mod 64, and
+    /// the message's length in bits as `length(bits)` writes it (little- or big-endian).
+    pub(crate) fn padded(&self, length: impl Fn(u64) -> [u8; 8]) -> ([u8; 128], usize) {
+        let mut tail = [0u8; 128];
+        tail[..self.buffered].copy_from_slice(&self.buffer[..self.buffered]);
+        tail[self.buffered] = 0x80;
+        let end = if self.buffered < 56 { 64 } else { 128 };
+        tail[end - 8..end].copy_from_slice(&length(self.len.wrapping_mul(8)));
+        (tail, end)
+    }
+}
+
+/// `state`'s words as little-endian bytes (MD5's digest).
+pub(crate) fn le_bytes(state: [u32; 4]) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    for (bytes, word) in out.as_chunks_mut::<4>().0.iter_mut().zip(state) {
+        *bytes = word.to_le_bytes();
+    }
+    out
+}
+
+/// An MD5 computed over pieces of a message, in order.
+#[derive(Clone, Debug)]
+pub struct Md5 {
+    state: [u32; 4],
+    blocks: Blocks,
 }
 
 impl Default for Md5 {
@@ -214,45 +267,20 @@ impl Default for Md5 {
 
 impl Md5 {
     pub fn new() -> Md5 {
-        Md5 { state: INITIAL, buffer: [0; 64], buffered: 0, len: 0 }
+        Md5 { state: INITIAL, blocks: Blocks::new() }
     }
 
     /// Adds the next piece of the message.
-    pub fn update(&mut self, mut data: &[u8]) {
-        self.len = self.len.wrapping_add(data.len() as u64);
-        if self.buffered > 0 {
-            let take = (64 - self.buffered).min(data.len());
-            self.buffer[self.buffered..self.buffered + take].copy_from_slice(&data[..take]);
-            self.buffered += take;
-            data = &data[take..];
-            if self.buffered < 64 {
-                return;
-            }
-            let block = self.buffer;
-            compress(&mut self.state, &[block]);
-            self.buffered = 0;
-        }
-        let (blocks, rest) = data.as_chunks::<64>();
-        compress(&mut self.state, blocks);
-        self.buffer[..rest.len()].copy_from_slice(rest);
-        self.buffered = rest.len();
+    pub fn update(&mut self, data: &[u8]) {
+        let state = &mut self.state;
+        self.blocks.update(data, |blocks| compress(state, blocks));
     }
 
     /// The digest of everything added.
     pub fn finalize(mut self) -> [u8; 16] {
-        let bits = self.len.wrapping_mul(8);
-        // Padding: one 1 bit, zeros to 56 bytes mod 64, the length in bits (little-endian).
-        let mut tail = [0u8; 128];
-        tail[..self.buffered].copy_from_slice(&self.buffer[..self.buffered]);
-        tail[self.buffered] = 0x80;
-        let end = if self.buffered < 56 { 64 } else { 128 };
-        tail[end - 8..end].copy_from_slice(&bits.to_le_bytes());
+        let (tail, end) = self.blocks.padded(u64::to_le_bytes);
         compress(&mut self.state, tail[..end].as_chunks::<64>().0);
-        let mut out = [0u8; 16];
-        for (bytes, word) in out.as_chunks_mut::<4>().0.iter_mut().zip(self.state) {
-            *bytes = word.to_le_bytes();
-        }
-        out
+        le_bytes(self.state)
     }
 }
 

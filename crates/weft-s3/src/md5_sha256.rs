@@ -62,11 +62,7 @@ const SHA256_INITIAL: [u32; 8] = [
 pub struct Md5Sha256 {
     md5: [u32; 4],
     sha256: [u32; 8],
-    /// Bytes of a block not yet complete: `buffer[..buffered]`.
-    buffer: [u8; 64],
-    buffered: usize,
-    /// Message bytes so far.
-    len: u64,
+    blocks: md5::Blocks,
     kernel: Kernel,
 }
 
@@ -86,14 +82,7 @@ impl Md5Sha256 {
     /// [`Kernel::Apart`].
     pub fn with_kernel(kernel: Kernel) -> Md5Sha256 {
         let kernel = if kernel == Kernel::Interleaved { Kernel::best() } else { kernel };
-        Md5Sha256 {
-            md5: md5::INITIAL,
-            sha256: SHA256_INITIAL,
-            buffer: [0; 64],
-            buffered: 0,
-            len: 0,
-            kernel,
-        }
+        Md5Sha256 { md5: md5::INITIAL, sha256: SHA256_INITIAL, blocks: md5::Blocks::new(), kernel }
     }
 
     /// The kernel in use.
@@ -101,62 +90,38 @@ impl Md5Sha256 {
         self.kernel
     }
 
-    fn compress(&mut self, blocks: &[[u8; 64]]) {
-        match self.kernel {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `Kernel::best` chose Interleaved only after detecting every feature
-            // the function enables.
-            Kernel::Interleaved => unsafe { interleaved(&mut self.md5, &mut self.sha256, blocks) },
-            _ => {
-                md5::compress(&mut self.md5, blocks);
-                sha2::block_api::compress256(&mut self.sha256, blocks);
-            }
-        }
-    }
-
     /// Adds the next piece of the message.
-    pub fn update(&mut self, mut data: &[u8]) {
-        self.len = self.len.wrapping_add(data.len() as u64);
-        if self.buffered > 0 {
-            let take = (64 - self.buffered).min(data.len());
-            self.buffer[self.buffered..self.buffered + take].copy_from_slice(&data[..take]);
-            self.buffered += take;
-            data = &data[take..];
-            if self.buffered < 64 {
-                return;
-            }
-            let block = self.buffer;
-            self.compress(&[block]);
-            self.buffered = 0;
-        }
-        let (blocks, rest) = data.as_chunks::<64>();
-        self.compress(blocks);
-        self.buffer[..rest.len()].copy_from_slice(rest);
-        self.buffered = rest.len();
+    pub fn update(&mut self, data: &[u8]) {
+        let (md5, sha256, kernel) = (&mut self.md5, &mut self.sha256, self.kernel);
+        self.blocks.update(data, |blocks| compress(kernel, md5, sha256, blocks));
     }
 
     /// The MD5 and the SHA-256 of everything added.
     pub fn finalize(mut self) -> ([u8; 16], [u8; 32]) {
-        let bits = self.len.wrapping_mul(8);
-        // Both pad alike (a 1 bit, zeros to 56 bytes mod 64, the length in bits) but for
-        // the length's byte order: MD5 little-endian, SHA-256 big-endian.
-        let mut tail = [0u8; 128];
-        tail[..self.buffered].copy_from_slice(&self.buffer[..self.buffered]);
-        tail[self.buffered] = 0x80;
-        let end = if self.buffered < 56 { 64 } else { 128 };
-        tail[end - 8..end].copy_from_slice(&bits.to_le_bytes());
+        // Both pad alike but for the length's byte order: MD5 little-, SHA-256 big-endian.
+        let (tail, end) = self.blocks.padded(u64::to_le_bytes);
         md5::compress(&mut self.md5, tail[..end].as_chunks::<64>().0);
-        tail[end - 8..end].copy_from_slice(&bits.to_be_bytes());
+        let (tail, end) = self.blocks.padded(u64::to_be_bytes);
         sha2::block_api::compress256(&mut self.sha256, tail[..end].as_chunks::<64>().0);
-        let mut md5 = [0u8; 16];
-        for (bytes, word) in md5.as_chunks_mut::<4>().0.iter_mut().zip(self.md5) {
-            *bytes = word.to_le_bytes();
-        }
         let mut sha256 = [0u8; 32];
         for (bytes, word) in sha256.as_chunks_mut::<4>().0.iter_mut().zip(self.sha256) {
             *bytes = word.to_be_bytes();
         }
-        (md5, sha256)
+        (md5::le_bytes(self.md5), sha256)
+    }
+}
+
+/// Both block functions over whole blocks, with `kernel`.
+fn compress(kernel: Kernel, md5: &mut [u32; 4], sha256: &mut [u32; 8], blocks: &[[u8; 64]]) {
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Kernel::best` chose Interleaved only after detecting every feature the
+        // function enables.
+        Kernel::Interleaved => unsafe { interleaved(md5, sha256, blocks) },
+        _ => {
+            md5::compress(md5, blocks);
+            sha2::block_api::compress256(sha256, blocks);
+        }
     }
 }
 
