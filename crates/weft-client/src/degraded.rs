@@ -17,6 +17,9 @@
 //!   or decoded from such bytes are kept.
 //! - Memory is bounded: at most `limit` bytes of entries; the least recently used go first,
 //!   and a range larger than the limit is not kept. A limit of 0 turns the cache off.
+//! - Entries hold no unit file open: bytes a local read brought are kept as a copy
+//!   ([`crate::file_bytes::detached`]), so a cached range never keeps a deleted unit's disk
+//!   space or a descriptor.
 //! - Only reads of a group with an unavailable unit add entries (what a rebuild fetched or
 //!   decoded, and the group's data a read fetched, which a rebuild of the same rows will
 //!   want); other reads only look up. A client that never meets a failure holds nothing.
@@ -122,6 +125,7 @@ impl DegradedCache {
         if bytes.is_empty() || bytes.len() > self.limit {
             return;
         }
+        let bytes = crate::file_bytes::detached(bytes);
         let mut inner = self.lock();
         let inner = &mut *inner;
         inner.tick += 1;

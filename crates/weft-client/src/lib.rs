@@ -30,6 +30,7 @@ use std::fmt;
 pub mod blake3_batch;
 pub mod degraded;
 pub mod digest;
+pub mod file_bytes;
 pub mod gc;
 pub mod geometric;
 pub mod local;

@@ -36,6 +36,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use bytes::Bytes;
 use weft_auth::Signer;
 
 /// How long a node whose local socket could not be reached is read over HTTP only.
@@ -113,7 +114,7 @@ impl Grants {
 /// checksum of each segment.
 #[derive(Debug)]
 struct Grant {
-    file: File,
+    file: Arc<File>,
     data_offset: u64,
     unit_len: u64,
     segment: u64,
@@ -123,6 +124,7 @@ struct Grant {
 impl LocalIo {
     /// Bytes `[offset, offset + len)` of the unit at `path` (`/v1/disks/{d}/units/{u}`) on
     /// the node listening on loopback `port`, verified; None when it cannot be read locally.
+    /// The bytes remember their place in the unit file ([`crate::file_bytes`]).
     /// Blocking: call it on a blocking thread.
     pub(crate) fn read(
         &self,
@@ -132,7 +134,7 @@ impl LocalIo {
         offset: u64,
         len: u64,
         grants: Option<&Grants>,
-    ) -> Option<Vec<u8>> {
+    ) -> Option<Bytes> {
         let read = self.read_counted(port, path, signer, offset, len, grants);
         let counter = if read.is_some() { &self.hits } else { &self.fallbacks };
         counter.fetch_add(1, Ordering::Relaxed);
@@ -147,7 +149,7 @@ impl LocalIo {
         offset: u64,
         len: u64,
         grants: Option<&Grants>,
-    ) -> Option<Vec<u8>> {
+    ) -> Option<Bytes> {
         let grant = match grants.and_then(|g| g.get(port, path)) {
             Some(grant) => grant,
             None => {
@@ -167,7 +169,10 @@ impl LocalIo {
             }
         };
         match read_verified(&grant, offset, len) {
-            Ok(bytes) => Some(bytes),
+            Ok(bytes) => {
+                let file_at = grant.data_offset + offset;
+                Some(crate::file_bytes::file_backed(bytes, grant.file.clone(), file_at))
+            }
             Err(error) => {
                 tracing::debug!(path, %error, "local read failed; reading over HTTP");
                 if let Some(grants) = grants {
@@ -258,7 +263,7 @@ fn ask(stream: &mut UnixStream, path: &str, signer: &Signer) -> io::Result<Optio
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
         .collect();
-    Ok(Some(Grant { file, data_offset, unit_len, segment, sums }))
+    Ok(Some(Grant { file: Arc::new(file), data_offset, unit_len, segment, sums }))
 }
 
 /// Sends the signed, bodiless head `method path` with the header line `extra`, and reads

@@ -535,7 +535,7 @@ impl NodeClient {
             if offset == 0 && len == unit.len {
                 crate::digest::check_unit(unit, &bytes)?;
             }
-            return Ok(Bytes::from(bytes));
+            return Ok(bytes);
         }
         let url = Self::url(unit)?;
         let mut out = Vec::with_capacity(len as usize);
@@ -599,7 +599,7 @@ impl NodeClient {
         offset: u64,
         len: u64,
         grants: Option<&Arc<crate::local::Grants>>,
-    ) -> Option<Vec<u8>> {
+    ) -> Option<Bytes> {
         let local = self.local.as_ref().filter(|l| l.reads && self.link.is_none())?.clone();
         let port = crate::local::loopback_port(unit.endpoint.as_deref()?)?;
         let url = Self::url(unit).ok()?;

@@ -60,6 +60,7 @@ pub mod md5_sha256;
 pub mod multipart;
 pub mod object_lock;
 pub mod policy;
+pub mod sendfile;
 pub mod signed_payload;
 pub mod sigv4;
 pub mod tagging;
@@ -418,6 +419,8 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
     // Signed payloads hashed once (see signed_payload); `WEFT_S3_HASH_ONCE=off` leaves
     // every request to s3s as it came.
     let hash_once = std::env::var("WEFT_S3_HASH_ONCE").map_or(true, |v| v != "off");
+    // Object bytes read from local unit files go out with sendfile (see sendfile.rs).
+    let sendfile = sendfile::enabled_by_environment();
     let (stop, mut stopped) = watch::channel(false);
     let task = tokio::spawn(async move {
         let http = ConnBuilder::new(TokioExecutor::new());
@@ -501,7 +504,8 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
                     Ok::<_, s3s::HttpError>(response)
                 }
             });
-            let connection = http.serve_connection(TokioIo::new(socket), handler).into_owned();
+            let socket = TokioIo::new(sendfile::Connection::new(socket, sendfile));
+            let connection = http.serve_connection(socket, handler).into_owned();
             tokio::spawn(async move {
                 if let Err(error) = connection.await {
                     tracing::debug!(%error, "connection ended with an error");
