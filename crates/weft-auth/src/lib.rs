@@ -216,7 +216,13 @@ fn hmac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
 
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(2 * bytes.len());
+    for &b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)] as char);
+        out.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    out
 }
 
 /// The bytes of an even-length hex string (either case); None for anything else.

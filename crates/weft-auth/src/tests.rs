@@ -291,3 +291,15 @@ fn a_request_signed_before_the_verifier_started_is_refused() {
         Err(AuthError::BeforeStart { .. })
     ));
 }
+
+#[test]
+fn hex_is_two_lower_case_digits_a_byte_and_round_trips() {
+    let all: Vec<u8> = (0..=255).collect();
+    let text = hex(&all);
+    assert_eq!(text.len(), 512);
+    assert_eq!((&text[..8], &text[504..]), ("00010203", "fcfdfeff"));
+    assert_eq!(text, all.iter().map(|b| format!("{b:02x}")).collect::<String>());
+    assert_eq!(unhex(&text), Some(all));
+    assert_eq!(unhex(&text.to_uppercase()).map(|b| b.len()), Some(256));
+    assert_eq!(hex(&[]), "");
+}

@@ -129,19 +129,26 @@ pub fn unit_digest(bytes: &[u8]) -> UnitDigest {
 /// Checks the whole stored bytes of `unit` against the digest meta holds (nothing to check
 /// when the object has none).
 pub fn check_unit(unit: &UnitInfo, bytes: &[u8]) -> Result<(), NodeFailure> {
+    match unit.digest {
+        Some(_) => check_digest(unit, unit_digest(bytes), bytes.len()),
+        None => Ok(()),
+    }
+}
+
+/// [`check_unit`] for a reader that computed the digest of the unit's `len` bytes itself
+/// (a local read hashes each segment as it verifies it).
+pub fn check_digest(unit: &UnitInfo, found: UnitDigest, len: usize) -> Result<(), NodeFailure> {
     let Some(expected) = unit.digest else { return Ok(()) };
-    let found = unit_digest(bytes);
     if found == expected {
         return Ok(());
     }
     Err(NodeFailure {
         kind: FailureKind::Corrupt,
         cause: format!(
-            "{MISMATCH}: node {} disk {} returned {} bytes of {} whose digest is {found}, \
+            "{MISMATCH}: node {} disk {} returned {len} bytes of {} whose digest is {found}, \
              not the {expected} its writer recorded in meta",
             unit.node_id,
             unit.disk,
-            bytes.len(),
             unit.unit.short_name()
         ),
     })

@@ -38,6 +38,9 @@ use std::{
 
 use bytes::Bytes;
 use weft_auth::Signer;
+use weft_wire::UnitDigest;
+
+use crate::digest::Digester;
 
 /// How long a node whose local socket could not be reached is read over HTTP only.
 const RETRY_AFTER: Duration = Duration::from_secs(30);
@@ -124,18 +127,20 @@ struct Grant {
 impl LocalIo {
     /// Bytes `[offset, offset + len)` of the unit at `path` (`/v1/disks/{d}/units/{u}`) on
     /// the node listening on loopback `port`, verified; None when it cannot be read locally.
-    /// The bytes remember their place in the unit file ([`crate::file_bytes`]).
+    /// The bytes remember their place in the unit file ([`crate::file_bytes`]). With
+    /// `digest`, a read of the whole unit also answers its end-to-end digest, computed
+    /// segment by segment as each is verified (while its bytes are in the cache).
     /// Blocking: call it on a blocking thread.
     pub(crate) fn read(
         &self,
         port: u16,
         path: &str,
         signer: &Signer,
-        offset: u64,
-        len: u64,
+        range: (u64, u64),
         grants: Option<&Grants>,
-    ) -> Option<Bytes> {
-        let read = self.read_counted(port, path, signer, offset, len, grants);
+        digest: bool,
+    ) -> Option<(Bytes, Option<UnitDigest>)> {
+        let read = self.read_counted(port, path, signer, range, grants, digest);
         let counter = if read.is_some() { &self.hits } else { &self.fallbacks };
         counter.fetch_add(1, Ordering::Relaxed);
         read
@@ -146,10 +151,10 @@ impl LocalIo {
         port: u16,
         path: &str,
         signer: &Signer,
-        offset: u64,
-        len: u64,
+        (offset, len): (u64, u64),
         grants: Option<&Grants>,
-    ) -> Option<Bytes> {
+        digest: bool,
+    ) -> Option<(Bytes, Option<UnitDigest>)> {
         let grant = match grants.and_then(|g| g.get(port, path)) {
             Some(grant) => grant,
             None => {
@@ -168,10 +173,10 @@ impl LocalIo {
                 grant
             }
         };
-        match read_verified(&grant, offset, len) {
-            Ok(bytes) => {
+        match read_verified(&grant, offset, len, digest) {
+            Ok((bytes, found)) => {
                 let file_at = grant.data_offset + offset;
-                Some(crate::file_bytes::file_backed(bytes, grant.file.clone(), file_at))
+                Some((crate::file_bytes::file_backed(bytes, grant.file.clone(), file_at), found))
             }
             Err(error) => {
                 tracing::debug!(path, %error, "local read failed; reading over HTTP");
@@ -424,13 +429,22 @@ fn recv_with_fds(
 }
 
 /// Reads `[offset, offset + len)` of the granted unit, verifying every segment it touches.
-fn read_verified(grant: &Grant, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+/// Bytes `[offset, offset + len)` of the granted unit, each segment checked against its
+/// CRC-32C; with `digest` and the whole unit asked for, also the unit's digest, fed each
+/// segment right after its check.
+fn read_verified(
+    grant: &Grant,
+    offset: u64,
+    len: u64,
+    digest: bool,
+) -> io::Result<(Vec<u8>, Option<UnitDigest>)> {
     let end = offset.checked_add(len).filter(|&end| end <= grant.unit_len);
     let Some(end) = end else {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "the range is past the unit"));
     };
     let mut out: Vec<u8> = Vec::with_capacity(len as usize);
     let mut scratch = Vec::new();
+    let mut digester = (digest && offset == 0 && len == grant.unit_len).then(Digester::new);
     let segment = grant.segment;
     let mut at = offset;
     while at < end {
@@ -445,6 +459,9 @@ fn read_verified(grant: &Grant, offset: u64, len: u64) -> io::Result<Vec<u8>> {
             let filled = unsafe { &*(spare as *const [MaybeUninit<u8>] as *const [u8]) };
             let good = weft_wire::checksum::crc32c(filled) == grant.sums[index as usize];
             if good {
+                if let Some(digester) = &mut digester {
+                    digester.update(filled);
+                }
                 // SAFETY: the bytes were just written and checked.
                 unsafe { out.set_len(out.len() + (stop - start) as usize) };
             }
@@ -468,7 +485,9 @@ fn read_verified(grant: &Grant, offset: u64, len: u64) -> io::Result<Vec<u8>> {
         }
         at = stop.min(end);
     }
-    Ok(out)
+    // A whole unit is read in whole segments only (the first starts at 0, the last ends
+    // at the unit's end), so the digester saw every byte.
+    Ok((out, digester.map(|d| d.finish())))
 }
 
 /// pread(2) until `buf` is full.

@@ -531,9 +531,13 @@ impl NodeClient {
                 format!("node {} is down (meta)", unit.node_id),
             ));
         }
-        if let Some(bytes) = self.read_locally(unit, offset, len, grants).await {
-            if offset == 0 && len == unit.len {
-                crate::digest::check_unit(unit, &bytes)?;
+        let whole = offset == 0 && len == unit.len;
+        let digest = whole && unit.digest.is_some();
+        if let Some((bytes, found)) = self.read_locally(unit, (offset, len), grants, digest).await {
+            match found {
+                Some(found) => crate::digest::check_digest(unit, found, bytes.len())?,
+                None if whole => crate::digest::check_unit(unit, &bytes)?,
+                None => {}
             }
             return Ok(bytes);
         }
@@ -596,17 +600,17 @@ impl NodeClient {
     async fn read_locally(
         &self,
         unit: &UnitInfo,
-        offset: u64,
-        len: u64,
+        range: (u64, u64),
         grants: Option<&Arc<crate::local::Grants>>,
-    ) -> Option<Bytes> {
+        digest: bool,
+    ) -> Option<(Bytes, Option<weft_wire::UnitDigest>)> {
         let local = self.local.as_ref().filter(|l| l.reads && self.link.is_none())?.clone();
         let port = crate::local::loopback_port(unit.endpoint.as_deref()?)?;
         let url = Self::url(unit).ok()?;
         let path = url[url.find("/v1/")?..].to_owned();
         let signer = self.secret.signer_for(Audience::Node(unit.node_id));
         let grants = grants.cloned();
-        let read = move || local.read(port, &path, &signer, offset, len, grants.as_deref());
+        let read = move || local.read(port, &path, &signer, range, grants.as_deref(), digest);
         tokio::task::spawn_blocking(read).await.ok()?
     }
 
