@@ -117,7 +117,8 @@ mod tests {
         assert_eq!(source_of(&bytes).map(|(_, o)| o), Some(4096));
         assert_eq!(source_of(&bytes[99..]).map(|(_, o)| o), Some(4096 + 99));
         // A copy lives elsewhere; an empty slice is nowhere.
-        assert!(source_of(&bytes.to_vec()).is_none());
+        let copy: Vec<u8> = bytes.to_vec();
+        assert!(source_of(&copy).is_none());
         assert!(source_of(&bytes[5..5]).is_none());
         let kept = detached(bytes.slice(20..40));
         assert_eq!(kept, bytes.slice(20..40));
