@@ -90,11 +90,6 @@ pub fn detached(bytes: Bytes) -> Bytes {
     }
 }
 
-/// Buffers registered now (tests: every one is removed when its bytes are dropped).
-pub fn live_buffers() -> usize {
-    table().len()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

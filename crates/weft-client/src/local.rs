@@ -2,13 +2,16 @@
 //! the unit file itself, through a descriptor the node hands over its local socket
 //! (docs/node-api.md, "Local reads" and "Local writes"; HDFS's short-circuit local reads).
 //! A read copies the bytes once, from the page cache into the read's buffer, and verifies
-//! them here; a write copies them once into an aligned stage, computes each segment's
+//! them here (and hashes a whole unit for its end-to-end digest as it goes); the buffer is
+//! handed out as [`crate::file_bytes`], which remembers its place in the unit file, so the
+//! S3 gateway can send it from the page cache with sendfile. A write copies them once into an aligned stage, computes each segment's
 //! CRC-32C, and writes the stage to the file (O_DIRECT when the node's file is).
 //!
 //! Invariants:
 //! - Only nodes reached on a loopback address are asked (their socket is
 //!   `\0weft-node-<port>` in the abstract namespace of the same network namespace).
-//! - Every byte a read returns lies in a segment whose stored CRC-32C was verified by it.
+//! - Every byte a read returns lies in a segment whose stored CRC-32C was verified by it;
+//!   a whole-unit digest it answers was computed over exactly the bytes it returns.
 //! - A local read never decides a failure: anything that goes wrong (no socket, a refusal,
 //!   an IO error, a checksum mismatch) answers None, and the caller reads over HTTP, where
 //!   the node names the failure (404, 500 corrupt, 503). A node whose socket cannot be
