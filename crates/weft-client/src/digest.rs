@@ -4,7 +4,9 @@
 //!
 //! Invariants:
 //! - A digest is the first 16 bytes of BLAKE3 over the unit's stored bytes, whatever
-//!   pieces they arrive in ([`Digester`] fed piece by piece equals [`unit_digest`]).
+//!   pieces they arrive in ([`Digester`] fed piece by piece equals [`unit_digest`]). A
+//!   reader that holds the bytes in one buffer as they grow hashes them in place
+//!   ([`Digester::absorb_batches`], [`Digester::finish_with`]): no copy.
 //! - A mismatch is a [`FailureKind::Corrupt`] failure whose cause starts with
 //!   [`MISMATCH`], so callers rebuild the unit from the others and report it, as for rot the
 //!   node itself found.
@@ -81,21 +83,49 @@ impl Digester {
         self.stack.push(cv);
     }
 
+    /// Hashes, straight from `bytes` (no copy), every whole batch at its start that more of
+    /// its bytes follow, and answers how many bytes that was: feed the rest, once more bytes
+    /// have come, to the next call, or to [`Digester::finish_with`] as the last. Only for a
+    /// digester that holds no pending bytes (fed by this and `finish_with` alone).
+    pub fn absorb_batches(&mut self, bytes: &[u8]) -> usize {
+        assert!(self.pending.is_empty(), "absorb_batches after update");
+        let mut taken = 0;
+        while bytes.len() - taken > BATCH_BYTES {
+            let cv = batch_cv(&bytes[taken..taken + BATCH_BYTES], self.batches);
+            self.push(cv);
+            taken += BATCH_BYTES;
+        }
+        taken
+    }
+
     pub fn finish(&self) -> UnitDigest {
+        self.finish_after(&self.pending)
+    }
+
+    /// The digest of the bytes absorbed ([`Digester::absorb_batches`]) followed by `last`,
+    /// the input's final bytes (at most a batch, all of them when fewer than a batch came).
+    pub fn finish_with(&self, last: &[u8]) -> UnitDigest {
+        assert!(self.pending.is_empty(), "finish_with after update");
+        assert!(last.len() <= BATCH_BYTES, "finish_with takes at most a batch");
+        self.finish_after(last)
+    }
+
+    /// The digest when `last` (at most one batch) follows the whole batches pushed so far.
+    fn finish_after(&self, last: &[u8]) -> UnitDigest {
         let mut out = [0u8; UNIT_DIGEST_BYTES];
         if self.stack.is_empty() {
             // At most one batch in all: the crate hashes it as the root.
             let mut hasher = blake3::Hasher::new();
-            hasher.update(&self.pending);
+            hasher.update(last);
             hasher.finalize_xof().fill(&mut out);
             return UnitDigest(out);
         }
-        let mut right = if self.pending.len() == BATCH_BYTES {
-            batch_cv(&self.pending, self.batches)
+        let mut right = if last.len() == BATCH_BYTES {
+            batch_cv(last, self.batches)
         } else {
             let mut hasher = blake3::Hasher::new();
             hasher.set_input_offset(self.batches * BATCH_BYTES as u64);
-            hasher.update(&self.pending);
+            hasher.update(last);
             hasher.finalize_non_root()
         };
         let (root_left, rest) = self.stack.split_first().expect("not empty");
@@ -122,8 +152,8 @@ pub const DIGESTS_PER_REQUEST: usize = 16_384;
 /// The digest of a whole unit's bytes.
 pub fn unit_digest(bytes: &[u8]) -> UnitDigest {
     let mut digester = Digester::new();
-    digester.update(bytes);
-    digester.finish()
+    let taken = digester.absorb_batches(bytes);
+    digester.finish_with(&bytes[taken..])
 }
 
 /// Checks the whole stored bytes of `unit` against the digest meta holds (nothing to check
@@ -207,6 +237,19 @@ mod tests {
                 }
             }
             assert_eq!(&digester.finish().0[..], expected, "{len} bytes in pieces");
+            // Hashed in place as a buffer grows (a local read's segments), by whole batches
+            // and by odd steps.
+            for step in [batch, 4096, batch + 5] {
+                let mut digester = Digester::new();
+                let (mut taken, mut grown) = (0, 0);
+                while grown < len {
+                    grown = (grown + step).min(len);
+                    taken += digester.absorb_batches(&long[taken..grown]);
+                    assert!(grown - taken <= batch, "at most a batch is left to hash");
+                }
+                let found = digester.finish_with(&long[taken..len]);
+                assert_eq!(&found.0[..], expected, "{len} bytes grown by {step}");
+            }
         }
         // BLAKE3's published value for the empty input starts af1349b9…
         assert_eq!(unit_digest(&[]).to_string(), "af1349b9f5f9a1a6a0404dea36dcc949");

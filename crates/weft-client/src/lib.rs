@@ -154,6 +154,12 @@ impl Client {
         })
     }
 
+    /// This client, keeping the unit files its local reads open across reads
+    /// ([`NodeClient::keeping_grants`]); for a long-lived reader, the S3 gateway.
+    pub fn keeping_grants(&self) -> Client {
+        Client { nodes: self.nodes.keeping_grants(), ..self.clone() }
+    }
+
     /// This client (same connections) with a degraded-read cache of its own, keeping at most
     /// `limit` bytes (0: no cache).
     pub fn with_degraded_cache(&self, limit: usize) -> Client {

@@ -22,9 +22,12 @@
 //!   descriptor is closed before the finish is sent, and a write error is reported to the
 //!   node (its errno), which judges the disk as if it had met the error itself.
 //! - Connections are kept for reuse, at most [`IDLE_PER_NODE`] per node.
+//! - A client keeping grants across reads ([`LocalIo::keeping_grants`], the S3 gateway)
+//!   reads a unit it read within [`KEPT_FOR`] without asking its node, and never once the
+//!   node closed its watch connection (stopped, died); see [`KeptGrants`].
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, VecDeque},
     fs::File,
     io::{self, Write},
     mem::MaybeUninit,
@@ -71,6 +74,8 @@ pub(crate) struct LocalIo {
     /// written over HTTP).
     pub(crate) write_hits: AtomicU64,
     pub(crate) write_fallbacks: AtomicU64,
+    /// Grants kept across reads (a long-lived reader, the S3 gateway); None: each read asks.
+    kept: Option<Mutex<KeptGrants>>,
 }
 
 /// The TCP port of `endpoint` when its host is a loopback address.
@@ -116,6 +121,95 @@ impl Grants {
     }
 }
 
+/// Most grants a client keeps across reads (each an open unit file).
+const KEPT_GRANTS: usize = 8192;
+/// How long a kept grant is used before its unit is asked for again.
+const KEPT_FOR: Duration = Duration::from_secs(10);
+
+/// Grants kept across reads by a long-lived client (the S3 gateway), as nginx's
+/// open_file_cache and HDFS's short-circuit cache keep descriptors: a read of a unit whose
+/// grant is kept reads and verifies it without asking its node (no round trip, no open, no
+/// node process woken). Units are immutable (a key names one file for good), so a kept
+/// descriptor reads what an ask would, and every read verifies it against the unit's
+/// checksums as always.
+///
+/// - At most [`KEPT_GRANTS`] (fewer when the process may open few files), each used for at most [`KEPT_FOR`] (then asked for again, so
+///   a disk its node stopped serving is left within that time), the oldest dropped first.
+/// - A node's grants are kept only while an idle connection to its local socket stays open
+///   (its watch): the node closes it when it stops or dies, and the next read finds that
+///   with one poll(2) and drops every grant of that node, so a stopped node's units are not
+///   read.
+/// - A read that fails on a kept grant drops it (the read then goes over HTTP, as any
+///   failed local read).
+#[derive(Debug, Default)]
+struct KeptGrants {
+    grants: HashMap<(u16, String), (Arc<Grant>, Instant)>,
+    /// Keys in the order they were kept, with when: the oldest is dropped first.
+    order: VecDeque<((u16, String), Instant)>,
+    /// An idle connection to each node with kept grants.
+    watches: HashMap<u16, UnixStream>,
+    /// Most grants kept.
+    capacity: usize,
+}
+
+impl KeptGrants {
+    fn get(&mut self, port: u16, path: &str) -> Option<Arc<Grant>> {
+        let key = (port, path.to_owned());
+        let (grant, since) = self.grants.get(&key)?;
+        if since.elapsed() >= KEPT_FOR {
+            self.grants.remove(&key);
+            return None;
+        }
+        let grant = grant.clone();
+        if !self.watches.get(&port).is_some_and(still_open) {
+            self.drop_node(port);
+            return None;
+        }
+        Some(grant)
+    }
+
+    /// Keeps `grant` (with a watch on its node, opened now if there is none).
+    fn keep(&mut self, port: u16, path: &str, grant: Arc<Grant>) {
+        if self.capacity == 0 {
+            return;
+        }
+        if !self.watches.contains_key(&port) {
+            match connect(port) {
+                Ok(watch) => self.watches.insert(port, watch),
+                Err(_) => return,
+            };
+        }
+        let (key, now) = ((port, path.to_owned()), Instant::now());
+        self.grants.insert(key.clone(), (grant, now));
+        self.order.push_back((key, now));
+        while self.grants.len() > self.capacity || self.order.len() > 2 * self.capacity {
+            let Some((key, when)) = self.order.pop_front() else { break };
+            if self.grants.get(&key).is_some_and(|(_, kept)| *kept == when) {
+                self.grants.remove(&key);
+            }
+        }
+    }
+
+    fn forget(&mut self, port: u16, path: &str) {
+        self.grants.remove(&(port, path.to_owned()));
+    }
+
+    fn drop_node(&mut self, port: u16) {
+        self.grants.retain(|(p, _), _| *p != port);
+        self.watches.remove(&port);
+    }
+}
+
+/// Whether the idle connection `stream` is still open: nothing to read, no hang-up (a node
+/// sends nothing unasked, so anything readable is its close).
+fn still_open(stream: &UnixStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let events = libc::POLLIN | libc::POLLRDHUP;
+    let mut poll = libc::pollfd { fd: stream.as_raw_fd(), events, revents: 0 };
+    // SAFETY: one valid pollfd, and a zero timeout: poll only reads and writes it.
+    unsafe { libc::poll(&mut poll, 1, 0) == 0 }
+}
+
 /// What the node answered: the unit file, where its data starts, its length and the
 /// checksum of each segment.
 #[derive(Debug)]
@@ -158,18 +252,28 @@ impl LocalIo {
         grants: Option<&Grants>,
         digest: bool,
     ) -> Option<(Bytes, Option<UnitDigest>)> {
+        let kept = || self.kept.as_ref().map(|k| k.lock().unwrap_or_else(|p| p.into_inner()));
         let grant = match grants.and_then(|g| g.get(port, path)) {
             Some(grant) => grant,
             None => {
-                if self.skipped(port) {
-                    return None;
-                }
-                let mut stream = self.connection(port)?;
-                let (grant, reusable) = ask_on(&mut stream, path, signer);
-                if reusable {
-                    self.put_back(port, stream);
-                }
-                let grant = Arc::new(grant?);
+                let grant = match kept().and_then(|mut kept| kept.get(port, path)) {
+                    Some(grant) => grant,
+                    None => {
+                        if self.skipped(port) {
+                            return None;
+                        }
+                        let mut stream = self.connection(port)?;
+                        let (grant, reusable) = ask_on(&mut stream, path, signer);
+                        if reusable {
+                            self.put_back(port, stream);
+                        }
+                        let grant = Arc::new(grant?);
+                        if let Some(mut kept) = kept() {
+                            kept.keep(port, path, grant.clone());
+                        }
+                        grant
+                    }
+                };
                 if let Some(grants) = grants {
                     grants.put(port, path, grant.clone());
                 }
@@ -185,6 +289,9 @@ impl LocalIo {
                 tracing::debug!(path, %error, "local read failed; reading over HTTP");
                 if let Some(grants) = grants {
                     grants.forget(port, path);
+                }
+                if let Some(mut kept) = kept() {
+                    kept.forget(port, path);
                 }
                 None
             }
@@ -447,7 +554,9 @@ fn read_verified(
     };
     let mut out: Vec<u8> = Vec::with_capacity(len as usize);
     let mut scratch = Vec::new();
-    let mut digester = (digest && offset == 0 && len == grant.unit_len).then(Digester::new);
+    // The digester, and how many of `out`'s bytes it has hashed.
+    let mut digester =
+        (digest && offset == 0 && len == grant.unit_len).then(|| (Digester::new(), 0usize));
     let segment = grant.segment;
     let mut at = offset;
     while at < end {
@@ -462,11 +571,12 @@ fn read_verified(
             let filled = unsafe { &*(spare as *const [MaybeUninit<u8>] as *const [u8]) };
             let good = weft_wire::checksum::crc32c(filled) == grant.sums[index as usize];
             if good {
-                if let Some(digester) = &mut digester {
-                    digester.update(filled);
-                }
                 // SAFETY: the bytes were just written and checked.
                 unsafe { out.set_len(out.len() + (stop - start) as usize) };
+                if let Some((digester, hashed)) = &mut digester {
+                    // In place, while the segment is in the cache.
+                    *hashed += digester.absorb_batches(&out[*hashed..]);
+                }
             }
             good
         } else {
@@ -489,8 +599,9 @@ fn read_verified(
         at = stop.min(end);
     }
     // A whole unit is read in whole segments only (the first starts at 0, the last ends
-    // at the unit's end), so the digester saw every byte.
-    Ok((out, digester.map(|d| d.finish())))
+    // at the unit's end), so the digester saw every byte but the last ones it holds back.
+    let found = digester.map(|(digester, hashed)| digester.finish_with(&out[hashed..]));
+    Ok((out, found))
 }
 
 /// pread(2) until `buf` is full.
@@ -604,6 +715,17 @@ pub(crate) struct LocalWrite {
 impl LocalIo {
     pub(crate) fn new(reads: bool, writes: bool) -> LocalIo {
         LocalIo { reads, writes, ..Default::default() }
+    }
+
+    /// [`LocalIo::new`], keeping the grants it is given across reads ([`KeptGrants`]).
+    /// It keeps at most a quarter of the descriptors the process may open (RLIMIT_NOFILE).
+    pub(crate) fn keeping_grants(reads: bool, writes: bool) -> LocalIo {
+        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit writes the one struct it is given.
+        let known = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
+        let room = if known { (limit.rlim_cur / 4) as usize } else { 0 };
+        let kept = KeptGrants { capacity: room.min(KEPT_GRANTS), ..Default::default() };
+        LocalIo { kept: Some(Mutex::new(kept)), ..LocalIo::new(reads, writes) }
     }
 
     /// Asks the node on loopback `port` to create the unit at `path` for a local write of
@@ -829,4 +951,61 @@ impl LocalWrite {
 
 fn answer_text(answer: &Answer) -> String {
     String::from_utf8_lossy(&answer.body).trim().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::linux::net::SocketAddrExt;
+
+    /// A stand-in for a node's local socket on `port` (only its watch connection is made).
+    fn listener(port: u16) -> std::os::unix::net::UnixListener {
+        let name = format!("weft-node-{port}");
+        let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes());
+        std::os::unix::net::UnixListener::bind_addr(&address.expect("abstract name")).expect("bind")
+    }
+
+    fn grant(file: &Arc<File>) -> Arc<Grant> {
+        let sums = vec![0];
+        Arc::new(Grant { file: file.clone(), data_offset: 0, unit_len: 1, segment: 1, sums })
+    }
+
+    #[test]
+    fn kept_grants_are_dropped_when_their_node_closes_and_when_there_are_too_many() {
+        let file = Arc::new(tempfile::tempfile().expect("temp file"));
+        // Ports unlikely to be a real node's on this host (abstract names are host-wide
+        // within the network namespace).
+        let (one, two) = (61_237, 61_238);
+        let (first, second) = (listener(one), listener(two));
+        let mut kept = KeptGrants { capacity: 3, ..Default::default() };
+        kept.keep(one, "/v1/disks/0/units/a", grant(&file));
+        kept.keep(one, "/v1/disks/0/units/b", grant(&file));
+        kept.keep(two, "/v1/disks/0/units/c", grant(&file));
+        let (watch_one, _) = first.accept().expect("the watch connects");
+        let (_watch_two, _) = second.accept().expect("the watch connects");
+        assert!(kept.get(one, "/v1/disks/0/units/a").is_some());
+        assert!(kept.get(two, "/v1/disks/0/units/c").is_some());
+        assert!(kept.get(two, "/v1/disks/0/units/a").is_none(), "keyed by node and unit");
+        // The node closes its end (it stopped): none of its grants is used again.
+        drop(watch_one);
+        drop(first);
+        assert!(kept.get(one, "/v1/disks/0/units/a").is_none());
+        assert!(kept.get(one, "/v1/disks/0/units/b").is_none());
+        assert!(!kept.watches.contains_key(&one));
+        assert!(kept.get(two, "/v1/disks/0/units/c").is_some(), "the other node's stay");
+        // A node without a socket: nothing is kept for it.
+        kept.keep(61_239, "/v1/disks/0/units/d", grant(&file));
+        assert!(kept.grants.keys().all(|(port, _)| *port != 61_239));
+        // Past the capacity the oldest go first.
+        for unit in ["e", "f", "g"] {
+            kept.keep(two, &format!("/v1/disks/0/units/{unit}"), grant(&file));
+        }
+        assert_eq!(kept.grants.len(), 3);
+        assert!(kept.get(two, "/v1/disks/0/units/c").is_none(), "the oldest was dropped");
+        assert!(kept.get(two, "/v1/disks/0/units/g").is_some());
+        // A failed read forgets its grant.
+        kept.forget(two, "/v1/disks/0/units/g");
+        assert!(kept.get(two, "/v1/disks/0/units/g").is_none());
+        assert!(kept.get(two, "/v1/disks/0/units/f").is_some());
+    }
 }

@@ -292,6 +292,20 @@ impl NodeClient {
         Ok(NodeClient { http: pool()?, reads: pool()?, secret: secret.clone(), link: None, local })
     }
 
+    /// This pool, its local reads keeping the grants they are given across reads (a
+    /// long-lived client: the S3 gateway; see `local::KeptGrants`). `WEFT_GRANT_CACHE=off`
+    /// leaves it as it was.
+    pub fn keeping_grants(&self) -> NodeClient {
+        if matches!(std::env::var("WEFT_GRANT_CACHE").as_deref(), Ok("off") | Ok("0")) {
+            return self.clone();
+        }
+        let local = self
+            .local
+            .as_ref()
+            .map(|l| std::sync::Arc::new(crate::local::LocalIo::keeping_grants(l.reads, l.writes)));
+        NodeClient { local, ..self.clone() }
+    }
+
     /// This pool (same connections) behind a link of its own at `bytes_per_sec` in each
     /// direction: unit bytes received and sent queue on it as on a NIC of that rate.
     pub fn with_link(&self, bytes_per_sec: u64) -> NodeClient {

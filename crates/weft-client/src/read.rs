@@ -12,7 +12,8 @@
 //! task, decoding inline; `pipelined` (the default) fetches the windows in a task of their
 //! own and issues their decodes to the coding engine without waiting for them, while the
 //! caller awaits the decodes of an earlier window, assembles it and writes it out (UMR-EC's
-//! overlap of IO and coding).
+//! overlap of IO and coding). A pipelined read of one window has nothing to overlap: it
+//! runs in the caller's task, decoding on the engine.
 //!
 //! Invariants:
 //! - Both modes return the same bytes: windows are written out in object order, and an
@@ -53,6 +54,10 @@ use crate::{
     node::{FailureKind, NodeFailure},
     Client, ClientError, ObjectInfo, Result,
 };
+
+/// A window whose extents are shorter than this on average is handed out gathered into one
+/// buffer (one copy) instead of as slices of its block ranges.
+const GATHER_BELOW: u64 = 32 << 10;
 
 /// Bytes one read window spans (rounded to whole stripe rows).
 const WINDOW_BYTES: u64 = 16 << 20;
@@ -698,6 +703,14 @@ impl Client {
                 }
                 outcome
             }
+            ReadMode::Pipelined if windows.len() == 1 => {
+                // One window (a small object, a piece of a stream): nothing to overlap, so
+                // no producing task; its decodes still go to the engine.
+                rebuilder = rebuilder.with_engine(weft_engine::shared());
+                let (at, end) = windows[0];
+                let window = self.next_window(&mut rebuilder, at, end).await;
+                async { write_out(assemble(&layout, window?).await?) }.await
+            }
             ReadMode::Pipelined => {
                 let (tx, mut rx) = mpsc::channel::<Result<PendingWindow>>(WINDOWS_AHEAD);
                 let client = self.clone();
@@ -808,8 +821,9 @@ async fn fetch_window(
 }
 
 /// The window's bytes in object order, once its decodes are done: one piece per extent,
-/// each a slice of the block range it lies in (no copy). Extents of the window lie in order
-/// and end to end, so the pieces cover it exactly.
+/// each a slice of the block range it lies in (no copy), or, when the extents are shorter
+/// than [`GATHER_BELOW`] on average, one piece gathering them. Extents of the window lie in
+/// order and end to end, so the pieces cover it exactly.
 async fn assemble(
     layout: &weft_layout::StripedLayout,
     window: PendingWindow,
@@ -841,6 +855,15 @@ async fn assemble(
             "the window's extents cover {} of its {len} bytes",
             at - offset
         )));
+    }
+    if pieces.len() > 1 && len / (pieces.len() as u64) < GATHER_BELOW {
+        // Small cells (a fitted small object's 4 KiB): one buffer, not hundreds of slices
+        // each its own frame and system call on the way out.
+        let mut gathered = bytes::BytesMut::with_capacity(len as usize);
+        for piece in &pieces {
+            gathered.extend_from_slice(piece);
+        }
+        return Ok(vec![gathered.freeze()]);
     }
     Ok(pieces)
 }

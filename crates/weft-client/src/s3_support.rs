@@ -8,9 +8,10 @@
 //!   [`STREAM_PIECE_BYTES`] (rounded to whole stripe rows) besides the one being read: a
 //!   slow reader of a huge object slows the reads down instead of filling memory. Every
 //!   piece is read by [`Client::read_object_range`], so degraded reads work as in `weft get`;
-//!   a piece is handed out as slices of the block ranges the nodes answered with (no copy),
-//!   which together hold the piece's bytes (what a healthy read fetches; a degraded one
-//!   holds the decoded ranges, of the same sizes);
+//!   a piece is handed out as slices of the block ranges the nodes answered with (no copy;
+//!   small cells are gathered into one buffer, see `read::assemble`), which together hold
+//!   the piece's bytes (what a healthy read fetches; a degraded one holds the decoded
+//!   ranges, of the same sizes);
 //!   a read trace gets one line per stream (the range asked for), not one per piece.
 
 use bytes::Bytes;

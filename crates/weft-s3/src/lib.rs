@@ -396,7 +396,8 @@ fn name_request(response: &mut http::Response<s3s::Body>, request_id: &str) {
 pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError> {
     let mut client = weft_client::Client::new(&config.meta_url, &config.secret)
         .map_err(GatewayError::Client)?
-        .with_degraded_cache(config.degraded_cache_bytes);
+        .with_degraded_cache(config.degraded_cache_bytes)
+        .keeping_grants();
     if let Some(path) = &config.trace_reads {
         client = client.with_read_trace(path).map_err(GatewayError::Client)?;
     }
