@@ -173,9 +173,9 @@ impl KeptGrants {
         if self.capacity == 0 {
             return;
         }
-        if !self.watches.contains_key(&port) {
+        if let std::collections::hash_map::Entry::Vacant(watch) = self.watches.entry(port) {
             match connect(port) {
-                Ok(watch) => self.watches.insert(port, watch),
+                Ok(stream) => watch.insert(stream),
                 Err(_) => return,
             };
         }
