@@ -75,7 +75,7 @@ pub(crate) struct LocalIo {
     pub(crate) write_hits: AtomicU64,
     pub(crate) write_fallbacks: AtomicU64,
     /// Grants kept across reads (a long-lived reader, the S3 gateway); None: each read asks.
-    kept: Option<Mutex<KeptGrants>>,
+    kept: Option<Arc<Mutex<KeptGrants>>>,
 }
 
 /// The TCP port of `endpoint` when its host is a loopback address.
@@ -123,7 +123,8 @@ impl Grants {
 
 /// Most grants a client keeps across reads (each an open unit file).
 const KEPT_GRANTS: usize = 8192;
-/// How long a kept grant is used before its unit is asked for again.
+/// How long a grant is kept: it is used for reads within this time of its ask, and closed
+/// after it (read or not).
 const KEPT_FOR: Duration = Duration::from_secs(10);
 
 /// Grants kept across reads by a long-lived client (the S3 gateway), as nginx's
@@ -133,14 +134,20 @@ const KEPT_FOR: Duration = Duration::from_secs(10);
 /// descriptor reads what an ask would, and every read verifies it against the unit's
 /// checksums as always.
 ///
-/// - At most [`KEPT_GRANTS`] (fewer when the process may open few files), each used for at most [`KEPT_FOR`] (then asked for again, so
-///   a disk its node stopped serving is left within that time), the oldest dropped first.
+/// - At most `capacity` ([`KEPT_GRANTS`], fewer when the process may open few files), the
+///   oldest dropped first, and none longer than [`KEPT_FOR`]: every grant is closed within
+///   that time of its ask (a sweeper thread drops the expired ones even when no read comes),
+///   so a deleted unit's space is freed, and a disk its node stopped serving is left, within
+///   [`KEPT_FOR`].
 /// - A node's grants are kept only while an idle connection to its local socket stays open
 ///   (its watch): the node closes it when it stops or dies, and the next read finds that
 ///   with one poll(2) and drops every grant of that node, so a stopped node's units are not
 ///   read.
 /// - A read that fails on a kept grant drops it (the read then goes over HTTP, as any
 ///   failed local read).
+/// - Dropped grants are closed after the lock is released ([`KeptGrants::dropped`]): the
+///   last close of a deleted unit's file frees its blocks, which must not hold up the reads
+///   waiting for the lock.
 #[derive(Debug, Default)]
 struct KeptGrants {
     grants: HashMap<(u16, String), (Arc<Grant>, Instant)>,
@@ -150,6 +157,8 @@ struct KeptGrants {
     watches: HashMap<u16, UnixStream>,
     /// Most grants kept.
     capacity: usize,
+    /// Grants dropped under the lock, to be closed once it is released.
+    dropped: Vec<Arc<Grant>>,
 }
 
 impl KeptGrants {
@@ -157,7 +166,7 @@ impl KeptGrants {
         let key = (port, path.to_owned());
         let (grant, since) = self.grants.get(&key)?;
         if since.elapsed() >= KEPT_FOR {
-            self.grants.remove(&key);
+            self.forget(port, path);
             return None;
         }
         let grant = grant.clone();
@@ -180,23 +189,58 @@ impl KeptGrants {
             };
         }
         let (key, now) = ((port, path.to_owned()), Instant::now());
-        self.grants.insert(key.clone(), (grant, now));
+        if let Some((old, _)) = self.grants.insert(key.clone(), (grant, now)) {
+            self.dropped.push(old);
+        }
         self.order.push_back((key, now));
-        while self.grants.len() > self.capacity || self.order.len() > 2 * self.capacity {
-            let Some((key, when)) = self.order.pop_front() else { break };
-            if self.grants.get(&key).is_some_and(|(_, kept)| *kept == when) {
-                self.grants.remove(&key);
+        self.expire(now);
+    }
+
+    /// Drops the grants kept [`KEPT_FOR`] or longer, and the oldest past the capacity.
+    fn expire(&mut self, now: Instant) {
+        while let Some((key, when)) = self.order.front() {
+            let over = self.grants.len() > self.capacity || self.order.len() > 2 * self.capacity;
+            if !over && now.saturating_duration_since(*when) < KEPT_FOR {
+                break;
             }
+            if self.grants.get(key).is_some_and(|(_, kept)| kept == when) {
+                let (grant, _) = self.grants.remove(key).expect("just found");
+                self.dropped.push(grant);
+            }
+            self.order.pop_front();
         }
     }
 
     fn forget(&mut self, port: u16, path: &str) {
-        self.grants.remove(&(port, path.to_owned()));
+        if let Some((grant, _)) = self.grants.remove(&(port, path.to_owned())) {
+            self.dropped.push(grant);
+        }
     }
 
     fn drop_node(&mut self, port: u16) {
-        self.grants.retain(|(p, _), _| *p != port);
+        let ports = self.grants.extract_if(|(p, _), _| *p == port);
+        let gone: Vec<Arc<Grant>> = ports.map(|(_, (grant, _))| grant).collect();
+        self.dropped.extend(gone);
         self.watches.remove(&port);
+    }
+}
+
+/// Runs `f` on the kept grants under their lock, then closes what it dropped, unlocked.
+fn with_kept<T>(kept: &Mutex<KeptGrants>, f: impl FnOnce(&mut KeptGrants) -> T) -> T {
+    let mut guard = kept.lock().unwrap_or_else(|p| p.into_inner());
+    let answer = f(&mut guard);
+    let dropped = std::mem::take(&mut guard.dropped);
+    drop(guard);
+    drop(dropped);
+    answer
+}
+
+/// Drops expired grants every [`KEPT_FOR`] / 4 while the client lives.
+fn sweep_kept(kept: std::sync::Weak<Mutex<KeptGrants>>) {
+    loop {
+        std::thread::sleep(KEPT_FOR / 4);
+        let Some(kept) = kept.upgrade() else { return };
+        with_kept(&kept, |kept| kept.expire(Instant::now()));
     }
 }
 
@@ -252,11 +296,11 @@ impl LocalIo {
         grants: Option<&Grants>,
         digest: bool,
     ) -> Option<(Bytes, Option<UnitDigest>)> {
-        let kept = || self.kept.as_ref().map(|k| k.lock().unwrap_or_else(|p| p.into_inner()));
+        let kept = self.kept.as_deref();
         let grant = match grants.and_then(|g| g.get(port, path)) {
             Some(grant) => grant,
             None => {
-                let grant = match kept().and_then(|mut kept| kept.get(port, path)) {
+                let grant = match kept.and_then(|k| with_kept(k, |k| k.get(port, path))) {
                     Some(grant) => grant,
                     None => {
                         if self.skipped(port) {
@@ -268,8 +312,8 @@ impl LocalIo {
                             self.put_back(port, stream);
                         }
                         let grant = Arc::new(grant?);
-                        if let Some(mut kept) = kept() {
-                            kept.keep(port, path, grant.clone());
+                        if let Some(kept) = kept {
+                            with_kept(kept, |k| k.keep(port, path, grant.clone()));
                         }
                         grant
                     }
@@ -290,8 +334,8 @@ impl LocalIo {
                 if let Some(grants) = grants {
                     grants.forget(port, path);
                 }
-                if let Some(mut kept) = kept() {
-                    kept.forget(port, path);
+                if let Some(kept) = kept {
+                    with_kept(kept, |k| k.forget(port, path));
                 }
                 None
             }
@@ -725,7 +769,16 @@ impl LocalIo {
         let known = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
         let room = if known { (limit.rlim_cur / 4) as usize } else { 0 };
         let kept = KeptGrants { capacity: room.min(KEPT_GRANTS), ..Default::default() };
-        LocalIo { kept: Some(Mutex::new(kept)), ..LocalIo::new(reads, writes) }
+        let kept = Arc::new(Mutex::new(kept));
+        let sweeper = Arc::downgrade(&kept);
+        let spawned = std::thread::Builder::new()
+            .name("weft-kept-grants".into())
+            .spawn(move || sweep_kept(sweeper));
+        if spawned.is_err() {
+            // Without a sweeper, grants of units nobody reads again would stay open.
+            return LocalIo::new(reads, writes);
+        }
+        LocalIo { kept: Some(kept), ..LocalIo::new(reads, writes) }
     }
 
     /// Asks the node on loopback `port` to create the unit at `path` for a local write of
@@ -971,7 +1024,7 @@ mod tests {
     }
 
     #[test]
-    fn kept_grants_are_dropped_when_their_node_closes_and_when_there_are_too_many() {
+    fn kept_grants_are_dropped_when_their_node_closes_when_too_many_and_when_old() {
         let file = Arc::new(tempfile::tempfile().expect("temp file"));
         // Ports unlikely to be a real node's on this host (abstract names are host-wide
         // within the network namespace).
@@ -1007,5 +1060,19 @@ mod tests {
         kept.forget(two, "/v1/disks/0/units/g");
         assert!(kept.get(two, "/v1/disks/0/units/g").is_none());
         assert!(kept.get(two, "/v1/disks/0/units/f").is_some());
+        // Dropped grants wait for the lock's release to be closed.
+        assert!(!kept.dropped.is_empty());
+        let file_refs = Arc::strong_count(&file);
+        kept.dropped.clear();
+        assert!(Arc::strong_count(&file) < file_refs, "clearing them closes them");
+        // Nothing is kept past KEPT_FOR, read again or not.
+        kept.expire(Instant::now() + KEPT_FOR);
+        assert!(kept.grants.is_empty() && kept.order.is_empty());
+        assert!(kept.get(two, "/v1/disks/0/units/f").is_none());
+        // The sweeper leaves with its client.
+        let shared = Arc::new(Mutex::new(KeptGrants::default()));
+        let sweeper = Arc::downgrade(&shared);
+        drop(shared);
+        sweep_kept(sweeper);
     }
 }
