@@ -300,24 +300,9 @@ impl LocalIo {
         let grant = match grants.and_then(|g| g.get(port, path)) {
             Some(grant) => grant,
             None => {
-                let grant = match kept.and_then(|k| with_kept(k, |k| k.get(port, path))) {
-                    Some(grant) => grant,
-                    None => {
-                        if self.skipped(port) {
-                            return None;
-                        }
-                        let mut stream = self.connection(port)?;
-                        let (grant, reusable) = ask_on(&mut stream, path, signer);
-                        if reusable {
-                            self.put_back(port, stream);
-                        }
-                        let grant = Arc::new(grant?);
-                        if let Some(kept) = kept {
-                            with_kept(kept, |k| k.keep(port, path, grant.clone()));
-                        }
-                        grant
-                    }
-                };
+                let grant = kept
+                    .and_then(|k| with_kept(k, |k| k.get(port, path)))
+                    .or_else(|| self.asked_grant(port, path, signer))?;
                 if let Some(grants) = grants {
                     grants.put(port, path, grant.clone());
                 }
@@ -340,6 +325,24 @@ impl LocalIo {
                 None
             }
         }
+    }
+
+    /// The node's grant for the unit at `path`, asked for now (and kept, when this client
+    /// keeps grants); None: read it over HTTP.
+    fn asked_grant(&self, port: u16, path: &str, signer: &Signer) -> Option<Arc<Grant>> {
+        if self.skipped(port) {
+            return None;
+        }
+        let mut stream = self.connection(port)?;
+        let (grant, reusable) = ask_on(&mut stream, path, signer);
+        if reusable {
+            self.put_back(port, stream);
+        }
+        let grant = Arc::new(grant?);
+        if let Some(kept) = &self.kept {
+            with_kept(kept, |k| k.keep(port, path, grant.clone()));
+        }
+        Some(grant)
     }
 
     fn skipped(&self, port: u16) -> bool {
