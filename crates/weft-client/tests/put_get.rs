@@ -148,6 +148,7 @@ async fn reads_survive_r_nodes_down_and_a_corrupt_unit() {
     }
     // Without a degraded-read cache, so the two modes below fetch from nodes alike.
     let uncached = cluster.client.with_degraded_cache(0);
+    let mut decoded_together = 0;
     for (i, data) in objects.iter().enumerate() {
         let key = format!("o{i}");
         let mut out = Vec::new();
@@ -175,7 +176,12 @@ async fn reads_survive_r_nodes_down_and_a_corrupt_unit() {
         assert_eq!(&blocking, data, "3 down, blocking read of object {i}");
         assert_eq!(blocking_stats.bytes_fetched, stats.bytes_fetched, "object {i}");
         assert_eq!(blocking_stats.degraded_units, stats.degraded_units, "object {i}");
+        assert_eq!(blocking_stats.decoded_together, 0, "inline decodes are one unit each");
+        decoded_together += stats.decoded_together;
     }
+    // Three of ten nodes hold ~2.7 units of each nine-unit group: lost blocks of one group
+    // over the same rows were decoded together (and returned the right bytes above).
+    assert!(decoded_together >= 2, "decoded together: {decoded_together}");
 }
 
 /// Reads (bucket, key) in `step`-byte ranges from start to end with `client`: the bytes, and
@@ -231,6 +237,25 @@ async fn the_degraded_read_cache_lets_a_sequential_reader_fetch_each_byte_once()
     let (bytes, again, _) = read_sequentially(&cached, "seq", size, CELL).await;
     assert_eq!(bytes, data);
     assert!(again < fetched_with, "the second pass fetched {again}");
+    // A whole read holds whole rows of each group: its rebuild reads only what it fetches
+    // itself, so the cache keeps just the rebuilt range (no copies of data or parity)...
+    let whole = cluster.client.with_degraded_cache(64 << 20);
+    let mut out = Vec::new();
+    let first = whole.get("bkt", "seq", None, &mut out, None).await.unwrap();
+    assert_eq!(out, data);
+    let lost_blocks = object
+        .units
+        .values()
+        .filter(|u| u.node_id == victim && matches!(u.unit, weft_layout::UnitId::Data(_)))
+        .count() as u64;
+    assert_eq!(first.bytes_fetched, size, "a parity range for each lost block");
+    let kept = whole.degraded.counters().bytes as u64;
+    assert_eq!(kept, lost_blocks * BLOCK, "only the {lost_blocks} lost blocks, rebuilt");
+    // ...which the next whole read is served from, fetching only the healthy blocks.
+    out.clear();
+    let second = whole.get("bkt", "seq", None, &mut out, None).await.unwrap();
+    assert_eq!(out, data);
+    assert_eq!((second.cache_hit_bytes, second.bytes_fetched), (kept, size - kept));
 
     // Hitchhiker rebuilds whole units: without the cache every cell read of a lost block
     // decodes it anew; with it, once.
