@@ -42,6 +42,11 @@
 //!   the last few percent stay free for what must still write (deletes, the filesystem's own
 //!   metadata). ENOSPC from the final directory fsync, after the unit became visible, still
 //!   fails the disk: that unit's durability is unknown.
+//! - [`Disk::usage`] is counted, not scanned, between scans at most [`USAGE_RESCAN`] apart:
+//!   `finish` adds each unit it makes visible and `delete` takes off each it removes, so a
+//!   heartbeat a second costs no listing of every unit file (it cost the nodes a third of
+//!   their CPU under S3 puts). A rescan corrects what changed behind the disk's back (a file
+//!   removed by hand); finishes and deletes during a rescan are counted on top of it.
 //! - `tmp/` holds only files of writes in progress, so `Disk::open` deletes everything in it:
 //!   those writes cannot complete once their process is gone. Hence: one open `Disk` (and its
 //!   clones) per directory at a time.
@@ -284,6 +289,34 @@ struct DiskInner {
     instance: u64,
     next_nonce: AtomicU64,
     removed_temp_files: u64,
+    usage: Mutex<UsageCount>,
+}
+
+/// Longest time [`Disk::usage`] answers from its count before it lists the units again.
+pub const USAGE_RESCAN: Duration = Duration::from_secs(60);
+
+/// [`Disk::usage`]'s running count.
+#[derive(Debug)]
+struct UsageCount {
+    /// The count and when its scan ended; None until the first scan (and after a wipe).
+    counted: Option<(Usage, Instant)>,
+    /// Units and bytes finished (+) or deleted (−) while a scan runs, added to its result.
+    during_scan: Option<(i64, i64)>,
+    /// Rescan interval ([`USAGE_RESCAN`]; tests shorten it).
+    rescan: Duration,
+}
+
+impl UsageCount {
+    fn add(&mut self, units: i64, bytes: i64) {
+        if let Some((usage, _)) = &mut self.counted {
+            usage.units = usage.units.saturating_add_signed(units);
+            usage.file_bytes = usage.file_bytes.saturating_add_signed(bytes);
+        }
+        if let Some((u, b)) = &mut self.during_scan {
+            *u += units;
+            *b += bytes;
+        }
+    }
 }
 
 fn is_not_found(error: &std::io::Error) -> bool {
@@ -385,6 +418,11 @@ impl Disk {
                 instance,
                 next_nonce: AtomicU64::new(0),
                 removed_temp_files,
+                usage: Mutex::new(UsageCount {
+                    counted: None,
+                    during_scan: None,
+                    rescan: USAGE_RESCAN,
+                }),
             }),
         })
     }
@@ -454,6 +492,7 @@ impl Disk {
 
     /// Removes the disk's units, temp files and RAIDP slots (its marker stays).
     fn wipe(&self) -> Result<()> {
+        self.usage_count().counted = None;
         let dir = &self.inner.dir;
         for sub in [&self.inner.units_dir, &self.inner.tmp_dir, &dir.join("superchunks")] {
             match std::fs::remove_dir_all(sub) {
@@ -796,12 +835,18 @@ impl Disk {
     pub fn delete(&self, key: UnitKey) -> Result<()> {
         self.check()?;
         let path = self.unit_path(&key);
+        // Its size, for the usage count (unknown: the next usage() lists the units again).
+        let file_bytes = self.inner.fs.file_len(&path).ok();
         match self.inner.fs.remove_file(&path) {
             Ok(()) => {}
             Err(e) if is_not_found(&e) => {
                 return Err(StoreError::NotFound { dir: self.inner.dir.clone(), key })
             }
             Err(e) => return Err(self.fail("remove", Some(key), &path, e)),
+        }
+        match file_bytes {
+            Some(bytes) => self.usage_count().add(-1, -(bytes as i64)),
+            None => self.usage_count().counted = None,
         }
         let parent = path.parent().expect("unit files live in a fan-out directory");
         self.inner
@@ -859,9 +904,40 @@ impl Disk {
         Ok(out)
     }
 
-    /// Number of units and the bytes their files take (headers included).
+    /// Number of units and the bytes their files take (headers included): counted since the
+    /// last scan, which is repeated when older than [`USAGE_RESCAN`] (see the invariants).
     pub fn usage(&self) -> Result<Usage> {
         self.check()?;
+        {
+            let mut count = self.usage_count();
+            if let Some((usage, at)) = count.counted {
+                if at.elapsed() < count.rescan {
+                    return Ok(usage);
+                }
+            }
+            count.during_scan = Some((0, 0));
+        }
+        let scanned = self.scan_usage();
+        let mut count = self.usage_count();
+        let (units, bytes) = count.during_scan.take().unwrap_or_default();
+        let mut usage = scanned?;
+        usage.units = usage.units.saturating_add_signed(units);
+        usage.file_bytes = usage.file_bytes.saturating_add_signed(bytes);
+        count.counted = Some((usage, Instant::now()));
+        Ok(usage)
+    }
+
+    /// Sets how often [`Disk::usage`] lists the units again (tests; [`USAGE_RESCAN`] else).
+    pub fn set_usage_rescan(&self, every: Duration) {
+        self.usage_count().rescan = every;
+    }
+
+    fn usage_count(&self) -> std::sync::MutexGuard<'_, UsageCount> {
+        self.inner.usage.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Units and their file bytes by listing and stat'ing every unit file.
+    fn scan_usage(&self) -> Result<Usage> {
         let mut usage = Usage::default();
         for key in self.scan()?.0 {
             let path = self.unit_path(&key);
@@ -1396,7 +1472,9 @@ impl UnitWriter {
             .fs
             .sync_dir(parent)
             .map_err(|e| disk.fail("fsync directory", Some(key), parent, e))?;
-        Ok(Disk::info(key, self.len_bytes))
+        let info = Disk::info(key, self.len_bytes);
+        disk.usage_count().add(1, info.file_bytes as i64);
+        Ok(info)
     }
 }
 

@@ -31,7 +31,7 @@ pub mod raidp;
 pub use disk::{
     Capacity, CapacityState, Disk, ListedUnit, Result, ScrubProgress, ScrubReport, SharedWrite,
     Thresholds, UnitCheck, UnitInfo, UnitReader, UnitWriter, Usage, WholeSegments, DISK_MARKER,
-    DISK_MARKER_FILE, FANOUT_DIRS, FULL_HOLD_MS, STAGE_BYTES,
+    DISK_MARKER_FILE, FANOUT_DIRS, FULL_HOLD_MS, STAGE_BYTES, USAGE_RESCAN,
 };
 pub use error::StoreError;
 pub use format::{ChecksumKind, FORMAT_VERSION, MAX_UNIT_BYTES, SEGMENT_BYTES};

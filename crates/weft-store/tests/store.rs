@@ -9,7 +9,7 @@ use std::{
 use rand::{rngs::StdRng, Rng, RngCore, SeedableRng};
 use weft_store::{
     format::header_bytes, CapacityState, Disk, FaultyFs, FsOp, Space, StoreError, Thresholds,
-    UnitKey, DIRECT_ALIGN, SEGMENT_BYTES, STAGE_BYTES,
+    UnitKey, Usage, DIRECT_ALIGN, SEGMENT_BYTES, STAGE_BYTES, USAGE_RESCAN,
 };
 
 const SEG: u64 = SEGMENT_BYTES as u64;
@@ -443,6 +443,29 @@ fn a_detailed_listing_gives_each_units_file_length_and_write_time() {
     assert_eq!(disk.usage().unwrap().file_bytes, total);
     disk.delete(keys[0]).unwrap();
     assert_eq!(disk.list_detailed().unwrap().len(), 2);
+}
+
+#[test]
+fn usage_is_counted_by_finish_and_delete_and_rescanned_for_what_changed_behind_its_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = Disk::open(dir.path()).unwrap();
+    assert_eq!(disk.usage().unwrap(), Usage { units: 0, file_bytes: 0 });
+    let a = disk.put(UnitKey::data(1, 0, 0), &random_bytes(70_000, 1)).unwrap();
+    let b = disk.put(UnitKey::data(1, 1, 0), &random_bytes(5, 2)).unwrap();
+    let both = Usage { units: 2, file_bytes: a.file_bytes + b.file_bytes };
+    assert_eq!(disk.usage().unwrap(), both);
+    disk.delete(a.key).unwrap();
+    assert_eq!(disk.usage().unwrap(), Usage { units: 1, file_bytes: b.file_bytes });
+    // A file removed by hand is not seen until the next scan...
+    fs::remove_file(disk.unit_path(&b.key)).unwrap();
+    assert_eq!(disk.usage().unwrap(), Usage { units: 1, file_bytes: b.file_bytes });
+    // ...which a shorter rescan interval brings at once; counting goes on from it.
+    disk.set_usage_rescan(std::time::Duration::ZERO);
+    assert_eq!(disk.usage().unwrap(), Usage { units: 0, file_bytes: 0 });
+    disk.set_usage_rescan(USAGE_RESCAN);
+    let c = disk.put(UnitKey::data(2, 0, 0), &random_bytes(1000, 3)).unwrap();
+    assert_eq!(disk.usage().unwrap(), Usage { units: 1, file_bytes: c.file_bytes });
+    assert_eq!(c.file_bytes, fs::metadata(disk.unit_path(&c.key)).unwrap().len());
 }
 
 #[test]
