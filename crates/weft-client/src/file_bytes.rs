@@ -18,11 +18,6 @@
 //!   sendfile, a TLS stream, a copy) writes the same verified bytes. Sending from the file
 //!   is only ever a way to write bytes equal to those: unit files are never written again
 //!   once their unit is finished (a repair or a transition writes a new file).
-//! - A dropped buffer is given back ([`buffer`] hands it to the next local read) after its
-//!   entry is removed, emptied (length 0: a read sees only the bytes it writes), and only
-//!   while the pool holds fewer than [`POOL_BUFFERS`] buffers and [`POOL_BYTES`] bytes. A
-//!   GET of 64 MiB reads about a megabyte per unit and piece; allocating and freeing those
-//!   cost glibc's malloc 4% of the gateway's CPU (trimming the heap, faulting pages in again).
 
 use std::{
     collections::BTreeMap,
@@ -36,58 +31,6 @@ use bytes::Bytes;
 type Table = BTreeMap<usize, (usize, Arc<File>, u64)>;
 
 static TABLE: Mutex<Table> = Mutex::new(BTreeMap::new());
-
-/// Most buffers the pool keeps.
-pub const POOL_BUFFERS: usize = 32;
-/// Most bytes (capacity) the pool keeps.
-pub const POOL_BYTES: usize = 32 << 20;
-
-/// Buffers of dropped file-backed bytes, for the next reads.
-static POOL: Pool = Pool::new();
-
-/// Empty buffers kept for reuse, at most [`POOL_BUFFERS`] of at most [`POOL_BYTES`] in all.
-struct Pool {
-    buffers: Mutex<Vec<Vec<u8>>>,
-}
-
-impl Pool {
-    const fn new() -> Pool {
-        Pool { buffers: Mutex::new(Vec::new()) }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
-        self.buffers.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// An empty buffer with room for `capacity` bytes: a kept one at most twice that large
-    /// when there is one, else a new one.
-    fn take(&self, capacity: usize) -> Vec<u8> {
-        let reused = {
-            let mut buffers = self.lock();
-            let fits =
-                buffers.iter().position(|b| (capacity..=2 * capacity).contains(&b.capacity()));
-            fits.map(|at| buffers.swap_remove(at))
-        };
-        reused.unwrap_or_else(|| Vec::with_capacity(capacity))
-    }
-
-    /// Keeps `buf`, emptied, when there is room.
-    fn give(&self, mut buf: Vec<u8>) {
-        buf.clear();
-        let mut buffers = self.lock();
-        let held: usize = buffers.iter().map(Vec::capacity).sum();
-        if buf.capacity() > 0 && buffers.len() < POOL_BUFFERS && held + buf.capacity() <= POOL_BYTES
-        {
-            buffers.push(buf);
-        }
-    }
-}
-
-/// An empty buffer for a local read of `capacity` bytes, reusing a dropped one of about
-/// that size (see the module invariants).
-pub fn buffer(capacity: usize) -> Vec<u8> {
-    POOL.take(capacity)
-}
 
 fn table() -> std::sync::MutexGuard<'static, Table> {
     TABLE.lock().unwrap_or_else(|p| p.into_inner())
@@ -106,9 +49,8 @@ impl AsRef<[u8]> for FileRange {
 
 impl Drop for FileRange {
     fn drop(&mut self) {
-        // Before `buf` is freed or reused.
+        // Before `buf` is freed (fields drop after this body).
         table().remove(&(self.buf.as_ptr() as usize));
-        POOL.give(std::mem::take(&mut self.buf));
     }
 }
 
@@ -187,40 +129,6 @@ mod tests {
         let address = inner.as_ptr() as usize;
         drop(inner);
         assert!(!table().contains_key(&(address - 10)), "the entry went with the buffer");
-    }
-
-    #[test]
-    fn the_pool_hands_back_emptied_buffers_of_about_the_size_asked_and_stays_bounded() {
-        let pool = Pool::new();
-        let mut big = Vec::with_capacity(4096);
-        big.extend_from_slice(&[9u8; 4096]);
-        let address = big.as_ptr() as usize;
-        pool.give(big);
-        assert_ne!(pool.take(1000).as_ptr() as usize, address, "4 KiB is too large for 1000");
-        let again = pool.take(3000);
-        assert_eq!(again.as_ptr() as usize, address, "the kept buffer is handed out");
-        assert!(again.is_empty() && again.capacity() >= 4096, "and handed out empty");
-        assert_ne!(pool.take(3000).as_ptr() as usize, address, "once");
-        for _ in 0..POOL_BUFFERS + 5 {
-            pool.give(Vec::with_capacity(1 << 20));
-        }
-        assert!(pool.lock().len() <= POOL_BUFFERS);
-        pool.give(Vec::with_capacity(POOL_BYTES));
-        let held: usize = pool.lock().iter().map(Vec::capacity).sum();
-        assert!(held <= POOL_BYTES, "{held} bytes kept");
-        pool.give(Vec::new());
-        assert!(pool.lock().iter().all(|b| b.capacity() > 0), "no empty allocations kept");
-    }
-
-    #[test]
-    fn a_dropped_buffer_leaves_the_table_before_it_is_reused() {
-        let len = 5 * 1000 + 17;
-        let bytes = file_backed(vec![7u8; len], temp_file(), 0);
-        let address = bytes.as_ptr() as usize;
-        drop(bytes);
-        assert!(!table().contains_key(&address), "the entry went with the buffer");
-        let reused = buffer(len);
-        assert!(reused.is_empty() && reused.capacity() >= len);
     }
 
     #[test]

@@ -599,7 +599,7 @@ fn read_verified(
     let Some(end) = end else {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "the range is past the unit"));
     };
-    let mut out: Vec<u8> = crate::file_bytes::buffer(len as usize);
+    let mut out: Vec<u8> = Vec::with_capacity(len as usize);
     let mut scratch = Vec::new();
     // The digester, and how many of `out`'s bytes it has hashed.
     let mut digester =
