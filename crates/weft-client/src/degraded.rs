@@ -23,6 +23,11 @@
 //! - Only reads of a group with an unavailable unit add entries (what a rebuild fetched or
 //!   decoded, and the group's data a read fetched, which a rebuild of the same rows will
 //!   want); other reads only look up. A client that never meets a failure holds nothing.
+//!   A read window that holds whole rows of a group (every stored data block over the same
+//!   range; byte-local codes) keeps only what it decoded: its rebuilds read nothing the
+//!   window did not fetch itself, so copies of those ranges would only be hit by another
+//!   reader of the same rows, which finds the decoded bytes here and reads the rest as a
+//!   healthy read does.
 //! - Failures are remembered for [`FAILED_MEMORY`]: a node that could not be reached is not
 //!   asked again meanwhile (its units count failed); a unit found missing or corrupt is still
 //!   asked (a repair in place mends it at once), but its group's reads keep what they fetch.

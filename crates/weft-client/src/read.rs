@@ -26,7 +26,11 @@
 //!   decoded without it, then it is asked again; units found missing or corrupt are reported
 //!   to meta's repair queue (once per read that finds them).
 //! - Gets use the client's degraded-read cache (degraded.rs): a range a rebuild fetched or
-//!   decoded is served from memory to the client's next reads; healthy reads add nothing.
+//!   decoded is served from memory to the client's next reads; healthy reads add nothing,
+//!   and a window holding whole rows of a group adds only what it decoded.
+//! - Lost blocks of one group over the same range of one window are decoded by one engine
+//!   task when the code's plan reads k whole ranges from which all of them decode (RS):
+//!   the inputs are read once, not once per lost block ([`GetStats::decoded_together`]).
 //! - When a window cannot be read, meta's record is read again: if the object is the same
 //!   generation but its units moved (repair, transition), the read continues under the new
 //!   record (same generation, same bytes); a replaced object is an error, never a mix.
@@ -183,9 +187,10 @@ impl SharedDecode {
             };
         }
         match &*state {
-            SharedState::Done(outputs) => outputs.get(at).cloned().ok_or_else(|| {
-                ClientError::Invalid(format!("the decode has no output {at}"))
-            }),
+            SharedState::Done(outputs) => outputs
+                .get(at)
+                .cloned()
+                .ok_or_else(|| ClientError::Invalid(format!("the decode has no output {at}"))),
             SharedState::Failed(cause) => {
                 Err(ClientError::Invalid(format!("the coding engine failed: {cause}")))
             }
@@ -493,9 +498,8 @@ impl UnitRebuilder {
                 Ok(bytes) => {
                     self.bytes_fetched += stored;
                     self.cache.put(info.unit, offset, bytes.clone());
-                    let consumed = self
-                        .window_groups
-                        .contains(&self.object.layout.unit_position(info.unit).0);
+                    let consumed =
+                        self.window_groups.contains(&self.object.layout.unit_position(info.unit).0);
                     if self.shared && !consumed && (keep || self.group_degraded(info.unit)) {
                         self.client.degraded.put(&info.unit_key, offset, bytes.clone());
                     }
