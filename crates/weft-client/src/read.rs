@@ -498,9 +498,10 @@ impl UnitRebuilder {
                 Ok(bytes) => {
                     self.bytes_fetched += stored;
                     self.cache.put(info.unit, offset, bytes.clone());
-                    let consumed =
-                        self.window_groups.contains(&self.object.layout.unit_position(info.unit).0);
-                    if self.shared && !consumed && (keep || self.group_degraded(info.unit)) {
+                    if self.shared
+                        && !self.in_window_rows(info.unit)
+                        && (keep || self.group_degraded(info.unit))
+                    {
                         self.client.degraded.put(&info.unit_key, offset, bytes.clone());
                     }
                     Ok(zero_padded(bytes, len))
@@ -570,14 +571,8 @@ impl UnitRebuilder {
                 continue; // the failed units are marked; plan again without them
             }
             let reads: Vec<Bytes> = fetched.into_iter().map(|f| f.expect("checked")).collect();
-            if let Some(decoding) = self.engine_decode(&plan, &reads, span) {
-                let keep = self.object.unit(unit).filter(|_| self.shared).map(|info| Keep {
-                    cache: Arc::clone(&self.client.degraded),
-                    key: info.unit_key.clone(),
-                    offset: base,
-                    stored: span.min(info.len.saturating_sub(base)) as usize,
-                });
-                return Ok(Source::Decoding(decoding, keep));
+            if let Some(decoding) = self.engine_decode(&plan, &reads, span, vec![plan.target]) {
+                return Ok(Source::Decoding(decoding, self.keep_for(unit, base, span)));
             }
             let views: Vec<&[u8]> = reads.iter().map(|b| b.as_ref()).collect();
             let mut out = vec![0u8; span as usize];
@@ -643,10 +638,9 @@ impl UnitRebuilder {
                 .filter(|&p| p != first && self.failed.contains_key(&layout.unit(group, p)))
                 .collect();
             let plan = self.code.repair_plan(first, &unavailable, len as usize).ok()?;
-            let whole = plan.reads.iter().all(|r| r.offset == 0 && r.len as u64 == len);
             let read: HashSet<usize> = plan.reads.iter().map(|r| r.unit).collect();
             let lost: Vec<usize> = (0..layout.n()).filter(|p| !read.contains(p)).collect();
-            if !whole || read.len() < self.code.data_units() || !self.code.is_decodable(&lost) {
+            if !self.decodes_on_engine(&plan, len) || !self.code.is_decodable(&lost) {
                 return None;
             }
             let wanted: Vec<(UnitId, u64, u64)> =
@@ -655,29 +649,20 @@ impl UnitRebuilder {
             if fetched.iter().any(|f| f.is_err()) {
                 continue; // the failed units are marked; plan again without them
             }
-            let mut inputs: Vec<Option<Bytes>> = vec![None; layout.n()];
-            for (read, bytes) in plan.reads.iter().zip(fetched) {
-                inputs[read.unit] = bytes.ok();
-            }
-            let task = DecodeTask::new(layout.code, inputs, targets);
-            let decoding = self.engine.as_ref()?.idecode(task);
-            let keeps = units
-                .iter()
-                .map(|&unit| {
-                    let info = self.object.unit(unit).filter(|_| self.shared)?;
-                    Some(Keep {
-                        cache: Arc::clone(&self.client.degraded),
-                        key: info.unit_key.clone(),
-                        offset,
-                        stored: len.min(info.len.saturating_sub(offset)) as usize,
-                    })
-                })
-                .collect();
+            let reads: Vec<Bytes> = fetched.into_iter().map(|f| f.expect("checked")).collect();
+            let decoding = self.engine_decode(&plan, &reads, len, targets)?;
+            let keeps = units.iter().map(|&unit| self.keep_for(unit, offset, len)).collect();
             let state = tokio::sync::Mutex::new(SharedState::Running(decoding, keeps));
             let shared = Arc::new(SharedDecode { state });
             self.decoded_together += units.len() as u64;
             return Some((0..units.len()).map(|at| Source::Shared(shared.clone(), at)).collect());
         }
+    }
+
+    /// True when the window being fetched holds whole rows of `unit`'s group
+    /// ([`UnitRebuilder::window_groups`]).
+    fn in_window_rows(&self, unit: UnitId) -> bool {
+        self.window_groups.contains(&self.object.layout.unit_position(unit).0)
     }
 
     /// True when a unit of `unit`'s group is known unavailable — failed in this read, or on
@@ -707,26 +692,44 @@ impl UnitRebuilder {
         }
     }
 
-    /// The plan's target decoding on the engine, when there is one and the plan reads k
-    /// whole ranges of a byte-local code (an MDS decode); `None` means decode inline.
+    /// Whether `plan` decodes on the engine: there is one, and the plan reads k whole ranges
+    /// of `span` bytes of a byte-local code (an MDS decode).
+    fn decodes_on_engine(&self, plan: &weft_codes::RepairPlan, span: u64) -> bool {
+        let code = &*self.code;
+        let whole = plan.reads.iter().all(|r| r.offset == 0 && r.len as u64 == span);
+        self.engine.is_some() && code.byte_local() && whole && plan.reads.len() >= code.data_units()
+    }
+
+    /// Units `wanted` (positions in the group) decoding on the engine from the plan's
+    /// `reads`, when [`UnitRebuilder::decodes_on_engine`]; `None` means decode inline.
     fn engine_decode(
         &self,
         plan: &weft_codes::RepairPlan,
         reads: &[Bytes],
         span: u64,
+        wanted: Vec<usize>,
     ) -> Option<EcFuture<DecodeOutput>> {
-        let engine = self.engine.as_ref()?;
-        let code = &*self.code;
-        let whole = plan.reads.iter().all(|r| r.offset == 0 && r.len as u64 == span);
-        if !code.byte_local() || !whole || plan.reads.len() < code.data_units() {
+        if !self.decodes_on_engine(plan, span) {
             return None;
         }
-        let mut units: Vec<Option<Bytes>> = vec![None; code.total_units()];
+        let mut units: Vec<Option<Bytes>> = vec![None; self.code.total_units()];
         for (read, bytes) in plan.reads.iter().zip(reads) {
             units[read.unit] = Some(bytes.clone());
         }
-        let task = DecodeTask::new(self.object.layout.code, units, vec![plan.target]);
-        Some(engine.idecode(task))
+        let task = DecodeTask::new(self.object.layout.code, units, wanted);
+        Some(self.engine.as_ref()?.idecode(task))
+    }
+
+    /// Where the bytes `[offset, offset + span)` of `unit` decoded on the engine go: the
+    /// client's degraded-read cache, its stored part (gets only).
+    fn keep_for(&self, unit: UnitId, offset: u64, span: u64) -> Option<Keep> {
+        let info = self.object.unit(unit).filter(|_| self.shared)?;
+        Some(Keep {
+            cache: Arc::clone(&self.client.degraded),
+            key: info.unit_key.clone(),
+            offset,
+            stored: span.min(info.len.saturating_sub(offset)) as usize,
+        })
     }
 
     /// Waits (at most a few seconds) for the reports of bad units to reach meta, so a short
