@@ -306,11 +306,20 @@ struct UsageCount {
     rescan: Duration,
 }
 
+impl Usage {
+    /// This usage with `units` units and `bytes` bytes added (negative: taken off).
+    fn plus(self, units: i64, bytes: i64) -> Usage {
+        Usage {
+            units: self.units.saturating_add_signed(units),
+            file_bytes: self.file_bytes.saturating_add_signed(bytes),
+        }
+    }
+}
+
 impl UsageCount {
     fn add(&mut self, units: i64, bytes: i64) {
         if let Some((usage, _)) = &mut self.counted {
-            usage.units = usage.units.saturating_add_signed(units);
-            usage.file_bytes = usage.file_bytes.saturating_add_signed(bytes);
+            *usage = usage.plus(units, bytes);
         }
         if let Some((u, b)) = &mut self.during_scan {
             *u += units;
@@ -920,9 +929,7 @@ impl Disk {
         let scanned = self.scan_usage();
         let mut count = self.usage_count();
         let (units, bytes) = count.during_scan.take().unwrap_or_default();
-        let mut usage = scanned?;
-        usage.units = usage.units.saturating_add_signed(units);
-        usage.file_bytes = usage.file_bytes.saturating_add_signed(bytes);
+        let usage = scanned?.plus(units, bytes);
         count.counted = Some((usage, Instant::now()));
         Ok(usage)
     }
