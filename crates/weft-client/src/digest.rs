@@ -30,7 +30,8 @@ pub const MISMATCH: &str = "end-to-end checksum mismatch";
 /// of complete subtrees, merged as BLAKE3's incremental hasher merges chunks. `finish`
 /// hashes the last batch (whole or partial) and folds the stack into the root. Short pieces
 /// (units arrive in cells of as little as 4 KiB) cost a copy into the batch, never a
-/// narrower hash.
+/// narrower hash. A digester told the unit's length ([`Digester::for_len`]) knows whether
+/// more bytes follow a piece's last whole batch, and hashes it where it is too.
 #[derive(Debug, Default, Clone)]
 pub struct Digester {
     /// Bytes not hashed yet: at most one batch, the last one while no more bytes came.
@@ -39,11 +40,27 @@ pub struct Digester {
     stack: Vec<ChainingValue>,
     /// Whole batches hashed so far.
     batches: u64,
+    /// The input's length, when known up front.
+    len: Option<u64>,
 }
 
 impl Digester {
     pub fn new() -> Digester {
         Digester::default()
+    }
+
+    /// A digester of an input of exactly `len` bytes (a unit being written): a batch that
+    /// ends a piece is hashed straight from it when the input goes on past it. Fed more or
+    /// fewer bytes than `len`, its digest is not the input's (a writer that sent other than
+    /// `len` bytes has failed anyway); debug builds check it.
+    pub fn for_len(len: u64) -> Digester {
+        Digester { len: Some(len), ..Digester::default() }
+    }
+
+    /// Whether the input goes on past the next `bytes` bytes after those taken so far.
+    fn goes_on_past(&self, bytes: usize) -> bool {
+        let taken = self.batches * BATCH_BYTES as u64 + self.pending.len() as u64;
+        self.len.is_some_and(|len| taken + (bytes as u64) < len)
     }
 
     pub fn update(&mut self, mut piece: &[u8]) {
@@ -54,8 +71,11 @@ impl Digester {
                 self.push(cv);
                 self.pending.clear();
             }
-            if self.pending.is_empty() && piece.len() > BATCH_BYTES {
-                // Whole batches straight from the piece, the last one kept back.
+            let whole = piece.len() > BATCH_BYTES
+                || (piece.len() == BATCH_BYTES && self.goes_on_past(BATCH_BYTES));
+            if self.pending.is_empty() && whole {
+                // Whole batches straight from the piece, the last one kept back unless more
+                // bytes are known to follow it.
                 let cv = batch_cv(&piece[..BATCH_BYTES], self.batches);
                 self.push(cv);
                 piece = &piece[BATCH_BYTES..];
@@ -99,6 +119,13 @@ impl Digester {
     }
 
     pub fn finish(&self) -> UnitDigest {
+        debug_assert!(!self.goes_on_past(0), "a digester for_len was fed fewer bytes");
+        debug_assert!(
+            self.len.is_none_or(|len| {
+                len == self.batches * BATCH_BYTES as u64 + self.pending.len() as u64
+            }),
+            "a digester for_len was fed more bytes"
+        );
         self.finish_after(&self.pending)
     }
 
@@ -237,6 +264,21 @@ mod tests {
                 }
             }
             assert_eq!(&digester.finish().0[..], expected, "{len} bytes in pieces");
+            // Told the length: whole batches that end pieces are hashed where they are.
+            for cut in [batch, 2 * batch, 4096, batch + 5] {
+                let mut digester = Digester::for_len(len as u64);
+                for piece in long[..len].chunks(cut) {
+                    digester.update(piece);
+                }
+                let left = digester.pending.len();
+                assert_eq!(&digester.finish().0[..], expected, "{len} bytes for_len in {cut}");
+                if cut % batch == 0 {
+                    assert!(
+                        left == len - (len - 1) / batch * batch,
+                        "{len}: only the last batch waits"
+                    );
+                }
+            }
             // Hashed in place as a buffer grows (a local read's segments), by whole batches
             // and by odd steps.
             for step in [batch, 4096, batch + 5] {

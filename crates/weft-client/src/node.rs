@@ -374,7 +374,8 @@ impl NodeClient {
             Err(chunks) => chunks,
         };
         let url = Self::url(unit)?;
-        let digester = std::sync::Arc::new(std::sync::Mutex::new(crate::digest::Digester::new()));
+        let digester = crate::digest::Digester::for_len(len);
+        let digester = std::sync::Arc::new(std::sync::Mutex::new(digester));
         let fed = std::sync::Arc::clone(&digester);
         let link = self.link.clone();
         let stream = futures_util::stream::unfold(chunks, move |mut rx| {
@@ -433,7 +434,7 @@ impl NodeClient {
             return Err(chunks);
         };
         let file = write.file();
-        let mut digester = crate::digest::Digester::new();
+        let mut digester = crate::digest::Digester::for_len(len);
         // One stage write in flight while the next stage fills.
         let mut pending: Option<tokio::task::JoinHandle<std::io::Result<crate::local::Aligned>>> =
             None;

@@ -288,6 +288,55 @@ fn klauspost_trial(
         .ok_or_else(|| cli_error!("{} printed no gb_per_s: {row}", bin.display()))
 }
 
+/// The machine a benchmark ran on, as its rows report it: figures from different CPUs do not
+/// compare, and a peer's SIMD paths depend on what this one has.
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    /// `model name` of /proc/cpuinfo ("unknown" where there is none).
+    pub cpu: String,
+    /// The threads this process may run on.
+    pub cores: usize,
+    /// The SIMD and hashing extensions the coding and hashing paths look for that this CPU
+    /// has, in a fixed order.
+    pub features: Vec<&'static str>,
+}
+
+impl Machine {
+    pub fn this() -> Machine {
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|info| {
+                let line = info.lines().find(|l| l.starts_with("model name"))?.to_owned();
+                Some(line.split_once(':')?.1.trim().to_owned())
+            })
+            .unwrap_or_else(|| "unknown".to_owned());
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        #[allow(unused_mut)]
+        let mut features = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            let known = [
+                ("avx2", std::is_x86_feature_detected!("avx2")),
+                ("avx512f", std::is_x86_feature_detected!("avx512f")),
+                ("avx512bw", std::is_x86_feature_detected!("avx512bw")),
+                ("gfni", std::is_x86_feature_detected!("gfni")),
+                ("vpclmulqdq", std::is_x86_feature_detected!("vpclmulqdq")),
+                ("sha", std::is_x86_feature_detected!("sha")),
+                ("sse4.2", std::is_x86_feature_detected!("sse4.2")),
+            ];
+            features.extend(known.iter().filter(|(_, has)| *has).map(|(name, _)| *name));
+        }
+        Machine { cpu, cores, features }
+    }
+
+    /// One line for a human table's foot.
+    pub fn line(&self) -> String {
+        let features =
+            if self.features.is_empty() { "none".into() } else { self.features.join(" ") };
+        format!("machine: {}, {} cores; extensions: {features}", self.cpu, self.cores)
+    }
+}
+
 pub fn run(command: BenchCommand) -> Result<(), CliError> {
     match command {
         BenchCommand::Ec(args) => bench_ec(args),

@@ -909,6 +909,8 @@ struct Row {
     /// absent when the directories are unknown.
     #[serde(skip_serializing_if = "Option::is_none")]
     stored_bytes_per_user_byte: Option<f64>,
+    /// The CPU, cores and extensions of the machine both targets ran on.
+    machine: crate::bench::Machine,
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -927,7 +929,12 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-fn row_of(target: &str, cell: Cell, results: &[PhaseResult]) -> Row {
+fn row_of(
+    target: &str,
+    cell: Cell,
+    results: &[PhaseResult],
+    machine: &crate::bench::Machine,
+) -> Row {
     let mut all_latencies: Vec<f64> = results.iter().flat_map(|r| r.latencies_ms.clone()).collect();
     all_latencies.sort_by(f64::total_cmp);
     let round = |x: f64| (x * 1000.0).round() / 1000.0;
@@ -972,6 +979,7 @@ fn row_of(target: &str, cell: Cell, results: &[PhaseResult]) -> Row {
                 (role.clone(), round(median(per_round)))
             })
             .collect(),
+        machine: machine.clone(),
     }
 }
 
@@ -1082,6 +1090,7 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
     })?;
     let mut rows = crate::rows::JsonRows::new(args.json_lines);
     let mut table = Vec::new();
+    let machine = crate::bench::Machine::this();
     for (c, &(object_size, clients)) in cells.iter().enumerate() {
         for op in [S3Op::Put, S3Op::Get] {
             if !args.ops.contains(&op) {
@@ -1092,8 +1101,9 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
                 S3Op::Put => &results[t][c].0,
                 S3Op::Get => &results[t][c].1,
             };
-            let peer = (targets.len() > 1).then(|| row_of(targets[1].name, cell, pick(1)));
-            let mut row = row_of(targets[0].name, cell, pick(0));
+            let peer =
+                (targets.len() > 1).then(|| row_of(targets[1].name, cell, pick(1), &machine));
+            let mut row = row_of(targets[0].name, cell, pick(0), &machine);
             if let Some(peer) = &peer {
                 row.throughput_ratio = Some(row.mib_per_s / peer.mib_per_s);
                 row.server_cpu_ratio = Some(row.server_cpu_s_per_gib / peer.server_cpu_s_per_gib);
@@ -1107,7 +1117,7 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
             }
             if op == S3Op::Get && !degraded[c].is_empty() {
                 let name = format!("{}-down", targets[0].name);
-                let mut row = row_of(&name, cell, &degraded[c]);
+                let mut row = row_of(&name, cell, &degraded[c], &machine);
                 row.down_nodes = Some(args.down_nodes);
                 row.degraded_ratio = Some(row.mib_per_s / healthy_mib_per_s);
                 rows.push(&row);
@@ -1166,6 +1176,7 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
             ratio
         );
     }
+    println!("{}", machine.line());
     Ok(())
 }
 

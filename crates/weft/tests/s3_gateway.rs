@@ -838,6 +838,16 @@ fn bench_s3_measures_puts_and_verified_gets_with_server_cpu_and_cleans_up() {
             assert!((sum - total).abs() <= 0.01 * total + 0.01, "{sum} vs {total}: {row}");
             assert!(row["p99_ms"].as_f64().unwrap() >= row["p50_ms"].as_f64().unwrap(), "{row}");
             assert!(row.get("throughput_ratio").is_none(), "{row}");
+            // The machine it ran on: this one.
+            let cores = std::thread::available_parallelism().unwrap().get() as u64;
+            assert_eq!(row["machine"]["cores"].as_u64(), Some(cores), "{row}");
+            assert!(!row["machine"]["cpu"].as_str().unwrap().is_empty(), "{row}");
+            #[cfg(target_arch = "x86_64")]
+            {
+                let features = row["machine"]["features"].as_array().unwrap();
+                let avx2 = features.contains(&serde_json::json!("avx2"));
+                assert_eq!(avx2, std::is_x86_feature_detected!("avx2"), "{row}");
+            }
             // What the nodes' disks grew by per byte put: rs(2,1)'s 1.5, plus unit headers,
             // within the 5% the issue allows; reads store nothing.
             match row["op"].as_str().unwrap() {
