@@ -6,7 +6,9 @@
 //! - A digest is the first 16 bytes of BLAKE3 over the unit's stored bytes, whatever
 //!   pieces they arrive in ([`Digester`] fed piece by piece equals [`unit_digest`]). A
 //!   reader that holds the bytes in one buffer as they grow hashes them in place
-//!   ([`Digester::absorb_batches`], [`Digester::finish_with`]): no copy.
+//!   ([`Digester::absorb_batches`], [`Digester::finish_with`]): no copy. A writer that
+//!   knows the unit's length ([`Digester::for_len`]) hashes every batch but the unit's last
+//!   straight from its pieces: its digest is the same when fed exactly that length.
 //! - A mismatch is a [`FailureKind::Corrupt`] failure whose cause starts with
 //!   [`MISMATCH`], so callers rebuild the unit from the others and report it, as for rot the
 //!   node itself found.

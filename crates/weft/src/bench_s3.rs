@@ -17,6 +17,8 @@
 //!   machine's noise falls on all alike; a figure is the median over rounds.
 //! - The objects a phase wrote are deleted after its get phase (untimed), so runs do not fill
 //!   the disks. MinIO started by the bench runs on its own temporary directory, removed after.
+//! - Every row names the machine it was measured on (CPU model, cores, the SIMD and hashing
+//!   extensions the paths look for; `crate::bench::Machine`); the table ends with that line.
 
 use std::{
     collections::BTreeMap,
