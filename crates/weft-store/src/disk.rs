@@ -46,12 +46,15 @@
 //!   `finish` adds each unit it makes visible and `delete` takes off each it removes, so a
 //!   heartbeat a second costs no listing of every unit file (it cost the nodes a third of
 //!   their CPU under S3 puts). A rescan corrects what changed behind the disk's back (a file
-//!   removed by hand); finishes and deletes during a rescan are counted on top of it.
+//!   removed by hand). A unit finished or deleted while a rescan lists the files counts as
+//!   its last state, whether or not the listing saw it (by key: never twice, never
+//!   missed); one rescan runs at a time, and a wipe during one leaves the count to the next.
 //! - `tmp/` holds only files of writes in progress, so `Disk::open` deletes everything in it:
 //!   those writes cannot complete once their process is gone. Hence: one open `Disk` (and its
 //!   clones) per directory at a time.
 
 use std::{
+    collections::HashMap,
     mem::MaybeUninit,
     path::{Path, PathBuf},
     sync::{
@@ -290,6 +293,8 @@ struct DiskInner {
     next_nonce: AtomicU64,
     removed_temp_files: u64,
     usage: Mutex<UsageCount>,
+    /// Held by the one [`Disk::usage`] rescan running.
+    usage_scan: Mutex<()>,
 }
 
 /// Longest time [`Disk::usage`] answers from its count before it lists the units again.
@@ -300,8 +305,12 @@ pub const USAGE_RESCAN: Duration = Duration::from_secs(60);
 struct UsageCount {
     /// The count and when its scan ended; None until the first scan (and after a wipe).
     counted: Option<(Usage, Instant)>,
-    /// Units and bytes finished (+) or deleted (−) while a scan runs, added to its result.
-    during_scan: Option<(i64, i64)>,
+    /// While a scan runs: the last state of each unit finished (its file bytes) or deleted
+    /// (None) since it began, which replaces whatever the scan saw of that unit.
+    during_scan: Option<HashMap<UnitKey, Option<u64>>>,
+    /// Bumped when the count is dropped (a wipe, a delete of unknown size): a scan that
+    /// began before does not store its result.
+    generation: u64,
     /// Rescan interval ([`USAGE_RESCAN`]; tests shorten it).
     rescan: Duration,
 }
@@ -317,14 +326,37 @@ impl Usage {
 }
 
 impl UsageCount {
-    fn add(&mut self, units: i64, bytes: i64) {
+    /// Unit `key` made visible with `file_bytes`.
+    fn finished(&mut self, key: UnitKey, file_bytes: u64) {
         if let Some((usage, _)) = &mut self.counted {
-            *usage = usage.plus(units, bytes);
+            *usage = usage.plus(1, file_bytes as i64);
         }
-        if let Some((u, b)) = &mut self.during_scan {
-            *u += units;
-            *b += bytes;
+        if let Some(changed) = &mut self.during_scan {
+            changed.insert(key, Some(file_bytes));
         }
+    }
+
+    /// Unit `key` removed; its file's bytes when known (else the count is dropped).
+    fn deleted(&mut self, key: UnitKey, file_bytes: Option<u64>) {
+        match (file_bytes, &mut self.counted) {
+            (Some(bytes), Some((usage, _))) => *usage = usage.plus(-1, -(bytes as i64)),
+            (Some(_), None) => {}
+            (None, _) => self.drop_count(),
+        }
+        if let Some(changed) = &mut self.during_scan {
+            changed.insert(key, None);
+        }
+    }
+
+    /// Forgets the count: the next [`Disk::usage`] lists the units again.
+    fn drop_count(&mut self) {
+        self.counted = None;
+        self.generation += 1;
+    }
+
+    /// The count, unless it is older than the rescan interval (or there is none).
+    fn fresh(&self) -> Option<Usage> {
+        self.counted.and_then(|(usage, at)| (at.elapsed() < self.rescan).then_some(usage))
     }
 }
 
@@ -430,8 +462,10 @@ impl Disk {
                 usage: Mutex::new(UsageCount {
                     counted: None,
                     during_scan: None,
+                    generation: 0,
                     rescan: USAGE_RESCAN,
                 }),
+                usage_scan: Mutex::new(()),
             }),
         })
     }
@@ -501,7 +535,7 @@ impl Disk {
 
     /// Removes the disk's units, temp files and RAIDP slots (its marker stays).
     fn wipe(&self) -> Result<()> {
-        self.usage_count().counted = None;
+        self.usage_count().drop_count();
         let dir = &self.inner.dir;
         for sub in [&self.inner.units_dir, &self.inner.tmp_dir, &dir.join("superchunks")] {
             match std::fs::remove_dir_all(sub) {
@@ -853,10 +887,7 @@ impl Disk {
             }
             Err(e) => return Err(self.fail("remove", Some(key), &path, e)),
         }
-        match file_bytes {
-            Some(bytes) => self.usage_count().add(-1, -(bytes as i64)),
-            None => self.usage_count().counted = None,
-        }
+        self.usage_count().deleted(key, file_bytes);
         let parent = path.parent().expect("unit files live in a fan-out directory");
         self.inner
             .fs
@@ -917,20 +948,33 @@ impl Disk {
     /// last scan, which is repeated when older than [`USAGE_RESCAN`] (see the invariants).
     pub fn usage(&self) -> Result<Usage> {
         self.check()?;
-        {
-            let mut count = self.usage_count();
-            if let Some((usage, at)) = count.counted {
-                if at.elapsed() < count.rescan {
-                    return Ok(usage);
-                }
-            }
-            count.during_scan = Some((0, 0));
+        if let Some(usage) = self.usage_count().fresh() {
+            return Ok(usage);
         }
+        let _one_scan = self.inner.usage_scan.lock().unwrap_or_else(|p| p.into_inner());
+        let generation = {
+            let mut count = self.usage_count();
+            // Another caller may have scanned while this one waited.
+            if let Some(usage) = count.fresh() {
+                return Ok(usage);
+            }
+            count.during_scan = Some(HashMap::new());
+            count.generation
+        };
         let scanned = self.scan_usage();
         let mut count = self.usage_count();
-        let (units, bytes) = count.during_scan.take().unwrap_or_default();
-        let usage = scanned?.plus(units, bytes);
-        count.counted = Some((usage, Instant::now()));
+        let changed = count.during_scan.take().unwrap_or_default();
+        let mut files = scanned?;
+        for (key, state) in changed {
+            match state {
+                Some(file_bytes) => files.insert(key, file_bytes),
+                None => files.remove(&key),
+            };
+        }
+        let usage = Usage { units: files.len() as u64, file_bytes: files.values().sum() };
+        if count.generation == generation {
+            count.counted = Some((usage, Instant::now()));
+        }
         Ok(usage)
     }
 
@@ -943,21 +987,20 @@ impl Disk {
         self.inner.usage.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Units and their file bytes by listing and stat'ing every unit file.
-    fn scan_usage(&self) -> Result<Usage> {
-        let mut usage = Usage::default();
+    /// Every unit's file bytes, by listing and stat'ing every unit file.
+    fn scan_usage(&self) -> Result<HashMap<UnitKey, u64>> {
+        let mut files = HashMap::new();
         for key in self.scan()?.0 {
             let path = self.unit_path(&key);
             match self.inner.fs.file_len(&path) {
                 Ok(len) => {
-                    usage.units += 1;
-                    usage.file_bytes += len;
+                    files.insert(key, len);
                 }
                 Err(e) if is_not_found(&e) => {} // deleted since the scan
                 Err(e) => return Err(self.io("stat", key, &path, e)),
             }
         }
-        Ok(usage)
+        Ok(files)
     }
 
     /// Reads and verifies every segment of every unit. `progress` is called before each unit
@@ -1480,7 +1523,7 @@ impl UnitWriter {
             .sync_dir(parent)
             .map_err(|e| disk.fail("fsync directory", Some(key), parent, e))?;
         let info = Disk::info(key, self.len_bytes);
-        disk.usage_count().add(1, info.file_bytes as i64);
+        disk.usage_count().finished(key, info.file_bytes);
         Ok(info)
     }
 }

@@ -469,6 +469,47 @@ fn usage_is_counted_by_finish_and_delete_and_rescanned_for_what_changed_behind_i
 }
 
 #[test]
+fn units_finished_and_deleted_while_usage_rescans_count_once() {
+    // Heartbeats rescan while puts and deletes go on: a unit the listing saw and that also
+    // finished during it must count once, one deleted during it not at all.
+    let dir = tempfile::tempdir().unwrap();
+    let disk = Disk::open(dir.path()).unwrap();
+    for i in 0..150u32 {
+        disk.put(UnitKey::data(1, i, 0), &random_bytes(100 + i as usize, i.into())).unwrap();
+    }
+    disk.set_usage_rescan(std::time::Duration::ZERO);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let rescans = std::thread::scope(|scope| {
+        let scanning = scope.spawn(|| {
+            let mut rescans = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                disk.usage().unwrap();
+                rescans += 1;
+            }
+            rescans
+        });
+        for i in 150..450u32 {
+            disk.put(UnitKey::data(1, i, 0), &random_bytes(100 + i as usize, i.into())).unwrap();
+            if i % 3 == 0 {
+                disk.delete(UnitKey::data(1, i - 150, 0)).unwrap();
+            }
+        }
+        // Stop counting by rescans: from here the count is the last rescan's plus what
+        // finished and was deleted since.
+        disk.set_usage_rescan(USAGE_RESCAN);
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        scanning.join().unwrap()
+    });
+    assert!(rescans > 1, "the puts ran beside rescans ({rescans})");
+    let counted = disk.usage().unwrap();
+    let listed = disk.list_detailed().unwrap();
+    let on_disk =
+        Usage { units: listed.len() as u64, file_bytes: listed.iter().map(|u| u.file_bytes).sum() };
+    assert_eq!(counted, on_disk);
+    assert_eq!(on_disk.units, 450 - 100);
+}
+
+#[test]
 fn open_refuses_foreign_directories() {
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("precious.txt"), b"user data").unwrap();
