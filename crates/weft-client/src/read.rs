@@ -289,7 +289,8 @@ impl RangeCache {
 #[derive(Debug)]
 pub struct UnitRebuilder {
     client: Client,
-    pub object: ObjectInfo,
+    /// Shared, not copied: a stream reads an object piece by piece, a rebuilder per piece.
+    pub object: Arc<ObjectInfo>,
     code: Arc<dyn Code>,
     failed: HashMap<UnitId, NodeFailure>,
     cache: RangeCache,
@@ -322,7 +323,12 @@ pub struct UnitRebuilder {
 impl UnitRebuilder {
     /// A rebuilder for `object`; with `report`, units found missing or corrupt are queued
     /// for repair in meta. Units meta reports down count as failed from the start.
-    pub fn new(client: &Client, object: ObjectInfo, report: bool) -> Result<UnitRebuilder> {
+    pub fn new(
+        client: &Client,
+        object: impl Into<Arc<ObjectInfo>>,
+        report: bool,
+    ) -> Result<UnitRebuilder> {
+        let object: Arc<ObjectInfo> = object.into();
         let code = object.layout.code.build()?;
         let limit = cache_limit(&object.layout, code.byte_local());
         let failed = object
@@ -781,7 +787,7 @@ impl Client {
     /// Like [`Client::get`], for an object record already fetched from meta.
     pub async fn get_object_range<W: Write>(
         &self,
-        object: ObjectInfo,
+        object: impl Into<Arc<ObjectInfo>>,
         range: Option<(u64, u64)>,
         out: &mut W,
         progress: Option<&AtomicU64>,
@@ -792,7 +798,7 @@ impl Client {
     /// [`Client::get_object_range`] in a chosen [`ReadMode`].
     pub async fn get_object_range_with<W: Write>(
         &self,
-        object: ObjectInfo,
+        object: impl Into<Arc<ObjectInfo>>,
         range: Option<(u64, u64)>,
         out: &mut W,
         progress: Option<&AtomicU64>,
@@ -811,12 +817,13 @@ impl Client {
     /// An error from `emit` stops the read and is returned.
     pub async fn read_object_range<E: FnMut(Bytes) -> Result<()>>(
         &self,
-        object: ObjectInfo,
+        object: impl Into<Arc<ObjectInfo>>,
         range: Option<(u64, u64)>,
         emit: &mut E,
         progress: Option<&AtomicU64>,
         mode: ReadMode,
     ) -> Result<GetStats> {
+        let object: Arc<ObjectInfo> = object.into();
         let started = Instant::now();
         let size = object.size;
         let (start, len) = range.unwrap_or((0, size));

@@ -12,7 +12,10 @@
 //!   small cells are gathered into one buffer, see `read::assemble`), which together hold
 //!   the piece's bytes (what a healthy read fetches; a degraded one holds the decoded
 //!   ranges, of the same sizes);
-//!   a read trace gets one line per stream (the range asked for), not one per piece.
+//!   a read trace gets one line per stream (the range asked for), not one per piece; the
+//!   pieces' reads share one object record (`Arc`), never a copy of it per piece.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::Stream;
@@ -153,6 +156,8 @@ impl Client {
         // The pieces share the unit files they open locally (one ask per unit per stream).
         let grants = Some(Default::default());
         let client = Client { trace: None, read_grants: grants, ..self.clone() };
+        // One record for every piece's read (it holds the object's units and raw JSON).
+        let object = Arc::new(object);
         let row = object.layout.stripe_width as u64 * object.layout.cell_bytes;
         let piece = (STREAM_PIECE_BYTES / row).max(1) * row;
         tokio::spawn(async move {
@@ -169,7 +174,13 @@ impl Client {
                 };
                 let range = Some((at, piece_end - at));
                 let read = client
-                    .read_object_range(object.clone(), range, &mut keep, None, ReadMode::default())
+                    .read_object_range(
+                        Arc::clone(&object),
+                        range,
+                        &mut keep,
+                        None,
+                        ReadMode::default(),
+                    )
                     .await;
                 let item = read.map(|_| pieces);
                 let failed = item.is_err();
