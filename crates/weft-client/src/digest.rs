@@ -59,10 +59,14 @@ impl Digester {
         Digester { len: Some(len), ..Digester::default() }
     }
 
+    /// Bytes taken so far, hashed or pending.
+    fn taken(&self) -> u64 {
+        self.batches * BATCH_BYTES as u64 + self.pending.len() as u64
+    }
+
     /// Whether the input goes on past the next `bytes` bytes after those taken so far.
     fn goes_on_past(&self, bytes: usize) -> bool {
-        let taken = self.batches * BATCH_BYTES as u64 + self.pending.len() as u64;
-        self.len.is_some_and(|len| taken + (bytes as u64) < len)
+        self.len.is_some_and(|len| self.taken() + (bytes as u64) < len)
     }
 
     pub fn update(&mut self, mut piece: &[u8]) {
@@ -121,12 +125,9 @@ impl Digester {
     }
 
     pub fn finish(&self) -> UnitDigest {
-        debug_assert!(!self.goes_on_past(0), "a digester for_len was fed fewer bytes");
         debug_assert!(
-            self.len.is_none_or(|len| {
-                len == self.batches * BATCH_BYTES as u64 + self.pending.len() as u64
-            }),
-            "a digester for_len was fed more bytes"
+            self.len.is_none_or(|len| len == self.taken()),
+            "a digester for_len was fed other than its length"
         );
         self.finish_after(&self.pending)
     }

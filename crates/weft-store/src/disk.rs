@@ -961,10 +961,11 @@ impl Disk {
             count.during_scan = Some(HashMap::new());
             count.generation
         };
-        let scanned = self.scan_usage();
+        let listed = self.list_detailed();
         let mut count = self.usage_count();
         let changed = count.during_scan.take().unwrap_or_default();
-        let mut files = scanned?;
+        let mut files: HashMap<UnitKey, u64> =
+            listed?.into_iter().map(|unit| (unit.key, unit.file_bytes)).collect();
         for (key, state) in changed {
             match state {
                 Some(file_bytes) => files.insert(key, file_bytes),
@@ -985,22 +986,6 @@ impl Disk {
 
     fn usage_count(&self) -> std::sync::MutexGuard<'_, UsageCount> {
         self.inner.usage.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Every unit's file bytes, by listing and stat'ing every unit file.
-    fn scan_usage(&self) -> Result<HashMap<UnitKey, u64>> {
-        let mut files = HashMap::new();
-        for key in self.scan()?.0 {
-            let path = self.unit_path(&key);
-            match self.inner.fs.file_len(&path) {
-                Ok(len) => {
-                    files.insert(key, len);
-                }
-                Err(e) if is_not_found(&e) => {} // deleted since the scan
-                Err(e) => return Err(self.io("stat", key, &path, e)),
-            }
-        }
-        Ok(files)
     }
 
     /// Reads and verifies every segment of every unit. `progress` is called before each unit
