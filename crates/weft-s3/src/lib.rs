@@ -56,6 +56,7 @@ pub mod keys;
 pub mod lifecycle;
 pub mod listing;
 pub mod md5;
+pub mod md5_lanes;
 pub mod md5_sha256;
 pub mod multipart;
 pub mod object_lock;

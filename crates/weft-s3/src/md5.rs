@@ -69,92 +69,94 @@ macro_rules! step {
 pub(crate) use step;
 
 /// The 64 steps of one block over the message words `$m` and the constants `$k`, updating
-/// `$a`..`$d` (the caller adds the block's starting state afterwards). `$hook!(q)` is
+/// `$a`..`$d` (the caller adds the block's starting state afterwards). `step!` is the one
+/// in scope where the block is expanded: [`step`] for words, or the caller's own over
+/// vectors of words ([`crate::md5_lanes`]). `$hook!(q)` is
 /// expanded before steps 4q..4q+3 for q in 0..16: another hash interleaves its own rounds
 /// with MD5's dependency chain there ([`crate::md5_sha256`]); [`compress`] passes a hook
 /// that expands to nothing.
 macro_rules! block {
     ($a:ident, $b:ident, $c:ident, $d:ident, $m:ident, $k:ident, $hook:ident) => {
         $hook!(0);
-        $crate::md5::step!(f, $a, $b, $c, $d, $m[0], $k[0], 7);
-        $crate::md5::step!(f, $d, $a, $b, $c, $m[1], $k[1], 12);
-        $crate::md5::step!(f, $c, $d, $a, $b, $m[2], $k[2], 17);
-        $crate::md5::step!(f, $b, $c, $d, $a, $m[3], $k[3], 22);
+        step!(f, $a, $b, $c, $d, $m[0], $k[0], 7);
+        step!(f, $d, $a, $b, $c, $m[1], $k[1], 12);
+        step!(f, $c, $d, $a, $b, $m[2], $k[2], 17);
+        step!(f, $b, $c, $d, $a, $m[3], $k[3], 22);
         $hook!(1);
-        $crate::md5::step!(f, $a, $b, $c, $d, $m[4], $k[4], 7);
-        $crate::md5::step!(f, $d, $a, $b, $c, $m[5], $k[5], 12);
-        $crate::md5::step!(f, $c, $d, $a, $b, $m[6], $k[6], 17);
-        $crate::md5::step!(f, $b, $c, $d, $a, $m[7], $k[7], 22);
+        step!(f, $a, $b, $c, $d, $m[4], $k[4], 7);
+        step!(f, $d, $a, $b, $c, $m[5], $k[5], 12);
+        step!(f, $c, $d, $a, $b, $m[6], $k[6], 17);
+        step!(f, $b, $c, $d, $a, $m[7], $k[7], 22);
         $hook!(2);
-        $crate::md5::step!(f, $a, $b, $c, $d, $m[8], $k[8], 7);
-        $crate::md5::step!(f, $d, $a, $b, $c, $m[9], $k[9], 12);
-        $crate::md5::step!(f, $c, $d, $a, $b, $m[10], $k[10], 17);
-        $crate::md5::step!(f, $b, $c, $d, $a, $m[11], $k[11], 22);
+        step!(f, $a, $b, $c, $d, $m[8], $k[8], 7);
+        step!(f, $d, $a, $b, $c, $m[9], $k[9], 12);
+        step!(f, $c, $d, $a, $b, $m[10], $k[10], 17);
+        step!(f, $b, $c, $d, $a, $m[11], $k[11], 22);
         $hook!(3);
-        $crate::md5::step!(f, $a, $b, $c, $d, $m[12], $k[12], 7);
-        $crate::md5::step!(f, $d, $a, $b, $c, $m[13], $k[13], 12);
-        $crate::md5::step!(f, $c, $d, $a, $b, $m[14], $k[14], 17);
-        $crate::md5::step!(f, $b, $c, $d, $a, $m[15], $k[15], 22);
+        step!(f, $a, $b, $c, $d, $m[12], $k[12], 7);
+        step!(f, $d, $a, $b, $c, $m[13], $k[13], 12);
+        step!(f, $c, $d, $a, $b, $m[14], $k[14], 17);
+        step!(f, $b, $c, $d, $a, $m[15], $k[15], 22);
         $hook!(4);
-        $crate::md5::step!(g, $a, $b, $c, $d, $m[1], $k[16], 5);
-        $crate::md5::step!(g, $d, $a, $b, $c, $m[6], $k[17], 9);
-        $crate::md5::step!(g, $c, $d, $a, $b, $m[11], $k[18], 14);
-        $crate::md5::step!(g, $b, $c, $d, $a, $m[0], $k[19], 20);
+        step!(g, $a, $b, $c, $d, $m[1], $k[16], 5);
+        step!(g, $d, $a, $b, $c, $m[6], $k[17], 9);
+        step!(g, $c, $d, $a, $b, $m[11], $k[18], 14);
+        step!(g, $b, $c, $d, $a, $m[0], $k[19], 20);
         $hook!(5);
-        $crate::md5::step!(g, $a, $b, $c, $d, $m[5], $k[20], 5);
-        $crate::md5::step!(g, $d, $a, $b, $c, $m[10], $k[21], 9);
-        $crate::md5::step!(g, $c, $d, $a, $b, $m[15], $k[22], 14);
-        $crate::md5::step!(g, $b, $c, $d, $a, $m[4], $k[23], 20);
+        step!(g, $a, $b, $c, $d, $m[5], $k[20], 5);
+        step!(g, $d, $a, $b, $c, $m[10], $k[21], 9);
+        step!(g, $c, $d, $a, $b, $m[15], $k[22], 14);
+        step!(g, $b, $c, $d, $a, $m[4], $k[23], 20);
         $hook!(6);
-        $crate::md5::step!(g, $a, $b, $c, $d, $m[9], $k[24], 5);
-        $crate::md5::step!(g, $d, $a, $b, $c, $m[14], $k[25], 9);
-        $crate::md5::step!(g, $c, $d, $a, $b, $m[3], $k[26], 14);
-        $crate::md5::step!(g, $b, $c, $d, $a, $m[8], $k[27], 20);
+        step!(g, $a, $b, $c, $d, $m[9], $k[24], 5);
+        step!(g, $d, $a, $b, $c, $m[14], $k[25], 9);
+        step!(g, $c, $d, $a, $b, $m[3], $k[26], 14);
+        step!(g, $b, $c, $d, $a, $m[8], $k[27], 20);
         $hook!(7);
-        $crate::md5::step!(g, $a, $b, $c, $d, $m[13], $k[28], 5);
-        $crate::md5::step!(g, $d, $a, $b, $c, $m[2], $k[29], 9);
-        $crate::md5::step!(g, $c, $d, $a, $b, $m[7], $k[30], 14);
-        $crate::md5::step!(g, $b, $c, $d, $a, $m[12], $k[31], 20);
+        step!(g, $a, $b, $c, $d, $m[13], $k[28], 5);
+        step!(g, $d, $a, $b, $c, $m[2], $k[29], 9);
+        step!(g, $c, $d, $a, $b, $m[7], $k[30], 14);
+        step!(g, $b, $c, $d, $a, $m[12], $k[31], 20);
         $hook!(8);
-        $crate::md5::step!(h, $a, $b, $c, $d, $m[5], $k[32], 4);
-        $crate::md5::step!(h, $d, $a, $b, $c, $m[8], $k[33], 11);
-        $crate::md5::step!(h, $c, $d, $a, $b, $m[11], $k[34], 16);
-        $crate::md5::step!(h, $b, $c, $d, $a, $m[14], $k[35], 23);
+        step!(h, $a, $b, $c, $d, $m[5], $k[32], 4);
+        step!(h, $d, $a, $b, $c, $m[8], $k[33], 11);
+        step!(h, $c, $d, $a, $b, $m[11], $k[34], 16);
+        step!(h, $b, $c, $d, $a, $m[14], $k[35], 23);
         $hook!(9);
-        $crate::md5::step!(h, $a, $b, $c, $d, $m[1], $k[36], 4);
-        $crate::md5::step!(h, $d, $a, $b, $c, $m[4], $k[37], 11);
-        $crate::md5::step!(h, $c, $d, $a, $b, $m[7], $k[38], 16);
-        $crate::md5::step!(h, $b, $c, $d, $a, $m[10], $k[39], 23);
+        step!(h, $a, $b, $c, $d, $m[1], $k[36], 4);
+        step!(h, $d, $a, $b, $c, $m[4], $k[37], 11);
+        step!(h, $c, $d, $a, $b, $m[7], $k[38], 16);
+        step!(h, $b, $c, $d, $a, $m[10], $k[39], 23);
         $hook!(10);
-        $crate::md5::step!(h, $a, $b, $c, $d, $m[13], $k[40], 4);
-        $crate::md5::step!(h, $d, $a, $b, $c, $m[0], $k[41], 11);
-        $crate::md5::step!(h, $c, $d, $a, $b, $m[3], $k[42], 16);
-        $crate::md5::step!(h, $b, $c, $d, $a, $m[6], $k[43], 23);
+        step!(h, $a, $b, $c, $d, $m[13], $k[40], 4);
+        step!(h, $d, $a, $b, $c, $m[0], $k[41], 11);
+        step!(h, $c, $d, $a, $b, $m[3], $k[42], 16);
+        step!(h, $b, $c, $d, $a, $m[6], $k[43], 23);
         $hook!(11);
-        $crate::md5::step!(h, $a, $b, $c, $d, $m[9], $k[44], 4);
-        $crate::md5::step!(h, $d, $a, $b, $c, $m[12], $k[45], 11);
-        $crate::md5::step!(h, $c, $d, $a, $b, $m[15], $k[46], 16);
-        $crate::md5::step!(h, $b, $c, $d, $a, $m[2], $k[47], 23);
+        step!(h, $a, $b, $c, $d, $m[9], $k[44], 4);
+        step!(h, $d, $a, $b, $c, $m[12], $k[45], 11);
+        step!(h, $c, $d, $a, $b, $m[15], $k[46], 16);
+        step!(h, $b, $c, $d, $a, $m[2], $k[47], 23);
         $hook!(12);
-        $crate::md5::step!(i, $a, $b, $c, $d, $m[0], $k[48], 6);
-        $crate::md5::step!(i, $d, $a, $b, $c, $m[7], $k[49], 10);
-        $crate::md5::step!(i, $c, $d, $a, $b, $m[14], $k[50], 15);
-        $crate::md5::step!(i, $b, $c, $d, $a, $m[5], $k[51], 21);
+        step!(i, $a, $b, $c, $d, $m[0], $k[48], 6);
+        step!(i, $d, $a, $b, $c, $m[7], $k[49], 10);
+        step!(i, $c, $d, $a, $b, $m[14], $k[50], 15);
+        step!(i, $b, $c, $d, $a, $m[5], $k[51], 21);
         $hook!(13);
-        $crate::md5::step!(i, $a, $b, $c, $d, $m[12], $k[52], 6);
-        $crate::md5::step!(i, $d, $a, $b, $c, $m[3], $k[53], 10);
-        $crate::md5::step!(i, $c, $d, $a, $b, $m[10], $k[54], 15);
-        $crate::md5::step!(i, $b, $c, $d, $a, $m[1], $k[55], 21);
+        step!(i, $a, $b, $c, $d, $m[12], $k[52], 6);
+        step!(i, $d, $a, $b, $c, $m[3], $k[53], 10);
+        step!(i, $c, $d, $a, $b, $m[10], $k[54], 15);
+        step!(i, $b, $c, $d, $a, $m[1], $k[55], 21);
         $hook!(14);
-        $crate::md5::step!(i, $a, $b, $c, $d, $m[8], $k[56], 6);
-        $crate::md5::step!(i, $d, $a, $b, $c, $m[15], $k[57], 10);
-        $crate::md5::step!(i, $c, $d, $a, $b, $m[6], $k[58], 15);
-        $crate::md5::step!(i, $b, $c, $d, $a, $m[13], $k[59], 21);
+        step!(i, $a, $b, $c, $d, $m[8], $k[56], 6);
+        step!(i, $d, $a, $b, $c, $m[15], $k[57], 10);
+        step!(i, $c, $d, $a, $b, $m[6], $k[58], 15);
+        step!(i, $b, $c, $d, $a, $m[13], $k[59], 21);
         $hook!(15);
-        $crate::md5::step!(i, $a, $b, $c, $d, $m[4], $k[60], 6);
-        $crate::md5::step!(i, $d, $a, $b, $c, $m[11], $k[61], 10);
-        $crate::md5::step!(i, $c, $d, $a, $b, $m[2], $k[62], 15);
-        $crate::md5::step!(i, $b, $c, $d, $a, $m[9], $k[63], 21);
+        step!(i, $a, $b, $c, $d, $m[4], $k[60], 6);
+        step!(i, $d, $a, $b, $c, $m[11], $k[61], 10);
+        step!(i, $c, $d, $a, $b, $m[2], $k[62], 15);
+        step!(i, $b, $c, $d, $a, $m[9], $k[63], 21);
     };
 }
 pub(crate) use block;
@@ -229,6 +231,19 @@ impl Blocks {
         compress(blocks);
         self.buffer[..rest.len()].copy_from_slice(rest);
         self.buffered = rest.len();
+    }
+
+    /// Bytes held of a block not yet complete (0: the next byte starts a block).
+    pub(crate) fn buffered(&self) -> usize {
+        self.buffered
+    }
+
+    /// Counts `bytes` more message bytes, whole blocks hashed elsewhere
+    /// ([`crate::md5_lanes`]); only where no partial block is held.
+    pub(crate) fn count_whole(&mut self, bytes: u64) {
+        assert_eq!(self.buffered, 0, "whole blocks counted after a partial block");
+        debug_assert_eq!(bytes % 64, 0, "whole blocks are 64 bytes each");
+        self.len = self.len.wrapping_add(bytes);
     }
 
     /// The last one or two blocks: the bytes kept, one 1 bit, zeros to 56 bytes mod 64, and

@@ -23,6 +23,7 @@
 //!   (unreserved characters only). The rest goes to s3s as it came.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
@@ -31,6 +32,7 @@ use futures_util::Stream;
 use s3s::auth::S3Auth;
 use s3s::stream::{ByteStream, DynByteStream, RemainingLength};
 
+use crate::md5_lanes;
 use crate::md5_sha256::Md5Sha256;
 use crate::sigv4::{self, Authorization};
 
@@ -152,6 +154,15 @@ pub async fn take_over<A: S3Auth + ?Sized>(
     request: &mut http::Request<s3s::Body>,
     auth: &A,
 ) -> bool {
+    take_over_hashing(request, auth, Hashing::chosen).await
+}
+
+/// [`take_over`], the body hashed where `hashing` says.
+async fn take_over_hashing<A: S3Auth + ?Sized>(
+    request: &mut http::Request<s3s::Body>,
+    auth: &A,
+    hashing: impl FnOnce() -> Hashing,
+) -> bool {
     let Some(signed) = signed(request) else { return false };
     let Some(fields) = Authorization::parse(&signed.authorization) else { return false };
     let Ok(secret) = auth.get_secret_key(fields.access_key).await else { return false };
@@ -183,14 +194,13 @@ pub async fn take_over<A: S3Auth + ?Sized>(
     headers.insert(http::header::AUTHORIZATION, resigned);
     *request.headers_mut() = headers;
     let md5 = PayloadMd5::default();
-    let body = HashedBody {
-        inner: std::mem::take(request.body_mut()),
-        hasher: Some(Md5Sha256::new()),
-        expected: signed.payload_sha256,
-        remaining: signed.length,
-        md5: md5.clone(),
-        done: false,
-    };
+    let body = HashedBody::new(
+        std::mem::take(request.body_mut()),
+        hashing(),
+        signed.payload_sha256,
+        signed.length,
+        md5.clone(),
+    );
     *request.body_mut() = s3s::Body::from(Box::pin(body) as DynByteStream);
     request.extensions_mut().insert(md5);
     true
@@ -208,24 +218,120 @@ impl std::fmt::Display for BodyError {
 
 impl std::error::Error for BodyError {}
 
+/// Taken-over bodies not yet ended or dropped (see [`Hashing::chosen`]).
+static BODIES_OPEN: AtomicUsize = AtomicUsize::new(0);
+
+/// When (ms since the first body) two or more taken-over bodies were last open at once.
+static LAST_CONCURRENT_MS: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// How long bodies keep going to the lanes after the last time two were open at once:
+/// concurrent clients that finish their bodies together must not start the next ones alone.
+const CONCURRENT_FOR_MS: u64 = 2_000;
+
+/// Milliseconds since the first taken-over body (a monotonic clock for the above).
+fn clock_ms() -> u64 {
+    static START: OnceLock<std::time::Instant> = OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_millis() as u64
+}
+
+/// Where a body's MD5 and SHA-256 are computed.
+#[derive(Debug)]
+pub enum Hashing {
+    /// In the body's own task, as its chunks pass ([`Md5Sha256`], both hashes in one loop).
+    Inline(Option<Md5Sha256>),
+    /// On the hashing thread, in lanes with other bodies ([`crate::md5_lanes`]).
+    Lanes(md5_lanes::Handle),
+}
+
+impl Hashing {
+    /// Lanes where the CPU runs them and another taken-over body is open, or two were
+    /// open at once within [`CONCURRENT_FOR_MS`] (so there is someone to share them with);
+    /// else inline, where one body alone hashes fastest.
+    pub fn chosen() -> Hashing {
+        let now = clock_ms();
+        let recently = LAST_CONCURRENT_MS
+            .load(Ordering::Relaxed)
+            .checked_add(CONCURRENT_FOR_MS)
+            .is_some_and(|until| now <= until);
+        if md5_lanes::available() && (BODIES_OPEN.load(Ordering::Relaxed) > 0 || recently) {
+            Hashing::Lanes(md5_lanes::Handle::new())
+        } else {
+            Hashing::Inline(Some(Md5Sha256::new()))
+        }
+    }
+}
+
 /// A body whose MD5 and SHA-256 are computed as it passes; it fails instead of yielding its
 /// last bytes when the SHA-256 is not `expected` (see the module invariants).
 #[derive(Debug)]
 pub struct HashedBody {
     inner: s3s::Body,
-    hasher: Option<Md5Sha256>,
+    hashing: Hashing,
     expected: [u8; 32],
     /// Bytes still to come (the Content-Length less what passed).
     remaining: u64,
     md5: PayloadMd5,
+    /// The last chunk, held until its lanes answer the digests.
+    last: Option<Bytes>,
     /// Ended, or failed: nothing more is read.
     done: bool,
+    /// Counted in [`BODIES_OPEN`] (until done or dropped).
+    open: bool,
 }
 
 impl HashedBody {
+    pub fn new(
+        inner: s3s::Body,
+        hashing: Hashing,
+        expected: [u8; 32],
+        length: u64,
+        md5: PayloadMd5,
+    ) -> HashedBody {
+        if BODIES_OPEN.fetch_add(1, Ordering::Relaxed) >= 1 {
+            LAST_CONCURRENT_MS.store(clock_ms(), Ordering::Relaxed);
+        }
+        HashedBody {
+            inner,
+            hashing,
+            expected,
+            remaining: length,
+            md5,
+            last: None,
+            done: false,
+            open: true,
+        }
+    }
+
+    fn close(&mut self) {
+        if std::mem::take(&mut self.open) {
+            BODIES_OPEN.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     fn fail(&mut self, reason: String) -> Poll<Option<Result<Bytes, s3s::StdError>>> {
         self.done = true;
+        self.close();
         Poll::Ready(Some(Err(Box::new(BodyError(reason)))))
+    }
+
+    /// Both digests are in: the last bytes go out only if the SHA-256 is the signed one.
+    fn ended(
+        &mut self,
+        (md5, sha256): ([u8; 16], [u8; 32]),
+        last: Bytes,
+    ) -> Poll<Option<Result<Bytes, s3s::StdError>>> {
+        self.close();
+        if sha256 != self.expected {
+            return self.fail(PAYLOAD_MISMATCH.to_owned());
+        }
+        let _ = self.md5.0.set(md5);
+        Poll::Ready(Some(Ok(last)))
+    }
+}
+
+impl Drop for HashedBody {
+    fn drop(&mut self) {
+        self.close();
     }
 }
 
@@ -238,10 +344,19 @@ impl Stream for HashedBody {
             if this.done {
                 return Poll::Ready(None);
             }
+            if let Hashing::Lanes(handle) = &this.hashing {
+                if this.last.is_some() {
+                    let digests = std::task::ready!(handle.poll_digests(cx));
+                    let last = this.last.take().expect("held just above");
+                    return this.ended(digests, last);
+                }
+                std::task::ready!(handle.poll_lag(cx));
+            }
             let chunk = match Pin::new(&mut this.inner).poll_next(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(None) if this.remaining == 0 => {
                     this.done = true;
+                    this.close();
                     return Poll::Ready(None);
                 }
                 Poll::Ready(None) => {
@@ -254,19 +369,29 @@ impl Stream for HashedBody {
             if chunk.is_empty() {
                 continue;
             }
-            let Some(hasher) =
-                this.hasher.as_mut().filter(|_| chunk.len() as u64 <= this.remaining)
-            else {
+            if chunk.len() as u64 > this.remaining || this.last.is_some() {
                 return this.fail("the body is longer than its Content-Length".to_owned());
-            };
-            hasher.update(&chunk);
+            }
             this.remaining -= chunk.len() as u64;
-            if this.remaining == 0 {
-                let (md5, sha256) = this.hasher.take().expect("hashing until the end").finalize();
-                if sha256 != this.expected {
-                    return this.fail(PAYLOAD_MISMATCH.to_owned());
+            let last = this.remaining == 0;
+            match &mut this.hashing {
+                Hashing::Inline(hasher) => {
+                    let Some(hashing) = hasher.as_mut() else {
+                        return this.fail("the body is longer than its Content-Length".to_owned());
+                    };
+                    hashing.update(&chunk);
+                    if last {
+                        let digests = hasher.take().expect("hashing until the end").finalize();
+                        return this.ended(digests, chunk);
+                    }
                 }
-                let _ = this.md5.0.set(md5);
+                Hashing::Lanes(handle) => {
+                    handle.give(chunk.clone(), last);
+                    if last {
+                        this.last = Some(chunk);
+                        continue;
+                    }
+                }
             }
             return Poll::Ready(Some(Ok(chunk)));
         }
@@ -365,16 +490,30 @@ mod tests {
         (bytes, None)
     }
 
+    /// How a test makes a body's hashing.
+    type Choice = (&'static str, fn() -> Hashing);
+
+    /// Both ways of hashing a body this CPU has: inline, and in lanes.
+    fn hashings() -> Vec<Choice> {
+        let mut hashings: Vec<Choice> =
+            vec![("inline", || Hashing::Inline(Some(Md5Sha256::new())))];
+        if md5_lanes::available() {
+            hashings.push(("lanes", || Hashing::Lanes(md5_lanes::Handle::new())));
+        }
+        hashings
+    }
+
     #[tokio::test]
     async fn a_verified_put_is_resigned_unsigned_and_its_body_hashed_once() {
         let auth = s3s::auth::SimpleAuth::from_single(ACCESS, SECRET);
         let data = body(300_000);
         let declared = hex::encode(crate::md5_sha256::sha256(&data));
-        for target in
+        for ((how, hashing), target) in hashings().into_iter().flat_map(|h| {
             ["/bucket/plain-key", "/bucket/a%20key/%C3%BC", "/b/k?partNumber=2&uploadId=u-1"]
-        {
+                .map(|target| (h, target))
+        }) {
             let mut request = signed_put(target, &data, &declared, SECRET);
-            assert!(take_over(&mut request, &auth).await, "{target}");
+            assert!(take_over_hashing(&mut request, &auth, hashing).await, "{target} {how}");
             let headers = request.headers();
             assert_eq!(headers["x-amz-content-sha256"], sigv4::UNSIGNED_PAYLOAD);
             // The new signature is that of the unsigned canonical request.
@@ -408,32 +547,49 @@ mod tests {
         let data = body(200_000);
         let mut other = data.clone();
         other[199_999] ^= 1;
-        let declared = hex::encode(crate::md5_sha256::sha256(&other));
-        let mut request = signed_put("/bucket/key", &data, &declared, SECRET);
-        assert!(take_over(&mut request, &auth).await, "the signature itself is good");
-        let md5 = request.extensions().get::<PayloadMd5>().unwrap().clone();
-        let (bytes, error) = drain(&mut request).await;
-        assert_eq!(error.as_deref(), Some(PAYLOAD_MISMATCH));
-        assert!(bytes.len() < data.len(), "the last bytes were held back");
-        assert_eq!(md5.get(), None);
-        // A body shorter than its Content-Length fails too.
-        let declared = hex::encode(crate::md5_sha256::sha256(&data));
-        let mut request = signed_put("/bucket/key", &data, &declared, SECRET);
-        assert!(take_over(&mut request, &auth).await);
-        let short = std::mem::take(request.body_mut());
-        let short = futures_util::stream::iter([Ok::<_, s3s::StdError>(Bytes::from_static(b"x"))])
-            .chain(short.take(0));
-        *request.body_mut() = s3s::Body::from(Box::pin(HashedBody {
-            inner: s3s::Body::from(Box::pin(Wrapped(Box::pin(short))) as DynByteStream),
-            hasher: Some(Md5Sha256::new()),
-            expected: [0; 32],
-            remaining: 5,
-            md5: PayloadMd5::default(),
-            done: false,
-        }) as DynByteStream);
-        let (bytes, error) = drain(&mut request).await;
-        assert_eq!(bytes, b"x");
-        assert!(error.unwrap().contains("4 bytes short"));
+        for (how, hashing) in hashings() {
+            let declared = hex::encode(crate::md5_sha256::sha256(&other));
+            let mut request = signed_put("/bucket/key", &data, &declared, SECRET);
+            assert!(take_over_hashing(&mut request, &auth, hashing).await, "signature good, {how}");
+            let md5 = request.extensions().get::<PayloadMd5>().unwrap().clone();
+            let (bytes, error) = drain(&mut request).await;
+            assert_eq!(error.as_deref(), Some(PAYLOAD_MISMATCH), "{how}");
+            assert!(bytes.len() < data.len(), "the last bytes were held back ({how})");
+            assert_eq!(md5.get(), None, "{how}");
+            // Chunk by chunk, the last bytes are held back too.
+            let chunks =
+                data.chunks(7_000).map(|c| Ok::<_, s3s::StdError>(Bytes::copy_from_slice(c)));
+            let inner = futures_util::stream::iter(chunks.collect::<Vec<_>>());
+            let mut request = signed_put("/bucket/key", &data, &declared, SECRET);
+            *request.body_mut() = s3s::Body::from(Box::pin(HashedBody::new(
+                s3s::Body::from(Box::pin(Wrapped(Box::pin(inner))) as DynByteStream),
+                hashing(),
+                crate::md5_sha256::sha256(&other),
+                data.len() as u64,
+                PayloadMd5::default(),
+            )) as DynByteStream);
+            let (bytes, error) = drain(&mut request).await;
+            assert_eq!(error.as_deref(), Some(PAYLOAD_MISMATCH), "{how}, in chunks");
+            assert_eq!(bytes[..], data[..data.len() - data.len() % 7_000], "{how}, in chunks");
+            // A body shorter than its Content-Length fails too.
+            let declared = hex::encode(crate::md5_sha256::sha256(&data));
+            let mut request = signed_put("/bucket/key", &data, &declared, SECRET);
+            assert!(take_over_hashing(&mut request, &auth, hashing).await);
+            let short = std::mem::take(request.body_mut());
+            let short =
+                futures_util::stream::iter([Ok::<_, s3s::StdError>(Bytes::from_static(b"x"))])
+                    .chain(short.take(0));
+            *request.body_mut() = s3s::Body::from(Box::pin(HashedBody::new(
+                s3s::Body::from(Box::pin(Wrapped(Box::pin(short))) as DynByteStream),
+                hashing(),
+                [0; 32],
+                5,
+                PayloadMd5::default(),
+            )) as DynByteStream);
+            let (bytes, error) = drain(&mut request).await;
+            assert_eq!(bytes, b"x", "{how}");
+            assert!(error.unwrap().contains("4 bytes short"), "{how}");
+        }
     }
 
     /// A plain stream as an s3s byte stream.
