@@ -4,8 +4,11 @@
 //! A read copies the bytes once, from the page cache into the read's buffer, and verifies
 //! them here (and hashes a whole unit for its end-to-end digest as it goes); the buffer is
 //! handed out as [`crate::file_bytes`], which remembers its place in the unit file, so the
-//! S3 gateway can send it from the page cache with sendfile. A write copies them once into an aligned stage, computes each segment's
-//! CRC-32C, and writes the stage to the file (O_DIRECT when the node's file is).
+//! S3 gateway can send it from the page cache with sendfile. A write computes each segment's
+//! CRC-32C and writes the bytes to the file in whole aligned blocks (O_DIRECT when the node's
+//! file is): from where they lie when the piece's memory has the file offsets' phase (the
+//! writer learns it from the grants, [`LocalIo::write_phase`], and reads its cells so), else
+//! copied once into an aligned stage.
 //!
 //! Invariants:
 //! - Only nodes reached on a loopback address are asked (their socket is
@@ -21,6 +24,11 @@
 //!   or not at all. The checksums sent with the finish are those of the bytes written, the
 //!   descriptor is closed before the finish is sent, and a write error is reported to the
 //!   node (its errno), which judges the disk as if it had met the error itself.
+//! - Every write into a unit file covers whole aligned blocks from aligned memory, and the
+//!   writes of a unit cover its bytes past the head exactly once, in file order: a piece's
+//!   bytes before its first aligned block go with the stage written just ahead of its
+//!   blocks (one vectored write), the bytes after its last whole block start the next stage.
+//!   A piece written where it lies is kept alive (its `Bytes`) until its write returned.
 //! - Connections are kept for reuse, at most [`IDLE_PER_NODE`] per node.
 //! - A client keeping grants across reads ([`LocalIo::keeping_grants`], the S3 gateway)
 //!   reads a unit it read within [`KEPT_FOR`] without asking its node, and never once the
@@ -74,8 +82,14 @@ pub(crate) struct LocalIo {
     /// written over HTTP).
     pub(crate) write_hits: AtomicU64,
     pub(crate) write_fallbacks: AtomicU64,
+    /// Bytes of finished local writes written from where the writer held them, uncopied.
+    pub(crate) direct_bytes: AtomicU64,
     /// Grants kept across reads (a long-lived reader, the S3 gateway); None: each read asks.
     kept: Option<Arc<Mutex<KeptGrants>>>,
+    /// Where unit byte 0 of a unit of each length fell in its file's [`PHASE_ALIGN`] blocks
+    /// (the node's data offset modulo the alignment), as the node's last grant said: the
+    /// phase a writer gives the memory of that unit's cells ([`LocalIo::write_phase`]).
+    phases: Mutex<HashMap<u64, usize>>,
 }
 
 /// The TCP port of `endpoint` when its host is a loopback address.
@@ -733,6 +747,75 @@ pub(crate) fn write_stage(file: &File, mut stage: Aligned, at: u64) -> io::Resul
     Ok(stage)
 }
 
+/// One write into a unit file, ready to go: whole aligned blocks from aligned memory.
+#[derive(Debug)]
+pub(crate) enum StageWrite {
+    /// A stage (its last one may end in a partial block, padded with zeros).
+    Staged(Aligned, u64),
+    /// A piece's whole blocks where they lie, after the stage's `edge` blocks (the bytes
+    /// that came before them), in one vectored write at `at`.
+    Direct { edge: Option<Aligned>, span: Bytes, at: u64 },
+}
+
+impl StageWrite {
+    /// Writes it; the stage it used, emptied, for reuse. Blocking.
+    pub(crate) fn write(self, file: &File) -> io::Result<Option<Aligned>> {
+        match self {
+            StageWrite::Staged(stage, at) => write_stage(file, stage, at).map(Some),
+            StageWrite::Direct { mut edge, span, at } => {
+                let head: &[u8] = edge.as_mut().map_or(&[], |e| e.padded());
+                write_all_vectored_at(file, &[head, &span], at)?;
+                Ok(edge.map(|mut e| {
+                    e.clear();
+                    e
+                }))
+            }
+        }
+    }
+}
+
+/// Writes `parts` one after another at file offset `at` (pwritev, resumed after a short
+/// write).
+fn write_all_vectored_at(file: &File, parts: &[&[u8]], mut at: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut done = 0usize;
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    while done < total {
+        let mut skip = done;
+        let mut iov = Vec::with_capacity(parts.len());
+        for part in parts {
+            if skip >= part.len() {
+                skip -= part.len();
+                continue;
+            }
+            let rest = &part[skip..];
+            skip = 0;
+            iov.push(libc::iovec {
+                iov_base: rest.as_ptr() as *mut libc::c_void,
+                iov_len: rest.len(),
+            });
+        }
+        let offset = libc::off_t::try_from(at).map_err(|_| io::Error::other("offset too large"))?;
+        // SAFETY: every iovec points into a live borrowed slice of its length; the count is
+        // that of the vector.
+        let wrote =
+            unsafe { libc::pwritev(file.as_raw_fd(), iov.as_ptr(), iov.len() as i32, offset) };
+        if wrote < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(error);
+        }
+        if wrote == 0 {
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "the unit file took no bytes"));
+        }
+        done += wrote as usize;
+        at += wrote as u64;
+    }
+    Ok(())
+}
+
 /// A unit being written into its temp file on a node of this host: the node created the
 /// file and handed over its descriptor; this process writes the unit's bytes past its head
 /// in aligned blocks, computes each segment's CRC-32C, and hands the head and the checksums
@@ -757,6 +840,8 @@ pub(crate) struct LocalWrite {
     stage_at: u64,
     /// Stages written and given back, for reuse.
     spare: Vec<Aligned>,
+    /// Bytes handed out to be written from where they lay (not copied into a stage).
+    direct_bytes: u64,
 }
 
 impl LocalIo {
@@ -805,25 +890,11 @@ impl LocalIo {
         counter.fetch_add(1, Ordering::Relaxed);
         match began {
             Ok(Some((file, fields))) => {
-                let (data_offset, head_bytes, segment, align) = fields;
-                let stage_at = data_offset + head_bytes;
-                Some(LocalWrite {
-                    stream,
-                    port,
-                    path: path.to_owned(),
-                    file: Arc::new(file),
-                    len,
-                    head_bytes,
-                    segment,
-                    align,
-                    received: 0,
-                    head: Vec::with_capacity(head_bytes as usize),
-                    sums: Vec::with_capacity(len.div_ceil(segment) as usize),
-                    running: 0,
-                    stage: Aligned::new(WRITE_STAGE_BYTES.min(len as usize), align),
-                    stage_at,
-                    spare: Vec::new(),
-                })
+                let (data_offset, _, _, align) = fields;
+                self.learn_phase(len, data_offset, align);
+                let file = Arc::new(file);
+                let (port, path) = (port, path.to_owned());
+                Some(LocalWrite::new(stream, port, path, file, len, fields))
             }
             Ok(None) => {
                 self.put_back(port, stream);
@@ -836,6 +907,40 @@ impl LocalIo {
         }
     }
 }
+
+impl LocalIo {
+    /// The phase modulo [`PHASE_ALIGN`] of unit byte `offset` in the file of a unit of `len`
+    /// bytes, as the last local write of a unit of that length found it; None when none was
+    /// seen yet (or the node's alignment was not [`PHASE_ALIGN`]). A cell whose first byte's
+    /// address has this phase is written into the file from where it lies
+    /// ([`LocalWrite::push`]); any other is copied. A wrong guess costs the copy, nothing else.
+    pub(crate) fn write_phase(&self, len: u64, offset: u64) -> Option<usize> {
+        if !self.writes {
+            return None;
+        }
+        let phase = *self.phases.lock().expect("phases").get(&len)?;
+        Some(((phase as u64 + offset) % PHASE_ALIGN as u64) as usize)
+    }
+
+    fn learn_phase(&self, len: u64, data_offset: u64, align: usize) {
+        if align != PHASE_ALIGN {
+            return;
+        }
+        let mut phases = self.phases.lock().expect("phases");
+        if phases.len() >= MAX_PHASES && !phases.contains_key(&len) {
+            phases.clear();
+        }
+        phases.insert(len, (data_offset % PHASE_ALIGN as u64) as usize);
+    }
+}
+
+/// The alignment whose phases writers learn (the nodes' O_DIRECT block).
+pub(crate) const PHASE_ALIGN: usize = 4096;
+/// Unit lengths whose phases are kept (forgotten all at once past this).
+const MAX_PHASES: usize = 1024;
+/// Fewest bytes a piece must hold past its first aligned block to be written from where it
+/// lies rather than copied into the stage.
+const DIRECT_MIN_BYTES: usize = 64 << 10;
 
 /// The descriptor and (data offset, head bytes, segment bytes, alignment) of a granted local
 /// write; Ok(None) when the node refused (the HTTP write will say why).
@@ -877,18 +982,50 @@ pub(crate) enum WriteFailed {
 }
 
 impl LocalWrite {
+    /// A granted write of `len` bytes into `file`, with the node's (data offset, head bytes,
+    /// segment bytes, alignment).
+    fn new(
+        stream: UnixStream,
+        port: u16,
+        path: String,
+        file: Arc<File>,
+        len: u64,
+        (data_offset, head_bytes, segment, align): (u64, u64, u64, usize),
+    ) -> LocalWrite {
+        LocalWrite {
+            stream,
+            port,
+            path,
+            file,
+            len,
+            head_bytes,
+            segment,
+            align,
+            received: 0,
+            head: Vec::with_capacity(head_bytes as usize),
+            sums: Vec::with_capacity(len.div_ceil(segment) as usize),
+            running: 0,
+            stage: Aligned::new(WRITE_STAGE_BYTES.min(len as usize), align),
+            stage_at: data_offset + head_bytes,
+            spare: Vec::new(),
+            direct_bytes: 0,
+        }
+    }
+
     /// The unit file (for the stage writes).
     pub(crate) fn file(&self) -> Arc<File> {
         self.file.clone()
     }
 
-    /// Takes the next bytes of the unit: checksums them, keeps the head, stages the rest.
-    /// Returns the stages that filled, with the file offsets to write them at.
-    pub(crate) fn push(&mut self, mut bytes: &[u8]) -> Result<Vec<(Aligned, u64)>, String> {
-        if self.received + bytes.len() as u64 > self.len {
+    /// Takes the next bytes of the unit: checksums them, keeps the head, and stages the rest,
+    /// or, where the piece's memory has its file offsets' phase ([`LocalIo::write_phase`]),
+    /// leaves its whole aligned blocks where they lie. Returns the writes that are ready, in
+    /// file order: each covers whole aligned blocks from aligned memory.
+    pub(crate) fn push(&mut self, piece: &Bytes) -> Result<Vec<StageWrite>, String> {
+        if self.received + piece.len() as u64 > self.len {
             return Err(format!("more than the unit's {} bytes were given", self.len));
         }
-        let mut rest = bytes;
+        let mut rest: &[u8] = piece;
         while !rest.is_empty() {
             let room = (self.segment - self.received % self.segment) as usize;
             let (now, later) = rest.split_at(room.min(rest.len()));
@@ -900,35 +1037,64 @@ impl LocalWrite {
             }
             rest = later;
         }
+        let mut skip = 0;
         let head_missing = self.head_bytes as usize - self.head.len();
         if head_missing > 0 {
-            let take = head_missing.min(bytes.len());
-            self.head.extend_from_slice(&bytes[..take]);
-            bytes = &bytes[take..];
+            skip = head_missing.min(piece.len());
+            self.head.extend_from_slice(&piece[..skip]);
         }
-        let mut full = Vec::new();
+        let mut ready = Vec::new();
+        let file_at = self.stage_at + self.stage.len() as u64;
+        let address = piece.as_ptr() as usize + skip;
+        let to_block = (file_at.next_multiple_of(self.align as u64) - file_at) as usize;
+        let left = piece.len() - skip;
+        let in_phase = address % self.align == (file_at % self.align as u64) as usize;
+        if in_phase && left >= to_block + DIRECT_MIN_BYTES {
+            // The stage is completed up to the next aligned offset (it then holds whole
+            // blocks, perhaps none), and written ahead of the piece's whole blocks.
+            self.stage_bytes(&piece[skip..skip + to_block], &mut ready);
+            let whole = (left - to_block) / self.align * self.align;
+            let from = skip + to_block;
+            let edge = (self.stage.len() > 0).then(|| self.fresh_stage());
+            let at = self.stage_at;
+            self.stage_at += (edge.as_ref().map_or(0, Aligned::len) + whole) as u64;
+            self.direct_bytes += whole as u64;
+            ready.push(StageWrite::Direct { edge, span: piece.slice(from..from + whole), at });
+            self.stage_bytes(&piece[from + whole..], &mut ready);
+        } else {
+            self.stage_bytes(&piece[skip..], &mut ready);
+        }
+        Ok(ready)
+    }
+
+    /// Copies `bytes` into the stage, handing out each stage that fills.
+    fn stage_bytes(&mut self, mut bytes: &[u8], ready: &mut Vec<StageWrite>) {
         while !bytes.is_empty() {
             let taken = self.stage.push(bytes);
             bytes = &bytes[taken..];
             if self.stage.len() == self.stage.capacity {
-                let next = self
-                    .spare
-                    .pop()
-                    .unwrap_or_else(|| Aligned::new(self.stage.capacity, self.align));
-                let stage = std::mem::replace(&mut self.stage, next);
                 let at = self.stage_at;
+                let stage = self.fresh_stage();
                 self.stage_at += stage.len() as u64;
-                full.push((stage, at));
+                ready.push(StageWrite::Staged(stage, at));
             }
         }
-        Ok(full)
+    }
+
+    /// The stage, replaced by a spare or a new one.
+    fn fresh_stage(&mut self) -> Aligned {
+        let next =
+            self.spare.pop().unwrap_or_else(|| Aligned::new(self.stage.capacity, self.align));
+        std::mem::replace(&mut self.stage, next)
     }
 
     /// The whole unit at once: its stages written here, then the finish. Blocking.
-    pub(crate) fn write_whole(mut self, bytes: &[u8], local: &LocalIo) -> Result<(), WriteFailed> {
-        for (stage, at) in self.push(bytes).map_err(WriteFailed::Cut)? {
-            if let Err(error) = write_stage(&self.file, stage, at) {
-                return Err(self.abort(error));
+    pub(crate) fn write_whole(mut self, bytes: &Bytes, local: &LocalIo) -> Result<(), WriteFailed> {
+        for write in self.push(bytes).map_err(WriteFailed::Cut)? {
+            match write.write(&self.file) {
+                Ok(Some(stage)) => self.recycle(stage),
+                Ok(None) => {}
+                Err(error) => return Err(self.abort(error)),
             }
         }
         self.finish(local)
@@ -950,12 +1116,10 @@ impl LocalWrite {
                 self.received, self.len
             )));
         }
-        if self.stage.len() > 0 {
-            let stage = std::mem::replace(&mut self.stage, Aligned::new(0, self.align));
-            if let Err(error) = write_stage(&self.file, stage, self.stage_at) {
-                return Err(self.abort(error));
-            }
+        if let Err(error) = self.write_last_stage() {
+            return Err(self.abort(error));
         }
+        local.direct_bytes.fetch_add(self.direct_bytes, Ordering::Relaxed);
         // The descriptor is closed before the node makes the unit visible: nothing here can
         // write to the unit file once it is a stored unit.
         let (head, sums) = (std::mem::take(&mut self.head), std::mem::take(&mut self.sums));
@@ -986,6 +1150,15 @@ impl LocalWrite {
                 Err(WriteFailed::Broken(format!("the local write's finish failed: {error}")))
             }
         }
+    }
+
+    /// Writes what the stage holds (the unit's last bytes, padded to a whole block).
+    fn write_last_stage(&mut self) -> io::Result<()> {
+        if self.stage.len() > 0 {
+            let stage = std::mem::replace(&mut self.stage, Aligned::new(0, self.align));
+            write_stage(&self.file, stage, self.stage_at)?;
+        }
+        Ok(())
     }
 
     /// Tells the node that a write to the unit file failed with `error` (the node abandons
@@ -1024,6 +1197,89 @@ mod tests {
     fn grant(file: &Arc<File>) -> Arc<Grant> {
         let sums = vec![0];
         Arc::new(Grant { file: file.clone(), data_offset: 0, unit_len: 1, segment: 1, sums })
+    }
+
+    /// A piece of `bytes` whose first byte's address is `phase` modulo PHASE_ALIGN.
+    fn at_phase(bytes: &[u8], phase: usize) -> Bytes {
+        let mut buf = vec![0u8; bytes.len() + PHASE_ALIGN];
+        let start = (phase + PHASE_ALIGN - buf.as_ptr() as usize % PHASE_ALIGN) % PHASE_ALIGN;
+        buf[start..start + bytes.len()].copy_from_slice(bytes);
+        Bytes::from(buf).slice(start..start + bytes.len())
+    }
+
+    /// A file in a fresh directory, opened with O_DIRECT where the filesystem takes it (then
+    /// a write from unaligned memory or at an unaligned offset fails with EINVAL).
+    fn direct_file(dir: &std::path::Path) -> File {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = dir.join("unit");
+        let open = |flags| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .custom_flags(flags)
+                .open(&path)
+        };
+        open(libc::O_DIRECT).or_else(|_| open(0)).expect("open the unit file")
+    }
+
+    #[test]
+    fn pieces_in_phase_are_written_where_they_lie_and_the_file_is_the_same() {
+        use rand::{rngs::StdRng, Rng, SeedableRng};
+        let mut rng = StdRng::seed_from_u64(22);
+        let segment = 65_536u64;
+        for case in 0..24 {
+            let len = rng.gen_range(1..4_000_000u64);
+            // A data offset like a header's: anywhere in the first blocks.
+            let data_offset = rng.gen_range(72..9000u64);
+            let head_bytes =
+                (data_offset.next_multiple_of(PHASE_ALIGN as u64) - data_offset).min(len);
+            let data: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+            let dir = tempfile::tempdir().expect("temp dir");
+            let file = Arc::new(direct_file(dir.path()));
+            let (stream, _other) = UnixStream::pair().expect("socket pair");
+            let fields = (data_offset, head_bytes, segment, PHASE_ALIGN);
+            let mut write = LocalWrite::new(stream, 1, "/u".into(), file.clone(), len, fields);
+            // Pieces in phase, out of phase, or mixed (case 0 all in phase, case 1 none).
+            let mut at = 0usize;
+            while at < len as usize {
+                let piece = rng.gen_range(1..600_000usize).min(len as usize - at);
+                let bytes = &data[at..at + piece];
+                let phase = (data_offset as usize + at) % PHASE_ALIGN;
+                let in_phase = match case {
+                    0 => true,
+                    1 => false,
+                    _ => rng.gen_bool(0.7),
+                };
+                let wrong = (phase + 1 + rng.gen_range(0..PHASE_ALIGN - 1)) % PHASE_ALIGN;
+                let piece_bytes = at_phase(bytes, if in_phase { phase } else { wrong });
+                for ready in write.push(&piece_bytes).expect("within the unit") {
+                    if let Some(stage) = ready.write(&file).expect("an aligned write") {
+                        write.recycle(stage);
+                    }
+                }
+                at += piece;
+            }
+            write.write_last_stage().expect("the last stage");
+            let got = std::fs::read(dir.path().join("unit")).expect("read back");
+            let end = (data_offset + len) as usize;
+            let past_head = (data_offset + head_bytes) as usize;
+            assert_eq!(write.head, data[..head_bytes as usize], "case {case}: the head is kept");
+            assert!(
+                got[past_head..end] == data[head_bytes as usize..],
+                "case {case}: the file holds the unit's bytes past the head"
+            );
+            assert!(got.len() <= end.next_multiple_of(PHASE_ALIGN), "case {case}: no more");
+            let sums: Vec<u32> = data.chunks(segment as usize).map(crc32c::crc32c).collect();
+            assert_eq!(write.sums, sums, "case {case}: every segment's CRC-32C");
+            let long_enough = len > head_bytes + 2 * DIRECT_MIN_BYTES as u64;
+            match case {
+                0 if long_enough => assert!(write.direct_bytes > 0, "case 0 went direct"),
+                1 => assert_eq!(write.direct_bytes, 0, "case 1 copied every byte"),
+                _ => {}
+            }
+        }
     }
 
     #[test]

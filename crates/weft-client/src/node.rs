@@ -416,6 +416,16 @@ impl NodeClient {
         Some((local, port, path, self.secret.signer_for(Audience::Node(unit.node_id))))
     }
 
+    /// The phase (modulo [`crate::local::PHASE_ALIGN`]) the memory of the bytes of `unit` from
+    /// unit offset `offset` should have to be written into its file where they lie (a local
+    /// write, see `LocalIo::write_phase`); None: they will be copied (or sent) whatever their
+    /// address.
+    pub(crate) fn write_phase(&self, unit: &UnitInfo, offset: u64) -> Option<usize> {
+        let local = self.local.as_ref().filter(|_| self.link.is_none())?;
+        crate::local::loopback_port(unit.endpoint.as_deref()?)?;
+        local.write_phase(unit.len, offset)
+    }
+
     /// [`NodeClient::put_stream`] into the unit's file when its node is on this host
     /// (crate::local): Err gives the chunks back untouched when the unit must go over HTTP.
     async fn put_stream_locally(
@@ -435,20 +445,20 @@ impl NodeClient {
         };
         let file = write.file();
         let mut digester = crate::digest::Digester::for_len(len);
-        // One stage write in flight while the next stage fills.
-        let mut pending: Option<tokio::task::JoinHandle<std::io::Result<crate::local::Aligned>>> =
-            None;
+        // One write in flight while the next one fills.
+        type Written = std::io::Result<Option<crate::local::Aligned>>;
+        let mut pending: Option<tokio::task::JoinHandle<Written>> = None;
         let mut failed: Option<std::io::Error> = None;
         'chunks: while let Some(chunk) = chunks.recv().await {
             digester.update(&chunk);
-            let full = match write.push(&chunk) {
-                Ok(full) => full,
+            let ready = match write.push(&chunk) {
+                Ok(ready) => ready,
                 Err(cause) => return Ok(Err(NodeFailure::new(FailureKind::Other, cause))),
             };
-            for (stage, at) in full {
+            for next in ready {
                 if let Some(previous) = pending.take() {
                     match previous.await {
-                        Ok(Ok(stage)) => write.recycle(stage),
+                        Ok(Ok(stage)) => stage.into_iter().for_each(|s| write.recycle(s)),
                         Ok(Err(error)) => {
                             failed = Some(error);
                             break 'chunks;
@@ -460,9 +470,7 @@ impl NodeClient {
                     }
                 }
                 let file = file.clone();
-                pending = Some(tokio::task::spawn_blocking(move || {
-                    crate::local::write_stage(&file, stage, at)
-                }));
+                pending = Some(tokio::task::spawn_blocking(move || next.write(&file)));
             }
         }
         if let Some(previous) = pending.take() {
@@ -607,6 +615,14 @@ impl NodeClient {
             (l.write_hits.load(Relaxed), l.write_fallbacks.load(Relaxed))
         };
         self.local.as_deref().map_or((0, 0), counts)
+    }
+
+    /// Bytes of finished local writes that went into their unit files from where the writer
+    /// held them, without a copy (cells read in their file's phase).
+    pub fn local_direct_bytes(&self) -> u64 {
+        let direct =
+            |l: &crate::local::LocalIo| l.direct_bytes.load(std::sync::atomic::Ordering::Relaxed);
+        self.local.as_deref().map_or(0, direct)
     }
 
     /// Bytes `[offset, offset + len)` of `unit` read from its file when its node is on this

@@ -34,6 +34,9 @@
 //!   copy of the object's last short cell: `r·B + (2W + 2 + 2r)·C` (44 for that example). A
 //!   lent accumulator stays metered; a row's add tasks complete in issue order, and a row is
 //!   sent only after its last add came back.
+//!   A data cell of at least 64 KiB bound for a local write is read into a buffer up to
+//!   4095 bytes longer, so that it starts at its unit file's phase and is written from where
+//!   it lies ([`crate::local`]): the bound adds that slack per in-flight cell.
 //!   Codes that mix bytes across a unit (Hitchhiker, Clay) need whole blocks: the cells of
 //!   the current stripe (W·B), one zero-padded copy (B), the parity of the groups the stripe
 //!   touches (⌈W/k⌉ + 1 of them) and the parity of a closed group still being sent (r·B):
@@ -205,6 +208,12 @@ const MAX_AVOIDED_NODES: usize = 8;
 /// Stripe rows whose add tasks may be with the engine while the coding thread reads on.
 const PIPELINE_ROWS: usize = 1;
 
+/// Cells at least this long are read into memory in their unit file's phase when written
+/// locally ([`Writer::read_cell`]); their buffers are [`PHASE_SLACK_BYTES`] longer.
+const PHASED_CELL_MIN_BYTES: usize = 64 << 10;
+/// What a phased cell's buffer holds beyond its bytes (to start at any phase).
+const PHASE_SLACK_BYTES: usize = crate::local::PHASE_ALIGN - 1;
+
 /// Data cells and parity rows in flight at once, for byte-local codes: W + 1, plus the
 /// cells of the rows with the engine when pipelined.
 fn in_flight_cells(layout: &StripedLayout, coder: Coder) -> usize {
@@ -220,7 +229,11 @@ pub fn buffer_bound(layout: &StripedLayout, coder: Coder) -> u64 {
     if byte_local {
         // Pipelined: one zero-padded copy of the object's last short cell for the engine.
         let padded = u64::from(coder == Coder::Pipelined);
-        r * block + (in_flight_cells(layout, coder) as u64 + padded + 2 * r) * cell
+        // A data cell read in its unit file's phase holds a little more (data cells are at
+        // most the in-flight ones).
+        let slack = if cell >= PHASED_CELL_MIN_BYTES as u64 { PHASE_SLACK_BYTES as u64 } else { 0 };
+        let in_flight = in_flight_cells(layout, coder) as u64;
+        r * block + (in_flight + padded + 2 * r) * cell + in_flight * slack
     } else {
         let width = layout.stripe_width as u64;
         let open_groups = width.div_ceil(layout.k() as u64) + 1;
@@ -424,12 +437,30 @@ impl<R: Read> Writer<R> {
     }
 
     /// Reads the next `len` object bytes into a metered cell holding one in-flight permit.
-    fn read_cell(&mut self, len: usize) -> Result<MeteredCell, Stop> {
+    /// A cell of at least [`PHASED_CELL_MIN_BYTES`] bound for unit offset `at` of `unit`
+    /// (byte-local codes) starts where its unit file's blocks would have it start, when a
+    /// local write of such a unit told ([`crate::node::NodeClient::write_phase`]): the write
+    /// then takes it from where it lies instead of copying it.
+    fn read_cell(&mut self, len: usize, at: Option<(UnitId, u64)>) -> Result<MeteredCell, Stop> {
         let permit = self.permit()?;
+        let phase = match at {
+            Some((unit, offset)) if len >= PHASED_CELL_MIN_BYTES => {
+                self.client.nodes.write_phase(self.unit(unit)?, offset)
+            }
+            _ => None,
+        };
+        let (mut buf, start) = match phase {
+            Some(phase) => {
+                let buf = MeteredBuf::for_overwrite(&self.meter, len + PHASE_SLACK_BYTES);
+                let address = buf.as_ref().as_ptr() as usize;
+                let align = crate::local::PHASE_ALIGN;
+                (buf, (phase + align - address % align) % align)
+            }
+            None => (MeteredBuf::for_overwrite(&self.meter, len), 0),
+        };
         // read_exact fills every byte or fails.
-        let mut buf = MeteredBuf::for_overwrite(&self.meter, len);
-        self.read_object_bytes(buf.as_mut_slice())?;
-        Ok(MeteredCell { buf, _permit: permit })
+        self.read_object_bytes(&mut buf.as_mut_slice()[start..start + len])?;
+        Ok(MeteredCell { buf, start, len, _permit: permit })
     }
 
     /// Fills `buf` with the next object bytes (an input that ends early fails the write,
@@ -467,7 +498,8 @@ impl<R: Read> Writer<R> {
                 self.open(unit, 1)?;
             }
             self.parity_bytes += buf.as_ref().len() as u64;
-            let held = MeteredCell { buf, _permit: self.permit()? };
+            let len = buf.as_ref().len();
+            let held = MeteredCell { buf, start: 0, len, _permit: self.permit()? };
             self.send(unit, held.into_bytes())?;
         }
         Ok(())
@@ -510,7 +542,7 @@ impl<R: Read> Writer<R> {
                 let mut batch: BTreeMap<usize, Vec<(usize, Bytes)>> = BTreeMap::new();
                 let mut last_rows: Vec<usize> = Vec::new();
                 for &(row, x, offset, len) in row_cells {
-                    let data = self.read_cell(len)?;
+                    let data = self.read_cell(len, Some((UnitId::Data(x), offset)))?;
                     let (group, position) = (x / k, x % k);
                     let row_len = cell.min(self.object.unit_len(group) - offset) as usize;
                     if engine.is_none() {
@@ -523,7 +555,7 @@ impl<R: Read> Writer<R> {
                                 .iter_mut()
                                 .map(|b| &mut b.as_mut_slice()[..len])
                                 .collect();
-                            self.code.encode_add(position, data.buf.as_ref(), &mut outs)?;
+                            self.code.encode_add(position, data.as_ref(), &mut outs)?;
                         }
                     }
                     let bytes = data.into_bytes();
@@ -680,7 +712,7 @@ impl<R: Read> Writer<R> {
             }
             let mut cells: BTreeMap<usize, Vec<Bytes>> = BTreeMap::new();
             for (_, x, _, len) in stripe_cells(&layout, size, stripe) {
-                let data = self.read_cell(len)?.into_bytes();
+                let data = self.read_cell(len, None)?.into_bytes();
                 cells.entry(x).or_default().push(data.clone());
                 self.send(UnitId::Data(x), data)?;
             }
@@ -805,15 +837,18 @@ enum OutcomeKind {
     Failed,
 }
 
-/// A cell read from the object, holding one in-flight permit until its last owner drops.
+/// A cell read from the object (`buf[start..start + len]`), holding one in-flight permit
+/// until its last owner drops.
 struct MeteredCell {
     buf: MeteredBuf,
+    start: usize,
+    len: usize,
     _permit: OwnedSemaphorePermit,
 }
 
 impl AsRef<[u8]> for MeteredCell {
     fn as_ref(&self) -> &[u8] {
-        self.buf.as_ref()
+        &self.buf.as_ref()[self.start..self.start + self.len]
     }
 }
 

@@ -604,4 +604,30 @@ async fn units_on_this_host_are_written_into_their_files_with_their_checksums() 
     assert!(read.iter().all(|&b| b == 2));
     let tmp = cluster.disk_dir(fresh.node_id).join("tmp");
     assert_eq!(std::fs::read_dir(&tmp).map(|d| d.count()).unwrap_or(0), 0);
+
+    // Cells of 256 KiB: once a local write told where a unit's bytes fall in its file's
+    // blocks, the next object's cells are read in that phase and written uncopied.
+    let (cell, block) = (256 << 10, 1 << 20);
+    cluster.create_bucket("wide", policy("rs(3,2)", 3, cell, block)).await;
+    let len = 6 * block as usize + 3 * cell as usize + 777;
+    let mut direct = Vec::new();
+    for round in 0..3u64 {
+        let data = pattern(len, 90 + round);
+        let key = format!("p{round}");
+        let stats = put(&cluster, "wide", &key, &data).await;
+        assert!(
+            stats.peak_buffer_bytes <= stats.buffer_bound_bytes,
+            "peak {} > bound {}",
+            stats.peak_buffer_bytes,
+            stats.buffer_bound_bytes
+        );
+        direct.push(cluster.client.nodes.local_direct_bytes());
+        assert_eq!(get(&cluster, "wide", &key, None).await, data, "{key}");
+    }
+    assert!(direct[2] > direct[0], "cells were written where they lay: {direct:?}");
+    for id in 1..=5u32 {
+        for path in cluster.unit_files(id) {
+            assert_unit_file_sound(&path);
+        }
+    }
 }
