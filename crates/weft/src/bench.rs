@@ -140,6 +140,17 @@ pub enum BenchCommand {
     /// PostgreSQL is a throwaway server of the bench's own (needs the postgresql package).
     #[command(verbatim_doc_comment)]
     Meta(crate::bench_meta::MetaBenchArgs),
+    /// The hashes every stored and uploaded byte goes through, weft's kernels beside the
+    /// crates they replace: the unit digest (BLAKE3), an upload's MD5 + SHA-256, MD5 alone.
+    ///
+    /// Examples:
+    ///   weft bench hash
+    ///   weft bench hash --size 256MiB --rounds 9 --json
+    ///
+    /// Outputs are compared before anything is timed; rates are GB/s (10^9 bytes) of one
+    /// thread, medians over rounds whose order rotates; ratios are weft ÷ peer.
+    #[command(verbatim_doc_comment)]
+    Hash(crate::bench_hash::HashBenchArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -347,6 +358,7 @@ pub fn run(command: BenchCommand) -> Result<(), CliError> {
         BenchCommand::Engine(args) => crate::bench_engine::run(args),
         BenchCommand::S3(args) => crate::bench_s3::run(args),
         BenchCommand::Meta(args) => crate::bench_meta::run(args),
+        BenchCommand::Hash(args) => crate::bench_hash::run(args),
     }
 }
 

@@ -18,6 +18,7 @@ mod bench;
 mod bench_cluster;
 mod bench_engine;
 mod bench_geometric;
+mod bench_hash;
 mod bench_meta;
 mod bench_raidp;
 mod bench_reads;

@@ -465,3 +465,26 @@ fn bench_meta_measures_every_op_on_every_store_and_both_plans_agree() {
         }
     }
 }
+
+#[test]
+fn bench_hash_compares_each_kernel_with_its_crate() {
+    let output = weft()
+        .args(["bench", "hash", "--size", "300KiB", "--rounds", "3", "--json"])
+        .output()
+        .unwrap();
+    let rows = rows(&output);
+    let hashes: Vec<&str> = rows.iter().map(|r| r["hash"].as_str().unwrap()).collect();
+    assert_eq!(hashes, ["unit digest (BLAKE3)", "upload (MD5 + SHA-256)", "MD5"]);
+    for row in &rows {
+        let (ours, theirs) =
+            (row["weft_gb_s"].as_f64().unwrap(), row["peer_gb_s"].as_f64().unwrap());
+        assert!(ours > 0.0 && theirs > 0.0, "{row}");
+        assert!(row["ratio"].as_f64().unwrap() > 0.0, "{row}");
+        assert_eq!(row["size_bytes"], 300 << 10);
+        assert_eq!(row["rounds"], 3);
+        assert!(row["machine"]["cores"].as_u64().unwrap() >= 1, "{row}");
+    }
+    let refused = weft().args(["bench", "hash", "--size", "0"]).output().unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--size must be"));
+}
