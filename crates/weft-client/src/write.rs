@@ -36,7 +36,8 @@
 //!   sent only after its last add came back.
 //!   A data cell of at least 64 KiB bound for a local write is read into a buffer up to
 //!   4095 bytes longer, so that it starts at its unit file's phase and is written from where
-//!   it lies ([`crate::local`]): the bound adds that slack per in-flight cell.
+//!   it lies ([`crate::local`]): the bound adds that slack per in-flight cell. Cells are not
+//!   read so when the slack would take a bound within Okapi's figure above it.
 //!   Codes that mix bytes across a unit (Hitchhiker, Clay) need whole blocks: the cells of
 //!   the current stripe (W·B), one zero-padded copy (B), the parity of the groups the stripe
 //!   touches (⌈W/k⌉ + 1 of them) and the parity of a closed group still being sent (r·B):
@@ -224,21 +225,43 @@ fn in_flight_cells(layout: &StripedLayout, coder: Coder) -> usize {
 /// The bound on client buffering of this implementation for a layout and coder (see the
 /// module invariants); compare [`weft_layout::max_client_buffer_bytes`], Okapi's figure.
 pub fn buffer_bound(layout: &StripedLayout, coder: Coder) -> u64 {
-    let byte_local = layout.code.build().map(|c| c.byte_local()).unwrap_or(false);
+    let slack = if phased_cells(layout, coder) { phase_slack(layout, coder) } else { 0 };
+    unphased_bound(layout, coder) + slack
+}
+
+/// [`buffer_bound`] of cells read wherever their buffers start.
+fn unphased_bound(layout: &StripedLayout, coder: Coder) -> u64 {
     let (r, cell, block) = (layout.r() as u64, layout.cell_bytes, layout.block_bytes);
-    if byte_local {
+    if byte_local(layout) {
         // Pipelined: one zero-padded copy of the object's last short cell for the engine.
         let padded = u64::from(coder == Coder::Pipelined);
-        // A data cell read in its unit file's phase holds a little more (data cells are at
-        // most the in-flight ones).
-        let slack = if cell >= PHASED_CELL_MIN_BYTES as u64 { PHASE_SLACK_BYTES as u64 } else { 0 };
-        let in_flight = in_flight_cells(layout, coder) as u64;
-        r * block + (in_flight + padded + 2 * r) * cell + in_flight * slack
+        r * block + (in_flight_cells(layout, coder) as u64 + padded + 2 * r) * cell
     } else {
         let width = layout.stripe_width as u64;
         let open_groups = width.div_ceil(layout.k() as u64) + 1;
         (width + 1 + r * (open_groups + 1)) * block
     }
+}
+
+fn byte_local(layout: &StripedLayout) -> bool {
+    layout.code.build().map(|c| c.byte_local()).unwrap_or(false)
+}
+
+/// What data cells read in their unit files' phase hold beyond their bytes, at most (data
+/// cells are at most the in-flight ones).
+fn phase_slack(layout: &StripedLayout, coder: Coder) -> u64 {
+    in_flight_cells(layout, coder) as u64 * PHASE_SLACK_BYTES as u64
+}
+
+/// Whether a put reads its data cells in their unit files' phase ([`Writer::read_cell`]):
+/// byte-local codes with cells of at least [`PHASED_CELL_MIN_BYTES`], unless the slack would
+/// take a bound within Okapi's `r·B + k·C` above it (that promise is kept where it was).
+fn phased_cells(layout: &StripedLayout, coder: Coder) -> bool {
+    if !byte_local(layout) || layout.cell_bytes < PHASED_CELL_MIN_BYTES as u64 {
+        return false;
+    }
+    let (plain, okapi) = (unphased_bound(layout, coder), max_client_buffer_bytes(layout));
+    plain > okapi || plain + phase_slack(layout, coder) <= okapi
 }
 
 /// One open PUT: the sender feeding its body and the task awaiting the node's answer.
@@ -438,13 +461,16 @@ impl<R: Read> Writer<R> {
 
     /// Reads the next `len` object bytes into a metered cell holding one in-flight permit.
     /// A cell of at least [`PHASED_CELL_MIN_BYTES`] bound for unit offset `at` of `unit`
-    /// (byte-local codes) starts where its unit file's blocks would have it start, when a
+    /// (byte-local codes, see [`phased_cells`]) starts where its unit file's blocks would have
+    /// it start, when a
     /// local write of such a unit told ([`crate::node::NodeClient::write_phase`]): the write
     /// then takes it from where it lies instead of copying it.
     fn read_cell(&mut self, len: usize, at: Option<(UnitId, u64)>) -> Result<MeteredCell, Stop> {
         let permit = self.permit()?;
         let phase = match at {
-            Some((unit, offset)) if len >= PHASED_CELL_MIN_BYTES => {
+            Some((unit, offset))
+                if len >= PHASED_CELL_MIN_BYTES && phased_cells(self.layout(), self.coder) =>
+            {
                 self.client.nodes.write_phase(self.unit(unit)?, offset)
             }
             _ => None,
