@@ -775,31 +775,21 @@ impl StageWrite {
 }
 
 /// Writes `parts` one after another at file offset `at` (pwritev, resumed after a short
-/// write).
+/// write). weft-store's `RealFile` has the same loop; this crate does not link the node's
+/// store, and a local write needs only this one call of it (two buffers).
 fn write_all_vectored_at(file: &File, parts: &[&[u8]], mut at: u64) -> io::Result<()> {
     use std::os::fd::AsRawFd;
-    let mut done = 0usize;
-    let total: usize = parts.iter().map(|p| p.len()).sum();
-    while done < total {
-        let mut skip = done;
-        let mut iov = Vec::with_capacity(parts.len());
-        for part in parts {
-            if skip >= part.len() {
-                skip -= part.len();
-                continue;
-            }
-            let rest = &part[skip..];
-            skip = 0;
-            iov.push(libc::iovec {
-                iov_base: rest.as_ptr() as *mut libc::c_void,
-                iov_len: rest.len(),
-            });
-        }
+    let mut slices: Vec<io::IoSlice<'_>> =
+        parts.iter().map(|part| io::IoSlice::new(part)).collect();
+    let mut rest: &mut [io::IoSlice<'_>] = &mut slices;
+    io::IoSlice::advance_slices(&mut rest, 0); // drops leading empty parts
+    while !rest.is_empty() {
         let offset = libc::off_t::try_from(at).map_err(|_| io::Error::other("offset too large"))?;
-        // SAFETY: every iovec points into a live borrowed slice of its length; the count is
-        // that of the vector.
-        let wrote =
-            unsafe { libc::pwritev(file.as_raw_fd(), iov.as_ptr(), iov.len() as i32, offset) };
+        // SAFETY: `IoSlice` is ABI-compatible with `iovec` on Unix; each is valid for reads of
+        // its length for the whole call (at most a handful: far below IOV_MAX).
+        let wrote = unsafe {
+            libc::pwritev(file.as_raw_fd(), rest.as_ptr().cast(), rest.len() as i32, offset)
+        };
         if wrote < 0 {
             let error = io::Error::last_os_error();
             if error.kind() == io::ErrorKind::Interrupted {
@@ -810,8 +800,8 @@ fn write_all_vectored_at(file: &File, parts: &[&[u8]], mut at: u64) -> io::Resul
         if wrote == 0 {
             return Err(io::Error::new(io::ErrorKind::WriteZero, "the unit file took no bytes"));
         }
-        done += wrote as usize;
         at += wrote as u64;
+        io::IoSlice::advance_slices(&mut rest, wrote as usize);
     }
     Ok(())
 }
@@ -892,8 +882,7 @@ impl LocalIo {
             Ok(Some((file, fields))) => {
                 let (data_offset, _, _, align) = fields;
                 self.learn_phase(len, data_offset, align);
-                let file = Arc::new(file);
-                let (port, path) = (port, path.to_owned());
+                let (path, file) = (path.to_owned(), Arc::new(file));
                 Some(LocalWrite::new(stream, port, path, file, len, fields))
             }
             Ok(None) => {
@@ -909,17 +898,16 @@ impl LocalIo {
 }
 
 impl LocalIo {
-    /// The phase modulo [`PHASE_ALIGN`] of unit byte `offset` in the file of a unit of `len`
-    /// bytes, as the last local write of a unit of that length found it; None when none was
-    /// seen yet (or the node's alignment was not [`PHASE_ALIGN`]). A cell whose first byte's
-    /// address has this phase is written into the file from where it lies
+    /// The phase modulo [`PHASE_ALIGN`] of unit byte 0 in the file of a unit of `len` bytes,
+    /// as the last local write of a unit of that length found it; None when none was seen yet
+    /// (or the node's alignment was not [`PHASE_ALIGN`]). A piece whose first byte's address
+    /// has its file offset's phase is written into the file from where it lies
     /// ([`LocalWrite::push`]); any other is copied. A wrong guess costs the copy, nothing else.
-    pub(crate) fn write_phase(&self, len: u64, offset: u64) -> Option<usize> {
+    pub(crate) fn write_phase(&self, len: u64) -> Option<usize> {
         if !self.writes {
             return None;
         }
-        let phase = *self.phases.lock().expect("phases").get(&len)?;
-        Some(((phase as u64 + offset) % PHASE_ALIGN as u64) as usize)
+        self.phases.lock().expect("phases").get(&len).copied()
     }
 
     fn learn_phase(&self, len: u64, data_offset: u64, align: usize) {

@@ -416,14 +416,14 @@ impl NodeClient {
         Some((local, port, path, self.secret.signer_for(Audience::Node(unit.node_id))))
     }
 
-    /// The phase (modulo [`crate::local::PHASE_ALIGN`]) the memory of the bytes of `unit` from
-    /// unit offset `offset` should have to be written into its file where they lie (a local
-    /// write, see `LocalIo::write_phase`); None: they will be copied (or sent) whatever their
-    /// address.
-    pub(crate) fn write_phase(&self, unit: &UnitInfo, offset: u64) -> Option<usize> {
+    /// The phase (modulo [`crate::local::PHASE_ALIGN`]) of `unit`'s byte 0 in its file, for a
+    /// writer that reads the unit's bytes into memory of their file offsets' phase so that a
+    /// local write takes them from where they lie (see `LocalIo::write_phase`); None: they
+    /// will be copied (or sent) whatever their address.
+    pub(crate) fn write_phase(&self, unit: &UnitInfo) -> Option<usize> {
         let local = self.local.as_ref().filter(|_| self.link.is_none())?;
         crate::local::loopback_port(unit.endpoint.as_deref()?)?;
-        local.write_phase(unit.len, offset)
+        local.write_phase(unit.len)
     }
 
     /// [`NodeClient::put_stream`] into the unit's file when its node is on this host

@@ -267,6 +267,9 @@ fn phased_cells(layout: &StripedLayout, coder: Coder) -> bool {
 /// One open PUT: the sender feeding its body and the task awaiting the node's answer.
 struct Stream {
     tx: mpsc::Sender<Bytes>,
+    /// The phase of the unit's byte 0 in its file, once a local write told it
+    /// ([`Writer::read_cell`]).
+    phase: Option<usize>,
 }
 
 /// The coding thread's view of the object and its open PUT streams.
@@ -284,6 +287,8 @@ struct Writer<R> {
     progress: Option<Arc<AtomicU64>>,
     parity_bytes: u64,
     coder: Coder,
+    /// Data cells are read in their unit files' phase ([`phased_cells`]).
+    phased: bool,
 }
 
 /// Objects of at most this many bytes in one group are written whole
@@ -417,7 +422,7 @@ impl<R: Read> Writer<R> {
         let nodes = self.client.nodes.clone();
         let task = self.handle.spawn(async move { nodes.put_stream(&info, info.len, rx).await });
         self.puts.push((unit, task));
-        self.streams.insert(unit, Stream { tx });
+        self.streams.insert(unit, Stream { tx, phase: None });
         Ok(())
     }
 
@@ -462,17 +467,15 @@ impl<R: Read> Writer<R> {
     /// Reads the next `len` object bytes into a metered cell holding one in-flight permit.
     /// A cell of at least [`PHASED_CELL_MIN_BYTES`] bound for unit offset `at` of `unit`
     /// (byte-local codes, see [`phased_cells`]) starts where its unit file's blocks would have
-    /// it start, when a
-    /// local write of such a unit told ([`crate::node::NodeClient::write_phase`]): the write
-    /// then takes it from where it lies instead of copying it.
+    /// it start, once a local write of such a unit told
+    /// ([`crate::node::NodeClient::write_phase`]): the write then takes it from where it
+    /// lies instead of copying it.
     fn read_cell(&mut self, len: usize, at: Option<(UnitId, u64)>) -> Result<MeteredCell, Stop> {
         let permit = self.permit()?;
         let phase = match at {
-            Some((unit, offset))
-                if len >= PHASED_CELL_MIN_BYTES && phased_cells(self.layout(), self.coder) =>
-            {
-                self.client.nodes.write_phase(self.unit(unit)?, offset)
-            }
+            Some((unit, offset)) if self.phased && len >= PHASED_CELL_MIN_BYTES => self
+                .unit_phase(unit)
+                .map(|phase| ((phase as u64 + offset) % crate::local::PHASE_ALIGN as u64) as usize),
             _ => None,
         };
         let (mut buf, start) = match phase {
@@ -487,6 +490,17 @@ impl<R: Read> Writer<R> {
         // read_exact fills every byte or fails.
         self.read_object_bytes(&mut buf.as_mut_slice()[start..start + len])?;
         Ok(MeteredCell { buf, start, len, _permit: permit })
+    }
+
+    /// The phase of `unit`'s byte 0 in its file: asked of the node client until it knows,
+    /// then kept with the unit's stream.
+    fn unit_phase(&mut self, unit: UnitId) -> Option<usize> {
+        if let Some(phase) = self.streams.get(&unit)?.phase {
+            return Some(phase);
+        }
+        let phase = self.client.nodes.write_phase(self.object.unit(unit)?)?;
+        self.streams.get_mut(&unit)?.phase = Some(phase);
+        Some(phase)
     }
 
     /// Fills `buf` with the next object bytes (an input that ends early fails the write,
@@ -1053,6 +1067,7 @@ impl Client {
             progress: options.progress.clone(),
             parity_bytes: 0,
             coder: options.coder,
+            phased: phased_cells(&object.layout, options.coder),
         };
         let whole = takes_whole(&object.layout, size, options.coder);
         let (writer, outcome) = tokio::task::spawn_blocking(move || {
