@@ -17,6 +17,9 @@
 //!   stolen node key speaks for that node and its data only.
 //! - seal key = HMAC(secret, "weft/v1/seal"): seals secrets stored in meta (S3 secret keys),
 //!   so no API of meta ever answers with a secret in the clear.
+//! - unit digest key = HMAC(secret, "weft/v1/unit-digest"): keys the MAC every writer records
+//!   per unit and every reader checks (weft-client `digest`). Only holders of the cluster
+//!   secret have it, never a node: a node cannot make a unit that passes the check.
 //!
 //! Invariants:
 //! - A request is accepted only if its `authorization` header carries a principal the
@@ -381,12 +384,34 @@ impl ClusterSecret {
         SealKey(hmac(&self.0, &[b"weft/v1/seal"]))
     }
 
+    /// The key of the end-to-end unit digests (weft-client `digest`).
+    pub fn unit_digest_key(&self) -> UnitDigestKey {
+        UnitDigestKey(hmac(&self.0, &[b"weft/v1/unit-digest"]))
+    }
+
     /// A signer for requests of a client to `audience`.
     pub fn signer_for(&self, audience: Audience) -> Signer {
         match audience {
             Audience::Meta => Signer::new(self.client_key(), Audience::Meta),
             Audience::Node(id) => Signer::new(self.node_key(id), audience),
         }
+    }
+}
+
+/// The key of the end-to-end unit digests ([`ClusterSecret::unit_digest_key`]).
+#[derive(Clone, PartialEq, Eq)]
+pub struct UnitDigestKey([u8; 32]);
+
+impl fmt::Debug for UnitDigestKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("UnitDigestKey(redacted)")
+    }
+}
+
+impl UnitDigestKey {
+    /// The key's bytes, for the digest to derive its own keys from.
+    pub fn bytes(&self) -> &[u8; 32] {
+        &self.0
     }
 }
 

@@ -3,18 +3,28 @@
 //! (reads, degraded reads, repair's helpers and its rebuilt unit).
 //!
 //! Invariants:
-//! - A digest is the first 16 bytes of BLAKE3 over the unit's stored bytes, whatever
-//!   pieces they arrive in ([`Digester`] fed piece by piece equals [`unit_digest`]). A
-//!   reader that holds the bytes in one buffer as they grow hashes them in place
-//!   ([`Digester::absorb_batches`], [`Digester::finish_with`]): no copy. A writer that
-//!   knows the unit's length ([`Digester::for_len`]) hashes every batch but the unit's last
-//!   straight from its pieces: its digest is the same when fed exactly that length.
+//! - Writers record keyed digests ([`DigestKey::digest`], [`DigestKey::digester`]): the
+//!   POLYVAL hash ([`crate::polyval`]) of the unit's bytes, zero-padded to whole blocks,
+//!   under a key H, then the first 16 bytes of BLAKE3 keyed with a second key over that hash
+//!   and the unit's length. Both keys are derived from the cluster secret's unit digest key
+//!   (weft-auth), which nodes never hold: a node that changes a unit's bytes cannot make a
+//!   digest that passes, nor learn H from digests (only the keyed BLAKE3 of a hash leaves).
+//!   Two inputs of one length collide with probability at most (blocks / 2^128) for any
+//!   pair not chosen knowing H; inputs of two lengths differ in what the final hash takes.
+//! - Readers check a unit with the kind its recorded digest has ([`DigestKey::digester_like`],
+//!   [`DigestKey::check_unit`]): BLAKE3 digests of units written before keyed ones existed
+//!   are the first 16 bytes of BLAKE3 over the unit's stored bytes ([`Blake3Digester`]).
+//! - Whatever pieces the bytes arrive in, a digester's digest is the one of the whole input
+//!   ([`Digester::update`]); a reader that holds the bytes in one buffer as they grow hashes
+//!   them in place ([`Digester::absorb_batches`], [`Digester::finish_with`]): no copy.
 //! - A mismatch is a [`FailureKind::Corrupt`] failure whose cause starts with
 //!   [`MISMATCH`], so callers rebuild the unit from the others and report it, as for rot the
 //!   node itself found.
 
+use std::sync::Arc;
+
 use blake3::hazmat::{merge_subtrees_root, ChainingValue, HasherExt, Mode};
-use weft_wire::{digest::UNIT_DIGEST_BYTES, UnitDigest};
+use weft_wire::{digest::UNIT_DIGEST_BYTES, DigestKind, UnitDigest};
 
 use crate::blake3_batch::{batch_cv, parent_cv, BATCH_BYTES};
 
@@ -24,7 +34,195 @@ use crate::UnitInfo;
 /// How a failed end-to-end check starts its cause (reports and logs carry it).
 pub const MISMATCH: &str = "end-to-end checksum mismatch";
 
-/// A digest computed over pieces of a unit, in order.
+/// The keys of a cluster's keyed unit digests, derived from its unit digest key.
+pub struct DigestKey {
+    /// POLYVAL's H.
+    poly: crate::polyval::Key,
+    /// The BLAKE3 key of the final hash.
+    tag: [u8; 32],
+}
+
+impl std::fmt::Debug for DigestKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DigestKey(redacted)")
+    }
+}
+
+impl DigestKey {
+    pub fn new(key: &weft_auth::UnitDigestKey) -> DigestKey {
+        let h = blake3::derive_key("weft 2026-11 unit digest: POLYVAL key", key.bytes());
+        let tag = blake3::derive_key("weft 2026-11 unit digest: final key", key.bytes());
+        let h = u128::from_le_bytes(h[..16].try_into().expect("16 bytes"));
+        DigestKey { poly: crate::polyval::Key::new(h), tag }
+    }
+
+    /// The digest key of the cluster whose secret this is.
+    pub fn of(secret: &weft_auth::ClusterSecret) -> Arc<DigestKey> {
+        Arc::new(DigestKey::new(&secret.unit_digest_key()))
+    }
+
+    /// The same keys run by another POLYVAL kernel (tests and benchmarks).
+    pub fn with_kernel(&self, kernel: crate::polyval::Kernel) -> DigestKey {
+        DigestKey { poly: self.poly.clone().with_kernel(kernel), tag: self.tag }
+    }
+
+    /// A digester of what writers record: a keyed digest.
+    pub fn digester(self: &Arc<Self>) -> Digester {
+        let key = Arc::clone(self);
+        Digester::Keyed(KeyedDigester { key, acc: 0, pending: [0; 16], pending_len: 0, len: 0 })
+    }
+
+    /// A digester of the kind of `expected` (a reader about to check a unit against it).
+    pub fn digester_like(self: &Arc<Self>, expected: &UnitDigest) -> Digester {
+        match expected.kind() {
+            DigestKind::Keyed => self.digester(),
+            DigestKind::Blake3 => Digester::Blake3(Blake3Digester::new()),
+        }
+    }
+
+    /// The keyed digest of a whole unit's bytes.
+    pub fn digest(&self, bytes: &[u8]) -> UnitDigest {
+        let whole = bytes.len() / 16 * 16;
+        let acc = self.poly.fold(0, &bytes[..whole]);
+        self.finish(acc, &bytes[whole..], bytes.len() as u64)
+    }
+
+    /// The digest of `bytes` of the kind of `expected`.
+    pub fn digest_like(&self, expected: &UnitDigest, bytes: &[u8]) -> UnitDigest {
+        match expected.kind() {
+            DigestKind::Keyed => self.digest(bytes),
+            DigestKind::Blake3 => blake3_digest(bytes),
+        }
+    }
+
+    /// The keyed digest once every whole block is folded into `acc`: `last` (under a block)
+    /// zero-padded, then the final hash of the result and the input's length.
+    fn finish(&self, mut acc: u128, last: &[u8], len: u64) -> UnitDigest {
+        debug_assert!(last.len() < 16);
+        if !last.is_empty() {
+            let mut block = [0u8; 16];
+            block[..last.len()].copy_from_slice(last);
+            acc = self.poly.fold(acc, &block);
+        }
+        let mut hasher = blake3::Hasher::new_keyed(&self.tag);
+        hasher.update(&acc.to_le_bytes());
+        hasher.update(&len.to_le_bytes());
+        let mut out = [0u8; UNIT_DIGEST_BYTES];
+        hasher.finalize_xof().fill(&mut out);
+        UnitDigest::new(DigestKind::Keyed, out)
+    }
+
+    /// Checks the whole stored bytes of `unit` against the digest meta holds (nothing to
+    /// check when the object has none).
+    pub fn check_unit(&self, unit: &UnitInfo, bytes: &[u8]) -> Result<(), NodeFailure> {
+        match &unit.digest {
+            Some(expected) => check_digest(unit, self.digest_like(expected, bytes), bytes.len()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A digest computed over pieces of a unit, in order, of either kind.
+#[derive(Debug, Clone)]
+pub enum Digester {
+    Keyed(KeyedDigester),
+    Blake3(Blake3Digester),
+}
+
+impl Digester {
+    pub fn update(&mut self, piece: &[u8]) {
+        match self {
+            Digester::Keyed(d) => d.update(piece),
+            Digester::Blake3(d) => d.update(piece),
+        }
+    }
+
+    /// Hashes, straight from `bytes` (no copy), as much of them as can be hashed before the
+    /// input's last bytes are known, and answers how many bytes that was (at least all but a
+    /// batch of them): feed the rest, once more bytes have come, to the next call, or to
+    /// [`Digester::finish_with`] as the last. Only for a digester fed by this and
+    /// `finish_with` alone.
+    pub fn absorb_batches(&mut self, bytes: &[u8]) -> usize {
+        match self {
+            Digester::Keyed(d) => d.absorb_blocks(bytes),
+            Digester::Blake3(d) => d.absorb_batches(bytes),
+        }
+    }
+
+    pub fn finish(&self) -> UnitDigest {
+        match self {
+            Digester::Keyed(d) => d.finish(),
+            Digester::Blake3(d) => d.finish(),
+        }
+    }
+
+    /// The digest of the bytes absorbed ([`Digester::absorb_batches`]) followed by `last`,
+    /// the input's final bytes (at most a batch).
+    pub fn finish_with(&self, last: &[u8]) -> UnitDigest {
+        match self {
+            Digester::Keyed(d) => d.finish_with(last),
+            Digester::Blake3(d) => d.finish_with(last),
+        }
+    }
+}
+
+/// A keyed digest ([`DigestKey`]) over pieces: whole blocks are folded straight from each
+/// piece, and at most one block's bytes wait.
+#[derive(Debug, Clone)]
+pub struct KeyedDigester {
+    key: Arc<DigestKey>,
+    /// POLYVAL of the whole blocks so far.
+    acc: u128,
+    /// Bytes of a block not folded yet (`pending_len` of them).
+    pending: [u8; 16],
+    pending_len: usize,
+    /// Bytes taken so far.
+    len: u64,
+}
+
+impl KeyedDigester {
+    pub fn update(&mut self, mut piece: &[u8]) {
+        self.len += piece.len() as u64;
+        if self.pending_len > 0 {
+            let taken = piece.len().min(16 - self.pending_len);
+            self.pending[self.pending_len..self.pending_len + taken]
+                .copy_from_slice(&piece[..taken]);
+            self.pending_len += taken;
+            piece = &piece[taken..];
+            if self.pending_len < 16 {
+                return;
+            }
+            self.acc = self.key.poly.fold(self.acc, &self.pending);
+            self.pending_len = 0;
+        }
+        let whole = piece.len() / 16 * 16;
+        self.acc = self.key.poly.fold(self.acc, &piece[..whole]);
+        let rest = &piece[whole..];
+        self.pending[..rest.len()].copy_from_slice(rest);
+        self.pending_len = rest.len();
+    }
+
+    fn absorb_blocks(&mut self, bytes: &[u8]) -> usize {
+        assert_eq!(self.pending_len, 0, "absorb_batches after update");
+        let whole = bytes.len() / 16 * 16;
+        self.acc = self.key.poly.fold(self.acc, &bytes[..whole]);
+        self.len += whole as u64;
+        whole
+    }
+
+    pub fn finish(&self) -> UnitDigest {
+        self.key.finish(self.acc, &self.pending[..self.pending_len], self.len)
+    }
+
+    fn finish_with(&self, last: &[u8]) -> UnitDigest {
+        assert_eq!(self.pending_len, 0, "finish_with after update");
+        let mut rest = self.clone();
+        rest.update(last);
+        rest.finish()
+    }
+}
+
+/// A BLAKE3 digest computed over pieces of a unit, in order.
 ///
 /// Bytes are gathered into 64 KiB batches ([`crate::blake3_batch`]); a full batch is hashed
 /// once more bytes follow it (so it is not the whole input, and its subtree is not the
@@ -35,7 +233,7 @@ pub const MISMATCH: &str = "end-to-end checksum mismatch";
 /// narrower hash. A digester told the unit's length ([`Digester::for_len`]) knows whether
 /// more bytes follow a piece's last whole batch, and hashes it where it is too.
 #[derive(Debug, Default, Clone)]
-pub struct Digester {
+pub struct Blake3Digester {
     /// Bytes not hashed yet: at most one batch, the last one while no more bytes came.
     pending: Vec<u8>,
     /// Chaining values of complete subtrees of whole batches, left to right.
@@ -46,17 +244,17 @@ pub struct Digester {
     len: Option<u64>,
 }
 
-impl Digester {
-    pub fn new() -> Digester {
-        Digester::default()
+impl Blake3Digester {
+    pub fn new() -> Blake3Digester {
+        Blake3Digester::default()
     }
 
     /// A digester of an input of exactly `len` bytes (a unit being written): a batch that
     /// ends a piece is hashed straight from it when the input goes on past it. Fed more or
     /// fewer bytes than `len`, its digest is not the input's (a writer that sent other than
     /// `len` bytes has failed anyway); debug builds check it.
-    pub fn for_len(len: u64) -> Digester {
-        Digester { len: Some(len), ..Digester::default() }
+    pub fn for_len(len: u64) -> Blake3Digester {
+        Blake3Digester { len: Some(len), ..Blake3Digester::default() }
     }
 
     /// Bytes taken so far, hashed or pending.
@@ -148,7 +346,7 @@ impl Digester {
             let mut hasher = blake3::Hasher::new();
             hasher.update(last);
             hasher.finalize_xof().fill(&mut out);
-            return UnitDigest(out);
+            return UnitDigest::new(DigestKind::Blake3, out);
         }
         let mut right = if last.len() == BATCH_BYTES {
             batch_cv(last, self.batches)
@@ -164,7 +362,7 @@ impl Digester {
         }
         let root = merge_subtrees_root(root_left, &right, Mode::Hash);
         out.copy_from_slice(&root.as_bytes()[..UNIT_DIGEST_BYTES]);
-        UnitDigest(out)
+        UnitDigest::new(DigestKind::Blake3, out)
     }
 }
 
@@ -179,23 +377,15 @@ pub fn by_name<'a>(
 /// pages ahead of the commit.
 pub const DIGESTS_PER_REQUEST: usize = 16_384;
 
-/// The digest of a whole unit's bytes.
-pub fn unit_digest(bytes: &[u8]) -> UnitDigest {
-    let mut digester = Digester::new();
+/// The BLAKE3 digest of a whole unit's bytes (what units written before keyed digests
+/// recorded).
+pub fn blake3_digest(bytes: &[u8]) -> UnitDigest {
+    let mut digester = Blake3Digester::new();
     let taken = digester.absorb_batches(bytes);
     digester.finish_with(&bytes[taken..])
 }
 
-/// Checks the whole stored bytes of `unit` against the digest meta holds (nothing to check
-/// when the object has none).
-pub fn check_unit(unit: &UnitInfo, bytes: &[u8]) -> Result<(), NodeFailure> {
-    match unit.digest {
-        Some(_) => check_digest(unit, unit_digest(bytes), bytes.len()),
-        None => Ok(()),
-    }
-}
-
-/// [`check_unit`] for a reader that computed the digest of the unit's `len` bytes itself
+/// [`DigestKey::check_unit`] for a reader that computed the digest of the unit's `len` bytes itself
 /// (a local read hashes each segment as it verifies it).
 pub fn check_digest(unit: &UnitInfo, found: UnitDigest, len: usize) -> Result<(), NodeFailure> {
     let Some(expected) = unit.digest else { return Ok(()) };
@@ -219,11 +409,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn digests_do_not_depend_on_how_the_bytes_are_cut_and_tell_bytes_apart() {
+    fn blake3_digests_do_not_depend_on_how_the_bytes_are_cut_and_tell_bytes_apart() {
         let bytes: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
-        let whole = unit_digest(&bytes);
+        let whole = blake3_digest(&bytes);
         for cut in [1usize, 1000, 65_536, 199_999] {
-            let mut digester = Digester::new();
+            let mut digester = Blake3Digester::new();
             for piece in bytes.chunks(cut) {
                 digester.update(piece);
             }
@@ -232,7 +422,7 @@ mod tests {
         // Short and long pieces mixed: gathered ones, a long one after a partial batch, a
         // batch completed exactly.
         for cuts in [[4096, 70_000, 1, 61_439, 65_536], [65_535, 1, 3, 100_000, 4096]] {
-            let mut digester = Digester::new();
+            let mut digester = Blake3Digester::new();
             let mut at = 0;
             for cut in cuts.into_iter().cycle() {
                 let end = (at + cut).min(bytes.len());
@@ -246,8 +436,8 @@ mod tests {
         }
         let mut changed = bytes.clone();
         changed[123_456] ^= 1;
-        assert_ne!(unit_digest(&changed), whole);
-        assert_ne!(unit_digest(&bytes[..bytes.len() - 1]), whole);
+        assert_ne!(blake3_digest(&changed), whole);
+        assert_ne!(blake3_digest(&bytes[..bytes.len() - 1]), whole);
         // Around and across whole batches, in pieces of every shape: the crate's hash.
         let long: Vec<u8> = (0..(1usize << 20) + 70_000).map(|i| (i * 131 % 253) as u8).collect();
         let batch = crate::blake3_batch::BATCH_BYTES;
@@ -255,8 +445,8 @@ mod tests {
         {
             let hash = blake3::hash(&long[..len]);
             let expected = &hash.as_bytes()[..16];
-            assert_eq!(&unit_digest(&long[..len]).0[..], expected, "{len} bytes whole");
-            let mut digester = Digester::new();
+            assert_eq!(&blake3_digest(&long[..len]).bytes()[..], expected, "{len} bytes whole");
+            let mut digester = Blake3Digester::new();
             let mut at = 0;
             for cut in [4096usize, batch + 5, 1, batch, 3 * batch, 777].into_iter().cycle() {
                 let end = (at + cut).min(len);
@@ -266,15 +456,19 @@ mod tests {
                     break;
                 }
             }
-            assert_eq!(&digester.finish().0[..], expected, "{len} bytes in pieces");
+            assert_eq!(&digester.finish().bytes()[..], expected, "{len} bytes in pieces");
             // Told the length: whole batches that end pieces are hashed where they are.
             for cut in [batch, 2 * batch, 4096, batch + 5] {
-                let mut digester = Digester::for_len(len as u64);
+                let mut digester = Blake3Digester::for_len(len as u64);
                 for piece in long[..len].chunks(cut) {
                     digester.update(piece);
                 }
                 let left = digester.pending.len();
-                assert_eq!(&digester.finish().0[..], expected, "{len} bytes for_len in {cut}");
+                assert_eq!(
+                    &digester.finish().bytes()[..],
+                    expected,
+                    "{len} bytes for_len in {cut}"
+                );
                 if cut % batch == 0 {
                     assert!(
                         left == len - (len - 1) / batch * batch,
@@ -285,7 +479,7 @@ mod tests {
             // Hashed in place as a buffer grows (a local read's segments), by whole batches
             // and by odd steps.
             for step in [batch, 4096, batch + 5] {
-                let mut digester = Digester::new();
+                let mut digester = Blake3Digester::new();
                 let (mut taken, mut grown) = (0, 0);
                 while grown < len {
                     grown = (grown + step).min(len);
@@ -293,10 +487,86 @@ mod tests {
                     assert!(grown - taken <= batch, "at most a batch is left to hash");
                 }
                 let found = digester.finish_with(&long[taken..len]);
-                assert_eq!(&found.0[..], expected, "{len} bytes grown by {step}");
+                assert_eq!(&found.bytes()[..], expected, "{len} bytes grown by {step}");
             }
         }
         // BLAKE3's published value for the empty input starts af1349b9…
-        assert_eq!(unit_digest(&[]).to_string(), "af1349b9f5f9a1a6a0404dea36dcc949");
+        assert_eq!(blake3_digest(&[]).to_string(), "af1349b9f5f9a1a6a0404dea36dcc949");
+    }
+
+    fn key(secret: u8) -> Arc<DigestKey> {
+        let text = format!("weft-cluster-secret-v1 {}\n", format!("{secret:02x}").repeat(32));
+        DigestKey::of(&weft_auth::ClusterSecret::parse(&text).unwrap())
+    }
+
+    #[test]
+    fn keyed_digests_do_not_depend_on_how_the_bytes_are_cut_or_the_kernel() {
+        let key = key(7);
+        let long: Vec<u8> = (0..(1usize << 20) + 70_001).map(|i| (i * 131 % 253) as u8).collect();
+        for len in [0, 1, 15, 16, 17, 127, 128, 129, 4096, 65_536 + 3, long.len()] {
+            let bytes = &long[..len];
+            let whole = key.digest(bytes);
+            assert_eq!(whole.kind(), DigestKind::Keyed);
+            for kernel in crate::polyval::Kernel::present() {
+                assert_eq!(key.with_kernel(kernel).digest(bytes), whole, "{len}: {kernel:?}");
+            }
+            for cuts in [[1usize, 15, 16, 17, 4096], [4095, 1, 3, 100_000, 33]] {
+                let mut digester = key.digester();
+                let mut at = 0;
+                for cut in cuts.into_iter().cycle() {
+                    if at == len {
+                        break;
+                    }
+                    let end = (at + cut).min(len);
+                    digester.update(&bytes[at..end]);
+                    at = end;
+                }
+                assert_eq!(digester.finish(), whole, "{len} bytes in pieces of {cuts:?}");
+            }
+            // Hashed in place as a buffer grows.
+            for step in [16, 4096, 17, 65_541] {
+                let mut digester = key.digester();
+                let (mut taken, mut grown) = (0, 0);
+                while grown < len {
+                    grown = (grown + step).min(len);
+                    taken += digester.absorb_batches(&bytes[taken..grown]);
+                    assert!(grown - taken < 16, "at most a block is left to hash");
+                }
+                assert_eq!(digester.finish_with(&bytes[taken..]), whole, "{len} grown by {step}");
+            }
+            // A reader of a keyed digest checks with the key.
+            assert_eq!(key.digest_like(&whole, bytes), whole);
+            assert_eq!(key.digester_like(&whole).finish_with(&[]), key.digest(&[]));
+        }
+    }
+
+    #[test]
+    fn keyed_digests_tell_bytes_lengths_and_keys_apart_and_old_digests_still_check() {
+        let (key, other) = (key(1), key(2));
+        let bytes: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let digest = key.digest(&bytes);
+        assert_ne!(other.digest(&bytes), digest, "another cluster's key");
+        let mut changed = bytes.clone();
+        changed[123_456] ^= 1;
+        assert_ne!(key.digest(&changed), digest, "a flipped bit");
+        // Zero padding never makes two lengths one: the length is hashed too.
+        let mut padded = bytes.clone();
+        padded.push(0);
+        assert_ne!(key.digest(&padded), digest, "a trailing zero");
+        assert_ne!(key.digest(&[0]), key.digest(&[]), "one zero byte and none");
+        assert_ne!(key.digest(&[0; 16]), key.digest(&[0; 15]));
+        // Swapping two blocks changes it (the hash weighs each block by its place).
+        let mut swapped = bytes.clone();
+        swapped[..16].copy_from_slice(&bytes[16..32]);
+        swapped[16..32].copy_from_slice(&bytes[..16]);
+        assert_ne!(key.digest(&swapped), digest, "two blocks swapped");
+        // A BLAKE3 digest recorded before keyed ones is checked as BLAKE3.
+        let old = blake3_digest(&bytes);
+        assert_eq!(old.kind(), DigestKind::Blake3);
+        assert_eq!(key.digest_like(&old, &bytes), old);
+        let mut digester = key.digester_like(&old);
+        digester.update(&bytes);
+        assert_eq!(digester.finish(), old);
+        assert_ne!(key.digest_like(&old, &changed), old);
     }
 }

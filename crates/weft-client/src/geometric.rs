@@ -40,8 +40,7 @@ use tokio::sync::mpsc;
 use weft_layout::UnitId;
 
 use crate::{
-    digest::unit_digest, meta::encode_path, read::UnitRebuilder, Client, ClientError, GetStats,
-    ObjectInfo, Result,
+    meta::encode_path, read::UnitRebuilder, Client, ClientError, GetStats, ObjectInfo, Result,
 };
 
 /// Bytes of one healthy read request of a piece.
@@ -583,7 +582,7 @@ impl Client {
                 let info = object.unit(unit).ok_or_else(|| {
                     bad_plan(format!("stripe {}: no unit for block {x}", stripe.key))
                 })?;
-                digests.insert(unit, unit_digest(&block));
+                digests.insert(unit, self.nodes.digest_key().digest(&block));
                 report.data_bytes_written += len as u64;
                 if let Some(previous) = in_flight.take() {
                     finish_put(previous).await?;
@@ -605,7 +604,7 @@ impl Client {
                 .collect::<Result<Vec<_>>>()?;
             let mut puts = Vec::new();
             for ((unit, info), bytes) in places.into_iter().zip(parity) {
-                digests.insert(unit, unit_digest(&bytes));
+                digests.insert(unit, self.nodes.digest_key().digest(&bytes));
                 report.parity_bytes_written += bytes.len() as u64;
                 written.push(info.clone());
                 puts.push(self.spawn_put(info, Bytes::from(bytes)));

@@ -38,6 +38,7 @@ pub mod meta;
 pub mod meter;
 pub mod node;
 pub mod object;
+pub mod polyval;
 pub mod raidp;
 pub mod read;
 pub mod repair;

@@ -293,9 +293,9 @@ impl LocalIo {
         signer: &Signer,
         range: (u64, u64),
         grants: Option<&Grants>,
-        digest: bool,
+        digester: Option<Digester>,
     ) -> Option<(Bytes, Option<UnitDigest>)> {
-        let read = self.read_counted(port, path, signer, range, grants, digest);
+        let read = self.read_counted(port, path, signer, range, grants, digester);
         let counter = if read.is_some() { &self.hits } else { &self.fallbacks };
         counter.fetch_add(1, Ordering::Relaxed);
         read
@@ -308,7 +308,7 @@ impl LocalIo {
         signer: &Signer,
         (offset, len): (u64, u64),
         grants: Option<&Grants>,
-        digest: bool,
+        digester: Option<Digester>,
     ) -> Option<(Bytes, Option<UnitDigest>)> {
         let kept = self.kept.as_deref();
         let grant = match grants.and_then(|g| g.get(port, path)) {
@@ -323,7 +323,7 @@ impl LocalIo {
                 grant
             }
         };
-        match read_verified(&grant, offset, len, digest) {
+        match read_verified(&grant, offset, len, digester) {
             Ok((bytes, found)) => {
                 let file_at = grant.data_offset + offset;
                 Some((crate::file_bytes::file_backed(bytes, grant.file.clone(), file_at), found))
@@ -601,13 +601,13 @@ fn recv_with_fds(
 
 /// Reads `[offset, offset + len)` of the granted unit, verifying every segment it touches.
 /// Bytes `[offset, offset + len)` of the granted unit, each segment checked against its
-/// CRC-32C; with `digest` and the whole unit asked for, also the unit's digest, fed each
-/// segment right after its check.
+/// CRC-32C; with a `digester` and the whole unit asked for, also the unit's digest, fed
+/// each segment right after its check.
 fn read_verified(
     grant: &Grant,
     offset: u64,
     len: u64,
-    digest: bool,
+    digester: Option<Digester>,
 ) -> io::Result<(Vec<u8>, Option<UnitDigest>)> {
     let end = offset.checked_add(len).filter(|&end| end <= grant.unit_len);
     let Some(end) = end else {
@@ -617,7 +617,7 @@ fn read_verified(
     let mut scratch = Vec::new();
     // The digester, and how many of `out`'s bytes it has hashed.
     let mut digester =
-        (digest && offset == 0 && len == grant.unit_len).then(|| (Digester::new(), 0usize));
+        digester.filter(|_| offset == 0 && len == grant.unit_len).map(|d| (d, 0usize));
     let segment = grant.segment;
     let mut at = offset;
     while at < end {

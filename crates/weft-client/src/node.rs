@@ -7,7 +7,7 @@
 //! - Failures are classified ([`FailureKind`]) so that callers can tell "rebuild this unit"
 //!   (missing, corrupt) from "this node is unreachable" and from "already exists".
 //! - A GET of a whole unit is checked against the writer's digest from meta when the object
-//!   has one ([`crate::digest::check_unit`]): bytes a node returns under a unit's key are
+//!   has one ([`crate::digest::DigestKey::check_unit`]): bytes a node returns under a unit's key are
 //!   trusted only as far as its checksums go for partial ranges, never for whole units.
 //! - A streamed PUT returns the digest of exactly the bytes it sent.
 //! - A unit whose node is on this host is read from, and written into, its file
@@ -205,6 +205,8 @@ pub struct NodeClient {
     /// them.
     reads: reqwest::Client,
     secret: ClusterSecret,
+    /// The keys of the unit digests this client records and checks.
+    digests: std::sync::Arc<crate::digest::DigestKey>,
     /// The client's modeled link (down: unit bytes received, up: sent), when it has one.
     link: Option<std::sync::Arc<ClientLink>>,
     /// Reads and writes of units on nodes of this host, in the unit files (crate::local);
@@ -289,7 +291,9 @@ impl NodeClient {
         let (reads, writes) = (on("WEFT_LOCAL_READS"), on("WEFT_LOCAL_WRITES"));
         let local = (reads || writes)
             .then(|| std::sync::Arc::new(crate::local::LocalIo::new(reads, writes)));
-        Ok(NodeClient { http: pool()?, reads: pool()?, secret: secret.clone(), link: None, local })
+        let digests = crate::digest::DigestKey::of(secret);
+        let secret = secret.clone();
+        Ok(NodeClient { http: pool()?, reads: pool()?, secret, digests, link: None, local })
     }
 
     /// This pool, its local reads keeping the grants they are given across reads (a
@@ -374,7 +378,7 @@ impl NodeClient {
             Err(chunks) => chunks,
         };
         let url = Self::url(unit)?;
-        let digester = crate::digest::Digester::for_len(len);
+        let digester = self.digests.digester();
         let digester = std::sync::Arc::new(std::sync::Mutex::new(digester));
         let fed = std::sync::Arc::clone(&digester);
         let link = self.link.clone();
@@ -444,7 +448,7 @@ impl NodeClient {
             return Err(chunks);
         };
         let file = write.file();
-        let mut digester = crate::digest::Digester::for_len(len);
+        let mut digester = self.digests.digester();
         // One write in flight while the next one fills.
         type Written = std::io::Result<Option<crate::local::Aligned>>;
         let mut pending: Option<tokio::task::JoinHandle<Written>> = None;
@@ -555,11 +559,12 @@ impl NodeClient {
             ));
         }
         let whole = offset == 0 && len == unit.len;
-        let digest = whole && unit.digest.is_some();
-        if let Some((bytes, found)) = self.read_locally(unit, (offset, len), grants, digest).await {
+        let digester = unit.digest.filter(|_| whole).map(|d| self.digests.digester_like(&d));
+        if let Some((bytes, found)) = self.read_locally(unit, (offset, len), grants, digester).await
+        {
             match found {
                 Some(found) => crate::digest::check_digest(unit, found, bytes.len())?,
-                None if whole => crate::digest::check_unit(unit, &bytes)?,
+                None if whole => self.digests.check_unit(unit, &bytes)?,
                 None => {}
             }
             return Ok(bytes);
@@ -595,9 +600,14 @@ impl NodeClient {
             ));
         }
         if offset == 0 && len == unit.len {
-            crate::digest::check_unit(unit, &out)?;
+            self.digests.check_unit(unit, &out)?;
         }
         Ok(Bytes::from(out))
+    }
+
+    /// The keys of the unit digests this client records and checks.
+    pub fn digest_key(&self) -> &Arc<crate::digest::DigestKey> {
+        &self.digests
     }
 
     /// Unit ranges read from their files on this host (crate::local), and ranges a node on
@@ -633,7 +643,7 @@ impl NodeClient {
         unit: &UnitInfo,
         range: (u64, u64),
         grants: Option<&Arc<crate::local::Grants>>,
-        digest: bool,
+        digester: Option<crate::digest::Digester>,
     ) -> Option<(Bytes, Option<weft_wire::UnitDigest>)> {
         let local = self.local.as_ref().filter(|l| l.reads && self.link.is_none())?.clone();
         let port = crate::local::loopback_port(unit.endpoint.as_deref()?)?;
@@ -641,7 +651,7 @@ impl NodeClient {
         let path = url[url.find("/v1/")?..].to_owned();
         let signer = self.secret.signer_for(Audience::Node(unit.node_id));
         let grants = grants.cloned();
-        let read = move || local.read(port, &path, &signer, range, grants.as_deref(), digest);
+        let read = move || local.read(port, &path, &signer, range, grants.as_deref(), digester);
         tokio::task::spawn_blocking(read).await.ok()?
     }
 

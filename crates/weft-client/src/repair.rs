@@ -399,7 +399,7 @@ pub async fn repair_unit(
     let stored: Bytes = rebuilt.slice(..old.len as usize);
     // The rebuilt unit must be the unit its writer wrote: a helper that returned other bytes
     // in a range no digest covers would otherwise be baked into the new copy.
-    crate::digest::check_unit(&old, &stored).map_err(|failure| {
+    client.nodes.digest_key().check_unit(&old, &stored).map_err(|failure| {
         ClientError::Invalid(format!(
             "the rebuilt {} does not match its digest in meta (a helper returned bad bytes): {}",
             task.unit.short_name(),

@@ -640,7 +640,7 @@ impl Client {
                 ClientError::Invalid(format!("meta's plan has no place for {}", unit.short_name()))
             })?;
             io.parity_bytes_written += bytes.len() as u64;
-            digests.insert(unit, crate::digest::unit_digest(&bytes));
+            digests.insert(unit, self.nodes.digest_key().digest(&bytes));
             self.put_unit(target, Bytes::from(bytes)).await?;
         }
         Ok(())

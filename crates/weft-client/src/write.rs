@@ -405,7 +405,7 @@ impl<R: Read> Writer<R> {
             if let UnitId::Parity { .. } = unit {
                 self.parity_bytes += buf.as_ref().len() as u64;
             }
-            let digest = crate::digest::unit_digest(buf.as_ref());
+            let digest = self.client.nodes.digest_key().digest(buf.as_ref());
             let bytes = buf.into_bytes();
             let nodes = self.client.nodes.clone();
             let task =

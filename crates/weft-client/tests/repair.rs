@@ -350,7 +350,8 @@ async fn a_forged_unit_is_caught_by_its_writers_digest_rebuilt_and_counted() {
     for info in object.units.values() {
         let digest = info.digest.unwrap_or_else(|| panic!("{:?} has no digest", info.unit));
         let stored = cluster.client.nodes.get_range(info, 0, info.len).await.unwrap();
-        assert_eq!(weft_client::digest::unit_digest(&stored), digest, "{:?}", info.unit);
+        let found = cluster.client.nodes.digest_key().digest(&stored);
+        assert_eq!(found, digest, "{:?}", info.unit);
     }
     let victim = object.unit(weft_layout::UnitId::Data(1)).unwrap().clone();
     let forged: Vec<u8> = pattern(victim.len as usize, 77);
@@ -383,6 +384,56 @@ async fn a_forged_unit_is_caught_by_its_writers_digest_rebuilt_and_counted() {
     let stats = cluster.client.get("bkt", "o0", None, &mut out, None).await.unwrap();
     assert!(out == data);
     assert!(stats.degraded_units.is_empty(), "{:?}", stats.degraded_units);
+}
+
+/// Objects written before keyed digests carry BLAKE3 ones: they still read, a forged unit of
+/// theirs is still caught (checked as BLAKE3, whatever the client writes now), and its repair
+/// keeps the BLAKE3 digest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_with_blake3_digests_still_read_and_their_forgeries_are_caught() {
+    let cluster = TestCluster::start(8).await;
+    cluster.create_bucket("bkt", policy("rs(4,2)", 2, CELL, BLOCK)).await;
+    let data = pattern((4 * BLOCK) as usize + 777, 5);
+    let options = PutOptions::default();
+    let reader = Cursor::new(data.clone());
+    cluster.client.put_reader("bkt", "new", data.len() as u64, reader, &options).await.unwrap();
+    let new = cluster.client.meta.get_object("bkt", "new").await.unwrap();
+    // The same units again, under another key, committed the way older writers did.
+    let old = cluster.client.meta.begin("bkt", "old", data.len() as u64, None, &[]).await.unwrap();
+    let mut digests = std::collections::BTreeMap::new();
+    for (unit, info) in &old.units {
+        let source = new.units.get(unit).expect("the same layout names the same units");
+        let bytes = cluster.client.nodes.get_range(source, 0, source.len).await.unwrap();
+        cluster.client.nodes.put(info, bytes.clone()).await.unwrap();
+        let digest = weft_client::digest::blake3_digest(&bytes);
+        assert_eq!(digest.kind(), weft_wire::DigestKind::Blake3);
+        digests.insert(*unit, digest);
+    }
+    cluster.client.meta.commit("bkt", "old", old.generation, &digests).await.unwrap();
+    let old = cluster.client.meta.get_object("bkt", "old").await.unwrap();
+    for info in old.units.values() {
+        assert_eq!(info.digest, digests.get(&info.unit).copied(), "meta keeps BLAKE3 digests");
+    }
+    let mut out = Vec::new();
+    let stats = cluster.client.get("bkt", "old", None, &mut out, None).await.unwrap();
+    assert!(out == data && stats.degraded_units.is_empty(), "{:?}", stats.degraded_units);
+
+    let victim = old.unit(weft_layout::UnitId::Data(2)).unwrap().clone();
+    cluster.client.nodes.delete(&victim).await.unwrap();
+    let forged = pattern(victim.len as usize, 99);
+    cluster.client.nodes.put(&victim, forged.into()).await.unwrap();
+    let refused = cluster.client.nodes.get_range(&victim, 0, victim.len).await.unwrap_err();
+    assert!(refused.cause.contains(weft_client::digest::MISMATCH), "{refused}");
+    let mut out = Vec::new();
+    let stats = cluster.client.get("bkt", "old", None, &mut out, None).await.unwrap();
+    assert!(out == data, "the read returns the writer's bytes, not the forgery");
+    assert_eq!(stats.degraded_units.len(), 1, "{:?}", stats.degraded_units);
+    cluster.wait_for(Duration::from_secs(10), |s| s["repair_queue"].as_u64() > Some(0)).await;
+    run_repairs(&cluster, "rs(4,2) BLAKE3").await;
+    let repaired = cluster.client.meta.get_object("bkt", "old").await.unwrap();
+    let unit = repaired.unit(weft_layout::UnitId::Data(2)).unwrap();
+    assert_eq!(unit.digest, victim.digest, "repair keeps the BLAKE3 digest");
+    cluster.client.nodes.get_range(unit, 0, unit.len).await.expect("the true bytes are back");
 }
 
 /// Issue 15 item 3: an object of 1,200 units has a tiled placement; a node's units are rebuilt

@@ -534,7 +534,8 @@ pub(crate) struct StoredObject {
     /// Absent in objects stored before transitions existed, and whenever it is 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     parity_generation: u64,
-    /// The unit digests, hex, concatenated in the order of [`Placement::units`]; absent when
+    /// The unit digests' text forms (32 hex digits, `k` first when keyed), concatenated in
+    /// the order of [`Placement::units`]; absent when
     /// the object has none (so objects stored before digests existed read unchanged).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     digests: String,
@@ -647,17 +648,20 @@ impl StoredObject {
         .map_err(|e| corrupt(e.to_string()))?;
         let mut digests = Digests::new();
         if !self.digests.is_empty() {
+            // Each digest is 32 hex digits, or 33 characters when keyed (`k` first).
             let units = placement.unit_count();
-            let width = 2 * weft_wire::digest::UNIT_DIGEST_BYTES;
-            if self.digests.len() != units * width || !self.digests.is_ascii() {
-                return Err(corrupt(format!(
-                    "{} hex digits of digests for {units} units",
-                    self.digests.len(),
-                )));
-            }
-            for ((unit, _), at) in placement.units().zip((0..).step_by(width)) {
-                let digest = self.digests[at..at + width].parse().map_err(corrupt)?;
+            let mut rest = self.digests.as_str();
+            for (unit, _) in placement.units() {
+                let (digest, after) = weft_wire::UnitDigest::split_first(rest)
+                    .map_err(|e| corrupt(format!("digests for {units} units: {e}")))?;
                 digests.insert(unit, digest);
+                rest = after;
+            }
+            if !rest.is_empty() {
+                return Err(corrupt(format!(
+                    "{} characters of digests past the {units} units'",
+                    rest.len()
+                )));
             }
         }
         Ok(ObjectRecord {

@@ -14,7 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use digest::UnitDigest;
+pub use digest::{DigestKind, UnitDigest};
 
 pub mod checksum;
 pub mod digest;

@@ -141,7 +141,8 @@ pub enum BenchCommand {
     #[command(verbatim_doc_comment)]
     Meta(crate::bench_meta::MetaBenchArgs),
     /// The hashes every stored and uploaded byte goes through, weft's kernels beside the
-    /// crates they replace: the unit digest (BLAKE3), an upload's MD5 + SHA-256, MD5 alone.
+    /// crates they replace: the keyed unit digest (beside BLAKE3, which it replaced), the
+    /// BLAKE3 digest of older units, an upload's MD5 + SHA-256, MD5 alone.
     ///
     /// Examples:
     ///   weft bench hash

@@ -1,14 +1,17 @@
 //! `weft bench hash`: the hashes every stored and every uploaded byte goes through, weft's
 //! kernels beside the crates they replace, in the same run.
 //!
-//! Rows: the end-to-end unit digest (BLAKE3, [`weft_client::digest::unit_digest`]) beside
-//! the `blake3` crate's pure-Rust build; MD5 and SHA-256 of an upload in one pass
+//! Rows: the end-to-end unit digest every writer records now (keyed,
+//! [`weft_client::digest::DigestKey`]) beside the BLAKE3 it replaced (the `blake3` crate);
+//! the BLAKE3 digest older units carry ([`weft_client::digest::blake3_digest`]) beside the
+//! `blake3` crate's pure-Rust build; MD5 and SHA-256 of an upload in one pass
 //! ([`weft_s3::md5_sha256::Md5Sha256`]) beside the `md-5` and `sha2` crates one after the
 //! other; MD5 alone ([`weft_s3::md5`]) beside `md-5`.
 //!
 //! Invariants:
 //! - Every pair's outputs are compared before anything is timed: a faster wrong answer is an
-//!   error, not a result.
+//!   error, not a result. The keyed digest has no outside twin: its check is the same digest
+//!   by the portable kernel.
 //! - The input is one buffer of `--size` bytes, touched before the first timed pass; each
 //!   round times every implementation once, the order rotating from round to round, and a
 //!   row reports its median round (GB/s, 10^9 bytes) and the median of same-round ratios.
@@ -55,8 +58,28 @@ struct Row {
 /// One way to hash the input: a name and a function returning its digest bytes.
 type Hasher = (&'static str, fn(&[u8]) -> Vec<u8>);
 
+/// A fixed digest key (the timing does not depend on it).
+fn bench_key() -> &'static weft_client::digest::DigestKey {
+    static KEY: std::sync::OnceLock<std::sync::Arc<weft_client::digest::DigestKey>> =
+        std::sync::OnceLock::new();
+    KEY.get_or_init(|| {
+        let text = format!("weft-cluster-secret-v1 {}\n", "5a".repeat(32));
+        let secret = weft_auth::ClusterSecret::parse(&text).expect("a well-formed secret");
+        weft_client::digest::DigestKey::of(&secret)
+    })
+}
+
+fn weft_keyed(data: &[u8]) -> Vec<u8> {
+    bench_key().digest(data).bytes().to_vec()
+}
+
+fn weft_keyed_portable(data: &[u8]) -> Vec<u8> {
+    let portable = bench_key().with_kernel(weft_client::polyval::Kernel::Soft);
+    portable.digest(data).bytes().to_vec()
+}
+
 fn weft_digest(data: &[u8]) -> Vec<u8> {
-    weft_client::digest::unit_digest(data).0.to_vec()
+    weft_client::digest::blake3_digest(data).bytes().to_vec()
 }
 
 fn crate_digest(data: &[u8]) -> Vec<u8> {
@@ -106,9 +129,10 @@ pub fn run(args: HashBenchArgs) -> Result<(), CliError> {
             state as u8
         })
         .collect();
-    let pairs: [(&'static str, Hasher, Hasher); 3] = [
+    let pairs: [(&'static str, Hasher, Hasher); 4] = [
+        ("unit digest (keyed)", ("weft POLYVAL MAC", weft_keyed), ("blake3 crate", crate_digest)),
         (
-            "unit digest (BLAKE3)",
+            "old unit digest (BLAKE3)",
             ("weft batch kernels", weft_digest),
             ("blake3 crate", crate_digest),
         ),
@@ -120,6 +144,18 @@ pub fn run(args: HashBenchArgs) -> Result<(), CliError> {
         ("MD5", ("weft", weft_md5), ("md-5 crate", crate_md5)),
     ];
     for (hash, (_, ours), (_, theirs)) in &pairs {
+        let theirs = match *hash {
+            // Another function than its peer's: checked against its portable kernel (a
+            // prefix, that kernel is slow).
+            "unit digest (keyed)" => {
+                let prefix = &data[..data.len().min(1 << 20)];
+                if ours(prefix) != weft_keyed_portable(prefix) {
+                    return Err(cli_error!("{hash}: the kernels disagree"));
+                }
+                continue;
+            }
+            _ => theirs,
+        };
         if ours(&data) != theirs(&data) {
             return Err(cli_error!("{hash}: weft's digest differs from the peer's"));
         }

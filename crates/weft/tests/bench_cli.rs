@@ -474,7 +474,10 @@ fn bench_hash_compares_each_kernel_with_its_crate() {
         .unwrap();
     let rows = rows(&output);
     let hashes: Vec<&str> = rows.iter().map(|r| r["hash"].as_str().unwrap()).collect();
-    assert_eq!(hashes, ["unit digest (BLAKE3)", "upload (MD5 + SHA-256)", "MD5"]);
+    assert_eq!(
+        hashes,
+        ["unit digest (keyed)", "old unit digest (BLAKE3)", "upload (MD5 + SHA-256)", "MD5"]
+    );
     for row in &rows {
         let (ours, theirs) =
             (row["weft_gb_s"].as_f64().unwrap(), row["peer_gb_s"].as_f64().unwrap());
