@@ -93,6 +93,7 @@ impl Key {
             #[cfg(target_arch = "x86_64")]
             Kernel::Ymm => unsafe { x86::fold_ymm(&self.powers, acc, blocks) },
             #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above.
             Kernel::Xmm => unsafe { x86::fold(&self.powers, acc, blocks) },
             _ => {
                 let mut acc = acc;

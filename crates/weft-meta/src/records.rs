@@ -871,4 +871,55 @@ mod tests {
         let back: StoredObject = decode("objects", &|| "b/k".into(), &bytes).unwrap();
         assert_eq!(back.into_record("b", "k").unwrap(), moved);
     }
+
+    #[test]
+    fn digests_of_both_kinds_are_stored_in_place_and_a_cut_list_is_corrupt() {
+        use weft_wire::{DigestKind, UnitDigest};
+        let old = concat!(
+            r#"{"v":1,"r":{"layout":{"code":"rs(2,1)","stripe_width":2,"cell_bytes":4,"#,
+            r#""block_bytes":4},"size":8,"level":"Node","seed":7,"disks":[{"rack":1,"node":1,"#,
+            r#""disk":0},{"rack":2,"node":2,"disk":0},{"rack":3,"node":3,"disk":0}],"#,
+            r#""data":[0,1],"parity":[2],"state":"Committed","created_ms":5,"generation":4}}"#
+        )
+        .as_bytes();
+        let stored: StoredObject = decode("objects", &|| "b/k".into(), old).unwrap();
+        let mut record = stored.into_record("b", "k").unwrap();
+        // A transitioned object written with BLAKE3 digests: keyed digests for new parity.
+        let kinds = [DigestKind::Blake3, DigestKind::Keyed, DigestKind::Keyed];
+        let units: Vec<UnitId> = record.placement.units().map(|(unit, _)| unit).collect();
+        assert_eq!(units.len(), 3);
+        for (i, unit) in units.iter().enumerate() {
+            record.digests.insert(*unit, UnitDigest::new(kinds[i], [i as u8 + 1; 16]));
+        }
+        let bytes = encode(&StoredObject::from_record(&record));
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        assert!(
+            text.contains(&format!(
+                "\"digests\":\"{}k{}k{}\"",
+                "01".repeat(16),
+                "02".repeat(16),
+                "03".repeat(16)
+            )),
+            "{text}"
+        );
+        let back: StoredObject = decode("objects", &|| "b/k".into(), &bytes).unwrap();
+        assert_eq!(back.into_record("b", "k").unwrap(), record);
+        // One character short, one unit too many, and a stray character: corrupt, not guessed.
+        let digests = format!("{}k{}k{}", "01".repeat(16), "02".repeat(16), "03".repeat(16));
+        for bad in [
+            &digests[..digests.len() - 1],
+            &format!("{digests}k{}", "04".repeat(16)),
+            &format!("{digests}0"),
+        ] {
+            let broken = text.replace(&digests, bad);
+            let back: StoredObject =
+                decode("objects", &|| "b/k".into(), broken.as_bytes()).unwrap();
+            match back.into_record("b", "k") {
+                Err(MetaError::Corrupt { reason, .. }) => {
+                    assert!(reason.contains("digests"), "{reason}")
+                }
+                other => panic!("{bad:?} read as {other:?}"),
+            }
+        }
+    }
 }

@@ -200,7 +200,7 @@ mod tests {
             let mut rest = bad;
             let failed = loop {
                 match UnitDigest::split_first(rest) {
-                    Ok((_, after)) if after.is_empty() => break false,
+                    Ok((_, "")) => break false,
                     Ok((_, after)) => rest = after,
                     Err(_) => break true,
                 }
