@@ -415,10 +415,17 @@ pub trait KvBackend: Send + Sync {
     ) -> Result<T, MetaError>;
     /// [`KvBackend::write`] whose durability may wait for the next write that does not
     /// (whose sync then carries it): a crash may lose it, and with it only later deferred
-    /// writes. Only begins are deferred: a lost write in progress makes its commit fail with
-    /// [`MetaError::NoSuchWrite`] (the put was never acknowledged) and leaves its units to gc.
-    /// A backend that defers never hands out again a generation a lost begin took
-    /// ([`skip_generations`] at open). By default, a plain write.
+    /// writes. Only writes whose loss nobody was promised against are deferred:
+    /// - begins: a lost write in progress makes its commit fail with
+    ///   [`MetaError::NoSuchWrite`] (the put was never acknowledged) and leaves its units to
+    ///   gc. A backend that defers never hands out again a generation a lost begin took
+    ///   ([`skip_generations`] at open);
+    /// - heartbeats: a lost one leaves the node's stored heartbeat older. A restarted meta
+    ///   judges silence for repair only after it has run longer than `down_after_ms`, and a
+    ///   live node heartbeats again long before (service `liveness`), so nothing is queued
+    ///   for it; an idle cluster then syncs meta's log for no heartbeat at all.
+    ///
+    /// By default, a plain write.
     fn write_deferred<T>(
         &self,
         op: &mut dyn FnMut(&dyn Txn) -> Result<T, MetaError>,
@@ -1794,7 +1801,9 @@ impl<B: KvBackend> MetaStore for B {
             rack: heartbeat.rack,
         };
         let bytes = encode(&record);
-        self.write(&mut |tx| tx.put(Table::Nodes, &Key::Node(record.node_id), &bytes))?;
+        // Deferred: a heartbeat lost in a crash only makes the node's stored heartbeat older,
+        // and its next one (a second later) records it again (KvBackend::write_deferred).
+        self.write_deferred(&mut |tx| tx.put(Table::Nodes, &Key::Node(record.node_id), &bytes))?;
         Ok(record)
     }
 

@@ -159,6 +159,8 @@ pub(crate) struct RedoLog {
     last_lsn: u64,
     /// Records written since the last checkpoint.
     records: u64,
+    /// Records fdatasynced by this opening (synced appends).
+    syncs: u64,
     /// Whether this opening created the file (no record was ever written to it).
     created: bool,
 }
@@ -207,6 +209,7 @@ impl RedoLog {
             end: 0,
             last_lsn: durable_lsn,
             records: 0,
+            syncs: 0,
             created,
         };
         let found = log.scan(durable_lsn).map_err(|e| failed("cannot read", e))?;
@@ -280,6 +283,7 @@ impl RedoLog {
         if sync {
             check()?;
             self.file.sync_data()?;
+            self.syncs += 1;
         }
         self.end += record.len() as u64;
         self.last_lsn = lsn;
@@ -301,6 +305,11 @@ impl RedoLog {
     }
 
     /// Records written since the last checkpoint.
+    /// Synced appends by this opening.
+    pub(crate) fn syncs(&self) -> u64 {
+        self.syncs
+    }
+
     pub(crate) fn records(&self) -> u64 {
         self.records
     }

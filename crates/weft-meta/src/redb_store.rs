@@ -5,8 +5,8 @@
 //!   the pending overlay, taken together), a write's changes happen all together or not at
 //!   all. Write transactions run one at a time (the store's writer lock).
 //! - A write transaction's changes are one record of the redo log (`<file>.log`, see
-//!   `redb_log`), fdatasynced before the write returns `Ok` (a deferred write, a begin: by
-//!   the next synced record); then they join the pending overlay (`overlay`), where
+//!   `redb_log`), fdatasynced before the write returns `Ok` (a deferred write, a begin or a
+//!   heartbeat: by the next synced record); then they join the pending overlay (`overlay`), where
 //!   reads see them. A checkpoint (every 1024 records or 2 MiB of them, and at a clean close)
 //!   writes the overlay into the tree file in one durable redb commit, with `meta.wal_lsn`
 //!   naming the last record it holds, and empties log and overlay. A transaction too large
@@ -1050,17 +1050,48 @@ mod tests {
     use crate::{Digests, MetaStore};
     use weft_layout::DiskLocation;
 
+    /// rs(2,1), stripe width 2, 1 MiB cells and blocks.
+    fn rs21() -> weft_layout::StripedLayout {
+        weft_layout::StripedLayout {
+            code: "rs(2,1)".parse().unwrap(),
+            stripe_width: 2,
+            cell_bytes: 1 << 20,
+            block_bytes: 1 << 20,
+        }
+    }
+
+    #[test]
+    fn heartbeats_do_not_sync_the_log_and_the_next_synced_write_carries_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbStore::open(&dir.path().join("meta.redb")).unwrap();
+        let syncs = || store.db().unwrap().opened().log.lock().unwrap().syncs();
+        let before = syncs();
+        for id in 1..=5u32 {
+            let heartbeat = weft_wire::Heartbeat {
+                node_id: id,
+                endpoint: format!("http://127.0.0.1:{}", 9000 + id),
+                pid: 7,
+                disks: Vec::new(),
+                rack: None,
+            };
+            store.record_heartbeat(&heartbeat, 1000 + u64::from(id)).unwrap();
+        }
+        assert_eq!(syncs(), before, "heartbeats wait for the next synced record");
+        let nodes = store.list_nodes().unwrap();
+        let seen: Vec<(u32, u64)> =
+            nodes.iter().map(|n| (n.node_id, n.last_heartbeat_ms)).collect();
+        assert_eq!(seen, (1..=5).map(|id| (id, 1000 + u64::from(id))).collect::<Vec<_>>());
+        let policy = rs21();
+        store.create_bucket("bkt", policy, 1).unwrap();
+        assert_eq!(syncs(), before + 1, "a bucket's creation is synced, carrying them");
+    }
+
     #[test]
     fn unknown_versions_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("meta.redb");
         let store = RedbStore::open(&path).unwrap();
-        let policy = weft_layout::StripedLayout {
-            code: "rs(2,1)".parse().unwrap(),
-            stripe_width: 2,
-            cell_bytes: 1 << 20,
-            block_bytes: 1 << 20,
-        };
+        let policy = rs21();
         store.create_bucket("old", policy, 1).unwrap();
         // A value written by a future build: same shape, version 2.
         let txn = store.tree().begin_write().unwrap();
@@ -1099,12 +1130,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("meta.redb");
         let store = RedbStore::open(&path).unwrap();
-        let policy = weft_layout::StripedLayout {
-            code: "rs(2,1)".parse().unwrap(),
-            stripe_width: 2,
-            cell_bytes: 1 << 20,
-            block_bytes: 1 << 20,
-        };
+        let policy = rs21();
         store.create_bucket("old", policy, 1).unwrap();
         // What a version-1 build left: no transitions table, schema version 1.
         let txn = store.tree().begin_write().unwrap();
@@ -1142,12 +1168,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("meta.redb");
         let store = RedbStore::open(&path).unwrap();
-        let policy = weft_layout::StripedLayout {
-            code: "rs(2,1)".parse().unwrap(),
-            stripe_width: 2,
-            cell_bytes: 1 << 20,
-            block_bytes: 1 << 20,
-        };
+        let policy = rs21();
         store.create_bucket("old", policy, 1).unwrap();
         let topology = weft_layout::Topology::new(
             (0..3).map(|node| DiskLocation { rack: node, node, disk: 0 }).collect(),
@@ -1186,12 +1207,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("meta.redb");
         let store = RedbStore::open(&path).unwrap();
-        let policy = weft_layout::StripedLayout {
-            code: "rs(2,1)".parse().unwrap(),
-            stripe_width: 2,
-            cell_bytes: 1 << 20,
-            block_bytes: 1 << 20,
-        };
+        let policy = rs21();
         store.create_bucket("old", policy, 1).unwrap();
         let topology = weft_layout::Topology::new(
             (0..3).map(|node| DiskLocation { rack: node, node, disk: 0 }).collect(),
