@@ -306,6 +306,7 @@ impl RedoLog {
 
     /// Records written since the last checkpoint.
     /// Synced appends by this opening.
+    #[cfg(test)]
     pub(crate) fn syncs(&self) -> u64 {
         self.syncs
     }

@@ -1063,7 +1063,7 @@ mod tests {
     #[test]
     fn heartbeats_do_not_sync_the_log_and_the_next_synced_write_carries_them() {
         let dir = tempfile::tempdir().unwrap();
-        let store = RedbStore::open(&dir.path().join("meta.redb")).unwrap();
+        let store = RedbStore::open(dir.path().join("meta.redb")).unwrap();
         let syncs = || store.db().unwrap().opened().log.lock().unwrap().syncs();
         let before = syncs();
         for id in 1..=5u32 {
