@@ -3,7 +3,8 @@
 //! (reads, degraded reads, repair's helpers and its rebuilt unit).
 //!
 //! Invariants:
-//! - Writers record keyed digests ([`DigestKey::digest`], [`DigestKey::digester`]): the
+//! - Writers record keyed digests ([`DigestKey::digest`], [`DigestKey::digester`]) where the
+//!   CPU has a carry-less multiply, BLAKE3 ones elsewhere ([`DigestKey::writes`]). Keyed: the
 //!   POLYVAL hash ([`crate::polyval`]) of the unit's bytes, zero-padded to whole blocks,
 //!   under a key H, then the first 16 bytes of BLAKE3 keyed with a second key over that hash
 //!   and the unit's length. Both keys are derived from the cluster secret's unit digest key
@@ -24,7 +25,8 @@
 use std::sync::Arc;
 
 use blake3::hazmat::{merge_subtrees_root, ChainingValue, HasherExt, Mode};
-use weft_wire::{digest::UNIT_DIGEST_BYTES, DigestKind, UnitDigest};
+pub use weft_wire::DigestKind;
+use weft_wire::{digest::UNIT_DIGEST_BYTES, UnitDigest};
 
 use crate::blake3_batch::{batch_cv, parent_cv, BATCH_BYTES};
 
@@ -34,17 +36,21 @@ use crate::UnitInfo;
 /// How a failed end-to-end check starts its cause (reports and logs carry it).
 pub const MISMATCH: &str = "end-to-end checksum mismatch";
 
-/// The keys of a cluster's keyed unit digests, derived from its unit digest key.
+/// The keys of a cluster's keyed unit digests, derived from its unit digest key, and the
+/// kind of digest this client's writers record.
 pub struct DigestKey {
     /// POLYVAL's H.
     poly: crate::polyval::Key,
     /// The BLAKE3 key of the final hash.
     tag: [u8; 32],
+    /// What writers record: keyed digests where the CPU multiplies carry-less, else BLAKE3
+    /// (POLYVAL's portable kernel is several times slower than BLAKE3's; readers take both).
+    writes: DigestKind,
 }
 
 impl std::fmt::Debug for DigestKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("DigestKey(redacted)")
+        write!(f, "DigestKey(redacted, writes {:?})", self.writes)
     }
 }
 
@@ -53,7 +59,11 @@ impl DigestKey {
         let h = blake3::derive_key("weft 2026-11 unit digest: POLYVAL key", key.bytes());
         let tag = blake3::derive_key("weft 2026-11 unit digest: final key", key.bytes());
         let h = u128::from_le_bytes(h[..16].try_into().expect("16 bytes"));
-        DigestKey { poly: crate::polyval::Key::new(h), tag }
+        let writes = match crate::polyval::Kernel::best() {
+            crate::polyval::Kernel::Soft => DigestKind::Blake3,
+            _ => DigestKind::Keyed,
+        };
+        DigestKey { poly: crate::polyval::Key::new(h), tag, writes }
     }
 
     /// The digest key of the cluster whose secret this is.
@@ -61,36 +71,62 @@ impl DigestKey {
         Arc::new(DigestKey::new(&secret.unit_digest_key()))
     }
 
-    /// The same keys run by another POLYVAL kernel (tests and benchmarks).
+    /// The same keys run by another POLYVAL kernel (tests and benchmarks); writers record
+    /// the same kind as before.
     pub fn with_kernel(&self, kernel: crate::polyval::Kernel) -> DigestKey {
-        DigestKey { poly: self.poly.clone().with_kernel(kernel), tag: self.tag }
+        DigestKey { poly: self.poly.clone().with_kernel(kernel), ..*self }
     }
 
-    /// A digester of what writers record: a keyed digest.
+    /// The same keys, writers recording `kind` (tests).
+    pub fn writing(&self, kind: DigestKind) -> DigestKey {
+        DigestKey { poly: self.poly.clone(), writes: kind, ..*self }
+    }
+
+    /// The kind of digest this client's writers record.
+    pub fn writes(&self) -> DigestKind {
+        self.writes
+    }
+
+    /// A digester of what writers record ([`DigestKey::writes`]).
     pub fn digester(self: &Arc<Self>) -> Digester {
-        let key = Arc::clone(self);
-        Digester::Keyed(KeyedDigester { key, acc: 0, pending: [0; 16], pending_len: 0, len: 0 })
+        self.digester_of(self.writes)
     }
 
     /// A digester of the kind of `expected` (a reader about to check a unit against it).
     pub fn digester_like(self: &Arc<Self>, expected: &UnitDigest) -> Digester {
-        match expected.kind() {
-            DigestKind::Keyed => self.digester(),
+        self.digester_of(expected.kind())
+    }
+
+    /// A digester of `kind`.
+    pub fn digester_of(self: &Arc<Self>, kind: DigestKind) -> Digester {
+        match kind {
+            DigestKind::Keyed => {
+                let key = Arc::clone(self);
+                let keyed = KeyedDigester { key, acc: 0, pending: [0; 16], pending_len: 0, len: 0 };
+                Digester::Keyed(keyed)
+            }
             DigestKind::Blake3 => Digester::Blake3(Blake3Digester::new()),
         }
     }
 
-    /// The keyed digest of a whole unit's bytes.
+    /// The digest writers record of a whole unit's bytes ([`DigestKey::writes`]).
     pub fn digest(&self, bytes: &[u8]) -> UnitDigest {
-        let whole = bytes.len() / 16 * 16;
-        let acc = self.poly.fold(0, &bytes[..whole]);
-        self.finish(acc, &bytes[whole..], bytes.len() as u64)
+        self.digest_of(self.writes, bytes)
     }
 
     /// The digest of `bytes` of the kind of `expected`.
     pub fn digest_like(&self, expected: &UnitDigest, bytes: &[u8]) -> UnitDigest {
-        match expected.kind() {
-            DigestKind::Keyed => self.digest(bytes),
+        self.digest_of(expected.kind(), bytes)
+    }
+
+    /// The digest of `kind` of a whole unit's bytes.
+    pub fn digest_of(&self, kind: DigestKind, bytes: &[u8]) -> UnitDigest {
+        match kind {
+            DigestKind::Keyed => {
+                let whole = bytes.len() / 16 * 16;
+                let acc = self.poly.fold(0, &bytes[..whole]);
+                self.finish(acc, &bytes[whole..], bytes.len() as u64)
+            }
             DigestKind::Blake3 => blake3_digest(bytes),
         }
     }
@@ -505,13 +541,17 @@ mod tests {
         let long: Vec<u8> = (0..(1usize << 20) + 70_001).map(|i| (i * 131 % 253) as u8).collect();
         for len in [0, 1, 15, 16, 17, 127, 128, 129, 4096, 65_536 + 3, long.len()] {
             let bytes = &long[..len];
-            let whole = key.digest(bytes);
+            let whole = key.digest_of(DigestKind::Keyed, bytes);
             assert_eq!(whole.kind(), DigestKind::Keyed);
             for kernel in crate::polyval::Kernel::present() {
-                assert_eq!(key.with_kernel(kernel).digest(bytes), whole, "{len}: {kernel:?}");
+                assert_eq!(
+                    key.with_kernel(kernel).digest_of(DigestKind::Keyed, bytes),
+                    whole,
+                    "{len}: {kernel:?}"
+                );
             }
             for cuts in [[1usize, 15, 16, 17, 4096], [4095, 1, 3, 100_000, 33]] {
-                let mut digester = key.digester();
+                let mut digester = key.digester_of(DigestKind::Keyed);
                 let mut at = 0;
                 for cut in cuts.into_iter().cycle() {
                     if at == len {
@@ -525,7 +565,7 @@ mod tests {
             }
             // Hashed in place as a buffer grows.
             for step in [16, 4096, 17, 65_541] {
-                let mut digester = key.digester();
+                let mut digester = key.digester_of(DigestKind::Keyed);
                 let (mut taken, mut grown) = (0, 0);
                 while grown < len {
                     grown = (grown + step).min(len);
@@ -536,7 +576,10 @@ mod tests {
             }
             // A reader of a keyed digest checks with the key.
             assert_eq!(key.digest_like(&whole, bytes), whole);
-            assert_eq!(key.digester_like(&whole).finish_with(&[]), key.digest(&[]));
+            assert_eq!(
+                key.digester_like(&whole).finish_with(&[]),
+                key.digest_of(DigestKind::Keyed, &[])
+            );
         }
     }
 
@@ -544,22 +587,29 @@ mod tests {
     fn keyed_digests_tell_bytes_lengths_and_keys_apart_and_old_digests_still_check() {
         let (key, other) = (key(1), key(2));
         let bytes: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
-        let digest = key.digest(&bytes);
-        assert_ne!(other.digest(&bytes), digest, "another cluster's key");
+        let digest = key.digest_of(DigestKind::Keyed, &bytes);
+        assert_ne!(other.digest_of(DigestKind::Keyed, &bytes), digest, "another cluster's key");
         let mut changed = bytes.clone();
         changed[123_456] ^= 1;
-        assert_ne!(key.digest(&changed), digest, "a flipped bit");
+        assert_ne!(key.digest_of(DigestKind::Keyed, &changed), digest, "a flipped bit");
         // Zero padding never makes two lengths one: the length is hashed too.
         let mut padded = bytes.clone();
         padded.push(0);
-        assert_ne!(key.digest(&padded), digest, "a trailing zero");
-        assert_ne!(key.digest(&[0]), key.digest(&[]), "one zero byte and none");
-        assert_ne!(key.digest(&[0; 16]), key.digest(&[0; 15]));
+        assert_ne!(key.digest_of(DigestKind::Keyed, &padded), digest, "a trailing zero");
+        assert_ne!(
+            key.digest_of(DigestKind::Keyed, &[0]),
+            key.digest_of(DigestKind::Keyed, &[]),
+            "one zero byte and none"
+        );
+        assert_ne!(
+            key.digest_of(DigestKind::Keyed, &[0; 16]),
+            key.digest_of(DigestKind::Keyed, &[0; 15])
+        );
         // Swapping two blocks changes it (the hash weighs each block by its place).
         let mut swapped = bytes.clone();
         swapped[..16].copy_from_slice(&bytes[16..32]);
         swapped[16..32].copy_from_slice(&bytes[..16]);
-        assert_ne!(key.digest(&swapped), digest, "two blocks swapped");
+        assert_ne!(key.digest_of(DigestKind::Keyed, &swapped), digest, "two blocks swapped");
         // A BLAKE3 digest recorded before keyed ones is checked as BLAKE3.
         let old = blake3_digest(&bytes);
         assert_eq!(old.kind(), DigestKind::Blake3);
@@ -568,5 +618,32 @@ mod tests {
         digester.update(&bytes);
         assert_eq!(digester.finish(), old);
         assert_ne!(key.digest_like(&old, &changed), old);
+    }
+
+    #[test]
+    fn writers_record_the_kind_their_key_writes_and_readers_check_either() {
+        let bytes: Vec<u8> = (0..70_000u32).map(|i| (i * 13 % 249) as u8).collect();
+        let best = key(3);
+        // Keyed where the CPU multiplies carry-less (any x86-64 of the last decade).
+        let expected = match crate::polyval::Kernel::best() {
+            crate::polyval::Kernel::Soft => DigestKind::Blake3,
+            _ => DigestKind::Keyed,
+        };
+        assert_eq!(best.writes(), expected);
+        for kind in [DigestKind::Keyed, DigestKind::Blake3] {
+            let key = Arc::new(best.writing(kind));
+            let digest = key.digest(&bytes);
+            assert_eq!(digest.kind(), kind);
+            assert_eq!(digest, key.digest_of(kind, &bytes));
+            let mut digester = key.digester();
+            digester.update(&bytes);
+            assert_eq!(digester.finish(), digest, "{kind:?} digester");
+            // A reader whose own writers record the other kind still checks it.
+            let other = match kind {
+                DigestKind::Keyed => DigestKind::Blake3,
+                DigestKind::Blake3 => DigestKind::Keyed,
+            };
+            assert_eq!(best.writing(other).digest_like(&digest, &bytes), digest);
+        }
     }
 }

@@ -391,7 +391,9 @@ async fn an_object_of_sixteen_thousand_units_commits_its_digests_in_pages() {
     let bytes = cluster.client.nodes.get_range(unit, 0, unit.len).await.unwrap();
     let digest = cluster.client.nodes.digest_key().digest(&bytes);
     assert_eq!(Some(digest), unit.digest, "{name:?}");
-    assert_eq!(digest.kind(), weft_wire::DigestKind::Keyed, "writers record keyed digests");
+    // Keyed on any CPU with a carry-less multiply (every x86-64 CI machine), else BLAKE3.
+    let writes = cluster.client.nodes.digest_key().writes();
+    assert_eq!(digest.kind(), writes, "writers record their key's kind");
     // The object's tail, read through units the client named from the pattern.
     let tail = data.len() as u64 - 64 * CELL;
     assert_eq!(get(&cluster, "big", "o", Some((tail, 64 * CELL))).await, data[tail as usize..]);

@@ -70,12 +70,13 @@ fn bench_key() -> &'static weft_client::digest::DigestKey {
 }
 
 fn weft_keyed(data: &[u8]) -> Vec<u8> {
-    bench_key().digest(data).bytes().to_vec()
+    let keyed = weft_client::digest::DigestKind::Keyed;
+    bench_key().digest_of(keyed, data).bytes().to_vec()
 }
 
 fn weft_keyed_portable(data: &[u8]) -> Vec<u8> {
     let portable = bench_key().with_kernel(weft_client::polyval::Kernel::Soft);
-    portable.digest(data).bytes().to_vec()
+    portable.digest_of(weft_client::digest::DigestKind::Keyed, data).bytes().to_vec()
 }
 
 fn weft_digest(data: &[u8]) -> Vec<u8> {
