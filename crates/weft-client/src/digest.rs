@@ -3,7 +3,7 @@
 //! (reads, degraded reads, repair's helpers and its rebuilt unit).
 //!
 //! Invariants:
-//! - Writers record keyed digests ([`DigestKey::digest`], [`DigestKey::digester`]) where the
+//! - Writers record keyed digests ([`DigestKey::digest`], [`DigestKey::writer`]) where the
 //!   CPU has a carry-less multiply, BLAKE3 ones elsewhere ([`DigestKey::writes`]). Keyed: the
 //!   POLYVAL hash ([`crate::polyval`]) of the unit's bytes, zero-padded to whole blocks,
 //!   under a key H, then the first 16 bytes of BLAKE3 keyed with a second key over that hash
@@ -87,9 +87,14 @@ impl DigestKey {
         self.writes
     }
 
-    /// A digester of what writers record ([`DigestKey::writes`]).
-    pub fn digester(self: &Arc<Self>) -> Digester {
-        self.digester_of(self.writes)
+    /// A digester of what writers record ([`DigestKey::writes`]) for a unit of exactly
+    /// `len` bytes (a BLAKE3 one then hashes a batch that ends a piece where it lies,
+    /// [`Blake3Digester::for_len`]).
+    pub fn writer(self: &Arc<Self>, len: u64) -> Digester {
+        match self.writes {
+            DigestKind::Blake3 => Digester::Blake3(Blake3Digester::for_len(len)),
+            DigestKind::Keyed => self.digester_of(DigestKind::Keyed),
+        }
     }
 
     /// A digester of the kind of `expected` (a reader about to check a unit against it).
@@ -635,7 +640,7 @@ mod tests {
             let digest = key.digest(&bytes);
             assert_eq!(digest.kind(), kind);
             assert_eq!(digest, key.digest_of(kind, &bytes));
-            let mut digester = key.digester();
+            let mut digester = key.writer(bytes.len() as u64);
             digester.update(&bytes);
             assert_eq!(digester.finish(), digest, "{kind:?} digester");
             // A reader whose own writers record the other kind still checks it.

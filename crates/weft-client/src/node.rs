@@ -378,7 +378,7 @@ impl NodeClient {
             Err(chunks) => chunks,
         };
         let url = Self::url(unit)?;
-        let digester = self.digests.digester();
+        let digester = self.digests.writer(len);
         let digester = std::sync::Arc::new(std::sync::Mutex::new(digester));
         let fed = std::sync::Arc::clone(&digester);
         let link = self.link.clone();
@@ -448,7 +448,7 @@ impl NodeClient {
             return Err(chunks);
         };
         let file = write.file();
-        let mut digester = self.digests.digester();
+        let mut digester = self.digests.writer(len);
         // One write in flight while the next one fills.
         type Written = std::io::Result<Option<crate::local::Aligned>>;
         let mut pending: Option<tokio::task::JoinHandle<Written>> = None;

@@ -851,15 +851,17 @@ mod tests {
         assert_eq!(decode::<NodeRecord>("nodes", &|| "3".into(), &bytes).unwrap(), racked);
     }
 
+    /// An rs(2,1) object as stored before transitions and digests existed.
+    const OLD_OBJECT: &str = concat!(
+        r#"{"v":1,"r":{"layout":{"code":"rs(2,1)","stripe_width":2,"cell_bytes":4,"#,
+        r#""block_bytes":4},"size":8,"level":"Node","seed":7,"disks":[{"rack":1,"node":1,"#,
+        r#""disk":0},{"rack":2,"node":2,"disk":0},{"rack":3,"node":3,"disk":0}],"#,
+        r#""data":[0,1],"parity":[2],"state":"Committed","created_ms":5,"generation":4}}"#
+    );
+
     #[test]
     fn objects_stored_before_transitions_read_parity_generation_0() {
-        let old = concat!(
-            r#"{"v":1,"r":{"layout":{"code":"rs(2,1)","stripe_width":2,"cell_bytes":4,"#,
-            r#""block_bytes":4},"size":8,"level":"Node","seed":7,"disks":[{"rack":1,"node":1,"#,
-            r#""disk":0},{"rack":2,"node":2,"disk":0},{"rack":3,"node":3,"disk":0}],"#,
-            r#""data":[0,1],"parity":[2],"state":"Committed","created_ms":5,"generation":4}}"#
-        )
-        .as_bytes();
+        let old = OLD_OBJECT.as_bytes();
         let stored: StoredObject = decode("objects", &|| "b/k".into(), old).unwrap();
         let record = stored.into_record("b", "k").unwrap();
         assert_eq!((record.generation, record.parity_generation), (4, 0));
@@ -875,13 +877,7 @@ mod tests {
     #[test]
     fn digests_of_both_kinds_are_stored_in_place_and_a_cut_list_is_corrupt() {
         use weft_wire::{DigestKind, UnitDigest};
-        let old = concat!(
-            r#"{"v":1,"r":{"layout":{"code":"rs(2,1)","stripe_width":2,"cell_bytes":4,"#,
-            r#""block_bytes":4},"size":8,"level":"Node","seed":7,"disks":[{"rack":1,"node":1,"#,
-            r#""disk":0},{"rack":2,"node":2,"disk":0},{"rack":3,"node":3,"disk":0}],"#,
-            r#""data":[0,1],"parity":[2],"state":"Committed","created_ms":5,"generation":4}}"#
-        )
-        .as_bytes();
+        let old = OLD_OBJECT.as_bytes();
         let stored: StoredObject = decode("objects", &|| "b/k".into(), old).unwrap();
         let mut record = stored.into_record("b", "k").unwrap();
         // A transitioned object written with BLAKE3 digests: keyed digests for new parity.
