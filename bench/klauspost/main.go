@@ -3,6 +3,8 @@
 //
 //	go build -o klauspost-ec . && ./klauspost-ec --k 10 --r 4 --shard 16777216 --ops encode,rebuild
 //
+// --simd avx2 keeps it to its AVX2 kernels (no AVX-512, no GFNI), to compare with weft's
+// WEFT_SIMD=avx2 on a CPU that has more.
 // encode computes r parity shards from k data shards; rebuild recomputes one lost data
 // shard (shard 0) from k survivors. Rates are data bytes per second (k × shard per op), the
 // median of --trials timed trials, as weft's bench counts them. Every rebuild is checked
@@ -32,6 +34,7 @@ type row struct {
 	GBps     float64 `json:"gb_per_s"`
 	BestGBps float64 `json:"best_gb_per_s"`
 	Trials   int     `json:"trials"`
+	Simd     string  `json:"simd"`
 }
 
 func main() {
@@ -41,10 +44,24 @@ func main() {
 	ops := flag.String("ops", "encode,rebuild", "operations, comma separated: encode, rebuild")
 	trials := flag.Int("trials", 7, "timed trials per op (the median is reported)")
 	minSeconds := flag.Float64("min-seconds", 0.2, "each trial repeats its op for at least this long")
+	simd := flag.String("simd", "auto", "instruction sets: auto (klauspost's own choice, GFNI and AVX-512 where the CPU has them), avx2 (AVX2 split-nibble tables only: no AVX-512, no GFNI), ssse3, or none")
 	flag.Parse()
 	// One goroutine: weft bench ec's rows are per thread (--threads 1), and klauspost
 	// otherwise splits large shards over every core.
-	enc, err := reedsolomon.New(*k, *r, reedsolomon.WithMaxGoroutines(1))
+	options := []reedsolomon.Option{reedsolomon.WithMaxGoroutines(1)}
+	switch *simd {
+	case "auto":
+	case "avx2":
+		options = append(options, reedsolomon.WithAVX512(false), reedsolomon.WithGFNI(false), reedsolomon.WithAVXGFNI(false))
+	case "ssse3":
+		options = append(options, reedsolomon.WithAVX512(false), reedsolomon.WithGFNI(false), reedsolomon.WithAVXGFNI(false), reedsolomon.WithAVX2(false))
+	case "none":
+		options = append(options, reedsolomon.WithAVX512(false), reedsolomon.WithGFNI(false), reedsolomon.WithAVXGFNI(false), reedsolomon.WithAVX2(false), reedsolomon.WithSSSE3(false), reedsolomon.WithSSE2(false))
+	default:
+		fmt.Fprintf(os.Stderr, "klauspost-ec: unknown --simd %q (auto, avx2, ssse3, none)\n", *simd)
+		os.Exit(2)
+	}
+	enc, err := reedsolomon.New(*k, *r, options...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "klauspost-ec:", err)
 		os.Exit(2)
@@ -107,7 +124,7 @@ func main() {
 			rates = append(rates, float64(n**k**shard)/time.Since(start).Seconds()/1e9)
 		}
 		sort.Float64s(rates)
-		out, _ := json.Marshal(row{"klauspost", op, *k, *r, *shard, rates[len(rates)/2], rates[len(rates)-1], *trials})
+		out, _ := json.Marshal(row{"klauspost", op, *k, *r, *shard, rates[len(rates)/2], rates[len(rates)-1], *trials, *simd})
 		fmt.Println(string(out))
 	}
 }

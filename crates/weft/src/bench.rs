@@ -35,6 +35,8 @@ pub enum BenchCommand {
     ///   weft bench ec --code hh-xor+ --k 10 --r 4 --ops encode,repair --compare rs
     ///   weft bench ec --code rs --k 10 --r 4 --shard 16MiB --ops encode,rebuild \
     ///     --compare isal,klauspost --klauspost-bin bench/klauspost/klauspost-ec
+    ///   WEFT_SIMD=avx2 weft bench ec --code rs --k 10 --r 4 --ops encode \
+    ///     --compare isal,klauspost --isal-variant avx2 --klauspost-simd avx2
     ///
     /// klauspost/reedsolomon is Go: build its runner first with
     /// `cd bench/klauspost && go build -o klauspost-ec .` (the Go module proxy serves it).
@@ -185,6 +187,30 @@ impl IsalChoice {
     }
 }
 
+/// The instruction sets klauspost-ec's `--simd` allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum KlauspostSimd {
+    /// klauspost's own run-time choice.
+    Auto,
+    /// AVX2 split-nibble kernels only (no AVX-512, no GFNI).
+    Avx2,
+    /// SSSE3 kernels only.
+    Ssse3,
+    /// Portable Go.
+    None,
+}
+
+impl KlauspostSimd {
+    fn name(self) -> &'static str {
+        match self {
+            KlauspostSimd::Auto => "auto",
+            KlauspostSimd::Avx2 => "avx2",
+            KlauspostSimd::Ssse3 => "ssse3",
+            KlauspostSimd::None => "none",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 enum Op {
@@ -218,6 +244,11 @@ pub struct EcBenchArgs {
     /// bench/klauspost: `cd bench/klauspost && go build -o klauspost-ec .`).
     #[arg(long, default_value = "klauspost-ec", value_name = "PATH")]
     klauspost_bin: std::path::PathBuf,
+    /// Which instruction sets `--compare klauspost` lets klauspost/reedsolomon use: its own
+    /// choice (auto: GFNI and AVX-512 where the CPU has them) or at most one set, e.g. avx2 to
+    /// compare with WEFT_SIMD=avx2 on equal terms.
+    #[arg(long, value_enum, default_value = "auto")]
+    klauspost_simd: KlauspostSimd,
     /// Trials per implementation and op (the median is reported).
     #[arg(long, default_value_t = 7)]
     trials: usize,
@@ -264,6 +295,7 @@ struct Row {
 /// rebuild checks the rebuilt shard against the lost one and fails otherwise.
 fn klauspost_trial(
     bin: &std::path::Path,
+    simd: KlauspostSimd,
     op: Op,
     k: usize,
     r: usize,
@@ -274,6 +306,7 @@ fn klauspost_trial(
     let output = std::process::Command::new(bin)
         .args(["--k", &k.to_string(), "--r", &r.to_string(), "--shard", &shard.to_string()])
         .args(["--ops", &op_name, "--trials", "1", "--min-seconds", &seconds.to_string()])
+        .args(["--simd", simd.name()])
         .output()
         .map_err(|e| {
             cli_error!(
@@ -750,7 +783,7 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
     }
     if klauspost {
         // Before any row: a runner that is missing or prints nothing usable says so now.
-        klauspost_trial(&args.klauspost_bin, Op::Encode, k, r, 64, 0.001)?;
+        klauspost_trial(&args.klauspost_bin, args.klauspost_simd, Op::Encode, k, r, 64, 0.001)?;
     }
     let rs_baseline = if args.compare.contains(&Peer::Rs) {
         if spec.family() == "rs" {
@@ -776,7 +809,11 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
             peers.push(rs.spec().to_string());
         }
         if klauspost {
-            peers.push(format!("klauspost/reedsolomon ({})", args.klauspost_bin.display()));
+            peers.push(format!(
+                "klauspost/reedsolomon ({}, {})",
+                args.klauspost_bin.display(),
+                args.klauspost_simd.name()
+            ));
         }
         println!(
             "weft bench ec: {spec}, shard {} bytes, {} thread(s), SIMD path {simd}{}",
@@ -864,7 +901,16 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
             }
             if klauspost {
                 let bin = &args.klauspost_bin;
-                klauspost_rates.push(klauspost_trial(bin, op, k, r, args.shard, args.seconds)?);
+                let simd = args.klauspost_simd;
+                klauspost_rates.push(klauspost_trial(
+                    bin,
+                    simd,
+                    op,
+                    k,
+                    r,
+                    args.shard,
+                    args.seconds,
+                )?);
                 progress.inc(1);
             }
         }
@@ -904,7 +950,7 @@ fn bench_ec(args: EcBenchArgs) -> Result<(), CliError> {
                 shard_bytes: args.shard,
                 threads: 1,
                 implementation: "klauspost",
-                simd: "auto",
+                simd: args.klauspost_simd.name(),
                 bytes_per_sec: rate,
                 best_bytes_per_sec: klauspost_rates.iter().cloned().fold(0.0, f64::max),
                 trials: args.trials,

@@ -13,7 +13,7 @@
 
 use std::arch::x86_64::*;
 
-use super::product;
+use super::{product, STREAMING_STORE_MIN_BYTES};
 
 /// How far ahead of the current position each source is prefetched, for passes of two or
 /// more rows. Measured on Zen 5 (1 MiB shards): wide codes (k ≥ 12) gain 1.5–1.7× because
@@ -30,9 +30,6 @@ const PREFETCH_BYTES: usize = 1024;
 /// W 2, 1 MiB cells, 2 cores shared with 12 nodes): pipelined ÷ noop 0.919–0.943 with, 0.896–0.927
 /// without, four runs each, alternating.
 const NON_TEMPORAL_ADD_MIN_BYTES: usize = 256 << 10;
-
-/// Outputs of at least this many bytes per row are written with streaming stores.
-const STREAMING_STORE_MIN_BYTES: usize = 4 << 20;
 
 /// The GFNI affine matrix of multiplication by `c`.
 pub(super) fn affine_matrix(c: u8) -> u64 {

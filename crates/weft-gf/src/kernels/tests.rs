@@ -211,31 +211,103 @@ fn xor_pair_rows_match_their_definition_on_every_path() {
     }
 }
 
+/// Where a slice `phase` bytes past a 64-byte boundary starts in `storage`.
+fn at_phase(storage: &[u8], phase: usize) -> usize {
+    (phase % 64 + 64 - storage.as_ptr() as usize % 64) % 64
+}
+
+/// Like [`check_all_paths`], but every slice lies at its own distance past a 64-byte boundary:
+/// source j at `phases[j]`, destination i at `phases[cols + i]`. The bytes around each
+/// destination slice must stay untouched.
+fn check_phased(rng: &mut StdRng, rows: usize, cols: usize, len: usize, phases: &[usize]) {
+    assert_eq!(phases.len(), rows + cols);
+    let coefficients = random_bytes(rng, rows * cols);
+    let source_storage: Vec<Vec<u8>> = (0..cols).map(|_| random_bytes(rng, len + 128)).collect();
+    let srcs: Vec<&[u8]> = source_storage
+        .iter()
+        .zip(phases)
+        .map(|(s, &phase)| {
+            let at = at_phase(s, phase);
+            &s[at..at + len]
+        })
+        .collect();
+    let initial: Vec<Vec<u8>> = (0..rows).map(|_| random_bytes(rng, len)).collect();
+    let filler = random_bytes(rng, len + 128);
+    let run = |path: SimdPath, add: bool| -> Vec<Vec<u8>> {
+        let tables = DotTables::with_path(path, &coefficients, rows, cols);
+        let mut storage: Vec<Vec<u8>> = vec![filler.clone(); rows];
+        let starts: Vec<usize> =
+            storage.iter().zip(&phases[cols..]).map(|(s, &p)| at_phase(s, p)).collect();
+        for ((s, &at), init) in storage.iter_mut().zip(&starts).zip(&initial) {
+            s[at..at + len].copy_from_slice(init);
+        }
+        let mut dsts: Vec<&mut [u8]> =
+            storage.iter_mut().zip(&starts).map(|(s, &at)| &mut s[at..at + len]).collect();
+        if add {
+            tables.dot_prod_add(&srcs, &mut dsts);
+        } else {
+            tables.dot_prod(&srcs, &mut dsts);
+        }
+        for (row, (s, &at)) in storage.iter().zip(&starts).enumerate() {
+            assert!(s[..at] == filler[..at], "{path} wrote before row {row} (len {len})");
+            assert!(
+                s[at + len..] == filler[at + len..],
+                "{path} wrote after row {row} (len {len})"
+            );
+        }
+        storage.iter().zip(&starts).map(|(s, &at)| s[at..at + len].to_vec()).collect()
+    };
+    for add in [false, true] {
+        let expected = run(SimdPath::Scalar, add);
+        for path in SimdPath::supported() {
+            let got = run(path, add);
+            for (row, (g, e)) in got.iter().zip(&expected).enumerate() {
+                assert!(
+                    g == e,
+                    "{path} differs from scalar: rows={rows} cols={cols} len={len} \
+                     phases={phases:?} add={add} row={row}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn slices_at_mixed_alignments_match_the_oracle() {
+    // The AVX2 kernel aligns its stores to the first row's 32-byte boundary and computes the
+    // bytes before it and after the last whole vector as overlapping edge vectors: every
+    // distance of that row to its boundary, other rows and sources elsewhere, and lengths
+    // around one and two vectors past each edge.
+    let mut rng = StdRng::seed_from_u64(9);
+    let lengths = [32, 33, 40, 63, 64, 65, 95, 96, 97, 127, 160, 200, 1000, 4099];
+    for rows in 1..=8 {
+        let cols = [1, 3, 10][rows % 3];
+        for first in 0..64 {
+            let len = lengths[(first + rows) % lengths.len()];
+            let mut phases: Vec<usize> = (0..rows + cols).map(|_| rng.gen_range(0..64)).collect();
+            phases[cols] = first;
+            check_phased(&mut rng, rows, cols, len, &phases);
+        }
+    }
+    // Every slice at one phase (malloc's large allocations sit 16 bytes past a line), so
+    // the whole main loop runs aligned.
+    for phase in [0, 8, 16, 31, 32, 48] {
+        for len in [32, 64, 65, 1000, 4099] {
+            check_phased(&mut rng, 4, 10, len, &[phase; 14]);
+        }
+    }
+}
+
 #[test]
 fn outputs_beyond_the_streaming_threshold_are_exact() {
-    // Large enough for the GFNI kernel's streaming stores, with 64-byte aligned outputs (the
-    // condition for them) and a tail that is not a whole vector.
+    // Large enough for the SIMD kernels' streaming stores, with a tail that is not a whole
+    // vector: outputs all 64-byte aligned (GFNI and AVX2 stream), all 16 bytes past a line
+    // (AVX2 streams after its head edge), and at mixed phases (neither streams); dot_prod
+    // and dot_prod_add (which never streams).
     let mut rng = StdRng::seed_from_u64(8);
     let len = (4 << 20) + 64 * 5 + 13;
     let (rows, cols) = (3, 4);
-    let coefficients = random_bytes(&mut rng, rows * cols);
-    let sources: Vec<Vec<u8>> = (0..cols).map(|_| random_bytes(&mut rng, len)).collect();
-    let srcs: Vec<&[u8]> = sources.iter().map(|s| s.as_slice()).collect();
-    let mut expected = vec![vec![0u8; len]; rows];
-    let mut refs: Vec<&mut [u8]> = expected.iter_mut().map(|e| e.as_mut_slice()).collect();
-    DotTables::with_path(SimdPath::Scalar, &coefficients, rows, cols).dot_prod(&srcs, &mut refs);
-    for path in SimdPath::supported() {
-        let mut storage = vec![vec![0u8; len + 64]; rows];
-        let mut outs: Vec<&mut [u8]> = storage
-            .iter_mut()
-            .map(|s| {
-                let at = s.as_ptr().align_offset(64);
-                &mut s[at..at + len]
-            })
-            .collect();
-        DotTables::with_path(path, &coefficients, rows, cols).dot_prod(&srcs, &mut outs);
-        for (row, out) in outs.iter().enumerate() {
-            assert!(**out == expected[row][..], "{path} row {row}");
-        }
+    for phases in [[0; 7], [16; 7], [5, 0, 16, 40, 0, 32, 48]] {
+        check_phased(&mut rng, rows, cols, len, &phases);
     }
 }
