@@ -10,6 +10,10 @@
 //! - Every call checks lengths and counts before crossing into C; ISA-L does no checking.
 //! - Loading needs only the functions every ISA-L 2.x has; `ec_encode_data_update` is
 //!   optional ([`Isal::has_update`]), and calling it when absent panics, never jumps to null.
+//! - `WEFT_ISAL_VARIANT=avx512|avx2|base` binds [`Isal::encode_data`] and
+//!   [`Isal::encode_data_update`] to that implementation instead of ISA-L's own dispatch (to
+//!   measure a CPU with fewer instruction sets on one that has more); a variant the library
+//!   lacks or the CPU cannot run is refused at load, never replaced by another.
 
 use std::ffi::c_int;
 use std::fmt;
@@ -27,6 +31,8 @@ pub enum IsalError {
     NotInstalled { tried: Vec<String>, last_error: String },
     /// The library lacks a function weft needs.
     MissingSymbol { name: &'static str, error: String },
+    /// `WEFT_ISAL_VARIANT` names no variant, or one this library or CPU cannot run.
+    Variant { value: String, available: Vec<IsalVariant> },
 }
 
 impl fmt::Display for IsalError {
@@ -41,6 +47,11 @@ impl fmt::Display for IsalError {
             IsalError::MissingSymbol { name, error } => {
                 write!(f, "the ISA-L library has no {name}: {error}")
             }
+            IsalError::Variant { value, available } => write!(
+                f,
+                "WEFT_ISAL_VARIANT={value:?} cannot be used here; available: {}",
+                available.iter().map(|v| v.name()).collect::<Vec<_>>().join(", ")
+            ),
         }
     }
 }
@@ -80,12 +91,27 @@ impl IsalVariant {
         }
     }
 
+    /// The variant a name (as [`IsalVariant::name`] prints it) stands for.
+    pub fn parse(value: &str) -> Option<IsalVariant> {
+        let value = value.trim().to_ascii_lowercase();
+        IsalVariant::ALL.into_iter().find(|v| v.name() == value)
+    }
+
     fn symbol(self) -> &'static str {
         match self {
             IsalVariant::Auto => "ec_encode_data",
             IsalVariant::Avx512 => "ec_encode_data_avx512",
             IsalVariant::Avx2 => "ec_encode_data_avx2",
             IsalVariant::Base => "ec_encode_data_base",
+        }
+    }
+
+    fn update_symbol(self) -> &'static str {
+        match self {
+            IsalVariant::Auto => "ec_encode_data_update",
+            IsalVariant::Avx512 => "ec_encode_data_update_avx512",
+            IsalVariant::Avx2 => "ec_encode_data_update_avx2",
+            IsalVariant::Base => "ec_encode_data_update_base",
         }
     }
 
@@ -109,6 +135,8 @@ impl IsalVariant {
 /// A loaded ISA-L.
 pub struct Isal {
     path: String,
+    /// What `encode_data` and `encode_data_update` are bound to (`WEFT_ISAL_VARIANT`).
+    variant: IsalVariant,
     init_tables: InitTables,
     encode_data: EncodeData,
     /// `ec_encode_data_update`, when the library has it (every ISA-L since 2.10 does).
@@ -123,7 +151,7 @@ pub struct Isal {
 
 impl fmt::Debug for Isal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Isal").field("path", &self.path).finish()
+        f.debug_struct("Isal").field("path", &self.path).field("variant", &self.variant).finish()
     }
 }
 
@@ -172,22 +200,31 @@ impl Isal {
                 .map(|s| *s)
                 .map_err(|e| IsalError::MissingSymbol { name, error: e.to_string() })
         }
-        let variants = IsalVariant::ALL
+        let variants: Vec<(IsalVariant, EncodeData)> = IsalVariant::ALL
             .into_iter()
             .filter(|v| v.cpu_supports())
             .filter_map(|v| symbol::<EncodeData>(&library, v.symbol()).ok().map(|f| (v, f)))
             .collect();
+        let available: Vec<IsalVariant> = variants.iter().map(|(v, _)| *v).collect();
+        let variant = chosen_variant(std::env::var("WEFT_ISAL_VARIANT").ok(), &available)?;
         Ok(Isal {
-            variants,
             init_tables: symbol(&library, "ec_init_tables")?,
-            encode_data: symbol(&library, "ec_encode_data")?,
-            encode_data_update: symbol(&library, "ec_encode_data_update").ok(),
+            encode_data: symbol(&library, variant.symbol())?,
+            encode_data_update: symbol(&library, variant.update_symbol()).ok(),
+            variant,
+            variants,
             gen_cauchy1_matrix: symbol(&library, "gf_gen_cauchy1_matrix")?,
             gen_rs_matrix: symbol(&library, "gf_gen_rs_matrix")?,
             invert_matrix: symbol(&library, "gf_invert_matrix")?,
             path,
             _library: library,
         })
+    }
+
+    /// The implementation [`Isal::encode_data`] calls: `Auto` (ISA-L's own dispatch) unless
+    /// `WEFT_ISAL_VARIANT` chose one.
+    pub fn variant(&self) -> IsalVariant {
+        self.variant
     }
 
     /// The library path or name that was opened.
@@ -246,7 +283,8 @@ impl Isal {
         self.variants.iter().map(|(v, _)| *v).collect()
     }
 
-    /// `ec_encode_data`: `coding[i] = Σ_j coef[i][j]·data[j]`.
+    /// `ec_encode_data` (or the variant `WEFT_ISAL_VARIANT` chose):
+    /// `coding[i] = Σ_j coef[i][j]·data[j]`.
     pub fn encode_data(&self, tables: &IsalTables, data: &[&[u8]], coding: &mut [&mut [u8]]) {
         self.encode_data_with(IsalVariant::Auto, tables, data, coding)
     }
@@ -287,7 +325,8 @@ impl Isal {
         };
     }
 
-    /// `ec_encode_data` through a chosen variant. Panics when [`Isal::variants`] lacks it.
+    /// `ec_encode_data` through a chosen variant (`Auto`: the one [`Isal::encode_data`] calls).
+    /// Panics when [`Isal::variants`] lacks it.
     pub fn encode_data_with(
         &self,
         variant: IsalVariant,
@@ -325,6 +364,20 @@ impl Isal {
     }
 }
 
+/// The variant a `WEFT_ISAL_VARIANT` value asks for, among those the library and CPU offer;
+/// unset or empty is ISA-L's own dispatch.
+fn chosen_variant(
+    value: Option<String>,
+    available: &[IsalVariant],
+) -> Result<IsalVariant, IsalError> {
+    match value {
+        Some(value) if !value.trim().is_empty() => IsalVariant::parse(&value)
+            .filter(|v| available.contains(v))
+            .ok_or_else(|| IsalError::Variant { value, available: available.to_vec() }),
+        _ => Ok(IsalVariant::Auto),
+    }
+}
+
 /// The coding regions' pointers, after checking there is one per row of `tables`, each `len`
 /// bytes, and `len` fits ISA-L's `int`.
 fn coding_pointers(tables: &IsalTables, len: usize, coding: &mut [&mut [u8]]) -> Vec<*mut u8> {
@@ -339,3 +392,25 @@ fn coding_pointers(tables: &IsalTables, len: usize, coding: &mut [&mut [u8]]) ->
 unsafe impl Send for Isal {}
 // SAFETY: as above; shared use only calls reentrant functions.
 unsafe impl Sync for Isal {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weft_isal_variant_is_honoured_or_refused() {
+        let available = [IsalVariant::Auto, IsalVariant::Avx2, IsalVariant::Base];
+        assert_eq!(chosen_variant(None, &available).unwrap(), IsalVariant::Auto);
+        assert_eq!(chosen_variant(Some(" ".into()), &available).unwrap(), IsalVariant::Auto);
+        assert_eq!(chosen_variant(Some("AVX2".into()), &available).unwrap(), IsalVariant::Avx2);
+        assert_eq!(chosen_variant(Some("base".into()), &available).unwrap(), IsalVariant::Base);
+        for refused in ["avx512", "neon"] {
+            let error = chosen_variant(Some(refused.into()), &available).unwrap_err();
+            let text = error.to_string();
+            assert!(text.contains(refused) && text.contains("auto, avx2, base"), "{text}");
+        }
+        for variant in IsalVariant::ALL {
+            assert_eq!(IsalVariant::parse(variant.name()), Some(variant));
+        }
+    }
+}

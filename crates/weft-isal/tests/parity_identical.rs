@@ -355,6 +355,50 @@ fn linear_code_on_every_simd_path() {
     }
 }
 
+/// `WEFT_ISAL_VARIANT` binds `encode_data` and `encode_data_update` to one implementation
+/// (how a CPU with fewer instruction sets is measured on one that has more): in a child
+/// process per variant this CPU runs, the library reports the variant, and encode and update
+/// still equal weft's parity; a variant that cannot run is refused at load, naming it.
+#[test]
+fn every_isal_variant_can_be_forced_and_agrees() {
+    if std::env::var_os("WEFT_ISAL_VARIANT").is_some() {
+        // A child: this process's Isal is bound to the variant; the comparisons check it.
+        let isal = isal("every_isal_variant_can_be_forced_and_agrees").expect("ISA-L loads");
+        let wanted = std::env::var("WEFT_ISAL_VARIANT").unwrap();
+        assert_eq!(isal.variant().name(), wanted.as_str());
+        return;
+    }
+    let Some(isal) = isal("every_isal_variant_can_be_forced_and_agrees") else { return };
+    let exe = std::env::current_exe().expect("the test binary's path");
+    for variant in isal.variants() {
+        let output = Command::new(&exe)
+            .env("WEFT_ISAL_VARIANT", variant.name())
+            .args(["--exact", "every_isal_variant_can_be_forced_and_agrees"])
+            .args(["encode_parity_identical_to_isal"])
+            .args(["update_adds_each_column_into_what_encode_writes_and_weft_adds_the_same"])
+            .output()
+            .expect("the test binary runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success() && stdout.contains("test result: ok. 3 passed"),
+            "WEFT_ISAL_VARIANT={}: expected the three checks to pass\n{stdout}\n{stderr}",
+            variant.name()
+        );
+    }
+    let refused = Command::new(&exe)
+        .env("WEFT_ISAL_VARIANT", "neon")
+        .env("WEFT_REQUIRE_ISAL", "1")
+        .args(["--exact", "every_isal_variant_can_be_forced_and_agrees"])
+        .output()
+        .expect("the test binary runs");
+    let said = String::from_utf8_lossy(&refused.stdout) + String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && said.contains("WEFT_ISAL_VARIANT=\"neon\" cannot be used"),
+        "an unknown variant must be refused at load\n{said}"
+    );
+}
+
 #[test]
 fn update_adds_each_column_into_what_encode_writes_and_weft_adds_the_same() {
     let Some(isal) = isal("update_adds_each_column_into_what_encode_writes_and_weft_adds_the_same")
