@@ -209,9 +209,15 @@ fn bench_ec_runs_klauspost_beside_weft() {
         .args(["--ops", "encode,rebuild,decode", "--trials", "2", "--seconds", "0.02", "--json"])
         .args(["--compare", "klauspost", "--klauspost-bin"])
         .arg(&bin)
+        .args(["--klauspost-simd", "none"])
         .output()
         .unwrap();
     let rows = rows(&output);
+    // The runner was held to portable Go, and its rows say so.
+    assert!(
+        rows.iter().filter(|r| r["impl"] == "klauspost").all(|r| r["simd"] == "none"),
+        "{rows:?}"
+    );
     for op in ["encode", "rebuild"] {
         let of = |implementation: &str| {
             rows.iter()
