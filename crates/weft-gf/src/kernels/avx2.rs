@@ -132,29 +132,41 @@ unsafe fn region<const R: usize, const U: usize, const ADD: bool>(
         if start > 0 {
             edge::<R, ADD>(table_base, stride, srcs, &dst, 0, 0..start);
         }
-        let mut pos = start;
         if stream {
-            while pos + 32 * U <= end {
-                tile::<R, U, ADD, true>(table_base, stride, srcs, &dst, pos, pos);
-                pos += 32 * U;
-            }
-            while pos < end {
-                tile::<R, 1, ADD, true>(table_base, stride, srcs, &dst, pos, pos);
-                pos += 32;
-            }
+            tiles::<R, U, ADD, true>(table_base, stride, srcs, &dst, start..end);
             _mm_sfence();
         } else {
-            while pos + 32 * U <= end {
-                tile::<R, U, ADD, false>(table_base, stride, srcs, &dst, pos, pos);
-                pos += 32 * U;
-            }
-            while pos < end {
-                tile::<R, 1, ADD, false>(table_base, stride, srcs, &dst, pos, pos);
-                pos += 32;
-            }
+            tiles::<R, U, ADD, false>(table_base, stride, srcs, &dst, start..end);
         }
         if end < len {
             edge::<R, ADD>(table_base, stride, srcs, &dst, len - 32, end - (len - 32)..32);
+        }
+    }
+}
+
+/// The main loop over `range` (32-byte multiples): tiles of U vectors, then single vectors.
+///
+/// # Safety
+/// As [`tile`] for every tile in `range`, which must lie within the slices.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn tiles<const R: usize, const U: usize, const ADD: bool, const STREAM: bool>(
+    table_base: *const u8,
+    stride: usize,
+    srcs: &[&[u8]],
+    dst: &[*mut u8; R],
+    range: std::ops::Range<usize>,
+) {
+    let mut pos = range.start;
+    // SAFETY: every tile ends at or below range.end, the caller's bound.
+    unsafe {
+        while pos + 32 * U <= range.end {
+            tile::<R, U, ADD, STREAM>(table_base, stride, srcs, dst, pos, pos);
+            pos += 32 * U;
+        }
+        while pos < range.end {
+            tile::<R, 1, ADD, STREAM>(table_base, stride, srcs, dst, pos, pos);
+            pos += 32;
         }
     }
 }
