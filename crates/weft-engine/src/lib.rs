@@ -150,6 +150,12 @@ impl EngineConfig {
                 "scalar" => Arc::new(ScalarRail::default()),
                 "isal" => match IsalRail::load() {
                     Ok(isal) => Arc::new(isal),
+                    // Asked for by name (WEFT_ISAL_VARIANT) but unusable is worth a warning;
+                    // a machine without ISA-L is the ordinary case.
+                    Err(error @ weft_isal::IsalError::Variant { .. }) => {
+                        tracing::warn!(%error, "engine runs without the isal rail");
+                        continue;
+                    }
                     Err(error) => {
                         tracing::info!(%error, "engine runs without the isal rail");
                         continue;
