@@ -10,7 +10,7 @@
 //! - Every call checks lengths and counts before crossing into C; ISA-L does no checking.
 //! - Loading needs only the functions every ISA-L 2.x has; `ec_encode_data_update` is
 //!   optional ([`Isal::has_update`]), and calling it when absent panics, never jumps to null.
-//! - `WEFT_ISAL_VARIANT=avx512|avx2|base` binds [`Isal::encode_data`] and
+//! - `WEFT_ISAL_VARIANT=avx512|avx2|avx|sse|base` binds [`Isal::encode_data`] and
 //!   [`Isal::encode_data_update`] to that implementation instead of ISA-L's own dispatch (to
 //!   measure a CPU with fewer instruction sets on one that has more); a variant the library
 //!   lacks or the CPU cannot run is refused at load, never replaced by another.
@@ -74,19 +74,31 @@ pub enum IsalVariant {
     Avx512,
     /// `ec_encode_data_avx2`.
     Avx2,
+    /// `ec_encode_data_avx` (128-bit, VEX-encoded).
+    Avx,
+    /// `ec_encode_data_sse` (128-bit `pshufb`; ISA-L dispatches it on SSE4.1).
+    Sse,
     /// `ec_encode_data_base` (portable C).
     Base,
 }
 
 impl IsalVariant {
-    pub const ALL: [IsalVariant; 4] =
-        [IsalVariant::Auto, IsalVariant::Avx512, IsalVariant::Avx2, IsalVariant::Base];
+    pub const ALL: [IsalVariant; 6] = [
+        IsalVariant::Auto,
+        IsalVariant::Avx512,
+        IsalVariant::Avx2,
+        IsalVariant::Avx,
+        IsalVariant::Sse,
+        IsalVariant::Base,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             IsalVariant::Auto => "auto",
             IsalVariant::Avx512 => "avx512",
             IsalVariant::Avx2 => "avx2",
+            IsalVariant::Avx => "avx",
+            IsalVariant::Sse => "sse",
             IsalVariant::Base => "base",
         }
     }
@@ -102,6 +114,8 @@ impl IsalVariant {
             IsalVariant::Auto => "ec_encode_data",
             IsalVariant::Avx512 => "ec_encode_data_avx512",
             IsalVariant::Avx2 => "ec_encode_data_avx2",
+            IsalVariant::Avx => "ec_encode_data_avx",
+            IsalVariant::Sse => "ec_encode_data_sse",
             IsalVariant::Base => "ec_encode_data_base",
         }
     }
@@ -111,6 +125,8 @@ impl IsalVariant {
             IsalVariant::Auto => "ec_encode_data_update",
             IsalVariant::Avx512 => "ec_encode_data_update_avx512",
             IsalVariant::Avx2 => "ec_encode_data_update_avx2",
+            IsalVariant::Avx => "ec_encode_data_update_avx",
+            IsalVariant::Sse => "ec_encode_data_update_sse",
             IsalVariant::Base => "ec_encode_data_update_base",
         }
     }
@@ -121,6 +137,13 @@ impl IsalVariant {
             IsalVariant::Auto | IsalVariant::Base => true,
             #[cfg(target_arch = "x86_64")]
             IsalVariant::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
+            #[cfg(target_arch = "x86_64")]
+            IsalVariant::Avx => std::arch::is_x86_feature_detected!("avx"),
+            #[cfg(target_arch = "x86_64")]
+            IsalVariant::Sse => {
+                std::arch::is_x86_feature_detected!("ssse3")
+                    && std::arch::is_x86_feature_detected!("sse4.1")
+            }
             #[cfg(target_arch = "x86_64")]
             IsalVariant::Avx512 => {
                 std::arch::is_x86_feature_detected!("avx512f")

@@ -37,6 +37,8 @@ pub enum BenchCommand {
     ///     --compare isal,klauspost --klauspost-bin bench/klauspost/klauspost-ec
     ///   WEFT_SIMD=avx2 weft bench ec --code rs --k 10 --r 4 --ops encode \
     ///     --compare isal,klauspost --isal-variant avx2 --klauspost-simd avx2
+    ///   WEFT_SIMD=ssse3 weft bench ec --code rs --k 10 --r 4 --ops encode \
+    ///     --compare isal,klauspost --isal-variant sse --klauspost-simd ssse3
     ///
     /// klauspost/reedsolomon is Go: build its runner first with
     /// `cd bench/klauspost && go build -o klauspost-ec .` (the Go module proxy serves it).
@@ -46,7 +48,7 @@ pub enum BenchCommand {
     /// the code cannot lose r data units at once); `repair` rebuilds data unit 0 from exactly
     /// the bytes of the code's repair plan. Rates: data bytes per second (k × shard per op)
     /// for encode, rebuild and decode; repaired bytes per second (shard per op) for repair.
-    /// The SIMD path is the best the CPU has unless WEFT_SIMD=scalar|avx2|gfni forces one.
+    /// The SIMD path is the best the CPU has unless WEFT_SIMD=scalar|ssse3|avx2|gfni forces one.
     #[command(verbatim_doc_comment)]
     Ec(EcBenchArgs),
     /// Object throughput of a running cluster (`weft up`): put, then get (verified).
@@ -170,9 +172,17 @@ enum Peer {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum IsalChoice {
+    /// ISA-L's own run-time dispatch.
     Auto,
+    /// `ec_encode_data_avx512`.
     Avx512,
+    /// `ec_encode_data_avx2`.
     Avx2,
+    /// `ec_encode_data_avx` (128-bit, VEX).
+    Avx,
+    /// `ec_encode_data_sse` (128-bit), to compare with WEFT_SIMD=ssse3.
+    Sse,
+    /// `ec_encode_data_base` (portable C), to compare with WEFT_SIMD=scalar.
     Base,
 }
 
@@ -182,6 +192,8 @@ impl IsalChoice {
             IsalChoice::Auto => IsalVariant::Auto,
             IsalChoice::Avx512 => IsalVariant::Avx512,
             IsalChoice::Avx2 => IsalVariant::Avx2,
+            IsalChoice::Avx => IsalVariant::Avx,
+            IsalChoice::Sse => IsalVariant::Sse,
             IsalChoice::Base => IsalVariant::Base,
         }
     }

@@ -8,8 +8,8 @@
 //!   `unsafe` calls into `#[target_feature]` functions rely on that check alone.
 //! - Slices handed to a kernel all have the same length; a mismatch is a caller bug and panics
 //!   before any byte is written.
-//! - `WEFT_SIMD=scalar|avx2|gfni` forces a path for the whole process; naming a path the CPU lacks
-//!   is refused loudly instead of silently testing another path.
+//! - `WEFT_SIMD=scalar|ssse3|avx2|gfni` forces a path for the whole process; naming a path
+//!   the CPU lacks is refused loudly instead of silently testing another path.
 
 use std::fmt;
 use std::sync::OnceLock;
@@ -17,9 +17,9 @@ use std::sync::OnceLock;
 use crate::field::MUL_TABLE;
 
 #[cfg(target_arch = "x86_64")]
-mod avx2;
-#[cfg(target_arch = "x86_64")]
 mod gfni;
+#[cfg(target_arch = "x86_64")]
+mod nibble;
 mod scalar;
 mod xor;
 
@@ -40,6 +40,9 @@ const STREAMING_STORE_MIN_BYTES: usize = 4 << 20;
 pub enum SimdPath {
     /// Portable table lookups: the oracle every other path is checked against.
     Scalar,
+    /// SSSE3 split-nibble table lookups (`pshufb`), 16 bytes per instruction: x86-64 CPUs
+    /// without AVX2 (x86-64-v2).
+    Ssse3,
     /// AVX2 split-nibble table lookups (`vpshufb`), 32 bytes per instruction.
     Avx2,
     /// AVX-512 with GFNI affine transforms (`vgf2p8affineqb`), 64 bytes per instruction.
@@ -60,7 +63,7 @@ impl fmt::Display for SimdError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SimdError::Unknown { value } => {
-                write!(f, "WEFT_SIMD={value:?} is not a path; use scalar, avx2 or gfni")
+                write!(f, "WEFT_SIMD={value:?} is not a path; use scalar, ssse3, avx2 or gfni")
             }
             SimdError::Unsupported { path } => write!(
                 f,
@@ -77,11 +80,13 @@ impl std::error::Error for SimdError {}
 
 impl SimdPath {
     /// All paths, slowest first.
-    pub const ALL: [SimdPath; 3] = [SimdPath::Scalar, SimdPath::Avx2, SimdPath::Gfni];
+    pub const ALL: [SimdPath; 4] =
+        [SimdPath::Scalar, SimdPath::Ssse3, SimdPath::Avx2, SimdPath::Gfni];
 
     pub fn name(self) -> &'static str {
         match self {
             SimdPath::Scalar => "scalar",
+            SimdPath::Ssse3 => "ssse3",
             SimdPath::Avx2 => "avx2",
             SimdPath::Gfni => "gfni",
         }
@@ -90,6 +95,7 @@ impl SimdPath {
     fn required_features(self) -> &'static str {
         match self {
             SimdPath::Scalar => "nothing",
+            SimdPath::Ssse3 => "SSSE3",
             SimdPath::Avx2 => "AVX2",
             SimdPath::Gfni => "AVX-512F, AVX-512BW and GFNI",
         }
@@ -98,6 +104,7 @@ impl SimdPath {
     pub fn parse(value: &str) -> Result<SimdPath, SimdError> {
         match value.trim().to_ascii_lowercase().as_str() {
             "scalar" => Ok(SimdPath::Scalar),
+            "ssse3" | "sse" => Ok(SimdPath::Ssse3),
             "avx2" => Ok(SimdPath::Avx2),
             "gfni" | "avx512" | "avx512-gfni" => Ok(SimdPath::Gfni),
             _ => Err(SimdError::Unknown { value: value.to_string() }),
@@ -108,6 +115,8 @@ impl SimdPath {
     pub fn is_supported(self) -> bool {
         match self {
             SimdPath::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            SimdPath::Ssse3 => std::arch::is_x86_feature_detected!("ssse3"),
             #[cfg(target_arch = "x86_64")]
             SimdPath::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
             #[cfg(target_arch = "x86_64")]
@@ -171,9 +180,10 @@ impl fmt::Display for SimdPath {
 #[derive(Clone)]
 enum Expanded {
     Scalar,
-    /// 64 bytes per coefficient: low-nibble products twice, high-nibble products twice.
+    /// 64 bytes per coefficient: low-nibble products twice, high-nibble products twice
+    /// (one layout for both widths of the split-nibble kernel).
     #[cfg(target_arch = "x86_64")]
-    Avx2(Vec<[u8; 64]>),
+    Nibble(nibble::Width, Vec<[u8; 64]>),
     /// One 8×8 bit matrix per coefficient, in `vgf2p8affineqb` operand order.
     #[cfg(target_arch = "x86_64")]
     Gfni(Vec<u64>),
@@ -217,9 +227,15 @@ impl DotTables {
         let expanded = match path {
             SimdPath::Scalar => Expanded::Scalar,
             #[cfg(target_arch = "x86_64")]
-            SimdPath::Avx2 => {
-                Expanded::Avx2(transposed(coefficients, rows, cols, avx2::nibble_tables))
-            }
+            SimdPath::Ssse3 => Expanded::Nibble(
+                nibble::Width::Ssse3,
+                transposed(coefficients, rows, cols, nibble::nibble_tables),
+            ),
+            #[cfg(target_arch = "x86_64")]
+            SimdPath::Avx2 => Expanded::Nibble(
+                nibble::Width::Avx2,
+                transposed(coefficients, rows, cols, nibble::nibble_tables),
+            ),
             #[cfg(target_arch = "x86_64")]
             SimdPath::Gfni => {
                 Expanded::Gfni(transposed(coefficients, rows, cols, gfni::affine_matrix))
@@ -295,9 +311,12 @@ impl DotTables {
                     scalar::dot::<ADD>(&self.coefficients, self.cols, row0, srcs, dst_block)
                 }
                 #[cfg(target_arch = "x86_64")]
-                Expanded::Avx2(tables) => {
-                    // SAFETY: with_path checked that the CPU supports AVX2; lengths checked above.
-                    unsafe { avx2::dot::<ADD>(&tables[row0..], self.rows, srcs, dst_block) }
+                Expanded::Nibble(width, tables) => {
+                    // SAFETY: with_path checked that the CPU supports the width's instruction
+                    // set; lengths checked above.
+                    unsafe {
+                        nibble::dot::<ADD>(*width, &tables[row0..], self.rows, srcs, dst_block)
+                    }
                 }
                 #[cfg(target_arch = "x86_64")]
                 Expanded::Gfni(matrices) => {
@@ -445,8 +464,15 @@ fn single<const ADD: bool>(path: SimdPath, c: u8, src: &[u8], dst: &mut [u8]) {
         SimdPath::Scalar => scalar::dot::<ADD>(&[c], 1, 0, &[src], &mut [dst]),
         #[cfg(target_arch = "x86_64")]
         // SAFETY: support was asserted above; the lengths are equal.
+        SimdPath::Ssse3 => unsafe {
+            let tables = [nibble::nibble_tables(c)];
+            nibble::dot::<ADD>(nibble::Width::Ssse3, &tables, 1, &[src], &mut [dst])
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: support was asserted above; the lengths are equal.
         SimdPath::Avx2 => unsafe {
-            avx2::dot::<ADD>(&[avx2::nibble_tables(c)], 1, &[src], &mut [dst])
+            let tables = [nibble::nibble_tables(c)];
+            nibble::dot::<ADD>(nibble::Width::Avx2, &tables, 1, &[src], &mut [dst])
         },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: support was asserted above; the lengths are equal.

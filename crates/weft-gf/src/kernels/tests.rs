@@ -274,12 +274,14 @@ fn check_phased(rng: &mut StdRng, rows: usize, cols: usize, len: usize, phases: 
 
 #[test]
 fn slices_at_mixed_alignments_match_the_oracle() {
-    // The AVX2 kernel aligns its stores to the first row's 32-byte boundary and computes the
-    // bytes before it and after the last whole vector as overlapping edge vectors: every
-    // distance of that row to its boundary, other rows and sources elsewhere, and lengths
-    // around one and two vectors past each edge.
+    // The split-nibble kernels align their stores to the first row's vector boundary (32
+    // bytes for AVX2, 16 for SSSE3) and compute the bytes before it and after the last whole
+    // vector as overlapping edge vectors: every distance of that row to its boundary, other
+    // rows and sources elsewhere, and lengths around one and two vectors of either width
+    // past each edge.
     let mut rng = StdRng::seed_from_u64(9);
-    let lengths = [32, 33, 40, 63, 64, 65, 95, 96, 97, 127, 160, 200, 1000, 4099];
+    let lengths =
+        [16, 17, 24, 31, 32, 33, 40, 47, 48, 63, 64, 65, 95, 96, 97, 127, 160, 200, 1000, 4099];
     for rows in 1..=8 {
         let cols = [1, 3, 10][rows % 3];
         for first in 0..64 {
@@ -292,7 +294,7 @@ fn slices_at_mixed_alignments_match_the_oracle() {
     // Every slice at one phase (malloc's large allocations sit 16 bytes past a line), so
     // the whole main loop runs aligned.
     for phase in [0, 8, 16, 31, 32, 48] {
-        for len in [32, 64, 65, 1000, 4099] {
+        for len in [16, 32, 48, 64, 65, 1000, 4099] {
             check_phased(&mut rng, 4, 10, len, &[phase; 14]);
         }
     }
@@ -301,8 +303,9 @@ fn slices_at_mixed_alignments_match_the_oracle() {
 #[test]
 fn outputs_beyond_the_streaming_threshold_are_exact() {
     // Large enough for the SIMD kernels' streaming stores, with a tail that is not a whole
-    // vector: outputs all 64-byte aligned (GFNI and AVX2 stream), all 16 bytes past a line
-    // (AVX2 streams after its head edge), and at mixed phases (neither streams); dot_prod
+    // vector: outputs all 64-byte aligned (every SIMD path streams), all 16 bytes past a line
+    // (AVX2 streams after its head edge, SSSE3 from the start), and at mixed phases (the
+    // outputs 16-byte aligned, so only SSSE3 streams); dot_prod
     // and dot_prod_add (which never streams).
     let mut rng = StdRng::seed_from_u64(8);
     let len = (4 << 20) + 64 * 5 + 13;
