@@ -4,8 +4,10 @@
 //!
 //! Invariants:
 //! - The server listens on 127.0.0.1 only (and a Unix socket inside its data directory), on
-//!   a free port picked at each start, and admits only its one role `weft`, by password
-//!   (SCRAM-SHA-256). The password is made from the OS's random source at the first start
+//!   a free port picked at each start, unless a [`Placement`] puts it on a host of its own
+//!   (`weft up --netns`): then on that host's address, port [`HOST_PORT`], admitting clients
+//!   from the placement's subnet too. Either way it admits only its one role `weft`, by
+//!   password (SCRAM-SHA-256). The password is made from the OS's random source at the first start
 //!   and kept in `<dir>/password` (mode 0600) for a kept server, in memory for a throwaway one.
 //! - PostgreSQL refuses to run as root: when weft runs as root, the server's files belong to
 //!   the `postgres` user (which the package creates) and the server runs as that user.
@@ -26,6 +28,30 @@ use std::time::{Duration, Instant};
 /// The role weft's server admits.
 pub const ROLE: &str = "weft";
 
+/// The port the server listens on when placed on a host of its own (its namespace has no
+/// other listener to collide with).
+pub const HOST_PORT: u16 = 5432;
+
+/// Where a server runs when not on this machine's loopback: a host (network namespace) of
+/// its own, entered by `enter` between fork and exec.
+pub struct Placement<'a> {
+    /// The host's address, which the server listens on.
+    pub address: std::net::IpAddr,
+    /// The subnet (`198.18.0.0/24`) whose clients it admits, beside loopback.
+    pub clients: String,
+    /// Makes a command start inside the host (e.g. a `setns` in `pre_exec`).
+    pub enter: &'a dyn Fn(&mut Command),
+}
+
+impl std::fmt::Debug for Placement<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Placement")
+            .field("address", &self.address)
+            .field("clients", &self.clients)
+            .finish()
+    }
+}
+
 /// How long a start may take before it is given up.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -42,6 +68,7 @@ pub enum Lifetime {
 #[derive(Debug)]
 pub struct LocalPostgres {
     dir: PathBuf,
+    address: std::net::IpAddr,
     port: u16,
     password: String,
     guardian: Option<Child>,
@@ -133,6 +160,15 @@ impl LocalPostgres {
     /// Starts the server whose files are under `dir` (created if missing), initializing its
     /// data directory on first use, and waits until it takes connections.
     pub fn start(dir: &Path, lifetime: Lifetime) -> Result<LocalPostgres, String> {
+        LocalPostgres::start_placed(dir, lifetime, None)
+    }
+
+    /// As [`LocalPostgres::start`], on the host `placement` names when given.
+    pub fn start_placed(
+        dir: &Path,
+        lifetime: Lifetime,
+        placement: Option<&Placement<'_>>,
+    ) -> Result<LocalPostgres, String> {
         let bin = server_programs()?;
         let user = server_user()?;
         fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -167,7 +203,10 @@ impl LocalPostgres {
         if !data.join("PG_VERSION").is_file() {
             initdb(&bin, &dir, &data, &password, user)?;
         }
-        let port = free_port()?;
+        let (address, port) = match placement {
+            Some(placement) => (placement.address, HOST_PORT),
+            None => (std::net::IpAddr::from([127, 0, 0, 1]), free_port()?),
+        };
         let log = fs::File::create(dir.join("postgres.log"))
             .map_err(|e| format!("cannot write {}: {e}", dir.join("postgres.log").display()))?;
         chown(&dir.join("postgres.log"), user)?;
@@ -192,20 +231,57 @@ impl LocalPostgres {
             .arg(&data)
             .arg("-p")
             .arg(port.to_string())
-            .args(["-c", "listen_addresses=127.0.0.1"])
+            .arg("-c")
+            .arg(format!("listen_addresses={address}"))
             .arg("-c")
             .arg(format!("unix_socket_directories={}", data.display()))
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log);
-        if let Some((uid, gid)) = user {
-            command.uid(uid).gid(gid);
+        if let Some(placement) = placement {
+            let hba = dir.join("pg_hba.weft.conf");
+            fs::write(
+                &hba,
+                format!(
+                    "local all {ROLE} scram-sha-256\n\
+                     host all {ROLE} 127.0.0.1/32 scram-sha-256\n\
+                     host all {ROLE} {} scram-sha-256\n",
+                    placement.clients
+                ),
+            )
+            .map_err(|e| format!("cannot write {}: {e}", hba.display()))?;
+            chown(&hba, user)?;
+            command.arg("-c").arg(format!("hba_file={}", hba.display()));
+            (placement.enter)(&mut command);
+        }
+        match (user, placement) {
+            // Entering a host needs root, and std drops to the user before running pre_exec
+            // closures: so the drop is a closure of its own, registered after the entry.
+            (Some((uid, gid)), Some(_)) => {
+                // SAFETY: between fork and exec; setgroups, setgid and setuid are
+                // async-signal-safe and touch no memory of the parent.
+                unsafe {
+                    command.pre_exec(move || {
+                        if libc::setgroups(0, std::ptr::null()) != 0
+                            || libc::setgid(gid) != 0
+                            || libc::setuid(uid) != 0
+                        {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
+            }
+            (Some((uid, gid)), None) => {
+                command.uid(uid).gid(gid);
+            }
+            (None, _) => {}
         }
         // Its own process group: a ^C to weft's terminal is weft's to handle, not the server's.
         command.process_group(0);
         let guardian =
             command.spawn().map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
-        let mut server = LocalPostgres { dir, port, password, guardian: Some(guardian) };
+        let mut server = LocalPostgres { dir, address, port, password, guardian: Some(guardian) };
         server.wait_ready()?;
         Ok(server)
     }
@@ -232,7 +308,12 @@ impl LocalPostgres {
 
     /// The URL of `database` on this server (it holds the password: do not print it).
     pub fn url(&self, database: &str) -> String {
-        format!("postgres://{ROLE}:{}@127.0.0.1:{}/{database}", self.password, self.port)
+        format!("postgres://{ROLE}:{}@{}:{}/{database}", self.password, self.address, self.port)
+    }
+
+    /// The address it listens on.
+    pub fn address(&self) -> std::net::IpAddr {
+        self.address
     }
 
     pub fn port(&self) -> u16 {

@@ -422,7 +422,7 @@ pub struct StatusArgs {
 /// DIR/cluster.json (`services`), with that file's path: found beside the cluster secret
 /// file in use (weft up keeps both in DIR), and only while that weft up runs and serves the
 /// meta asked (so a stale file or another cluster's is never shown).
-fn services_of(args: &MetaUrlArgs, meta_url: &str) -> Option<(std::path::PathBuf, Value)> {
+fn services_of(args: &MetaUrlArgs, meta_url: &str) -> Option<(std::path::PathBuf, Value, bool)> {
     let (file, value) = file_beside_secret(args, crate::up::CLUSTER_FILE)?;
     let up_pid = u32::try_from(value["up_pid"].as_u64()?).ok()?;
     // The meta asked is one of this weft up's (the first, or another replica).
@@ -434,7 +434,8 @@ fn services_of(args: &MetaUrlArgs, meta_url: &str) -> Option<(std::path::PathBuf
     if value["running"] != true || !is_running(up_pid) || !same_meta {
         return None;
     }
-    value["services"].is_array().then(|| (file, value["services"].clone()))
+    let plaintext = value["insecure_plaintext"] == true;
+    value["services"].is_array().then(|| (file, value["services"].clone(), plaintext))
 }
 
 /// The JSON file `name` that `weft up` keeps in its DIR, found beside the secret file in use
@@ -454,11 +455,12 @@ fn describe_services(services: &Value) -> Vec<String> {
         .iter()
         .map(|service| {
             format!(
-                "{:<16}  {:<10}  {:>8}  {:>8}  {}",
+                "{:<16}  {:<10}  {:>8}  {:>8}  {:<15}  {}",
                 service["name"].as_str().unwrap_or("?"),
                 service["state"].as_str().unwrap_or("?"),
                 service["pid"].to_string(),
                 service["restarts"].to_string(),
+                service["host"]["address"].as_str().unwrap_or("-"),
                 service["last_exit"].as_str().unwrap_or("-"),
             )
         })
@@ -466,7 +468,8 @@ fn describe_services(services: &Value) -> Vec<String> {
 }
 
 /// The header of [`describe_services`]' lines.
-const SERVICES_HEADER: &str = "SERVICE           STATE            PID  RESTARTS  LAST EXIT";
+const SERVICES_HEADER: &str =
+    "SERVICE           STATE            PID  RESTARTS  HOST             LAST EXIT";
 
 pub fn status(args: StatusArgs) -> Result<(), CliError> {
     if !args.watch {
@@ -508,7 +511,7 @@ fn fetch_status(args: &StatusArgs) -> Result<Value, CliError> {
     let (mut status, listed) = match (asked, &services) {
         (Ok(answers), _) => answers,
         // Meta does not answer: say what weft up knows of it (restarting, and why).
-        (Err(error), Some((file, services))) => {
+        (Err(error), Some((file, services, _))) => {
             return Err(cli_error!(
                 "{error}\nweft up's services (from {}):\n{SERVICES_HEADER}\n{}",
                 file.display(),
@@ -538,9 +541,10 @@ fn fetch_status(args: &StatusArgs) -> Result<Value, CliError> {
         if let Some(down_after_ms) = listed.get("down_after_ms") {
             object.entry("down_after_ms").or_insert_with(|| down_after_ms.clone());
         }
-        if let Some((file, services)) = services {
+        if let Some((file, services, plaintext)) = services {
             object.insert("services".into(), services);
             object.insert("services_file".into(), json!(file));
+            object.insert("insecure_plaintext".into(), json!(plaintext));
         }
     }
     Ok(status)
@@ -697,6 +701,8 @@ fn print_status(status: &Value, since: Option<(&Value, Duration)>) {
         "full_disks",
         "services",
         "services_file",
+        "insecure_plaintext",
+        "meta_url",
         "objects",
         "object_bytes",
         "stored_by_size",
@@ -705,6 +711,16 @@ fn print_status(status: &Value, since: Option<(&Value, Duration)>) {
         for (name, value) in object.iter().filter(|(name, _)| !known.contains(&name.as_str())) {
             println!("{name}: {value}");
         }
+    }
+    if status["insecure_plaintext"] == true {
+        println!(
+            "{}",
+            crate::up::red(
+                "warning: this cluster serves plain HTTP on addresses other than loopback \
+                 (weft up --insecure-plaintext): requests, units and signatures cross the \
+                 network in clear"
+            )
+        );
     }
     if let Some(file) = status["services_file"].as_str() {
         let services = status["services"].as_array().cloned().unwrap_or_default();
@@ -1544,11 +1560,14 @@ mod tests {
     #[test]
     fn the_services_header_fits_its_lines() {
         let services = json!([{"name": "repair executor", "state": "restarting", "pid": 12345,
-                               "restarts": 3, "last_exit": "exit status 1"}]);
+                               "restarts": 3, "last_exit": "exit status 1",
+                               "host": {"name": "repair", "address": "198.18.0.3"}}]);
         let line = &describe_services(&services)[0];
-        for column in ["STATE", "LAST EXIT"] {
+        for (column, starts) in
+            [("STATE", "restarting"), ("HOST", "198.18.0.3 "), ("LAST EXIT", "exit")]
+        {
             let at = SERVICES_HEADER.find(column).unwrap();
-            assert!(line[at..].starts_with(['r', 'e']), "{column} at {at}: {line}");
+            assert!(line[at..].starts_with(starts), "{column} at {at}: {line}");
         }
         let pid_end = SERVICES_HEADER.find("PID").unwrap() + 3;
         assert_eq!(&line[pid_end - 5..pid_end], "12345", "{line}");

@@ -28,6 +28,7 @@ mod demo;
 mod ec;
 mod gc_cli;
 mod geometric_cli;
+mod hosts;
 mod key_cli;
 mod objects_cli;
 mod plot;

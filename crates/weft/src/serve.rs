@@ -119,6 +119,30 @@ impl SecretArg {
     }
 }
 
+/// The consent a listener on an address other than loopback needs while weft's links are
+/// plain HTTP.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct PlaintextArg {
+    /// Serve plain HTTP on an address other than loopback: requests, units and signatures
+    /// then cross the network in clear. Refused without this flag.
+    #[arg(long)]
+    pub insecure_plaintext: bool,
+}
+
+impl PlaintextArg {
+    /// Refuses `listen` when it is not loopback and the flag was not given.
+    pub fn check(self, listen: SocketAddr) -> Result<(), CliError> {
+        if listen.ip().is_loopback() || self.insecure_plaintext {
+            return Ok(());
+        }
+        Err(cli_error!(
+            "--listen {listen} is not a loopback address, and weft does not encrypt its links \
+             yet: requests, units and signatures would cross the network in clear. Listen on \
+             127.0.0.1, or add --insecure-plaintext to serve so anyway"
+        ))
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct S3Args {
     /// Base URL of meta, e.g. http://127.0.0.1:7700.
@@ -129,6 +153,8 @@ pub struct S3Args {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:9000")]
     pub listen: SocketAddr,
+    #[command(flatten)]
+    pub plaintext: PlaintextArg,
     /// Memory for the degraded-read cache shared by all requests (Okapi §4.4): what
     /// rebuilding an unavailable unit fetched and decoded, served to the next reads of the
     /// same rows; 0 turns it off.
@@ -197,6 +223,8 @@ pub struct MetaArgs {
     /// Address to listen on (port 0 picks a free port; the ready line tells which).
     #[arg(long, default_value = "127.0.0.1:7700")]
     pub listen: SocketAddr,
+    #[command(flatten)]
+    pub plaintext: PlaintextArg,
     /// Report a node down after this many milliseconds without a heartbeat.
     #[arg(long, default_value_t = weft_meta::service::DEFAULT_DOWN_AFTER_MS)]
     pub down_after_ms: u64,
@@ -257,6 +285,8 @@ pub struct NodeArgs {
     /// Address to listen on (port 0, the default, picks a free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
+    #[command(flatten)]
+    pub plaintext: PlaintextArg,
     /// Node id, unique in the cluster [default: derived from the first disk's absolute path,
     /// so it is stable across restarts].
     #[arg(long)]
@@ -361,6 +391,7 @@ async fn shutdown_signal() {
 }
 
 async fn serve_meta(args: MetaArgs) -> Result<(), CliError> {
+    args.plaintext.check(args.listen)?;
     // Checked first: a bad --store creates nothing.
     let store = meta_store(args.store.as_deref())?;
     let default = args
@@ -398,6 +429,7 @@ async fn serve_meta(args: MetaArgs) -> Result<(), CliError> {
 }
 
 async fn serve_node(args: NodeArgs) -> Result<(), CliError> {
+    args.plaintext.check(args.listen)?;
     let meta = args.meta.trim_end_matches('/').to_owned();
     if !(meta.starts_with("http://") || meta.starts_with("https://")) {
         return Err(cli_error!("--meta must be a URL like http://127.0.0.1:7700, not {meta:?}"));
@@ -474,6 +506,7 @@ async fn serve_node(args: NodeArgs) -> Result<(), CliError> {
 }
 
 async fn serve_s3(args: S3Args) -> Result<(), CliError> {
+    args.plaintext.check(args.listen)?;
     let meta = args.meta.trim_end_matches('/').to_owned();
     if !(meta.starts_with("http://") || meta.starts_with("https://")) {
         return Err(cli_error!("--meta must be a URL like http://127.0.0.1:7700, not {meta:?}"));

@@ -35,6 +35,14 @@
 //!   order (repair and nodes first, meta last).
 //! - Node i gets `--rack (i - 1) % racks` when `--racks` is set (none otherwise: each node is
 //!   its own rack) and meta gets `--failure-domain`, so meta's placement enforces both.
+//! - With `--netns`, every child (and the cluster's PostgreSQL) starts inside a network
+//!   namespace of its own ([`crate::hosts`]), entered between fork and exec, and listens on
+//!   that host's address (fixed by its name, so endpoints survive restarts); the hosts are
+//!   removed after every child stopped, and a start without `--netns` still removes what a
+//!   killed `--netns` run on the same `--dir` left.
+//! - A listener on an address other than loopback is plain HTTP only with
+//!   `--insecure-plaintext`, which weft up passes on to each child and records in
+//!   cluster.json (`insecure_plaintext`) for `weft status` to show.
 //! - With `--json`, stdout carries only JSON lines: the ready object (the same as
 //!   cluster.json) and then one `{"event": ...}` object per event; notes go to stderr.
 
@@ -272,6 +280,26 @@ pub struct UpArgs {
     /// stderr. A stream, so JSON Lines: `--json-lines` is the same flag.
     #[arg(long, alias = "json-lines")]
     pub json: bool,
+    /// Start every process (each meta, node, the repair executor, the S3 gateway and the
+    /// cluster's PostgreSQL) on a host of its own: a network namespace with one address on a
+    /// bridge of --subnet, so every byte crosses a real interface and a process reaches
+    /// another only by that one's address. The root namespace (where clients run) reaches
+    /// every host through the bridge's address, the subnet's first. Only the ports of
+    /// --meta-listen and --s3-listen are used. Needs root and iproute2; the namespaces,
+    /// veths and bridge are removed when weft up stops, and what a killed weft up left is
+    /// removed by the next start on the same --dir.
+    #[arg(long)]
+    pub netns: bool,
+    /// The subnet of --netns's hosts: the bridge takes the first address, postgres .2, the
+    /// repair executor .3, the gateway .4, meta i .9+i, node i .20+i (a /24 holds 234
+    /// nodes).
+    #[arg(long, default_value = crate::hosts::DEFAULT_SUBNET, value_name = "CIDR")]
+    pub subnet: crate::hosts::Subnet,
+    /// Serve plain HTTP on addresses other than loopback (--netns, or a non-loopback
+    /// --meta-listen/--s3-listen): requests, units and signatures then cross the network
+    /// in clear, and `weft status` says so in red. Refused without this flag.
+    #[arg(long)]
+    pub insecure_plaintext: bool,
 }
 
 /// Where human notes and events go: stdout, or stderr under `--json`.
@@ -365,16 +393,47 @@ struct Plan {
     no_repair: bool,
     /// The repair executor's write rate (`--rate`), when given.
     repair_rate: Option<usize>,
+    /// The subnet of the hosts, under `--netns`.
+    netns: Option<crate::hosts::Subnet>,
+    /// Some listener serves plain HTTP on an address other than loopback.
+    insecure_plaintext: bool,
 }
 
 impl Plan {
     fn node_listen(&self, id: u32) -> SocketAddr {
-        let mut listen = self.meta_listen;
+        let mut listen = self.on_host(&Role::Node(id).host(), self.meta_listen);
         if listen.port() != 0 {
             // Checked in `plan`: port + nodes fits in a u16.
             listen.set_port(listen.port() + id as u16);
         }
         listen
+    }
+
+    /// `listen` as seen on `host`: under `--netns` the host's address with listen's port,
+    /// else `listen` itself.
+    fn on_host(&self, host: &str, listen: SocketAddr) -> SocketAddr {
+        match self.netns {
+            Some(subnet) => {
+                // Checked in `plan`: every host of the cluster has an address in the subnet.
+                let offset = crate::hosts::host_offset(host).expect("a host weft up names");
+                let address = subnet.address(offset).expect("checked in plan");
+                SocketAddr::new(address.into(), listen.port())
+            }
+            None => listen,
+        }
+    }
+
+    /// The hosts `--netns` makes, in start order.
+    fn host_names(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        if self.meta_store == MetaStoreArg::Postgres {
+            names.push(POSTGRES_HOST.to_owned());
+        }
+        names.extend((0..self.meta_replicas).map(|i| Role::Meta(i).host()));
+        names.extend((1..=self.nodes).map(|id| Role::Node(id).host()));
+        names.push(Role::Repair.host());
+        names.push(Role::S3.host());
+        names
     }
 
     /// The rack of node `id` (ids start at 1), when racks are set.
@@ -495,6 +554,33 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
     if args.meta_replicas == 0 || args.meta_replicas > 9 {
         return Err(cli_error!("--meta-replicas must be 1 to 9, not {}", args.meta_replicas));
     }
+    if args.netns {
+        crate::hosts::preflight()?;
+        let last = crate::hosts::host_offset(&Role::Node(nodes).host()).expect("a node host");
+        if last > args.subnet.usable() {
+            return Err(cli_error!(
+                "--subnet {} has {} addresses; node {nodes} needs address {last} (nodes sit at                  .20 + id): give a larger --subnet, e.g. 198.18.0.0/16",
+                args.subnet,
+                args.subnet.usable()
+            ));
+        }
+    }
+    let s3_listen = args.s3_listen.unwrap_or_else(|| {
+        let port = if args.meta_listen.port() == 0 { 0 } else { DEFAULT_S3_PORT };
+        SocketAddr::new(args.meta_listen.ip(), port)
+    });
+    let plaintext_out =
+        args.netns || !args.meta_listen.ip().is_loopback() || !s3_listen.ip().is_loopback();
+    if plaintext_out && !args.insecure_plaintext {
+        let which = if args.netns {
+            "--netns puts every process on an address of its own".to_owned()
+        } else {
+            format!("--meta-listen {} / --s3-listen {s3_listen} are not loopback", args.meta_listen)
+        };
+        return Err(cli_error!(
+            "{which}, and weft does not encrypt its links yet: requests, units and              signatures would cross the network in clear. Add --insecure-plaintext to run it              so anyway (weft status then says so)"
+        ));
+    }
     if args.meta_replicas > 1 && meta_store != MetaStoreArg::Postgres {
         return Err(cli_error!(
             "--meta-replicas {} needs --meta-store postgres: metas share their records \
@@ -523,10 +609,9 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
         net_model: args.net_model.clone(),
         no_repair: args.no_repair,
         repair_rate: args.repair_rate,
-        s3_listen: args.s3_listen.unwrap_or_else(|| {
-            let port = if args.meta_listen.port() == 0 { 0 } else { DEFAULT_S3_PORT };
-            SocketAddr::new(args.meta_listen.ip(), port)
-        }),
+        s3_listen,
+        netns: args.netns.then_some(args.subnet),
+        insecure_plaintext: plaintext_out,
     })
 }
 
@@ -645,6 +730,16 @@ impl Role {
         }
     }
 
+    /// The host it runs on under `--netns` (`meta-1`, `node-3`, `repair`, `s3-1`).
+    fn host(self) -> String {
+        match self {
+            Role::Meta(i) => format!("meta-{}", i + 1),
+            Role::Node(id) => format!("node-{id}"),
+            Role::Repair => "repair".to_owned(),
+            Role::S3 => "s3-1".to_owned(),
+        }
+    }
+
     /// Its kind, as `weft status` shows it: `meta`, `node`, `repair` or `s3`.
     fn kind(self) -> &'static str {
         match self {
@@ -749,6 +844,9 @@ struct Supervisor {
     /// Meta's store URL, given to meta in its environment (never on its command line,
     /// which `ps` shows): it holds the password.
     meta_store_url: Option<String>,
+    /// The hosts of a `--netns` cluster; last, so it is removed after every child stopped
+    /// (fields drop after `Drop::drop` stopped the children, in declaration order).
+    hosts: Option<crate::hosts::Hosts>,
 }
 
 /// Why a start-up wait ended early.
@@ -780,6 +878,7 @@ impl Supervisor {
             lines,
             postgres: None,
             meta_store_url: None,
+            hosts: None,
         })
     }
 
@@ -868,6 +967,9 @@ impl Supervisor {
             // the children in order.
             .process_group(0);
         die_with_parent(&mut command);
+        if let Some(host) = self.hosts.as_ref().and_then(|h| h.get(&role.host())) {
+            host.enter(&mut command);
+        }
         command.env_remove("WEFT_META_STORE");
         if let (Role::Meta(_), Some(url)) = (role, &self.meta_store_url) {
             command.env("WEFT_META_STORE", url);
@@ -1144,6 +1246,9 @@ impl Supervisor {
                     "last_exit": m.last_exit,
                     "endpoint": m.endpoint,
                     "log": m.log,
+                    "host": self.hosts.as_ref().and_then(|h| h.get(&m.role.host())).map(|h| {
+                        json!({ "name": h.name, "address": h.address, "netns": h.netns })
+                    }),
                 })
             })
             .collect();
@@ -1164,7 +1269,17 @@ impl Supervisor {
             "failure_domain": plan.failure_domain.name(),
             "enforced_failure_domain": plan.failure_domain.name(),
             "meta_store": plan.meta_store.name(),
+            "insecure_plaintext": plan.insecure_plaintext,
+            "netns": self.hosts.as_ref().map(|hosts| json!({
+                "subnet": hosts.subnet().to_string(),
+                "bridge": hosts.bridge(),
+                "gateway": hosts.gateway(),
+                "hosts": hosts.all().iter().map(|h| json!({
+                    "name": h.name, "address": h.address, "netns": h.netns,
+                })).collect::<Vec<_>>(),
+            })),
             "postgres": self.postgres.as_ref().map(|pg| json!({
+                "address": pg.address(),
                 "port": pg.port(),
                 "dir": plan.dir.join(POSTGRES_DIR),
                 "password_file": plan.dir.join(POSTGRES_DIR).join("password"),
@@ -1249,6 +1364,8 @@ fn has_repair_executor(exe: &Path) -> bool {
 
 /// The directory of the cluster's PostgreSQL server under `--meta-store postgres`.
 const POSTGRES_DIR: &str = "postgres";
+/// The host of the cluster's PostgreSQL under `--netns`.
+const POSTGRES_HOST: &str = "postgres";
 /// Its database of meta's records.
 const POSTGRES_DATABASE: &str = "weft";
 
@@ -1259,13 +1376,53 @@ pub fn run(args: UpArgs) -> Result<(), CliError> {
     note_settings(&plan, out);
     let mut signals = Signals::new()?;
     let mut cluster = Supervisor::new(&plan.dir)?;
+    match plan.netns {
+        Some(subnet) => {
+            let hosts = crate::hosts::Hosts::create(&plan.dir, subnet, &plan.host_names())?;
+            if !out.json {
+                eprintln!(
+                    "weft up: {} hosts on bridge {} ({subnet}, this machine at {})",
+                    hosts.all().len(),
+                    hosts.bridge(),
+                    hosts.gateway()
+                );
+            }
+            cluster.hosts = Some(hosts);
+        }
+        None => {
+            // A killed `weft up --netns` on this --dir left its hosts: remove them.
+            let tag = crate::hosts::tag_of(&plan.dir);
+            match crate::hosts::remove_leftovers(&tag) {
+                Ok(0) => {}
+                Ok(n) => out.note(&format!(
+                    "weft up: removed {n} namespaces and links an earlier --netns run left"
+                )),
+                Err(error) => out.warn(&format!("cannot remove an earlier run's hosts: {error}")),
+            }
+        }
+    }
     if plan.meta_store == MetaStoreArg::Postgres {
         let dir = plan.dir.join(POSTGRES_DIR);
         if !out.json {
             eprintln!("weft up: starting PostgreSQL for meta's records in {}", dir.display());
         }
-        let postgres = weft_meta::pg_local::LocalPostgres::start(&dir, Lifetime::Kept)
-            .map_err(|e| cli_error!("--meta-store postgres: {e}"))?;
+        let host = cluster.hosts.as_ref().and_then(|h| h.get(POSTGRES_HOST));
+        let enter = |command: &mut Command| {
+            if let Some(host) = host {
+                host.enter(command);
+            }
+        };
+        let placement = host.map(|host| weft_meta::pg_local::Placement {
+            address: host.address.into(),
+            clients: plan.netns.map(|s| s.to_string()).unwrap_or_default(),
+            enter: &enter,
+        });
+        let postgres = weft_meta::pg_local::LocalPostgres::start_placed(
+            &dir,
+            Lifetime::Kept,
+            placement.as_ref(),
+        )
+        .map_err(|e| cli_error!("--meta-store postgres: {e}"))?;
         postgres
             .create_database(POSTGRES_DATABASE)
             .map_err(|e| cli_error!("--meta-store postgres: {e}"))?;
@@ -1332,7 +1489,7 @@ fn start(
         "--dir".to_owned(),
         text(&plan.dir.join("meta")),
         "--listen".to_owned(),
-        plan.meta_listen.to_string(),
+        plan.on_host(&Role::Meta(0).host(), plan.meta_listen).to_string(),
         "--failure-domain".to_owned(),
         plan.failure_domain.name().to_owned(),
         "--secret-file".to_owned(),
@@ -1341,6 +1498,10 @@ fn start(
     if let Some(ms) = plan.down_after_ms {
         meta_args.extend(["--down-after-ms".to_owned(), ms.to_string()]);
     }
+    // The consent given to weft up goes to every listener it starts.
+    let plaintext: Vec<String> =
+        plan.insecure_plaintext.then(|| "--insecure-plaintext".to_owned()).into_iter().collect();
+    meta_args.extend(plaintext.iter().cloned());
     cluster.spawn(Role::Meta(0), &meta_args, Vec::new())?;
     cluster.wait_ready(&[0], |_| "meta listening on ".to_owned(), deadline, signals)?;
     // More metas on the same store: each on a free port, with a directory of its own (the
@@ -1350,7 +1511,11 @@ fn start(
         let at = args.iter().position(|a| a == "--dir").expect("meta has --dir") + 1;
         args[at] = text(&plan.dir.join(format!("meta-{}", i + 1)));
         let at = args.iter().position(|a| a == "--listen").expect("meta has --listen") + 1;
-        args[at] = SocketAddr::new(plan.meta_listen.ip(), 0).to_string();
+        // On a host of its own, each meta takes the same port; on one address, a free one.
+        let port = if plan.netns.is_some() { plan.meta_listen.port() } else { 0 };
+        args[at] = plan
+            .on_host(&Role::Meta(i).host(), SocketAddr::new(plan.meta_listen.ip(), port))
+            .to_string();
         cluster.spawn(Role::Meta(i), &args, Vec::new())?;
     }
     let replicas: Vec<usize> = (1..plan.meta_replicas as usize).collect();
@@ -1397,6 +1562,7 @@ fn start(
             "--key-file".to_owned(),
             text(&key_files[id as usize - 1]),
         ];
+        node_args.extend(plaintext.iter().cloned());
         for disk in &disks {
             node_args.extend(["--disk".to_owned(), text(disk)]);
         }
@@ -1469,17 +1635,19 @@ fn start(
         );
     }
 
-    let s3_args = [
+    let mut s3_args = [
         "serve",
         "s3",
         "--meta",
         meta_url.as_str(),
         "--listen",
-        plan.s3_listen.to_string().as_str(),
+        plan.on_host(&Role::S3.host(), plan.s3_listen).to_string().as_str(),
         "--secret-file",
         &text(&secret_file),
     ]
-    .map(str::to_owned);
+    .map(str::to_owned)
+    .to_vec();
+    s3_args.extend(plaintext.iter().cloned());
     cluster.spawn(Role::S3, &s3_args, Vec::new())?;
     let index = cluster.members.len() - 1;
     // The cluster serves weft clients without the gateway (e.g. when --s3-listen's port is
@@ -1552,6 +1720,22 @@ fn print_ready(plan: &Plan, cluster: &Supervisor, ready_ms: u128, cluster_file: 
         plan.dir.display(),
         plan.failure_domain.name()
     );
+    if let Some(hosts) = &cluster.hosts {
+        println!(
+            "hosts: every process in a network namespace of its own on bridge {} ({}); this \
+             machine is {} there (`ip netns list` shows them)",
+            hosts.bridge(),
+            hosts.subnet(),
+            hosts.gateway()
+        );
+    }
+    if plan.insecure_plaintext {
+        println!(
+            "{}",
+            red("warning: plain HTTP on addresses other than loopback (--insecure-plaintext): \
+                 requests, units and signatures cross the network in clear")
+        );
+    }
     let mut meta_url = String::new();
     for member in &cluster.members {
         let endpoint = member.endpoint.as_deref().unwrap_or("-");
@@ -1619,6 +1803,16 @@ fn print_ready(plan: &Plan, cluster: &Supervisor, ready_ms: u128, cluster_file: 
         );
     }
     println!("Ctrl-C stops the cluster; `weft up --dir {}` brings it back.", plan.dir.display());
+}
+
+/// `text` in red when stdout is a terminal (and NO_COLOR is unset), else as it is.
+pub(crate) fn red(text: &str) -> String {
+    use std::io::IsTerminal;
+    if std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none() {
+        format!("\x1b[31m{text}\x1b[0m")
+    } else {
+        text.to_owned()
+    }
 }
 
 /// Watches the running cluster until a signal: restarts every child that dies (after

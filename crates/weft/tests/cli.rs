@@ -12,6 +12,7 @@ mod gc_cli;
 mod geometric_cli;
 mod meta_faults;
 mod model_cli;
+mod netns_cli;
 mod raidp_cli;
 mod reads_cli;
 mod s3_gateway;

@@ -604,13 +604,36 @@ fn runs_weft(pid: u32) -> bool {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        let netns = self.extra_args.iter().any(|a| a == "--netns");
         if let Some(mut up) = self.up.take() {
+            // A namespaced cluster is stopped cleanly, so it removes its hosts itself.
+            if netns && signal(up.id(), libc::SIGTERM) {
+                let deadline = Instant::now() + STOP_TIMEOUT;
+                while up.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
             let _ = up.kill();
             let _ = up.wait();
         }
         for &pid in &self.child_pids {
             if runs_weft(pid) {
                 signal(pid, libc::SIGKILL);
+            }
+        }
+        if netns {
+            // Whatever a failed test left: the namespaces cluster.json names, and the bridge.
+            let file: Value = std::fs::read_to_string(self.dir().join("cluster.json"))
+                .ok()
+                .and_then(|text| serde_json::from_str(&text).ok())
+                .unwrap_or(Value::Null);
+            for host in file["netns"]["hosts"].as_array().into_iter().flatten() {
+                if let Some(name) = host["netns"].as_str() {
+                    let _ = Command::new("ip").args(["netns", "del", name]).output();
+                }
+            }
+            if let Some(bridge) = file["netns"]["bridge"].as_str() {
+                let _ = Command::new("ip").args(["link", "del", bridge]).output();
             }
         }
     }

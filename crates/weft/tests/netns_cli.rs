@@ -1,0 +1,269 @@
+//! `weft up --netns`: every process on a host of its own (a network namespace with one
+//! address on a bridge), checked from outside with iproute2, and nothing left behind after a
+//! clean stop or after a SIGKILL and the next start.
+//!
+//! Needs root and iproute2 (as CI has, which sets WEFT_REQUIRE_NETNS=1 so these tests cannot
+//! be skipped silently there). Each test takes a /26 of its own inside 198.18.0.0/24, the
+//! only addresses tests may use, so tests running at once never share a subnet.
+
+use std::{
+    collections::BTreeSet,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use crate::common::{bytes, cluster::Cluster};
+use serde_json::Value;
+
+/// Whether this machine can run namespaced clusters; prints why not when it cannot (and
+/// panics when CI requires them).
+fn netns_possible(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let ip = Command::new("ip").arg("-V").output().is_ok_and(|o| o.status.success());
+    if root && ip {
+        return true;
+    }
+    let why = if root { "iproute2's ip is missing" } else { "not running as root" };
+    if std::env::var_os("WEFT_REQUIRE_NETNS").is_some_and(|v| v == "1") {
+        panic!("{test}: WEFT_REQUIRE_NETNS=1 but {why}");
+    }
+    eprintln!("{test}: skipped: {why}");
+    false
+}
+
+fn ip(args: &[&str]) -> String {
+    let output = Command::new("ip").args(args).output().expect("ip runs");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Names of the namespaces and of the root namespace's links, right now.
+fn namespaces_and_links() -> (BTreeSet<String>, BTreeSet<String>) {
+    let namespaces = ip(&["netns", "list"])
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect();
+    let links = ip(&["-o", "link", "show"])
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1).map(|n| n.split('@').next().unwrap().to_owned()))
+        .collect();
+    (namespaces, links)
+}
+
+/// The tag in every name of `cluster`'s hosts (its bridge is `wb<tag>`).
+fn tag_of(cluster: &Cluster) -> String {
+    let file = cluster.cluster_file();
+    let bridge = file["netns"]["bridge"].as_str().unwrap_or_else(|| panic!("no bridge: {file}"));
+    bridge.strip_prefix("wb").expect("a weft bridge").to_owned()
+}
+
+/// Waits (the kernel deletes a namespace's links asynchronously) until no namespace or link
+/// of the cluster tagged `tag` is left, and checks that none that was there `before` went.
+fn wait_for_none_of(tag: &str, before: &(BTreeSet<String>, BTreeSet<String>), when: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let ours = |name: &&String| {
+        name.starts_with(&format!("weft-{tag}-"))
+            || name.starts_with(&format!("wv{tag}-"))
+            || **name == format!("wb{tag}")
+    };
+    loop {
+        let now = namespaces_and_links();
+        // Other tests' clusters may come and go meanwhile: only this one's names count.
+        let left: Vec<&String> = now.0.iter().chain(&now.1).filter(ours).collect();
+        if left.is_empty() {
+            assert!(before.0.is_subset(&now.0), "{when}: namespaces not ours were removed");
+            return;
+        }
+        assert!(Instant::now() < deadline, "{when}: left behind {left:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The namespace a process runs in, as `ip netns identify` names it ("" for the root one).
+fn netns_of(pid: u64) -> String {
+    ip(&["netns", "identify", &pid.to_string()]).trim().to_owned()
+}
+
+/// Whether a TCP connection from inside `netns` to `address` succeeds.
+fn connects_from(netns: &str, address: &str) -> bool {
+    let (host, port) = address.rsplit_once(':').expect("host:port");
+    Command::new("ip")
+        .args(["netns", "exec", netns, "bash", "-c"])
+        .arg(format!("exec 3<>/dev/tcp/{host}/{port}"))
+        .output()
+        .expect("ip netns exec runs")
+        .status
+        .success()
+}
+
+fn host_of(service: &Value) -> (String, String) {
+    let host = &service["host"];
+    (
+        host["netns"].as_str().unwrap_or_else(|| panic!("no host: {service}")).to_owned(),
+        host["address"].as_str().unwrap().to_owned(),
+    )
+}
+
+#[test]
+fn every_process_is_on_a_host_of_its_own_and_nothing_is_left_behind() {
+    if !netns_possible("every_process_is_on_a_host_of_its_own_and_nothing_is_left_behind") {
+        return;
+    }
+    let before = namespaces_and_links();
+    let flags = ["--netns", "--subnet", "198.18.0.64/26", "--insecure-plaintext"];
+    let mut cluster = Cluster::start(3, &flags);
+
+    // Every service (meta, three nodes, the executor, the gateway) in a namespace of its
+    // own, at an address of the subnet; the test itself stays in the root namespace.
+    let file = cluster.cluster_file();
+    assert_eq!(file["insecure_plaintext"], true, "{file}");
+    assert_eq!(file["netns"]["subnet"], "198.18.0.64/26", "{file}");
+    let services = file["services"].as_array().expect("services").clone();
+    assert_eq!(services.len(), 6, "{file}");
+    let mut seen = BTreeSet::new();
+    for service in &services {
+        let (netns, address) = host_of(service);
+        assert!(address.starts_with("198.18.0.") && seen.insert(netns.clone()), "{service}");
+        let pid = service["pid"].as_u64().unwrap();
+        assert_eq!(netns_of(pid), netns, "{service}");
+        // A listener's endpoint is its host's address (the executor only dials out).
+        if service["role"] != "repair" {
+            let endpoint = service["endpoint"].as_str().unwrap_or_default();
+            assert!(endpoint.starts_with(&format!("http://{address}:")), "{service}");
+        }
+    }
+    assert_eq!(netns_of(std::process::id().into()), "");
+    assert!(cluster.meta_url().starts_with("http://198.18.0.74:"), "{}", cluster.meta_url());
+
+    // Objects go through hosts: put and get from the root namespace, across the bridge.
+    cluster.create_bucket("across", &crate::common::RS_2_1);
+    let data = bytes(54, 300_000);
+    cluster.put_bytes("across/one", &data);
+    assert!(cluster.get("across/one") == data, "the object came back different");
+
+    // A node reaches another only by its address: loopback inside a host is its own.
+    let node = |id: u32| {
+        services.iter().find(|s| s["role"] == "node" && s["id"] == id).expect("node").clone()
+    };
+    let (netns_1, _) = host_of(&node(1));
+    let endpoint_2 = node(2)["endpoint"].as_str().unwrap().trim_start_matches("http://").to_owned();
+    let port_2 = endpoint_2.rsplit_once(':').unwrap().1;
+    assert!(connects_from(&netns_1, &endpoint_2), "node 1 cannot reach node 2 at {endpoint_2}");
+    assert!(
+        !connects_from(&netns_1, &format!("127.0.0.1:{port_2}")),
+        "node 1 reached node 2's port on its own loopback"
+    );
+
+    // weft status says the links are plain HTTP, and its services carry their hosts.
+    let services_now = cluster.status()["services"].clone();
+    assert_eq!(services_now.as_array().map(Vec::len), Some(6), "{services_now}");
+    assert!(services_now.as_array().unwrap().iter().all(|s| s["host"]["address"].is_string()));
+    let status = cluster.weft(&["status"]);
+    let human = String::from_utf8_lossy(&status.stdout);
+    assert!(human.contains("plain HTTP"), "{human}");
+
+    // A clean stop removes every namespace, veth and the bridge.
+    let tag = tag_of(&cluster);
+    let stopped = cluster.stop();
+    assert!(stopped.success(), "weft up exited with {stopped}");
+    wait_for_none_of(&tag, &before, "after a clean stop");
+
+    // A SIGKILLed weft up leaves its hosts; the next start on the directory removes them
+    // and makes them anew; a clean stop then leaves nothing again.
+    cluster.restart();
+    cluster.kill_up();
+    let left = namespaces_and_links();
+    let prefix = format!("weft-{tag}-");
+    assert!(left.0.iter().any(|n| n.starts_with(&prefix)), "the killed run's hosts are gone?");
+    cluster.restart();
+    let again = cluster.cluster_file();
+    assert_eq!(again["services"].as_array().unwrap().len(), 6, "{again}");
+    assert!(cluster.get("across/one") == data, "the object did not survive the restarts");
+    let stopped = cluster.stop();
+    assert!(stopped.success(), "weft up exited with {stopped}");
+    wait_for_none_of(&tag, &before, "after a SIGKILL, a restart and a clean stop");
+}
+
+#[test]
+fn plaintext_off_loopback_needs_consent() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = Command::new(crate::common::cluster::weft_bin())
+        .args(["up", "--dir", dir.path().to_str().unwrap(), "--meta-listen", "198.18.0.200:0"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&up.stderr);
+    assert!(!up.status.success() && said.contains("--insecure-plaintext"), "{said}");
+    assert!(!dir.path().join("cluster.secret").exists(), "a refused start made a secret");
+    for role in [["meta", "--dir"], ["s3", "--meta"]] {
+        let mut command = Command::new(crate::common::cluster::weft_bin());
+        command.args(["serve", role[0], role[1], dir.path().to_str().unwrap()]);
+        if role[0] == "s3" {
+            command.args(["--secret-file", "/nonexistent"]);
+        }
+        let served = command.args(["--listen", "198.18.0.201:0"]).output().unwrap();
+        let said = String::from_utf8_lossy(&served.stderr);
+        assert!(
+            !served.status.success() && said.contains("is not a loopback address"),
+            "serve {}: {said}",
+            role[0]
+        );
+    }
+}
+
+#[test]
+fn postgres_and_two_metas_each_on_a_host_of_their_own() {
+    if !netns_possible("postgres_and_two_metas_each_on_a_host_of_their_own")
+        || !crate::up_cli::postgres_here()
+    {
+        return;
+    }
+    let before = namespaces_and_links();
+    let flags = [
+        "--netns",
+        "--subnet",
+        "198.18.0.128/26",
+        "--insecure-plaintext",
+        "--meta-store",
+        "postgres",
+        "--meta-replicas",
+        "2",
+    ];
+    let mut cluster = Cluster::start(3, &flags);
+    let file = cluster.cluster_file();
+    // PostgreSQL listens on its host's address, and its server runs in that namespace.
+    assert_eq!(file["postgres"]["address"], "198.18.0.130", "{file}");
+    let hosts = file["netns"]["hosts"].as_array().expect("hosts").clone();
+    let netns_of_host = |name: &str| {
+        hosts.iter().find(|h| h["name"] == name).unwrap_or_else(|| panic!("{name}: {file}"))
+            ["netns"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let pid_file = cluster.dir().join("postgres/data/postmaster.pid");
+    let server_pid: u64 =
+        std::fs::read_to_string(&pid_file).unwrap().lines().next().unwrap().trim().parse().unwrap();
+    assert_eq!(netns_of(server_pid), netns_of_host("postgres"));
+    // The two metas on hosts of their own, each reached by its address.
+    let metas: Vec<String> = file["metas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["endpoint"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(metas.len(), 2, "{file}");
+    assert!(metas[0].starts_with("http://198.18.0.138:"), "{metas:?}");
+    assert!(metas[1].starts_with("http://198.18.0.139:"), "{metas:?}");
+    for (i, meta) in metas.iter().enumerate() {
+        let pid = file["metas"][i]["pid"].as_u64().unwrap();
+        assert_eq!(netns_of(pid), netns_of_host(&format!("meta-{}", i + 1)), "{meta}");
+    }
+    cluster.create_bucket("pgns", &crate::common::RS_2_1);
+    let data = bytes(55, 200_000);
+    cluster.put_bytes("pgns/one", &data);
+    assert!(cluster.get("pgns/one") == data, "the object came back different");
+    let tag = tag_of(&cluster);
+    let stopped = cluster.stop();
+    assert!(stopped.success(), "weft up exited with {stopped}");
+    wait_for_none_of(&tag, &before, "after a clean stop with PostgreSQL");
+}
