@@ -256,6 +256,8 @@ pub struct Host {
     pub name: String,
     pub netns: String,
     pub address: Ipv4Addr,
+    /// The root namespace's end of its veth (on the bridge).
+    pub veth: String,
     /// The namespace, held open so a child can enter it (setns) between fork and exec.
     file: File,
 }
@@ -326,7 +328,7 @@ impl Hosts {
             ip(&["-n", &netns, "link", "set", "lo", "up"])?;
             let path = format!("/run/netns/{netns}");
             let file = File::open(&path).map_err(|e| cli_error!("cannot open {path}: {e}"))?;
-            hosts.hosts.push(Host { name: name.clone(), netns, address, file });
+            hosts.hosts.push(Host { name: name.clone(), netns, address, veth, file });
         }
         Ok(hosts)
     }

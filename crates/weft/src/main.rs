@@ -30,6 +30,7 @@ mod gc_cli;
 mod geometric_cli;
 mod hosts;
 mod key_cli;
+mod net_cli;
 mod objects_cli;
 mod plot;
 mod raidp_cli;
@@ -97,6 +98,8 @@ enum Command {
     /// (SIGKILL).
     #[command(subcommand)]
     Node(cluster_cli::NodeCommand),
+    #[command(subcommand)]
+    Net(net_cli::NetCommand),
     /// Buckets of a running cluster: `weft bucket create|ls|rm|policy`.
     #[command(subcommand)]
     Bucket(cluster_cli::BucketCommand),
@@ -280,6 +283,7 @@ fn main() -> ExitCode {
         Command::Bench(command) => bench::run(command),
         Command::Serve(command) => serve::run(command),
         Command::Up(args) => up::run(args),
+        Command::Net(command) => net_cli::run(command),
         Command::Status(args) => cluster_cli::status(args),
         Command::Node(command) => cluster_cli::node(command),
         Command::Bucket(command) => cluster_cli::bucket(command),

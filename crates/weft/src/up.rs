@@ -1275,7 +1275,7 @@ impl Supervisor {
                 "bridge": hosts.bridge(),
                 "gateway": hosts.gateway(),
                 "hosts": hosts.all().iter().map(|h| json!({
-                    "name": h.name, "address": h.address, "netns": h.netns,
+                    "name": h.name, "address": h.address, "netns": h.netns, "veth": h.veth,
                 })).collect::<Vec<_>>(),
             })),
             "postgres": self.postgres.as_ref().map(|pg| json!({

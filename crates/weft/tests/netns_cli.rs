@@ -267,3 +267,116 @@ fn postgres_and_two_metas_each_on_a_host_of_their_own() {
     assert!(stopped.success(), "weft up exited with {stopped}");
     wait_for_none_of(&tag, &before, "after a clean stop with PostgreSQL");
 }
+
+#[test]
+fn net_partition_cuts_hosts_off_and_heal_brings_them_back() {
+    if !netns_possible("net_partition_cuts_hosts_off_and_heal_brings_them_back") {
+        return;
+    }
+    let before = namespaces_and_links();
+    let flags = [
+        "--netns",
+        "--subnet",
+        "198.18.0.192/26",
+        "--insecure-plaintext",
+        "--down-after-ms",
+        "1500",
+        "--heartbeat-ms",
+        "250",
+    ];
+    let cluster = Cluster::start(3, &flags);
+    let dir = cluster.dir();
+    let net = |args: &[&str]| {
+        let mut all = vec!["net"];
+        all.extend_from_slice(args);
+        all.extend(["--dir", dir.to_str().unwrap(), "--json"]);
+        cluster.weft_json(&all)
+    };
+    let row = |state: &Value, host: &str| {
+        state["hosts"].as_array().unwrap().iter().find(|h| h["host"] == host).unwrap().clone()
+    };
+    let services = cluster.cluster_file()["services"].as_array().unwrap().clone();
+    let node = |id: u32| {
+        let service = services.iter().find(|s| s["role"] == "node" && s["id"] == id).unwrap();
+        let endpoint = service["endpoint"].as_str().unwrap().trim_start_matches("http://");
+        (host_of(service).0, endpoint.to_owned())
+    };
+    let reachable_from_here = |address: &str| {
+        let address: std::net::SocketAddr = address.parse().unwrap();
+        std::net::TcpStream::connect_timeout(&address, Duration::from_millis(500)).is_ok()
+    };
+    let (ns1, at1) = node(1);
+    let (ns2, at2) = node(2);
+    let (_, at3) = node(3);
+    let shown = net(&["show"]);
+    assert_eq!(shown["hosts"].as_array().unwrap().len(), 6, "{shown}");
+    assert!(shown["hosts"].as_array().unwrap().iter().all(|h| h["link"] == "up"), "{shown}");
+
+    // node-2 cut off from everyone: no host and not this machine reach it; meta says down.
+    let cut = net(&["partition", "node-2"]);
+    assert_eq!(row(&cut, "node-2")["link"], "down", "{cut}");
+    assert!(!reachable_from_here(&at2) && !connects_from(&ns1, &at2));
+    cluster.wait_for_status("node 2 down", |s| s["nodes_down"] == 1);
+    let healed = net(&["heal", "node-2"]);
+    assert_eq!(row(&healed, "node-2")["link"], "up", "{healed}");
+    cluster.wait_for_status("node 2 up again", |s| s["nodes_down"] == 0 && s["nodes_up"] == 3);
+    assert!(reachable_from_here(&at2) && connects_from(&ns1, &at2));
+
+    // node-1 apart from node-2 only: both still reach node 3 and this machine reaches both.
+    let split = net(&["partition", "node-1", "--from", "node-2"]);
+    assert_eq!(row(&split, "node-1")["cannot_send_to"], serde_json::json!(["node-2"]), "{split}");
+    assert_eq!(row(&split, "node-2")["cannot_send_to"], serde_json::json!(["node-1"]), "{split}");
+    assert!(!connects_from(&ns1, &at2) && !connects_from(&ns2, &at1));
+    assert!(connects_from(&ns1, &at3) && connects_from(&ns2, &at3));
+    assert!(reachable_from_here(&at1) && reachable_from_here(&at2));
+    // One way: only node-1's packets to node 3 are dropped.
+    let one_way = net(&["partition", "node-1", "--from", "node-3", "--one-way"]);
+    let mut cut_from: Vec<String> = row(&one_way, "node-1")["cannot_send_to"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    cut_from.sort();
+    assert_eq!(cut_from, ["node-2", "node-3"], "{one_way}");
+    assert_eq!(row(&one_way, "node-3")["cannot_send_to"], serde_json::json!([]), "{one_way}");
+    let all_healed = net(&["heal"]);
+    for host in all_healed["hosts"].as_array().unwrap() {
+        assert_eq!(host["cannot_send_to"], serde_json::json!([]), "{all_healed}");
+        assert_eq!(host["link"], "up", "{all_healed}");
+    }
+    assert!(connects_from(&ns1, &at2) && connects_from(&ns1, &at3));
+
+    // Bad input: a host that is not one, both sides at once; a delay where netem is missing
+    // says what to use instead.
+    let unknown =
+        cluster.weft_fails(&["net", "partition", "node-9", "--dir", dir.to_str().unwrap()]);
+    assert!(
+        unknown.contains("not a host of this cluster") && unknown.contains("node-3"),
+        "{unknown}"
+    );
+    let both = cluster.weft_fails(&[
+        "net",
+        "partition",
+        "node-1",
+        "--from",
+        "node-1",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(both.contains("both sides"), "{both}");
+    let delay = cluster.weft(&["net", "delay", "node-1", "20ms", "--dir", dir.to_str().unwrap()]);
+    if delay.status.success() {
+        let shown = net(&["show"]);
+        assert!(
+            row(&shown, "node-1")["delay"].as_str().is_some_and(|d| d.contains("20")),
+            "{shown}"
+        );
+    } else {
+        let said = String::from_utf8_lossy(&delay.stderr);
+        assert!(said.contains("--net-model"), "{said}");
+    }
+    let tag = tag_of(&cluster);
+    drop(cluster);
+    wait_for_none_of(&tag, &before, "after the drills");
+}
