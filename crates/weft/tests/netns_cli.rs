@@ -380,3 +380,208 @@ fn net_partition_cuts_hosts_off_and_heal_brings_them_back() {
     drop(cluster);
     wait_for_none_of(&tag, &before, "after the drills");
 }
+
+/// The unit keys in the unit files of a node's disks (`NODE_DIR/disk-*/units/*/KEY.unit`).
+fn unit_files_of(node_dir: &std::path::Path) -> BTreeSet<String> {
+    let mut keys = BTreeSet::new();
+    for disk in std::fs::read_dir(node_dir).into_iter().flatten().flatten() {
+        let units = disk.path().join("units");
+        for fanout in std::fs::read_dir(units).into_iter().flatten().flatten() {
+            for file in std::fs::read_dir(fanout.path()).into_iter().flatten().flatten() {
+                let path = file.path();
+                if path.extension().is_some_and(|e| e == "unit") {
+                    keys.insert(path.file_stem().unwrap().to_string_lossy().into_owned());
+                }
+            }
+        }
+    }
+    keys
+}
+
+/// Where a writer thread finds the cluster (a `Cluster` stays on the test's thread).
+struct Target {
+    meta: String,
+    secret: std::path::PathBuf,
+}
+
+/// `weft put` of `data` as `path`, through a file of the writer's own; whether it was
+/// acknowledged.
+fn put_acknowledged(target: &Target, file: &std::path::Path, path: &str, data: &[u8]) -> bool {
+    std::fs::write(file, data).unwrap();
+    Command::new(crate::common::cluster::weft_bin())
+        .args(["put", file.to_str().unwrap(), path])
+        .env("WEFT_META", &target.meta)
+        .env("WEFT_SECRET_FILE", &target.secret)
+        .output()
+        .expect("weft runs")
+        .status
+        .success()
+}
+
+#[test]
+fn a_partitioned_node_loses_nothing_acknowledged_and_its_stale_units_are_collected() {
+    if !netns_possible(
+        "a_partitioned_node_loses_nothing_acknowledged_and_its_stale_units_are_collected",
+    ) {
+        return;
+    }
+    const DOWN_AFTER_MS: u64 = 1000;
+    const WRITERS: usize = 4;
+    const MIN_ACKNOWLEDGED: usize = 200;
+    let before = namespaces_and_links();
+    let flags = [
+        "--netns",
+        "--subnet",
+        "198.18.0.0/26",
+        "--insecure-plaintext",
+        "--down-after-ms",
+        "1000",
+        "--heartbeat-ms",
+        "200",
+    ];
+    let cluster = Cluster::start(5, &flags);
+    let dir = cluster.dir();
+    cluster.create_bucket("drill", &crate::common::RS_2_1);
+    let target = Target { meta: cluster.meta_url(), secret: cluster.secret_file() };
+    // Objects that will be rewritten while the node is away: first versions now, so some of
+    // their units sit on it when it goes.
+    let files = tempfile::tempdir().unwrap();
+    let mut latest = std::collections::BTreeMap::new();
+    for w in 0..WRITERS {
+        for r in 0..5 {
+            let key = format!("drill/w{w}-again-{r}");
+            let data = bytes((w * 100 + r) as u64, 20_000 + r * 3_000);
+            assert!(put_acknowledged(&target, &files.path().join("seed"), &key, &data));
+            latest.insert(key, data);
+        }
+    }
+    let stale_before: Vec<String> = (0..WRITERS)
+        .flat_map(|w| (0..5).map(move |r| format!("drill/w{w}-again-{r}")))
+        .filter(|key| {
+            let stat = cluster.stat(key);
+            stat["units"].as_array().unwrap().iter().any(|u| u["node_id"] == 2)
+        })
+        .collect();
+    assert!(!stale_before.is_empty(), "no rewritten object had a unit on node 2");
+
+    // Four writers put new objects and rewrite their own; node-2 is cut off meanwhile for
+    // 3× meta's down-after, then healed; the writers go on until 200 puts were acknowledged.
+    let acknowledged = std::sync::atomic::AtomicUsize::new(0);
+    let partition_over = std::sync::atomic::AtomicBool::new(false);
+    let net = |args: &[&str]| {
+        let mut all = vec!["net"];
+        all.extend_from_slice(args);
+        all.extend(["--dir", dir.to_str().unwrap(), "--json"]);
+        cluster.weft_json(&all)
+    };
+    let mut on_node_2 = BTreeSet::new();
+    let results: Vec<(std::collections::BTreeMap<String, Vec<u8>>, usize)> =
+        std::thread::scope(|scope| {
+            let writers: Vec<_> = (0..WRITERS)
+                .map(|w| {
+                    let (target, acknowledged, partition_over) =
+                        (&target, &acknowledged, &partition_over);
+                    let file = files.path().join(format!("w{w}"));
+                    scope.spawn(move || {
+                        let mut mine = std::collections::BTreeMap::new();
+                        let mut failed = 0;
+                        for i in 0.. {
+                            let done = partition_over.load(std::sync::atomic::Ordering::SeqCst)
+                                && acknowledged.load(std::sync::atomic::Ordering::SeqCst)
+                                    >= MIN_ACKNOWLEDGED;
+                            if done {
+                                break;
+                            }
+                            let key = if i % 3 == 0 {
+                                format!("drill/w{w}-again-{}", (i / 3) % 5)
+                            } else {
+                                format!("drill/w{w}-new-{i}")
+                            };
+                            let data = bytes((w * 1_000_000 + i) as u64, 5_000 + (i % 7) * 4_000);
+                            if put_acknowledged(target, &file, &key, &data) {
+                                mine.insert(key, data);
+                                acknowledged.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            } else {
+                                failed += 1;
+                            }
+                        }
+                        (mine, failed)
+                    })
+                })
+                .collect();
+            std::thread::sleep(Duration::from_millis(500));
+            let cut = net(&["partition", "node-2"]);
+            on_node_2.extend(unit_files_of(&dir.join("node-2")));
+            assert_eq!(
+                cut["hosts"].as_array().unwrap().iter().find(|h| h["host"] == "node-2").unwrap()
+                    ["link"],
+                "down"
+            );
+            std::thread::sleep(Duration::from_millis(3 * DOWN_AFTER_MS));
+            let down = cluster.status();
+            net(&["heal", "node-2"]);
+            partition_over.store(true, std::sync::atomic::Ordering::SeqCst);
+            assert_eq!(down["nodes_down"], 1, "node 2 was not reported down: {down}");
+            writers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+    let mut total = 0;
+    for (mine, _) in &results {
+        for (key, data) in mine {
+            latest.insert(key.clone(), data.clone());
+        }
+        total += mine.len();
+    }
+    let acknowledged = acknowledged.into_inner();
+    assert!(acknowledged >= MIN_ACKNOWLEDGED, "only {acknowledged} puts acknowledged");
+    eprintln!(
+        "drill: {acknowledged} puts acknowledged, {} failed, {} objects",
+        results.iter().map(|(_, f)| f).sum::<usize>(),
+        latest.len()
+    );
+    assert!(total <= acknowledged);
+
+    // node 2 is back and the executor has rebuilt what was under-protected.
+    cluster.wait_for_status("node 2 back and nothing under-protected", |s| {
+        s["nodes_up"] == 5 && s["under_protected_units"] == 0 && s["repair_queue"] == 0
+    });
+    // Every acknowledged object reads back as its last acknowledged put wrote it: a stale
+    // unit on node 2 (of a rewritten or repaired object) is never served.
+    for (key, data) in &latest {
+        assert!(cluster.get(key) == *data, "{key} came back different");
+    }
+    // What node 2 held when it was cut off and no object references now (units of objects
+    // rewritten meanwhile, units rebuilt elsewhere) is stale; after a sweep none is left,
+    // whoever removed it (the writers' deletes retried, or the sweep), and nothing else went.
+    let referenced: BTreeSet<String> = latest
+        .keys()
+        .flat_map(|key| {
+            let stat = cluster.stat(key);
+            stat["units"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|u| u["unit_key"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let stale: BTreeSet<&String> = on_node_2.difference(&referenced).collect();
+    assert!(!stale.is_empty(), "nothing of node 2's went stale: the drill tested nothing");
+    let swept = cluster.weft_json(&["gc", "--grace", "0", "--json"]);
+    assert_eq!(swept["errors"], serde_json::json!([]), "{swept}");
+    let now_on_node_2 = unit_files_of(&dir.join("node-2"));
+    let left: Vec<&&String> = stale.iter().filter(|k| now_on_node_2.contains(**k)).collect();
+    assert!(left.is_empty(), "stale units of node 2 were not collected: {left:?}");
+    let after = cluster.weft_json(&["gc", "--dry-run", "--grace", "0", "--json"]);
+    assert_eq!(after["unreferenced"], 0, "{after}");
+    for (key, data) in &latest {
+        assert!(cluster.get(key) == *data, "{key} came back different after the sweep");
+    }
+    eprintln!(
+        "drill: {} of node 2's {} units went stale and were collected",
+        stale.len(),
+        on_node_2.len()
+    );
+    let tag = tag_of(&cluster);
+    drop(cluster);
+    wait_for_none_of(&tag, &before, "after the partition drill");
+}
