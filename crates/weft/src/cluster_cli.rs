@@ -832,8 +832,12 @@ pub struct NodeAddArgs {
     /// The node's id (unique in the cluster).
     pub id: u32,
     /// Where to write the node's key [default: ./node-ID.key].
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "no_key_file")]
     pub key_file: Option<std::path::PathBuf>,
+    /// Enrol only: write no key file (the node has its key already, e.g. from `weft init
+    /// --hosts`).
+    #[arg(long)]
+    pub no_key_file: bool,
     #[command(flatten)]
     pub meta: MetaUrlArgs,
     /// One JSON object: {"node", "enrolled", "new", "key_file"}.
@@ -853,7 +857,7 @@ fn node_add(args: NodeAddArgs) -> Result<(), CliError> {
     let secret = args.meta.secret()?;
     let key_file =
         args.key_file.clone().unwrap_or_else(|| format!("./node-{}.key", args.id).into());
-    if key_file.exists() {
+    if !args.no_key_file && key_file.exists() {
         return Err(cli_error!(
             "{} exists already; remove it or give another --key-file",
             key_file.display()
@@ -861,6 +865,16 @@ fn node_add(args: NodeAddArgs) -> Result<(), CliError> {
     }
     let client = MetaClient::new(&args.meta.url()?, &secret)?;
     let answer = client.put(&["nodes", &args.id.to_string()], None)?;
+    if args.no_key_file {
+        if args.json {
+            print_json(&json!({
+                "node": args.id, "enrolled": true, "new": answer["new"], "key_file": null,
+            }));
+        } else {
+            println!("enrolled node {} (no key file written)", args.id);
+        }
+        return Ok(());
+    }
     secret.node_key(args.id).write_node_file(&key_file)?;
     if args.json {
         print_json(&json!({

@@ -24,7 +24,9 @@ mod bench_raidp;
 mod bench_reads;
 mod bench_s3;
 mod cluster_cli;
+mod config;
 mod demo;
+mod deploy;
 mod ec;
 mod gc_cli;
 mod geometric_cli;
@@ -63,9 +65,13 @@ enum Command {
     ///
     /// Writes DIR/cluster.secret (mode 0600; never replaces one). Give it to meta, the S3
     /// gateway, repair executors and clients (--secret-file or WEFT_SECRET_FILE); give each
-    /// node only its own key (`weft node add ID`).
+    /// node only its own key (`weft node add ID`). With --hosts, also one directory per
+    /// host with the configuration files and keys of its processes (docs/deploy.md).
     ///
-    /// Example: weft init --dir ./weft-data
+    /// Examples:
+    ///   weft init --dir ./weft-data
+    ///   weft init --dir ./deploy --hosts a=10.0.0.11,b=10.0.0.12,c=10.0.0.13 \
+    ///     --store postgres://weft@10.0.0.10/weft --insecure-plaintext
     #[command(verbatim_doc_comment)]
     Init(InitArgs),
     /// Show weft's main job on embedded defaults: encode a sample file, lose and corrupt
@@ -262,7 +268,11 @@ fn tune_malloc() {
 
 fn main() -> ExitCode {
     tune_malloc();
-    let cli = match Cli::try_parse() {
+    let args = match config::expand(std::env::args_os().collect()) {
+        Ok(args) => args,
+        Err(error) => return fail(&error.with_code("usage"), EXIT_USAGE),
+    };
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(error) if !error.use_stderr() || !wants_json() => error.exit(), // help, version
         Err(error) => {
@@ -315,9 +325,53 @@ struct InitArgs {
     /// The cluster's directory.
     #[arg(long, default_value = "./weft-data")]
     dir: std::path::PathBuf,
+    /// Write a deployment: one directory per host in DIR (configuration files for `weft
+    /// serve … --config`, node keys, the secret where a process needs it), ready to copy to
+    /// the host's --etc-dir. Each host is IP or NAME=IP, e.g. a=10.0.0.11,b=10.0.0.12.
+    #[arg(long, value_delimiter = ',', value_name = "HOSTS")]
+    hosts: Vec<String>,
+    /// With --hosts: storage nodes per host (node N listens on port 7700 + N).
+    #[arg(long, default_value_t = 3, requires = "hosts")]
+    nodes_per_host: u32,
+    /// With --hosts: disks per node.
+    #[arg(long, default_value_t = 1, requires = "hosts")]
+    disks_per_node: u32,
+    /// With --hosts: the PostgreSQL store every host's meta shares (postgres://weft@db/weft;
+    /// give the password in $PGPASSWORD). Without it only the first host runs a meta.
+    #[arg(long, value_name = "URL", requires = "hosts")]
+    store: Option<String>,
+    /// With --hosts: S3 gateways, on the first hosts (port 9000).
+    #[arg(long, default_value_t = 2, requires = "hosts")]
+    gateways: u32,
+    /// With --hosts: where each host keeps these files ({host} is replaced by its name).
+    #[arg(long, default_value = "/etc/weft", requires = "hosts")]
+    etc_dir: std::path::PathBuf,
+    /// With --hosts: where each host keeps its data ({host} is replaced by its name).
+    #[arg(long, default_value = "/var/lib/weft", requires = "hosts")]
+    data_dir: std::path::PathBuf,
+    /// With --hosts: write plain-HTTP listeners on addresses other than loopback.
+    #[arg(long, requires = "hosts")]
+    insecure_plaintext: bool,
 }
 
 fn init(args: InitArgs) -> Result<(), CliError> {
+    if !args.hosts.is_empty() {
+        let lines = deploy::write(&deploy::Plan {
+            dir: &args.dir,
+            hosts: &args.hosts,
+            nodes_per_host: args.nodes_per_host,
+            disks_per_node: args.disks_per_node,
+            store: args.store.as_deref(),
+            gateways: args.gateways,
+            etc_dir: &args.etc_dir,
+            data_dir: &args.data_dir,
+            insecure_plaintext: args.insecure_plaintext,
+        })?;
+        for line in lines {
+            println!("{line}");
+        }
+        return Ok(());
+    }
     std::fs::create_dir_all(&args.dir)
         .map_err(|e| cli_error!("cannot create {}: {e}", args.dir.display()))?;
     let path = args.dir.join(cluster_cli::SECRET_FILE_NAME);

@@ -91,6 +91,17 @@ pub enum ServeCommand {
     S3(S3Args),
 }
 
+/// `--config FILE`: the process's flags in a TOML file (read before parsing, see
+/// [`crate::config`]); here so `--help` lists it and clap accepts it.
+#[derive(Debug, Clone, Args)]
+pub struct ConfigArg {
+    /// Read flags from this TOML file: every flag is a key (`listen = "10.0.0.5:7701"`,
+    /// `disk = ["/srv/d0", "/srv/d1"]`, `insecure-plaintext = true`); flags given here
+    /// override the file's. Unknown keys are an error naming the key and its line.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
 /// The cluster secret a process signs (and meta checks) requests with.
 #[derive(Debug, Args)]
 pub struct SecretArg {
@@ -145,6 +156,8 @@ impl PlaintextArg {
 
 #[derive(Debug, Args)]
 pub struct S3Args {
+    #[command(flatten)]
+    pub config: ConfigArg,
     /// Base URL of meta, e.g. http://127.0.0.1:7700.
     #[arg(long)]
     pub meta: String,
@@ -168,6 +181,8 @@ pub struct S3Args {
 
 #[derive(Debug, Args)]
 pub struct RepairArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
     /// Base URL of meta, e.g. http://127.0.0.1:7700.
     #[arg(long)]
     pub meta: String,
@@ -217,6 +232,8 @@ pub struct RepairArgs {
 
 #[derive(Debug, Args)]
 pub struct MetaArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
     /// Directory of the metadata (created if missing).
     #[arg(long, default_value = "./weft-data/meta")]
     pub dir: PathBuf,
@@ -271,6 +288,8 @@ fn meta_store(store: Option<&str>) -> Result<weft_meta::service::StoreLocation, 
 
 #[derive(Debug, Args)]
 pub struct NodeArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
     /// Base URL of meta, e.g. http://127.0.0.1:7700.
     #[arg(long)]
     pub meta: String,

@@ -3,8 +3,9 @@
 //! clean stop or after a SIGKILL and the next start.
 //!
 //! Needs root and iproute2 (as CI has, which sets WEFT_REQUIRE_NETNS=1 so these tests cannot
-//! be skipped silently there). Each test takes a /26 of its own inside 198.18.0.0/24, the
-//! only addresses tests may use, so tests running at once never share a subnet.
+//! be skipped silently there). Each test takes a subnet of its own inside 198.18.0.0/24 (the
+//! only addresses tests may use: .0/27, .32/27, .64/26, .128/26, .192/26), so tests running
+//! at once never share one.
 
 use std::{
     collections::BTreeSet,
@@ -432,7 +433,7 @@ fn a_partitioned_node_loses_nothing_acknowledged_and_its_stale_units_are_collect
     let flags = [
         "--netns",
         "--subnet",
-        "198.18.0.0/26",
+        "198.18.0.0/27",
         "--insecure-plaintext",
         "--down-after-ms",
         "1000",
@@ -584,4 +585,201 @@ fn a_partitioned_node_loses_nothing_acknowledged_and_its_stale_units_are_collect
     let tag = tag_of(&cluster);
     drop(cluster);
     wait_for_none_of(&tag, &before, "after the partition drill");
+}
+
+/// Hosts a test makes by hand (no `weft up`): a bridge and one namespace per host, removed
+/// with every process started in them when dropped.
+struct HandHosts {
+    bridge: String,
+    namespaces: Vec<String>,
+    children: Vec<std::process::Child>,
+}
+
+impl HandHosts {
+    fn create(tag: &str, gateway: &str, prefix: u8, hosts: &[(&str, &str)]) -> HandHosts {
+        let run = |args: &[&str]| {
+            let out = Command::new("ip").args(args).output().expect("ip runs");
+            assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        let bridge = format!("wb{tag}");
+        let mut made =
+            HandHosts { bridge: bridge.clone(), namespaces: Vec::new(), children: Vec::new() };
+        run(&["link", "add", &bridge, "type", "bridge"]);
+        run(&["addr", "add", &format!("{gateway}/{prefix}"), "dev", &bridge]);
+        run(&["link", "set", &bridge, "up"]);
+        for (n, (name, address)) in hosts.iter().enumerate() {
+            let netns = format!("weft-{tag}-{name}");
+            let veth = format!("wv{tag}-{n}");
+            run(&["netns", "add", &netns]);
+            made.namespaces.push(netns.clone());
+            run(&["link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &netns]);
+            run(&["link", "set", &veth, "master", &bridge, "up"]);
+            run(&["-n", &netns, "addr", "add", &format!("{address}/{prefix}"), "dev", "eth0"]);
+            run(&["-n", &netns, "link", "set", "eth0", "up"]);
+            run(&["-n", &netns, "link", "set", "lo", "up"]);
+        }
+        made
+    }
+
+    /// Starts `weft ARGS` inside host `name`'s namespace and waits for its ready line.
+    fn serve(&mut self, tag: &str, name: &str, args: &[&str], log: &std::path::Path) -> String {
+        use std::io::BufRead;
+        let mut child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &format!("weft-{tag}-{name}"),
+                crate::common::cluster::weft_bin(),
+            ])
+            .args(args)
+            .env("WEFT_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .expect("ip netns exec runs");
+        let stdout = child.stdout.take().unwrap();
+        self.children.push(child);
+        let mut line = String::new();
+        std::io::BufReader::new(stdout).read_line(&mut line).unwrap();
+        assert!(
+            !line.is_empty(),
+            "weft {args:?} on {name} printed no ready line: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        line.trim().to_owned()
+    }
+}
+
+impl Drop for HandHosts {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for netns in &self.namespaces {
+            let _ = Command::new("ip").args(["netns", "del", netns]).output();
+        }
+        let _ = Command::new("ip").args(["link", "del", &self.bridge]).output();
+    }
+}
+
+#[test]
+fn a_deployment_from_init_hosts_files_serves_objects_across_hosts() {
+    if !netns_possible("a_deployment_from_init_hosts_files_serves_objects_across_hosts") {
+        return;
+    }
+    let before = namespaces_and_links();
+    let root = tempfile::tempdir().unwrap();
+    let deploy = root.path().join("deploy");
+    let weft = |args: &[&str]| {
+        let out = Command::new(crate::common::cluster::weft_bin()).args(args).output().unwrap();
+        assert!(out.status.success(), "weft {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let etc = root.path().join("{host}/etc");
+    let data = root.path().join("{host}/data");
+    let hosts = [("a", "198.18.0.34"), ("b", "198.18.0.35"), ("c", "198.18.0.36")];
+    let list = hosts.map(|(n, a)| format!("{n}={a}")).join(",");
+    // Refused without consent to plain HTTP, and then nothing is written.
+    let refused = Command::new(crate::common::cluster::weft_bin())
+        .args(["init", "--dir", deploy.to_str().unwrap(), "--hosts", &list])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success() && !deploy.exists(), "{refused:?}");
+    let said = weft(&[
+        "init",
+        "--dir",
+        deploy.to_str().unwrap(),
+        "--hosts",
+        &list,
+        "--nodes-per-host",
+        "1",
+        "--gateways",
+        "1",
+        "--etc-dir",
+        etc.to_str().unwrap(),
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--insecure-plaintext",
+    ]);
+    assert!(said.contains("a (198.18.0.34): meta.toml, node-1.toml"), "{said}");
+    // Nodes get their own keys, never the secret: host c runs only a node.
+    assert!(!deploy.join("c/cluster.secret").exists());
+    assert!(deploy.join("c/node-3.key").exists());
+    // "Copy to each host": into its etc directory.
+    for (name, _) in hosts {
+        let target = root.path().join(name).join("etc");
+        std::fs::create_dir_all(&target).unwrap();
+        for file in std::fs::read_dir(deploy.join(name)).unwrap() {
+            let file = file.unwrap();
+            std::fs::copy(file.path(), target.join(file.file_name())).unwrap();
+        }
+    }
+    let tag = format!("d{:05x}", std::process::id() & 0xfffff);
+    let mut net = HandHosts::create(&tag, "198.18.0.33", 27, &hosts);
+    let config = |host: &str, file: &str| root.path().join(host).join("etc").join(file);
+    let logs = root.path();
+    let ready = net.serve(
+        &tag,
+        "a",
+        &["serve", "meta", "--config", config("a", "meta.toml").to_str().unwrap()],
+        &logs.join("meta.log"),
+    );
+    assert_eq!(ready, "meta listening on http://198.18.0.34:7700");
+    let secret = config("a", "cluster.secret");
+    let cli = |args: &[&str]| {
+        let out = Command::new(crate::common::cluster::weft_bin())
+            .args(args)
+            .env("WEFT_META", "http://198.18.0.34:7700")
+            .env("WEFT_SECRET_FILE", &secret)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "weft {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    };
+    for id in 1..=3 {
+        cli(&["node", "add", &id.to_string(), "--no-key-file"]);
+    }
+    for (id, (name, address)) in hosts.iter().enumerate() {
+        let id = id + 1;
+        let file = config(name, &format!("node-{id}.toml"));
+        let ready = net.serve(
+            &tag,
+            name,
+            &["serve", "node", "--config", file.to_str().unwrap()],
+            &logs.join(format!("node-{id}.log")),
+        );
+        assert_eq!(ready, format!("node {id} listening on http://{address}:{}", 7700 + id));
+    }
+    let ready = net.serve(
+        &tag,
+        "a",
+        &["serve", "s3", "--config", config("a", "s3.toml").to_str().unwrap()],
+        &logs.join("s3.log"),
+    );
+    assert_eq!(ready, "s3 gateway listening on http://198.18.0.34:9000");
+    // The nodes are up, each in its host's rack; objects cross the hosts.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status: Value = serde_json::from_slice(&cli(&["status", "--json"])).unwrap();
+        if status["nodes_up"] == 3 {
+            let racks: BTreeSet<String> =
+                status["nodes"].as_array().unwrap().iter().map(|n| n["rack"].to_string()).collect();
+            assert_eq!(racks.len(), 3, "{status}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "nodes not up: {status}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    cli(&[
+        "bucket", "create", "deployed", "--code", "rs", "--k", "2", "--r", "1", "--cell", "4KiB",
+        "--block", "16KiB",
+    ]);
+    let data = bytes(56, 100_000);
+    let file = root.path().join("object");
+    std::fs::write(&file, &data).unwrap();
+    cli(&["put", file.to_str().unwrap(), "deployed/one"]);
+    assert!(cli(&["get", "deployed/one"]) == data, "the object came back different");
+    drop(net);
+    wait_for_none_of(&tag, &before, "after the deployment");
 }
