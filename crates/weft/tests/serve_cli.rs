@@ -326,3 +326,46 @@ fn bad_nearfull_and_full_ratios_are_refused_naming_the_flags() {
         assert!(stderr.contains("--full-ratio") && stderr.contains(says), "{stderr}");
     }
 }
+
+/// The systemd units in deploy/systemd start exactly what `weft init --hosts` writes: each
+/// unit's ExecStart, pointed at a fresh deployment's files, is a command line weft accepts
+/// (the config file read and every key a known flag).
+#[test]
+fn the_systemd_units_run_the_files_weft_init_hosts_writes() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = tempfile::tempdir().unwrap();
+    let deploy = dir.path().join("deploy");
+    let out = std::process::Command::new(crate::common::cluster::weft_bin())
+        .args(["init", "--dir", deploy.to_str().unwrap(), "--hosts", "a=127.0.0.1"])
+        .args(["--nodes-per-host", "2", "--gateways", "1"])
+        .args(["--etc-dir", deploy.join("a").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut units = 0;
+    for entry in std::fs::read_dir(repo.join("deploy/systemd")).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for needed in ["Restart=on-failure", "User=weft", "NoNewPrivileges=yes"] {
+            assert!(text.contains(needed), "{} lacks {needed}", path.display());
+        }
+        let exec = text.lines().find_map(|l| l.strip_prefix("ExecStart=")).expect("ExecStart");
+        let exec = exec.replace("/etc/weft", deploy.join("a").to_str().unwrap()).replace("%i", "2");
+        let mut words = exec.split_whitespace();
+        assert_eq!(words.next(), Some("/usr/local/bin/weft"), "{}", path.display());
+        let args: Vec<&str> = words.collect();
+        let checked = std::process::Command::new(crate::common::cluster::weft_bin())
+            .args(&args)
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(
+            checked.status.success(),
+            "{}: weft {args:?}: {}",
+            path.display(),
+            String::from_utf8_lossy(&checked.stderr)
+        );
+        units += 1;
+    }
+    assert_eq!(units, 4, "meta, node@, repair and s3");
+}
