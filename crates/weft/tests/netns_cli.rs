@@ -80,6 +80,15 @@ fn wait_for_none_of(tag: &str, before: &(BTreeSet<String>, BTreeSet<String>), wh
     }
 }
 
+/// `weft net ARGS --dir DIR --json` on `cluster` (asserted to succeed).
+fn net_json(cluster: &Cluster, args: &[&str]) -> Value {
+    let dir = cluster.dir();
+    let mut all = vec!["net"];
+    all.extend_from_slice(args);
+    all.extend(["--dir", dir.to_str().unwrap(), "--json"]);
+    cluster.weft_json(&all)
+}
+
 /// The namespace a process runs in, as `ip netns identify` names it ("" for the root one).
 fn netns_of(pid: u64) -> String {
     ip(&["netns", "identify", &pid.to_string()]).trim().to_owned()
@@ -287,12 +296,7 @@ fn net_partition_cuts_hosts_off_and_heal_brings_them_back() {
     ];
     let cluster = Cluster::start(3, &flags);
     let dir = cluster.dir();
-    let net = |args: &[&str]| {
-        let mut all = vec!["net"];
-        all.extend_from_slice(args);
-        all.extend(["--dir", dir.to_str().unwrap(), "--json"]);
-        cluster.weft_json(&all)
-    };
+    let net = |args: &[&str]| net_json(&cluster, args);
     let row = |state: &Value, host: &str| {
         state["hosts"].as_array().unwrap().iter().find(|h| h["host"] == host).unwrap().clone()
     };
@@ -469,12 +473,7 @@ fn a_partitioned_node_loses_nothing_acknowledged_and_its_stale_units_are_collect
     // 3× meta's down-after, then healed; the writers go on until 200 puts were acknowledged.
     let acknowledged = std::sync::atomic::AtomicUsize::new(0);
     let partition_over = std::sync::atomic::AtomicBool::new(false);
-    let net = |args: &[&str]| {
-        let mut all = vec!["net"];
-        all.extend_from_slice(args);
-        all.extend(["--dir", dir.to_str().unwrap(), "--json"]);
-        cluster.weft_json(&all)
-    };
+    let net = |args: &[&str]| net_json(&cluster, args);
     let mut on_node_2 = BTreeSet::new();
     let results: Vec<(std::collections::BTreeMap<String, Vec<u8>>, usize)> =
         std::thread::scope(|scope| {
