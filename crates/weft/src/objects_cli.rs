@@ -736,7 +736,8 @@ pub fn stat(args: StatArgs) -> Result<(), CliError> {
         .collect();
     if !unfound.is_empty() {
         println!(
-            "  UNFOUND     {} (too few units of their group readable to rebuild; retried when a              node returns; `weft repair mark-lost {bucket} {key} --yes` gives the object up)",
+            "  UNFOUND     {} (too few units of their group readable to rebuild; retried when a \
+             node returns; `weft repair mark-lost {bucket} {key} --yes` gives the object up)",
             unfound.join(", ")
         );
     }

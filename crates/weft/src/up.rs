@@ -559,7 +559,8 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
         let last = crate::hosts::host_offset(&Role::Node(nodes).host()).expect("a node host");
         if last > args.subnet.usable() {
             return Err(cli_error!(
-                "--subnet {} has {} addresses; node {nodes} needs address {last} (nodes sit at                  .20 + id): give a larger --subnet, e.g. 198.18.0.0/16",
+                "--subnet {} has {} addresses; node {nodes} needs address {last} (nodes sit at \
+                 .20 + id): give a larger --subnet, e.g. 198.18.0.0/16",
                 args.subnet,
                 args.subnet.usable()
             ));
@@ -578,7 +579,9 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
             format!("--meta-listen {} / --s3-listen {s3_listen} are not loopback", args.meta_listen)
         };
         return Err(cli_error!(
-            "{which}, and weft does not encrypt its links yet: requests, units and              signatures would cross the network in clear. Add --insecure-plaintext to run it              so anyway (weft status then says so)"
+            "{which}, and weft does not encrypt its links yet: requests, units and \
+             signatures would cross the network in clear. Add --insecure-plaintext to run it \
+             so anyway (weft status then says so)"
         ));
     }
     if args.meta_replicas > 1 && meta_store != MetaStoreArg::Postgres {
@@ -642,7 +645,8 @@ fn lstor_dir(args: &UpArgs, dir: &Path, out: Out) -> Result<PathBuf, CliError> {
                 shm.join(format!("weft-lstors-{:016x}", hasher.finish()))
             } else {
                 out.warn(&format!(
-                    "no /dev/shm here: the Lstors go to {}, on the disks' own device (RAIDP                      then survives fewer failures than it should; give --lstor-dir)",
+                    "no /dev/shm here: the Lstors go to {}, on the disks' own device (RAIDP \
+                     then survives fewer failures than it should; give --lstor-dir)",
                     dir.join("lstors").display()
                 ));
                 dir.join("lstors")
