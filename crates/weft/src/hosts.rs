@@ -286,13 +286,19 @@ impl Host {
 pub struct Hosts {
     tag: String,
     subnet: Subnet,
+    mtu: u32,
     hosts: Vec<Host>,
 }
 
 impl Hosts {
     /// Creates the bridge and one host per name (each at [`host_offset`]), after removing
     /// whatever an earlier run of this cluster left.
-    pub fn create(dir: &Path, subnet: Subnet, names: &[String]) -> Result<Hosts, CliError> {
+    pub fn create(
+        dir: &Path,
+        subnet: Subnet,
+        mtu: u32,
+        names: &[String],
+    ) -> Result<Hosts, CliError> {
         let tag = tag_of(dir);
         remove_leftovers(&tag)?;
         let gateway = subnet.address(1).expect("a subnet has a first address");
@@ -302,10 +308,11 @@ impl Hosts {
                  give a --subnet of its own"
             ));
         }
-        let mut hosts = Hosts { tag: tag.clone(), subnet, hosts: Vec::new() };
+        let mut hosts = Hosts { tag: tag.clone(), subnet, mtu, hosts: Vec::new() };
+        let mtu = mtu.to_string();
         let bridge = bridge_name(&tag);
         let cidr = |a: Ipv4Addr| format!("{a}/{}", subnet.prefix());
-        ip(&["link", "add", &bridge, "type", "bridge"])?;
+        ip(&["link", "add", &bridge, "mtu", &mtu, "type", "bridge"])?;
         ip(&["addr", "add", &cidr(gateway), "dev", &bridge])?;
         ip(&["link", "set", &bridge, "up"])?;
         for (n, name) in names.iter().enumerate() {
@@ -321,7 +328,10 @@ impl Hosts {
             let netns = format!("{}{name}", netns_prefix(&tag));
             let veth = format!("{}{n}", veth_prefix(&tag));
             ip(&["netns", "add", &netns])?;
-            ip(&["link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &netns])?;
+            ip(&[
+                "link", "add", &veth, "mtu", &mtu, "type", "veth", "peer", "name", "eth0", "mtu",
+                &mtu, "netns", &netns,
+            ])?;
             ip(&["link", "set", &veth, "master", &bridge, "up"])?;
             ip(&["-n", &netns, "addr", "add", &cidr(address), "dev", "eth0"])?;
             ip(&["-n", &netns, "link", "set", "eth0", "up"])?;
@@ -343,6 +353,11 @@ impl Hosts {
 
     pub fn subnet(&self) -> Subnet {
         self.subnet
+    }
+
+    /// The MTU of the bridge and every veth.
+    pub fn mtu(&self) -> u32 {
+        self.mtu
     }
 
     pub fn bridge(&self) -> String {

@@ -295,6 +295,10 @@ pub struct UpArgs {
     /// nodes).
     #[arg(long, default_value = crate::hosts::DEFAULT_SUBNET, value_name = "CIDR")]
     pub subnet: crate::hosts::Subnet,
+    /// The MTU of --netns's bridge and veths: 1500 as Ethernet's, 9000 as a storage
+    /// network's jumbo frames (1280 to 65535).
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(1280..=65535))]
+    pub mtu: u32,
     /// Serve plain HTTP on addresses other than loopback (--netns, or a non-loopback
     /// --meta-listen/--s3-listen): requests, units and signatures then cross the network
     /// in clear, and `weft status` says so in red. Refused without this flag.
@@ -395,6 +399,8 @@ struct Plan {
     repair_rate: Option<usize>,
     /// The subnet of the hosts, under `--netns`.
     netns: Option<crate::hosts::Subnet>,
+    /// Their links' MTU.
+    mtu: u32,
     /// Some listener serves plain HTTP on an address other than loopback.
     insecure_plaintext: bool,
 }
@@ -614,6 +620,7 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
         repair_rate: args.repair_rate,
         s3_listen,
         netns: args.netns.then_some(args.subnet),
+        mtu: args.mtu,
         insecure_plaintext: plaintext_out,
     })
 }
@@ -1276,6 +1283,7 @@ impl Supervisor {
             "insecure_plaintext": plan.insecure_plaintext,
             "netns": self.hosts.as_ref().map(|hosts| json!({
                 "subnet": hosts.subnet().to_string(),
+                "mtu": hosts.mtu(),
                 "bridge": hosts.bridge(),
                 "gateway": hosts.gateway(),
                 "hosts": hosts.all().iter().map(|h| json!({
@@ -1382,7 +1390,8 @@ pub fn run(args: UpArgs) -> Result<(), CliError> {
     let mut cluster = Supervisor::new(&plan.dir)?;
     match plan.netns {
         Some(subnet) => {
-            let hosts = crate::hosts::Hosts::create(&plan.dir, subnet, &plan.host_names())?;
+            let hosts =
+                crate::hosts::Hosts::create(&plan.dir, subnet, plan.mtu, &plan.host_names())?;
             if !out.json {
                 eprintln!(
                     "weft up: {} hosts on bridge {} ({subnet}, this machine at {})",

@@ -120,7 +120,7 @@ fn every_process_is_on_a_host_of_its_own_and_nothing_is_left_behind() {
         return;
     }
     let before = namespaces_and_links();
-    let flags = ["--netns", "--subnet", "198.18.0.64/26", "--insecure-plaintext"];
+    let flags = ["--netns", "--subnet", "198.18.0.64/26", "--insecure-plaintext", "--mtu", "9000"];
     let mut cluster = Cluster::start(3, &flags);
 
     // Every service (meta, three nodes, the executor, the gateway) in a namespace of its
@@ -128,6 +128,7 @@ fn every_process_is_on_a_host_of_its_own_and_nothing_is_left_behind() {
     let file = cluster.cluster_file();
     assert_eq!(file["insecure_plaintext"], true, "{file}");
     assert_eq!(file["netns"]["subnet"], "198.18.0.64/26", "{file}");
+    assert_eq!(file["netns"]["mtu"], 9000, "{file}");
     let services = file["services"].as_array().expect("services").clone();
     assert_eq!(services.len(), 6, "{file}");
     let mut seen = BTreeSet::new();
@@ -136,6 +137,8 @@ fn every_process_is_on_a_host_of_its_own_and_nothing_is_left_behind() {
         assert!(address.starts_with("198.18.0.") && seen.insert(netns.clone()), "{service}");
         let pid = service["pid"].as_u64().unwrap();
         assert_eq!(netns_of(pid), netns, "{service}");
+        let link = ip(&["-n", &netns, "-o", "link", "show", "dev", "eth0"]);
+        assert!(link.contains(" mtu 9000 "), "{link}");
         // A listener's endpoint is its host's address (the executor only dials out).
         if service["role"] != "repair" {
             let endpoint = service["endpoint"].as_str().unwrap_or_default();
