@@ -72,7 +72,14 @@ fn wait_for_none_of(tag: &str, before: &(BTreeSet<String>, BTreeSet<String>), wh
         // Other tests' clusters may come and go meanwhile: only this one's names count.
         let left: Vec<&String> = now.0.iter().chain(&now.1).filter(ours).collect();
         if left.is_empty() {
-            assert!(before.0.is_subset(&now.0), "{when}: namespaces not ours were removed");
+            // Namespaces of no weft cluster (other tests' clusters end when they end) must
+            // all still be there: cleaning up never reaches beyond weft's own names.
+            let foreign_gone: Vec<&String> = before
+                .0
+                .iter()
+                .filter(|n| !n.starts_with("weft-") && !now.0.contains(*n))
+                .collect();
+            assert!(foreign_gone.is_empty(), "{when}: removed namespaces {foreign_gone:?}");
             return;
         }
         assert!(Instant::now() < deadline, "{when}: left behind {left:?}");
