@@ -142,14 +142,14 @@ pub fn preflight() -> Result<(), CliError> {
     }
 }
 
-/// Runs `ip ARGS`, with its stderr in the error.
-fn ip(args: &[&str]) -> Result<(), CliError> {
+/// Runs `ip ARGS`: its stdout, or an error with its stderr.
+pub(crate) fn ip(args: &[&str]) -> Result<String, CliError> {
     let output = Command::new("ip")
         .args(args)
         .output()
-        .map_err(|e| cli_error!("cannot run ip {}: {e}", args.join(" ")))?;
+        .map_err(|e| cli_error!("cannot run ip {} (iproute2): {e}", args.join(" ")))?;
     if output.status.success() {
-        Ok(())
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     } else {
         Err(cli_error!(
             "ip {} failed: {}",

@@ -19,7 +19,7 @@ use std::{net::Ipv4Addr, path::PathBuf, process::Command};
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
-use crate::{cli_error, CliError};
+use crate::{cli_error, hosts::ip, CliError};
 
 /// Network drills on a `weft up --netns` cluster: partition, heal, delay, show.
 ///
@@ -161,22 +161,6 @@ fn pick<'a>(hosts: &'a [NetHost], names: &[String]) -> Result<Vec<&'a NetHost>, 
             })
         })
         .collect()
-}
-
-fn ip(args: &[&str]) -> Result<String, CliError> {
-    let output = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| cli_error!("cannot run ip (iproute2): {e}"))?;
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    } else {
-        Err(cli_error!(
-            "ip {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
-    }
 }
 
 fn blackhole(host: &NetHost, to: Ipv4Addr) -> Result<(), CliError> {
