@@ -53,8 +53,12 @@ use sha2::{Digest, Sha256};
 
 #[cfg(feature = "axum")]
 pub mod axum_layer;
+#[cfg(feature = "ca")]
+pub mod ca;
 #[cfg(feature = "reqwest")]
 pub mod sign_reqwest;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 type HmacSha256 = Hmac<Sha256>;
 

@@ -1,4 +1,6 @@
-//! Signing reqwest requests (async and blocking) for meta and nodes.
+//! Signing reqwest requests (async and blocking) for meta and nodes, and the builders of
+//! the clients that send them (every client of weft's APIs is built here, so every one
+//! speaks TLS with the process's identity: see `tls`).
 //!
 //! Invariants: the signature covers the URL's path and query exactly as reqwest will send
 //! them (read from the built request, after reqwest's own normalisation). Requests to meta
@@ -7,6 +9,17 @@
 //! end against meta's checksums rather than hashed twice on the way.
 
 use reqwest::header::{HeaderName, HeaderValue};
+
+/// A builder of an async client of weft's APIs: TLS with this process's identity
+/// ([`crate::tls::client`]) for https:// URLs.
+pub fn client_builder() -> reqwest::ClientBuilder {
+    reqwest::Client::builder().use_preconfigured_tls(crate::tls::client())
+}
+
+/// A builder of a blocking client of weft's APIs, as [`client_builder`].
+pub fn blocking_client_builder() -> reqwest::blocking::ClientBuilder {
+    reqwest::blocking::Client::builder().use_preconfigured_tls(crate::tls::client())
+}
 
 use crate::{
     content_hash, Audience, Signer, AUTHORIZATION_HEADER, CONTENT_HASH_HEADER, UNSIGNED_PAYLOAD,
