@@ -80,12 +80,17 @@ fn validity(params: &mut CertificateParams, days: u32) {
 
 fn validity_until(params: &mut CertificateParams, not_after: time::OffsetDateTime) {
     let now = time::OffsetDateTime::now_utc();
-    params.not_before = (now - time::Duration::minutes(10)).min(not_after - time::Duration::days(1));
+    params.not_before =
+        (now - time::Duration::minutes(10)).min(not_after - time::Duration::days(1));
     params.not_after = not_after;
     let mut serial = [0u8; 16];
     rand::thread_rng().fill_bytes(&mut serial);
     serial[0] &= 0x7f;
     params.serial_number = Some(SerialNumber::from_slice(&serial));
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Writes `bytes` to `path` atomically (beside it, synced, renamed), with `mode`.
@@ -122,7 +127,8 @@ impl Ca {
                 dir.display()
             )));
         }
-        fs::create_dir_all(dir).map_err(|e| error(&format!("cannot create {}", dir.display()), e))?;
+        fs::create_dir_all(dir)
+            .map_err(|e| error(&format!("cannot create {}", dir.display()), e))?;
         let key = KeyPair::generate().map_err(|e| error("cannot make a key", e))?;
         let mut params = CertificateParams::default();
         let mut dn = DistinguishedName::new();
@@ -144,7 +150,13 @@ impl Ca {
         let read = |file: &str| {
             let path = dir.join(file);
             fs::read_to_string(&path).map_err(|e| {
-                error(&format!("cannot read {} (the cluster CA's; `weft init` makes it)", path.display()), e)
+                error(
+                    &format!(
+                        "cannot read {} (the cluster CA's; `weft init` makes it)",
+                        path.display()
+                    ),
+                    e,
+                )
             })
         };
         let (cert_pem, key_pem) = (read(CA_FILE)?, read(CA_KEY_FILE)?);
@@ -163,13 +175,18 @@ impl Ca {
 
     /// A certificate for `host`, valid `days` days from now.
     pub fn issue(&self, host: &HostNames, days: u32) -> Result<Issued, TlsError> {
-        let not_after = std::time::SystemTime::now() + std::time::Duration::from_secs(86_400 * u64::from(days));
+        let not_after =
+            std::time::SystemTime::now() + std::time::Duration::from_secs(86_400 * u64::from(days));
         self.issue_until(host, not_after)
     }
 
     /// A certificate for `host`, valid until `not_after` (a time past makes an expired one,
     /// as drills need).
-    pub fn issue_until(&self, host: &HostNames, not_after: std::time::SystemTime) -> Result<Issued, TlsError> {
+    pub fn issue_until(
+        &self,
+        host: &HostNames,
+        not_after: std::time::SystemTime,
+    ) -> Result<Issued, TlsError> {
         let mut dns = vec![host.name.clone()];
         dns.extend(host.dns.iter().filter(|d| **d != host.name).cloned());
         let mut params = CertificateParams::default();
@@ -178,7 +195,10 @@ impl Ca {
         dn.push(DnType::CommonName, host.name.as_str());
         params.distinguished_name = dn;
         for name in dns {
-            let name = name.clone().try_into().map_err(|e| error(&format!("bad host name {name:?}"), e))?;
+            let name = name
+                .clone()
+                .try_into()
+                .map_err(|e| error(&format!("bad host name {name:?}"), e))?;
             params.subject_alt_names.push(SanType::DnsName(name));
         }
         params.subject_alt_names.extend(host.ips.iter().map(|ip| SanType::IpAddress(*ip)));
@@ -195,10 +215,34 @@ impl Ca {
         Ok(Issued { cert_pem: cert.pem(), key_pem: key.serialize_pem() })
     }
 
+    /// Reissues the certificate of TLS directory `dir` with a new key, for the same names
+    /// and addresses, valid `days` days from now; writes it as [`Ca::write_host`] does.
+    /// Returns the new certificate's serial number (hex).
+    pub fn reissue(&self, dir: &Path, days: u32) -> Result<String, TlsError> {
+        let path = dir.join(CERT_FILE);
+        let pem = fs::read_to_string(&path)
+            .map_err(|e| error(&format!("cannot read {}", path.display()), e))?;
+        let mut params = CertificateParams::from_ca_cert_pem(&pem)
+            .map_err(|e| error(&format!("cannot read the certificate in {}", path.display()), e))?;
+        params.key_identifier_method = rcgen::KeyIdMethod::Sha256;
+        params.use_authority_key_identifier_extension = true;
+        validity(&mut params, days);
+        let serial = params.serial_number.as_ref().map(|s| hex(s.as_ref())).unwrap_or_default();
+        let key = KeyPair::generate().map_err(|e| error("cannot make a key", e))?;
+        let cert = params
+            .signed_by(&key, &self.issuer, &self.key)
+            .map_err(|e| error("cannot issue a certificate", e))?;
+        write_atomic(&dir.join(CA_FILE), self.cert_pem.as_bytes(), 0o644)?;
+        write_atomic(&dir.join(KEY_FILE), key.serialize_pem().as_bytes(), 0o600)?;
+        write_atomic(&dir.join(CERT_FILE), cert.pem().as_bytes(), 0o644)?;
+        Ok(serial)
+    }
+
     /// Issues `host` a certificate and writes the TLS directory `dir`: `ca.pem`, then
     /// `key.pem`, then `cert.pem` (each atomically; see the module's invariants).
     pub fn write_host(&self, dir: &Path, host: &HostNames, days: u32) -> Result<PathBuf, TlsError> {
-        fs::create_dir_all(dir).map_err(|e| error(&format!("cannot create {}", dir.display()), e))?;
+        fs::create_dir_all(dir)
+            .map_err(|e| error(&format!("cannot create {}", dir.display()), e))?;
         let issued = self.issue(host, days)?;
         write_atomic(&dir.join(CA_FILE), self.cert_pem.as_bytes(), 0o644)?;
         write_atomic(&dir.join(KEY_FILE), issued.key_pem.as_bytes(), 0o600)?;

@@ -41,13 +41,15 @@ use rustls::{
     pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer},
     server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier},
     sign::CertifiedKey,
-    ClientConfig, RootCertStore, ServerConfig, SignatureScheme,
+    RootCertStore, SignatureScheme,
 };
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
     net::{TcpListener, TcpStream},
     sync::mpsc,
 };
+
+pub use rustls::{ClientConfig, ServerConfig};
 
 /// The cluster CA's certificate in a TLS directory.
 pub const CA_FILE: &str = "ca.pem";
@@ -244,7 +246,9 @@ pub fn server_config(
             let verifier =
                 WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider())
                     .build()
-                    .map_err(|e| error(format!("cannot verify clients with {}: {e}", ca.display())))?;
+                    .map_err(|e| {
+                        error(format!("cannot verify clients with {}: {e}", ca.display()))
+                    })?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
@@ -263,20 +267,26 @@ pub fn client_config(files: &TlsFiles) -> Result<ClientConfig, TlsError> {
         .with_client_cert_resolver(Arc::new(identity)))
 }
 
-static CLIENT: OnceLock<ClientConfig> = OnceLock::new();
+static CLIENT: OnceLock<(TlsFiles, ClientConfig)> = OnceLock::new();
 
 /// Makes `files` the identity of every client this process builds from now on (see
-/// [`client`]). The first call wins; a later one with other files is an error.
+/// [`client`]). The first call wins; a later one with the same files is a no-op, with
+/// other files an error.
 pub fn install_client(files: &TlsFiles) -> Result<(), TlsError> {
+    if let Some((installed, _)) = CLIENT.get() {
+        return match installed == files {
+            true => Ok(()),
+            false => Err(error(format!(
+                "this process already uses the TLS files of {}",
+                installed.cert.display()
+            ))),
+        };
+    }
     let config = client_config(files)?;
-    let mut installed = true;
-    CLIENT.get_or_init(|| {
-        installed = false;
-        config
-    });
-    match installed {
-        false => Ok(()),
-        true => Err(error("this process's TLS identity was already set")),
+    let chosen = CLIENT.get_or_init(|| (files.clone(), config));
+    match &chosen.0 == files {
+        true => Ok(()),
+        false => Err(error("this process's TLS identity was set meanwhile")),
     }
 }
 
@@ -289,7 +299,7 @@ pub fn client_installed() -> bool {
 /// server (an https:// URL then fails its handshake; http:// URLs are unaffected).
 pub fn client() -> ClientConfig {
     match CLIENT.get() {
-        Some(config) => config.clone(),
+        Some((_, config)) => config.clone(),
         None => ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .expect("ring supports rustls's default protocol versions")

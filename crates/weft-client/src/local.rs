@@ -94,7 +94,8 @@ pub(crate) struct LocalIo {
 
 /// The TCP port of `endpoint` when its host is a loopback address.
 pub(crate) fn loopback_port(endpoint: &str) -> Option<u16> {
-    let rest = endpoint.strip_prefix("http://")?;
+    // TLS or not: the Unix socket of a loopback node crosses no link (docs/node-api.md).
+    let rest = endpoint.strip_prefix("http://").or_else(|| endpoint.strip_prefix("https://"))?;
     let authority = rest.split('/').next()?;
     let (host, port) = authority.rsplit_once(':')?;
     let host = host.trim_start_matches('[').trim_end_matches(']');

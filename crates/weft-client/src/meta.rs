@@ -86,7 +86,7 @@ impl MetaClient {
         if bases.is_empty() {
             return Err(ClientError::Invalid(format!("no meta URL in {base:?}")));
         }
-        let http = reqwest::Client::builder()
+        let http = weft_auth::sign_reqwest::client_builder()
             .timeout(META_TIMEOUT)
             .connect_timeout(Duration::from_secs(3))
             .build()

@@ -278,7 +278,7 @@ impl NodeClient {
     /// A connection pool with short connect timeouts (a dead node must not stall a read).
     pub fn new(secret: &ClusterSecret) -> crate::Result<NodeClient> {
         let pool = || {
-            reqwest::Client::builder()
+            weft_auth::sign_reqwest::client_builder()
                 .connect_timeout(Duration::from_secs(2))
                 .read_timeout(Duration::from_secs(30))
                 .pool_max_idle_per_host(8)

@@ -129,6 +129,9 @@ pub struct MetaConfig {
     /// The leader lease's length ([`leader`]): with several metas on one database, a dead
     /// leader's duties (repair detection) resume elsewhere within about this long.
     pub lease_ms: u64,
+    /// TLS on the listener (with the client certificates it requires), or None for plain
+    /// HTTP.
+    pub tls: Option<Arc<weft_auth::tls::ServerConfig>>,
 }
 
 /// Where meta keeps its records.
@@ -165,6 +168,7 @@ impl MetaConfig {
             secret,
             store: StoreLocation::Redb,
             lease_ms: leader::DEFAULT_LEASE_MS,
+            tls: None,
         }
     }
 }
@@ -287,6 +291,8 @@ impl Meta {
 #[derive(Debug)]
 pub struct RunningMeta {
     local_addr: SocketAddr,
+    /// `https` with TLS, else `http`.
+    scheme: &'static str,
     stop: watch::Sender<bool>,
     server: JoinHandle<Result<(), ServiceError>>,
     detector: JoinHandle<()>,
@@ -302,7 +308,7 @@ impl RunningMeta {
 
     /// Base URL of meta's API, `http://ip:port`.
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.local_addr)
+        format!("{}://{}", self.scheme, self.local_addr)
     }
 
     /// Stops accepting connections and the repair detector, lets requests in flight finish,
@@ -397,6 +403,10 @@ pub async fn bind_with_faults(
     let local_addr = listener
         .local_addr()
         .map_err(|source| ServiceError::Bind { addr: config.listen, source })?;
+    let scheme = if config.tls.is_some() { "https" } else { "http" };
+    let acceptor = weft_auth::tls::Acceptor::new(config.tls.clone());
+    let listener = weft_auth::tls::Listener::start(listener, acceptor)
+        .map_err(|source| ServiceError::Bind { addr: config.listen, source })?;
     let meta = Arc::new(Meta {
         store,
         down_after_ms: config.down_after_ms,
@@ -413,7 +423,7 @@ pub async fn bind_with_faults(
         placement_turn: AtomicU64::new(now_ms()),
         raidp: tokio::sync::Mutex::new(()),
         geometric: tokio::sync::Mutex::new(()),
-        leadership: leader::Leadership::new(format!("http://{local_addr}"), config.lease_ms),
+        leadership: leader::Leadership::new(format!("{scheme}://{local_addr}"), config.lease_ms),
     });
     // The first ask before anything runs: a meta alone leads from its first request on.
     {
@@ -458,7 +468,7 @@ pub async fn bind_with_faults(
         failure_domain = %config.failure_domain,
         "meta serving"
     );
-    Ok(RunningMeta { local_addr, stop, server, detector, leading })
+    Ok(RunningMeta { local_addr, scheme, stop, server, detector, leading })
 }
 
 /// Runs meta until `shutdown` completes, then stops it gracefully.

@@ -63,14 +63,16 @@ pub(crate) async fn run(
 ) {
     let mut metas = crate::scrub::Metas::new(&meta_url);
     let interval = Duration::from_millis(interval_ms);
-    let client =
-        match reqwest::Client::builder().timeout(interval.max(Duration::from_secs(1))).build() {
-            Ok(client) => client,
-            Err(error) => {
-                tracing::error!(%error, "cannot build the heartbeat client; no heartbeats");
-                return;
-            }
-        };
+    let client = match weft_auth::sign_reqwest::client_builder()
+        .timeout(interval.max(Duration::from_secs(1)))
+        .build()
+    {
+        Ok(client) => client,
+        Err(error) => {
+            tracing::error!(%error, "cannot build the heartbeat client; no heartbeats");
+            return;
+        }
+    };
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -85,6 +85,10 @@ pub struct NodeConfig {
     /// Per disk (same indexes as `disks`), the directory of its Lstor, which gives the disk a
     /// RAIDP side (`--lstor PATH`); empty or `None` for a disk: no RAIDP on it.
     pub lstors: Vec<Option<PathBuf>>,
+    /// TLS on the listener (with the client certificates it requires), or None for plain
+    /// HTTP. The node's own requests (heartbeats, scrub reports) use the process's client
+    /// TLS (`weft_auth::tls::install_client`).
+    pub tls: Option<Arc<weft_auth::tls::ServerConfig>>,
 }
 
 impl NodeConfig {
@@ -110,6 +114,7 @@ impl NodeConfig {
             net_bytes_per_sec: None,
             lstors: Vec::new(),
             crash_drill: None,
+            tls: None,
         }
     }
 }
@@ -170,6 +175,8 @@ pub(crate) struct Node {
 #[derive(Debug)]
 pub struct RunningNode {
     local_addr: SocketAddr,
+    /// `https` with TLS, else `http`.
+    scheme: &'static str,
     stop: watch::Sender<bool>,
     server: JoinHandle<Result<(), NodeError>>,
     heartbeat: Option<JoinHandle<()>>,
@@ -183,9 +190,9 @@ impl RunningNode {
         self.local_addr
     }
 
-    /// Base URL of the node's API, `http://ip:port`.
+    /// Base URL of the node's API, `http://ip:port` (`https://` with TLS).
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.local_addr)
+        format!("{}://{}", self.scheme, self.local_addr)
     }
 
     /// Stops accepting connections, lets requests in flight finish, stops heartbeats.
@@ -300,12 +307,13 @@ pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
         crash_drill: config.crash_drill.clone(),
     });
     let (stop, stopped) = watch::channel(false);
+    let scheme = if config.tls.is_some() { "https" } else { "http" };
     let heartbeat = config.meta_url.clone().map(|meta_url| {
         tokio::spawn(heartbeat::run(
             node.clone(),
             meta_url,
             weft_auth::Signer::new(config.key.clone(), weft_auth::Audience::Meta),
-            format!("http://{local_addr}"),
+            format!("{scheme}://{local_addr}"),
             config.heartbeat_interval_ms,
             stopped.clone(),
         ))
@@ -343,8 +351,10 @@ pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
     }
     let app = api::router(node.clone(), guard);
     // Checksummed unit GETs are answered beside axum, with sendfile; axum gets the rest.
-    let listener = sendfile::SplitListener::start(listener, node, verifier, stopped.clone())
-        .map_err(|source| NodeError::Bind { addr: config.listen, source })?;
+    let acceptor = weft_auth::tls::Acceptor::new(config.tls.clone());
+    let listener =
+        sendfile::SplitListener::start(listener, node, verifier, stopped.clone(), acceptor)
+            .map_err(|source| NodeError::Bind { addr: config.listen, source })?;
     let mut server_stopped = stopped;
     let server = tokio::spawn(async move {
         axum::serve(listener, app)
@@ -355,7 +365,7 @@ pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
             .map_err(NodeError::Serve)
     });
     tracing::info!(node_id = config.node_id, rack = ?config.rack, %local_addr, "node serving");
-    Ok(RunningNode { local_addr, stop, server, heartbeat, background })
+    Ok(RunningNode { local_addr, scheme, stop, server, heartbeat, background })
 }
 
 /// Runs a node until `shutdown` completes, then stops it gracefully.

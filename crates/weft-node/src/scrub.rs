@@ -146,7 +146,7 @@ fn now_ms() -> u64 {
 }
 
 fn client() -> Option<reqwest::Client> {
-    match reqwest::Client::builder().timeout(Duration::from_secs(30)).build() {
+    match weft_auth::sign_reqwest::client_builder().timeout(Duration::from_secs(30)).build() {
         Ok(client) => Some(client),
         Err(error) => {
             tracing::error!(%error, "cannot build an HTTP client; the scrub reports nothing");

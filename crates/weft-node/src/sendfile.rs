@@ -40,10 +40,13 @@ use std::{
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf},
-    net::{TcpListener, TcpStream},
+    net::TcpListener,
     sync::{mpsc, watch},
 };
-use weft_auth::{BodyCheck, RequestHead, Verifier};
+use weft_auth::{
+    tls::{Acceptor, Stream},
+    BodyCheck, RequestHead, Verifier,
+};
 use weft_store::{UnitReader, WholeSegments};
 
 use crate::{
@@ -71,7 +74,7 @@ const ROUTE: &str = "/v1/disks/{disk}/units/{unit}";
 pub(crate) struct Handoff {
     read: Vec<u8>,
     at: usize,
-    stream: TcpStream,
+    stream: Stream,
 }
 
 impl AsyncRead for Handoff {
@@ -135,6 +138,8 @@ struct Shared {
     verifier: Arc<Verifier>,
     handoffs: mpsc::Sender<(Handoff, SocketAddr)>,
     stopped: watch::Receiver<bool>,
+    /// Plain TCP, or the TLS handshake every connection begins with.
+    acceptor: Acceptor,
 }
 
 impl SplitListener {
@@ -144,12 +149,13 @@ impl SplitListener {
         node: Arc<Node>,
         verifier: Arc<Verifier>,
         stopped: watch::Receiver<bool>,
+        acceptor: Acceptor,
     ) -> io::Result<SplitListener> {
         let local_addr = listener.local_addr()?;
         let (handoffs, receiver) = mpsc::channel(64);
         // A modeled node waits out its disk and link models in axum's handlers.
         let native = node.models.iter().all(Option::is_none) && node.link_out.is_none();
-        let shared = Arc::new(Shared { node, verifier, handoffs, stopped });
+        let shared = Arc::new(Shared { node, verifier, handoffs, stopped, acceptor });
         tokio::spawn(accept_loop(listener, shared, native));
         Ok(SplitListener { handoffs: receiver, local_addr })
     }
@@ -180,7 +186,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, native: bool) {
             accepted = listener.accept() => accepted,
             _ = stopped.wait_for(|stop| *stop) => return,
         };
-        let (stream, peer) = match accepted {
+        let (tcp, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(error) => {
                 // Out of descriptors or memory: wait, as axum's own listener does.
@@ -189,12 +195,20 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, native: bool) {
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
-        if !native {
-            let _ = shared.handoffs.send((Handoff { read: Vec::new(), at: 0, stream }, peer)).await;
-            continue;
-        }
-        tokio::spawn(connection(stream, peer, shared.clone()));
+        let _ = tcp.set_nodelay(true);
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            // The handshake (with TLS) on this connection's task: a slow peer holds up no
+            // other. A refused one is logged by the acceptor.
+            let Some(stream) = shared.acceptor.accept(tcp, peer).await else { return };
+            match native {
+                true => connection(stream, peer, shared).await,
+                false => {
+                    let handoff = Handoff { read: Vec::new(), at: 0, stream };
+                    let _ = shared.handoffs.send((handoff, peer)).await;
+                }
+            }
+        });
     }
 }
 
@@ -284,7 +298,7 @@ pub(crate) fn parse_head(bytes: &[u8]) -> Head {
 
 /// Serves one connection: checksummed unit GETs here, until a request of another kind hands
 /// the connection to axum, the peer closes, or the node stops.
-async fn connection(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
+async fn connection(mut stream: Stream, peer: SocketAddr, shared: Arc<Shared>) {
     let mut read = Vec::with_capacity(4096);
     let mut stopped = shared.stopped.clone();
     loop {
@@ -345,7 +359,7 @@ struct Prepared {
 }
 
 /// Answers one checksummed unit GET. Err: the connection must close (the answer broke off).
-async fn answer(stream: &mut TcpStream, shared: &Shared, get: UnitGet) -> io::Result<()> {
+async fn answer(stream: &mut Stream, shared: &Shared, get: UnitGet) -> io::Result<()> {
     let node = &shared.node;
     if let Err(refusal) = verify(&shared.verifier, &get) {
         let (status, _, body) = refusal.into_parts();
@@ -387,9 +401,11 @@ async fn answer(stream: &mut TcpStream, shared: &Shared, get: UnitGet) -> io::Re
     }
     out.extend_from_slice(&head);
     stream.write_all(&out).await?;
-    match whole.filter(|w| w.start < w.end) {
-        Some(w) => {
-            let socket = dup(stream.as_raw_fd())?;
+    let whole = whole.filter(|w| w.start < w.end);
+    let socket = stream.plain().map(|tcp| tcp.as_raw_fd());
+    match (whole, socket) {
+        (Some(w), Some(socket)) => {
+            let socket = dup(socket)?;
             let (file_offset, len) = (w.file_offset, w.end - w.start);
             let keep_open = reader.clone();
             tokio::task::spawn_blocking(move || {
@@ -400,9 +416,13 @@ async fn answer(stream: &mut TcpStream, shared: &Shared, get: UnitGet) -> io::Re
             .await
             .map_err(io::Error::other)??;
         }
-        None if head.len() as u64 + (tail.len() as u64) < range.end - range.start => {
-            // No descriptor to send from: read and verify the middle here.
-            let (mut at, end) = (range.start + head.len() as u64, range.end - tail.len() as u64);
+        (whole, _) if head.len() as u64 + (tail.len() as u64) < range.end - range.start => {
+            // No descriptor to send from (or TLS between the file and the socket): read and
+            // verify the middle here, then write it.
+            let (mut at, end) = match whole {
+                Some(w) => (w.start, w.end),
+                None => (range.start + head.len() as u64, range.end - tail.len() as u64),
+            };
             while at < end {
                 let len = (end - at).min(api::CHUNK_BYTES) as usize;
                 let reading = reader.clone();
@@ -414,7 +434,7 @@ async fn answer(stream: &mut TcpStream, shared: &Shared, get: UnitGet) -> io::Re
                 at += len as u64;
             }
         }
-        None => {}
+        _ => {}
     }
     stream.write_all(&tail).await?;
     node.metrics.bytes_out(range.end - range.start);
@@ -497,7 +517,7 @@ pub(crate) fn status_line(status: StatusCode, headers: &HeaderMap) -> Vec<u8> {
 }
 
 async fn write_error(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     status: StatusCode,
     extra: &[(header::HeaderName, HeaderValue)],
     body: &[u8],

@@ -94,6 +94,9 @@ pub struct GatewayConfig {
     pub degraded_cache_bytes: usize,
     /// Appends every GET's range to this read trace (JSON lines), when set.
     pub trace_reads: Option<std::path::PathBuf>,
+    /// HTTPS on the listener: the cluster CA's host certificate or the user's own; S3
+    /// clients show no certificate. None: plain HTTP.
+    pub tls: Option<std::sync::Arc<weft_auth::tls::ServerConfig>>,
 }
 
 impl GatewayConfig {
@@ -110,6 +113,7 @@ impl GatewayConfig {
             secret,
             degraded_cache_bytes: weft_client::DEFAULT_DEGRADED_CACHE_BYTES,
             trace_reads: None,
+            tls: None,
         }
     }
 }
@@ -146,7 +150,7 @@ pub struct RunningGateway {
 }
 
 impl RunningGateway {
-    /// `http://ip:port` the gateway answers on.
+    /// `http://ip:port` the gateway answers on (`https://` with TLS).
     pub fn endpoint(&self) -> &str {
         &self.endpoint
     }
@@ -408,6 +412,13 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
     let local = listener
         .local_addr()
         .map_err(|source| GatewayError::Bind { listen: config.listen, source })?;
+    let scheme = if config.tls.is_some() { "https" } else { "http" };
+    // Handshakes (with TLS) run in tasks of their own; connections come out ready.
+    let mut listener = weft_auth::tls::Listener::start(
+        listener,
+        weft_auth::tls::Acceptor::new(config.tls.clone()),
+    )
+    .map_err(|source| GatewayError::Bind { listen: config.listen, source })?;
     let (service, cors, keys) = {
         let keys = keys::MetaAuth::new(client.meta.clone(), config.secret.seal_key());
         let gateway = Gateway::new(client.clone(), keys.clone());
@@ -428,12 +439,9 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
         let http = ConnBuilder::new(TokioExecutor::new());
         loop {
             let socket = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok((socket, _)) => socket,
-                    Err(error) => {
-                        tracing::warn!(%error, "accept failed");
-                        continue;
-                    }
+                accepted = listener.next() => match accepted {
+                    Some((socket, _)) => socket,
+                    None => break,
                 },
                 _ = stopped.changed() => break,
             };
@@ -515,7 +523,7 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
             });
         }
     });
-    Ok(RunningGateway { endpoint: format!("http://{local}"), stop, task })
+    Ok(RunningGateway { endpoint: format!("{scheme}://{local}"), stop, task })
 }
 
 #[cfg(test)]

@@ -31,10 +31,8 @@ use std::{
     task::{ready, Context, Poll},
 };
 
-use tokio::{
-    io::{AsyncRead, AsyncWrite, Interest, ReadBuf},
-    net::TcpStream,
-};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use weft_auth::tls::Stream;
 
 /// The shortest placed slice sent with sendfile: below it one sendfile call (and, without
 /// Nagle, one TCP segment) per slice costs more than copying it, and small slices are many
@@ -66,7 +64,7 @@ pub fn enabled_by_environment() -> bool {
 /// A gateway connection (see the module header).
 #[derive(Debug)]
 pub struct Connection {
-    socket: TcpStream,
+    socket: Stream,
     sendfile: bool,
 }
 
@@ -74,10 +72,13 @@ impl Connection {
     /// `socket`, sending placed slices from their files when `sendfile` is true. Nagle's
     /// algorithm is off: a response's head and the ranges sent after it go out at once (with
     /// it on, a range's short last segment waits for the client's delayed ACK, 40 ms).
-    pub fn new(socket: TcpStream, sendfile: bool) -> Connection {
-        if let Err(error) = socket.set_nodelay(true) {
+    ///
+    /// Over TLS, sendfile is off: the bytes must pass through the cipher.
+    pub fn new(socket: Stream, sendfile: bool) -> Connection {
+        if let Some(Err(error)) = socket.plain().map(|tcp| tcp.set_nodelay(true)) {
             tracing::debug!(%error, "TCP_NODELAY could not be set");
         }
+        let sendfile = sendfile && socket.plain().is_some();
         Connection { socket, sendfile }
     }
 
@@ -89,10 +90,13 @@ impl Connection {
         offset: u64,
         len: usize,
     ) -> Poll<io::Result<usize>> {
-        let (socket_fd, file_fd) = (self.socket.as_raw_fd(), file.as_raw_fd());
+        let Some(socket) = self.socket.plain() else {
+            return Poll::Ready(Err(io::Error::from_raw_os_error(libc::EINVAL)));
+        };
+        let (socket_fd, file_fd) = (socket.as_raw_fd(), file.as_raw_fd());
         loop {
-            ready!(self.socket.poll_write_ready(cx))?;
-            let sent = self.socket.try_io(Interest::WRITABLE, || {
+            ready!(socket.poll_write_ready(cx))?;
+            let sent = socket.try_io(Interest::WRITABLE, || {
                 let mut at = offset as libc::off_t;
                 // SAFETY: both descriptors are open for the call (the socket is ours, the
                 // file is held by the slice's entry); `at` is a valid off_t to update.
@@ -193,13 +197,14 @@ mod tests {
     use super::*;
     use std::{io::Write, sync::Arc};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
 
     /// A connected pair: (the gateway's side as a Connection, the client's side).
     async fn pair(sendfile: bool) -> (Connection, TcpStream) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let (client, accepted) = tokio::join!(TcpStream::connect(address), listener.accept());
-        (Connection::new(accepted.unwrap().0, sendfile), client.unwrap())
+        (Connection::new(Stream::Plain(accepted.unwrap().0), sendfile), client.unwrap())
     }
 
     fn file_of(content: &[u8]) -> Arc<std::fs::File> {

@@ -58,6 +58,10 @@ pub struct MetaUrlArgs {
     /// ./weft-data/cluster.secret, where `weft up` writes it].
     #[arg(long, value_name = "FILE")]
     pub secret_file: Option<std::path::PathBuf>,
+    /// The TLS directory (ca.pem, cert.pem, key.pem) shown to an https:// meta [default:
+    /// $WEFT_TLS_DIR, else tls/admin beside the secret file, where `weft up` writes it].
+    #[arg(long, value_name = "DIR")]
+    pub tls_dir: Option<std::path::PathBuf>,
 }
 
 /// The cluster secret file to use: `flag`, else `$WEFT_SECRET_FILE`, else `default`.
@@ -103,6 +107,9 @@ impl MetaUrlArgs {
                 "meta URL {url:?} (from {from}) must look like http://127.0.0.1:7700"
             ));
         }
+        let default = std::path::Path::new(DEFAULT_SECRET_FILE);
+        let (secret_file, _) = secret_path(self.secret_file.as_deref(), default);
+        crate::cert_cli::install_for(&url, self.tls_dir.as_deref(), &secret_file)?;
         Ok(url)
     }
 
@@ -157,7 +164,7 @@ pub struct MetaClient {
 impl MetaClient {
     /// A client for meta at `base` (`http://host:port`), signing with keys of `secret`.
     pub fn new(base: &str, secret: &weft_auth::ClusterSecret) -> Result<MetaClient, CliError> {
-        let http = reqwest::blocking::Client::builder()
+        let http = weft_auth::sign_reqwest::blocking_client_builder()
             .timeout(Duration::from_millis(REQUEST_TIMEOUT_MS))
             .build()
             .map_err(|e| cli_error!("cannot build an HTTP client: {e}"))?;
@@ -1558,7 +1565,9 @@ mod tests {
 
     #[test]
     fn meta_urls_are_checked() {
-        let given = |url: &str| MetaUrlArgs { meta: Some(url.to_owned()), secret_file: None }.url();
+        let given = |url: &str| {
+            MetaUrlArgs { meta: Some(url.to_owned()), secret_file: None, tls_dir: None }.url()
+        };
         assert_eq!(given("http://127.0.0.1:7700/").unwrap(), "http://127.0.0.1:7700");
         assert!(given("127.0.0.1:7700").is_err());
     }

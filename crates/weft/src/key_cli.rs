@@ -63,7 +63,8 @@ pub struct KeyCreateArgs {
     pub json: bool,
     /// Print shell `export` lines for S3 clients (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
     /// AWS_DEFAULT_REGION and, when `weft up`'s s3.json lies beside the secret file,
-    /// AWS_ENDPOINT_URL): `eval "$(weft key create me --env)"`.
+    /// AWS_ENDPOINT_URL, and AWS_CA_BUNDLE when the gateway serves HTTPS with a certificate
+    /// of the cluster CA): `eval "$(weft key create me --env)"`.
     #[arg(long, conflicts_with = "json")]
     pub env: bool,
     #[command(flatten)]
@@ -112,6 +113,17 @@ pub fn run(command: KeyCommand) -> Result<(), CliError> {
                 println!("export AWS_DEFAULT_REGION='{region}'");
                 if let Some(endpoint) = conf["endpoint"].as_str() {
                     println!("export AWS_ENDPOINT_URL='{endpoint}'");
+                    // An HTTPS gateway with a certificate of weft's cluster CA: S3 clients
+                    // need that CA (one the user gave the gateway is theirs to trust).
+                    let cluster =
+                        crate::cluster_cli::file_beside_secret(&args.meta, crate::up::CLUSTER_FILE)
+                            .map_or(Value::Null, |(_, cluster)| cluster);
+                    let tls = &cluster["tls"];
+                    if endpoint.starts_with("https://") && tls["gateway_cert"].is_null() {
+                        if let Some(ca) = tls["ca"].as_str() {
+                            println!("export AWS_CA_BUNDLE='{ca}'");
+                        }
+                    }
                 }
             } else {
                 println!("access key  {access_key}");

@@ -23,6 +23,7 @@ mod bench_meta;
 mod bench_raidp;
 mod bench_reads;
 mod bench_s3;
+mod cert_cli;
 mod cluster_cli;
 mod config;
 mod demo;
@@ -106,6 +107,9 @@ enum Command {
     Node(cluster_cli::NodeCommand),
     #[command(subcommand)]
     Net(net_cli::NetCommand),
+    /// The cluster's TLS certificates: `weft cert rotate [HOST…]` reissues them in place.
+    #[command(subcommand)]
+    Cert(cert_cli::CertCommand),
     /// Buckets of a running cluster: `weft bucket create|ls|rm|policy`.
     #[command(subcommand)]
     Bucket(cluster_cli::BucketCommand),
@@ -294,6 +298,7 @@ fn main() -> ExitCode {
         Command::Serve(command) => serve::run(command),
         Command::Up(args) => up::run(args),
         Command::Net(command) => net_cli::run(command),
+        Command::Cert(command) => cert_cli::run(command),
         Command::Status(args) => cluster_cli::status(args),
         Command::Node(command) => cluster_cli::node(command),
         Command::Bucket(command) => cluster_cli::bucket(command),

@@ -130,26 +130,66 @@ impl SecretArg {
     }
 }
 
-/// The consent a listener on an address other than loopback needs while weft's links are
-/// plain HTTP.
-#[derive(Debug, Clone, Copy, Args)]
-pub struct PlaintextArg {
+/// How a process's links are protected: TLS with its host's files, or plain HTTP (on an
+/// address other than loopback only with consent).
+#[derive(Debug, Clone, Args)]
+pub struct LinkArgs {
+    /// This host's TLS directory: ca.pem (the cluster CA), cert.pem and key.pem (this host's
+    /// certificate, issued by that CA; `weft up` and `weft init --hosts` write them). The
+    /// listener then serves TLS and requires a client certificate of the CA from every peer,
+    /// and this process's own requests show cert.pem and trust only servers the CA issued
+    /// for. Certificates are re-read when their files change (`weft cert rotate`).
+    #[arg(long, value_name = "DIR", conflicts_with = "insecure_plaintext")]
+    pub tls_dir: Option<PathBuf>,
     /// Serve plain HTTP on an address other than loopback: requests, units and signatures
-    /// then cross the network in clear. Refused without this flag.
+    /// then cross the network in clear. Refused without this flag (or --tls-dir).
     #[arg(long)]
     pub insecure_plaintext: bool,
 }
 
-impl PlaintextArg {
-    /// Refuses `listen` when it is not loopback and the flag was not given.
-    pub fn check(self, listen: SocketAddr) -> Result<(), CliError> {
+impl LinkArgs {
+    /// This host's TLS files, checked, and made the identity of this process's clients;
+    /// None without --tls-dir.
+    pub fn install(&self) -> Result<Option<weft_auth::tls::TlsFiles>, CliError> {
+        let Some(dir) = &self.tls_dir else { return Ok(None) };
+        let files = weft_auth::tls::TlsFiles::in_dir(dir);
+        let bad = |e: weft_auth::tls::TlsError| cli_error!("--tls-dir {}: {e}", dir.display());
+        files.check().map_err(bad)?;
+        weft_auth::tls::install_client(&files).map_err(bad)?;
+        Ok(Some(files))
+    }
+
+    /// The listener's TLS (client certificates of the cluster CA required), or None for
+    /// plain HTTP, which is refused on `listen` when it is not loopback and the flag was not
+    /// given. Installs the client identity as [`LinkArgs::install`] does.
+    pub fn server(
+        &self,
+        listen: SocketAddr,
+    ) -> Result<Option<std::sync::Arc<weft_auth::tls::ServerConfig>>, CliError> {
+        match self.install()? {
+            Some(files) => {
+                let config =
+                    weft_auth::tls::server_config(&files.cert, &files.key, Some(&files.ca))
+                        .map_err(|e| cli_error!("--tls-dir: {e}"))?;
+                Ok(Some(config))
+            }
+            None => {
+                self.check_plaintext(listen)?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Refuses plain HTTP on `listen` when it is not loopback and the flag was not given.
+    pub fn check_plaintext(&self, listen: SocketAddr) -> Result<(), CliError> {
         if listen.ip().is_loopback() || self.insecure_plaintext {
             return Ok(());
         }
         Err(cli_error!(
-            "--listen {listen} is not a loopback address, and weft does not encrypt its links \
-             yet: requests, units and signatures would cross the network in clear. Listen on \
-             127.0.0.1, or add --insecure-plaintext to serve so anyway"
+            "--listen {listen} is not a loopback address: requests, units and signatures \
+             would cross the network in clear. Give --tls-dir DIR (this host's TLS files: \
+             `weft init --hosts` writes them) to serve TLS, listen on 127.0.0.1, or add \
+             --insecure-plaintext to serve plain HTTP anyway"
         ))
     }
 }
@@ -167,7 +207,14 @@ pub struct S3Args {
     #[arg(long, default_value = "127.0.0.1:9000")]
     pub listen: SocketAddr,
     #[command(flatten)]
-    pub plaintext: PlaintextArg,
+    pub link: LinkArgs,
+    /// Serve HTTPS with this certificate (PEM, with its chain) instead of the host's from
+    /// --tls-dir: the certificate S3 clients see, e.g. one of your own CA's for s3.example.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// Memory for the degraded-read cache shared by all requests (Okapi §4.4): what
     /// rebuilding an unavailable unit fetched and decoded, served to the next reads of the
     /// same rows; 0 turns it off.
@@ -188,6 +235,11 @@ pub struct RepairArgs {
     pub meta: String,
     #[command(flatten)]
     pub secret: SecretArg,
+    /// This host's TLS directory (ca.pem, cert.pem, key.pem): the executor's requests show
+    /// cert.pem and trust only servers of the cluster CA. Needed when meta and nodes serve
+    /// TLS.
+    #[arg(long, value_name = "DIR")]
+    pub tls_dir: Option<PathBuf>,
     /// Most bytes written per second by this executor (0: unlimited), e.g. 100MiB.
     #[arg(long, default_value = "256MiB", value_parser = crate::parse_size)]
     pub rate: usize,
@@ -241,7 +293,7 @@ pub struct MetaArgs {
     #[arg(long, default_value = "127.0.0.1:7700")]
     pub listen: SocketAddr,
     #[command(flatten)]
-    pub plaintext: PlaintextArg,
+    pub link: LinkArgs,
     /// Report a node down after this many milliseconds without a heartbeat.
     #[arg(long, default_value_t = weft_meta::service::DEFAULT_DOWN_AFTER_MS)]
     pub down_after_ms: u64,
@@ -305,7 +357,7 @@ pub struct NodeArgs {
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
     #[command(flatten)]
-    pub plaintext: PlaintextArg,
+    pub link: LinkArgs,
     /// Node id, unique in the cluster [default: derived from the first disk's absolute path,
     /// so it is stable across restarts].
     #[arg(long)]
@@ -410,7 +462,7 @@ async fn shutdown_signal() {
 }
 
 async fn serve_meta(args: MetaArgs) -> Result<(), CliError> {
-    args.plaintext.check(args.listen)?;
+    let tls = args.link.server(args.listen)?;
     // Checked first: a bad --store creates nothing.
     let store = meta_store(args.store.as_deref())?;
     let default = args
@@ -439,6 +491,7 @@ async fn serve_meta(args: MetaArgs) -> Result<(), CliError> {
         secret,
         store,
         lease_ms: args.lease_ms,
+        tls,
     };
     let meta = weft_meta::service::bind(config).await?;
     ready(format!("meta listening on {}", meta.endpoint()));
@@ -448,7 +501,7 @@ async fn serve_meta(args: MetaArgs) -> Result<(), CliError> {
 }
 
 async fn serve_node(args: NodeArgs) -> Result<(), CliError> {
-    args.plaintext.check(args.listen)?;
+    let tls = args.link.server(args.listen)?;
     let meta = args.meta.trim_end_matches('/').to_owned();
     if !(meta.starts_with("http://") || meta.starts_with("https://")) {
         return Err(cli_error!("--meta must be a URL like http://127.0.0.1:7700, not {meta:?}"));
@@ -499,6 +552,7 @@ async fn serve_node(args: NodeArgs) -> Result<(), CliError> {
     let lstors = args.lstors.iter().cloned().map(Some).collect();
     let mut config = weft_node::NodeConfig::new(node_id, args.listen, args.disks, key);
     config.lstors = lstors;
+    config.tls = tls;
     // A drill for tests and the curious: arm a step by creating DIR/<step> (see CrashDrill).
     if let Some(dir) = std::env::var_os("WEFT_CRASH_DRILL") {
         config.crash_drill = Some(weft_node::CrashDrill { dir: dir.into() });
@@ -525,7 +579,25 @@ async fn serve_node(args: NodeArgs) -> Result<(), CliError> {
 }
 
 async fn serve_s3(args: S3Args) -> Result<(), CliError> {
-    args.plaintext.check(args.listen)?;
+    // The gateway's own requests (to meta and nodes) use the host's TLS files; what S3
+    // clients see is --tls-cert when given, else the host's certificate. S3 clients show no
+    // certificate (they sign with their access keys).
+    let host = args.link.install()?;
+    let served = match (&args.tls_cert, &args.tls_key, &host) {
+        (Some(cert), Some(key), _) => Some((cert.clone(), key.clone(), "--tls-cert/--tls-key")),
+        (_, _, Some(files)) => Some((files.cert.clone(), files.key.clone(), "--tls-dir")),
+        _ => None,
+    };
+    let tls = match served {
+        Some((cert, key, from)) => Some(
+            weft_auth::tls::server_config(&cert, &key, None)
+                .map_err(|e| cli_error!("{from}: {e}"))?,
+        ),
+        None => {
+            args.link.check_plaintext(args.listen)?;
+            None
+        }
+    };
     let meta = args.meta.trim_end_matches('/').to_owned();
     if !(meta.starts_with("http://") || meta.starts_with("https://")) {
         return Err(cli_error!("--meta must be a URL like http://127.0.0.1:7700, not {meta:?}"));
@@ -533,6 +605,7 @@ async fn serve_s3(args: S3Args) -> Result<(), CliError> {
     let mut config = weft_s3::GatewayConfig::new(meta, args.listen, args.secret.read()?);
     config.degraded_cache_bytes = args.degraded_cache;
     config.trace_reads = args.trace_reads;
+    config.tls = tls;
     let gateway = weft_s3::bind(config).await.map_err(|e| cli_error!("{e}"))?;
     ready(format!("s3 gateway listening on {}", gateway.endpoint()));
     shutdown_signal().await;
@@ -541,6 +614,7 @@ async fn serve_s3(args: S3Args) -> Result<(), CliError> {
 }
 
 async fn serve_repair(args: RepairArgs) -> Result<(), CliError> {
+    LinkArgs { tls_dir: args.tls_dir.clone(), insecure_plaintext: false }.install()?;
     let meta = args.meta.trim_end_matches('/').to_owned();
     if !(meta.starts_with("http://") || meta.starts_with("https://")) {
         return Err(cli_error!("--meta must be a URL like http://127.0.0.1:7700, not {meta:?}"));

@@ -300,10 +300,22 @@ pub struct UpArgs {
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(1280..=65535))]
     pub mtu: u32,
     /// Serve plain HTTP on addresses other than loopback (--netns, or a non-loopback
-    /// --meta-listen/--s3-listen): requests, units and signatures then cross the network
-    /// in clear, and `weft status` says so in red. Refused without this flag.
-    #[arg(long)]
+    /// --meta-listen/--s3-listen), where TLS is otherwise on: requests, units and signatures
+    /// then cross the network in clear, and `weft status` says so in red.
+    #[arg(long, conflicts_with = "tls")]
     pub insecure_plaintext: bool,
+    /// TLS on every link of a loopback cluster too (it is on by default off loopback): a
+    /// cluster CA in DIR/tls, a certificate per host, client certificates required by every
+    /// internal server, HTTPS on the gateway (AWS_CA_BUNDLE=DIR/tls/ca.pem for S3 clients).
+    #[arg(long)]
+    pub tls: bool,
+    /// The gateway serves HTTPS with this certificate (PEM, with its chain) instead of one
+    /// of the cluster CA's, e.g. your own for s3.example.com.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// Where human notes and events go: stdout, or stderr under `--json`.
@@ -403,6 +415,10 @@ struct Plan {
     mtu: u32,
     /// Some listener serves plain HTTP on an address other than loopback.
     insecure_plaintext: bool,
+    /// Every link is TLS (cert_cli's layout in DIR/tls).
+    tls: bool,
+    /// The gateway's own certificate and key, when the user gave them.
+    s3_cert: Option<(PathBuf, PathBuf)>,
 }
 
 impl Plan {
@@ -576,20 +592,19 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
         let port = if args.meta_listen.port() == 0 { 0 } else { DEFAULT_S3_PORT };
         SocketAddr::new(args.meta_listen.ip(), port)
     });
-    let plaintext_out =
+    // TLS whenever a listener is off loopback, unless the user said otherwise.
+    let off_loopback =
         args.netns || !args.meta_listen.ip().is_loopback() || !s3_listen.ip().is_loopback();
-    if plaintext_out && !args.insecure_plaintext {
-        let which = if args.netns {
-            "--netns puts every process on an address of its own".to_owned()
-        } else {
-            format!("--meta-listen {} / --s3-listen {s3_listen} are not loopback", args.meta_listen)
-        };
-        return Err(cli_error!(
-            "{which}, and weft does not encrypt its links yet: requests, units and \
-             signatures would cross the network in clear. Add --insecure-plaintext to run it \
-             so anyway (weft status then says so)"
-        ));
+    let tls = args.tls || args.tls_cert.is_some() || (off_loopback && !args.insecure_plaintext);
+    if args.insecure_plaintext && tls {
+        return Err(cli_error!("--insecure-plaintext and --tls-cert contradict each other"));
     }
+    for file in [&args.tls_cert, &args.tls_key].into_iter().flatten() {
+        if !file.is_file() {
+            return Err(cli_error!("--tls-cert/--tls-key: {} is not a file", file.display()));
+        }
+    }
+    let plaintext_out = off_loopback && !tls;
     if args.meta_replicas > 1 && meta_store != MetaStoreArg::Postgres {
         return Err(cli_error!(
             "--meta-replicas {} needs --meta-store postgres: metas share their records \
@@ -622,6 +637,8 @@ fn plan(args: &UpArgs, out: Out) -> Result<Plan, CliError> {
         netns: args.netns.then_some(args.subnet),
         mtu: args.mtu,
         insecure_plaintext: plaintext_out,
+        tls,
+        s3_cert: args.tls_cert.clone().zip(args.tls_key.clone()),
     })
 }
 
@@ -926,7 +943,8 @@ impl Supervisor {
         let (role, spawns) = (member.role, member.spawns + 1);
         let mut args = member.args.clone();
         if let (Role::Meta(_) | Role::S3, Some(endpoint)) = (role, &member.endpoint) {
-            let address = endpoint.trim_start_matches("http://").to_owned();
+            let address = endpoint.split_once("://").map_or(endpoint.as_str(), |(_, a)| a);
+            let address = address.to_owned();
             if let Some(at) = args.iter().position(|a| a == "--listen") {
                 args[at + 1] = address;
             }
@@ -1281,6 +1299,11 @@ impl Supervisor {
             "enforced_failure_domain": plan.failure_domain.name(),
             "meta_store": plan.meta_store.name(),
             "insecure_plaintext": plan.insecure_plaintext,
+            "tls": plan.tls.then(|| json!({
+                "ca": crate::cert_cli::ca_dir(&plan.dir).join(weft_auth::tls::CA_FILE),
+                "admin": crate::cert_cli::host_dir(&plan.dir, crate::cert_cli::ADMIN),
+                "gateway_cert": plan.s3_cert.as_ref().map(|(cert, _)| cert),
+            })),
             "netns": self.hosts.as_ref().map(|hosts| json!({
                 "subnet": hosts.subnet().to_string(),
                 "mtu": hosts.mtu(),
@@ -1511,10 +1534,20 @@ fn start(
     if let Some(ms) = plan.down_after_ms {
         meta_args.extend(["--down-after-ms".to_owned(), ms.to_string()]);
     }
-    // The consent given to weft up goes to every listener it starts.
-    let plaintext: Vec<String> =
-        plan.insecure_plaintext.then(|| "--insecure-plaintext".to_owned()).into_iter().collect();
-    meta_args.extend(plaintext.iter().cloned());
+    // The consent given to weft up goes to every listener it starts; or, with TLS, each
+    // host gets its TLS directory (certificates issued anew at every start).
+    let tls = plan.tls.then(|| issue_certificates(plan)).transpose()?;
+    let link = |role: Role| -> Vec<String> {
+        match &tls {
+            Some(_) => {
+                let dir = crate::cert_cli::host_dir(&plan.dir, &role.host());
+                vec!["--tls-dir".to_owned(), text(&dir)]
+            }
+            None if plan.insecure_plaintext => vec!["--insecure-plaintext".to_owned()],
+            None => Vec::new(),
+        }
+    };
+    meta_args.extend(link(Role::Meta(0)));
     cluster.spawn(Role::Meta(0), &meta_args, Vec::new())?;
     cluster.wait_ready(&[0], |_| "meta listening on ".to_owned(), deadline, signals)?;
     // More metas on the same store: each on a free port, with a directory of its own (the
@@ -1529,6 +1562,9 @@ fn start(
         args[at] = plan
             .on_host(&Role::Meta(i).host(), SocketAddr::new(plan.meta_listen.ip(), port))
             .to_string();
+        if let Some(at) = args.iter().position(|a| a == "--tls-dir") {
+            args[at + 1] = text(&crate::cert_cli::host_dir(&plan.dir, &Role::Meta(i).host()));
+        }
         cluster.spawn(Role::Meta(i), &args, Vec::new())?;
     }
     let replicas: Vec<usize> = (1..plan.meta_replicas as usize).collect();
@@ -1545,6 +1581,9 @@ fn start(
     // Enrol every node and give it its own key (never the cluster secret): a node can then
     // speak only for itself. The key is derived, so rewriting it on every start is harmless
     // and repairs a key file left from another secret.
+    if let Some(admin) = &tls {
+        weft_auth::tls::install_client(admin).map_err(|e| cli_error!("{e}"))?;
+    }
     let meta = MetaClient::new(&meta_url, &secret)?;
     let mut key_files = Vec::new();
     for id in 1..=plan.nodes {
@@ -1575,7 +1614,7 @@ fn start(
             "--key-file".to_owned(),
             text(&key_files[id as usize - 1]),
         ];
-        node_args.extend(plaintext.iter().cloned());
+        node_args.extend(link(Role::Node(id)));
         for disk in &disks {
             node_args.extend(["--disk".to_owned(), text(disk)]);
         }
@@ -1629,6 +1668,9 @@ fn start(
         if let Some(rate) = plan.repair_rate {
             repair_args.extend(["--rate".to_owned(), rate.to_string()]);
         }
+        if tls.is_some() {
+            repair_args.extend(link(Role::Repair));
+        }
         cluster.spawn(Role::Repair, &repair_args, Vec::new())?;
         let index = cluster.members.len() - 1;
         let prefix = |_| "repair executor ".to_owned();
@@ -1660,7 +1702,10 @@ fn start(
     ]
     .map(str::to_owned)
     .to_vec();
-    s3_args.extend(plaintext.iter().cloned());
+    s3_args.extend(link(Role::S3));
+    if let Some((cert, key)) = plan.s3_cert.as_ref().filter(|_| tls.is_some()) {
+        s3_args.extend(["--tls-cert".to_owned(), text(cert), "--tls-key".to_owned(), text(key)]);
+    }
     cluster.spawn(Role::S3, &s3_args, Vec::new())?;
     let index = cluster.members.len() - 1;
     // The cluster serves weft clients without the gateway (e.g. when --s3-listen's port is
@@ -1678,6 +1723,33 @@ fn start(
         Err(signal) => return Err(signal),
     }
     Ok(())
+}
+
+/// Makes the cluster CA (once) and issues every host of the plan a certificate for the
+/// address it listens on; returns the TLS files of `admin`, weft up's own identity.
+fn issue_certificates(plan: &Plan) -> Result<weft_auth::tls::TlsFiles, CliError> {
+    let ca = crate::cert_cli::open_or_create_ca(&plan.dir)?;
+    let mut roles = vec![Role::Repair, Role::S3];
+    roles.extend((0..plan.meta_replicas).map(Role::Meta));
+    roles.extend((1..=plan.nodes).map(Role::Node));
+    let loopback = std::net::IpAddr::from(std::net::Ipv4Addr::LOCALHOST);
+    for role in roles {
+        let listen = match role {
+            Role::S3 => plan.on_host(&role.host(), plan.s3_listen),
+            _ => plan.on_host(&role.host(), plan.meta_listen),
+        };
+        let mut ips = vec![listen.ip()];
+        let mut dns = Vec::new();
+        if listen.ip().is_loopback() || listen.ip().is_unspecified() {
+            ips.push(loopback);
+            dns.push("localhost".to_owned());
+        }
+        ips.dedup();
+        crate::cert_cli::issue_host(&ca, &plan.dir, &role.host(), ips, dns)?;
+    }
+    let admin =
+        crate::cert_cli::issue_host(&ca, &plan.dir, crate::cert_cli::ADMIN, vec![], vec![])?;
+    Ok(weft_auth::tls::TlsFiles::in_dir(&admin))
 }
 
 /// DIR/s3.json as a previous start wrote it, if it is readable and names a key.
@@ -1741,6 +1813,22 @@ fn print_ready(plan: &Plan, cluster: &Supervisor, ready_ms: u128, cluster_file: 
             hosts.subnet(),
             hosts.gateway()
         );
+    }
+    if plan.tls {
+        let ca = crate::cert_cli::ca_dir(&plan.dir).join(weft_auth::tls::CA_FILE);
+        match &plan.s3_cert {
+            None => println!(
+                "tls: every link is TLS, certificates of the cluster CA {} (S3 clients: \
+                 AWS_CA_BUNDLE={})",
+                ca.display(),
+                ca.display()
+            ),
+            Some((cert, _)) => println!(
+                "tls: every link is TLS (cluster CA {}); the gateway shows {}",
+                ca.display(),
+                cert.display()
+            ),
+        }
     }
     if plan.insecure_plaintext {
         println!(
