@@ -127,13 +127,15 @@ fn every_process_is_on_a_host_of_its_own_and_nothing_is_left_behind() {
         return;
     }
     let before = namespaces_and_links();
-    let flags = ["--netns", "--subnet", "198.18.0.64/26", "--insecure-plaintext", "--mtu", "9000"];
+    // No --insecure-plaintext: off loopback, every link is TLS by default.
+    let flags = ["--netns", "--subnet", "198.18.0.64/26", "--mtu", "9000"];
     let mut cluster = Cluster::start(3, &flags);
 
     // Every service (meta, three nodes, the executor, the gateway) in a namespace of its
     // own, at an address of the subnet; the test itself stays in the root namespace.
     let file = cluster.cluster_file();
-    assert_eq!(file["insecure_plaintext"], true, "{file}");
+    assert_eq!(file["insecure_plaintext"], false, "{file}");
+    let ca = file["tls"]["ca"].as_str().expect("a TLS cluster names its CA").to_owned();
     assert_eq!(file["netns"]["subnet"], "198.18.0.64/26", "{file}");
     assert_eq!(file["netns"]["mtu"], 9000, "{file}");
     let services = file["services"].as_array().expect("services").clone();
@@ -149,11 +151,34 @@ fn every_process_is_on_a_host_of_its_own_and_nothing_is_left_behind() {
         // A listener's endpoint is its host's address (the executor only dials out).
         if service["role"] != "repair" {
             let endpoint = service["endpoint"].as_str().unwrap_or_default();
-            assert!(endpoint.starts_with(&format!("http://{address}:")), "{service}");
+            assert!(endpoint.starts_with(&format!("https://{address}:")), "{service}");
+            // Plain HTTP to any listener gets no HTTP answer: the handshake refuses it.
+            let at = endpoint.trim_start_matches("https://");
+            let answer = plaintext_answer(at);
+            assert!(!answer.contains("HTTP/1"), "{at} answered plain HTTP: {answer}");
         }
     }
     assert_eq!(netns_of(std::process::id().into()), "");
-    assert!(cluster.meta_url().starts_with("http://198.18.0.74:"), "{}", cluster.meta_url());
+    assert!(cluster.meta_url().starts_with("https://198.18.0.74:"), "{}", cluster.meta_url());
+
+    // openssl shows the gateway's and meta's chains to the cluster CA (that meta then
+    // refuses a client without a certificate is weft-auth's tls test).
+    let gateway = file["s3"]["endpoint"].as_str().unwrap().trim_start_matches("https://");
+    let shown = s_client(gateway, &ca);
+    assert!(shown.contains("Verify return code: 0 (ok)"), "{shown}");
+    assert!(shown.contains("CN = s3-1") && shown.contains("weft cluster CA"), "{shown}");
+    let meta_at = cluster.meta_url().trim_start_matches("https://").to_owned();
+    let shown = s_client(&meta_at, &ca);
+    assert!(
+        shown.contains("Verify return code: 0 (ok)") && shown.contains("CN = meta-1"),
+        "{shown}"
+    );
+    // An S3 client with the bundle gets S3 answers over HTTPS; one without it, a TLS error.
+    let url = format!("https://{gateway}/");
+    let with_ca = curl(&["--cacert", &ca, "-o", "/dev/null", "-w", "%{http_code}", &url]);
+    assert_eq!(with_ca.trim(), "200", "anonymous ListBuckets over HTTPS");
+    let without = curl(&["-o", "/dev/null", "-w", "%{http_code}", &url]);
+    assert_eq!(without.trim(), "000", "a client without the CA got an answer");
 
     // Objects go through hosts: put and get from the root namespace, across the bridge.
     cluster.create_bucket("across", &crate::common::RS_2_1);
@@ -166,7 +191,8 @@ fn every_process_is_on_a_host_of_its_own_and_nothing_is_left_behind() {
         services.iter().find(|s| s["role"] == "node" && s["id"] == id).expect("node").clone()
     };
     let (netns_1, _) = host_of(&node(1));
-    let endpoint_2 = node(2)["endpoint"].as_str().unwrap().trim_start_matches("http://").to_owned();
+    let endpoint_2 =
+        node(2)["endpoint"].as_str().unwrap().trim_start_matches("https://").to_owned();
     let port_2 = endpoint_2.rsplit_once(':').unwrap().1;
     assert!(connects_from(&netns_1, &endpoint_2), "node 1 cannot reach node 2 at {endpoint_2}");
     assert!(
@@ -174,13 +200,13 @@ fn every_process_is_on_a_host_of_its_own_and_nothing_is_left_behind() {
         "node 1 reached node 2's port on its own loopback"
     );
 
-    // weft status says the links are plain HTTP, and its services carry their hosts.
+    // weft status shows no plain-HTTP warning, and its services carry their hosts.
     let services_now = cluster.status()["services"].clone();
     assert_eq!(services_now.as_array().map(Vec::len), Some(6), "{services_now}");
     assert!(services_now.as_array().unwrap().iter().all(|s| s["host"]["address"].is_string()));
     let status = cluster.weft(&["status"]);
     let human = String::from_utf8_lossy(&status.stdout);
-    assert!(human.contains("plain HTTP"), "{human}");
+    assert!(status.status.success() && !human.contains("plain HTTP"), "{human}");
 
     // A clean stop removes every namespace, veth and the bridge.
     let tag = tag_of(&cluster);
@@ -204,11 +230,39 @@ fn every_process_is_on_a_host_of_its_own_and_nothing_is_left_behind() {
     wait_for_none_of(&tag, &before, "after a SIGKILL, a restart and a clean stop");
 }
 
+/// What a listener answers a plain-HTTP request with (empty when it closes the connection).
+fn plaintext_answer(at: &str) -> String {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(at).unwrap();
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(15))).unwrap();
+    let _ = tcp.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n");
+    let mut got = Vec::new();
+    let _ = tcp.read_to_end(&mut got);
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// `openssl s_client` against `at`, trusting `ca`: what it printed.
+fn s_client(at: &str, ca: &str) -> String {
+    let out = Command::new("openssl")
+        .args(["s_client", "-connect", at, "-CAfile", ca, "-showcerts"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("openssl runs");
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+fn curl(args: &[&str]) -> String {
+    let out = Command::new("curl").args(["-sS", "--max-time", "20"]).args(args).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn plaintext_off_loopback_needs_consent() {
     let dir = tempfile::tempdir().unwrap();
+    // TLS is on by default off loopback; asking for it and for plain HTTP is refused.
     let up = Command::new(crate::common::cluster::weft_bin())
         .args(["up", "--dir", dir.path().to_str().unwrap(), "--meta-listen", "198.18.0.200:0"])
+        .args(["--tls", "--insecure-plaintext"])
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&up.stderr);
