@@ -13,6 +13,9 @@
 //! for the rest of its life.
 //!
 //! Invariants:
+//! - Every connection comes from weft-auth's TLS listener, its handshake (when the node has
+//!   TLS) already done; over TLS the whole segments are read (verified) and written through
+//!   the cipher instead of sent with sendfile, in the same answer format.
 //! - Nothing is answered that axum's guard would refuse: the same verifier checks the same
 //!   signed head (method, path, query, authorization, content hash of an empty body).
 //! - Every byte sent was verified here (the edges) or goes with its segment's stored
@@ -138,8 +141,6 @@ struct Shared {
     verifier: Arc<Verifier>,
     handoffs: mpsc::Sender<(Handoff, SocketAddr)>,
     stopped: watch::Receiver<bool>,
-    /// Plain TCP, or the TLS handshake every connection begins with.
-    acceptor: Acceptor,
 }
 
 impl SplitListener {
@@ -151,11 +152,13 @@ impl SplitListener {
         stopped: watch::Receiver<bool>,
         acceptor: Acceptor,
     ) -> io::Result<SplitListener> {
-        let local_addr = listener.local_addr()?;
+        // Accepts and handshakes (weft-auth's listener): connections come out ready.
+        let listener = weft_auth::tls::Listener::start(listener, acceptor)?;
+        let local_addr = listener.local_addr();
         let (handoffs, receiver) = mpsc::channel(64);
         // A modeled node waits out its disk and link models in axum's handlers.
         let native = node.models.iter().all(Option::is_none) && node.link_out.is_none();
-        let shared = Arc::new(Shared { node, verifier, handoffs, stopped, acceptor });
+        let shared = Arc::new(Shared { node, verifier, handoffs, stopped });
         tokio::spawn(accept_loop(listener, shared, native));
         Ok(SplitListener { handoffs: receiver, local_addr })
     }
@@ -179,36 +182,25 @@ impl axum::serve::Listener for SplitListener {
     }
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, native: bool) {
+async fn accept_loop(mut listener: weft_auth::tls::Listener, shared: Arc<Shared>, native: bool) {
     let mut stopped = shared.stopped.clone();
     loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+        let (stream, peer) = tokio::select! {
+            accepted = listener.next() => match accepted {
+                Some(accepted) => accepted,
+                None => return,
+            },
             _ = stopped.wait_for(|stop| *stop) => return,
         };
-        let (tcp, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(error) => {
-                // Out of descriptors or memory: wait, as axum's own listener does.
-                tracing::warn!(%error, "accepting a connection failed");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
+        match native {
+            true => {
+                tokio::spawn(connection(stream, peer, shared.clone()));
             }
-        };
-        let _ = tcp.set_nodelay(true);
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            // The handshake (with TLS) on this connection's task: a slow peer holds up no
-            // other. A refused one is logged by the acceptor.
-            let Some(stream) = shared.acceptor.accept(tcp, peer).await else { return };
-            match native {
-                true => connection(stream, peer, shared).await,
-                false => {
-                    let handoff = Handoff { read: Vec::new(), at: 0, stream };
-                    let _ = shared.handoffs.send((handoff, peer)).await;
-                }
+            false => {
+                let handoff = Handoff { read: Vec::new(), at: 0, stream };
+                let _ = shared.handoffs.send((handoff, peer)).await;
             }
-        });
+        }
     }
 }
 
