@@ -105,7 +105,8 @@ pub enum CertCommand {
 #[derive(Debug, Args)]
 pub struct RotateArgs {
     /// The cluster directory (`weft up --dir`, `weft init --dir`): its CA in DIR/tls issues,
-    /// and every TLS directory DIR/tls/<host> is reissued.
+    /// and every TLS directory DIR/tls/<host> (and `weft init --hosts`'s host directory
+    /// DIR/<host>, to copy to its host again) is reissued.
     #[arg(long, default_value = "./weft-data")]
     pub dir: PathBuf,
     /// Reissue only these hosts (names as in `weft status`: meta-1, node-3, s3-1, admin…).
@@ -131,28 +132,39 @@ fn rotate(args: RotateArgs) -> Result<(), CliError> {
     }
     let at = ca_dir(&args.dir);
     let ca = Ca::open(&at).map_err(|e| cli_error!("{e}"))?;
-    let mut hosts: Vec<String> = std::fs::read_dir(&at)
-        .map_err(|e| cli_error!("cannot list {}: {e}", at.display()))?
-        .filter_map(|entry| entry.ok())
-        .filter(|entry| entry.path().join(weft_auth::tls::CERT_FILE).is_file())
-        .filter_map(|entry| entry.file_name().into_string().ok())
-        .collect();
+    // `weft up`'s TLS directories (DIR/tls/<host>), then `weft init --hosts`'s host
+    // directories (DIR/<host>, which hold their host's certificate).
+    let mut hosts: Vec<(String, PathBuf)> = Vec::new();
+    for parent in [&at, &args.dir] {
+        let entries = std::fs::read_dir(parent)
+            .map_err(|e| cli_error!("cannot list {}: {e}", parent.display()))?;
+        for entry in entries.filter_map(|entry| entry.ok()) {
+            let (Ok(name), path) = (entry.file_name().into_string(), entry.path()) else {
+                continue;
+            };
+            let tls_dir = path.join(weft_auth::tls::CERT_FILE).is_file()
+                && path.join(weft_auth::tls::CA_FILE).is_file();
+            if tls_dir && !hosts.iter().any(|(known, _)| *known == name) {
+                hosts.push((name, path));
+            }
+        }
+    }
     hosts.sort();
     for wanted in &args.hosts {
-        if !hosts.contains(wanted) {
+        if !hosts.iter().any(|(name, _)| name == wanted) {
+            let names: Vec<&str> = hosts.iter().map(|(name, _)| name.as_str()).collect();
             return Err(cli_error!(
                 "{} has no TLS directory for {wanted:?}; it has: {}",
-                at.display(),
-                hosts.join(", ")
+                args.dir.display(),
+                names.join(", ")
             ));
         }
     }
     if !args.hosts.is_empty() {
-        hosts.retain(|h| args.hosts.contains(h));
+        hosts.retain(|(name, _)| args.hosts.contains(name));
     }
-    for host in &hosts {
-        let dir = at.join(host);
-        let serial = ca.reissue(&dir, args.days).map_err(|e| cli_error!("{host}: {e}"))?;
+    for (host, dir) in &hosts {
+        let serial = ca.reissue(dir, args.days).map_err(|e| cli_error!("{host}: {e}"))?;
         match args.json {
             true => crate::cluster_cli::print_json(
                 &json!({ "host": host, "dir": dir, "serial": serial, "days": args.days }),

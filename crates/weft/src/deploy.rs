@@ -12,8 +12,17 @@
 //!   first host runs a meta (redb), and the others point at it.
 //! - Nothing is written when a check fails (bad host, existing files): every check runs
 //!   before the first write.
+//! - Unless `--insecure-plaintext`, every link is TLS: the cluster CA is made once in
+//!   DIR/tls (as `weft up` keeps it, reused when present), each host's directory gets its
+//!   certificate for its name and address (`ca.pem`, `cert.pem`, `key.pem`, the TLS
+//!   directory every config on that host names as `tls-dir`), meta's URLs are https://, and
+//!   DIR/tls/admin is the operator's identity for CLI commands run with DIR's secret.
+//! - DIR/s3.json names the first gateway's endpoint, the region and (under TLS) the CA, so
+//!   `weft key create --env` with DIR's secret prints what S3 clients need.
 
 use std::{fmt::Write as _, net::IpAddr, os::unix::fs::PermissionsExt, path::Path};
+
+use weft_auth::ca::{HostNames, HOST_DAYS};
 
 use crate::{cli_error, CliError};
 
@@ -47,6 +56,11 @@ fn parse_hosts(hosts: &[String]) -> Result<Vec<Host>, CliError> {
         {
             return Err(cli_error!("--hosts: {name:?} is not a host name (letters, digits, -_.)"));
         }
+        if name == crate::cert_cli::TLS_DIR {
+            return Err(cli_error!(
+                "--hosts: {name:?} is taken: DIR/{name} holds the cluster's CA"
+            ));
+        }
         if out.iter().any(|h| h.name == name || h.address == address) {
             return Err(cli_error!("--hosts: {name} ({address}) is given twice"));
         }
@@ -77,6 +91,7 @@ pub struct Plan<'a> {
     pub disks_per_node: u32,
     pub store: Option<&'a str>,
     pub gateways: u32,
+    pub s3_endpoint_name: Option<&'a str>,
     pub etc_dir: &'a Path,
     pub data_dir: &'a Path,
     pub insecure_plaintext: bool,
@@ -88,14 +103,27 @@ pub fn write(plan: &Plan<'_>) -> Result<Vec<String>, CliError> {
     if !(1..=64).contains(&plan.nodes_per_host) || !(1..=64).contains(&plan.disks_per_node) {
         return Err(cli_error!("--nodes-per-host and --disks-per-node must be 1 to 64"));
     }
-    let off_loopback = hosts.iter().any(|h| !h.address.is_loopback());
-    if off_loopback && !plan.insecure_plaintext {
-        return Err(cli_error!(
-            "these hosts' processes would listen on addresses other than loopback, and weft \
-             does not encrypt its links yet: requests, units and signatures would cross the \
-             network in clear. Add --insecure-plaintext to write such a deployment anyway"
-        ));
-    }
+    let tls = !plan.insecure_plaintext;
+    // The gateways' shared name: an address, or a DNS name a certificate can carry.
+    let s3_name: Option<(String, Option<IpAddr>)> = match plan.s3_endpoint_name {
+        None => None,
+        Some(name) => match name.parse::<IpAddr>() {
+            Ok(ip) => Some((name.to_owned(), Some(ip))),
+            Err(_)
+                if name.split('.').all(|label| {
+                    !label.is_empty()
+                        && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                }) =>
+            {
+                Some((name.to_owned(), None))
+            }
+            Err(_) => {
+                return Err(cli_error!(
+                    "--s3-endpoint-name: {name:?} is neither an IP address nor a DNS name"
+                ))
+            }
+        },
+    };
     let secret_path = plan.dir.join(crate::cluster_cli::SECRET_FILE_NAME);
     for host in &hosts {
         let dir = plan.dir.join(&host.name);
@@ -113,11 +141,20 @@ pub fn write(plan: &Plan<'_>) -> Result<Vec<String>, CliError> {
     } else {
         weft_auth::ClusterSecret::create_file(&secret_path)?
     };
+    let ca = match tls {
+        true => {
+            let ca = crate::cert_cli::open_or_create_ca(plan.dir)?;
+            crate::cert_cli::issue_host(&ca, plan.dir, crate::cert_cli::ADMIN, vec![], vec![])?;
+            Some(ca)
+        }
+        false => None,
+    };
+    let scheme = if tls { "https" } else { "http" };
     let metas: Vec<&Host> =
         if plan.store.is_some() { hosts.iter().collect() } else { vec![&hosts[0]] };
     let meta_urls: Vec<String> = metas
         .iter()
-        .map(|h| format!("http://{}", std::net::SocketAddr::new(h.address, META_PORT)))
+        .map(|h| format!("{scheme}://{}", std::net::SocketAddr::new(h.address, META_PORT)))
         .collect();
     let meta_list = meta_urls.join(",");
     let gateways = (plan.gateways as usize).min(hosts.len());
@@ -131,6 +168,11 @@ pub fn write(plan: &Plan<'_>) -> Result<Vec<String>, CliError> {
         let etc = on_host(plan.etc_dir, host);
         let data = on_host(plan.data_dir, host);
         let secret_file = format!("{etc}/{}", crate::cluster_cli::SECRET_FILE_NAME);
+        // Every process of this host shows (and serves) the host's certificate.
+        let link = match &ca {
+            Some(_) => format!("tls-dir = {}\n", quoted(&etc)),
+            None => plaintext.to_owned(),
+        };
         let mut files = Vec::new();
         let write_file =
             |name: &str, text: &str, files: &mut Vec<String>| -> Result<(), CliError> {
@@ -147,7 +189,7 @@ pub fn write(plan: &Plan<'_>) -> Result<Vec<String>, CliError> {
         if metas.iter().any(|m| m.name == host.name) {
             let mut text = format!(
                 "# weft serve meta --config {etc}/meta.toml\ndir = {}\nlisten = {}\nsecret-file = {}\n\
-                 failure-domain = \"rack\"\n{plaintext}",
+                 failure-domain = \"rack\"\n{link}",
                 quoted(&format!("{data}/meta")),
                 quoted(&std::net::SocketAddr::new(host.address, META_PORT).to_string()),
                 quoted(&secret_file),
@@ -165,7 +207,7 @@ pub fn write(plan: &Plan<'_>) -> Result<Vec<String>, CliError> {
                 .collect();
             let text = format!(
                 "# weft serve node --config {etc}/node-{id}.toml\nmeta = {}\nid = {id}\n\
-                 listen = {}\nkey-file = {}\nrack = {index}\ndisk = [{}]\n{plaintext}",
+                 listen = {}\nkey-file = {}\nrack = {index}\ndisk = [{}]\n{link}",
                 quoted(&meta_list),
                 quoted(&std::net::SocketAddr::new(host.address, META_PORT + id as u16).to_string()),
                 quoted(&format!("{etc}/node-{id}.key")),
@@ -178,15 +220,16 @@ pub fn write(plan: &Plan<'_>) -> Result<Vec<String>, CliError> {
         }
         if index == 0 {
             let text = format!(
-                "# weft serve repair --config {etc}/repair.toml\nmeta = {}\nsecret-file = {}\n",
+                "# weft serve repair --config {etc}/repair.toml\nmeta = {}\nsecret-file = {}\n{}",
                 quoted(&meta_list),
-                quoted(&secret_file)
+                quoted(&secret_file),
+                if ca.is_some() { link.as_str() } else { "" },
             );
             write_file("repair.toml", &text, &mut files)?;
         }
         if index < gateways {
             let text = format!(
-                "# weft serve s3 --config {etc}/s3.toml\nmeta = {}\nlisten = {}\nsecret-file = {}\n{plaintext}",
+                "# weft serve s3 --config {etc}/s3.toml\nmeta = {}\nlisten = {}\nsecret-file = {}\n{link}",
                 quoted(&meta_list),
                 quoted(&std::net::SocketAddr::new(host.address, S3_PORT).to_string()),
                 quoted(&secret_file)
@@ -202,11 +245,59 @@ pub fn write(plan: &Plan<'_>) -> Result<Vec<String>, CliError> {
                 .map_err(|e| cli_error!("cannot write {}: {e}", copy.display()))?;
             files.push(crate::cluster_cli::SECRET_FILE_NAME.to_owned());
         }
+        if let Some(ca) = &ca {
+            // Named by its host name too (when it is one a certificate can carry).
+            let dns = match host.name.contains('_') {
+                true => vec![],
+                false => vec![host.name.clone()],
+            };
+            let mut names = HostNames { name: host.name.clone(), dns, ips: vec![host.address] };
+            if let (true, Some((name, ip))) = (index < gateways, &s3_name) {
+                match ip {
+                    Some(ip) => names.ips.push(*ip),
+                    None => names.dns.push(name.clone()),
+                }
+            }
+            ca.write_host(&dir, &names, HOST_DAYS).map_err(|e| cli_error!("{e}"))?;
+            files.extend(["ca.pem", "cert.pem", "key.pem"].map(str::to_owned));
+        }
         lines.push(format!(
             "{} ({}): {} → copy to {etc}",
             host.name,
             host.address,
             files.join(", ")
+        ));
+    }
+    if gateways > 0 {
+        // What S3 clients need (weft key create --env reads it beside the secret).
+        let first = match &s3_name {
+            Some((_, Some(ip))) => std::net::SocketAddr::new(*ip, S3_PORT).to_string(),
+            Some((name, None)) => format!("{name}:{S3_PORT}"),
+            None => std::net::SocketAddr::new(hosts[0].address, S3_PORT).to_string(),
+        };
+        let mut s3 = serde_json::json!({
+            "endpoint": format!("{scheme}://{first}"),
+            "region": weft_s3::DEFAULT_REGION,
+        });
+        if tls {
+            let ca = crate::cert_cli::ca_dir(plan.dir).join(weft_auth::tls::CA_FILE);
+            let ca = ca.canonicalize().unwrap_or(ca);
+            s3["ca"] = serde_json::json!(ca);
+        }
+        let path = plan.dir.join(crate::up::S3_FILE);
+        let text = serde_json::to_string_pretty(&s3).expect("json serialises") + "\n";
+        std::fs::write(&path, text)
+            .map_err(|e| cli_error!("cannot write {}: {e}", path.display()))?;
+    }
+    if tls {
+        lines.push(format!(
+            "TLS on every link: the cluster CA is {0}/{1}/ca.pem (its key {0}/{1}/ca.key stays \
+             here), each host's certificate is in its directory, and {0}/{1}/{2} is the \
+             identity of weft commands run with {0}/{3}",
+            plan.dir.display(),
+            crate::cert_cli::TLS_DIR,
+            crate::cert_cli::ADMIN,
+            crate::cluster_cli::SECRET_FILE_NAME,
         ));
     }
     lines.push(format!(

@@ -63,8 +63,9 @@ pub struct KeyCreateArgs {
     pub json: bool,
     /// Print shell `export` lines for S3 clients (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
     /// AWS_DEFAULT_REGION and, when `weft up`'s s3.json lies beside the secret file,
-    /// AWS_ENDPOINT_URL, and AWS_CA_BUNDLE when the gateway serves HTTPS with a certificate
-    /// of the cluster CA): `eval "$(weft key create me --env)"`.
+    /// AWS_ENDPOINT_URL, and AWS_CA_BUNDLE and CURL_CA_BUNDLE when the gateway serves HTTPS
+    /// with a certificate of the cluster CA): `eval "$(weft key create me --env)"`. `weft
+    /// init --hosts` writes an s3.json beside its secret too.
     #[arg(long, conflicts_with = "json")]
     pub env: bool,
     #[command(flatten)]
@@ -115,14 +116,20 @@ pub fn run(command: KeyCommand) -> Result<(), CliError> {
                     println!("export AWS_ENDPOINT_URL='{endpoint}'");
                     // An HTTPS gateway with a certificate of weft's cluster CA: S3 clients
                     // need that CA (one the user gave the gateway is theirs to trust).
+                    // `weft init --hosts` names it in s3.json; `weft up` in cluster.json.
                     let cluster =
                         crate::cluster_cli::file_beside_secret(&args.meta, crate::up::CLUSTER_FILE)
                             .map_or(Value::Null, |(_, cluster)| cluster);
                     let tls = &cluster["tls"];
-                    if endpoint.starts_with("https://") && tls["gateway_cert"].is_null() {
-                        if let Some(ca) = tls["ca"].as_str() {
-                            println!("export AWS_CA_BUNDLE='{ca}'");
-                        }
+                    let ca = match conf["ca"].as_str() {
+                        Some(ca) => Some(ca),
+                        None if tls["gateway_cert"].is_null() => tls["ca"].as_str(),
+                        None => None,
+                    };
+                    if let (true, Some(ca)) = (endpoint.starts_with("https://"), ca) {
+                        // The AWS SDKs and CLI read the first, curl the second.
+                        println!("export AWS_CA_BUNDLE='{ca}'");
+                        println!("export CURL_CA_BUNDLE='{ca}'");
                     }
                 }
             } else {

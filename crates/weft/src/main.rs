@@ -331,8 +331,9 @@ struct InitArgs {
     #[arg(long, default_value = "./weft-data")]
     dir: std::path::PathBuf,
     /// Write a deployment: one directory per host in DIR (configuration files for `weft
-    /// serve … --config`, node keys, the secret where a process needs it), ready to copy to
-    /// the host's --etc-dir. Each host is IP or NAME=IP, e.g. a=10.0.0.11,b=10.0.0.12.
+    /// serve … --config`, node keys, the secret where a process needs it, the host's TLS
+    /// certificate of the cluster CA made in DIR/tls), ready to copy to the host's
+    /// --etc-dir. Each host is IP or NAME=IP, e.g. a=10.0.0.11,b=10.0.0.12.
     #[arg(long, value_delimiter = ',', value_name = "HOSTS")]
     hosts: Vec<String>,
     /// With --hosts: storage nodes per host (node N listens on port 7700 + N).
@@ -348,13 +349,18 @@ struct InitArgs {
     /// With --hosts: S3 gateways, on the first hosts (port 9000).
     #[arg(long, default_value_t = 2, requires = "hosts")]
     gateways: u32,
+    /// With --hosts: the name S3 clients reach the gateways by (a load balancer's DNS name
+    /// or address): added to every gateway host's certificate, and the endpoint of
+    /// DIR/s3.json.
+    #[arg(long, value_name = "NAME", requires = "hosts")]
+    s3_endpoint_name: Option<String>,
     /// With --hosts: where each host keeps these files ({host} is replaced by its name).
     #[arg(long, default_value = "/etc/weft", requires = "hosts")]
     etc_dir: std::path::PathBuf,
     /// With --hosts: where each host keeps its data ({host} is replaced by its name).
     #[arg(long, default_value = "/var/lib/weft", requires = "hosts")]
     data_dir: std::path::PathBuf,
-    /// With --hosts: write plain-HTTP listeners on addresses other than loopback.
+    /// With --hosts: no TLS; plain-HTTP links (and consent to listeners off loopback).
     #[arg(long, requires = "hosts")]
     insecure_plaintext: bool,
 }
@@ -368,6 +374,7 @@ fn init(args: InitArgs) -> Result<(), CliError> {
             disks_per_node: args.disks_per_node,
             store: args.store.as_deref(),
             gateways: args.gateways,
+            s3_endpoint_name: args.s3_endpoint_name.as_deref(),
             etc_dir: &args.etc_dir,
             data_dir: &args.data_dir,
             insecure_plaintext: args.insecure_plaintext,

@@ -743,12 +743,14 @@ fn a_deployment_from_init_hosts_files_serves_objects_across_hosts() {
     let data = root.path().join("{host}/data");
     let hosts = [("a", "198.18.0.34"), ("b", "198.18.0.35"), ("c", "198.18.0.36")];
     let list = hosts.map(|(n, a)| format!("{n}={a}")).join(",");
-    // Refused without consent to plain HTTP, and then nothing is written.
+    // A host named for the CA's directory is refused, and then nothing is written.
     let refused = Command::new(crate::common::cluster::weft_bin())
-        .args(["init", "--dir", deploy.to_str().unwrap(), "--hosts", &list])
+        .args(["init", "--dir", deploy.to_str().unwrap(), "--hosts", "tls=198.18.0.40"])
         .output()
         .unwrap();
-    assert!(!refused.status.success() && !deploy.exists(), "{refused:?}");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && said.contains("CA") && !deploy.exists(), "{said}");
+    // No --insecure-plaintext: the deployment is TLS on every link.
     let said = weft(&[
         "init",
         "--dir",
@@ -763,9 +765,28 @@ fn a_deployment_from_init_hosts_files_serves_objects_across_hosts() {
         etc.to_str().unwrap(),
         "--data-dir",
         data.to_str().unwrap(),
-        "--insecure-plaintext",
     ]);
     assert!(said.contains("a (198.18.0.34): meta.toml, node-1.toml"), "{said}");
+    assert!(said.contains("TLS on every link"), "{said}");
+    let ca = deploy.join("tls/ca.pem");
+    assert!(ca.is_file() && deploy.join("tls/admin/cert.pem").is_file());
+    // Each host's certificate names its address, and every config its TLS directory.
+    for (name, address) in hosts {
+        let cert = deploy.join(name).join("cert.pem");
+        let text = Command::new("openssl")
+            .args(["x509", "-noout", "-text", "-in", cert.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&text.stdout);
+        assert!(text.contains(&format!("IP Address:{address}")), "{name}: {text}");
+        let node = std::fs::read_to_string(
+            deploy
+                .join(name)
+                .join(format!("node-{}.toml", hosts.iter().position(|h| h.0 == name).unwrap() + 1)),
+        )
+        .unwrap();
+        assert!(node.contains("tls-dir = ") && node.contains("https://198.18.0.34:7700"), "{node}");
+    }
     // Nodes get their own keys, never the secret: host c runs only a node.
     assert!(!deploy.join("c/cluster.secret").exists());
     assert!(deploy.join("c/node-3.key").exists());
@@ -788,12 +809,14 @@ fn a_deployment_from_init_hosts_files_serves_objects_across_hosts() {
         &["serve", "meta", "--config", config("a", "meta.toml").to_str().unwrap()],
         &logs.join("meta.log"),
     );
-    assert_eq!(ready, "meta listening on http://198.18.0.34:7700");
-    let secret = config("a", "cluster.secret");
+    assert_eq!(ready, "meta listening on https://198.18.0.34:7700");
+    // The operator's commands run with the deployment's secret, beside which tls/admin is
+    // their identity.
+    let secret = deploy.join("cluster.secret");
     let cli = |args: &[&str]| {
         let out = Command::new(crate::common::cluster::weft_bin())
             .args(args)
-            .env("WEFT_META", "http://198.18.0.34:7700")
+            .env("WEFT_META", "https://198.18.0.34:7700")
             .env("WEFT_SECRET_FILE", &secret)
             .output()
             .unwrap();
@@ -812,7 +835,7 @@ fn a_deployment_from_init_hosts_files_serves_objects_across_hosts() {
             &["serve", "node", "--config", file.to_str().unwrap()],
             &logs.join(format!("node-{id}.log")),
         );
-        assert_eq!(ready, format!("node {id} listening on http://{address}:{}", 7700 + id));
+        assert_eq!(ready, format!("node {id} listening on https://{address}:{}", 7700 + id));
     }
     let ready = net.serve(
         &tag,
@@ -820,7 +843,14 @@ fn a_deployment_from_init_hosts_files_serves_objects_across_hosts() {
         &["serve", "s3", "--config", config("a", "s3.toml").to_str().unwrap()],
         &logs.join("s3.log"),
     );
-    assert_eq!(ready, "s3 gateway listening on http://198.18.0.34:9000");
+    assert_eq!(ready, "s3 gateway listening on https://198.18.0.34:9000");
+    // Plain HTTP gets no answer anywhere; the gateway's chain is the deployment's CA.
+    for at in ["198.18.0.34:7700", "198.18.0.35:7702", "198.18.0.34:9000"] {
+        let answer = plaintext_answer(at);
+        assert!(!answer.contains("HTTP/1"), "{at} answered plain HTTP: {answer}");
+    }
+    let shown = s_client("198.18.0.34:9000", ca.to_str().unwrap());
+    assert!(shown.contains("Verify return code: 0 (ok)") && shown.contains("CN = a"), "{shown}");
     // The nodes are up, each in its host's rack; objects cross the hosts.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -843,6 +873,39 @@ fn a_deployment_from_init_hosts_files_serves_objects_across_hosts() {
     std::fs::write(&file, &data).unwrap();
     cli(&["put", file.to_str().unwrap(), "deployed/one"]);
     assert!(cli(&["get", "deployed/one"]) == data, "the object came back different");
+
+    // The README tour's S3 block, as written, over HTTPS: `weft key create --env` finds the
+    // endpoint and the CA in the deployment's s3.json.
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
+    )
+    .unwrap();
+    let block = crate::common::sh_blocks(&readme)
+        .into_iter()
+        .find(|b| b.contains("key create tour --env"))
+        .expect("the README's S3 block");
+    let work = root.path().join("tour");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("README.md"), &readme).unwrap();
+    let weft_dir = std::path::Path::new(crate::common::cluster::weft_bin()).parent().unwrap();
+    let tour = Command::new("bash")
+        .args(["-euc", &block])
+        .current_dir(&work)
+        .env("PATH", format!("{}:{}", weft_dir.display(), std::env::var("PATH").unwrap()))
+        .env("WEFT_META", "https://198.18.0.34:7700")
+        .env("WEFT_SECRET_FILE", &secret)
+        .env("WEFT_LOG", "warn")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&tour.stdout);
+    let err = String::from_utf8_lossy(&tour.stderr);
+    assert!(tour.status.success(), "the README's S3 block:\n{out}\n{err}");
+    assert!(
+        out.matches("byte-identical").count() == 1
+            && out.contains("anyone reads it")
+            && out.contains("403"),
+        "{out}"
+    );
     drop(net);
     wait_for_none_of(&tag, &before, "after the deployment");
 }

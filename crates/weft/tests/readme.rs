@@ -17,26 +17,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::cluster::{weft_bin, Cluster};
-
-/// The ```sh blocks of `text`, in order.
-fn sh_blocks(text: &str) -> Vec<String> {
-    let mut blocks = Vec::new();
-    let mut current: Option<String> = None;
-    for line in text.lines() {
-        match (&mut current, line.trim_start()) {
-            (None, "```sh") => current = Some(String::new()),
-            (Some(_), "```") => blocks.push(current.take().expect("inside a block")),
-            (Some(block), _) => {
-                block.push_str(line);
-                block.push('\n');
-            }
-            (None, _) => {}
-        }
-    }
-    assert!(current.is_none(), "README.md ends inside a ```sh block");
-    blocks
-}
+use common::{
+    cluster::{weft_bin, Cluster},
+    sh_blocks,
+};
 
 /// Runs `script` with bash -eu in `dir` against `cluster`; panics with its output on failure.
 /// Returns stdout and stderr.

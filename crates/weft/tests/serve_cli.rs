@@ -369,3 +369,46 @@ fn the_systemd_units_run_the_files_weft_init_hosts_writes() {
     }
     assert_eq!(units, 4, "meta, node@, repair and s3");
 }
+
+/// `weft init --hosts` makes a TLS deployment by default: a CA, each host's certificate for
+/// its address, the gateways' also for `--s3-endpoint-name`, which s3.json names; a bad name
+/// is refused before anything is written.
+#[test]
+fn init_hosts_issues_each_host_a_certificate_and_names_the_gateways_endpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let deploy = dir.path().join("deploy");
+    let init = |extra: &[&str]| {
+        std::process::Command::new(crate::common::cluster::weft_bin())
+            .args(["init", "--dir", deploy.to_str().unwrap()])
+            .args(["--hosts", "a=127.0.0.1,b=127.0.0.2", "--gateways", "1"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let bad = init(&["--s3-endpoint-name", "s3 example"]);
+    let said = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success() && said.contains("--s3-endpoint-name"), "{said}");
+    assert!(!deploy.exists(), "a refused init wrote {}", deploy.display());
+    let out = init(&["--s3-endpoint-name", "s3.example"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let names = |host: &str| {
+        let cert = deploy.join(host).join("cert.pem");
+        let shown = std::process::Command::new("openssl")
+            .args(["x509", "-noout", "-ext", "subjectAltName", "-in", cert.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(shown.status.success(), "openssl x509 on {}", cert.display());
+        String::from_utf8_lossy(&shown.stdout).into_owned()
+    };
+    let (a, b) = (names("a"), names("b"));
+    assert!(a.contains("IP Address:127.0.0.1") && a.contains("DNS:s3.example"), "{a}");
+    assert!(b.contains("IP Address:127.0.0.2") && !b.contains("s3.example"), "{b}");
+    let s3: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(deploy.join("s3.json")).unwrap()).unwrap();
+    assert_eq!(s3["endpoint"], "https://s3.example:9000", "{s3}");
+    assert!(s3["ca"].as_str().is_some_and(|ca| ca.ends_with("deploy/tls/ca.pem")), "{s3}");
+    // Every config on b names its TLS directory and reaches meta over https.
+    let node = std::fs::read_to_string(deploy.join("b/node-4.toml")).unwrap();
+    assert!(node.contains("tls-dir = ") && node.contains("https://127.0.0.1:7700"), "{node}");
+    assert!(!node.contains("insecure-plaintext"), "{node}");
+}

@@ -37,6 +37,26 @@ pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
     out
 }
 
+/// The ```sh blocks of `text`, in order.
+#[allow(dead_code)]
+pub fn sh_blocks(text: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        match (&mut current, line.trim_start()) {
+            (None, "```sh") => current = Some(String::new()),
+            (Some(_), "```") => blocks.push(current.take().expect("inside a block")),
+            (Some(block), _) => {
+                block.push_str(line);
+                block.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    assert!(current.is_none(), "README.md ends inside a ```sh block");
+    blocks
+}
+
 /// Makes a FIFO at `path` (mkfifo(3)).
 #[allow(dead_code)]
 pub fn mkfifo(path: &std::path::Path) {
