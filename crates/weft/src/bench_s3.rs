@@ -134,6 +134,27 @@ pub struct S3BenchArgs {
     /// clients value, one round, no --compare (the nodes do not come back by themselves).
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub down_nodes: usize,
+    /// Run the same load against a second weft cluster, side by side, and report the first
+    /// ÷ this one: the directory of its `weft up --dir` (its cluster.secret, s3.json and
+    /// cluster.json), e.g. a TLS cluster against a plain-HTTP one. Rows are named by the
+    /// clusters' directories (by their schemes, weft-https and weft-http, when the
+    /// directories' names are alike).
+    #[arg(long, value_name = "DIR", conflicts_with = "compare")]
+    pub compare_cluster: Option<PathBuf>,
+    /// The CA that signed the gateway's certificate, for an https:// endpoint [default:
+    /// AWS_CA_BUNDLE, else the CA s3.json or cluster.json names].
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+    /// A new connection (and, over HTTPS, a TLS handshake) for every request, instead of
+    /// reusing idle ones.
+    #[arg(long)]
+    pub no_keepalive: bool,
+    /// While the phases run, reissue every host certificate of the (first) cluster this
+    /// often, as `weft cert rotate` does: any request that fails ends the run with an
+    /// error, so a run that completes failed none. Rows count the rotations during their
+    /// phases (`cert_rotations`) [e.g. 5s].
+    #[arg(long, value_name = "EVERY", value_parser = weft_client::gc::parse_duration_ms)]
+    pub rotate_certs: Option<u64>,
     /// Print the rows as one JSON array.
     #[arg(long)]
     pub json: bool,
@@ -269,8 +290,10 @@ fn own_cpu_seconds() -> f64 {
 /// One S3 server under test.
 #[derive(Debug, Clone)]
 struct Target {
-    name: &'static str,
+    name: String,
     endpoint: String,
+    /// The HTTP client of this target (its CA, keep-alive or not).
+    http: reqwest::Client,
     signer: Signer,
     pids: ServerPids,
     /// Where the server keeps objects (weft: every node's disks; MinIO: its drives): the
@@ -280,13 +303,17 @@ struct Target {
 }
 
 impl Target {
+    /// Whether this is a weft gateway (not the peer the bench started).
+    fn is_weft(&self) -> bool {
+        self.name != "minio"
+    }
+
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.endpoint)
     }
 
     async fn request(
         &self,
-        http: &reqwest::Client,
         method: reqwest::Method,
         path: &str,
         body: Option<(Bytes, &str)>,
@@ -296,7 +323,7 @@ impl Target {
             Some((bytes, sha)) => (bytes, sha.to_owned()),
             None => (Bytes::new(), hex::encode(Sha256::digest(b""))),
         };
-        let mut request = http.request(method.clone(), self.url(path));
+        let mut request = self.http.request(method.clone(), self.url(path));
         for (name, value) in self.signer.headers(method.as_str(), path, &sha) {
             request = request.header(name, value);
         }
@@ -306,30 +333,34 @@ impl Target {
         if !body.is_empty() || method == reqwest::Method::PUT {
             request = request.body(body);
         }
-        request.send().await.map_err(|e| format!("{method} {path} on {}: {e}", self.name))
+        request.send().await.map_err(|e| {
+            // reqwest's own message is "error sending request"; the why is in its sources.
+            let mut why = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(inner) = source {
+                why = format!("{why}: {inner}");
+                source = inner.source();
+            }
+            format!("{method} {path} on {}: {why}", self.name)
+        })
     }
 
     /// Creates the bucket unless it exists (weft: with the policy asked, when one is).
-    async fn ensure_bucket(
-        &self,
-        http: &reqwest::Client,
-        bucket: &str,
-        policy: Option<&str>,
-    ) -> Result<(), CliError> {
+    async fn ensure_bucket(&self, bucket: &str, policy: Option<&str>) -> Result<(), CliError> {
         let path = format!("/{bucket}");
         let head = self
-            .request(http, reqwest::Method::HEAD, &path, None, &[])
+            .request(reqwest::Method::HEAD, &path, None, &[])
             .await
             .map_err(|e| cli_error!("{e}"))?;
         if head.status().is_success() {
             return Ok(());
         }
-        let extra: Vec<(&str, &str)> = match (self.name, policy) {
-            ("weft", Some(policy)) => vec![("x-weft-policy", policy)],
+        let extra: Vec<(&str, &str)> = match (self.is_weft(), policy) {
+            (true, Some(policy)) => vec![("x-weft-policy", policy)],
             _ => Vec::new(),
         };
         let answer = self
-            .request(http, reqwest::Method::PUT, &path, None, &extra)
+            .request(reqwest::Method::PUT, &path, None, &extra)
             .await
             .map_err(|e| cli_error!("{e}"))?;
         let status = answer.status();
@@ -411,6 +442,8 @@ struct PhaseResult {
     server_cpu: BTreeMap<String, f64>,
     client_cpu: f64,
     latencies_ms: Vec<f64>,
+    /// Certificate rotations (`--rotate-certs`) while the phase ran.
+    cert_rotations: u64,
 }
 
 impl PhaseResult {
@@ -443,6 +476,7 @@ async fn run_loops<F, Fut>(
     clients: usize,
     duration: Duration,
     pids: &[(u32, String)],
+    rotations: &AtomicU64,
     one: F,
 ) -> Result<PhaseResult, CliError>
 where
@@ -451,6 +485,7 @@ where
 {
     let server_before = cpu_by_role(pids);
     let client_before = own_cpu_seconds();
+    let rotations_before = rotations.load(Ordering::SeqCst);
     let start = Instant::now();
     let bytes = Arc::new(AtomicU64::new(0));
     let latencies = Arc::new(Mutex::new(Vec::new()));
@@ -499,19 +534,21 @@ where
             .collect(),
         client_cpu: own_cpu_seconds() - client_before,
         latencies_ms,
+        cert_rotations: rotations.load(Ordering::SeqCst) - rotations_before,
     })
 }
 
 /// One cell of the run: a target, an object size and a number of clients, and what its
 /// phases share.
 struct CellRun<'a> {
-    http: &'a reqwest::Client,
     target: &'a Target,
     bucket: &'a str,
     bodies: &'a Arc<Bodies>,
     object_size: usize,
     clients: usize,
     duration: Duration,
+    /// Certificate rotations so far (`--rotate-certs`).
+    rotations: &'a AtomicU64,
 }
 
 /// The put phase, the get phase (verified), then the deletes; results for the ops asked.
@@ -519,28 +556,25 @@ async fn run_cell(
     cell: &CellRun<'_>,
     down: Option<&DownNodes>,
 ) -> Result<(PhaseResult, PhaseResult, Option<PhaseResult>), CliError> {
-    let CellRun { http, target, bucket, bodies, object_size, clients, duration } = *cell;
-    let pids = target.pids.pids(target.name);
+    let CellRun { target, bucket, bodies, object_size, clients, duration, rotations } = *cell;
+    let pids = target.pids.pids(&target.name);
     let next = Arc::new(AtomicU64::new(0));
     // Deletes are done when answered (weft removes the units, MinIO its parts), so the
     // directories hold only earlier cells' leftovers, if any, before the put phase.
     let stored_before = (!target.data_dirs.is_empty()).then(|| tree_bytes(&target.data_dirs));
     let mut put = {
-        let (http, target, bodies, next) =
-            (http.clone(), target.clone(), bodies.clone(), next.clone());
+        let (target, bodies, next) = (target.clone(), bodies.clone(), next.clone());
         let bucket = bucket.to_owned();
-        run_loops(clients, duration, &pids, move |_, _| {
-            let (http, target, bodies, next) =
-                (http.clone(), target.clone(), bodies.clone(), next.clone());
+        run_loops(clients, duration, &pids, rotations, move |_, _| {
+            let (target, bodies, next) = (target.clone(), bodies.clone(), next.clone());
             let bucket = bucket.clone();
             async move {
                 let seq = next.fetch_add(1, Ordering::Relaxed);
                 let path = object_path(&bucket, object_size, seq);
                 let body = bodies.body(object_size, seq);
                 let sha = bodies.sha256(object_size, seq).to_owned();
-                let answer = target
-                    .request(&http, reqwest::Method::PUT, &path, Some((body, &sha)), &[])
-                    .await?;
+                let answer =
+                    target.request(reqwest::Method::PUT, &path, Some((body, &sha)), &[]).await?;
                 let status = answer.status();
                 if !status.is_success() {
                     let text = answer.text().await.unwrap_or_default();
@@ -574,8 +608,7 @@ async fn run_cell(
         let deletes = batch.into_iter().map(|seq| {
             let path = object_path(bucket, object_size, seq);
             async move {
-                let answer =
-                    target.request(http, reqwest::Method::DELETE, &path, None, &[]).await?;
+                let answer = target.request(reqwest::Method::DELETE, &path, None, &[]).await?;
                 if answer.status().is_success() {
                     Ok(())
                 } else {
@@ -655,17 +688,17 @@ impl DownNodes {
 /// One get phase: `clients` loops reading the `written` objects of the put phase, every
 /// byte compared with what was written.
 async fn get_phase(cell: &CellRun<'_>, written: u64) -> Result<PhaseResult, CliError> {
-    let CellRun { http, target, bucket, bodies, object_size, clients, duration } = *cell;
-    let pids = target.pids.pids(target.name);
-    let (http, target, bodies) = (http.clone(), target.clone(), bodies.clone());
+    let CellRun { target, bucket, bodies, object_size, clients, duration, rotations } = *cell;
+    let pids = target.pids.pids(&target.name);
+    let (target, bodies) = (target.clone(), bodies.clone());
     let bucket = bucket.to_owned();
-    run_loops(clients, duration, &pids, move |client, i| {
-        let (http, target, bodies) = (http.clone(), target.clone(), bodies.clone());
+    run_loops(clients, duration, &pids, rotations, move |client, i| {
+        let (target, bodies) = (target.clone(), bodies.clone());
         let path_bucket = bucket.clone();
         async move {
             let seq = (client as u64 + i * clients as u64) % written.max(1);
             let path = object_path(&path_bucket, object_size, seq);
-            let mut answer = target.request(&http, reqwest::Method::GET, &path, None, &[]).await?;
+            let mut answer = target.request(reqwest::Method::GET, &path, None, &[]).await?;
             let status = answer.status();
             if !status.is_success() {
                 let text = answer.text().await.unwrap_or_default();
@@ -817,46 +850,109 @@ fn start_minio(bin: &Path, drives: usize, parity: usize) -> Result<(Minio, Signe
     }
 }
 
-/// weft's endpoint and key: flags, else the AWS_* environment, else `weft up`'s s3.json.
-fn weft_target(args: &S3BenchArgs) -> Result<Target, CliError> {
-    let conf = crate::cluster_cli::file_beside_secret(&args.meta, crate::up::S3_FILE)
-        .map_or(Value::Null, |(_, conf)| conf);
-    let pick = |flag: &Option<String>, env: &str, field: &str| {
-        flag.clone()
-            .or_else(|| std::env::var(env).ok().filter(|v| !v.is_empty()))
+/// Where a weft target's settings come from: the first cluster takes flags, then the AWS_*
+/// environment, then the files beside its secret; a `--compare-cluster` one only its files.
+struct WeftSource<'a> {
+    /// s3.json (`weft up`'s, or `weft init --hosts`'s).
+    s3: Value,
+    /// cluster.json and where it is (`weft up`'s only).
+    cluster: Option<(PathBuf, Value)>,
+    /// The first cluster's flags; None for a `--compare-cluster`.
+    args: Option<&'a S3BenchArgs>,
+    /// The CA flag, for either.
+    ca: Option<&'a Path>,
+    keepalive: bool,
+}
+
+/// The HTTP client of a target: keep-alive or not, and the CAs (PEM bundles) it trusts over
+/// HTTPS.
+fn http_client(cas: &[PathBuf], keepalive: bool) -> Result<reqwest::Client, CliError> {
+    let mut builder = reqwest::Client::builder();
+    builder = match keepalive {
+        true => builder.pool_max_idle_per_host(64),
+        false => builder.pool_max_idle_per_host(0),
+    };
+    for ca in cas {
+        let pem = std::fs::read(ca).map_err(|e| cli_error!("cannot read {}: {e}", ca.display()))?;
+        let roots = reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| cli_error!("{} is not a PEM certificate bundle: {e}", ca.display()))?;
+        if roots.is_empty() {
+            return Err(cli_error!("{} holds no certificate", ca.display()));
+        }
+        for root in roots {
+            builder = builder.add_root_certificate(root);
+        }
+    }
+    builder.build().map_err(|e| cli_error!("cannot build the HTTP client: {e}"))
+}
+
+/// A weft gateway as a target (see [`WeftSource`] for what is read from where).
+fn weft_target(name: String, from: WeftSource<'_>) -> Result<Target, CliError> {
+    let conf = &from.s3;
+    let pick = |flag: Option<&Option<String>>, env: &str, field: &str| {
+        flag.and_then(Clone::clone)
+            .or_else(|| from.args.and_then(|_| std::env::var(env).ok().filter(|v| !v.is_empty())))
             .or_else(|| conf[field].as_str().map(str::to_owned))
     };
-    let endpoint = pick(&args.endpoint, "AWS_ENDPOINT_URL", "endpoint").ok_or_else(|| {
-        cli_error!(
-            "no S3 endpoint: start a cluster with `weft up` (its s3.json lies beside the \
-             cluster secret), or give --endpoint, --access-key and --secret-key"
-        )
-    })?;
-    let access_key = pick(&args.access_key, "AWS_ACCESS_KEY_ID", "access_key")
-        .ok_or_else(|| cli_error!("no access key: give --access-key"))?;
-    let secret_key = pick(&args.secret_key, "AWS_SECRET_ACCESS_KEY", "secret_key")
-        .ok_or_else(|| cli_error!("no secret key: give --secret-key"))?;
+    let endpoint = pick(from.args.map(|a| &a.endpoint), "AWS_ENDPOINT_URL", "endpoint")
+        .ok_or_else(|| {
+            cli_error!(
+                "{name}: no S3 endpoint: start a cluster with `weft up` (its s3.json lies \
+                 beside the cluster secret), or give --endpoint, --access-key and --secret-key"
+            )
+        })?;
+    let access_key = pick(from.args.map(|a| &a.access_key), "AWS_ACCESS_KEY_ID", "access_key")
+        .ok_or_else(|| cli_error!("{name}: no access key: give --access-key"))?;
+    let secret_key = pick(from.args.map(|a| &a.secret_key), "AWS_SECRET_ACCESS_KEY", "secret_key")
+        .ok_or_else(|| cli_error!("{name}: no secret key: give --secret-key"))?;
     let region = conf["region"].as_str().unwrap_or(weft_s3::DEFAULT_REGION).to_owned();
     let endpoint = endpoint.trim_end_matches('/').to_owned();
-    let host = endpoint
-        .strip_prefix("http://")
-        .ok_or_else(|| cli_error!("--endpoint {endpoint}: the bench speaks plain http://"))?
-        .to_owned();
-    let pids = if !args.server_pids.is_empty() {
-        ServerPids::Fixed(args.server_pids.clone())
+    let (host, https) = match (endpoint.strip_prefix("http://"), endpoint.strip_prefix("https://"))
+    {
+        (Some(host), _) => (host.to_owned(), false),
+        (_, Some(host)) => (host.to_owned(), true),
+        _ => return Err(cli_error!("{name}: endpoint {endpoint} is neither http:// nor https://")),
+    };
+    // The CAs of an HTTPS gateway: the flag alone; else the environment's bundle and the
+    // one the cluster's files name, both (a machine may export a system bundle as
+    // AWS_CA_BUNDLE; a gateway certificate the user gave is not of weft's CA).
+    let cluster_ca = from.cluster.as_ref().and_then(|(_, cluster)| {
+        let tls = &cluster["tls"];
+        tls["gateway_cert"].is_null().then(|| tls["ca"].as_str().map(PathBuf::from)).flatten()
+    });
+    let cas: Vec<PathBuf> = match from.ca {
+        Some(ca) => vec![ca.to_owned()],
+        None => from
+            .args
+            .and(std::env::var_os("AWS_CA_BUNDLE").filter(|v| !v.is_empty()))
+            .map(PathBuf::from)
+            .into_iter()
+            .chain(conf["ca"].as_str().map(PathBuf::from).or(cluster_ca))
+            .collect(),
+    };
+    if https && cas.is_empty() {
+        return Err(cli_error!(
+            "{name}: {endpoint} serves HTTPS and no CA for it was found: give --ca FILE (or \
+             AWS_CA_BUNDLE)"
+        ));
+    }
+    let http = http_client(if https { &cas } else { &[] }, from.keepalive)?;
+    let fixed = from.args.map(|a| a.server_pids.clone()).unwrap_or_default();
+    let pids = if !fixed.is_empty() {
+        ServerPids::Fixed(fixed)
     } else {
-        let file = crate::cluster_cli::file_beside_secret(&args.meta, crate::up::CLUSTER_FILE)
-            .map(|(file, _)| file)
-            .ok_or_else(|| {
-                cli_error!(
-                    "cannot find weft up's cluster.json beside the cluster secret to read the \
-                     server's CPU: pass --secret-file DIR/cluster.secret or --server-pids"
-                )
-            })?;
+        let file = from.cluster.as_ref().map(|(file, _)| file.clone()).ok_or_else(|| {
+            cli_error!(
+                "{name}: cannot find weft up's cluster.json beside the cluster secret to read \
+                 the server's CPU: pass --secret-file DIR/cluster.secret or --server-pids"
+            )
+        })?;
         ServerPids::ClusterFile(file)
     };
     // Every node's disks, from weft up's cluster.json when there is one.
-    let data_dirs = crate::cluster_cli::file_beside_secret(&args.meta, crate::up::CLUSTER_FILE)
+    let data_dirs = from
+        .cluster
+        .as_ref()
         .map(|(_, cluster)| {
             cluster["nodes"]
                 .as_array()
@@ -868,11 +964,96 @@ fn weft_target(args: &S3BenchArgs) -> Result<Target, CliError> {
         })
         .unwrap_or_default();
     Ok(Target {
-        name: "weft",
+        name,
         endpoint,
+        http,
         signer: Signer { host, access_key, secret_key, region },
         pids,
         data_dirs,
+    })
+}
+
+/// The name of the cluster whose cluster.json is `file`: its directory's.
+fn cluster_name(file: Option<&Path>) -> String {
+    file.and_then(Path::parent)
+        .and_then(Path::file_name)
+        .map_or_else(|| "weft".to_owned(), |name| name.to_string_lossy().into_owned())
+}
+
+/// Reissues every host certificate of cluster directory `dir` every `every` until `stop`,
+/// counting each full pass in `count`; the first error ends it and is returned.
+fn rotate_certs(
+    dir: &Path,
+    every: Duration,
+    stop: &std::sync::atomic::AtomicBool,
+    count: &AtomicU64,
+) -> Result<(), CliError> {
+    let mut next = Instant::now() + every;
+    while !stop.load(Ordering::SeqCst) {
+        if Instant::now() >= next {
+            crate::cert_cli::reissue_hosts(dir, &[], weft_auth::ca::HOST_DAYS)?;
+            count.fetch_add(1, Ordering::SeqCst);
+            next += every;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// Phases of every target and cell, per round: (results[target][cell] = (puts, gets) over
+/// rounds, weft's degraded gets per cell).
+type Loaded = (Vec<Vec<(Vec<PhaseResult>, Vec<PhaseResult>)>>, Vec<Vec<PhaseResult>>);
+
+/// Every round of every cell on every target (targets alternating, the order rotating).
+fn load(
+    runtime: &tokio::runtime::Runtime,
+    args: &S3BenchArgs,
+    targets: &[Target],
+    cells: &[(usize, usize)],
+    bodies: &Arc<Bodies>,
+    down: Option<&DownNodes>,
+    rotations: &AtomicU64,
+) -> Result<Loaded, CliError> {
+    let duration = Duration::from_millis(args.duration);
+    let progress = std::io::stderr().is_terminal() && !(args.json || args.json_lines);
+    let mut results = vec![vec![(Vec::new(), Vec::new()); cells.len()]; targets.len()];
+    let mut degraded: Vec<Vec<PhaseResult>> = vec![Vec::new(); cells.len()];
+    runtime.block_on(async {
+        for target in targets {
+            target.ensure_bucket(&args.bucket, args.policy.as_deref()).await?;
+        }
+        for round in 0..args.rounds {
+            for (c, &(size, clients)) in cells.iter().enumerate() {
+                for t in 0..targets.len() {
+                    let t = (t + round + c) % targets.len();
+                    let target = &targets[t];
+                    if progress {
+                        eprintln!(
+                            "round {}/{}: {} {} × {clients} client(s)…",
+                            round + 1,
+                            args.rounds,
+                            target.name,
+                            crate::cluster_cli::format_size(size as u64)
+                        );
+                    }
+                    let down = down.filter(|_| t == 0);
+                    let cell = CellRun {
+                        target,
+                        bucket: &args.bucket,
+                        bodies: &bodies,
+                        object_size: size,
+                        clients,
+                        duration,
+                        rotations,
+                    };
+                    let (put, get, down_get) = run_cell(&cell, down).await?;
+                    results[t][c].0.push(put);
+                    results[t][c].1.push(get);
+                    degraded[c].extend(down_get);
+                }
+            }
+        }
+        Ok((results, degraded))
     })
 }
 
@@ -903,6 +1084,11 @@ struct Row {
     down_nodes: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     degraded_ratio: Option<f64>,
+    /// With `--rotate-certs`, the first cluster's rows: the rotations of every host's
+    /// certificate while their phases ran (over all rounds); the run completing says no
+    /// request failed meanwhile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cert_rotations: Option<u64>,
     /// Server CPU per GiB by process role (weft: s3, node, meta, repair, up; MinIO: minio),
     /// medians over rounds.
     server_cpu_s_per_gib_by_role: BTreeMap<String, f64>,
@@ -963,6 +1149,7 @@ fn row_of(
         server_cpu_ratio: None,
         down_nodes: None,
         degraded_ratio: None,
+        cert_rotations: None,
         stored_bytes_per_user_byte: {
             let ratios: Vec<f64> = results
                 .iter()
@@ -1003,7 +1190,53 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
              --rounds 1 and no --compare"
         ));
     }
-    let weft = weft_target(&args)?;
+    if args.rotate_certs == Some(0) {
+        return Err(cli_error!("--rotate-certs must be positive"));
+    }
+    let beside = |name: &str| crate::cluster_cli::file_beside_secret(&args.meta, name);
+    let cluster = beside(crate::up::CLUSTER_FILE);
+    let compared = match &args.compare_cluster {
+        Some(dir) => {
+            let read = |name: &str| -> Result<(PathBuf, Value), CliError> {
+                let file = dir.join(name);
+                let text = std::fs::read_to_string(&file).map_err(|e| {
+                    cli_error!(
+                        "--compare-cluster {}: cannot read {}: {e} (the directory of a \
+                         running `weft up --dir`)",
+                        dir.display(),
+                        file.display()
+                    )
+                })?;
+                let value = serde_json::from_str(&text)
+                    .map_err(|e| cli_error!("{}: {e}", file.display()))?;
+                Ok((file, value))
+            };
+            Some((read(crate::up::S3_FILE)?.1, read(crate::up::CLUSTER_FILE)?))
+        }
+        None => None,
+    };
+    let first_name = cluster_name(cluster.as_ref().map(|(file, _)| file.as_path()));
+    let rotate_dir = match (args.rotate_certs, &cluster) {
+        (None, _) => None,
+        (Some(_), Some((file, _))) => Some(file.parent().unwrap_or(Path::new(".")).to_owned()),
+        (Some(_), None) => {
+            return Err(cli_error!(
+                "--rotate-certs reissues the certificates of a `weft up` cluster: pass \
+                 --secret-file DIR/cluster.secret of one"
+            ))
+        }
+    };
+    let keepalive = !args.no_keepalive;
+    let weft = weft_target(
+        "weft".to_owned(),
+        WeftSource {
+            s3: beside(crate::up::S3_FILE).map_or(Value::Null, |(_, conf)| conf),
+            cluster,
+            args: Some(&args),
+            ca: args.ca.as_deref(),
+            keepalive,
+        },
+    )?;
     let down = match args.down_nodes {
         0 => None,
         count => Some(DownNodes::pick(&args.meta, count)?),
@@ -1022,7 +1255,8 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
         Some(S3Peer::Minio) => {
             let (minio, signer) = start_minio(&args.minio_bin, args.minio_drives, parity)?;
             targets.push(Target {
-                name: "minio",
+                name: "minio".to_owned(),
+                http: http_client(&[], keepalive)?,
                 endpoint: minio.endpoint.clone(),
                 signer,
                 pids: ServerPids::Fixed(vec![minio.child.id()]),
@@ -1034,62 +1268,67 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
         }
         None => None,
     };
+    if let Some((s3, (file, cluster))) = compared {
+        let source = WeftSource {
+            s3,
+            cluster: Some((file.clone(), cluster)),
+            args: None,
+            ca: None,
+            keepalive,
+        };
+        let mut other = weft_target(cluster_name(Some(&file)), source)?;
+        // Side by side, each cluster's rows are named by its directory, or (both directories
+        // named alike) by its scheme.
+        let scheme = |t: &Target| format!("weft-{}", t.endpoint.split(':').next().unwrap_or(""));
+        targets[0].name = first_name;
+        if targets[0].name == other.name {
+            (targets[0].name, other.name) = (scheme(&targets[0]), scheme(&other));
+        }
+        if targets[0].name == other.name {
+            return Err(cli_error!(
+                "--compare-cluster: both clusters' directories are named alike and both \
+                 serve {}; their rows would share a name",
+                targets[0].name
+            ));
+        }
+        targets.push(other);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| cli_error!("cannot start the async runtime: {e}"))?;
     let bodies = Arc::new(Bodies::new(&args.object_sizes));
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(64)
-        .build()
-        .map_err(|e| cli_error!("cannot build the HTTP client: {e}"))?;
-    let duration = Duration::from_millis(args.duration);
     let cells: Vec<(usize, usize)> = args
         .object_sizes
         .iter()
         .flat_map(|&size| args.clients.iter().map(move |&clients| (size, clients)))
         .collect();
-    let progress = std::io::stderr().is_terminal() && !(args.json || args.json_lines);
-    // results[target][cell] = (puts, gets) over rounds; degraded gets of weft, per cell.
-    let mut results = vec![vec![(Vec::new(), Vec::new()); cells.len()]; targets.len()];
-    let mut degraded: Vec<Vec<PhaseResult>> = vec![Vec::new(); cells.len()];
-    runtime.block_on(async {
-        for target in &targets {
-            target.ensure_bucket(&http, &args.bucket, args.policy.as_deref()).await?;
-        }
-        for round in 0..args.rounds {
-            for (c, &(size, clients)) in cells.iter().enumerate() {
-                for t in 0..targets.len() {
-                    let t = (t + round + c) % targets.len();
-                    let target = &targets[t];
-                    if progress {
-                        eprintln!(
-                            "round {}/{}: {} {} × {clients} client(s)…",
-                            round + 1,
-                            args.rounds,
-                            target.name,
-                            crate::cluster_cli::format_size(size as u64)
-                        );
-                    }
-                    let down = down.as_ref().filter(|_| t == 0);
-                    let cell = CellRun {
-                        http: &http,
-                        target,
-                        bucket: &args.bucket,
-                        bodies: &bodies,
-                        object_size: size,
-                        clients,
-                        duration,
-                    };
-                    let (put, get, down_get) = run_cell(&cell, down).await?;
-                    results[t][c].0.push(put);
-                    results[t][c].1.push(get);
-                    degraded[c].extend(down_get);
-                }
-            }
-        }
-        Ok::<(), CliError>(())
-    })?;
+    // The rotations run on a thread of their own beside the load; the load's end stops them.
+    let rotations = AtomicU64::new(0);
+    let stop_rotating = std::sync::atomic::AtomicBool::new(false);
+    let loaded = std::thread::scope(|scope| {
+        let rotating = rotate_dir.as_ref().map(|dir| {
+            let every = Duration::from_millis(args.rotate_certs.unwrap_or(1));
+            let (stop, count) = (&stop_rotating, &rotations);
+            scope.spawn(move || rotate_certs(dir, every, stop, count))
+        });
+        let loaded = load(&runtime, &args, &targets, &cells, &bodies, down.as_ref(), &rotations);
+        stop_rotating.store(true, Ordering::SeqCst);
+        let rotated = match rotating.map(|thread| thread.join()) {
+            None => Ok(()),
+            Some(Ok(done)) => done,
+            Some(Err(_)) => Err(cli_error!("the certificate rotations panicked")),
+        };
+        loaded.and_then(|results| rotated.map(|()| results))
+    });
+    let (results, degraded) = loaded?;
+    if let (Some(_), false) = (args.rotate_certs, args.json || args.json_lines) {
+        eprintln!(
+            "weft bench s3: {} certificate rotations of every host during the load, no \
+             request failed",
+            rotations.load(Ordering::SeqCst)
+        );
+    }
     let mut rows = crate::rows::JsonRows::new(args.json_lines);
     let mut table = Vec::new();
     let machine = crate::bench::Machine::this();
@@ -1104,8 +1343,11 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
                 S3Op::Get => &results[t][c].1,
             };
             let peer =
-                (targets.len() > 1).then(|| row_of(targets[1].name, cell, pick(1), &machine));
-            let mut row = row_of(targets[0].name, cell, pick(0), &machine);
+                (targets.len() > 1).then(|| row_of(&targets[1].name, cell, pick(1), &machine));
+            let mut row = row_of(&targets[0].name, cell, pick(0), &machine);
+            if args.rotate_certs.is_some() {
+                row.cert_rotations = Some(pick(0).iter().map(|r| r.cert_rotations).sum());
+            }
             if let Some(peer) = &peer {
                 row.throughput_ratio = Some(row.mib_per_s / peer.mib_per_s);
                 row.server_cpu_ratio = Some(row.server_cpu_s_per_gib / peer.server_cpu_s_per_gib);
@@ -1132,7 +1374,7 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
         return Ok(());
     }
     println!(
-        "{:<6} {:<4} {:>9} {:>7} {:>10} {:>9} {:>16} {:>16} {:>9} {:>9}  server CPU-s/GiB by role; weft ÷ peer",
+        "{:<10} {:<4} {:>9} {:>7} {:>10} {:>9} {:>16} {:>16} {:>9} {:>9}  server CPU-s/GiB by role; weft ÷ peer",
         "target",
         "op",
         "size",
@@ -1159,9 +1401,13 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
             Some(stored) => format!("; stored {stored:.2}×"),
             None => String::new(),
         };
-        let ratio = format!("{}{stored}{ratio}", roles.join(", "));
+        let rotated = match row.cert_rotations {
+            Some(n) => format!("; {n} cert rotations"),
+            None => String::new(),
+        };
+        let ratio = format!("{}{stored}{rotated}{ratio}", roles.join(", "));
         println!(
-            "{:<6} {:<4} {:>9} {:>7} {:>10.1} {:>9.1} {:>16.2} {:>16.2} {:>9.1} {:>9.1}  {}",
+            "{:<10} {:<4} {:>9} {:>7} {:>10.1} {:>9.1} {:>16.2} {:>16.2} {:>9.1} {:>9.1}  {}",
             row.target,
             match row.op {
                 S3Op::Put => "put",

@@ -130,41 +130,8 @@ fn rotate(args: RotateArgs) -> Result<(), CliError> {
     if args.days == 0 {
         return Err(cli_error!("--days must be positive"));
     }
-    let at = ca_dir(&args.dir);
-    let ca = Ca::open(&at).map_err(|e| cli_error!("{e}"))?;
-    // `weft up`'s TLS directories (DIR/tls/<host>), then `weft init --hosts`'s host
-    // directories (DIR/<host>, which hold their host's certificate).
-    let mut hosts: Vec<(String, PathBuf)> = Vec::new();
-    for parent in [&at, &args.dir] {
-        let entries = std::fs::read_dir(parent)
-            .map_err(|e| cli_error!("cannot list {}: {e}", parent.display()))?;
-        for entry in entries.filter_map(|entry| entry.ok()) {
-            let (Ok(name), path) = (entry.file_name().into_string(), entry.path()) else {
-                continue;
-            };
-            let tls_dir = path.join(weft_auth::tls::CERT_FILE).is_file()
-                && path.join(weft_auth::tls::CA_FILE).is_file();
-            if tls_dir && !hosts.iter().any(|(known, _)| *known == name) {
-                hosts.push((name, path));
-            }
-        }
-    }
-    hosts.sort();
-    for wanted in &args.hosts {
-        if !hosts.iter().any(|(name, _)| name == wanted) {
-            let names: Vec<&str> = hosts.iter().map(|(name, _)| name.as_str()).collect();
-            return Err(cli_error!(
-                "{} has no TLS directory for {wanted:?}; it has: {}",
-                args.dir.display(),
-                names.join(", ")
-            ));
-        }
-    }
-    if !args.hosts.is_empty() {
-        hosts.retain(|(name, _)| args.hosts.contains(name));
-    }
-    for (host, dir) in &hosts {
-        let serial = ca.reissue(dir, args.days).map_err(|e| cli_error!("{host}: {e}"))?;
+    let reissued = reissue_hosts(&args.dir, &args.hosts, args.days)?;
+    for (host, dir, serial) in &reissued {
         match args.json {
             true => crate::cluster_cli::print_json(
                 &json!({ "host": host, "dir": dir, "serial": serial, "days": args.days }),
@@ -176,8 +143,56 @@ fn rotate(args: RotateArgs) -> Result<(), CliError> {
         eprintln!(
             "weft cert rotate: {} certificates reissued; running processes use them from \
              their next handshake",
-            hosts.len()
+            reissued.len()
         );
     }
     Ok(())
+}
+
+/// Reissues the host certificates of cluster directory `dir` (only `hosts`, when given),
+/// valid `days` days: `weft up`'s TLS directories (DIR/tls/<host>), then `weft init
+/// --hosts`'s host directories (DIR/<host>, which hold their host's certificate). Returns
+/// (host, its TLS directory, the new certificate's serial) of each.
+pub fn reissue_hosts(
+    dir: &Path,
+    hosts: &[String],
+    days: u32,
+) -> Result<Vec<(String, PathBuf, String)>, CliError> {
+    let at = ca_dir(dir);
+    let ca = Ca::open(&at).map_err(|e| cli_error!("{e}"))?;
+    let mut found: Vec<(String, PathBuf)> = Vec::new();
+    for parent in [&at, dir] {
+        let entries = std::fs::read_dir(parent)
+            .map_err(|e| cli_error!("cannot list {}: {e}", parent.display()))?;
+        for entry in entries.filter_map(|entry| entry.ok()) {
+            let (Ok(name), path) = (entry.file_name().into_string(), entry.path()) else {
+                continue;
+            };
+            let tls_dir = path.join(weft_auth::tls::CERT_FILE).is_file()
+                && path.join(weft_auth::tls::CA_FILE).is_file();
+            if tls_dir && !found.iter().any(|(known, _)| *known == name) {
+                found.push((name, path));
+            }
+        }
+    }
+    found.sort();
+    for wanted in hosts {
+        if !found.iter().any(|(name, _)| name == wanted) {
+            let names: Vec<&str> = found.iter().map(|(name, _)| name.as_str()).collect();
+            return Err(cli_error!(
+                "{} has no TLS directory for {wanted:?}; it has: {}",
+                dir.display(),
+                names.join(", ")
+            ));
+        }
+    }
+    if !hosts.is_empty() {
+        found.retain(|(name, _)| hosts.contains(name));
+    }
+    let mut reissued = Vec::new();
+    for (host, tls_dir) in found {
+        let serial = ca.reissue(&tls_dir, days).map_err(|e| cli_error!("{host}: {e}"))?;
+        reissued.push((host, tls_dir, serial));
+    }
+    Ok(reissued)
 }
