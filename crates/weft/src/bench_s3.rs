@@ -1040,7 +1040,7 @@ fn load(
                     let cell = CellRun {
                         target,
                         bucket: &args.bucket,
-                        bodies: &bodies,
+                        bodies,
                         object_size: size,
                         clients,
                         duration,
