@@ -15,7 +15,9 @@
 //! Invariants:
 //! - Every connection comes from weft-auth's TLS listener, its handshake (when the node has
 //!   TLS) already done; over TLS the whole segments are read (verified) and written through
-//!   the cipher instead of sent with sendfile, in the same answer format.
+//!   the cipher instead of sent with sendfile, in the same answer format, and every answer
+//!   is flushed before the next request is read (the cipher buffers what a full socket did
+//!   not take; unflushed, the peer would wait for it until its read timeout).
 //! - Nothing is answered that axum's guard would refuse: the same verifier checks the same
 //!   signed head (method, path, query, authorization, content hash of an empty body).
 //! - Every byte sent was verified here (the edges) or goes with its segment's stored
@@ -308,7 +310,20 @@ async fn connection(mut stream: Stream, peer: SocketAddr, shared: Arc<Shared>) {
         };
         read.drain(..head_len);
         let close = get.close;
-        match answer(&mut stream, &shared, *get).await {
+        // Over TLS the cipher may still hold the answer's last records when the writes
+        // return (the socket was full): they go out with the flush, not with the next
+        // answer, which the peer waits for this one to end before asking.
+        let answered = match answer(&mut stream, &shared, *get).await {
+            Ok(()) => match tokio::time::timeout(SEND_STALL, stream.flush()).await {
+                Ok(flushed) => flushed,
+                Err(_) => Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the peer took no bytes for {} s", SEND_STALL.as_secs()),
+                )),
+            },
+            Err(error) => Err(error),
+        };
+        match answered {
             Ok(()) if !close => {}
             Ok(()) => return,
             Err(error) => {

@@ -128,8 +128,8 @@ fn every_process_is_on_a_host_of_its_own_and_nothing_is_left_behind() {
     }
     let before = namespaces_and_links();
     // No --insecure-plaintext: off loopback, every link is TLS by default.
-    let flags = ["--netns", "--subnet", "198.18.0.64/26", "--mtu", "9000"];
-    let mut cluster = Cluster::start(3, &flags);
+    let flags = ["--netns", "--subnet", "198.18.0.64/26", "--mtu", "9000", "--down-after-ms", "2000"];
+    let mut cluster = Cluster::start(9, &flags);
 
     // Every service (meta, three nodes, the executor, the gateway) in a namespace of its
     // own, at an address of the subnet; the test itself stays in the root namespace.
@@ -139,7 +139,7 @@ fn every_process_is_on_a_host_of_its_own_and_nothing_is_left_behind() {
     assert_eq!(file["netns"]["subnet"], "198.18.0.64/26", "{file}");
     assert_eq!(file["netns"]["mtu"], 9000, "{file}");
     let services = file["services"].as_array().expect("services").clone();
-    assert_eq!(services.len(), 6, "{file}");
+    assert_eq!(services.len(), 12, "{file}");
     let mut seen = BTreeSet::new();
     for service in &services {
         let (netns, address) = host_of(service);
@@ -200,9 +200,11 @@ fn every_process_is_on_a_host_of_its_own_and_nothing_is_left_behind() {
         "node 1 reached node 2's port on its own loopback"
     );
 
+    drills_across_hosts(&cluster, &data);
+
     // weft status shows no plain-HTTP warning, and its services carry their hosts.
     let services_now = cluster.status()["services"].clone();
-    assert_eq!(services_now.as_array().map(Vec::len), Some(6), "{services_now}");
+    assert_eq!(services_now.as_array().map(Vec::len), Some(12), "{services_now}");
     assert!(services_now.as_array().unwrap().iter().all(|s| s["host"]["address"].is_string()));
     let status = cluster.weft(&["status"]);
     let human = String::from_utf8_lossy(&status.stdout);
@@ -223,11 +225,80 @@ fn every_process_is_on_a_host_of_its_own_and_nothing_is_left_behind() {
     assert!(left.0.iter().any(|n| n.starts_with(&prefix)), "the killed run's hosts are gone?");
     cluster.restart();
     let again = cluster.cluster_file();
-    assert_eq!(again["services"].as_array().unwrap().len(), 6, "{again}");
+    assert_eq!(again["services"].as_array().unwrap().len(), 12, "{again}");
     assert!(cluster.get("across/one") == data, "the object did not survive the restarts");
     let stopped = cluster.stop();
     assert!(stopped.success(), "weft up exited with {stopped}");
     wait_for_none_of(&tag, &before, "after a SIGKILL, a restart and a clean stop");
+}
+
+/// The node (id) holding the first unit of `path`, as `weft stat --nodes` lists them.
+fn first_node_of(cluster: &Cluster, path: &str) -> String {
+    let listed = cluster.weft(&["stat", path, "--nodes"]);
+    assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
+    String::from_utf8_lossy(&listed.stdout).lines().next().expect("a node").trim().to_owned()
+}
+
+/// What weft does, across hosts over TLS: a regroup transition, a RAIDP disk drill, a
+/// geometric pack, and a node killed, read around and repaired (`across/one` holds `data`).
+fn drills_across_hosts(cluster: &Cluster, data: &[u8]) {
+    // Okapi's regroup: rs(2,1) → rs(4,2) over the same stripes, only new parity written.
+    let regrouped = cluster.weft_json(&[
+        "transition",
+        "across/one",
+        "--k",
+        "4",
+        "--r",
+        "2",
+        "--mode",
+        "regroup",
+        "--json",
+    ]);
+    assert_eq!(regrouped["mode"], "regroup", "{regrouped}");
+    assert_eq!(regrouped["data_bytes_written"], 0, "{regrouped}");
+    assert!(cluster.get("across/one") == data, "changed by the regroup");
+
+    // RAIDP: a disk holding a replica fails; reads go to the other, recover re-mirrors.
+    cluster.create_bucket("warm", &["--code", "raidp", "--superchunk", "256KiB"]);
+    let warm = bytes(57, 600_000);
+    cluster.put_bytes("warm/one", &warm);
+    let node = first_node_of(cluster, "warm/one");
+    let failed = cluster.weft(&["disk", "fail", &node, "0"]);
+    assert!(failed.status.success(), "{}", String::from_utf8_lossy(&failed.stderr));
+    assert!(cluster.get("warm/one") == warm, "the surviving replica differs");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let report = cluster.weft_json(&["raidp", "recover", "--json"]);
+        assert_eq!(report["unrebuilt"], serde_json::json!([]), "{report}");
+        if report["rebuilt"].as_array().is_some_and(|rebuilt| !rebuilt.is_empty()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "nothing recovered after the disk failed: {report}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(cluster.get("warm/one") == warm, "the re-mirrored object differs");
+    let replaced = cluster.weft(&["disk", "replace", &node, "0"]);
+    assert!(replaced.status.success(), "{}", String::from_utf8_lossy(&replaced.stderr));
+
+    // RCStor's geometric chunks: a warm object packed into a placement group of 6 hosts.
+    let flags = "--layout geometric --code rs --k 4 --r 2 --s0 256KiB --q 2 --chunk-max 2MiB --pgs 1";
+    cluster.create_bucket("cold", &flags.split_whitespace().collect::<Vec<_>>());
+    let cold = bytes(58, 1_500_000);
+    cluster.put_bytes("cold/one", &cold);
+    let packed = cluster.weft_json(&["pack", "--bucket", "cold", "--now", "--json"]);
+    assert_eq!(packed["buckets"][0]["objects"], 1, "{packed}");
+    assert!(cluster.get("cold/one") == cold, "the packed object differs");
+
+    // A node holding a unit of the regrouped object is killed: reads go around it, meta
+    // finds it down, and the executor rebuilds its units on other hosts.
+    let victim: u32 = first_node_of(cluster, "across/one").parse().expect("a node id");
+    cluster.kill_node(victim);
+    assert!(cluster.get("across/one") == data, "the degraded read differs");
+    cluster.wait_for_status("the dead node's units rebuilt", |s| {
+        s["nodes_down"] == 1 && s["under_protected_units"] == 0
+    });
+    assert!(cluster.get("across/one") == data, "the repaired object differs");
+    assert!(cluster.get("cold/one") == cold && cluster.get("warm/one") == warm);
 }
 
 /// What a listener answers a plain-HTTP request with (empty when it closes the connection).
