@@ -89,6 +89,10 @@ pub struct NodeConfig {
     /// HTTP. The node's own requests (heartbeats, scrub reports) use the process's client
     /// TLS (`weft_auth::tls::install_client`).
     pub tls: Option<Arc<weft_auth::tls::ServerConfig>>,
+    /// The address peers reach this node at, when it is not `listen` (a NAT, a proxy, a
+    /// wildcard `0.0.0.0` listener): heartbeats announce `scheme://advertise`, and that is
+    /// the endpoint meta hands to clients. `None`: the listening address.
+    pub advertise: Option<String>,
 }
 
 impl NodeConfig {
@@ -115,6 +119,7 @@ impl NodeConfig {
             lstors: Vec::new(),
             crash_drill: None,
             tls: None,
+            advertise: None,
         }
     }
 }
@@ -175,8 +180,8 @@ pub(crate) struct Node {
 #[derive(Debug)]
 pub struct RunningNode {
     local_addr: SocketAddr,
-    /// `https` with TLS, else `http`.
-    scheme: &'static str,
+    /// What heartbeats announce: `scheme://advertise`, else `scheme://local_addr`.
+    endpoint: String,
     stop: watch::Sender<bool>,
     server: JoinHandle<Result<(), NodeError>>,
     heartbeat: Option<JoinHandle<()>>,
@@ -190,9 +195,10 @@ impl RunningNode {
         self.local_addr
     }
 
-    /// Base URL of the node's API, `http://ip:port` (`https://` with TLS).
+    /// Base URL of the node's API as peers reach it, `http://ip:port` (`https://` with TLS):
+    /// the advertised address when one was given, else the listening one.
     pub fn endpoint(&self) -> String {
-        format!("{}://{}", self.scheme, self.local_addr)
+        self.endpoint.clone()
     }
 
     /// Stops accepting connections, lets requests in flight finish, stops heartbeats.
@@ -308,12 +314,16 @@ pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
     });
     let (stop, stopped) = watch::channel(false);
     let scheme = if config.tls.is_some() { "https" } else { "http" };
+    let endpoint = match &config.advertise {
+        Some(address) => format!("{scheme}://{address}"),
+        None => format!("{scheme}://{local_addr}"),
+    };
     let heartbeat = config.meta_url.clone().map(|meta_url| {
         tokio::spawn(heartbeat::run(
             node.clone(),
             meta_url,
             weft_auth::Signer::new(config.key.clone(), weft_auth::Audience::Meta),
-            format!("{scheme}://{local_addr}"),
+            endpoint.clone(),
             config.heartbeat_interval_ms,
             stopped.clone(),
         ))
@@ -365,7 +375,7 @@ pub async fn bind(config: NodeConfig) -> Result<RunningNode, NodeError> {
             .map_err(NodeError::Serve)
     });
     tracing::info!(node_id = config.node_id, rack = ?config.rack, %local_addr, "node serving");
-    Ok(RunningNode { local_addr, scheme, stop, server, heartbeat, background })
+    Ok(RunningNode { local_addr, endpoint, stop, server, heartbeat, background })
 }
 
 /// Runs a node until `shutdown` completes, then stops it gracefully.

@@ -338,6 +338,23 @@ fn meta_store(store: Option<&str>) -> Result<weft_meta::service::StoreLocation, 
     Ok(StoreLocation::Postgres(weft_meta::pg_store::with_env_password(&url)))
 }
 
+/// `--advertise`: HOST:PORT with a port, no scheme or path (the scheme follows TLS).
+fn parse_advertise(text: &str) -> Result<String, String> {
+    let refuse = || {
+        format!(
+            "{text:?} is not HOST:PORT (e.g. 10.0.0.11:7701 or node-1.example:7701; the \
+             scheme follows --tls-dir)"
+        )
+    };
+    let (host, port) = text.rsplit_once(':').ok_or_else(refuse)?;
+    let host_ok = !host.is_empty()
+        && host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._[]:".contains(&b));
+    match (host_ok, port.parse::<u16>()) {
+        (true, Ok(port)) if port > 0 => Ok(text.to_owned()),
+        _ => Err(refuse()),
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct NodeArgs {
     #[command(flatten)]
@@ -356,6 +373,11 @@ pub struct NodeArgs {
     /// Address to listen on (port 0, the default, picks a free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
+    /// The address (HOST:PORT) meta tells clients to reach this node at, when it is not
+    /// --listen's: behind NAT, or listening on 0.0.0.0. Under TLS, the host's certificate
+    /// must name it.
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_advertise)]
+    pub advertise: Option<String>,
     #[command(flatten)]
     pub link: LinkArgs,
     /// Node id, unique in the cluster [default: derived from the first disk's absolute path,
@@ -553,6 +575,7 @@ async fn serve_node(args: NodeArgs) -> Result<(), CliError> {
     let mut config = weft_node::NodeConfig::new(node_id, args.listen, args.disks, key);
     config.lstors = lstors;
     config.tls = tls;
+    config.advertise = args.advertise.clone();
     // A drill for tests and the curious: arm a step by creating DIR/<step> (see CrashDrill).
     if let Some(dir) = std::env::var_os("WEFT_CRASH_DRILL") {
         config.crash_drill = Some(weft_node::CrashDrill { dir: dir.into() });

@@ -128,7 +128,8 @@ fn every_process_is_on_a_host_of_its_own_and_nothing_is_left_behind() {
     }
     let before = namespaces_and_links();
     // No --insecure-plaintext: off loopback, every link is TLS by default.
-    let flags = ["--netns", "--subnet", "198.18.0.64/26", "--mtu", "9000", "--down-after-ms", "2000"];
+    let flags =
+        ["--netns", "--subnet", "198.18.0.64/26", "--mtu", "9000", "--down-after-ms", "2000"];
     let mut cluster = Cluster::start(9, &flags);
 
     // Every service (meta, three nodes, the executor, the gateway) in a namespace of its
@@ -283,7 +284,8 @@ fn drills_across_hosts(cluster: &Cluster, data: &[u8]) {
     assert!(replaced.status.success(), "{}", String::from_utf8_lossy(&replaced.stderr));
 
     // RCStor's geometric chunks: a warm object packed into a placement group of 6 hosts.
-    let flags = "--layout geometric --code rs --k 4 --r 2 --s0 256KiB --q 2 --chunk-max 2MiB --pgs 1";
+    let flags =
+        "--layout geometric --code rs --k 4 --r 2 --s0 256KiB --q 2 --chunk-max 2MiB --pgs 1";
     cluster.create_bucket("cold", &flags.split_whitespace().collect::<Vec<_>>());
     let cold = bytes(58, 1_500_000);
     cluster.put_bytes("cold/one", &cold);

@@ -412,3 +412,58 @@ fn init_hosts_issues_each_host_a_certificate_and_names_the_gateways_endpoint() {
     assert!(node.contains("tls-dir = ") && node.contains("https://127.0.0.1:7700"), "{node}");
     assert!(!node.contains("insecure-plaintext"), "{node}");
 }
+
+/// `weft serve node --advertise HOST:PORT`: the node announces that address instead of its
+/// listening one, and meta hands it out; an address that is not HOST:PORT is refused.
+#[test]
+fn a_node_announces_its_advertised_address() {
+    let tmp = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut procs = Procs::default();
+    let (_, meta) = spawn_meta(&mut procs, &tmp.path().join("meta"), &listen);
+    let secret = secret_of(tmp.path());
+    let key_file = tmp.path().join("node-1.key");
+    secret.node_key(1).write_node_file(&key_file).unwrap();
+    let enrolled = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["node", "add", "1", "--no-key-file", "--meta", &meta, "--secret-file"])
+        .arg(tmp.path().join("cluster.secret"))
+        .output()
+        .unwrap();
+    assert!(enrolled.status.success(), "{}", String::from_utf8_lossy(&enrolled.stderr));
+    let port = free_port();
+    let disk = tmp.path().join("n1/d0");
+    let node = |advertise: &str| {
+        Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(["serve", "node", "--meta", &meta, "--id", "1", "--heartbeat-ms", "200"])
+            .args(["--key-file", key_file.to_str().unwrap(), "--disk", disk.to_str().unwrap()])
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--advertise", advertise])
+            .env("WEFT_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    for bad in ["http://localhost:7701", "localhost", "localhost:0", "a b:1"] {
+        let out = node(bad).wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && said.contains("HOST:PORT"), "{bad}: {said}");
+    }
+    let advertised = format!("localhost:{port}");
+    let mut child = node(&advertised);
+    let stdout = child.stdout.take().unwrap();
+    procs.0.push(child);
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), format!("node 1 listening on http://{advertised}"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let nodes = get_json(&meta, "/v1/nodes", &secret).unwrap_or_default();
+        let first = &nodes["nodes"][0];
+        if first["state"] == "up" {
+            assert_eq!(first["endpoint"], format!("http://{advertised}"), "{nodes}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "node 1 never came up: {nodes}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
