@@ -105,7 +105,23 @@ impl TlsFiles {
 /// CLMUL where the CPU has them), ECDSA and Ed25519.
 fn provider() -> Arc<CryptoProvider> {
     static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
-    PROVIDER.get_or_init(|| Arc::new(rustls::crypto::ring::default_provider())).clone()
+    PROVIDER
+        .get_or_init(|| {
+            // AES-128-GCM first (ring's own order puts AES-256-GCM first): 10 rounds
+            // instead of 14 for every byte of every link, at a strength no attack on the
+            // cluster's links approaches. Servers choose by this order, not the client's.
+            let mut provider = rustls::crypto::ring::default_provider();
+            provider.cipher_suites.sort_by_key(|suite| {
+                !matches!(
+                    suite.suite(),
+                    rustls::CipherSuite::TLS13_AES_128_GCM_SHA256
+                        | rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
+                        | rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256
+                )
+            });
+            Arc::new(provider)
+        })
+        .clone()
 }
 
 fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
@@ -253,7 +269,10 @@ pub fn server_config(
         }
         None => builder.with_no_client_auth(),
     };
-    Ok(Arc::new(builder.with_cert_resolver(Arc::new(Reloading::open(cert, key)?))))
+    let mut config = builder.with_cert_resolver(Arc::new(Reloading::open(cert, key)?));
+    // The provider's order (AES-128-GCM first), whatever the client prefers.
+    config.ignore_client_order = true;
+    Ok(Arc::new(config))
 }
 
 /// A client's configuration: servers verified against `files.ca`, `files.cert` shown as
