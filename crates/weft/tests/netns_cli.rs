@@ -371,7 +371,6 @@ fn postgres_and_two_metas_each_on_a_host_of_their_own() {
         "--netns",
         "--subnet",
         "198.18.0.128/26",
-        "--insecure-plaintext",
         "--meta-store",
         "postgres",
         "--meta-replicas",
@@ -401,8 +400,8 @@ fn postgres_and_two_metas_each_on_a_host_of_their_own() {
         .map(|m| m["endpoint"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(metas.len(), 2, "{file}");
-    assert!(metas[0].starts_with("http://198.18.0.138:"), "{metas:?}");
-    assert!(metas[1].starts_with("http://198.18.0.139:"), "{metas:?}");
+    assert!(metas[0].starts_with("https://198.18.0.138:"), "{metas:?}");
+    assert!(metas[1].starts_with("https://198.18.0.139:"), "{metas:?}");
     for (i, meta) in metas.iter().enumerate() {
         let pid = file["metas"][i]["pid"].as_u64().unwrap();
         assert_eq!(netns_of(pid), netns_of_host(&format!("meta-{}", i + 1)), "{meta}");
@@ -427,7 +426,6 @@ fn net_partition_cuts_hosts_off_and_heal_brings_them_back() {
         "--netns",
         "--subnet",
         "198.18.0.192/26",
-        "--insecure-plaintext",
         "--down-after-ms",
         "1500",
         "--heartbeat-ms",
@@ -442,7 +440,7 @@ fn net_partition_cuts_hosts_off_and_heal_brings_them_back() {
     let services = cluster.cluster_file()["services"].as_array().unwrap().clone();
     let node = |id: u32| {
         let service = services.iter().find(|s| s["role"] == "node" && s["id"] == id).unwrap();
-        let endpoint = service["endpoint"].as_str().unwrap().trim_start_matches("http://");
+        let endpoint = service["endpoint"].as_str().unwrap().trim_start_matches("https://");
         (host_of(service).0, endpoint.to_owned())
     };
     let reachable_from_here = |address: &str| {
@@ -577,7 +575,6 @@ fn a_partitioned_node_loses_nothing_acknowledged_and_its_stale_units_are_collect
         "--netns",
         "--subnet",
         "198.18.0.0/27",
-        "--insecure-plaintext",
         "--down-after-ms",
         "1000",
         "--heartbeat-ms",
