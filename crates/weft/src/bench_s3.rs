@@ -158,7 +158,8 @@ pub struct S3BenchArgs {
     /// Print the rows as one JSON array.
     #[arg(long)]
     pub json: bool,
-    /// Print each row as one JSON object per line, as it is made.
+    /// Print each row as one JSON object per line (at the end of the run: rows are
+    /// medians over its rounds).
     #[arg(long, conflicts_with = "json")]
     pub json_lines: bool,
     #[command(flatten)]
