@@ -5,6 +5,8 @@
 //! - Every target gets the same load: the same object sizes, client counts, durations, bodies
 //!   and signing (SigV4; the payload's SHA-256 signed by default, as SDKs do over plain HTTP,
 //!   or `UNSIGNED-PAYLOAD`), so the ratios compare servers, not clients.
+//! - An https:// endpoint is trusted only through the CAs named (`--ca`; else AWS_CA_BUNDLE
+//!   and the cluster's gateway CA, `cert_cli::gateway_ca`): never without verification.
 //! - A phase (put or get, one object size, one client count) runs its clients for
 //!   `--duration`; requests in flight when it ends are finished and counted. Rates are object
 //!   bytes per second over the phase's wall time.
@@ -917,10 +919,7 @@ fn weft_target(name: String, from: WeftSource<'_>) -> Result<Target, CliError> {
     // The CAs of an HTTPS gateway: the flag alone; else the environment's bundle and the
     // one the cluster's files name, both (a machine may export a system bundle as
     // AWS_CA_BUNDLE; a gateway certificate the user gave is not of weft's CA).
-    let cluster_ca = from.cluster.as_ref().and_then(|(_, cluster)| {
-        let tls = &cluster["tls"];
-        tls["gateway_cert"].is_null().then(|| tls["ca"].as_str().map(PathBuf::from)).flatten()
-    });
+    let cluster = from.cluster.as_ref().map_or(&Value::Null, |(_, cluster)| cluster);
     let cas: Vec<PathBuf> = match from.ca {
         Some(ca) => vec![ca.to_owned()],
         None => from
@@ -928,7 +927,7 @@ fn weft_target(name: String, from: WeftSource<'_>) -> Result<Target, CliError> {
             .and(std::env::var_os("AWS_CA_BUNDLE").filter(|v| !v.is_empty()))
             .map(PathBuf::from)
             .into_iter()
-            .chain(conf["ca"].as_str().map(PathBuf::from).or(cluster_ca))
+            .chain(crate::cert_cli::gateway_ca(conf, cluster))
             .collect(),
     };
     if https && cas.is_empty() {

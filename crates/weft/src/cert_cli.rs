@@ -69,6 +69,19 @@ pub fn issue_host(
     ca.write_host(&host_dir(dir, host), &names, HOST_DAYS).map_err(|e| cli_error!("{e}"))
 }
 
+/// The CA S3 clients must trust for a cluster's gateway, from the files beside its secret:
+/// the one `weft init --hosts` names in s3.json, else the cluster CA `weft up` names in
+/// cluster.json unless the gateway serves a certificate the user gave (theirs to trust).
+/// `Value::Null` for a file that is not there.
+pub fn gateway_ca(s3: &serde_json::Value, cluster: &serde_json::Value) -> Option<PathBuf> {
+    let tls = &cluster["tls"];
+    match s3["ca"].as_str() {
+        Some(ca) => Some(PathBuf::from(ca)),
+        None if tls["gateway_cert"].is_null() => tls["ca"].as_str().map(PathBuf::from),
+        None => None,
+    }
+}
+
 /// Makes this process's clients show the TLS directory `flag`, else `$WEFT_TLS_DIR`, else
 /// `tls/admin` beside `secret_file`, for `url` (an https:// meta); nothing for http://.
 pub fn install_for(url: &str, flag: Option<&Path>, secret_file: &Path) -> Result<(), CliError> {

@@ -115,18 +115,13 @@ pub fn run(command: KeyCommand) -> Result<(), CliError> {
                 if let Some(endpoint) = conf["endpoint"].as_str() {
                     println!("export AWS_ENDPOINT_URL='{endpoint}'");
                     // An HTTPS gateway with a certificate of weft's cluster CA: S3 clients
-                    // need that CA (one the user gave the gateway is theirs to trust).
-                    // `weft init --hosts` names it in s3.json; `weft up` in cluster.json.
+                    // need that CA.
                     let cluster =
                         crate::cluster_cli::file_beside_secret(&args.meta, crate::up::CLUSTER_FILE)
                             .map_or(Value::Null, |(_, cluster)| cluster);
-                    let tls = &cluster["tls"];
-                    let ca = match conf["ca"].as_str() {
-                        Some(ca) => Some(ca),
-                        None if tls["gateway_cert"].is_null() => tls["ca"].as_str(),
-                        None => None,
-                    };
+                    let ca = crate::cert_cli::gateway_ca(&conf, &cluster);
                     if let (true, Some(ca)) = (endpoint.starts_with("https://"), ca) {
+                        let ca = ca.display();
                         // The AWS SDKs and CLI read the first, curl the second.
                         println!("export AWS_CA_BUNDLE='{ca}'");
                         println!("export CURL_CA_BUNDLE='{ca}'");

@@ -1084,26 +1084,24 @@ fn served_certificate(at: &str, ca: &std::path::Path) -> String {
 fn certificates_rotate_under_load_with_no_failed_request() {
     let tls = Cluster::start(3, &["--tls"]);
     let plain = Cluster::start(3, &[]);
-    let rows_of = |output: std::process::Output| -> Vec<Value> {
+    // `weft bench s3` of 200 KiB objects, rs(2,1), on the TLS cluster: its JSON rows.
+    let bench = |extra: &[&str]| -> Vec<Value> {
+        let mut args = vec!["bench", "s3", "--object-sizes", "200KiB", "--policy", "rs(2,1)"];
+        args.extend(extra);
+        args.push("--json");
+        let output = tls.weft(&args);
         assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
         serde_json::from_slice(&output.stdout).unwrap()
     };
-    let rows = rows_of(tls.weft(&[
-        "bench",
-        "s3",
-        "--object-sizes",
-        "200KiB",
+    let rows = bench(&[
         "--clients",
         "3",
         "--duration",
         "1500ms",
-        "--policy",
-        "rs(2,1)",
         "--rotate-certs",
         "250ms",
         "--no-keepalive",
-        "--json",
-    ]));
+    ]);
     assert_eq!(rows.len(), 2, "{rows:?}");
     let mut rotations = 0;
     for row in &rows {
@@ -1130,21 +1128,15 @@ fn certificates_rotate_under_load_with_no_failed_request() {
     }
 
     // Side by side: TLS ÷ plain HTTP, every request verified on both.
-    let rows = rows_of(tls.weft(&[
-        "bench",
-        "s3",
-        "--object-sizes",
-        "200KiB",
+    let plain_dir = plain.dir();
+    let rows = bench(&[
         "--clients",
         "2",
         "--duration",
         "400ms",
-        "--policy",
-        "rs(2,1)",
         "--compare-cluster",
-        plain.dir().to_str().unwrap(),
-        "--json",
-    ]));
+        plain_dir.to_str().unwrap(),
+    ]);
     // Both directories are named `cluster`: the rows are named by scheme instead.
     assert_eq!(tls.dir().file_name(), plain.dir().file_name());
     let targets: Vec<&str> = rows.iter().map(|r| r["target"].as_str().unwrap()).collect();
