@@ -1218,7 +1218,18 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
     let first_name = cluster_name(cluster.as_ref().map(|(file, _)| file.as_path()));
     let rotate_dir = match (args.rotate_certs, &cluster) {
         (None, _) => None,
-        (Some(_), Some((file, _))) => Some(file.parent().unwrap_or(Path::new(".")).to_owned()),
+        (Some(_), Some((file, _))) => {
+            let dir = file.parent().unwrap_or(Path::new(".")).to_owned();
+            // Refused before any load: a cluster without a CA has nothing to rotate.
+            weft_auth::ca::Ca::open(&crate::cert_cli::ca_dir(&dir)).map_err(|e| {
+                cli_error!(
+                    "--rotate-certs: {} is not a TLS cluster ({e}); start it with `weft up \
+                     --tls` (TLS is on by default off loopback)",
+                    dir.display()
+                )
+            })?;
+            Some(dir)
+        }
         (Some(_), None) => {
             return Err(cli_error!(
                 "--rotate-certs reissues the certificates of a `weft up` cluster: pass \

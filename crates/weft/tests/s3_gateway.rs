@@ -1144,7 +1144,11 @@ fn certificates_rotate_under_load_with_no_failed_request() {
     for row in rows.iter().step_by(2) {
         assert!(row["throughput_ratio"].as_f64().unwrap() > 0.0, "{row}");
     }
-    // Bad input: a directory that is no cluster's is named.
+    // Bad input: rotations on a cluster with no CA are refused before any load, and a
+    // directory that is no cluster's is named.
+    let no_ca = plain.weft(&["bench", "s3", "--rotate-certs", "1s", "--duration", "10s"]);
+    let said = String::from_utf8_lossy(&no_ca.stderr);
+    assert!(!no_ca.status.success() && said.contains("not a TLS cluster"), "{said}");
     let missing = tls.weft(&["bench", "s3", "--compare-cluster", "/nonexistent/cluster"]);
     let said = String::from_utf8_lossy(&missing.stderr);
     assert!(!missing.status.success() && said.contains("/nonexistent/cluster"), "{said}");
