@@ -19,6 +19,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+import zlib
 
 import boto3
 from botocore.config import Config
@@ -1127,6 +1128,147 @@ def lifecycle_rules_are_checked_and_the_executor_carries_them_out():
         s3.delete_bucket_lifecycle(Bucket=bucket)
         expect_error("NoSuchLifecycleConfiguration", 404, s3.get_bucket_lifecycle_configuration,
                      Bucket=bucket)
+
+
+
+def b64(data):
+    return base64.b64encode(data).decode()
+
+
+def crc32_b64(data):
+    return b64(zlib.crc32(data).to_bytes(4, "big"))
+
+
+def sha256_b64(data):
+    return b64(hashlib.sha256(data).digest())
+
+
+def aws_chunked(data, trailer=None, piece=64 * 1024):
+    """`data` as an aws-chunked body (unsigned chunks), ending with `trailer` (name, value)."""
+    out = b""
+    for at in range(0, len(data), piece):
+        part = data[at:at + piece]
+        out += f"{len(part):x}\r\n".encode() + part + b"\r\n"
+    out += b"0\r\n"
+    if trailer:
+        out += f"{trailer[0]}:{trailer[1]}\r\n".encode()
+    return out + b"\r\n"
+
+
+def signed_streaming_put(path, decoded_length, body, trailer_name):
+    """(status, headers, body) of a PUT signed STREAMING-UNSIGNED-PAYLOAD-TRAILER and sent with
+    Transfer-Encoding: chunked and no Content-Length, as botocore sends uploads over HTTPS."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    headers = {
+        "Content-Encoding": "aws-chunked",
+        "X-Amz-Content-SHA256": "STREAMING-UNSIGNED-PAYLOAD-TRAILER",
+        "X-Amz-Decoded-Content-Length": str(decoded_length),
+    }
+    if trailer_name:
+        headers["X-Amz-Trailer"] = trailer_name
+    request = AWSRequest(method="PUT", url=s3conf["endpoint"] + path, headers=headers, data=b"")
+    SigV4Auth(Credentials(s3conf["access_key"], s3conf["secret_key"]), "s3",
+              s3conf["region"]).add_auth(request)
+    conn = http.client.HTTPConnection(ENDPOINT.hostname, ENDPOINT.port, timeout=30)
+    try:
+        conn.putrequest("PUT", path, skip_accept_encoding=True)
+        for name, value in request.headers.items():
+            conn.putheader(name, value)
+        conn.putheader("Transfer-Encoding", "chunked")
+        conn.endheaders()
+        for at in range(0, len(body), 100_000):
+            part = body[at:at + 100_000]
+            conn.send(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+        conn.send(b"0\r\n\r\n")
+        answer = conn.getresponse()
+        return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
+    finally:
+        conn.close()
+
+
+@check
+def flexible_checksums_are_checked_kept_and_returned():
+    # S3: a PUT's x-amz-checksum-ALGO is checked (400 BadDigest, nothing stored, when it does
+    # not match), kept with the object, and returned by HEAD and GET with
+    # x-amz-checksum-mode: ENABLED (whole objects only) and by GetObjectAttributes.
+    data = os.urandom(300 * 1024 + 7)
+    with Bucket() as bucket:
+        put = s3.put_object(Bucket=bucket, Key="k", Body=data, ChecksumAlgorithm="SHA256")
+        assert put.get("ChecksumSHA256") == sha256_b64(data), put
+        head = s3.head_object(Bucket=bucket, Key="k", ChecksumMode="ENABLED")
+        assert head.get("ChecksumSHA256") == sha256_b64(data), head
+        assert head.get("ChecksumType") == "FULL_OBJECT", head
+        assert "ChecksumSHA256" not in s3.head_object(Bucket=bucket, Key="k")
+        got = s3.get_object(Bucket=bucket, Key="k", ChecksumMode="ENABLED")
+        assert got.get("ChecksumSHA256") == sha256_b64(data) and got["Body"].read() == data
+        ranged = s3.get_object(Bucket=bucket, Key="k", ChecksumMode="ENABLED", Range="bytes=0-9")
+        assert "ChecksumSHA256" not in ranged and ranged["Body"].read() == data[:10]
+        attributes = s3.get_object_attributes(Bucket=bucket, Key="k",
+                                              ObjectAttributes=["Checksum", "ObjectSize"])
+        assert attributes["Checksum"].get("ChecksumSHA256") == sha256_b64(data), attributes
+        # A value given by the caller is sent as it is: a wrong one stores nothing.
+        expect_error("BadDigest", 400, s3.put_object, Bucket=bucket, Key="bad", Body=data,
+                     ChecksumCRC32=crc32_b64(data + b"x"))
+        expect_error("404", 404, s3.head_object, Bucket=bucket, Key="bad")
+        put = s3.put_object(Bucket=bucket, Key="crc", Body=data, ChecksumCRC32=crc32_b64(data))
+        assert put.get("ChecksumCRC32") == crc32_b64(data), put
+        # A malformed value is refused before the body is stored.
+        expect_error("InvalidRequest", 400, s3.put_object, Bucket=bucket, Key="bad", Body=data,
+                     ChecksumCRC32="not-base64")
+        expect_error("404", 404, s3.head_object, Bucket=bucket, Key="bad")
+
+
+@check
+def aws_chunked_uploads_of_any_length_are_stored_and_their_trailers_checked():
+    # S3: an aws-chunked body sent with Transfer-Encoding: chunked (no Content-Length: its
+    # length is x-amz-decoded-content-length) is stored, 0 bytes included; its checksum
+    # trailer is checked (400 BadDigest, nothing stored) and kept.
+    with Bucket() as bucket:
+        for size in (0, 1, 200 * 1024 + 3):
+            data = os.urandom(size)
+            value = crc32_b64(data)
+            body = aws_chunked(data, ("x-amz-checksum-crc32", value))
+            status, headers, answer = signed_streaming_put(
+                f"/{bucket}/ok-{size}", size, body, "x-amz-checksum-crc32")
+            assert status == 200, (size, status, answer)
+            assert headers.get("x-amz-checksum-crc32") == value, headers
+            got = s3.get_object(Bucket=bucket, Key=f"ok-{size}", ChecksumMode="ENABLED")
+            assert got["Body"].read() == data and got.get("ChecksumCRC32") == value
+            # The same body with a trailer that does not match, and with none at all.
+            wrong = aws_chunked(data, ("x-amz-checksum-crc32", crc32_b64(data + b"x")))
+            status, _, answer = signed_streaming_put(
+                f"/{bucket}/bad-{size}", size, wrong, "x-amz-checksum-crc32")
+            assert status == 400 and b"BadDigest" in answer, (size, status, answer)
+            status, _, answer = signed_streaming_put(
+                f"/{bucket}/missing-{size}", size, aws_chunked(data), "x-amz-checksum-crc32")
+            assert status == 400, (size, status, answer)
+            # A TRAILER payload must announce its trailer (x-amz-trailer).
+            status, _, answer = signed_streaming_put(
+                f"/{bucket}/unannounced-{size}", size, aws_chunked(data), None)
+            assert status == 400, (size, status, answer)
+        keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", []))
+        assert keys == sorted(f"ok-{size}" for size in (0, 1, 200 * 1024 + 3)), keys
+
+
+@check
+def a_part_whose_checksum_does_not_match_is_refused_and_not_kept():
+    # S3: UploadPart checks its x-amz-checksum-ALGO as PutObject does; the refused part is
+    # not listed, and a part that matches answers its checksum.
+    part = os.urandom(5 * MiB)
+    with Bucket() as bucket:
+        upload = s3.create_multipart_upload(Bucket=bucket, Key="m")["UploadId"]
+        expect_error("BadDigest", 400, s3.upload_part, Bucket=bucket, Key="m", UploadId=upload,
+                     PartNumber=1, Body=part, ChecksumSHA256=sha256_b64(part + b"x"))
+        assert not s3.list_parts(Bucket=bucket, Key="m", UploadId=upload).get("Parts")
+        good = s3.upload_part(Bucket=bucket, Key="m", UploadId=upload, PartNumber=1, Body=part,
+                              ChecksumSHA256=sha256_b64(part))
+        assert good.get("ChecksumSHA256") == sha256_b64(part), good
+        listed = s3.list_parts(Bucket=bucket, Key="m", UploadId=upload)["Parts"]
+        assert [p["PartNumber"] for p in listed] == [1], listed
+        s3.abort_multipart_upload(Bucket=bucket, Key="m", UploadId=upload)
 
 
 

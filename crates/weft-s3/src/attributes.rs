@@ -71,6 +71,10 @@ pub struct Attributes {
     /// before ACLs or by `weft put` (owned by their bucket's owner, private).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acl: Option<crate::acl::Acl>,
+    /// The object's flexible checksum ([`crate::checksum`]), computed by the gateway from
+    /// the bytes it wrote; None for objects written without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<crate::checksum::Stored>,
     /// The object's tags (PutObjectTagging, `x-amz-tagging`), by key.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,

@@ -30,7 +30,11 @@ use tokio::sync::mpsc;
 use weft_client::{Client, PutOptions, PutStats};
 
 use crate::{
-    attributes::Attributes, gateway::s3_error_of, md5::Md5, signed_payload::PayloadMd5,
+    attributes::Attributes,
+    checksum::{Algorithm, Hasher, Requested, Stored},
+    gateway::s3_error_of,
+    md5::Md5,
+    signed_payload::PayloadMd5,
     signed_payload::PAYLOAD_MISMATCH,
 };
 
@@ -44,42 +48,56 @@ pub const PARALLEL_MD5_MIN_BYTES: u64 = 1 << 20;
 /// channel, so this bounds only how far the hash may lag.
 pub const MD5_CHUNKS_IN_FLIGHT: usize = 32;
 
-/// The MD5 of a body received chunk by chunk: inline for a small body, else on a blocking
-/// thread fed the chunks through a bounded channel.
+/// The MD5 of a body received chunk by chunk, and its flexible checksum when the request
+/// asks for one ([`crate::checksum`]): inline for a small body, else on a blocking thread
+/// fed the chunks through a bounded channel, both hashes in one pass over each chunk.
 enum BodyMd5 {
-    Inline(Md5),
+    Inline(Md5, Option<Hasher>),
     /// Computed as the body passed, where its signed SHA-256 was checked
-    /// ([`crate::signed_payload`]).
-    Upstream(PayloadMd5),
+    /// ([`crate::signed_payload`]); the checksum, if any, inline.
+    Upstream(PayloadMd5, Option<Hasher>),
     Beside {
         chunks: mpsc::Sender<Bytes>,
-        hashed: tokio::task::JoinHandle<[u8; 16]>,
+        hashed: tokio::task::JoinHandle<([u8; 16], Option<Vec<u8>>)>,
     },
 }
 
 impl BodyMd5 {
-    fn new(size: u64, upstream: Option<PayloadMd5>) -> BodyMd5 {
+    fn new(size: u64, upstream: Option<PayloadMd5>, checksum: Option<Algorithm>) -> BodyMd5 {
+        let mut hasher = checksum.map(Hasher::new);
         if let Some(upstream) = upstream {
-            return BodyMd5::Upstream(upstream);
+            return BodyMd5::Upstream(upstream, hasher);
         }
         if size < PARALLEL_MD5_MIN_BYTES {
-            return BodyMd5::Inline(Md5::new());
+            return BodyMd5::Inline(Md5::new(), hasher);
         }
         let (chunks, mut rx) = mpsc::channel::<Bytes>(MD5_CHUNKS_IN_FLIGHT);
         let hashed = tokio::task::spawn_blocking(move || {
             let mut md5 = Md5::new();
             while let Some(chunk) = rx.blocking_recv() {
                 md5.update(&chunk);
+                if let Some(hasher) = &mut hasher {
+                    hasher.update(&chunk);
+                }
             }
-            md5.finalize()
+            (md5.finalize(), hasher.map(Hasher::finalize))
         });
         BodyMd5::Beside { chunks, hashed }
     }
 
     async fn update(&mut self, chunk: &Bytes) -> S3Result<()> {
         match self {
-            BodyMd5::Inline(md5) => md5.update(chunk),
-            BodyMd5::Upstream(_) => {}
+            BodyMd5::Inline(md5, hasher) => {
+                md5.update(chunk);
+                if let Some(hasher) = hasher {
+                    hasher.update(chunk);
+                }
+            }
+            BodyMd5::Upstream(_, hasher) => {
+                if let Some(hasher) = hasher {
+                    hasher.update(chunk);
+                }
+            }
             BodyMd5::Beside { chunks, .. } => chunks
                 .send(chunk.clone())
                 .await
@@ -88,12 +106,15 @@ impl BodyMd5 {
         Ok(())
     }
 
-    /// The digest of every chunk given.
-    async fn finish(self) -> S3Result<[u8; 16]> {
+    /// The digests of every chunk given: the MD5 and the checksum asked for.
+    async fn finish(self) -> S3Result<([u8; 16], Option<Vec<u8>>)> {
         match self {
-            BodyMd5::Inline(md5) => Ok(md5.finalize()),
-            BodyMd5::Upstream(md5) => {
-                md5.get().ok_or_else(|| s3_error!(InternalError, "the body's MD5 was not computed"))
+            BodyMd5::Inline(md5, hasher) => Ok((md5.finalize(), hasher.map(Hasher::finalize))),
+            BodyMd5::Upstream(md5, hasher) => {
+                let md5 = md5
+                    .get()
+                    .ok_or_else(|| s3_error!(InternalError, "the body's MD5 was not computed"))?;
+                Ok((md5, hasher.map(Hasher::finalize)))
             }
             BodyMd5::Beside { chunks, hashed } => {
                 drop(chunks);
@@ -127,11 +148,13 @@ impl Read for ChannelReader {
     }
 }
 
-/// What a streamed put wrote: the writer's stats and the MD5 of the bytes.
+/// What a streamed put wrote: the writer's stats, the MD5 of the bytes and their checksum
+/// (when the request asked for one).
 #[derive(Debug)]
 pub struct Streamed {
     pub stats: PutStats,
     pub md5: [u8; 16],
+    pub checksum: Option<Stored>,
 }
 
 /// The S3 attributes a streamed put commits with its object.
@@ -144,10 +167,12 @@ pub struct CommitAttributes {
 }
 
 impl CommitAttributes {
-    /// The commit's JSON once the body hashed to `md5`.
-    fn complete(&self, md5: &[u8; 16]) -> serde_json::Value {
+    /// The commit's JSON once the body hashed to `md5` and `checksum` (which replaces any
+    /// the attributes had: it is the one of these bytes).
+    fn complete(&self, md5: &[u8; 16], checksum: Option<&Stored>) -> serde_json::Value {
         let etag = self.etag.clone().unwrap_or_else(|| hex::encode(md5));
-        Attributes { etag, ..self.attributes.clone() }.to_commit()
+        let checksum = checksum.cloned().or_else(|| self.attributes.checksum.clone());
+        Attributes { etag, checksum, ..self.attributes.clone() }.to_commit()
     }
 }
 
@@ -159,19 +184,23 @@ pub struct BodyChecks {
     /// The MD5 the signed-payload check computes as the body passes (a request taken over
     /// by [`crate::signed_payload`]); None: [`put_stream`] hashes the body itself.
     pub upstream_md5: Option<PayloadMd5>,
+    /// The flexible checksum the request asks for, checked when it carries a value.
+    pub checksum: Option<Requested>,
 }
 
 impl BodyChecks {
-    /// The checks of a request with Content-MD5 `header` (see [`content_md5`]) and
-    /// `extensions`.
+    /// The checks of a request with Content-MD5 `header` (see [`content_md5`]),
+    /// `extensions` and (an `aws-chunked` body's) `trailing` headers.
     pub fn of_request(
         header: Option<&str>,
         headers: &http::HeaderMap,
         extensions: &http::Extensions,
+        trailing: Option<s3s::TrailingHeaders>,
     ) -> S3Result<BodyChecks> {
         Ok(BodyChecks {
             content_md5: content_md5(header, headers)?,
             upstream_md5: extensions.get::<PayloadMd5>().cloned(),
+            checksum: Requested::of_request(headers, trailing)?,
         })
     }
 }
@@ -212,14 +241,20 @@ where
     let slot: Option<weft_client::AttributesSlot> =
         attributes.as_ref().map(|_| std::sync::Arc::new(std::sync::OnceLock::new()));
     options.attributes = slot.clone();
-    let fill = |md5: &[u8; 16]| {
+    let fill = |md5: &[u8; 16], checksum: Option<&Stored>| {
         if let (Some(slot), Some(attributes)) = (&slot, &attributes) {
-            let _ = slot.set(attributes.complete(md5));
+            let _ = slot.set(attributes.complete(md5, checksum));
         }
+    };
+    let algorithm = checks.checksum.as_ref().map(|c| c.algorithm);
+    // The checksum of the bytes received, once it matched the client's value (if any).
+    let verified = |digest: Option<Vec<u8>>| -> S3Result<Option<Stored>> {
+        let (Some(requested), Some(digest)) = (&checks.checksum, digest) else { return Ok(None) };
+        requested.check(&digest)?;
+        Ok(Some(Stored::full_object(requested.algorithm, &digest)))
     };
     if size == 0 {
         // An empty object may commit without reading: check the body before writing.
-        let mut md5 = Md5::new();
         while let Some(chunk) = body.next().await {
             let chunk = chunk.map_err(|e| body_refusal(&e))?;
             if !chunk.is_empty() {
@@ -228,21 +263,21 @@ where
                     "the body is longer than its Content-Length (0 bytes)"
                 ));
             }
-            md5.update(&chunk);
         }
-        let digest = md5.finalize();
+        let digest = Md5::new().finalize();
         if expected_md5.is_some_and(|e| e != digest) {
             return Err(s3_error!(
                 BadDigest,
                 "the Content-MD5 you specified did not match what we received"
             ));
         }
-        fill(&digest);
+        let checksum = verified(algorithm.map(|a| crate::checksum::digest(a, b"")))?;
+        fill(&digest, checksum.as_ref());
         let stats = client
             .put_reader(bucket, key, 0, std::io::empty(), &options)
             .await
             .map_err(s3_error_of)?;
-        return Ok(Streamed { stats, md5: digest });
+        return Ok(Streamed { stats, md5: digest, checksum });
     }
     let (tx, rx) = mpsc::channel(BODY_CHUNKS_IN_FLIGHT);
     let writer = {
@@ -250,7 +285,7 @@ where
         let reader = ChannelReader { chunks: rx, current: Bytes::new() };
         tokio::spawn(async move { client.put_reader(&bucket, &key, size, reader, &options).await })
     };
-    let mut md5 = BodyMd5::new(size, checks.upstream_md5);
+    let mut md5 = BodyMd5::new(size, checks.upstream_md5.clone(), algorithm);
     let mut received: u64 = 0;
     let mut held: Option<Bytes> = None;
     let mut refused: Option<S3Error> = None;
@@ -283,11 +318,11 @@ where
             }
         }
     }
-    let digest = match md5.finish().await {
-        Ok(digest) => digest,
+    let (digest, checksum_digest) = match md5.finish().await {
+        Ok(digests) => digests,
         Err(error) => {
             refused.get_or_insert(error);
-            [0; 16]
+            ([0; 16], None)
         }
     };
     if refused.is_none() && !writer_stopped && received < size {
@@ -304,12 +339,19 @@ where
             ));
         }
     }
+    let mut checksum = None;
+    if refused.is_none() {
+        match verified(checksum_digest) {
+            Ok(stored) => checksum = stored,
+            Err(error) => refused = Some(error),
+        }
+    }
     match &refused {
         Some(error) => {
             let _ = tx.send(Err(format!("request refused: {error}"))).await;
         }
         None => {
-            fill(&digest);
+            fill(&digest, checksum.as_ref());
             if let Some(last) = held {
                 let _ = tx.send(Ok(last)).await;
             }
@@ -324,7 +366,7 @@ where
         (_, Some(error)) => return Err(error),
         (outcome, None) => outcome.map_err(s3_error_of)?,
     };
-    Ok(Streamed { stats, md5: digest })
+    Ok(Streamed { stats, md5: digest, checksum })
 }
 
 /// Decodes a Content-MD5 header (base64 of 16 bytes); `headers` tells an empty header

@@ -28,6 +28,7 @@ use crate::{
     acl::Acl,
     attributes::{self, Attributes},
     body::{put_stream, BodyChecks, CommitAttributes},
+    checksum,
     cors::{self, CorsCache, CorsConfig},
     keys::MetaAuth,
     lifecycle::{self, LifecycleConfig},
@@ -425,11 +426,58 @@ fn header_text<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> 
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-/// The length of an upload's body: its Content-Length, which `operation` needs.
-fn body_size(content_length: Option<i64>, operation: &str) -> S3Result<u64> {
-    let size = content_length
-        .ok_or_else(|| s3_error!(MissingContentLength, "{operation} needs a Content-Length"))?;
+/// The length of an upload's body: its Content-Length, else (an `aws-chunked` body sent
+/// with `Transfer-Encoding: chunked`, as botocore does over HTTPS) the decoded length the
+/// request signs in `x-amz-decoded-content-length`; `operation` needs one of them.
+fn body_size(
+    content_length: Option<i64>,
+    headers: &http::HeaderMap,
+    operation: &str,
+) -> S3Result<u64> {
+    let decoded = || {
+        let aws_chunked = header_text(headers, "content-encoding")
+            .is_some_and(|c| c.split(',').any(|c| c.trim().eq_ignore_ascii_case("aws-chunked")))
+            || header_text(headers, "x-amz-content-sha256")
+                .is_some_and(|s| s.starts_with("STREAMING-"));
+        let text = header_text(headers, "x-amz-decoded-content-length").filter(|_| aws_chunked)?;
+        Some(text.trim().parse::<i64>().map_err(|_| {
+            s3_error!(InvalidArgument, "x-amz-decoded-content-length is not a length")
+        }))
+    };
+    let size = match content_length {
+        Some(size) => size,
+        None => decoded().transpose()?.ok_or_else(|| {
+            s3_error!(
+                MissingContentLength,
+                "{operation} needs a Content-Length (or, for an aws-chunked body, \
+                 x-amz-decoded-content-length)"
+            )
+        })?,
+    };
     u64::try_from(size).map_err(|_| s3_error!(InvalidArgument, "negative Content-Length"))
+}
+
+/// The checksum fields of an output, from an object's stored checksum (`values`: an
+/// output without a `checksum_type`, as UploadPart's).
+macro_rules! show_checksum {
+    ($output:expr, $stored:expr) => {{
+        let stored = $stored;
+        show_checksum!(values $output, stored);
+        $output.checksum_type = checksum::Shown::of(stored).kind;
+    }};
+    (values $output:expr, $stored:expr) => {{
+        let shown = checksum::Shown::of($stored);
+        $output.checksum_crc32 = shown.crc32;
+        $output.checksum_crc32c = shown.crc32c;
+        $output.checksum_crc64nvme = shown.crc64nvme;
+        $output.checksum_sha1 = shown.sha1;
+        $output.checksum_sha256 = shown.sha256;
+    }};
+}
+
+/// Whether a GET or HEAD asked for the object's checksum (`x-amz-checksum-mode: ENABLED`).
+fn checksum_enabled(mode: Option<&ChecksumMode>) -> bool {
+    mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED))
 }
 
 /// Refuses a part number outside S3's 1..=10000.
@@ -1328,13 +1376,15 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let policy =
             self.policy_for(req.credentials.as_ref(), &req.headers, &req.input.bucket).await?;
-        let (input, headers, extensions) = (req.input, req.headers, req.extensions);
+        let (input, headers, extensions, trailing) =
+            (req.input, req.headers, req.extensions, req.trailing_headers);
         check_key(&input.key)?;
         // Refused before the body is read: the client hears NoSuchBucket at once instead
         // of a connection cut while it sends.
         self.client.meta.get_bucket(&input.bucket).await.map_err(s3_error_of)?;
-        let size = body_size(input.content_length, "PutObject")?;
-        let checks = BodyChecks::of_request(input.content_md5.as_deref(), &headers, &extensions)?;
+        let size = body_size(input.content_length, &headers, "PutObject")?;
+        let checks =
+            BodyChecks::of_request(input.content_md5.as_deref(), &headers, &extensions, trailing)?;
         let precondition = self
             .write_precondition(
                 &input.bucket,
@@ -1377,12 +1427,14 @@ impl S3 for Gateway {
             )
             .await?;
         let expiration = self.expiration_of(&input.bucket, &input.key, size, &shown, None).await;
-        Ok(S3Response::new(PutObjectOutput {
+        let mut output = PutObjectOutput {
             version_id: written_version(&shown),
-            e_tag: Some(ETag::Strong(shown.etag)),
+            e_tag: Some(ETag::Strong(shown.etag.clone())),
             expiration,
             ..Default::default()
-        }))
+        };
+        show_checksum!(output, shown.checksum.as_ref());
+        Ok(S3Response::new(output))
     }
 
     async fn get_object(
@@ -1428,6 +1480,11 @@ impl S3 for Gateway {
             tag_count: (!shown.tags.is_empty()).then_some(shown.tags.len() as i32),
             ..Default::default()
         };
+        // The checksum describes the whole object: a range or part GET shows none, as S3.
+        let whole = start == 0 && end == size && input.part_number.is_none();
+        if whole && checksum_enabled(input.checksum_mode.as_ref()) {
+            show_checksum!(output, shown.checksum.as_ref());
+        }
         let lock = object_lock::shown(&object_raw);
         output.object_lock_mode = lock.mode;
         output.object_lock_retain_until_date = lock.until;
@@ -1504,6 +1561,10 @@ impl S3 for Gateway {
             expires: shown.expires_timestamp(),
             ..Default::default()
         });
+        let whole = start == 0 && end == object.size && input.part_number.is_none();
+        if whole && checksum_enabled(input.checksum_mode.as_ref()) {
+            show_checksum!(response.output, shown.checksum.as_ref());
+        }
         // S3 tells a HEAD how many tags the object has, as a GET (s3s has no field for it).
         if tag_count > 0 {
             response.headers.insert("x-amz-tagging-count", http::HeaderValue::from(tag_count));
@@ -1533,6 +1594,19 @@ impl S3 for Gateway {
         };
         if asked(ObjectAttributes::ETAG) {
             output.e_tag = Some(ETag::Strong(shown.etag.clone()));
+        }
+        if asked(ObjectAttributes::CHECKSUM) {
+            if let Some(stored) = &shown.checksum {
+                let shown = checksum::Shown::of(Some(stored));
+                output.checksum = Some(Checksum {
+                    checksum_crc32: shown.crc32,
+                    checksum_crc32c: shown.crc32c,
+                    checksum_crc64nvme: shown.crc64nvme,
+                    checksum_sha1: shown.sha1,
+                    checksum_sha256: shown.sha256,
+                    checksum_type: shown.kind,
+                });
+            }
         }
         if asked(ObjectAttributes::OBJECT_SIZE) {
             output.object_size = Some(object.size as i64);
@@ -2397,17 +2471,21 @@ impl S3 for Gateway {
         &self,
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
-        let (input, headers, extensions) = (req.input, req.headers, req.extensions);
+        let (input, headers, extensions, trailing) =
+            (req.input, req.headers, req.extensions, req.trailing_headers);
         check_part_number(input.part_number)?;
         let upload = self.upload_of(&input.bucket, &input.key, &input.upload_id).await?;
-        let size = body_size(input.content_length, "UploadPart")?;
-        let checks = BodyChecks::of_request(input.content_md5.as_deref(), &headers, &extensions)?;
+        let size = body_size(input.content_length, &headers, "UploadPart")?;
+        let checks =
+            BodyChecks::of_request(input.content_md5.as_deref(), &headers, &extensions, trailing)?;
         let body = request_body(input.body, input.content_length, &headers);
         let shown = self.write_part(&upload, input.part_number, size, body, checks).await?;
-        Ok(S3Response::new(UploadPartOutput {
-            e_tag: Some(ETag::Strong(shown.etag)),
+        let mut output = UploadPartOutput {
+            e_tag: Some(ETag::Strong(shown.etag.clone())),
             ..Default::default()
-        }))
+        };
+        show_checksum!(values output, shown.checksum.as_ref());
+        Ok(S3Response::new(output))
     }
 
     async fn upload_part_copy(

@@ -50,6 +50,7 @@ pub mod access;
 pub mod acl;
 pub mod attributes;
 pub mod body;
+pub mod checksum;
 pub mod cors;
 pub mod gateway;
 pub mod keys;
