@@ -69,6 +69,29 @@ pub enum Payload {
     Unsigned,
 }
 
+/// A flexible checksum every PUT carries (`--checksum`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchChecksum {
+    Crc32,
+    Crc32c,
+    Crc64nvme,
+    Sha1,
+    Sha256,
+}
+
+impl BenchChecksum {
+    fn algorithm(self) -> weft_s3::checksum::Algorithm {
+        use weft_s3::checksum::Algorithm;
+        match self {
+            BenchChecksum::Crc32 => Algorithm::Crc32,
+            BenchChecksum::Crc32c => Algorithm::Crc32c,
+            BenchChecksum::Crc64nvme => Algorithm::Crc64Nvme,
+            BenchChecksum::Sha1 => Algorithm::Sha1,
+            BenchChecksum::Sha256 => Algorithm::Sha256,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum S3Peer {
     /// MinIO (`minio` on PATH or --minio-bin), started by the bench in erasure mode on
@@ -157,6 +180,15 @@ pub struct S3BenchArgs {
     /// phases (`cert_rotations`) [e.g. 5s].
     #[arg(long, value_name = "EVERY", value_parser = weft_client::gc::parse_duration_ms)]
     pub rotate_certs: Option<u64>,
+    /// Every PUT carries this flexible checksum of its body (`x-amz-checksum-ALGO`, signed;
+    /// computed once per body before the run, so the client pays nothing for it), which
+    /// weft checks and keeps. Rows name it (`checksum`).
+    #[arg(long, value_enum, value_name = "ALGO")]
+    pub checksum: Option<BenchChecksum>,
+    /// With --checksum: run the same cluster twice side by side, with the checksum (rows
+    /// `weft-ALGO`) and without (rows `weft`), and report with ÷ without.
+    #[arg(long, requires = "checksum", conflicts_with_all = ["compare", "compare_cluster"])]
+    pub compare_checksum: bool,
     /// Print the rows as one JSON array.
     #[arg(long)]
     pub json: bool,
@@ -186,23 +218,32 @@ impl std::fmt::Debug for Signer {
 impl Signer {
     /// The headers (x-amz-date, x-amz-content-sha256, authorization) of a request whose path
     /// is `path` (already percent-encoded), with no query string.
+    /// `checksum` (a lower-case `x-amz-checksum-*` name and its value) is signed too; the
+    /// caller sends it.
     fn headers(
         &self,
         method: &str,
         path: &str,
         payload_sha256: &str,
+        checksum: Option<(&str, &str)>,
     ) -> [(&'static str, String); 3] {
         let date = sigv4::amz_date(SystemTime::now());
         let day = &date[..8];
         let scope = format!("{day}/{}/s3/aws4_request", self.region);
+        // Canonical headers sorted by name: x-amz-checksum-* sorts before x-amz-content-*.
+        let (checksum_line, checksum_name) = match checksum {
+            Some((name, value)) => (format!("{name}:{value}\n"), format!("{name};")),
+            None => (String::new(), String::new()),
+        };
+        let signed = format!("host;{checksum_name}x-amz-content-sha256;x-amz-date");
         let canonical = format!(
-            "{method}\n{path}\n\nhost:{}\nx-amz-content-sha256:{payload_sha256}\nx-amz-date:{date}\n\nhost;x-amz-content-sha256;x-amz-date\n{payload_sha256}",
+            "{method}\n{path}\n\nhost:{}\n{checksum_line}x-amz-content-sha256:{payload_sha256}\nx-amz-date:{date}\n\n{signed}\n{payload_sha256}",
             self.host
         );
         let key = sigv4::signing_key(&self.secret_key, day, &self.region, "s3");
         let signature = sigv4::signature(&key, &date, &scope, &canonical);
         let authorization = format!(
-            "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={signature}",
+            "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders={signed}, Signature={signature}",
             self.access_key
         );
         [
@@ -303,6 +344,8 @@ struct Target {
     /// bytes of their files before and after a put phase give what it stored. Empty when
     /// unknown (a weft cluster not started by `weft up` on this machine).
     data_dirs: Vec<PathBuf>,
+    /// The checksum its PUTs carry (`--checksum`).
+    checksum: Option<BenchChecksum>,
 }
 
 impl Target {
@@ -322,12 +365,27 @@ impl Target {
         body: Option<(Bytes, &str)>,
         extra: &[(&str, &str)],
     ) -> Result<reqwest::Response, String> {
+        self.request_with(method, path, body, None, extra).await
+    }
+
+    /// A request whose headers include `checksum` (name and value), signed.
+    async fn request_with(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<(Bytes, &str)>,
+        checksum: Option<(&str, &str)>,
+        extra: &[(&str, &str)],
+    ) -> Result<reqwest::Response, String> {
         let (body, sha) = match body {
             Some((bytes, sha)) => (bytes, sha.to_owned()),
             None => (Bytes::new(), hex::encode(Sha256::digest(b""))),
         };
         let mut request = self.http.request(method.clone(), self.url(path));
-        for (name, value) in self.signer.headers(method.as_str(), path, &sha) {
+        for (name, value) in self.signer.headers(method.as_str(), path, &sha, checksum) {
+            request = request.header(name, value);
+        }
+        if let Some((name, value)) = checksum {
             request = request.header(name, value);
         }
         for (name, value) in extra {
@@ -383,10 +441,12 @@ struct Bodies {
     buffer: Bytes,
     /// (object size, the SHA-256 of each variant's body).
     hashes: Vec<(usize, Vec<String>)>,
+    /// With `--checksum`: (object size, the base64 checksum of each variant's body).
+    checksums: Vec<(usize, Vec<String>)>,
 }
 
 impl Bodies {
-    fn new(sizes: &[usize]) -> Bodies {
+    fn new(sizes: &[usize], checksum: Option<BenchChecksum>) -> Bodies {
         let largest = sizes.iter().copied().max().unwrap_or(0);
         let mut buffer = vec![0u8; largest + BODY_VARIANTS * BODY_STRIDE];
         StdRng::seed_from_u64(0x5eed_b3c4).fill_bytes(&mut buffer);
@@ -403,7 +463,31 @@ impl Bodies {
                 (size, hashes)
             })
             .collect();
-        Bodies { buffer, hashes }
+        let checksums = match checksum {
+            None => Vec::new(),
+            Some(checksum) => sizes
+                .iter()
+                .map(|&size| {
+                    let values = (0..BODY_VARIANTS)
+                        .map(|v| {
+                            let start = v * BODY_STRIDE;
+                            let body = &buffer[start..start + size];
+                            let algorithm = checksum.algorithm();
+                            let digest = weft_s3::checksum::digest(algorithm, body);
+                            weft_s3::checksum::Stored::full_object(algorithm, &digest).value
+                        })
+                        .collect();
+                    (size, values)
+                })
+                .collect(),
+        };
+        Bodies { buffer, hashes, checksums }
+    }
+
+    /// The `--checksum` value of body `seq` of `size`.
+    fn checksum(&self, size: usize, seq: u64) -> &str {
+        let values = &self.checksums.iter().find(|(s, _)| *s == size).expect("sizes hashed").1;
+        &values[seq as usize % BODY_VARIANTS]
     }
 
     fn body(&self, size: usize, seq: u64) -> Bytes {
@@ -576,8 +660,12 @@ async fn run_cell(
                 let path = object_path(&bucket, object_size, seq);
                 let body = bodies.body(object_size, seq);
                 let sha = bodies.sha256(object_size, seq).to_owned();
-                let answer =
-                    target.request(reqwest::Method::PUT, &path, Some((body, &sha)), &[]).await?;
+                let checksum = target
+                    .checksum
+                    .map(|c| (c.algorithm().header(), bodies.checksum(object_size, seq)));
+                let answer = target
+                    .request_with(reqwest::Method::PUT, &path, Some((body, &sha)), checksum, &[])
+                    .await?;
                 let status = answer.status();
                 if !status.is_success() {
                     let text = answer.text().await.unwrap_or_default();
@@ -970,6 +1058,7 @@ fn weft_target(name: String, from: WeftSource<'_>) -> Result<Target, CliError> {
         signer: Signer { host, access_key, secret_key, region },
         pids,
         data_dirs,
+        checksum: None,
     })
 }
 
@@ -1089,6 +1178,9 @@ struct Row {
     /// request failed meanwhile.
     #[serde(skip_serializing_if = "Option::is_none")]
     cert_rotations: Option<u64>,
+    /// Put rows with `--checksum`: the flexible checksum every PUT carried (S3's name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    checksum: Option<String>,
     /// Server CPU per GiB by process role (weft: s3, node, meta, repair, up; MinIO: minio),
     /// medians over rounds.
     server_cpu_s_per_gib_by_role: BTreeMap<String, f64>,
@@ -1150,6 +1242,7 @@ fn row_of(
         down_nodes: None,
         degraded_ratio: None,
         cert_rotations: None,
+        checksum: None,
         stored_bytes_per_user_byte: {
             let ratios: Vec<f64> = results
                 .iter()
@@ -1274,6 +1367,7 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
                 data_dirs: (1..=args.minio_drives)
                     .map(|d| minio.dir.0.join(format!("d{d}")))
                     .collect(),
+                checksum: args.checksum,
             });
             Some(minio)
         }
@@ -1304,11 +1398,27 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
         }
         targets.push(other);
     }
+    targets[0].checksum = args.checksum;
+    if args.compare_checksum {
+        // The same cluster without the checksum, side by side.
+        let mut without = targets[0].clone();
+        without.checksum = None;
+        if let Some(checksum) = args.checksum {
+            targets[0].name =
+                format!("{}-{}", targets[0].name, checksum.algorithm().name().to_lowercase());
+        }
+        targets.push(without);
+    } else {
+        // Every PUT of every target carries it.
+        for target in &mut targets {
+            target.checksum = args.checksum;
+        }
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| cli_error!("cannot start the async runtime: {e}"))?;
-    let bodies = Arc::new(Bodies::new(&args.object_sizes));
+    let bodies = Arc::new(Bodies::new(&args.object_sizes, args.checksum));
     let cells: Vec<(usize, usize)> = args
         .object_sizes
         .iter()
@@ -1353,9 +1463,17 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
                 S3Op::Put => &results[t][c].0,
                 S3Op::Get => &results[t][c].1,
             };
-            let peer =
-                (targets.len() > 1).then(|| row_of(&targets[1].name, cell, pick(1), &machine));
+            // A put row names the checksum its PUTs carried.
+            let checksum_of = |t: usize| {
+                let checksum = targets[t].checksum.filter(|_| op == S3Op::Put);
+                checksum.map(|c| c.algorithm().name().to_string())
+            };
+            let peer = (targets.len() > 1).then(|| Row {
+                checksum: checksum_of(1),
+                ..row_of(&targets[1].name, cell, pick(1), &machine)
+            });
             let mut row = row_of(&targets[0].name, cell, pick(0), &machine);
+            row.checksum = checksum_of(0);
             if args.rotate_certs.is_some() {
                 row.cert_rotations = Some(pick(0).iter().map(|r| r.cert_rotations).sum());
             }
@@ -1445,13 +1563,20 @@ mod tests {
 
     #[test]
     fn bodies_differ_and_hash_as_sent() {
-        let bodies = Bodies::new(&[1000, 64]);
+        let bodies = Bodies::new(&[1000, 64], Some(BenchChecksum::Crc32c));
         let a = bodies.body(1000, 0);
         let b = bodies.body(1000, 1);
         assert_ne!(a, b);
         assert_eq!(bodies.body(1000, BODY_VARIANTS as u64), a);
         assert_eq!(bodies.sha256(1000, 1), hex::encode(Sha256::digest(&b)));
         assert_eq!(bodies.body(64, 3).len(), 64);
+        // The checksum is the one of the body sent with it.
+        let algorithm = weft_s3::checksum::Algorithm::Crc32c;
+        let expected = weft_s3::checksum::digest(algorithm, &b);
+        assert_eq!(
+            weft_s3::checksum::decode(algorithm, bodies.checksum(1000, 1)).unwrap(),
+            expected
+        );
     }
 
     #[test]

@@ -861,6 +861,31 @@ fn bench_s3_measures_puts_and_verified_gets_with_server_cpu_and_cleans_up() {
         let sizes: Vec<u64> = rows.iter().map(|r| r["object_size"].as_u64().unwrap()).collect();
         assert!(sizes.contains(&307_200) && sizes.contains(&70_000), "{sizes:?}");
     }
+    // --checksum: every PUT carries a signed x-amz-checksum-crc32c the gateway checks (a
+    // wrong value or signature would fail the run), side by side with PUTs without one.
+    let output = cluster.weft(&[
+        "bench",
+        "s3",
+        "--object-sizes",
+        "300KiB",
+        "--clients",
+        "1",
+        "--duration",
+        "300ms",
+        "--ops",
+        "put",
+        "--checksum",
+        "crc32c",
+        "--compare-checksum",
+        "--json",
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let rows: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+    let named: Vec<(&str, Option<&str>)> =
+        rows.iter().map(|r| (r["target"].as_str().unwrap(), r["checksum"].as_str())).collect();
+    assert_eq!(named, [("weft-crc32c", Some("CRC32C")), ("weft", None)], "{rows:?}");
+    assert!(rows[0]["throughput_ratio"].as_f64().unwrap() > 0.0, "{rows:?}");
+    assert!(rows.iter().all(|r| r["requests"].as_u64().unwrap() >= 1), "{rows:?}");
     // The bucket was made with the policy asked, and every object written was deleted.
     let bucket = cluster.weft_json(&["bucket", "policy", "bench-s3", "--json"]);
     assert_eq!(bucket["default_policy"]["code"], "rs(2,1)", "{bucket}");
