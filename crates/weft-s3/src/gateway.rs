@@ -2443,6 +2443,22 @@ impl S3 for Gateway {
         );
         shown.acl = Some(acl);
         shown.tags = tagging::from_header(input.tagging.as_deref())?;
+        let checksum_algorithm = match &input.checksum_algorithm {
+            None => None,
+            Some(name) => Some(
+                checksum::Algorithm::of_name(name.as_str())
+                    .ok_or_else(|| {
+                        s3_error!(
+                            InvalidRequest,
+                            "Checksum algorithm {:?} is not one of CRC32, CRC32C, CRC64NVME, \
+                             SHA1, SHA256",
+                            name.as_str()
+                        )
+                    })?
+                    .name()
+                    .to_string(),
+            ),
+        };
         let upload = UploadRecord {
             bucket: input.bucket.clone(),
             key: input.key.clone(),
@@ -2455,6 +2471,7 @@ impl S3 for Gateway {
             completed: None,
             lock,
             initiator: self.requester(req.credentials.as_ref()).await?,
+            checksum_algorithm,
         };
         let name = multipart::upload_name(&upload.bucket, &upload.upload_id);
         let value = serde_json::to_value(&upload).expect("uploads serialize");
@@ -2463,6 +2480,7 @@ impl S3 for Gateway {
             bucket: Some(upload.bucket),
             key: Some(upload.key),
             upload_id: Some(upload.upload_id),
+            checksum_algorithm: upload.checksum_algorithm.map(ChecksumAlgorithm::from),
             ..Default::default()
         }))
     }
@@ -2592,6 +2610,14 @@ impl S3 for Gateway {
             multipart::multipart_etag(&chosen.iter().map(|p| p.etag.as_str()).collect::<Vec<_>>());
         let size: u64 = chosen.iter().map(|p| p.size).sum();
         let part_sizes: Vec<u64> = chosen.iter().map(|p| p.size).collect();
+        // The completed object's checksum is computed from its bytes as the parts are
+        // copied into it: a full-object checksum, checked by clients as one.
+        let checks = BodyChecks {
+            checksum: multipart::completion_checksum(&upload, &chosen).map(|algorithm| {
+                checksum::Requested { algorithm, expected: checksum::Expected::None }
+            }),
+            ..BodyChecks::default()
+        };
         // The copy may take a while: s3s answers 200 at once and keeps the connection alive
         // with whitespace until this future ends (an error then is an XML error in the body).
         let gateway = self.clone();
@@ -2631,7 +2657,7 @@ impl S3 for Gateway {
                     size,
                     stream,
                     Some(policy),
-                    BodyChecks::default(),
+                    checks,
                     shown,
                     Some(etag),
                     precondition,
@@ -2644,13 +2670,15 @@ impl S3 for Gateway {
                 completed_ms: now_ms(),
             };
             gateway.drop_upload(&upload, Some(completed)).await?;
-            Ok(CompleteMultipartUploadOutput {
+            let mut output = CompleteMultipartUploadOutput {
                 bucket: Some(upload.bucket.clone()),
                 key: Some(upload.key.clone()),
                 e_tag: Some(ETag::Strong(shown.etag.clone())),
                 version_id: written_version(&shown),
                 ..Default::default()
-            })
+            };
+            show_checksum!(output, shown.checksum.as_ref());
+            Ok(output)
         };
         // In a versioned bucket the answer names the version in a header, which the
         // keep-alive answer sends before the copy is done: the copy is waited for there.
@@ -2690,12 +2718,19 @@ impl S3 for Gateway {
         let parts: Vec<Part> = after
             .iter()
             .take(max)
-            .map(|p| Part {
-                part_number: Some(p.part_number),
-                e_tag: Some(ETag::Strong(p.etag.clone())),
-                size: Some(p.size as i64),
-                last_modified: Some(attributes::timestamp(p.last_modified_ms)),
-                ..Default::default()
+            .map(|p| {
+                let shown = checksum::Shown::of(p.checksum.as_ref());
+                Part {
+                    part_number: Some(p.part_number),
+                    e_tag: Some(ETag::Strong(p.etag.clone())),
+                    size: Some(p.size as i64),
+                    last_modified: Some(attributes::timestamp(p.last_modified_ms)),
+                    checksum_crc32: shown.crc32,
+                    checksum_crc32c: shown.crc32c,
+                    checksum_crc64nvme: shown.crc64nvme,
+                    checksum_sha1: shown.sha1,
+                    checksum_sha256: shown.sha256,
+                }
             })
             .collect();
         let next = if truncated { parts.last().and_then(|p| p.part_number) } else { None };

@@ -71,6 +71,10 @@ pub struct UploadRecord {
     /// The user who began it (ListMultipartUploads' Initiator and Owner).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initiator: Option<String>,
+    /// The checksum algorithm the create named (`x-amz-checksum-algorithm`, S3's name): the
+    /// completed object gets a full-object checksum of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum_algorithm: Option<String>,
 }
 
 /// What a Complete made (and answers again when repeated).
@@ -106,6 +110,24 @@ pub struct PartRecord {
     /// Generation of the part object.
     pub generation: u64,
     pub last_modified_ms: u64,
+    /// The flexible checksum the part was uploaded with, as the gateway computed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<crate::checksum::Stored>,
+}
+
+/// The algorithm of the full-object checksum a completion of `parts` gets: the one the
+/// upload's create named, else the one every part was uploaded with (none when they differ
+/// or one has none).
+pub fn completion_checksum(
+    upload: &UploadRecord,
+    parts: &[PartRecord],
+) -> Option<crate::checksum::Algorithm> {
+    if let Some(name) = &upload.checksum_algorithm {
+        return crate::checksum::Algorithm::of_name(name);
+    }
+    let mut algorithms = parts.iter().map(|p| p.checksum.as_ref().and_then(|c| c.algorithm()));
+    let first = algorithms.next()??;
+    algorithms.all(|a| a == Some(first)).then_some(first)
 }
 
 /// A fresh upload id: 32 hex digits.
@@ -179,6 +201,7 @@ pub async fn load_parts(meta: &MetaClient, upload_id: &str) -> Result<Vec<PartRe
                     size: object["size"].as_u64().unwrap_or(0),
                     generation,
                     last_modified_ms: shown.last_modified_ms,
+                    checksum: shown.checksum,
                 }),
                 None => {
                     if legacy.is_none() {
