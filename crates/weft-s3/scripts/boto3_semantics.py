@@ -1294,6 +1294,9 @@ def a_completed_upload_gets_the_full_object_checksum_of_its_algorithm():
         completed = s3.complete_multipart_upload(Bucket=bucket, Key="m", UploadId=upload,
                                                  MultipartUpload={"Parts": done})
         assert completed.get("ChecksumSHA256") == sha256_b64(whole), completed
+        # S3 names the object's URL (some SDKs read it; a missing one has been taken for a
+        # failed Complete, and the "failed" upload cleaned up).
+        assert completed.get("Location") == f"{s3conf['endpoint']}/{bucket}/m", completed
         head = s3.head_object(Bucket=bucket, Key="m", ChecksumMode="ENABLED")
         assert head.get("ChecksumSHA256") == sha256_b64(whole), head
         assert head.get("ChecksumType") == "FULL_OBJECT", head

@@ -97,12 +97,26 @@ pub struct Gateway {
     cors: CorsCache,
     /// Buckets' owners and ACLs as recently read (shared cache; see `access`).
     acls: AclCache,
+    /// `http` or `https`: how clients reach this gateway (the `Location` it answers).
+    scheme: &'static str,
 }
 
 impl Gateway {
     pub fn new(client: Client, keys: MetaAuth) -> Gateway {
         let cors = CorsCache::new(client.meta.clone());
-        Gateway { client, keys, cors, acls: AclCache::default() }
+        Gateway { client, keys, cors, acls: AclCache::default(), scheme: "http" }
+    }
+
+    /// The gateway, reached by its clients over `https` (true) or `http`.
+    pub fn with_tls(self, tls: bool) -> Gateway {
+        Gateway { scheme: if tls { "https" } else { "http" }, ..self }
+    }
+
+    /// The URL of (bucket, key) as a client of this request reached it (CompleteMultipart
+    /// Upload's and PostObject's `Location`, path style).
+    fn location(&self, headers: &http::HeaderMap, bucket: &str, key: &str) -> Option<String> {
+        let host = header_text(headers, "host")?;
+        Some(format!("{}://{host}/{bucket}/{}", self.scheme, encode_url(key)))
     }
 
     /// The weft client it serves with.
@@ -2553,6 +2567,7 @@ impl S3 for Gateway {
         req: S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
         let input = req.input;
+        let location = self.location(&req.headers, &input.bucket, &input.key);
         let upload = self.any_upload(&input.bucket, &input.key, &input.upload_id).await?;
         if let Some(done) = &upload.completed {
             // A repeated Complete (an SDK retry): the same answer, while the object it
@@ -2563,6 +2578,7 @@ impl S3 for Gateway {
                     bucket: Some(upload.bucket.clone()),
                     key: Some(upload.key.clone()),
                     e_tag: Some(ETag::Strong(done.etag.clone())),
+                    location,
                     ..Default::default()
                 }));
             }
@@ -2675,6 +2691,7 @@ impl S3 for Gateway {
                 key: Some(upload.key.clone()),
                 e_tag: Some(ETag::Strong(shown.etag.clone())),
                 version_id: written_version(&shown),
+                location,
                 ..Default::default()
             };
             show_checksum!(output, shown.checksum.as_ref());

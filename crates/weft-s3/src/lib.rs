@@ -422,7 +422,7 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
     .map_err(|source| GatewayError::Bind { listen: config.listen, source })?;
     let (service, cors, keys) = {
         let keys = keys::MetaAuth::new(client.meta.clone(), config.secret.seal_key());
-        let gateway = Gateway::new(client.clone(), keys.clone());
+        let gateway = Gateway::new(client.clone(), keys.clone()).with_tls(config.tls.is_some());
         let cors = gateway.cors().clone();
         let access = gateway.clone();
         let mut builder = s3s::service::S3ServiceBuilder::new(gateway);
