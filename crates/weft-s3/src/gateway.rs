@@ -494,6 +494,19 @@ fn checksum_enabled(mode: Option<&ChecksumMode>) -> bool {
     mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED))
 }
 
+/// A page size parameter (`max-keys`, `max-parts`, `max-uploads`) as S3 takes it: absent is
+/// `most`, above `most` is `most`, negative is 400 InvalidArgument (S3's wording).
+fn page_size(value: Option<i32>, name: &str, most: usize) -> S3Result<usize> {
+    match value {
+        None => Ok(most),
+        Some(n) if n < 0 => Err(s3_error!(
+            InvalidArgument,
+            "Argument {name} must be an integer between 0 and 2147483647"
+        )),
+        Some(n) => Ok((n as usize).min(most)),
+    }
+}
+
 /// Refuses a part number outside S3's 1..=10000.
 fn check_part_number(number: i32) -> S3Result<()> {
     match (1..=multipart::MAX_PART_NUMBER).contains(&number) {
@@ -1630,7 +1643,7 @@ impl S3 for Gateway {
         }
         if asked(ObjectAttributes::OBJECT_PARTS) && !shown.parts.is_empty() {
             let marker = input.part_number_marker.unwrap_or(0).max(0) as usize;
-            let max = input.max_parts.unwrap_or(1000).clamp(0, 1000) as usize;
+            let max = page_size(input.max_parts, "max-parts", 1000)?;
             let listed: Vec<ObjectPart> = shown
                 .parts
                 .iter()
@@ -2283,7 +2296,7 @@ impl S3 for Gateway {
         let owner = self.listed_owner(&input.bucket, req.credentials.as_ref()).await?;
         let bucket = input.bucket.clone();
         let prefix = input.prefix.clone().unwrap_or_default();
-        let max_keys = input.max_keys.unwrap_or(MAX_KEYS as i32).clamp(0, MAX_KEYS as i32) as usize;
+        let max_keys = page_size(input.max_keys, "maxKeys", MAX_KEYS)?;
         let delimiter = input.delimiter.as_deref().filter(|d| !d.is_empty());
         let key_marker = input.key_marker.as_deref().filter(|k| !k.is_empty());
         let version_marker = input.version_id_marker.as_deref().filter(|v| !v.is_empty());
@@ -2726,7 +2739,7 @@ impl S3 for Gateway {
         let input = req.input;
         let upload = self.upload_of(&input.bucket, &input.key, &input.upload_id).await?;
         let marker = input.part_number_marker.unwrap_or(0);
-        let max = input.max_parts.unwrap_or(1000).clamp(0, 1000) as usize;
+        let max = page_size(input.max_parts, "max-parts", 1000)?;
         let stored = multipart::load_parts(&self.client.meta, &upload.upload_id)
             .await
             .map_err(s3_error_of)?;
@@ -2784,7 +2797,7 @@ impl S3 for Gateway {
         }
         // Key, then upload id: the order the markers page by.
         uploads.sort_by(|a, b| (&a.key, &a.upload_id).cmp(&(&b.key, &b.upload_id)));
-        let max = input.max_uploads.unwrap_or(1000).clamp(0, 1000) as usize;
+        let max = page_size(input.max_uploads, "max-uploads", 1000)?;
         let truncated = uploads.len() > max;
         uploads.truncate(max);
         let (next_key, next_id) = match (truncated, uploads.last()) {
@@ -2832,7 +2845,7 @@ impl Gateway {
         let meta = &self.client.meta;
         let bucket = input.bucket.clone();
         let prefix = input.prefix.clone().unwrap_or_default();
-        let max_keys = input.max_keys.unwrap_or(MAX_KEYS as i32).clamp(0, MAX_KEYS as i32) as usize;
+        let max_keys = page_size(input.max_keys, "maxKeys", MAX_KEYS)?;
         let start = match (input.continuation_token.as_deref(), input.start_after.as_deref()) {
             (Some(token), Some(after)) => Some(token.max(after)),
             (token, after) => token.or(after),
@@ -2947,6 +2960,48 @@ mod tests {
         assert_eq!(stored_encoding("aws-chunked,gzip").as_deref(), Some("gzip"));
         assert_eq!(stored_encoding("aws-chunked"), None);
         assert_eq!(stored_encoding("aws-chunked, aws-chunked"), None);
+    }
+
+    #[test]
+    fn page_sizes_are_capped_and_negative_ones_refused() {
+        assert_eq!(page_size(None, "max-keys", 1000).unwrap(), 1000);
+        assert_eq!(page_size(Some(0), "max-keys", 1000).unwrap(), 0);
+        assert_eq!(page_size(Some(7), "max-keys", 1000).unwrap(), 7);
+        assert_eq!(page_size(Some(i32::MAX), "max-keys", 1000).unwrap(), 1000);
+        let refused = page_size(Some(-1), "max-parts", 1000).unwrap_err();
+        assert_eq!(refused.code(), &s3s::S3ErrorCode::InvalidArgument);
+        assert!(refused.message().unwrap().contains("max-parts"), "{refused:?}");
+    }
+
+    #[test]
+    fn body_sizes_come_from_the_length_or_the_decoded_length_of_aws_chunked() {
+        let headers = |pairs: &[(&str, &str)]| {
+            let mut map = http::HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(
+                    http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                    http::HeaderValue::from_str(value).unwrap(),
+                );
+            }
+            map
+        };
+        let chunked =
+            headers(&[("content-encoding", "aws-chunked"), ("x-amz-decoded-content-length", "0")]);
+        assert_eq!(body_size(Some(5), &chunked, "PutObject").unwrap(), 5);
+        assert_eq!(body_size(None, &chunked, "PutObject").unwrap(), 0);
+        let streaming = headers(&[
+            ("x-amz-content-sha256", "STREAMING-UNSIGNED-PAYLOAD-TRAILER"),
+            ("x-amz-decoded-content-length", "123"),
+        ]);
+        assert_eq!(body_size(None, &streaming, "PutObject").unwrap(), 123);
+        // A decoded length means nothing without aws-chunked: 411, as a plain chunked body.
+        let plain = headers(&[("x-amz-decoded-content-length", "123")]);
+        let refused = body_size(None, &plain, "PutObject").unwrap_err();
+        assert_eq!(refused.code(), &s3s::S3ErrorCode::MissingContentLength);
+        let bad =
+            headers(&[("content-encoding", "aws-chunked"), ("x-amz-decoded-content-length", "x")]);
+        assert!(body_size(None, &bad, "UploadPart").is_err());
+        assert!(body_size(Some(-1), &plain, "UploadPart").is_err());
     }
 
     #[test]
