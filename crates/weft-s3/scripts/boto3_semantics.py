@@ -1291,8 +1291,17 @@ def a_completed_upload_gets_the_full_object_checksum_of_its_algorithm():
             answer = s3.upload_part(Bucket=bucket, Key="m", UploadId=upload, PartNumber=number,
                                     Body=body, ChecksumSHA256=sha256_b64(body))
             done.append({"PartNumber": number, "ETag": answer["ETag"]})
+        # A part of another algorithm than the create's is refused; a Complete that lists a
+        # part's checksum wrong is refused (InvalidPart) and completes nothing.
+        expect_error("InvalidRequest", 400, s3.upload_part, Bucket=bucket, Key="m",
+                     UploadId=upload, PartNumber=3, Body=b"x", ChecksumAlgorithm="CRC32")
+        listed_wrong = [dict(done[0], ChecksumSHA256=sha256_b64(b"not it")), done[1]]
+        expect_error("InvalidPart", 400, s3.complete_multipart_upload, Bucket=bucket, Key="m",
+                     UploadId=upload, MultipartUpload={"Parts": listed_wrong})
+        expect_error("404", 404, s3.head_object, Bucket=bucket, Key="m")
+        listed = [dict(part, ChecksumSHA256=sha256_b64(body)) for part, body in zip(done, parts)]
         completed = s3.complete_multipart_upload(Bucket=bucket, Key="m", UploadId=upload,
-                                                 MultipartUpload={"Parts": done})
+                                                 MultipartUpload={"Parts": listed})
         assert completed.get("ChecksumSHA256") == sha256_b64(whole), completed
         # S3 names the object's URL (some SDKs read it; a missing one has been taken for a
         # failed Complete, and the "failed" upload cleaned up).

@@ -224,6 +224,52 @@ impl Requested {
     }
 }
 
+impl Requested {
+    /// What an UploadPart asks for, given the algorithm its upload's create named: that
+    /// algorithm is computed (and kept with the part) even when the part names none; a part
+    /// naming another is refused.
+    pub fn for_part(
+        asked: Option<Requested>,
+        upload: Option<Algorithm>,
+    ) -> S3Result<Option<Requested>> {
+        match (asked, upload) {
+            (Some(asked), Some(upload)) if asked.algorithm != upload => Err(invalid(format!(
+                "Checksum Type mismatch occurred, expected checksum Type: {}, actual checksum \
+                 Type: {}",
+                upload.name().to_lowercase(),
+                asked.algorithm.name().to_lowercase()
+            ))),
+            (None, Some(algorithm)) => Ok(Some(Requested { algorithm, expected: Expected::None })),
+            (asked, _) => Ok(asked),
+        }
+    }
+}
+
+/// Checks the checksums a CompleteMultipartUpload lists for a part (`given`: the five
+/// optional fields, in [`ALGORITHMS`]' order) against the one the part was stored with.
+/// None given: Ok. One given that the part was not stored with, or that differs: refused
+/// (400 InvalidPart).
+pub fn check_listed(given: [Option<&str>; 5], stored: Option<&Stored>, part: i32) -> S3Result<()> {
+    for (algorithm, value) in ALGORITHMS.into_iter().zip(given) {
+        let Some(value) = value else { continue };
+        let listed = decode(algorithm, value)?;
+        let kept = stored
+            .filter(|s| s.algorithm() == Some(algorithm))
+            .and_then(|s| base64::engine::general_purpose::STANDARD.decode(&s.value).ok());
+        if kept.as_deref() != Some(listed.as_slice()) {
+            return Err(S3Error::with_message(
+                s3s::S3ErrorCode::InvalidPart,
+                format!(
+                    "One or more of the specified parts could not be found: part {part}'s {} \
+                     is not the one it was uploaded with.",
+                    algorithm.header()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// One algorithm's running state.
 pub enum Hasher {
     Crc32(s3s::crypto::Crc32),
@@ -423,6 +469,44 @@ mod tests {
         refused(&[("x-amz-sdk-checksum-algorithm", "md5")]);
         // A trailer needs an aws-chunked body to come in.
         refused(&[("x-amz-trailer", "x-amz-checksum-crc32")]);
+    }
+
+    #[test]
+    fn parts_follow_their_uploads_algorithm_and_completions_list_theirs() {
+        let sha = Requested { algorithm: Algorithm::Sha256, expected: Expected::None };
+        let crc = Requested { algorithm: Algorithm::Crc32, expected: Expected::None };
+        let upload = Some(Algorithm::Sha256);
+        assert_eq!(
+            Requested::for_part(None, upload).unwrap().unwrap().algorithm,
+            Algorithm::Sha256
+        );
+        assert!(Requested::for_part(None, None).unwrap().is_none());
+        assert_eq!(
+            Requested::for_part(Some(sha), upload).unwrap().unwrap().algorithm,
+            Algorithm::Sha256
+        );
+        assert_eq!(
+            Requested::for_part(Some(crc.clone()), None).unwrap().unwrap().algorithm,
+            Algorithm::Crc32
+        );
+        let refused = Requested::for_part(Some(crc), upload).unwrap_err();
+        assert_eq!(refused.code(), &s3s::S3ErrorCode::InvalidRequest);
+
+        let stored = Stored::full_object(Algorithm::Crc32, &digest(Algorithm::Crc32, b"part"));
+        let right = stored.value.clone();
+        let wrong = b64(&digest(Algorithm::Crc32, b"other"));
+        assert!(check_listed([None; 5], Some(&stored), 1).is_ok());
+        assert!(check_listed([None; 5], None, 1).is_ok());
+        assert!(check_listed([Some(&right), None, None, None, None], Some(&stored), 1).is_ok());
+        for given in [
+            [Some(wrong.as_str()), None, None, None, None],
+            [None, Some(right.as_str()), None, None, None],
+        ] {
+            let error = check_listed(given, Some(&stored), 3).unwrap_err();
+            assert_eq!(error.code(), &s3s::S3ErrorCode::InvalidPart, "{given:?}");
+        }
+        let error = check_listed([Some(&right), None, None, None, None], None, 2).unwrap_err();
+        assert_eq!(error.code(), &s3s::S3ErrorCode::InvalidPart);
     }
 
     #[test]

@@ -2521,8 +2521,11 @@ impl S3 for Gateway {
         check_part_number(input.part_number)?;
         let upload = self.upload_of(&input.bucket, &input.key, &input.upload_id).await?;
         let size = body_size(input.content_length, &headers, "UploadPart")?;
-        let checks =
+        let mut checks =
             BodyChecks::of_request(input.content_md5.as_deref(), &headers, &extensions, trailing)?;
+        // A part of an upload whose create named an algorithm is checksummed with it.
+        let algorithm = upload.checksum_algorithm.as_deref().and_then(checksum::Algorithm::of_name);
+        checks.checksum = checksum::Requested::for_part(checks.checksum.take(), algorithm)?;
         let body = request_body(input.body, input.content_length, &headers);
         let shown = self.write_part(&upload, input.part_number, size, body, checks).await?;
         let mut output = UploadPartOutput {
@@ -2626,6 +2629,14 @@ impl S3 for Gateway {
             if part.e_tag.as_ref().is_some_and(|etag| etag.value() != record.etag) {
                 return Err(s3_error!(InvalidPart, "part {number}'s ETag is not the uploaded one"));
             }
+            let listed = [
+                part.checksum_crc32.as_deref(),
+                part.checksum_crc32c.as_deref(),
+                part.checksum_crc64nvme.as_deref(),
+                part.checksum_sha1.as_deref(),
+                part.checksum_sha256.as_deref(),
+            ];
+            checksum::check_listed(listed, record.checksum.as_ref(), number)?;
             if index + 1 < asked.len() && record.size < multipart::MIN_PART_BYTES {
                 return Err(s3_error!(
                     EntityTooSmall,
