@@ -1316,5 +1316,41 @@ def a_completed_upload_gets_the_full_object_checksum_of_its_algorithm():
 
 
 
+@check
+def multipart_upload_listings_group_by_delimiter_page_and_encode():
+    # S3: ListMultipartUploads with a Delimiter lists each distinct prefix up to it once in
+    # CommonPrefixes (counting toward MaxUploads), echoes Delimiter and EncodingType, pages
+    # past a common prefix named as the marker, and with EncodingType=url encodes keys.
+    with Bucket() as bucket:
+        ids = {}
+        for key in ["a/1", "a/2", "b", "c/x/1", "d e"]:
+            ids[key] = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+        listed = s3.list_multipart_uploads(Bucket=bucket, Delimiter="/")
+        assert [u["Key"] for u in listed.get("Uploads", [])] == ["b", "d e"], listed
+        assert [p["Prefix"] for p in listed.get("CommonPrefixes", [])] == ["a/", "c/"], listed
+        assert listed.get("Delimiter") == "/", listed
+        seen, marker, id_marker = [], None, None
+        for _ in range(6):
+            args = {"Bucket": bucket, "Delimiter": "/", "MaxUploads": 1}
+            if marker is not None:
+                args["KeyMarker"] = marker
+            if id_marker:
+                args["UploadIdMarker"] = id_marker
+            page = s3.list_multipart_uploads(**args)
+            entries = [p["Prefix"] for p in page.get("CommonPrefixes", [])] + \
+                      [u["Key"] for u in page.get("Uploads", [])]
+            assert len(entries) == 1, page
+            seen += entries
+            if not page["IsTruncated"]:
+                break
+            marker, id_marker = page["NextKeyMarker"], page.get("NextUploadIdMarker")
+        assert seen == ["a/", "b", "c/", "d e"], seen
+        encoded = s3.list_multipart_uploads(Bucket=bucket, EncodingType="url")
+        assert encoded.get("EncodingType") == "url", encoded
+        assert "d%20e" in [u["Key"] for u in encoded["Uploads"]], encoded
+        expect_error("InvalidArgument", 400, s3.list_multipart_uploads, Bucket=bucket,
+                     MaxUploads=-1)
+
+
 if __name__ == "__main__":
     check_runner.run("boto3 semantics", CHECKS, only, started)

@@ -2799,48 +2799,83 @@ impl S3 for Gateway {
             .await
             .map_err(s3_error_of)?;
         uploads.retain(|u| u.key.starts_with(&prefix));
+        let delimiter = input.delimiter.clone().filter(|d| !d.is_empty());
         if let Some(marker) = &input.key_marker {
             let id_marker = input.upload_id_marker.clone().unwrap_or_default();
             uploads.retain(|u| {
                 (&u.key, &u.upload_id) > (marker, &id_marker)
                     && (u.key > *marker || !id_marker.is_empty())
             });
+            // A marker that is a common prefix (the last entry of a page) skips its group.
+            if delimiter.as_ref().is_some_and(|d| marker.ends_with(d.as_str())) {
+                uploads.retain(|u| !u.key.starts_with(marker.as_str()));
+            }
         }
         // Key, then upload id: the order the markers page by.
         uploads.sort_by(|a, b| (&a.key, &a.upload_id).cmp(&(&b.key, &b.upload_id)));
         let max = page_size(input.max_uploads, "max-uploads", 1000)?;
-        let truncated = uploads.len() > max;
-        uploads.truncate(max);
-        let (next_key, next_id) = match (truncated, uploads.last()) {
-            (true, Some(last)) => (Some(last.key.clone()), Some(last.upload_id.clone())),
+        // Uploads and (with a delimiter) the distinct prefixes that group them, in key order:
+        // each counts once toward max-uploads, as in S3.
+        let mut entries: Vec<Result<UploadRecord, String>> = Vec::new();
+        let mut truncated = false;
+        for upload in uploads {
+            let group = delimiter.as_ref().and_then(|d| {
+                let rest = &upload.key[prefix.len()..];
+                rest.find(d.as_str())
+                    .map(|at| upload.key[..prefix.len() + at + d.len()].to_string())
+            });
+            if let (Some(group), Some(Err(last))) = (&group, entries.last()) {
+                if group == last {
+                    continue;
+                }
+            }
+            if entries.len() == max {
+                truncated = true;
+                break;
+            }
+            entries.push(group.map_or(Ok(upload), Err));
+        }
+        let (next_key, next_id) = match (truncated, entries.last()) {
+            (true, Some(Ok(last))) => (Some(last.key.clone()), Some(last.upload_id.clone())),
+            (true, Some(Err(group))) => (Some(group.clone()), None),
             _ => (None, None),
         };
-        let listed = uploads
-            .into_iter()
-            .map(|u| MultipartUpload {
-                key: Some(u.key),
-                upload_id: Some(u.upload_id),
-                initiated: Some(attributes::timestamp(u.initiated_ms)),
-                initiator: u.initiator.as_ref().map(|name| Initiator {
-                    display_name: Some(name.clone()),
-                    id: Some(name.clone()),
+        let url = input.encoding_type.as_ref().is_some_and(|e| e.as_str() == EncodingType::URL);
+        let shown = |text: String| if url { encode_url(&text) } else { text };
+        let mut listed = Vec::new();
+        let mut groups = Vec::new();
+        for entry in entries {
+            match entry {
+                Err(group) => groups.push(CommonPrefix { prefix: Some(shown(group)) }),
+                Ok(u) => listed.push(MultipartUpload {
+                    key: Some(shown(u.key)),
+                    upload_id: Some(u.upload_id),
+                    initiated: Some(attributes::timestamp(u.initiated_ms)),
+                    initiator: u.initiator.as_ref().map(|name| Initiator {
+                        display_name: Some(name.clone()),
+                        id: Some(name.clone()),
+                    }),
+                    owner: u
+                        .initiator
+                        .map(|name| Owner { display_name: Some(name.clone()), id: Some(name) }),
+                    checksum_algorithm: u.checksum_algorithm.map(ChecksumAlgorithm::from),
+                    ..Default::default()
                 }),
-                owner: u
-                    .initiator
-                    .map(|name| Owner { display_name: Some(name.clone()), id: Some(name) }),
-                ..Default::default()
-            })
-            .collect();
+            }
+        }
         Ok(S3Response::new(ListMultipartUploadsOutput {
             bucket: Some(input.bucket),
-            prefix: input.prefix,
-            key_marker: input.key_marker,
+            prefix: input.prefix.map(shown),
+            delimiter: input.delimiter.map(shown),
+            encoding_type: input.encoding_type,
+            key_marker: input.key_marker.map(shown),
             upload_id_marker: input.upload_id_marker,
-            next_key_marker: next_key,
+            next_key_marker: next_key.map(shown),
             next_upload_id_marker: next_id,
             max_uploads: Some(max as i32),
             is_truncated: Some(truncated),
             uploads: Some(listed),
+            common_prefixes: (!groups.is_empty()).then_some(groups),
             ..Default::default()
         }))
     }
