@@ -195,9 +195,10 @@ impl Requested {
     /// Checks `computed` against the client's value: Ok(()) when it matches or there is
     /// none to check. Call after the body ended (a trailer is read then).
     pub fn check(&self, computed: &[u8]) -> S3Result<()> {
+        let trailer;
         let expected = match &self.expected {
             Expected::None => return Ok(()),
-            Expected::Header(value) => value.clone(),
+            Expected::Header(value) => value,
             Expected::Trailer(handle) => {
                 let header = self.algorithm.header();
                 let value = handle
@@ -208,10 +209,11 @@ impl Requested {
                     .ok_or_else(|| {
                         invalid(format!("The body ended without its {header} trailer."))
                     })?;
-                decode(self.algorithm, &value)?
+                trailer = decode(self.algorithm, &value)?;
+                &trailer
             }
         };
-        if expected == computed {
+        if expected.as_slice() == computed {
             return Ok(());
         }
         Err(S3Error::with_message(
@@ -373,6 +375,18 @@ pub struct Shown {
 }
 
 impl Shown {
+    /// As the `Checksum` element GetObjectAttributes answers.
+    pub fn into_checksum(self) -> s3s::dto::Checksum {
+        s3s::dto::Checksum {
+            checksum_crc32: self.crc32,
+            checksum_crc32c: self.crc32c,
+            checksum_crc64nvme: self.crc64nvme,
+            checksum_sha1: self.sha1,
+            checksum_sha256: self.sha256,
+            checksum_type: self.kind,
+        }
+    }
+
     /// The fields of `stored` (nothing for none, or for an algorithm not known).
     pub fn of(stored: Option<&Stored>) -> Shown {
         let mut shown = Shown::default();
@@ -395,16 +409,7 @@ impl Shown {
 mod tests {
     use super::*;
 
-    fn headers(pairs: &[(&str, &str)]) -> http::HeaderMap {
-        let mut map = http::HeaderMap::new();
-        for (name, value) in pairs {
-            map.append(
-                http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                http::HeaderValue::from_str(value).unwrap(),
-            );
-        }
-        map
-    }
+    use crate::test_headers as headers;
 
     fn b64(bytes: &[u8]) -> String {
         base64::engine::general_purpose::STANDARD.encode(bytes)

@@ -1624,15 +1624,7 @@ impl S3 for Gateway {
         }
         if asked(ObjectAttributes::CHECKSUM) {
             if let Some(stored) = &shown.checksum {
-                let shown = checksum::Shown::of(Some(stored));
-                output.checksum = Some(Checksum {
-                    checksum_crc32: shown.crc32,
-                    checksum_crc32c: shown.crc32c,
-                    checksum_crc64nvme: shown.crc64nvme,
-                    checksum_sha1: shown.sha1,
-                    checksum_sha256: shown.sha256,
-                    checksum_type: shown.kind,
-                });
+                output.checksum = Some(checksum::Shown::of(Some(stored)).into_checksum());
             }
         }
         if asked(ObjectAttributes::OBJECT_SIZE) {
@@ -3021,16 +3013,7 @@ mod tests {
 
     #[test]
     fn body_sizes_come_from_the_length_or_the_decoded_length_of_aws_chunked() {
-        let headers = |pairs: &[(&str, &str)]| {
-            let mut map = http::HeaderMap::new();
-            for (name, value) in pairs {
-                map.insert(
-                    http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                    http::HeaderValue::from_str(value).unwrap(),
-                );
-            }
-            map
-        };
+        let headers = crate::test_headers;
         let chunked =
             headers(&[("content-encoding", "aws-chunked"), ("x-amz-decoded-content-length", "0")]);
         assert_eq!(body_size(Some(5), &chunked, "PutObject").unwrap(), 5);

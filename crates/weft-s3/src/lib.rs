@@ -527,6 +527,19 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
     Ok(RunningGateway { endpoint: format!("{scheme}://{local}"), stop, task })
 }
 
+/// A header map of (name, value) pairs, repeated names appended (for tests).
+#[cfg(test)]
+pub(crate) fn test_headers(pairs: &[(&str, &str)]) -> http::HeaderMap {
+    let mut map = http::HeaderMap::new();
+    for (name, value) in pairs {
+        map.append(
+            http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            http::HeaderValue::from_str(value).unwrap(),
+        );
+    }
+    map
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1367,7 +1367,7 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
                 data_dirs: (1..=args.minio_drives)
                     .map(|d| minio.dir.0.join(format!("d{d}")))
                     .collect(),
-                checksum: args.checksum,
+                checksum: None,
             });
             Some(minio)
         }
@@ -1398,11 +1398,10 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
         }
         targets.push(other);
     }
-    targets[0].checksum = args.checksum;
     if args.compare_checksum {
         // The same cluster without the checksum, side by side.
-        let mut without = targets[0].clone();
-        without.checksum = None;
+        let without = targets[0].clone();
+        targets[0].checksum = args.checksum;
         if let Some(checksum) = args.checksum {
             targets[0].name =
                 format!("{}-{}", targets[0].name, checksum.algorithm().name().to_lowercase());
