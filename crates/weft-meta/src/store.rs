@@ -273,7 +273,7 @@ pub fn check_attributes(
 /// gateway, its multipart uploads (and their parts), S3 attributes of objects, and buckets'
 /// S3 configurations ([`BUCKET_CONFIG`]).
 pub const GATEWAY_NAMESPACES: &[&str] =
-    &["access_keys", "uploads", "object_attributes", BUCKET_CONFIG];
+    &["access_keys", "uploads", "object_attributes", BUCKET_CONFIG, "kms_keys"];
 
 /// The gateway-record namespace of a bucket's S3 configurations: name
 /// `<bucket>/<subresource>` (e.g. `media/cors`), value the gateway's own JSON. Deleting a

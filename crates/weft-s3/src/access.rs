@@ -121,6 +121,8 @@ pub struct BucketState {
     pub policy: Option<Arc<BucketPolicy>>,
     /// Its lifecycle configuration (for the `x-amz-expiration` header).
     pub lifecycle: Option<Arc<crate::lifecycle::LifecycleConfig>>,
+    /// Its default encryption (PutBucketEncryption).
+    pub encryption: Option<crate::encryption::BucketEncryption>,
 }
 
 impl AclCache {
@@ -220,7 +222,8 @@ impl Gateway {
                 Err(error) => return Err(s3_error_of(error)),
             },
         };
-        let state = BucketState { access, block, policy, lifecycle };
+        let encryption = record("encryption").and_then(|v| serde_json::from_value(v).ok());
+        let state = BucketState { access, block, policy, lifecycle, encryption };
         self.acls().put(bucket, state.clone());
         Ok(state)
     }

@@ -75,6 +75,10 @@ pub struct Attributes {
     /// the bytes it wrote; None for objects written without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksum: Option<crate::checksum::Stored>,
+    /// How the object is encrypted at rest ([`crate::sse`]): its sealed key, plaintext size
+    /// and segments. None: stored in clear.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sse: Option<crate::sse::Sealed>,
     /// The object's tags (PutObjectTagging, `x-amz-tagging`), by key.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,

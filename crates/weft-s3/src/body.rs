@@ -36,6 +36,7 @@ use crate::{
     md5::Md5,
     signed_payload::PayloadMd5,
     signed_payload::PAYLOAD_MISMATCH,
+    sse::{self, Sealer, SegmentKey},
 };
 
 /// Body chunks buffered between the socket and the writer.
@@ -129,10 +130,51 @@ impl BodyMd5 {
 struct ChannelReader {
     chunks: mpsc::Receiver<Result<Bytes, String>>,
     current: Bytes,
+    /// Seals the body as it is read (SSE): the writer reads packages, not the body.
+    sealer: Option<Sealer>,
+    /// Whether the sender closed the channel without an error (the body passed its checks).
+    ended: bool,
+}
+
+impl ChannelReader {
+    fn new(chunks: mpsc::Receiver<Result<Bytes, String>>, sealer: Option<Sealer>) -> Self {
+        ChannelReader { chunks, current: Bytes::new(), sealer, ended: false }
+    }
+
+    /// [`Read::read`] of a sealed body. The last package is sealed only once the sender
+    /// closed the channel cleanly, after every check of the body passed (an empty body's
+    /// only package has no bytes to hold back).
+    fn read_sealed(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let sealer = self.sealer.as_mut().expect("a sealed read has a sealer");
+        loop {
+            let n = sealer.give(buf, self.ended);
+            if n > 0 || sealer.done() {
+                return Ok(n);
+            }
+            if sealer.wanted() > 0 && !self.current.is_empty() {
+                let took = sealer.take(&self.current);
+                let _ = self.current.split_to(took);
+                continue;
+            }
+            match self.chunks.blocking_recv() {
+                Some(Ok(chunk)) if sealer.wanted() > 0 => self.current = chunk,
+                Some(Ok(chunk)) if chunk.is_empty() => {}
+                Some(Ok(_)) => {
+                    return Err(std::io::Error::other("the body is longer than its size"))
+                }
+                Some(Err(reason)) => return Err(std::io::Error::other(reason)),
+                None if sealer.wanted() > 0 => return Ok(0),
+                None => self.ended = true,
+            }
+        }
+    }
 }
 
 impl Read for ChannelReader {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.sealer.is_some() {
+            return self.read_sealed(buf);
+        }
         loop {
             if !self.current.is_empty() {
                 let n = buf.len().min(self.current.len());
@@ -232,12 +274,15 @@ pub async fn put_stream<S, E>(
     mut options: PutOptions,
     checks: BodyChecks,
     attributes: Option<CommitAttributes>,
+    sealing: Option<SegmentKey>,
 ) -> S3Result<Streamed>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
     let expected_md5 = checks.content_md5;
+    // A sealed body is stored as its packages (see `sse`); size stays the body's.
+    let stored_size = sealing.as_ref().map_or(size, |_| sse::sealed_size(size));
     let slot: Option<weft_client::AttributesSlot> =
         attributes.as_ref().map(|_| std::sync::Arc::new(std::sync::OnceLock::new()));
     options.attributes = slot.clone();
@@ -253,7 +298,7 @@ where
         requested.check(&digest)?;
         Ok(Some(Stored::full_object(requested.algorithm, &digest)))
     };
-    if size == 0 {
+    if size == 0 && sealing.is_none() {
         // An empty object may commit without reading: check the body before writing.
         while let Some(chunk) = body.next().await {
             let chunk = chunk.map_err(|e| body_refusal(&e))?;
@@ -282,8 +327,10 @@ where
     let (tx, rx) = mpsc::channel(BODY_CHUNKS_IN_FLIGHT);
     let writer = {
         let (client, bucket, key) = (client.clone(), bucket.to_string(), key.to_string());
-        let reader = ChannelReader { chunks: rx, current: Bytes::new() };
-        tokio::spawn(async move { client.put_reader(&bucket, &key, size, reader, &options).await })
+        let reader = ChannelReader::new(rx, sealing.map(|key| Sealer::new(key, size)));
+        tokio::spawn(async move {
+            client.put_reader(&bucket, &key, stored_size, reader, &options).await
+        })
     };
     let mut md5 = BodyMd5::new(size, checks.upstream_md5.clone(), algorithm);
     let mut received: u64 = 0;

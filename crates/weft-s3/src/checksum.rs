@@ -362,6 +362,39 @@ impl Stored {
     }
 }
 
+/// The full-object checksum of an object made of parts of `(checksum, size)` in order,
+/// combined from theirs without reading a byte: CRCs only (CRC32, CRC32C, CRC64NVME), and
+/// only when every part has a full-object checksum of `algorithm`; None otherwise.
+pub fn combine_parts<'a>(
+    algorithm: Algorithm,
+    parts: impl IntoIterator<Item = (Option<&'a Stored>, u64)>,
+) -> Option<Stored> {
+    use base64::Engine;
+    let crc = match algorithm {
+        Algorithm::Crc32 => crc_fast::CrcAlgorithm::Crc32IsoHdlc,
+        Algorithm::Crc32c => crc_fast::CrcAlgorithm::Crc32Iscsi,
+        Algorithm::Crc64Nvme => crc_fast::CrcAlgorithm::Crc64Nvme,
+        Algorithm::Sha1 | Algorithm::Sha256 => return None,
+    };
+    let width = algorithm.digest_len();
+    let mut combined: Option<u64> = None;
+    for (stored, size) in parts {
+        let stored =
+            stored.filter(|s| s.algorithm() == Some(algorithm) && s.kind == "FULL_OBJECT")?;
+        let bytes = base64::engine::general_purpose::STANDARD.decode(&stored.value).ok()?;
+        if bytes.len() != width {
+            return None;
+        }
+        let value = bytes.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b));
+        combined = Some(match combined {
+            None => value,
+            Some(before) => crc_fast::checksum_combine(crc, before, value, size),
+        });
+    }
+    let value = combined?;
+    Some(Stored::full_object(algorithm, &value.to_be_bytes()[8 - width..]))
+}
+
 /// The five optional checksum fields every S3 output that shows one has, filled from a
 /// stored checksum (the one field of its algorithm), and its type.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -415,6 +448,27 @@ mod tests {
         base64::engine::general_purpose::STANDARD.encode(bytes)
     }
 
+    #[test]
+    fn part_crcs_combine_into_the_whole_objects_and_shas_do_not() {
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 253) as u8).collect();
+        let cuts = [0usize, 100_000, 100_001, 300_000];
+        for algorithm in [Algorithm::Crc32, Algorithm::Crc32c, Algorithm::Crc64Nvme] {
+            let parts: Vec<(Stored, u64)> = cuts
+                .windows(2)
+                .map(|w| {
+                    let part = &data[w[0]..w[1]];
+                    (Stored::full_object(algorithm, &digest(algorithm, part)), part.len() as u64)
+                })
+                .collect();
+            let combined = combine_parts(algorithm, parts.iter().map(|(s, n)| (Some(s), *n)));
+            assert_eq!(combined, Some(Stored::full_object(algorithm, &digest(algorithm, &data))));
+            // A part without a checksum, or of another algorithm, combines to nothing.
+            let missing = parts.iter().enumerate().map(|(i, (s, n))| ((i != 1).then_some(s), *n));
+            assert_eq!(combine_parts(algorithm, missing), None);
+        }
+        let sha = Stored::full_object(Algorithm::Sha256, &digest(Algorithm::Sha256, &data));
+        assert_eq!(combine_parts(Algorithm::Sha256, [(Some(&sha), 1)]), None);
+    }
     #[test]
     fn digests_are_the_published_check_values() {
         // The check value of each CRC is its digest of "123456789" (the CRC catalogue's

@@ -30,6 +30,7 @@ use crate::{
     body::{put_stream, BodyChecks, CommitAttributes},
     checksum,
     cors::{self, CorsCache, CorsConfig},
+    encryption::show_sse,
     keys::MetaAuth,
     lifecycle::{self, LifecycleConfig},
     listing,
@@ -99,17 +100,35 @@ pub struct Gateway {
     acls: AclCache,
     /// `http` or `https`: how clients reach this gateway (the `Location` it answers).
     scheme: &'static str,
+    /// The key sealing SSE-S3 object keys and KMS keys ([`crate::sse`]); None: this gateway
+    /// refuses encryption.
+    master: Option<std::sync::Arc<crate::sse::MasterKey>>,
 }
 
 impl Gateway {
     pub fn new(client: Client, keys: MetaAuth) -> Gateway {
         let cors = CorsCache::new(client.meta.clone());
-        Gateway { client, keys, cors, acls: AclCache::default(), scheme: "http" }
+        Gateway { client, keys, cors, acls: AclCache::default(), scheme: "http", master: None }
     }
 
     /// The gateway, reached by its clients over `https` (true) or `http`.
     pub fn with_tls(self, tls: bool) -> Gateway {
         Gateway { scheme: if tls { "https" } else { "http" }, ..self }
+    }
+
+    /// The gateway, encrypting at rest with `master` (see [`crate::sse`]).
+    pub fn with_master_key(self, master: Option<crate::sse::MasterKey>) -> Gateway {
+        Gateway { master: master.map(std::sync::Arc::new), ..self }
+    }
+
+    /// The master key, if this gateway has one.
+    pub(crate) fn master(&self) -> Option<&std::sync::Arc<crate::sse::MasterKey>> {
+        self.master.as_ref()
+    }
+
+    /// Whether clients reach this gateway over HTTPS.
+    pub(crate) fn serves_tls(&self) -> bool {
+        self.scheme == "https"
     }
 
     /// The URL of (bucket, key) as a client of this request reached it (CompleteMultipart
@@ -155,7 +174,7 @@ impl Gateway {
     }
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
@@ -379,6 +398,7 @@ fn copied_attributes(source: &Attributes) -> Attributes {
         etag: String::new(),
         last_modified_ms: 0,
         parts: Vec::new(),
+        sse: None,
         ..source.clone()
     }
 }
@@ -579,7 +599,8 @@ impl DeleteConditions<'_> {
                 return failed("If-Match");
             }
         }
-        if self.size.is_some_and(|size| u64::try_from(size).ok() != Some(object.size)) {
+        let shown_size = shown.shown_size(object.size);
+        if self.size.is_some_and(|size| u64::try_from(size).ok() != Some(shown_size)) {
             return failed("x-amz-if-match-size");
         }
         if self.modified.is_some_and(|t| *t != attributes::timestamp(shown.last_modified_ms)) {
@@ -702,8 +723,8 @@ impl Gateway {
     }
 
     /// Streams a body into (bucket, key), committing `shown` (its ETag the body's MD5
-    /// unless `etag` fixes it) with the bytes, if `precondition` holds then. Returns the
-    /// attributes S3 now shows.
+    /// unless `etag` fixes it) with the bytes, if `precondition` holds then; sealed with
+    /// `sealing` when given (`shown.sse` then says how). Returns the attributes S3 now shows.
     #[allow(clippy::too_many_arguments)]
     async fn write_object<S, E>(
         &self,
@@ -717,6 +738,7 @@ impl Gateway {
         etag: Option<String>,
         precondition: Option<Precondition>,
         lock: Option<Value>,
+        sealing: Option<crate::sse::SegmentKey>,
     ) -> S3Result<Attributes>
     where
         S: futures_util::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
@@ -724,9 +746,18 @@ impl Gateway {
     {
         let options = PutOptions { policy, precondition, lock, ..PutOptions::default() };
         let commit = CommitAttributes { attributes: shown, etag };
-        let written =
-            put_stream(&self.client, bucket, key, size, body, options, checks, Some(commit))
-                .await?;
+        let written = put_stream(
+            &self.client,
+            bucket,
+            key,
+            size,
+            body,
+            options,
+            checks,
+            Some(commit),
+            sealing,
+        )
+        .await?;
         let object = &written.stats.object;
         Attributes::of_json(&object.raw)
             .ok_or_else(|| s3_error!(InternalError, "meta did not keep the object's attributes"))
@@ -753,6 +784,7 @@ impl Gateway {
         size: u64,
         body: S,
         checks: BodyChecks,
+        customer: Option<&crate::sse::CustomerKey>,
     ) -> S3Result<Attributes>
     where
         S: futures_util::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
@@ -761,6 +793,17 @@ impl Gateway {
         let policy: StripedLayout = serde_json::from_value(upload.policy.clone())
             .map_err(|e| s3_error!(InternalError, "the upload's policy is bad: {e}"))?;
         let key = multipart::part_key(&upload.upload_id, number);
+        // A part of a sealed upload is a segment of the completed object: sealed under the
+        // upload's object key with a salt of its own (see `sse`).
+        let mut shown = Attributes::default();
+        let mut sealing = None;
+        if let Some(template) = &upload.sse {
+            let object_key = self.object_key(template, customer).await?;
+            let sealed = crate::encryption::Sealing { record: template.clone(), key: object_key };
+            let (record, segment) = sealed.one_segment(size);
+            shown.sse = Some(record);
+            sealing = Some(segment);
+        }
         let shown = self
             .write_object(
                 PARTS_BUCKET,
@@ -769,10 +812,11 @@ impl Gateway {
                 body,
                 Some(policy),
                 checks,
-                Attributes::default(),
+                shown,
                 None,
                 None,
                 None,
+                sealing,
             )
             .await?;
         if self.upload_of(&upload.bucket, &upload.key, &upload.upload_id).await.is_err() {
@@ -1286,6 +1330,48 @@ impl S3 for Gateway {
         Ok(S3Response::new(DeleteBucketOutput::default()))
     }
 
+    async fn put_bucket_encryption(
+        &self,
+        req: S3Request<PutBucketEncryptionInput>,
+    ) -> S3Result<S3Response<PutBucketEncryptionOutput>> {
+        let input = req.input;
+        let config =
+            self.checked_bucket_encryption(&input.server_side_encryption_configuration).await?;
+        let value = serde_json::to_value(&config).expect("encryption configurations serialize");
+        let name = crate::encryption::record_name(&input.bucket);
+        self.set_bucket_config(&input.bucket, &name, Some(value)).await?;
+        Ok(S3Response::new(PutBucketEncryptionOutput::default()))
+    }
+
+    async fn get_bucket_encryption(
+        &self,
+        req: S3Request<GetBucketEncryptionInput>,
+    ) -> S3Result<S3Response<GetBucketEncryptionOutput>> {
+        let bucket = req.input.bucket;
+        let name = crate::encryption::record_name(&bucket);
+        let Some(config) =
+            self.bucket_config::<crate::encryption::BucketEncryption>(&bucket, &name).await?
+        else {
+            return Err(s3_error!(
+                ServerSideEncryptionConfigurationNotFoundError,
+                "The server side encryption configuration was not found"
+            ));
+        };
+        Ok(S3Response::new(GetBucketEncryptionOutput {
+            server_side_encryption_configuration: Some(config.to_s3()),
+        }))
+    }
+
+    async fn delete_bucket_encryption(
+        &self,
+        req: S3Request<DeleteBucketEncryptionInput>,
+    ) -> S3Result<S3Response<DeleteBucketEncryptionOutput>> {
+        let bucket = req.input.bucket;
+        let name = crate::encryption::record_name(&bucket);
+        self.set_bucket_config(&bucket, &name, None).await?;
+        Ok(S3Response::new(DeleteBucketEncryptionOutput::default()))
+    }
+
     async fn put_bucket_cors(
         &self,
         req: S3Request<PutBucketCorsInput>,
@@ -1427,6 +1513,23 @@ impl S3 for Gateway {
             now_ms(),
         )?;
         let acl = object_write_acl!(self, req.credentials.as_ref(), &headers, input).await?;
+        let customer = self.customer_key(
+            input.sse_customer_algorithm.as_deref(),
+            input.sse_customer_key.as_deref(),
+            input.sse_customer_key_md5.as_deref(),
+        )?;
+        let wanted = self
+            .wanted_sse(
+                &input.bucket,
+                input.server_side_encryption.as_ref(),
+                input.ssekms_key_id.as_deref(),
+                customer.clone(),
+            )
+            .await?;
+        let sealing = match &wanted {
+            Some(wanted) => Some(self.new_sealing(wanted).await?.one_segment(size)),
+            None => None,
+        };
         let body = request_body(input.body, input.content_length, &headers);
         let mut shown = written_attributes(
             input.content_type,
@@ -1439,6 +1542,8 @@ impl S3 for Gateway {
         );
         shown.acl = Some(acl);
         shown.tags = tagging::from_header(input.tagging.as_deref())?;
+        let (sealed, segment) = sealing.unzip();
+        shown.sse = sealed;
         let shown = self
             .write_object(
                 &input.bucket,
@@ -1451,6 +1556,7 @@ impl S3 for Gateway {
                 None,
                 precondition,
                 lock,
+                segment,
             )
             .await?;
         let expiration = self.expiration_of(&input.bucket, &input.key, size, &shown, None).await;
@@ -1461,6 +1567,7 @@ impl S3 for Gateway {
             ..Default::default()
         };
         show_checksum!(output, shown.checksum.as_ref());
+        show_sse!(output, shown.sse.as_ref(), customer.as_ref());
         Ok(S3Response::new(output))
     }
 
@@ -1479,14 +1586,19 @@ impl S3 for Gateway {
             input.if_unmodified_since.as_ref(),
             not_modified_with,
         )?;
-        let size = object.size;
+        let size = shown.shown_size(object.size);
         let (start, end, content_range, parts_count) =
             wanted_bytes(&shown, size, input.range.as_ref(), input.part_number)?;
         let object_raw = object.raw.clone();
         let expiration = self
             .expiration_of(&input.bucket, &input.key, size, &shown, input.version_id.as_deref())
             .await;
-        let stream = self.client.object_stream(object, start, end - start);
+        let customer = self.customer_key(
+            input.sse_customer_algorithm.as_deref(),
+            input.sse_customer_key.as_deref(),
+            input.sse_customer_key_md5.as_deref(),
+        )?;
+        let stream = self.plain_stream(object, &shown, customer.as_ref(), start, end).await?;
         let mut output = GetObjectOutput {
             body: Some(StreamingBlob::wrap(stream)),
             content_length: Some((end - start) as i64),
@@ -1512,6 +1624,7 @@ impl S3 for Gateway {
         if whole && checksum_enabled(input.checksum_mode.as_ref()) {
             show_checksum!(output, shown.checksum.as_ref());
         }
+        show_sse!(output, shown.sse.as_ref(), customer.as_ref());
         let lock = object_lock::shown(&object_raw);
         output.object_lock_mode = lock.mode;
         output.object_lock_retain_until_date = lock.until;
@@ -1554,18 +1667,22 @@ impl S3 for Gateway {
             input.if_unmodified_since.as_ref(),
             not_modified_with,
         )?;
+        let size = shown.shown_size(object.size);
         let (start, end, content_range, parts_count) =
-            wanted_bytes(&shown, object.size, input.range.as_ref(), input.part_number)?;
+            wanted_bytes(&shown, size, input.range.as_ref(), input.part_number)?;
         let lock = object_lock::shown(&object.raw);
         let expiration = self
-            .expiration_of(
-                &input.bucket,
-                &input.key,
-                object.size,
-                &shown,
-                input.version_id.as_deref(),
-            )
+            .expiration_of(&input.bucket, &input.key, size, &shown, input.version_id.as_deref())
             .await;
+        // An SSE-C object answers a HEAD only with its key (as S3).
+        let customer = self.customer_key(
+            input.sse_customer_algorithm.as_deref(),
+            input.sse_customer_key.as_deref(),
+            input.sse_customer_key_md5.as_deref(),
+        )?;
+        if let Some(sealed) = shown.sse.as_ref().filter(|s| s.mode == crate::sse::Mode::Customer) {
+            self.object_key(sealed, customer.as_ref()).await?;
+        }
         let tag_count = shown.tags.len();
         let mut response = S3Response::new(HeadObjectOutput {
             expiration,
@@ -1588,10 +1705,11 @@ impl S3 for Gateway {
             expires: shown.expires_timestamp(),
             ..Default::default()
         });
-        let whole = start == 0 && end == object.size && input.part_number.is_none();
+        let whole = start == 0 && end == size && input.part_number.is_none();
         if whole && checksum_enabled(input.checksum_mode.as_ref()) {
             show_checksum!(response.output, shown.checksum.as_ref());
         }
+        show_sse!(response.output, shown.sse.as_ref(), customer.as_ref());
         // S3 tells a HEAD how many tags the object has, as a GET (s3s has no field for it).
         if tag_count > 0 {
             response.headers.insert("x-amz-tagging-count", http::HeaderValue::from(tag_count));
@@ -1628,7 +1746,7 @@ impl S3 for Gateway {
             }
         }
         if asked(ObjectAttributes::OBJECT_SIZE) {
-            output.object_size = Some(object.size as i64);
+            output.object_size = Some(shown.shown_size(object.size) as i64);
         }
         if asked(ObjectAttributes::STORAGE_CLASS) {
             output.storage_class = Some(StorageClass::from_static(StorageClass::STANDARD));
@@ -1790,11 +1908,15 @@ impl S3 for Gateway {
             .metadata_directive
             .as_ref()
             .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+        let changes_encryption = input.server_side_encryption.is_some()
+            || input.sse_customer_algorithm.is_some()
+            || input.copy_source_sse_customer_algorithm.is_some();
         if source_bucket == input.bucket
             && source_key == input.key
             && source_version.is_none()
             && !replace
             && policy.is_none()
+            && !changes_encryption
         {
             return Err(s3_error!(
                 InvalidRequest,
@@ -1841,8 +1963,34 @@ impl S3 for Gateway {
             input.object_lock_legal_hold_status.as_ref(),
             now_ms(),
         )?;
-        let size = object.size;
-        let stream = self.client.object_stream(object, 0, size);
+        // The source opens with its key (SSE-C: the copy-source key headers); the copy is
+        // sealed as the request (or the target bucket's default) asks, with a key of its own.
+        let source_customer = self.customer_key(
+            input.copy_source_sse_customer_algorithm.as_deref(),
+            input.copy_source_sse_customer_key.as_deref(),
+            input.copy_source_sse_customer_key_md5.as_deref(),
+        )?;
+        let customer = self.customer_key(
+            input.sse_customer_algorithm.as_deref(),
+            input.sse_customer_key.as_deref(),
+            input.sse_customer_key_md5.as_deref(),
+        )?;
+        let wanted = self
+            .wanted_sse(
+                &input.bucket,
+                input.server_side_encryption.as_ref(),
+                input.ssekms_key_id.as_deref(),
+                customer.clone(),
+            )
+            .await?;
+        let size = source.shown_size(object.size);
+        let sealing = match &wanted {
+            Some(wanted) => Some(self.new_sealing(wanted).await?.one_segment(size)),
+            None => None,
+        };
+        let (sealed, segment) = sealing.unzip();
+        shown.sse = sealed;
+        let stream = self.plain_stream(object, &source, source_customer.as_ref(), 0, size).await?;
         // A copy has the bytes of its source, so it keeps a multipart source's ETag.
         let etag = source.etag.contains('-').then(|| source.etag.clone());
         let shown = self
@@ -1857,19 +2005,22 @@ impl S3 for Gateway {
                 etag,
                 precondition,
                 lock,
+                segment,
             )
             .await?;
         let version_id = written_version(&shown);
-        Ok(S3Response::new(CopyObjectOutput {
+        let mut output = CopyObjectOutput {
             copy_object_result: Some(CopyObjectResult {
-                e_tag: Some(ETag::Strong(shown.etag)),
+                e_tag: Some(ETag::Strong(shown.etag.clone())),
                 last_modified: Some(attributes::timestamp(shown.last_modified_ms)),
                 ..Default::default()
             }),
             copy_source_version_id: source.version_id.clone(),
             version_id,
             ..Default::default()
-        }))
+        };
+        show_sse!(output, shown.sse.as_ref(), customer.as_ref());
+        Ok(S3Response::new(output))
     }
 
     async fn put_object_lock_configuration(
@@ -2330,13 +2481,14 @@ impl S3 for Gateway {
                 .unwrap_or_else(|| attributes::defaults(entry.generation, entry.created_ms));
             let version_owner =
                 shown.acl.as_ref().map_or_else(|| owner.clone(), |a| owner_named(&a.owner));
+            let size = shown.shown_size(entry.size);
             versions.push(ObjectVersion {
                 e_tag: Some(ETag::Strong(shown.etag)),
                 is_latest: Some(entry.is_latest),
                 key: Some(encode(entry.key)),
                 last_modified,
                 owner: Some(version_owner),
-                size: Some(entry.size as i64),
+                size: Some(size as i64),
                 storage_class: Some(ObjectVersionStorageClass::from_static(
                     ObjectVersionStorageClass::STANDARD,
                 )),
@@ -2478,7 +2630,25 @@ impl S3 for Gateway {
                     .to_string(),
             ),
         };
+        let customer = self.customer_key(
+            input.sse_customer_algorithm.as_deref(),
+            input.sse_customer_key.as_deref(),
+            input.sse_customer_key_md5.as_deref(),
+        )?;
+        let wanted = self
+            .wanted_sse(
+                &input.bucket,
+                input.server_side_encryption.as_ref(),
+                input.ssekms_key_id.as_deref(),
+                customer.clone(),
+            )
+            .await?;
+        let sse = match &wanted {
+            Some(wanted) => Some(self.new_sealing(wanted).await?.record),
+            None => None,
+        };
         let upload = UploadRecord {
+            sse,
             bucket: input.bucket.clone(),
             key: input.key.clone(),
             upload_id: multipart::new_upload_id(),
@@ -2495,13 +2665,15 @@ impl S3 for Gateway {
         let name = multipart::upload_name(&upload.bucket, &upload.upload_id);
         let value = serde_json::to_value(&upload).expect("uploads serialize");
         meta.put_record(UPLOADS, &name, &value, true).await.map_err(s3_error_of)?;
-        Ok(S3Response::new(CreateMultipartUploadOutput {
+        let mut output = CreateMultipartUploadOutput {
             bucket: Some(upload.bucket),
             key: Some(upload.key),
             upload_id: Some(upload.upload_id),
             checksum_algorithm: upload.checksum_algorithm.map(ChecksumAlgorithm::from),
             ..Default::default()
-        }))
+        };
+        show_sse!(output, upload.sse.as_ref(), customer.as_ref());
+        Ok(S3Response::new(output))
     }
 
     async fn upload_part(
@@ -2518,13 +2690,21 @@ impl S3 for Gateway {
         // A part of an upload whose create named an algorithm is checksummed with it.
         let algorithm = upload.checksum_algorithm.as_deref().and_then(checksum::Algorithm::of_name);
         checks.checksum = checksum::Requested::for_part(checks.checksum.take(), algorithm)?;
+        let customer = self.customer_key(
+            input.sse_customer_algorithm.as_deref(),
+            input.sse_customer_key.as_deref(),
+            input.sse_customer_key_md5.as_deref(),
+        )?;
         let body = request_body(input.body, input.content_length, &headers);
-        let shown = self.write_part(&upload, input.part_number, size, body, checks).await?;
+        let shown = self
+            .write_part(&upload, input.part_number, size, body, checks, customer.as_ref())
+            .await?;
         let mut output = UploadPartOutput {
             e_tag: Some(ETag::Strong(shown.etag.clone())),
             ..Default::default()
         };
         show_checksum!(values output, shown.checksum.as_ref());
+        show_sse!(output, upload.sse.as_ref(), customer.as_ref());
         Ok(S3Response::new(output))
     }
 
@@ -2551,15 +2731,34 @@ impl S3 for Gateway {
             input.copy_source_if_unmodified_since.as_ref(),
             |_| s3_error!(PreconditionFailed, "the copy source's conditions are not met"),
         )?;
+        let size = source.shown_size(object.size);
         let (start, end) = match input.copy_source_range.as_deref() {
-            None => (0, object.size),
-            Some(range) => copy_source_range(range, object.size)?,
+            None => (0, size),
+            Some(range) => copy_source_range(range, size)?,
         };
-        let stream = self.client.object_stream(object, start, end - start);
+        let source_customer = self.customer_key(
+            input.copy_source_sse_customer_algorithm.as_deref(),
+            input.copy_source_sse_customer_key.as_deref(),
+            input.copy_source_sse_customer_key_md5.as_deref(),
+        )?;
+        let customer = self.customer_key(
+            input.sse_customer_algorithm.as_deref(),
+            input.sse_customer_key.as_deref(),
+            input.sse_customer_key_md5.as_deref(),
+        )?;
+        let stream =
+            self.plain_stream(object, &source, source_customer.as_ref(), start, end).await?;
         let shown = self
-            .write_part(&upload, input.part_number, end - start, stream, BodyChecks::default())
+            .write_part(
+                &upload,
+                input.part_number,
+                end - start,
+                stream,
+                BodyChecks::default(),
+                customer.as_ref(),
+            )
             .await?;
-        Ok(S3Response::new(UploadPartCopyOutput {
+        let mut output = UploadPartCopyOutput {
             copy_part_result: Some(CopyPartResult {
                 e_tag: Some(ETag::Strong(shown.etag)),
                 last_modified: Some(attributes::timestamp(shown.last_modified_ms)),
@@ -2567,7 +2766,9 @@ impl S3 for Gateway {
             }),
             copy_source_version_id: source.version_id,
             ..Default::default()
-        }))
+        };
+        show_sse!(output, upload.sse.as_ref(), customer.as_ref());
+        Ok(S3Response::new(output))
     }
 
     async fn complete_multipart_upload(
@@ -2642,14 +2843,44 @@ impl S3 for Gateway {
             multipart::multipart_etag(&chosen.iter().map(|p| p.etag.as_str()).collect::<Vec<_>>());
         let size: u64 = chosen.iter().map(|p| p.size).sum();
         let part_sizes: Vec<u64> = chosen.iter().map(|p| p.size).collect();
+        let algorithm = multipart::completion_checksum(&upload, &chosen);
+        // A sealed upload's object is its parts' segments, copied sealed: no key is needed
+        // (SSE-C clients send none here), and its checksum is combined from the parts'.
+        let (sealed, combined) = match &upload.sse {
+            None => (None, None),
+            Some(template) => {
+                let salts: Option<Vec<_>> = chosen
+                    .iter()
+                    .map(|p| p.salt.as_deref().and_then(crate::sse::decode_salt))
+                    .collect();
+                let salts = salts.ok_or_else(|| {
+                    s3_error!(InternalError, "a part of this sealed upload has no salt")
+                })?;
+                let record = crate::sse::Sealed {
+                    size,
+                    salts: crate::sse::salts_text(&salts),
+                    segments: part_sizes.clone(),
+                    ..template.clone()
+                };
+                let combined = algorithm.and_then(|algorithm| {
+                    checksum::combine_parts(
+                        algorithm,
+                        chosen.iter().map(|p| (p.checksum.as_ref(), p.size)),
+                    )
+                });
+                (Some(record), combined)
+            }
+        };
         // The completed object's checksum is computed from its bytes as the parts are
         // copied into it: a full-object checksum, checked by clients as one.
         let checks = BodyChecks {
-            checksum: multipart::completion_checksum(&upload, &chosen).map(|algorithm| {
-                checksum::Requested { algorithm, expected: checksum::Expected::None }
+            checksum: algorithm.filter(|_| sealed.is_none()).map(|algorithm| checksum::Requested {
+                algorithm,
+                expected: checksum::Expected::None,
             }),
             ..BodyChecks::default()
         };
+        let stored_size = sealed.as_ref().map_or(size, |s| s.stored_size());
         // The copy may take a while: s3s answers 200 at once and keeps the connection alive
         // with whitespace until this future ends (an error then is an XML error in the body).
         let gateway = self.clone();
@@ -2681,12 +2912,16 @@ impl S3 for Gateway {
                 .boxed();
             let policy: StripedLayout = serde_json::from_value(upload.policy.clone())
                 .map_err(|e| s3_error!(InternalError, "the upload's policy is bad: {e}"))?;
-            let shown = Attributes { parts: part_sizes, ..upload.object_attributes() };
+            let mut shown = Attributes { parts: part_sizes, ..upload.object_attributes() };
+            shown.sse = sealed;
+            if combined.is_some() {
+                shown.checksum = combined;
+            }
             let shown = gateway
                 .write_object(
                     &upload.bucket,
                     &upload.key,
-                    size,
+                    stored_size,
                     stream,
                     Some(policy),
                     checks,
@@ -2694,6 +2929,7 @@ impl S3 for Gateway {
                     Some(etag),
                     precondition,
                     upload.lock.clone(),
+                    None,
                 )
                 .await?;
             let completed = multipart::Completed {
@@ -2711,6 +2947,7 @@ impl S3 for Gateway {
                 ..Default::default()
             };
             show_checksum!(output, shown.checksum.as_ref());
+            show_sse!(server output, shown.sse.as_ref());
             Ok(output)
         };
         // In a versioned bucket the answer names the version in a header, which the
@@ -2944,7 +3181,7 @@ impl Gateway {
                     .unwrap_or_else(|| attributes::defaults(o.generation, o.created_ms));
                 Object {
                     key: Some(encode(o.key)),
-                    size: Some(o.size as i64),
+                    size: Some(shown.shown_size(o.size) as i64),
                     e_tag: Some(ETag::Strong(shown.etag)),
                     last_modified: Some(attributes::timestamp(o.created_ms)),
                     storage_class: Some(ObjectStorageClass::from_static(

@@ -28,10 +28,10 @@
 //! - A presigned URL valid for more than 7 days (or a negative time) is refused, as S3 does;
 //!   a SigV2-signed request must carry a date within [`MAX_CLOCK_SKEW_SECONDS`] (s3s checks
 //!   none for SigV2, so an old request could be replayed forever).
-//! - What weft does not do is refused, never silently skipped: server-side encryption
-//!   headers (an object would be stored in the clear and an SSE-C one readable without its
-//!   key) answer 501 NotImplemented. Object lock is done, and enforced by meta
-//!   ([`object_lock`]).
+//! - What weft does not do is refused, never silently skipped: an encryption it lacks
+//!   (`aws:kms:dsse`), or any encryption on a gateway without a master key, is refused
+//!   before a body byte is read ([`encryption`]); nothing asked to be sealed is stored in
+//!   clear. Object lock is enforced by meta ([`object_lock`]).
 //! - No request that fails creates an object: bodies that are short, long or fail their
 //!   Content-MD5 or signed SHA-256 never let the write commit (the last bytes are held back
 //!   until checked).
@@ -52,6 +52,7 @@ pub mod attributes;
 pub mod body;
 pub mod checksum;
 pub mod cors;
+pub mod encryption;
 pub mod gateway;
 pub mod keys;
 pub mod lifecycle;
@@ -65,6 +66,7 @@ pub mod policy;
 pub mod sendfile;
 pub mod signed_payload;
 pub mod sigv4;
+pub mod sse;
 pub mod tagging;
 pub mod versioning;
 
@@ -98,6 +100,8 @@ pub struct GatewayConfig {
     /// HTTPS on the listener: the cluster CA's host certificate or the user's own; S3
     /// clients show no certificate. None: plain HTTP.
     pub tls: Option<std::sync::Arc<weft_auth::tls::ServerConfig>>,
+    /// The master key of encryption at rest ([`sse`]); None: SSE requests are refused.
+    pub master_key: Option<sse::MasterKey>,
 }
 
 impl GatewayConfig {
@@ -114,6 +118,7 @@ impl GatewayConfig {
             secret,
             degraded_cache_bytes: weft_client::DEFAULT_DEGRADED_CACHE_BYTES,
             trace_reads: None,
+            master_key: None,
             tls: None,
         }
     }
@@ -201,23 +206,6 @@ pub const MAX_PRESIGNED_SECONDS: i64 = 7 * 24 * 3600;
 
 /// How far a SigV2 request's date may be from the gateway's clock (S3's 15 minutes).
 pub const MAX_CLOCK_SKEW_SECONDS: u64 = 15 * 60;
-
-/// The refusal of a request asking for what weft does not implement, if it does (see the
-/// crate invariants).
-fn unsupported_feature(request: &http::Request<hyper::body::Incoming>) -> Option<s3s::S3Error> {
-    let headers = request.headers();
-    let named = |prefix: &str| headers.keys().any(|name| name.as_str().starts_with(prefix));
-    let refuse = |what: &str| {
-        Some(s3s::S3Error::with_message(
-            s3s::S3ErrorCode::NotImplemented,
-            format!("weft does not implement {what}; nothing was done"),
-        ))
-    };
-    if named("x-amz-server-side-encryption") {
-        return refuse("server-side encryption (SSE-S3, SSE-KMS, SSE-C)");
-    }
-    None
-}
 
 /// A SigV2-signed request to a bucket's root by path (`/bucket`): its signature covers
 /// `/bucket/` (the canonical resource of a bucket, the one SigV2 clients such as botocore
@@ -422,7 +410,9 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
     .map_err(|source| GatewayError::Bind { listen: config.listen, source })?;
     let (service, cors, keys) = {
         let keys = keys::MetaAuth::new(client.meta.clone(), config.secret.seal_key());
-        let gateway = Gateway::new(client.clone(), keys.clone()).with_tls(config.tls.is_some());
+        let gateway = Gateway::new(client.clone(), keys.clone())
+            .with_tls(config.tls.is_some())
+            .with_master_key(config.master_key.clone());
         let cors = gateway.cors().clone();
         let access = gateway.clone();
         let mut builder = s3s::service::S3ServiceBuilder::new(gateway);
@@ -471,9 +461,7 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
                     }
                     let asks_cors =
                         cors::RequestCors::of(request.method(), request.uri(), request.headers());
-                    let refusal = bad_presigned_expiry(&request)
-                        .or_else(|| stale_sigv2(&request))
-                        .or_else(|| unsupported_feature(&request));
+                    let refusal = bad_presigned_expiry(&request).or_else(|| stale_sigv2(&request));
                     if let Some(refusal) = refusal {
                         let mut response = refusal.to_http_response().map_err(http_error)?;
                         name_request(&mut response, &request_id);

@@ -75,6 +75,11 @@ pub struct UploadRecord {
     /// completed object gets a full-object checksum of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksum_algorithm: Option<String>,
+    /// The encryption of the upload ([`crate::sse`]): its object key, sealed; no size or
+    /// salts (each part is a segment sealed with a salt of its own, and Complete lists
+    /// them). None: parts and object are stored in clear.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sse: Option<crate::sse::Sealed>,
 }
 
 /// What a Complete made (and answers again when repeated).
@@ -113,6 +118,10 @@ pub struct PartRecord {
     /// The flexible checksum the part was uploaded with, as the gateway computed it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksum: Option<crate::checksum::Stored>,
+    /// A sealed part's salt (base64, [`crate::sse::Sealed::salts`]); its `size` is the
+    /// plaintext's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub salt: Option<String>,
 }
 
 /// The algorithm of the full-object checksum a completion of `parts` gets: the one the
@@ -197,8 +206,9 @@ pub async fn load_parts(meta: &MetaClient, upload_id: &str) -> Result<Vec<PartRe
             let part = match Attributes::of_json(object) {
                 Some(shown) => Some(PartRecord {
                     part_number: number,
+                    size: shown.shown_size(object["size"].as_u64().unwrap_or(0)),
+                    salt: shown.sse.as_ref().map(|sealed| sealed.salts.clone()),
                     etag: shown.etag,
-                    size: object["size"].as_u64().unwrap_or(0),
                     generation,
                     last_modified_ms: shown.last_modified_ms,
                     checksum: shown.checksum,

@@ -205,6 +205,13 @@ impl MetaClient {
         self.send(self.http.get(url))
     }
 
+    /// `GET /v1/<segments…>?<query>` (the query is already encoded).
+    pub fn get_query(&self, segments: &[&str], query: &str) -> Result<Value, CliError> {
+        let mut url = self.url(segments)?;
+        url.set_query(Some(query));
+        self.send(self.http.get(url))
+    }
+
     /// `PUT /v1/<segments…>` with an optional JSON body.
     pub fn put(&self, segments: &[&str], body: Option<&Value>) -> Result<Value, CliError> {
         let url = self.url(segments)?;

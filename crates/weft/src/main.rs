@@ -33,6 +33,7 @@ mod gc_cli;
 mod geometric_cli;
 mod hosts;
 mod key_cli;
+mod kms_cli;
 mod net_cli;
 mod objects_cli;
 mod plot;
@@ -185,6 +186,10 @@ enum Command {
     /// `weft key rm ID`.
     #[command(subcommand)]
     Key(key_cli::KeyCommand),
+    /// Keys of encryption at rest: `weft kms key create|ls|rotate ID`, `weft kms
+    /// master-key create FILE`.
+    #[command(subcommand)]
+    Kms(kms_cli::KmsCommand),
     /// Advice from measurements: `weft advise stripe-width --trace FILE` (Okapi §4.6).
     #[command(subcommand)]
     Advise(advise::AdviseCommand),
@@ -317,6 +322,7 @@ fn main() -> ExitCode {
         Command::Pack(args) => geometric_cli::pack(args),
         Command::Pg(command) => geometric_cli::pg(command),
         Command::Key(command) => key_cli::run(command),
+        Command::Kms(command) => kms_cli::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -224,6 +224,13 @@ pub struct S3Args {
     /// length, object_size}): the input of `weft advise stripe-width --trace`.
     #[arg(long, value_name = "FILE")]
     pub trace_reads: Option<std::path::PathBuf>,
+    /// The master key of encryption at rest (64 hex digits; `weft up` writes DIR/sse.key,
+    /// `weft kms master-key create FILE` makes one). With it the gateway seals objects
+    /// written with SSE-S3, SSE-KMS or SSE-C, or into a bucket with default encryption,
+    /// before they are coded: nodes hold only ciphertext. Keep it off the data nodes.
+    /// Without it such requests are refused (501).
+    #[arg(long, value_name = "FILE")]
+    pub master_key: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -628,6 +635,13 @@ async fn serve_s3(args: S3Args) -> Result<(), CliError> {
     let mut config = weft_s3::GatewayConfig::new(meta, args.listen, args.secret.read()?);
     config.degraded_cache_bytes = args.degraded_cache;
     config.trace_reads = args.trace_reads;
+    config.master_key = match &args.master_key {
+        Some(path) => Some(
+            weft_s3::sse::MasterKey::read_file(path)
+                .map_err(|e| cli_error!("--master-key: {e}"))?,
+        ),
+        None => None,
+    };
     config.tls = tls;
     let gateway = weft_s3::bind(config).await.map_err(|e| cli_error!("{e}"))?;
     ready(format!("s3 gateway listening on {}", gateway.endpoint()));

@@ -9,7 +9,8 @@
 //!   ids 1..=N, disks 0..disks_per_node), `DIR/logs/<child>.log` (each child's stderr,
 //!   appended), `DIR/cluster.json` (endpoints and pids, rewritten atomically when the
 //!   cluster is ready and when it stops), `DIR/cluster.secret` (the cluster secret, made on
-//!   the first start, mode 0600: clients sign with it) and `DIR/node-<i>/node.key` (node i's
+//!   the first start, mode 0600: clients sign with it), `DIR/sse.key` (the gateway's master
+//!   key of encryption at rest, made on the first start, mode 0600) and `DIR/node-<i>/node.key` (node i's
 //!   own key, derived from the secret; node i is enrolled in meta before it starts).
 //! - With a fixed meta port P, node i listens on P + i, so endpoints are stable across
 //!   restarts; with port 0 every child picks a free port.
@@ -1703,6 +1704,13 @@ fn start(
     .map(str::to_owned)
     .to_vec();
     s3_args.extend(link(Role::S3));
+    // The master key of encryption at rest: made on the first start, read by the gateway
+    // (and `weft kms`) only.
+    let master_key = plan.dir.join(crate::kms_cli::MASTER_KEY_FILE_NAME);
+    if !master_key.exists() {
+        weft_s3::sse::MasterKey::create_file(&master_key).map_err(|e| cli_error!("{e}"))?;
+    }
+    s3_args.extend(["--master-key".to_owned(), text(&master_key)]);
     if let Some((cert, key)) = plan.s3_cert.as_ref().filter(|_| tls.is_some()) {
         s3_args.extend(["--tls-cert".to_owned(), text(cert), "--tls-key".to_owned(), text(key)]);
     }
