@@ -180,16 +180,16 @@ impl Gateway {
         key: Option<&str>,
         md5: Option<&str>,
     ) -> S3Result<Option<CustomerKey>> {
-        let customer = CustomerKey::of_headers(algorithm, key, md5)
-            .map_err(|reason| s3_error!(InvalidArgument, "{reason}"))?;
-        if customer.is_some() && !self.serves_tls() {
+        let named = algorithm.is_some() || key.is_some() || md5.is_some();
+        if named && !self.serves_tls() {
             return Err(s3_error!(
                 InvalidRequest,
                 "Requests specifying Server Side Encryption with Customer provided keys must be \
                  made over a secure connection."
             ));
         }
-        Ok(customer)
+        CustomerKey::of_headers(algorithm, key, md5)
+            .map_err(|reason| s3_error!(InvalidArgument, "{reason}"))
     }
 
     /// The encryption a write to `bucket` gets: the request's (`algorithm`, `kms_key_id`,

@@ -1352,10 +1352,12 @@ impl S3 for Gateway {
         let Some(config) =
             self.bucket_config::<crate::encryption::BucketEncryption>(&bucket, &name).await?
         else {
-            return Err(s3_error!(
+            let mut error = s3_error!(
                 ServerSideEncryptionConfigurationNotFoundError,
                 "The server side encryption configuration was not found"
-            ));
+            );
+            error.set_status_code(http::StatusCode::NOT_FOUND);
+            return Err(error);
         };
         Ok(S3Response::new(GetBucketEncryptionOutput {
             server_side_encryption_configuration: Some(config.to_s3()),
@@ -2881,6 +2883,7 @@ impl S3 for Gateway {
             ..BodyChecks::default()
         };
         let stored_size = sealed.as_ref().map_or(size, |s| s.stored_size());
+        let sealed_shown = sealed.clone();
         // The copy may take a while: s3s answers 200 at once and keeps the connection alive
         // with whitespace until this future ends (an error then is an XML error in the body).
         let gateway = self.clone();
@@ -2956,10 +2959,11 @@ impl S3 for Gateway {
         if bucket["versioning"].as_str() == Some("enabled") {
             return Ok(S3Response::new(future.await?));
         }
-        Ok(S3Response::new(CompleteMultipartUploadOutput {
-            future: Some(Box::pin(future)),
-            ..Default::default()
-        }))
+        // The headers go out before the copy ends: they say what is known now.
+        let mut output =
+            CompleteMultipartUploadOutput { future: Some(Box::pin(future)), ..Default::default() };
+        show_sse!(server output, sealed_shown.as_ref());
+        Ok(S3Response::new(output))
     }
 
     async fn abort_multipart_upload(

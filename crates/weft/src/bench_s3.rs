@@ -92,6 +92,33 @@ impl BenchChecksum {
     }
 }
 
+/// The encryption at rest every PUT asks for (`--sse`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchSse {
+    /// SSE-S3: `x-amz-server-side-encryption: AES256`.
+    S3,
+    /// SSE-KMS with the gateway's default KMS key: `x-amz-server-side-encryption: aws:kms`.
+    Kms,
+}
+
+impl BenchSse {
+    /// The `x-amz-server-side-encryption` value.
+    fn header(self) -> &'static str {
+        match self {
+            BenchSse::S3 => "AES256",
+            BenchSse::Kms => "aws:kms",
+        }
+    }
+
+    /// The rows' name of it.
+    fn name(self) -> &'static str {
+        match self {
+            BenchSse::S3 => "sse-s3",
+            BenchSse::Kms => "sse-kms",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum S3Peer {
     /// MinIO (`minio` on PATH or --minio-bin), started by the bench in erasure mode on
@@ -189,6 +216,18 @@ pub struct S3BenchArgs {
     /// `weft-ALGO`) and without (rows `weft`), and report with ÷ without.
     #[arg(long, requires = "checksum", conflicts_with_all = ["compare", "compare_cluster"])]
     pub compare_checksum: bool,
+    /// Every PUT asks for this encryption at rest (the gateway seals each object before it
+    /// is coded; GETs open it). Rows name it (`sse`).
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub sse: Option<BenchSse>,
+    /// With --sse: run the same cluster twice side by side, encrypted (rows `weft-sse-s3`,
+    /// `weft-sse-kms`) and not (rows `weft`), and report encrypted ÷ not.
+    #[arg(
+        long,
+        requires = "sse",
+        conflicts_with_all = ["compare", "compare_cluster", "compare_checksum"]
+    )]
+    pub compare_sse: bool,
     /// Print the rows as one JSON array.
     #[arg(long)]
     pub json: bool,
@@ -346,6 +385,8 @@ struct Target {
     data_dirs: Vec<PathBuf>,
     /// The checksum its PUTs carry (`--checksum`).
     checksum: Option<BenchChecksum>,
+    /// The encryption its PUTs ask for (`--sse`).
+    sse: Option<BenchSse>,
 }
 
 impl Target {
@@ -663,8 +704,10 @@ async fn run_cell(
                 let checksum = target
                     .checksum
                     .map(|c| (c.algorithm().header(), bodies.checksum(object_size, seq)));
+                let sse = target.sse.map(|m| ("x-amz-server-side-encryption", m.header()));
+                let extra: Vec<(&str, &str)> = sse.into_iter().collect();
                 let answer = target
-                    .request_with(reqwest::Method::PUT, &path, Some((body, &sha)), checksum, &[])
+                    .request_with(reqwest::Method::PUT, &path, Some((body, &sha)), checksum, &extra)
                     .await?;
                 let status = answer.status();
                 if !status.is_success() {
@@ -1059,6 +1102,7 @@ fn weft_target(name: String, from: WeftSource<'_>) -> Result<Target, CliError> {
         pids,
         data_dirs,
         checksum: None,
+        sse: None,
     })
 }
 
@@ -1181,6 +1225,10 @@ struct Row {
     /// Put rows with `--checksum`: the flexible checksum every PUT carried (S3's name).
     #[serde(skip_serializing_if = "Option::is_none")]
     checksum: Option<String>,
+    /// Rows with `--sse`: the encryption the objects were written with (`sse-s3`,
+    /// `sse-kms`); their GETs opened it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sse: Option<String>,
     /// Server CPU per GiB by process role (weft: s3, node, meta, repair, up; MinIO: minio),
     /// medians over rounds.
     server_cpu_s_per_gib_by_role: BTreeMap<String, f64>,
@@ -1243,6 +1291,7 @@ fn row_of(
         degraded_ratio: None,
         cert_rotations: None,
         checksum: None,
+        sse: None,
         stored_bytes_per_user_byte: {
             let ratios: Vec<f64> = results
                 .iter()
@@ -1368,6 +1417,7 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
                     .map(|d| minio.dir.0.join(format!("d{d}")))
                     .collect(),
                 checksum: None,
+                sse: None,
             });
             Some(minio)
         }
@@ -1411,6 +1461,19 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
         // Every PUT of every target carries it.
         for target in &mut targets {
             target.checksum = args.checksum;
+        }
+    }
+    if args.compare_sse {
+        // The same cluster without encryption, side by side.
+        let without = targets[0].clone();
+        targets[0].sse = args.sse;
+        if let Some(sse) = args.sse {
+            targets[0].name = format!("{}-{}", targets[0].name, sse.name());
+        }
+        targets.push(without);
+    } else if args.sse.is_some() {
+        for target in targets.iter_mut().filter(|t| t.is_weft()) {
+            target.sse = args.sse;
         }
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -1467,12 +1530,15 @@ pub fn run(args: S3BenchArgs) -> Result<(), CliError> {
                 let checksum = targets[t].checksum.filter(|_| op == S3Op::Put);
                 checksum.map(|c| c.algorithm().name().to_string())
             };
+            let sse_of = |t: usize| targets[t].sse.map(|m| m.name().to_string());
             let peer = (targets.len() > 1).then(|| Row {
                 checksum: checksum_of(1),
+                sse: sse_of(1),
                 ..row_of(&targets[1].name, cell, pick(1), &machine)
             });
             let mut row = row_of(&targets[0].name, cell, pick(0), &machine);
             row.checksum = checksum_of(0);
+            row.sse = sse_of(0);
             if args.rotate_certs.is_some() {
                 row.cert_rotations = Some(pick(0).iter().map(|r| r.cert_rotations).sum());
             }

@@ -15,6 +15,7 @@ mod model_cli;
 mod netns_cli;
 mod raidp_cli;
 mod reads_cli;
+mod s3_encryption;
 mod s3_gateway;
 mod serve_cli;
 mod transition_cli;

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 /// rs(2,1), stripe width 2, 64 KiB cells, 256 KiB blocks: objects of a few hundred KiB
 /// span several blocks and groups.
-const POLICY: &str = "rs(2,1),stripe=2,cell=64K,block=256K";
+pub(crate) const POLICY: &str = "rs(2,1),stripe=2,cell=64K,block=256K";
 
 fn md5_hex(data: &[u8]) -> String {
     use md5::{Digest, Md5};
@@ -26,13 +26,13 @@ fn md5_hex(data: &[u8]) -> String {
 }
 
 /// The cluster's S3 endpoint and default key, from DIR/s3.json.
-fn s3_conf(cluster: &Cluster) -> Value {
+pub(crate) fn s3_conf(cluster: &Cluster) -> Value {
     let text =
         std::fs::read_to_string(cluster.dir().join("s3.json")).expect("weft up wrote s3.json");
     serde_json::from_str(&text).expect("s3.json is JSON")
 }
 
-fn client(conf: &Value, access_key: &str, secret_key: &str) -> Client {
+pub(crate) fn client(conf: &Value, access_key: &str, secret_key: &str) -> Client {
     let config = aws_sdk_s3::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .endpoint_url(conf["endpoint"].as_str().unwrap())
@@ -44,12 +44,12 @@ fn client(conf: &Value, access_key: &str, secret_key: &str) -> Client {
     Client::from_conf(config)
 }
 
-fn default_client(conf: &Value) -> Client {
+pub(crate) fn default_client(conf: &Value) -> Client {
     client(conf, conf["access_key"].as_str().unwrap(), conf["secret_key"].as_str().unwrap())
 }
 
 /// The S3 error code and HTTP status of a failed SDK call.
-fn error_of<E, R>(
+pub(crate) fn error_of<E, R>(
     result: Result<impl std::fmt::Debug, aws_sdk_s3::error::SdkError<E, R>>,
 ) -> (String, u16)
 where
@@ -76,7 +76,12 @@ where
     (code, status)
 }
 
-async fn get_bytes(s3: &Client, bucket: &str, key: &str, range: Option<&str>) -> Vec<u8> {
+pub(crate) async fn get_bytes(
+    s3: &Client,
+    bucket: &str,
+    key: &str,
+    range: Option<&str>,
+) -> Vec<u8> {
     let mut request = s3.get_object().bucket(bucket).key(key);
     if let Some(range) = range {
         request = request.range(range);
@@ -973,17 +978,41 @@ fn raw_signed(
     body: Vec<u8>,
     declared: &str,
 ) -> reqwest::blocking::Response {
+    raw_signed_with(conf, method, path, body, declared, &[], None)
+}
+
+/// [`raw_signed`] with `extra` headers (signed too) and, for an https endpoint, the CA
+/// file to trust.
+pub(crate) fn raw_signed_with(
+    conf: &Value,
+    method: &str,
+    path: &str,
+    body: Vec<u8>,
+    declared: &str,
+    extra: &[(&str, String)],
+    ca: Option<&std::path::Path>,
+) -> reqwest::blocking::Response {
     use weft_s3::sigv4;
     let endpoint = conf["endpoint"].as_str().unwrap();
-    let host = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    let host = endpoint.split("://").nth(1).unwrap().trim_end_matches('/');
     let region = conf["region"].as_str().unwrap();
     let date = sigv4::amz_date(std::time::SystemTime::now());
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert("host", host.parse().unwrap());
     headers.insert("x-amz-content-sha256", declared.parse().unwrap());
     headers.insert("x-amz-date", date.parse().unwrap());
-    let signed = "host;x-amz-content-sha256;x-amz-date";
-    let canonical = sigv4::canonical_request(method, path, "", &headers, signed, declared).unwrap();
+    for (name, value) in extra {
+        headers.insert(
+            reqwest::header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            value.parse().unwrap(),
+        );
+    }
+    let mut names: Vec<&str> = headers.keys().map(|n| n.as_str()).collect();
+    names.sort_unstable();
+    let signed = names.join(";");
+    let (path_only, query) = path.split_once('?').unwrap_or((path, ""));
+    let canonical =
+        sigv4::canonical_request(method, path_only, query, &headers, &signed, declared).unwrap();
     let scope = format!("{}/{region}/s3/aws4_request", &date[..8]);
     let key = sigv4::signing_key(conf["secret_key"].as_str().unwrap(), &date[..8], region, "s3");
     let authorization = format!(
@@ -993,7 +1022,14 @@ fn raw_signed(
     );
     headers.insert("authorization", authorization.parse().unwrap());
     headers.remove("host");
-    reqwest::blocking::Client::new()
+    let mut client = reqwest::blocking::Client::builder();
+    if let Some(ca) = ca {
+        let pem = std::fs::read(ca).unwrap();
+        client = client.add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap());
+    }
+    client
+        .build()
+        .unwrap()
         .request(method.parse().unwrap(), format!("{endpoint}{path}"))
         .headers(headers)
         .body(body)
