@@ -741,9 +741,19 @@ impl Client {
         let mut temp = tempfile_for_restripe()?;
         let stats = self.get_object_range(object.clone(), None, temp.file(), None).await?;
         let path = temp.path.clone();
+        // The new generation keeps the object's attributes (an S3 object's ETag, headers and,
+        // when sealed, its encryption record: without it its bytes would never open again),
+        // and replaces only the generation it was read from: an object written meanwhile
+        // stays (the restripe fails with meta's 412).
+        let attributes = object.raw.get("attributes").filter(|a| a.is_object()).cloned();
+        let kept = PutOptions {
+            attributes: attributes.map(|a| std::sync::Arc::new(std::sync::OnceLock::from(a))),
+            precondition: Some(crate::Precondition::Generation(object.generation)),
+            ..PutOptions::default()
+        };
         let options = match target {
-            Target::Striped(to) => PutOptions { policy: Some(to), ..PutOptions::default() },
-            Target::Raidp => PutOptions { raidp: true, ..PutOptions::default() },
+            Target::Striped(to) => PutOptions { policy: Some(to), ..kept },
+            Target::Raidp => PutOptions { raidp: true, ..kept },
         };
         let put = self.put_file(&object.bucket, &object.key, &path, &options).await?;
         report.io = TransitionIo {

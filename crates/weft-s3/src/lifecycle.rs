@@ -525,6 +525,12 @@ pub fn after_days(from_ms: u64, days: u32, day_ms: u64) -> u64 {
 }
 
 /// The tags kept in a listed version's attributes.
+/// The size S3 shows of a listed version: its plaintext size when sealed (see `sse`).
+fn shown_size(entry: &Value) -> u64 {
+    let stored = entry["size"].as_u64().unwrap_or(0);
+    entry["attributes"]["sse"]["size"].as_u64().unwrap_or(stored)
+}
+
 fn tags_of(entry: &Value) -> BTreeMap<String, String> {
     entry["attributes"]["tags"]
         .as_object()
@@ -715,11 +721,9 @@ async fn apply_to_key(
     let created = |v: &Value| v["created_ms"].as_u64().unwrap_or(0);
     let is_marker = |v: &Value| v["delete_marker"].as_bool().unwrap_or(false);
     let due = |from_ms: u64, days: u32| after_days(from_ms, days, options.day_ms) <= options.now_ms;
-    let size = newest["size"].as_u64().unwrap_or(0);
+    let size = shown_size(newest);
     let tags = tags_of(newest);
-    let applies = |rule: &&&Rule, v: &Value| {
-        rule.filter.matches(key, v["size"].as_u64().unwrap_or(0), &tags_of(v))
-    };
+    let applies = |rule: &&&Rule, v: &Value| rule.filter.matches(key, shown_size(v), &tags_of(v));
 
     if newest["is_latest"].as_bool().unwrap_or(true) {
         if !is_marker(newest) {
