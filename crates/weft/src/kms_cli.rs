@@ -236,14 +236,13 @@ pub fn run(command: KmsCommand) -> Result<(), CliError> {
                     args.id
                 ));
             }
-            let mut number = key.next_version();
-            for _ in 0..ROTATE_ATTEMPTS {
+            let first = key.next_version();
+            for number in first..first + ROTATE_ATTEMPTS {
                 let version = KmsVersion::generate(&master, &args.id, number, now_ms());
                 if put_version(&meta, &version)? {
                     print_version(&version, args.json, "rotated");
                     return Ok(());
                 }
-                number += 1;
             }
             Err(cli_error!(
                 "KMS key {:?}: gave up after {ROTATE_ATTEMPTS} versions taken by other rotations",
