@@ -518,6 +518,34 @@ def encryption_at_rest_is_applied_shown_and_refused_where_s3_refuses():
 
 
 @check
+def errors_say_what_aws_says_and_keep_wefts_reason_as_detail():
+    # SDKs and suites compare messages: each of these codes carries AWS's exact message, and
+    # weft's own explanation follows in <Detail> (which S3 clients ignore).
+    with Bucket() as bucket:
+        s3.put_object(Bucket=bucket, Key="k", Body=b"x")
+        cases = [
+            ("NoSuchKey", "The specified key does not exist.",
+             lambda: s3.get_object(Bucket=bucket, Key="missing")),
+            ("NoSuchBucket", "The specified bucket does not exist",
+             lambda: s3.get_object(Bucket=bucket + "-missing", Key="k")),
+            ("NoSuchUpload", "The specified upload does not exist. The upload ID may be invalid, "
+             "or the upload may have been aborted or completed.",
+             lambda: s3.list_parts(Bucket=bucket, Key="k", UploadId="not-an-upload")),
+            ("BucketNotEmpty", "The bucket you tried to delete is not empty",
+             lambda: s3.delete_bucket(Bucket=bucket)),
+            ("InvalidRange", "The requested range is not satisfiable",
+             lambda: s3.get_object(Bucket=bucket, Key="k", Range="bytes=5-9")),
+        ]
+        for code, message, call in cases:
+            response = error_of(call)[2]
+            error = response["Error"]
+            assert (error.get("Code"), error.get("Message")) == (code, message), error
+            # weft's own words for these name what was missing; they are kept.
+            if code.startswith("NoSuch"):
+                assert error.get("Detail"), f"{code}: weft's own reason is kept: {error}"
+
+
+@check
 def object_lock_keeps_locked_versions_until_their_time():
     # S3: a bucket made with object lock is versioned for good; a version under retention
     # or legal hold cannot be deleted (403 AccessDenied), governance yields to the bypass

@@ -49,6 +49,7 @@
 pub mod access;
 pub mod acl;
 pub mod attributes;
+pub mod aws_errors;
 pub mod body;
 pub mod checksum;
 pub mod cors;
@@ -364,7 +365,8 @@ fn bad_presigned_expiry(request: &http::Request<hyper::body::Incoming>) -> Optio
     Some(s3s::S3Error::with_message(s3s::S3ErrorCode::AccessDenied, message))
 }
 
-/// Adds the request id to a response: its headers, and an error body's `<RequestId>`.
+/// Adds the request id to a response: its headers, and an error body's `<RequestId>`; and
+/// words an error's message as AWS does ([`aws_errors`]).
 fn name_request(response: &mut http::Response<s3s::Body>, request_id: &str) {
     if let Ok(value) = http::HeaderValue::from_str(request_id) {
         response.headers_mut().insert("x-amz-request-id", value.clone());
@@ -374,6 +376,8 @@ fn name_request(response: &mut http::Response<s3s::Body>, request_id: &str) {
         return;
     }
     let Some(body) = response.body().bytes() else { return };
+    // The message in AWS's words, weft's own kept as <Detail> (see aws_errors).
+    let body = aws_errors::reword(&body).map_or(body, bytes::Bytes::from);
     let Some(at) = body.windows(8).rposition(|w| w == b"</Error>") else { return };
     let mut named = Vec::with_capacity(body.len() + 2 * request_id.len() + 40);
     named.extend_from_slice(&body[..at]);
