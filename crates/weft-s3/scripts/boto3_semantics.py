@@ -1102,6 +1102,42 @@ def acls_and_policies_decide_who_may_do_what():
 
 
 @check
+def bucket_policy_conditions_on_tags_decide_reads_and_writes():
+    # S3: s3:ExistingObjectTag/KEY tests the tags of the object a request reads, and
+    # s3:RequestObjectTag/KEY the tags a write asks for (x-amz-tagging); a Deny wins.
+    from botocore import UNSIGNED
+    anonymous = boto3.client("s3", endpoint_url=s3conf["endpoint"], region_name=s3conf["region"],
+                             config=Config(signature_version=UNSIGNED,
+                                           s3={"addressing_style": "path"},
+                                           retries={"max_attempts": 1}))
+    with Bucket() as bucket:
+        s3.put_public_access_block(Bucket=bucket, PublicAccessBlockConfiguration={
+            "BlockPublicAcls": False, "IgnorePublicAcls": False,
+            "BlockPublicPolicy": False, "RestrictPublicBuckets": False})
+        s3.put_object(Bucket=bucket, Key="shared", Body=b"s", Tagging="share=public")
+        s3.put_object(Bucket=bucket, Key="kept", Body=b"k", Tagging="share=no")
+        policy = {"Version": "2012-10-17", "Statement": [
+            {"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+             "Resource": f"arn:aws:s3:::{bucket}/*",
+             "Condition": {"StringEquals": {"s3:ExistingObjectTag/share": "public"}}},
+            {"Effect": "Deny", "Principal": "*", "Action": "s3:PutObject",
+             "Resource": f"arn:aws:s3:::{bucket}/*",
+             "Condition": {"StringLike": {"s3:RequestObjectTag/class": "secret*"}}}]}
+        s3.put_bucket_policy(Bucket=bucket, Policy=json.dumps(policy))
+        assert anonymous.get_object(Bucket=bucket, Key="shared")["Body"].read() == b"s"
+        expect_error("AccessDenied", 403, anonymous.get_object, Bucket=bucket, Key="kept")
+        # Retagging the object changes what the policy allows.
+        s3.put_object_tagging(Bucket=bucket, Key="kept",
+                              Tagging={"TagSet": [{"Key": "share", "Value": "public"}]})
+        assert anonymous.get_object(Bucket=bucket, Key="kept")["Body"].read() == b"k"
+        expect_error("AccessDenied", 403, s3.put_object, Bucket=bucket, Key="s", Body=b"x",
+                     Tagging="class=secret-plans")
+        expect_error("404", 404, s3.head_object, Bucket=bucket, Key="s")
+        s3.put_object(Bucket=bucket, Key="o", Body=b"x", Tagging="class=open")
+        s3.delete_bucket_policy(Bucket=bucket)
+
+
+@check
 def object_tags_are_kept_with_their_version_and_checked():
     # S3: tags come with a write (x-amz-tagging), are replaced or deleted whole, are counted
     # on GET and HEAD (x-amz-tagging-count), follow a copy unless its tagging directive is

@@ -17,7 +17,7 @@
 //!   another gateway's change takes at most that long to hold here.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -301,6 +301,8 @@ impl Gateway {
                         action: "s3:ListBucket",
                         resource: &resource,
                         prefix: Some(key),
+                        existing_tags: None,
+                        request_tags: None,
                     };
                     policy.decide(&request, state.block.restrict_public_buckets)
                         == Some(Effect::Allow)
@@ -405,11 +407,37 @@ impl S3Access for Gateway {
             };
             let prefix = query_param(cx.uri(), "prefix");
             let action = action_of(op);
+            // The object's tags, when a condition tests them (an object not there has none).
+            let existing_tags = match key {
+                Some(key) if policy.tests_existing_tags() => {
+                    match self.object_version(bucket, key, version_id.as_deref()).await {
+                        Ok((_, shown)) => Some(shown.tags),
+                        Err(error) if error.status_code().is_some_and(|s| s.as_u16() == 404) => {
+                            Some(BTreeMap::new())
+                        }
+                        Err(error) => return Err(error),
+                    }
+                }
+                _ => None,
+            };
+            // The tags the request writes: x-amz-tagging (PutObjectTagging's are in its body,
+            // not read here: unknown, so only a Deny takes a condition on them as holding).
+            let request_tags = match op {
+                "PutObjectTagging" => None,
+                _ => Some(
+                    crate::tagging::from_header(
+                        cx.headers().get("x-amz-tagging").and_then(|v| v.to_str().ok()),
+                    )
+                    .unwrap_or_default(),
+                ),
+            };
             let request = crate::policy::Request {
                 who,
                 action: &action,
                 resource: &resource,
                 prefix: prefix.as_deref(),
+                existing_tags: existing_tags.as_ref(),
+                request_tags: request_tags.as_ref(),
             };
             let owner = access.is_owner(who);
             match policy.decide(&request, state.block.restrict_public_buckets && !owner) {

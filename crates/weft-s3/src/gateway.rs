@@ -623,7 +623,7 @@ impl Gateway {
     /// Version `version_id` of (bucket, key), or its current object when None, and the
     /// attributes S3 shows for it. A delete marker in the way answers as S3 does (see
     /// [`versioning`]): 404 when it is the newest version, 405 when named.
-    async fn object_version(
+    pub(crate) async fn object_version(
         &self,
         bucket: &str,
         key: &str,

@@ -4,7 +4,10 @@
 //! `"*"`, a user name, `arn:aws:iam::NAME:root` or `arn:aws:iam::ACCOUNT:user/NAME` (one or a
 //! list); `Action` one or a list of `s3:Name` with `*` and `?` wildcards (`*` alone: all);
 //! `Resource` one or a list of `arn:aws:s3:::bucket` or `arn:aws:s3:::bucket/key-pattern`;
-//! `Condition` with `StringEquals` / `StringLike` on `s3:prefix`.
+//! `Condition` with `StringEquals` / `StringLike` on `s3:prefix`, `s3:ExistingObjectTag/KEY`
+//! (a tag of the object the request reads or changes) and `s3:RequestObjectTag/KEY` (a tag
+//! the request writes with `x-amz-tagging`); all conditions of a statement must hold, one
+//! value of a condition must match.
 //!
 //! Invariants:
 //! - What weft cannot enforce is refused at PutBucketPolicy (400 MalformedPolicy), never
@@ -46,10 +49,50 @@ struct Statement {
     principals: Principals,
     actions: Vec<String>,
     resources: Vec<String>,
-    /// `s3:prefix` patterns (StringLike) and values (StringEquals); empty: no condition.
-    prefix_conditions: Vec<(bool, String)>,
+    /// The conditions it has, all of which must hold (empty: none).
+    conditions: Vec<Condition>,
     /// A condition weft cannot evaluate is present.
     unknown_condition: bool,
+}
+
+/// What a condition tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ConditionKey {
+    /// `s3:prefix`: the listing prefix.
+    Prefix,
+    /// `s3:ExistingObjectTag/<key>`: a tag of the object the request is about.
+    ExistingObjectTag(String),
+    /// `s3:RequestObjectTag/<key>`: a tag the request writes (`x-amz-tagging`).
+    RequestObjectTag(String),
+}
+
+/// One key of one condition operator: it holds when the request's value of `key` matches
+/// one of `values` (StringLike: as a wildcard pattern; StringEquals: exactly).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Condition {
+    key: ConditionKey,
+    like: bool,
+    values: Vec<String>,
+}
+
+impl Condition {
+    /// Whether it holds; None when the request does not carry what it tests (the tags of an
+    /// object the check did not read), which only a Deny takes as holding.
+    fn holds(&self, request: &Request<'_>) -> Option<bool> {
+        let value = match &self.key {
+            ConditionKey::Prefix => request.prefix,
+            ConditionKey::ExistingObjectTag(tag) => match request.existing_tags {
+                Some(tags) => tags.get(tag).map(String::as_str),
+                None => return None,
+            },
+            ConditionKey::RequestObjectTag(tag) => match request.request_tags {
+                Some(tags) => tags.get(tag).map(String::as_str),
+                None => return None,
+            },
+        };
+        let Some(value) = value else { return Some(false) };
+        Some(self.values.iter().any(|v| if self.like { wildcard(v, value) } else { v == value }))
+    }
 }
 
 /// A parsed bucket policy.
@@ -69,6 +112,12 @@ pub struct Request<'a> {
     pub resource: &'a str,
     /// The listing prefix (ListBucket) or the key a missing-object answer is about.
     pub prefix: Option<&'a str>,
+    /// The tags of the object the request is about, when the check read them (see
+    /// [`BucketPolicy::tests_existing_tags`]); None: not read.
+    pub existing_tags: Option<&'a std::collections::BTreeMap<String, String>>,
+    /// The tags the request writes (`x-amz-tagging`); None: the request's tags are not
+    /// known at the check (PutObjectTagging's are in its body).
+    pub request_tags: Option<&'a std::collections::BTreeMap<String, String>>,
 }
 
 fn one_or_many(value: &Value, what: &str) -> Result<Vec<String>, String> {
@@ -196,7 +245,7 @@ impl BucketPolicy {
                     return Err(format!("resource {resource:?} is not of bucket {bucket:?}"));
                 }
             }
-            let (mut prefix_conditions, mut unknown_condition) = (Vec::new(), false);
+            let (mut parsed_conditions, mut unknown_condition) = (Vec::new(), false);
             if let Some(conditions) = statement.get("Condition") {
                 let Some(conditions) = conditions.as_object() else {
                     return Err("Condition must be an object".into());
@@ -214,13 +263,18 @@ impl BucketPolicy {
                                 continue;
                             }
                         };
-                        if key != "s3:prefix" {
+                        let key = if key == "s3:prefix" {
+                            ConditionKey::Prefix
+                        } else if let Some(tag) = key.strip_prefix("s3:ExistingObjectTag/") {
+                            ConditionKey::ExistingObjectTag(tag.to_string())
+                        } else if let Some(tag) = key.strip_prefix("s3:RequestObjectTag/") {
+                            ConditionKey::RequestObjectTag(tag.to_string())
+                        } else {
                             unknown_condition = true;
                             continue;
-                        }
-                        for value in one_or_many(values, "condition values")? {
-                            prefix_conditions.push((like, value));
-                        }
+                        };
+                        let values = one_or_many(values, "condition values")?;
+                        parsed_conditions.push(Condition { key, like, values });
                     }
                 }
             }
@@ -229,11 +283,20 @@ impl BucketPolicy {
                 principals,
                 actions,
                 resources,
-                prefix_conditions,
+                conditions: parsed_conditions,
                 unknown_condition,
             });
         }
         Ok(BucketPolicy { statements: parsed })
+    }
+
+    /// Whether a statement tests the tags of the object a request is about (the access
+    /// check then reads them).
+    pub fn tests_existing_tags(&self) -> bool {
+        self.statements
+            .iter()
+            .flat_map(|s| &s.conditions)
+            .any(|c| matches!(c.key, ConditionKey::ExistingObjectTag(_)))
     }
 
     /// Whether an Allow statement applies to everyone without a condition.
@@ -241,7 +304,7 @@ impl BucketPolicy {
         self.statements.iter().any(|s| {
             s.effect == Effect::Allow
                 && s.principals == Principals::Everyone
-                && s.prefix_conditions.is_empty()
+                && s.conditions.is_empty()
                 && !s.unknown_condition
         })
     }
@@ -263,22 +326,21 @@ impl BucketPolicy {
             if !(principal && action && resource) {
                 continue;
             }
-            let prefix_ok = statement.prefix_conditions.is_empty()
-                || request.prefix.is_some_and(|prefix| {
-                    statement.prefix_conditions.iter().any(|(like, value)| match like {
-                        true => wildcard(value, prefix),
-                        false => value == prefix,
-                    })
-                });
+            // Every condition holds (Some(true)), one is known not to (Some(false)), or
+            // one cannot be told here (None).
+            let holds = statement.conditions.iter().try_fold(true, |all, condition| {
+                condition.holds(request).map(|holds| all && holds)
+            });
             match statement.effect {
                 // A Deny applies unless a condition it has is known not to hold.
-                Effect::Deny if statement.unknown_condition || prefix_ok => {
+                Effect::Deny if statement.unknown_condition || holds != Some(false) => {
                     return Some(Effect::Deny)
                 }
                 Effect::Deny => {}
                 Effect::Allow => {
                     let public = statement.principals == Principals::Everyone;
-                    if prefix_ok && !statement.unknown_condition && !(public && ignore_public) {
+                    let known = holds == Some(true) && !statement.unknown_condition;
+                    if known && !(public && ignore_public) {
                         allowed = true;
                     }
                 }
@@ -330,7 +392,7 @@ mod tests {
     }
 
     fn request<'a>(who: Option<&'a str>, action: &'a str, resource: &'a str) -> Request<'a> {
-        Request { who, action, resource, prefix: None }
+        Request { who, action, resource, prefix: None, existing_tags: None, request_tags: None }
     }
 
     #[test]
@@ -399,6 +461,44 @@ mod tests {
             assert!(policy(bad.clone()).is_err(), "{bad}");
         }
         assert_eq!(action_of("HeadObject"), "s3:GetObject");
+    }
+
+    #[test]
+    fn tag_conditions_test_the_objects_and_the_requests_tags() {
+        use std::collections::BTreeMap;
+        let public_reads = policy(serde_json::json!({"Effect": "Allow", "Principal": "*",
+            "Action": "s3:GetObject", "Resource": "arn:aws:s3:::b/*",
+            "Condition": {"StringEquals": {"s3:ExistingObjectTag/share": ["yes", "public"]}}}))
+        .unwrap();
+        assert!(public_reads.tests_existing_tags() && !public_reads.is_public());
+        let tags = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        let (shared, private, none) =
+            (tags(&[("share", "public")]), tags(&[("share", "no")]), tags(&[]));
+        let mut get = request(None, "s3:GetObject", "arn:aws:s3:::b/k");
+        assert_eq!(public_reads.decide(&get, false), None, "tags not read: no Allow");
+        for (object, expected) in [(&shared, Some(Effect::Allow)), (&private, None), (&none, None)]
+        {
+            get.existing_tags = Some(object);
+            assert_eq!(public_reads.decide(&get, false), expected, "{object:?}");
+        }
+        // A Deny on the tags a write asks for, ANDed with a prefix condition it also has.
+        let no_secret_writes = policy(serde_json::json!({"Effect": "Deny", "Principal": "*",
+            "Action": "s3:PutObject", "Resource": "arn:aws:s3:::b/*",
+            "Condition": {"StringLike": {"s3:RequestObjectTag/class": "secret*"}}}))
+        .unwrap();
+        assert!(!no_secret_writes.tests_existing_tags());
+        let mut put = request(Some("alice"), "s3:PutObject", "arn:aws:s3:::b/k");
+        assert_eq!(no_secret_writes.decide(&put, false), Some(Effect::Deny), "unknown tags: Deny");
+        let secret = tags(&[("class", "secret-2")]);
+        let open = tags(&[("class", "open")]);
+        put.request_tags = Some(&secret);
+        assert_eq!(no_secret_writes.decide(&put, false), Some(Effect::Deny));
+        put.request_tags = Some(&open);
+        assert_eq!(no_secret_writes.decide(&put, false), None);
+        put.request_tags = Some(&none);
+        assert_eq!(no_secret_writes.decide(&put, false), None);
         assert_eq!(action_of("GetBucketVersioning"), "s3:GetBucketVersioning");
     }
 }
