@@ -1532,7 +1532,6 @@ impl S3 for Gateway {
             Some(wanted) => Some(self.new_sealing(wanted).await?.one_segment(size)),
             None => None,
         };
-        let body = request_body(input.body, input.content_length, &headers);
         let mut shown = written_attributes(
             input.content_type,
             input.metadata,
@@ -1542,6 +1541,7 @@ impl S3 for Gateway {
             input.content_language,
             input.expires,
         );
+        let body = request_body(input.body, input.content_length, &headers);
         shown.acl = Some(acl);
         shown.tags = tagging::from_header(input.tagging.as_deref())?;
         let (sealed, segment) = sealing.unzip();
@@ -2750,22 +2750,27 @@ impl S3 for Gateway {
         )?;
         let stream =
             self.plain_stream(object, &source, source_customer.as_ref(), start, end).await?;
-        let shown = self
-            .write_part(
-                &upload,
-                input.part_number,
-                end - start,
-                stream,
-                BodyChecks::default(),
-                customer.as_ref(),
-            )
-            .await?;
-        let mut output = UploadPartCopyOutput {
-            copy_part_result: Some(CopyPartResult {
-                e_tag: Some(ETag::Strong(shown.etag)),
-                last_modified: Some(attributes::timestamp(shown.last_modified_ms)),
-                ..Default::default()
+        // A part of an upload whose create named an algorithm is checksummed with it, as
+        // it is copied (a copied part has no client value to check).
+        let algorithm = upload.checksum_algorithm.as_deref().and_then(checksum::Algorithm::of_name);
+        let checks = BodyChecks {
+            checksum: algorithm.map(|algorithm| checksum::Requested {
+                algorithm,
+                expected: checksum::Expected::None,
             }),
+            ..BodyChecks::default()
+        };
+        let shown = self
+            .write_part(&upload, input.part_number, end - start, stream, checks, customer.as_ref())
+            .await?;
+        let mut result = CopyPartResult {
+            e_tag: Some(ETag::Strong(shown.etag.clone())),
+            last_modified: Some(attributes::timestamp(shown.last_modified_ms)),
+            ..Default::default()
+        };
+        show_checksum!(values result, shown.checksum.as_ref());
+        let mut output = UploadPartCopyOutput {
+            copy_part_result: Some(result),
             copy_source_version_id: source.version_id,
             ..Default::default()
         };

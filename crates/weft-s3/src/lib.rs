@@ -67,6 +67,7 @@ pub mod policy;
 pub mod sendfile;
 pub mod signed_payload;
 pub mod sigv4;
+pub mod spool;
 pub mod sse;
 pub mod tagging;
 pub mod versioning;
@@ -481,6 +482,16 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
                     let attributes = asks_object_attributes(&request);
                     let form = is_form_upload(&request);
                     let mut request = request.map(s3s::Body::from);
+                    // A PUT body of no length is spooled and given one (see spool).
+                    if let Err(error) = spool::give_length(&mut request, &keys).await {
+                        let mut response = error.to_http_response().map_err(http_error)?;
+                        name_request(&mut response, &request_id);
+                        response.headers_mut().insert(
+                            http::header::CONNECTION,
+                            http::HeaderValue::from_static("close"),
+                        );
+                        return Ok::<_, s3s::HttpError>(response);
+                    }
                     if hash_once {
                         signed_payload::take_over(&mut request, &keys).await;
                     }

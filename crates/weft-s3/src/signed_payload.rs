@@ -146,6 +146,41 @@ fn signed(request: &http::Request<s3s::Body>) -> Option<Signed> {
     })
 }
 
+/// Whether `request`'s SigV4 `Authorization` header signature holds for its headers, path,
+/// query and the payload hash it declares (the body is not read: this is what may be
+/// checked before the body is). False for presigned, SigV2 and unsigned requests, and for a
+/// query that is not plain (the full check is then s3s's, after the body).
+pub async fn header_signature_holds<A: S3Auth + ?Sized>(
+    request: &http::Request<s3s::Body>,
+    auth: &A,
+) -> bool {
+    let headers = request.headers();
+    let (Some(authorization), Some(payload), Some(amz_date)) = (
+        single(headers, "authorization"),
+        single(headers, "x-amz-content-sha256"),
+        single(headers, "x-amz-date"),
+    ) else {
+        return false;
+    };
+    let Some(fields) = Authorization::parse(authorization) else { return false };
+    let Some(query) = plain_query(request.uri().query().unwrap_or("")) else { return false };
+    let Some(decoded) = sigv4::percent_decode(request.uri().path()) else { return false };
+    let Ok(secret) = auth.get_secret_key(fields.access_key).await else { return false };
+    let key = sigv4::signing_key(secret.expose(), fields.day, fields.region, fields.service);
+    let raw = request.uri().path().to_owned();
+    let mut encoded = String::with_capacity(raw.len());
+    sigv4::uri_encode(&mut encoded, &decoded, false);
+    [raw, encoded].iter().any(|uri| {
+        let method = request.method().as_str();
+        let canonical =
+            sigv4::canonical_request(method, uri, &query, headers, fields.signed_headers, payload);
+        canonical.is_some_and(|c| {
+            let ours = sigv4::signature(&key, amz_date, fields.scope(), &c);
+            sigv4::same_signature(&ours, fields.signature)
+        })
+    })
+}
+
 /// Takes a signed-payload PUT over (see the module header): verifies its signature,
 /// re-signs it as `UNSIGNED-PAYLOAD`, wraps its body in [`HashedBody`] and adds a
 /// [`PayloadMd5`] to its extensions. Whether it did; a request it did not take is as it
