@@ -196,7 +196,37 @@ fn sends_body(request: &http::Request<hyper::body::Incoming>) -> bool {
 
 /// Whether a request says it carries a body (a non-zero Content-Length, or chunked).
 fn carries_body(request: &http::Request<hyper::body::Incoming>) -> bool {
-    let headers = request.headers();
+    carries_body_headers(request.headers())
+}
+
+/// Most body bytes a request refused before its operation is read and dropped, so the
+/// connection stays usable (and its answer is not lost to a reset: a socket closed with
+/// unread bytes is reset, and the client may lose the answer in flight).
+const DRAINED_BODY_MAX_BYTES: u64 = 64 << 10;
+
+/// Reads and drops the body of a refused request when it is small (at most
+/// [`DRAINED_BODY_MAX_BYTES`], within 2 s); false when it is not (the connection is then
+/// closed after the answer).
+async fn drained_small_body(request: http::Request<hyper::body::Incoming>) -> bool {
+    use http_body_util::BodyExt;
+    let length = request
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    match length {
+        Some(length) if length <= DRAINED_BODY_MAX_BYTES => {
+            let body =
+                http_body_util::Limited::new(request.into_body(), DRAINED_BODY_MAX_BYTES as usize);
+            let read = tokio::time::timeout(std::time::Duration::from_secs(2), body.collect());
+            matches!(read.await, Ok(Ok(_)))
+        }
+        _ => !carries_body_headers(request.headers()),
+    }
+}
+
+/// Whether headers say a body follows (a non-zero Content-Length, or chunked).
+fn carries_body_headers(headers: &http::HeaderMap) -> bool {
     match headers.get(http::header::CONTENT_LENGTH) {
         Some(length) => length.as_bytes() != b"0",
         None => headers.contains_key(http::header::TRANSFER_ENCODING),
@@ -472,6 +502,12 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
                         name_request(&mut response, &request_id);
                         if let Some(asks) = &asks_cors {
                             cors.decorate(asks, response.headers_mut()).await;
+                        }
+                        if !drained_small_body(request).await {
+                            response.headers_mut().insert(
+                                http::header::CONNECTION,
+                                http::HeaderValue::from_static("close"),
+                            );
                         }
                         return Ok::<_, s3s::HttpError>(response);
                     }
