@@ -1430,15 +1430,17 @@ def a_part_whose_checksum_does_not_match_is_refused_and_not_kept():
 
 
 @check
-def a_completed_upload_gets_the_full_object_checksum_of_its_algorithm():
-    # The create's x-amz-checksum-algorithm is echoed; the completed object's checksum is
-    # computed from its bytes (FULL_OBJECT), answered by the Complete, and checked by boto3
-    # on a GET with checksum mode.
+def a_completed_upload_gets_the_checksum_type_its_create_named():
+    # S3: the create's x-amz-checksum-algorithm and -type are echoed; SHA-256 is COMPOSITE
+    # (the digest of the parts' digests, shown with -N: clients do not check it against
+    # the bytes), CRC32 may be FULL_OBJECT (computed from the bytes, checked by boto3 on a
+    # GET with checksum mode); an algorithm with a type S3 does not allow is refused.
     parts = [os.urandom(5 * MiB), os.urandom(1000)]
     whole = b"".join(parts)
     with Bucket() as bucket:
         created = s3.create_multipart_upload(Bucket=bucket, Key="m", ChecksumAlgorithm="SHA256")
         assert created.get("ChecksumAlgorithm") == "SHA256", created
+        assert created.get("ChecksumType") == "COMPOSITE", created
         upload = created["UploadId"]
         done = []
         for number, body in enumerate(parts, start=1):
@@ -1456,17 +1458,36 @@ def a_completed_upload_gets_the_full_object_checksum_of_its_algorithm():
         listed = [dict(part, ChecksumSHA256=sha256_b64(body)) for part, body in zip(done, parts)]
         completed = s3.complete_multipart_upload(Bucket=bucket, Key="m", UploadId=upload,
                                                  MultipartUpload={"Parts": listed})
-        assert completed.get("ChecksumSHA256") == sha256_b64(whole), completed
+        joined = b"".join(hashlib.sha256(p).digest() for p in parts)
+        composite = base64.b64encode(hashlib.sha256(joined).digest()).decode() + "-2"
+        assert completed.get("ChecksumSHA256") == composite, completed
         # S3 names the object's URL (some SDKs read it; a missing one has been taken for a
         # failed Complete, and the "failed" upload cleaned up).
         assert completed.get("Location") == f"{s3conf['endpoint']}/{bucket}/m", completed
         head = s3.head_object(Bucket=bucket, Key="m", ChecksumMode="ENABLED")
-        assert head.get("ChecksumSHA256") == sha256_b64(whole), head
-        assert head.get("ChecksumType") == "FULL_OBJECT", head
+        assert head.get("ChecksumSHA256") == composite, head
+        assert head.get("ChecksumType") == "COMPOSITE", head
         got = s3.get_object(Bucket=bucket, Key="m", ChecksumMode="ENABLED")
         assert got["Body"].read() == whole
+        # FULL_OBJECT, named: the CRC32 of the whole object, checked by boto3 on the GET.
+        full = s3.create_multipart_upload(Bucket=bucket, Key="f", ChecksumAlgorithm="CRC32",
+                                          ChecksumType="FULL_OBJECT")
+        assert full.get("ChecksumType") == "FULL_OBJECT", full
+        done = []
+        for number, body in enumerate(parts, start=1):
+            answer = s3.upload_part(Bucket=bucket, Key="f", UploadId=full["UploadId"],
+                                    PartNumber=number, Body=body, ChecksumCRC32=crc32_b64(body))
+            done.append({"PartNumber": number, "ETag": answer["ETag"],
+                         "ChecksumCRC32": crc32_b64(body)})
+        completed = s3.complete_multipart_upload(Bucket=bucket, Key="f", UploadId=full["UploadId"],
+                                                 MultipartUpload={"Parts": done})
+        assert completed.get("ChecksumCRC32") == crc32_b64(whole), completed
+        got = s3.get_object(Bucket=bucket, Key="f", ChecksumMode="ENABLED")
+        assert got.get("ChecksumType") == "FULL_OBJECT" and got["Body"].read() == whole, got
         expect_error("InvalidRequest", 400, s3.create_multipart_upload, Bucket=bucket, Key="x",
                      ChecksumAlgorithm="MD5")
+        expect_error("InvalidRequest", 400, s3.create_multipart_upload, Bucket=bucket, Key="x",
+                     ChecksumAlgorithm="SHA256", ChecksumType="FULL_OBJECT")
 
 
 

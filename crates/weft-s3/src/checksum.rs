@@ -17,7 +17,7 @@
 
 use base64::Engine;
 use s3s::crypto::Checksum as _;
-use s3s::{S3Error, S3Result};
+use s3s::{s3_error, S3Error, S3Result};
 use serde::{Deserialize, Serialize};
 
 /// The algorithms S3 defines.
@@ -395,6 +395,82 @@ pub fn combine_parts<'a>(
     Some(Stored::full_object(algorithm, &value.to_be_bytes()[8 - width..]))
 }
 
+/// The checksum type an upload's object gets (`x-amz-checksum-type` on the create, else
+/// S3's default for the algorithm: FULL_OBJECT for CRC64NVME, COMPOSITE for the others),
+/// checked against what S3 allows (FULL_OBJECT: CRC types only; COMPOSITE: not CRC64NVME).
+pub fn upload_checksum_type(
+    algorithm: Option<Algorithm>,
+    named: Option<&str>,
+) -> S3Result<Option<&'static str>> {
+    let Some(algorithm) = algorithm else {
+        return match named {
+            None => Ok(None),
+            Some(_) => Err(s3_error!(
+                InvalidRequest,
+                "The x-amz-checksum-type header can only be used with the x-amz-checksum-algorithm header."
+            )),
+        };
+    };
+    let kind = match named {
+        None if algorithm == Algorithm::Crc64Nvme => FULL_OBJECT,
+        None => COMPOSITE,
+        Some(kind) if kind.eq_ignore_ascii_case(FULL_OBJECT) => FULL_OBJECT,
+        Some(kind) if kind.eq_ignore_ascii_case(COMPOSITE) => COMPOSITE,
+        Some(other) => {
+            return Err(s3_error!(
+                InvalidRequest,
+                "Value for x-amz-checksum-type header is invalid: {other:?}"
+            ))
+        }
+    };
+    let allowed = match kind {
+        FULL_OBJECT => !matches!(algorithm, Algorithm::Sha1 | Algorithm::Sha256),
+        _ => algorithm != Algorithm::Crc64Nvme,
+    };
+    if !allowed {
+        return Err(s3_error!(
+            InvalidRequest,
+            "The {} checksum type cannot be used with the {} checksum algorithm.",
+            kind,
+            algorithm.name()
+        ));
+    }
+    Ok(Some(kind))
+}
+
+/// S3's full-object checksum type.
+pub const FULL_OBJECT: &str = "FULL_OBJECT";
+/// S3's composite checksum type: the digest of the parts' digests, shown with `-N`.
+pub const COMPOSITE: &str = "COMPOSITE";
+
+/// The COMPOSITE checksum of an object made of parts with these checksums, in order: the
+/// `algorithm` digest of their digests joined, in base64, then `-N`. None unless every part
+/// has a full-object checksum of `algorithm`.
+pub fn composite_of<'a>(
+    algorithm: Algorithm,
+    parts: impl IntoIterator<Item = Option<&'a Stored>>,
+) -> Option<Stored> {
+    use base64::Engine;
+    let mut joined = Vec::new();
+    let mut count = 0usize;
+    for stored in parts {
+        let stored =
+            stored.filter(|s| s.algorithm() == Some(algorithm) && s.kind == FULL_OBJECT)?;
+        let digest = base64::engine::general_purpose::STANDARD.decode(&stored.value).ok()?;
+        if digest.len() != algorithm.digest_len() {
+            return None;
+        }
+        joined.extend_from_slice(&digest);
+        count += 1;
+    }
+    let value = base64::engine::general_purpose::STANDARD.encode(digest(algorithm, &joined));
+    Some(Stored {
+        algorithm: algorithm.name().to_string(),
+        value: format!("{value}-{count}"),
+        kind: COMPOSITE.to_string(),
+    })
+}
+
 /// The five optional checksum fields every S3 output that shows one has, filled from a
 /// stored checksum (the one field of its algorithm), and its type.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -446,6 +522,40 @@ mod tests {
 
     fn b64(bytes: &[u8]) -> String {
         base64::engine::general_purpose::STANDARD.encode(bytes)
+    }
+
+    #[test]
+    fn composite_checksums_digest_the_parts_digests_and_types_follow_s3() {
+        use base64::Engine;
+        let parts = [b"first part".to_vec(), b"second".to_vec()];
+        let stored: Vec<Stored> = parts
+            .iter()
+            .map(|p| Stored::full_object(Algorithm::Sha256, &digest(Algorithm::Sha256, p)))
+            .collect();
+        let composite = composite_of(Algorithm::Sha256, stored.iter().map(Some)).unwrap();
+        let joined =
+            [digest(Algorithm::Sha256, &parts[0]), digest(Algorithm::Sha256, &parts[1])].concat();
+        let expected =
+            base64::engine::general_purpose::STANDARD.encode(digest(Algorithm::Sha256, &joined));
+        assert_eq!(composite.value, format!("{expected}-2"));
+        assert_eq!(composite.kind, COMPOSITE);
+        assert_eq!(composite_of(Algorithm::Sha256, [Some(&stored[0]), None]), None);
+        assert_eq!(composite_of(Algorithm::Crc32, stored.iter().map(Some)), None);
+        // S3's defaults and refusals.
+        assert_eq!(upload_checksum_type(Some(Algorithm::Sha256), None).unwrap(), Some(COMPOSITE));
+        assert_eq!(
+            upload_checksum_type(Some(Algorithm::Crc64Nvme), None).unwrap(),
+            Some(FULL_OBJECT)
+        );
+        assert_eq!(
+            upload_checksum_type(Some(Algorithm::Crc32), Some("FULL_OBJECT")).unwrap(),
+            Some(FULL_OBJECT)
+        );
+        assert!(upload_checksum_type(Some(Algorithm::Sha1), Some("FULL_OBJECT")).is_err());
+        assert!(upload_checksum_type(Some(Algorithm::Crc64Nvme), Some("COMPOSITE")).is_err());
+        assert!(upload_checksum_type(None, Some("COMPOSITE")).is_err());
+        assert!(upload_checksum_type(Some(Algorithm::Crc32), Some("BOTH")).is_err());
+        assert_eq!(upload_checksum_type(None, None).unwrap(), None);
     }
 
     #[test]

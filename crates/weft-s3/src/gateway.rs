@@ -2616,6 +2616,13 @@ impl S3 for Gateway {
         );
         shown.acl = Some(acl);
         shown.tags = tagging::from_header(input.tagging.as_deref())?;
+        let checksum_type = checksum::upload_checksum_type(
+            input
+                .checksum_algorithm
+                .as_ref()
+                .and_then(|a| checksum::Algorithm::of_name(a.as_str())),
+            input.checksum_type.as_ref().map(|t| t.as_str()),
+        )?;
         let checksum_algorithm = match &input.checksum_algorithm {
             None => None,
             Some(name) => Some(
@@ -2651,6 +2658,7 @@ impl S3 for Gateway {
         };
         let upload = UploadRecord {
             sse,
+            checksum_type: checksum_type.map(str::to_string),
             bucket: input.bucket.clone(),
             key: input.key.clone(),
             upload_id: multipart::new_upload_id(),
@@ -2672,6 +2680,7 @@ impl S3 for Gateway {
             key: Some(upload.key),
             upload_id: Some(upload.upload_id),
             checksum_algorithm: upload.checksum_algorithm.map(ChecksumAlgorithm::from),
+            checksum_type: upload.checksum_type.clone().map(ChecksumType::from),
             ..Default::default()
         };
         show_sse!(output, upload.sse.as_ref(), customer.as_ref());
@@ -2851,6 +2860,16 @@ impl S3 for Gateway {
         let size: u64 = chosen.iter().map(|p| p.size).sum();
         let part_sizes: Vec<u64> = chosen.iter().map(|p| p.size).collect();
         let algorithm = multipart::completion_checksum(&upload, &chosen);
+        // A COMPOSITE checksum is the digest of the parts' digests: no byte is read for it.
+        let composite = algorithm
+            .filter(|_| upload.checksum_type.as_deref() == Some(checksum::COMPOSITE))
+            .map(|algorithm| {
+                checksum::composite_of(algorithm, chosen.iter().map(|p| p.checksum.as_ref()))
+                    .ok_or_else(|| {
+                        s3_error!(InvalidPart, "a part has no {} checksum", algorithm.name())
+                    })
+            })
+            .transpose()?;
         // A sealed upload's object is its parts' segments, copied sealed: no key is needed
         // (SSE-C clients send none here), and its checksum is combined from the parts'.
         let (sealed, combined) = match &upload.sse {
@@ -2869,7 +2888,7 @@ impl S3 for Gateway {
                     segments: part_sizes.clone(),
                     ..template.clone()
                 };
-                let combined = algorithm.and_then(|algorithm| {
+                let combined = algorithm.filter(|_| composite.is_none()).and_then(|algorithm| {
                     checksum::combine_parts(
                         algorithm,
                         chosen.iter().map(|p| (p.checksum.as_ref(), p.size)),
@@ -2881,10 +2900,9 @@ impl S3 for Gateway {
         // The completed object's checksum is computed from its bytes as the parts are
         // copied into it: a full-object checksum, checked by clients as one.
         let checks = BodyChecks {
-            checksum: algorithm.filter(|_| sealed.is_none()).map(|algorithm| checksum::Requested {
-                algorithm,
-                expected: checksum::Expected::None,
-            }),
+            checksum: algorithm.filter(|_| sealed.is_none() && composite.is_none()).map(
+                |algorithm| checksum::Requested { algorithm, expected: checksum::Expected::None },
+            ),
             ..BodyChecks::default()
         };
         let stored_size = sealed.as_ref().map_or(size, |s| s.stored_size());
@@ -2922,8 +2940,8 @@ impl S3 for Gateway {
                 .map_err(|e| s3_error!(InternalError, "the upload's policy is bad: {e}"))?;
             let mut shown = Attributes { parts: part_sizes, ..upload.object_attributes() };
             shown.sse = sealed;
-            if combined.is_some() {
-                shown.checksum = combined;
+            if combined.is_some() || composite.is_some() {
+                shown.checksum = composite.or(combined);
             }
             let shown = gateway
                 .write_object(

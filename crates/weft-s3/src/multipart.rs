@@ -75,6 +75,11 @@ pub struct UploadRecord {
     /// completed object gets a full-object checksum of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksum_algorithm: Option<String>,
+    /// The checksum type of the completed object (FULL_OBJECT or COMPOSITE: the create's
+    /// `x-amz-checksum-type`, else S3's default for the algorithm). None from older
+    /// gateways: FULL_OBJECT.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum_type: Option<String>,
     /// The encryption of the upload ([`crate::sse`]): its object key, sealed; no size or
     /// salts (each part is a segment sealed with a salt of its own, and Complete lists
     /// them). None: parts and object are stored in clear.
