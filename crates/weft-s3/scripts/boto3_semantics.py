@@ -1310,6 +1310,92 @@ def chunked_put(path, headers, body):
         conn.close()
 
 
+def signed_chunks_put(path, data, trailer, piece=64 * 1024, tamper=None):
+    """(status, body) of a PUT signed STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER: every chunk
+    signed in a chain from the seed signature, then the trailer (name, value) signed too.
+    `tamper` names what to break: "chunk" (a data byte after signing) or "trailer"."""
+    import hmac
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    headers = {
+        "Content-Encoding": "aws-chunked",
+        "X-Amz-Content-SHA256": "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER",
+        "X-Amz-Decoded-Content-Length": str(len(data)),
+        "X-Amz-Trailer": trailer[0],
+    }
+    request = AWSRequest(method="PUT", url=s3conf["endpoint"] + path, headers=headers, data=b"")
+    SigV4Auth(Credentials(s3conf["access_key"], s3conf["secret_key"]), "s3",
+              s3conf["region"]).add_auth(request)
+    amz_date = request.headers["X-Amz-Date"]
+    scope = f"{amz_date[:8]}/{s3conf['region']}/s3/aws4_request"
+    previous = request.headers["Authorization"].rsplit("Signature=", 1)[1]
+    key = ("AWS4" + s3conf["secret_key"]).encode()
+    for part in (amz_date[:8], s3conf["region"], "s3", "aws4_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    empty = hashlib.sha256(b"").hexdigest()
+
+    def sign(kind, *lines):
+        text = "\n".join([kind, amz_date, scope, *lines])
+        return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+
+    body = b""
+    for at in list(range(0, len(data), piece)) + [len(data)]:
+        chunk = data[at:at + piece]
+        previous = sign("AWS4-HMAC-SHA256-PAYLOAD", previous, empty,
+                        hashlib.sha256(chunk).hexdigest())
+        if tamper == "chunk" and chunk:
+            chunk = bytes([chunk[0] ^ 1]) + chunk[1:]
+        body += f"{len(chunk):x};chunk-signature={previous}\r\n".encode() + chunk + b"\r\n"
+        if not chunk:
+            break
+    body = body[:-2]  # the last (empty) chunk's line ends the chunks: the trailer follows
+    line = f"{trailer[0]}:{trailer[1]}"
+    signature = sign("AWS4-HMAC-SHA256-TRAILER", previous, hashlib.sha256((line + "\n").encode()).hexdigest())
+    if tamper == "trailer":
+        signature = signature[:-1] + ("0" if signature[-1] != "0" else "1")
+    body += f"{line}\r\nx-amz-trailer-signature:{signature}\r\n\r\n".encode()
+    conn = http.client.HTTPConnection(ENDPOINT.hostname, ENDPOINT.port, timeout=30)
+    try:
+        conn.putrequest("PUT", path, skip_accept_encoding=True)
+        for name, value in request.headers.items():
+            conn.putheader(name, value)
+        conn.putheader("Content-Length", str(len(body)))
+        conn.endheaders()
+        try:
+            conn.send(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        answer = conn.getresponse()
+        return answer.status, answer.read()
+    finally:
+        conn.close()
+
+
+@check
+def signed_chunk_uploads_with_a_signed_trailer_are_checked_chunk_by_chunk():
+    # S3: STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER signs every chunk and the trailer; a
+    # chunk or a trailer whose signature does not hold stores nothing, and the trailer's
+    # checksum is checked and kept.
+    data = os.urandom(200_000)
+    with Bucket() as bucket:
+        status, answer = signed_chunks_put(f"/{bucket}/ok", data, ("x-amz-checksum-crc32", crc32_b64(data)))
+        assert status == 200, (status, answer)
+        head = s3.head_object(Bucket=bucket, Key="ok", ChecksumMode="ENABLED")
+        assert head.get("ChecksumCRC32") == crc32_b64(data), head
+        assert s3.get_object(Bucket=bucket, Key="ok")["Body"].read() == data
+        for tamper in ["chunk", "trailer"]:
+            status, answer = signed_chunks_put(f"/{bucket}/{tamper}", data,
+                                               ("x-amz-checksum-crc32", crc32_b64(data)), tamper=tamper)
+            assert status == 403 and b"SignatureDoesNotMatch" in answer, (tamper, status, answer)
+            expect_error("404", 404, s3.head_object, Bucket=bucket, Key=tamper)
+        status, answer = signed_chunks_put(f"/{bucket}/crc", data,
+                                           ("x-amz-checksum-crc32", crc32_b64(data + b"x")))
+        assert status == 400 and b"BadDigest" in answer, (status, answer)
+        expect_error("404", 404, s3.head_object, Bucket=bucket, Key="crc")
+
+
 @check
 def plain_chunked_uploads_without_a_length_are_stored_whole():
     # What minio-go and `mc` send for input of unknown length: Transfer-Encoding: chunked, no

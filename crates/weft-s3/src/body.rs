@@ -259,6 +259,13 @@ fn body_refusal(error: &impl std::fmt::Display) -> S3Error {
         error.set_status_code(http::StatusCode::BAD_REQUEST);
         return error;
     }
+    // A signed chunk or trailer (aws-chunked) whose signature does not hold: S3's 403.
+    if reason.ends_with("SignatureMismatch") {
+        return s3_error!(
+            SignatureDoesNotMatch,
+            "a chunk or trailer signature of the body does not hold: {reason}"
+        );
+    }
     s3_error!(IncompleteBody, "reading the body failed: {reason}")
 }
 
