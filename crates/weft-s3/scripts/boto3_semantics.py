@@ -481,6 +481,9 @@ def encryption_at_rest_is_applied_shown_and_refused_where_s3_refuses():
         assert s3.get_object(Bucket=bucket, Key="kms")["Body"].read() == data
         expect_error("InvalidArgument", 400, s3.put_object, Bucket=bucket, Key="dsse", Body=b"x",
                      ServerSideEncryption="aws:kms:dsse")
+        context = base64.b64encode(json.dumps({"team": "a"}).encode()).decode()
+        expect_error("NotImplemented", 501, s3.put_object, Bucket=bucket, Key="dsse", Body=b"x",
+                     ServerSideEncryption="aws:kms", SSEKMSEncryptionContext=context)
         copied = s3.copy_object(Bucket=bucket, Key="clear", CopySource={"Bucket": bucket, "Key": "kms"})
         assert "ServerSideEncryption" not in copied, copied
         assert s3.get_object(Bucket=bucket, Key="clear")["Body"].read() == data

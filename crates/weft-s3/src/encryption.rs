@@ -12,6 +12,8 @@
 //!   reads against the object's salted HMAC of it: a wrong key is 403 with no data.
 //! - A read of an SSE-C object without its key is refused (400); SSE-S3 and SSE-KMS objects
 //!   open without anything from the client.
+//! - A KMS encryption context (`x-amz-server-side-encryption-context`) is refused (501),
+//!   not ignored: weft does not bind one to the object key.
 //! - The KMS key an SSE-KMS write names must exist (`weft kms key create`), except
 //!   [`DEFAULT_KMS_KEY`], which the first write that uses it creates.
 //! - Sizes: meta's object size is the stored size; S3 shows the plaintext size
@@ -193,14 +195,24 @@ impl Gateway {
     }
 
     /// The encryption a write to `bucket` gets: the request's (`algorithm`, `kms_key_id`,
-    /// `customer`), else the bucket's default; None: stored in clear.
+    /// `customer`), else the bucket's default; None: stored in clear. A KMS encryption
+    /// context is refused (501).
     pub(crate) async fn wanted_sse(
         &self,
         bucket: &str,
         algorithm: Option<&ServerSideEncryption>,
         kms_key_id: Option<&str>,
+        encryption_context: Option<&str>,
         customer: Option<CustomerKey>,
     ) -> S3Result<Option<Wanted>> {
+        // Refused, not skipped: weft does not bind a KMS encryption context to the key.
+        if encryption_context.is_some() {
+            return Err(s3_error!(
+                NotImplemented,
+                "weft does not bind KMS encryption contexts \
+                 (x-amz-server-side-encryption-context); nothing was done"
+            ));
+        }
         if let Some(customer) = customer {
             if algorithm.is_some() {
                 return Err(s3_error!(

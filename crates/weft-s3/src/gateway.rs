@@ -1525,6 +1525,7 @@ impl S3 for Gateway {
                 &input.bucket,
                 input.server_side_encryption.as_ref(),
                 input.ssekms_key_id.as_deref(),
+                input.ssekms_encryption_context.as_deref(),
                 customer.clone(),
             )
             .await?;
@@ -1982,6 +1983,7 @@ impl S3 for Gateway {
                 &input.bucket,
                 input.server_side_encryption.as_ref(),
                 input.ssekms_key_id.as_deref(),
+                input.ssekms_encryption_context.as_deref(),
                 customer.clone(),
             )
             .await?;
@@ -2649,6 +2651,7 @@ impl S3 for Gateway {
                 &input.bucket,
                 input.server_side_encryption.as_ref(),
                 input.ssekms_key_id.as_deref(),
+                input.ssekms_encryption_context.as_deref(),
                 customer.clone(),
             )
             .await?;
