@@ -121,28 +121,70 @@ impl Attributes {
     }
 }
 
-/// The SSE-S3 / SSE-KMS headers a response shows for `sealed`, and SSE-C's algorithm and
-/// the MD5 the request sent: (server_side_encryption, ssekms_key_id, sse_customer_algorithm,
-/// sse_customer_key_md5).
+/// The encryption headers a response shows for `sealed`: (server_side_encryption,
+/// ssekms_key_id, sse_customer_algorithm); SSE-C's key MD5 is the request's own.
 pub fn shown(
     sealed: Option<&Sealed>,
-) -> (Option<ServerSideEncryption>, Option<String>, Option<String>, Option<String>) {
-    let Some(sealed) = sealed else { return (None, None, None, None) };
+) -> (Option<ServerSideEncryption>, Option<String>, Option<String>) {
+    let Some(sealed) = sealed else { return (None, None, None) };
     let algorithm = sealed.algorithm().map(ServerSideEncryption::from_static);
     let customer = (sealed.mode == Mode::Customer).then(|| sse::AES256.to_string());
-    (algorithm, sealed.kms_key_id.clone(), customer, None)
+    (algorithm, sealed.kms_key_id.clone(), customer)
+}
+
+/// The customer key (SSE-C) of a request's input: its `sse_customer_*` fields, or with
+/// `copy_source` its `copy_source_sse_customer_*` ones ([`Gateway::customer_key`]).
+macro_rules! customer_key {
+    ($gateway:expr, $input:expr) => {
+        $gateway.customer_key(
+            $input.sse_customer_algorithm.as_deref(),
+            $input.sse_customer_key.as_deref(),
+            $input.sse_customer_key_md5.as_deref(),
+        )
+    };
+    (copy_source $gateway:expr, $input:expr) => {
+        $gateway.customer_key(
+            $input.copy_source_sse_customer_algorithm.as_deref(),
+            $input.copy_source_sse_customer_key.as_deref(),
+            $input.copy_source_sse_customer_key_md5.as_deref(),
+        )
+    };
+}
+pub(crate) use customer_key;
+
+/// The encryption a write's input asks for, with its customer key ([`Gateway::wanted_sse`]).
+macro_rules! wanted_sse {
+    ($gateway:expr, $input:expr, $customer:expr) => {
+        $gateway.wanted_sse(
+            &$input.bucket,
+            $input.server_side_encryption.as_ref(),
+            $input.ssekms_key_id.as_deref(),
+            $input.ssekms_encryption_context.as_deref(),
+            $customer,
+        )
+    };
+}
+pub(crate) use wanted_sse;
+
+/// AWS's refusal of an encryption algorithm weft lacks.
+fn unsupported_algorithm(name: &str) -> s3s::S3Error {
+    s3_error!(
+        InvalidArgument,
+        "The encryption method specified is not supported: {name:?} (weft has AES256 and \
+         aws:kms)"
+    )
 }
 
 /// Sets the encryption fields of an S3 output from an object's sealing record and the
 /// request's customer key (SSE-C: its MD5 is echoed).
 macro_rules! show_sse {
     (server $output:expr, $sealed:expr) => {{
-        let (algorithm, kms, _, _) = $crate::encryption::shown($sealed);
+        let (algorithm, kms, _) = $crate::encryption::shown($sealed);
         $output.server_side_encryption = algorithm;
         $output.ssekms_key_id = kms;
     }};
     ($output:expr, $sealed:expr, $customer:expr) => {{
-        let (algorithm, kms, customer_algorithm, _) = $crate::encryption::shown($sealed);
+        let (algorithm, kms, customer_algorithm) = $crate::encryption::shown($sealed);
         $output.server_side_encryption = algorithm;
         $output.ssekms_key_id = kms;
         $output.sse_customer_algorithm = customer_algorithm.clone();
@@ -252,13 +294,7 @@ impl Gateway {
                 ))
             }
             sse::AWS_KMS => Mode::Kms,
-            other => {
-                return Err(s3_error!(
-                    InvalidArgument,
-                    "The encryption method specified is not supported: {other:?} (weft has \
-                     AES256 and aws:kms)"
-                ))
-            }
+            other => return Err(unsupported_algorithm(other)),
         };
         self.master_key()?;
         Ok(Some(Wanted { mode, kms_key_id, customer: None }))
@@ -298,16 +334,22 @@ impl Gateway {
                 let id = kms_key_id.as_deref().unwrap_or(DEFAULT_KMS_KEY);
                 self.kms_key(id, true).await?;
             }
-            other => {
-                return Err(s3_error!(
-                    InvalidArgument,
-                    "The encryption method specified is not supported: {other:?} (weft has \
-                     AES256 and aws:kms)"
-                ))
-            }
+            other => return Err(unsupported_algorithm(other)),
         }
         self.master_key()?;
         Ok(BucketEncryption { algorithm: algorithm.to_string(), kms_key_id })
+    }
+
+    /// The sealing of a one-segment write of `size` bytes wanting `wanted` (None: in clear).
+    pub(crate) async fn one_segment_sealing(
+        &self,
+        wanted: Option<&Wanted>,
+        size: u64,
+    ) -> S3Result<Option<(Sealed, sse::SegmentKey)>> {
+        match wanted {
+            Some(wanted) => Ok(Some(self.new_sealing(wanted).await?.one_segment(size))),
+            None => Ok(None),
+        }
     }
 
     /// A fresh object key for a write wanting `wanted`, sealed as its mode says.

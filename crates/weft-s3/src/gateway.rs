@@ -30,7 +30,7 @@ use crate::{
     body::{put_stream, BodyChecks, CommitAttributes},
     checksum,
     cors::{self, CorsCache, CorsConfig},
-    encryption::show_sse,
+    encryption::{customer_key, show_sse, wanted_sse},
     keys::MetaAuth,
     lifecycle::{self, LifecycleConfig},
     listing,
@@ -1515,24 +1515,9 @@ impl S3 for Gateway {
             now_ms(),
         )?;
         let acl = object_write_acl!(self, req.credentials.as_ref(), &headers, input).await?;
-        let customer = self.customer_key(
-            input.sse_customer_algorithm.as_deref(),
-            input.sse_customer_key.as_deref(),
-            input.sse_customer_key_md5.as_deref(),
-        )?;
-        let wanted = self
-            .wanted_sse(
-                &input.bucket,
-                input.server_side_encryption.as_ref(),
-                input.ssekms_key_id.as_deref(),
-                input.ssekms_encryption_context.as_deref(),
-                customer.clone(),
-            )
-            .await?;
-        let sealing = match &wanted {
-            Some(wanted) => Some(self.new_sealing(wanted).await?.one_segment(size)),
-            None => None,
-        };
+        let customer = customer_key!(self, input)?;
+        let wanted = wanted_sse!(self, input, customer.clone()).await?;
+        let sealing = self.one_segment_sealing(wanted.as_ref(), size).await?;
         let mut shown = written_attributes(
             input.content_type,
             input.metadata,
@@ -1596,11 +1581,7 @@ impl S3 for Gateway {
         let expiration = self
             .expiration_of(&input.bucket, &input.key, size, &shown, input.version_id.as_deref())
             .await;
-        let customer = self.customer_key(
-            input.sse_customer_algorithm.as_deref(),
-            input.sse_customer_key.as_deref(),
-            input.sse_customer_key_md5.as_deref(),
-        )?;
+        let customer = customer_key!(self, input)?;
         let stream = self.plain_stream(object, &shown, customer.as_ref(), start, end).await?;
         let mut output = GetObjectOutput {
             body: Some(StreamingBlob::wrap(stream)),
@@ -1678,11 +1659,7 @@ impl S3 for Gateway {
             .expiration_of(&input.bucket, &input.key, size, &shown, input.version_id.as_deref())
             .await;
         // An SSE-C object answers a HEAD only with its key (as S3).
-        let customer = self.customer_key(
-            input.sse_customer_algorithm.as_deref(),
-            input.sse_customer_key.as_deref(),
-            input.sse_customer_key_md5.as_deref(),
-        )?;
+        let customer = customer_key!(self, input)?;
         if let Some(sealed) = shown.sse.as_ref().filter(|s| s.mode == crate::sse::Mode::Customer) {
             self.object_key(sealed, customer.as_ref()).await?;
         }
@@ -1968,30 +1945,11 @@ impl S3 for Gateway {
         )?;
         // The source opens with its key (SSE-C: the copy-source key headers); the copy is
         // sealed as the request (or the target bucket's default) asks, with a key of its own.
-        let source_customer = self.customer_key(
-            input.copy_source_sse_customer_algorithm.as_deref(),
-            input.copy_source_sse_customer_key.as_deref(),
-            input.copy_source_sse_customer_key_md5.as_deref(),
-        )?;
-        let customer = self.customer_key(
-            input.sse_customer_algorithm.as_deref(),
-            input.sse_customer_key.as_deref(),
-            input.sse_customer_key_md5.as_deref(),
-        )?;
-        let wanted = self
-            .wanted_sse(
-                &input.bucket,
-                input.server_side_encryption.as_ref(),
-                input.ssekms_key_id.as_deref(),
-                input.ssekms_encryption_context.as_deref(),
-                customer.clone(),
-            )
-            .await?;
+        let source_customer = customer_key!(copy_source self, input)?;
+        let customer = customer_key!(self, input)?;
+        let wanted = wanted_sse!(self, input, customer.clone()).await?;
         let size = source.shown_size(object.size);
-        let sealing = match &wanted {
-            Some(wanted) => Some(self.new_sealing(wanted).await?.one_segment(size)),
-            None => None,
-        };
+        let sealing = self.one_segment_sealing(wanted.as_ref(), size).await?;
         let (sealed, segment) = sealing.unzip();
         shown.sse = sealed;
         let stream = self.plain_stream(object, &source, source_customer.as_ref(), 0, size).await?;
@@ -2641,20 +2599,8 @@ impl S3 for Gateway {
                     .to_string(),
             ),
         };
-        let customer = self.customer_key(
-            input.sse_customer_algorithm.as_deref(),
-            input.sse_customer_key.as_deref(),
-            input.sse_customer_key_md5.as_deref(),
-        )?;
-        let wanted = self
-            .wanted_sse(
-                &input.bucket,
-                input.server_side_encryption.as_ref(),
-                input.ssekms_key_id.as_deref(),
-                input.ssekms_encryption_context.as_deref(),
-                customer.clone(),
-            )
-            .await?;
+        let customer = customer_key!(self, input)?;
+        let wanted = wanted_sse!(self, input, customer.clone()).await?;
         let sse = match &wanted {
             Some(wanted) => Some(self.new_sealing(wanted).await?.record),
             None => None,
@@ -2704,11 +2650,7 @@ impl S3 for Gateway {
         // A part of an upload whose create named an algorithm is checksummed with it.
         let algorithm = upload.checksum_algorithm.as_deref().and_then(checksum::Algorithm::of_name);
         checks.checksum = checksum::Requested::for_part(checks.checksum.take(), algorithm)?;
-        let customer = self.customer_key(
-            input.sse_customer_algorithm.as_deref(),
-            input.sse_customer_key.as_deref(),
-            input.sse_customer_key_md5.as_deref(),
-        )?;
+        let customer = customer_key!(self, input)?;
         let body = request_body(input.body, input.content_length, &headers);
         let shown = self
             .write_part(&upload, input.part_number, size, body, checks, customer.as_ref())
@@ -2750,16 +2692,8 @@ impl S3 for Gateway {
             None => (0, size),
             Some(range) => copy_source_range(range, size)?,
         };
-        let source_customer = self.customer_key(
-            input.copy_source_sse_customer_algorithm.as_deref(),
-            input.copy_source_sse_customer_key.as_deref(),
-            input.copy_source_sse_customer_key_md5.as_deref(),
-        )?;
-        let customer = self.customer_key(
-            input.sse_customer_algorithm.as_deref(),
-            input.sse_customer_key.as_deref(),
-            input.sse_customer_key_md5.as_deref(),
-        )?;
+        let source_customer = customer_key!(copy_source self, input)?;
+        let customer = customer_key!(self, input)?;
         let stream =
             self.plain_stream(object, &source, source_customer.as_ref(), start, end).await?;
         // A part of an upload whose create named an algorithm is checksummed with it, as

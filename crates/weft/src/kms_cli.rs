@@ -133,7 +133,8 @@ fn load_all(meta: &MetaClient) -> Result<Vec<KmsKey>, CliError> {
     loop {
         let mut query = String::from("limit=1000");
         if let Some(after) = &after {
-            query.push_str(&format!("&start_after={}", urlencode(after)));
+            query.push_str("&start_after=");
+            weft_s3::sigv4::uri_encode(&mut query, after, true);
         }
         let page = meta.get_query(&["records", sse::KMS_KEYS], &query)?;
         for record in page["records"].as_array().into_iter().flatten() {
@@ -147,21 +148,9 @@ fn load_all(meta: &MetaClient) -> Result<Vec<KmsKey>, CliError> {
         }
     }
     let mut ids: Vec<String> = versions.iter().map(|v| v.id.clone()).collect();
-    ids.dedup();
     ids.sort();
     ids.dedup();
     Ok(ids.iter().map(|id| KmsKey::of_versions(id, versions.iter().cloned())).collect())
-}
-
-fn urlencode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// Creates version `version` of `id` (create-only); Ok(false) when it exists already.
