@@ -219,6 +219,26 @@ def browser_form_uploads_work_with_a_presigned_post_policy():
                                                   f"multipart/form-data; boundary={boundary}"})
         assert urllib.request.urlopen(request).status in (200, 204)
         assert read(bucket, "uploads/form.txt") == b"from a form"
+        # `${filename}` in the key is the file's name (its last path component), filled in
+        # before the policy's starts-with is checked; the 204 names what was stored.
+        fields["key"] = "uploads/${filename}"
+        parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'
+                 for k, v in fields.items()]
+        body = ("".join(parts) + f'--{boundary}\r\nContent-Disposition: form-data; name="file";'
+                f' filename="C:\\docs\\named file.txt"\r\nContent-Type: text/plain\r\n\r\n'
+                f"named\r\n--{boundary}--\r\n").encode()
+        request = urllib.request.Request(conf["endpoint"] + f"/{bucket}", data=body, method="POST",
+                                         headers={"Content-Type":
+                                                  f"multipart/form-data; boundary={boundary}"})
+        answer = urllib.request.urlopen(request)
+        assert answer.status == 204, answer.status
+        assert answer.headers["Location"] == f"{conf['endpoint']}/{bucket}/uploads/named%20file.txt", \
+            answer.headers["Location"]
+        assert answer.headers["ETag"] == '"' + hashlib.md5(b"named").hexdigest() + '"', \
+            answer.headers["ETag"]
+        assert read(bucket, "uploads/named file.txt") == b"named"
+        assert [o.object_name for o in mc.list_objects(bucket, prefix="uploads/")] == \
+            ["uploads/form.txt", "uploads/named file.txt"]
 
 
 @check

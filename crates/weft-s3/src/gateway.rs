@@ -1491,6 +1491,8 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let policy =
             self.policy_for(req.credentials.as_ref(), &req.headers, &req.input.bucket).await?;
+        // A browser form upload (PostObject) reaches here as a PUT of its form's key.
+        let form = req.method == http::Method::POST;
         let (input, headers, extensions, trailing) =
             (req.input, req.headers, req.extensions, req.trailing_headers);
         check_key(&input.key)?;
@@ -1556,7 +1558,18 @@ impl S3 for Gateway {
         };
         show_checksum!(output, shown.checksum.as_ref());
         show_sse!(output, shown.sse.as_ref(), customer.as_ref());
-        Ok(S3Response::new(output))
+        let mut response = S3Response::new(output);
+        if form {
+            // S3's 204 to a form upload names what it stored (s3s's answer has no headers).
+            let location = self.location(&headers, &input.bucket, &input.key);
+            let etag = format!("\"{}\"", shown.etag);
+            for (name, value) in [("location", location), ("etag", Some(etag))] {
+                if let Some(value) = value.and_then(|v| http::HeaderValue::from_str(&v).ok()) {
+                    response.headers.insert(name, value);
+                }
+            }
+        }
+        Ok(response)
     }
 
     async fn get_object(

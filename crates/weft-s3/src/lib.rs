@@ -54,6 +54,7 @@ pub mod body;
 pub mod checksum;
 pub mod cors;
 pub mod encryption;
+pub mod form;
 pub mod gateway;
 pub mod keys;
 pub mod lifecycle;
@@ -518,6 +519,9 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
                     let attributes = asks_object_attributes(&request);
                     let form = is_form_upload(&request);
                     let mut request = request.map(s3s::Body::from);
+                    if form {
+                        form::fill_filename(&mut request).await;
+                    }
                     // A PUT body of no length is spooled and given one (see spool).
                     if let Err(error) = spool::give_length(&mut request, &keys).await {
                         let mut response = error.to_http_response().map_err(http_error)?;

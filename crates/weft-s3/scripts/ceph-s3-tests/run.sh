@@ -1,31 +1,48 @@
 #!/usr/bin/env bash
-# Reproduce the ceph/s3-tests conformance run against a local weft cluster.
+# Reproduce the ceph/s3-tests conformance run against a local weft cluster, or against a
+# local MinIO server run the same way, so both are measured by one suite side by side.
 #
 # usage: run.sh WEFT_BINARY [extra pytest args...]
+#        TARGET=minio run.sh MINIO_BINARY [extra pytest args...]
 #   e.g. run.sh target/debug/weft
+#        TLS=1 run.sh target/release/weft
+#        TARGET=minio TLS=1 run.sh ~/bin/minio
 #        run.sh ./weft -m 'not lifecycle and not bucket_logging'
 #        run.sh ./weft s3tests/functional/test_s3.py::test_bucket_list_empty
 # If extra args name test files/ids (contain "s3tests/"), they replace the default
 # selection (test_s3.py + test_headers.py); otherwise they are appended to it.
+# compare.py A.xml B.xml then counts both runs and lists the tests one passes and the other not.
 #
 # environment knobs (all optional):
+#   TARGET    weft | minio                      [weft]
+#   TLS       1: HTTPS (weft up --tls; MinIO with a self-signed certificate); SSE-C needs it [0]
 #   RUN_DIR   where everything lives            [./s3tests-run]
-#   RUN_NAME  name of logs/xml/conf/cluster     [run-YYYYmmdd-HHMMSS] (run1 = the reported run)
-#   NODES     weft storage nodes                [8]
+#   RUN_NAME  name of logs/xml/conf/cluster     [TARGET-YYYYmmdd-HHMMSS]
+#   NODES     weft storage nodes; MinIO drives  [8]
 #   TIMEOUT   pytest-timeout per test, seconds  [120]
-#   LC_DAY    seconds in a lifecycle day: the suite's lc_debug_interval  [10]
+#   LC_DAY    seconds in a lifecycle day: the suite's lc_debug_interval (weft only) [10]
 #   SUITE_GIT git dir of ceph/s3-tests (used only if $RUN_DIR/s3-tests is missing)
 #             [/work/.mirror/ceph+s3-tests/repo, else https://github.com/ceph/s3-tests]
 #
+# MinIO runs as one server over NODES directory drives with EC:2, its built-in KMS key
+# (MINIO_KMS_SECRET_KEY, so SSE-S3/SSE-KMS work), the root user as the suite's main user, and
+# alt and tenant users made with minio-py's admin client, each given the readwrite policy.
+# The suite's ids for main are MinIO's fixed owner id and display name, as a deployment's
+# configuration would name them.
+#
 # Outputs: $RUN_DIR/$RUN_NAME.log (pytest -v -rA), $RUN_DIR/$RUN_NAME.xml (junit),
 #          $RUN_DIR/$RUN_NAME.conf (S3TEST_CONF), $RUN_DIR/$RUN_NAME-shim.jsonl (cleanup fallbacks),
-#          $RUN_DIR/cluster-$RUN_NAME/ (the weft cluster; logs/ has the gateway log).
+#          $RUN_DIR/cluster-$RUN_NAME/ (the cluster; weft's logs/ has the gateway log).
 set -euo pipefail
 
-[ $# -ge 1 ] || { sed -n 2,22p "$0"; exit 2; }
-WEFT_BIN=$(realpath "$1"); shift
+[ $# -ge 1 ] || { sed -n 2,38p "$0"; exit 2; }
+TARGET=${TARGET:-weft}
+TLS=${TLS:-0}
+case "$TARGET" in weft|minio) ;; *) echo "TARGET must be weft or minio, not $TARGET"; exit 2;; esac
+BIN=$(realpath "$1"); shift
+[ -x "$BIN" ] || { echo "$BIN is not an executable"; exit 2; }
 RUN_DIR=$(realpath -m "${RUN_DIR:-s3tests-run}")
-RUN_NAME=${RUN_NAME:-run-$(date +%Y%m%d-%H%M%S)}
+RUN_NAME=${RUN_NAME:-$TARGET-$(date +%Y%m%d-%H%M%S)}
 NODES=${NODES:-8}
 TIMEOUT=${TIMEOUT:-120}
 SUITE_GIT=${SUITE_GIT:-/work/.mirror/ceph+s3-tests/repo}
@@ -52,10 +69,10 @@ fi
 echo "suite commit: $(cat "$SUITE/.commit" 2>/dev/null || git -C "$SUITE_GIT" rev-parse HEAD)"
 
 # 2. the venv --------------------------------------------------------------------------
-if [ ! -x "$VENV/bin/pytest" ] || ! "$VENV/bin/python" -c 'import pytest_timeout, boto3' 2>/dev/null; then
+if [ ! -x "$VENV/bin/pytest" ] || ! "$VENV/bin/python" -c 'import pytest_timeout, boto3, minio' 2>/dev/null; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q -U pip
-  "$VENV/bin/pip" install -q -r "$SUITE/requirements.txt" pytest pytest-timeout
+  "$VENV/bin/pip" install -q -r "$SUITE/requirements.txt" pytest pytest-timeout minio
 fi
 
 # 3. the cleanup shim (see its docstring: only the suite's bucket cleanup is adapted,
@@ -155,10 +172,11 @@ SHIM_EOF
 
 # 4. the cluster -----------------------------------------------------------------------
 rm -rf "$CLUSTER"
+mkdir -p "$CLUSTER"
 UP_PID=
 stop_cluster() {
   if [ -n "$UP_PID" ] && kill -0 "$UP_PID" 2>/dev/null; then
-    echo "stopping weft up (pid $UP_PID)"
+    echo "stopping $TARGET (pid $UP_PID)"
     kill -TERM "$UP_PID" || true
     for _ in $(seq 60); do kill -0 "$UP_PID" 2>/dev/null || break; sleep 1; done
     kill -0 "$UP_PID" 2>/dev/null && kill -KILL "$UP_PID" || true
@@ -175,50 +193,97 @@ stop_cluster() {
 trap stop_cluster EXIT
 trap 'stop_cluster; exit 130' INT TERM
 
-nice -n 10 "$WEFT_BIN" up --dir "$CLUSTER" --nodes "$NODES" --meta-listen 127.0.0.1:0 \
-  --lstor-dir "$CLUSTER/lstors" --lifecycle-interval 1s --lifecycle-day "${LC_DAY:-10}s" \
-  --json > "$RUN_DIR/$RUN_NAME-up.out" 2> "$RUN_DIR/$RUN_NAME-up.err" &
-UP_PID=$!
-for _ in $(seq 120); do
-  [ -s "$CLUSTER/s3.json" ] && [ -s "$CLUSTER/cluster.json" ] && break
-  kill -0 "$UP_PID" 2>/dev/null || { echo "weft up died:"; cat "$RUN_DIR/$RUN_NAME-up.err"; exit 1; }
-  sleep 1
-done
-[ -s "$CLUSTER/s3.json" ] || { echo "cluster not ready"; exit 1; }
-sleep 1
-echo "weft up pid $UP_PID; $(tr -d '\n ' < "$CLUSTER/s3.json")"
+free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+SCHEME=http; [ "$TLS" = 1 ] && SCHEME=https
 
-export WEFT_META=$(python3 -c "import json;print(json.load(open('$CLUSTER/cluster.json'))['meta'])")
-export WEFT_SECRET_FILE="$CLUSTER/cluster.secret"
-# The suite's users are weft users (a user is a key name; ACLs name users by it, and
-# grants by email need the key's --email).
-"$WEFT_BIN" key create s3tests-main --email main@example.com --json > "$CLUSTER/key-main.json"
-"$WEFT_BIN" key create s3tests-alt --email alt@example.com --json > "$CLUSTER/key-alt.json"
-"$WEFT_BIN" key create s3tests-tenant --email tenant@example.com --json > "$CLUSTER/key-tenant.json"
+if [ "$TARGET" = weft ]; then
+  UP_TLS=(); [ "$TLS" = 1 ] && UP_TLS=(--tls)
+  nice -n 10 "$BIN" up --dir "$CLUSTER" --nodes "$NODES" --meta-listen 127.0.0.1:0 \
+    --lstor-dir "$CLUSTER/lstors" --lifecycle-interval 1s --lifecycle-day "${LC_DAY:-10}s" \
+    "${UP_TLS[@]}" --json > "$RUN_DIR/$RUN_NAME-up.out" 2> "$RUN_DIR/$RUN_NAME-up.err" &
+  UP_PID=$!
+  for _ in $(seq 120); do
+    [ -s "$CLUSTER/s3.json" ] && [ -s "$CLUSTER/cluster.json" ] && break
+    kill -0 "$UP_PID" 2>/dev/null || { echo "weft up died:"; cat "$RUN_DIR/$RUN_NAME-up.err"; exit 1; }
+    sleep 1
+  done
+  [ -s "$CLUSTER/s3.json" ] || { echo "cluster not ready"; exit 1; }
+  sleep 1
+  echo "weft up pid $UP_PID; $(tr -d '\n ' < "$CLUSTER/s3.json")"
+  ENDPOINT=$(python3 -c "import json;print(json.load(open('$CLUSTER/s3.json'))['endpoint'])")
+  export WEFT_META=$(python3 -c "import json;print(json.load(open('$CLUSTER/cluster.json'))['meta'])")
+  export WEFT_SECRET_FILE="$CLUSTER/cluster.secret"
+  # The suite's users are weft users (a user is a key name; ACLs name users by it, and
+  # grants by email need the key's --email).
+  for u in main alt tenant; do
+    "$BIN" key create "s3tests-$u" --email "$u@example.com" --json > "$CLUSTER/key-$u.json"
+  done
+  MAIN_ID=s3tests-main; MAIN_NAME=s3tests-main
+else
+  PORT=$(free_port); CONSOLE=$(free_port)
+  DRIVES=(); for i in $(seq "$NODES"); do mkdir -p "$CLUSTER/drive$i"; DRIVES+=("$CLUSTER/drive$i"); done
+  CERTS=(); CURL_CA=()
+  if [ "$TLS" = 1 ]; then
+    mkdir -p "$CLUSTER/certs"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+      -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1,DNS:localhost \
+      -keyout "$CLUSTER/certs/private.key" -out "$CLUSTER/certs/public.crt" 2>/dev/null
+    CERTS=(--certs-dir "$CLUSTER/certs"); CURL_CA=(--cacert "$CLUSTER/certs/public.crt")
+  fi
+  ROOT_USER=s3tests-root; ROOT_PASS=$(python3 -c 'import secrets;print(secrets.token_hex(20))')
+  MINIO_ROOT_USER=$ROOT_USER MINIO_ROOT_PASSWORD=$ROOT_PASS MINIO_BROWSER=off MINIO_CI_CD=1 \
+  MINIO_STORAGE_CLASS_STANDARD=EC:2 \
+  MINIO_KMS_SECRET_KEY="s3tests-key:$(head -c 32 /dev/urandom | base64)" \
+    nice -n 10 "$BIN" server --address "127.0.0.1:$PORT" --console-address "127.0.0.1:$CONSOLE" \
+    "${CERTS[@]}" "${DRIVES[@]}" > "$RUN_DIR/$RUN_NAME-up.out" 2> "$RUN_DIR/$RUN_NAME-up.err" &
+  UP_PID=$!
+  ENDPOINT="$SCHEME://127.0.0.1:$PORT"
+  for _ in $(seq 120); do
+    curl -sf "${CURL_CA[@]}" "$ENDPOINT/minio/health/live" >/dev/null && break
+    kill -0 "$UP_PID" 2>/dev/null || { echo "minio died:"; cat "$RUN_DIR/$RUN_NAME-up.err"; exit 1; }
+    sleep 1
+  done
+  echo "minio pid $UP_PID; $ENDPOINT; $("$BIN" --version | head -1)"
+  CA_FILE="${CURL_CA[1]:-}" "$VENV/bin/python" - "$CLUSTER" "$ENDPOINT" "$ROOT_USER" "$ROOT_PASS" <<'EOF'
+import json, os, secrets, sys, urllib3
+from minio import MinioAdmin
+from minio.credentials import StaticProvider
+cluster, endpoint, user, password = sys.argv[1:]
+host = endpoint.split('://', 1)[1]
+http = urllib3.PoolManager(cert_reqs='CERT_REQUIRED', ca_certs=os.environ['CA_FILE']) if os.environ.get('CA_FILE') else None
+admin = MinioAdmin(endpoint=host, credentials=StaticProvider(user, password), secure=endpoint.startswith('https'), http_client=http)
+json.dump({'access_key': user, 'secret_key': password}, open(f'{cluster}/key-main.json', 'w'))
+for name in ('alt', 'tenant'):
+    access, secret = f's3tests-{name}', secrets.token_hex(20)
+    admin.user_add(access, secret)
+    admin.attach_policy(['readwrite'], user=access)
+    json.dump({'access_key': access, 'secret_key': secret}, open(f'{cluster}/key-{name}.json', 'w'))
+EOF
+  MAIN_ID=02d6176db174dc93cb1b899f7c6078f08654445fe8cf1b6ce98d8855f66bdbf4; MAIN_NAME=minio
+fi
 
 # 5. the suite's config ----------------------------------------------------------------
-python3 - "$CLUSTER" "$CONF" <<'EOF'
+python3 - "$CLUSTER" "$CONF" "$ENDPOINT" "$MAIN_ID" "$MAIN_NAME" <<'EOF'
 import json, sys
-cluster, out = sys.argv[1], sys.argv[2]
-s3 = json.load(open(f'{cluster}/s3.json'))
+cluster, out, endpoint, main_id, main_name = sys.argv[1:]
 alt = json.load(open(f'{cluster}/key-alt.json'))
 mine = json.load(open(f'{cluster}/key-main.json'))
 ten = json.load(open(f'{cluster}/key-tenant.json'))
-host_port = s3['endpoint'].split('://', 1)[1]
+scheme, host_port = endpoint.split('://', 1)
 host, port = host_port.rsplit(':', 1)
 main = (mine['access_key'], mine['secret_key'])
 conf = f"""[DEFAULT]
 host = {host}
 port = {port}
-is_secure = False
+is_secure = {scheme == 'https'}
 ssl_verify = False
 
 [fixtures]
-bucket prefix = weft-{{random}}-
+bucket prefix = s3t-{{random}}-
 
 [s3 main]
-display_name = s3tests-main
-user_id = s3tests-main
+display_name = {main_name}
+user_id = {main_id}
 email = main@example.com
 access_key = {main[0]}
 secret_key = {main[1]}
@@ -238,7 +303,7 @@ tenant = testx
 access_key = {ten['access_key']}
 secret_key = {ten['secret_key']}
 
-# weft has no IAM: the iam users reuse the main key (those tests are expected to fail)
+# neither weft nor this MinIO run has IAM users here: the iam users reuse the main key
 [iam]
 display_name = iam-user
 user_id = iam-user
