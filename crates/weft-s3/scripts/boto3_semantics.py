@@ -1144,11 +1144,12 @@ def bucket_policy_conditions_on_tags_decide_reads_and_writes():
 def object_tags_are_kept_with_their_version_and_checked():
     # S3: tags come with a write (x-amz-tagging), are replaced or deleted whole, are counted
     # on GET and HEAD (x-amz-tagging-count), follow a copy unless its tagging directive is
-    # REPLACE, and a set S3 would not take (11 tags, a 129-character key) is 400 InvalidTag.
+    # REPLACE, and a set S3 would not take (11 tags, a 129-character key, a character outside
+    # letters, digits, spaces and + - = . _ : / @) is 400 InvalidTag.
     with Bucket() as bucket:
-        s3.put_object(Bucket=bucket, Key="t", Body=b"x", Tagging="a=1&b%20c=x%26y")
+        s3.put_object(Bucket=bucket, Key="t", Body=b"x", Tagging="a=1&b%20c=x%3Dy%2B%40")
         tags = s3.get_object_tagging(Bucket=bucket, Key="t")["TagSet"]
-        assert tags == [{"Key": "a", "Value": "1"}, {"Key": "b c", "Value": "x&y"}], tags
+        assert tags == [{"Key": "a", "Value": "1"}, {"Key": "b c", "Value": "x=y+@"}], tags
         head = s3.head_object(Bucket=bucket, Key="t")["ResponseMetadata"]["HTTPHeaders"]
         assert head.get("x-amz-tagging-count") == "2", head
         assert s3.get_object(Bucket=bucket, Key="t")["TagCount"] == 2
@@ -1171,6 +1172,10 @@ def object_tags_are_kept_with_their_version_and_checked():
                      Tagging={"TagSet": [{"Key": "k" * 129, "Value": "v"}]})
         expect_error("InvalidTag", 400, s3.put_object, Bucket=bucket, Key="never", Body=b"x",
                      Tagging="&".join(f"k{i}=v" for i in range(11)))
+        expect_error("InvalidTag", 400, s3.put_object, Bucket=bucket, Key="never", Body=b"x",
+                     Tagging="k=x%26y")
+        expect_error("InvalidTag", 400, s3.put_object_tagging, Bucket=bucket, Key="t",
+                     Tagging={"TagSet": [{"Key": "a*b", "Value": "v"}]})
         assert s3.get_object_tagging(Bucket=bucket, Key="t")["TagSet"] == [
             {"Key": "only", "Value": "one"}], "a refused set changes nothing"
         s3.delete_object_tagging(Bucket=bucket, Key="t")

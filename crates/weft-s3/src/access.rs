@@ -321,7 +321,7 @@ fn denied() -> s3s::S3Error {
 }
 
 /// A query parameter of a request URI, decoded.
-fn query_param(uri: &http::Uri, name: &str) -> Option<String> {
+pub(crate) fn query_param(uri: &http::Uri, name: &str) -> Option<String> {
     uri.query()?.split('&').find_map(|pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         (k == name).then(|| percent_decode(v))

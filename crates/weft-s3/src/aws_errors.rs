@@ -11,7 +11,9 @@
 //!   message moves to `<Detail>` unchanged (it is XML text already).
 //! - Codes whose AWS message depends on the request (AccessDenied, InvalidArgument,
 //!   InvalidRequest, MalformedPolicy…) and weft's 503 (a node or meta is unreachable, not S3's "reduce your
-//!   request rate") keep weft's words.
+//!   request rate") keep weft's words, except where weft words one case as AWS does
+//!   ([`worded`]): AWS's words before [`DETAIL_MARK`] stay the message, weft's after it move to
+//!   `<Detail>`; no message leaves the gateway with the mark in it.
 
 /// (code, AWS's message) for every code weft rewords.
 pub const MESSAGES: &[(&str, &str)] = &[
@@ -90,6 +92,17 @@ pub const MESSAGES: &[(&str, &str)] = &[
     ),
 ];
 
+/// Splits a message weft words as AWS does for one request ([`worded`]) from weft's own
+/// explanation: U+2063 INVISIBLE SEPARATOR, a character no message of weft's holds otherwise.
+pub const DETAIL_MARK: char = '\u{2063}';
+
+/// An error of a code whose AWS message depends on the request (InvalidArgument,
+/// InvalidRequest, InvalidTag…): `aws` is the message as AWS sends it for this case, and
+/// `detail` weft's explanation, sent as `<Detail>` ([`reword`] splits them).
+pub fn worded(code: s3s::S3ErrorCode, aws: &str, detail: impl std::fmt::Display) -> s3s::S3Error {
+    s3s::S3Error::with_message(code, format!("{aws}{DETAIL_MARK}{detail}"))
+}
+
 /// AWS's message for `code`, if weft rewords it.
 pub fn aws_message(code: &str) -> Option<&'static str> {
     MESSAGES.iter().find(|(c, _)| *c == code).map(|(_, m)| *m)
@@ -109,6 +122,21 @@ fn element<'a>(xml: &'a str, name: &str) -> Option<(usize, usize, &'a str)> {
 pub fn reword(body: &[u8]) -> Option<Vec<u8>> {
     let xml = std::str::from_utf8(body).ok()?;
     let (_, _, code) = element(xml, "Code")?;
+    // A message worded for its request: AWS's part stays, weft's moves to <Detail>.
+    if let Some((start, end, message)) = element(xml, "Message") {
+        if let Some((aws, detail)) = message.split_once(DETAIL_MARK) {
+            let close = end + "</Message>".len();
+            let aws = aws_message(code).map_or_else(|| aws.to_string(), escape);
+            return Some(
+                format!(
+                    "{}{aws}</Message><Detail>{detail}</Detail>{}",
+                    &xml[..start],
+                    &xml[close..]
+                )
+                .into_bytes(),
+            );
+        }
+    }
     let wanted = aws_message(code)?;
     let escaped = escape(wanted);
     let out = match element(xml, "Message") {
@@ -165,6 +193,34 @@ mod tests {
         assert!(String::from_utf8(out.unwrap())
             .unwrap()
             .contains("&apos;x-amz-content-sha256&apos;"));
+    }
+
+    #[test]
+    fn worded_errors_send_aws_words_and_wefts_as_detail() {
+        let error = worded(
+            s3s::S3ErrorCode::InvalidTag,
+            "Cannot provide multiple Tags with \
+                           the same key",
+            "tag key \"a\" is given twice",
+        );
+        let message = error.message().unwrap();
+        let body = format!(
+            "<Error><Code>InvalidTag</Code><Message>{}</Message></Error>",
+            message.replace('"', "&quot;")
+        );
+        assert_eq!(
+            String::from_utf8(reword(body.as_bytes()).unwrap()).unwrap(),
+            "<Error><Code>InvalidTag</Code><Message>Cannot provide multiple Tags with the same \
+             key</Message><Detail>tag key &quot;a&quot; is given twice</Detail></Error>"
+        );
+        // A listed code worded this way still says the table's words.
+        let body =
+            format!("<Error><Code>NoSuchKey</Code><Message>x{DETAIL_MARK}y</Message></Error>");
+        assert_eq!(
+            String::from_utf8(reword(body.as_bytes()).unwrap()).unwrap(),
+            "<Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message>\
+             <Detail>y</Detail></Error>"
+        );
     }
 
     #[test]

@@ -1,9 +1,11 @@
-//! Browser form uploads (PostObject): the `${filename}` variable of the form's `key` field.
-//! S3 replaces `${filename}` in the key with the name of the file the browser sends, before
-//! it checks the form against its signed policy (a `starts-with $key "foo"` condition holds
-//! for a key `${filename}` and a file `foo.txt`). s3s reads the key field as written and drops
-//! the file's name, so the gateway makes the substitution in the form's bytes before s3s reads
-//! them.
+//! Browser form uploads (PostObject): what s3s does not read of a form.
+//! - The `${filename}` variable of the form's `key` field. S3 replaces `${filename}` in the
+//!   key with the name of the file the browser sends, before it checks the form against its
+//!   signed policy (a `starts-with $key "foo"` condition holds for a key `${filename}` and a
+//!   file `foo.txt`). s3s reads the key field as written and drops the file's name, so the
+//!   gateway makes the substitution in the form's bytes before s3s reads them.
+//! - The `tagging` field (a `<Tagging>` document; s3s reads only `x-amz-tagging`): handed to
+//!   PutObject as a [`FormTagging`] request extension, which no client can set.
 //!
 //! Invariants:
 //! - Only the head of the form is held: the bytes up to the end of the file part's headers,
@@ -37,6 +39,26 @@ pub fn boundary_of(content_type: &str) -> Option<String> {
         let value = value.trim().trim_matches('"');
         (!value.is_empty()).then(|| value.to_string())
     })
+}
+
+/// A form's `tagging` field, as sent (see the module header).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FormTagging(pub String);
+
+/// The value of the form field `wanted` in `head` (which ends at the file part's headers).
+pub fn field(head: &[u8], boundary: &str, wanted: &str) -> Option<String> {
+    let delimiter = format!("--{boundary}");
+    let mut at = 0;
+    while let Some(found) = find(&head[at..], delimiter.as_bytes()) {
+        let part = at + found + delimiter.len();
+        let headers_end = part + find(&head[part..], b"\r\n\r\n")? + 4;
+        let value_end = headers_end + find(&head[headers_end..], b"\r\n--")?;
+        if part_name(&head[part..headers_end]).is_some_and(|n| n.eq_ignore_ascii_case(wanted)) {
+            return std::str::from_utf8(&head[headers_end..value_end]).ok().map(str::to_string);
+        }
+        at = value_end;
+    }
+    None
 }
 
 /// Where the file part's headers end in `head` (the index after their blank line), if the
@@ -115,9 +137,9 @@ fn rfind(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).rposition(|w| w == needle)
 }
 
-/// Fills `${filename}` into a form upload's key (see the module header). The body is read
-/// only as far as the file part's headers; a body that fails while its head is read fails
-/// here as it would have in s3s.
+/// Fills `${filename}` into a form upload's key and hands on its `tagging` field (see the
+/// module header). The body is read only as far as the file part's headers; a body that
+/// fails while its head is read fails here as it would have in s3s.
 pub async fn fill_filename(request: &mut http::Request<s3s::Body>) {
     let Some(boundary) = request
         .headers()
@@ -141,6 +163,11 @@ pub async fn fill_filename(request: &mut http::Request<s3s::Body>) {
         }
     }
     let head = head.freeze();
+    if let Some(end) = file_headers_end(&head, &boundary) {
+        if let Some(tagging) = field(&head[..end], &boundary, "tagging") {
+            request.extensions_mut().insert(FormTagging(tagging));
+        }
+    }
     let filled = file_headers_end(&head, &boundary).and_then(|end| {
         let mut out = substituted(&head[..end], &boundary)?;
         out.extend_from_slice(&head[end..]);
@@ -199,6 +226,14 @@ mod tests {
              Content-Type: text/plain\r\n\r\n"
         )
         .into_bytes()
+    }
+
+    #[test]
+    fn fields_are_read_by_name() {
+        let head = form("k", "f.txt");
+        assert_eq!(field(&head, "XyZ", "policy").as_deref(), Some("abc"));
+        assert_eq!(field(&head, "XyZ", "KEY").as_deref(), Some("k"));
+        assert_eq!(field(&head, "XyZ", "tagging"), None);
     }
 
     #[test]

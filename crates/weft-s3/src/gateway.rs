@@ -178,6 +178,16 @@ pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
+/// S3's refusal of a lock (a write's, a retention, a legal hold) in a bucket without object
+/// lock.
+fn no_object_lock(bucket: &str) -> S3Error {
+    crate::aws_errors::worded(
+        s3s::S3ErrorCode::InvalidRequest,
+        "Bucket is missing ObjectLockConfiguration",
+        format!("bucket {bucket:?} has no object lock"),
+    )
+}
+
 /// The S3 error for a weft-client error (see the module invariants).
 pub fn s3_error_of(error: ClientError) -> S3Error {
     match &error {
@@ -187,7 +197,11 @@ pub fn s3_error_of(error: ClientError) -> S3Error {
             "no_such_version" => s3_error!(NoSuchVersion, "{message}"),
             // Object lock (meta enforces it): a locked version, a bucket without it.
             "object_locked" => s3_error!(AccessDenied, "{message}"),
-            "object_lock_not_enabled" => s3_error!(InvalidRequest, "{message}"),
+            "object_lock_not_enabled" => crate::aws_errors::worded(
+                s3s::S3ErrorCode::InvalidRequest,
+                "Bucket is missing ObjectLockConfiguration",
+                message,
+            ),
             "invalid_lock" => s3_error!(InvalidArgument, "{message}"),
             "invalid_bucket_state" => s3_error!(InvalidBucketState, "{message}"),
             "invalid_version_id" => s3_error!(InvalidArgument, "{message}"),
@@ -290,6 +304,41 @@ fn content_type_of(attributes: &Attributes) -> Option<ContentType> {
     attributes.content_type_or_default().parse().ok()
 }
 
+/// Applies a GET's or HEAD's `response-*` query parameters to its output (signed requests
+/// only, as S3: anonymous requests never reach here); evaluates to `response-expires` as
+/// the request spelled it, which S3 echoes verbatim (see [`echo_expires`]).
+macro_rules! response_overrides {
+    ($output:expr, $input:expr, $uri:expr) => {{
+        if let Some(value) = $input.response_content_type {
+            $output.content_type = value.parse().ok();
+        }
+        if $input.response_cache_control.is_some() {
+            $output.cache_control = $input.response_cache_control;
+        }
+        if $input.response_content_disposition.is_some() {
+            $output.content_disposition = $input.response_content_disposition;
+        }
+        if $input.response_content_encoding.is_some() {
+            $output.content_encoding = $input.response_content_encoding;
+        }
+        if $input.response_content_language.is_some() {
+            $output.content_language = $input.response_content_language;
+        }
+        let raw = crate::access::query_param($uri, "response-expires");
+        if raw.is_some() {
+            $output.expires = None;
+        }
+        raw
+    }};
+}
+
+/// Sends `response-expires` as the request spelled it: s3s would reparse and reformat it.
+fn echo_expires(headers: &mut http::HeaderMap, raw: Option<String>) {
+    if let Some(value) = raw.and_then(|v| http::HeaderValue::from_str(&v).ok()) {
+        headers.insert(http::header::EXPIRES, value);
+    }
+}
+
 /// The bytes a GET or HEAD answers: `[start, end)`, the Content-Range when not the whole
 /// object, and the part count when asked by `partNumber` (of a multipart object: its parts;
 /// any other object is one part).
@@ -301,9 +350,10 @@ fn wanted_bytes(
 ) -> S3Result<(u64, u64, Option<String>, Option<i32>)> {
     let content_range = |start: u64, end: u64| format!("bytes {start}-{}/{size}", end.max(1) - 1);
     match (range, part_number) {
-        (Some(_), Some(_)) => {
-            Err(s3_error!(InvalidRequest, "Cannot specify both Range header and partNumber"))
-        }
+        (Some(_), Some(_)) => Err(s3_error!(
+            InvalidRequest,
+            "Cannot specify both Range header and partNumber query parameter"
+        )),
         (Some(range), None) => {
             let wanted = range.check(size)?;
             Ok((wanted.start, wanted.end, Some(content_range(wanted.start, wanted.end)), None))
@@ -311,6 +361,7 @@ fn wanted_bytes(
         (None, Some(number)) => {
             let parts: Vec<u64> =
                 if shown.parts.is_empty() { vec![size] } else { shown.parts.clone() };
+            check_part_number(number)?;
             let index = usize::try_from(number).ok().filter(|n| (1..=parts.len()).contains(n));
             let Some(index) = index else {
                 let mut error = S3Error::with_message(
@@ -323,8 +374,8 @@ fn wanted_bytes(
             let start: u64 = parts[..index - 1].iter().sum();
             let end = start + parts[index - 1];
             let count = i32::try_from(parts.len()).ok().filter(|_| !shown.parts.is_empty());
-            let range = (parts.len() > 1).then(|| content_range(start, end));
-            Ok((start, end, range, count))
+            // A part is a range (206), even the one part of an object not uploaded in parts.
+            Ok((start, end, (size > 0).then(|| content_range(start, end)), count))
         }
         (None, None) => Ok((0, size, None, None)),
     }
@@ -531,7 +582,11 @@ fn page_size(value: Option<i32>, name: &str, most: usize) -> S3Result<usize> {
 fn check_part_number(number: i32) -> S3Result<()> {
     match (1..=multipart::MAX_PART_NUMBER).contains(&number) {
         true => Ok(()),
-        false => Err(s3_error!(InvalidArgument, "part numbers go from 1 to 10000")),
+        false => Err(crate::aws_errors::worded(
+            s3s::S3ErrorCode::InvalidArgument,
+            "Part number must be an integer between 1 and 10000, inclusive",
+            format!("part numbers go from 1 to 10000, not {number}"),
+        )),
     }
 }
 
@@ -1109,7 +1164,7 @@ impl Gateway {
     ) -> S3Result<object_lock::Shown> {
         let record = self.client.meta.get_bucket(bucket).await.map_err(s3_error_of)?;
         if record.get("object_lock").is_none() {
-            return Err(s3_error!(InvalidRequest, "bucket {bucket:?} has no object lock"));
+            return Err(no_object_lock(bucket));
         }
         let (object, _) = self.object_version(bucket, key, version_id).await?;
         Ok(object_lock::shown(&object.raw))
@@ -1287,6 +1342,41 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<HeadBucketOutput>> {
         self.client.meta.get_bucket(&req.input.bucket).await.map_err(s3_error_of)?;
         Ok(S3Response::new(HeadBucketOutput::default()))
+    }
+
+    async fn put_bucket_website(
+        &self,
+        req: S3Request<PutBucketWebsiteInput>,
+    ) -> S3Result<S3Response<PutBucketWebsiteOutput>> {
+        self.client.meta.get_bucket(&req.input.bucket).await.map_err(s3_error_of)?;
+        crate::unhosted::put_website(&req.input.website_configuration)?;
+        Ok(S3Response::new(PutBucketWebsiteOutput::default()))
+    }
+
+    async fn get_bucket_website(
+        &self,
+        req: S3Request<GetBucketWebsiteInput>,
+    ) -> S3Result<S3Response<GetBucketWebsiteOutput>> {
+        self.client.meta.get_bucket(&req.input.bucket).await.map_err(s3_error_of)?;
+        Err(crate::unhosted::no_website())
+    }
+
+    async fn delete_bucket_website(
+        &self,
+        req: S3Request<DeleteBucketWebsiteInput>,
+    ) -> S3Result<S3Response<DeleteBucketWebsiteOutput>> {
+        // Nothing to delete: S3 answers 204 to a bucket without a website too.
+        self.client.meta.get_bucket(&req.input.bucket).await.map_err(s3_error_of)?;
+        Ok(S3Response::new(DeleteBucketWebsiteOutput::default()))
+    }
+
+    async fn put_bucket_ownership_controls(
+        &self,
+        req: S3Request<PutBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<PutBucketOwnershipControlsOutput>> {
+        self.client.meta.get_bucket(&req.input.bucket).await.map_err(s3_error_of)?;
+        crate::unhosted::put_ownership(&req.input.ownership_controls)?;
+        Ok(S3Response::new(PutBucketOwnershipControlsOutput::default()))
     }
 
     async fn get_bucket_location(
@@ -1532,6 +1622,9 @@ impl S3 for Gateway {
         let body = request_body(input.body, input.content_length, &headers);
         shown.acl = Some(acl);
         shown.tags = tagging::from_header(input.tagging.as_deref())?;
+        if let Some(crate::form::FormTagging(document)) = extensions.get() {
+            shown.tags = tagging::from_document(document)?;
+        }
         let (sealed, segment) = sealing.unzip();
         shown.sse = sealed;
         let shown = self
@@ -1577,6 +1670,7 @@ impl S3 for Gateway {
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let input = req.input;
+        input.part_number.map(check_part_number).transpose()?;
         let (object, shown) =
             self.object_version(&input.bucket, &input.key, input.version_id.as_deref()).await?;
         check_conditions(
@@ -1626,27 +1720,10 @@ impl S3 for Gateway {
         output.object_lock_mode = lock.mode;
         output.object_lock_retain_until_date = lock.until;
         output.object_lock_legal_hold_status = lock.legal_hold;
-        // `response-*` query parameters override what the response says (signed requests
-        // only, as S3: anonymous requests never reach here).
-        if let Some(value) = input.response_content_type {
-            output.content_type = value.parse().ok();
-        }
-        if input.response_cache_control.is_some() {
-            output.cache_control = input.response_cache_control;
-        }
-        if input.response_content_disposition.is_some() {
-            output.content_disposition = input.response_content_disposition;
-        }
-        if input.response_content_encoding.is_some() {
-            output.content_encoding = input.response_content_encoding;
-        }
-        if input.response_content_language.is_some() {
-            output.content_language = input.response_content_language;
-        }
-        if input.response_expires.is_some() {
-            output.expires = input.response_expires;
-        }
-        Ok(S3Response::new(output))
+        let raw_expires = response_overrides!(output, input, &req.uri);
+        let mut response = S3Response::new(output);
+        echo_expires(&mut response.headers, raw_expires);
+        Ok(response)
     }
 
     async fn head_object(
@@ -1654,6 +1731,7 @@ impl S3 for Gateway {
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let input = req.input;
+        input.part_number.map(check_part_number).transpose()?;
         let (object, shown) =
             self.object_version(&input.bucket, &input.key, input.version_id.as_deref()).await?;
         check_conditions(
@@ -1703,6 +1781,8 @@ impl S3 for Gateway {
             show_checksum!(response.output, shown.checksum.as_ref());
         }
         show_sse!(response.output, shown.sse.as_ref(), customer.as_ref());
+        let raw_expires = response_overrides!(response.output, input, &req.uri);
+        echo_expires(&mut response.headers, raw_expires);
         // S3 tells a HEAD how many tags the object has, as a GET (s3s has no field for it).
         if tag_count > 0 {
             response.headers.insert("x-amz-tagging-count", http::HeaderValue::from(tag_count));
@@ -1715,6 +1795,21 @@ impl S3 for Gateway {
         req: S3Request<GetObjectAttributesInput>,
     ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
         let input = req.input;
+        // Every name asked for is one S3 has, or nothing is answered (before the object is
+        // looked up, as S3).
+        let names = input.object_attributes.iter().flat_map(|a| a.as_str().split(','));
+        for name in names.map(str::trim) {
+            if !["ETag", "Checksum", "ObjectParts", "StorageClass", "ObjectSize"].contains(&name) {
+                return Err(crate::aws_errors::worded(
+                    s3s::S3ErrorCode::InvalidArgument,
+                    "Invalid attribute name specified.",
+                    format!(
+                        "x-amz-object-attributes names ETag, Checksum, ObjectParts, \
+                         StorageClass or ObjectSize, not {name:?}"
+                    ),
+                ));
+            }
+        }
         let (object, shown) =
             self.object_version(&input.bucket, &input.key, input.version_id.as_deref()).await?;
         // The header is one comma-separated list (s3s may hand it over unsplit).
@@ -1897,10 +1992,17 @@ impl S3 for Gateway {
             }
             _ => return Err(s3_error!(NotImplemented, "only bucket/key copy sources")),
         };
-        let replace = input
-            .metadata_directive
-            .as_ref()
-            .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+        let replace = match input.metadata_directive.as_ref().map(|d| d.as_str()) {
+            None | Some(MetadataDirective::COPY) => false,
+            Some(MetadataDirective::REPLACE) => true,
+            Some(other) => {
+                return Err(crate::aws_errors::worded(
+                    s3s::S3ErrorCode::InvalidArgument,
+                    "Unknown metadata directive.",
+                    format!("x-amz-metadata-directive is COPY or REPLACE, not {other:?}"),
+                ))
+            }
+        };
         let changes_encryption = input.server_side_encryption.is_some()
             || input.sse_customer_algorithm.is_some()
             || input.copy_source_sse_customer_algorithm.is_some();
@@ -1911,10 +2013,13 @@ impl S3 for Gateway {
             && policy.is_none()
             && !changes_encryption
         {
-            return Err(s3_error!(
-                InvalidRequest,
-                "this copy request is illegal because it is trying to copy an object to itself \
-                 without changing the object's metadata"
+            return Err(crate::aws_errors::worded(
+                s3s::S3ErrorCode::InvalidRequest,
+                "This copy request is illegal because it is trying to copy an object to itself \
+                 without changing the object's metadata, storage class, website redirect \
+                 location or encryption attributes.",
+                "a copy onto its own source changes something: REPLACE its metadata, or its \
+                 policy (x-weft-policy) or encryption",
             ));
         }
         let (object, source) =
@@ -2557,13 +2662,12 @@ impl S3 for Gateway {
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let meta = &self.client.meta;
+        let mut bucket = meta.get_bucket(&req.input.bucket).await.map_err(s3_error_of)?;
         let policy =
             match self.policy_for(req.credentials.as_ref(), &req.headers, &req.input.bucket).await?
             {
                 Some(layout) => serde_json::to_value(layout).expect("layouts serialize"),
-                None => meta.get_bucket(&req.input.bucket).await.map_err(s3_error_of)?
-                    ["default_policy"]
-                    .take(),
+                None => bucket["default_policy"].take(),
             };
         let input = req.input;
         check_key(&input.key)?;
@@ -2573,6 +2677,10 @@ impl S3 for Gateway {
             input.object_lock_legal_hold_status.as_ref(),
             now_ms(),
         )?;
+        // Refused now, as S3 does, rather than when the upload completes.
+        if lock.is_some() && bucket.get("object_lock").is_none() {
+            return Err(no_object_lock(&input.bucket));
+        }
         match meta.create_bucket(PARTS_BUCKET, None).await {
             Ok(_) | Err(ClientError::Meta { status: 409, .. }) => {}
             Err(error) => return Err(s3_error_of(error)),
@@ -2990,6 +3098,7 @@ impl S3 for Gateway {
             max_parts: Some(max as i32),
             is_truncated: Some(truncated),
             parts: Some(parts),
+            storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
             ..Default::default()
         }))
     }

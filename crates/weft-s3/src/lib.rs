@@ -71,6 +71,7 @@ pub mod sigv4;
 pub mod spool;
 pub mod sse;
 pub mod tagging;
+pub mod unhosted;
 pub mod versioning;
 
 use std::net::SocketAddr;
@@ -298,6 +299,34 @@ fn unquote_attributes_etag(response: &mut http::Response<s3s::Body>) {
     }
 }
 
+/// S3 keeps a user metadata header sent more than once (in any case) as one, its values
+/// joined by commas in the order sent; s3s refuses it. SigV4 signs repeated headers the same
+/// way (values joined by commas), so joining them first leaves every signature as it was.
+fn join_repeated_metadata(headers: &mut http::HeaderMap) {
+    let repeated: Vec<http::HeaderName> = headers
+        .keys()
+        .filter(|name| name.as_str().starts_with("x-amz-meta-"))
+        .filter(|name| headers.get_all(*name).iter().nth(1).is_some())
+        .cloned()
+        .collect();
+    for name in repeated {
+        let values: Vec<&[u8]> = headers.get_all(&name).iter().map(|v| v.as_bytes()).collect();
+        let joined = values.join(&b","[..]);
+        if let Ok(value) = http::HeaderValue::from_bytes(&joined) {
+            headers.insert(name, value);
+        }
+    }
+}
+
+/// A HEAD of a range or a part answers 206 as its GET would (s3s answers every HEAD 200).
+fn partial_head(response: &mut http::Response<s3s::Body>) {
+    if response.status() == http::StatusCode::OK
+        && response.headers().contains_key(http::header::CONTENT_RANGE)
+    {
+        *response.status_mut() = http::StatusCode::PARTIAL_CONTENT;
+    }
+}
+
 /// Whether `request` is a browser form upload (PostObject: a POST of a form).
 fn is_form_upload(request: &http::Request<hyper::body::Incoming>) -> bool {
     request.method() == http::Method::POST
@@ -382,9 +411,58 @@ fn new_request_id() -> String {
     format!("{:016X}", rand::thread_rng().gen::<u64>())
 }
 
+/// The parameters every SigV4 presigned URL carries.
+const PRESIGNED_PARAMETERS: [&str; 6] = [
+    "X-Amz-Algorithm",
+    "X-Amz-Credential",
+    "X-Amz-Signature",
+    "X-Amz-Date",
+    "X-Amz-SignedHeaders",
+    "X-Amz-Expires",
+];
+
+/// The refusal of a SigV4 presigned URL that lacks one of its parameters or whose credential
+/// is not `KEY/DATE/REGION/SERVICE/aws4_request`: 400 AuthorizationQueryParametersError in
+/// AWS's words, before anything else is judged.
+fn incomplete_presigned(query: &str) -> Option<s3s::S3Error> {
+    let names: Vec<&str> =
+        query.split('&').map(|pair| pair.split_once('=').map_or(pair, |(k, _)| k)).collect();
+    if !names.contains(&"X-Amz-Algorithm") && !names.contains(&"X-Amz-Credential") {
+        return None;
+    }
+    let code = || s3s::S3ErrorCode::Custom("AuthorizationQueryParametersError".into());
+    let refusal = |aws: &str, detail: String| {
+        let mut error = aws_errors::worded(code(), aws, detail);
+        error.set_status_code(http::StatusCode::BAD_REQUEST);
+        Some(error)
+    };
+    if let Some(missing) = PRESIGNED_PARAMETERS.iter().find(|p| !names.contains(p)) {
+        return refusal(
+            "Query-string authentication version 4 requires the X-Amz-Algorithm, \
+             X-Amz-Credential, X-Amz-Signature, X-Amz-Date, X-Amz-SignedHeaders, and \
+             X-Amz-Expires parameters.",
+            format!("this presigned URL has no {missing}"),
+        );
+    }
+    let credential = query.split('&').find_map(|pair| pair.strip_prefix("X-Amz-Credential="))?;
+    let credential = access::percent_decode(credential);
+    let parts: Vec<&str> = credential.split('/').collect();
+    if parts.len() != 5 || parts[4] != "aws4_request" || parts.iter().any(|p| p.is_empty()) {
+        return refusal(
+            "Error parsing the X-Amz-Credential parameter; the Credential is mal-formed; \
+             expecting \"<YOUR-AKID>/YYYYMMDD/REGION/SERVICE/aws4_request\".",
+            format!("X-Amz-Credential has {} parts", parts.len()),
+        );
+    }
+    None
+}
+
 /// The refusal of a presigned URL whose `X-Amz-Expires` S3 would not accept, if it is one.
 fn bad_presigned_expiry(request: &http::Request<hyper::body::Incoming>) -> Option<s3s::S3Error> {
     let query = request.uri().query()?;
+    if let Some(refusal) = incomplete_presigned(query) {
+        return Some(refusal);
+    }
     let value = query.split('&').find_map(|pair| pair.strip_prefix("X-Amz-Expires="))?;
     let message = match value.parse::<i64>() {
         Ok(seconds) if seconds < 0 => "X-Amz-Expires must be non-negative".to_string(),
@@ -514,10 +592,12 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
                     }
                     let mut request = request;
                     sigv2_bucket_root(&mut request);
+                    join_repeated_metadata(request.headers_mut());
                     let close = empty_expecting_continue(&request);
                     let sends_body = sends_body(&request);
                     let attributes = asks_object_attributes(&request);
                     let form = is_form_upload(&request);
+                    let head = request.method() == http::Method::HEAD;
                     let mut request = request.map(s3s::Body::from);
                     if form {
                         form::fill_filename(&mut request).await;
@@ -536,6 +616,9 @@ pub async fn bind(config: GatewayConfig) -> Result<RunningGateway, GatewayError>
                         signed_payload::take_over(&mut request, &keys).await;
                     }
                     let mut response = service.call(request).await?;
+                    if head {
+                        partial_head(&mut response);
+                    }
                     if attributes {
                         unquote_attributes_etag(&mut response);
                     }
@@ -586,6 +669,43 @@ pub(crate) fn test_headers(pairs: &[(&str, &str)]) -> http::HeaderMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn presigned_urls_carry_all_six_parameters_and_a_five_part_credential() {
+        let full = "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AK%2F20261203%2Fus-east-1\
+                    %2Fs3%2Faws4_request&X-Amz-Date=20261203T000000Z&X-Amz-Expires=60&\
+                    X-Amz-SignedHeaders=host&X-Amz-Signature=ab";
+        assert!(incomplete_presigned(full).is_none());
+        assert!(incomplete_presigned("versionId=1&uploads").is_none(), "not presigned");
+        for name in PRESIGNED_PARAMETERS {
+            let without: Vec<&str> =
+                full.split('&').filter(|p| !p.starts_with(&format!("{name}="))).collect();
+            let error = incomplete_presigned(&without.join("&")).expect(name);
+            assert_eq!(error.code().as_str(), "AuthorizationQueryParametersError");
+            assert_eq!(error.status_code(), Some(http::StatusCode::BAD_REQUEST));
+        }
+        let short = full.replace("%2Fs3%2Faws4_request", "%2Fs3");
+        assert!(incomplete_presigned(&short).is_some());
+    }
+
+    #[test]
+    fn repeated_metadata_headers_become_one_in_the_order_sent() {
+        let mut headers = test_headers(&[
+            ("x-amz-meta-key", "value-1"),
+            ("X-Amz-Meta-Key", "value-2"),
+            ("x-amz-meta-foo", "bar"),
+            ("x-amz-meta-KEY", "value-3"),
+            ("x-amz-acl", "private"),
+            ("x-amz-acl", "twice stays twice"),
+        ]);
+        join_repeated_metadata(&mut headers);
+        let all = |name: &str| -> Vec<&str> {
+            headers.get_all(name).iter().map(|v| v.to_str().unwrap()).collect()
+        };
+        assert_eq!(all("x-amz-meta-key"), ["value-1,value-2,value-3"]);
+        assert_eq!(all("x-amz-meta-foo"), ["bar"]);
+        assert_eq!(all("x-amz-acl"), ["private", "twice stays twice"]);
+    }
 
     #[test]
     fn object_attributes_etags_lose_their_quotes_and_nothing_else_changes() {

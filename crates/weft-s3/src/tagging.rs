@@ -9,13 +9,16 @@
 //!   attributes), so they are written in the object's own commit and go with its version;
 //!   a tagging call changes one version's attributes in place (meta's attributes route).
 //! - Only tag sets S3 accepts are stored: at most [`MAX_TAGS`] tags, keys of 1 to
-//!   [`MAX_KEY_CHARS`] characters, values of at most [`MAX_VALUE_CHARS`], each key once;
-//!   anything else is 400 InvalidTag and changes nothing.
+//!   [`MAX_KEY_CHARS`] characters, values of at most [`MAX_VALUE_CHARS`], both of letters,
+//!   digits, spaces and `+ - = . _ : / @` only, each key once; anything else is 400
+//!   InvalidTag (in AWS's words) and changes nothing.
 
 use std::collections::BTreeMap;
 
 use s3s::dto::Tag;
-use s3s::{s3_error, S3Result};
+use s3s::{s3_error, S3ErrorCode::InvalidTag, S3Result};
+
+use crate::aws_errors::worded;
 
 /// S3's limits on one object's tags (a bucket has up to [`MAX_BUCKET_TAGS`]).
 pub const MAX_TAGS: usize = 10;
@@ -38,26 +41,44 @@ fn checked_up_to(
     let mut tags = BTreeMap::new();
     for (key, value) in pairs {
         let chars = key.chars().count();
-        if chars == 0 || chars > MAX_KEY_CHARS {
-            return Err(s3_error!(
+        if chars == 0 || chars > MAX_KEY_CHARS || !key.chars().all(allowed) {
+            return Err(worded(
                 InvalidTag,
-                "a tag key has 1 to {MAX_KEY_CHARS} characters; {key:?} has {chars}"
+                "The TagKey you have provided is invalid",
+                format!(
+                    "a tag key has 1 to {MAX_KEY_CHARS} letters, digits, spaces or + - = . _ : / @; \
+                     {key:?} has {chars} characters"
+                ),
             ));
         }
-        if value.chars().count() > MAX_VALUE_CHARS {
-            return Err(s3_error!(
+        if value.chars().count() > MAX_VALUE_CHARS || !value.chars().all(allowed) {
+            return Err(worded(
                 InvalidTag,
-                "a tag value has at most {MAX_VALUE_CHARS} characters (tag {key:?})"
+                "The TagValue you have provided is invalid",
+                format!(
+                    "a tag value has at most {MAX_VALUE_CHARS} letters, digits, spaces or \
+                     + - = . _ : / @ (tag {key:?})"
+                ),
             ));
         }
         if tags.insert(key.clone(), value).is_some() {
-            return Err(s3_error!(InvalidTag, "tag key {key:?} is given twice"));
+            return Err(worded(
+                InvalidTag,
+                "Cannot provide multiple Tags with the same key",
+                format!("tag key {key:?} is given twice"),
+            ));
         }
         if tags.len() > most {
             return Err(s3_error!(InvalidTag, "at most {most} tags may be given"));
         }
     }
     Ok(tags)
+}
+
+/// The characters S3 allows in tag keys and values: letters and digits of any language,
+/// spaces, and `+ - = . _ : / @`.
+fn allowed(c: char) -> bool {
+    c.is_alphanumeric() || c == ' ' || "+-=._:/@".contains(c)
 }
 
 /// The (key, value) pairs of an S3 TagSet (a missing value is empty).
@@ -70,6 +91,15 @@ fn pairs(tag_set: &[Tag]) -> impl Iterator<Item = (String, String)> + '_ {
 /// The tags of an S3 TagSet.
 pub fn from_tag_set(tag_set: &[Tag]) -> S3Result<BTreeMap<String, String>> {
     checked(pairs(tag_set))
+}
+
+/// The tags of a `<Tagging>` document (a form upload's `tagging` field).
+pub fn from_document(document: &str) -> S3Result<BTreeMap<String, String>> {
+    use s3s::xml::Deserialize;
+    let mut reader = s3s::xml::Deserializer::new(document.as_bytes());
+    let tagging = s3s::dto::Tagging::deserialize(&mut reader)
+        .map_err(|e| s3_error!(MalformedXML, "the form's tagging field: {e}"))?;
+    from_tag_set(&tagging.tag_set)
 }
 
 /// A bucket's tags (PutBucketTagging): as an object's, up to [`MAX_BUCKET_TAGS`].
@@ -123,10 +153,42 @@ mod tests {
     }
 
     #[test]
+    fn tags_hold_letters_digits_spaces_and_s3s_few_signs_only() {
+        let one = |k: &str, v: &str| checked([(k.to_string(), v.to_string())]);
+        assert!(one("Team Ω-7 +=._:/@", "größe 12:30/@").is_ok());
+        for key in ["user!name", "foo#bar", "data%20", "a*b"] {
+            let error = one(key, "v").unwrap_err();
+            assert_eq!(
+                error.message().unwrap().split(crate::aws_errors::DETAIL_MARK).next(),
+                Some("The TagKey you have provided is invalid")
+            );
+        }
+        for value in ["name?test", "`path", "comma,separated", "semicolon;test", "(p)"] {
+            let error = one("k", value).unwrap_err();
+            assert_eq!(
+                error.message().unwrap().split(crate::aws_errors::DETAIL_MARK).next(),
+                Some("The TagValue you have provided is invalid")
+            );
+        }
+    }
+
+    #[test]
+    fn tagging_documents_are_read_and_checked() {
+        let tags = from_document(
+            "<Tagging><TagSet><Tag><Key>env</Key><Value>test</Value></Tag></TagSet></Tagging>",
+        )
+        .unwrap();
+        assert_eq!(tags.into_iter().collect::<Vec<_>>(), [("env".into(), "test".into())]);
+        assert_eq!(code(from_document("<Tagging><TagSet>").unwrap_err()), "MalformedXML");
+        let bad = "<Tagging><TagSet><Tag><Key>a*b</Key><Value>v</Value></Tag></TagSet></Tagging>";
+        assert_eq!(code(from_document(bad).unwrap_err()), "InvalidTag");
+    }
+
+    #[test]
     fn the_tagging_header_is_url_query_parameters() {
-        let tags = from_header(Some("a=1&b%20c=x%26y&empty=&flag")).unwrap();
+        let tags = from_header(Some("a=1&b%20c=x%3Dy&empty=&flag")).unwrap();
         let want: BTreeMap<String, String> =
-            [("a", "1"), ("b c", "x&y"), ("empty", ""), ("flag", "")]
+            [("a", "1"), ("b c", "x=y"), ("empty", ""), ("flag", "")]
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect();

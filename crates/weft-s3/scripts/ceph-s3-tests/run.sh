@@ -75,20 +75,24 @@ if [ ! -x "$VENV/bin/pytest" ] || ! "$VENV/bin/python" -c 'import pytest_timeout
   "$VENV/bin/pip" install -q -r "$SUITE/requirements.txt" pytest pytest-timeout minio
 fi
 
-# 3. the cleanup shim (see its docstring: only the suite's bucket cleanup is adapted,
-#    because weft answers NotImplemented to ListObjectVersions) --------------------------
+# 3. the cleanup shim (see its docstring: only the suite's bucket cleanup is adapted, so
+#    that one bucket a failed test leaves behind does not fail every later test) ----------
 mkdir -p "$SHIM_DIR"
 cat > "$SHIM_DIR/weft_cleanup_shim.py" <<'SHIM_EOF'
-"""pytest plugin (loaded with -p weft_cleanup_shim) used for running ceph/s3-tests against weft.
+"""pytest plugin (loaded with -p weft_cleanup_shim) used for running ceph/s3-tests (weft, MinIO).
 
 The suite's per-test fixture cleans up buckets with ListObjectVersions + DeleteObjects +
-DeleteBucket (s3tests/functional/__init__.py: nuke_bucket/list_versions).  weft returns
-NotImplemented for ListObjectVersions, so without this shim every leaked bucket makes the
-setup/teardown of every later test fail.  The shim ONLY touches the harness cleanup path:
+DeleteBucket (s3tests/functional/__init__.py: nuke_bucket/list_versions), and re-raises any
+failure, so a bucket it cannot empty makes the setup/teardown of every later test fail.
+(weft once answered NotImplemented to ListObjectVersions; it lists versions since 56e7028.)
+The shim ONLY touches the harness cleanup path:
   * list_versions(): if ListObjectVersions fails with a ClientError, fall back to
     ListObjectsV2 (then ListObjects v1) and yield plain keys (VersionId omitted);
-  * nuke_bucket(): if the original raises, retry once: delete listed objects one by one,
-    abort in-progress multipart uploads, then DeleteBucket.
+  * nuke_bucket(): if the original raises, retry once: release any legal hold a failed
+    test left on, delete every listed version one by one (bypassing governance retention,
+    as the suite's own cleanup does), abort in-progress multipart uploads, then DeleteBucket.
+    Without this, one object a failed test left under legal hold makes the setup of every
+    later test fail (the suite's cleanup re-raises), for MinIO and weft alike.
 Test bodies are unchanged.  Every fallback is counted in $WEFT_SHIM_LOG (JSON lines).
 """
 import json, os
@@ -146,12 +150,24 @@ def pytest_configure(config):
             return orig_nuke_bucket(client, bucket)
         except Exception as e:
             _note('nuke_bucket_retry', bucket, e)
-        for objs in list(_list_keys(client, bucket, 1000)):
-            for o in objs:
-                try:
-                    client.delete_object(Bucket=bucket, Key=o['Key'])
-                except ClientError:
-                    pass
+        # every version (plain keys where versions cannot be listed); a legal hold a
+        # failed test left on is released, as the suite itself bypasses governance retention
+        try:
+            listed = [o for objs in orig_list_versions(client, bucket, 1000) for o in objs]
+        except ClientError:
+            listed = [o for objs in _list_keys(client, bucket, 1000) for o in objs]
+        for o in listed:
+            version = {'VersionId': o['VersionId']} if o.get('VersionId') else {}
+            try:
+                client.put_object_legal_hold(Bucket=bucket, Key=o['Key'],
+                                             LegalHold={'Status': 'OFF'}, **version)
+            except ClientError:
+                pass
+            try:
+                client.delete_object(Bucket=bucket, Key=o['Key'],
+                                     BypassGovernanceRetention=True, **version)
+            except ClientError:
+                pass
         try:
             for u in client.list_multipart_uploads(Bucket=bucket).get('Uploads', []):
                 try:
