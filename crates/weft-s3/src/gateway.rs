@@ -304,6 +304,31 @@ fn content_type_of(attributes: &Attributes) -> Option<ContentType> {
     attributes.content_type_or_default().parse().ok()
 }
 
+/// The largest GET answer read whole before its headers are sent.
+const SMALL_GET_BYTES: u64 = 128 << 10;
+
+/// A small GET's bytes, read before the answer starts: they leave with its headers in one
+/// write (a client that stops reading after the headers still has them), and a read that
+/// fails is a 503 the client can retry instead of a body cut short. Chunks are kept as
+/// read (no copy); at most [`SMALL_GET_BYTES`] are held.
+async fn small_body(
+    mut stream: impl futures_util::Stream<Item = std::io::Result<bytes::Bytes>> + Unpin,
+) -> S3Result<StreamingBlob> {
+    let mut chunks = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|error| {
+            let mut refusal = s3_error!(
+                ServiceUnavailable,
+                "reading the object failed ({error}); nothing was sent, retry"
+            );
+            refusal.set_status_code(http::StatusCode::SERVICE_UNAVAILABLE);
+            refusal
+        })?;
+        chunks.push(Ok::<_, std::io::Error>(chunk));
+    }
+    Ok(StreamingBlob::wrap(futures_util::stream::iter(chunks)))
+}
+
 /// Applies a GET's or HEAD's `response-*` query parameters to its output (signed requests
 /// only, as S3: anonymous requests never reach here); evaluates to `response-expires` as
 /// the request spelled it, which S3 echoes verbatim (see [`echo_expires`]).
@@ -1690,8 +1715,12 @@ impl S3 for Gateway {
             .await;
         let customer = customer_key!(self, input)?;
         let stream = self.plain_stream(object, &shown, customer.as_ref(), start, end).await?;
+        let body = match end - start <= SMALL_GET_BYTES {
+            true => small_body(stream).await?,
+            false => StreamingBlob::wrap(stream),
+        };
         let mut output = GetObjectOutput {
-            body: Some(StreamingBlob::wrap(stream)),
+            body: Some(body),
             content_length: Some((end - start) as i64),
             content_range,
             parts_count,

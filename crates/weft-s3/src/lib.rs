@@ -45,6 +45,11 @@
 //!   `Access-Control-Request-Method`, 403 AccessForbidden when no rule allows it.
 //! - CORS headers only add to a response (an error one too): they never change whether or
 //!   how a request is served.
+//! - Before s3s sees a request, this wrapper only reshapes what S3 and s3s read differently,
+//!   never what a signature covers: repeated `x-amz-meta-*` headers are joined by commas
+//!   (as SigV4 signs them), a form upload's `${filename}` is filled in ([`form`]), and a
+//!   presigned URL missing one of its six parameters is refused 400
+//!   AuthorizationQueryParametersError. After s3s: a HEAD answering a Content-Range is 206.
 
 pub mod access;
 pub mod acl;
