@@ -67,6 +67,11 @@ pub struct Attributes {
     /// (GetObject and HeadObject by `partNumber`); empty for any other object.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<u64>,
+    /// The checksum of each part, in order (base64, of the object's checksum algorithm),
+    /// when every part had one: GetObject/HeadObject by `partNumber` and
+    /// GetObjectAttributes' ObjectParts show them. Empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub part_checksums: Vec<String>,
     /// The object's ACL ([`crate::acl`]): its owner and grants. None for objects written
     /// before ACLs or by `weft put` (owned by their bucket's owner, private).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -89,6 +94,13 @@ pub struct Attributes {
 }
 
 impl Attributes {
+    /// Part `number`'s checksum (1-based), shown with the object's algorithm and type.
+    pub fn part_checksum(&self, number: i32) -> Option<crate::checksum::Stored> {
+        let object = self.checksum.as_ref()?;
+        let value = self.part_checksums.get(usize::try_from(number).ok()?.checked_sub(1)?)?;
+        Some(crate::checksum::Stored { value: value.clone(), ..object.clone() })
+    }
+
     /// The JSON a commit carries: everything but the generation and time, which are the
     /// object's own.
     pub fn to_commit(&self) -> Value {

@@ -304,6 +304,21 @@ fn content_type_of(attributes: &Attributes) -> Option<ContentType> {
     attributes.content_type_or_default().parse().ok()
 }
 
+/// S3 refuses a GET or HEAD that names a server-side encryption (only SSE-C keys are sent
+/// on reads): 400 InvalidArgument.
+fn refuse_sse_on_read(headers: &http::HeaderMap) -> S3Result<()> {
+    for name in ["x-amz-server-side-encryption", "x-amz-server-side-encryption-aws-kms-key-id"] {
+        if headers.contains_key(name) {
+            return Err(s3_error!(
+                InvalidArgument,
+                "{name} is not sent on a read: an object opens with the keys it was sealed \
+                 with (only SSE-C sends its key again)"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The largest GET answer read whole before its headers are sent.
 const SMALL_GET_BYTES: u64 = 128 << 10;
 
@@ -474,6 +489,7 @@ fn copied_attributes(source: &Attributes) -> Attributes {
         etag: String::new(),
         last_modified_ms: 0,
         parts: Vec::new(),
+        part_checksums: Vec::new(),
         sse: None,
         ..source.clone()
     }
@@ -1696,6 +1712,7 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let input = req.input;
         input.part_number.map(check_part_number).transpose()?;
+        refuse_sse_on_read(&req.headers)?;
         let (object, shown) =
             self.object_version(&input.bucket, &input.key, input.version_id.as_deref()).await?;
         check_conditions(
@@ -1739,10 +1756,14 @@ impl S3 for Gateway {
             tag_count: (!shown.tags.is_empty()).then_some(shown.tags.len() as i32),
             ..Default::default()
         };
-        // The checksum describes the whole object: a range or part GET shows none, as S3.
+        // The checksum describes the whole object: a range GET shows none, a part GET its
+        // part's (as S3).
         let whole = start == 0 && end == size && input.part_number.is_none();
         if whole && checksum_enabled(input.checksum_mode.as_ref()) {
             show_checksum!(output, shown.checksum.as_ref());
+        }
+        if let Some(part) = input.part_number.and_then(|n| shown.part_checksum(n)) {
+            show_checksum!(output, Some(&part));
         }
         show_sse!(output, shown.sse.as_ref(), customer.as_ref());
         let lock = object_lock::shown(&object_raw);
@@ -1761,6 +1782,7 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let input = req.input;
         input.part_number.map(check_part_number).transpose()?;
+        refuse_sse_on_read(&req.headers)?;
         let (object, shown) =
             self.object_version(&input.bucket, &input.key, input.version_id.as_deref()).await?;
         check_conditions(
@@ -1808,6 +1830,9 @@ impl S3 for Gateway {
         let whole = start == 0 && end == size && input.part_number.is_none();
         if whole && checksum_enabled(input.checksum_mode.as_ref()) {
             show_checksum!(response.output, shown.checksum.as_ref());
+        }
+        if let Some(part) = input.part_number.and_then(|n| shown.part_checksum(n)) {
+            show_checksum!(response.output, Some(&part));
         }
         show_sse!(response.output, shown.sse.as_ref(), customer.as_ref());
         let raw_expires = response_overrides!(response.output, input, &req.uri);
@@ -1877,10 +1902,16 @@ impl S3 for Gateway {
                 .enumerate()
                 .skip(marker)
                 .take(max)
-                .map(|(index, size)| ObjectPart {
-                    part_number: Some(index as i32 + 1),
-                    size: Some(*size as i64),
-                    ..Default::default()
+                .map(|(index, size)| {
+                    let mut part = ObjectPart {
+                        part_number: Some(index as i32 + 1),
+                        size: Some(*size as i64),
+                        ..Default::default()
+                    };
+                    if let Some(stored) = shown.part_checksum(index as i32 + 1) {
+                        show_checksum!(values part, Some(&stored));
+                    }
+                    part
                 })
                 .collect();
             let truncated = marker + listed.len() < shown.parts.len();
@@ -2947,6 +2978,20 @@ impl S3 for Gateway {
         let size: u64 = chosen.iter().map(|p| p.size).sum();
         let part_sizes: Vec<u64> = chosen.iter().map(|p| p.size).collect();
         let algorithm = multipart::completion_checksum(&upload, &chosen);
+        // Each part's own checksum, kept when every part has one of the object's algorithm.
+        let part_checksums: Vec<String> = algorithm
+            .and_then(|algorithm| {
+                chosen
+                    .iter()
+                    .map(|p| {
+                        p.checksum
+                            .as_ref()
+                            .filter(|c| c.algorithm() == Some(algorithm))
+                            .map(|c| c.value.clone())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         // A COMPOSITE checksum is the digest of the parts' digests: no byte is read for it.
         let composite = algorithm
             .filter(|_| upload.checksum_type.as_deref() == Some(checksum::COMPOSITE))
@@ -3030,6 +3075,7 @@ impl S3 for Gateway {
             if combined.is_some() || composite.is_some() {
                 shown.checksum = composite.or(combined);
             }
+            shown.part_checksums = part_checksums;
             let shown = gateway
                 .write_object(
                     &upload.bucket,

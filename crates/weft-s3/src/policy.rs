@@ -237,10 +237,10 @@ impl BucketPolicy {
             }
             let resources = one_or_many(&statement["Resource"], "Resource")?;
             for resource in &resources {
-                let ok = resource == &arn_prefix
-                    || resource.strip_prefix(&arn_prefix).is_some_and(|r| r.starts_with('/'))
-                    || (resource.ends_with('*')
-                        && arn_prefix.starts_with(resource.trim_end_matches('*')));
+                // Of this bucket: the pattern can name it or objects in it (`arn:aws:s3:::*/*`
+                // and `arn:aws:s3:::logs-*` are, `arn:aws:s3:::other/*` is not).
+                let bucket_part = resource.split_once('/').map_or(resource.as_str(), |(b, _)| b);
+                let ok = wildcard(resource, &arn_prefix) || wildcard(bucket_part, &arn_prefix);
                 if !ok {
                     return Err(format!("resource {resource:?} is not of bucket {bucket:?}"));
                 }
@@ -461,6 +461,17 @@ mod tests {
             assert!(policy(bad.clone()).is_err(), "{bad}");
         }
         assert_eq!(action_of("HeadObject"), "s3:GetObject");
+        // Wildcards that can name this bucket or its objects are of it.
+        for good in ["arn:aws:s3:::*", "arn:aws:s3:::*/*", "arn:aws:s3:::b*", "arn:aws:s3:::?/x"] {
+            let statement = serde_json::json!({"Effect": "Allow", "Principal": "*",
+                "Action": "s3:GetObject", "Resource": good});
+            assert!(policy(statement).is_ok(), "{good}");
+        }
+        for bad in ["arn:aws:s3:::c*", "arn:aws:s3:::bb/*", "arn:aws:s3:::??/*"] {
+            let statement = serde_json::json!({"Effect": "Allow", "Principal": "*",
+                "Action": "s3:GetObject", "Resource": bad});
+            assert!(policy(statement).is_err(), "{bad}");
+        }
     }
 
     #[test]

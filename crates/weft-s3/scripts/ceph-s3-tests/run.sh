@@ -24,8 +24,11 @@
 #   SUITE_GIT git dir of ceph/s3-tests (used only if $RUN_DIR/s3-tests is missing)
 #             [/work/.mirror/ceph+s3-tests/repo, else https://github.com/ceph/s3-tests]
 #
-# MinIO runs as one server over NODES directory drives with EC:2, its built-in KMS key
-# (MINIO_KMS_SECRET_KEY, so SSE-S3/SSE-KMS work), the root user as the suite's main user, and
+# The SSE-KMS keys the suite names by default exist on both: weft's `weft kms key create
+# testkey-1` and `testkey-2`; MinIO's one built-in key (MINIO_KMS_SECRET_KEY, which holds a
+# single key) is named testkey-1.
+# MinIO runs as one server over NODES directory drives with EC:2, the root user as the
+# suite's main user, and
 # alt and tenant users made with minio-py's admin client, each given the readwrite policy.
 # The suite's ids for main are MinIO's fixed owner id and display name, as a deployment's
 # configuration would name them.
@@ -92,7 +95,9 @@ The shim ONLY touches the harness cleanup path:
     test left on, delete every listed version one by one (bypassing governance retention,
     as the suite's own cleanup does), abort in-progress multipart uploads, then DeleteBucket.
     Without this, one object a failed test left under legal hold makes the setup of every
-    later test fail (the suite's cleanup re-raises), for MinIO and weft alike.
+    later test fail (the suite's cleanup re-raises), for MinIO and weft alike. A bucket that
+    still cannot be removed (an object under COMPLIANCE retention) fails the cleanup of the
+    test that left it, once; later cleanups skip it (logged as nuke_bucket_stuck_skipped).
 Test bodies are unchanged.  Every fallback is counted in $WEFT_SHIM_LOG (JSON lines).
 """
 import json, os
@@ -129,6 +134,7 @@ def _list_keys(client, bucket, batch_size):
 
 def pytest_configure(config):
     import s3tests.functional as F
+    stuck = set()
     orig_list_versions = F.list_versions
     orig_nuke_bucket = F.nuke_bucket
 
@@ -149,6 +155,11 @@ def pytest_configure(config):
         try:
             return orig_nuke_bucket(client, bucket)
         except Exception as e:
+            if bucket in stuck:
+                # It failed one test's cleanup already (reported there); a lock no one may
+                # lift is not the fault of every later test, whose setup would fail on it.
+                _note('nuke_bucket_stuck_skipped', bucket, e)
+                return
             _note('nuke_bucket_retry', bucket, e)
         # every version (plain keys where versions cannot be listed); a legal hold a
         # failed test left on is released, as the suite itself bypasses governance retention
@@ -180,6 +191,7 @@ def pytest_configure(config):
             client.delete_bucket(Bucket=bucket)
         except Exception as e:
             _note('nuke_bucket_failed', bucket, e)
+            stuck.add(bucket)
             raise
 
     F.list_versions = list_versions
@@ -234,6 +246,8 @@ if [ "$TARGET" = weft ]; then
   for u in main alt tenant; do
     "$BIN" key create "s3tests-$u" --email "$u@example.com" --json > "$CLUSTER/key-$u.json"
   done
+  # The SSE-KMS keys the suite names (its defaults, kms_keyid and kms_keyid2).
+  for k in testkey-1 testkey-2; do "$BIN" kms key create "$k" > /dev/null; done
   MAIN_ID=s3tests-main; MAIN_NAME=s3tests-main
 else
   PORT=$(free_port); CONSOLE=$(free_port)
@@ -249,7 +263,7 @@ else
   ROOT_USER=s3tests-root; ROOT_PASS=$(python3 -c 'import secrets;print(secrets.token_hex(20))')
   MINIO_ROOT_USER=$ROOT_USER MINIO_ROOT_PASSWORD=$ROOT_PASS MINIO_BROWSER=off MINIO_CI_CD=1 \
   MINIO_STORAGE_CLASS_STANDARD=EC:2 \
-  MINIO_KMS_SECRET_KEY="s3tests-key:$(head -c 32 /dev/urandom | base64)" \
+  MINIO_KMS_SECRET_KEY="testkey-1:$(head -c 32 /dev/urandom | base64)" \
     nice -n 10 "$BIN" server --address "127.0.0.1:$PORT" --console-address "127.0.0.1:$CONSOLE" \
     "${CERTS[@]}" "${DRIVES[@]}" > "$RUN_DIR/$RUN_NAME-up.out" 2> "$RUN_DIR/$RUN_NAME-up.err" &
   UP_PID=$!
