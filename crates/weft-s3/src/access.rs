@@ -303,6 +303,7 @@ impl Gateway {
                         prefix: Some(key),
                         existing_tags: None,
                         request_tags: None,
+                        headers: None,
                     };
                     policy.decide(&request, state.block.restrict_public_buckets)
                         == Some(Effect::Allow)
@@ -438,6 +439,7 @@ impl S3Access for Gateway {
                 prefix: prefix.as_deref(),
                 existing_tags: existing_tags.as_ref(),
                 request_tags: request_tags.as_ref(),
+                headers: Some(cx.headers()),
             };
             let owner = access.is_owner(who);
             match policy.decide(&request, state.block.restrict_public_buckets && !owner) {

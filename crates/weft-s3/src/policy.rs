@@ -4,10 +4,12 @@
 //! `"*"`, a user name, `arn:aws:iam::NAME:root` or `arn:aws:iam::ACCOUNT:user/NAME` (one or a
 //! list); `Action` one or a list of `s3:Name` with `*` and `?` wildcards (`*` alone: all);
 //! `Resource` one or a list of `arn:aws:s3:::bucket` or `arn:aws:s3:::bucket/key-pattern`;
-//! `Condition` with `StringEquals` / `StringLike` on `s3:prefix`, `s3:ExistingObjectTag/KEY`
-//! (a tag of the object the request reads or changes) and `s3:RequestObjectTag/KEY` (a tag
-//! the request writes with `x-amz-tagging`); all conditions of a statement must hold, one
-//! value of a condition must match.
+//! `Condition` with `StringEquals`, `StringNotEquals`, `StringLike`, `StringNotLike` and
+//! `Null` on `s3:prefix`, `s3:ExistingObjectTag/KEY` (a tag of the object the request reads
+//! or changes), `s3:RequestObjectTag/KEY` (a tag the request writes with `x-amz-tagging`)
+//! and the request headers of [`HEADER_KEYS`] (`s3:x-amz-server-side-encryption` and its
+//! kin: "deny uploads that are not encrypted"); all conditions of a statement must hold,
+//! one value of a condition must match (a negated one: none may).
 //!
 //! Invariants:
 //! - What weft cannot enforce is refused at PutBucketPolicy (400 MalformedPolicy), never
@@ -64,14 +66,55 @@ enum ConditionKey {
     ExistingObjectTag(String),
     /// `s3:RequestObjectTag/<key>`: a tag the request writes (`x-amz-tagging`).
     RequestObjectTag(String),
+    /// `s3:x-amz-…`: a request header of [`HEADER_KEYS`] (its lower-case name).
+    Header(&'static str),
+}
+
+/// The request headers conditions may test, as `s3:<name>`.
+const HEADER_KEYS: [&str; 9] = [
+    "x-amz-server-side-encryption",
+    "x-amz-server-side-encryption-aws-kms-key-id",
+    "x-amz-server-side-encryption-customer-algorithm",
+    "x-amz-acl",
+    "x-amz-copy-source",
+    "x-amz-metadata-directive",
+    "x-amz-storage-class",
+    "x-amz-object-lock-mode",
+    "x-amz-object-lock-legal-hold",
+];
+
+/// How a condition compares the request's value with its values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Operator {
+    StringEquals,
+    StringNotEquals,
+    StringLike,
+    StringNotLike,
+    /// `Null`: whether the key is absent ("true") or present ("false").
+    Null,
+}
+
+impl Operator {
+    fn of(name: &str) -> Option<Operator> {
+        Some(match name {
+            "StringEquals" => Operator::StringEquals,
+            "StringNotEquals" => Operator::StringNotEquals,
+            "StringLike" => Operator::StringLike,
+            "StringNotLike" => Operator::StringNotLike,
+            "Null" => Operator::Null,
+            _ => return None,
+        })
+    }
 }
 
 /// One key of one condition operator: it holds when the request's value of `key` matches
-/// one of `values` (StringLike: as a wildcard pattern; StringEquals: exactly).
+/// one of `values` (StringLike: as a wildcard pattern; StringEquals: exactly), or, negated,
+/// matches none of them (a key the request lacks matches none, as IAM takes it); `Null`
+/// holds when the key's absence is what its value says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Condition {
     key: ConditionKey,
-    like: bool,
+    operator: Operator,
     values: Vec<String>,
 }
 
@@ -80,6 +123,9 @@ impl Condition {
     /// object the check did not read), which only a Deny takes as holding.
     fn holds(&self, request: &Request<'_>) -> Option<bool> {
         let value = match &self.key {
+            ConditionKey::Header(name) => {
+                request.headers.and_then(|h| h.get(*name)).map(|v| v.to_str().unwrap_or_default())
+            }
             ConditionKey::Prefix => request.prefix,
             ConditionKey::ExistingObjectTag(tag) => match request.existing_tags {
                 Some(tags) => tags.get(tag).map(String::as_str),
@@ -90,8 +136,20 @@ impl Condition {
                 None => return None,
             },
         };
-        let Some(value) = value else { return Some(false) };
-        Some(self.values.iter().any(|v| if self.like { wildcard(v, value) } else { v == value }))
+        let matched = |like: bool| {
+            value.is_some_and(|value| {
+                self.values.iter().any(|v| if like { wildcard(v, value) } else { v == value })
+            })
+        };
+        Some(match self.operator {
+            Operator::StringEquals => matched(false),
+            Operator::StringLike => matched(true),
+            Operator::StringNotEquals => !matched(false),
+            Operator::StringNotLike => !matched(true),
+            Operator::Null => {
+                self.values.iter().any(|v| v == if value.is_none() { "true" } else { "false" })
+            }
+        })
     }
 }
 
@@ -118,6 +176,8 @@ pub struct Request<'a> {
     /// The tags the request writes (`x-amz-tagging`); None: the request's tags are not
     /// known at the check (PutObjectTagging's are in its body).
     pub request_tags: Option<&'a std::collections::BTreeMap<String, String>>,
+    /// The request's headers (conditions on [`HEADER_KEYS`]); None: a header is absent.
+    pub headers: Option<&'a http::HeaderMap>,
 }
 
 fn one_or_many(value: &Value, what: &str) -> Result<Vec<String>, String> {
@@ -255,26 +315,31 @@ impl BucketPolicy {
                         return Err(format!("condition {operator:?} must be an object"));
                     };
                     for (key, values) in tests {
-                        let like = match operator.as_str() {
-                            "StringLike" => true,
-                            "StringEquals" => false,
-                            _ => {
-                                unknown_condition = true;
-                                continue;
-                            }
+                        let Some(operator) = Operator::of(operator) else {
+                            unknown_condition = true;
+                            continue;
                         };
+                        let header = key.strip_prefix("s3:").and_then(|name| {
+                            HEADER_KEYS.iter().find(|h| h.eq_ignore_ascii_case(name))
+                        });
                         let key = if key == "s3:prefix" {
                             ConditionKey::Prefix
                         } else if let Some(tag) = key.strip_prefix("s3:ExistingObjectTag/") {
                             ConditionKey::ExistingObjectTag(tag.to_string())
                         } else if let Some(tag) = key.strip_prefix("s3:RequestObjectTag/") {
                             ConditionKey::RequestObjectTag(tag.to_string())
+                        } else if let Some(name) = header {
+                            ConditionKey::Header(name)
                         } else {
                             unknown_condition = true;
                             continue;
                         };
-                        let values = one_or_many(values, "condition values")?;
-                        parsed_conditions.push(Condition { key, like, values });
+                        // Null's values are JSON booleans or their names.
+                        let values = match values {
+                            Value::Bool(b) => vec![b.to_string()],
+                            other => one_or_many(other, "condition values")?,
+                        };
+                        parsed_conditions.push(Condition { key, operator, values });
                     }
                 }
             }
@@ -392,7 +457,15 @@ mod tests {
     }
 
     fn request<'a>(who: Option<&'a str>, action: &'a str, resource: &'a str) -> Request<'a> {
-        Request { who, action, resource, prefix: None, existing_tags: None, request_tags: None }
+        Request {
+            who,
+            action,
+            resource,
+            prefix: None,
+            existing_tags: None,
+            request_tags: None,
+            headers: None,
+        }
     }
 
     #[test]
@@ -472,6 +545,47 @@ mod tests {
                 "Action": "s3:GetObject", "Resource": bad});
             assert!(policy(statement).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn header_conditions_deny_unencrypted_uploads_and_null_tests_absence() {
+        let require_sse = policy(serde_json::json!({"Effect": "Deny", "Principal": "*",
+            "Action": "s3:PutObject", "Resource": "arn:aws:s3:::b/*",
+            "Condition": {"StringNotEquals": {"s3:x-amz-server-side-encryption": "AES256"}}}))
+        .unwrap();
+        let mut put = request(Some("x"), "s3:PutObject", "arn:aws:s3:::b/k");
+        let plain = http::HeaderMap::new();
+        let mut sealed = http::HeaderMap::new();
+        sealed.insert("x-amz-server-side-encryption", "AES256".parse().unwrap());
+        let mut kms = http::HeaderMap::new();
+        kms.insert("x-amz-server-side-encryption", "aws:kms".parse().unwrap());
+        put.headers = Some(&plain);
+        assert_eq!(require_sse.decide(&put, false), Some(Effect::Deny), "no header");
+        put.headers = Some(&kms);
+        assert_eq!(require_sse.decide(&put, false), Some(Effect::Deny), "another one");
+        put.headers = Some(&sealed);
+        assert_eq!(require_sse.decide(&put, false), None);
+        let no_customer_keys = policy(serde_json::json!({"Effect": "Deny", "Principal": "*",
+            "Action": "s3:PutObject", "Resource": "arn:aws:s3:::b/*",
+            "Condition": {"Null": {"s3:x-amz-server-side-encryption-customer-algorithm": false}}}))
+        .unwrap();
+        put.headers = Some(&plain);
+        assert_eq!(no_customer_keys.decide(&put, false), None);
+        let mut customer = http::HeaderMap::new();
+        customer
+            .insert("x-amz-server-side-encryption-customer-algorithm", "AES256".parse().unwrap());
+        put.headers = Some(&customer);
+        assert_eq!(no_customer_keys.decide(&put, false), Some(Effect::Deny));
+        let like = policy(serde_json::json!({"Effect": "Allow", "Principal": "*",
+            "Action": "s3:PutObject", "Resource": "arn:aws:s3:::b/*",
+            "Condition": {"StringNotLike": {"s3:x-amz-acl": "public-*"}}}))
+        .unwrap();
+        put.headers = Some(&plain);
+        assert_eq!(like.decide(&put, false), Some(Effect::Allow));
+        let mut public = http::HeaderMap::new();
+        public.insert("x-amz-acl", "public-read".parse().unwrap());
+        put.headers = Some(&public);
+        assert_eq!(like.decide(&put, false), None);
     }
 
     #[test]

@@ -3,10 +3,10 @@
 
 usage: compare.py A.xml B.xml [--label-a weft] [--label-b minio] [--json] [--list]
 
-For each run: passed, failed (failures and errors together), skipped, and the core tests
-(those with no feature marker in the suite, read from the log next to the xml when it is
-there). Then the tests one run passed and the other did not, each way, grouped by the
-test's name prefix. --list prints every such test; --json prints the whole comparison.
+For each run: passed, failed (failures and errors together) and skipped, over the tests both
+runs hold. Then the tests one run passed and the other did not, each way, grouped by the
+first two words of their names. --list prints every such test; --json prints the whole
+comparison.
 """
 import argparse
 import json

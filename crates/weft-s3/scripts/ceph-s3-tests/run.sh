@@ -38,7 +38,7 @@
 #          $RUN_DIR/cluster-$RUN_NAME/ (the cluster; weft's logs/ has the gateway log).
 set -euo pipefail
 
-[ $# -ge 1 ] || { sed -n 2,38p "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 2; }
 TARGET=${TARGET:-weft}
 TLS=${TLS:-0}
 case "$TARGET" in weft|minio) ;; *) echo "TARGET must be weft or minio, not $TARGET"; exit 2;; esac
