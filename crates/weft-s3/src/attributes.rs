@@ -68,7 +68,8 @@ pub struct Attributes {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<u64>,
     /// The checksum of each part, in order (base64, of the object's checksum algorithm),
-    /// when every part had one: GetObject/HeadObject by `partNumber` and
+    /// when the upload named that algorithm and every part had one: GetObject/HeadObject by
+    /// `partNumber` and
     /// GetObjectAttributes' ObjectParts show them. Empty otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub part_checksums: Vec<String>,

@@ -2978,8 +2978,10 @@ impl S3 for Gateway {
         let size: u64 = chosen.iter().map(|p| p.size).sum();
         let part_sizes: Vec<u64> = chosen.iter().map(|p| p.size).collect();
         let algorithm = multipart::completion_checksum(&upload, &chosen);
-        // Each part's own checksum, kept when every part has one of the object's algorithm.
+        // Each part's own checksum, kept when the create named the algorithm and every part
+        // has one of it (an upload that named none shows no part checksums, as S3).
         let part_checksums: Vec<String> = algorithm
+            .filter(|_| upload.checksum_algorithm.is_some())
             .and_then(|algorithm| {
                 chosen
                     .iter()
