@@ -208,28 +208,22 @@ def browser_form_uploads_work_with_a_presigned_post_policy():
         policy.add_content_length_range_condition(1, 1024)
         fields = mc.presigned_post_policy(policy)
         fields["key"] = "uploads/form.txt"
-        boundary = "weftboundary7d2"
-        parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'
-                 for k, v in fields.items()]
-        body = ("".join(parts) + f'--{boundary}\r\nContent-Disposition: form-data; name="file";'
-                f' filename="form.txt"\r\nContent-Type: text/plain\r\n\r\nfrom a form\r\n'
-                f"--{boundary}--\r\n").encode()
-        request = urllib.request.Request(conf["endpoint"] + f"/{bucket}", data=body, method="POST",
-                                         headers={"Content-Type":
-                                                  f"multipart/form-data; boundary={boundary}"})
-        assert urllib.request.urlopen(request).status in (200, 204)
+        def form_upload(filename, content):
+            boundary = "weftboundary7d2"
+            parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'
+                     for k, v in fields.items()]
+            body = ("".join(parts) + f'--{boundary}\r\nContent-Disposition: form-data; name="file";'
+                    f' filename="{filename}"\r\nContent-Type: text/plain\r\n\r\n{content}\r\n'
+                    f"--{boundary}--\r\n").encode()
+            return urllib.request.Request(conf["endpoint"] + f"/{bucket}", data=body, method="POST",
+                                          headers={"Content-Type":
+                                                   f"multipart/form-data; boundary={boundary}"})
+        assert urllib.request.urlopen(form_upload("form.txt", "from a form")).status in (200, 204)
         assert read(bucket, "uploads/form.txt") == b"from a form"
         # `${filename}` in the key is the file's name (its last path component), filled in
         # before the policy's starts-with is checked; the 204 names what was stored.
         fields["key"] = "uploads/${filename}"
-        parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'
-                 for k, v in fields.items()]
-        body = ("".join(parts) + f'--{boundary}\r\nContent-Disposition: form-data; name="file";'
-                f' filename="C:\\docs\\named file.txt"\r\nContent-Type: text/plain\r\n\r\n'
-                f"named\r\n--{boundary}--\r\n").encode()
-        request = urllib.request.Request(conf["endpoint"] + f"/{bucket}", data=body, method="POST",
-                                         headers={"Content-Type":
-                                                  f"multipart/form-data; boundary={boundary}"})
+        request = form_upload("C:\\docs\\named file.txt", "named")
         answer = urllib.request.urlopen(request)
         assert answer.status == 204, answer.status
         assert answer.headers["Location"] == f"{conf['endpoint']}/{bucket}/uploads/named%20file.txt", \

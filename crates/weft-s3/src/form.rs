@@ -163,12 +163,11 @@ pub async fn fill_filename(request: &mut http::Request<s3s::Body>) {
         }
     }
     let head = head.freeze();
-    if let Some(end) = file_headers_end(&head, &boundary) {
-        if let Some(tagging) = field(&head[..end], &boundary, "tagging") {
-            request.extensions_mut().insert(FormTagging(tagging));
-        }
+    let end = file_headers_end(&head, &boundary);
+    if let Some(tagging) = end.and_then(|end| field(&head[..end], &boundary, "tagging")) {
+        request.extensions_mut().insert(FormTagging(tagging));
     }
-    let filled = file_headers_end(&head, &boundary).and_then(|end| {
+    let filled = end.and_then(|end| {
         let mut out = substituted(&head[..end], &boundary)?;
         out.extend_from_slice(&head[end..]);
         Some(Bytes::from(out))

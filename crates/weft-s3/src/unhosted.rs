@@ -73,12 +73,13 @@ pub fn put_website(configuration: &WebsiteConfiguration) -> S3Result<()> {
 
 /// GetBucketWebsite of an existing bucket: it has no website configuration.
 pub fn no_website() -> S3Error {
-    worded(
+    let mut error = worded(
         S3ErrorCode::Custom("NoSuchWebsiteConfiguration".into()),
         "The specified bucket does not have a website configuration",
         "weft does not host static websites",
-    )
-    .with_status(http::StatusCode::NOT_FOUND)
+    );
+    error.set_status_code(http::StatusCode::NOT_FOUND);
+    error
 }
 
 /// PutBucketOwnershipControls: checked as S3 checks it, then refused (weft keeps the
@@ -102,17 +103,6 @@ pub fn put_ownership(controls: &OwnershipControls) -> S3Result<()> {
         "weft keeps object ownership as ObjectWriter (each writer owns its objects, ACLs \
          apply); it has no other ownership setting",
     ))
-}
-
-trait WithStatus {
-    fn with_status(self, status: http::StatusCode) -> Self;
-}
-
-impl WithStatus for S3Error {
-    fn with_status(mut self, status: http::StatusCode) -> S3Error {
-        self.set_status_code(status);
-        self
-    }
 }
 
 #[cfg(test)]
